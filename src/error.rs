@@ -1,0 +1,149 @@
+//! The two error types: [`ConfigError`] when a layer is built, [`VerifyError`] when a
+//! delivery is rejected.
+
+use std::fmt;
+
+use http::StatusCode;
+
+/// What is wrong with a configuration: returned when a scheme, a secret list or a layer is
+/// built, never at request time.
+///
+/// Its `Display` names the problem and, for secrets, the position in the list — never the
+/// secret itself.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    kind: ConfigErrorKind,
+    detail: String,
+}
+
+/// The kinds of [`ConfigError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConfigErrorKind {
+    /// The secret list is empty.
+    NoSecrets,
+    /// A secret is empty, too short, or cannot be decoded as the scheme requires.
+    InvalidSecret,
+    /// A header name is not a valid HTTP header name.
+    InvalidHeaderName,
+    /// The signed-content template does not parse, or names a part the scheme lacks.
+    InvalidTemplate,
+    /// A value to sign cannot be put into a header (a control character in an id, …).
+    InvalidValue,
+}
+
+impl ConfigError {
+    pub(crate) fn new(kind: ConfigErrorKind, detail: impl Into<String>) -> Self {
+        Self {
+            kind,
+            detail: detail.into(),
+        }
+    }
+
+    /// What kind of problem this is.
+    #[must_use]
+    pub fn kind(&self) -> ConfigErrorKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.detail)
+    }
+}
+
+impl fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConfigError")
+            .field("kind", &self.kind)
+            .field("detail", &self.detail)
+            .finish()
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Why a delivery was rejected.
+///
+/// The rejection response carries this value in its extensions, so outer layers and logs
+/// can see the reason while the body stays short and fixed:
+///
+/// ```
+/// # use tower_webhook::{VerifyError, ErrorKind};
+/// # fn inspect(response: http::Response<()>) {
+/// if let Some(err) = response.extensions().get::<VerifyError>() {
+///     assert_eq!(err.kind(), ErrorKind::InvalidSignature);
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyError {
+    kind: ErrorKind,
+    detail: &'static str,
+}
+
+/// The kinds of [`VerifyError`], each with its default status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A header the scheme needs is absent (400).
+    MissingHeader,
+    /// A header is present twice, not ASCII, or not in the scheme's format (400).
+    MalformedHeader,
+    /// No signature in the header matches any configured secret (400).
+    InvalidSignature,
+    /// The signed timestamp is further in the past than the tolerance allows (400).
+    TimestampTooOld,
+    /// The signed timestamp is further in the future than the tolerance allows (400).
+    TimestampInFuture,
+    /// The body is larger than the configured limit (413).
+    BodyTooLarge,
+    /// The body could not be read from the connection (400).
+    BodyRead,
+}
+
+impl VerifyError {
+    pub(crate) const fn new(kind: ErrorKind, detail: &'static str) -> Self {
+        Self { kind, detail }
+    }
+
+    /// What kind of rejection this is.
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The status of the default rejection response: 413 for [`ErrorKind::BodyTooLarge`],
+    /// 400 for everything else. Never 410, which makes Standard Webhooks senders disable
+    /// the endpoint.
+    #[must_use]
+    pub fn status(&self) -> StatusCode {
+        match self.kind {
+            ErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            _ => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// The short, fixed text of the default rejection body.
+    #[must_use]
+    pub fn public_message(&self) -> &'static str {
+        match self.kind {
+            ErrorKind::MissingHeader | ErrorKind::MalformedHeader => "invalid webhook headers",
+            ErrorKind::InvalidSignature => "invalid webhook signature",
+            ErrorKind::TimestampTooOld | ErrorKind::TimestampInFuture => {
+                "webhook timestamp outside tolerance"
+            }
+            ErrorKind::BodyTooLarge => "payload too large",
+            ErrorKind::BodyRead => "could not read body",
+        }
+    }
+}
+
+impl fmt::Display for VerifyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.detail)
+    }
+}
+
+impl std::error::Error for VerifyError {}

@@ -1,0 +1,411 @@
+//! [`Event`]: a verified delivery, as the handler sees it.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use serde::de::{self, DeserializeOwned, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+/// A verified webhook delivery: its raw body exactly as signed, and what is known about it.
+///
+/// `VerifyWebhookLayer` puts one in the request's extensions; with the `axum` feature it is
+/// an extractor. Cloning is cheap (the fields sit behind an `Arc`).
+///
+/// Type, livemode and object id are read from the verified body's JSON envelope (`type`,
+/// `livemode`, `data.object.id` or `data.id`) or the provider's headers, the first time
+/// one of them is asked for. A body that is not JSON still verified; those fields are
+/// then `None`: parsing is not authentication.
+#[derive(Clone)]
+pub struct Event {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    source: Arc<str>,
+    header_id: Option<Box<str>>,
+    header_type: Option<Box<str>>,
+    id_field: Option<&'static str>,
+    timestamp: Option<SystemTime>,
+    body: Bytes,
+    secret_index: usize,
+    envelope: OnceLock<Envelope>,
+}
+
+pub(crate) struct Parts {
+    pub(crate) source: Arc<str>,
+    pub(crate) header_id: Option<Box<str>>,
+    pub(crate) header_type: Option<Box<str>>,
+    pub(crate) id_field: Option<&'static str>,
+    pub(crate) timestamp: Option<SystemTime>,
+    pub(crate) body: Bytes,
+    pub(crate) secret_index: usize,
+}
+
+impl Event {
+    pub(crate) fn new(p: Parts) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                source: p.source,
+                header_id: p.header_id,
+                header_type: p.header_type,
+                id_field: p.id_field,
+                timestamp: p.timestamp,
+                body: p.body,
+                secret_index: p.secret_index,
+                envelope: OnceLock::new(),
+            }),
+        }
+    }
+
+    /// Which endpoint or provider this came from: the scheme's name unless the verifier
+    /// was given another with [`Verifier::with_source`](crate::Verifier::with_source).
+    /// Deduplication keys are scoped by it.
+    #[must_use]
+    pub fn source(&self) -> &str {
+        &self.inner.source
+    }
+
+    /// The provider's event id: from a header (`webhook-id`, `X-GitHub-Delivery`, …) or the
+    /// body (`id` for Stripe, `event_id` for Slack). `None` when the scheme has none or
+    /// the body lacks it.
+    #[must_use]
+    pub fn id(&self) -> Option<&str> {
+        if let Some(id) = &self.inner.header_id {
+            return Some(id);
+        }
+        let field = self.inner.id_field?;
+        let env = self.envelope();
+        match field {
+            "id" => env.id.as_deref(),
+            "event_id" => env.event_id.as_deref(),
+            _ => env.other_id.as_deref(),
+        }
+    }
+
+    /// The event type: a header where the provider sends one (`X-GitHub-Event`,
+    /// `X-Shopify-Topic`), else the body's `type`.
+    #[must_use]
+    pub fn event_type(&self) -> Option<&str> {
+        match &self.inner.header_type {
+            Some(t) => Some(t),
+            None => self.envelope().ty.as_deref(),
+        }
+    }
+
+    /// The signed timestamp, for schemes that sign one.
+    #[must_use]
+    pub fn timestamp(&self) -> Option<SystemTime> {
+        self.inner.timestamp
+    }
+
+    /// The body's `livemode`, where the provider sends it (Stripe: `false` for test mode).
+    #[must_use]
+    pub fn livemode(&self) -> Option<bool> {
+        self.envelope().livemode
+    }
+
+    /// The id of the object the event is about: the body's `data.object.id`, else `data.id`.
+    #[must_use]
+    pub fn object_id(&self) -> Option<&str> {
+        self.envelope().object_id.as_deref()
+    }
+
+    /// The body exactly as received and signed.
+    #[must_use]
+    pub fn body(&self) -> &Bytes {
+        &self.inner.body
+    }
+
+    /// The position, in the verifier's secret list, of the secret that matched: `0` is the
+    /// current one; a higher index means the sender still signs with an older secret.
+    #[must_use]
+    pub fn secret_index(&self) -> usize {
+        self.inner.secret_index
+    }
+
+    /// Deserializes the body.
+    ///
+    /// # Errors
+    ///
+    /// When the body is not JSON of type `T`.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_slice(&self.inner.body)
+    }
+
+    fn envelope(&self) -> &Envelope {
+        self.inner
+            .envelope
+            .get_or_init(|| Envelope::parse(&self.inner.body, self.inner.id_field))
+    }
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Event")
+            .field("source", &self.source())
+            .field("id", &self.id())
+            .field("type", &self.event_type())
+            .field("timestamp", &self.timestamp())
+            .field("secret_index", &self.secret_index())
+            .field("body_len", &self.inner.body.len())
+            .finish()
+    }
+}
+
+/// The envelope fields of a JSON body; every field is optional and of lenient type.
+#[derive(Default)]
+struct Envelope {
+    id: Option<String>,
+    event_id: Option<String>,
+    other_id: Option<String>,
+    ty: Option<String>,
+    livemode: Option<bool>,
+    object_id: Option<String>,
+}
+
+impl Envelope {
+    fn parse(body: &[u8], id_field: Option<&'static str>) -> Self {
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let env = de::Deserializer::deserialize_map(&mut de, EnvelopeVisitor { id_field });
+        // Trailing bytes after the object make the whole body not JSON.
+        match (env, de.end()) {
+            (Ok(env), Ok(())) => env,
+            _ => Self::default(),
+        }
+    }
+}
+
+struct EnvelopeVisitor {
+    id_field: Option<&'static str>,
+}
+
+impl<'de> Visitor<'de> for EnvelopeVisitor {
+    type Value = Envelope;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope, A::Error> {
+        let mut env = Envelope::default();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "id" => env.id = map.next_value::<Scalar>()?.into_string(),
+                "event_id" => env.event_id = map.next_value::<Scalar>()?.into_string(),
+                "type" => env.ty = map.next_value::<Scalar>()?.into_string(),
+                "livemode" => env.livemode = map.next_value::<Scalar>()?.into_bool(),
+                "data" => env.object_id = map.next_value::<Data>()?.0,
+                k if Some(k) == self.id_field => {
+                    env.other_id = map.next_value::<Scalar>()?.into_string();
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(env)
+    }
+}
+
+/// A leaf value of any JSON type; strings and numbers become text, objects and arrays are
+/// skipped without being stored.
+enum Scalar {
+    Text(String),
+    Bool(bool),
+    Other,
+}
+
+impl Scalar {
+    fn into_string(self) -> Option<String> {
+        match self {
+            Scalar::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn into_bool(self) -> Option<bool> {
+        match self {
+            Scalar::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar::Text(v.to_owned()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar::Text(v.to_string()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar::Text(v.to_string()))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Scalar, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar::Bool(v))
+            }
+            fn visit_unit<E>(self) -> Result<Scalar, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scalar, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `data`: its `object.id`, else its `id`; anything that is not an object yields `None`.
+struct Data(Option<String>);
+
+impl<'de> Deserialize<'de> for Data {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Data;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Data, A::Error> {
+                let (mut object_id, mut id) = (None, None);
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match key.as_ref() {
+                        "object" => object_id = map.next_value::<Object>()?.0,
+                        "id" => id = map.next_value::<Scalar>()?.into_string(),
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(Data(object_id.or(id)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Data, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Data(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Data, E> {
+                Ok(Data(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Data, E> {
+                Ok(Data(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Data, E> {
+                Ok(Data(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Data, E> {
+                Ok(Data(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Data, E> {
+                Ok(Data(None))
+            }
+            fn visit_unit<E>(self) -> Result<Data, E> {
+                Ok(Data(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `data.object`: its `id`.
+struct Object(Option<String>);
+
+impl<'de> Deserialize<'de> for Object {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Reuse `Data`'s walk: an object's `id` is what we want; a nested `object` key
+        // inside it is not expected and falls back to `id` too.
+        Data::deserialize(d).map(|Data(id)| Object(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(body: &'static [u8], id_field: Option<&'static str>) -> Event {
+        Event::new(Parts {
+            source: "test".into(),
+            header_id: None,
+            header_type: None,
+            id_field,
+            timestamp: None,
+            body: Bytes::from_static(body),
+            secret_index: 0,
+        })
+    }
+
+    #[test]
+    fn reads_a_stripe_envelope() {
+        let e = event(
+            br#"{"id":"evt_1","object":"event","type":"payment_intent.succeeded","livemode":false,
+                "data":{"object":{"id":"pi_7","amount":100,"metadata":{"id":"x"}}},"extra":[1,{"a":2}]}"#,
+            Some("id"),
+        );
+        assert_eq!(e.id(), Some("evt_1"));
+        assert_eq!(e.event_type(), Some("payment_intent.succeeded"));
+        assert_eq!(e.livemode(), Some(false));
+        assert_eq!(e.object_id(), Some("pi_7"));
+    }
+
+    #[test]
+    fn reads_data_id_slack_event_id_and_numeric_ids() {
+        let e = event(br#"{"type":"user.created","data":{"id":42}}"#, None);
+        assert_eq!(e.object_id(), Some("42"));
+        assert_eq!(e.id(), None);
+        let slack = event(
+            br#"{"type":"event_callback","event_id":"Ev1","event":{"type":"message"}}"#,
+            Some("event_id"),
+        );
+        assert_eq!(slack.id(), Some("Ev1"));
+        assert_eq!(slack.event_type(), Some("event_callback"));
+    }
+
+    #[test]
+    fn odd_or_non_json_bodies_give_none_not_errors() {
+        for body in [
+            &b"\xff\xfe not json"[..],
+            b"",
+            b"[1,2,3]",
+            b"{\"type\": 5, \"livemode\": \"yes\", \"data\": \"str\"}",
+            b"{\"type\":\"a\"} trailing",
+            b"{\"id\":\"evt\"",
+        ] {
+            let e = event(body, Some("id"));
+            assert_eq!(e.livemode(), None, "{body:?}");
+            assert_eq!(e.object_id(), None, "{body:?}");
+        }
+        let odd = event(
+            b"{\"type\": 5, \"livemode\": \"yes\", \"data\": \"str\", \"id\": \"evt_2\"}",
+            Some("id"),
+        );
+        assert_eq!(odd.id(), Some("evt_2"));
+        assert_eq!(odd.event_type(), Some("5"));
+    }
+
+    #[test]
+    fn json_deserializes_the_body() {
+        #[derive(Deserialize)]
+        struct Body {
+            id: String,
+        }
+        let e = event(br#"{"id":"evt_3"}"#, None);
+        assert_eq!(e.json::<Body>().unwrap().id, "evt_3");
+        assert!(event(b"nope", None).json::<Body>().is_err());
+    }
+}

@@ -1,0 +1,66 @@
+//! Receive webhooks correctly by default.
+//!
+//! Providers deliver at least once, and attackers post forged or replayed bodies.
+//! `tower-webhook` puts a [`VerifyWebhookLayer`] in front of any Tower HTTP service (axum,
+//! hyper, tonic): it buffers the raw body under a limit, checks the signature over the
+//! exact bytes against a *list* of secrets (so secrets rotate without downtime), checks
+//! the signed timestamp, and hands the inner service a verified [`Event`].
+//!
+//! The request path, in the order a request meets it:
+//!
+//! - [`verify`]: the layer — buffer under a limit, verify, insert the [`Event`];
+//! - [`Verifier`]: the check itself, usable without HTTP;
+//! - [`scheme`]: what each provider signs and how (Standard Webhooks, Stripe, GitHub,
+//!   Slack, Shopify, or your own HMAC scheme), and signing for tests;
+//! - [`Secrets`]: keyed HMAC states, replaceable at runtime;
+//! - [`Event`]: what the handler receives (an axum extractor with the `axum` feature).
+//!
+//! ```
+//! use axum::{routing::post, Router};
+//! use tower_webhook::{Event, Scheme, Verifier, VerifyWebhookLayer};
+//!
+//! # fn main() -> Result<(), tower_webhook::ConfigError> {
+//! // The first secret is the current one; older ones still verify during a rotation.
+//! let verifier = Verifier::new(Scheme::stripe(), ["whsec_new_secret_abcdef", "whsec_old_secret_123456"])?;
+//! let app: Router = Router::new().route(
+//!     "/webhooks/stripe",
+//!     post(|event: Event| async move {
+//!         println!("{} {:?}", event.id().unwrap_or("?"), event.event_type());
+//!     })
+//!     .layer(VerifyWebhookLayer::new(verifier)),
+//! );
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Features
+//!
+//! - `axum`: [`Event`] as an axum extractor (depends on `axum-core` only).
+//! - `tracing`: rejections logged at `warn` with their reason, never a secret.
+//!
+//! # Security
+//!
+//! Signatures are compared in constant time after a length check; secrets are validated
+//! when the verifier is built and never appear in `Debug` output, logs or responses.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
+
+mod error;
+mod event;
+#[cfg(feature = "axum")]
+mod extract;
+pub mod scheme;
+mod secret;
+mod timestamp;
+mod verifier;
+pub mod verify;
+
+pub use error::{ConfigError, ConfigErrorKind, ErrorKind, VerifyError};
+pub use event::Event;
+#[cfg(feature = "axum")]
+pub use extract::MissingEvent;
+pub use scheme::Scheme;
+pub use secret::Secrets;
+pub use verifier::Verifier;
+pub use verify::VerifyWebhookLayer;

@@ -1,0 +1,233 @@
+//! Signature schemes: where a provider puts the signature, timestamp and id, which bytes
+//! it signs, and how it encodes the MAC.
+//!
+//! Every scheme here is HMAC-SHA256 described by the same handful of settings, so the
+//! presets ([`Scheme::standard`], [`Scheme::stripe`], [`Scheme::github`],
+//! [`Scheme::slack`], [`Scheme::shopify`]) and a provider of your own
+//! ([`Scheme::hmac`]) all run through one verifier:
+//!
+//! | preset | signature header | signed bytes | key | event id |
+//! |---|---|---|---|---|
+//! | `standard` | `webhook-signature` (`svix-signature`): `v1,<base64>` entries, space-separated | `{id}.{timestamp}.{body}` | base64 after `whsec_` | `webhook-id` |
+//! | `stripe` | `Stripe-Signature: t=…,v1=<hex>,…` (all `v1` count, `v0` ignored) | `{timestamp}.{body}` | the secret string's bytes | body `id` |
+//! | `github` | `X-Hub-Signature-256: sha256=<hex>` | `{body}` | the secret string's bytes | `X-GitHub-Delivery` |
+//! | `slack` | `X-Slack-Signature: v0=<hex>` | `v0:{timestamp}:{body}` | the secret string's bytes | body `event_id` |
+//! | `shopify` | `X-Shopify-Hmac-Sha256: <base64>` | `{body}` | the secret string's bytes | `X-Shopify-Webhook-Id` |
+//!
+//! Each scheme can also [`sign`](Scheme::sign), to build valid deliveries in tests.
+//!
+//! ```
+//! use http::HeaderName;
+//! use tower_webhook::scheme::{Encoding, Scheme, TimestampFormat};
+//!
+//! // A provider that sends `X-Payment-Signature: <hex>` over `{timestamp}.{body}`,
+//! // with an RFC 3339 `X-Payment-Timestamp` and the event id in `X-Payment-Event-Id`.
+//! let scheme = Scheme::hmac(HeaderName::from_static("x-payment-signature"))
+//!     .with_encoding(Encoding::Hex)
+//!     .with_timestamp_header(
+//!         HeaderName::from_static("x-payment-timestamp"),
+//!         TimestampFormat::Rfc3339,
+//!     )
+//!     .with_id_header(HeaderName::from_static("x-payment-event-id"))
+//!     .with_signed_content("{timestamp}.{body}")?;
+//! # Ok::<(), tower_webhook::ConfigError>(())
+//! ```
+
+mod presets;
+mod sign;
+pub(crate) mod signature;
+pub(crate) mod template;
+
+use std::borrow::Cow;
+
+use http::HeaderName;
+
+use crate::error::ConfigError;
+use template::Template;
+
+/// How a scheme encodes the MAC in its signature header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Encoding {
+    /// Lower- or upper-case hexadecimal (64 characters).
+    Hex,
+    /// Standard base64 with padding (44 characters).
+    Base64,
+}
+
+/// How a timestamp header is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimestampFormat {
+    /// Whole seconds since the Unix epoch, ASCII digits only.
+    Unix,
+    /// An RFC 3339 date and time, such as `2026-11-30T05:11:31Z`.
+    Rfc3339,
+}
+
+/// How a secret string becomes the HMAC key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SecretEncoding {
+    /// The secret string's own bytes are the key (Stripe, GitHub, Slack, Shopify).
+    Raw,
+    /// Strict base64, after an optional `whsec_` prefix (Standard Webhooks, Svix).
+    Base64,
+}
+
+/// Where the timestamp comes from.
+#[derive(Debug, Clone)]
+pub(crate) enum TimestampSource {
+    /// A header of its own.
+    Header(Vec<HeaderName>, TimestampFormat),
+    /// An entry of the signature header with this prefix, such as Stripe's `t=`.
+    SignatureEntry(Cow<'static, str>),
+}
+
+/// Where the event id comes from.
+#[derive(Debug, Clone)]
+pub(crate) enum IdSource {
+    None,
+    /// A header (the first present of these aliases).
+    Header(Vec<HeaderName>),
+    /// A top-level string field of the verified JSON body.
+    BodyField(&'static str),
+}
+
+/// A signature scheme. See the [module docs](self).
+///
+/// Build one from a preset or from [`Scheme::hmac`]; settings are checked when a
+/// [`Verifier`](crate::Verifier) is built from it.
+#[derive(Debug, Clone)]
+pub struct Scheme {
+    pub(crate) name: Cow<'static, str>,
+    pub(crate) signature_headers: Vec<HeaderName>,
+    pub(crate) separator: Option<char>,
+    pub(crate) prefix: Cow<'static, str>,
+    pub(crate) encoding: Encoding,
+    pub(crate) timestamp: Option<TimestampSource>,
+    pub(crate) id: IdSource,
+    pub(crate) type_header: Option<HeaderName>,
+    pub(crate) template: Template,
+    pub(crate) secret_encoding: SecretEncoding,
+    pub(crate) min_secret_len: usize,
+}
+
+/// Shorter keys than this are refused unless [`Scheme::with_min_secret_len`] lowers it.
+const DEFAULT_MIN_SECRET_LEN: usize = 16;
+
+impl Scheme {
+    /// A configurable HMAC-SHA256 scheme whose signature is in `signature_header`.
+    ///
+    /// Defaults: hex, no prefix, one signature per header, signed content `{body}`, the
+    /// secret string's bytes as the key, no timestamp and no id. Change them with the
+    /// `with_*` methods.
+    #[must_use]
+    pub fn hmac(signature_header: HeaderName) -> Self {
+        Self {
+            name: Cow::Borrowed("hmac"),
+            signature_headers: vec![signature_header],
+            separator: None,
+            prefix: Cow::Borrowed(""),
+            encoding: Encoding::Hex,
+            timestamp: None,
+            id: IdSource::None,
+            type_header: None,
+            template: Template::parse("{body}").expect("static template"),
+            secret_encoding: SecretEncoding::Raw,
+            min_secret_len: DEFAULT_MIN_SECRET_LEN,
+        }
+    }
+
+    /// The scheme's name, the default [`Event::source`](crate::Event::source).
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Replaces the scheme's name (the default event source).
+    #[must_use]
+    pub fn with_name(mut self, name: impl Into<Cow<'static, str>>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Replaces how the MAC is encoded.
+    #[must_use]
+    pub fn with_encoding(mut self, encoding: Encoding) -> Self {
+        self.encoding = encoding;
+        self
+    }
+
+    /// Replaces the text before each encoded MAC, such as `sha256=` or `v1,`. Entries with
+    /// another prefix are ignored, so other versions can share the header.
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: impl Into<Cow<'static, str>>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Lets the signature header carry several entries separated by `separator` (for
+    /// senders that sign with several secrets during a rotation).
+    #[must_use]
+    pub fn with_separator(mut self, separator: char) -> Self {
+        self.separator = Some(separator);
+        self
+    }
+
+    /// Reads a signed timestamp from `header`; it is checked against the tolerance.
+    #[must_use]
+    pub fn with_timestamp_header(mut self, header: HeaderName, format: TimestampFormat) -> Self {
+        self.timestamp = Some(TimestampSource::Header(vec![header], format));
+        self
+    }
+
+    /// Reads the event id from `header`.
+    #[must_use]
+    pub fn with_id_header(mut self, header: HeaderName) -> Self {
+        self.id = IdSource::Header(vec![header]);
+        self
+    }
+
+    /// Reads the event id from a top-level field of the verified JSON body.
+    #[must_use]
+    pub fn with_id_field(mut self, field: &'static str) -> Self {
+        self.id = IdSource::BodyField(field);
+        self
+    }
+
+    /// Reads the event type from `header` instead of the body's `type` field.
+    #[must_use]
+    pub fn with_type_header(mut self, header: HeaderName) -> Self {
+        self.type_header = Some(header);
+        self
+    }
+
+    /// Replaces how a secret string becomes the key.
+    #[must_use]
+    pub fn with_secret_encoding(mut self, encoding: SecretEncoding) -> Self {
+        self.secret_encoding = encoding;
+        self
+    }
+
+    /// Replaces the shortest key accepted, in bytes after decoding (default 16; 24 for
+    /// Standard Webhooks, as its spec requires). Lower it only for a provider that issues
+    /// short secrets.
+    #[must_use]
+    pub fn with_min_secret_len(mut self, bytes: usize) -> Self {
+        self.min_secret_len = bytes.max(1);
+        self
+    }
+
+    /// Replaces the signed content: literal text with the placeholders `{id}`,
+    /// `{timestamp}` and `{body}`; `{body}` exactly once.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigErrorKind::InvalidTemplate`](crate::ConfigErrorKind::InvalidTemplate) when
+    /// the template does not parse.
+    pub fn with_signed_content(mut self, template: &str) -> Result<Self, ConfigError> {
+        self.template = Template::parse(template)?;
+        Ok(self)
+    }
+}

@@ -1,0 +1,108 @@
+//! The providers' schemes, as settings of the one HMAC mechanism.
+
+use std::borrow::Cow;
+
+use http::HeaderName;
+
+use super::template::Template;
+use super::{Encoding, IdSource, Scheme, SecretEncoding, TimestampFormat, TimestampSource};
+
+fn template(text: &str) -> Template {
+    Template::parse(text).expect("preset templates are valid")
+}
+
+impl Scheme {
+    /// [Standard Webhooks](https://www.standardwebhooks.com/) and Svix: `webhook-id`,
+    /// `webhook-timestamp` and `webhook-signature` (or their `svix-*` aliases); the
+    /// signature header holds space-separated `v1,<base64>` entries over
+    /// `{id}.{timestamp}.{body}`; secrets are `whsec_` + base64 of at least 24 bytes.
+    #[must_use]
+    pub fn standard() -> Self {
+        Self {
+            name: Cow::Borrowed("standard"),
+            signature_headers: vec![
+                HeaderName::from_static("webhook-signature"),
+                HeaderName::from_static("svix-signature"),
+            ],
+            separator: Some(' '),
+            prefix: Cow::Borrowed("v1,"),
+            encoding: Encoding::Base64,
+            timestamp: Some(TimestampSource::Header(
+                vec![
+                    HeaderName::from_static("webhook-timestamp"),
+                    HeaderName::from_static("svix-timestamp"),
+                ],
+                TimestampFormat::Unix,
+            )),
+            id: IdSource::Header(vec![
+                HeaderName::from_static("webhook-id"),
+                HeaderName::from_static("svix-id"),
+            ]),
+            type_header: None,
+            template: template("{id}.{timestamp}.{body}"),
+            secret_encoding: SecretEncoding::Base64,
+            min_secret_len: 24,
+        }
+    }
+
+    /// Stripe: `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>…][,v0=…]` over
+    /// `{t}.{body}`. Every `v1` entry counts (Stripe sends one per active secret while
+    /// you roll a secret); `v0` is ignored. The key is the secret string's bytes,
+    /// `whsec_` included. The event id is the body's `id` (`evt_…`).
+    #[must_use]
+    pub fn stripe() -> Self {
+        Self {
+            name: Cow::Borrowed("stripe"),
+            signature_headers: vec![HeaderName::from_static("stripe-signature")],
+            separator: Some(','),
+            prefix: Cow::Borrowed("v1="),
+            encoding: Encoding::Hex,
+            timestamp: Some(TimestampSource::SignatureEntry(Cow::Borrowed("t="))),
+            id: IdSource::BodyField("id"),
+            type_header: None,
+            template: template("{timestamp}.{body}"),
+            secret_encoding: SecretEncoding::Raw,
+            min_secret_len: super::DEFAULT_MIN_SECRET_LEN,
+        }
+    }
+
+    /// GitHub: `X-Hub-Signature-256: sha256=<hex>` over the body; the id is
+    /// `X-GitHub-Delivery` and the type `X-GitHub-Event`. GitHub signs no timestamp, so
+    /// replays are stopped by deduplicating on the id, not by a time window.
+    #[must_use]
+    pub fn github() -> Self {
+        Self::hmac(HeaderName::from_static("x-hub-signature-256"))
+            .with_name("github")
+            .with_prefix("sha256=")
+            .with_id_header(HeaderName::from_static("x-github-delivery"))
+            .with_type_header(HeaderName::from_static("x-github-event"))
+    }
+
+    /// Slack: `X-Slack-Signature: v0=<hex>` over `v0:{timestamp}:{body}` with
+    /// `X-Slack-Request-Timestamp`; the id is the body's `event_id` (Events API).
+    #[must_use]
+    pub fn slack() -> Self {
+        Self {
+            template: template("v0:{timestamp}:{body}"),
+            ..Self::hmac(HeaderName::from_static("x-slack-signature"))
+                .with_name("slack")
+                .with_prefix("v0=")
+                .with_timestamp_header(
+                    HeaderName::from_static("x-slack-request-timestamp"),
+                    TimestampFormat::Unix,
+                )
+                .with_id_field("event_id")
+        }
+    }
+
+    /// Shopify: `X-Shopify-Hmac-Sha256: <base64>` over the body; the id is
+    /// `X-Shopify-Webhook-Id` and the type `X-Shopify-Topic`. Shopify signs no timestamp.
+    #[must_use]
+    pub fn shopify() -> Self {
+        Self::hmac(HeaderName::from_static("x-shopify-hmac-sha256"))
+            .with_name("shopify")
+            .with_encoding(Encoding::Base64)
+            .with_id_header(HeaderName::from_static("x-shopify-webhook-id"))
+            .with_type_header(HeaderName::from_static("x-shopify-topic"))
+    }
+}

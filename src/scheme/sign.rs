@@ -1,0 +1,100 @@
+//! Signing: the sender's side of a scheme, to build valid deliveries in tests and demos.
+
+use std::time::SystemTime;
+
+use http::{HeaderMap, HeaderValue};
+
+use super::{signature, IdSource, Scheme, TimestampFormat, TimestampSource};
+use crate::error::{ConfigError, ConfigErrorKind};
+use crate::secret;
+use crate::timestamp::unix_seconds;
+
+impl Scheme {
+    /// The headers a provider would send with `body`: the signature header with one entry
+    /// per secret (as senders do while a secret rotates), and the scheme's timestamp and id
+    /// headers. For schemes that read the id from the body (Stripe, Slack), `id` is unused.
+    ///
+    /// ```
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// use tower_webhook::Scheme;
+    ///
+    /// let at = UNIX_EPOCH + Duration::from_secs(1_614_265_330);
+    /// let headers = Scheme::standard().sign(
+    ///     ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+    ///     "msg_p5jXN8AQM9LWM0D4loKWxJek",
+    ///     at,
+    ///     br#"{"test": 2432232314}"#,
+    /// )?;
+    /// assert_eq!(headers["webhook-signature"], "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+    /// assert_eq!(headers["webhook-timestamp"], "1614265330");
+    /// # Ok::<(), tower_webhook::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// When a secret is invalid for the scheme, the list is empty, several secrets are
+    /// given to a scheme with one signature per header, or `id` cannot be a header value.
+    pub fn sign<I, S>(
+        &self,
+        secrets: I,
+        id: &str,
+        timestamp: SystemTime,
+        body: &[u8],
+    ) -> Result<HeaderMap, ConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let invalid = |why: &str| ConfigError::new(ConfigErrorKind::InvalidValue, why);
+        let header_value =
+            |v: String| HeaderValue::try_from(v).map_err(|_| invalid("not a valid header value"));
+
+        let ts = match &self.timestamp {
+            Some(TimestampSource::Header(_, TimestampFormat::Rfc3339)) => {
+                time::OffsetDateTime::from(timestamp)
+                    .format(&time::format_description::well_known::Rfc3339)
+                    .map_err(|_| invalid("timestamp out of RFC 3339's range"))?
+            }
+            _ => unix_seconds(timestamp).to_string(),
+        };
+        let mut entries = Vec::new();
+        if let Some(TimestampSource::SignatureEntry(prefix)) = &self.timestamp {
+            entries.push(format!("{prefix}{ts}"));
+        }
+        let mut signatures = 0;
+        for (i, s) in secrets.into_iter().enumerate() {
+            signatures += 1;
+            let key = secret::key(self.secret_encoding, self.min_secret_len, s.as_ref(), i)?;
+            let mac = self.template.mac(&key, id.as_bytes(), ts.as_bytes(), body);
+            entries.push(format!(
+                "{}{}",
+                self.prefix,
+                signature::encode(self.encoding, &mac)
+            ));
+        }
+        let separator = match (self.separator, signatures) {
+            (_, 0) => {
+                return Err(ConfigError::new(
+                    ConfigErrorKind::NoSecrets,
+                    "no secret to sign with",
+                ))
+            }
+            (Some(sep), _) => sep.to_string(),
+            (None, 1) if entries.len() == 1 => String::new(),
+            (None, _) => return Err(invalid("this scheme carries one signature per header")),
+        };
+
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            self.signature_headers[0].clone(),
+            header_value(entries.join(&separator))?,
+        );
+        if let Some(TimestampSource::Header(names, _)) = &self.timestamp {
+            headers.insert(names[0].clone(), header_value(ts)?);
+        }
+        if let IdSource::Header(names) = &self.id {
+            headers.insert(names[0].clone(), header_value(id.to_owned())?);
+        }
+        Ok(headers)
+    }
+}

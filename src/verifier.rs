@@ -1,0 +1,261 @@
+//! [`Verifier`]: the whole check of one delivery — headers, signature over the raw bytes,
+//! timestamp — without any HTTP plumbing. `VerifyWebhookLayer` runs one per request; use
+//! it directly where there is no Tower stack (a queue consumer, a serverless function).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName};
+use subtle::ConstantTimeEq;
+
+use crate::error::{ConfigError, ConfigErrorKind, ErrorKind, VerifyError};
+use crate::event::{self, Event};
+use crate::scheme::template::Part;
+use crate::scheme::{signature, IdSource, Scheme, TimestampFormat, TimestampSource};
+use crate::secret::Secrets;
+use crate::timestamp::{self, Clock, Tolerance};
+
+/// Verifies deliveries of one scheme against a list of secrets.
+///
+/// Cloning is cheap and shares the secret list (see [`Verifier::secrets`]).
+///
+/// ```
+/// use std::time::SystemTime;
+/// use tower_webhook::{Scheme, Verifier};
+///
+/// let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+/// let verifier = Verifier::new(Scheme::standard(), [secret])?;
+///
+/// let body = br#"{"type":"invoice.paid"}"#;
+/// let headers = Scheme::standard().sign([secret], "msg_1", SystemTime::now(), body)?;
+/// let event = verifier.verify(&headers, body.to_vec().into()).expect("authentic");
+/// assert_eq!(event.id(), Some("msg_1"));
+/// assert_eq!(event.event_type(), Some("invoice.paid"));
+/// # Ok::<(), tower_webhook::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct Verifier {
+    scheme: Arc<Scheme>,
+    secrets: Secrets,
+    tolerance: Tolerance,
+    clock: Clock,
+    source: Arc<str>,
+}
+
+impl Verifier {
+    /// A verifier for `scheme` that accepts a signature made with any of `secrets`; the
+    /// first is the current one.
+    ///
+    /// # Errors
+    ///
+    /// When the list is empty, a secret is empty, too short or does not decode, or the
+    /// scheme's signed content names an id or timestamp the scheme does not read.
+    pub fn new<I, S>(scheme: Scheme, secrets: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let template = &scheme.template;
+        if template.uses(&Part::Id) && !matches!(scheme.id, IdSource::Header(_)) {
+            return Err(ConfigError::new(
+                ConfigErrorKind::InvalidTemplate,
+                "the signed content has {id}, but the scheme reads no id header",
+            ));
+        }
+        if template.uses(&Part::Timestamp) && scheme.timestamp.is_none() {
+            return Err(ConfigError::new(
+                ConfigErrorKind::InvalidTemplate,
+                "the signed content has {timestamp}, but the scheme reads no timestamp",
+            ));
+        }
+        let secrets = Secrets::new(&scheme, secrets)?;
+        Ok(Self {
+            source: Arc::from(scheme.name()),
+            scheme: Arc::new(scheme),
+            secrets,
+            tolerance: Tolerance::default(),
+            clock: timestamp::system_clock(),
+        })
+    }
+
+    /// Replaces both tolerances: how far a signed timestamp may lie in the past and in
+    /// the future (default 300 s each). Exactly the tolerance is accepted.
+    #[must_use]
+    pub fn with_tolerance(mut self, tolerance: Duration) -> Self {
+        self.tolerance = Tolerance {
+            past: tolerance,
+            future: tolerance,
+        };
+        self
+    }
+
+    /// Replaces how old a signed timestamp may be (default 300 s).
+    #[must_use]
+    pub fn with_past_tolerance(mut self, tolerance: Duration) -> Self {
+        self.tolerance.past = tolerance;
+        self
+    }
+
+    /// Replaces how far in the future a signed timestamp may be (default 300 s): the
+    /// sender's clock may run ahead of ours.
+    #[must_use]
+    pub fn with_future_tolerance(mut self, tolerance: Duration) -> Self {
+        self.tolerance.future = tolerance;
+        self
+    }
+
+    /// Replaces the clock (default [`SystemTime::now`]); for tests.
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Replaces the events' [`source`](Event::source) (default: the scheme's name). Give
+    /// each endpoint its own when two endpoints receive the same provider's events.
+    #[must_use]
+    pub fn with_source(mut self, source: impl AsRef<str>) -> Self {
+        self.source = Arc::from(source.as_ref());
+        self
+    }
+
+    /// A handle on the secret list, to rotate secrets while the server runs.
+    #[must_use]
+    pub fn secrets(&self) -> Secrets {
+        self.secrets.clone()
+    }
+
+    /// The source given to events (see [`Verifier::with_source`]).
+    #[must_use]
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The scheme this verifier checks.
+    #[must_use]
+    pub fn scheme(&self) -> &Scheme {
+        &self.scheme
+    }
+
+    /// Verifies one delivery: its headers and its body exactly as received.
+    ///
+    /// Every signature in the header is compared, in constant time, with the MAC under
+    /// every secret; the timestamp is checked only after a signature matched, so an
+    /// unauthenticated caller learns nothing about it.
+    ///
+    /// # Errors
+    ///
+    /// A [`VerifyError`] saying what was wrong: a missing or malformed header, no matching
+    /// signature, or a timestamp outside the tolerance.
+    pub fn verify(&self, headers: &HeaderMap, body: Bytes) -> Result<Event, VerifyError> {
+        let scheme = &*self.scheme;
+        let signature_value = one(headers, &scheme.signature_headers)?.ok_or(VerifyError::new(
+            ErrorKind::MissingHeader,
+            "signature header is missing",
+        ))?;
+        let parsed = signature::parse(scheme, signature_value)?;
+
+        let raw_timestamp = match &scheme.timestamp {
+            None => None,
+            Some(TimestampSource::Header(names, format)) => Some((
+                one(headers, names)?.ok_or(VerifyError::new(
+                    ErrorKind::MissingHeader,
+                    "timestamp header is missing",
+                ))?,
+                *format,
+            )),
+            Some(TimestampSource::SignatureEntry(_)) => Some((
+                parsed.timestamp.ok_or(VerifyError::new(
+                    ErrorKind::MalformedHeader,
+                    "signature header has no timestamp",
+                ))?,
+                TimestampFormat::Unix,
+            )),
+        };
+        let timestamp = raw_timestamp
+            .map(|(raw, format)| timestamp::parse(raw, format))
+            .transpose()?;
+        let header_id = match &scheme.id {
+            IdSource::Header(names) => Some(one(headers, names)?.ok_or(VerifyError::new(
+                ErrorKind::MissingHeader,
+                "id header is missing",
+            ))?),
+            IdSource::None | IdSource::BodyField(_) => None,
+        };
+        let header_type = match &scheme.type_header {
+            Some(name) => one(headers, std::slice::from_ref(name))?,
+            None => None,
+        };
+
+        let id_bytes = header_id.unwrap_or_default().as_bytes();
+        let ts_bytes = raw_timestamp.map_or(&b""[..], |(raw, _)| raw.as_bytes());
+        let candidates = parsed.candidates.as_slice();
+        let keys = self.secrets.current();
+        let secret_index = keys
+            .iter()
+            .position(|key| {
+                let mac = scheme.template.mac(key, id_bytes, ts_bytes, &body);
+                // Compare with every candidate, without stopping early on a match.
+                candidates
+                    .iter()
+                    .fold(subtle::Choice::from(0), |acc, c| acc | c.ct_eq(&mac))
+                    .into()
+            })
+            .ok_or(VerifyError::new(
+                ErrorKind::InvalidSignature,
+                "no signature matches any secret",
+            ))?;
+
+        if let Some(ts) = timestamp {
+            self.tolerance
+                .check(ts, timestamp::unix_seconds((self.clock)()))?;
+        }
+        Ok(Event::new(event::Parts {
+            source: self.source.clone(),
+            header_id: header_id.map(Into::into),
+            header_type: header_type.map(Into::into),
+            id_field: match scheme.id {
+                IdSource::BodyField(field) => Some(field),
+                _ => None,
+            },
+            timestamp: timestamp.and_then(timestamp::to_system_time),
+            body,
+            secret_index,
+        }))
+    }
+}
+
+/// The value of the first of `names` that is present. Twice the same header is ambiguous
+/// (which one was signed?), and a value must be visible ASCII.
+fn one<'h>(headers: &'h HeaderMap, names: &[HeaderName]) -> Result<Option<&'h str>, VerifyError> {
+    let Some(name) = names.iter().find(|n| headers.contains_key(*n)) else {
+        return Ok(None);
+    };
+    let mut values = headers.get_all(name).iter();
+    let value = values.next().expect("contains_key");
+    if values.next().is_some() {
+        return Err(VerifyError::new(
+            ErrorKind::MalformedHeader,
+            "a webhook header appears more than once",
+        ));
+    }
+    value.to_str().map(Some).map_err(|_| {
+        VerifyError::new(
+            ErrorKind::MalformedHeader,
+            "a webhook header is not visible ASCII",
+        )
+    })
+}
+
+impl fmt::Debug for Verifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Verifier")
+            .field("scheme", &self.scheme.name())
+            .field("source", &self.source)
+            .field("secrets", &self.secrets)
+            .field("tolerance", &self.tolerance)
+            .finish_non_exhaustive()
+    }
+}

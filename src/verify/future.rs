@@ -1,0 +1,141 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http::{request, Request, Response};
+use http_body::Body;
+use http_body_util::combinators::Collect;
+use http_body_util::{Full, LengthLimitError, Limited};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use super::layer::Config;
+use super::response::{reject, ResponseBody};
+use crate::error::{ErrorKind, VerifyError};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pin_project! {
+    /// Response future of [`VerifyWebhook`](super::VerifyWebhook): collects the body under
+    /// the limit, verifies it, then calls the inner service.
+    pub struct ResponseFuture<S, B>
+    where
+        S: Service<Request<Full<Bytes>>>,
+        B: Body,
+        B::Error: Into<BoxError>,
+    {
+        #[pin]
+        state: State<S, B>,
+        config: Arc<Config>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, B>
+    where
+        S: Service<Request<Full<Bytes>>>,
+        B: Body,
+        B::Error: Into<BoxError>,
+    {
+        Collect {
+            #[pin]
+            collect: Collect<Limited<B>>,
+            parts: Option<request::Parts>,
+            inner: Option<S>,
+        },
+        Call {
+            #[pin]
+            future: S::Future,
+        },
+        Reject {
+            error: Option<VerifyError>,
+        },
+    }
+}
+
+impl<S, B> ResponseFuture<S, B>
+where
+    S: Service<Request<Full<Bytes>>>,
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    pub(super) fn collect(
+        collect: Collect<Limited<B>>,
+        parts: request::Parts,
+        inner: S,
+        config: Arc<Config>,
+    ) -> Self {
+        Self {
+            state: State::Collect {
+                collect,
+                parts: Some(parts),
+                inner: Some(inner),
+            },
+            config,
+        }
+    }
+
+    pub(super) fn reject(error: VerifyError, config: Arc<Config>) -> Self {
+        Self {
+            state: State::Reject { error: Some(error) },
+            config,
+        }
+    }
+}
+
+impl<S, B, ResBody> Future for ResponseFuture<S, B>
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<ResBody>>,
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            let this = self.as_mut().project();
+            match this.state.project() {
+                StateProj::Collect {
+                    collect,
+                    parts,
+                    inner,
+                } => {
+                    let bytes = match ready!(collect.poll(cx)) {
+                        Ok(collected) => collected.to_bytes(),
+                        Err(err) => {
+                            let error = if err.downcast_ref::<LengthLimitError>().is_some() {
+                                VerifyError::new(ErrorKind::BodyTooLarge, "body is over the limit")
+                            } else {
+                                VerifyError::new(ErrorKind::BodyRead, "body could not be read")
+                            };
+                            return Poll::Ready(Ok(reject(this.config, error)));
+                        }
+                    };
+                    let parts = parts.take().expect("polled after completion");
+                    let inner = inner.take().expect("polled after completion");
+                    // `Bytes` clones share one buffer: the event and the body are the same bytes.
+                    match this.config.verifier.verify(&parts.headers, bytes.clone()) {
+                        Ok(event) => {
+                            let mut req = Request::from_parts(parts, Full::new(bytes));
+                            req.extensions_mut().insert(event);
+                            let mut inner = inner;
+                            let future = inner.call(req);
+                            self.as_mut().project().state.set(State::Call { future });
+                        }
+                        Err(error) => return Poll::Ready(Ok(reject(this.config, error))),
+                    }
+                }
+                StateProj::Call { future } => {
+                    return future.poll(cx).map_ok(|res| res.map(ResponseBody::inner));
+                }
+                StateProj::Reject { error } => {
+                    let error = error.take().expect("polled after completion");
+                    return Poll::Ready(Ok(reject(this.config, error)));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,99 @@
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::Response;
+use tower_layer::Layer;
+
+use super::VerifyWebhook;
+use crate::{Secrets, Verifier, VerifyError};
+
+/// The default body limit: 1 MiB.
+pub(crate) const DEFAULT_MAX_BODY: usize = 1024 * 1024;
+
+pub(crate) type RejectFn = dyn Fn(&VerifyError) -> Response<Bytes> + Send + Sync;
+
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) verifier: Verifier,
+    pub(crate) max_body: usize,
+    pub(crate) rejection: Option<Arc<RejectFn>>,
+}
+
+/// Applies [`VerifyWebhook`] to a service. See the [module docs](crate::verify).
+///
+/// Cloning is cheap; clones share the verifier's secret list.
+#[derive(Clone)]
+#[must_use]
+pub struct VerifyWebhookLayer {
+    config: Arc<Config>,
+}
+
+impl VerifyWebhookLayer {
+    /// A layer that verifies every request with `verifier`, buffering at most 1 MiB.
+    pub fn new(verifier: Verifier) -> Self {
+        Self {
+            config: Arc::new(Config {
+                verifier,
+                max_body: DEFAULT_MAX_BODY,
+                rejection: None,
+            }),
+        }
+    }
+
+    /// Replaces the body limit in bytes (default 1 MiB). A larger `Content-Length` is
+    /// refused before reading; a body that grows past the limit is refused as soon as it
+    /// does. Both get 413.
+    pub fn with_max_body(mut self, bytes: usize) -> Self {
+        Arc::make_mut(&mut self.config).max_body = bytes;
+        self
+    }
+
+    /// Replaces the rejection response. The [`VerifyError`] is still added to the
+    /// response's extensions.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http::{header, Response};
+    /// # use tower_webhook::{Scheme, Verifier, VerifyWebhookLayer};
+    /// # let verifier = Verifier::new(Scheme::github(), ["It's a Secret to Everybody"]).unwrap();
+    /// let layer = VerifyWebhookLayer::new(verifier).with_rejection(|err| {
+    ///     let body = format!(r#"{{"error":"{}"}}"#, err.public_message());
+    ///     Response::builder()
+    ///         .status(err.status())
+    ///         .header(header::CONTENT_TYPE, "application/json")
+    ///         .body(Bytes::from(body))
+    ///         .unwrap()
+    /// });
+    /// ```
+    pub fn with_rejection(
+        mut self,
+        rejection: impl Fn(&VerifyError) -> Response<Bytes> + Send + Sync + 'static,
+    ) -> Self {
+        Arc::make_mut(&mut self.config).rejection = Some(Arc::new(rejection));
+        self
+    }
+
+    /// A handle on the secret list, to rotate secrets while the server runs.
+    #[must_use]
+    pub fn secrets(&self) -> Secrets {
+        self.config.verifier.secrets()
+    }
+}
+
+impl<S> Layer<S> for VerifyWebhookLayer {
+    type Service = VerifyWebhook<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        VerifyWebhook::from_config(inner, self.config.clone())
+    }
+}
+
+impl std::fmt::Debug for VerifyWebhookLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerifyWebhookLayer")
+            .field("verifier", &self.config.verifier)
+            .field("max_body", &self.config.max_body)
+            .field("custom_rejection", &self.config.rejection.is_some())
+            .finish()
+    }
+}

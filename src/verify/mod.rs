@@ -1,0 +1,71 @@
+//! Verify webhook deliveries before they reach a service.
+//!
+//! [`VerifyWebhookLayer`] buffers the request body under a limit (1 MiB by default),
+//! verifies the signature over the exact raw bytes against a list of secrets with a
+//! [`Verifier`](crate::Verifier), and only then calls the inner service — with the same
+//! bytes as its body and the verified [`Event`](crate::Event) in the request's extensions.
+//!
+//! | the request | response | inner service called? |
+//! |---|---|---|
+//! | authentic and fresh | the inner service's | yes |
+//! | a header missing, repeated or malformed | 400 | no |
+//! | no signature matches any secret | 400 | no |
+//! | signed timestamp outside the tolerance | 400 | no |
+//! | `Content-Length` or the body over the limit | 413 | no |
+//!
+//! Rejections are responses, never errors (an error from HTTP middleware drops the
+//! connection), and never 410 (which makes Standard Webhooks senders disable the
+//! endpoint). Their body is a short fixed text; the [`VerifyError`](crate::VerifyError)
+//! rides in the response's extensions and, with the `tracing` feature, is logged at
+//! `warn`. Replace the response with [`VerifyWebhookLayer::with_rejection`].
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::SystemTime;
+//! use bytes::Bytes;
+//! use http::{Request, Response, StatusCode};
+//! use http_body_util::Full;
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower_webhook::{Event, Scheme, Verifier, VerifyWebhookLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+//! let verifier = Verifier::new(Scheme::standard(), [secret])?;
+//! let service = ServiceBuilder::new()
+//!     .layer(VerifyWebhookLayer::new(verifier))
+//!     .service(service_fn(|req: Request<Full<Bytes>>| async move {
+//!         let event = req.extensions().get::<Event>().expect("verified");
+//!         println!("handled {}", event.id().unwrap_or("?"));
+//!         Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::new())))
+//!     }));
+//!
+//! // A forged delivery never reaches the handler.
+//! let forged = Request::post("/webhooks")
+//!     .header("webhook-id", "msg_1")
+//!     .header("webhook-timestamp", "1614265330")
+//!     .header("webhook-signature", "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+//!     .body(Full::new(Bytes::from_static(b"{}")))?;
+//! let response = service.clone().oneshot(forged).await?;
+//! assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+//!
+//! // A signed one does.
+//! let body = b"{\"type\":\"ping\"}";
+//! let mut request = Request::post("/webhooks").body(Full::new(Bytes::from_static(body)))?;
+//! *request.headers_mut() = Scheme::standard().sign([secret], "msg_2", SystemTime::now(), body)?;
+//! let response = service.oneshot(request).await?;
+//! assert_eq!(response.status(), StatusCode::OK);
+//! # Ok(())
+//! # }
+//! ```
+
+mod future;
+mod layer;
+mod response;
+mod service;
+
+pub use self::future::ResponseFuture;
+pub use self::layer::VerifyWebhookLayer;
+pub use self::response::ResponseBody;
+pub use self::service::VerifyWebhook;

@@ -1,0 +1,95 @@
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{header, Request, Response};
+use http_body::Body;
+use http_body_util::{BodyExt, Full, Limited};
+use tower_service::Service;
+
+use super::future::ResponseFuture;
+use super::layer::Config;
+use super::ResponseBody;
+use crate::error::{ErrorKind, VerifyError};
+
+/// Middleware that verifies webhook deliveries. See the [module docs](crate::verify).
+///
+/// The inner service receives the same bytes as a [`Full`] body, with the verified
+/// [`Event`](crate::Event) in the request's extensions.
+#[derive(Clone)]
+#[must_use]
+pub struct VerifyWebhook<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> VerifyWebhook<S> {
+    pub(crate) fn from_config(inner: S, config: Arc<Config>) -> Self {
+        Self { inner, config }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes `self`, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for VerifyWebhook<S>
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<ResBody>> + Clone,
+    ReqBody: Body,
+    ReqBody::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let max = self.config.max_body;
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let too_large =
+            declared.is_some_and(|n| n > max as u64) || req.body().size_hint().lower() > max as u64;
+        if too_large {
+            return ResponseFuture::reject(
+                VerifyError::new(ErrorKind::BodyTooLarge, "content-length is over the limit"),
+                self.config.clone(),
+            );
+        }
+        // The ready service goes into the future; `self` keeps a fresh clone.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let (parts, body) = req.into_parts();
+        ResponseFuture::collect(
+            Limited::new(body, max).collect(),
+            parts,
+            inner,
+            self.config.clone(),
+        )
+    }
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for VerifyWebhook<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerifyWebhook")
+            .field("inner", &self.inner)
+            .field("verifier", &self.config.verifier)
+            .finish_non_exhaustive()
+    }
+}
