@@ -1,10 +1,13 @@
 //! The providers' schemes, as settings of the one HMAC mechanism.
 
 use std::borrow::Cow;
+use std::str::FromStr;
 
 use http::HeaderName;
 
 use super::template::Template;
+use crate::error::{ConfigError, ConfigErrorKind};
+
 use super::{Encoding, IdSource, Scheme, SecretEncoding, TimestampFormat, TimestampSource};
 
 fn template(text: &str) -> Template {
@@ -104,5 +107,33 @@ impl Scheme {
             .with_encoding(Encoding::Base64)
             .with_id_header(HeaderName::from_static("x-shopify-webhook-id"))
             .with_type_header(HeaderName::from_static("x-shopify-topic"))
+    }
+}
+
+/// A preset by name: `standard` (or `svix`), `stripe`, `github`, `slack`, `shopify` — for
+/// configuration read from the environment.
+///
+/// ```
+/// use tower_webhook::Scheme;
+/// let scheme: Scheme = "stripe".parse()?;
+/// assert_eq!(scheme.name(), "stripe");
+/// assert!("paypal".parse::<Scheme>().is_err());
+/// # Ok::<(), tower_webhook::ConfigError>(())
+/// ```
+impl FromStr for Scheme {
+    type Err = ConfigError;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "standard" | "standard-webhooks" | "svix" => Ok(Self::standard()),
+            "stripe" => Ok(Self::stripe()),
+            "github" => Ok(Self::github()),
+            "slack" => Ok(Self::slack()),
+            "shopify" => Ok(Self::shopify()),
+            _ => Err(ConfigError::new(
+                ConfigErrorKind::InvalidValue,
+                format!("unknown scheme {name:?}: use standard, stripe, github, slack or shopify"),
+            )),
+        }
     }
 }

@@ -129,7 +129,10 @@ pub(crate) fn encode(encoding: Encoding, mac: &[u8]) -> String {
 mod tests {
     use super::*;
 
-    fn kind(scheme: &Scheme, value: &str) -> Result<(usize, Option<&'static str>), ErrorKind> {
+    /// How many decodable signatures, and the timestamp entry; or the error kind.
+    type Outcome = Result<(usize, Option<&'static str>), ErrorKind>;
+
+    fn kind(scheme: &Scheme, value: &str) -> Outcome {
         let value: &'static str = Box::leak(value.to_owned().into_boxed_str());
         parse(scheme, value)
             .map(|p| (p.candidates.as_slice().len(), p.timestamp))
@@ -143,7 +146,7 @@ mod tests {
         let stripe = Scheme::stripe();
         let standard = Scheme::standard();
         let github = Scheme::github();
-        let cases: Vec<(&Scheme, String, Result<(usize, Option<&str>), ErrorKind>)> = vec![
+        let cases: Vec<(&Scheme, String, Outcome)> = vec![
             (&stripe, format!("t=1,v1={hex}"), Ok((1, Some("1")))),
             (
                 &stripe,

@@ -1,0 +1,32 @@
+//! Signs and posts one test delivery, as a provider would:
+//!
+//! ```text
+//! cargo run --example send -- [URL] [EVENT_ID]
+//! ```
+//!
+//! `WEBHOOK_SCHEME` and `WEBHOOK_SECRETS` (the first is used) as for the receiver; the URL
+//! defaults to `http://127.0.0.1:3000/webhooks` and the id to a fresh one.
+
+mod support;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let (scheme, secrets, _) = support::scheme_and_secrets()?;
+    let mut args = std::env::args().skip(1);
+    let url = args
+        .next()
+        .unwrap_or_else(|| "http://127.0.0.1:3000/webhooks".into());
+    let id = args.next().unwrap_or_else(|| {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        format!("evt_{}", nanos.as_nanos())
+    });
+    let body = support::event_body(&id, "demo.ping", "obj_1");
+    let headers = support::signed_headers(&scheme, &secrets[0], &id, &body);
+    let (status, response) = support::post(&url, headers, body).await?;
+    println!("{status} {id} {}", String::from_utf8_lossy(&response));
+    Ok(())
+}

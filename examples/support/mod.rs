@@ -1,0 +1,70 @@
+//! Shared by the examples (and the tests that drive them): configuration from the
+//! environment, and a small HTTP client to post deliveries.
+#![allow(dead_code)]
+
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tower_webhook::Scheme;
+
+/// A development secret per scheme, used when `WEBHOOK_SECRETS` is not set. Never use it
+/// in production: it is published here.
+pub fn dev_secret(scheme: &Scheme) -> &'static str {
+    match scheme.name() {
+        "standard" => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        _ => "dev-secret-do-not-use-in-production",
+    }
+}
+
+/// `WEBHOOK_SCHEME` (default `standard`) and `WEBHOOK_SECRETS` (comma-separated, the first
+/// is current); the flag says whether the development secret stands in.
+pub fn scheme_and_secrets() -> Result<(Scheme, Vec<String>, bool), String> {
+    let scheme: Scheme = std::env::var("WEBHOOK_SCHEME")
+        .unwrap_or_else(|_| "standard".into())
+        .parse()
+        .map_err(|e| format!("WEBHOOK_SCHEME: {e}"))?;
+    match std::env::var("WEBHOOK_SECRETS") {
+        Ok(list) if !list.trim().is_empty() => {
+            let secrets = list.split(',').map(|s| s.trim().to_owned()).collect();
+            Ok((scheme, secrets, false))
+        }
+        _ => {
+            let secret = dev_secret(&scheme).to_owned();
+            Ok((scheme, vec![secret], true))
+        }
+    }
+}
+
+/// A delivery body in the common envelope shape; Slack's id field is `event_id`.
+pub fn event_body(id: &str, event_type: &str, object_id: &str) -> Vec<u8> {
+    format!(
+        r#"{{"id":"{id}","event_id":"{id}","type":"{event_type}","livemode":false,"data":{{"object":{{"id":"{object_id}"}}}}}}"#
+    )
+    .into_bytes()
+}
+
+/// Signs `body` with `secret` as `scheme` would, now.
+pub fn signed_headers(scheme: &Scheme, secret: &str, id: &str, body: &[u8]) -> HeaderMap {
+    scheme
+        .sign([secret], id, SystemTime::now(), body)
+        .expect("a valid secret for this scheme")
+}
+
+/// Posts `body` with `headers` to `url`; returns the status and the response body.
+pub async fn post(
+    url: &str,
+    headers: HeaderMap,
+    body: Vec<u8>,
+) -> Result<(StatusCode, Bytes), Box<dyn std::error::Error + Send + Sync>> {
+    let client = Client::builder(TokioExecutor::new()).build_http();
+    let mut request = Request::post(url).body(Full::new(Bytes::from(body)))?;
+    request.headers_mut().extend(headers);
+    let response = client.request(request).await?;
+    let status = response.status();
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok((status, body))
+}

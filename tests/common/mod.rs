@@ -1,0 +1,119 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code, unreachable_pub)]
+
+#[path = "../../examples/support/mod.rs"]
+mod support;
+pub use support::*;
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body::{Body, Frame};
+use http_body_util::{BodyExt, Full};
+use tower::{service_fn, Layer, ServiceExt};
+use tower_webhook::{Event, Scheme, Verifier, VerifyError, VerifyWebhookLayer};
+
+/// The tests' "now": 2023-11-14T22:13:20Z.
+pub const NOW: u64 = 1_700_000_000;
+
+pub fn at(secs: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+/// A verifier whose clock stands at [`NOW`].
+pub fn verifier<S: AsRef<str>>(scheme: Scheme, secrets: &[S]) -> Verifier {
+    Verifier::new(scheme, secrets)
+        .expect("valid test secrets")
+        .with_clock(|| at(NOW))
+}
+
+/// What one request through `VerifyWebhookLayer` + a recording handler gave.
+#[derive(Debug)]
+pub struct Outcome {
+    pub status: StatusCode,
+    pub error: Option<VerifyError>,
+    pub body: Bytes,
+    /// Each time the handler ran: the event and the body bytes it received.
+    pub handled: Vec<(Event, Bytes)>,
+}
+
+impl Outcome {
+    pub fn kind(&self) -> Option<tower_webhook::ErrorKind> {
+        self.error.as_ref().map(VerifyError::kind)
+    }
+}
+
+/// Sends `request` through `layer` to a handler that records what it saw.
+pub async fn call<B>(layer: &VerifyWebhookLayer, request: Request<B>) -> Outcome
+where
+    B: Body + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let seen = handled.clone();
+    let handler = service_fn(move |req: Request<Full<Bytes>>| {
+        let seen = seen.clone();
+        async move {
+            let event = req.extensions().get::<Event>().cloned().expect("an Event");
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            seen.lock().unwrap().push((event, body));
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"handled"))))
+        }
+    });
+    let response = layer
+        .layer(handler)
+        .oneshot(request)
+        .await
+        .expect("infallible");
+    let status = response.status();
+    let error = response.extensions().get::<VerifyError>().cloned();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let handled = std::mem::take(&mut *handled.lock().unwrap());
+    Outcome {
+        status,
+        error,
+        body,
+        handled,
+    }
+}
+
+/// A POST with these headers and body.
+pub fn request(headers: HeaderMap, body: impl Into<Bytes>) -> Request<Full<Bytes>> {
+    let mut request = Request::post("/webhooks")
+        .body(Full::new(body.into()))
+        .unwrap();
+    *request.headers_mut() = headers;
+    request
+}
+
+/// A body that streams `chunks` chunks of `size` bytes without announcing its length,
+/// then fails if `fail` is set: what a chunked upload looks like to the server.
+pub struct Chunked {
+    pub chunks: usize,
+    pub size: usize,
+    pub fail: bool,
+}
+
+impl Body for Chunked {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        if self.chunks == 0 {
+            return Poll::Ready(self.fail.then(|| {
+                self.fail = false;
+                Err(std::io::Error::other("connection reset"))
+            }));
+        }
+        self.chunks -= 1;
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from(vec![b'x'; self.size])))))
+    }
+}
