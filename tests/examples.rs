@@ -1,0 +1,301 @@
+//! The examples, served over real sockets on 127.0.0.1 and driven as a provider would.
+
+mod common;
+
+#[allow(dead_code)]
+#[path = "../examples/axum.rs"]
+mod axum_example;
+#[allow(dead_code)]
+#[path = "../examples/hyper.rs"]
+mod hyper_example;
+#[allow(dead_code)]
+#[path = "../examples/tonic.rs"]
+mod tonic_example;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{event_body, post, signed_headers};
+use http::{HeaderMap, HeaderValue, StatusCode};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::TcpListener;
+use tokio::process::Command;
+use tower_webhook::{Scheme, Verifier};
+
+async fn listener() -> (TcpListener, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    (listener, format!("http://{addr}"))
+}
+
+fn example_binary(name: &str) -> PathBuf {
+    // target/<profile>/deps/examples-<hash> → target/<profile>/examples/<name>
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with `cargo test`, which builds the examples",
+        path.display()
+    );
+    path
+}
+
+#[tokio::test]
+async fn receiver_handles_signed_deliveries_once_each_and_refuses_forged_ones() {
+    let secrets = "whsec_receiver_current_0123456789,whsec_receiver_old_0123456789";
+    let mut child = Command::new(example_binary("receiver"))
+        .env("WEBHOOK_SCHEME", "stripe")
+        .env("WEBHOOK_SECRETS", secrets)
+        .env("WEBHOOK_TOLERANCE_SECS", "60")
+        .env("BIND", "127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), stderr.next_line())
+        .await
+        .expect("receiver starts")
+        .unwrap()
+        .unwrap();
+    let url = first.split_whitespace().last().unwrap().to_owned();
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.ends_with("/webhooks"),
+        "{first}"
+    );
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+
+    // Signed with the old secret: still accepted during a rotation.
+    let body = event_body("evt_recv_1", "payment_intent.succeeded", "pi_1");
+    let headers = signed_headers(
+        &Scheme::stripe(),
+        "whsec_receiver_old_0123456789",
+        "",
+        &body,
+    );
+    let (status, _) = post(&url, headers, body).await.unwrap();
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let line = tokio::time::timeout(Duration::from_secs(10), stdout.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(line.as_deref(), Some("handled evt_recv_1"));
+
+    // Forged: 400, and no line is printed (the next line is the next good delivery's).
+    let forged = event_body("evt_forged", "payment_intent.succeeded", "pi_1");
+    let headers = signed_headers(
+        &Scheme::stripe(),
+        "whsec_attacker_guess_0123456789",
+        "",
+        &forged,
+    );
+    let (status, text) = post(&url, headers, forged).await.unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(text, "invalid webhook signature");
+
+    let body = event_body("evt_recv_2", "payment_intent.succeeded", "pi_1");
+    let headers = signed_headers(
+        &Scheme::stripe(),
+        "whsec_receiver_current_0123456789",
+        "",
+        &body,
+    );
+    let (status, _) = post(&url, headers, body).await.unwrap();
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let line = tokio::time::timeout(Duration::from_secs(10), stdout.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(line.as_deref(), Some("handled evt_recv_2"));
+    child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn receiver_without_secrets_explains_how_to_send_a_test_delivery() {
+    let mut child = Command::new(example_binary("receiver"))
+        .env_remove("WEBHOOK_SECRETS")
+        .env_remove("WEBHOOK_SCHEME")
+        .env("BIND", "127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut text = String::new();
+    for _ in 0..3 {
+        let line = tokio::time::timeout(Duration::from_secs(30), stderr.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        text.push_str(&line);
+        text.push('\n');
+    }
+    assert!(text.contains("development secret"), "{text}");
+    assert!(text.contains("cargo run --example send"), "{text}");
+    let url = text
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .to_owned();
+
+    // The send example, as the message says, gets the delivery handled.
+    let output = Command::new(example_binary("send"))
+        .env_remove("WEBHOOK_SECRETS")
+        .env_remove("WEBHOOK_SCHEME")
+        .arg(&url)
+        .arg("evt_from_send")
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success());
+    assert!(String::from_utf8_lossy(&output.stdout).starts_with("204 No Content evt_from_send"));
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(10), stdout.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(line.as_deref(), Some("handled evt_from_send"));
+    child.kill().await.unwrap();
+}
+
+const GH_SECRET: &str = "github-example-secret-0123";
+
+#[tokio::test]
+async fn axum_example_verifies_its_route_and_leaves_others_alone() {
+    let (listener, base) = listener().await;
+    let verifier = Verifier::new(Scheme::github(), [GH_SECRET]).unwrap();
+    tokio::spawn(async move { axum::serve(listener, axum_example::app(verifier)).await });
+
+    let body = br#"{"zen":"Keep it logically awesome."}"#.to_vec();
+    let mut headers = signed_headers(&Scheme::github(), GH_SECRET, "d-1", &body);
+    headers.insert("x-github-event", HeaderValue::from_static("ping"));
+    let (status, text) = post(&format!("{base}/webhooks/github"), headers, body.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, text.as_ref()),
+        (StatusCode::OK, &b"handled ping d-1"[..])
+    );
+
+    let (status, _) = post(&format!("{base}/webhooks/github"), HeaderMap::new(), body)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let health = client
+        .get(format!("{base}/health").parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn event_extractor_without_the_layer_is_a_500_that_names_the_fix() {
+    use axum::routing::post as route_post;
+    let (listener, base) = listener().await;
+    let app = axum::Router::new()
+        .route(
+            "/forgot",
+            route_post(|_: tower_webhook::Event| async { "never" }),
+        )
+        .route(
+            "/optional",
+            route_post(|e: Option<tower_webhook::Event>| async move { format!("{}", e.is_some()) }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (status, text) = post(&format!("{base}/forgot"), HeaderMap::new(), b"{}".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(std::str::from_utf8(&text)
+        .unwrap()
+        .contains("VerifyWebhookLayer"));
+    let (status, text) = post(
+        &format!("{base}/optional"),
+        HeaderMap::new(),
+        b"{}".to_vec(),
+    )
+    .await
+    .unwrap();
+    assert_eq!((status, text.as_ref()), (StatusCode::OK, &b"false"[..]));
+}
+
+#[tokio::test]
+async fn hyper_example_serves_verified_deliveries() {
+    let (listener, base) = listener().await;
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let verifier = Verifier::new(Scheme::standard(), [secret]).unwrap();
+    tokio::spawn(hyper_example::serve(listener, verifier));
+    let body = event_body("msg_hyper", "x", "o").to_vec();
+    let len = body.len();
+    let headers = signed_headers(&Scheme::standard(), secret, "msg_hyper", &body);
+    let (status, text) = post(&format!("{base}/anything"), headers, body.clone())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(text, format!("handled msg_hyper ({len} bytes)"));
+    let headers = signed_headers(
+        &Scheme::standard(),
+        "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
+        "msg_hyper",
+        &body,
+    );
+    let (status, _) = post(&format!("{base}/anything"), headers, body)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn tonic_example_serves_grpc_health_and_verified_webhooks_on_one_port() {
+    let (listener, base) = listener().await;
+    let secret = "whsec_tonic_example_0123456789";
+    let verifier = Verifier::new(Scheme::stripe(), [secret]).unwrap();
+    tokio::spawn(tonic_example::serve(listener, verifier));
+
+    let body = event_body("evt_tonic", "x", "o");
+    let headers = signed_headers(&Scheme::stripe(), secret, "", &body);
+    let (status, text) = post(&format!("{base}/webhooks"), headers, body.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, text.as_ref()),
+        (StatusCode::OK, &b"handled evt_tonic"[..])
+    );
+    let (status, _) = post(&format!("{base}/webhooks"), HeaderMap::new(), body)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    let channel = tonic::transport::Endpoint::from_shared(base)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let reply = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        reply.into_inner().status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+}

@@ -1,0 +1,449 @@
+//! `VerifyWebhookLayer` end to end through a recording handler: what reaches the handler,
+//! and every way a request is refused before it does.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{at, call, request, verifier, Chunked, NOW};
+use http::{HeaderMap, HeaderValue, Request, StatusCode};
+use tower_webhook::{ErrorKind, Scheme, VerifyWebhookLayer};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const OLD_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+const BODY: &[u8] = br#"{"type":"invoice.paid","data":{"object":{"id":"in_1"}}}"#;
+
+fn layer() -> VerifyWebhookLayer {
+    VerifyWebhookLayer::new(verifier(Scheme::standard(), &[SECRET]))
+}
+
+fn signed(secret: &str, secs: u64, body: &[u8]) -> HeaderMap {
+    Scheme::standard()
+        .sign([secret], "msg_1", at(secs), body)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn authentic_delivery_reaches_the_handler_with_the_same_bytes_and_the_event() {
+    let out = call(&layer(), request(signed(SECRET, NOW, BODY), BODY)).await;
+    assert_eq!(out.status, StatusCode::OK);
+    assert_eq!(out.body, "handled");
+    assert_eq!(out.handled.len(), 1);
+    let (event, body) = &out.handled[0];
+    assert_eq!(body.as_ref(), BODY);
+    assert_eq!(event.body().as_ref(), BODY);
+    assert_eq!(event.id(), Some("msg_1"));
+    assert_eq!(event.event_type(), Some("invoice.paid"));
+    assert_eq!(event.object_id(), Some("in_1"));
+    assert_eq!(event.source(), "standard");
+}
+
+#[tokio::test]
+async fn non_utf8_empty_and_non_json_bodies_verify_like_any_other() {
+    for body in [&b"\xff\xfe\x00\x80 binary"[..], b"", b"not json at all"] {
+        let out = call(
+            &layer(),
+            request(signed(SECRET, NOW, body), Bytes::copy_from_slice(body)),
+        )
+        .await;
+        assert_eq!(out.status, StatusCode::OK, "{body:?}");
+        assert_eq!(out.handled.len(), 1);
+        assert_eq!(out.handled[0].1.as_ref(), body);
+        assert_eq!(out.handled[0].0.event_type(), None);
+    }
+}
+
+/// A valid set of headers, changed by `edit`.
+fn edited(edit: impl FnOnce(&mut HeaderMap)) -> HeaderMap {
+    let mut h = signed(SECRET, NOW, BODY);
+    edit(&mut h);
+    h
+}
+
+fn set(h: &mut HeaderMap, name: &'static str, value: &str) {
+    h.insert(name, HeaderValue::from_str(value).unwrap());
+}
+
+#[tokio::test]
+async fn hostile_inputs_get_a_clear_4xx_and_never_reach_the_handler() {
+    let sig = signed(SECRET, NOW, BODY)["webhook-signature"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let cases: Vec<(&str, HeaderMap, &[u8], ErrorKind)> = vec![
+        (
+            "no signature",
+            edited(|h| {
+                h.remove("webhook-signature");
+            }),
+            BODY,
+            ErrorKind::MissingHeader,
+        ),
+        (
+            "no id",
+            edited(|h| {
+                h.remove("webhook-id");
+            }),
+            BODY,
+            ErrorKind::MissingHeader,
+        ),
+        (
+            "no timestamp",
+            edited(|h| {
+                h.remove("webhook-timestamp");
+            }),
+            BODY,
+            ErrorKind::MissingHeader,
+        ),
+        (
+            "no headers at all",
+            HeaderMap::new(),
+            BODY,
+            ErrorKind::MissingHeader,
+        ),
+        (
+            "signature header twice",
+            edited(|h| {
+                h.append("webhook-signature", HeaderValue::from_str(&sig).unwrap());
+            }),
+            BODY,
+            ErrorKind::MalformedHeader,
+        ),
+        (
+            "id header twice",
+            edited(|h| {
+                h.append("webhook-id", HeaderValue::from_static("msg_2"));
+            }),
+            BODY,
+            ErrorKind::MalformedHeader,
+        ),
+        (
+            "empty v1 signature",
+            edited(|h| set(h, "webhook-signature", "v1,")),
+            BODY,
+            ErrorKind::InvalidSignature,
+        ),
+        (
+            "truncated signature",
+            edited(|h| set(h, "webhook-signature", &sig[..sig.len() - 4])),
+            BODY,
+            ErrorKind::InvalidSignature,
+        ),
+        (
+            "undecodable signature of the right length",
+            edited(|h| set(h, "webhook-signature", &format!("v1,{}", "!".repeat(44)))),
+            BODY,
+            ErrorKind::InvalidSignature,
+        ),
+        (
+            "signature of another version only",
+            edited(|h| set(h, "webhook-signature", &sig.replace("v1,", "v2,"))),
+            BODY,
+            ErrorKind::MalformedHeader,
+        ),
+        (
+            "non-ASCII header bytes",
+            edited(|h| {
+                h.insert(
+                    "webhook-signature",
+                    HeaderValue::from_bytes(b"v1,\xff\xfeabc").unwrap(),
+                );
+            }),
+            BODY,
+            ErrorKind::MalformedHeader,
+        ),
+        (
+            "a header with thousands of entries",
+            edited(|h| set(h, "webhook-signature", &vec![sig.as_str(); 3000].join(" "))),
+            BODY,
+            ErrorKind::MalformedHeader,
+        ),
+        (
+            "non-numeric timestamp",
+            edited(|h| set(h, "webhook-timestamp", "soon")),
+            BODY,
+            ErrorKind::MalformedHeader,
+        ),
+        (
+            "i64::MIN timestamp",
+            edited(|h| set(h, "webhook-timestamp", "-9223372036854775808")),
+            BODY,
+            ErrorKind::MalformedHeader,
+        ),
+        (
+            "timestamp past i64::MAX",
+            edited(|h| set(h, "webhook-timestamp", "99999999999999999999")),
+            BODY,
+            ErrorKind::MalformedHeader,
+        ),
+        (
+            "signed with another secret",
+            signed(OLD_SECRET, NOW, BODY),
+            BODY,
+            ErrorKind::InvalidSignature,
+        ),
+        (
+            "one body byte changed",
+            signed(SECRET, NOW, BODY),
+            br#"{"type":"invoice.paiD","data":{"object":{"id":"in_1"}}}"#,
+            ErrorKind::InvalidSignature,
+        ),
+        (
+            "id changed after signing",
+            edited(|h| set(h, "webhook-id", "msg_2")),
+            BODY,
+            ErrorKind::InvalidSignature,
+        ),
+        (
+            "replayed: signed 301 s ago",
+            signed(SECRET, NOW - 301, BODY),
+            BODY,
+            ErrorKind::TimestampTooOld,
+        ),
+        (
+            "signed 301 s ahead",
+            signed(SECRET, NOW + 301, BODY),
+            BODY,
+            ErrorKind::TimestampInFuture,
+        ),
+        // The MAC is checked first: a forger learns nothing about the time window.
+        (
+            "stale and forged",
+            signed(OLD_SECRET, NOW - 10_000, BODY),
+            BODY,
+            ErrorKind::InvalidSignature,
+        ),
+        (
+            "timestamp of a billion years",
+            edited(|h| set(h, "webhook-timestamp", "31536000000000000")),
+            BODY,
+            ErrorKind::InvalidSignature,
+        ),
+    ];
+    for (name, headers, body, kind) in cases {
+        let out = call(&layer(), request(headers, Bytes::from_static(body))).await;
+        assert_eq!(out.status, StatusCode::BAD_REQUEST, "{name}");
+        assert_eq!(out.kind(), Some(kind), "{name}");
+        assert!(out.handled.is_empty(), "{name}: the handler ran");
+        let text = std::str::from_utf8(&out.body).unwrap();
+        assert!(
+            text.len() < 64 && !text.contains("whsec") && !text.contains("MfKQ"),
+            "{name}: {text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn stripe_header_without_timestamp_or_v1_is_malformed() {
+    let secret = "whsec_stripe_test_0123456789";
+    let layer = VerifyWebhookLayer::new(verifier(Scheme::stripe(), &[secret]));
+    let good = Scheme::stripe().sign([secret], "", at(NOW), BODY).unwrap();
+    let value = good["stripe-signature"].to_str().unwrap().to_owned();
+    let (t, v1) = value.split_once(',').unwrap();
+    for header in [
+        v1.to_owned(),
+        t.to_owned(),
+        format!("{t},{t},{v1}"),
+        format!("{t},v0={}", &v1[3..]),
+    ] {
+        let mut h = HeaderMap::new();
+        h.insert("stripe-signature", HeaderValue::from_str(&header).unwrap());
+        let out = call(&layer, request(h, BODY)).await;
+        assert_eq!(out.kind(), Some(ErrorKind::MalformedHeader), "{header}");
+        assert!(out.handled.is_empty());
+    }
+    let out = call(&layer, request(good, BODY)).await;
+    assert_eq!(out.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn timestamp_exactly_at_either_tolerance_is_accepted_and_one_second_beyond_is_not() {
+    let layer = VerifyWebhookLayer::new(
+        verifier(Scheme::standard(), &[SECRET])
+            .with_past_tolerance(Duration::from_secs(600))
+            .with_future_tolerance(Duration::from_secs(30)),
+    );
+    for (secs, expected) in [
+        (NOW - 600, StatusCode::OK),
+        (NOW - 601, StatusCode::BAD_REQUEST),
+        (NOW + 30, StatusCode::OK),
+        (NOW + 31, StatusCode::BAD_REQUEST),
+    ] {
+        let out = call(&layer, request(signed(SECRET, secs, BODY), BODY)).await;
+        assert_eq!(out.status, expected, "{}", secs as i64 - NOW as i64);
+        assert_eq!(out.handled.len(), usize::from(expected == StatusCode::OK));
+    }
+    let default = layer();
+    for (secs, ok) in [
+        (NOW - 300, true),
+        (NOW - 301, false),
+        (NOW + 300, true),
+        (NOW + 301, false),
+    ] {
+        let out = call(&default, request(signed(SECRET, secs, BODY), BODY)).await;
+        assert_eq!(
+            out.status == StatusCode::OK,
+            ok,
+            "{}",
+            secs as i64 - NOW as i64
+        );
+    }
+}
+
+#[tokio::test]
+async fn old_and_new_secrets_both_verify_and_the_match_is_recorded() {
+    let layer = VerifyWebhookLayer::new(verifier(Scheme::standard(), &[SECRET, OLD_SECRET]));
+    for (secret, index) in [(SECRET, 0), (OLD_SECRET, 1)] {
+        let out = call(&layer, request(signed(secret, NOW, BODY), BODY)).await;
+        assert_eq!(out.status, StatusCode::OK);
+        assert_eq!(out.handled[0].0.secret_index(), index);
+    }
+    // Several signatures in one header, only one of them ours.
+    let stranger = "whsec_c3RyYW5nZXItc2VjcmV0LTAxMjM0NTY3";
+    let both = Scheme::standard()
+        .sign([stranger, OLD_SECRET], "msg_1", at(NOW), BODY)
+        .unwrap();
+    let out = call(&layer, request(both, BODY)).await;
+    assert_eq!(out.status, StatusCode::OK);
+    assert_eq!(out.handled[0].0.secret_index(), 1);
+    // Several signatures, none ours.
+    let strangers = Scheme::standard()
+        .sign(
+            [stranger, "whsec_YW5vdGhlci1zdHJhbmdlci0wMTIzNDU2Nzg5"],
+            "msg_1",
+            at(NOW),
+            BODY,
+        )
+        .unwrap();
+    let out = call(&layer, request(strangers, BODY)).await;
+    assert_eq!(out.kind(), Some(ErrorKind::InvalidSignature));
+    assert!(out.handled.is_empty());
+}
+
+#[tokio::test]
+async fn secrets_rotate_at_runtime_through_the_layer_handle() {
+    let layer = VerifyWebhookLayer::new(verifier(Scheme::standard(), &[OLD_SECRET]));
+    let out = call(&layer, request(signed(SECRET, NOW, BODY), BODY)).await;
+    assert_eq!(out.status, StatusCode::BAD_REQUEST);
+
+    layer.secrets().replace([SECRET, OLD_SECRET]).unwrap();
+    let out = call(&layer, request(signed(SECRET, NOW, BODY), BODY)).await;
+    assert_eq!(out.status, StatusCode::OK);
+
+    layer.secrets().replace([SECRET]).unwrap();
+    let out = call(&layer, request(signed(OLD_SECRET, NOW, BODY), BODY)).await;
+    assert_eq!(out.kind(), Some(ErrorKind::InvalidSignature));
+    assert!(out.handled.is_empty());
+}
+
+#[tokio::test]
+async fn content_length_over_the_limit_is_refused_before_reading() {
+    let layer = layer().with_max_body(1024);
+    // The body would fail if read: a 413 proves it was never polled.
+    let mut req = Request::post("/webhooks")
+        .header("content-length", "2048")
+        .body(Chunked {
+            chunks: 0,
+            size: 0,
+            fail: true,
+        })
+        .unwrap();
+    req.headers_mut().extend(signed(SECRET, NOW, BODY));
+    let out = call(&layer, req).await;
+    assert_eq!(out.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(out.kind(), Some(ErrorKind::BodyTooLarge));
+    assert!(out.handled.is_empty());
+}
+
+#[tokio::test]
+async fn chunked_body_running_over_the_limit_is_refused() {
+    let layer = layer().with_max_body(1024 * 1024);
+    // 20 × 64 KiB without a length: stops at the limit, not at the end.
+    let mut req = Request::post("/webhooks")
+        .body(Chunked {
+            chunks: 20,
+            size: 64 * 1024,
+            fail: false,
+        })
+        .unwrap();
+    req.headers_mut().extend(signed(SECRET, NOW, BODY));
+    let out = call(&layer, req).await;
+    assert_eq!(out.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(out.handled.is_empty());
+}
+
+#[tokio::test]
+async fn body_exactly_at_the_limit_verifies() {
+    let layer = layer().with_max_body(4 * 64 * 1024);
+    let body = vec![b'x'; 4 * 64 * 1024];
+    let mut req = Request::post("/webhooks")
+        .body(Chunked {
+            chunks: 4,
+            size: 64 * 1024,
+            fail: false,
+        })
+        .unwrap();
+    req.headers_mut().extend(signed(SECRET, NOW, &body));
+    let out = call(&layer, req).await;
+    assert_eq!(out.status, StatusCode::OK);
+    assert_eq!(out.handled[0].1.len(), body.len());
+}
+
+#[tokio::test]
+async fn body_that_fails_mid_read_is_a_400_not_a_dropped_connection() {
+    let mut req = Request::post("/webhooks")
+        .body(Chunked {
+            chunks: 2,
+            size: 10,
+            fail: true,
+        })
+        .unwrap();
+    req.headers_mut().extend(signed(SECRET, NOW, BODY));
+    let out = call(&layer(), req).await;
+    assert_eq!(out.status, StatusCode::BAD_REQUEST);
+    assert_eq!(out.kind(), Some(ErrorKind::BodyRead));
+    assert!(out.handled.is_empty());
+}
+
+#[tokio::test]
+async fn rejection_response_can_be_replaced_and_still_carries_the_reason() {
+    let layer = layer().with_rejection(|err| {
+        http::Response::builder()
+            .status(StatusCode::UNAUTHORIZED)
+            .body(Bytes::from(format!(
+                "{{\"error\":\"{}\"}}",
+                err.public_message()
+            )))
+            .unwrap()
+    });
+    let out = call(&layer, request(signed(OLD_SECRET, NOW, BODY), BODY)).await;
+    assert_eq!(out.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(out.body, r#"{"error":"invalid webhook signature"}"#);
+    assert_eq!(out.kind(), Some(ErrorKind::InvalidSignature));
+    assert!(out.handled.is_empty());
+}
+
+#[tokio::test]
+async fn default_rejection_is_short_fixed_text_and_never_410() {
+    let out = call(&layer(), request(HeaderMap::new(), BODY)).await;
+    assert_eq!(out.status, StatusCode::BAD_REQUEST);
+    assert_eq!(out.body, "invalid webhook headers");
+}
+
+#[test]
+fn debug_output_never_shows_a_secret() {
+    let layer = layer();
+    let v = verifier(Scheme::standard(), &[SECRET, OLD_SECRET]);
+    for text in [
+        format!("{layer:?}"),
+        format!("{v:?}"),
+        format!("{:?}", v.secrets()),
+    ] {
+        assert!(
+            !text.contains("MfKQ") && !text.contains("C2FV") && !text.contains("whsec"),
+            "{text}"
+        );
+        assert!(text.contains("len: 2") || text.contains("len: 1"), "{text}");
+    }
+}
