@@ -259,7 +259,7 @@ async fn stripe_header_without_timestamp_or_v1_is_malformed() {
 
 #[tokio::test]
 async fn timestamp_exactly_at_either_tolerance_is_accepted_and_one_second_beyond_is_not() {
-    let layer = VerifyWebhookLayer::new(
+    let custom = VerifyWebhookLayer::new(
         verifier(Scheme::standard(), &[SECRET])
             .with_past_tolerance(Duration::from_secs(600))
             .with_future_tolerance(Duration::from_secs(30)),
@@ -270,7 +270,7 @@ async fn timestamp_exactly_at_either_tolerance_is_accepted_and_one_second_beyond
         (NOW + 30, StatusCode::OK),
         (NOW + 31, StatusCode::BAD_REQUEST),
     ] {
-        let out = call(&layer, request(signed(SECRET, secs, BODY), BODY)).await;
+        let out = call(&custom, request(signed(SECRET, secs, BODY), BODY)).await;
         assert_eq!(out.status, expected, "{}", secs as i64 - NOW as i64);
         assert_eq!(out.handled.len(), usize::from(expected == StatusCode::OK));
     }
