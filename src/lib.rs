@@ -64,3 +64,8 @@ pub use scheme::Scheme;
 pub use secret::Secrets;
 pub use verifier::Verifier;
 pub use verify::VerifyWebhookLayer;
+
+/// The README's examples run as doctests, so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

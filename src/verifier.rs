@@ -8,7 +8,6 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName};
-use subtle::ConstantTimeEq;
 
 use crate::error::{ConfigError, ConfigErrorKind, ErrorKind, VerifyError};
 use crate::event::{self, Event};
@@ -191,17 +190,12 @@ impl Verifier {
 
         let id_bytes = header_id.unwrap_or_default().as_bytes();
         let ts_bytes = raw_timestamp.map_or(&b""[..], |(raw, _)| raw.as_bytes());
-        let candidates = parsed.candidates.as_slice();
         let keys = self.secrets.current();
         let secret_index = keys
             .iter()
             .position(|key| {
                 let mac = scheme.template.mac(key, id_bytes, ts_bytes, &body);
-                // Compare with every candidate, without stopping early on a match.
-                candidates
-                    .iter()
-                    .fold(subtle::Choice::from(0), |acc, c| acc | c.ct_eq(&mac))
-                    .into()
+                parsed.candidates.matches(scheme.encoding, &mac)
             })
             .ok_or(VerifyError::new(
                 ErrorKind::InvalidSignature,
@@ -230,11 +224,13 @@ impl Verifier {
 /// The value of the first of `names` that is present. Twice the same header is ambiguous
 /// (which one was signed?), and a value must be visible ASCII.
 fn one<'h>(headers: &'h HeaderMap, names: &[HeaderName]) -> Result<Option<&'h str>, VerifyError> {
-    let Some(name) = names.iter().find(|n| headers.contains_key(*n)) else {
+    // One lookup per alias: `get_all` finds the entry and its duplicates together.
+    let Some((value, mut values)) = names.iter().find_map(|name| {
+        let mut values = headers.get_all(name).into_iter();
+        values.next().map(|first| (first, values))
+    }) else {
         return Ok(None);
     };
-    let mut values = headers.get_all(name).iter();
-    let value = values.next().expect("contains_key");
     if values.next().is_some() {
         return Err(VerifyError::new(
             ErrorKind::MalformedHeader,

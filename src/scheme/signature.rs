@@ -1,7 +1,12 @@
 //! Reading the signature header: its entries, the timestamp entry where the scheme keeps
-//! one there, and the decoded MACs to compare.
+//! one there, and the encoded MACs to compare.
+//!
+//! Candidates are compared in their encoded form: our MAC is encoded once per secret
+//! (cheap, table-driven) instead of decoding every candidate, and a candidate of the
+//! wrong length is set aside before any work.
 
 use base64::Engine as _;
+use subtle::{Choice, ConstantTimeEq};
 
 use super::{Encoding, Scheme, TimestampSource};
 use crate::error::{ErrorKind, VerifyError};
@@ -13,21 +18,49 @@ pub(crate) const MAC_LEN: usize = 32;
 /// malformed. This bounds the work one request can cause (`entries × secrets`).
 pub(crate) const MAX_ENTRIES: usize = 16;
 
-/// The decoded signatures of one header, on the stack.
-pub(crate) struct Candidates {
-    macs: [[u8; MAC_LEN]; MAX_ENTRIES],
+/// The longest encoding of a MAC: hex.
+const MAX_ENCODED: usize = MAC_LEN * 2;
+
+/// The encoded signatures of one header that have the right length, on the stack.
+pub(crate) struct Candidates<'a> {
+    entries: [&'a [u8]; MAX_ENTRIES],
     len: usize,
 }
 
-impl Candidates {
-    pub(crate) fn as_slice(&self) -> &[[u8; MAC_LEN]] {
-        &self.macs[..self.len]
+impl Candidates<'_> {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether any candidate is `mac`, encoded as the scheme encodes it. Every candidate is
+    /// compared in full, whatever the outcome.
+    pub(crate) fn matches(&self, encoding: Encoding, mac: &[u8; MAC_LEN]) -> bool {
+        let mut buf = [0; MAX_ENCODED];
+        let expected = encode_into(encoding, mac, &mut buf);
+        // Hex is case-insensitive: OR-ing 0x20 lower-cases A–F and leaves digits alone
+        // (no other visible ASCII byte folds onto a lower-case hex digit).
+        let fold = match encoding {
+            Encoding::Hex => 0x20,
+            Encoding::Base64 => 0,
+        };
+        let mut any = Choice::from(0);
+        for candidate in &self.entries[..self.len] {
+            // Branch-free XOR-OR over equal lengths (checked when parsed), then a
+            // constant-time test of the result.
+            let diff = candidate
+                .iter()
+                .zip(expected)
+                .fold(0u8, |acc, (c, e)| acc | ((c | fold) ^ e));
+            any |= diff.ct_eq(&0);
+        }
+        any.into()
     }
 }
 
 /// What one signature header holds.
 pub(crate) struct Parsed<'a> {
-    pub(crate) candidates: Candidates,
+    pub(crate) candidates: Candidates<'a>,
     /// The raw timestamp, for schemes that keep it in the signature header.
     pub(crate) timestamp: Option<&'a str>,
 }
@@ -42,9 +75,10 @@ pub(crate) fn parse<'a>(scheme: &Scheme, value: &'a str) -> Result<Parsed<'a>, V
         Some(TimestampSource::SignatureEntry(prefix)) => Some(prefix.as_ref()),
         _ => None,
     };
+    let encoded_len = encoded_len(scheme.encoding);
     let mut parsed = Parsed {
         candidates: Candidates {
-            macs: [[0; MAC_LEN]; MAX_ENTRIES],
+            entries: [&[]; MAX_ENTRIES],
             len: 0,
         },
         timestamp: None,
@@ -69,10 +103,10 @@ pub(crate) fn parse<'a>(scheme: &Scheme, value: &'a str) -> Result<Parsed<'a>, V
             }
         } else if let Some(encoded) = entry.strip_prefix(scheme.prefix.as_ref()) {
             signature_entries += 1;
-            // An entry that does not decode to exactly 32 bytes can never match: skip it.
-            if let Some(mac) = decode(scheme.encoding, encoded) {
+            // Any other length can never match (`v1,` alone, a truncated MAC): skip it.
+            if encoded.len() == encoded_len {
                 let c = &mut parsed.candidates;
-                c.macs[c.len] = mac;
+                c.entries[c.len] = encoded.as_bytes();
                 c.len += 1;
             }
         }
@@ -91,38 +125,35 @@ pub(crate) fn parse<'a>(scheme: &Scheme, value: &'a str) -> Result<Parsed<'a>, V
     Ok(parsed)
 }
 
-/// Decodes one encoded MAC, refusing any other length before doing any work.
-fn decode(encoding: Encoding, encoded: &str) -> Option<[u8; MAC_LEN]> {
-    let mut mac = [0; MAC_LEN];
+fn encoded_len(encoding: Encoding) -> usize {
     match encoding {
-        Encoding::Hex => {
-            if encoded.len() != MAC_LEN * 2 {
-                return None;
-            }
-            hex::decode_to_slice(encoded, &mut mac).ok()?;
-        }
-        Encoding::Base64 => {
-            if encoded.len() != MAC_LEN.div_ceil(3) * 4 {
-                return None;
-            }
-            let mut buf = [0; MAC_LEN + 3];
-            let n = base64::engine::general_purpose::STANDARD
-                .decode_slice(encoded, &mut buf)
-                .ok()?;
-            if n != MAC_LEN {
-                return None;
-            }
-            mac.copy_from_slice(&buf[..MAC_LEN]);
-        }
+        Encoding::Hex => MAC_LEN * 2,
+        Encoding::Base64 => MAC_LEN.div_ceil(3) * 4,
     }
-    Some(mac)
 }
 
-pub(crate) fn encode(encoding: Encoding, mac: &[u8]) -> String {
+/// Encodes `mac` into `buf` (lower-case hex, or standard base64 with padding).
+fn encode_into<'b>(
+    encoding: Encoding,
+    mac: &[u8; MAC_LEN],
+    buf: &'b mut [u8; MAX_ENCODED],
+) -> &'b [u8] {
+    let n = encoded_len(encoding);
     match encoding {
-        Encoding::Hex => hex::encode(mac),
-        Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(mac),
+        Encoding::Hex => hex::encode_to_slice(mac, &mut buf[..n]).expect("64 bytes for 32"),
+        Encoding::Base64 => {
+            let written = base64::engine::general_purpose::STANDARD
+                .encode_slice(mac, &mut buf[..n])
+                .expect("44 bytes for 32");
+            debug_assert_eq!(written, n);
+        }
     }
+    &buf[..n]
+}
+
+pub(crate) fn encode(encoding: Encoding, mac: &[u8; MAC_LEN]) -> String {
+    let mut buf = [0; MAX_ENCODED];
+    String::from_utf8(encode_into(encoding, mac, &mut buf).to_vec()).expect("ASCII")
 }
 
 #[cfg(test)]
@@ -135,7 +166,7 @@ mod tests {
     fn kind(scheme: &Scheme, value: &str) -> Outcome {
         let value: &'static str = Box::leak(value.to_owned().into_boxed_str());
         parse(scheme, value)
-            .map(|p| (p.candidates.as_slice().len(), p.timestamp))
+            .map(|p| (p.candidates.len(), p.timestamp))
             .map_err(|e| e.kind())
     }
 
@@ -169,7 +200,7 @@ mod tests {
             (
                 &stripe,
                 format!("t=1,v1={}zz", &hex[2..]),
-                Ok((0, Some("1"))),
+                Ok((1, Some("1"))),
             ),
             (&standard, format!("v1,{b64}"), Ok((1, None))),
             (
@@ -180,6 +211,7 @@ mod tests {
             (&standard, "v1,".into(), Ok((0, None))),
             (&standard, "v1,!!!!".into(), Ok((0, None))),
             (&standard, format!("v1,{}", &b64[..43]), Ok((0, None))),
+            (&standard, format!("v1,{}", "!".repeat(44)), Ok((1, None))),
             (&standard, "".into(), Err(ErrorKind::MalformedHeader)),
             (
                 &standard,
@@ -217,5 +249,46 @@ mod tests {
         );
         let just_enough = vec!["v1,AAAA"; MAX_ENTRIES].join(" ");
         assert_eq!(kind(&Scheme::standard(), &just_enough), Ok((0, None)));
+    }
+}
+
+#[cfg(test)]
+mod match_tests {
+    use super::*;
+
+    fn candidates(values: &[&'static str]) -> Candidates<'static> {
+        let mut c = Candidates {
+            entries: [&[]; MAX_ENTRIES],
+            len: 0,
+        };
+        for v in values {
+            c.entries[c.len] = v.as_bytes();
+            c.len += 1;
+        }
+        c
+    }
+
+    #[test]
+    fn hex_matches_in_either_case_and_nothing_else() {
+        let mac = [0xab; MAC_LEN];
+        let lower: &'static str = Box::leak("ab".repeat(32).into_boxed_str());
+        let upper: &'static str = Box::leak("AB".repeat(32).into_boxed_str());
+        let mixed: &'static str = Box::leak("aB".repeat(32).into_boxed_str());
+        for ok in [lower, upper, mixed] {
+            assert!(candidates(&[ok]).matches(Encoding::Hex, &mac), "{ok}");
+        }
+        // 'K' | 0x20 = 'k', not a hex digit; '!' | 0x20 = '!'.
+        let near: &'static str = Box::leak(format!("{}ak", "ab".repeat(31)).into_boxed_str());
+        assert!(!candidates(&[near]).matches(Encoding::Hex, &mac));
+        assert!(candidates(&[near, lower]).matches(Encoding::Hex, &mac));
+    }
+
+    #[test]
+    fn base64_matches_exactly() {
+        let mac = [0u8; MAC_LEN];
+        let b64: &'static str = Box::leak(format!("{}=", "A".repeat(43)).into_boxed_str());
+        let lower: &'static str = Box::leak(format!("{}=", "a".repeat(43)).into_boxed_str());
+        assert!(candidates(&[b64]).matches(Encoding::Base64, &mac));
+        assert!(!candidates(&[lower]).matches(Encoding::Base64, &mac));
     }
 }
