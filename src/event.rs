@@ -5,6 +5,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use bytes::Bytes;
+use http::HeaderValue;
 use serde::de::{self, DeserializeOwned, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
@@ -24,8 +25,8 @@ pub struct Event {
 
 struct Inner {
     source: Arc<str>,
-    header_id: Option<Box<str>>,
-    header_type: Option<Box<str>>,
+    header_id: Option<HeaderValue>,
+    header_type: Option<HeaderValue>,
     id_field: Option<&'static str>,
     timestamp: Option<SystemTime>,
     body: Bytes,
@@ -35,8 +36,10 @@ struct Inner {
 
 pub(crate) struct Parts {
     pub(crate) source: Arc<str>,
-    pub(crate) header_id: Option<Box<str>>,
-    pub(crate) header_type: Option<Box<str>>,
+    // Header values share the request's buffer: no copy. Both were checked to be visible
+    // ASCII, so `to_str` cannot fail on them.
+    pub(crate) header_id: Option<HeaderValue>,
+    pub(crate) header_type: Option<HeaderValue>,
     pub(crate) id_field: Option<&'static str>,
     pub(crate) timestamp: Option<SystemTime>,
     pub(crate) body: Bytes,
@@ -73,7 +76,7 @@ impl Event {
     #[must_use]
     pub fn id(&self) -> Option<&str> {
         if let Some(id) = &self.inner.header_id {
-            return Some(id);
+            return id.to_str().ok();
         }
         let field = self.inner.id_field?;
         let env = self.envelope();
@@ -89,7 +92,7 @@ impl Event {
     #[must_use]
     pub fn event_type(&self) -> Option<&str> {
         match &self.inner.header_type {
-            Some(t) => Some(t),
+            Some(t) => t.to_str().ok(),
             None => self.envelope().ty.as_deref(),
         }
     }

@@ -82,9 +82,14 @@ impl Secrets {
         self.current().is_empty()
     }
 
-    pub(crate) fn current(&self) -> Keys {
-        // A poisoned lock still holds a complete list: the write is a single assignment.
-        self.keys.read().unwrap_or_else(|p| p.into_inner()).clone()
+    fn current(&self) -> Keys {
+        self.with_keys(|keys| keys.clone())
+    }
+
+    /// Runs `f` on the current list under the read lock (no reference counting on the hot
+    /// path). A poisoned lock still holds a complete list: the write is one assignment.
+    pub(crate) fn with_keys<R>(&self, f: impl FnOnce(&Keys) -> R) -> R {
+        f(&self.keys.read().unwrap_or_else(|p| p.into_inner()))
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::error::{ConfigError, ConfigErrorKind, ErrorKind, VerifyError};
 use crate::event::{self, Event};
@@ -150,16 +150,15 @@ impl Verifier {
     /// signature, or a timestamp outside the tolerance.
     pub fn verify(&self, headers: &HeaderMap, body: Bytes) -> Result<Event, VerifyError> {
         let scheme = &*self.scheme;
-        let signature_value = one(headers, &scheme.signature_headers)?.ok_or(VerifyError::new(
-            ErrorKind::MissingHeader,
-            "signature header is missing",
-        ))?;
+        let signature_value = one_str(headers, &scheme.signature_headers)?.ok_or(
+            VerifyError::new(ErrorKind::MissingHeader, "signature header is missing"),
+        )?;
         let parsed = signature::parse(scheme, signature_value)?;
 
         let raw_timestamp = match &scheme.timestamp {
             None => None,
             Some(TimestampSource::Header(names, format)) => Some((
-                one(headers, names)?.ok_or(VerifyError::new(
+                one_str(headers, names)?.ok_or(VerifyError::new(
                     ErrorKind::MissingHeader,
                     "timestamp header is missing",
                 ))?,
@@ -188,14 +187,15 @@ impl Verifier {
             None => None,
         };
 
-        let id_bytes = header_id.unwrap_or_default().as_bytes();
+        let id_bytes = header_id.map_or(&b""[..], HeaderValue::as_bytes);
         let ts_bytes = raw_timestamp.map_or(&b""[..], |(raw, _)| raw.as_bytes());
-        let keys = self.secrets.current();
-        let secret_index = keys
-            .iter()
-            .position(|key| {
-                let mac = scheme.template.mac(key, id_bytes, ts_bytes, &body);
-                parsed.candidates.matches(scheme.encoding, &mac)
+        let secret_index = self
+            .secrets
+            .with_keys(|keys| {
+                keys.iter().position(|key| {
+                    let mac = scheme.template.mac(key, id_bytes, ts_bytes, &body);
+                    parsed.candidates.matches(scheme.encoding, &mac)
+                })
             })
             .ok_or(VerifyError::new(
                 ErrorKind::InvalidSignature,
@@ -208,8 +208,8 @@ impl Verifier {
         }
         Ok(Event::new(event::Parts {
             source: self.source.clone(),
-            header_id: header_id.map(Into::into),
-            header_type: header_type.map(Into::into),
+            header_id: header_id.cloned(),
+            header_type: header_type.cloned(),
             id_field: match scheme.id {
                 IdSource::BodyField(field) => Some(field),
                 _ => None,
@@ -223,7 +223,10 @@ impl Verifier {
 
 /// The value of the first of `names` that is present. Twice the same header is ambiguous
 /// (which one was signed?), and a value must be visible ASCII.
-fn one<'h>(headers: &'h HeaderMap, names: &[HeaderName]) -> Result<Option<&'h str>, VerifyError> {
+fn one<'h>(
+    headers: &'h HeaderMap,
+    names: &[HeaderName],
+) -> Result<Option<&'h HeaderValue>, VerifyError> {
     // One lookup per alias: `get_all` finds the entry and its duplicates together.
     let Some((value, mut values)) = names.iter().find_map(|name| {
         let mut values = headers.get_all(name).into_iter();
@@ -237,12 +240,20 @@ fn one<'h>(headers: &'h HeaderMap, names: &[HeaderName]) -> Result<Option<&'h st
             "a webhook header appears more than once",
         ));
     }
-    value.to_str().map(Some).map_err(|_| {
-        VerifyError::new(
+    match value.to_str() {
+        Ok(_) => Ok(Some(value)),
+        Err(_) => Err(VerifyError::new(
             ErrorKind::MalformedHeader,
             "a webhook header is not visible ASCII",
-        )
-    })
+        )),
+    }
+}
+
+fn one_str<'h>(
+    headers: &'h HeaderMap,
+    names: &[HeaderName],
+) -> Result<Option<&'h str>, VerifyError> {
+    Ok(one(headers, names)?.map(|v| v.to_str().expect("checked by `one`")))
 }
 
 impl fmt::Debug for Verifier {
