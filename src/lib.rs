@@ -9,6 +9,7 @@
 //! The request path, in the order a request meets it:
 //!
 //! - [`verify`]: the layer — buffer under a limit, verify, insert the [`Event`];
+//! - [`dedupe`]: the layer — claim `(source, id)` in a [`store`], let each event through once;
 //! - [`Verifier`]: the check itself, usable without HTTP;
 //! - [`scheme`]: what each provider signs and how (Standard Webhooks, Stripe, GitHub,
 //!   Slack, Shopify, or your own HMAC scheme), and signing for tests;
@@ -46,16 +47,28 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
-mod error;
-mod event;
+// The request path, in the order a request meets it (one group each, so rustfmt keeps
+// the order):
+pub mod verify; // 1. buffer the body under a limit, verify it, insert the Event
+
+mod verifier; //    the check itself: headers, signature, timestamp
+
+pub mod dedupe; // 2. claim (source, id) once; duplicates get 204
+
+pub mod store; //    where claims live: memory, SQLite, PostgreSQL, Redis
+
+mod event; // 3. what the handler receives
 #[cfg(feature = "axum")]
-mod extract;
+mod extract; //    ... as an axum extractor
+
+// What the path is configured with, and shared plumbing:
+mod body;
+mod error;
 pub mod scheme;
 mod secret;
 mod timestamp;
-mod verifier;
-pub mod verify;
 
+pub use dedupe::DedupeLayer;
 pub use error::{ConfigError, ConfigErrorKind, ErrorKind, VerifyError};
 pub use event::Event;
 #[cfg(feature = "axum")]

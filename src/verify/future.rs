@@ -12,7 +12,8 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::layer::Config;
-use super::response::{reject, ResponseBody};
+use super::response::reject;
+use crate::body::ResponseBody;
 use crate::error::{ErrorKind, VerifyError};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

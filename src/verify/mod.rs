@@ -67,5 +67,5 @@ mod service;
 
 pub use self::future::ResponseFuture;
 pub use self::layer::VerifyWebhookLayer;
-pub use self::response::ResponseBody;
 pub use self::service::VerifyWebhook;
+pub use crate::body::ResponseBody;

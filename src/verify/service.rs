@@ -9,7 +9,7 @@ use tower_service::Service;
 
 use super::future::ResponseFuture;
 use super::layer::Config;
-use super::ResponseBody;
+use crate::body::ResponseBody;
 use crate::error::{ErrorKind, VerifyError};
 
 /// Middleware that verifies webhook deliveries. See the [module docs](crate::verify).

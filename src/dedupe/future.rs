@@ -1,0 +1,259 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use super::layer::Config;
+use super::Deduped;
+use crate::body::ResponseBody;
+use crate::store::{whole_seconds, Claim, Completed, Delivery, StoreFuture, Token};
+
+pin_project! {
+    /// Response future of [`Dedupe`](super::Dedupe): claims the key, calls the inner
+    /// service on a new claim, then completes or releases the claim.
+    pub struct ResponseFuture<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        #[pin]
+        state: State<S, B>,
+        config: Option<Arc<Config>>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        Claiming {
+            claim: StoreFuture<Claim>,
+            delivery: Option<Delivery>,
+            request: Option<Request<B>>,
+            inner: Option<S>,
+        },
+        Calling {
+            #[pin]
+            future: S::Future,
+            guard: Option<ClaimGuard>,
+        },
+        Finishing {
+            finish: tokio::task::JoinHandle<()>,
+            result: Option<Result<S::Response, S::Error>>,
+        },
+        Ready {
+            status: StatusCode,
+            text: &'static str,
+        },
+    }
+}
+
+impl<S, B> ResponseFuture<S, B>
+where
+    S: Service<Request<B>>,
+{
+    pub(super) fn claim(
+        delivery: Delivery,
+        request: Request<B>,
+        inner: S,
+        config: Arc<Config>,
+    ) -> Self {
+        let claim = config.store.claim(delivery.clone(), config.lease);
+        Self {
+            state: State::Claiming {
+                claim,
+                delivery: Some(delivery),
+                request: Some(request),
+                inner: Some(inner),
+            },
+            config: Some(config),
+        }
+    }
+
+    /// A response of the middleware's own, answered without calling the inner service.
+    pub(super) fn ready(status: StatusCode, text: &'static str) -> Self {
+        Self {
+            state: State::Ready { status, text },
+            config: None,
+        }
+    }
+}
+
+fn own<T>(
+    status: StatusCode,
+    text: &'static str,
+    outcome: Deduped,
+    retry_after: Option<u64>,
+) -> Response<ResponseBody<T>> {
+    let mut response = ResponseBody::text(status, text);
+    if let Some(secs) = retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response.extensions_mut().insert(outcome);
+    response
+}
+
+impl<S, B, ResBody> Future for ResponseFuture<S, B>
+where
+    S: Service<Request<B>, Response = Response<ResBody>>,
+{
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            let this = self.as_mut().project();
+            let next = match this.state.project() {
+                StateProj::Ready { status, text } => {
+                    return Poll::Ready(Ok(ResponseBody::text(*status, text)));
+                }
+                StateProj::Claiming {
+                    claim,
+                    delivery,
+                    request,
+                    inner,
+                } => {
+                    let config = this.config.as_ref().expect("claiming has a config");
+                    match ready!(claim.as_mut().poll(cx)) {
+                        Ok(Claim::New(token)) => {
+                            let guard = ClaimGuard {
+                                config: config.clone(),
+                                delivery: delivery.take().expect("claimed once"),
+                                token,
+                                armed: true,
+                            };
+                            let mut inner = inner.take().expect("claimed once");
+                            let future = inner.call(request.take().expect("claimed once"));
+                            State::Calling {
+                                future,
+                                guard: Some(guard),
+                            }
+                        }
+                        Ok(Claim::Done) => {
+                            return Poll::Ready(Ok(own(
+                                StatusCode::NO_CONTENT,
+                                "",
+                                Deduped::Done,
+                                None,
+                            )));
+                        }
+                        Ok(Claim::InFlight { retry_after }) => {
+                            let secs = whole_seconds(retry_after).as_secs();
+                            return Poll::Ready(Ok(own(
+                                StatusCode::CONFLICT,
+                                "webhook delivery in progress",
+                                Deduped::InFlight,
+                                Some(secs),
+                            )));
+                        }
+                        Err(error) => {
+                            log_store_error("claim", &error);
+                            let secs = whole_seconds(config.unavailable_retry_after).as_secs();
+                            return Poll::Ready(Ok(own(
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                "webhook store unavailable",
+                                Deduped::StoreUnavailable,
+                                Some(secs),
+                            )));
+                        }
+                    }
+                }
+                StateProj::Calling { future, guard } => {
+                    let result = ready!(future.poll(cx));
+                    let guard = guard.take().expect("called once");
+                    let success = matches!(&result, Ok(r) if r.status().is_success());
+                    // Spawned, so the store hears the outcome even if this future is
+                    // dropped while it waits (the client hung up).
+                    let finish = tokio::spawn(if success {
+                        guard.complete()
+                    } else {
+                        guard.release()
+                    });
+                    State::Finishing {
+                        finish,
+                        result: Some(result),
+                    }
+                }
+                StateProj::Finishing { finish, result } => {
+                    // The task logs its own errors; a panic in it changes nothing here.
+                    let _ = ready!(Pin::new(finish).poll(cx));
+                    let result = result.take().expect("polled after completion");
+                    return Poll::Ready(result.map(|r| r.map(ResponseBody::inner)));
+                }
+            };
+            self.as_mut().project().state.set(next);
+        }
+    }
+}
+
+/// A claim this attempt holds. Dropped while armed — the handler panicked, or the request
+/// future was dropped — it releases the claim in the background, so the provider's retry
+/// runs instead of waiting for the lease to run out.
+pub(super) struct ClaimGuard {
+    config: Arc<Config>,
+    delivery: Delivery,
+    token: Token,
+    armed: bool,
+}
+
+impl ClaimGuard {
+    fn complete(mut self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        self.armed = false;
+        let complete = self
+            .config
+            .store
+            .complete(self.delivery.clone(), self.token);
+        Box::pin(async move {
+            match complete.await {
+                Ok(Completed::Done) => {}
+                Ok(Completed::Fenced) => {
+                    #[cfg(feature = "tracing")]
+                    tracing::warn!(
+                        target: "tower_webhook",
+                        "a handler finished after its claim's lease ran out; \
+                         another attempt may have run too: lengthen the lease"
+                    );
+                }
+                Err(error) => log_store_error("complete", &error),
+            }
+        })
+    }
+
+    fn release(mut self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        self.armed = false;
+        let release = self.config.store.release(self.delivery.clone(), self.token);
+        Box::pin(async move {
+            if let Err(error) = release.await {
+                log_store_error("release", &error);
+            }
+        })
+    }
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let release = self.config.store.release(self.delivery.clone(), self.token);
+            // Outside a runtime (at shutdown) the lease frees the claim instead.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    if let Err(error) = release.await {
+                        log_store_error("release", &error);
+                    }
+                });
+            }
+        }
+    }
+}
+
+#[allow(unused_variables)]
+fn log_store_error(operation: &'static str, error: &crate::store::StoreError) {
+    #[cfg(feature = "tracing")]
+    tracing::error!(target: "tower_webhook", operation, "webhook store error: {error}: {:?}", std::error::Error::source(error));
+}

@@ -1,0 +1,102 @@
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response, StatusCode};
+use tower_service::Service;
+
+use super::future::ResponseFuture;
+use super::layer::Config;
+use crate::body::ResponseBody;
+use crate::store::Delivery;
+use crate::Event;
+
+/// Middleware that lets each event through once. See the [module docs](crate::dedupe).
+#[derive(Clone)]
+#[must_use]
+pub struct Dedupe<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> Dedupe<S> {
+    pub(crate) fn from_config(inner: S, config: Arc<Config>) -> Self {
+        Self { inner, config }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes `self`, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+pub(super) const MISSING_EVENT: &str = "no verified webhook Event in the request: add \
+    tower_webhook::VerifyWebhookLayer in front of DedupeLayer, or give DedupeLayer::with_key";
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Dedupe<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let delivery = match &self.config.key {
+            Some(key) => {
+                let (parts, body) = req.into_parts();
+                let delivery = key(&parts);
+                return self.claim_or(delivery, Request::from_parts(parts, body));
+            }
+            None => match req.extensions().get::<Event>() {
+                None => {
+                    return ResponseFuture::ready(StatusCode::INTERNAL_SERVER_ERROR, MISSING_EVENT)
+                }
+                Some(event) => Delivery::from_event(event),
+            },
+        };
+        self.claim_or(delivery, req)
+    }
+}
+
+impl<S> Dedupe<S> {
+    /// Claims `delivery`, or answers 400 when there is nothing to deduplicate on.
+    fn claim_or<ReqBody, ResBody>(
+        &mut self,
+        delivery: Option<Delivery>,
+        req: Request<ReqBody>,
+    ) -> ResponseFuture<S, ReqBody>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    {
+        let Some(delivery) = delivery else {
+            return ResponseFuture::ready(StatusCode::BAD_REQUEST, "webhook event has no id");
+        };
+        // The ready service goes into the future; `self` keeps a fresh clone.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::claim(delivery, req, inner, self.config.clone())
+    }
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for Dedupe<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dedupe")
+            .field("inner", &self.inner)
+            .field("lease", &self.config.lease)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,171 @@
+//! [`MemoryStore`]: claims in a mutex-guarded map, for tests and single-process servers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{Claim, Completed, DedupeStore, Delivery, StoreError, StoreFuture, Token};
+
+/// Claims in memory: atomic within one process, gone at restart.
+///
+/// Done keys are remembered for the retention (default 7 days). Bounded: at `capacity`
+/// keys it first drops done keys past their retention and expired claims; if it is still
+/// full, claims fail (503) rather than forget a done key early, which would let a
+/// duplicate run twice. Cloning shares the map.
+#[derive(Clone, Debug)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<Map>>,
+}
+
+#[derive(Debug)]
+struct Map {
+    entries: HashMap<(String, String), Entry>,
+    capacity: usize,
+    retention: Duration,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Entry {
+    Claimed { token: Token, until: Instant },
+    Done { at: Instant },
+}
+
+impl Map {
+    /// Whether `entry` no longer counts: a lease that ran out, or a done key past retention.
+    fn expired(&self, entry: &Entry, now: Instant) -> bool {
+        match *entry {
+            Entry::Claimed { until, .. } => until <= now,
+            Entry::Done { at } => now.saturating_duration_since(at) >= self.retention,
+        }
+    }
+}
+
+impl MemoryStore {
+    /// A store of at most 100 000 keys.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::with_capacity(100_000)
+    }
+
+    /// A store of at most `capacity` keys.
+    #[must_use]
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Map {
+                entries: HashMap::new(),
+                capacity: capacity.max(1),
+                retention: Duration::from_secs(7 * 24 * 3600),
+            })),
+        }
+    }
+
+    /// Replaces how long done keys are remembered (default 7 days).
+    #[must_use]
+    pub fn with_retention(self, retention: Duration) -> Self {
+        self.lock().retention = retention;
+        self
+    }
+
+    /// How many keys it holds (claimed or done).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    /// Whether it holds no key.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Map> {
+        // Every mutation is a single insert or remove: a poisoned map is still consistent.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn claim_now(&self, d: &Delivery, lease: Duration) -> Result<Claim, StoreError> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        let key = (d.source.clone(), d.id.clone());
+        match map.entries.get(&key) {
+            Some(e) if map.expired(e, now) => {}
+            Some(Entry::Done { .. }) => return Ok(Claim::Done),
+            Some(Entry::Claimed { until, .. }) => {
+                return Ok(Claim::InFlight {
+                    retry_after: *until - now,
+                })
+            }
+            None => {}
+        }
+        if !map.entries.contains_key(&key) && map.entries.len() >= map.capacity {
+            let retention = map.retention;
+            map.entries.retain(|_, e| match *e {
+                Entry::Claimed { until, .. } => until > now,
+                Entry::Done { at } => now.saturating_duration_since(at) < retention,
+            });
+            if map.entries.len() >= map.capacity {
+                return Err(StoreError::message("memory store is full"));
+            }
+        }
+        let token = Token::new();
+        map.entries.insert(
+            key,
+            Entry::Claimed {
+                token,
+                until: now + lease,
+            },
+        );
+        Ok(Claim::New(token))
+    }
+
+    /// Marks done (or forgets, on release) a claim `token` still holds.
+    fn finish(&self, d: &Delivery, token: Token, done: bool) -> Completed {
+        let mut map = self.lock();
+        let key = (d.source.clone(), d.id.clone());
+        match map.entries.get(&key) {
+            Some(Entry::Claimed { token: held, .. }) if *held == token => {
+                if done {
+                    map.entries.insert(key, Entry::Done { at: Instant::now() });
+                } else {
+                    map.entries.remove(&key);
+                }
+                Completed::Done
+            }
+            _ => Completed::Fenced,
+        }
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DedupeStore for MemoryStore {
+    fn claim(&self, delivery: Delivery, lease: Duration) -> StoreFuture<Claim> {
+        let result = self.claim_now(&delivery, lease);
+        Box::pin(std::future::ready(result))
+    }
+
+    fn complete(&self, delivery: Delivery, token: Token) -> StoreFuture<Completed> {
+        let result = self.finish(&delivery, token, true);
+        Box::pin(std::future::ready(Ok(result)))
+    }
+
+    fn release(&self, delivery: Delivery, token: Token) -> StoreFuture<()> {
+        self.finish(&delivery, token, false);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        let before = map.entries.len();
+        map.entries.retain(
+            |_, e| !matches!(e, Entry::Done { at } if now.saturating_duration_since(*at) >= older_than),
+        );
+        let pruned = (before - map.entries.len()) as u64;
+        Box::pin(std::future::ready(Ok(pruned)))
+    }
+}

@@ -1,0 +1,248 @@
+//! Where `DedupeLayer` keeps its claims: one entry per `(source, event id)`.
+//!
+//! | store | for | survives a restart | shared by replicas |
+//! |---|---|---|---|
+//! | [`MemoryStore`] | tests, one process | no | no |
+//! | `SqliteStore` (feature `sqlite`) | the embedded default | yes | no (one host) |
+//! | `PgStore` (feature `postgres`) | many replicas | yes | yes |
+//! | `RedisStore` (feature `redis`) | dedupe without SQL | with Redis persistence | yes |
+//!
+//! Every store keeps the same small state machine: **claimed** (by one attempt, until a
+//! lease runs out, under a fencing token) → **done** (kept for the retention period), or
+//! back to nothing when the attempt **releases** its claim. A claim is one atomic store
+//! operation, never a check followed by an insert.
+
+mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::PgStore;
+#[cfg(feature = "redis")]
+pub use redis::RedisStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
+
+use crate::Event;
+
+/// A store operation in flight. Store calls are round trips to a database; one allocation
+/// per call is noise beside them, and it keeps [`DedupeStore`] object-safe, so the layer's
+/// type does not name the store.
+pub type StoreFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'static>>;
+
+/// What a claim is about: the key, and the verified event when there is one (SQL stores
+/// keep its body, type, object id and livemode as the audit trail).
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    source: String,
+    id: String,
+    event: Option<Event>,
+}
+
+impl Delivery {
+    /// A delivery keyed by `(source, id)`, without an event.
+    #[must_use]
+    pub fn new(source: impl Into<String>, id: impl Into<String>) -> Self {
+        Self {
+            source: source.into(),
+            id: id.into(),
+            event: None,
+        }
+    }
+
+    /// The delivery of a verified event, or `None` when the event has no id.
+    #[must_use]
+    pub fn from_event(event: &Event) -> Option<Self> {
+        Some(Self {
+            source: event.source().to_owned(),
+            id: event.id()?.to_owned(),
+            event: Some(event.clone()),
+        })
+    }
+
+    /// Which endpoint or provider.
+    #[must_use]
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The provider's event id.
+    #[must_use]
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The verified event, when the delivery came through `VerifyWebhookLayer`.
+    #[must_use]
+    pub fn event(&self) -> Option<&Event> {
+        self.event.as_ref()
+    }
+
+    /// What SQL stores record beside the key.
+    #[allow(dead_code)]
+    pub(crate) fn audit(&self) -> Audit<'_> {
+        match &self.event {
+            Some(e) => Audit {
+                event_type: e.event_type(),
+                object_id: e.object_id(),
+                livemode: e.livemode(),
+                body: Some(e.body()),
+            },
+            None => Audit::default(),
+        }
+    }
+}
+
+/// The audit columns of a claim row: type, object id, livemode and the raw body.
+#[derive(Default)]
+#[allow(dead_code)]
+pub(crate) struct Audit<'a> {
+    pub(crate) event_type: Option<&'a str>,
+    pub(crate) object_id: Option<&'a str>,
+    pub(crate) livemode: Option<bool>,
+    pub(crate) body: Option<&'a [u8]>,
+}
+
+/// A fencing token: it names one claim, so a slow attempt whose lease ran out cannot
+/// complete or release a newer attempt's claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Token(uuid::Uuid);
+
+impl Token {
+    /// A fresh random token.
+    #[must_use]
+    pub fn new() -> Self {
+        Self(uuid::Uuid::new_v4())
+    }
+
+    pub(crate) fn as_uuid(&self) -> uuid::Uuid {
+        self.0
+    }
+
+    #[allow(dead_code)]
+    pub(crate) fn from_uuid(uuid: uuid::Uuid) -> Self {
+        Self(uuid)
+    }
+}
+
+impl Default for Token {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The outcome of a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Claim {
+    /// First seen, released, or its last claim's lease ran out: this attempt owns it.
+    New(Token),
+    /// Already handled successfully.
+    Done,
+    /// Another attempt holds a live claim; it ends within this long at the latest.
+    InFlight {
+        /// Until the other attempt's lease runs out.
+        retry_after: Duration,
+    },
+}
+
+/// Whether a completion took effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Completed {
+    /// The key is now done.
+    Done,
+    /// The claim was no longer ours: its lease ran out and another attempt claimed it (or
+    /// it was released). Nothing was changed.
+    Fenced,
+}
+
+/// A store of claims. Implemented by this crate's stores; implement it for your own.
+///
+/// Every method is one atomic operation on the store.
+pub trait DedupeStore: Send + Sync + 'static {
+    /// Claims `delivery` for `lease`, atomically: [`Claim::New`] for exactly one of any
+    /// number of concurrent callers.
+    fn claim(&self, delivery: Delivery, lease: Duration) -> StoreFuture<Claim>;
+
+    /// Marks the claim done, if `token` still holds it. Done keys are kept until pruned
+    /// (SQL stores) or until the store's retention runs out (memory, Redis).
+    fn complete(&self, delivery: Delivery, token: Token) -> StoreFuture<Completed>;
+
+    /// Gives the claim up, if `token` still holds it, so the next attempt runs.
+    fn release(&self, delivery: Delivery, token: Token) -> StoreFuture<()>;
+
+    /// Deletes done keys completed more than `older_than` ago; returns how many. Keep them
+    /// longer than the provider retries: Stripe retries for 3 days, Standard Webhooks
+    /// senders for about 75 hours.
+    fn prune(&self, older_than: Duration) -> StoreFuture<u64>;
+}
+
+/// A store that could not answer: unreachable, timed out, or failing.
+///
+/// `Display` says which operation failed; the cause (a driver error) is the `source()`.
+/// Neither goes into a response body.
+#[derive(Debug)]
+pub struct StoreError {
+    context: &'static str,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl StoreError {
+    pub(crate) fn new(
+        context: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self {
+            context,
+            source: Some(source.into()),
+        }
+    }
+
+    pub(crate) fn message(context: &'static str) -> Self {
+        Self {
+            context,
+            source: None,
+        }
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.context)
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// How many times a claim is tried when the row changed between the atomic claim and the
+/// read that explains why it failed (it was released in between).
+#[allow(dead_code)]
+pub(crate) const CLAIM_TRIES: usize = 3;
+
+/// Rounds a wait up to whole seconds, at least one: the unit of `Retry-After`.
+pub(crate) fn whole_seconds(d: Duration) -> Duration {
+    Duration::from_secs(d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(Duration::from_secs(1))
+}

@@ -1,0 +1,187 @@
+//! [`PgStore`]: claims in PostgreSQL, shared by every replica of a service.
+
+use std::time::Duration;
+
+use sqlx::postgres::PgPool;
+use sqlx::Row;
+
+use super::{Claim, Completed, DedupeStore, Delivery, StoreError, StoreFuture, Token, CLAIM_TRIES};
+
+/// Claims in PostgreSQL (feature `postgres`), in the `webhook_events` table of
+/// `migrations/postgres`. Any number of replicas share it; leases run on the database
+/// server's clock, so replicas' clocks do not matter. A new event costs one round trip
+/// (an `INSERT … ON CONFLICT DO UPDATE … RETURNING`); only a duplicate takes a second, to
+/// tell *done* from *in flight*.
+///
+/// Cloning shares the pool.
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+const CLAIM: &str = "
+INSERT INTO webhook_events
+    (source, event_id, event_type, object_id, livemode, body, attempts, locked_until, lock_token)
+VALUES ($1, $2, $3, $4, $5, $6, 1, now() + make_interval(secs => $7), $8)
+ON CONFLICT (source, event_id) DO UPDATE SET
+    locked_until = EXCLUDED.locked_until,
+    lock_token = EXCLUDED.lock_token,
+    attempts = webhook_events.attempts + 1
+WHERE webhook_events.processed_at IS NULL
+  AND (webhook_events.locked_until IS NULL OR webhook_events.locked_until <= now())
+RETURNING lock_token";
+
+const STATE: &str = "
+SELECT processed_at IS NOT NULL,
+       (EXTRACT(EPOCH FROM (locked_until - now())) * 1000)::float8
+FROM webhook_events WHERE source = $1 AND event_id = $2";
+
+const COMPLETE: &str = "
+UPDATE webhook_events SET processed_at = now(), locked_until = NULL, lock_token = NULL
+WHERE source = $1 AND event_id = $2 AND lock_token = $3";
+
+const RELEASE: &str = "
+UPDATE webhook_events SET locked_until = NULL, lock_token = NULL
+WHERE source = $1 AND event_id = $2 AND lock_token = $3";
+
+const PRUNE: &str = "
+DELETE FROM webhook_events
+WHERE processed_at IS NOT NULL AND processed_at < now() - make_interval(secs => $1)";
+
+impl PgStore {
+    /// Connects to `url` (`postgres://…`) and applies the crate's migrations.
+    ///
+    /// # Errors
+    ///
+    /// When the server cannot be reached or the migrations fail.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let pool = PgPool::connect(url)
+            .await
+            .map_err(|e| StoreError::new("postgres connect", e))?;
+        Self::from_pool(pool).await
+    }
+
+    /// Uses `pool`, applying the crate's migrations (other migrations in the same database
+    /// are left alone; concurrent replicas take turns through sqlx's migration lock).
+    ///
+    /// # Errors
+    ///
+    /// When the migrations fail.
+    pub async fn from_pool(pool: PgPool) -> Result<Self, StoreError> {
+        let mut migrator = sqlx::migrate!("./migrations/postgres");
+        migrator.set_ignore_missing(true);
+        migrator
+            .run(&pool)
+            .await
+            .map_err(|e| StoreError::new("postgres migrate", e))?;
+        Ok(Self { pool })
+    }
+
+    /// Uses `pool` as it is, without migrating: for pools whose database is known to be
+    /// migrated, or to build a store lazily before the server is up.
+    #[must_use]
+    pub fn from_migrated_pool(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    /// The pool, for your own queries (the `webhook_events` table is the audit trail).
+    #[must_use]
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+impl DedupeStore for PgStore {
+    fn claim(&self, d: Delivery, lease: Duration) -> StoreFuture<Claim> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let audit = d.audit();
+            for _ in 0..CLAIM_TRIES {
+                let token = Token::new();
+                let claimed = sqlx::query(CLAIM)
+                    .bind(d.source())
+                    .bind(d.id())
+                    .bind(audit.event_type)
+                    .bind(audit.object_id)
+                    .bind(audit.livemode)
+                    .bind(audit.body)
+                    .bind(lease.as_secs_f64())
+                    .bind(token.as_uuid())
+                    .fetch_optional(&pool)
+                    .await
+                    .map_err(|e| StoreError::new("postgres claim", e))?;
+                if claimed.is_some() {
+                    return Ok(Claim::New(token));
+                }
+                let row = sqlx::query(STATE)
+                    .bind(d.source())
+                    .bind(d.id())
+                    .fetch_optional(&pool)
+                    .await
+                    .map_err(|e| StoreError::new("postgres claim", e))?;
+                let Some(row) = row else { continue };
+                let done: bool = row
+                    .try_get(0)
+                    .map_err(|e| StoreError::new("postgres claim", e))?;
+                let remaining_ms: Option<f64> = row
+                    .try_get(1)
+                    .map_err(|e| StoreError::new("postgres claim", e))?;
+                if done {
+                    return Ok(Claim::Done);
+                }
+                if let Some(ms) = remaining_ms.filter(|ms| *ms > 0.0) {
+                    return Ok(Claim::InFlight {
+                        retry_after: Duration::from_secs_f64(ms / 1000.0),
+                    });
+                }
+            }
+            Ok(Claim::InFlight {
+                retry_after: Duration::from_secs(1),
+            })
+        })
+    }
+
+    fn complete(&self, d: Delivery, token: Token) -> StoreFuture<Completed> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let done = sqlx::query(COMPLETE)
+                .bind(d.source())
+                .bind(d.id())
+                .bind(token.as_uuid())
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("postgres complete", e))?;
+            Ok(if done.rows_affected() == 1 {
+                Completed::Done
+            } else {
+                Completed::Fenced
+            })
+        })
+    }
+
+    fn release(&self, d: Delivery, token: Token) -> StoreFuture<()> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            sqlx::query(RELEASE)
+                .bind(d.source())
+                .bind(d.id())
+                .bind(token.as_uuid())
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("postgres release", e))?;
+            Ok(())
+        })
+    }
+
+    fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let pruned = sqlx::query(PRUNE)
+                .bind(older_than.as_secs_f64())
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("postgres prune", e))?;
+            Ok(pruned.rows_affected())
+        })
+    }
+}

@@ -1,0 +1,202 @@
+//! [`SqliteStore`]: claims in an embedded SQLite database — durable across restarts, for
+//! one host.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::Row;
+
+use super::{Claim, Completed, DedupeStore, Delivery, StoreError, StoreFuture, Token, CLAIM_TRIES};
+
+/// Claims in SQLite (feature `sqlite`), in the `webhook_events` table of
+/// `migrations/sqlite`. The embedded default: nothing to run beside the server, and done
+/// keys survive a restart. Writes are serialized by SQLite; several processes on one host
+/// may share the file, replicas on several hosts need [`PgStore`](super::PgStore).
+///
+/// Cloning shares the pool.
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+const CLAIM: &str = "
+INSERT INTO webhook_events
+    (source, event_id, event_type, object_id, livemode, body, received_at, attempts, locked_until, lock_token)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9)
+ON CONFLICT (source, event_id) DO UPDATE SET
+    locked_until = excluded.locked_until,
+    lock_token = excluded.lock_token,
+    attempts = webhook_events.attempts + 1
+WHERE webhook_events.processed_at IS NULL
+  AND (webhook_events.locked_until IS NULL OR webhook_events.locked_until <= ?7)
+RETURNING lock_token";
+
+const STATE: &str =
+    "SELECT processed_at, locked_until FROM webhook_events WHERE source = ?1 AND event_id = ?2";
+
+const COMPLETE: &str = "
+UPDATE webhook_events SET processed_at = ?4, locked_until = NULL, lock_token = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3";
+
+const RELEASE: &str = "
+UPDATE webhook_events SET locked_until = NULL, lock_token = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3";
+
+const PRUNE: &str =
+    "DELETE FROM webhook_events WHERE processed_at IS NOT NULL AND processed_at < ?1";
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl SqliteStore {
+    /// Opens the database at `path` (creating it if needed) in WAL mode, and applies the
+    /// crate's migrations.
+    ///
+    /// # Errors
+    ///
+    /// When the file cannot be opened or migrated.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::from_str("sqlite://")
+            .map_err(|e| StoreError::new("sqlite options", e))?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // A writer waits for another instead of failing at once.
+            .busy_timeout(Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .map_err(|e| StoreError::new("sqlite open", e))?;
+        Self::from_pool(pool).await
+    }
+
+    /// Uses `pool`, applying the crate's migrations (other migrations in the same database
+    /// are left alone).
+    ///
+    /// # Errors
+    ///
+    /// When the migrations fail.
+    pub async fn from_pool(pool: SqlitePool) -> Result<Self, StoreError> {
+        let mut migrator = sqlx::migrate!("./migrations/sqlite");
+        migrator.set_ignore_missing(true);
+        migrator
+            .run(&pool)
+            .await
+            .map_err(|e| StoreError::new("sqlite migrate", e))?;
+        Ok(Self { pool })
+    }
+
+    /// The pool, for your own queries (the `webhook_events` table is the audit trail).
+    #[must_use]
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+impl DedupeStore for SqliteStore {
+    fn claim(&self, d: Delivery, lease: Duration) -> StoreFuture<Claim> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let audit = d.audit();
+            for _ in 0..CLAIM_TRIES {
+                let now = now_ms();
+                let token = Token::new();
+                let claimed = sqlx::query(CLAIM)
+                    .bind(d.source())
+                    .bind(d.id())
+                    .bind(audit.event_type)
+                    .bind(audit.object_id)
+                    .bind(audit.livemode)
+                    .bind(audit.body)
+                    .bind(now)
+                    .bind(now.saturating_add(ms(lease)))
+                    .bind(token.to_string())
+                    .fetch_optional(&pool)
+                    .await
+                    .map_err(|e| StoreError::new("sqlite claim", e))?;
+                if claimed.is_some() {
+                    return Ok(Claim::New(token));
+                }
+                let row = sqlx::query(STATE)
+                    .bind(d.source())
+                    .bind(d.id())
+                    .fetch_optional(&pool)
+                    .await
+                    .map_err(|e| StoreError::new("sqlite claim", e))?;
+                let Some(row) = row else { continue };
+                let processed: Option<i64> = row
+                    .try_get(0)
+                    .map_err(|e| StoreError::new("sqlite claim", e))?;
+                let until: Option<i64> = row
+                    .try_get(1)
+                    .map_err(|e| StoreError::new("sqlite claim", e))?;
+                if processed.is_some() {
+                    return Ok(Claim::Done);
+                }
+                if let Some(until) = until.filter(|u| *u > now) {
+                    return Ok(Claim::InFlight {
+                        retry_after: Duration::from_millis((until - now).unsigned_abs()),
+                    });
+                }
+            }
+            Ok(Claim::InFlight {
+                retry_after: Duration::from_secs(1),
+            })
+        })
+    }
+
+    fn complete(&self, d: Delivery, token: Token) -> StoreFuture<Completed> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let done = sqlx::query(COMPLETE)
+                .bind(d.source())
+                .bind(d.id())
+                .bind(token.to_string())
+                .bind(now_ms())
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("sqlite complete", e))?;
+            Ok(if done.rows_affected() == 1 {
+                Completed::Done
+            } else {
+                Completed::Fenced
+            })
+        })
+    }
+
+    fn release(&self, d: Delivery, token: Token) -> StoreFuture<()> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            sqlx::query(RELEASE)
+                .bind(d.source())
+                .bind(d.id())
+                .bind(token.to_string())
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("sqlite release", e))?;
+            Ok(())
+        })
+    }
+
+    fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let pruned = sqlx::query(PRUNE)
+                .bind(now_ms().saturating_sub(ms(older_than)))
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("sqlite prune", e))?;
+            Ok(pruned.rows_affected())
+        })
+    }
+}

@@ -1,0 +1,637 @@
+//! `DedupeLayer` on every store, against real servers: each event's handler runs once
+//! under duplicates, concurrency, failures, crashes and two server instances.
+
+mod common;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{at, request, verifier, NOW};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use tower::util::BoxCloneSyncService;
+use tower::{service_fn, ServiceBuilder, ServiceExt};
+use tower_webhook::dedupe::Deduped;
+use tower_webhook::store::{
+    Claim, Completed, DedupeStore, Delivery, MemoryStore, PgStore, RedisStore, SqliteStore,
+};
+use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+type Svc = BoxCloneSyncService<Request<Full<Bytes>>, Response<Bytes>, std::io::Error>;
+
+/// How many times the handler ran, per event id.
+#[derive(Clone, Default)]
+struct Calls(Arc<Mutex<HashMap<String, usize>>>);
+
+impl Calls {
+    fn of(&self, id: &str) -> usize {
+        self.0.lock().unwrap().get(id).copied().unwrap_or(0)
+    }
+}
+
+/// Verify + dedupe on `store` + a handler that obeys `x-behave` (`ok`, `fail`, `error`,
+/// `panic`, `slow`).
+fn stack(store: Arc<dyn DedupeStore>, lease: Duration, calls: Calls) -> Svc {
+    let handler = service_fn(move |req: Request<Full<Bytes>>| {
+        let calls = calls.clone();
+        async move {
+            let id = req
+                .extensions()
+                .get::<Event>()
+                .unwrap()
+                .id()
+                .unwrap()
+                .to_owned();
+            *calls.0.lock().unwrap().entry(id).or_default() += 1;
+            let behave = req
+                .headers()
+                .get("x-behave")
+                .map(|v| v.to_str().unwrap().to_owned());
+            match behave.as_deref() {
+                Some("fail") => Ok(Response::builder()
+                    .status(500)
+                    .body(Full::new(Bytes::new()))
+                    .unwrap()),
+                Some("error") => Err(std::io::Error::other("handler error")),
+                Some("panic") => panic!("handler panicked"),
+                Some("slow") => {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    Ok(Response::new(Full::new(Bytes::from_static(b"handled"))))
+                }
+                _ => Ok(Response::new(Full::new(Bytes::from_static(b"handled")))),
+            }
+        }
+    });
+    let svc = ServiceBuilder::new()
+        .layer(VerifyWebhookLayer::new(verifier(
+            Scheme::standard(),
+            &[SECRET],
+        )))
+        .layer(DedupeLayer::from_arc(store).with_lease(lease))
+        .service(handler);
+    // Errors become 500s here, as a server would answer them; bodies are collected.
+    type Body =
+        tower_webhook::dedupe::ResponseBody<tower_webhook::dedupe::ResponseBody<Full<Bytes>>>;
+    BoxCloneSyncService::new(ServiceExt::<Request<Full<Bytes>>>::then(
+        svc,
+        |result: Result<Response<Body>, std::io::Error>| async move {
+            Ok::<_, std::io::Error>(match result {
+                Ok(response) => {
+                    let (parts, body) = response.into_parts();
+                    let bytes = body
+                        .collect()
+                        .await
+                        .map(|c| c.to_bytes())
+                        .unwrap_or_default();
+                    Response::from_parts(parts, bytes)
+                }
+                Err(_) => Response::builder().status(500).body(Bytes::new()).unwrap(),
+            })
+        },
+    ))
+}
+
+fn delivery(id: &str, behave: &str) -> Request<Full<Bytes>> {
+    let body = format!(r#"{{"type":"order.paid","data":{{"id":"{id}"}}}}"#);
+    let mut headers: HeaderMap = Scheme::standard()
+        .sign([SECRET], id, at(NOW), body.as_bytes())
+        .unwrap();
+    headers.insert("x-behave", HeaderValue::from_str(behave).unwrap());
+    request(headers, body)
+}
+
+async fn send(svc: &Svc, id: &str, behave: &str) -> Response<Bytes> {
+    svc.clone().oneshot(delivery(id, behave)).await.unwrap()
+}
+
+// ---- the suite, run on every store ----
+
+async fn duplicate_after_success_gets_204_without_calling_handler(store: Arc<dyn DedupeStore>) {
+    let calls = Calls::default();
+    let svc = stack(store, Duration::from_secs(30), calls.clone());
+    let first = send(&svc, "evt_dup", "ok").await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(first.body(), "handled");
+    for _ in 0..3 {
+        let again = send(&svc, "evt_dup", "ok").await;
+        assert_eq!(again.status(), StatusCode::NO_CONTENT);
+        assert_eq!(again.extensions().get::<Deduped>(), Some(&Deduped::Done));
+    }
+    assert_eq!(calls.of("evt_dup"), 1);
+    // Another id is another event.
+    assert_eq!(send(&svc, "evt_other", "ok").await.status(), StatusCode::OK);
+    assert_eq!(calls.of("evt_other"), 1);
+}
+
+async fn hundred_concurrent_deliveries_run_the_handler_once(store: Arc<dyn DedupeStore>) {
+    let calls = Calls::default();
+    let svc = stack(store, Duration::from_secs(30), calls.clone());
+    let tasks: Vec<_> = (0..100)
+        .map(|_| {
+            let svc = svc.clone();
+            tokio::spawn(async move { send(&svc, "evt_storm", "slow").await.status() })
+        })
+        .collect();
+    let mut statuses = HashMap::<StatusCode, usize>::new();
+    for task in tasks {
+        *statuses.entry(task.await.unwrap()).or_default() += 1;
+    }
+    assert_eq!(calls.of("evt_storm"), 1, "{statuses:?}");
+    assert_eq!(statuses.get(&StatusCode::OK), Some(&1), "{statuses:?}");
+    let others: usize = statuses
+        .iter()
+        .filter(|(s, _)| **s == StatusCode::CONFLICT || **s == StatusCode::NO_CONTENT)
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(others, 99, "{statuses:?}");
+}
+
+async fn in_flight_duplicate_gets_409_with_retry_after(store: Arc<dyn DedupeStore>) {
+    let calls = Calls::default();
+    let svc = stack(store, Duration::from_secs(30), calls.clone());
+    let slow = tokio::spawn({
+        let svc = svc.clone();
+        async move { send(&svc, "evt_409", "slow").await.status() }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let dup = send(&svc, "evt_409", "ok").await;
+    assert_eq!(dup.status(), StatusCode::CONFLICT);
+    let retry_after: u64 = dup.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=30).contains(&retry_after), "{retry_after}");
+    assert_eq!(slow.await.unwrap(), StatusCode::OK);
+    assert_eq!(
+        send(&svc, "evt_409", "ok").await.status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(calls.of("evt_409"), 1);
+}
+
+async fn failed_attempts_release_so_the_retry_runs(store: Arc<dyn DedupeStore>) {
+    let calls = Calls::default();
+    let svc = stack(store, Duration::from_secs(30), calls.clone());
+    assert_eq!(
+        send(&svc, "evt_retry", "fail").await.status(),
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert_eq!(
+        send(&svc, "evt_retry", "error").await.status(),
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    // A panic unwinds through the middleware; the claim is released in the background.
+    let panicked = tokio::spawn({
+        let svc = svc.clone();
+        async move { send(&svc, "evt_retry", "panic").await }
+    })
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+    let mut status = StatusCode::CONFLICT;
+    for _ in 0..50 {
+        status = send(&svc, "evt_retry", "ok").await.status();
+        if status != StatusCode::CONFLICT {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        calls.of("evt_retry"),
+        4,
+        "fail, error, panic, then the retry that succeeded"
+    );
+    assert_eq!(
+        send(&svc, "evt_retry", "ok").await.status(),
+        StatusCode::NO_CONTENT
+    );
+}
+
+async fn dropped_request_releases_its_claim(store: Arc<dyn DedupeStore>) {
+    let calls = Calls::default();
+    let svc = stack(store, Duration::from_secs(30), calls.clone());
+    // The client hangs up while the handler runs.
+    let _ = tokio::time::timeout(Duration::from_millis(100), send(&svc, "evt_drop", "slow")).await;
+    let mut status = StatusCode::CONFLICT;
+    for _ in 0..50 {
+        status = send(&svc, "evt_drop", "ok").await.status();
+        if status != StatusCode::CONFLICT {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(calls.of("evt_drop"), 2);
+}
+
+async fn crashed_claim_frees_itself_when_the_lease_runs_out(store: Arc<dyn DedupeStore>) {
+    let calls = Calls::default();
+    let svc = stack(store.clone(), Duration::from_secs(30), calls.clone());
+    // A process claimed it and died: nothing will complete or release it.
+    let crashed = store
+        .claim(
+            Delivery::new("standard", "evt_crash"),
+            Duration::from_millis(400),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(crashed, Claim::New(_)));
+    assert_eq!(
+        send(&svc, "evt_crash", "ok").await.status(),
+        StatusCode::CONFLICT
+    );
+    assert_eq!(calls.of("evt_crash"), 0);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(send(&svc, "evt_crash", "ok").await.status(), StatusCode::OK);
+    assert_eq!(calls.of("evt_crash"), 1);
+}
+
+async fn a_stale_attempt_cannot_complete_a_newer_claim(store: Arc<dyn DedupeStore>) {
+    let d = Delivery::new("standard", "evt_fence");
+    let Claim::New(old) = store
+        .claim(d.clone(), Duration::from_millis(200))
+        .await
+        .unwrap()
+    else {
+        panic!("first claim is new")
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let Claim::New(new) = store
+        .claim(d.clone(), Duration::from_secs(30))
+        .await
+        .unwrap()
+    else {
+        panic!("an expired claim can be taken over")
+    };
+    assert_ne!(old, new);
+    assert_eq!(
+        store.complete(d.clone(), old).await.unwrap(),
+        Completed::Fenced
+    );
+    store.release(d.clone(), old).await.unwrap(); // a stale release changes nothing either
+    assert!(matches!(
+        store
+            .claim(d.clone(), Duration::from_secs(30))
+            .await
+            .unwrap(),
+        Claim::InFlight { .. }
+    ));
+    assert_eq!(
+        store.complete(d.clone(), new).await.unwrap(),
+        Completed::Done
+    );
+    assert_eq!(
+        store.claim(d, Duration::from_secs(30)).await.unwrap(),
+        Claim::Done
+    );
+}
+
+async fn unavailable_store_gets_503_and_the_handler_never_runs(store: Arc<dyn DedupeStore>) {
+    let calls = Calls::default();
+    let svc = stack(store, Duration::from_secs(30), calls.clone());
+    let response = send(&svc, "evt_down", "ok").await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(response.headers().contains_key("retry-after"));
+    assert_eq!(
+        response.extensions().get::<Deduped>(),
+        Some(&Deduped::StoreUnavailable)
+    );
+    assert_eq!(response.body(), "webhook store unavailable");
+    assert_eq!(calls.of("evt_down"), 0);
+}
+
+async fn two_instances_sharing_the_store_run_each_event_once(
+    a: Arc<dyn DedupeStore>,
+    b: Arc<dyn DedupeStore>,
+) {
+    let calls = Calls::default();
+    let one = stack(a, Duration::from_secs(30), calls.clone());
+    let two = stack(b, Duration::from_secs(30), calls.clone());
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        for copy in 0..4 {
+            let svc = if (i + copy) % 2 == 0 {
+                one.clone()
+            } else {
+                two.clone()
+            };
+            tasks.push(tokio::spawn(async move {
+                send(&svc, &format!("evt_shared_{i}"), "ok").await.status()
+            }));
+        }
+    }
+    for task in tasks {
+        let status = task.await.unwrap();
+        assert!(matches!(status.as_u16(), 200 | 204 | 409), "{status}");
+    }
+    for i in 0..40 {
+        assert_eq!(calls.of(&format!("evt_shared_{i}")), 1, "evt_shared_{i}");
+    }
+}
+
+macro_rules! suite {
+    ($store:ident, $make:expr) => {
+        mod $store {
+            use super::*;
+
+            #[tokio::test]
+            async fn duplicate_after_success_gets_204_without_calling_handler() {
+                super::duplicate_after_success_gets_204_without_calling_handler($make).await;
+            }
+            #[tokio::test]
+            async fn hundred_concurrent_deliveries_run_the_handler_once() {
+                super::hundred_concurrent_deliveries_run_the_handler_once($make).await;
+            }
+            #[tokio::test]
+            async fn in_flight_duplicate_gets_409_with_retry_after() {
+                super::in_flight_duplicate_gets_409_with_retry_after($make).await;
+            }
+            #[tokio::test]
+            async fn failed_attempts_release_so_the_retry_runs() {
+                super::failed_attempts_release_so_the_retry_runs($make).await;
+            }
+            #[tokio::test]
+            async fn dropped_request_releases_its_claim() {
+                super::dropped_request_releases_its_claim($make).await;
+            }
+            #[tokio::test]
+            async fn crashed_claim_frees_itself_when_the_lease_runs_out() {
+                super::crashed_claim_frees_itself_when_the_lease_runs_out($make).await;
+            }
+            #[tokio::test]
+            async fn a_stale_attempt_cannot_complete_a_newer_claim() {
+                super::a_stale_attempt_cannot_complete_a_newer_claim($make).await;
+            }
+        }
+    };
+}
+
+fn memory() -> Arc<dyn DedupeStore> {
+    Arc::new(MemoryStore::new())
+}
+
+fn temp_sqlite_path() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "tower-webhook-test-{}.db",
+        uuid::Uuid::new_v4().simple()
+    ))
+}
+
+async fn sqlite() -> Arc<dyn DedupeStore> {
+    Arc::new(SqliteStore::open(temp_sqlite_path()).await.unwrap())
+}
+
+fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// A fresh database of its own, so tests never see each other's rows.
+async fn fresh_pg_url() -> String {
+    let admin = sqlx::PgPool::connect(&database_url())
+        .await
+        .expect("PostgreSQL must be running (.ci/services starts it)");
+    let name = format!("tower_webhook_test_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let mut url = url_without_db(&database_url());
+    url.push('/');
+    url.push_str(&name);
+    url
+}
+
+fn url_without_db(url: &str) -> String {
+    let scheme_end = url.find("://").map_or(0, |i| i + 3);
+    match url[scheme_end..].find('/') {
+        Some(slash) => url[..scheme_end + slash].to_owned(),
+        None => url.to_owned(),
+    }
+}
+
+async fn postgres() -> Arc<dyn DedupeStore> {
+    Arc::new(PgStore::connect(&fresh_pg_url().await).await.unwrap())
+}
+
+/// A prefix of its own per test, on the shared server.
+async fn redis() -> Arc<dyn DedupeStore> {
+    let prefix = format!("tower-webhook-test:{}:", uuid::Uuid::new_v4().simple());
+    Arc::new(
+        RedisStore::connect(&redis_url())
+            .await
+            .expect("Redis must be running (.ci/services starts it)")
+            .with_prefix(&prefix),
+    )
+}
+
+suite!(memory_store, memory());
+suite!(sqlite_store, sqlite().await);
+suite!(postgres_store, postgres().await);
+suite!(redis_store, redis().await);
+
+#[tokio::test]
+async fn memory_store_full_gets_503() {
+    let store = MemoryStore::with_capacity(1);
+    let svc = stack(Arc::new(store), Duration::from_secs(30), Calls::default());
+    assert_eq!(send(&svc, "evt_a", "ok").await.status(), StatusCode::OK);
+    unavailable_store_gets_503_and_the_handler_never_runs(Arc::new(
+        MemoryStore::with_capacity(1).tap_full().await,
+    ))
+    .await;
+}
+
+trait TapFull: Sized {
+    async fn tap_full(self) -> Self;
+}
+
+impl TapFull for MemoryStore {
+    /// Fills the one place with a done key.
+    async fn tap_full(self) -> Self {
+        let d = Delivery::new("standard", "evt_filler");
+        let Claim::New(t) = self
+            .claim(d.clone(), Duration::from_secs(30))
+            .await
+            .unwrap()
+        else {
+            panic!()
+        };
+        self.complete(d, t).await.unwrap();
+        self
+    }
+}
+
+#[tokio::test]
+async fn sqlite_store_closed_gets_503() {
+    let store = SqliteStore::open(temp_sqlite_path()).await.unwrap();
+    store.pool().close().await;
+    unavailable_store_gets_503_and_the_handler_never_runs(Arc::new(store)).await;
+}
+
+#[tokio::test]
+async fn postgres_store_unreachable_gets_503() {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .acquire_timeout(Duration::from_secs(1))
+        .connect_lazy("postgres://postgres@127.0.0.1:1/postgres")
+        .unwrap();
+    unavailable_store_gets_503_and_the_handler_never_runs(Arc::new(PgStore::from_migrated_pool(
+        pool,
+    )))
+    .await;
+}
+
+#[tokio::test]
+async fn redis_store_unreachable_gets_503() {
+    let store = RedisStore::connect_lazy("redis://127.0.0.1:1").unwrap();
+    unavailable_store_gets_503_and_the_handler_never_runs(Arc::new(store)).await;
+}
+
+#[tokio::test]
+async fn sqlite_store_keeps_done_keys_across_a_restart() {
+    let path = temp_sqlite_path();
+    let calls = Calls::default();
+    let store = SqliteStore::open(&path).await.unwrap();
+    let svc = stack(
+        Arc::new(store.clone()),
+        Duration::from_secs(30),
+        calls.clone(),
+    );
+    assert_eq!(
+        send(&svc, "evt_restart", "ok").await.status(),
+        StatusCode::OK
+    );
+    drop(svc);
+    store.pool().close().await;
+
+    let reopened = SqliteStore::open(&path).await.unwrap();
+    let svc = stack(Arc::new(reopened), Duration::from_secs(30), calls.clone());
+    assert_eq!(
+        send(&svc, "evt_restart", "ok").await.status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(calls.of("evt_restart"), 1);
+}
+
+#[tokio::test]
+async fn sqlite_two_pools_on_one_file_run_each_event_once() {
+    let path = temp_sqlite_path();
+    let a = SqliteStore::open(&path).await.unwrap();
+    let b = SqliteStore::open(&path).await.unwrap();
+    two_instances_sharing_the_store_run_each_event_once(Arc::new(a), Arc::new(b)).await;
+}
+
+#[tokio::test]
+async fn postgres_two_pools_run_each_event_once() {
+    let url = fresh_pg_url().await;
+    let a = PgStore::connect(&url).await.unwrap();
+    let b = PgStore::connect(&url).await.unwrap();
+    two_instances_sharing_the_store_run_each_event_once(Arc::new(a), Arc::new(b)).await;
+}
+
+#[tokio::test]
+async fn redis_two_connections_run_each_event_once() {
+    let prefix = format!("tower-webhook-test:{}:", uuid::Uuid::new_v4().simple());
+    let a = RedisStore::connect(&redis_url())
+        .await
+        .unwrap()
+        .with_prefix(&prefix);
+    let b = RedisStore::connect(&redis_url())
+        .await
+        .unwrap()
+        .with_prefix(&prefix);
+    two_instances_sharing_the_store_run_each_event_once(Arc::new(a), Arc::new(b)).await;
+}
+
+#[tokio::test]
+async fn postgres_store_records_the_audit_trail_and_prunes() {
+    let store = PgStore::connect(&fresh_pg_url().await).await.unwrap();
+    let svc = stack(
+        Arc::new(store.clone()),
+        Duration::from_secs(30),
+        Calls::default(),
+    );
+    assert_eq!(send(&svc, "evt_audit", "ok").await.status(), StatusCode::OK);
+    let (event_type, object_id, body, processed): (Option<String>, Option<String>, Vec<u8>, bool) = sqlx::query_as(
+        "SELECT event_type, object_id, body, processed_at IS NOT NULL FROM webhook_events WHERE event_id = 'evt_audit'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(event_type.as_deref(), Some("order.paid"));
+    assert_eq!(object_id.as_deref(), Some("evt_audit"));
+    assert!(body.starts_with(b"{\"type\":\"order.paid\""));
+    assert!(processed);
+    assert_eq!(store.prune(Duration::from_secs(3600)).await.unwrap(), 0);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(store.prune(Duration::from_millis(10)).await.unwrap(), 1);
+    assert_eq!(
+        send(&svc, "evt_audit", "ok").await.status(),
+        StatusCode::OK,
+        "pruned keys are forgotten"
+    );
+}
+
+#[tokio::test]
+async fn without_the_verify_layer_dedupe_is_a_500_that_names_the_fix() {
+    let svc = ServiceBuilder::new()
+        .layer(DedupeLayer::new(MemoryStore::new()))
+        .service(service_fn(|_: Request<Full<Bytes>>| async {
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
+        }));
+    let response = svc
+        .oneshot(Request::new(Full::new(Bytes::new())))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let text = response.into_body().collect().await.unwrap().to_bytes();
+    assert!(std::str::from_utf8(&text)
+        .unwrap()
+        .contains("VerifyWebhookLayer"));
+}
+
+#[tokio::test]
+async fn a_key_from_the_request_dedupes_without_the_verify_layer() {
+    let calls = Arc::new(Mutex::new(0));
+    let counter = calls.clone();
+    let svc = ServiceBuilder::new()
+        .layer(DedupeLayer::new(MemoryStore::new()).with_key(|parts| {
+            let id = parts.headers.get("x-delivery-id")?.to_str().ok()?;
+            Some(Delivery::new("internal", id))
+        }))
+        .service(service_fn(move |_: Request<Full<Bytes>>| {
+            *counter.lock().unwrap() += 1;
+            async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::new()))) }
+        }));
+    let req = |id: Option<&str>| {
+        let mut r = Request::new(Full::new(Bytes::new()));
+        if let Some(id) = id {
+            r.headers_mut()
+                .insert("x-delivery-id", HeaderValue::from_str(id).unwrap());
+        }
+        r
+    };
+    assert_eq!(
+        svc.clone().oneshot(req(Some("d1"))).await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        svc.clone().oneshot(req(Some("d1"))).await.unwrap().status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        svc.oneshot(req(None)).await.unwrap().status(),
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(*calls.lock().unwrap(), 1);
+}
