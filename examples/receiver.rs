@@ -4,9 +4,12 @@
 //! - `WEBHOOK_SECRETS`: comma-separated, the first is current (default: a development
 //!   secret, printed with how to send a test delivery);
 //! - `WEBHOOK_TOLERANCE_SECS`: timestamp tolerance, both ways (default 300);
-//! - `BIND`: the address to listen on (default `127.0.0.1:3000`).
+//! - `BIND`: the address to listen on (default `127.0.0.1:3000`);
+//! - `DATABASE_URL`: where deliveries are deduplicated — a `postgres://` or `redis://`
+//!   URL; without it, the embedded SQLite file `WEBHOOK_SQLITE` (default `webhooks.db`).
 //!
-//! It serves `POST /webhooks` and prints `handled <event id>` each time its handler runs.
+//! It serves `POST /webhooks` and prints `handled <event id>` each time its handler runs:
+//! once per event, however often the provider delivers it.
 //!
 //! ```text
 //! cargo run --example receiver
@@ -19,13 +22,44 @@ use std::time::Duration;
 
 use axum::routing::post;
 use axum::Router;
-use tower_webhook::{Event, Verifier, VerifyWebhookLayer};
+use std::sync::Arc;
 
-pub fn app(verifier: Verifier) -> Router {
+use tower::ServiceBuilder;
+use tower_webhook::store::{DedupeStore, PgStore, RedisStore, SqliteStore};
+use tower_webhook::{DedupeLayer, Event, Verifier, VerifyWebhookLayer};
+
+pub fn app(verifier: Verifier, store: Arc<dyn DedupeStore>) -> Router {
     Router::new().route(
         "/webhooks",
-        post(handle).layer(VerifyWebhookLayer::new(verifier)),
+        post(handle).layer(
+            ServiceBuilder::new()
+                .layer(VerifyWebhookLayer::new(verifier))
+                .layer(DedupeLayer::from_arc(store)),
+        ),
     )
+}
+
+/// The store `DATABASE_URL` names, or the embedded SQLite file; and its description.
+pub async fn store_from_env() -> Result<(Arc<dyn DedupeStore>, String), Box<dyn std::error::Error>>
+{
+    Ok(match std::env::var("DATABASE_URL") {
+        Ok(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            (Arc::new(PgStore::connect(&url).await?), "PostgreSQL".into())
+        }
+        Ok(url) if url.starts_with("redis://") => {
+            (Arc::new(RedisStore::connect(&url).await?), "Redis".into())
+        }
+        Ok(url) if !url.is_empty() => {
+            return Err(
+                format!("DATABASE_URL: use a postgres:// or redis:// URL, not {url:?}").into(),
+            )
+        }
+        _ => {
+            let path = std::env::var("WEBHOOK_SQLITE").unwrap_or_else(|_| "webhooks.db".into());
+            let description = format!("SQLite at {path}");
+            (Arc::new(SqliteStore::open(path).await?), description)
+        }
+    })
 }
 
 async fn handle(event: Event) -> http::StatusCode {
@@ -49,16 +83,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let scheme_name = scheme.name().to_owned();
     let verifier = Verifier::new(scheme, &secrets)?.with_tolerance(Duration::from_secs(tolerance));
 
+    let (store, store_name) = store_from_env().await?;
+
     let listener = tokio::net::TcpListener::bind(&bind).await?;
     let addr = listener.local_addr()?;
     eprintln!("receiving {scheme_name} webhooks on http://{addr}/webhooks");
+    eprintln!("deduplicating in {store_name}");
     if dev {
         eprintln!(
             "no WEBHOOK_SECRETS: using a development secret. Send a signed test delivery with\n  \
              WEBHOOK_SCHEME={scheme_name} cargo run --example send -- http://{addr}/webhooks"
         );
     }
-    axum::serve(listener, app(verifier))
+    axum::serve(listener, app(verifier, store))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })

@@ -50,7 +50,10 @@ fn example_binary(name: &str) -> PathBuf {
 #[tokio::test]
 async fn receiver_handles_signed_deliveries_once_each_and_refuses_forged_ones() {
     let secrets = "whsec_receiver_current_0123456789,whsec_receiver_old_0123456789";
+    let db = std::env::temp_dir().join(format!("tower-webhook-receiver-{}.db", std::process::id()));
     let mut child = Command::new(example_binary("receiver"))
+        .env_remove("DATABASE_URL")
+        .env("WEBHOOK_SQLITE", &db)
         .env("WEBHOOK_SCHEME", "stripe")
         .env("WEBHOOK_SECRETS", secrets)
         .env("WEBHOOK_TOLERANCE_SECS", "60")
@@ -120,7 +123,13 @@ async fn receiver_handles_signed_deliveries_once_each_and_refuses_forged_ones() 
 
 #[tokio::test]
 async fn receiver_without_secrets_explains_how_to_send_a_test_delivery() {
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-dev-{}.db",
+        std::process::id()
+    ));
     let mut child = Command::new(example_binary("receiver"))
+        .env_remove("DATABASE_URL")
+        .env("WEBHOOK_SQLITE", &db)
         .env_remove("WEBHOOK_SECRETS")
         .env_remove("WEBHOOK_SCHEME")
         .env("BIND", "127.0.0.1:0")
@@ -131,7 +140,7 @@ async fn receiver_without_secrets_explains_how_to_send_a_test_delivery() {
         .unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut text = String::new();
-    for _ in 0..3 {
+    for _ in 0..4 {
         let line = tokio::time::timeout(Duration::from_secs(30), stderr.next_line())
             .await
             .unwrap()
