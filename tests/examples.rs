@@ -76,48 +76,44 @@ async fn receiver_handles_signed_deliveries_once_each_and_refuses_forged_ones() 
     );
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
 
+    let deliver = |id: &'static str, secret: &'static str| {
+        let url = url.clone();
+        async move {
+            let body = event_body(id, "payment_intent.succeeded", "pi_1");
+            let headers = signed_headers(&Scheme::stripe(), secret, "", &body);
+            post(&url, headers, body).await.unwrap()
+        }
+    };
+    const CURRENT: &str = "whsec_receiver_current_0123456789";
+
     // Signed with the old secret: still accepted during a rotation.
-    let body = event_body("evt_recv_1", "payment_intent.succeeded", "pi_1");
-    let headers = signed_headers(
-        &Scheme::stripe(),
-        "whsec_receiver_old_0123456789",
-        "",
-        &body,
-    );
-    let (status, _) = post(&url, headers, body).await.unwrap();
+    let (status, _) = deliver("evt_recv_1", "whsec_receiver_old_0123456789").await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    let line = tokio::time::timeout(Duration::from_secs(10), stdout.next_line())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(line.as_deref(), Some("handled evt_recv_1"));
-
-    // Forged: 400, and no line is printed (the next line is the next good delivery's).
-    let forged = event_body("evt_forged", "payment_intent.succeeded", "pi_1");
-    let headers = signed_headers(
-        &Scheme::stripe(),
-        "whsec_attacker_guess_0123456789",
-        "",
-        &forged,
+    assert_eq!(
+        next_line(&mut stdout).await.as_deref(),
+        Some("handled evt_recv_1")
     );
-    let (status, text) = post(&url, headers, forged).await.unwrap();
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert_eq!(text, "invalid webhook signature");
 
-    let body = event_body("evt_recv_2", "payment_intent.succeeded", "pi_1");
-    let headers = signed_headers(
-        &Scheme::stripe(),
-        "whsec_receiver_current_0123456789",
-        "",
-        &body,
+    // Delivered again: acknowledged, and the handler does not run. Forged: 400. Neither
+    // prints a line: the next line is the next good delivery's.
+    assert_eq!(
+        deliver("evt_recv_1", CURRENT).await.0,
+        StatusCode::NO_CONTENT
     );
-    let (status, _) = post(&url, headers, body).await.unwrap();
-    assert_eq!(status, StatusCode::NO_CONTENT);
-    let line = tokio::time::timeout(Duration::from_secs(10), stdout.next_line())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(line.as_deref(), Some("handled evt_recv_2"));
+    let (status, text) = deliver("evt_forged", "whsec_attacker_guess_0123456789").await;
+    assert_eq!(
+        (status, text.as_ref()),
+        (StatusCode::BAD_REQUEST, &b"invalid webhook signature"[..])
+    );
+
+    assert_eq!(
+        deliver("evt_recv_2", CURRENT).await.0,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        next_line(&mut stdout).await.as_deref(),
+        Some("handled evt_recv_2")
+    );
     child.kill().await.unwrap();
 }
 
@@ -172,12 +168,21 @@ async fn receiver_without_secrets_explains_how_to_send_a_test_delivery() {
     assert!(output.status.success());
     assert!(String::from_utf8_lossy(&output.stdout).starts_with("204 No Content evt_from_send"));
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(10), stdout.next_line())
+    assert_eq!(
+        next_line(&mut stdout).await.as_deref(),
+        Some("handled evt_from_send")
+    );
+    child.kill().await.unwrap();
+}
+
+/// The receiver's next line of output, waiting at most 10 s.
+async fn next_line(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) -> Option<String> {
+    tokio::time::timeout(Duration::from_secs(10), lines.next_line())
         .await
         .unwrap()
-        .unwrap();
-    assert_eq!(line.as_deref(), Some("handled evt_from_send"));
-    child.kill().await.unwrap();
+        .unwrap()
 }
 
 const GH_SECRET: &str = "github-example-secret-0123";
