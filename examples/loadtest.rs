@@ -1,5 +1,5 @@
 //! HTTP load test over loopback: a bare axum handler, then + `VerifyWebhookLayer`, then +
-//! `DedupeLayer` on each store, under a realistic mix of deliveries — 70 % new events,
+//! `DedupeLayer` on each store (and PostgreSQL's transactional form), under a realistic mix of deliveries — 70 % new events,
 //! 25 % duplicates delivered later, 5 % duplicates delivered at the same time as the
 //! original — and a bare sqlx `INSERT … ON CONFLICT DO NOTHING` loop as the database's
 //! floor. Prints requests per second, p50 and p99 latency, and checks that with dedupe
@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! cargo run --release --example loadtest -- [--events N] [--concurrency C]
-//!     [--stores memory,sqlite,postgres,redis] [--json]
+//!     [--stores memory,sqlite,postgres,postgres-tx,redis] [--json]
 //! ```
 //!
 //! Bounded: at most 100 000 events, and each scenario stops after 120 s. PostgreSQL and
@@ -27,6 +27,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tower::ServiceBuilder;
+use tower_webhook::pg_tx::PgTxDedupeLayer;
 use tower_webhook::store::{DedupeStore, MemoryStore, PgStore, RedisStore, SqliteStore};
 use tower_webhook::{DedupeLayer, Event, Scheme, Verifier, VerifyWebhookLayer};
 
@@ -48,7 +49,7 @@ fn options() -> Result<Options, String> {
     let mut o = Options {
         events: 5_000,
         concurrency: 32,
-        stores: ["memory", "sqlite", "postgres", "redis"]
+        stores: ["memory", "sqlite", "postgres", "postgres-tx", "redis"]
             .map(String::from)
             .to_vec(),
         json: false,
@@ -109,7 +110,16 @@ fn deliveries(events: usize) -> Vec<Delivery> {
     out
 }
 
-fn app(calls: Calls, layers: Option<(Verifier, Option<Arc<dyn DedupeStore>>)>) -> Router {
+/// What stands in front of the handler.
+enum Mode {
+    Bare,
+    Verify,
+    Dedupe(Arc<dyn DedupeStore>),
+    PgTx(PgTxDedupeLayer),
+}
+
+fn app(calls: Calls, mode: Mode) -> Router {
+    let verify = || VerifyWebhookLayer::new(Verifier::new(Scheme::standard(), [SECRET]).unwrap());
     let handler = move |event: Option<Event>, body: Bytes| {
         let calls = calls.clone();
         async move {
@@ -125,14 +135,17 @@ fn app(calls: Calls, layers: Option<(Verifier, Option<Arc<dyn DedupeStore>>)>) -
             StatusCode::NO_CONTENT
         }
     };
-    let route = match layers {
-        None => post(handler),
-        Some((verifier, None)) => post(handler).layer(VerifyWebhookLayer::new(verifier)),
-        Some((verifier, Some(store))) => post(handler).layer(
+    let route = match mode {
+        Mode::Bare => post(handler),
+        Mode::Verify => post(handler).layer(verify()),
+        Mode::Dedupe(store) => post(handler).layer(
             ServiceBuilder::new()
-                .layer(VerifyWebhookLayer::new(verifier))
+                .layer(verify())
                 .layer(DedupeLayer::from_arc(store)),
         ),
+        Mode::PgTx(layer) => {
+            post(handler).layer(ServiceBuilder::new().layer(verify()).layer(layer))
+        }
     };
     Router::new().route("/webhooks", route)
 }
@@ -282,15 +295,27 @@ async fn bare_insert(pool: &sqlx::PgPool, work: &[Delivery], concurrency: usize)
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let o = options()?;
     let work: Arc<[Delivery]> = deliveries(o.events).into();
-    let verifier = || Verifier::new(Scheme::standard(), [SECRET]).unwrap();
     let mut reports = Vec::new();
     let fresh = || Calls::default();
+
+    // Warm-up, not reported: the first scenario would otherwise pay for cold caches and
+    // the client's first connections.
+    let calls = fresh();
+    run(
+        "warm-up",
+        app(calls.clone(), Mode::Bare),
+        calls,
+        &work,
+        o.events,
+        o.concurrency,
+    )
+    .await;
 
     let calls = fresh();
     reports.push(
         run(
             "bare axum handler",
-            app(calls.clone(), None),
+            app(calls.clone(), Mode::Bare),
             calls,
             &work,
             o.events,
@@ -302,7 +327,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     reports.push(
         run(
             "+ verify",
-            app(calls.clone(), Some((verifier(), None))),
+            app(calls.clone(), Mode::Verify),
             calls,
             &work,
             o.events,
@@ -314,23 +339,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pg_admin_url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let pg_db = format!("tower_webhook_loadtest_{}", std::process::id());
-    let mut cleanup_pg = false;
+    let mut pg_databases = Vec::new();
     for store_name in &o.stores {
-        let store: Arc<dyn DedupeStore> = match store_name.as_str() {
-            "memory" => Arc::new(MemoryStore::new()),
+        let mode = match store_name.as_str() {
+            "memory" => Mode::Dedupe(Arc::new(MemoryStore::new())),
             "sqlite" => {
                 let path = std::env::temp_dir().join(format!("{pg_db}.db"));
-                Arc::new(SqliteStore::open(path).await?)
+                Mode::Dedupe(Arc::new(SqliteStore::open(path).await?))
             }
-            "postgres" => {
+            "postgres" | "postgres-tx" => {
                 let admin = sqlx::PgPool::connect(&pg_admin_url).await?;
-                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {pg_db}")))
+                let db = format!("{pg_db}_{}", store_name.replace('-', "_"));
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}")))
                     .execute(&admin)
                     .await?;
                 admin.close().await;
-                cleanup_pg = true;
+                pg_databases.push(db.clone());
                 let url = format!(
-                    "{}/{pg_db}",
+                    "{}/{db}",
                     pg_admin_url
                         .rsplit_once('/')
                         .map_or(pg_admin_url.as_str(), |(base, _)| base)
@@ -339,17 +365,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .max_connections(o.concurrency as u32)
                     .connect(&url)
                     .await?;
-                reports.push(bare_insert(&pool, &work, o.concurrency).await);
-                Arc::new(PgStore::from_pool(pool).await?)
+                if store_name == "postgres" {
+                    reports.push(bare_insert(&pool, &work, o.concurrency).await);
+                    Mode::Dedupe(Arc::new(PgStore::from_pool(pool).await?))
+                } else {
+                    Mode::PgTx(PgTxDedupeLayer::new(pool).await?)
+                }
             }
             "redis" => {
                 let url =
                     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-                Arc::new(
+                Mode::Dedupe(Arc::new(
                     RedisStore::connect(&url)
                         .await?
                         .with_prefix(&format!("{pg_db}:")),
-                )
+                ))
             }
             other => return Err(format!("unknown store {other}").into()),
         };
@@ -358,7 +388,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         reports.push(
             run(
                 &name,
-                app(calls.clone(), Some((verifier(), Some(store)))),
+                app(calls.clone(), mode),
                 calls,
                 &work,
                 o.events,
@@ -367,13 +397,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .await,
         );
     }
-    if cleanup_pg {
+    if !pg_databases.is_empty() {
         let admin = sqlx::PgPool::connect(&pg_admin_url).await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {pg_db} WITH (FORCE)"
-        )))
-        .execute(&admin)
-        .await?;
+        for db in pg_databases {
+            let drop = format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)");
+            sqlx::query(sqlx::AssertSqlSafe(drop))
+                .execute(&admin)
+                .await?;
+        }
     }
     let _ = std::fs::remove_file(std::env::temp_dir().join(format!("{pg_db}.db")));
 

@@ -57,6 +57,9 @@ pub mod dedupe; // 2. claim (source, id) once; duplicates get 204
 
 pub mod store; //    where claims live: memory, SQLite, PostgreSQL, Redis
 
+#[cfg(feature = "postgres")]
+pub mod pg_tx; //    or: claim in the handler's own PostgreSQL transaction
+
 mod event; // 3. what the handler receives
 #[cfg(feature = "axum")]
 mod extract; //    ... as an axum extractor

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{at, request, verifier, NOW};
+use common::{at, fresh_pg_url, redis_url, request, verifier, NOW};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tower::util::BoxCloneSyncService;
@@ -385,40 +385,6 @@ fn temp_sqlite_path() -> std::path::PathBuf {
 
 async fn sqlite() -> Arc<dyn DedupeStore> {
     Arc::new(SqliteStore::open(temp_sqlite_path()).await.unwrap())
-}
-
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
-}
-
-fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
-/// A fresh database of its own, so tests never see each other's rows.
-async fn fresh_pg_url() -> String {
-    let admin = sqlx::PgPool::connect(&database_url())
-        .await
-        .expect("PostgreSQL must be running (.ci/services starts it)");
-    let name = format!("tower_webhook_test_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&admin)
-        .await
-        .unwrap();
-    admin.close().await;
-    let mut url = url_without_db(&database_url());
-    url.push('/');
-    url.push_str(&name);
-    url
-}
-
-fn url_without_db(url: &str) -> String {
-    let scheme_end = url.find("://").map_or(0, |i| i + 3);
-    match url[scheme_end..].find('/') {
-        Some(slash) => url[..scheme_end + slash].to_owned(),
-        None => url.to_owned(),
-    }
 }
 
 async fn postgres() -> Arc<dyn DedupeStore> {

@@ -59,6 +59,8 @@ mod future;
 mod layer;
 mod service;
 
+pub(crate) use self::service::MISSING_EVENT;
+
 pub use self::future::ResponseFuture;
 pub use self::layer::DedupeLayer;
 pub use self::service::Dedupe;

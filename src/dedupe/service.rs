@@ -39,7 +39,7 @@ impl<S> Dedupe<S> {
     }
 }
 
-pub(super) const MISSING_EVENT: &str = "no verified webhook Event in the request: add \
+pub(crate) const MISSING_EVENT: &str = "no verified webhook Event in the request: add \
     tower_webhook::VerifyWebhookLayer in front of DedupeLayer, or give DedupeLayer::with_key";
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Dedupe<S>

@@ -9,9 +9,9 @@ use super::{Claim, Completed, DedupeStore, Delivery, StoreError, StoreFuture, To
 
 /// Claims in PostgreSQL (feature `postgres`), in the `webhook_events` table of
 /// `migrations/postgres`. Any number of replicas share it; leases run on the database
-/// server's clock, so replicas' clocks do not matter. A new event costs one round trip
-/// (an `INSERT … ON CONFLICT DO UPDATE … RETURNING`); only a duplicate takes a second, to
-/// tell *done* from *in flight*.
+/// server's clock, so replicas' clocks do not matter. A new event's claim is one round trip
+/// (`INSERT … ON CONFLICT DO NOTHING RETURNING`); a duplicate takes a second, which takes
+/// over an expired claim or tells *done* from *in flight*, and writes nothing otherwise.
 ///
 /// Cloning shares the pool.
 #[derive(Clone, Debug)]
@@ -19,20 +19,28 @@ pub struct PgStore {
     pool: PgPool,
 }
 
-const CLAIM: &str = "
+/// A first-seen event: one round trip. `DO NOTHING` takes no lock on a conflicting row,
+/// so a duplicate writes nothing and costs the server no commit flush.
+const INSERT: &str = "
 INSERT INTO webhook_events
     (source, event_id, event_type, object_id, livemode, body, attempts, locked_until, lock_token)
 VALUES ($1, $2, $3, $4, $5, $6, 1, now() + make_interval(secs => $7), $8)
-ON CONFLICT (source, event_id) DO UPDATE SET
-    locked_until = EXCLUDED.locked_until,
-    lock_token = EXCLUDED.lock_token,
-    attempts = webhook_events.attempts + 1
-WHERE webhook_events.processed_at IS NULL
-  AND (webhook_events.locked_until IS NULL OR webhook_events.locked_until <= now())
+ON CONFLICT (source, event_id) DO NOTHING
 RETURNING lock_token";
 
-const STATE: &str = "
-SELECT processed_at IS NOT NULL,
+/// A row that exists: take it over if it was released or its lease ran out (the `UPDATE`
+/// re-checks that under the row lock, so one of several racers wins), and say why not
+/// otherwise — in the same round trip.
+const TAKE_OVER: &str = "
+WITH taken AS (
+    UPDATE webhook_events
+    SET locked_until = now() + make_interval(secs => $3), lock_token = $4, attempts = attempts + 1
+    WHERE source = $1 AND event_id = $2 AND processed_at IS NULL
+      AND (locked_until IS NULL OR locked_until <= now())
+    RETURNING lock_token
+)
+SELECT EXISTS (SELECT 1 FROM taken),
+       processed_at IS NOT NULL,
        (EXTRACT(EPOCH FROM (locked_until - now())) * 1000)::float8
 FROM webhook_events WHERE source = $1 AND event_id = $2";
 
@@ -96,9 +104,10 @@ impl DedupeStore for PgStore {
         let pool = self.pool.clone();
         Box::pin(async move {
             let audit = d.audit();
+            let err = |e| StoreError::new("postgres claim", e);
             for _ in 0..CLAIM_TRIES {
                 let token = Token::new();
-                let claimed = sqlx::query(CLAIM)
+                let inserted = sqlx::query(INSERT)
                     .bind(d.source())
                     .bind(d.id())
                     .bind(audit.event_type)
@@ -109,23 +118,26 @@ impl DedupeStore for PgStore {
                     .bind(token.as_uuid())
                     .fetch_optional(&pool)
                     .await
-                    .map_err(|e| StoreError::new("postgres claim", e))?;
-                if claimed.is_some() {
+                    .map_err(err)?;
+                if inserted.is_some() {
                     return Ok(Claim::New(token));
                 }
-                let row = sqlx::query(STATE)
+                let row = sqlx::query(TAKE_OVER)
                     .bind(d.source())
                     .bind(d.id())
+                    .bind(lease.as_secs_f64())
+                    .bind(token.as_uuid())
                     .fetch_optional(&pool)
                     .await
-                    .map_err(|e| StoreError::new("postgres claim", e))?;
+                    .map_err(err)?;
+                // No row: pruned between the two statements; try the insert again.
                 let Some(row) = row else { continue };
-                let done: bool = row
-                    .try_get(0)
-                    .map_err(|e| StoreError::new("postgres claim", e))?;
-                let remaining_ms: Option<f64> = row
-                    .try_get(1)
-                    .map_err(|e| StoreError::new("postgres claim", e))?;
+                let taken: bool = row.try_get(0).map_err(err)?;
+                let done: bool = row.try_get(1).map_err(err)?;
+                let remaining_ms: Option<f64> = row.try_get(2).map_err(err)?;
+                if taken {
+                    return Ok(Claim::New(token));
+                }
                 if done {
                     return Ok(Claim::Done);
                 }

@@ -117,3 +117,34 @@ impl Body for Chunked {
         Poll::Ready(Some(Ok(Frame::data(Bytes::from(vec![b'x'; self.size])))))
     }
 }
+
+/// PostgreSQL's URL: `DATABASE_URL`, else the local server.
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// Redis's URL: `REDIS_URL`, else the local server.
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// The URL of a fresh database of its own, so tests never see each other's rows.
+pub async fn fresh_pg_url() -> String {
+    let admin = sqlx::PgPool::connect(&database_url())
+        .await
+        .expect("PostgreSQL must be running (.ci/services starts it)");
+    let name = format!("tower_webhook_test_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let url = database_url();
+    // Everything before the path: `postgres://user@host:port`.
+    let authority = url.find("://").map_or(0, |i| i + 3);
+    let base = url[authority..]
+        .find('/')
+        .map_or(url.as_str(), |slash| &url[..authority + slash]);
+    format!("{base}/{name}")
+}

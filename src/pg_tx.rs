@@ -1,0 +1,284 @@
+//! Exactly once without leases, for effects in PostgreSQL (features `postgres`): the claim
+//! row is inserted in a transaction the handler writes in, committed only on a 2xx.
+//!
+//! [`PgTxDedupeLayer`] begins a transaction, inserts the event's row (done, with its body,
+//! type, object id and livemode) with `ON CONFLICT DO NOTHING`, and hands the transaction
+//! to the handler as a [`PgTx`] in the request's extensions (an axum extractor with the
+//! `axum` feature). On a 2xx it commits; on anything else it rolls back, and the row and
+//! the handler's writes vanish together.
+//!
+//! | the database says | response | handler called? |
+//! |---|---|---|
+//! | no row: the insert took | the handler's (committed on 2xx) | yes |
+//! | a committed row | 204 | no |
+//! | a row still being inserted by another attempt | waits on the unique index, then one of the two above | — |
+//! | unreachable, or the commit failed | 503 + `Retry-After` | — |
+//!
+//! The handler's effects *in this database* happen exactly once, with no lease to tune and
+//! one commit per event. Effects elsewhere (an e-mail, a call to another API) are not
+//! covered: a rollback cannot undo them. A slow handler holds its connection and makes
+//! concurrent duplicates wait; size the pool for it.
+//!
+//! ```no_run
+//! use axum::{routing::post, Router};
+//! use tower::ServiceBuilder;
+//! use tower_webhook::pg_tx::{PgTx, PgTxDedupeLayer};
+//! use tower_webhook::{Event, Scheme, Verifier, VerifyWebhookLayer};
+//!
+//! async fn fulfil(event: Event, tx: PgTx) -> http::StatusCode {
+//!     let mut tx = tx.lock().await;
+//!     let order = event.object_id().unwrap_or_default().to_owned();
+//!     match sqlx::query("UPDATE orders SET paid = true WHERE payment_id = $1")
+//!         .bind(order)
+//!         .execute(&mut **tx)
+//!         .await
+//!     {
+//!         Ok(_) => http::StatusCode::NO_CONTENT, // committed with the event's row
+//!         Err(_) => http::StatusCode::INTERNAL_SERVER_ERROR, // rolled back; the retry runs
+//!     }
+//! }
+//!
+//! # async fn app(pool: sqlx::PgPool) -> Result<Router, Box<dyn std::error::Error>> {
+//! let verifier = Verifier::new(Scheme::stripe(), ["whsec_from_the_dashboard_0123"])?;
+//! let app: Router = Router::new().route(
+//!     "/webhooks",
+//!     post(fulfil).layer(
+//!         ServiceBuilder::new()
+//!             .layer(VerifyWebhookLayer::new(verifier))
+//!             .layer(PgTxDedupeLayer::new(pool).await?),
+//!     ),
+//! );
+//! # Ok(app)
+//! # }
+//! ```
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use sqlx::{PgPool, Postgres, Transaction};
+use tokio::sync::{Mutex, MutexGuard};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::body::ResponseBody;
+use crate::dedupe::{Deduped, MISSING_EVENT};
+use crate::store::{Delivery, StoreError};
+use crate::Event;
+
+const INSERT: &str = "
+INSERT INTO webhook_events
+    (source, event_id, event_type, object_id, livemode, body, attempts, processed_at)
+VALUES ($1, $2, $3, $4, $5, $6, 1, now())
+ON CONFLICT (source, event_id) DO NOTHING
+RETURNING 1";
+
+/// The event's transaction, for the handler's own writes. Lock it, use `&mut **guard` as
+/// the executor, and let go before answering: the middleware commits it on a 2xx.
+#[derive(Clone)]
+pub struct PgTx {
+    tx: Arc<Mutex<Transaction<'static, Postgres>>>,
+}
+
+impl PgTx {
+    /// Waits for the transaction (only the handler's own tasks compete for it).
+    pub async fn lock(&self) -> MutexGuard<'_, Transaction<'static, Postgres>> {
+        self.tx.lock().await
+    }
+}
+
+impl std::fmt::Debug for PgTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgTx").finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "axum")]
+impl<S: Send + Sync> axum_core::extract::FromRequestParts<S> for PgTx {
+    type Rejection = (StatusCode, &'static str);
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        parts.extensions.get::<PgTx>().cloned().ok_or((
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "no webhook transaction in the request: add tower_webhook::pg_tx::PgTxDedupeLayer in front of this route",
+        ))
+    }
+}
+
+/// Applies [`PgTxDedupe`]. See the [module docs](self). Cloning shares the pool.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct PgTxDedupeLayer {
+    pool: PgPool,
+}
+
+impl PgTxDedupeLayer {
+    /// Uses `pool`, applying the crate's migrations (as [`PgStore`](crate::store::PgStore)
+    /// does; the two share the `webhook_events` table).
+    ///
+    /// # Errors
+    ///
+    /// When the migrations fail.
+    pub async fn new(pool: PgPool) -> Result<Self, StoreError> {
+        let store = crate::store::PgStore::from_pool(pool).await?;
+        Ok(Self {
+            pool: store.pool().clone(),
+        })
+    }
+
+    /// Uses `pool` as it is, without migrating: for a database known to be migrated, or
+    /// to build the layer before the server is up (requests get 503 until it is).
+    pub fn from_migrated_pool(pool: PgPool) -> Self {
+        Self { pool }
+    }
+}
+
+impl<S> Layer<S> for PgTxDedupeLayer {
+    type Service = PgTxDedupe<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        PgTxDedupe {
+            inner,
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+/// Middleware that runs each event's handler once, inside the event's transaction.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct PgTxDedupe<S> {
+    inner: S,
+    pool: PgPool,
+}
+
+impl<S> PgTxDedupe<S> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes `self`, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+/// Response future of [`PgTxDedupe`]: boxed, as it is three database round trips around
+/// the handler (begin and insert, then commit); one allocation is noise beside them.
+pub type PgTxFuture<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
+
+fn own<T>(
+    status: StatusCode,
+    text: &'static str,
+    outcome: Option<Deduped>,
+) -> Response<ResponseBody<T>> {
+    let mut response = ResponseBody::text(status, text);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    }
+    if let Some(outcome) = outcome {
+        response.extensions_mut().insert(outcome);
+    }
+    response
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for PgTxDedupe<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    ReqBody: Send + 'static,
+    ResBody: Send + 'static,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = PgTxFuture<Self::Response, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let pool = self.pool.clone();
+        let delivery = req.extensions().get::<Event>().map(Delivery::from_event);
+        Box::pin(async move {
+            let delivery = match delivery {
+                None => return Ok(own(StatusCode::INTERNAL_SERVER_ERROR, MISSING_EVENT, None)),
+                Some(None) => {
+                    return Ok(own(
+                        StatusCode::BAD_REQUEST,
+                        "webhook event has no id",
+                        None,
+                    ))
+                }
+                Some(Some(d)) => d,
+            };
+            let unavailable = |_error: sqlx::Error| {
+                #[cfg(feature = "tracing")]
+                tracing::error!(target: "tower_webhook", "webhook transaction failed: {_error}");
+                own(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "webhook store unavailable",
+                    Some(Deduped::StoreUnavailable),
+                )
+            };
+            let mut tx = match pool.begin().await {
+                Ok(tx) => tx,
+                Err(e) => return Ok(unavailable(e)),
+            };
+            let audit = delivery.audit();
+            // A concurrent attempt's uncommitted row makes this wait, then conflict (it
+            // committed) or insert (it rolled back).
+            let inserted = sqlx::query(INSERT)
+                .bind(delivery.source())
+                .bind(delivery.id())
+                .bind(audit.event_type)
+                .bind(audit.object_id)
+                .bind(audit.livemode)
+                .bind(audit.body)
+                .fetch_optional(&mut *tx)
+                .await;
+            match inserted {
+                Err(e) => return Ok(unavailable(e)),
+                Ok(None) => return Ok(own(StatusCode::NO_CONTENT, "", Some(Deduped::Done))),
+                Ok(Some(_)) => {}
+            }
+            let shared = Arc::new(Mutex::new(tx));
+            req.extensions_mut().insert(PgTx { tx: shared.clone() });
+            // Dropped here on error or panic: the transaction rolls back with it.
+            let response = inner.call(req).await?;
+            let Ok(tx) = Arc::try_unwrap(shared).map(Mutex::into_inner) else {
+                // The handler kept the transaction (a task still holds it): never commit
+                // work that may still be running.
+                return Ok(own(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "webhook transaction still in use",
+                    None,
+                ));
+            };
+            if !response.status().is_success() {
+                drop(tx); // rolls back
+                return Ok(response.map(ResponseBody::inner));
+            }
+            match tx.commit().await {
+                Ok(()) => Ok(response.map(ResponseBody::inner)),
+                Err(e) => Ok(unavailable(e)),
+            }
+        })
+    }
+}

@@ -1,0 +1,191 @@
+//! `PgTxDedupeLayer` against a real PostgreSQL: the handler's writes and the event's row
+//! commit together on a 2xx, or vanish together.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::post;
+use axum::Router;
+use common::{fresh_pg_url, post as http_post, signed_headers};
+use http::{HeaderMap, HeaderValue, StatusCode};
+use tower::ServiceBuilder;
+use tower_webhook::pg_tx::{PgTx, PgTxDedupeLayer};
+use tower_webhook::{Event, Scheme, Verifier, VerifyWebhookLayer};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// A server whose handler records one effect per call in the event's transaction, then
+/// behaves as `x-behave` says.
+async fn server(pool: sqlx::PgPool, calls: Arc<AtomicUsize>) -> String {
+    sqlx::query("CREATE TABLE effects (event_id TEXT NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let handler = move |event: Event, tx: PgTx, headers: HeaderMap| {
+        let calls = calls.clone();
+        async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            {
+                let mut tx = tx.lock().await;
+                sqlx::query("INSERT INTO effects (event_id) VALUES ($1)")
+                    .bind(event.id().unwrap())
+                    .execute(&mut **tx)
+                    .await
+                    .unwrap();
+            }
+            match headers.get("x-behave").and_then(|v| v.to_str().ok()) {
+                Some("fail") => StatusCode::INTERNAL_SERVER_ERROR,
+                Some("panic") => panic!("handler panicked"),
+                Some("slow") => {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    StatusCode::NO_CONTENT
+                }
+                _ => StatusCode::NO_CONTENT,
+            }
+        }
+    };
+    let app = Router::new().route(
+        "/webhooks",
+        post(handler).layer(
+            ServiceBuilder::new()
+                .layer(VerifyWebhookLayer::new(
+                    Verifier::new(Scheme::standard(), [SECRET]).unwrap(),
+                ))
+                .layer(PgTxDedupeLayer::new(pool).await.unwrap()),
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/webhooks", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+async fn deliver(url: &str, id: &str, behave: &str) -> StatusCode {
+    let body = format!(r#"{{"type":"order.paid","data":{{"id":"{id}"}}}}"#).into_bytes();
+    let mut headers = signed_headers(&Scheme::standard(), SECRET, id, &body);
+    headers.insert("x-behave", HeaderValue::from_str(behave).unwrap());
+    match http_post(url, headers, body).await {
+        Ok((status, _)) => status,
+        Err(_) => StatusCode::BAD_GATEWAY, // the connection died with a panicking handler
+    }
+}
+
+async fn effects(pool: &sqlx::PgPool, id: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM effects WHERE event_id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn setup() -> (sqlx::PgPool, String, Arc<AtomicUsize>) {
+    let pool = sqlx::PgPool::connect(&fresh_pg_url().await).await.unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let url = server(pool.clone(), calls.clone()).await;
+    (pool, url, calls)
+}
+
+#[tokio::test]
+async fn duplicate_after_commit_gets_204_and_the_effect_happened_once() {
+    let (pool, url, calls) = setup().await;
+    assert_eq!(
+        deliver(&url, "evt_tx_1", "ok").await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        deliver(&url, "evt_tx_1", "ok").await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(effects(&pool, "evt_tx_1").await, 1);
+    let processed: bool = sqlx::query_scalar(
+        "SELECT processed_at IS NOT NULL FROM webhook_events WHERE event_id = 'evt_tx_1'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(processed);
+}
+
+#[tokio::test]
+async fn failed_or_panicking_handler_rolls_back_its_writes_and_the_retry_runs() {
+    let (pool, url, calls) = setup().await;
+    assert_eq!(
+        deliver(&url, "evt_tx_2", "fail").await,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert_eq!(
+        effects(&pool, "evt_tx_2").await,
+        0,
+        "rolled back with the event's row"
+    );
+    let _ = deliver(&url, "evt_tx_2", "panic").await;
+    assert_eq!(effects(&pool, "evt_tx_2").await, 0);
+    assert_eq!(
+        deliver(&url, "evt_tx_2", "ok").await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(effects(&pool, "evt_tx_2").await, 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        deliver(&url, "evt_tx_2", "ok").await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn concurrent_duplicates_wait_on_the_index_and_the_effect_happens_once() {
+    let (pool, url, calls) = setup().await;
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { deliver(&url, "evt_tx_storm", "slow").await })
+        })
+        .collect();
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), StatusCode::NO_CONTENT);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(effects(&pool, "evt_tx_storm").await, 1);
+}
+
+#[tokio::test]
+async fn unreachable_database_gets_503_and_the_handler_never_runs() {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .acquire_timeout(Duration::from_secs(1))
+        .connect_lazy("postgres://postgres@127.0.0.1:1/postgres")
+        .unwrap();
+    assert!(
+        PgTxDedupeLayer::new(pool.clone()).await.is_err(),
+        "migrating needs the server"
+    );
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let app = Router::new().route(
+        "/webhooks",
+        post(move |_: PgTx| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { StatusCode::NO_CONTENT }
+        })
+        .layer(
+            ServiceBuilder::new()
+                .layer(VerifyWebhookLayer::new(
+                    Verifier::new(Scheme::standard(), [SECRET]).unwrap(),
+                ))
+                .layer(PgTxDedupeLayer::from_migrated_pool(pool)),
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/webhooks", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    assert_eq!(
+        deliver(&url, "evt_tx_down", "ok").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
