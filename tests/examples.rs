@@ -313,3 +313,48 @@ async fn tonic_example_serves_grpc_health_and_verified_webhooks_on_one_port() {
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
 }
+
+#[tokio::test]
+async fn loadtest_handles_every_event_exactly_once_on_every_store() {
+    let output = Command::new(example_binary("loadtest"))
+        .args(["--events", "300", "--concurrency", "16", "--json"])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let reports: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).unwrap();
+    let deduped: Vec<_> = reports
+        .iter()
+        .filter(|r| r["scenario"].as_str().unwrap().contains("dedupe"))
+        .collect();
+    assert_eq!(
+        deduped.len(),
+        5,
+        "memory, sqlite, postgres, postgres-tx, redis"
+    );
+    let bare = &reports[0];
+    let deliveries = bare["deliveries"].as_u64().unwrap();
+    assert!(
+        (400..460).contains(&deliveries),
+        "about 30 % duplicates: {bare}"
+    );
+    for r in deduped {
+        assert_eq!(r["double_effects"], 0, "{r}");
+        assert_eq!(r["lost"], 0, "{r}");
+        assert_eq!(r["handled"], 300, "{r}");
+        assert_eq!(r["deliveries"], deliveries, "{r}");
+        for status in r["statuses"].as_object().unwrap().keys() {
+            assert!(["204", "409"].contains(&status.as_str()), "only 204s and 409s: {r}");
+        }
+    }
+    // Without dedupe, every duplicate runs the handler again: what the layer prevents.
+    assert_eq!(
+        bare["double_effects"].as_u64(),
+        Some(deliveries - 300),
+        "{bare}"
+    );
+}
