@@ -348,7 +348,10 @@ async fn loadtest_handles_every_event_exactly_once_on_every_store() {
         assert_eq!(r["handled"], 300, "{r}");
         assert_eq!(r["deliveries"], deliveries, "{r}");
         for status in r["statuses"].as_object().unwrap().keys() {
-            assert!(["204", "409"].contains(&status.as_str()), "only 204s and 409s: {r}");
+            assert!(
+                ["204", "409"].contains(&status.as_str()),
+                "only 204s and 409s: {r}"
+            );
         }
     }
     // Without dedupe, every duplicate runs the handler again: what the layer prevents.
