@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use tower_webhook::store::{
-    Claim, DedupeStore, Delivery, MemoryStore, PgStore, RedisStore, SqliteStore,
+    Claim, DedupeStore, Delivery, MemoryStore, PgStore, RedisStore, SqliteStore, Token,
 };
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -24,7 +24,10 @@ fn next_id() -> String {
 
 async fn claim_and_complete(store: &dyn DedupeStore) {
     let delivery = Delivery::new("bench", next_id());
-    let Ok(Claim::New(token)) = store.claim(delivery.clone(), Duration::from_secs(60)).await else {
+    let Ok(Claim::New(token)) = store
+        .claim(delivery.clone(), Token::new(), Duration::from_secs(60))
+        .await
+    else {
         panic!("a fresh id is new")
     };
     store.complete(delivery, token).await.unwrap();

@@ -9,12 +9,15 @@
 //! The request path, in the order a request meets it:
 //!
 //! - [`verify`]: the layer — buffer under a limit, verify, insert the [`Event`];
+//! - [`filter`]: acknowledge event types you do not handle, and test-mode events on a
+//!   live endpoint, without calling the handler;
 //! - [`dedupe`]: the layer — claim `(source, id)` in a [`store`], let each event through once;
 //! - [`Verifier`]: the check itself, usable without HTTP;
 //! - [`scheme`]: what each provider signs and how (Standard Webhooks, Stripe, GitHub,
 //!   Slack, Shopify, or your own HMAC scheme), and signing for tests;
 //! - [`Secrets`]: keyed HMAC states, replaceable at runtime;
-//! - [`Event`]: what the handler receives (an axum extractor with the `axum` feature).
+//! - [`Event`]: what the handler receives (an axum extractor with the `axum` feature);
+//! - [`once`]: in the handler or a worker, run a business action once per key.
 //!
 //! ```
 //! use axum::{routing::post, Router};
@@ -53,16 +56,21 @@ pub mod verify; // 1. buffer the body under a limit, verify it, insert the Event
 
 mod verifier; //    the check itself: headers, signature, timestamp
 
-pub mod dedupe; // 2. claim (source, id) once; duplicates get 204
+pub mod filter; // 2. acknowledge unwanted types and test-mode events without a handler
+
+pub mod dedupe; // 3. claim (source, id) once; duplicates get 204
 
 pub mod store; //    where claims live: memory, SQLite, PostgreSQL, Redis
 
 #[cfg(feature = "postgres")]
 pub mod pg_tx; //    or: claim in the handler's own PostgreSQL transaction
 
-mod event; // 3. what the handler receives
+mod event; // 4. what the handler receives
 #[cfg(feature = "axum")]
 mod extract; //    ... as an axum extractor
+
+// For the application, after the request path:
+pub mod once; // run a business action once per key ("order 7 fulfilled")
 
 // What the path is configured with, and shared plumbing:
 mod body;

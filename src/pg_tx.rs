@@ -12,7 +12,9 @@
 //! | no row: the insert took | the handler's (committed on 2xx) | yes |
 //! | a committed row | 204 | no |
 //! | a row still being inserted by another attempt | waits on the unique index, then one of the two above | — |
+//! | a row claimed by a live `PgStore` attempt | 409 + `Retry-After` | no |
 //! | unreachable, or the commit failed | 503 + `Retry-After` | — |
+//! | the handler answered 2xx but one of its statements failed | 500, rolled back | yes |
 //!
 //! The handler's effects *in this database* happen exactly once, with no lease to tune and
 //! one commit per event. Effects elsewhere (an e-mail, a call to another API) are not
@@ -68,12 +70,23 @@ use crate::dedupe::{Deduped, MISSING_EVENT};
 use crate::store::{Delivery, StoreError};
 use crate::Event;
 
+/// The event's row, done — visible to others only when the transaction commits. A row
+/// left unfinished by `PgStore` (released, or its lease ran out) is taken over, so the
+/// two forms can share the table (during a switch from one to the other, say).
 const INSERT: &str = "
 INSERT INTO webhook_events
     (source, event_id, event_type, object_id, livemode, body, attempts, processed_at)
 VALUES ($1, $2, $3, $4, $5, $6, 1, now())
-ON CONFLICT (source, event_id) DO NOTHING
+ON CONFLICT (source, event_id) DO UPDATE SET
+    processed_at = now(), locked_until = NULL, lock_token = NULL,
+    attempts = webhook_events.attempts + 1
+WHERE webhook_events.processed_at IS NULL
+  AND (webhook_events.locked_until IS NULL OR webhook_events.locked_until <= now())
 RETURNING 1";
+
+/// Why the insert took nothing: done, or claimed by a `PgStore` attempt still running.
+const DONE: &str =
+    "SELECT processed_at IS NOT NULL FROM webhook_events WHERE source = $1 AND event_id = $2";
 
 /// The event's transaction, for the handler's own writes. Lock it, use `&mut **guard` as
 /// the executor, and let go before answering: the middleware commits it on a 2xx.
@@ -184,7 +197,10 @@ fn own<T>(
     outcome: Option<Deduped>,
 ) -> Response<ResponseBody<T>> {
     let mut response = ResponseBody::text(status, text);
-    if status == StatusCode::SERVICE_UNAVAILABLE {
+    if matches!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE | StatusCode::CONFLICT
+    ) {
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
@@ -255,14 +271,29 @@ where
                 .await;
             match inserted {
                 Err(e) => return Ok(unavailable(e)),
-                Ok(None) => return Ok(own(StatusCode::NO_CONTENT, "", Some(Deduped::Done))),
                 Ok(Some(_)) => {}
+                Ok(None) => {
+                    let done: Result<bool, _> = sqlx::query_scalar(DONE)
+                        .bind(delivery.source())
+                        .bind(delivery.id())
+                        .fetch_one(&mut *tx)
+                        .await;
+                    return Ok(match done {
+                        Err(e) => unavailable(e),
+                        Ok(true) => own(StatusCode::NO_CONTENT, "", Some(Deduped::Done)),
+                        Ok(false) => own(
+                            StatusCode::CONFLICT,
+                            "webhook delivery in progress",
+                            Some(Deduped::InFlight),
+                        ),
+                    });
+                }
             }
             let shared = Arc::new(Mutex::new(tx));
             req.extensions_mut().insert(PgTx { tx: shared.clone() });
             // Dropped here on error or panic: the transaction rolls back with it.
             let response = inner.call(req).await?;
-            let Ok(tx) = Arc::try_unwrap(shared).map(Mutex::into_inner) else {
+            let Ok(mut tx) = Arc::try_unwrap(shared).map(Mutex::into_inner) else {
                 // The handler kept the transaction (a task still holds it): never commit
                 // work that may still be running.
                 return Ok(own(
@@ -274,6 +305,19 @@ where
             if !response.status().is_success() {
                 drop(tx); // rolls back
                 return Ok(response.map(ResponseBody::inner));
+            }
+            // A statement of the handler's failed and it answered 2xx anyway: PostgreSQL
+            // would turn the COMMIT into a silent ROLLBACK. Ask first, and never send a 2xx
+            // for work that was not recorded.
+            if let Err(_error) = sqlx::query("SELECT 1").execute(&mut *tx).await {
+                #[cfg(feature = "tracing")]
+                tracing::error!(target: "tower_webhook", "the handler answered 2xx in a failed transaction: {_error}");
+                drop(tx);
+                return Ok(own(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "webhook transaction failed",
+                    None,
+                ));
             }
             match tx.commit().await {
                 Ok(()) => Ok(response.map(ResponseBody::inner)),

@@ -17,6 +17,7 @@ use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_webhook::dedupe::Deduped;
 use tower_webhook::store::{
     Claim, Completed, DedupeStore, Delivery, MemoryStore, PgStore, RedisStore, SqliteStore,
+    StoreFuture, Token,
 };
 use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
 
@@ -237,6 +238,7 @@ async fn crashed_claim_frees_itself_when_the_lease_runs_out(store: Arc<dyn Dedup
     let crashed = store
         .claim(
             Delivery::new("standard", "evt_crash"),
+            Token::new(),
             Duration::from_millis(400),
         )
         .await
@@ -255,7 +257,7 @@ async fn crashed_claim_frees_itself_when_the_lease_runs_out(store: Arc<dyn Dedup
 async fn a_stale_attempt_cannot_complete_a_newer_claim(store: Arc<dyn DedupeStore>) {
     let d = Delivery::new("standard", "evt_fence");
     let Claim::New(old) = store
-        .claim(d.clone(), Duration::from_millis(200))
+        .claim(d.clone(), Token::new(), Duration::from_millis(200))
         .await
         .unwrap()
     else {
@@ -263,7 +265,7 @@ async fn a_stale_attempt_cannot_complete_a_newer_claim(store: Arc<dyn DedupeStor
     };
     tokio::time::sleep(Duration::from_millis(400)).await;
     let Claim::New(new) = store
-        .claim(d.clone(), Duration::from_secs(30))
+        .claim(d.clone(), Token::new(), Duration::from_secs(30))
         .await
         .unwrap()
     else {
@@ -277,7 +279,7 @@ async fn a_stale_attempt_cannot_complete_a_newer_claim(store: Arc<dyn DedupeStor
     store.release(d.clone(), old).await.unwrap(); // a stale release changes nothing either
     assert!(matches!(
         store
-            .claim(d.clone(), Duration::from_secs(30))
+            .claim(d.clone(), Token::new(), Duration::from_secs(30))
             .await
             .unwrap(),
         Claim::InFlight { .. }
@@ -287,7 +289,10 @@ async fn a_stale_attempt_cannot_complete_a_newer_claim(store: Arc<dyn DedupeStor
         Completed::Done
     );
     assert_eq!(
-        store.claim(d, Duration::from_secs(30)).await.unwrap(),
+        store
+            .claim(d, Token::new(), Duration::from_secs(30))
+            .await
+            .unwrap(),
         Claim::Done
     );
 }
@@ -427,7 +432,7 @@ impl TapFull for MemoryStore {
     async fn tap_full(self) -> Self {
         let d = Delivery::new("standard", "evt_filler");
         let Claim::New(t) = self
-            .claim(d.clone(), Duration::from_secs(30))
+            .claim(d.clone(), Token::new(), Duration::from_secs(30))
             .await
             .unwrap()
         else {
@@ -600,4 +605,65 @@ async fn a_key_from_the_request_dedupes_without_the_verify_layer() {
         StatusCode::BAD_REQUEST
     );
     assert_eq!(*calls.lock().unwrap(), 1);
+}
+
+/// A store whose claims take effect at once but answer late: a request dropped while it
+/// waits has a claim it never heard of.
+struct SlowAnswers(MemoryStore);
+
+impl DedupeStore for SlowAnswers {
+    fn claim(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
+        let claim = self.0.claim(delivery, token, lease);
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            claim.await
+        })
+    }
+    fn complete(&self, delivery: Delivery, token: Token) -> StoreFuture<Completed> {
+        self.0.complete(delivery, token)
+    }
+    fn release(&self, delivery: Delivery, token: Token) -> StoreFuture<()> {
+        self.0.release(delivery, token)
+    }
+    fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
+        self.0.prune(older_than)
+    }
+}
+
+#[tokio::test]
+async fn request_dropped_while_claiming_releases_the_claim_it_never_heard_of() {
+    let memory = MemoryStore::new();
+    let calls = Calls::default();
+    let svc = stack(
+        Arc::new(SlowAnswers(memory.clone())),
+        Duration::from_secs(30),
+        calls.clone(),
+    );
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(50), send(&svc, "evt_hangup", "ok")).await;
+    assert!(
+        dropped.is_err(),
+        "the client gave up while the claim was on the wire"
+    );
+    // Without the release, the key would stay claimed for the 30 s lease (409).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let fast = stack(Arc::new(memory), Duration::from_secs(30), calls.clone());
+    assert_eq!(
+        send(&fast, "evt_hangup", "ok").await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(calls.of("evt_hangup"), 1);
+}
+
+#[tokio::test]
+async fn event_with_an_empty_id_is_a_400_not_a_shared_key() {
+    let calls = Calls::default();
+    let svc = stack(
+        Arc::new(MemoryStore::new()),
+        Duration::from_secs(30),
+        calls.clone(),
+    );
+    let response = svc.oneshot(delivery("", "ok")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(calls.of(""), 0);
 }

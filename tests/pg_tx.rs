@@ -38,6 +38,12 @@ async fn server(pool: sqlx::PgPool, calls: Arc<AtomicUsize>) -> String {
             }
             match headers.get("x-behave").and_then(|v| v.to_str().ok()) {
                 Some("fail") => StatusCode::INTERNAL_SERVER_ERROR,
+                // A statement fails, the handler ignores it and answers 2xx anyway.
+                Some("swallow") => {
+                    let mut tx = tx.lock().await;
+                    let _ = sqlx::query("SELECT 1/0").execute(&mut **tx).await;
+                    StatusCode::NO_CONTENT
+                }
                 Some("panic") => panic!("handler panicked"),
                 Some("slow") => {
                     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -188,4 +194,54 @@ async fn unreachable_database_gets_503_and_the_handler_never_runs() {
         StatusCode::SERVICE_UNAVAILABLE
     );
     assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_2xx_over_a_failed_statement_is_not_acknowledged_and_nothing_commits() {
+    let (pool, url, calls) = setup().await;
+    assert_eq!(
+        deliver(&url, "evt_tx_3", "swallow").await,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert_eq!(effects(&pool, "evt_tx_3").await, 0);
+    assert_eq!(
+        deliver(&url, "evt_tx_3", "ok").await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(effects(&pool, "evt_tx_3").await, 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn shares_the_table_with_pg_store_claims() {
+    use tower_webhook::store::{Claim, DedupeStore, Delivery, PgStore, Token};
+    let (pool, url, calls) = setup().await;
+    let store = PgStore::from_migrated_pool(pool.clone());
+    let d = Delivery::new("standard", "evt_tx_mixed");
+    let token = Token::new();
+    assert_eq!(
+        store
+            .claim(d.clone(), token, Duration::from_secs(30))
+            .await
+            .unwrap(),
+        Claim::New(token)
+    );
+    // A lease-based attempt is running: the transactional form does not run it too.
+    assert_eq!(
+        deliver(&url, "evt_tx_mixed", "ok").await,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    // It failed and released its claim: the transactional form takes the row over.
+    store.release(d, token).await.unwrap();
+    assert_eq!(
+        deliver(&url, "evt_tx_mixed", "ok").await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(effects(&pool, "evt_tx_mixed").await, 1);
+    assert_eq!(
+        deliver(&url, "evt_tx_mixed", "ok").await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
 }

@@ -10,7 +10,7 @@ use tower_service::Service;
 use super::layer::Config;
 use super::Deduped;
 use crate::body::ResponseBody;
-use crate::store::{whole_seconds, Claim, Completed, Delivery, StoreFuture, Token};
+use crate::store::{whole_seconds, Claim, ClaimGuard, Completed, Delivery, StoreFuture, Token};
 
 pin_project! {
     /// Response future of [`Dedupe`](super::Dedupe): claims the key, calls the inner
@@ -33,7 +33,7 @@ pin_project! {
     {
         Claiming {
             claim: StoreFuture<Claim>,
-            delivery: Option<Delivery>,
+            guard: Option<ClaimGuard>,
             request: Option<Request<B>>,
             inner: Option<S>,
         },
@@ -63,11 +63,13 @@ where
         inner: S,
         config: Arc<Config>,
     ) -> Self {
-        let claim = config.store.claim(delivery.clone(), config.lease);
+        let token = Token::new();
+        let claim = config.store.claim(delivery.clone(), token, config.lease);
+        let guard = ClaimGuard::new(config.store.clone(), delivery, token);
         Self {
             state: State::Claiming {
                 claim,
-                delivery: Some(delivery),
+                guard: Some(guard),
                 request: Some(request),
                 inner: Some(inner),
             },
@@ -115,19 +117,19 @@ where
                 }
                 StateProj::Claiming {
                     claim,
-                    delivery,
+                    guard,
                     request,
                     inner,
                 } => {
                     let config = this.config.as_ref().expect("claiming has a config");
-                    match ready!(claim.as_mut().poll(cx)) {
-                        Ok(Claim::New(token)) => {
-                            let guard = ClaimGuard {
-                                config: config.clone(),
-                                delivery: delivery.take().expect("claimed once"),
-                                token,
-                                armed: true,
-                            };
+                    let outcome = ready!(claim.as_mut().poll(cx));
+                    if !matches!(outcome, Ok(Claim::New(_))) {
+                        // Not granted: nothing to release.
+                        guard.take().expect("claimed once").disarm();
+                    }
+                    match outcome {
+                        Ok(Claim::New(_)) => {
+                            let guard = guard.take().expect("claimed once");
                             let mut inner = inner.take().expect("claimed once");
                             let future = inner.call(request.take().expect("claimed once"));
                             State::Calling {
@@ -171,9 +173,9 @@ where
                     // Spawned, so the store hears the outcome even if this future is
                     // dropped while it waits (the client hung up).
                     let finish = tokio::spawn(if success {
-                        guard.complete()
+                        finish_complete(guard)
                     } else {
-                        guard.release()
+                        finish_release(guard)
                     });
                     State::Finishing {
                         finish,
@@ -192,64 +194,42 @@ where
     }
 }
 
-/// A claim this attempt holds. Dropped while armed — the handler panicked, or the request
-/// future was dropped — it releases the claim in the background, so the provider's retry
-/// runs instead of waiting for the lease to run out.
-pub(super) struct ClaimGuard {
-    config: Arc<Config>,
-    delivery: Delivery,
-    token: Token,
-    armed: bool,
-}
-
-impl ClaimGuard {
-    fn complete(mut self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-        self.armed = false;
-        let complete = self
-            .config
-            .store
-            .complete(self.delivery.clone(), self.token);
-        Box::pin(async move {
-            match complete.await {
-                Ok(Completed::Done) => {}
-                Ok(Completed::Fenced) => {
-                    #[cfg(feature = "tracing")]
-                    tracing::warn!(
-                        target: "tower_webhook",
-                        "a handler finished after its claim's lease ran out; \
-                         another attempt may have run too: lengthen the lease"
-                    );
-                }
-                Err(error) => log_store_error("complete", &error),
+/// Tells the store the handler succeeded. The handler's work is done by now, so a store
+/// that failed to hear it is asked again (5 tries, 0.1 s to 1.6 s apart): a key left
+/// claimed frees itself at the end of the lease, and a later redelivery would run again.
+fn finish_complete(guard: ClaimGuard) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        let (store, delivery, token) = guard.into_parts();
+        let mut outcome = store.complete(delivery.clone(), token).await;
+        for attempt in 0..4 {
+            if outcome.is_ok() {
+                break;
             }
-        })
-    }
-
-    fn release(mut self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-        self.armed = false;
-        let release = self.config.store.release(self.delivery.clone(), self.token);
-        Box::pin(async move {
-            if let Err(error) = release.await {
-                log_store_error("release", &error);
-            }
-        })
-    }
-}
-
-impl Drop for ClaimGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            let release = self.config.store.release(self.delivery.clone(), self.token);
-            // Outside a runtime (at shutdown) the lease frees the claim instead.
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move {
-                    if let Err(error) = release.await {
-                        log_store_error("release", &error);
-                    }
-                });
-            }
+            tokio::time::sleep(std::time::Duration::from_millis(100 << attempt)).await;
+            outcome = store.complete(delivery.clone(), token).await;
         }
-    }
+        match outcome {
+            Ok(Completed::Done) => {}
+            Ok(Completed::Fenced) => {
+                #[cfg(feature = "tracing")]
+                tracing::warn!(
+                    target: "tower_webhook",
+                    "a handler finished after its claim's lease ran out; \
+                     another attempt may have run too: lengthen the lease"
+                );
+            }
+            Err(error) => log_store_error("complete", &error),
+        }
+    })
+}
+
+fn finish_release(guard: ClaimGuard) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    let release = guard.release();
+    Box::pin(async move {
+        if let Err(error) = release.await {
+            log_store_error("release", &error);
+        }
+    })
 }
 
 #[allow(unused_variables)]

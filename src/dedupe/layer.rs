@@ -55,10 +55,12 @@ impl DedupeLayer {
     }
 
     /// Replaces how long a claim holds before another attempt may take it over (default
-    /// 60 s). Make it longer than your handler ever runs: a claim taken over while its
-    /// handler still runs means that handler runs twice.
+    /// 60 s; kept between 1 s and 1 day, which every store can represent). Make it longer
+    /// than your handler ever runs: a claim taken over while its handler still runs means
+    /// that handler runs twice.
     pub fn with_lease(mut self, lease: Duration) -> Self {
-        Arc::make_mut(&mut self.config).lease = lease;
+        Arc::make_mut(&mut self.config).lease =
+            lease.clamp(Duration::from_secs(1), Duration::from_secs(24 * 3600));
         self
     }
 

@@ -83,7 +83,7 @@ impl MemoryStore {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn claim_now(&self, d: &Delivery, lease: Duration) -> Result<Claim, StoreError> {
+    fn claim_now(&self, d: &Delivery, token: Token, lease: Duration) -> Result<Claim, StoreError> {
         let now = Instant::now();
         let mut map = self.lock();
         let key = (d.source.clone(), d.id.clone());
@@ -107,7 +107,6 @@ impl MemoryStore {
                 return Err(StoreError::message("memory store is full"));
             }
         }
-        let token = Token::new();
         map.entries.insert(
             key,
             Entry::Claimed {
@@ -143,8 +142,8 @@ impl Default for MemoryStore {
 }
 
 impl DedupeStore for MemoryStore {
-    fn claim(&self, delivery: Delivery, lease: Duration) -> StoreFuture<Claim> {
-        let result = self.claim_now(&delivery, lease);
+    fn claim(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
+        let result = self.claim_now(&delivery, token, lease);
         Box::pin(std::future::ready(result))
     }
 

@@ -12,6 +12,7 @@
 //! back to nothing when the attempt **releases** its claim. A claim is one atomic store
 //! operation, never a check followed by an insert.
 
+mod guard;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -25,6 +26,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+pub(crate) use guard::ClaimGuard;
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
@@ -60,12 +62,13 @@ impl Delivery {
         }
     }
 
-    /// The delivery of a verified event, or `None` when the event has no id.
+    /// The delivery of a verified event, or `None` when the event has no id (an empty id
+    /// counts as none: every such event would share one key).
     #[must_use]
     pub fn from_event(event: &Event) -> Option<Self> {
         Some(Self {
             source: event.source().to_owned(),
-            id: event.id()?.to_owned(),
+            id: event.id().filter(|id| !id.is_empty())?.to_owned(),
             event: Some(event.clone()),
         })
     }
@@ -151,7 +154,8 @@ impl fmt::Display for Token {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Claim {
-    /// First seen, released, or its last claim's lease ran out: this attempt owns it.
+    /// First seen, released, or its last claim's lease ran out: this attempt owns it,
+    /// under the token it claimed with.
     New(Token),
     /// Already handled successfully.
     Done,
@@ -177,9 +181,10 @@ pub enum Completed {
 ///
 /// Every method is one atomic operation on the store.
 pub trait DedupeStore: Send + Sync + 'static {
-    /// Claims `delivery` for `lease`, atomically: [`Claim::New`] for exactly one of any
-    /// number of concurrent callers.
-    fn claim(&self, delivery: Delivery, lease: Duration) -> StoreFuture<Claim>;
+    /// Claims `delivery` for `lease` under `token`, atomically: [`Claim::New`] for exactly
+    /// one of any number of concurrent callers. The caller picks the token before asking,
+    /// so an attempt dropped while the claim is on the wire can still release it.
+    fn claim(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim>;
 
     /// Marks the claim done, if `token` still holds it. Done keys are kept until pruned
     /// (SQL stores) or until the store's retention runs out (memory, Redis).

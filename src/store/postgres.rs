@@ -100,13 +100,12 @@ impl PgStore {
 }
 
 impl DedupeStore for PgStore {
-    fn claim(&self, d: Delivery, lease: Duration) -> StoreFuture<Claim> {
+    fn claim(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
         let pool = self.pool.clone();
         Box::pin(async move {
             let audit = d.audit();
             let err = |e| StoreError::new("postgres claim", e);
             for _ in 0..CLAIM_TRIES {
-                let token = Token::new();
                 let inserted = sqlx::query(INSERT)
                     .bind(d.source())
                     .bind(d.id())

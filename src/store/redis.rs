@@ -133,11 +133,10 @@ fn claimed(token: Token) -> String {
 }
 
 impl DedupeStore for RedisStore {
-    fn claim(&self, d: Delivery, lease: Duration) -> StoreFuture<Claim> {
+    fn claim(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
         let (mut connection, scripts, key) =
             (self.connection.clone(), self.scripts.clone(), self.key(&d));
         Box::pin(async move {
-            let token = Token::new();
             let (state, pttl): (i64, i64) = scripts
                 .claim
                 .key(key)

@@ -104,13 +104,12 @@ impl SqliteStore {
 }
 
 impl DedupeStore for SqliteStore {
-    fn claim(&self, d: Delivery, lease: Duration) -> StoreFuture<Claim> {
+    fn claim(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
         let pool = self.pool.clone();
         Box::pin(async move {
             let audit = d.audit();
             for _ in 0..CLAIM_TRIES {
                 let now = now_ms();
-                let token = Token::new();
                 let claimed = sqlx::query(CLAIM)
                     .bind(d.source())
                     .bind(d.id())
