@@ -16,6 +16,8 @@
 //! - [`scheme`]: what each provider signs and how (Standard Webhooks, Stripe, GitHub,
 //!   Slack, Shopify, or your own HMAC scheme), and signing for tests;
 //! - [`Secrets`]: keyed HMAC states, replaceable at runtime;
+//! - `inbox` (features `sqlite`/`postgres`): or store the event, answer 204 at once, and
+//!   process it in a worker with retries;
 //! - [`Event`]: what the handler receives (an axum extractor with the `axum` feature);
 //! - [`once`]: in the handler or a worker, run a business action once per key.
 //!
@@ -64,6 +66,9 @@ pub mod store; //    where claims live: memory, SQLite, PostgreSQL, Redis
 
 #[cfg(feature = "postgres")]
 pub mod pg_tx; //    or: claim in the handler's own PostgreSQL transaction
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub mod inbox; //    or: store the event, answer 204, process it in a worker
 
 mod event; // 4. what the handler receives
 #[cfg(feature = "axum")]

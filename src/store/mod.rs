@@ -128,12 +128,15 @@ impl Token {
         Self(uuid::Uuid::new_v4())
     }
 
-    pub(crate) fn as_uuid(&self) -> uuid::Uuid {
+    /// The token's UUID, for stores of your own to keep.
+    #[must_use]
+    pub fn as_uuid(&self) -> uuid::Uuid {
         self.0
     }
 
-    #[allow(dead_code)]
-    pub(crate) fn from_uuid(uuid: uuid::Uuid) -> Self {
+    /// A token a store of your own kept as a UUID.
+    #[must_use]
+    pub fn from_uuid(uuid: uuid::Uuid) -> Self {
         Self(uuid)
     }
 }
@@ -210,7 +213,9 @@ pub struct StoreError {
 }
 
 impl StoreError {
-    pub(crate) fn new(
+    /// An error of `context` (such as `"claim"`) caused by `source`: for stores of your
+    /// own.
+    pub fn new(
         context: &'static str,
         source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
     ) -> Self {
@@ -220,7 +225,9 @@ impl StoreError {
         }
     }
 
-    pub(crate) fn message(context: &'static str) -> Self {
+    /// An error of `context` with no underlying cause: for stores of your own.
+    #[must_use]
+    pub fn message(context: &'static str) -> Self {
         Self {
             context,
             source: None,

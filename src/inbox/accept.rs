@@ -1,0 +1,77 @@
+//! [`Accept`]: the Tower service that stores verified deliveries in the inbox.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use http_body_util::Full;
+use tower_service::Service;
+
+use super::Inbox;
+use crate::Event;
+
+/// Stores each verified delivery and answers at once: 204 when stored (duplicates too),
+/// 503 + `Retry-After` when the database could not store it (the provider retries), 500
+/// without `VerifyWebhookLayer` in front. Serve it with axum's `post_service`.
+#[derive(Clone, Debug)]
+pub struct Accept {
+    inbox: Inbox,
+}
+
+/// Response future of [`Accept`]: boxed, as it is one database round trip.
+pub type AcceptFuture =
+    Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send>>;
+
+impl Accept {
+    pub(super) fn new(inbox: Inbox) -> Self {
+        Self { inbox }
+    }
+}
+
+fn text(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+    *response.status_mut() = status;
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    }
+    response
+}
+
+impl<B> Service<Request<B>> for Accept {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = AcceptFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let inbox = self.inbox.clone();
+        let event = req.extensions().get::<Event>().cloned();
+        Box::pin(async move {
+            let Some(event) = event else {
+                return Ok(text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    crate::dedupe::MISSING_EVENT,
+                ));
+            };
+            if event.id().is_none_or(str::is_empty) {
+                return Ok(text(StatusCode::BAD_REQUEST, "webhook event has no id"));
+            }
+            Ok(match inbox.accept(&event).await {
+                Ok(_) => text(StatusCode::NO_CONTENT, ""),
+                Err(_error) => {
+                    #[cfg(feature = "tracing")]
+                    tracing::error!(target: "tower_webhook", "inbox could not store an event: {_error}");
+                    text(StatusCode::SERVICE_UNAVAILABLE, "webhook store unavailable")
+                }
+            })
+        })
+    }
+}

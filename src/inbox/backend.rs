@@ -1,0 +1,538 @@
+//! The inbox's SQL, per database. Both keep the same states in `webhook_events`:
+//! queued (`next_attempt_at` set, not locked), processing (locked under a token until the
+//! lease ends), processed (`processed_at`), dead (`dead_at`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::{Accepted, Counts, InboxEvent, Requeue};
+use crate::store::{Delivery, StoreError, StoreFuture, Token};
+use crate::Event;
+
+/// What a worker does with a claimed row when it is done with it.
+#[derive(Debug, Clone)]
+pub(crate) enum Outcome {
+    Processed,
+    /// Failed; try again this much later.
+    Retry(String, Duration),
+    /// Failed for the last time.
+    Dead(String),
+    /// Not attempted after all (shutdown): back to the queue, the attempt uncounted.
+    HandBack,
+}
+
+pub(crate) trait Backend: Send + Sync + 'static {
+    fn accept(&self, event: &Event) -> StoreFuture<Accepted>;
+    /// Claims up to `limit` due rows for `lease` under `token`, counting an attempt each.
+    fn claim(&self, limit: usize, lease: Duration, token: Token) -> StoreFuture<Vec<InboxEvent>>;
+    /// Records `outcome` if `token` still holds the row; `false` when fenced out.
+    fn finish(
+        &self,
+        source: String,
+        id: String,
+        token: Token,
+        outcome: Outcome,
+    ) -> StoreFuture<bool>;
+    fn requeue(&self, which: &Requeue) -> StoreFuture<u64>;
+    fn prune(&self, older_than: Duration) -> StoreFuture<u64>;
+    fn counts(&self) -> StoreFuture<Counts>;
+    /// Wakes `wake` whenever another process queues a row (PostgreSQL `LISTEN`); `None`
+    /// where only this process writes (SQLite).
+    fn listen(&self, wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>>;
+}
+
+fn delivery(event: &Event) -> Result<Delivery, StoreError> {
+    Delivery::from_event(event).ok_or_else(|| StoreError::message("the event has no id"))
+}
+
+#[cfg(feature = "sqlite")]
+pub(crate) use self::sqlite::Sqlite;
+
+#[cfg(feature = "sqlite")]
+mod sqlite {
+    use super::*;
+    use sqlx::{Row, SqlitePool};
+
+    pub(crate) struct Sqlite {
+        pool: SqlitePool,
+    }
+
+    impl Sqlite {
+        pub(crate) fn new(pool: SqlitePool) -> Self {
+            Self { pool }
+        }
+    }
+
+    fn ms(d: Duration) -> i64 {
+        i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    fn now_ms() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, ms)
+    }
+
+    const ACCEPT: &str = "
+INSERT INTO webhook_events
+    (source, event_id, event_type, object_id, livemode, body, received_at, attempts, next_attempt_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?7)
+ON CONFLICT (source, event_id) DO NOTHING";
+
+    // SQLite has one writer: this UPDATE is atomic, no two workers get the same row.
+    const CLAIM: &str = "
+UPDATE webhook_events
+SET locked_until = ?1 + ?2, lock_token = ?3, attempts = attempts + 1
+WHERE rowid IN (
+    SELECT rowid FROM webhook_events
+    WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= ?1
+      AND processed_at IS NULL AND dead_at IS NULL
+      AND (locked_until IS NULL OR locked_until <= ?1)
+    ORDER BY next_attempt_at LIMIT ?4)
+RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
+
+    impl Backend for Sqlite {
+        fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
+            let pool = self.pool.clone();
+            let d = delivery(event);
+            Box::pin(async move {
+                let d = d?;
+                let audit = d.audit();
+                let done = sqlx::query(ACCEPT)
+                    .bind(d.source())
+                    .bind(d.id())
+                    .bind(audit.event_type)
+                    .bind(audit.object_id)
+                    .bind(audit.livemode)
+                    .bind(audit.body)
+                    .bind(now_ms())
+                    .execute(&pool)
+                    .await
+                    .map_err(|e| StoreError::new("inbox accept", e))?;
+                Ok(if done.rows_affected() == 1 {
+                    Accepted::New
+                } else {
+                    Accepted::Duplicate
+                })
+            })
+        }
+
+        fn claim(
+            &self,
+            limit: usize,
+            lease: Duration,
+            token: Token,
+        ) -> StoreFuture<Vec<InboxEvent>> {
+            let pool = self.pool.clone();
+            Box::pin(async move {
+                let rows = sqlx::query(CLAIM)
+                    .bind(now_ms())
+                    .bind(ms(lease))
+                    .bind(token.to_string())
+                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .fetch_all(&pool)
+                    .await
+                    .map_err(|e| StoreError::new("inbox claim", e))?;
+                rows.into_iter()
+                    .map(|r| {
+                        Ok(InboxEvent {
+                            source: r.try_get(0)?,
+                            id: r.try_get(1)?,
+                            event_type: r.try_get(2)?,
+                            object_id: r.try_get(3)?,
+                            livemode: r.try_get(4)?,
+                            body: r
+                                .try_get::<Option<Vec<u8>>, _>(5)?
+                                .unwrap_or_default()
+                                .into(),
+                            attempt: u32::try_from(r.try_get::<i64, _>(6)?).unwrap_or(u32::MAX),
+                        })
+                    })
+                    .collect::<Result<_, sqlx::Error>>()
+                    .map_err(|e| StoreError::new("inbox claim", e))
+            })
+        }
+
+        fn finish(
+            &self,
+            source: String,
+            id: String,
+            token: Token,
+            outcome: Outcome,
+        ) -> StoreFuture<bool> {
+            let pool = self.pool.clone();
+            Box::pin(async move {
+                let now = now_ms();
+                const KEY: &str = "WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3";
+                let query = match outcome {
+                    Outcome::Processed => sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "UPDATE webhook_events SET processed_at = ?4, processing_error = NULL,
+                         locked_until = NULL, lock_token = NULL {KEY}"
+                    )))
+                    .bind(source)
+                    .bind(id)
+                    .bind(token.to_string())
+                    .bind(now),
+                    Outcome::Retry(error, after) => sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "UPDATE webhook_events SET next_attempt_at = ?4, processing_error = ?5,
+                         locked_until = NULL, lock_token = NULL {KEY}"
+                    )))
+                    .bind(source)
+                    .bind(id)
+                    .bind(token.to_string())
+                    .bind(now.saturating_add(ms(after)))
+                    .bind(error),
+                    Outcome::Dead(error) => sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "UPDATE webhook_events SET dead_at = ?4, processing_error = ?5,
+                         locked_until = NULL, lock_token = NULL {KEY}"
+                    )))
+                    .bind(source)
+                    .bind(id)
+                    .bind(token.to_string())
+                    .bind(now)
+                    .bind(error),
+                    Outcome::HandBack => sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "UPDATE webhook_events SET attempts = attempts - 1,
+                         locked_until = NULL, lock_token = NULL {KEY}"
+                    )))
+                    .bind(source)
+                    .bind(id)
+                    .bind(token.to_string()),
+                };
+                let done = query
+                    .execute(&pool)
+                    .await
+                    .map_err(|e| StoreError::new("inbox finish", e))?;
+                Ok(done.rows_affected() == 1)
+            })
+        }
+
+        fn requeue(&self, which: &Requeue) -> StoreFuture<u64> {
+            let pool = self.pool.clone();
+            let which = which.clone();
+            Box::pin(async move {
+                let (source, id) = which.id.unzip();
+                let done = sqlx::query(
+                    "UPDATE webhook_events
+                     SET next_attempt_at = ?1, attempts = 0, processed_at = NULL, dead_at = NULL,
+                         processing_error = NULL, locked_until = NULL, lock_token = NULL
+                     WHERE next_attempt_at IS NOT NULL
+                       AND (?2 IS NULL OR (source = ?2 AND event_id = ?3))
+                       AND (?4 = 0 OR dead_at IS NOT NULL)
+                       AND (?5 IS NULL OR event_type = ?5)",
+                )
+                .bind(now_ms())
+                .bind(source)
+                .bind(id)
+                .bind(which.dead_only)
+                .bind(which.event_type)
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("inbox requeue", e))?;
+                Ok(done.rows_affected())
+            })
+        }
+
+        fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
+            let pool = self.pool.clone();
+            Box::pin(async move {
+                let before = now_ms().saturating_sub(ms(older_than));
+                let done = sqlx::query(
+                    "DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL
+                     AND (processed_at < ?1 OR dead_at < ?1)",
+                )
+                .bind(before)
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("inbox prune", e))?;
+                Ok(done.rows_affected())
+            })
+        }
+
+        fn counts(&self) -> StoreFuture<Counts> {
+            let pool = self.pool.clone();
+            Box::pin(async move {
+                let row = sqlx::query(
+                    "SELECT
+                        count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL AND (locked_until IS NULL OR locked_until <= ?1)),
+                        count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL AND locked_until > ?1),
+                        count(*) FILTER (WHERE processed_at IS NOT NULL),
+                        count(*) FILTER (WHERE dead_at IS NOT NULL)
+                     FROM webhook_events WHERE next_attempt_at IS NOT NULL",
+                )
+                .bind(now_ms())
+                .fetch_one(&pool)
+                .await
+                .map_err(|e| StoreError::new("inbox counts", e))?;
+                let get = |i| row.try_get::<i64, _>(i).map(|n| n.unsigned_abs());
+                (|| {
+                    Ok(Counts {
+                        queued: get(0)?,
+                        processing: get(1)?,
+                        processed: get(2)?,
+                        dead: get(3)?,
+                    })
+                })()
+                .map_err(|e: sqlx::Error| StoreError::new("inbox counts", e))
+            })
+        }
+
+        fn listen(&self, _wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>> {
+            None
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+pub(crate) use self::postgres::Postgres;
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::*;
+    use sqlx::postgres::{PgListener, PgPool};
+    use sqlx::Row;
+
+    const CHANNEL: &str = "webhook_events";
+
+    pub(crate) struct Postgres {
+        pool: PgPool,
+    }
+
+    impl Postgres {
+        pub(crate) fn new(pool: PgPool) -> Self {
+            Self { pool }
+        }
+    }
+
+    /// Stores the row and, only if it is new, notifies listening workers — one round trip.
+    const ACCEPT: &str = "
+WITH inserted AS (
+    INSERT INTO webhook_events
+        (source, event_id, event_type, object_id, livemode, body, attempts, next_attempt_at)
+    VALUES ($1, $2, $3, $4, $5, $6, 0, now())
+    ON CONFLICT (source, event_id) DO NOTHING
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM inserted) AS new,
+       CASE WHEN EXISTS (SELECT 1 FROM inserted) THEN pg_notify('webhook_events', '') END";
+
+    /// `SKIP LOCKED`: concurrent workers (in any replica) each take different rows.
+    const CLAIM: &str = "
+UPDATE webhook_events w
+SET locked_until = now() + make_interval(secs => $1), lock_token = $2, attempts = w.attempts + 1
+FROM (
+    SELECT source, event_id FROM webhook_events
+    WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= now()
+      AND processed_at IS NULL AND dead_at IS NULL
+      AND (locked_until IS NULL OR locked_until <= now())
+    ORDER BY next_attempt_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+) due
+WHERE w.source = due.source AND w.event_id = due.event_id
+RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body, w.attempts";
+
+    impl Backend for Postgres {
+        fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
+            let pool = self.pool.clone();
+            let d = delivery(event);
+            Box::pin(async move {
+                let d = d?;
+                let audit = d.audit();
+                let new: bool = sqlx::query_scalar(ACCEPT)
+                    .bind(d.source())
+                    .bind(d.id())
+                    .bind(audit.event_type)
+                    .bind(audit.object_id)
+                    .bind(audit.livemode)
+                    .bind(audit.body)
+                    .fetch_one(&pool)
+                    .await
+                    .map_err(|e| StoreError::new("inbox accept", e))?;
+                Ok(if new {
+                    Accepted::New
+                } else {
+                    Accepted::Duplicate
+                })
+            })
+        }
+
+        fn claim(
+            &self,
+            limit: usize,
+            lease: Duration,
+            token: Token,
+        ) -> StoreFuture<Vec<InboxEvent>> {
+            let pool = self.pool.clone();
+            Box::pin(async move {
+                let rows = sqlx::query(CLAIM)
+                    .bind(lease.as_secs_f64())
+                    .bind(token.as_uuid())
+                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .fetch_all(&pool)
+                    .await
+                    .map_err(|e| StoreError::new("inbox claim", e))?;
+                rows.into_iter()
+                    .map(|r| {
+                        Ok(InboxEvent {
+                            source: r.try_get(0)?,
+                            id: r.try_get(1)?,
+                            event_type: r.try_get(2)?,
+                            object_id: r.try_get(3)?,
+                            livemode: r.try_get(4)?,
+                            body: r
+                                .try_get::<Option<Vec<u8>>, _>(5)?
+                                .unwrap_or_default()
+                                .into(),
+                            attempt: u32::try_from(r.try_get::<i32, _>(6)?).unwrap_or(0),
+                        })
+                    })
+                    .collect::<Result<_, sqlx::Error>>()
+                    .map_err(|e| StoreError::new("inbox claim", e))
+            })
+        }
+
+        fn finish(
+            &self,
+            source: String,
+            id: String,
+            token: Token,
+            outcome: Outcome,
+        ) -> StoreFuture<bool> {
+            let pool = self.pool.clone();
+            Box::pin(async move {
+                const KEY: &str = "WHERE source = $1 AND event_id = $2 AND lock_token = $3";
+                let query = match outcome {
+                    Outcome::Processed => sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "UPDATE webhook_events SET processed_at = now(), processing_error = NULL,
+                         locked_until = NULL, lock_token = NULL {KEY}"
+                    )))
+                    .bind(source)
+                    .bind(id)
+                    .bind(token.as_uuid()),
+                    Outcome::Retry(error, after) => sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "UPDATE webhook_events SET next_attempt_at = now() + make_interval(secs => $5),
+                         processing_error = $4, locked_until = NULL, lock_token = NULL {KEY}"
+                    )))
+                    .bind(source)
+                    .bind(id)
+                    .bind(token.as_uuid())
+                    .bind(error)
+                    .bind(after.as_secs_f64()),
+                    Outcome::Dead(error) => sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "UPDATE webhook_events SET dead_at = now(), processing_error = $4,
+                         locked_until = NULL, lock_token = NULL {KEY}"
+                    )))
+                    .bind(source)
+                    .bind(id)
+                    .bind(token.as_uuid())
+                    .bind(error),
+                    Outcome::HandBack => sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "UPDATE webhook_events SET attempts = attempts - 1,
+                         locked_until = NULL, lock_token = NULL {KEY}"
+                    )))
+                    .bind(source)
+                    .bind(id)
+                    .bind(token.as_uuid()),
+                };
+                let done = query
+                    .execute(&pool)
+                    .await
+                    .map_err(|e| StoreError::new("inbox finish", e))?;
+                Ok(done.rows_affected() == 1)
+            })
+        }
+
+        fn requeue(&self, which: &Requeue) -> StoreFuture<u64> {
+            let pool = self.pool.clone();
+            let which = which.clone();
+            Box::pin(async move {
+                let (source, id) = which.id.unzip();
+                let done = sqlx::query(
+                    "WITH requeued AS (
+                        UPDATE webhook_events
+                        SET next_attempt_at = now(), attempts = 0, processed_at = NULL, dead_at = NULL,
+                            processing_error = NULL, locked_until = NULL, lock_token = NULL
+                        WHERE next_attempt_at IS NOT NULL
+                          AND ($1::text IS NULL OR (source = $1 AND event_id = $2))
+                          AND (NOT $3 OR dead_at IS NOT NULL)
+                          AND ($4::text IS NULL OR event_type = $4)
+                        RETURNING 1)
+                     SELECT count(*), pg_notify('webhook_events', '') FROM requeued",
+                )
+                .bind(source)
+                .bind(id)
+                .bind(which.dead_only)
+                .bind(which.event_type)
+                .fetch_one(&pool)
+                .await
+                .map_err(|e| StoreError::new("inbox requeue", e))?;
+                let n: i64 = done
+                    .try_get(0)
+                    .map_err(|e| StoreError::new("inbox requeue", e))?;
+                Ok(n.unsigned_abs())
+            })
+        }
+
+        fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
+            let pool = self.pool.clone();
+            Box::pin(async move {
+                let done = sqlx::query(
+                    "DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL
+                     AND (processed_at < now() - make_interval(secs => $1) OR dead_at < now() - make_interval(secs => $1))",
+                )
+                .bind(older_than.as_secs_f64())
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("inbox prune", e))?;
+                Ok(done.rows_affected())
+            })
+        }
+
+        fn counts(&self) -> StoreFuture<Counts> {
+            let pool = self.pool.clone();
+            Box::pin(async move {
+                let row = sqlx::query(
+                    "SELECT
+                        count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL AND (locked_until IS NULL OR locked_until <= now())),
+                        count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL AND locked_until > now()),
+                        count(*) FILTER (WHERE processed_at IS NOT NULL),
+                        count(*) FILTER (WHERE dead_at IS NOT NULL)
+                     FROM webhook_events WHERE next_attempt_at IS NOT NULL",
+                )
+                .fetch_one(&pool)
+                .await
+                .map_err(|e| StoreError::new("inbox counts", e))?;
+                let get = |i| row.try_get::<i64, _>(i).map(|n| n.unsigned_abs());
+                (|| {
+                    Ok(Counts {
+                        queued: get(0)?,
+                        processing: get(1)?,
+                        processed: get(2)?,
+                        dead: get(3)?,
+                    })
+                })()
+                .map_err(|e: sqlx::Error| StoreError::new("inbox counts", e))
+            })
+        }
+
+        fn listen(&self, wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>> {
+            let pool = self.pool.clone();
+            Some(tokio::spawn(async move {
+                // Reconnects after a failure; the worker's polling covers the gap.
+                loop {
+                    if let Ok(mut listener) = PgListener::connect_with(&pool).await {
+                        if listener.listen(CHANNEL).await.is_ok() {
+                            while listener.recv().await.is_ok() {
+                                wake.notify_waiters();
+                            }
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }))
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The inbox pattern: store the verified event, answer 204 at once, and process it in a
+//! worker with retries — the seed guide's recommended shape for anything slow.
+//!
+//! ```text
+//! request ─► VerifyWebhookLayer ─► inbox.accept() ── INSERT … ON CONFLICT DO NOTHING ─► 204
+//!                                   worker ─► claim due rows ─► your processor(event)
+//!                                          ├─ Ok  ─► processed_at
+//!                                          └─ Err ─► processing_error, retry with backoff,
+//!                                                    dead after N attempts
+//! ```
+//!
+//! - [`Inbox::accept_service`] is a Tower service (an axum handler via `post_service`)
+//!   behind `VerifyWebhookLayer`: it stores the event's raw body, type, object id and
+//!   livemode, and answers 204 — duplicates too, they are already stored — or 503 when it
+//!   could not store (the provider retries).
+//! - A [`Worker`] claims due rows (`FOR UPDATE SKIP LOCKED` on PostgreSQL, one writer on
+//!   SQLite) under a lease and a fencing token, runs your processor, and records the
+//!   outcome. A crashed worker's rows come back when their lease runs out, the attempt
+//!   counted; a worker shut down gracefully hands its unfinished rows back uncounted.
+//! - Operators [`requeue`](Inbox::requeue) dead rows, [`prune`](Inbox::prune) old ones
+//!   and read [`counts`](Inbox::counts); [`ingest`](Inbox::ingest) stores events fetched
+//!   from a provider's events API through the same deduplicated path.
+//!
+//! Rows live in the `webhook_events` table of `migrations/`, beside `DedupeLayer`'s (a
+//! row is the inbox's when it has a `next_attempt_at`). Use one or the other per source.
+
+mod accept;
+mod backend;
+mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+pub use self::accept::{Accept, AcceptFuture};
+use self::backend::Backend;
+pub use self::worker::{Processor, Worker, WorkerHandle};
+use crate::store::StoreError;
+use crate::Event;
+
+/// A durable queue of verified events. Cloning shares it.
+#[derive(Clone)]
+pub struct Inbox {
+    backend: Arc<dyn Backend>,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+/// One stored event, as a worker hands it to the processor.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct InboxEvent {
+    /// Which endpoint or provider.
+    pub source: String,
+    /// The provider's event id.
+    pub id: String,
+    /// The event type, where known.
+    pub event_type: Option<String>,
+    /// The object the event is about, where known.
+    pub object_id: Option<String>,
+    /// The body's `livemode`, where the provider sends it.
+    pub livemode: Option<bool>,
+    /// The body exactly as received.
+    pub body: Bytes,
+    /// This attempt's number, from 1.
+    pub attempt: u32,
+}
+
+/// Whether [`Inbox::accept`] stored a new row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Accepted {
+    /// First seen: stored and queued.
+    New,
+    /// Already stored (a duplicate delivery).
+    Duplicate,
+}
+
+/// How many rows are in each state, for dashboards.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Counts {
+    /// Waiting for their first or next attempt.
+    pub queued: u64,
+    /// Claimed by a worker now.
+    pub processing: u64,
+    /// Processed.
+    pub processed: u64,
+    /// Gave up after the maximum attempts.
+    pub dead: u64,
+}
+
+/// Which rows [`Inbox::requeue`] puts back in the queue.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Requeue {
+    pub(crate) id: Option<(String, String)>,
+    pub(crate) dead_only: bool,
+    pub(crate) event_type: Option<String>,
+}
+
+impl Requeue {
+    /// One event, whatever its state (processed ones too: replay).
+    #[must_use]
+    pub fn id(source: &str, id: &str) -> Self {
+        Self {
+            id: Some((source.to_owned(), id.to_owned())),
+            ..Self::default()
+        }
+    }
+
+    /// Every dead row.
+    #[must_use]
+    pub fn dead() -> Self {
+        Self {
+            dead_only: true,
+            ..Self::default()
+        }
+    }
+
+    /// Narrows to one event type.
+    #[must_use]
+    pub fn with_type(mut self, event_type: &str) -> Self {
+        self.event_type = Some(event_type.to_owned());
+        self
+    }
+}
+
+impl Inbox {
+    /// An inbox in the SQLite store's database.
+    #[cfg(feature = "sqlite")]
+    #[must_use]
+    pub fn sqlite(store: &crate::store::SqliteStore) -> Self {
+        Self::new(Arc::new(backend::Sqlite::new(store.pool().clone())))
+    }
+
+    /// An inbox in the PostgreSQL store's database; workers wake on `NOTIFY` from any
+    /// replica's `accept`.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn postgres(store: &crate::store::PgStore) -> Self {
+        Self::new(Arc::new(backend::Postgres::new(store.pool().clone())))
+    }
+
+    fn new(backend: Arc<dyn Backend>) -> Self {
+        Self {
+            backend,
+            wake: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    /// Stores a verified event for processing; a duplicate stores nothing.
+    ///
+    /// # Errors
+    ///
+    /// When the event has no id, or the database could not store it.
+    pub async fn accept(&self, event: &Event) -> Result<Accepted, StoreError> {
+        let accepted = self.backend.accept(event).await?;
+        if accepted == Accepted::New {
+            self.wake.notify_waiters();
+        }
+        Ok(accepted)
+    }
+
+    /// Stores an event fetched from the provider's events API (catch-up after an outage):
+    /// the same deduplicated path as a delivery, so events already received are skipped.
+    ///
+    /// # Errors
+    ///
+    /// As for [`accept`](Self::accept).
+    pub async fn ingest(&self, event: &Event) -> Result<Accepted, StoreError> {
+        self.accept(event).await
+    }
+
+    /// A Tower service that accepts verified deliveries: 204 once stored (duplicates too),
+    /// 503 when the database cannot store, 500 without `VerifyWebhookLayer`.
+    #[must_use]
+    pub fn accept_service(&self) -> Accept {
+        Accept::new(self.clone())
+    }
+
+    /// Puts matching rows back in the queue now, with their attempts reset; returns how
+    /// many.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn requeue(&self, which: Requeue) -> Result<u64, StoreError> {
+        let n = self.backend.requeue(&which).await?;
+        self.wake.notify_waiters();
+        Ok(n)
+    }
+
+    /// Deletes processed and dead rows older than `older_than`; returns how many.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn prune(&self, older_than: Duration) -> Result<u64, StoreError> {
+        self.backend.prune(older_than).await
+    }
+
+    /// How many rows are in each state.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn counts(&self) -> Result<Counts, StoreError> {
+        self.backend.counts().await
+    }
+}
+
+impl std::fmt::Debug for Inbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inbox").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,394 @@
+//! The inbox on SQLite and PostgreSQL: accept stores once and answers at once; workers
+//! process each event once, retry with backoff, give up into dead rows, survive crashes
+//! and hand rows back on shutdown.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{at, fresh_pg_url, request, verifier, NOW};
+use http::StatusCode;
+use http_body_util::Full;
+use tower::{ServiceBuilder, ServiceExt};
+use tower_webhook::inbox::{Inbox, InboxEvent, Requeue, Worker};
+use tower_webhook::store::{PgStore, SqliteStore};
+use tower_webhook::{Scheme, VerifyWebhookLayer};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// Attempts seen by the processor, per event id.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<HashMap<String, Vec<u32>>>>);
+
+impl Seen {
+    fn record(&self, e: &InboxEvent) {
+        self.0
+            .lock()
+            .unwrap()
+            .entry(e.id.clone())
+            .or_default()
+            .push(e.attempt);
+    }
+    fn of(&self, id: &str) -> Vec<u32> {
+        self.0.lock().unwrap().get(id).cloned().unwrap_or_default()
+    }
+}
+
+/// Posts a signed delivery of `id` to verify + accept; returns the status.
+async fn deliver(inbox: &Inbox, id: &str) -> StatusCode {
+    let svc = ServiceBuilder::new()
+        .layer(VerifyWebhookLayer::new(verifier(
+            Scheme::standard(),
+            &[SECRET],
+        )))
+        .service(inbox.accept_service());
+    let body = format!(
+        r#"{{"type":"order.paid","livemode":true,"data":{{"object":{{"id":"pi_{id}"}}}}}}"#
+    );
+    let headers = Scheme::standard()
+        .sign([SECRET], id, at(NOW), body.as_bytes())
+        .unwrap();
+    let req: http::Request<Full<Bytes>> = request(headers, body);
+    svc.oneshot(req).await.unwrap().status()
+}
+
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    for _ in 0..300 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+async fn accepted_events_are_processed_once_each(inbox: Inbox) {
+    for i in 0..30 {
+        assert_eq!(
+            deliver(&inbox, &format!("evt_{i}")).await,
+            StatusCode::NO_CONTENT
+        );
+        if i % 3 == 0 {
+            assert_eq!(
+                deliver(&inbox, &format!("evt_{i}")).await,
+                StatusCode::NO_CONTENT,
+                "a duplicate is acknowledged too"
+            );
+        }
+    }
+    let seen = Seen::default();
+    let s = seen.clone();
+    let worker = Worker::new(&inbox, move |e: InboxEvent| {
+        let s = s.clone();
+        async move {
+            assert_eq!(e.event_type.as_deref(), Some("order.paid"));
+            assert_eq!(e.object_id.as_deref(), Some(&*format!("pi_{}", e.id)));
+            assert_eq!(e.livemode, Some(true));
+            assert!(e.body.starts_with(b"{\"type\":\"order.paid\""));
+            s.record(&e);
+            Ok::<_, std::io::Error>(())
+        }
+    })
+    .with_concurrency(4)
+    // Longer than the test: everything below happens on wake-ups, not polls.
+    .with_poll_interval(Duration::from_secs(60))
+    .spawn();
+    eventually("30 processed", async || {
+        inbox.counts().await.unwrap().processed == 30
+    })
+    .await;
+    for i in 0..30 {
+        assert_eq!(seen.of(&format!("evt_{i}")), vec![1], "evt_{i}");
+    }
+    // Accepted after the worker went idle: the accept wakes it.
+    assert_eq!(deliver(&inbox, "evt_late").await, StatusCode::NO_CONTENT);
+    eventually("the late one", async || seen.of("evt_late") == vec![1]).await;
+    worker.shutdown().await;
+    let counts = inbox.counts().await.unwrap();
+    assert_eq!(
+        (
+            counts.queued,
+            counts.processing,
+            counts.processed,
+            counts.dead
+        ),
+        (0, 0, 31, 0)
+    );
+}
+
+async fn failures_retry_with_backoff_then_die_and_requeue_brings_them_back(inbox: Inbox) {
+    deliver(&inbox, "evt_flaky").await;
+    deliver(&inbox, "evt_broken").await;
+    let healed = Arc::new(AtomicBool::new(false));
+    let seen = Seen::default();
+    let (s, h) = (seen.clone(), healed.clone());
+    let worker = Worker::new(&inbox, move |e: InboxEvent| {
+        let (s, h) = (s.clone(), h.clone());
+        async move {
+            s.record(&e);
+            match e.id.as_str() {
+                "evt_flaky" if e.attempt < 3 => Err("provider API timed out".to_owned()),
+                "evt_broken" if !h.load(Ordering::SeqCst) => Err("order not found".to_owned()),
+                _ => Ok(()),
+            }
+        }
+    })
+    .with_max_attempts(4)
+    .with_backoff(Duration::from_millis(20), Duration::from_millis(100))
+    .with_poll_interval(Duration::from_millis(20))
+    .spawn();
+    eventually("flaky processed, broken dead", async || {
+        let c = inbox.counts().await.unwrap();
+        c.processed == 1 && c.dead == 1
+    })
+    .await;
+    assert_eq!(seen.of("evt_flaky"), vec![1, 2, 3]);
+    assert_eq!(
+        seen.of("evt_broken"),
+        vec![1, 2, 3, 4],
+        "dead after the 4th attempt"
+    );
+
+    healed.store(true, Ordering::SeqCst);
+    assert_eq!(inbox.requeue(Requeue::dead()).await.unwrap(), 1);
+    eventually("requeued one processed", async || {
+        inbox.counts().await.unwrap().processed == 2
+    })
+    .await;
+    assert_eq!(
+        seen.of("evt_broken"),
+        vec![1, 2, 3, 4, 1],
+        "attempts start again"
+    );
+    worker.shutdown().await;
+
+    // Replay of a processed event by id.
+    assert_eq!(
+        inbox
+            .requeue(Requeue::id("standard", "evt_flaky"))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(inbox.counts().await.unwrap().queued, 1);
+}
+
+async fn a_crashed_workers_rows_come_back_after_the_lease_counting_the_attempt(inbox: Inbox) {
+    deliver(&inbox, "evt_crash").await;
+    let seen = Seen::default();
+    let s = seen.clone();
+    let stuck = Worker::new(&inbox, move |e: InboxEvent| {
+        let s = s.clone();
+        async move {
+            s.record(&e);
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok::<_, std::io::Error>(())
+        }
+    })
+    .with_lease(Duration::from_millis(300))
+    .with_poll_interval(Duration::from_millis(20))
+    .spawn();
+    eventually("claimed", async || seen.of("evt_crash") == vec![1]).await;
+    stuck.abort(); // the process died mid-event
+
+    let s = seen.clone();
+    let worker = Worker::new(&inbox, move |e: InboxEvent| {
+        let s = s.clone();
+        async move {
+            s.record(&e);
+            Ok::<_, std::io::Error>(())
+        }
+    })
+    .with_poll_interval(Duration::from_millis(20))
+    .spawn();
+    eventually("processed after the lease", async || {
+        inbox.counts().await.unwrap().processed == 1
+    })
+    .await;
+    assert_eq!(seen.of("evt_crash"), vec![1, 2]);
+    worker.shutdown().await;
+}
+
+async fn shutdown_hands_unfinished_rows_back_without_burning_an_attempt(inbox: Inbox) {
+    deliver(&inbox, "evt_shutdown").await;
+    let seen = Seen::default();
+    let s = seen.clone();
+    let slow = Worker::new(&inbox, move |e: InboxEvent| {
+        let s = s.clone();
+        async move {
+            s.record(&e);
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok::<_, std::io::Error>(())
+        }
+    })
+    .with_grace(Duration::from_millis(50))
+    .with_poll_interval(Duration::from_millis(20))
+    .spawn();
+    eventually("claimed", async || seen.of("evt_shutdown") == vec![1]).await;
+    slow.shutdown().await;
+    assert_eq!(
+        inbox.counts().await.unwrap().queued,
+        1,
+        "back in the queue at once, no lease wait"
+    );
+
+    let s = seen.clone();
+    let worker = Worker::new(&inbox, move |e: InboxEvent| {
+        let s = s.clone();
+        async move {
+            s.record(&e);
+            Ok::<_, std::io::Error>(())
+        }
+    })
+    .with_poll_interval(Duration::from_millis(20))
+    .spawn();
+    eventually("processed", async || {
+        inbox.counts().await.unwrap().processed == 1
+    })
+    .await;
+    assert_eq!(
+        seen.of("evt_shutdown"),
+        vec![1, 1],
+        "the handed-back attempt did not count"
+    );
+    worker.shutdown().await;
+    assert_eq!(inbox.prune(Duration::from_secs(3600)).await.unwrap(), 0);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(inbox.prune(Duration::from_millis(10)).await.unwrap(), 1);
+}
+
+async fn two_workers_process_each_event_once(inbox: Inbox, other: Inbox) {
+    for i in 0..60 {
+        deliver(
+            if i % 2 == 0 { &inbox } else { &other },
+            &format!("evt_pair_{i}"),
+        )
+        .await;
+    }
+    let seen = Seen::default();
+    let workers: Vec<_> = [&inbox, &other]
+        .into_iter()
+        .map(|inbox| {
+            let s = seen.clone();
+            Worker::new(inbox, move |e: InboxEvent| {
+                let s = s.clone();
+                async move {
+                    s.record(&e);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    Ok::<_, std::io::Error>(())
+                }
+            })
+            .with_concurrency(3)
+            .with_poll_interval(Duration::from_millis(20))
+            .spawn()
+        })
+        .collect();
+    eventually("60 processed", async || {
+        inbox.counts().await.unwrap().processed == 60
+    })
+    .await;
+    for w in workers {
+        w.shutdown().await;
+    }
+    for i in 0..60 {
+        assert_eq!(seen.of(&format!("evt_pair_{i}")), vec![1], "evt_pair_{i}");
+    }
+}
+
+fn sqlite_path() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "tower-webhook-inbox-{}.db",
+        uuid::Uuid::new_v4().simple()
+    ))
+}
+
+async fn sqlite() -> Inbox {
+    Inbox::sqlite(&SqliteStore::open(sqlite_path()).await.unwrap())
+}
+
+async fn postgres() -> Inbox {
+    Inbox::postgres(&PgStore::connect(&fresh_pg_url().await).await.unwrap())
+}
+
+macro_rules! suite {
+    ($name:ident, $make:expr) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test]
+            async fn accepted_events_are_processed_once_each() {
+                super::accepted_events_are_processed_once_each($make).await;
+            }
+            #[tokio::test]
+            async fn failures_retry_with_backoff_then_die_and_requeue_brings_them_back() {
+                super::failures_retry_with_backoff_then_die_and_requeue_brings_them_back($make)
+                    .await;
+            }
+            #[tokio::test]
+            async fn a_crashed_workers_rows_come_back_after_the_lease_counting_the_attempt() {
+                super::a_crashed_workers_rows_come_back_after_the_lease_counting_the_attempt($make)
+                    .await;
+            }
+            #[tokio::test]
+            async fn shutdown_hands_unfinished_rows_back_without_burning_an_attempt() {
+                super::shutdown_hands_unfinished_rows_back_without_burning_an_attempt($make).await;
+            }
+        }
+    };
+}
+
+suite!(sqlite_inbox, sqlite().await);
+suite!(postgres_inbox, postgres().await);
+
+#[tokio::test]
+async fn sqlite_two_processes_on_one_file_process_each_event_once() {
+    let path = sqlite_path();
+    let a = Inbox::sqlite(&SqliteStore::open(&path).await.unwrap());
+    let b = Inbox::sqlite(&SqliteStore::open(&path).await.unwrap());
+    two_workers_process_each_event_once(a, b).await;
+}
+
+#[tokio::test]
+async fn postgres_two_replicas_process_each_event_once() {
+    let url = fresh_pg_url().await;
+    let a = Inbox::postgres(&PgStore::connect(&url).await.unwrap());
+    let b = Inbox::postgres(&PgStore::connect(&url).await.unwrap());
+    two_workers_process_each_event_once(a, b).await;
+}
+
+#[tokio::test]
+async fn accept_answers_503_when_it_cannot_store() {
+    let store = SqliteStore::open(sqlite_path()).await.unwrap();
+    let inbox = Inbox::sqlite(&store);
+    store.pool().close().await;
+    assert_eq!(
+        deliver(&inbox, "evt_down").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+}
+
+#[tokio::test]
+async fn postgres_accept_in_one_replica_wakes_a_worker_in_another() {
+    let url = fresh_pg_url().await;
+    let receiver = Inbox::postgres(&PgStore::connect(&url).await.unwrap());
+    let processor = Inbox::postgres(&PgStore::connect(&url).await.unwrap());
+    let seen = Seen::default();
+    let s = seen.clone();
+    let worker = Worker::new(&processor, move |e: InboxEvent| {
+        let s = s.clone();
+        async move {
+            s.record(&e);
+            Ok::<_, std::io::Error>(())
+        }
+    })
+    .with_poll_interval(Duration::from_secs(60))
+    .spawn();
+    tokio::time::sleep(Duration::from_millis(300)).await; // LISTEN is up
+    deliver(&receiver, "evt_notify").await;
+    eventually("woken by NOTIFY", async || seen.of("evt_notify") == vec![1]).await;
+    worker.shutdown().await;
+}
