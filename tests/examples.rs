@@ -361,3 +361,57 @@ async fn loadtest_handles_every_event_exactly_once_on_every_store() {
         "{bare}"
     );
 }
+
+/// The worst day at a small scale: every effect exactly once, the forged and stale ones
+/// refused, on the embedded store and on PostgreSQL.
+async fn demo(extra: &[&str]) -> serde_json::Value {
+    let output = Command::new(example_binary("demo"))
+        .args(["--events", "400", "--json"])
+        .args(extra)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let table: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    for key in [
+        "sent",
+        "accepted",
+        "duplicates",
+        "rejected",
+        "processed",
+        "double_effects",
+        "lost",
+        "seconds",
+    ] {
+        assert!(table.get(key).is_some(), "{key} missing: {table}");
+    }
+    assert_eq!(table["double_effects"], 0, "{table}");
+    assert_eq!(table["lost"], 0, "{table}");
+    assert_eq!(table["accepted"], 400, "{table}");
+    assert_eq!(table["processed"], 400, "{table}");
+    let sent = table["sent"].as_u64().unwrap();
+    let rejected = table["rejected"].as_u64().unwrap();
+    let duplicates = table["duplicates"].as_u64().unwrap();
+    assert_eq!(
+        400 + duplicates + rejected,
+        sent,
+        "every delivery accounted for: {table}"
+    );
+    assert!(duplicates > 400, "1–5 deliveries per event: {table}");
+    table
+}
+
+#[tokio::test]
+async fn demo_on_sqlite_holds_exactly_once() {
+    demo(&[]).await;
+}
+
+#[tokio::test]
+async fn demo_on_postgres_holds_exactly_once() {
+    let url = common::fresh_pg_url().await;
+    demo(&["--database-url", &url]).await;
+}

@@ -1,0 +1,364 @@
+//! A provider's worst day, played against a real receiver and worker over loopback.
+//!
+//! ```text
+//! cargo run --release --example demo -- [--events N] [--database-url postgres://…] [--json]
+//! ```
+//!
+//! N events (default 10 000) are each delivered 1–5 times, shuffled, by 32 concurrent
+//! senders; some carry event times days old; forged and stale deliveries are mixed in; the
+//! processor fails transiently on one attempt in ten; and halfway through, the worker is
+//! killed mid-event and a new one started. The receiver is `VerifyWebhookLayer` + the
+//! inbox's accept service on the embedded SQLite store (or PostgreSQL); the processor
+//! records each event's business effect through `Once` in a ledger. At the end the ledger
+//! is checked: every event's effect exactly once — no double effects, none lost.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::routing::post_service;
+use axum::Router;
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
+use tower_webhook::once::Once;
+use tower_webhook::store::{DedupeStore, PgStore, SqliteStore};
+use tower_webhook::{Scheme, Verifier, VerifyWebhookLayer};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const MAX_EVENTS: usize = 100_000;
+
+struct Options {
+    events: usize,
+    database_url: Option<String>,
+    json: bool,
+    seed: u64,
+}
+
+fn options() -> Result<Options, String> {
+    let mut o = Options {
+        events: 10_000,
+        database_url: None,
+        json: false,
+        seed: 7,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().ok_or(format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--events" => o.events = value()?.parse().map_err(|_| "--events: a number")?,
+            "--database-url" => o.database_url = Some(value()?),
+            "--seed" => o.seed = value()?.parse().map_err(|_| "--seed: a number")?,
+            "--json" => o.json = true,
+            _ => return Err(format!("unknown argument {arg}")),
+        }
+    }
+    o.events = o.events.clamp(1, MAX_EVENTS);
+    Ok(o)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Genuine,
+    Forged,
+    Stale,
+}
+
+struct Delivery {
+    kind: Kind,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+/// The day's deliveries: every event 1–5 times, some about objects days old, plus forged
+/// and stale ones; shuffled.
+fn worst_day(events: usize, source: &str, rng: &mut fastrand::Rng) -> Vec<Delivery> {
+    let now = SystemTime::now();
+    let mut out = Vec::new();
+    for i in 0..events {
+        let id = format!("evt_{source}_{i}");
+        // One event in twenty describes something that happened days ago: a late event.
+        let days_ago = if rng.u32(0..20) == 0 {
+            rng.u64(1..4)
+        } else {
+            0
+        };
+        let created = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            .saturating_sub(days_ago * 86_400);
+        let body = Bytes::from(format!(
+            r#"{{"type":"payment_intent.succeeded","created":{created},"livemode":true,"data":{{"object":{{"id":"pi_{i}"}}}}}}"#
+        ));
+        for _ in 0..rng.usize(1..=5) {
+            let headers = Scheme::standard().sign([SECRET], &id, now, &body).unwrap();
+            out.push(Delivery {
+                kind: Kind::Genuine,
+                headers,
+                body: body.clone(),
+            });
+        }
+        if rng.u32(0..50) == 0 {
+            let headers = Scheme::standard()
+                .sign(["whsec_YXR0YWNrZXJzLWd1ZXNzLTAxMjM0NTY3"], &id, now, &body)
+                .unwrap();
+            out.push(Delivery {
+                kind: Kind::Forged,
+                headers,
+                body: body.clone(),
+            });
+        }
+        if rng.u32(0..50) == 0 {
+            let replayed_at = now - Duration::from_secs(3600);
+            let headers = Scheme::standard()
+                .sign([SECRET], &id, replayed_at, &body)
+                .unwrap();
+            out.push(Delivery {
+                kind: Kind::Stale,
+                headers,
+                body,
+            });
+        }
+    }
+    rng.shuffle(&mut out);
+    out
+}
+
+#[derive(Default, serde::Serialize)]
+struct Table {
+    sent: usize,
+    accepted: u64,
+    duplicates: u64,
+    rejected: usize,
+    processed: u64,
+    double_effects: u64,
+    lost: u64,
+    seconds: f64,
+    deliveries_per_second: f64,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let o = options()?;
+    let mut rng = fastrand::Rng::with_seed(o.seed);
+    let source_tag = format!("{}", std::process::id());
+
+    // The store: embedded SQLite by default, PostgreSQL when given.
+    let sqlite_path = std::env::temp_dir().join(format!("tower-webhook-demo-{source_tag}.db"));
+    let (inbox, store, backend): (Inbox, Arc<dyn DedupeStore>, String) = match &o.database_url {
+        Some(url) => {
+            let store = PgStore::connect(url).await?;
+            (
+                Inbox::postgres(&store),
+                Arc::new(store),
+                "PostgreSQL".into(),
+            )
+        }
+        None => {
+            let store = SqliteStore::open(&sqlite_path).await?;
+            (
+                Inbox::sqlite(&store),
+                Arc::new(store),
+                format!("SQLite ({})", sqlite_path.display()),
+            )
+        }
+    };
+
+    // The business: each event's effect goes through `Once` into the ledger.
+    let ledger: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
+    let once = Once::from_arc(store, &format!("demo-effect-{source_tag}"));
+    let processor = {
+        let ledger = ledger.clone();
+        move |event: InboxEvent| {
+            let (ledger, once) = (ledger.clone(), once.clone());
+            async move {
+                // Transient trouble on one attempt in ten (deterministic per event and attempt).
+                if fastrand::Rng::with_seed(hash(&event.id) ^ u64::from(event.attempt)).u32(0..10)
+                    == 0
+                {
+                    return Err("the provider's API timed out".to_owned());
+                }
+                tokio::time::sleep(Duration::from_micros(200)).await; // the work itself
+                let effect = once.run(&event.id, || async {
+                    *ledger.lock().unwrap().entry(event.id.clone()).or_default() += 1;
+                    Ok::<_, String>(())
+                });
+                // `InProgress` here means a killed worker's attempt ran the effect but its
+                // "done" never reached the store: the effect happened, so this row is done.
+                effect.await.map(|_| ()).map_err(|e| e.to_string())
+            }
+        }
+    };
+    let processor = Arc::new(processor);
+    let start_worker = |inbox: &Inbox| {
+        let p = processor.clone();
+        Worker::new(inbox, move |e: InboxEvent| p(e))
+            .with_concurrency(8)
+            .with_lease(Duration::from_secs(2))
+            .with_backoff(Duration::from_millis(50), Duration::from_millis(500))
+            .with_poll_interval(Duration::from_millis(100))
+            .spawn()
+    };
+
+    // The receiver.
+    let verifier = Verifier::new(Scheme::standard(), [SECRET])?;
+    let app = Router::new().route(
+        "/webhooks",
+        post_service(inbox.accept_service()).layer(VerifyWebhookLayer::new(verifier)),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/webhooks", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let deliveries: Arc<[Delivery]> = worst_day(o.events, &source_tag, &mut rng).into();
+    let total = deliveries.len();
+    if !o.json {
+        eprintln!(
+            "a provider's worst day: {} events, {total} deliveries, on {backend}",
+            o.events
+        );
+    }
+
+    let started = Instant::now();
+    let mut worker = Some(start_worker(&inbox));
+    let next = Arc::new(AtomicUsize::new(0));
+    let rejected = Arc::new(AtomicUsize::new(0));
+    let acknowledged = Arc::new(AtomicUsize::new(0));
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let senders: Vec<_> = (0..32)
+        .map(|_| {
+            let (client, url, next, deliveries) = (
+                client.clone(),
+                url.clone(),
+                next.clone(),
+                deliveries.clone(),
+            );
+            let (rejected, acknowledged) = (rejected.clone(), acknowledged.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(d) = deliveries.get(i) else { return };
+                    // A provider retries what was not acknowledged.
+                    for _ in 0..20 {
+                        let mut request =
+                            Request::post(&url).body(Full::new(d.body.clone())).unwrap();
+                        *request.headers_mut() = d.headers.clone();
+                        let status = client.request(request).await.map(|r| r.status());
+                        match status {
+                            Ok(s) if s.is_success() => {
+                                assert!(
+                                    d.kind == Kind::Genuine,
+                                    "a forged or stale delivery was accepted"
+                                );
+                                acknowledged.fetch_add(1, Ordering::Relaxed);
+                                break;
+                            }
+                            Ok(StatusCode::BAD_REQUEST) => {
+                                assert!(d.kind != Kind::Genuine, "a genuine delivery was refused");
+                                rejected.fetch_add(1, Ordering::Relaxed);
+                                break;
+                            }
+                            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+
+    // Halfway through, the worker dies mid-event; a new one takes over.
+    let mut killed = false;
+    loop {
+        let done = next.load(Ordering::Relaxed).min(total);
+        if !killed && done >= total / 2 {
+            worker.take().unwrap().abort();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            worker = Some(start_worker(&inbox));
+            killed = true;
+        }
+        if !o.json {
+            let counts = inbox.counts().await?;
+            eprint!(
+                "\r  sent {done:>6}/{total}  processed {:>6}  queued {:>6}{}",
+                counts.processed,
+                counts.queued + counts.processing,
+                if killed {
+                    "  (worker killed and restarted)"
+                } else {
+                    ""
+                }
+            );
+            let _ = std::io::stderr().flush();
+        }
+        if senders.iter().all(|s| s.is_finished()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for s in senders {
+        s.await?;
+    }
+    // Let the queue drain (retries and the killed worker's rows, after their lease).
+    let counts = loop {
+        let counts = inbox.counts().await?;
+        if counts.queued + counts.processing == 0 || started.elapsed() > Duration::from_secs(300) {
+            break counts;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    worker.take().unwrap().shutdown().await;
+    if !o.json {
+        eprintln!();
+    }
+
+    let ledger = ledger.lock().unwrap();
+    let accepted = counts.queued + counts.processing + counts.processed + counts.dead;
+    let table = Table {
+        sent: total,
+        accepted,
+        duplicates: acknowledged.load(Ordering::Relaxed) as u64 - accepted,
+        rejected: rejected.load(Ordering::Relaxed),
+        processed: counts.processed,
+        double_effects: ledger.values().map(|n| n.saturating_sub(1)).sum(),
+        lost: (0..o.events)
+            .filter(|i| !ledger.contains_key(&format!("evt_{source_tag}_{i}")))
+            .count() as u64,
+        seconds,
+        deliveries_per_second: total as f64 / seconds,
+    };
+    let _ = std::fs::remove_file(&sqlite_path);
+    if o.json {
+        println!("{}", serde_json::to_string(&table)?);
+    } else {
+        println!();
+        println!("| sent | accepted | duplicates answered | rejected | processed | double effects | lost | deliveries/s |");
+        println!("|---|---|---|---|---|---|---|---|");
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} |",
+            table.sent,
+            table.accepted,
+            table.duplicates,
+            table.rejected,
+            table.processed,
+            table.double_effects,
+            table.lost,
+            table.deliveries_per_second
+        );
+    }
+    if table.double_effects != 0 || table.lost != 0 {
+        return Err("exactly-once was broken".into());
+    }
+    Ok(())
+}
+
+fn hash(s: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(s)
+}
