@@ -14,7 +14,7 @@ use common::{at, fresh_pg_url, request, verifier, NOW};
 use http::StatusCode;
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
-use tower_webhook::inbox::{Inbox, InboxEvent, Requeue, Worker};
+use tower_webhook::inbox::{Inbox, InboxEvent, Processor, Requeue, Worker};
 use tower_webhook::store::{PgStore, SqliteStore};
 use tower_webhook::{Scheme, VerifyWebhookLayer};
 
@@ -35,6 +35,19 @@ impl Seen {
     }
     fn of(&self, id: &str) -> Vec<u32> {
         self.0.lock().unwrap().get(id).cloned().unwrap_or_default()
+    }
+
+    /// A processor that records each attempt, works for `work`, and succeeds.
+    fn processor(&self, work: Duration) -> impl Processor {
+        let seen = self.clone();
+        move |e: InboxEvent| {
+            let seen = seen.clone();
+            async move {
+                seen.record(&e);
+                tokio::time::sleep(work).await;
+                Ok::<_, std::io::Error>(())
+            }
+        }
     }
 }
 
@@ -180,31 +193,16 @@ async fn failures_retry_with_backoff_then_die_and_requeue_brings_them_back(inbox
 async fn a_crashed_workers_rows_come_back_after_the_lease_counting_the_attempt(inbox: Inbox) {
     deliver(&inbox, "evt_crash").await;
     let seen = Seen::default();
-    let s = seen.clone();
-    let stuck = Worker::new(&inbox, move |e: InboxEvent| {
-        let s = s.clone();
-        async move {
-            s.record(&e);
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            Ok::<_, std::io::Error>(())
-        }
-    })
-    .with_lease(Duration::from_millis(300))
-    .with_poll_interval(Duration::from_millis(20))
-    .spawn();
+    let stuck = Worker::new(&inbox, seen.processor(Duration::from_secs(3600)))
+        .with_lease(Duration::from_millis(300))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
     eventually("claimed", async || seen.of("evt_crash") == vec![1]).await;
     stuck.abort(); // the process died mid-event
 
-    let s = seen.clone();
-    let worker = Worker::new(&inbox, move |e: InboxEvent| {
-        let s = s.clone();
-        async move {
-            s.record(&e);
-            Ok::<_, std::io::Error>(())
-        }
-    })
-    .with_poll_interval(Duration::from_millis(20))
-    .spawn();
+    let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
     eventually("processed after the lease", async || {
         inbox.counts().await.unwrap().processed == 1
     })
@@ -216,18 +214,10 @@ async fn a_crashed_workers_rows_come_back_after_the_lease_counting_the_attempt(i
 async fn shutdown_hands_unfinished_rows_back_without_burning_an_attempt(inbox: Inbox) {
     deliver(&inbox, "evt_shutdown").await;
     let seen = Seen::default();
-    let s = seen.clone();
-    let slow = Worker::new(&inbox, move |e: InboxEvent| {
-        let s = s.clone();
-        async move {
-            s.record(&e);
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            Ok::<_, std::io::Error>(())
-        }
-    })
-    .with_grace(Duration::from_millis(50))
-    .with_poll_interval(Duration::from_millis(20))
-    .spawn();
+    let slow = Worker::new(&inbox, seen.processor(Duration::from_secs(3600)))
+        .with_grace(Duration::from_millis(50))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
     eventually("claimed", async || seen.of("evt_shutdown") == vec![1]).await;
     slow.shutdown().await;
     assert_eq!(
@@ -236,16 +226,9 @@ async fn shutdown_hands_unfinished_rows_back_without_burning_an_attempt(inbox: I
         "back in the queue at once, no lease wait"
     );
 
-    let s = seen.clone();
-    let worker = Worker::new(&inbox, move |e: InboxEvent| {
-        let s = s.clone();
-        async move {
-            s.record(&e);
-            Ok::<_, std::io::Error>(())
-        }
-    })
-    .with_poll_interval(Duration::from_millis(20))
-    .spawn();
+    let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
     eventually("processed", async || {
         inbox.counts().await.unwrap().processed == 1
     })
@@ -273,18 +256,10 @@ async fn two_workers_process_each_event_once(inbox: Inbox, other: Inbox) {
     let workers: Vec<_> = [&inbox, &other]
         .into_iter()
         .map(|inbox| {
-            let s = seen.clone();
-            Worker::new(inbox, move |e: InboxEvent| {
-                let s = s.clone();
-                async move {
-                    s.record(&e);
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    Ok::<_, std::io::Error>(())
-                }
-            })
-            .with_concurrency(3)
-            .with_poll_interval(Duration::from_millis(20))
-            .spawn()
+            Worker::new(inbox, seen.processor(Duration::from_millis(5)))
+                .with_concurrency(3)
+                .with_poll_interval(Duration::from_millis(20))
+                .spawn()
         })
         .collect();
     eventually("60 processed", async || {
@@ -377,16 +352,9 @@ async fn postgres_accept_in_one_replica_wakes_a_worker_in_another() {
     let receiver = Inbox::postgres(&PgStore::connect(&url).await.unwrap());
     let processor = Inbox::postgres(&PgStore::connect(&url).await.unwrap());
     let seen = Seen::default();
-    let s = seen.clone();
-    let worker = Worker::new(&processor, move |e: InboxEvent| {
-        let s = s.clone();
-        async move {
-            s.record(&e);
-            Ok::<_, std::io::Error>(())
-        }
-    })
-    .with_poll_interval(Duration::from_secs(60))
-    .spawn();
+    let worker = Worker::new(&processor, seen.processor(Duration::ZERO))
+        .with_poll_interval(Duration::from_secs(60))
+        .spawn();
     tokio::time::sleep(Duration::from_millis(300)).await; // LISTEN is up
     deliver(&receiver, "evt_notify").await;
     eventually("woken by NOTIFY", async || seen.of("evt_notify") == vec![1]).await;
