@@ -59,7 +59,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{header, HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use sqlx::{PgPool, Postgres, Transaction};
 use tokio::sync::{Mutex, MutexGuard};
 use tower_layer::Layer;
@@ -191,25 +191,9 @@ impl<S> PgTxDedupe<S> {
 /// the handler (begin and insert, then commit); one allocation is noise beside them.
 pub type PgTxFuture<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
 
-fn own<T>(
-    status: StatusCode,
-    text: &'static str,
-    outcome: Option<Deduped>,
-) -> Response<ResponseBody<T>> {
-    let mut response = ResponseBody::text(status, text);
-    if matches!(
-        status,
-        StatusCode::SERVICE_UNAVAILABLE | StatusCode::CONFLICT
-    ) {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-    }
-    if let Some(outcome) = outcome {
-        response.extensions_mut().insert(outcome);
-    }
-    response
-}
+/// What `Retry-After` says on a 409 or 503 here: the transaction holds no lease to count
+/// down, so a short fixed wait.
+const RETRY_AFTER_SECS: u64 = 5;
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for PgTxDedupe<S>
 where
@@ -234,12 +218,16 @@ where
         let delivery = req.extensions().get::<Event>().map(Delivery::from_event);
         Box::pin(async move {
             let delivery = match delivery {
-                None => return Ok(own(StatusCode::INTERNAL_SERVER_ERROR, MISSING_EVENT, None)),
+                None => {
+                    return Ok(ResponseBody::text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        MISSING_EVENT,
+                    ))
+                }
                 Some(None) => {
-                    return Ok(own(
+                    return Ok(ResponseBody::text(
                         StatusCode::BAD_REQUEST,
                         "webhook event has no id",
-                        None,
                     ))
                 }
                 Some(Some(d)) => d,
@@ -247,11 +235,7 @@ where
             let unavailable = |_error: sqlx::Error| {
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", "webhook transaction failed: {_error}");
-                own(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "webhook store unavailable",
-                    Some(Deduped::StoreUnavailable),
-                )
+                Deduped::StoreUnavailable.response(Some(RETRY_AFTER_SECS))
             };
             let mut tx = match pool.begin().await {
                 Ok(tx) => tx,
@@ -280,12 +264,8 @@ where
                         .await;
                     return Ok(match done {
                         Err(e) => unavailable(e),
-                        Ok(true) => own(StatusCode::NO_CONTENT, "", Some(Deduped::Done)),
-                        Ok(false) => own(
-                            StatusCode::CONFLICT,
-                            "webhook delivery in progress",
-                            Some(Deduped::InFlight),
-                        ),
+                        Ok(true) => Deduped::Done.response(None),
+                        Ok(false) => Deduped::InFlight.response(Some(RETRY_AFTER_SECS)),
                     });
                 }
             }
@@ -296,10 +276,9 @@ where
             let Ok(mut tx) = Arc::try_unwrap(shared).map(Mutex::into_inner) else {
                 // The handler kept the transaction (a task still holds it): never commit
                 // work that may still be running.
-                return Ok(own(
+                return Ok(ResponseBody::text(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "webhook transaction still in use",
-                    None,
                 ));
             };
             if !response.status().is_success() {
@@ -313,10 +292,9 @@ where
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", "the handler answered 2xx in a failed transaction: {_error}");
                 drop(tx);
-                return Ok(own(
+                return Ok(ResponseBody::text(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "webhook transaction failed",
-                    None,
                 ));
             }
             match tx.commit().await {

@@ -3,7 +3,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use http::{header, HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
@@ -86,22 +86,6 @@ where
     }
 }
 
-fn own<T>(
-    status: StatusCode,
-    text: &'static str,
-    outcome: Deduped,
-    retry_after: Option<u64>,
-) -> Response<ResponseBody<T>> {
-    let mut response = ResponseBody::text(status, text);
-    if let Some(secs) = retry_after {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    }
-    response.extensions_mut().insert(outcome);
-    response
-}
-
 impl<S, B, ResBody> Future for ResponseFuture<S, B>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
@@ -138,31 +122,16 @@ where
                             }
                         }
                         Ok(Claim::Done) => {
-                            return Poll::Ready(Ok(own(
-                                StatusCode::NO_CONTENT,
-                                "",
-                                Deduped::Done,
-                                None,
-                            )));
+                            return Poll::Ready(Ok(Deduped::Done.response(None)));
                         }
                         Ok(Claim::InFlight { retry_after }) => {
                             let secs = whole_seconds(retry_after).as_secs();
-                            return Poll::Ready(Ok(own(
-                                StatusCode::CONFLICT,
-                                "webhook delivery in progress",
-                                Deduped::InFlight,
-                                Some(secs),
-                            )));
+                            return Poll::Ready(Ok(Deduped::InFlight.response(Some(secs))));
                         }
                         Err(error) => {
                             log_store_error("claim", &error);
                             let secs = whole_seconds(config.unavailable_retry_after).as_secs();
-                            return Poll::Ready(Ok(own(
-                                StatusCode::SERVICE_UNAVAILABLE,
-                                "webhook store unavailable",
-                                Deduped::StoreUnavailable,
-                                Some(secs),
-                            )));
+                            return Poll::Ready(Ok(Deduped::StoreUnavailable.response(Some(secs))));
                         }
                     }
                 }

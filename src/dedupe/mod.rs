@@ -66,6 +66,29 @@ pub use self::layer::DedupeLayer;
 pub use self::service::Dedupe;
 pub use crate::body::ResponseBody;
 
+impl Deduped {
+    /// The middleware's own answer for this outcome, with `Retry-After` where given and
+    /// the outcome in the extensions. Shared by `Dedupe` and `PgTxDedupe`.
+    pub(crate) fn response<T>(self, retry_after: Option<u64>) -> http::Response<ResponseBody<T>> {
+        let (status, text) = match self {
+            Deduped::Done => (http::StatusCode::NO_CONTENT, ""),
+            Deduped::InFlight => (http::StatusCode::CONFLICT, "webhook delivery in progress"),
+            Deduped::StoreUnavailable => (
+                http::StatusCode::SERVICE_UNAVAILABLE,
+                "webhook store unavailable",
+            ),
+        };
+        let mut response = ResponseBody::text(status, text);
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
+        }
+        response.extensions_mut().insert(self);
+        response
+    }
+}
+
 /// Why `Dedupe` answered without calling the handler; in the response's extensions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
