@@ -201,6 +201,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Worker::new(inbox, move |e: InboxEvent| p(e))
             .with_concurrency(8)
             .with_lease(Duration::from_secs(2))
+            // Store errors under the storm (SQLite's one writer) count as attempts too:
+            // leave room beyond the injected one-in-ten failures.
+            .with_max_attempts(20)
             .with_backoff(Duration::from_millis(50), Duration::from_millis(500))
             .with_poll_interval(Duration::from_millis(100))
             .spawn()
@@ -245,7 +248,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(d) = deliveries.get(i) else { return };
                     // A provider retries what was not acknowledged.
-                    for _ in 0..20 {
+                    // Providers retry for days; here, for up to ~10 s per delivery.
+                    for _ in 0..200 {
                         let mut request =
                             Request::post(&url).body(Full::new(d.body.clone())).unwrap();
                         *request.headers_mut() = d.headers.clone();
