@@ -19,7 +19,9 @@
 //! - `inbox` (features `sqlite`/`postgres`): or store the event, answer 204 at once, and
 //!   process it in a worker with retries;
 //! - [`Event`]: what the handler receives (an axum extractor with the `axum` feature);
-//! - [`once`]: in the handler or a worker, run a business action once per key.
+//! - [`once`]: in the handler or a worker, run a business action once per key;
+//! - `latest` (features `sqlite`/`postgres`): and drop an event older than the last one
+//!   applied to its object, so a late event never moves state back.
 //!
 //! ```
 //! use axum::{routing::post, Router};
@@ -76,6 +78,9 @@ mod extract; //    ... as an axum extractor
 
 // For the application, after the request path:
 pub mod once; // run a business action once per key ("order 7 fulfilled")
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub mod latest; // drop an event older than the last one applied to its object
 
 // What the path is configured with, and shared plumbing:
 mod body;

@@ -96,6 +96,18 @@ pub struct PgTx {
 }
 
 impl PgTx {
+    pub(crate) fn new(tx: Transaction<'static, Postgres>) -> Self {
+        Self {
+            tx: Arc::new(Mutex::new(tx)),
+        }
+    }
+
+    /// The transaction back, unless a clone of `self` is still alive somewhere (work that
+    /// may still be running: never commit it).
+    pub(crate) fn into_inner(self) -> Option<Transaction<'static, Postgres>> {
+        Arc::try_unwrap(self.tx).ok().map(Mutex::into_inner)
+    }
+
     /// Waits for the transaction (only the handler's own tasks compete for it).
     pub async fn lock(&self) -> MutexGuard<'_, Transaction<'static, Postgres>> {
         self.tx.lock().await
@@ -269,11 +281,11 @@ where
                     });
                 }
             }
-            let shared = Arc::new(Mutex::new(tx));
-            req.extensions_mut().insert(PgTx { tx: shared.clone() });
+            let shared = PgTx::new(tx);
+            req.extensions_mut().insert(shared.clone());
             // Dropped here on error or panic: the transaction rolls back with it.
             let response = inner.call(req).await?;
-            let Ok(mut tx) = Arc::try_unwrap(shared).map(Mutex::into_inner) else {
+            let Some(mut tx) = shared.into_inner() else {
                 // The handler kept the transaction (a task still holds it): never commit
                 // work that may still be running.
                 return Ok(ResponseBody::text(

@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use common::{at, fresh_pg_url, request, verifier, NOW};
@@ -359,4 +359,153 @@ async fn postgres_accept_in_one_replica_wakes_a_worker_in_another() {
     deliver(&receiver, "evt_notify").await;
     eventually("woken by NOTIFY", async || seen.of("evt_notify") == vec![1]).await;
     worker.shutdown().await;
+}
+
+/// The row's `(next_attempt_at, lock_token IS NULL)` in milliseconds since the epoch.
+async fn due_at(db: &Db, id: &str) -> (i64, bool) {
+    match db {
+        Db::Sqlite(pool) => sqlx::query_as(
+            "SELECT next_attempt_at, lock_token IS NULL FROM webhook_events WHERE event_id = ?1",
+        )
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap(),
+        Db::Pg(pool) => sqlx::query_as(
+            "SELECT (extract(epoch FROM next_attempt_at) * 1000)::int8, lock_token IS NULL
+             FROM webhook_events WHERE event_id = $1",
+        )
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap(),
+    }
+}
+
+/// Makes the row due now: the clock moved on, without the test waiting for it.
+async fn make_due(db: &Db, id: &str) {
+    match db {
+        Db::Sqlite(pool) => {
+            sqlx::query("UPDATE webhook_events SET next_attempt_at = 0 WHERE event_id = ?1")
+                .bind(id)
+                .execute(pool)
+                .await
+                .unwrap();
+        }
+        Db::Pg(pool) => {
+            sqlx::query("UPDATE webhook_events SET next_attempt_at = now() WHERE event_id = $1")
+                .bind(id)
+                .execute(pool)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+enum Db {
+    Sqlite(sqlx::SqlitePool),
+    Pg(sqlx::PgPool),
+}
+
+fn epoch_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// Each failure schedules the next attempt half to all of the full wait after it; the
+/// full wait doubles from the first and stops at the cap. Due times are read from the row
+/// and the row is then made due, so the test waits for none of them.
+async fn retries_are_scheduled_by_capped_doubling_backoff(inbox: Inbox, db: Db) {
+    deliver(&inbox, "evt_backoff").await;
+    let failed_at = Arc::new(Mutex::new(Vec::<SystemTime>::new()));
+    let f = failed_at.clone();
+    let worker = Worker::new(&inbox, move |_: InboxEvent| {
+        let f = f.clone();
+        async move {
+            f.lock().unwrap().push(SystemTime::now());
+            Err::<(), _>("the provider's API is down")
+        }
+    })
+    .with_backoff(Duration::from_secs(10), Duration::from_secs(25))
+    .with_max_attempts(10)
+    .with_poll_interval(Duration::from_millis(20))
+    .spawn();
+    for (attempt, full_secs) in [(1, 10), (2, 20), (3, 25), (4, 25)] {
+        eventually("the attempt failed and was recorded", async || {
+            failed_at.lock().unwrap().len() == attempt && due_at(&db, "evt_backoff").await.1
+        })
+        .await;
+        let failed = epoch_ms(failed_at.lock().unwrap()[attempt - 1]);
+        let wait = due_at(&db, "evt_backoff").await.0 - failed;
+        let full = full_secs * 1000;
+        // Recording happens a moment after the failure: allow it up to a second.
+        assert!(
+            (full / 2..=full + 1000).contains(&wait),
+            "attempt {attempt}: next attempt {wait} ms after the failure, full wait {full} ms"
+        );
+        assert_eq!(
+            failed_at.lock().unwrap().len(),
+            attempt,
+            "not retried before it is due"
+        );
+        make_due(&db, "evt_backoff").await;
+    }
+    worker.shutdown().await;
+}
+
+#[tokio::test]
+async fn sqlite_retries_are_scheduled_by_capped_doubling_backoff() {
+    let store = SqliteStore::open(sqlite_path()).await.unwrap();
+    let db = Db::Sqlite(store.pool().clone());
+    retries_are_scheduled_by_capped_doubling_backoff(Inbox::sqlite(&store), db).await;
+}
+
+#[tokio::test]
+async fn postgres_retries_are_scheduled_by_capped_doubling_backoff() {
+    let store = PgStore::connect(&fresh_pg_url().await).await.unwrap();
+    let db = Db::Pg(store.pool().clone());
+    retries_are_scheduled_by_capped_doubling_backoff(Inbox::postgres(&store), db).await;
+}
+
+/// Requeue by receipt time: the events of an outage's window come back, the rest stay.
+async fn requeue_by_time_range_replays_only_that_window(inbox: Inbox) {
+    deliver(&inbox, "evt_before").await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let from = SystemTime::now();
+    deliver(&inbox, "evt_during").await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let until = SystemTime::now();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    deliver(&inbox, "evt_after").await;
+    let seen = Seen::default();
+    let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
+    eventually("3 processed", async || {
+        inbox.counts().await.unwrap().processed == 3
+    })
+    .await;
+    let window = Requeue::all().received_between(from, until);
+    assert_eq!(inbox.requeue(window.clone()).await.unwrap(), 1);
+    eventually("replayed", async || seen.of("evt_during").len() == 2).await;
+    assert_eq!(seen.of("evt_before"), vec![1]);
+    assert_eq!(seen.of("evt_after"), vec![1]);
+    assert_eq!(
+        inbox
+            .requeue(window.with_type("order.refunded"))
+            .await
+            .unwrap(),
+        0,
+        "filters combine"
+    );
+    worker.shutdown().await;
+}
+
+#[tokio::test]
+async fn sqlite_requeue_by_time_range_replays_only_that_window() {
+    requeue_by_time_range_replays_only_that_window(sqlite().await).await;
+}
+
+#[tokio::test]
+async fn postgres_requeue_by_time_range_replays_only_that_window() {
+    requeue_by_time_range_replays_only_that_window(postgres().await).await;
 }

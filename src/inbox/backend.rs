@@ -41,6 +41,11 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Wakes `wake` whenever another process queues a row (PostgreSQL `LISTEN`); `None`
     /// where only this process writes (SQLite).
     fn listen(&self, wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>>;
+    /// The pool, for transactional processors; `None` on SQLite.
+    #[cfg(feature = "postgres")]
+    fn pg_pool(&self) -> Option<&sqlx::PgPool> {
+        None
+    }
 }
 
 fn delivery(event: &Event) -> Result<Delivery, StoreError> {
@@ -221,13 +226,17 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
                      WHERE next_attempt_at IS NOT NULL
                        AND (?2 IS NULL OR (source = ?2 AND event_id = ?3))
                        AND (?4 = 0 OR dead_at IS NOT NULL)
-                       AND (?5 IS NULL OR event_type = ?5)",
+                       AND (?5 IS NULL OR event_type = ?5)
+                       AND (?6 IS NULL OR received_at >= ?6)
+                       AND (?7 IS NULL OR received_at < ?7)",
                 )
                 .bind(now_ms())
                 .bind(source)
                 .bind(id)
                 .bind(which.dead_only)
                 .bind(which.event_type)
+                .bind(which.received_from)
+                .bind(which.received_before)
                 .execute(&pool)
                 .await
                 .map_err(|e| StoreError::new("inbox requeue", e))?;
@@ -286,7 +295,7 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
 }
 
 #[cfg(feature = "postgres")]
-pub(crate) use self::postgres::Postgres;
+pub(crate) use self::postgres::{processed_in, Postgres};
 
 #[cfg(feature = "postgres")]
 mod postgres {
@@ -295,6 +304,29 @@ mod postgres {
     use sqlx::Row;
 
     const CHANNEL: &str = "webhook_events";
+
+    /// Done, if `$3` still holds the row.
+    const PROCESSED: &str = "
+UPDATE webhook_events SET processed_at = now(), processing_error = NULL,
+    locked_until = NULL, lock_token = NULL
+WHERE source = $1 AND event_id = $2 AND lock_token = $3";
+
+    /// Marks the row processed in the processor's own transaction; `false` when `token`
+    /// was fenced out (its lease ran out and another worker took the row).
+    pub(crate) async fn processed_in(
+        conn: &mut sqlx::PgConnection,
+        source: &str,
+        id: &str,
+        token: Token,
+    ) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query(PROCESSED)
+            .bind(source)
+            .bind(id)
+            .bind(token.as_uuid())
+            .execute(conn)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
 
     pub(crate) struct Postgres {
         pool: PgPool,
@@ -405,13 +437,10 @@ RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body, w
             Box::pin(async move {
                 const KEY: &str = "WHERE source = $1 AND event_id = $2 AND lock_token = $3";
                 let query = match outcome {
-                    Outcome::Processed => sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "UPDATE webhook_events SET processed_at = now(), processing_error = NULL,
-                         locked_until = NULL, lock_token = NULL {KEY}"
-                    )))
-                    .bind(source)
-                    .bind(id)
-                    .bind(token.as_uuid()),
+                    Outcome::Processed => sqlx::query(PROCESSED)
+                        .bind(source)
+                        .bind(id)
+                        .bind(token.as_uuid()),
                     Outcome::Retry(error, after) => sqlx::query(sqlx::AssertSqlSafe(format!(
                         "UPDATE webhook_events SET next_attempt_at = now() + make_interval(secs => $5),
                          processing_error = $4, locked_until = NULL, lock_token = NULL {KEY}"
@@ -459,6 +488,8 @@ RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body, w
                           AND ($1::text IS NULL OR (source = $1 AND event_id = $2))
                           AND (NOT $3 OR dead_at IS NOT NULL)
                           AND ($4::text IS NULL OR event_type = $4)
+                          AND ($5::int8 IS NULL OR received_at >= to_timestamp($5 / 1000.0))
+                          AND ($6::int8 IS NULL OR received_at < to_timestamp($6 / 1000.0))
                         RETURNING 1)
                      SELECT count(*), pg_notify('webhook_events', '') FROM requeued",
                 )
@@ -466,6 +497,8 @@ RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body, w
                 .bind(id)
                 .bind(which.dead_only)
                 .bind(which.event_type)
+                .bind(which.received_from)
+                .bind(which.received_before)
                 .fetch_one(&pool)
                 .await
                 .map_err(|e| StoreError::new("inbox requeue", e))?;
@@ -516,6 +549,10 @@ RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body, w
                 })()
                 .map_err(|e: sqlx::Error| StoreError::new("inbox counts", e))
             })
+        }
+
+        fn pg_pool(&self) -> Option<&PgPool> {
+            Some(&self.pool)
         }
 
         fn listen(&self, wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>> {

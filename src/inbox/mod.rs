@@ -26,15 +26,19 @@
 
 mod accept;
 mod backend;
+#[cfg(feature = "postgres")]
+mod transactional;
 mod worker;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
 pub use self::accept::{Accept, AcceptFuture};
 use self::backend::Backend;
+#[cfg(feature = "postgres")]
+pub use self::transactional::TxProcessor;
 pub use self::worker::{Processor, Worker, WorkerHandle};
 use crate::store::StoreError;
 use crate::Event;
@@ -97,9 +101,25 @@ pub struct Requeue {
     pub(crate) id: Option<(String, String)>,
     pub(crate) dead_only: bool,
     pub(crate) event_type: Option<String>,
+    /// Received at or after, in milliseconds since the epoch.
+    pub(crate) received_from: Option<i64>,
+    /// Received before, in milliseconds since the epoch.
+    pub(crate) received_before: Option<i64>,
+}
+
+/// Milliseconds since the epoch (0 before it: no row is older).
+fn epoch_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl Requeue {
+    /// Every row, processed ones too (replay all; narrow it with the methods below).
+    #[must_use]
+    pub fn all() -> Self {
+        Self::default()
+    }
+
     /// One event, whatever its state (processed ones too: replay).
     #[must_use]
     pub fn id(source: &str, id: &str) -> Self {
@@ -123,6 +143,26 @@ impl Requeue {
     pub fn with_type(mut self, event_type: &str) -> Self {
         self.event_type = Some(event_type.to_owned());
         self
+    }
+
+    /// Narrows to rows received in `from..before` (an outage's window, say).
+    #[must_use]
+    pub fn received_between(mut self, from: SystemTime, before: SystemTime) -> Self {
+        self.received_from = Some(epoch_ms(from));
+        self.received_before = Some(epoch_ms(before));
+        self
+    }
+}
+
+impl InboxEvent {
+    /// Deserializes the body (to read the event's own time, say, for
+    /// [`latest::advance`](crate::latest::advance)).
+    ///
+    /// # Errors
+    ///
+    /// When the body is not JSON of that shape.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_slice(&self.body)
     }
 }
 

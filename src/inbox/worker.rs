@@ -39,11 +39,51 @@ where
     }
 }
 
+/// How a worker runs a claimed row.
+#[derive(Clone)]
+enum Runner {
+    /// The processor; the worker records the outcome after it.
+    Plain(Arc<dyn Processor>),
+    /// The processor and the row's `processed_at` in one PostgreSQL transaction.
+    #[cfg(feature = "postgres")]
+    InTransaction(Arc<dyn super::TxProcessor>, sqlx::PgPool),
+}
+
+/// How a run ended well.
+enum Done {
+    /// The processor succeeded; the worker records it.
+    Succeeded,
+    /// Already recorded in the processor's transaction (`false`: fenced out, rolled back).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    Recorded(bool),
+}
+
+impl Runner {
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))] // the token fences commits
+    fn run(
+        &self,
+        event: InboxEvent,
+        token: Token,
+    ) -> Pin<Box<dyn Future<Output = Result<Done, String>> + Send>> {
+        match self {
+            Runner::Plain(p) => {
+                let future = p.process(event);
+                Box::pin(async move { future.await.map(|()| Done::Succeeded) })
+            }
+            #[cfg(feature = "postgres")]
+            Runner::InTransaction(p, pool) => {
+                let future = super::transactional::run(p.clone(), pool.clone(), event, token);
+                Box::pin(async move { future.await.map(Done::Recorded) })
+            }
+        }
+    }
+}
+
 /// Processes an [`Inbox`]'s rows. Build it, then [`spawn`](Self::spawn) it.
 #[must_use]
 pub struct Worker {
     inbox: Inbox,
-    processor: Arc<dyn Processor>,
+    runner: Runner,
     concurrency: usize,
     max_attempts: u32,
     backoff: (Duration, Duration),
@@ -56,9 +96,32 @@ impl Worker {
     /// A worker running `processor`: 4 at a time, 8 attempts, backoff from 1 s doubling
     /// to at most 10 min (with jitter), a 5 min lease, polling every 5 s besides wake-ups.
     pub fn new(inbox: &Inbox, processor: impl Processor) -> Self {
+        Self::with_runner(inbox, Runner::Plain(Arc::new(processor)))
+    }
+
+    /// A worker whose processor writes in a transaction that also marks the row processed
+    /// (PostgreSQL): the effects in this database happen exactly once — even when the
+    /// worker dies mid-event, or its lease runs out and another worker takes the row over
+    /// (the stale one's commit is refused). Defaults as for [`new`](Self::new).
+    ///
+    /// # Panics
+    ///
+    /// When `inbox` is not [`Inbox::postgres`] (SQLite has one writer: a transaction open
+    /// for the whole processing would stall every other write).
+    #[cfg(feature = "postgres")]
+    pub fn transactional(inbox: &Inbox, processor: impl super::TxProcessor) -> Self {
+        let pool = inbox
+            .backend
+            .pg_pool()
+            .expect("Worker::transactional needs an Inbox::postgres")
+            .clone();
+        Self::with_runner(inbox, Runner::InTransaction(Arc::new(processor), pool))
+    }
+
+    fn with_runner(inbox: &Inbox, runner: Runner) -> Self {
         Self {
             inbox: inbox.clone(),
-            processor: Arc::new(processor),
+            runner,
             concurrency: 4,
             max_attempts: 8,
             backoff: (Duration::from_secs(1), Duration::from_secs(600)),
@@ -110,14 +173,20 @@ impl Worker {
 
     /// The wait before attempt `attempt + 1`, after attempt `attempt` failed.
     fn backoff(&self, attempt: u32) -> Duration {
+        // Jitter from a fresh random token, in 0..=1.
+        let unit = (Token::new().as_uuid().as_u128() >> 64) as f64 / u64::MAX as f64;
+        self.backoff_with(attempt, unit)
+    }
+
+    /// [`backoff`](Self::backoff) for a given jitter `unit` in 0..=1: half to all of the
+    /// full wait, which doubles from `first` up to `cap`.
+    fn backoff_with(&self, attempt: u32, unit: f64) -> Duration {
         let (first, cap) = self.backoff;
         let full = first
             .checked_mul(1 << attempt.saturating_sub(1).min(30))
             .unwrap_or(cap)
             .min(cap);
-        // Jitter from a fresh random token: half to all of the full wait.
-        let unit = (Token::new().as_uuid().as_u128() >> 64) as f64 / u64::MAX as f64;
-        full.mul_f64(0.5 + unit / 2.0)
+        full.mul_f64(0.5 + unit.clamp(0.0, 1.0) / 2.0)
     }
 
     /// Starts the worker on the current Tokio runtime.
@@ -202,28 +271,33 @@ impl Worker {
         let (source, id, attempt) = (event.source.clone(), event.id.clone(), event.attempt);
         // Its own task: a panicking processor is a failed attempt, not a dead worker. The
         // guard stops it too when this task is stopped (shutdown, or a simulated crash).
-        let mut task = AbortOnDrop(tokio::spawn(self.processor.process(event)));
+        let mut task = AbortOnDrop(tokio::spawn(self.runner.run(event, token)));
         let result = match (&mut task.0).await {
             Ok(result) => result,
             Err(e) if e.is_panic() => Err("the processor panicked".to_owned()),
             Err(_) => return, // cancelled by shutdown: handed back by the loop
         };
         let outcome = match result {
-            Ok(()) => Outcome::Processed,
+            Ok(Done::Recorded(held)) => return lease_report(held),
+            Ok(Done::Succeeded) => Outcome::Processed,
             Err(error) if attempt >= self.max_attempts => Outcome::Dead(error),
             Err(error) => Outcome::Retry(error, self.backoff(attempt)),
         };
         match self.inbox.backend.finish(source, id, token, outcome).await {
-            Ok(true) => {}
-            Ok(false) => {
-                #[cfg(feature = "tracing")]
-                tracing::warn!(target: "tower_webhook", "an inbox row's lease ran out while it was processed: lengthen the lease");
-            }
+            Ok(held) => lease_report(held),
             Err(_error) => {
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", "inbox worker could not record an outcome: {_error}");
             }
         }
+    }
+}
+
+/// Warns when the worker no longer held the row it finished.
+fn lease_report(_held: bool) {
+    #[cfg(feature = "tracing")]
+    if !_held {
+        tracing::warn!(target: "tower_webhook", "an inbox row's lease ran out while it was processed: lengthen the lease");
     }
 }
 
@@ -272,5 +346,41 @@ impl WorkerHandle {
         if let Some(listener) = self.listener {
             listener.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn backoff_doubles_from_first_to_the_cap_with_jitter_between_half_and_all() {
+        let path = std::env::temp_dir().join(format!("backoff-{}.db", Token::new()));
+        let store = crate::store::SqliteStore::open(&path).await.unwrap();
+        let worker = Worker::new(&Inbox::sqlite(&store), |_: InboxEvent| async {
+            Ok::<_, String>(())
+        })
+        .with_backoff(Duration::from_secs(1), Duration::from_secs(10));
+        let secs = |attempt, unit| worker.backoff_with(attempt, unit).as_secs_f64();
+        let full: Vec<f64> = (1..=6).map(|a| secs(a, 1.0)).collect();
+        assert_eq!(full, [1.0, 2.0, 4.0, 8.0, 10.0, 10.0], "doubling, capped");
+        let least: Vec<f64> = (1..=6).map(|a| secs(a, 0.0)).collect();
+        assert_eq!(
+            least,
+            [0.5, 1.0, 2.0, 4.0, 5.0, 5.0],
+            "jitter takes off at most half"
+        );
+        assert_eq!(secs(3, 0.5), 3.0);
+        assert_eq!(
+            secs(u32::MAX, 1.0),
+            10.0,
+            "no overflow on a huge attempt count"
+        );
+        for _ in 0..1000 {
+            let d = worker.backoff(4).as_secs_f64();
+            assert!((4.0..=8.0).contains(&d), "{d}");
+        }
+        let _ = std::fs::remove_file(path);
     }
 }

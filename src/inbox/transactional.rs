@@ -1,0 +1,71 @@
+//! The transactional processor form (PostgreSQL): the processor's writes and the row's
+//! `processed_at` commit together, or neither does.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use sqlx::PgPool;
+
+use super::InboxEvent;
+use crate::pg_tx::PgTx;
+use crate::store::Token;
+
+/// What a [`transactional`](super::Worker::transactional) worker runs on each event: any
+/// `Fn(InboxEvent, PgTx) -> impl Future<Output = Result<(), E>>` with a displayable error.
+/// Write through the [`PgTx`] (lock it, use `&mut **guard`); on `Ok` the writes commit
+/// with the row's `processed_at`, on `Err` (or a panic) both roll back and the row is
+/// retried.
+pub trait TxProcessor: Send + Sync + 'static {
+    /// Processes one event inside `tx`.
+    fn process(
+        &self,
+        event: InboxEvent,
+        tx: PgTx,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+}
+
+impl<F, Fut, E> TxProcessor for F
+where
+    F: Fn(InboxEvent, PgTx) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: fmt::Display,
+{
+    fn process(
+        &self,
+        event: InboxEvent,
+        tx: PgTx,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+        let future = self(event, tx);
+        Box::pin(async move { future.await.map_err(|e| e.to_string()) })
+    }
+}
+
+/// Runs `processor` on `event` in a new transaction and, on success, marks the row
+/// processed in it and commits. `Ok(false)`: `token` was fenced out (the lease ran out and
+/// another worker has the row), so nothing was committed.
+pub(super) async fn run(
+    processor: Arc<dyn TxProcessor>,
+    pool: PgPool,
+    event: InboxEvent,
+    token: Token,
+) -> Result<bool, String> {
+    let (source, id) = (event.source.clone(), event.id.clone());
+    let tx = pool.begin().await.map_err(|e| format!("begin: {e}"))?;
+    let shared = PgTx::new(tx);
+    processor.process(event, shared.clone()).await?; // Err: dropped, rolled back
+    let mut tx = shared
+        .into_inner()
+        .ok_or("the processor kept its transaction after returning")?;
+    // Fails too when one of the processor's statements failed and it returned Ok anyway
+    // (the transaction is aborted): retried, never a silent rollback counted as done.
+    let held = super::backend::processed_in(&mut tx, &source, &id, token)
+        .await
+        .map_err(|e| format!("mark processed: {e}"))?;
+    if !held {
+        return Ok(false); // dropped: rolled back, the new holder processes it
+    }
+    tx.commit().await.map_err(|e| format!("commit: {e}"))?;
+    Ok(true)
+}
