@@ -1,13 +1,13 @@
 //! The helpers for the application's own rules: `Once` (an action once per key, on every
-//! store) and `EventFilterLayer` (unknown types and test-mode events acknowledged, never
-//! handled).
+//! store), `EventFilterLayer` (unknown types and test-mode events acknowledged, never
+//! handled) and `latest` (a late event never moves an object's state back).
 
 mod common;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use common::{at, fresh_pg_url, redis_url, request, verifier, NOW};
@@ -15,6 +15,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_webhook::filter::{EventFilterLayer, Livemode, Skipped};
+use tower_webhook::latest::{self, Order};
 use tower_webhook::once::{Once, OnceError, Ran};
 use tower_webhook::store::{DedupeStore, MemoryStore, PgStore, RedisStore, SqliteStore};
 use tower_webhook::{Scheme, VerifyWebhookLayer};
@@ -245,4 +246,91 @@ async fn filter_acknowledges_unwanted_types_and_test_mode_events_without_the_han
             "{event_type} {livemode:?}"
         );
     }
+}
+
+/// Event times for the ordering guard: `day` days into a month.
+fn day(day: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_700_000_000 + day * 86_400)
+}
+
+/// `latest::advance` in a transaction of its own, committed.
+async fn advance_committed<DB: sqlx::Database>(
+    pool: &sqlx::Pool<DB>,
+    object: &str,
+    at: SystemTime,
+) -> Order
+where
+    DB::Connection: latest::Connection,
+{
+    let mut tx = pool.begin().await.unwrap();
+    let order = latest::advance(&mut *tx, object, at).await.unwrap();
+    tx.commit().await.unwrap();
+    order
+}
+
+async fn latest_drops_events_older_than_the_last_applied<DB: sqlx::Database>(pool: sqlx::Pool<DB>)
+where
+    DB::Connection: latest::Connection,
+{
+    assert_eq!(
+        advance_committed(&pool, "cus_1", day(3)).await,
+        Order::Newest
+    );
+    assert_eq!(
+        advance_committed(&pool, "cus_1", day(1)).await,
+        Order::Stale,
+        "Monday's event after Wednesday's is dropped"
+    );
+    assert_eq!(
+        advance_committed(&pool, "cus_1", day(3)).await,
+        Order::Newest,
+        "an equal time is not older: both apply"
+    );
+    assert_eq!(
+        advance_committed(&pool, "cus_2", day(1)).await,
+        Order::Newest,
+        "objects are independent"
+    );
+
+    // A rollback undoes the advance with the rest of the transaction.
+    let mut tx = pool.begin().await.unwrap();
+    assert_eq!(
+        latest::advance(&mut *tx, "cus_1", day(9)).await.unwrap(),
+        Order::Newest
+    );
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        advance_committed(&pool, "cus_1", day(5)).await,
+        Order::Newest
+    );
+
+    // A concurrent older event waits for the newer one's transaction, then is dropped.
+    let mut newer = pool.begin().await.unwrap();
+    assert_eq!(
+        latest::advance(&mut *newer, "cus_3", day(7)).await.unwrap(),
+        Order::Newest
+    );
+    let p = pool.clone();
+    let older = tokio::spawn(async move { advance_committed(&p, "cus_3", day(6)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !older.is_finished(),
+        "the object is locked until the newer event commits"
+    );
+    newer.commit().await.unwrap();
+    assert_eq!(older.await.unwrap(), Order::Stale);
+}
+
+#[tokio::test]
+async fn sqlite_latest_drops_events_older_than_the_last_applied() {
+    let path = std::env::temp_dir().join(format!("latest-{}.db", uuid::Uuid::new_v4()));
+    let store = SqliteStore::open(&path).await.unwrap();
+    latest_drops_events_older_than_the_last_applied(store.pool().clone()).await;
+    let _ = std::fs::remove_file(path);
+}
+
+#[tokio::test]
+async fn postgres_latest_drops_events_older_than_the_last_applied() {
+    let store = PgStore::connect(&fresh_pg_url().await).await.unwrap();
+    latest_drops_events_older_than_the_last_applied(store.pool().clone()).await;
 }

@@ -15,6 +15,7 @@ use http::StatusCode;
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::inbox::{Inbox, InboxEvent, Processor, Requeue, Worker};
+use tower_webhook::pg_tx::PgTx;
 use tower_webhook::store::{PgStore, SqliteStore};
 use tower_webhook::{Scheme, VerifyWebhookLayer};
 
@@ -508,4 +509,152 @@ async fn sqlite_requeue_by_time_range_replays_only_that_window() {
 #[tokio::test]
 async fn postgres_requeue_by_time_range_replays_only_that_window() {
     requeue_by_time_range_replays_only_that_window(postgres().await).await;
+}
+
+/// A PostgreSQL inbox with an `effects` table for a transactional processor to write in.
+async fn postgres_with_effects() -> (Inbox, sqlx::PgPool) {
+    let store = PgStore::connect(&fresh_pg_url().await).await.unwrap();
+    sqlx::query("CREATE TABLE effects (event_id TEXT NOT NULL, attempt INT NOT NULL)")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    (Inbox::postgres(&store), store.pool().clone())
+}
+
+/// The committed effects of `id`, by attempt.
+async fn effects(pool: &sqlx::PgPool, id: &str) -> Vec<i32> {
+    sqlx::query_scalar("SELECT attempt FROM effects WHERE event_id = $1 ORDER BY attempt")
+        .bind(id)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+/// Writes the event's effect in the row's transaction, then behaves as its id says.
+fn effect_writer(seen: Seen, hold: Duration) -> impl tower_webhook::inbox::TxProcessor {
+    move |e: InboxEvent, tx: PgTx| {
+        let seen = seen.clone();
+        async move {
+            seen.record(&e);
+            let mut tx = tx.lock().await;
+            sqlx::query("INSERT INTO effects VALUES ($1, $2)")
+                .bind(&e.id)
+                .bind(e.attempt as i32)
+                .execute(&mut **tx)
+                .await
+                .map_err(|e| e.to_string())?;
+            match (e.id.as_str(), e.attempt) {
+                ("evt_fails_once", 1) => return Err("the provider's API timed out".to_owned()),
+                ("evt_swallowed", 1) => {
+                    // A failed statement whose error the processor ignores.
+                    let _ = sqlx::query("SELECT 1 / 0").execute(&mut **tx).await;
+                }
+                ("evt_slow", 1) => tokio::time::sleep(hold).await,
+                _ => {}
+            }
+            Ok(())
+        }
+    }
+}
+
+#[tokio::test]
+async fn transactional_processor_commits_its_writes_with_processed_at_or_neither() {
+    let (inbox, pool) = postgres_with_effects().await;
+    for id in ["evt_ok", "evt_fails_once", "evt_swallowed"] {
+        deliver(&inbox, id).await;
+    }
+    let seen = Seen::default();
+    let worker = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::ZERO))
+        .with_backoff(Duration::from_millis(20), Duration::from_millis(50))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
+    eventually("3 processed", async || {
+        inbox.counts().await.unwrap().processed == 3
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(effects(&pool, "evt_ok").await, vec![1]);
+    assert_eq!(
+        effects(&pool, "evt_fails_once").await,
+        vec![2],
+        "the failed attempt's write rolled back with it"
+    );
+    assert_eq!(seen.of("evt_swallowed"), vec![1, 2]);
+    assert_eq!(
+        effects(&pool, "evt_swallowed").await,
+        vec![2],
+        "Ok from an aborted transaction is a failure, not a silent rollback counted as done"
+    );
+}
+
+#[tokio::test]
+async fn transactional_processor_whose_lease_ran_out_cannot_commit() {
+    let (inbox, pool) = postgres_with_effects().await;
+    deliver(&inbox, "evt_slow").await;
+    let seen = Seen::default();
+    // Attempt 1 holds on past its lease; attempt 2 (another worker) takes the row over.
+    let slow = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::from_secs(2)))
+        .with_lease(Duration::from_millis(300))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
+    eventually("claimed", async || seen.of("evt_slow") == vec![1]).await;
+    let other = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::ZERO))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
+    eventually("taken over and processed", async || {
+        inbox.counts().await.unwrap().processed == 1
+    })
+    .await;
+    // Let attempt 1 come back from its sleep and try to commit.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    slow.shutdown().await;
+    other.shutdown().await;
+    assert_eq!(seen.of("evt_slow"), vec![1, 2]);
+    assert_eq!(
+        effects(&pool, "evt_slow").await,
+        vec![2],
+        "the fenced-out attempt's writes never committed"
+    );
+
+    // A worker killed mid-event: its transaction dies with it; the row comes back.
+    deliver(&inbox, "evt_killed").await;
+    let stuck = Worker::transactional(&inbox, {
+        let seen = seen.clone();
+        move |e: InboxEvent, tx: PgTx| {
+            let seen = seen.clone();
+            async move {
+                seen.record(&e);
+                sqlx::query("INSERT INTO effects VALUES ($1, $2)")
+                    .bind(&e.id)
+                    .bind(e.attempt as i32)
+                    .execute(&mut **tx.lock().await)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                std::future::pending::<Result<(), String>>().await
+            }
+        }
+    })
+    .with_lease(Duration::from_millis(300))
+    .with_poll_interval(Duration::from_millis(20))
+    .spawn();
+    eventually("claimed", async || seen.of("evt_killed") == vec![1]).await;
+    stuck.abort();
+    let worker = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::ZERO))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
+    eventually("processed after the lease", async || {
+        inbox.counts().await.unwrap().processed == 2
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(effects(&pool, "evt_killed").await, vec![2]);
+}
+
+#[tokio::test]
+#[should_panic(expected = "Worker::transactional needs an Inbox::postgres")]
+async fn transactional_worker_refuses_a_sqlite_inbox() {
+    let inbox = sqlite().await;
+    let _ = Worker::transactional(&inbox, |_: InboxEvent, _: PgTx| async {
+        Ok::<_, String>(())
+    });
 }

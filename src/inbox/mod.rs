@@ -17,9 +17,14 @@
 //!   SQLite) under a lease and a fencing token, runs your processor, and records the
 //!   outcome. A crashed worker's rows come back when their lease runs out, the attempt
 //!   counted; a worker shut down gracefully hands its unfinished rows back uncounted.
-//! - Operators [`requeue`](Inbox::requeue) dead rows, [`prune`](Inbox::prune) old ones
-//!   and read [`counts`](Inbox::counts); [`ingest`](Inbox::ingest) stores events fetched
-//!   from a provider's events API through the same deduplicated path.
+//! - On PostgreSQL, [`Worker::transactional`] hands the processor a
+//!   [`PgTx`](crate::pg_tx::PgTx): its writes and the row's `processed_at` commit
+//!   together, so effects in the database happen exactly once, and a worker whose lease
+//!   ran out cannot commit behind the one that took over.
+//! - Operators [`requeue`](Inbox::requeue) rows (by id, type, dead, or a receipt window:
+//!   replay), [`prune`](Inbox::prune) old ones and read [`counts`](Inbox::counts);
+//!   [`ingest`](Inbox::ingest) stores events fetched from a provider's events API
+//!   through the same deduplicated path.
 //!
 //! Rows live in the `webhook_events` table of `migrations/`, beside `DedupeLayer`'s (a
 //! row is the inbox's when it has a `next_attempt_at`). Use one or the other per source.
