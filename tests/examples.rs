@@ -415,3 +415,29 @@ async fn demo_on_postgres_holds_exactly_once() {
     let url = common::fresh_pg_url().await;
     demo(&["--database-url", &url]).await;
 }
+
+/// The guide's shop: the example checks its own rules and fails when one breaks; here its
+/// table is read too.
+#[tokio::test]
+async fn orders_example_fulfils_once_closes_cancelled_and_ignores_test_mode() {
+    let output = Command::new(example_binary("orders"))
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for row in [
+        "| 1 | fulfilled | 1 | 1 |",
+        "| 2 | closed | 0 | 0 |",
+        "| 3 | pending | 0 | 0 |",
+        "| 4 | fulfilled | 1 | 1 |",
+        "customer cus_1: new@example.com",
+        "every rule held",
+    ] {
+        assert!(stdout.contains(row), "{row} missing:\n{stdout}");
+    }
+}
