@@ -276,46 +276,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .collect();
 
-    // Halfway through, the worker dies mid-event; a new one takes over.
+    // Halfway through, the worker dies mid-event; a new one takes over. Then the queue
+    // drains (retries, and the killed worker's rows after their lease).
     let mut killed = false;
-    loop {
-        let done = next.load(Ordering::Relaxed).min(total);
-        if !killed && done >= total / 2 {
+    let counts = loop {
+        let sent = next.load(Ordering::Relaxed).min(total);
+        if !killed && sent >= total / 2 {
             worker.take().unwrap().abort();
             tokio::time::sleep(Duration::from_millis(100)).await;
             worker = Some(start_worker(&inbox));
             killed = true;
         }
-        if !o.json {
-            let counts = inbox.counts().await?;
-            eprint!(
-                "\r  sent {done:>6}/{total}  processed {:>6}  queued {:>6}{}",
-                counts.processed,
-                counts.queued + counts.processing,
-                if killed {
-                    "  (worker killed and restarted)"
-                } else {
-                    ""
-                }
-            );
-            let _ = std::io::stderr().flush();
-        }
-        if senders.iter().all(|s| s.is_finished()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    for s in senders {
-        s.await?;
-    }
-    // Let the queue drain (retries and the killed worker's rows, after their lease).
-    let counts = loop {
+        // Asked before the counts: once no sender runs, drained counts are final.
+        let sending = senders.iter().any(|s| !s.is_finished());
         let counts = inbox.counts().await?;
-        if counts.queued + counts.processing == 0 || started.elapsed() > Duration::from_secs(300) {
+        if !o.json {
+            progress(sent, total, counts.processed, o.events, killed);
+        }
+        let drained = counts.queued + counts.processing == 0;
+        if (!sending && drained) || started.elapsed() > Duration::from_secs(300) {
             break counts;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    for s in senders {
+        s.await?;
+    }
     let seconds = started.elapsed().as_secs_f64();
     worker.take().unwrap().shutdown().await;
     if !o.json {
@@ -360,6 +346,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("exactly-once was broken".into());
     }
     Ok(())
+}
+
+/// One line, redrawn: a bar of the day's work (deliveries sent, then events processed).
+fn progress(sent: usize, total: usize, processed: u64, events: usize, killed: bool) {
+    const WIDTH: usize = 30;
+    let done = (sent as f64 / total as f64 + processed as f64 / events as f64) / 2.0;
+    let filled = ((done * WIDTH as f64) as usize).min(WIDTH);
+    eprint!(
+        "\r  [{}{}] {:>3.0}%  sent {sent:>6}/{total}  processed {processed:>6}/{events}{}",
+        "#".repeat(filled),
+        "-".repeat(WIDTH - filled),
+        done * 100.0,
+        if killed {
+            "  (worker killed, restarted)"
+        } else {
+            ""
+        }
+    );
+    let _ = std::io::stderr().flush();
 }
 
 fn hash(s: &str) -> u64 {
