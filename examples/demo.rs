@@ -9,8 +9,10 @@
 //! processor fails transiently on one attempt in ten; and halfway through, the worker is
 //! killed mid-event and a new one started. The receiver is `VerifyWebhookLayer` + the
 //! inbox's accept service on the embedded SQLite store (or PostgreSQL); the processor
-//! records each event's business effect through `Once` in a ledger. At the end the ledger
-//! is checked: every event's effect exactly once — no double effects, none lost.
+//! sets its object's state through the ordering guard (four events per object, arriving
+//! in any order) and records the event's business effect through `Once` in a ledger. At
+//! the end both are checked: every event's effect exactly once — no double effects, none
+//! lost — and every object in its newest event's state, none moved back by a late one.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -26,6 +28,7 @@ use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
+use tower_webhook::latest::{self, Order};
 use tower_webhook::once::Once;
 use tower_webhook::store::{DedupeStore, PgStore, SqliteStore};
 use tower_webhook::{Scheme, Verifier, VerifyWebhookLayer};
@@ -76,10 +79,16 @@ struct Delivery {
 }
 
 /// The day's deliveries: every event 1–5 times, some about objects days old, plus forged
-/// and stale ones; shuffled.
-fn worst_day(events: usize, source: &str, rng: &mut fastrand::Rng) -> Vec<Delivery> {
+/// and stale ones; shuffled. And per object, the id of its newest event: the state the
+/// object must end in, whatever order the events arrive in.
+fn worst_day(
+    events: usize,
+    source: &str,
+    rng: &mut fastrand::Rng,
+) -> (Vec<Delivery>, HashMap<String, (u64, String)>) {
     let now = SystemTime::now();
     let mut out = Vec::new();
+    let mut newest: HashMap<String, (u64, String)> = HashMap::new();
     for i in 0..events {
         let id = format!("evt_{source}_{i}");
         // One event in twenty describes something that happened days ago: a late event.
@@ -88,14 +97,21 @@ fn worst_day(events: usize, source: &str, rng: &mut fastrand::Rng) -> Vec<Delive
         } else {
             0
         };
+        // Four events per object, each with its own time: delivered shuffled, half of
+        // them arrive after a newer one of their object.
         let created = now
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap()
             .as_secs()
-            .saturating_sub(days_ago * 86_400);
+            .saturating_sub(days_ago * 86_400 + i as u64);
+        let object = i / 4;
         let body = Bytes::from(format!(
-            r#"{{"type":"payment_intent.succeeded","created":{created},"livemode":true,"data":{{"object":{{"id":"pi_{i}"}}}}}}"#
+            r#"{{"type":"payment_intent.succeeded","created":{created},"livemode":true,"data":{{"object":{{"id":"pi_{object}"}}}}}}"#
         ));
+        let latest = newest.entry(format!("pi_{object}")).or_default();
+        if created > latest.0 {
+            *latest = (created, id.clone());
+        }
         for _ in 0..rng.usize(1..=5) {
             let headers = Scheme::standard().sign([SECRET], &id, now, &body).unwrap();
             out.push(Delivery {
@@ -127,7 +143,7 @@ fn worst_day(events: usize, source: &str, rng: &mut fastrand::Rng) -> Vec<Delive
         }
     }
     rng.shuffle(&mut out);
-    out
+    (out, newest)
 }
 
 #[derive(Default, serde::Serialize)]
@@ -139,6 +155,7 @@ struct Table {
     processed: u64,
     double_effects: u64,
     lost: u64,
+    moved_back: u64,
     seconds: f64,
     deliveries_per_second: f64,
 }
@@ -151,32 +168,36 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The store: embedded SQLite by default, PostgreSQL when given.
     let sqlite_path = std::env::temp_dir().join(format!("tower-webhook-demo-{source_tag}.db"));
-    let (inbox, store, backend): (Inbox, Arc<dyn DedupeStore>, String) = match &o.database_url {
-        Some(url) => {
-            let store = PgStore::connect(url).await?;
-            (
-                Inbox::postgres(&store),
-                Arc::new(store),
-                "PostgreSQL".into(),
-            )
-        }
-        None => {
-            let store = SqliteStore::open(&sqlite_path).await?;
-            (
-                Inbox::sqlite(&store),
-                Arc::new(store),
-                format!("SQLite ({})", sqlite_path.display()),
-            )
-        }
-    };
+    let (inbox, store, db, backend): (Inbox, Arc<dyn DedupeStore>, Db, String) =
+        match &o.database_url {
+            Some(url) => {
+                let store = PgStore::connect(url).await?;
+                let db = Db::Pg(store.pool().clone());
+                (
+                    Inbox::postgres(&store),
+                    Arc::new(store),
+                    db,
+                    "PostgreSQL".into(),
+                )
+            }
+            None => {
+                let store = SqliteStore::open(&sqlite_path).await?;
+                let db = Db::Sqlite(store.pool().clone());
+                let name = format!("SQLite ({})", sqlite_path.display());
+                (Inbox::sqlite(&store), Arc::new(store), db, name)
+            }
+        };
+    db.create_state_table().await?;
 
-    // The business: each event's effect goes through `Once` into the ledger.
+    // The business: each event sets its object's state in the database, through the
+    // ordering guard; and its effect goes through `Once` into the ledger.
     let ledger: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
     let once = Once::from_arc(store, &format!("demo-effect-{source_tag}"));
     let processor = {
-        let ledger = ledger.clone();
+        let (ledger, db, tag) = (ledger.clone(), db.clone(), source_tag.clone());
         move |event: InboxEvent| {
-            let (ledger, once) = (ledger.clone(), once.clone());
+            let (ledger, once, db) = (ledger.clone(), once.clone(), db.clone());
+            let object = format!("demo-{tag}/{}", event.object_id.clone().unwrap_or_default());
             async move {
                 // Transient trouble on one attempt in ten (deterministic per event and attempt).
                 if fastrand::Rng::with_seed(hash(&event.id) ^ u64::from(event.attempt)).u32(0..10)
@@ -185,6 +206,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     return Err("the provider's API timed out".to_owned());
                 }
                 tokio::time::sleep(Duration::from_micros(200)).await; // the work itself
+                let body: serde_json::Value = event.json().map_err(|e| e.to_string())?;
+                let created = body["created"].as_u64().ok_or("no created")?;
+                let at = SystemTime::UNIX_EPOCH + Duration::from_secs(created);
+                db.apply(&object, at, &event.id)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let effect = once.run(&event.id, || async {
                     *ledger.lock().unwrap().entry(event.id.clone()).or_default() += 1;
                     Ok::<_, String>(())
@@ -219,7 +246,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = format!("http://{}/webhooks", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let deliveries: Arc<[Delivery]> = worst_day(o.events, &source_tag, &mut rng).into();
+    let (deliveries, newest) = worst_day(o.events, &source_tag, &mut rng);
+    let deliveries: Arc<[Delivery]> = deliveries.into();
     let total = deliveries.len();
     if !o.json {
         eprintln!(
@@ -320,6 +348,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         lost: (0..o.events)
             .filter(|i| !ledger.contains_key(&format!("evt_{source_tag}_{i}")))
             .count() as u64,
+        moved_back: {
+            let state = db.state(&format!("demo-{source_tag}/")).await?;
+            newest
+                .iter()
+                .filter(|(object, (_, id))| state.get(*object) != Some(id))
+                .count() as u64
+        },
         seconds,
         deliveries_per_second: total as f64 / seconds,
     };
@@ -328,10 +363,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{}", serde_json::to_string(&table)?);
     } else {
         println!();
-        println!("| sent | accepted | duplicates answered | rejected | processed | double effects | lost | deliveries/s |");
-        println!("|---|---|---|---|---|---|---|---|");
+        println!("| sent | accepted | duplicates answered | rejected | processed | double effects | lost | state moved back | deliveries/s |");
+        println!("|---|---|---|---|---|---|---|---|---|");
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {:.0} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0} |",
             table.sent,
             table.accepted,
             table.duplicates,
@@ -339,13 +374,87 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             table.processed,
             table.double_effects,
             table.lost,
+            table.moved_back,
             table.deliveries_per_second
         );
     }
     if table.double_effects != 0 || table.lost != 0 {
         return Err("exactly-once was broken".into());
     }
+    if table.moved_back != 0 {
+        return Err("a late event moved an object's state back".into());
+    }
     Ok(())
+}
+
+/// Where the objects' state lives: the store's own database.
+#[derive(Clone)]
+enum Db {
+    Sqlite(sqlx::SqlitePool),
+    Pg(sqlx::PgPool),
+}
+
+impl Db {
+    async fn create_state_table(&self) -> Result<(), sqlx::Error> {
+        const SQL: &str = "CREATE TABLE IF NOT EXISTS demo_state (object TEXT PRIMARY KEY, event_id TEXT NOT NULL)";
+        match self {
+            Db::Sqlite(pool) => sqlx::query(SQL).execute(pool).await.map(|_| ()),
+            Db::Pg(pool) => sqlx::query(SQL).execute(pool).await.map(|_| ()),
+        }
+    }
+
+    /// Sets `object`'s state to `event`'s, unless a newer event of it was applied.
+    async fn apply(
+        &self,
+        object: &str,
+        at: SystemTime,
+        event: &str,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        match self {
+            Db::Sqlite(pool) => {
+                let mut tx = pool.begin().await?;
+                if latest::advance(&mut *tx, object, at).await? == Order::Newest {
+                    sqlx::query("INSERT OR REPLACE INTO demo_state VALUES (?1, ?2)")
+                        .bind(object)
+                        .bind(event)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                Ok(tx.commit().await?)
+            }
+            Db::Pg(pool) => {
+                let mut tx = pool.begin().await?;
+                if latest::advance(&mut *tx, object, at).await? == Order::Newest {
+                    sqlx::query("INSERT INTO demo_state VALUES ($1, $2) ON CONFLICT (object) DO UPDATE SET event_id = excluded.event_id")
+                        .bind(object)
+                        .bind(event)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                Ok(tx.commit().await?)
+            }
+        }
+    }
+
+    /// Every object's state under `prefix`, by the object's own id.
+    async fn state(&self, prefix: &str) -> Result<HashMap<String, String>, sqlx::Error> {
+        let rows: Vec<(String, String)> = match self {
+            Db::Sqlite(pool) => {
+                sqlx::query_as("SELECT object, event_id FROM demo_state")
+                    .fetch_all(pool)
+                    .await?
+            }
+            Db::Pg(pool) => {
+                sqlx::query_as("SELECT object, event_id FROM demo_state")
+                    .fetch_all(pool)
+                    .await?
+            }
+        };
+        Ok(rows
+            .into_iter()
+            .filter_map(|(object, id)| Some((object.strip_prefix(prefix)?.to_owned(), id)))
+            .collect())
+    }
 }
 
 /// One line, redrawn: a bar of the day's work (deliveries sent, then events processed).

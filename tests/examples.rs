@@ -363,7 +363,8 @@ async fn loadtest_handles_every_event_exactly_once_on_every_store() {
 }
 
 /// The worst day at a small scale: every effect exactly once, the forged and stale ones
-/// refused, on the embedded store and on PostgreSQL.
+/// refused, every object left in its newest event's state, on the embedded store and on
+/// PostgreSQL.
 async fn demo(extra: &[&str]) -> serde_json::Value {
     let output = Command::new(example_binary("demo"))
         .args(["--events", "400", "--json"])
@@ -385,12 +386,14 @@ async fn demo(extra: &[&str]) -> serde_json::Value {
         "processed",
         "double_effects",
         "lost",
+        "moved_back",
         "seconds",
     ] {
         assert!(table.get(key).is_some(), "{key} missing: {table}");
     }
     assert_eq!(table["double_effects"], 0, "{table}");
     assert_eq!(table["lost"], 0, "{table}");
+    assert_eq!(table["moved_back"], 0, "late events never win: {table}");
     assert_eq!(table["accepted"], 400, "{table}");
     assert_eq!(table["processed"], 400, "{table}");
     let sent = table["sent"].as_u64().unwrap();
