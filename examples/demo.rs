@@ -336,6 +336,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!();
     }
 
+    let state = db.state(&format!("demo-{source_tag}/")).await?;
     let ledger = ledger.lock().unwrap();
     let accepted = counts.queued + counts.processing + counts.processed + counts.dead;
     let table = Table {
@@ -348,13 +349,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         lost: (0..o.events)
             .filter(|i| !ledger.contains_key(&format!("evt_{source_tag}_{i}")))
             .count() as u64,
-        moved_back: {
-            let state = db.state(&format!("demo-{source_tag}/")).await?;
-            newest
-                .iter()
-                .filter(|(object, (_, id))| state.get(*object) != Some(id))
-                .count() as u64
-        },
+        moved_back: newest
+            .iter()
+            .filter(|(object, (_, id))| state.get(*object) != Some(id))
+            .count() as u64,
         seconds,
         deliveries_per_second: total as f64 / seconds,
     };

@@ -1,6 +1,8 @@
 //! The inbox on SQLite and PostgreSQL: accept stores once and answers at once; workers
-//! process each event once, retry with backoff, give up into dead rows, survive crashes
-//! and hand rows back on shutdown.
+//! process each event once, retry on a capped doubling backoff, give up into dead rows,
+//! survive crashes and hand rows back on shutdown; requeue replays by id, dead, type or
+//! receipt window; the transactional form commits the processor's writes with the row;
+//! and a provider's worst day against two receivers and two workers on one database.
 
 mod common;
 
@@ -15,6 +17,7 @@ use http::StatusCode;
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::inbox::{Inbox, InboxEvent, Processor, Requeue, Worker};
+use tower_webhook::once::Once;
 use tower_webhook::pg_tx::PgTx;
 use tower_webhook::store::{PgStore, SqliteStore};
 use tower_webhook::{Scheme, VerifyWebhookLayer};
@@ -54,6 +57,12 @@ impl Seen {
 
 /// Posts a signed delivery of `id` to verify + accept; returns the status.
 async fn deliver(inbox: &Inbox, id: &str) -> StatusCode {
+    deliver_signed(inbox, id, SECRET, NOW).await
+}
+
+/// Posts a delivery of `id` signed with `secret` at `signed_at` (seconds); the verifier's
+/// clock stands at `NOW`.
+async fn deliver_signed(inbox: &Inbox, id: &str, secret: &str, signed_at: u64) -> StatusCode {
     let svc = ServiceBuilder::new()
         .layer(VerifyWebhookLayer::new(verifier(
             Scheme::standard(),
@@ -64,7 +73,7 @@ async fn deliver(inbox: &Inbox, id: &str) -> StatusCode {
         r#"{{"type":"order.paid","livemode":true,"data":{{"object":{{"id":"pi_{id}"}}}}}}"#
     );
     let headers = Scheme::standard()
-        .sign([SECRET], id, at(NOW), body.as_bytes())
+        .sign([secret], id, at(signed_at), body.as_bytes())
         .unwrap();
     let req: http::Request<Full<Bytes>> = request(headers, body);
     svc.oneshot(req).await.unwrap().status()
@@ -657,4 +666,152 @@ async fn transactional_worker_refuses_a_sqlite_inbox() {
     let _ = Worker::transactional(&inbox, |_: InboxEvent, _: PgTx| async {
         Ok::<_, String>(())
     });
+}
+
+/// A provider's worst day at a small scale, against two receivers and two workers sharing
+/// one database: 120 events delivered 1–4 times each, shuffled, concurrently, to either
+/// receiver; forged and stale deliveries mixed in; a processor that fails transiently on
+/// some first attempts and always on four "poison" events; one worker killed mid-run and
+/// replaced. Each effect goes through `Once` into a ledger.
+async fn worst_day_two_receivers_two_workers(a: Inbox, b: Inbox, once: Once) {
+    const EVENTS: usize = 120;
+    let poison = |i: usize| i % 30 == 7;
+    let mut rng = fastrand::Rng::with_seed(11);
+    // (event, secret, signed at, expected status)
+    let mut day = Vec::new();
+    for i in 0..EVENTS {
+        for _ in 0..rng.usize(1..=4) {
+            day.push((i, SECRET, NOW, StatusCode::NO_CONTENT));
+        }
+        if i % 10 == 3 {
+            let forger = "whsec_Zm9yZ2VkLWJ5LWFuLWF0dGFja2VyLTAxMjM0NTY3ODk=";
+            day.push((i, forger, NOW, StatusCode::BAD_REQUEST));
+        }
+        if i % 10 == 6 {
+            day.push((i, SECRET, NOW - 3600, StatusCode::BAD_REQUEST)); // a replay
+        }
+    }
+    rng.shuffle(&mut day);
+
+    let ledger: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let healed = Arc::new(AtomicBool::new(false));
+    let processor = {
+        let (ledger, healed) = (ledger.clone(), healed.clone());
+        move |e: InboxEvent| {
+            let (ledger, healed, once) = (ledger.clone(), healed.clone(), once.clone());
+            async move {
+                let i: usize = e.id.trim_start_matches("evt_wd_").parse().unwrap();
+                if poison(i) && !healed.load(Ordering::SeqCst) {
+                    return Err("order not found".to_owned());
+                }
+                if i % 5 == 0 && e.attempt == 1 {
+                    return Err("the provider's API timed out".to_owned());
+                }
+                // The action has no await: `InProgress` can only mean a killed attempt
+                // ran it and did not record it, so the effect happened.
+                once.run(&e.id, || async {
+                    *ledger.lock().unwrap().entry(e.id.clone()).or_default() += 1;
+                    Ok::<_, String>(())
+                })
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+            }
+        }
+    };
+    let processor = Arc::new(processor);
+    let start = |inbox: &Inbox| {
+        let p = processor.clone();
+        Worker::new(inbox, move |e: InboxEvent| p(e))
+            .with_concurrency(3)
+            .with_max_attempts(3)
+            .with_backoff(Duration::from_millis(10), Duration::from_millis(50))
+            .with_lease(Duration::from_millis(500))
+            .with_poll_interval(Duration::from_millis(20))
+            .spawn()
+    };
+    let mut worker_a = start(&a);
+    let worker_b = start(&b);
+
+    let day: Arc<[_]> = day.into();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let senders: Vec<_> = (0..8)
+        .map(|n| {
+            let (day, next, a, b) = (day.clone(), next.clone(), a.clone(), b.clone());
+            tokio::spawn(async move {
+                let mut rng = fastrand::Rng::with_seed(n);
+                while let Some(&(i, secret, signed_at, expected)) =
+                    day.get(next.fetch_add(1, Ordering::SeqCst))
+                {
+                    let receiver = if rng.bool() { &a } else { &b };
+                    let id = format!("evt_wd_{i}");
+                    let status = deliver_signed(receiver, &id, secret, signed_at).await;
+                    assert_eq!(status, expected, "{id}");
+                }
+            })
+        })
+        .collect();
+    // Halfway through, worker A dies mid-run; a new one takes its place.
+    while next.load(Ordering::SeqCst) < day.len() / 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    worker_a.abort();
+    worker_a = start(&a);
+    for s in senders {
+        s.await.unwrap();
+    }
+
+    let poisoned = (0..EVENTS).filter(|&i| poison(i)).count() as u64;
+    let settled = async || {
+        let c = a.counts().await.unwrap();
+        c.queued + c.processing == 0
+    };
+    for _ in 0..1500 {
+        if settled().await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let counts = a.counts().await.unwrap();
+    assert_eq!(
+        (counts.processed, counts.dead),
+        (EVENTS as u64 - poisoned, poisoned),
+        "dead rows only where the processor always fails"
+    );
+    for i in (0..EVENTS).filter(|&i| !poison(i)) {
+        let n = ledger.lock().unwrap().get(&format!("evt_wd_{i}")).copied();
+        assert_eq!(n, Some(1), "evt_wd_{i}: its effect exactly once");
+    }
+
+    // Fixed; the operator requeues the dead rows, and they go through.
+    healed.store(true, Ordering::SeqCst);
+    assert_eq!(b.requeue(Requeue::dead()).await.unwrap(), poisoned);
+    eventually("the requeued rows processed", async || {
+        a.counts().await.unwrap().processed == EVENTS as u64
+    })
+    .await;
+    worker_a.shutdown().await;
+    worker_b.shutdown().await;
+    let ledger = ledger.lock().unwrap();
+    assert_eq!(ledger.len(), EVENTS, "none lost");
+    assert!(ledger.values().all(|&n| n == 1), "no double effects");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_worst_day_two_receivers_two_workers_one_file() {
+    let path = sqlite_path();
+    let store = SqliteStore::open(&path).await.unwrap();
+    let other = SqliteStore::open(&path).await.unwrap();
+    let once = Once::new(store.clone(), "wd");
+    worst_day_two_receivers_two_workers(Inbox::sqlite(&store), Inbox::sqlite(&other), once).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_worst_day_two_receivers_two_workers_one_database() {
+    let url = fresh_pg_url().await;
+    let store = PgStore::connect(&url).await.unwrap();
+    let other = PgStore::connect(&url).await.unwrap();
+    let once = Once::new(other.clone(), "wd");
+    worst_day_two_receivers_two_workers(Inbox::postgres(&store), Inbox::postgres(&other), once)
+        .await;
 }
