@@ -408,29 +408,25 @@ impl Db {
         at: SystemTime,
         event: &str,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        /// The same steps on either pool: guard, write if newest, commit.
+        macro_rules! apply_in {
+            ($pool:expr) => {{
+                let mut tx = $pool.begin().await?;
+                if latest::advance(&mut *tx, object, at).await? == Order::Newest {
+                    sqlx::query(UPSERT)
+                        .bind(object)
+                        .bind(event)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                Ok(tx.commit().await?)
+            }};
+        }
+        const UPSERT: &str = "INSERT INTO demo_state VALUES ($1, $2)
+            ON CONFLICT (object) DO UPDATE SET event_id = excluded.event_id";
         match self {
-            Db::Sqlite(pool) => {
-                let mut tx = pool.begin().await?;
-                if latest::advance(&mut *tx, object, at).await? == Order::Newest {
-                    sqlx::query("INSERT OR REPLACE INTO demo_state VALUES (?1, ?2)")
-                        .bind(object)
-                        .bind(event)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                Ok(tx.commit().await?)
-            }
-            Db::Pg(pool) => {
-                let mut tx = pool.begin().await?;
-                if latest::advance(&mut *tx, object, at).await? == Order::Newest {
-                    sqlx::query("INSERT INTO demo_state VALUES ($1, $2) ON CONFLICT (object) DO UPDATE SET event_id = excluded.event_id")
-                        .bind(object)
-                        .bind(event)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                Ok(tx.commit().await?)
-            }
+            Db::Sqlite(pool) => apply_in!(pool),
+            Db::Pg(pool) => apply_in!(pool),
         }
     }
 

@@ -559,6 +559,7 @@ fn effect_writer(seen: Seen, hold: Duration) -> impl tower_webhook::inbox::TxPro
                     let _ = sqlx::query("SELECT 1 / 0").execute(&mut **tx).await;
                 }
                 ("evt_slow", 1) => tokio::time::sleep(hold).await,
+                ("evt_killed", 1) => std::future::pending().await, // until the worker dies
                 _ => {}
             }
             Ok(())
@@ -627,25 +628,10 @@ async fn transactional_processor_whose_lease_ran_out_cannot_commit() {
 
     // A worker killed mid-event: its transaction dies with it; the row comes back.
     deliver(&inbox, "evt_killed").await;
-    let stuck = Worker::transactional(&inbox, {
-        let seen = seen.clone();
-        move |e: InboxEvent, tx: PgTx| {
-            let seen = seen.clone();
-            async move {
-                seen.record(&e);
-                sqlx::query("INSERT INTO effects VALUES ($1, $2)")
-                    .bind(&e.id)
-                    .bind(e.attempt as i32)
-                    .execute(&mut **tx.lock().await)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                std::future::pending::<Result<(), String>>().await
-            }
-        }
-    })
-    .with_lease(Duration::from_millis(300))
-    .with_poll_interval(Duration::from_millis(20))
-    .spawn();
+    let stuck = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::ZERO))
+        .with_lease(Duration::from_millis(300))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
     eventually("claimed", async || seen.of("evt_killed") == vec![1]).await;
     stuck.abort();
     let worker = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::ZERO))
