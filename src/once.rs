@@ -27,7 +27,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::{Claim, ClaimGuard, DedupeStore, Delivery, StoreError, Token};
+use crate::store::{Claimed, DedupeStore, Delivery, PendingClaim, StoreError, Token};
 
 /// Runs actions at most once per key. Cloning shares the store.
 #[derive(Clone)]
@@ -122,23 +122,22 @@ impl Once {
         Fut: Future<Output = Result<T, E>>,
     {
         let delivery = Delivery::new(self.namespace.as_ref(), key);
-        let token = Token::new();
-        let claim = self.store.claim(delivery.clone(), token, self.lease);
-        let guard = ClaimGuard::new(self.store.clone(), delivery, token);
-        let not_granted = match claim.await {
-            Ok(Claim::New(_)) => None,
-            Ok(Claim::Done) => Some(Ok(Ran::Already)),
-            Ok(Claim::InFlight { retry_after }) => Some(Ok(Ran::InProgress { retry_after })),
-            Err(e) => Some(Err(OnceError::Store(e))),
+        let claim = PendingClaim::new(self.store.clone(), delivery, Token::new(), self.lease);
+        let guard = match claim.await {
+            Claimed::Granted(guard) => guard,
+            Claimed::Done => return Ok(Ran::Already),
+            Claimed::InFlight(retry_after) => return Ok(Ran::InProgress { retry_after }),
+            Claimed::Failed(e) => return Err(OnceError::Store(e)),
         };
-        if let Some(outcome) = not_granted {
-            guard.disarm();
-            return outcome;
-        }
         match action().await {
-            Ok(value) => match guard.complete().await {
-                Ok(_) => Ok(Ran::Now(value)),
-                Err(e) => Err(OnceError::Store(e)),
+            // Spawned: the action ran, so "done" reaches the store even if this future is
+            // dropped while it waits (a worker stopped mid-event).
+            Ok(value) => match tokio::spawn(guard.complete()).await {
+                Ok(Ok(_)) => Ok(Ran::Now(value)),
+                Ok(Err(e)) => Err(OnceError::Store(e)),
+                Err(_) => Err(OnceError::Store(StoreError::message(
+                    "the runtime is shutting down",
+                ))),
             },
             Err(e) => {
                 // A failed release is not the action's error: the lease frees the key.

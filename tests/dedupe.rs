@@ -15,6 +15,7 @@ use http_body_util::{BodyExt, Full};
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_webhook::dedupe::Deduped;
+use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::{
     Claim, Completed, DedupeStore, Delivery, MemoryStore, PgStore, RedisStore, SqliteStore,
     StoreFuture, Token,
@@ -653,6 +654,69 @@ async fn request_dropped_while_claiming_releases_the_claim_it_never_heard_of() {
         StatusCode::OK
     );
     assert_eq!(calls.of("evt_hangup"), 1);
+}
+
+/// A store whose claims land late, whether or not anyone still waits for them: a
+/// database runs a statement it was sent even when the caller stops listening.
+struct LateClaims(MemoryStore);
+
+impl DedupeStore for LateClaims {
+    fn claim(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
+        let store = self.0.clone();
+        let landing = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            store.claim(delivery, token, lease).await
+        });
+        Box::pin(async move { landing.await.expect("the claim task ran") })
+    }
+    fn complete(&self, delivery: Delivery, token: Token) -> StoreFuture<Completed> {
+        self.0.complete(delivery, token)
+    }
+    fn release(&self, delivery: Delivery, token: Token) -> StoreFuture<()> {
+        self.0.release(delivery, token)
+    }
+    fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
+        self.0.prune(older_than)
+    }
+}
+
+#[tokio::test]
+async fn a_claim_landing_after_its_request_was_dropped_is_released_when_it_lands() {
+    let memory = MemoryStore::new();
+    let calls = Calls::default();
+    let svc = stack(
+        Arc::new(LateClaims(memory.clone())),
+        Duration::from_secs(30),
+        calls.clone(),
+    );
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(30), send(&svc, "evt_late", "ok")).await;
+    assert!(
+        dropped.is_err(),
+        "the client gave up before the claim landed"
+    );
+    // The claim lands at 150 ms; released then, not at the end of its 30 s lease.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let fast = stack(
+        Arc::new(memory.clone()),
+        Duration::from_secs(30),
+        calls.clone(),
+    );
+    assert_eq!(send(&fast, "evt_late", "ok").await.status(), StatusCode::OK);
+    assert_eq!(calls.of("evt_late"), 1);
+
+    // The same for `Once`, dropped mid-claim (a worker stopped mid-event).
+    let late = Once::new(LateClaims(memory.clone()), "fulfil");
+    let action = || async { Ok::<_, std::io::Error>(()) };
+    let stopped =
+        tokio::time::timeout(Duration::from_millis(30), late.run("order-7", action)).await;
+    assert!(stopped.is_err());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let once = Once::new(memory, "fulfil");
+    assert!(
+        matches!(once.run("order-7", action).await, Ok(Ran::Now(()))),
+        "the key is free: the action was never run"
+    );
 }
 
 #[tokio::test]

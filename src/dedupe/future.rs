@@ -10,7 +10,7 @@ use tower_service::Service;
 use super::layer::Config;
 use super::Deduped;
 use crate::body::ResponseBody;
-use crate::store::{whole_seconds, Claim, ClaimGuard, Completed, Delivery, StoreFuture, Token};
+use crate::store::{whole_seconds, ClaimGuard, Claimed, Completed, Delivery, PendingClaim, Token};
 
 pin_project! {
     /// Response future of [`Dedupe`](super::Dedupe): claims the key, calls the inner
@@ -32,8 +32,7 @@ pin_project! {
         S: Service<Request<B>>,
     {
         Claiming {
-            claim: StoreFuture<Claim>,
-            guard: Option<ClaimGuard>,
+            claim: PendingClaim,
             request: Option<Request<B>>,
             inner: Option<S>,
         },
@@ -63,13 +62,10 @@ where
         inner: S,
         config: Arc<Config>,
     ) -> Self {
-        let token = Token::new();
-        let claim = config.store.claim(delivery.clone(), token, config.lease);
-        let guard = ClaimGuard::new(config.store.clone(), delivery, token);
+        let claim = PendingClaim::new(config.store.clone(), delivery, Token::new(), config.lease);
         Self {
             state: State::Claiming {
                 claim,
-                guard: Some(guard),
                 request: Some(request),
                 inner: Some(inner),
             },
@@ -101,19 +97,12 @@ where
                 }
                 StateProj::Claiming {
                     claim,
-                    guard,
                     request,
                     inner,
                 } => {
                     let config = this.config.as_ref().expect("claiming has a config");
-                    let outcome = ready!(claim.as_mut().poll(cx));
-                    if !matches!(outcome, Ok(Claim::New(_))) {
-                        // Not granted: nothing to release.
-                        guard.take().expect("claimed once").disarm();
-                    }
-                    match outcome {
-                        Ok(Claim::New(_)) => {
-                            let guard = guard.take().expect("claimed once");
+                    match ready!(Pin::new(claim).poll(cx)) {
+                        Claimed::Granted(guard) => {
                             let mut inner = inner.take().expect("claimed once");
                             let future = inner.call(request.take().expect("claimed once"));
                             State::Calling {
@@ -121,14 +110,14 @@ where
                                 guard: Some(guard),
                             }
                         }
-                        Ok(Claim::Done) => {
+                        Claimed::Done => {
                             return Poll::Ready(Ok(Deduped::Done.response(None)));
                         }
-                        Ok(Claim::InFlight { retry_after }) => {
+                        Claimed::InFlight(retry_after) => {
                             let secs = whole_seconds(retry_after).as_secs();
                             return Poll::Ready(Ok(Deduped::InFlight.response(Some(secs))));
                         }
-                        Err(error) => {
+                        Claimed::Failed(error) => {
                             log_store_error("claim", &error);
                             let secs = whole_seconds(config.unavailable_retry_after).as_secs();
                             return Poll::Ready(Ok(Deduped::StoreUnavailable.response(Some(secs))));

@@ -26,7 +26,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-pub(crate) use guard::ClaimGuard;
+pub(crate) use guard::{ClaimGuard, Claimed, PendingClaim};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
