@@ -646,8 +646,9 @@ async fn request_dropped_while_claiming_releases_the_claim_it_never_heard_of() {
         dropped.is_err(),
         "the client gave up while the claim was on the wire"
     );
-    // Without the release, the key would stay claimed for the 30 s lease (409).
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Released once the claim's answer comes (300 ms); without the release, the key
+    // would stay claimed for the 30 s lease (409).
+    tokio::time::sleep(Duration::from_millis(400)).await;
     let fast = stack(Arc::new(memory), Duration::from_secs(30), calls.clone());
     assert_eq!(
         send(&fast, "evt_hangup", "ok").await.status(),
