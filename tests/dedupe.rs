@@ -554,6 +554,47 @@ async fn postgres_store_records_the_audit_trail_and_prunes() {
     );
 }
 
+/// Prune deletes done keys and keys failed attempts gave back, once old; a key an
+/// attempt holds now stays, and so do keys younger than the cutoff.
+async fn sql_store_prunes_done_and_abandoned_keys(store: Arc<dyn DedupeStore>) {
+    let svc = stack(store.clone(), Duration::from_secs(30), Calls::default());
+    assert_eq!(send(&svc, "evt_done", "ok").await.status(), StatusCode::OK);
+    let failed = send(&svc, "evt_failed", "fail").await.status();
+    assert_eq!(failed, StatusCode::INTERNAL_SERVER_ERROR);
+    let live = Delivery::new("standard", "evt_live");
+    let held = store
+        .claim(live.clone(), Token::new(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(matches!(held, Claim::New(_)));
+    assert_eq!(store.prune(Duration::from_secs(3600)).await.unwrap(), 0);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        store.prune(Duration::from_millis(10)).await.unwrap(),
+        2,
+        "the done key and the given-back one; not the held one"
+    );
+    let again = store
+        .claim(live, Token::new(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(matches!(again, Claim::InFlight { .. }), "still held");
+}
+
+#[tokio::test]
+async fn sqlite_store_prunes_done_and_abandoned_keys() {
+    let path = std::env::temp_dir().join(format!("prune-{}.db", uuid::Uuid::new_v4()));
+    let store = SqliteStore::open(&path).await.unwrap();
+    sql_store_prunes_done_and_abandoned_keys(Arc::new(store)).await;
+    let _ = std::fs::remove_file(path);
+}
+
+#[tokio::test]
+async fn postgres_store_prunes_done_and_abandoned_keys() {
+    let store = PgStore::connect(&fresh_pg_url().await).await.unwrap();
+    sql_store_prunes_done_and_abandoned_keys(Arc::new(store)).await;
+}
+
 #[tokio::test]
 async fn without_the_verify_layer_dedupe_is_a_500_that_names_the_fix() {
     let svc = ServiceBuilder::new()

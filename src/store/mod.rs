@@ -196,7 +196,8 @@ pub trait DedupeStore: Send + Sync + 'static {
     /// Gives the claim up, if `token` still holds it, so the next attempt runs.
     fn release(&self, delivery: Delivery, token: Token) -> StoreFuture<()>;
 
-    /// Deletes done keys completed more than `older_than` ago; returns how many. Keep them
+    /// Deletes done keys completed more than `older_than` ago, and keys that failed
+    /// attempts gave back, first received that long ago; returns how many. Keep them
     /// longer than the provider retries: Stripe retries for 3 days, Standard Webhooks
     /// senders for about 75 hours.
     fn prune(&self, older_than: Duration) -> StoreFuture<u64>;

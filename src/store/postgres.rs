@@ -52,9 +52,14 @@ const RELEASE: &str = "
 UPDATE webhook_events SET locked_until = NULL, lock_token = NULL
 WHERE source = $1 AND event_id = $2 AND lock_token = $3";
 
+/// As `SqliteStore`'s: done keys older than the cutoff, and keys given back by a failed
+/// attempt first received before it.
 const PRUNE: &str = "
 DELETE FROM webhook_events
-WHERE processed_at IS NOT NULL AND processed_at < now() - make_interval(secs => $1)";
+WHERE (processed_at IS NOT NULL AND processed_at < now() - make_interval(secs => $1))
+   OR (processed_at IS NULL AND next_attempt_at IS NULL
+       AND received_at < now() - make_interval(secs => $1)
+       AND (locked_until IS NULL OR locked_until <= now()))";
 
 impl PgStore {
     /// Connects to `url` (`postgres://…`) and applies the crate's migrations.

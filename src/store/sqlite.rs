@@ -44,8 +44,14 @@ const RELEASE: &str = "
 UPDATE webhook_events SET locked_until = NULL, lock_token = NULL
 WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3";
 
-const PRUNE: &str =
-    "DELETE FROM webhook_events WHERE processed_at IS NOT NULL AND processed_at < ?1";
+/// Done keys older than the cutoff, and keys a failed attempt gave back (released, or a
+/// lease long run out) first received before it: the provider has stopped retrying those.
+/// The inbox's unprocessed rows (`next_attempt_at` set) are the inbox's to prune.
+const PRUNE: &str = "
+DELETE FROM webhook_events
+WHERE (processed_at IS NOT NULL AND processed_at < ?1)
+   OR (processed_at IS NULL AND next_attempt_at IS NULL AND received_at < ?1
+       AND (locked_until IS NULL OR locked_until <= ?2))";
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -190,8 +196,10 @@ impl DedupeStore for SqliteStore {
     fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
         let pool = self.pool.clone();
         Box::pin(async move {
+            let now = now_ms();
             let pruned = sqlx::query(PRUNE)
-                .bind(now_ms().saturating_sub(ms(older_than)))
+                .bind(now.saturating_sub(ms(older_than)))
+                .bind(now)
                 .execute(&pool)
                 .await
                 .map_err(|e| StoreError::new("sqlite prune", e))?;
