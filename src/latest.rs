@@ -65,7 +65,12 @@ pub enum Order {
 /// newer event of it was applied; locks the object's row until the transaction ends.
 ///
 /// `conn` is a `&mut *tx` of a PostgreSQL or SQLite transaction (outside a transaction the
-/// lock ends with the statement, and the guard no longer orders concurrent events).
+/// lock ends with the statement, and the guard no longer orders concurrent events). Call
+/// it first in the transaction: on SQLite the first write takes the database's write
+/// lock, and a transaction that read before it may fail with `SQLITE_BUSY` instead of
+/// waiting. On PostgreSQL, at the default `READ COMMITTED` isolation a concurrent event
+/// waits and then compares; under `REPEATABLE READ` or `SERIALIZABLE` it fails with a
+/// serialization error instead (retry it).
 ///
 /// # Errors
 ///

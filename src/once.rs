@@ -27,7 +27,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::{Claimed, DedupeStore, Delivery, PendingClaim, StoreError, Token};
+use crate::store::{
+    ClaimGuard, Claimed, Completed, DedupeStore, Delivery, PendingClaim, StoreError, Token,
+};
 
 /// Runs actions at most once per key. Cloning shares the store.
 #[derive(Clone)]
@@ -130,14 +132,9 @@ impl Once {
             Claimed::Failed(e) => return Err(OnceError::Store(e)),
         };
         match action().await {
-            // Spawned: the action ran, so "done" reaches the store even if this future is
-            // dropped while it waits (a worker stopped mid-event).
-            Ok(value) => match tokio::spawn(guard.complete()).await {
-                Ok(Ok(_)) => Ok(Ran::Now(value)),
-                Ok(Err(e)) => Err(OnceError::Store(e)),
-                Err(_) => Err(OnceError::Store(StoreError::message(
-                    "the runtime is shutting down",
-                ))),
+            Ok(value) => match record_done(guard).await {
+                Ok(_) => Ok(Ran::Now(value)),
+                Err(e) => Err(OnceError::Store(e)),
             },
             Err(e) => {
                 // A failed release is not the action's error: the lease frees the key.
@@ -145,6 +142,19 @@ impl Once {
                 Err(OnceError::Action(e))
             }
         }
+    }
+}
+
+/// Marks the key done. On a Tokio runtime, spawned: the action ran, so "done" reaches the
+/// store even if the caller is dropped while it waits (a worker stopped mid-event).
+async fn record_done(guard: ClaimGuard) -> Result<Completed, StoreError> {
+    let complete = guard.complete();
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => runtime
+            .spawn(complete)
+            .await
+            .unwrap_or_else(|_| Err(StoreError::message("the runtime is shutting down"))),
+        Err(_) => complete.await,
     }
 }
 

@@ -334,3 +334,21 @@ async fn postgres_latest_drops_events_older_than_the_last_applied() {
     let store = PgStore::connect(&fresh_pg_url().await).await.unwrap();
     latest_drops_events_older_than_the_last_applied(store.pool().clone()).await;
 }
+
+#[test]
+fn once_runs_without_a_tokio_runtime() {
+    use std::future::Future;
+    // A minimal executor: the memory store answers at once.
+    let once = Once::new(MemoryStore::new(), "no-runtime");
+    let mut run = Box::pin(once.run("k", || async { Ok::<_, std::io::Error>(7) }));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let std::task::Poll::Ready(ran) = run.as_mut().poll(&mut cx) else {
+        panic!("the memory store answers at once");
+    };
+    assert_eq!(ran.unwrap(), Ran::Now(7));
+    let mut again = Box::pin(once.run("k", || async { Ok::<_, std::io::Error>(8) }));
+    assert!(matches!(
+        again.as_mut().poll(&mut cx),
+        std::task::Poll::Ready(Ok(Ran::Already))
+    ));
+}

@@ -700,11 +700,20 @@ async fn request_dropped_while_claiming_releases_the_claim_it_never_heard_of() {
 
 /// A store whose claims land late, whether or not anyone still waits for them: a
 /// database runs a statement it was sent even when the caller stops listening.
-struct LateClaims(MemoryStore);
+/// Counts the claims asked for.
+#[derive(Clone)]
+struct LateClaims(MemoryStore, Arc<std::sync::atomic::AtomicUsize>);
+
+impl LateClaims {
+    fn new(store: MemoryStore) -> Self {
+        Self(store, Arc::default())
+    }
+}
 
 impl DedupeStore for LateClaims {
     fn claim(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
         let store = self.0.clone();
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let landing = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(150)).await;
             store.claim(delivery, token, lease).await
@@ -727,7 +736,7 @@ async fn a_claim_landing_after_its_request_was_dropped_is_released_when_it_lands
     let memory = MemoryStore::new();
     let calls = Calls::default();
     let svc = stack(
-        Arc::new(LateClaims(memory.clone())),
+        Arc::new(LateClaims::new(memory.clone())),
         Duration::from_secs(30),
         calls.clone(),
     );
@@ -748,7 +757,7 @@ async fn a_claim_landing_after_its_request_was_dropped_is_released_when_it_lands
     assert_eq!(calls.of("evt_late"), 1);
 
     // The same for `Once`, dropped mid-claim (a worker stopped mid-event).
-    let late = Once::new(LateClaims(memory.clone()), "fulfil");
+    let late = Once::new(LateClaims::new(memory.clone()), "fulfil");
     let action = || async { Ok::<_, std::io::Error>(()) };
     let stopped =
         tokio::time::timeout(Duration::from_millis(30), late.run("order-7", action)).await;
@@ -759,6 +768,26 @@ async fn a_claim_landing_after_its_request_was_dropped_is_released_when_it_lands
         matches!(once.run("order-7", action).await, Ok(Ran::Now(()))),
         "the key is free: the action was never run"
     );
+}
+
+#[tokio::test]
+async fn a_response_future_dropped_unpolled_claims_nothing() {
+    use tower::Layer;
+    let store = LateClaims::new(MemoryStore::new());
+    let verifier = verifier(Scheme::standard(), &[SECRET]);
+    let request = delivery("evt_unpolled", "ok");
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    let event = verifier.verify(&parts.headers, body.clone()).unwrap();
+    let mut request = Request::from_parts(parts, body);
+    request.extensions_mut().insert(event);
+    let mut svc = DedupeLayer::new(store.clone()).layer(service_fn(|_: Request<Bytes>| async {
+        Ok::<_, Infallible>(Response::new(Bytes::new()))
+    }));
+    let future = tower::Service::call(&mut svc, request);
+    drop(future); // never polled: the request was cancelled before it started
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.1.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
 
 #[tokio::test]

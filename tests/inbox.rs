@@ -229,6 +229,14 @@ async fn shutdown_hands_unfinished_rows_back_without_burning_an_attempt(inbox: I
         .with_poll_interval(Duration::from_millis(20))
         .spawn();
     eventually("claimed", async || seen.of("evt_shutdown") == vec![1]).await;
+    assert_eq!(
+        inbox
+            .requeue(Requeue::id("standard", "evt_shutdown"))
+            .await
+            .unwrap(),
+        0,
+        "a row being processed is left to its worker, not handed to a second one"
+    );
     slow.shutdown().await;
     assert_eq!(
         inbox.counts().await.unwrap().queued,

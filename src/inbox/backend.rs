@@ -224,6 +224,7 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
                      SET next_attempt_at = ?1, attempts = 0, processed_at = NULL, dead_at = NULL,
                          processing_error = NULL, locked_until = NULL, lock_token = NULL
                      WHERE next_attempt_at IS NOT NULL
+                       AND (locked_until IS NULL OR locked_until <= ?1)
                        AND (?2 IS NULL OR (source = ?2 AND event_id = ?3))
                        AND (?4 = 0 OR dead_at IS NOT NULL)
                        AND (?5 IS NULL OR event_type = ?5)
@@ -485,6 +486,7 @@ RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body, w
                         SET next_attempt_at = now(), attempts = 0, processed_at = NULL, dead_at = NULL,
                             processing_error = NULL, locked_until = NULL, lock_token = NULL
                         WHERE next_attempt_at IS NOT NULL
+                          AND (locked_until IS NULL OR locked_until <= now())
                           AND ($1::text IS NULL OR (source = $1 AND event_id = $2))
                           AND (NOT $3 OR dead_at IS NOT NULL)
                           AND ($4::text IS NULL OR event_type = $4)

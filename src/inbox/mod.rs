@@ -225,7 +225,7 @@ impl Inbox {
     }
 
     /// Puts matching rows back in the queue now, with their attempts reset; returns how
-    /// many.
+    /// many. Rows a worker is processing now are left to it (requeue them once it is done).
     ///
     /// # Errors
     ///

@@ -65,14 +65,20 @@ impl Drop for ClaimGuard {
     }
 }
 
-/// A claim being asked for, with its guard. Polled, it answers the claim and hands over
-/// the guard when the claim was granted. Dropped before the answer (the request or task
-/// was cancelled), it lets the claim finish in the background and then releases it: a
+/// A claim being asked for, with its guard. Polled, it asks the store (not before: a
+/// future dropped unpolled claims nothing), answers the claim, and hands over the guard
+/// when the claim was granted. Dropped before the answer (the request or task was
+/// cancelled), it lets the claim finish in the background and then releases it: a
 /// database keeps running a statement it was sent, and a claim landing after its asker
 /// is gone would otherwise hold the key until its lease runs out.
 pub(crate) struct PendingClaim {
+    store: Arc<dyn DedupeStore>,
+    delivery: Delivery,
+    token: Token,
+    lease: Duration,
+    /// `None` until first polled; `Some` while the store has not answered.
     claim: Option<StoreFuture<Claim>>,
-    guard: Option<ClaimGuard>,
+    answered: bool,
 }
 
 impl PendingClaim {
@@ -82,10 +88,13 @@ impl PendingClaim {
         token: Token,
         lease: Duration,
     ) -> Self {
-        let claim = store.claim(delivery.clone(), token, lease);
         Self {
-            claim: Some(claim),
-            guard: Some(ClaimGuard::new(store, delivery, token)),
+            store,
+            delivery,
+            token,
+            lease,
+            claim: None,
+            answered: false,
         }
     }
 }
@@ -106,10 +115,16 @@ impl Future for PendingClaim {
     type Output = Claimed;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Claimed> {
-        let claim = self.claim.as_mut().expect("polled after completion");
+        assert!(!self.answered, "polled after completion");
+        let this = &mut *self;
+        let claim = this.claim.get_or_insert_with(|| {
+            this.store
+                .claim(this.delivery.clone(), this.token, this.lease)
+        });
         let outcome = ready!(claim.as_mut().poll(cx));
-        self.claim = None;
-        let guard = self.guard.take().expect("polled after completion");
+        this.claim = None;
+        this.answered = true;
+        let guard = ClaimGuard::new(this.store.clone(), this.delivery.clone(), this.token);
         Poll::Ready(match outcome {
             Ok(Claim::New(_)) => Claimed::Granted(guard),
             // Not granted: nothing to release.
@@ -130,10 +145,11 @@ impl Future for PendingClaim {
 
 impl Drop for PendingClaim {
     fn drop(&mut self) {
-        let (Some(claim), Some(guard)) = (self.claim.take(), self.guard.take()) else {
+        // Never asked (dropped unpolled), or answered: nothing in flight.
+        let Some(claim) = self.claim.take() else {
             return;
         };
-        let (store, delivery, token) = guard.into_parts();
+        let (store, delivery, token) = (self.store.clone(), self.delivery.clone(), self.token);
         // Outside a runtime (at shutdown) the lease frees the claim instead.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
