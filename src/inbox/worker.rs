@@ -104,6 +104,10 @@ impl Worker {
     /// worker dies mid-event, or its lease runs out and another worker takes the row over
     /// (the stale one's commit is refused). Defaults as for [`new`](Self::new).
     ///
+    /// Each running event holds one of the pool's connections until it commits: keep the
+    /// concurrency below the pool's size, with room for any other connection the processor
+    /// takes (a `PgStore` for [`Once`](crate::once::Once) on the same pool, say).
+    ///
     /// # Panics
     ///
     /// When `inbox` is not [`Inbox::postgres`] (SQLite has one writer: a transaction open
