@@ -809,3 +809,86 @@ async fn postgres_worst_day_two_receivers_two_workers_one_database() {
     worst_day_two_receivers_two_workers(Inbox::postgres(&store), Inbox::postgres(&other), once)
         .await;
 }
+
+/// The inbox named by `TOWER_WEBHOOK_INBOX`: a SQLite path, or a PostgreSQL URL.
+async fn inbox_at(place: &str) -> Inbox {
+    if place.starts_with("postgres://") {
+        Inbox::postgres(&PgStore::connect(place).await.unwrap())
+    } else {
+        Inbox::sqlite(&SqliteStore::open(place).await.unwrap())
+    }
+}
+
+/// Not a test of its own: the worker process that `a_killed_worker_process…` starts and
+/// kills. Its processor never finishes.
+#[tokio::test]
+#[ignore = "started and killed by a_killed_worker_process_gives_its_rows_back_after_the_lease"]
+async fn worker_process() {
+    let Ok(place) = std::env::var("TOWER_WEBHOOK_INBOX") else {
+        return;
+    };
+    let inbox = inbox_at(&place).await;
+    let _worker = Worker::new(&inbox, |_: InboxEvent| {
+        std::future::pending::<Result<(), String>>()
+    })
+    .with_lease(Duration::from_secs(1))
+    .with_poll_interval(Duration::from_millis(20))
+    .spawn();
+    std::future::pending::<()>().await;
+}
+
+/// A worker process killed (SIGKILL) mid-event: no shutdown, no hand-back; its row comes
+/// back when the lease runs out, the attempt counted.
+async fn a_killed_worker_process_gives_its_rows_back_after_the_lease(place: String) {
+    let inbox = inbox_at(&place).await;
+    deliver(&inbox, "evt_process").await;
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "worker_process", "--ignored", "--nocapture"])
+        .env("TOWER_WEBHOOK_INBOX", &place)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let child = KillOnDrop(child);
+    eventually("the worker process claimed it", async || {
+        inbox.counts().await.unwrap().processing == 1
+    })
+    .await;
+    drop(child);
+
+    let seen = Seen::default();
+    let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
+    eventually("processed after the lease", async || {
+        inbox.counts().await.unwrap().processed == 1
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(
+        seen.of("evt_process"),
+        vec![2],
+        "the killed attempt counted"
+    );
+}
+
+#[tokio::test]
+async fn sqlite_a_killed_worker_process_gives_its_rows_back_after_the_lease() {
+    let place = sqlite_path().to_string_lossy().into_owned();
+    a_killed_worker_process_gives_its_rows_back_after_the_lease(place).await;
+}
+
+#[tokio::test]
+async fn postgres_a_killed_worker_process_gives_its_rows_back_after_the_lease() {
+    a_killed_worker_process_gives_its_rows_back_after_the_lease(fresh_pg_url().await).await;
+}
+
+/// Kills the process (SIGKILL) when dropped: on success, and if the test fails first.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
