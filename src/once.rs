@@ -133,7 +133,16 @@ impl Once {
         };
         match action().await {
             Ok(value) => match record_done(guard).await {
-                Ok(_) => Ok(Ran::Now(value)),
+                Ok(Completed::Done) => Ok(Ran::Now(value)),
+                Ok(Completed::Fenced) => {
+                    #[cfg(feature = "tracing")]
+                    tracing::warn!(
+                        target: "tower_webhook",
+                        "a Once action finished after its lease ran out; \
+                         another attempt may have run it too: lengthen the lease"
+                    );
+                    Ok(Ran::Now(value))
+                }
                 Err(e) => Err(OnceError::Store(e)),
             },
             Err(e) => {
