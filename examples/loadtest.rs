@@ -1,13 +1,14 @@
 //! HTTP load test over loopback: a bare axum handler, then + `VerifyWebhookLayer`, then +
-//! `DedupeLayer` on each store (and PostgreSQL's transactional form), under a realistic mix of deliveries — 70 % new events,
-//! 25 % duplicates delivered later, 5 % duplicates delivered at the same time as the
-//! original — and a bare sqlx `INSERT … ON CONFLICT DO NOTHING` loop as the database's
+//! `DedupeLayer` on each store (and PostgreSQL's transactional form), then the inbox's
+//! accept service (store, answer 204), under a realistic mix of deliveries — 70 % new
+//! events, 25 % duplicates delivered later, 5 % duplicates delivered at the same time as
+//! the original — and a bare sqlx `INSERT … ON CONFLICT DO NOTHING` loop as the database's
 //! floor. Prints requests per second, p50 and p99 latency, and checks that with dedupe
-//! every event was handled exactly once.
+//! every event was handled exactly once (for the inbox: stored once).
 //!
 //! ```text
 //! cargo run --release --example loadtest -- [--events N] [--concurrency C]
-//!     [--stores memory,sqlite,postgres,postgres-tx,redis] [--json]
+//!     [--stores memory,sqlite,postgres,postgres-tx,redis,inbox-sqlite,inbox-postgres] [--json]
 //! ```
 //!
 //! Bounded: at most 100 000 events, and each scenario stops after 120 s. PostgreSQL and
@@ -19,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use axum::routing::post;
+use axum::routing::{post, post_service};
 use axum::Router;
 use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode};
@@ -27,6 +28,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tower::ServiceBuilder;
+use tower_webhook::inbox::Inbox;
 use tower_webhook::pg_tx::PgTxDedupeLayer;
 use tower_webhook::store::{DedupeStore, MemoryStore, PgStore, RedisStore, SqliteStore};
 use tower_webhook::{DedupeLayer, Event, Scheme, Verifier, VerifyWebhookLayer};
@@ -49,9 +51,17 @@ fn options() -> Result<Options, String> {
     let mut o = Options {
         events: 5_000,
         concurrency: 32,
-        stores: ["memory", "sqlite", "postgres", "postgres-tx", "redis"]
-            .map(String::from)
-            .to_vec(),
+        stores: [
+            "memory",
+            "sqlite",
+            "postgres",
+            "postgres-tx",
+            "redis",
+            "inbox-sqlite",
+            "inbox-postgres",
+        ]
+        .map(String::from)
+        .to_vec(),
         json: false,
     };
     let mut args = std::env::args().skip(1);
@@ -116,6 +126,8 @@ enum Mode {
     Verify,
     Dedupe(Arc<dyn DedupeStore>),
     PgTx(PgTxDedupeLayer),
+    /// No handler: the inbox stores the event and answers 204.
+    Inbox(Inbox),
 }
 
 fn app(calls: Calls, mode: Mode) -> Router {
@@ -146,6 +158,7 @@ fn app(calls: Calls, mode: Mode) -> Router {
         Mode::PgTx(layer) => {
             post(handler).layer(ServiceBuilder::new().layer(verify()).layer(layer))
         }
+        Mode::Inbox(inbox) => post_service(inbox.accept_service()).layer(verify()),
     };
     Router::new().route("/webhooks", route)
 }
@@ -291,6 +304,26 @@ async fn bare_insert(pool: &sqlx::PgPool, work: &[Delivery], concurrency: usize)
     }
 }
 
+/// A new database `db` beside the one `admin_url` names, and a pool of `size` on it.
+async fn fresh_pg_pool(
+    admin_url: &str,
+    db: &str,
+    size: usize,
+) -> Result<sqlx::PgPool, Box<dyn std::error::Error>> {
+    let admin = sqlx::PgPool::connect(admin_url).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}")))
+        .execute(&admin)
+        .await?;
+    admin.close().await;
+    let base = admin_url
+        .rsplit_once('/')
+        .map_or(admin_url, |(base, _)| base);
+    Ok(sqlx::postgres::PgPoolOptions::new()
+        .max_connections(size as u32)
+        .connect(&format!("{base}/{db}"))
+        .await?)
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let o = options()?;
@@ -348,29 +381,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Mode::Dedupe(Arc::new(SqliteStore::open(path).await?))
             }
             "postgres" | "postgres-tx" => {
-                let admin = sqlx::PgPool::connect(&pg_admin_url).await?;
                 let db = format!("{pg_db}_{}", store_name.replace('-', "_"));
-                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}")))
-                    .execute(&admin)
-                    .await?;
-                admin.close().await;
-                pg_databases.push(db.clone());
-                let url = format!(
-                    "{}/{db}",
-                    pg_admin_url
-                        .rsplit_once('/')
-                        .map_or(pg_admin_url.as_str(), |(base, _)| base)
-                );
-                let pool = sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(o.concurrency as u32)
-                    .connect(&url)
-                    .await?;
+                let pool = fresh_pg_pool(&pg_admin_url, &db, o.concurrency).await?;
+                pg_databases.push(db);
                 if store_name == "postgres" {
                     reports.push(bare_insert(&pool, &work, o.concurrency).await);
                     Mode::Dedupe(Arc::new(PgStore::from_pool(pool).await?))
                 } else {
                     Mode::PgTx(PgTxDedupeLayer::new(pool).await?)
                 }
+            }
+            "inbox-sqlite" => {
+                let path = std::env::temp_dir().join(format!("{pg_db}_inbox.db"));
+                Mode::Inbox(Inbox::sqlite(&SqliteStore::open(path).await?))
+            }
+            "inbox-postgres" => {
+                let db = format!("{pg_db}_inbox");
+                let pool = fresh_pg_pool(&pg_admin_url, &db, o.concurrency).await?;
+                pg_databases.push(db);
+                Mode::Inbox(Inbox::postgres(&PgStore::from_pool(pool).await?))
             }
             "redis" => {
                 let url =
@@ -384,18 +413,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             other => return Err(format!("unknown store {other}").into()),
         };
         let calls = fresh();
-        let name = format!("+ verify + dedupe ({store_name})");
-        reports.push(
-            run(
-                &name,
-                app(calls.clone(), mode),
-                calls,
-                &work,
-                o.events,
-                o.concurrency,
-            )
-            .await,
-        );
+        let inbox = match &mode {
+            Mode::Inbox(inbox) => Some(inbox.clone()),
+            _ => None,
+        };
+        let name = match store_name.strip_prefix("inbox-") {
+            Some(db) => format!("+ verify + inbox accept ({db})"),
+            None => format!("+ verify + dedupe ({store_name})"),
+        };
+        let app = app(calls.clone(), mode);
+        let mut report = run(&name, app, calls, &work, o.events, o.concurrency).await;
+        if let Some(inbox) = inbox {
+            // No handler ran: count what was stored (once per event, by the unique key).
+            let stored = inbox.counts().await?.queued;
+            report.handled = stored;
+            report.lost = (o.events as u64).saturating_sub(stored);
+        }
+        reports.push(report);
     }
     if !pg_databases.is_empty() {
         let admin = sqlx::PgPool::connect(&pg_admin_url).await?;
@@ -406,7 +440,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .await?;
         }
     }
-    let _ = std::fs::remove_file(std::env::temp_dir().join(format!("{pg_db}.db")));
+    for file in [format!("{pg_db}.db"), format!("{pg_db}_inbox.db")] {
+        let _ = std::fs::remove_file(std::env::temp_dir().join(file));
+    }
 
     if o.json {
         println!("{}", serde_json::to_string(&reports)?);

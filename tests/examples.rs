@@ -354,6 +354,18 @@ async fn loadtest_handles_every_event_exactly_once_on_every_store() {
             );
         }
     }
+    // The inbox's accept stores each event once and answers every delivery 204.
+    let inboxes: Vec<_> = reports
+        .iter()
+        .filter(|r| r["scenario"].as_str().unwrap().contains("inbox accept"))
+        .collect();
+    assert_eq!(inboxes.len(), 2, "inbox-sqlite, inbox-postgres");
+    for r in inboxes {
+        assert_eq!(r["handled"], 300, "stored once each: {r}");
+        assert_eq!(r["lost"], 0, "{r}");
+        assert_eq!(r["statuses"].as_object().unwrap().len(), 1, "{r}");
+        assert_eq!(r["statuses"]["204"], deliveries, "{r}");
+    }
     // Without dedupe, every duplicate runs the handler again: what the layer prevents.
     assert_eq!(
         bare["double_effects"].as_u64(),
