@@ -12,6 +12,7 @@
 //! | no row: the insert took | the handler's (committed on 2xx) | yes |
 //! | a committed row | 204 | no |
 //! | a row still being inserted by another attempt | waits on the unique index, then one of the two above | — |
+//! | … and it waited longer than [`with_max_wait`](PgTxDedupeLayer::with_max_wait) | 409 + `Retry-After` | no |
 //! | a row claimed by a live `PgStore` attempt | 409 + `Retry-After` | no |
 //! | unreachable, or the commit failed | 503 + `Retry-After` | — |
 //! | the handler answered 2xx but one of its statements failed | 500, rolled back | yes |
@@ -19,7 +20,7 @@
 //! The handler's effects *in this database* happen exactly once, with no lease to tune and
 //! one commit per event. Effects elsewhere (an e-mail, a call to another API) are not
 //! covered: a rollback cannot undo them. A slow handler holds its connection and makes
-//! concurrent duplicates wait; size the pool for it.
+//! concurrent duplicates wait; size the pool for it, or bound the wait.
 //!
 //! ```no_run
 //! use axum::{routing::post, Router};
@@ -58,6 +59,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -140,6 +142,7 @@ impl<S: Send + Sync> axum_core::extract::FromRequestParts<S> for PgTx {
 #[must_use]
 pub struct PgTxDedupeLayer {
     pool: PgPool,
+    max_wait: Option<Duration>,
 }
 
 impl PgTxDedupeLayer {
@@ -151,15 +154,26 @@ impl PgTxDedupeLayer {
     /// When the migrations fail.
     pub async fn new(pool: PgPool) -> Result<Self, StoreError> {
         let store = crate::store::PgStore::from_pool(pool).await?;
-        Ok(Self {
-            pool: store.pool().clone(),
-        })
+        Ok(Self::from_migrated_pool(store.pool().clone()))
     }
 
     /// Uses `pool` as it is, without migrating: for a database known to be migrated, or
     /// to build the layer before the server is up (requests get 503 until it is).
     pub fn from_migrated_pool(pool: PgPool) -> Self {
-        Self { pool }
+        Self {
+            pool,
+            max_wait: None,
+        }
+    }
+
+    /// Bounds how long a duplicate waits for a concurrent attempt of the same event
+    /// (default: as long as that attempt's handler runs). Past it the duplicate gets 409 +
+    /// `Retry-After` and frees its connection — for slow handlers, so a burst of retries
+    /// does not hold the pool. It is the transaction's `lock_timeout`, so it bounds the
+    /// handler's own lock waits in the transaction too; costs one statement per request.
+    pub fn with_max_wait(mut self, wait: Duration) -> Self {
+        self.max_wait = Some(wait.max(Duration::from_millis(1)));
+        self
     }
 }
 
@@ -170,6 +184,7 @@ impl<S> Layer<S> for PgTxDedupeLayer {
         PgTxDedupe {
             inner,
             pool: self.pool.clone(),
+            max_wait: self.max_wait,
         }
     }
 }
@@ -180,6 +195,7 @@ impl<S> Layer<S> for PgTxDedupeLayer {
 pub struct PgTxDedupe<S> {
     inner: S,
     pool: PgPool,
+    max_wait: Option<Duration>,
 }
 
 impl<S> PgTxDedupe<S> {
@@ -226,7 +242,7 @@ where
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let pool = self.pool.clone();
+        let (pool, max_wait) = (self.pool.clone(), self.max_wait);
         let delivery = req.extensions().get::<Event>().map(Delivery::from_event);
         Box::pin(async move {
             let delivery = match delivery {
@@ -253,6 +269,16 @@ where
                 Ok(tx) => tx,
                 Err(e) => return Ok(unavailable(e)),
             };
+            if let Some(wait) = max_wait {
+                let ms = format!("{}ms", wait.as_millis());
+                let set = sqlx::query("SELECT set_config('lock_timeout', $1, true)")
+                    .bind(ms)
+                    .execute(&mut *tx)
+                    .await;
+                if let Err(e) = set {
+                    return Ok(unavailable(e));
+                }
+            }
             let audit = delivery.audit();
             // A concurrent attempt's uncommitted row makes this wait, then conflict (it
             // committed) or insert (it rolled back).
@@ -266,6 +292,10 @@ where
                 .fetch_optional(&mut *tx)
                 .await;
             match inserted {
+                // Waited `max_wait` for a concurrent attempt of this event: still running.
+                Err(e) if lock_not_available(&e) => {
+                    return Ok(Deduped::InFlight.response(Some(RETRY_AFTER_SECS)))
+                }
                 Err(e) => return Ok(unavailable(e)),
                 Ok(Some(_)) => {}
                 Ok(None) => {
@@ -315,4 +345,11 @@ where
             }
         })
     }
+}
+
+/// PostgreSQL's `lock_not_available`: the `lock_timeout` ran out.
+fn lock_not_available(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|code| code == "55P03")
 }

@@ -19,7 +19,7 @@ const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// A server whose handler records one effect per call in the event's transaction, then
 /// behaves as `x-behave` says.
-async fn server(pool: sqlx::PgPool, calls: Arc<AtomicUsize>) -> String {
+async fn server(pool: sqlx::PgPool, calls: Arc<AtomicUsize>, max_wait: Option<Duration>) -> String {
     sqlx::query("CREATE TABLE effects (event_id TEXT NOT NULL)")
         .execute(&pool)
         .await
@@ -49,6 +49,10 @@ async fn server(pool: sqlx::PgPool, calls: Arc<AtomicUsize>) -> String {
                     tokio::time::sleep(Duration::from_millis(300)).await;
                     StatusCode::NO_CONTENT
                 }
+                Some("slower") => {
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    StatusCode::NO_CONTENT
+                }
                 _ => StatusCode::NO_CONTENT,
             }
         }
@@ -60,7 +64,13 @@ async fn server(pool: sqlx::PgPool, calls: Arc<AtomicUsize>) -> String {
                 .layer(VerifyWebhookLayer::new(
                     Verifier::new(Scheme::standard(), [SECRET]).unwrap(),
                 ))
-                .layer(PgTxDedupeLayer::new(pool).await.unwrap()),
+                .layer(match max_wait {
+                    Some(wait) => PgTxDedupeLayer::new(pool)
+                        .await
+                        .unwrap()
+                        .with_max_wait(wait),
+                    None => PgTxDedupeLayer::new(pool).await.unwrap(),
+                }),
         ),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -90,8 +100,37 @@ async fn effects(pool: &sqlx::PgPool, id: &str) -> i64 {
 async fn setup() -> (sqlx::PgPool, String, Arc<AtomicUsize>) {
     let pool = sqlx::PgPool::connect(&fresh_pg_url().await).await.unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
-    let url = server(pool.clone(), calls.clone()).await;
+    let url = server(pool.clone(), calls.clone(), None).await;
     (pool, url, calls)
+}
+
+#[tokio::test]
+async fn a_duplicate_waits_at_most_max_wait_then_gets_409() {
+    let pool = sqlx::PgPool::connect(&fresh_pg_url().await).await.unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let url = server(
+        pool.clone(),
+        calls.clone(),
+        Some(Duration::from_millis(200)),
+    )
+    .await;
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move { deliver(&url, "evt_tx_wait", "slower").await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await; // the first holds the row
+                                                          // Unbounded, it would wait for the first attempt's commit and get 204.
+    assert_eq!(
+        deliver(&url, "evt_tx_wait", "ok").await,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(first.await.unwrap(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        deliver(&url, "evt_tx_wait", "ok").await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(effects(&pool, "evt_tx_wait").await, 1);
 }
 
 #[tokio::test]
