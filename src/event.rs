@@ -62,6 +62,22 @@ impl Event {
         }
     }
 
+    /// An event fetched from the provider's events API (authenticated by that API, not
+    /// signed), keyed `(source, id)` as its delivery would be; type, object id and
+    /// livemode come from the body as for a delivery.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub(crate) fn fetched(source: &str, id: HeaderValue, body: Bytes) -> Self {
+        Self::new(Parts {
+            source: Arc::from(source),
+            header_id: Some(id),
+            header_type: None,
+            id_field: None,
+            timestamp: None,
+            body,
+            secret_index: 0,
+        })
+    }
+
     /// Which endpoint or provider this came from: the scheme's name unless the verifier
     /// was given another with [`Verifier::with_source`](crate::Verifier::with_source).
     /// Deduplication keys are scoped by it.

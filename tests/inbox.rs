@@ -16,7 +16,7 @@ use common::{at, fresh_pg_url, request, verifier, NOW};
 use http::StatusCode;
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
-use tower_webhook::inbox::{Inbox, InboxEvent, Processor, Requeue, Worker};
+use tower_webhook::inbox::{Accepted, Inbox, InboxEvent, Processor, Requeue, Worker};
 use tower_webhook::once::Once;
 use tower_webhook::pg_tx::PgTx;
 use tower_webhook::store::{PgStore, SqliteStore};
@@ -891,4 +891,65 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Catch-up after an outage: events fetched from the provider's API go through the same
+/// deduplicated path as deliveries, keyed as their deliveries would be.
+async fn ingest_stores_fetched_events_once_beside_deliveries(inbox: Inbox) {
+    assert_eq!(deliver(&inbox, "evt_seen").await, StatusCode::NO_CONTENT);
+    let fetched = |id: &str| {
+        format!(r#"{{"type":"order.paid","livemode":true,"data":{{"object":{{"id":"pi_{id}"}}}}}}"#)
+    };
+    let seen = inbox
+        .ingest("standard", "evt_seen", fetched("evt_seen"))
+        .await;
+    assert_eq!(seen.unwrap(), Accepted::Duplicate, "delivered already");
+    let missed = inbox
+        .ingest("standard", "evt_missed", fetched("evt_missed"))
+        .await;
+    assert_eq!(missed.unwrap(), Accepted::New);
+    let again = inbox
+        .ingest("standard", "evt_missed", fetched("evt_missed"))
+        .await;
+    assert_eq!(again.unwrap(), Accepted::Duplicate, "a second catch-up");
+    assert_eq!(
+        deliver(&inbox, "evt_missed").await,
+        StatusCode::NO_CONTENT,
+        "a late delivery of an ingested event is a duplicate too"
+    );
+    assert!(inbox.ingest("standard", "", "{}").await.is_err());
+    assert!(inbox.ingest("standard", "evt\nx", "{}").await.is_err());
+
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let e = events.clone();
+    let worker = Worker::new(&inbox, move |event: InboxEvent| {
+        let e = e.clone();
+        async move {
+            e.lock().unwrap().push(event);
+            Ok::<_, String>(())
+        }
+    })
+    .with_poll_interval(Duration::from_millis(20))
+    .spawn();
+    eventually("both processed", async || {
+        inbox.counts().await.unwrap().processed == 2
+    })
+    .await;
+    worker.shutdown().await;
+    let events = events.lock().unwrap();
+    assert_eq!(events.len(), 2, "each once");
+    let missed = events.iter().find(|e| e.id == "evt_missed").unwrap();
+    assert_eq!(missed.event_type.as_deref(), Some("order.paid"));
+    assert_eq!(missed.object_id.as_deref(), Some("pi_evt_missed"));
+    assert_eq!(missed.livemode, Some(true));
+}
+
+#[tokio::test]
+async fn sqlite_ingest_stores_fetched_events_once_beside_deliveries() {
+    ingest_stores_fetched_events_once_beside_deliveries(sqlite().await).await;
+}
+
+#[tokio::test]
+async fn postgres_ingest_stores_fetched_events_once_beside_deliveries() {
+    ingest_stores_fetched_events_once_beside_deliveries(postgres().await).await;
 }

@@ -209,12 +209,36 @@ impl Inbox {
 
     /// Stores an event fetched from the provider's events API (catch-up after an outage):
     /// the same deduplicated path as a delivery, so events already received are skipped.
+    /// `source` is the verifier's (the scheme's name, unless set with
+    /// [`Verifier::with_source`](crate::Verifier::with_source)) and `id` the id its
+    /// delivery carries (`evt_…` on Stripe, the `webhook-id` on Standard Webhooks); type,
+    /// object id and livemode are read from `body` as for a delivery.
+    ///
+    /// ```no_run
+    /// # async fn catch_up(inbox: &tower_webhook::inbox::Inbox, page: Vec<serde_json::Value>) -> Result<(), Box<dyn std::error::Error>> {
+    /// // Each event of a page from GET /v1/events, as the provider's API returned it.
+    /// for event in page {
+    ///     let id = event["id"].as_str().unwrap_or_default().to_owned();
+    ///     inbox.ingest("stripe", &id, serde_json::to_vec(&event)?).await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
-    /// As for [`accept`](Self::accept).
-    pub async fn ingest(&self, event: &Event) -> Result<Accepted, StoreError> {
-        self.accept(event).await
+    /// When `id` is empty or not visible ASCII, or the database could not store it.
+    pub async fn ingest(
+        &self,
+        source: &str,
+        id: &str,
+        body: impl Into<Bytes>,
+    ) -> Result<Accepted, StoreError> {
+        let id = http::HeaderValue::from_str(id)
+            .ok()
+            .filter(|_| !id.is_empty() && id.bytes().all(|b| b.is_ascii_graphic()))
+            .ok_or_else(|| StoreError::message("an event id is visible ASCII, not empty"))?;
+        self.accept(&Event::fetched(source, id, body.into())).await
     }
 
     /// A Tower service that accepts verified deliveries: 204 once stored (duplicates too),
