@@ -953,3 +953,37 @@ async fn sqlite_ingest_stores_fetched_events_once_beside_deliveries() {
 async fn postgres_ingest_stores_fetched_events_once_beside_deliveries() {
     ingest_stores_fetched_events_once_beside_deliveries(postgres().await).await;
 }
+
+#[tokio::test]
+async fn a_worker_runs_at_most_its_concurrency_at_once() {
+    let inbox = sqlite().await;
+    for i in 0..12 {
+        deliver(&inbox, &format!("evt_c_{i}")).await;
+    }
+    let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (r, m) = (running.clone(), most.clone());
+    let worker = Worker::new(&inbox, move |_: InboxEvent| {
+        let (r, m) = (r.clone(), m.clone());
+        async move {
+            let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            r.fetch_sub(1, Ordering::SeqCst);
+            Ok::<_, String>(())
+        }
+    })
+    .with_concurrency(3)
+    .with_poll_interval(Duration::from_millis(20))
+    .spawn();
+    eventually("12 processed", async || {
+        inbox.counts().await.unwrap().processed == 12
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        3,
+        "three at a time, never more"
+    );
+}
