@@ -987,3 +987,74 @@ async fn a_worker_runs_at_most_its_concurrency_at_once() {
         "three at a time, never more"
     );
 }
+
+/// Every log event, as its level, fields and message in one line.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<String>>>);
+
+impl tracing::Subscriber for Logs {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Line(String);
+        impl tracing::field::Visit for Line {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0 += &format!(" {}={value:?}", field.name());
+            }
+        }
+        let mut line = Line(event.metadata().level().to_string());
+        event.record(&mut line);
+        self.0.lock().unwrap().push(line.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[tokio::test]
+async fn failed_attempts_are_logged_with_the_event_and_dead_rows_as_errors() {
+    let logs = Logs::default();
+    let _default = tracing::subscriber::set_default(logs.clone());
+    let inbox = sqlite().await;
+    deliver(&inbox, "evt_logged").await;
+    let worker = Worker::new(&inbox, |_: InboxEvent| async {
+        Err::<(), _>("the provider's API said 500")
+    })
+    .with_max_attempts(2)
+    .with_backoff(Duration::from_millis(10), Duration::from_millis(10))
+    .with_poll_interval(Duration::from_millis(20))
+    .spawn();
+    eventually("dead", async || inbox.counts().await.unwrap().dead == 1).await;
+    worker.shutdown().await;
+    let logs = logs.0.lock().unwrap();
+    let retry = logs
+        .iter()
+        .find(|l| l.starts_with("WARN"))
+        .expect("a warning");
+    for part in [
+        "event_id=\"evt_logged\"",
+        "attempt=1",
+        "will retry",
+        "said 500",
+    ] {
+        assert!(retry.contains(part), "{part} in {retry}");
+    }
+    let dead = logs
+        .iter()
+        .find(|l| l.starts_with("ERROR"))
+        .expect("an error");
+    for part in [
+        "event_id=\"evt_logged\"",
+        "attempt=2",
+        "now dead",
+        "said 500",
+    ] {
+        assert!(dead.contains(part), "{part} in {dead}");
+    }
+    assert!(logs.iter().all(|l| !l.contains(SECRET)), "never the secret");
+}

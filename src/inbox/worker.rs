@@ -287,6 +287,20 @@ impl Worker {
             Err(error) if attempt >= self.max_attempts => Outcome::Dead(error),
             Err(error) => Outcome::Retry(error, self.backoff(attempt)),
         };
+        #[cfg(feature = "tracing")]
+        match &outcome {
+            Outcome::Retry(error, after) => tracing::warn!(
+                target: "tower_webhook",
+                source, event_id = id, attempt, retry_in = ?after,
+                "inbox event failed, will retry: {error}"
+            ),
+            Outcome::Dead(error) => tracing::error!(
+                target: "tower_webhook",
+                source, event_id = id, attempt,
+                "inbox event failed for the last time, now dead (requeue it when fixed): {error}"
+            ),
+            Outcome::Processed | Outcome::HandBack => {}
+        }
         match self.inbox.backend.finish(source, id, token, outcome).await {
             Ok(held) => lease_report(held),
             Err(_error) => {
