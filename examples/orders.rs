@@ -334,7 +334,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     }
     let customer = |email: &str| serde_json::json!({ "id": "cus_1", "email": email });
     let update = body("customer.updated", customer("new@example.com"), true, 1);
-    deliver(&webhooks, SECRET, "evt_cus_new", update).await?;
+    let status = deliver(&webhooks, SECRET, "evt_cus_new", update).await?;
+    check(status == StatusCode::NO_CONTENT, "evt_cus_new answered 204")?;
     let forged = body("payment_intent.succeeded", pi("pi_3"), true, 0);
     let attacker = "whsec_Zm9yZ2VkLWJ5LWFuLWF0dGFja2VyLTAxMjM0NTY3ODk=";
     let status = deliver(&webhooks, attacker, "evt_forged", forged).await?;
@@ -352,9 +353,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         true,
         0,
     );
-    deliver(&webhooks, SECRET, "evt_4_ok", succeeded).await?;
+    let status = deliver(&webhooks, SECRET, "evt_4_ok", succeeded).await?;
+    check(status == StatusCode::NO_CONTENT, "evt_4_ok answered 204")?;
     let update = body("customer.updated", customer("old@example.com"), true, 3);
-    deliver(&webhooks, SECRET, "evt_cus_old", update).await?;
+    let status = deliver(&webhooks, SECRET, "evt_cus_old", update).await?;
+    check(status == StatusCode::NO_CONTENT, "evt_cus_old answered 204")?;
     wait_for_empty_queue(&inbox).await?;
     worker.shutdown().await;
 
@@ -407,6 +410,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     check(
         counts.dead == 0 && counts.processed == 8,
         "8 events processed, none dead",
+    )?;
+    check(
+        outside.api_reads.load(Ordering::Relaxed) == 7,
+        "7 reads of the API: one per payment event, and the retry after the failed one",
     )?;
     println!("every rule held");
     Ok(())

@@ -44,7 +44,9 @@
 //! # Features
 //!
 //! - `axum`: [`Event`] as an axum extractor (depends on `axum-core` only).
-//! - `tracing`: rejections logged at `warn` with their reason, never a secret.
+//! - `tracing`: rejections logged at `warn` with their reason, never a secret; store
+//!   errors at `error`; the inbox's failed attempts at `warn` and dead rows at `error`,
+//!   with the event id and the processor's error.
 //!
 //! # Security
 //!

@@ -172,7 +172,9 @@ impl PgTxDedupeLayer {
     /// does not hold the pool. It is the transaction's `lock_timeout`, so it bounds the
     /// handler's own lock waits in the transaction too; costs one statement per request.
     pub fn with_max_wait(mut self, wait: Duration) -> Self {
-        self.max_wait = Some(wait.max(Duration::from_millis(1)));
+        // PostgreSQL takes 1 ms up to i32::MAX ms (about 24 days) for `lock_timeout`.
+        let most = Duration::from_millis(i32::MAX as u64);
+        self.max_wait = Some(wait.clamp(Duration::from_millis(1), most));
         self
     }
 }

@@ -118,8 +118,11 @@ async fn a_duplicate_waits_at_most_max_wait_then_gets_409() {
         let url = url.clone();
         async move { deliver(&url, "evt_tx_wait", "slower").await }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await; // the first holds the row
-                                                          // Unbounded, it would wait for the first attempt's commit and get 204.
+    // The first attempt's handler runs: its transaction holds the row.
+    while calls.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Unbounded, it would wait for the first attempt's commit and get 204.
     assert_eq!(
         deliver(&url, "evt_tx_wait", "ok").await,
         StatusCode::CONFLICT

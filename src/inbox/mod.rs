@@ -211,8 +211,10 @@ impl Inbox {
     /// the same deduplicated path as a delivery, so events already received are skipped.
     /// `source` is the verifier's (the scheme's name, unless set with
     /// [`Verifier::with_source`](crate::Verifier::with_source)) and `id` the id its
-    /// delivery carries (`evt_…` on Stripe, the `webhook-id` on Standard Webhooks); type,
-    /// object id and livemode are read from `body` as for a delivery.
+    /// delivery carries (`evt_…` on Stripe, the `webhook-id` on Standard Webhooks). The
+    /// type, object id and livemode are read from the body's `type`, `data.object.id` and
+    /// `livemode`, and the body is stored as given. `EventFilterLayer` does not see
+    /// ingested events: skip unwanted types and test-mode events before ingesting.
     ///
     /// ```no_run
     /// # async fn catch_up(inbox: &tower_webhook::inbox::Inbox, page: Vec<serde_json::Value>) -> Result<(), Box<dyn std::error::Error>> {

@@ -288,26 +288,39 @@ impl Worker {
             Err(error) => Outcome::Retry(error, self.backoff(attempt)),
         };
         #[cfg(feature = "tracing")]
-        match &outcome {
-            Outcome::Retry(error, after) => tracing::warn!(
-                target: "tower_webhook",
-                source, event_id = id, attempt, retry_in = ?after,
-                "inbox event failed, will retry: {error}"
-            ),
-            Outcome::Dead(error) => tracing::error!(
-                target: "tower_webhook",
-                source, event_id = id, attempt,
-                "inbox event failed for the last time, now dead (requeue it when fixed): {error}"
-            ),
-            Outcome::Processed | Outcome::HandBack => {}
-        }
+        let (logged_source, logged_id, logged) = (source.clone(), id.clone(), outcome.clone());
         match self.inbox.backend.finish(source, id, token, outcome).await {
-            Ok(held) => lease_report(held),
+            Ok(held) => {
+                // Said once recorded: a fenced-out attempt's outcome is not the row's.
+                #[cfg(feature = "tracing")]
+                if held {
+                    log_failure(&logged_source, &logged_id, attempt, &logged);
+                }
+                lease_report(held)
+            }
             Err(_error) => {
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", "inbox worker could not record an outcome: {_error}");
             }
         }
+    }
+}
+
+/// A failed attempt at `warn`, a row gone dead at `error`; the processor's error as a field.
+#[cfg(feature = "tracing")]
+fn log_failure(source: &str, id: &str, attempt: u32, outcome: &Outcome) {
+    match outcome {
+        Outcome::Retry(error, after) => tracing::warn!(
+            target: "tower_webhook",
+            source, event_id = id, attempt, retry_in = ?after, error = %error,
+            "inbox event failed, will retry"
+        ),
+        Outcome::Dead(error) => tracing::error!(
+            target: "tower_webhook",
+            source, event_id = id, attempt, error = %error,
+            "inbox event failed for the last time, now dead (requeue it when fixed)"
+        ),
+        Outcome::Processed | Outcome::HandBack => {}
     }
 }
 
