@@ -1060,3 +1060,41 @@ async fn failed_attempts_are_logged_with_the_event_and_dead_rows_as_errors() {
         assert!(dead.contains(part), "{part} in {dead}");
     }
 }
+
+/// `Counts::oldest_due`: how long the longest-waiting due row has waited — not rows that
+/// are waiting out a backoff, nor rows being processed.
+async fn oldest_due_is_the_queues_lag(inbox: Inbox) {
+    assert_eq!(inbox.counts().await.unwrap().oldest_due, None, "empty");
+    deliver(&inbox, "evt_lag").await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let lag = inbox
+        .counts()
+        .await
+        .unwrap()
+        .oldest_due
+        .expect("one due row");
+    assert!(
+        (Duration::from_millis(140)..Duration::from_secs(10)).contains(&lag),
+        "{lag:?}"
+    );
+    let worker = Worker::new(&inbox, |_: InboxEvent| async { Err::<(), _>("down") })
+        .with_backoff(Duration::from_secs(600), Duration::from_secs(600))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
+    eventually("failed once, waiting out its backoff", async || {
+        let c = inbox.counts().await.unwrap();
+        c.queued == 1 && c.oldest_due.is_none()
+    })
+    .await;
+    worker.shutdown().await;
+}
+
+#[tokio::test]
+async fn sqlite_oldest_due_is_the_queues_lag() {
+    oldest_due_is_the_queues_lag(sqlite().await).await;
+}
+
+#[tokio::test]
+async fn postgres_oldest_due_is_the_queues_lag() {
+    oldest_due_is_the_queues_lag(postgres().await).await;
+}

@@ -269,7 +269,9 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
                         count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL AND (locked_until IS NULL OR locked_until <= ?1)),
                         count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL AND locked_until > ?1),
                         count(*) FILTER (WHERE processed_at IS NOT NULL),
-                        count(*) FILTER (WHERE dead_at IS NOT NULL)
+                        count(*) FILTER (WHERE dead_at IS NOT NULL),
+                        ?1 - min(next_attempt_at) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL
+                            AND (locked_until IS NULL OR locked_until <= ?1) AND next_attempt_at <= ?1)
                      FROM webhook_events WHERE next_attempt_at IS NOT NULL",
                 )
                 .bind(now_ms())
@@ -283,6 +285,9 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
                         processing: get(1)?,
                         processed: get(2)?,
                         dead: get(3)?,
+                        oldest_due: row
+                            .try_get::<Option<i64>, _>(4)?
+                            .map(|ms| Duration::from_millis(ms.unsigned_abs())),
                     })
                 })()
                 .map_err(|e: sqlx::Error| StoreError::new("inbox counts", e))
@@ -534,7 +539,10 @@ RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body, w
                         count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL AND (locked_until IS NULL OR locked_until <= now())),
                         count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL AND locked_until > now()),
                         count(*) FILTER (WHERE processed_at IS NOT NULL),
-                        count(*) FILTER (WHERE dead_at IS NOT NULL)
+                        count(*) FILTER (WHERE dead_at IS NOT NULL),
+                        extract(epoch FROM now() - min(next_attempt_at) FILTER (WHERE processed_at IS NULL
+                            AND dead_at IS NULL AND (locked_until IS NULL OR locked_until <= now())
+                            AND next_attempt_at <= now()))::float8
                      FROM webhook_events WHERE next_attempt_at IS NOT NULL",
                 )
                 .fetch_one(&pool)
@@ -547,6 +555,9 @@ RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body, w
                         processing: get(1)?,
                         processed: get(2)?,
                         dead: get(3)?,
+                        oldest_due: row
+                            .try_get::<Option<f64>, _>(4)?
+                            .map(|secs| Duration::from_secs_f64(secs.max(0.0))),
                     })
                 })()
                 .map_err(|e: sqlx::Error| StoreError::new("inbox counts", e))

@@ -97,6 +97,9 @@ pub struct Counts {
     pub processed: u64,
     /// Gave up after the maximum attempts.
     pub dead: u64,
+    /// How long the longest-waiting due row has waited (`None` when none is due): the
+    /// queue's lag, the number to alert on when workers fall behind or stop.
+    pub oldest_due: Option<Duration>,
 }
 
 /// Which rows [`Inbox::requeue`] puts back in the queue.
