@@ -168,10 +168,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The store: embedded SQLite by default, PostgreSQL when given.
     let sqlite_path = std::env::temp_dir().join(format!("tower-webhook-demo-{source_tag}.db"));
+    let schema = format!("tower_webhook_demo_{source_tag}");
     let (inbox, store, db, backend): (Inbox, Arc<dyn DedupeStore>, Db, String) =
         match &o.database_url {
             Some(url) => {
-                let store = PgStore::connect(url).await?;
+                let store = PgStore::from_pool(own_schema(url, &schema).await?).await?;
                 let db = Db::Pg(store.pool().clone());
                 (
                     Inbox::postgres(&store),
@@ -342,7 +343,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let table = Table {
         sent: total,
         accepted,
-        duplicates: acknowledged.load(Ordering::Relaxed) as u64 - accepted,
+        duplicates: (acknowledged.load(Ordering::Relaxed) as u64).saturating_sub(accepted),
         rejected: rejected.load(Ordering::Relaxed),
         processed: counts.processed,
         double_effects: ledger.values().map(|n| n.saturating_sub(1)).sum(),
@@ -357,6 +358,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         deliveries_per_second: total as f64 / seconds,
     };
     let _ = std::fs::remove_file(&sqlite_path);
+    if let Db::Pg(pool) = &db {
+        let drop = format!("DROP SCHEMA {schema} CASCADE");
+        sqlx::query(sqlx::AssertSqlSafe(drop)).execute(pool).await?;
+    }
     if o.json {
         println!("{}", serde_json::to_string(&table)?);
     } else {
@@ -383,6 +388,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("a late event moved an object's state back".into());
     }
     Ok(())
+}
+
+/// A pool whose tables live in a schema of this run's own, created here: runs against one
+/// database never see each other's rows (the schema is dropped at the end).
+async fn own_schema(url: &str, schema: &str) -> Result<sqlx::PgPool, sqlx::Error> {
+    use std::str::FromStr;
+    let admin = sqlx::PgPool::connect(url).await?;
+    let create = format!("CREATE SCHEMA IF NOT EXISTS {schema}");
+    sqlx::query(sqlx::AssertSqlSafe(create))
+        .execute(&admin)
+        .await?;
+    admin.close().await;
+    let options =
+        sqlx::postgres::PgConnectOptions::from_str(url)?.options([("search_path", schema)]);
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(16)
+        .connect_with(options)
+        .await
 }
 
 /// Where the objects' state lives: the store's own database.
