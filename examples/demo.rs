@@ -338,6 +338,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let state = db.state(&format!("demo-{source_tag}/")).await?;
+    let _ = std::fs::remove_file(&sqlite_path);
+    if let Db::Pg(pool) = &db {
+        let drop = format!("DROP SCHEMA {schema} CASCADE");
+        sqlx::query(sqlx::AssertSqlSafe(drop)).execute(pool).await?;
+    }
     let ledger = ledger.lock().unwrap();
     let accepted = counts.queued + counts.processing + counts.processed + counts.dead;
     let table = Table {
@@ -357,11 +362,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         seconds,
         deliveries_per_second: total as f64 / seconds,
     };
-    let _ = std::fs::remove_file(&sqlite_path);
-    if let Db::Pg(pool) = &db {
-        let drop = format!("DROP SCHEMA {schema} CASCADE");
-        sqlx::query(sqlx::AssertSqlSafe(drop)).execute(pool).await?;
-    }
     if o.json {
         println!("{}", serde_json::to_string(&table)?);
     } else {
