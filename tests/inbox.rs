@@ -567,7 +567,7 @@ fn effect_writer(seen: Seen, hold: Duration) -> impl tower_webhook::inbox::TxPro
                     let _ = sqlx::query("SELECT 1 / 0").execute(&mut **tx).await;
                 }
                 ("evt_slow", 1) => tokio::time::sleep(hold).await,
-                ("evt_killed", 1) => std::future::pending().await, // until the worker dies
+                ("evt_killed" | "evt_stuck", 1) => std::future::pending().await, // until stopped
                 _ => {}
             }
             Ok(())
@@ -651,6 +651,49 @@ async fn transactional_processor_whose_lease_ran_out_cannot_commit() {
     .await;
     worker.shutdown().await;
     assert_eq!(effects(&pool, "evt_killed").await, vec![2]);
+}
+
+#[tokio::test]
+async fn transactional_shutdown_rolls_back_and_hands_the_row_back_uncounted() {
+    let (inbox, pool) = postgres_with_effects().await;
+    deliver(&inbox, "evt_stuck").await;
+    let seen = Seen::default();
+    let stuck = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::ZERO))
+        .with_grace(Duration::from_millis(50))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
+    eventually("claimed", async || seen.of("evt_stuck") == vec![1]).await;
+    stuck.shutdown().await;
+    assert_eq!(
+        inbox.counts().await.unwrap().queued,
+        1,
+        "handed back at once"
+    );
+    assert_eq!(
+        effects(&pool, "evt_stuck").await,
+        Vec::<i32>::new(),
+        "rolled back"
+    );
+    let worker = Worker::transactional(&inbox, |e: InboxEvent, tx: PgTx| async move {
+        sqlx::query("INSERT INTO effects VALUES ($1, $2)")
+            .bind(&e.id)
+            .bind(e.attempt as i32)
+            .execute(&mut **tx.lock().await)
+            .await
+            .map(|_| ())
+    })
+    .with_poll_interval(Duration::from_millis(20))
+    .spawn();
+    eventually("processed", async || {
+        inbox.counts().await.unwrap().processed == 1
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(
+        effects(&pool, "evt_stuck").await,
+        vec![1],
+        "the handed-back attempt did not count, and its write never committed"
+    );
 }
 
 #[tokio::test]

@@ -209,13 +209,14 @@ impl Worker {
         let this = Arc::new(self);
         let permits = Arc::new(Semaphore::new(this.concurrency));
         let mut running: JoinSet<()> = JoinSet::new();
-        let mut held: Vec<(tokio::task::AbortHandle, String, String, Token)> = Vec::new();
+        // Set when the grace period is over: each running event stops and hands its row
+        // back itself, so its hand-back can never race its own "processed".
+        let (hurry, hurried) = watch::channel(false);
         loop {
             if *stopped.borrow() {
                 break;
             }
             while running.try_join_next().is_some() {}
-            held.retain(|(task, ..)| !task.is_finished());
             let free = permits.available_permits();
             let wake = this.inbox.wake.notified();
             let rows = if free == 0 {
@@ -234,13 +235,11 @@ impl Worker {
             let claimed = rows.len();
             for (event, token) in rows {
                 let permit = permits.clone().acquire_owned().await.expect("never closed");
-                let (source, id) = (event.source.clone(), event.id.clone());
-                let worker = this.clone();
-                let task = running.spawn(async move {
+                let (worker, hurried) = (this.clone(), hurried.clone());
+                running.spawn(async move {
                     let _permit = permit;
-                    worker.process(event, token).await;
+                    worker.process(event, token, hurried).await;
                 });
-                held.push((task, source, id, token));
             }
             if claimed == free && free > 0 {
                 continue; // there may be more due rows
@@ -252,34 +251,37 @@ impl Worker {
                 Some(_) = running.join_next(), if !running.is_empty() => {}
             }
         }
-        // Graceful: let running events finish, then stop the rest and hand them back
-        // with their attempt uncounted.
+        // Graceful: let running events finish, then stop the rest, which hand their rows
+        // back with the attempt uncounted.
         let _ = tokio::time::timeout(this.grace, async {
             while running.join_next().await.is_some() {}
         })
         .await;
-        for (task, source, id, token) in held {
-            if !task.is_finished() {
-                task.abort();
-                let _ = this
-                    .inbox
-                    .backend
-                    .finish(source, id, token, Outcome::HandBack)
-                    .await;
-            }
-        }
-        running.shutdown().await;
+        let _ = hurry.send(true);
+        while running.join_next().await.is_some() {}
     }
 
-    async fn process(&self, event: InboxEvent, token: Token) {
+    async fn process(&self, event: InboxEvent, token: Token, mut hurried: watch::Receiver<bool>) {
         let (source, id, attempt) = (event.source.clone(), event.id.clone(), event.attempt);
         // Its own task: a panicking processor is a failed attempt, not a dead worker. The
-        // guard stops it too when this task is stopped (shutdown, or a simulated crash).
+        // guard stops it too when this task is stopped (a simulated crash).
         let mut task = AbortOnDrop(tokio::spawn(self.runner.run(event, token)));
-        let result = match (&mut task.0).await {
+        let joined = tokio::select! {
+            joined = &mut task.0 => joined,
+            () = hurry_up(&mut hurried) => {
+                // Shut down past the grace period: stop it, wait until it has stopped,
+                // then hand the row back (fenced: a transactional commit that landed
+                // first keeps the row processed).
+                task.0.abort();
+                let _ = (&mut task.0).await;
+                let _ = self.inbox.backend.finish(source, id, token, Outcome::HandBack).await;
+                return;
+            }
+        };
+        let result = match joined {
             Ok(result) => result,
             Err(e) if e.is_panic() => Err("the processor panicked".to_owned()),
-            Err(_) => return, // cancelled by shutdown: handed back by the loop
+            Err(_) => return, // cancelled: only by the hurry above
         };
         let outcome = match result {
             Ok(Done::Recorded(held)) => return lease_report(held),
@@ -329,6 +331,14 @@ fn lease_report(_held: bool) {
     #[cfg(feature = "tracing")]
     if !_held {
         tracing::warn!(target: "tower_webhook", "an inbox row's lease ran out while it was processed: lengthen the lease");
+    }
+}
+
+/// Returns when the worker hurries its running events; never if the worker is gone
+/// (a crash: its rows come back after their lease, not by hand).
+async fn hurry_up(hurried: &mut watch::Receiver<bool>) {
+    if hurried.wait_for(|now| *now).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 
