@@ -649,35 +649,12 @@ async fn a_key_from_the_request_dedupes_without_the_verify_layer() {
     assert_eq!(*calls.lock().unwrap(), 1);
 }
 
-/// A store whose claims take effect at once but answer late: a request dropped while it
-/// waits has a claim it never heard of.
-struct SlowAnswers(MemoryStore);
-
-impl DedupeStore for SlowAnswers {
-    fn claim(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
-        let claim = self.0.claim(delivery, token, lease);
-        Box::pin(async move {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            claim.await
-        })
-    }
-    fn complete(&self, delivery: Delivery, token: Token) -> StoreFuture<Completed> {
-        self.0.complete(delivery, token)
-    }
-    fn release(&self, delivery: Delivery, token: Token) -> StoreFuture<()> {
-        self.0.release(delivery, token)
-    }
-    fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
-        self.0.prune(older_than)
-    }
-}
-
 #[tokio::test]
 async fn request_dropped_while_claiming_releases_the_claim_it_never_heard_of() {
     let memory = MemoryStore::new();
     let calls = Calls::default();
     let svc = stack(
-        Arc::new(SlowAnswers(memory.clone())),
+        Arc::new(SlowClaims::answering_late(memory.clone())),
         Duration::from_secs(30),
         calls.clone(),
     );
@@ -698,22 +675,46 @@ async fn request_dropped_while_claiming_releases_the_claim_it_never_heard_of() {
     assert_eq!(calls.of("evt_hangup"), 1);
 }
 
-/// A store whose claims land late, whether or not anyone still waits for them: a
-/// database runs a statement it was sent even when the caller stops listening.
-/// Counts the claims asked for.
+/// A store whose claims are slow in one of two ways, counting the claims asked for:
+/// - answering late: a claim takes effect at once but its answer comes 300 ms later, so a
+///   request dropped while it waits has a claim it never heard of;
+/// - landing late: a claim takes effect 150 ms later whether or not anyone still waits
+///   for it, as a database runs a statement it was sent when the caller stops listening.
 #[derive(Clone)]
-struct LateClaims(MemoryStore, Arc<std::sync::atomic::AtomicUsize>);
+struct SlowClaims {
+    store: MemoryStore,
+    lands_late: bool,
+    asked: Arc<std::sync::atomic::AtomicUsize>,
+}
 
-impl LateClaims {
-    fn new(store: MemoryStore) -> Self {
-        Self(store, Arc::default())
+impl SlowClaims {
+    fn answering_late(store: MemoryStore) -> Self {
+        Self {
+            store,
+            lands_late: false,
+            asked: Arc::default(),
+        }
+    }
+
+    fn landing_late(store: MemoryStore) -> Self {
+        Self {
+            lands_late: true,
+            ..Self::answering_late(store)
+        }
     }
 }
 
-impl DedupeStore for LateClaims {
+impl DedupeStore for SlowClaims {
     fn claim(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
-        let store = self.0.clone();
-        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if !self.lands_late {
+            let claim = self.store.claim(delivery, token, lease); // the memory store acts now
+            return Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                claim.await
+            });
+        }
+        let store = self.store.clone();
         let landing = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(150)).await;
             store.claim(delivery, token, lease).await
@@ -721,13 +722,13 @@ impl DedupeStore for LateClaims {
         Box::pin(async move { landing.await.expect("the claim task ran") })
     }
     fn complete(&self, delivery: Delivery, token: Token) -> StoreFuture<Completed> {
-        self.0.complete(delivery, token)
+        self.store.complete(delivery, token)
     }
     fn release(&self, delivery: Delivery, token: Token) -> StoreFuture<()> {
-        self.0.release(delivery, token)
+        self.store.release(delivery, token)
     }
     fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
-        self.0.prune(older_than)
+        self.store.prune(older_than)
     }
 }
 
@@ -736,7 +737,7 @@ async fn a_claim_landing_after_its_request_was_dropped_is_released_when_it_lands
     let memory = MemoryStore::new();
     let calls = Calls::default();
     let svc = stack(
-        Arc::new(LateClaims::new(memory.clone())),
+        Arc::new(SlowClaims::landing_late(memory.clone())),
         Duration::from_secs(30),
         calls.clone(),
     );
@@ -757,7 +758,7 @@ async fn a_claim_landing_after_its_request_was_dropped_is_released_when_it_lands
     assert_eq!(calls.of("evt_late"), 1);
 
     // The same for `Once`, dropped mid-claim (a worker stopped mid-event).
-    let late = Once::new(LateClaims::new(memory.clone()), "fulfil");
+    let late = Once::new(SlowClaims::landing_late(memory.clone()), "fulfil");
     let action = || async { Ok::<_, std::io::Error>(()) };
     let stopped =
         tokio::time::timeout(Duration::from_millis(30), late.run("order-7", action)).await;
@@ -773,7 +774,7 @@ async fn a_claim_landing_after_its_request_was_dropped_is_released_when_it_lands
 #[tokio::test]
 async fn a_response_future_dropped_unpolled_claims_nothing() {
     use tower::Layer;
-    let store = LateClaims::new(MemoryStore::new());
+    let store = SlowClaims::landing_late(MemoryStore::new());
     let verifier = verifier(Scheme::standard(), &[SECRET]);
     let request = delivery("evt_unpolled", "ok");
     let (parts, body) = request.into_parts();
@@ -787,7 +788,7 @@ async fn a_response_future_dropped_unpolled_claims_nothing() {
     let future = tower::Service::call(&mut svc, request);
     drop(future); // never polled: the request was cancelled before it started
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(store.1.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(store.asked.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
 
 #[tokio::test]

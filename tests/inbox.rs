@@ -330,6 +330,18 @@ macro_rules! suite {
             async fn shutdown_hands_unfinished_rows_back_without_burning_an_attempt() {
                 super::shutdown_hands_unfinished_rows_back_without_burning_an_attempt($make).await;
             }
+            #[tokio::test]
+            async fn requeue_by_time_range_replays_only_that_window() {
+                super::requeue_by_time_range_replays_only_that_window($make).await;
+            }
+            #[tokio::test]
+            async fn ingest_stores_fetched_events_once_beside_deliveries() {
+                super::ingest_stores_fetched_events_once_beside_deliveries($make).await;
+            }
+            #[tokio::test]
+            async fn oldest_due_is_the_queues_lag() {
+                super::oldest_due_is_the_queues_lag($make).await;
+            }
         }
     };
 }
@@ -516,16 +528,6 @@ async fn requeue_by_time_range_replays_only_that_window(inbox: Inbox) {
         "filters combine"
     );
     worker.shutdown().await;
-}
-
-#[tokio::test]
-async fn sqlite_requeue_by_time_range_replays_only_that_window() {
-    requeue_by_time_range_replays_only_that_window(sqlite().await).await;
-}
-
-#[tokio::test]
-async fn postgres_requeue_by_time_range_replays_only_that_window() {
-    requeue_by_time_range_replays_only_that_window(postgres().await).await;
 }
 
 /// A PostgreSQL inbox with an `effects` table for a transactional processor to write in.
@@ -990,16 +992,6 @@ async fn ingest_stores_fetched_events_once_beside_deliveries(inbox: Inbox) {
 }
 
 #[tokio::test]
-async fn sqlite_ingest_stores_fetched_events_once_beside_deliveries() {
-    ingest_stores_fetched_events_once_beside_deliveries(sqlite().await).await;
-}
-
-#[tokio::test]
-async fn postgres_ingest_stores_fetched_events_once_beside_deliveries() {
-    ingest_stores_fetched_events_once_beside_deliveries(postgres().await).await;
-}
-
-#[tokio::test]
 async fn a_worker_runs_at_most_its_concurrency_at_once() {
     let inbox = sqlite().await;
     for i in 0..12 {
@@ -1130,14 +1122,4 @@ async fn oldest_due_is_the_queues_lag(inbox: Inbox) {
     })
     .await;
     worker.shutdown().await;
-}
-
-#[tokio::test]
-async fn sqlite_oldest_due_is_the_queues_lag() {
-    oldest_due_is_the_queues_lag(sqlite().await).await;
-}
-
-#[tokio::test]
-async fn postgres_oldest_due_is_the_queues_lag() {
-    oldest_due_is_the_queues_lag(postgres().await).await;
 }
