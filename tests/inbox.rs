@@ -443,7 +443,8 @@ fn epoch_ms(t: SystemTime) -> i64 {
 
 /// Each failure schedules the next attempt half to all of the full wait after it; the
 /// full wait doubles from the first and stops at the cap. Due times are read from the row
-/// and the row is then made due, so the test waits for none of them.
+/// and the row is then made due, so the test waits for none of them. (On PostgreSQL, whose
+/// clock is the server's; SQLite's is injected in the test below.)
 async fn retries_are_scheduled_by_capped_doubling_backoff(inbox: Inbox, db: Db) {
     deliver(&inbox, "evt_backoff").await;
     let failed_at = Arc::new(Mutex::new(Vec::<SystemTime>::new()));
@@ -480,13 +481,6 @@ async fn retries_are_scheduled_by_capped_doubling_backoff(inbox: Inbox, db: Db) 
         make_due(&db, "evt_backoff").await;
     }
     worker.shutdown().await;
-}
-
-#[tokio::test]
-async fn sqlite_retries_are_scheduled_by_capped_doubling_backoff() {
-    let store = SqliteStore::open(sqlite_path()).await.unwrap();
-    let db = Db::Sqlite(store.pool().clone());
-    retries_are_scheduled_by_capped_doubling_backoff(Inbox::sqlite(&store), db).await;
 }
 
 #[tokio::test]
@@ -1108,6 +1102,56 @@ async fn oldest_due_is_the_queues_lag(inbox: Inbox) {
     eventually("failed once, waiting out its backoff", async || {
         let c = inbox.counts().await.unwrap();
         c.queued == 1 && c.oldest_due.is_none()
+    })
+    .await;
+    worker.shutdown().await;
+}
+
+/// Backoff on an injected clock: the worker retries exactly when the row is due by the
+/// inbox's clock — not a millisecond before — and each wait is half to all of the
+/// doubling, capped full wait. The test moves the clock; it waits for no backoff.
+#[tokio::test]
+async fn with_an_injected_clock_a_retry_comes_exactly_when_it_is_due() {
+    let clock = Arc::new(Mutex::new(at(NOW)));
+    let c = clock.clone();
+    let store = SqliteStore::open(sqlite_path()).await.unwrap();
+    let db = Db::Sqlite(store.pool().clone());
+    let inbox = Inbox::sqlite_with_clock(&store, move || *c.lock().unwrap());
+    deliver(&inbox, "evt_clock").await;
+    let seen = Seen::default();
+    let s = seen.clone();
+    let worker = Worker::new(&inbox, move |e: InboxEvent| {
+        s.record(&e);
+        async { Err::<(), _>("the provider's API is down") }
+    })
+    .with_backoff(Duration::from_secs(10), Duration::from_secs(25))
+    .with_max_attempts(10)
+    .with_poll_interval(Duration::from_millis(20))
+    .spawn();
+    let mut failed_at = epoch_ms(at(NOW));
+    for (attempt, full_ms) in [(1, 10_000), (2, 20_000), (3, 25_000), (4, 25_000)] {
+        eventually("the attempt failed and was recorded", async || {
+            seen.of("evt_clock").len() == attempt && due_at(&db, "evt_clock").await.1
+        })
+        .await;
+        let due = due_at(&db, "evt_clock").await.0;
+        let wait = due - failed_at;
+        assert!(
+            (full_ms / 2..=full_ms).contains(&wait),
+            "attempt {attempt}: due {wait} ms after it failed, full wait {full_ms} ms"
+        );
+        *clock.lock().unwrap() = UNIX_EPOCH + Duration::from_millis(due as u64 - 1);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(
+            seen.of("evt_clock").len(),
+            attempt,
+            "not a millisecond early"
+        );
+        *clock.lock().unwrap() = UNIX_EPOCH + Duration::from_millis(due as u64);
+        failed_at = due;
+    }
+    eventually("attempt 5 at its due time", async || {
+        seen.of("evt_clock").len() == 5
     })
     .await;
     worker.shutdown().await;

@@ -57,27 +57,31 @@ pub(crate) use self::sqlite::Sqlite;
 
 #[cfg(feature = "sqlite")]
 mod sqlite {
+    use super::super::Clock;
     use super::*;
     use sqlx::{Row, SqlitePool};
 
     pub(crate) struct Sqlite {
         pool: SqlitePool,
+        clock: Clock,
     }
 
     impl Sqlite {
-        pub(crate) fn new(pool: SqlitePool) -> Self {
-            Self { pool }
+        pub(crate) fn new(pool: SqlitePool, clock: Clock) -> Self {
+            Self { pool, clock }
+        }
+
+        /// Milliseconds since the epoch, by this inbox's clock (every time SQLite keeps
+        /// comes from here: one process's clock).
+        fn now_ms(&self) -> i64 {
+            (self.clock)()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, ms)
         }
     }
 
     fn ms(d: Duration) -> i64 {
         i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-    }
-
-    fn now_ms() -> i64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, ms)
     }
 
     const ACCEPT: &str = "
@@ -100,7 +104,7 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
 
     impl Backend for Sqlite {
         fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
-            let pool = self.pool.clone();
+            let (pool, now) = (self.pool.clone(), self.now_ms());
             let d = delivery(event);
             Box::pin(async move {
                 let d = d?;
@@ -112,7 +116,7 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
                     .bind(audit.object_id)
                     .bind(audit.livemode)
                     .bind(audit.body)
-                    .bind(now_ms())
+                    .bind(now)
                     .execute(&pool)
                     .await
                     .map_err(|e| StoreError::new("inbox accept", e))?;
@@ -130,10 +134,10 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
             lease: Duration,
             token: Token,
         ) -> StoreFuture<Vec<InboxEvent>> {
-            let pool = self.pool.clone();
+            let (pool, now) = (self.pool.clone(), self.now_ms());
             Box::pin(async move {
                 let rows = sqlx::query(CLAIM)
-                    .bind(now_ms())
+                    .bind(now)
                     .bind(ms(lease))
                     .bind(token.to_string())
                     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -167,9 +171,8 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
             token: Token,
             outcome: Outcome,
         ) -> StoreFuture<bool> {
-            let pool = self.pool.clone();
+            let (pool, now) = (self.pool.clone(), self.now_ms());
             Box::pin(async move {
-                let now = now_ms();
                 const KEY: &str = "WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3";
                 let query = match outcome {
                     Outcome::Processed => sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -215,7 +218,7 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
         }
 
         fn requeue(&self, which: &Requeue) -> StoreFuture<u64> {
-            let pool = self.pool.clone();
+            let (pool, now) = (self.pool.clone(), self.now_ms());
             let which = which.clone();
             Box::pin(async move {
                 let (source, id) = which.id.unzip();
@@ -231,7 +234,7 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
                        AND (?6 IS NULL OR received_at >= ?6)
                        AND (?7 IS NULL OR received_at < ?7)",
                 )
-                .bind(now_ms())
+                .bind(now)
                 .bind(source)
                 .bind(id)
                 .bind(which.dead_only)
@@ -246,9 +249,9 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
         }
 
         fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
-            let pool = self.pool.clone();
+            let (pool, now) = (self.pool.clone(), self.now_ms());
             Box::pin(async move {
-                let before = now_ms().saturating_sub(ms(older_than));
+                let before = now.saturating_sub(ms(older_than));
                 let done = sqlx::query(
                     "DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL
                      AND (processed_at < ?1 OR dead_at < ?1)",
@@ -262,7 +265,7 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
         }
 
         fn counts(&self) -> StoreFuture<Counts> {
-            let pool = self.pool.clone();
+            let (pool, now) = (self.pool.clone(), self.now_ms());
             Box::pin(async move {
                 let row = sqlx::query(
                     "SELECT
@@ -274,7 +277,7 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
                             AND (locked_until IS NULL OR locked_until <= ?1) AND next_attempt_at <= ?1)
                      FROM webhook_events WHERE next_attempt_at IS NOT NULL",
                 )
-                .bind(now_ms())
+                .bind(now)
                 .fetch_one(&pool)
                 .await
                 .map_err(|e| StoreError::new("inbox counts", e))?;

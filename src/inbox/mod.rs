@@ -48,6 +48,10 @@ pub use self::worker::{Processor, Worker, WorkerHandle};
 use crate::store::StoreError;
 use crate::Event;
 
+/// What a SQLite inbox reads the time from.
+#[cfg(feature = "sqlite")]
+type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
 /// A durable queue of verified events. Cloning shares it.
 #[derive(Clone)]
 pub struct Inbox {
@@ -179,7 +183,20 @@ impl Inbox {
     #[cfg(feature = "sqlite")]
     #[must_use]
     pub fn sqlite(store: &crate::store::SqliteStore) -> Self {
-        Self::new(Arc::new(backend::Sqlite::new(store.pool().clone())))
+        Self::sqlite_with_clock(store, SystemTime::now)
+    }
+
+    /// [`sqlite`](Self::sqlite) with the clock the inbox reads for receipt times, leases
+    /// and due times: for tests that step through backoffs and leases without waiting for
+    /// them. (A PostgreSQL inbox keeps the server's clock, shared by every replica.)
+    #[cfg(feature = "sqlite")]
+    #[must_use]
+    pub fn sqlite_with_clock(
+        store: &crate::store::SqliteStore,
+        clock: impl Fn() -> SystemTime + Send + Sync + 'static,
+    ) -> Self {
+        let backend = backend::Sqlite::new(store.pool().clone(), Arc::new(clock));
+        Self::new(Arc::new(backend))
     }
 
     /// An inbox in the PostgreSQL store's database; workers wake on `NOTIFY` from any
