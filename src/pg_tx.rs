@@ -169,8 +169,9 @@ impl PgTxDedupeLayer {
     /// Bounds how long a duplicate waits for a concurrent attempt of the same event
     /// (default: as long as that attempt's handler runs). Past it the duplicate gets 409 +
     /// `Retry-After` and frees its connection — for slow handlers, so a burst of retries
-    /// does not hold the pool. It is the transaction's `lock_timeout`, so it bounds the
-    /// handler's own lock waits in the transaction too; costs one statement per request.
+    /// does not hold the pool. It is the transaction's `lock_timeout` while the event's row
+    /// is inserted (the handler's statements run under the session's own); costs two short
+    /// statements per request.
     pub fn with_max_wait(mut self, wait: Duration) -> Self {
         // PostgreSQL takes 1 ms up to i32::MAX ms (about 24 days) for `lock_timeout`.
         let most = Duration::from_millis(i32::MAX as u64);
@@ -271,14 +272,20 @@ where
                 Ok(tx) => tx,
                 Err(e) => return Ok(unavailable(e)),
             };
+            // The bound covers the insert only: the session's own setting comes back after.
+            let mut session_lock_timeout = None;
             if let Some(wait) = max_wait {
-                let ms = format!("{}ms", wait.as_millis());
-                let set = sqlx::query("SELECT set_config('lock_timeout', $1, true)")
-                    .bind(ms)
-                    .execute(&mut *tx)
-                    .await;
-                if let Err(e) = set {
-                    return Ok(unavailable(e));
+                // OFFSET 0 keeps the subquery apart: the old value is read before the set.
+                let set: Result<String, _> = sqlx::query_scalar(
+                    "SELECT previous FROM (SELECT current_setting('lock_timeout') AS previous OFFSET 0) p,
+                     LATERAL set_config('lock_timeout', $1, true)",
+                )
+                .bind(format!("{}ms", wait.as_millis()))
+                .fetch_one(&mut *tx)
+                .await;
+                match set {
+                    Ok(previous) => session_lock_timeout = Some(previous),
+                    Err(e) => return Ok(unavailable(e)),
                 }
             }
             let audit = delivery.audit();
@@ -299,7 +306,17 @@ where
                     return Ok(Deduped::InFlight.response(Some(RETRY_AFTER_SECS)))
                 }
                 Err(e) => return Ok(unavailable(e)),
-                Ok(Some(_)) => {}
+                Ok(Some(_)) => {
+                    if let Some(previous) = session_lock_timeout {
+                        let reset = sqlx::query("SELECT set_config('lock_timeout', $1, true)")
+                            .bind(previous)
+                            .execute(&mut *tx)
+                            .await;
+                        if let Err(e) = reset {
+                            return Ok(unavailable(e));
+                        }
+                    }
+                }
                 Ok(None) => {
                     let done: Result<bool, _> = sqlx::query_scalar(DONE)
                         .bind(delivery.source())

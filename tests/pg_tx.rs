@@ -49,6 +49,20 @@ async fn server(pool: sqlx::PgPool, calls: Arc<AtomicUsize>, max_wait: Option<Du
                     tokio::time::sleep(Duration::from_millis(300)).await;
                     StatusCode::NO_CONTENT
                 }
+                // 204 only if the handler runs under the session's own lock_timeout.
+                Some("lock-timeout") => {
+                    let mut tx = tx.lock().await;
+                    let setting: String =
+                        sqlx::query_scalar("SELECT current_setting('lock_timeout')")
+                            .fetch_one(&mut **tx)
+                            .await
+                            .unwrap();
+                    if setting == "0" {
+                        StatusCode::NO_CONTENT
+                    } else {
+                        StatusCode::INTERNAL_SERVER_ERROR
+                    }
+                }
                 Some("slower") => {
                     tokio::time::sleep(Duration::from_millis(1500)).await;
                     StatusCode::NO_CONTENT
@@ -134,6 +148,11 @@ async fn a_duplicate_waits_at_most_max_wait_then_gets_409() {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!(effects(&pool, "evt_tx_wait").await, 1);
+    assert_eq!(
+        deliver(&url, "evt_tx_setting", "lock-timeout").await,
+        StatusCode::NO_CONTENT,
+        "the bound covers the insert, not the handler's statements"
+    );
 }
 
 #[tokio::test]
