@@ -267,21 +267,28 @@ impl Worker {
         // guard stops it too when this task is stopped (a simulated crash).
         let mut task = AbortOnDrop(tokio::spawn(self.runner.run(event, token)));
         let joined = tokio::select! {
+            biased;
             joined = &mut task.0 => joined,
             () = hurry_up(&mut hurried) => {
-                // Shut down past the grace period: stop it, wait until it has stopped,
-                // then hand the row back (fenced: a transactional commit that landed
-                // first keeps the row processed).
+                // Shut down past the grace period: stop it and wait until it has stopped.
+                // Finished meanwhile: its outcome stands, as below.
                 task.0.abort();
-                let _ = (&mut task.0).await;
-                let _ = self.inbox.backend.finish(source, id, token, Outcome::HandBack).await;
-                return;
+                (&mut task.0).await
             }
         };
         let result = match joined {
             Ok(result) => result,
             Err(e) if e.is_panic() => Err("the processor panicked".to_owned()),
-            Err(_) => return, // cancelled: only by the hurry above
+            Err(_) => {
+                // Stopped by the hurry above: the row goes back, the attempt uncounted
+                // (fenced: a transactional commit that landed first keeps it processed).
+                let _ = self
+                    .inbox
+                    .backend
+                    .finish(source, id, token, Outcome::HandBack)
+                    .await;
+                return;
+            }
         };
         let outcome = match result {
             Ok(Done::Recorded(held)) => return lease_report(held),
