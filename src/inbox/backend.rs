@@ -52,6 +52,62 @@ fn delivery(event: &Event) -> Result<Delivery, StoreError> {
     Delivery::from_event(event).ok_or_else(|| StoreError::message("the event has no id"))
 }
 
+/// A claimed row as both databases return it (the SQL names and casts the columns).
+#[derive(sqlx::FromRow)]
+struct ClaimedRow {
+    source: String,
+    event_id: String,
+    event_type: Option<String>,
+    object_id: Option<String>,
+    livemode: Option<bool>,
+    body: Option<Vec<u8>>,
+    attempts: i64,
+}
+
+impl From<ClaimedRow> for InboxEvent {
+    fn from(r: ClaimedRow) -> Self {
+        InboxEvent {
+            source: r.source,
+            id: r.event_id,
+            event_type: r.event_type,
+            object_id: r.object_id,
+            livemode: r.livemode,
+            body: r.body.unwrap_or_default().into(),
+            attempt: u32::try_from(r.attempts).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+/// [`Counts`] as both databases return them (the lag in milliseconds).
+#[derive(sqlx::FromRow)]
+struct CountsRow {
+    queued: i64,
+    processing: i64,
+    processed: i64,
+    dead: i64,
+    oldest_due_ms: Option<i64>,
+}
+
+impl From<CountsRow> for Counts {
+    fn from(r: CountsRow) -> Self {
+        Counts {
+            queued: r.queued.unsigned_abs(),
+            processing: r.processing.unsigned_abs(),
+            processed: r.processed.unsigned_abs(),
+            dead: r.dead.unsigned_abs(),
+            oldest_due: r
+                .oldest_due_ms
+                .map(|ms| Duration::from_millis(ms.unsigned_abs())),
+        }
+    }
+}
+
+/// Runs a claim's rows into events.
+fn events(rows: Result<Vec<ClaimedRow>, sqlx::Error>) -> Result<Vec<InboxEvent>, StoreError> {
+    rows.map(|rows| rows.into_iter().map(InboxEvent::from).collect())
+        .map_err(|e| StoreError::new("inbox claim", e))
+}
+
 #[cfg(feature = "sqlite")]
 pub(crate) use self::sqlite::Sqlite;
 
@@ -59,7 +115,7 @@ pub(crate) use self::sqlite::Sqlite;
 mod sqlite {
     use super::super::Clock;
     use super::*;
-    use sqlx::{Row, SqlitePool};
+    use sqlx::SqlitePool;
 
     pub(crate) struct Sqlite {
         pool: SqlitePool,
@@ -136,31 +192,14 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
         ) -> StoreFuture<Vec<InboxEvent>> {
             let (pool, now) = (self.pool.clone(), self.now_ms());
             Box::pin(async move {
-                let rows = sqlx::query(CLAIM)
+                let rows = sqlx::query_as(CLAIM)
                     .bind(now)
                     .bind(ms(lease))
                     .bind(token.to_string())
                     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
                     .fetch_all(&pool)
-                    .await
-                    .map_err(|e| StoreError::new("inbox claim", e))?;
-                rows.into_iter()
-                    .map(|r| {
-                        Ok(InboxEvent {
-                            source: r.try_get(0)?,
-                            id: r.try_get(1)?,
-                            event_type: r.try_get(2)?,
-                            object_id: r.try_get(3)?,
-                            livemode: r.try_get(4)?,
-                            body: r
-                                .try_get::<Option<Vec<u8>>, _>(5)?
-                                .unwrap_or_default()
-                                .into(),
-                            attempt: u32::try_from(r.try_get::<i64, _>(6)?).unwrap_or(u32::MAX),
-                        })
-                    })
-                    .collect::<Result<_, sqlx::Error>>()
-                    .map_err(|e| StoreError::new("inbox claim", e))
+                    .await;
+                events(rows)
             })
         }
 
@@ -267,33 +306,21 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
         fn counts(&self) -> StoreFuture<Counts> {
             let (pool, now) = (self.pool.clone(), self.now_ms());
             Box::pin(async move {
-                let row = sqlx::query(
+                sqlx::query_as::<_, CountsRow>(
                     "SELECT
-                        count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL AND (locked_until IS NULL OR locked_until <= ?1)),
-                        count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL AND locked_until > ?1),
-                        count(*) FILTER (WHERE processed_at IS NOT NULL),
-                        count(*) FILTER (WHERE dead_at IS NOT NULL),
+                        count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL AND (locked_until IS NULL OR locked_until <= ?1)) AS queued,
+                        count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL AND locked_until > ?1) AS processing,
+                        count(*) FILTER (WHERE processed_at IS NOT NULL) AS processed,
+                        count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead,
                         ?1 - min(next_attempt_at) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL
-                            AND (locked_until IS NULL OR locked_until <= ?1) AND next_attempt_at <= ?1)
+                            AND (locked_until IS NULL OR locked_until <= ?1) AND next_attempt_at <= ?1) AS oldest_due_ms
                      FROM webhook_events WHERE next_attempt_at IS NOT NULL",
                 )
                 .bind(now)
                 .fetch_one(&pool)
                 .await
-                .map_err(|e| StoreError::new("inbox counts", e))?;
-                let get = |i| row.try_get::<i64, _>(i).map(|n| n.unsigned_abs());
-                (|| {
-                    Ok(Counts {
-                        queued: get(0)?,
-                        processing: get(1)?,
-                        processed: get(2)?,
-                        dead: get(3)?,
-                        oldest_due: row
-                            .try_get::<Option<i64>, _>(4)?
-                            .map(|ms| Duration::from_millis(ms.unsigned_abs())),
-                    })
-                })()
-                .map_err(|e: sqlx::Error| StoreError::new("inbox counts", e))
+                .map(Counts::from)
+                .map_err(|e| StoreError::new("inbox counts", e))
             })
         }
 
@@ -373,7 +400,8 @@ FROM (
     FOR UPDATE SKIP LOCKED
 ) due
 WHERE w.source = due.source AND w.event_id = due.event_id
-RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body, w.attempts";
+RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body,
+    w.attempts::int8 AS attempts";
 
     impl Backend for Postgres {
         fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
@@ -408,30 +436,13 @@ RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body, w
         ) -> StoreFuture<Vec<InboxEvent>> {
             let pool = self.pool.clone();
             Box::pin(async move {
-                let rows = sqlx::query(CLAIM)
+                let rows = sqlx::query_as(CLAIM)
                     .bind(lease.as_secs_f64())
                     .bind(token.as_uuid())
                     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
                     .fetch_all(&pool)
-                    .await
-                    .map_err(|e| StoreError::new("inbox claim", e))?;
-                rows.into_iter()
-                    .map(|r| {
-                        Ok(InboxEvent {
-                            source: r.try_get(0)?,
-                            id: r.try_get(1)?,
-                            event_type: r.try_get(2)?,
-                            object_id: r.try_get(3)?,
-                            livemode: r.try_get(4)?,
-                            body: r
-                                .try_get::<Option<Vec<u8>>, _>(5)?
-                                .unwrap_or_default()
-                                .into(),
-                            attempt: u32::try_from(r.try_get::<i32, _>(6)?).unwrap_or(0),
-                        })
-                    })
-                    .collect::<Result<_, sqlx::Error>>()
-                    .map_err(|e| StoreError::new("inbox claim", e))
+                    .await;
+                events(rows)
             })
         }
 
@@ -537,33 +548,21 @@ RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body, w
         fn counts(&self) -> StoreFuture<Counts> {
             let pool = self.pool.clone();
             Box::pin(async move {
-                let row = sqlx::query(
+                sqlx::query_as::<_, CountsRow>(
                     "SELECT
-                        count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL AND (locked_until IS NULL OR locked_until <= now())),
-                        count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL AND locked_until > now()),
-                        count(*) FILTER (WHERE processed_at IS NOT NULL),
-                        count(*) FILTER (WHERE dead_at IS NOT NULL),
-                        extract(epoch FROM now() - min(next_attempt_at) FILTER (WHERE processed_at IS NULL
+                        count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL AND (locked_until IS NULL OR locked_until <= now())) AS queued,
+                        count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL AND locked_until > now()) AS processing,
+                        count(*) FILTER (WHERE processed_at IS NOT NULL) AS processed,
+                        count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead,
+                        (extract(epoch FROM now() - min(next_attempt_at) FILTER (WHERE processed_at IS NULL
                             AND dead_at IS NULL AND (locked_until IS NULL OR locked_until <= now())
-                            AND next_attempt_at <= now()))::float8
+                            AND next_attempt_at <= now())) * 1000)::int8 AS oldest_due_ms
                      FROM webhook_events WHERE next_attempt_at IS NOT NULL",
                 )
                 .fetch_one(&pool)
                 .await
-                .map_err(|e| StoreError::new("inbox counts", e))?;
-                let get = |i| row.try_get::<i64, _>(i).map(|n| n.unsigned_abs());
-                (|| {
-                    Ok(Counts {
-                        queued: get(0)?,
-                        processing: get(1)?,
-                        processed: get(2)?,
-                        dead: get(3)?,
-                        oldest_due: row
-                            .try_get::<Option<f64>, _>(4)?
-                            .map(|secs| Duration::from_secs_f64(secs.max(0.0))),
-                    })
-                })()
-                .map_err(|e: sqlx::Error| StoreError::new("inbox counts", e))
+                .map(Counts::from)
+                .map_err(|e| StoreError::new("inbox counts", e))
             })
         }
 
