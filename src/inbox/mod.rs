@@ -200,7 +200,8 @@ impl Inbox {
     }
 
     /// An inbox in the PostgreSQL store's database; workers wake on `NOTIFY` from any
-    /// replica's `accept`.
+    /// replica's `accept` (each running worker keeps one of the pool's connections for its
+    /// `LISTEN`).
     #[cfg(feature = "postgres")]
     #[must_use]
     pub fn postgres(store: &crate::store::PgStore) -> Self {

@@ -105,8 +105,9 @@ impl Worker {
     /// (the stale one's commit is refused). Defaults as for [`new`](Self::new).
     ///
     /// Each running event holds one of the pool's connections until it commits: keep the
-    /// concurrency below the pool's size, with room for any other connection the processor
-    /// takes (a `PgStore` for [`Once`](crate::once::Once) on the same pool, say).
+    /// concurrency below the pool's size, with room for the worker's `LISTEN` (one
+    /// connection), claims, and any other connection the processor takes (a `PgStore` for
+    /// [`Once`](crate::once::Once) on the same pool, say).
     ///
     /// # Panics
     ///
