@@ -297,14 +297,16 @@ impl Worker {
             Err(error) if attempt >= self.max_attempts => Outcome::Dead(error),
             Err(error) => Outcome::Retry(error, self.backoff(attempt)),
         };
+        // Kept for the log only when there is a failure to tell.
         #[cfg(feature = "tracing")]
-        let (logged_source, logged_id, logged) = (source.clone(), id.clone(), outcome.clone());
+        let failure = matches!(outcome, Outcome::Retry(..) | Outcome::Dead(_))
+            .then(|| (source.clone(), id.clone(), outcome.clone()));
         match self.inbox.backend.finish(source, id, token, outcome).await {
             Ok(held) => {
                 // Said once recorded: a fenced-out attempt's outcome is not the row's.
                 #[cfg(feature = "tracing")]
-                if held {
-                    log_failure(&logged_source, &logged_id, attempt, &logged);
+                if let (true, Some((source, id, outcome))) = (held, &failure) {
+                    log_failure(source, id, attempt, outcome);
                 }
                 lease_report(held)
             }

@@ -28,12 +28,6 @@ impl ClaimGuard {
         }
     }
 
-    /// Forgets the claim without a word to the store: it was never granted (the key is
-    /// done, or another attempt holds it).
-    pub(crate) fn disarm(mut self) {
-        self.delivery = None;
-    }
-
     /// Takes the claim apart, the guard no longer watching it.
     pub(crate) fn into_parts(mut self) -> (Arc<dyn DedupeStore>, Delivery, Token) {
         let delivery = self.delivery.take().expect("one outcome per claim");
@@ -73,12 +67,12 @@ impl Drop for ClaimGuard {
 /// is gone would otherwise hold the key until its lease runs out.
 pub(crate) struct PendingClaim {
     store: Arc<dyn DedupeStore>,
-    delivery: Delivery,
+    /// `None` once answered: it moved into the guard, or was no longer needed.
+    delivery: Option<Delivery>,
     token: Token,
     lease: Duration,
     /// `None` until first polled; `Some` while the store has not answered.
     claim: Option<StoreFuture<Claim>>,
-    answered: bool,
 }
 
 impl PendingClaim {
@@ -90,11 +84,10 @@ impl PendingClaim {
     ) -> Self {
         Self {
             store,
-            delivery,
+            delivery: Some(delivery),
             token,
             lease,
             claim: None,
-            answered: false,
         }
     }
 }
@@ -115,30 +108,26 @@ impl Future for PendingClaim {
     type Output = Claimed;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Claimed> {
-        assert!(!self.answered, "polled after completion");
         let this = &mut *self;
-        let claim = this.claim.get_or_insert_with(|| {
-            this.store
-                .claim(this.delivery.clone(), this.token, this.lease)
-        });
+        let delivery = this.delivery.as_ref().expect("polled after completion");
+        let claim = this
+            .claim
+            .get_or_insert_with(|| this.store.claim(delivery.clone(), this.token, this.lease));
         let outcome = ready!(claim.as_mut().poll(cx));
         this.claim = None;
-        this.answered = true;
-        let guard = ClaimGuard::new(this.store.clone(), this.delivery.clone(), this.token);
+        let delivery = this.delivery.take().expect("answered once");
+        let guard = || ClaimGuard::new(this.store.clone(), delivery, this.token);
         Poll::Ready(match outcome {
-            Ok(Claim::New(_)) => Claimed::Granted(guard),
+            Ok(Claim::New(_)) => Claimed::Granted(guard()),
             // Not granted: nothing to release.
-            Ok(Claim::Done) => {
-                guard.disarm();
-                Claimed::Done
+            Ok(Claim::Done) => Claimed::Done,
+            Ok(Claim::InFlight { retry_after }) => Claimed::InFlight(retry_after),
+            // It may have landed before the error (a lost connection): a guard dropped
+            // armed releases it — a no-op under a token that holds nothing.
+            Err(e) => {
+                drop(guard());
+                Claimed::Failed(e)
             }
-            Ok(Claim::InFlight { retry_after }) => {
-                guard.disarm();
-                Claimed::InFlight(retry_after)
-            }
-            // It may have landed before the error (a lost connection): the guard, dropped
-            // armed, releases it — a no-op under a token that holds nothing.
-            Err(e) => Claimed::Failed(e),
         })
     }
 }
@@ -146,10 +135,10 @@ impl Future for PendingClaim {
 impl Drop for PendingClaim {
     fn drop(&mut self) {
         // Never asked (dropped unpolled), or answered: nothing in flight.
-        let Some(claim) = self.claim.take() else {
+        let (Some(claim), Some(delivery)) = (self.claim.take(), self.delivery.take()) else {
             return;
         };
-        let (store, delivery, token) = (self.store.clone(), self.delivery.clone(), self.token);
+        let (store, token) = (self.store.clone(), self.token);
         // Outside a runtime (at shutdown) the lease frees the claim instead.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
