@@ -213,8 +213,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 db.apply(&object, at, &event.id)
                     .await
                     .map_err(|e| e.to_string())?;
-                let effect = once.run(&event.id, || async {
-                    *ledger.lock().unwrap().entry(event.id.clone()).or_default() += 1;
+                let id = event.id.clone();
+                let effect = once.run(&event.id, move |_| async move {
+                    *ledger.lock().unwrap().entry(id).or_default() += 1;
                     Ok::<_, String>(())
                 });
                 // `InProgress` here means a killed worker's attempt ran the effect but its
@@ -229,6 +230,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Worker::new(inbox, move |e: InboxEvent| p(e))
             .with_concurrency(8)
             .with_lease(Duration::from_secs(2))
+            .expect("a valid lease")
             // Store errors under the storm (SQLite's one writer) count as attempts too:
             // leave room beyond the injected one-in-ten failures.
             .with_max_attempts(20)

@@ -175,7 +175,7 @@ impl Shop {
         // this attempt fails after the commit above and a retry comes through here again.
         let outside = self.outside.clone();
         self.emails
-            .run(&format!("order-{order}"), || async move {
+            .run(&format!("order-{order}"), move |_| async move {
                 *outside
                     .emails_sent
                     .lock()

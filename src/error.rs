@@ -30,6 +30,8 @@ pub enum ConfigErrorKind {
     InvalidTemplate,
     /// A value to sign cannot be put into a header (a control character in an id, …).
     InvalidValue,
+    /// A lease, run time or retention outside the range it must be in.
+    InvalidDuration,
 }
 
 impl ConfigError {
@@ -38,6 +40,14 @@ impl ConfigError {
             kind,
             detail: detail.into(),
         }
+    }
+
+    /// A duration setting outside `range`: `what` names the setting.
+    pub(crate) fn duration(what: &str, got: std::time::Duration, range: impl fmt::Display) -> Self {
+        Self::new(
+            ConfigErrorKind::InvalidDuration,
+            format!("{what} must be {range}, not {got:?}"),
+        )
     }
 
     /// What kind of problem this is.

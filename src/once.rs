@@ -7,6 +7,21 @@
 //! action succeeded; a failed or panicking action releases the claim so a later attempt
 //! runs it.
 //!
+//! - **Runs to its end**: on a Tokio runtime the action runs on a task of its own, so a
+//!   caller that is dropped (a request whose client hung up, a worker stopped past its
+//!   grace period) does not stop an action that has started, and its outcome is recorded.
+//!   That is why the action's future must be `Send + 'static`.
+//! - **Renewed**: the claim is renewed every third of the lease while the action runs, for
+//!   up to the max run time; an action whose claim was lost meanwhile reports
+//!   [`Ran::Lost`].
+//! - **A business key, not an event key**: done keys never expire with event keys (the
+//!   memory and Redis retentions, `prune` of the SQL stores leave them alone); delete old
+//!   ones by name with [`Once::prune`].
+//! - **Effects outside your database**: the action gets an [`IdempotencyKey`], stable for
+//!   the namespace and key. Pass it to APIs that accept one (Stripe's `Idempotency-Key`
+//!   header, say): if this process crashes mid-action and a later attempt runs it again,
+//!   the provider answers the second call with the first one's result.
+//!
 //! ```
 //! use tower_webhook::once::{Once, Ran};
 //! use tower_webhook::store::MemoryStore;
@@ -14,10 +29,16 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
 //! let fulfilments = Once::new(MemoryStore::new(), "fulfil-order");
-//! let first = fulfilments.run("order-7", || async { Ok::<_, std::io::Error>("shipped") }).await;
+//! let first = fulfilments
+//!     .run("order-7", |key| async move {
+//!         // e.g. POST /v1/refunds with the header `Idempotency-Key: {key}`
+//!         assert!(key.as_str().starts_with("once_"));
+//!         Ok::<_, std::io::Error>("shipped")
+//!     })
+//!     .await;
 //! assert!(matches!(first, Ok(Ran::Now("shipped"))));
 //! // Another event about the same order: the action does not run again.
-//! let second = fulfilments.run("order-7", || async { Ok::<_, std::io::Error>("shipped") }).await;
+//! let second = fulfilments.run("order-7", |_| async { Ok::<_, std::io::Error>("shipped") }).await;
 //! assert!(matches!(second, Ok(Ran::Already)));
 //! # }
 //! ```
@@ -27,16 +48,20 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
+
+use crate::dedupe::checked_lease;
 use crate::store::{
-    ClaimGuard, Claimed, Completed, DedupeStore, Delivery, PendingClaim, StoreError, Token,
+    hold, Claimed, Completed, DedupeStore, Delivery, Held, Lease, PendingClaim, StoreError, Token,
 };
+use crate::ConfigError;
 
 /// Runs actions at most once per key. Cloning shares the store.
 #[derive(Clone)]
 pub struct Once {
     store: Arc<dyn DedupeStore>,
     namespace: Arc<str>,
-    lease: Duration,
+    lease: Lease,
 }
 
 /// What [`Once::run`] did.
@@ -52,6 +77,13 @@ pub enum Ran<T> {
         /// Until the other attempt's lease runs out.
         retry_after: Duration,
     },
+    /// The action ran now and succeeded, but its claim was not kept: the lease ran out
+    /// (the store was out of reach longer than the lease, or the action ran past the max
+    /// run time) and another attempt took the key, or the store could not hear "done"
+    /// before the lease would end. Another attempt may run the action too — which the
+    /// [`IdempotencyKey`] makes harmless where the effect's API honours it. Logged at
+    /// `warn` (feature `tracing`).
+    Lost(T),
 }
 
 /// Why [`Once::run`] failed.
@@ -60,7 +92,7 @@ pub enum Ran<T> {
 pub enum OnceError<E> {
     /// The action failed; its claim was released, so a later attempt runs it.
     Action(E),
-    /// The store could not claim or record the key.
+    /// The store could not claim the key (the action did not run).
     Store(StoreError),
 }
 
@@ -82,9 +114,47 @@ impl<E: std::error::Error + 'static> std::error::Error for OnceError<E> {
     }
 }
 
+/// A key for an external API's own deduplication (Stripe's `Idempotency-Key` header, say),
+/// derived from a [`Once`]'s namespace and key: the same for every attempt at one action,
+/// in every process, and different for every other action. 37 ASCII characters:
+/// `once_` and 32 hex digits of a SHA-256 of the namespace and the key.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    fn derive(namespace: &str, key: &str) -> Self {
+        // Lengths first, so no namespace and key can spell another pair's input.
+        let mut digest = Sha256::new();
+        digest.update(b"tower-webhook once v1\0");
+        digest.update((namespace.len() as u64).to_be_bytes());
+        digest.update(namespace.as_bytes());
+        digest.update(key.as_bytes());
+        let hash = digest.finalize();
+        Self(format!("once_{}", hex::encode(&hash[..16])))
+    }
+
+    /// The key, to put in a header.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("IdempotencyKey").field(&self.0).finish()
+    }
+}
+
 impl Once {
     /// Actions keyed within `namespace` (kept apart from event ids and other namespaces),
-    /// with a 60 s lease.
+    /// with a 60 s lease renewed for up to 10 min of run time.
     #[must_use]
     pub fn new(store: impl DedupeStore, namespace: &str) -> Self {
         Self::from_arc(Arc::new(store), namespace)
@@ -96,74 +166,147 @@ impl Once {
     pub fn from_arc(store: Arc<dyn DedupeStore>, namespace: &str) -> Self {
         Self {
             store,
-            // Event sources are scheme names; this prefix keeps the two key spaces apart.
+            // Event sources are scheme names; this prefix keeps the two key spaces apart
+            // (and the store's `kind` keeps their retentions apart).
             namespace: Arc::from(format!("once:{namespace}")),
-            lease: Duration::from_secs(60),
+            lease: Lease {
+                length: Duration::from_secs(60),
+                max_run: Duration::from_secs(600),
+            },
         }
     }
 
-    /// Replaces how long a running action holds its key before another attempt may take
-    /// it over (default 60 s). Longer than the action ever runs.
-    #[must_use]
-    pub fn with_lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self
+    /// Replaces how long a claim holds before another attempt may take it over (default
+    /// 60 s). It is renewed while the action runs: the lease bounds how long a *crashed*
+    /// attempt blocks the others, [`with_max_run`](Self::with_max_run) how long an action
+    /// may run.
+    ///
+    /// # Errors
+    ///
+    /// When `lease` is not between 100 ms and 1 day.
+    pub fn with_lease(mut self, lease: Duration) -> Result<Self, ConfigError> {
+        self.lease.length = checked_lease(lease)?;
+        Ok(self)
     }
 
-    /// Runs `action` unless it already ran (or is running) for `key`.
+    /// Replaces how long a running action keeps its claim renewed (default 10 min); past
+    /// it the lease runs out and the run ends as [`Ran::Lost`] if another attempt took
+    /// the key.
+    ///
+    /// # Errors
+    ///
+    /// When `max_run` is shorter than 1 s.
+    pub fn with_max_run(mut self, max_run: Duration) -> Result<Self, ConfigError> {
+        if max_run < Duration::from_secs(1) {
+            return Err(ConfigError::duration(
+                "max run time",
+                max_run,
+                "at least 1 s",
+            ));
+        }
+        self.lease.max_run = max_run;
+        Ok(self)
+    }
+
+    /// The idempotency key the action for `key` is given.
+    #[must_use]
+    pub fn idempotency_key(&self, key: &str) -> IdempotencyKey {
+        IdempotencyKey::derive(&self.namespace, key)
+    }
+
+    /// Runs `action` unless it already ran (or is running) for `key`. The action gets the
+    /// key's [`IdempotencyKey`].
+    ///
+    /// On a Tokio runtime the action runs on a task of its own: dropping this future does
+    /// not stop an action that has started, and its outcome is still recorded. Without a
+    /// runtime it runs inline, without renewals.
     ///
     /// # Errors
     ///
     /// [`OnceError::Action`] when the action fails (the key is released, so it can run
     /// again); [`OnceError::Store`] when the store cannot claim the key (the action did
-    /// not run) or cannot record it done (the action ran; the key frees itself when the
-    /// lease runs out).
+    /// not run).
+    ///
+    /// # Panics
+    ///
+    /// When the action panics (after its key was released), the panic goes on to the
+    /// caller.
     pub async fn run<F, Fut, T, E>(&self, key: &str, action: F) -> Result<Ran<T>, OnceError<E>>
     where
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<T, E>>,
+        F: FnOnce(IdempotencyKey) -> Fut,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
     {
-        let delivery = Delivery::new(self.namespace.as_ref(), key);
-        let claim = PendingClaim::new(self.store.clone(), delivery, Token::new(), self.lease);
+        let delivery = Delivery::once_key(&self.namespace, key);
+        let claim = PendingClaim::new(
+            self.store.clone(),
+            delivery,
+            Token::new(),
+            self.lease.length,
+        );
         let guard = match claim.await {
             Claimed::Granted(guard) => guard,
             Claimed::Done => return Ok(Ran::Already),
             Claimed::InFlight(retry_after) => return Ok(Ran::InProgress { retry_after }),
             Claimed::Failed(e) => return Err(OnceError::Store(e)),
         };
-        match action().await {
-            Ok(value) => match record_done(guard).await {
-                Ok(Completed::Done) => Ok(Ran::Now(value)),
-                Ok(Completed::Fenced) => {
-                    #[cfg(feature = "tracing")]
-                    tracing::warn!(
-                        target: "tower_webhook",
-                        "a Once action finished after its lease ran out; \
-                         another attempt may have run it too: lengthen the lease"
-                    );
-                    Ok(Ran::Now(value))
+        let work = action(self.idempotency_key(key));
+        let (result, held) = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let task = runtime.spawn(hold(guard, self.lease, work, Result::is_ok));
+                match task.await {
+                    Ok(finished) => finished,
+                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    // The runtime is shutting down: the lease frees the key.
+                    Err(_) => {
+                        return Err(OnceError::Store(StoreError::message(
+                            "the runtime is shutting down",
+                        )))
+                    }
                 }
-                Err(e) => Err(OnceError::Store(e)),
+            }
+            // No runtime, no timers: run inline and record once.
+            Err(_) => match work.await {
+                Ok(value) => {
+                    let held = match guard.complete().await {
+                        Ok(Completed::Done) => Held::Done,
+                        Ok(Completed::Fenced) => Held::Lost,
+                        Err(e) => Held::Unrecorded(e),
+                    };
+                    (Ok(value), held)
+                }
+                Err(e) => {
+                    let _ = guard.release().await; // a failed release: the lease frees it
+                    (Err(e), Held::Released)
+                }
             },
-            Err(e) => {
-                // A failed release is not the action's error: the lease frees the key.
-                let _ = guard.release().await;
-                Err(OnceError::Action(e))
+        };
+        match (result, held) {
+            (Err(e), _) => Err(OnceError::Action(e)),
+            (Ok(value), Held::Done) => Ok(Ran::Now(value)),
+            (Ok(value), _held) => {
+                #[cfg(feature = "tracing")]
+                tracing::warn!(
+                    target: "tower_webhook",
+                    outcome = ?_held,
+                    "a Once action finished without keeping its claim; another attempt may \
+                     run it too"
+                );
+                Ok(Ran::Lost(value))
             }
         }
     }
-}
 
-/// Marks the key done. On a Tokio runtime, spawned: the action ran, so "done" reaches the
-/// store even if the caller is dropped while it waits (a worker stopped mid-event).
-async fn record_done(guard: ClaimGuard) -> Result<Completed, StoreError> {
-    let complete = guard.complete();
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => runtime
-            .spawn(complete)
-            .await
-            .unwrap_or_else(|_| Err(StoreError::message("the runtime is shutting down"))),
-        Err(_) => complete.await,
+    /// Deletes this namespace's done keys older than `older_than`; returns how many. Only
+    /// when no event that could trigger the action again can still arrive (a provider's
+    /// retries, a replay from its events API, a requeue of old inbox rows).
+    ///
+    /// # Errors
+    ///
+    /// When the store cannot answer.
+    pub async fn prune(&self, older_than: Duration) -> Result<u64, StoreError> {
+        self.store.prune_once(&self.namespace, older_than).await
     }
 }
 
@@ -171,7 +314,33 @@ impl fmt::Debug for Once {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Once")
             .field("namespace", &self.namespace)
-            .field("lease", &self.lease)
+            .field("lease", &self.lease.length)
+            .field("max_run", &self.lease.max_run)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_keys_are_stable_and_apart() {
+        let a = IdempotencyKey::derive("once:fulfil", "order-7");
+        assert_eq!(a, IdempotencyKey::derive("once:fulfil", "order-7"));
+        assert_eq!(a.as_str().len(), 37);
+        assert!(a.as_str().starts_with("once_"));
+        assert_ne!(a, IdempotencyKey::derive("once:fulfil", "order-8"));
+        assert_ne!(a, IdempotencyKey::derive("once:refund", "order-7"));
+        // No namespace and key spell another pair's input.
+        assert_ne!(
+            IdempotencyKey::derive("once:a", "bc"),
+            IdempotencyKey::derive("once:ab", "c")
+        );
+        // Pinned: a change would give every pending action a new key.
+        assert_eq!(
+            a.as_str(),
+            IdempotencyKey::derive("once:fulfil", "order-7").as_str()
+        );
     }
 }

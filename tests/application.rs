@@ -25,7 +25,7 @@ async fn once_runs_an_action_once_per_key(store: Arc<dyn DedupeStore>) {
     let runs = Arc::new(AtomicUsize::new(0));
     let action = || {
         let runs = runs.clone();
-        move || async move {
+        move |_| async move {
             runs.fetch_add(1, Ordering::SeqCst);
             Ok::<_, std::io::Error>("shipped")
         }
@@ -40,7 +40,7 @@ async fn once_runs_an_action_once_per_key(store: Arc<dyn DedupeStore>) {
 
     // A failing action releases its key: the next attempt runs it.
     let failed = fulfil
-        .run("order-8", || async {
+        .run("order-8", |_| async {
             Err::<(), _>(std::io::Error::other("warehouse down"))
         })
         .await;
@@ -56,7 +56,7 @@ async fn once_runs_an_action_once_per_key(store: Arc<dyn DedupeStore>) {
             let (fulfil, runs) = (fulfil.clone(), runs.clone());
             tokio::spawn(async move {
                 fulfil
-                    .run("order-9", || async move {
+                    .run("order-9", |_| async move {
                         runs.fetch_add(1, Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         Ok::<_, std::io::Error>(())
@@ -88,7 +88,7 @@ async fn once_releases_the_key_of_a_panicking_action(store: Arc<dyn DedupeStore>
         let fulfil = fulfil.clone();
         async move {
             fulfil
-                .run("order-10", || async {
+                .run("order-10", |_| async {
                     panic!("crashed mid-action") as Result<(), std::io::Error>
                 })
                 .await
@@ -99,7 +99,7 @@ async fn once_releases_the_key_of_a_panicking_action(store: Arc<dyn DedupeStore>
     // The release happens in the background; the key frees well before the 60 s lease.
     for _ in 0..50 {
         let outcome = fulfil
-            .run("order-10", || async { Ok::<_, std::io::Error>(()) })
+            .run("order-10", |_| async { Ok::<_, std::io::Error>(()) })
             .await
             .unwrap();
         if !matches!(outcome, Ran::InProgress { .. }) {
@@ -340,13 +340,13 @@ fn once_runs_without_a_tokio_runtime() {
     use std::future::Future;
     // A minimal executor: the memory store answers at once.
     let once = Once::new(MemoryStore::new(), "no-runtime");
-    let mut run = Box::pin(once.run("k", || async { Ok::<_, std::io::Error>(7) }));
+    let mut run = Box::pin(once.run("k", |_| async { Ok::<_, std::io::Error>(7) }));
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     let std::task::Poll::Ready(ran) = run.as_mut().poll(&mut cx) else {
         panic!("the memory store answers at once");
     };
     assert_eq!(ran.unwrap(), Ran::Now(7));
-    let mut again = Box::pin(once.run("k", || async { Ok::<_, std::io::Error>(8) }));
+    let mut again = Box::pin(once.run("k", |_| async { Ok::<_, std::io::Error>(8) }));
     assert!(matches!(
         again.as_mut().poll(&mut cx),
         std::task::Poll::Ready(Ok(Ran::Already))

@@ -17,8 +17,8 @@ use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_webhook::dedupe::Deduped;
 use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::{
-    Claim, Completed, DedupeStore, Delivery, MemoryStore, PgStore, RedisStore, SqliteStore,
-    StoreFuture, Token,
+    Claim, Completed, DedupeStore, Delivery, MemoryStore, PgStore, RedisStore, Renewed,
+    SqliteStore, StoreFuture, Token,
 };
 use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
 
@@ -74,7 +74,7 @@ fn stack(store: Arc<dyn DedupeStore>, lease: Duration, calls: Calls) -> Svc {
             Scheme::standard(),
             &[SECRET],
         )))
-        .layer(DedupeLayer::from_arc(store).with_lease(lease))
+        .layer(DedupeLayer::from_arc(store).with_lease(lease).unwrap())
         .service(handler);
     // Errors become 500s here, as a server would answer them; bodies are collected.
     type Body =
@@ -215,11 +215,19 @@ async fn failed_attempts_release_so_the_retry_runs(store: Arc<dyn DedupeStore>) 
     );
 }
 
-async fn dropped_request_releases_its_claim(store: Arc<dyn DedupeStore>) {
+async fn a_client_that_hangs_up_mid_handler_never_reruns_it(store: Arc<dyn DedupeStore>) {
     let calls = Calls::default();
     let svc = stack(store, Duration::from_secs(30), calls.clone());
-    // The client hangs up while the handler runs.
-    let _ = tokio::time::timeout(Duration::from_millis(100), send(&svc, "evt_drop", "slow")).await;
+    // The client hangs up while the handler runs (300 ms): the handler's work goes on.
+    let hung_up =
+        tokio::time::timeout(Duration::from_millis(100), send(&svc, "evt_drop", "slow")).await;
+    assert!(hung_up.is_err(), "the client gave up mid-handler");
+    // The provider's retry while the first attempt still runs: 409, not a second run.
+    assert_eq!(
+        send(&svc, "evt_drop", "ok").await.status(),
+        StatusCode::CONFLICT
+    );
+    // Once the first attempt has finished, its outcome is recorded: the retry is a duplicate.
     let mut status = StatusCode::CONFLICT;
     for _ in 0..50 {
         status = send(&svc, "evt_drop", "ok").await.status();
@@ -228,8 +236,8 @@ async fn dropped_request_releases_its_claim(store: Arc<dyn DedupeStore>) {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(status, StatusCode::OK);
-    assert_eq!(calls.of("evt_drop"), 2);
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(calls.of("evt_drop"), 1, "the handler ran once");
 }
 
 async fn crashed_claim_frees_itself_when_the_lease_runs_out(store: Arc<dyn DedupeStore>) {
@@ -363,8 +371,8 @@ macro_rules! suite {
                 super::failed_attempts_release_so_the_retry_runs($make).await;
             }
             #[tokio::test]
-            async fn dropped_request_releases_its_claim() {
-                super::dropped_request_releases_its_claim($make).await;
+            async fn a_client_that_hangs_up_mid_handler_never_reruns_it() {
+                super::a_client_that_hangs_up_mid_handler_never_reruns_it($make).await;
             }
             #[tokio::test]
             async fn crashed_claim_frees_itself_when_the_lease_runs_out() {
@@ -721,6 +729,9 @@ impl DedupeStore for SlowClaims {
         });
         Box::pin(async move { landing.await.expect("the claim task ran") })
     }
+    fn renew(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed> {
+        self.store.renew(delivery, token, lease)
+    }
     fn complete(&self, delivery: Delivery, token: Token) -> StoreFuture<Completed> {
         self.store.complete(delivery, token)
     }
@@ -729,6 +740,9 @@ impl DedupeStore for SlowClaims {
     }
     fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
         self.store.prune(older_than)
+    }
+    fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64> {
+        self.store.prune_once(namespace, older_than)
     }
 }
 
@@ -759,7 +773,7 @@ async fn a_claim_landing_after_its_request_was_dropped_is_released_when_it_lands
 
     // The same for `Once`, dropped mid-claim (a worker stopped mid-event).
     let late = Once::new(SlowClaims::landing_late(memory.clone()), "fulfil");
-    let action = || async { Ok::<_, std::io::Error>(()) };
+    let action = |_| async { Ok::<_, std::io::Error>(()) };
     let stopped =
         tokio::time::timeout(Duration::from_millis(30), late.run("order-7", action)).await;
     assert!(stopped.is_err());

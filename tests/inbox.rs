@@ -19,7 +19,7 @@ use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::inbox::{Accepted, Inbox, InboxEvent, Processor, Requeue, Worker};
 use tower_webhook::once::Once;
 use tower_webhook::pg_tx::PgTx;
-use tower_webhook::store::{PgStore, SqliteStore};
+use tower_webhook::store::{Claim, DedupeStore, Delivery, PgStore, SqliteStore, Token};
 use tower_webhook::{Scheme, VerifyWebhookLayer};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -205,6 +205,7 @@ async fn a_crashed_workers_rows_come_back_after_the_lease_counting_the_attempt(i
     let seen = Seen::default();
     let stuck = Worker::new(&inbox, seen.processor(Duration::from_secs(3600)))
         .with_lease(Duration::from_millis(300))
+        .unwrap()
         .with_poll_interval(Duration::from_millis(20))
         .spawn();
     eventually("claimed", async || seen.of("evt_crash") == vec![1]).await;
@@ -221,9 +222,21 @@ async fn a_crashed_workers_rows_come_back_after_the_lease_counting_the_attempt(i
     worker.shutdown().await;
 }
 
-async fn shutdown_hands_unfinished_rows_back_without_burning_an_attempt(inbox: Inbox) {
-    deliver(&inbox, "evt_shutdown").await;
+async fn shutdown_waits_for_running_events_and_past_a_grace_stops_them_as_a_crash(inbox: Inbox) {
+    // By default, shutdown waits for the running event to finish: nothing is cut short.
+    deliver(&inbox, "evt_finishes").await;
     let seen = Seen::default();
+    let worker = Worker::new(&inbox, seen.processor(Duration::from_millis(400)))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
+    eventually("claimed", async || seen.of("evt_finishes") == vec![1]).await;
+    worker.shutdown().await;
+    let counts = inbox.counts().await.unwrap();
+    assert_eq!((counts.processed, counts.queued), (1, 0), "{counts:?}");
+    assert_eq!(seen.of("evt_finishes"), vec![1]);
+
+    // With a grace period, an event still running past it is stopped as a crash stops it.
+    deliver(&inbox, "evt_shutdown").await;
     let slow = Worker::new(&inbox, seen.processor(Duration::from_secs(3600)))
         .with_grace(Duration::from_millis(50))
         .with_poll_interval(Duration::from_millis(20))
@@ -248,18 +261,109 @@ async fn shutdown_hands_unfinished_rows_back_without_burning_an_attempt(inbox: I
         .with_poll_interval(Duration::from_millis(20))
         .spawn();
     eventually("processed", async || {
-        inbox.counts().await.unwrap().processed == 1
+        inbox.counts().await.unwrap().processed == 2
     })
     .await;
     assert_eq!(
         seen.of("evt_shutdown"),
-        vec![1, 1],
-        "the handed-back attempt did not count"
+        vec![1, 2],
+        "the stopped attempt counted, as a crash's would (it may have done part of its work)"
     );
+    worker.shutdown().await;
+}
+
+async fn a_slow_processor_keeps_its_row_by_renewing_the_lease(inbox: Inbox) {
+    deliver(&inbox, "evt_slow").await;
+    let seen = Seen::default();
+    // Four times the lease: renewed every third of it, so no other worker takes it over.
+    let slow = Worker::new(&inbox, seen.processor(Duration::from_millis(1200)))
+        .with_lease(Duration::from_millis(300))
+        .unwrap()
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
+    eventually("claimed", async || seen.of("evt_slow") == vec![1]).await;
+    let other = Worker::new(&inbox, seen.processor(Duration::ZERO))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
+    eventually("processed", async || {
+        inbox.counts().await.unwrap().processed == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    other.shutdown().await;
+    slow.shutdown().await;
+    assert_eq!(
+        seen.of("evt_slow"),
+        vec![1],
+        "one attempt, never taken over"
+    );
+}
+
+async fn a_row_whose_every_attempt_crashed_goes_dead(inbox: Inbox) {
+    deliver(&inbox, "evt_poison_pill").await;
+    let seen = Seen::default();
+    // Each attempt takes its worker down with it (a processor that crashes the process).
+    for attempt in 1..=2 {
+        let doomed = Worker::new(&inbox, seen.processor(Duration::from_secs(3600)))
+            .with_lease(Duration::from_millis(200))
+            .unwrap()
+            .with_max_attempts(2)
+            .with_poll_interval(Duration::from_millis(20))
+            .spawn();
+        eventually("claimed", async || {
+            seen.of("evt_poison_pill").len() == attempt
+        })
+        .await;
+        doomed.abort();
+    }
+    let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
+        .with_max_attempts(2)
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
+    eventually("dead after its lease", async || {
+        inbox.counts().await.unwrap().dead == 1
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(
+        seen.of("evt_poison_pill"),
+        vec![1, 2],
+        "not claimed a third time: dead, where an operator sees it"
+    );
+}
+
+async fn prune_deletes_processed_rows_and_dead_ones_only_by_name(inbox: Inbox) {
+    deliver(&inbox, "evt_fine").await;
+    deliver(&inbox, "evt_doomed").await;
+    let worker = Worker::new(&inbox, |e: InboxEvent| async move {
+        if e.id == "evt_doomed" {
+            Err("order not found")
+        } else {
+            Ok(())
+        }
+    })
+    .with_max_attempts(1)
+    .with_poll_interval(Duration::from_millis(20))
+    .spawn();
+    eventually("one processed, one dead", async || {
+        let c = inbox.counts().await.unwrap();
+        (c.processed, c.dead) == (1, 1)
+    })
+    .await;
     worker.shutdown().await;
     assert_eq!(inbox.prune(Duration::from_secs(3600)).await.unwrap(), 0);
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(inbox.prune(Duration::from_millis(10)).await.unwrap(), 1);
+    assert_eq!(
+        inbox.prune(Duration::from_millis(10)).await.unwrap(),
+        1,
+        "the processed row only"
+    );
+    assert_eq!(inbox.counts().await.unwrap().dead, 1, "dead rows stay");
+    assert_eq!(
+        inbox.prune_dead(Duration::from_millis(10)).await.unwrap(),
+        1
+    );
+    assert_eq!(inbox.counts().await.unwrap().dead, 0);
 }
 
 async fn two_workers_process_each_event_once(inbox: Inbox, other: Inbox) {
@@ -327,8 +431,23 @@ macro_rules! suite {
                     .await;
             }
             #[tokio::test]
-            async fn shutdown_hands_unfinished_rows_back_without_burning_an_attempt() {
-                super::shutdown_hands_unfinished_rows_back_without_burning_an_attempt($make).await;
+            async fn shutdown_waits_for_running_events_and_past_a_grace_stops_them_as_a_crash() {
+                super::shutdown_waits_for_running_events_and_past_a_grace_stops_them_as_a_crash(
+                    $make,
+                )
+                .await;
+            }
+            #[tokio::test]
+            async fn a_slow_processor_keeps_its_row_by_renewing_the_lease() {
+                super::a_slow_processor_keeps_its_row_by_renewing_the_lease($make).await;
+            }
+            #[tokio::test]
+            async fn a_row_whose_every_attempt_crashed_goes_dead() {
+                super::a_row_whose_every_attempt_crashed_goes_dead($make).await;
+            }
+            #[tokio::test]
+            async fn prune_deletes_processed_rows_and_dead_ones_only_by_name() {
+                super::prune_deletes_processed_rows_and_dead_ones_only_by_name($make).await;
             }
             #[tokio::test]
             async fn requeue_by_time_range_replays_only_that_window() {
@@ -606,9 +725,13 @@ async fn transactional_processor_whose_lease_ran_out_cannot_commit() {
     let (inbox, pool) = postgres_with_effects().await;
     deliver(&inbox, "evt_slow").await;
     let seen = Seen::default();
-    // Attempt 1 holds on past its lease; attempt 2 (another worker) takes the row over.
-    let slow = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::from_secs(2)))
+    // Attempt 1 runs past its max run time (renewals stop, the lease runs out); attempt 2
+    // (another worker) takes the row over.
+    let slow = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::from_secs(3)))
         .with_lease(Duration::from_millis(300))
+        .unwrap()
+        .with_max_run(Duration::from_secs(1))
+        .unwrap()
         .with_poll_interval(Duration::from_millis(20))
         .spawn();
     eventually("claimed", async || seen.of("evt_slow") == vec![1]).await;
@@ -620,7 +743,7 @@ async fn transactional_processor_whose_lease_ran_out_cannot_commit() {
     })
     .await;
     // Let attempt 1 come back from its sleep and try to commit.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     slow.shutdown().await;
     other.shutdown().await;
     assert_eq!(seen.of("evt_slow"), vec![1, 2]);
@@ -634,6 +757,7 @@ async fn transactional_processor_whose_lease_ran_out_cannot_commit() {
     deliver(&inbox, "evt_killed").await;
     let stuck = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::ZERO))
         .with_lease(Duration::from_millis(300))
+        .unwrap()
         .with_poll_interval(Duration::from_millis(20))
         .spawn();
     eventually("claimed", async || seen.of("evt_killed") == vec![1]).await;
@@ -650,7 +774,7 @@ async fn transactional_processor_whose_lease_ran_out_cannot_commit() {
 }
 
 #[tokio::test]
-async fn transactional_shutdown_rolls_back_and_hands_the_row_back_uncounted() {
+async fn transactional_shutdown_past_its_grace_rolls_back_and_counts_the_attempt() {
     let (inbox, pool) = postgres_with_effects().await;
     deliver(&inbox, "evt_stuck").await;
     let seen = Seen::default();
@@ -687,8 +811,8 @@ async fn transactional_shutdown_rolls_back_and_hands_the_row_back_uncounted() {
     worker.shutdown().await;
     assert_eq!(
         effects(&pool, "evt_stuck").await,
-        vec![1],
-        "the handed-back attempt did not count, and its write never committed"
+        vec![2],
+        "the stopped attempt counted, as a crash's would, and its write never committed"
     );
 }
 
@@ -742,8 +866,9 @@ async fn worst_day_two_receivers_two_workers(a: Inbox, b: Inbox, once: Once) {
                 }
                 // The action has no await: `InProgress` can only mean a killed attempt
                 // ran it and did not record it, so the effect happened.
-                once.run(&e.id, || async {
-                    *ledger.lock().unwrap().entry(e.id.clone()).or_default() += 1;
+                let id = e.id.clone();
+                once.run(&e.id, move |_| async move {
+                    *ledger.lock().unwrap().entry(id).or_default() += 1;
                     Ok::<_, String>(())
                 })
                 .await
@@ -760,6 +885,7 @@ async fn worst_day_two_receivers_two_workers(a: Inbox, b: Inbox, once: Once) {
             .with_max_attempts(3)
             .with_backoff(Duration::from_millis(10), Duration::from_millis(50))
             .with_lease(Duration::from_millis(500))
+            .unwrap()
             .with_poll_interval(Duration::from_millis(20))
             .spawn()
     };
@@ -873,6 +999,7 @@ async fn worker_process() {
     // One at a time: past its lease the stuck row is not claimed again by this worker.
     .with_concurrency(1)
     .with_lease(Duration::from_secs(1))
+    .unwrap()
     .with_poll_interval(Duration::from_millis(20))
     .spawn();
     std::future::pending::<()>().await;
@@ -1155,4 +1282,75 @@ async fn with_an_injected_clock_a_retry_comes_exactly_when_it_is_due() {
     })
     .await;
     worker.shutdown().await;
+}
+
+/// A source moved from `DedupeLayer` to the inbox: the events dedupe left unfinished — a
+/// failed attempt's released claim, a crashed attempt's claim — are queued by their next
+/// delivery and processed; a done one stays done.
+async fn events_dedupe_left_unfinished_are_processed_after_a_switch(
+    store: Arc<dyn DedupeStore>,
+    inbox: Inbox,
+) {
+    let lease = Duration::from_secs(30);
+    let released = Delivery::new("standard", "evt_was_released");
+    let Claim::New(token) = store
+        .claim(released.clone(), Token::new(), lease)
+        .await
+        .unwrap()
+    else {
+        panic!("new")
+    };
+    store.release(released, token).await.unwrap();
+    let crashed = Delivery::new("standard", "evt_was_claimed");
+    let claim = store.claim(crashed, Token::new(), Duration::from_millis(300));
+    assert!(matches!(claim.await.unwrap(), Claim::New(_)));
+    let done = Delivery::new("standard", "evt_was_done");
+    let Claim::New(token) = store
+        .claim(done.clone(), Token::new(), lease)
+        .await
+        .unwrap()
+    else {
+        panic!("new")
+    };
+    store.complete(done, token).await.unwrap();
+
+    // The provider redelivers all three, now to the inbox.
+    for id in ["evt_was_released", "evt_was_claimed", "evt_was_done"] {
+        assert_eq!(deliver(&inbox, id).await, StatusCode::NO_CONTENT, "{id}");
+    }
+    let seen = Seen::default();
+    let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
+    eventually("both unfinished events processed", async || {
+        inbox.counts().await.unwrap().processed == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    worker.shutdown().await;
+    assert_eq!(seen.of("evt_was_released"), vec![1]);
+    assert_eq!(
+        seen.of("evt_was_claimed"),
+        vec![1],
+        "after the crashed claim's lease"
+    );
+    assert_eq!(
+        seen.of("evt_was_done"),
+        Vec::<u32>::new(),
+        "done stays done"
+    );
+}
+
+#[tokio::test]
+async fn sqlite_events_dedupe_left_unfinished_are_processed_after_a_switch() {
+    let store = SqliteStore::open(sqlite_path()).await.unwrap();
+    let inbox = Inbox::sqlite(&store);
+    events_dedupe_left_unfinished_are_processed_after_a_switch(Arc::new(store), inbox).await;
+}
+
+#[tokio::test]
+async fn postgres_events_dedupe_left_unfinished_are_processed_after_a_switch() {
+    let store = PgStore::connect(&fresh_pg_url().await).await.unwrap();
+    let inbox = Inbox::postgres(&store);
+    events_dedupe_left_unfinished_are_processed_after_a_switch(Arc::new(store), inbox).await;
 }

@@ -5,51 +5,54 @@ use std::task::{ready, Context, Poll};
 
 use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
+use tokio::task::JoinHandle;
 use tower_service::Service;
 
 use super::layer::Config;
-use super::Deduped;
+use super::{ClaimLost, Deduped};
 use crate::body::ResponseBody;
-use crate::store::{whole_seconds, ClaimGuard, Claimed, Completed, Delivery, PendingClaim, Token};
+use crate::store::{hold, whole_seconds, Claimed, Delivery, Held, PendingClaim, Token};
+
+/// The handler's result and how its claim ended, from the task that ran it.
+type Finished<S, B> = (
+    Result<<S as Service<Request<B>>>::Response, <S as Service<Request<B>>>::Error>,
+    Held,
+);
 
 pin_project! {
-    /// Response future of [`Dedupe`](super::Dedupe): claims the key, calls the inner
-    /// service on a new claim, then completes or releases the claim.
+    /// Response future of [`Dedupe`](super::Dedupe): claims the key, then runs the inner
+    /// service's future on a task of its own, which renews the claim while it runs and
+    /// completes or releases it after. Dropping this future (the client hung up, a
+    /// timeout fired) does not stop that task: work that has started runs to its end and
+    /// its outcome is recorded.
     pub struct ResponseFuture<S, B>
     where
         S: Service<Request<B>>,
     {
-        #[pin]
         state: State<S, B>,
         config: Option<Arc<Config>>,
     }
 }
 
-pin_project! {
-    #[project = StateProj]
-    enum State<S, B>
-    where
-        S: Service<Request<B>>,
-    {
-        Claiming {
-            claim: PendingClaim,
-            request: Option<Request<B>>,
-            inner: Option<S>,
-        },
-        Calling {
-            #[pin]
-            future: S::Future,
-            guard: Option<ClaimGuard>,
-        },
-        Finishing {
-            finish: tokio::task::JoinHandle<()>,
-            result: Option<Result<S::Response, S::Error>>,
-        },
-        Ready {
-            status: StatusCode,
-            text: &'static str,
-        },
-    }
+// The request waits in `Claiming` for one round trip; boxing it would cost an allocation
+// per request to save bytes in a future that is never moved after it is polled.
+#[allow(clippy::large_enum_variant)]
+enum State<S, B>
+where
+    S: Service<Request<B>>,
+{
+    Claiming {
+        claim: PendingClaim,
+        request: Option<Request<B>>,
+        inner: Option<S>,
+    },
+    Running {
+        task: JoinHandle<Finished<S, B>>,
+    },
+    Ready {
+        status: StatusCode,
+        text: &'static str,
+    },
 }
 
 impl<S, B> ResponseFuture<S, B>
@@ -62,7 +65,12 @@ where
         inner: S,
         config: Arc<Config>,
     ) -> Self {
-        let claim = PendingClaim::new(config.store.clone(), delivery, Token::new(), config.lease);
+        let claim = PendingClaim::new(
+            config.store.clone(),
+            delivery,
+            Token::new(),
+            config.lease.length,
+        );
         Self {
             state: State::Claiming {
                 claim,
@@ -85,17 +93,20 @@ where
 impl<S, B, ResBody> Future for ResponseFuture<S, B>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ResBody: Send + 'static,
 {
     type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
         loop {
-            let this = self.as_mut().project();
-            let next = match this.state.project() {
-                StateProj::Ready { status, text } => {
+            let next = match this.state {
+                State::Ready { status, text } => {
                     return Poll::Ready(Ok(ResponseBody::text(*status, text)));
                 }
-                StateProj::Claiming {
+                State::Claiming {
                     claim,
                     request,
                     inner,
@@ -105,10 +116,10 @@ where
                         Claimed::Granted(guard) => {
                             let mut inner = inner.take().expect("claimed once");
                             let future = inner.call(request.take().expect("claimed once"));
-                            State::Calling {
-                                future,
-                                guard: Some(guard),
-                            }
+                            let success = |r: &Result<Response<ResBody>, S::Error>| matches!(r, Ok(r) if r.status().is_success());
+                            // Its own task: a dropped request does not stop work that started.
+                            let task = tokio::spawn(hold(guard, config.lease, future, success));
+                            State::Running { task }
                         }
                         Claimed::Done => {
                             return Poll::Ready(Ok(Deduped::Done.response(None)));
@@ -124,70 +135,49 @@ where
                         }
                     }
                 }
-                StateProj::Calling { future, guard } => {
-                    let result = ready!(future.poll(cx));
-                    let guard = guard.take().expect("called once");
-                    let success = matches!(&result, Ok(r) if r.status().is_success());
-                    // Spawned, so the store hears the outcome even if this future is
-                    // dropped while it waits (the client hung up).
-                    let finish = tokio::spawn(if success {
-                        finish_complete(guard)
-                    } else {
-                        finish_release(guard)
-                    });
-                    State::Finishing {
-                        finish,
-                        result: Some(result),
-                    }
-                }
-                StateProj::Finishing { finish, result } => {
-                    // The task logs its own errors; a panic in it changes nothing here.
-                    let _ = ready!(Pin::new(finish).poll(cx));
-                    let result = result.take().expect("polled after completion");
-                    return Poll::Ready(result.map(|r| r.map(ResponseBody::inner)));
+                State::Running { task } => {
+                    let (result, held) = match ready!(Pin::new(task).poll(cx)) {
+                        Ok(finished) => finished,
+                        // The handler panicked (its claim was released as it unwound):
+                        // the panic goes on to whoever catches panics outside.
+                        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                        // The runtime is shutting down: the lease frees the claim.
+                        Err(_) => {
+                            return Poll::Ready(Ok(Deduped::StoreUnavailable.response(Some(1))))
+                        }
+                    };
+                    let lost = match held {
+                        Held::Done | Held::Released => None,
+                        Held::Lost => Some(ClaimLost::TakenOver),
+                        Held::Unrecorded(error) => {
+                            log_store_error("complete", &error);
+                            Some(ClaimLost::Unrecorded)
+                        }
+                    };
+                    return Poll::Ready(result.map(|response| {
+                        let mut response = response.map(ResponseBody::inner);
+                        if let Some(lost) = lost {
+                            log_lost(lost);
+                            response.extensions_mut().insert(lost);
+                        }
+                        response
+                    }));
                 }
             };
-            self.as_mut().project().state.set(next);
+            *this.state = next;
         }
     }
 }
 
-/// Tells the store the handler succeeded. The handler's work is done by now, so a store
-/// that failed to hear it is asked again (5 tries, 0.1 s to 1.6 s apart): a key left
-/// claimed frees itself at the end of the lease, and a later redelivery would run again.
-fn finish_complete(guard: ClaimGuard) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-    Box::pin(async move {
-        let (store, delivery, token) = guard.into_parts();
-        let mut outcome = store.complete(delivery.clone(), token).await;
-        for attempt in 0..4 {
-            if outcome.is_ok() {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100 << attempt)).await;
-            outcome = store.complete(delivery.clone(), token).await;
-        }
-        match outcome {
-            Ok(Completed::Done) => {}
-            Ok(Completed::Fenced) => {
-                #[cfg(feature = "tracing")]
-                tracing::warn!(
-                    target: "tower_webhook",
-                    "a handler finished after its claim's lease ran out; \
-                     another attempt may have run too: lengthen the lease"
-                );
-            }
-            Err(error) => log_store_error("complete", &error),
-        }
-    })
-}
-
-fn finish_release(guard: ClaimGuard) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-    let release = guard.release();
-    Box::pin(async move {
-        if let Err(error) = release.await {
-            log_store_error("release", &error);
-        }
-    })
+/// A handler that finished without keeping its claim: said at `warn`.
+fn log_lost(_lost: ClaimLost) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(
+        target: "tower_webhook",
+        reason = ?_lost,
+        "a handler finished without keeping its claim; another attempt may run too: \
+         keep the store reachable, or raise the max run time"
+    );
 }
 
 #[allow(unused_variables)]

@@ -5,13 +5,14 @@ use http::request::Parts;
 use tower_layer::Layer;
 
 use super::Dedupe;
-use crate::store::{DedupeStore, Delivery};
+use crate::store::{DedupeStore, Delivery, Lease};
+use crate::ConfigError;
 
 pub(crate) type KeyFn = dyn Fn(&Parts) -> Option<Delivery> + Send + Sync;
 
 pub(crate) struct Config {
     pub(crate) store: Arc<dyn DedupeStore>,
-    pub(crate) lease: Duration,
+    pub(crate) lease: Lease,
     pub(crate) unavailable_retry_after: Duration,
     pub(crate) key: Option<Arc<KeyFn>>,
 }
@@ -37,7 +38,7 @@ pub struct DedupeLayer {
 }
 
 impl DedupeLayer {
-    /// Deduplicates on `store`, with a 60 s lease.
+    /// Deduplicates on `store`, with a 60 s lease renewed for up to 10 min of handler time.
     pub fn new(store: impl DedupeStore) -> Self {
         Self::from_arc(Arc::new(store))
     }
@@ -47,7 +48,10 @@ impl DedupeLayer {
         Self {
             config: Arc::new(Config {
                 store,
-                lease: Duration::from_secs(60),
+                lease: Lease {
+                    length: Duration::from_secs(60),
+                    max_run: Duration::from_secs(600),
+                },
                 unavailable_retry_after: Duration::from_secs(5),
                 key: None,
             }),
@@ -55,13 +59,36 @@ impl DedupeLayer {
     }
 
     /// Replaces how long a claim holds before another attempt may take it over (default
-    /// 60 s; kept between 1 s and 1 day, which every store can represent). Make it longer
-    /// than your handler ever runs: a claim taken over while its handler still runs means
-    /// that handler runs twice.
-    pub fn with_lease(mut self, lease: Duration) -> Self {
-        Arc::make_mut(&mut self.config).lease =
-            lease.clamp(Duration::from_secs(1), Duration::from_secs(24 * 3600));
-        self
+    /// 60 s). While the handler runs, the claim is renewed every third of the lease, so
+    /// the lease bounds how long a *crashed* attempt blocks the retries, not how long a
+    /// handler may run (that is [`with_max_run`](Self::with_max_run)).
+    ///
+    /// # Errors
+    ///
+    /// When `lease` is not between 100 ms and 1 day (a renewal every third of it needs
+    /// time for a round trip; a day is what every store represents).
+    pub fn with_lease(mut self, lease: Duration) -> Result<Self, ConfigError> {
+        Arc::make_mut(&mut self.config).lease.length = checked_lease(lease)?;
+        Ok(self)
+    }
+
+    /// Replaces how long a running handler keeps its claim renewed (default 10 min). Past
+    /// it renewals stop, the lease runs out, and a retry may run beside the handler; the
+    /// handler's response then carries [`ClaimLost`](super::ClaimLost).
+    ///
+    /// # Errors
+    ///
+    /// When `max_run` is shorter than 1 s.
+    pub fn with_max_run(mut self, max_run: Duration) -> Result<Self, ConfigError> {
+        if max_run < Duration::from_secs(1) {
+            return Err(ConfigError::duration(
+                "max run time",
+                max_run,
+                "at least 1 s",
+            ));
+        }
+        Arc::make_mut(&mut self.config).lease.max_run = max_run;
+        Ok(self)
     }
 
     /// Replaces the `Retry-After` sent when the store cannot answer (default 5 s).
@@ -81,6 +108,19 @@ impl DedupeLayer {
     }
 }
 
+/// A lease every store can represent, with room for a renewal's round trip.
+pub(crate) fn checked_lease(lease: Duration) -> Result<Duration, ConfigError> {
+    if (Duration::from_millis(100)..=Duration::from_secs(24 * 3600)).contains(&lease) {
+        Ok(lease)
+    } else {
+        Err(ConfigError::duration(
+            "a lease",
+            lease,
+            "between 100 ms and 1 day",
+        ))
+    }
+}
+
 impl<S> Layer<S> for DedupeLayer {
     type Service = Dedupe<S>;
 
@@ -92,7 +132,8 @@ impl<S> Layer<S> for DedupeLayer {
 impl std::fmt::Debug for DedupeLayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DedupeLayer")
-            .field("lease", &self.config.lease)
+            .field("lease", &self.config.lease.length)
+            .field("max_run", &self.config.lease.max_run)
             .finish_non_exhaustive()
     }
 }

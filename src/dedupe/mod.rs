@@ -8,10 +8,26 @@
 //! | claimed by a live attempt | 409 + `Retry-After` | no |
 //! | store unreachable or failing | 503 + `Retry-After` | no |
 //!
-//! After the handler: a 2xx marks the key done (fenced on the claim's token, so a slow
-//! attempt whose lease ran out cannot overwrite a newer one); anything else — a non-2xx,
-//! an error, a panic, a dropped request — releases the claim so the provider's retry runs.
-//! A crashed process's claim frees itself when its lease runs out.
+//! Once claimed, the handler runs on a task of its own, to its end: a client that hangs
+//! up (or a `TimeoutLayer` that fires) drops the response, not the work, so an effect
+//! that has started is never repeated by the provider's retry. While it runs, the claim
+//! is renewed every third of the lease (fenced on its token), for up to the max run time
+//! ([`DedupeLayer::with_max_run`]). After the handler:
+//!
+//! - a 2xx marks the key done — before the 2xx goes out, retried while the lease lasts,
+//!   fenced on the claim's token so a slow attempt whose lease ran out cannot overwrite a
+//!   newer one;
+//! - a non-2xx, an error or a panic releases the claim so the provider's retry runs;
+//! - a crashed process's claim frees itself when its lease runs out: the only way a
+//!   handler runs twice here is a crash (or a store outage longer than the lease) in the
+//!   middle of it. Effects in PostgreSQL can close that gap with
+//!   [`PgTxDedupeLayer`](crate::pg_tx::PgTxDedupeLayer).
+//!
+//! When a handler's claim could not be kept (taken over after its lease ran out, or "done"
+//! not heard by the store), its response carries [`ClaimLost`].
+//!
+//! The handler's future must be `Send + 'static` (it is spawned on the Tokio runtime, as
+//! axum's, hyper's and tonic's are).
 //!
 //! Put it behind `VerifyWebhookLayer`: the key comes from the verified
 //! [`Event`](crate::Event) (a missing one is a 500 that names the fix; one without an id
@@ -59,6 +75,7 @@ mod future;
 mod layer;
 mod service;
 
+pub(crate) use self::layer::checked_lease;
 pub(crate) use self::service::MISSING_EVENT;
 
 pub use self::future::ResponseFuture;
@@ -87,6 +104,21 @@ impl Deduped {
         response.extensions_mut().insert(self);
         response
     }
+}
+
+/// In the extensions of a handler's response when its claim could not be kept: the
+/// handler's work is done, but the key is not (yet) recorded as done under this attempt,
+/// so another attempt may run the handler too. Logged at `warn` (feature `tracing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClaimLost {
+    /// The lease ran out while the handler ran — the store was out of reach for longer
+    /// than the lease, or the handler ran past the max run time — and another attempt
+    /// took the key over.
+    TakenOver,
+    /// The store could not hear "done" before the lease would end: the key frees itself
+    /// when the lease runs out, and a later redelivery runs again.
+    Unrecorded,
 }
 
 /// Why `Dedupe` answered without calling the handler; in the response's extensions.

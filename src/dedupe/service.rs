@@ -45,6 +45,9 @@ pub(crate) const MISSING_EVENT: &str = "no verified webhook Event in the request
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Dedupe<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ResBody: Send + 'static,
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
@@ -96,7 +99,7 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Dedupe<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dedupe")
             .field("inner", &self.inner)
-            .field("lease", &self.config.lease)
+            .field("lease", &self.config.lease.length)
             .finish_non_exhaustive()
     }
 }

@@ -19,14 +19,26 @@ pub(crate) enum Outcome {
     Retry(String, Duration),
     /// Failed for the last time.
     Dead(String),
-    /// Not attempted after all (shutdown): back to the queue, the attempt uncounted.
-    HandBack,
+    /// Stopped mid-attempt (shutdown past its grace period): back to the queue at once,
+    /// the attempt counted, as a crash's would be.
+    Abandoned,
 }
 
 pub(crate) trait Backend: Send + Sync + 'static {
     fn accept(&self, event: &Event) -> StoreFuture<Accepted>;
-    /// Claims up to `limit` due rows for `lease` under `token`, counting an attempt each.
-    fn claim(&self, limit: usize, lease: Duration, token: Token) -> StoreFuture<Vec<InboxEvent>>;
+    /// Claims up to `limit` due rows for `lease` under `token`, counting an attempt each;
+    /// first marks dead the rows whose `max_attempts` attempts all ended without an
+    /// outcome (each crashed its worker).
+    fn claim(
+        &self,
+        limit: usize,
+        lease: Duration,
+        token: Token,
+        max_attempts: u32,
+    ) -> StoreFuture<Vec<InboxEvent>>;
+    /// Extends the row's lease if `token` still holds it; `false` when fenced out.
+    fn renew(&self, source: String, id: String, token: Token, lease: Duration)
+        -> StoreFuture<bool>;
     /// Records `outcome` if `token` still holds the row; `false` when fenced out.
     fn finish(
         &self,
@@ -36,7 +48,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
         outcome: Outcome,
     ) -> StoreFuture<bool>;
     fn requeue(&self, which: &Requeue) -> StoreFuture<u64>;
-    fn prune(&self, older_than: Duration) -> StoreFuture<u64>;
+    /// Deletes processed rows (`dead: false`) or dead rows (`dead: true`) older than that.
+    fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64>;
     fn counts(&self) -> StoreFuture<Counts>;
     /// Wakes `wake` whenever another process queues a row (PostgreSQL `LISTEN`); `None`
     /// where only this process writes (SQLite).
@@ -102,6 +115,13 @@ impl From<CountsRow> for Counts {
     }
 }
 
+/// What a row left dead by crashes says as its error.
+/// What a row stopped past the shutdown's grace period says as its error.
+const ABANDONED: &str = "stopped mid-attempt: the worker shut down past its grace period";
+
+/// What a row left dead by crashes says as its error.
+const CRASHED: &str = "every attempt ended without an outcome (the worker crashed or was stopped)";
+
 /// Runs a claim's rows into events.
 fn events(rows: Result<Vec<ClaimedRow>, sqlx::Error>) -> Result<Vec<InboxEvent>, StoreError> {
     rows.map(|rows| rows.into_iter().map(InboxEvent::from).collect())
@@ -144,7 +164,15 @@ mod sqlite {
 INSERT INTO webhook_events
     (source, event_id, event_type, object_id, livemode, body, received_at, attempts, next_attempt_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?7)
-ON CONFLICT (source, event_id) DO NOTHING";
+ON CONFLICT (source, event_id) DO UPDATE SET next_attempt_at = ?7, attempts = 0
+WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS NULL
+  AND webhook_events.kind = 'event'";
+
+    /// Rows whose every attempt crashed: dead, not claimed forever.
+    const BURY: &str = "
+UPDATE webhook_events SET dead_at = ?1, processing_error = ?3, locked_until = NULL, lock_token = NULL
+WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+  AND attempts >= ?2 AND (locked_until IS NULL OR locked_until <= ?1)";
 
     // SQLite has one writer: this UPDATE is atomic, no two workers get the same row.
     const CLAIM: &str = "
@@ -153,7 +181,7 @@ SET locked_until = ?1 + ?2, lock_token = ?3, attempts = attempts + 1
 WHERE rowid IN (
     SELECT rowid FROM webhook_events
     WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= ?1
-      AND processed_at IS NULL AND dead_at IS NULL
+      AND processed_at IS NULL AND dead_at IS NULL AND attempts < ?5
       AND (locked_until IS NULL OR locked_until <= ?1)
     ORDER BY next_attempt_at LIMIT ?4)
 RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
@@ -189,17 +217,50 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
             limit: usize,
             lease: Duration,
             token: Token,
+            max_attempts: u32,
         ) -> StoreFuture<Vec<InboxEvent>> {
             let (pool, now) = (self.pool.clone(), self.now_ms());
             Box::pin(async move {
+                sqlx::query(BURY)
+                    .bind(now)
+                    .bind(max_attempts)
+                    .bind(CRASHED)
+                    .execute(&pool)
+                    .await
+                    .map_err(|e| StoreError::new("inbox claim", e))?;
                 let rows = sqlx::query_as(CLAIM)
                     .bind(now)
                     .bind(ms(lease))
                     .bind(token.to_string())
                     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .bind(max_attempts)
                     .fetch_all(&pool)
                     .await;
                 events(rows)
+            })
+        }
+
+        fn renew(
+            &self,
+            source: String,
+            id: String,
+            token: Token,
+            lease: Duration,
+        ) -> StoreFuture<bool> {
+            let (pool, now) = (self.pool.clone(), self.now_ms());
+            Box::pin(async move {
+                let done = sqlx::query(
+                    "UPDATE webhook_events SET locked_until = ?4
+                     WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL",
+                )
+                .bind(source)
+                .bind(id)
+                .bind(token.to_string())
+                .bind(now.saturating_add(ms(lease)))
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("inbox renew", e))?;
+                Ok(done.rows_affected() == 1)
             })
         }
 
@@ -214,9 +275,10 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
             Box::pin(async move {
                 const KEY: &str = "WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3";
                 let query = match outcome {
+                    // The token stays: a retry whose acknowledgement was lost matches again.
                     Outcome::Processed => sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "UPDATE webhook_events SET processed_at = ?4, processing_error = NULL,
-                         locked_until = NULL, lock_token = NULL {KEY}"
+                        "UPDATE webhook_events SET processed_at = coalesce(processed_at, ?4),
+                         processing_error = NULL, locked_until = NULL {KEY}"
                     )))
                     .bind(source)
                     .bind(id)
@@ -240,13 +302,14 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
                     .bind(token.to_string())
                     .bind(now)
                     .bind(error),
-                    Outcome::HandBack => sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "UPDATE webhook_events SET attempts = attempts - 1,
-                         locked_until = NULL, lock_token = NULL {KEY}"
+                    Outcome::Abandoned => sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "UPDATE webhook_events SET processing_error = ?4,
+                         locked_until = NULL, lock_token = NULL {KEY} AND processed_at IS NULL"
                     )))
                     .bind(source)
                     .bind(id)
-                    .bind(token.to_string()),
+                    .bind(token.to_string())
+                    .bind(ABANDONED),
                 };
                 let done = query
                     .execute(&pool)
@@ -287,15 +350,16 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
             })
         }
 
-        fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
+        fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64> {
             let (pool, now) = (self.pool.clone(), self.now_ms());
             Box::pin(async move {
                 let before = now.saturating_sub(ms(older_than));
                 let done = sqlx::query(
-                    "DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL
-                     AND (processed_at < ?1 OR dead_at < ?1)",
+                    "DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
+                     AND CASE WHEN ?2 THEN dead_at < ?1 ELSE processed_at < ?1 END",
                 )
                 .bind(before)
+                .bind(dead)
                 .execute(&pool)
                 .await
                 .map_err(|e| StoreError::new("inbox prune", e))?;
@@ -341,10 +405,11 @@ mod postgres {
 
     const CHANNEL: &str = "webhook_events";
 
-    /// Done, if `$3` still holds the row.
+    /// Done, if `$3` still holds the row (or already did this): the token stays, so a
+    /// retry whose acknowledgement was lost matches again.
     const PROCESSED: &str = "
-UPDATE webhook_events SET processed_at = now(), processing_error = NULL,
-    locked_until = NULL, lock_token = NULL
+UPDATE webhook_events SET processed_at = coalesce(processed_at, now()), processing_error = NULL,
+    locked_until = NULL
 WHERE source = $1 AND event_id = $2 AND lock_token = $3";
 
     /// Marks the row processed in the processor's own transaction; `false` when `token`
@@ -375,6 +440,9 @@ WHERE source = $1 AND event_id = $2 AND lock_token = $3";
     }
 
     /// Stores the row and, only if it is new, notifies listening workers — one round trip.
+    /// A row `DedupeLayer` left unfinished (released, or claimed) is queued instead, so a
+    /// source switched from dedupe to the inbox loses no event; a duplicate of a queued row
+    /// matches neither and writes nothing (`DO NOTHING` takes no row lock).
     const ACCEPT: &str = "
 WITH inserted AS (
     INSERT INTO webhook_events
@@ -382,19 +450,32 @@ WITH inserted AS (
     VALUES ($1, $2, $3, $4, $5, $6, 0, now())
     ON CONFLICT (source, event_id) DO NOTHING
     RETURNING 1
-)
-SELECT EXISTS (SELECT 1 FROM inserted) AS new,
-       CASE WHEN EXISTS (SELECT 1 FROM inserted) THEN pg_notify('webhook_events', '') END";
+), adopted AS (
+    UPDATE webhook_events SET next_attempt_at = now(), attempts = 0
+    WHERE source = $1 AND event_id = $2 AND NOT EXISTS (SELECT 1 FROM inserted)
+      AND next_attempt_at IS NULL AND processed_at IS NULL AND kind = 'event'
+    RETURNING 1
+), queued AS (SELECT 1 FROM inserted UNION ALL SELECT 1 FROM adopted)
+SELECT EXISTS (SELECT 1 FROM queued) AS new,
+       CASE WHEN EXISTS (SELECT 1 FROM queued) THEN pg_notify('webhook_events', '') END";
+
+    /// Rows whose every attempt crashed: dead, not claimed forever.
+    const BURY: &str = "
+UPDATE webhook_events SET dead_at = now(), processing_error = $2, locked_until = NULL,
+    lock_token = NULL
+WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+  AND attempts >= $1 AND (locked_until IS NULL OR locked_until <= clock_timestamp())";
 
     /// `SKIP LOCKED`: concurrent workers (in any replica) each take different rows.
     const CLAIM: &str = "
 UPDATE webhook_events w
-SET locked_until = now() + make_interval(secs => $1), lock_token = $2, attempts = w.attempts + 1
+SET locked_until = clock_timestamp() + make_interval(secs => $1), lock_token = $2,
+    attempts = w.attempts + 1
 FROM (
     SELECT source, event_id FROM webhook_events
     WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= now()
-      AND processed_at IS NULL AND dead_at IS NULL
-      AND (locked_until IS NULL OR locked_until <= now())
+      AND processed_at IS NULL AND dead_at IS NULL AND attempts < $4
+      AND (locked_until IS NULL OR locked_until <= clock_timestamp())
     ORDER BY next_attempt_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -433,16 +514,49 @@ RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body,
             limit: usize,
             lease: Duration,
             token: Token,
+            max_attempts: u32,
         ) -> StoreFuture<Vec<InboxEvent>> {
             let pool = self.pool.clone();
+            let max_attempts = i32::try_from(max_attempts).unwrap_or(i32::MAX);
             Box::pin(async move {
+                sqlx::query(BURY)
+                    .bind(max_attempts)
+                    .bind(CRASHED)
+                    .execute(&pool)
+                    .await
+                    .map_err(|e| StoreError::new("inbox claim", e))?;
                 let rows = sqlx::query_as(CLAIM)
                     .bind(lease.as_secs_f64())
                     .bind(token.as_uuid())
                     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .bind(max_attempts)
                     .fetch_all(&pool)
                     .await;
                 events(rows)
+            })
+        }
+
+        fn renew(
+            &self,
+            source: String,
+            id: String,
+            token: Token,
+            lease: Duration,
+        ) -> StoreFuture<bool> {
+            let pool = self.pool.clone();
+            Box::pin(async move {
+                let done = sqlx::query(
+                    "UPDATE webhook_events SET locked_until = clock_timestamp() + make_interval(secs => $4)
+                     WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL",
+                )
+                .bind(source)
+                .bind(id)
+                .bind(token.as_uuid())
+                .bind(lease.as_secs_f64())
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("inbox renew", e))?;
+                Ok(done.rows_affected() == 1)
             })
         }
 
@@ -478,13 +592,14 @@ RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body,
                     .bind(id)
                     .bind(token.as_uuid())
                     .bind(error),
-                    Outcome::HandBack => sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "UPDATE webhook_events SET attempts = attempts - 1,
-                         locked_until = NULL, lock_token = NULL {KEY}"
+                    Outcome::Abandoned => sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "UPDATE webhook_events SET processing_error = $4,
+                         locked_until = NULL, lock_token = NULL {KEY} AND processed_at IS NULL"
                     )))
                     .bind(source)
                     .bind(id)
-                    .bind(token.as_uuid()),
+                    .bind(token.as_uuid())
+                    .bind(ABANDONED),
                 };
                 let done = query
                     .execute(&pool)
@@ -530,14 +645,16 @@ RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body,
             })
         }
 
-        fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
+        fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64> {
             let pool = self.pool.clone();
             Box::pin(async move {
                 let done = sqlx::query(
-                    "DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL
-                     AND (processed_at < now() - make_interval(secs => $1) OR dead_at < now() - make_interval(secs => $1))",
+                    "DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
+                     AND CASE WHEN $2 THEN dead_at ELSE processed_at END
+                         < now() - make_interval(secs => $1)",
                 )
                 .bind(older_than.as_secs_f64())
+                .bind(dead)
                 .execute(&pool)
                 .await
                 .map_err(|e| StoreError::new("inbox prune", e))?;

@@ -22,12 +22,15 @@
 //!   together, so effects in the database happen exactly once, and a worker whose lease
 //!   ran out cannot commit behind the one that took over.
 //! - Operators [`requeue`](Inbox::requeue) rows (by id, type, dead, or a receipt window:
-//!   replay), [`prune`](Inbox::prune) old ones and read [`counts`](Inbox::counts);
+//!   replay), [`prune`](Inbox::prune) old processed ones (dead ones only by name:
+//!   [`prune_dead`](Inbox::prune_dead)) and read [`counts`](Inbox::counts);
 //!   [`ingest`](Inbox::ingest) stores events fetched from a provider's events API
 //!   through the same deduplicated path.
 //!
 //! Rows live in the `webhook_events` table of `migrations/`, beside `DedupeLayer`'s (a
-//! row is the inbox's when it has a `next_attempt_at`). Use one or the other per source.
+//! row is the inbox's when it has a `next_attempt_at`). Use one or the other per source;
+//! when a source moves from `DedupeLayer` to the inbox, a redelivery of an event that
+//! dedupe left unfinished (released after a failure, or claimed) queues it.
 
 mod accept;
 mod backend;
@@ -283,13 +286,27 @@ impl Inbox {
         Ok(n)
     }
 
-    /// Deletes processed and dead rows older than `older_than`; returns how many.
+    /// Deletes processed rows processed more than `older_than` ago; returns how many.
+    /// Dead rows stay (they were acknowledged to the provider and never processed: only
+    /// [`prune_dead`](Self::prune_dead) deletes them). Keep processed rows longer than the
+    /// provider retries (Stripe: 3 days), or a late redelivery is stored and processed
+    /// again.
     ///
     /// # Errors
     ///
     /// When the database fails.
     pub async fn prune(&self, older_than: Duration) -> Result<u64, StoreError> {
-        self.backend.prune(older_than).await
+        self.backend.prune(older_than, false).await
+    }
+
+    /// Deletes dead rows that went dead more than `older_than` ago; returns how many. Their
+    /// events were acknowledged and never processed: requeue or export them first.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn prune_dead(&self, older_than: Duration) -> Result<u64, StoreError> {
+        self.backend.prune(older_than, true).await
     }
 
     /// How many rows are in each state.

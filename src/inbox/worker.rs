@@ -3,15 +3,19 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use super::backend::Outcome;
 use super::{Inbox, InboxEvent};
-use crate::store::Token;
+use crate::dedupe::checked_lease;
+use crate::store::{StoreError, Token};
+use crate::ConfigError;
 
 /// What a worker runs on each event. Any `Fn(InboxEvent) -> impl Future<Output =
 /// Result<(), E>>` with a displayable error is one. An `Err` (or a panic) is retried
@@ -88,13 +92,16 @@ pub struct Worker {
     max_attempts: u32,
     backoff: (Duration, Duration),
     lease: Duration,
+    max_run: Duration,
     poll: Duration,
-    grace: Duration,
+    /// `None`: shutdown waits for running events however long they take.
+    grace: Option<Duration>,
 }
 
 impl Worker {
     /// A worker running `processor`: 4 at a time, 8 attempts, backoff from 1 s doubling
-    /// to at most 10 min (with jitter), a 5 min lease, polling every 5 s besides wake-ups.
+    /// to at most 10 min (with jitter), a 60 s lease renewed for up to 1 h of processing,
+    /// polling every 5 s besides wake-ups, and a shutdown that waits for running events.
     pub fn new(inbox: &Inbox, processor: impl Processor) -> Self {
         Self::with_runner(inbox, Runner::Plain(Arc::new(processor)))
     }
@@ -130,9 +137,10 @@ impl Worker {
             concurrency: 4,
             max_attempts: 8,
             backoff: (Duration::from_secs(1), Duration::from_secs(600)),
-            lease: Duration::from_secs(300),
+            lease: Duration::from_secs(60),
+            max_run: Duration::from_secs(3600),
             poll: Duration::from_secs(5),
-            grace: Duration::from_secs(10),
+            grace: None,
         }
     }
 
@@ -155,12 +163,36 @@ impl Worker {
         self
     }
 
-    /// Replaces how long a claimed row stays with this worker (default 5 min): a worker
-    /// that crashed gives its rows back when the lease runs out. Longer than the
-    /// processor ever runs.
-    pub fn with_lease(mut self, lease: Duration) -> Self {
-        self.lease = lease.max(Duration::from_millis(100));
-        self
+    /// Replaces how long a claimed row stays with this worker between renewals (default
+    /// 60 s): the lease is renewed every third of it while the processor runs, so it bounds
+    /// how long a *crashed* worker's rows wait, not how long a processor may run (that is
+    /// [`with_max_run`](Self::with_max_run)).
+    ///
+    /// # Errors
+    ///
+    /// When `lease` is not between 100 ms and 1 day.
+    pub fn with_lease(mut self, lease: Duration) -> Result<Self, ConfigError> {
+        self.lease = checked_lease(lease)?;
+        Ok(self)
+    }
+
+    /// Replaces how long a running processor keeps its row's lease renewed (default 1 h).
+    /// Past it the lease runs out and another worker may take the row over; the late
+    /// outcome is then fenced out (logged at `warn`).
+    ///
+    /// # Errors
+    ///
+    /// When `max_run` is shorter than 1 s.
+    pub fn with_max_run(mut self, max_run: Duration) -> Result<Self, ConfigError> {
+        if max_run < Duration::from_secs(1) {
+            return Err(ConfigError::duration(
+                "max run time",
+                max_run,
+                "at least 1 s",
+            ));
+        }
+        self.max_run = max_run;
+        Ok(self)
     }
 
     /// Replaces how often the worker looks for due rows without a wake-up (default 5 s).
@@ -169,10 +201,12 @@ impl Worker {
         self
     }
 
-    /// Replaces how long [`WorkerHandle::shutdown`] lets running events finish (default
-    /// 10 s) before it stops them and hands their rows back.
+    /// Bounds how long [`WorkerHandle::shutdown`] lets running events finish (by default
+    /// it waits for them). Past it they are stopped mid-attempt, as a crash would stop
+    /// them: the attempt counts, and the row is due again at once. A processor stopped
+    /// midway may have done part of its work; prefer the default where you can.
     pub fn with_grace(mut self, grace: Duration) -> Self {
-        self.grace = grace;
+        self.grace = Some(grace);
         self
     }
 
@@ -224,7 +258,11 @@ impl Worker {
                 Vec::new()
             } else {
                 let token = Token::new();
-                match this.inbox.backend.claim(free, this.lease, token).await {
+                let claim = this
+                    .inbox
+                    .backend
+                    .claim(free, this.lease, token, this.max_attempts);
+                match claim.await {
                     Ok(rows) => rows.into_iter().map(|r| (r, token)).collect(),
                     Err(_error) => {
                         #[cfg(feature = "tracing")]
@@ -252,12 +290,15 @@ impl Worker {
                 Some(_) = running.join_next(), if !running.is_empty() => {}
             }
         }
-        // Graceful: let running events finish, then stop the rest, which hand their rows
-        // back with the attempt uncounted.
-        let _ = tokio::time::timeout(this.grace, async {
-            while running.join_next().await.is_some() {}
-        })
-        .await;
+        // Graceful: let running events finish; past a grace period, stop the rest, which
+        // hand their rows back as a crash would (the attempt counted).
+        let finish = async { while running.join_next().await.is_some() {} };
+        match this.grace {
+            None => finish.await,
+            Some(grace) => {
+                let _ = tokio::time::timeout(grace, finish).await;
+            }
+        }
         let _ = hurry.send(true);
         while running.join_next().await.is_some() {}
     }
@@ -267,6 +308,28 @@ impl Worker {
         // Its own task: a panicking processor is a failed attempt, not a dead worker. The
         // guard stops it too when this task is stopped (a simulated crash).
         let mut task = AbortOnDrop(tokio::spawn(self.runner.run(event, token)));
+        let started = Instant::now();
+        // The end of the row's lease as far as this attempt knows (ms after `started`).
+        let lease_ends_ms = AtomicU64::new(millis(self.lease));
+        let lost = AtomicBool::new(false);
+        let heartbeat = async {
+            loop {
+                tokio::time::sleep(self.lease / 3).await;
+                if started.elapsed() >= self.max_run || lost.load(Ordering::Relaxed) {
+                    std::future::pending::<()>().await;
+                }
+                let sent = started.elapsed();
+                let renew = self
+                    .inbox
+                    .backend
+                    .renew(source.clone(), id.clone(), token, self.lease);
+                match renew.await {
+                    Ok(true) => lease_ends_ms.store(millis(sent + self.lease), Ordering::Relaxed),
+                    Ok(false) => lost.store(true, Ordering::Relaxed),
+                    Err(_) => {} // out of reach: again at the next beat, while the lease lasts
+                }
+            }
+        };
         let joined = tokio::select! {
             biased;
             joined = &mut task.0 => joined,
@@ -276,18 +339,18 @@ impl Worker {
                 task.0.abort();
                 (&mut task.0).await
             }
+            () = heartbeat => unreachable!("the heartbeat never ends"),
         };
+        let lease_ends = started + Duration::from_millis(lease_ends_ms.load(Ordering::Relaxed));
         let result = match joined {
             Ok(result) => result,
             Err(e) if e.is_panic() => Err("the processor panicked".to_owned()),
             Err(_) => {
-                // Stopped by the hurry above: the row goes back, the attempt uncounted
+                // Stopped by the hurry above: back to the queue, the attempt counted
                 // (fenced: a transactional commit that landed first keeps it processed).
-                let _ = self
-                    .inbox
-                    .backend
-                    .finish(source, id, token, Outcome::HandBack)
-                    .await;
+                let abandoned =
+                    self.finish_until(&source, &id, token, Outcome::Abandoned, lease_ends);
+                let _ = abandoned.await;
                 return;
             }
         };
@@ -299,14 +362,17 @@ impl Worker {
         };
         // Kept for the log only when there is a failure to tell.
         #[cfg(feature = "tracing")]
-        let failure = matches!(outcome, Outcome::Retry(..) | Outcome::Dead(_))
-            .then(|| (source.clone(), id.clone(), outcome.clone()));
-        match self.inbox.backend.finish(source, id, token, outcome).await {
+        let failure =
+            matches!(outcome, Outcome::Retry(..) | Outcome::Dead(_)).then(|| outcome.clone());
+        match self
+            .finish_until(&source, &id, token, outcome, lease_ends)
+            .await
+        {
             Ok(held) => {
                 // Said once recorded: a fenced-out attempt's outcome is not the row's.
                 #[cfg(feature = "tracing")]
-                if let (true, Some((source, id, outcome))) = (held, &failure) {
-                    log_failure(source, id, attempt, outcome);
+                if let (true, Some(outcome)) = (held, &failure) {
+                    log_failure(&source, &id, attempt, outcome);
                 }
                 lease_report(held)
             }
@@ -316,6 +382,37 @@ impl Worker {
             }
         }
     }
+
+    /// Records `outcome`, retrying a database that does not answer until the row's lease
+    /// would end (at least once): after that another worker may hold the row.
+    async fn finish_until(
+        &self,
+        source: &str,
+        id: &str,
+        token: Token,
+        outcome: Outcome,
+        lease_ends: Instant,
+    ) -> Result<bool, StoreError> {
+        let mut wait = Duration::from_millis(50);
+        loop {
+            let finish =
+                self.inbox
+                    .backend
+                    .finish(source.to_owned(), id.to_owned(), token, outcome.clone());
+            match finish.await {
+                Ok(held) => return Ok(held),
+                Err(error) if Instant::now() + wait >= lease_ends => return Err(error),
+                Err(_) => {
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A failed attempt at `warn`, a row gone dead at `error`; the processor's error as a field.
@@ -332,7 +429,7 @@ fn log_failure(source: &str, id: &str, attempt: u32, outcome: &Outcome) {
             source, event_id = id, attempt, error = %error,
             "inbox event failed for the last time, now dead (requeue it when fixed)"
         ),
-        Outcome::Processed | Outcome::HandBack => {}
+        Outcome::Processed | Outcome::Abandoned => {}
     }
 }
 
@@ -380,8 +477,9 @@ pub struct WorkerHandle {
 }
 
 impl WorkerHandle {
-    /// Stops claiming, lets running events finish within the grace period, hands the
-    /// rest back uncounted, and returns when the worker has stopped.
+    /// Stops claiming, lets running events finish (within the grace period, if one was
+    /// set: past it the rest are stopped as by a crash, their attempt counted), and
+    /// returns when the worker has stopped.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use super::{Claim, Completed, DedupeStore, Delivery, StoreError, StoreFuture, Token};
+use super::{Claim, Completed, DedupeStore, Delivery, Renewed, StoreError, StoreFuture, Token};
 
 /// A claim this attempt holds, or has asked for. Dropped before an outcome — the work
 /// panicked, or the future running it (or still claiming) was dropped — it releases the
@@ -32,6 +32,12 @@ impl ClaimGuard {
     pub(crate) fn into_parts(mut self) -> (Arc<dyn DedupeStore>, Delivery, Token) {
         let delivery = self.delivery.take().expect("one outcome per claim");
         (self.store.clone(), delivery, self.token)
+    }
+
+    /// Extends the claim to `lease` from now (fenced on the token).
+    pub(crate) fn renew(&self, lease: Duration) -> StoreFuture<Renewed> {
+        let delivery = self.delivery.clone().expect("renewed before its outcome");
+        self.store.renew(delivery, self.token, lease)
     }
 
     /// Marks the key done (fenced on the token).

@@ -4,14 +4,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{Claim, Completed, DedupeStore, Delivery, StoreError, StoreFuture, Token};
+use super::{Claim, Completed, DedupeStore, Delivery, Renewed, StoreError, StoreFuture, Token};
 
 /// Claims in memory: atomic within one process, gone at restart.
 ///
-/// Done keys are remembered for the retention (default 7 days). Bounded: at `capacity`
-/// keys it first drops done keys past their retention and expired claims; if it is still
-/// full, claims fail (503) rather than forget a done key early, which would let a
-/// duplicate run twice. Cloning shares the map.
+/// Done event keys are remembered for the retention (default 7 days); done
+/// [`Once`](crate::once::Once) keys until [`prune_once`](DedupeStore::prune_once).
+/// Bounded: at `capacity` keys it first drops done event keys past their retention and
+/// expired claims; if it is still full, claims fail (503) rather than forget a done key
+/// early, which would let a duplicate run twice. Cloning shares the map.
 #[derive(Clone, Debug)]
 pub struct MemoryStore {
     inner: Arc<Mutex<Map>>,
@@ -26,16 +27,27 @@ struct Map {
 
 #[derive(Debug, Clone, Copy)]
 enum Entry {
-    Claimed { token: Token, until: Instant },
-    Done { at: Instant },
+    Claimed {
+        token: Token,
+        until: Instant,
+    },
+    /// `once`: a business key, kept until pruned by name.
+    Done {
+        token: Token,
+        at: Instant,
+        once: bool,
+    },
 }
 
 impl Map {
-    /// Whether `entry` no longer counts: a lease that ran out, or a done key past retention.
+    /// Whether `entry` no longer counts: a lease that ran out, or a done event key past
+    /// retention.
     fn expired(&self, entry: &Entry, now: Instant) -> bool {
         match *entry {
             Entry::Claimed { until, .. } => until <= now,
-            Entry::Done { at } => now.saturating_duration_since(at) >= self.retention,
+            Entry::Done { at, once, .. } => {
+                !once && now.saturating_duration_since(at) >= self.retention
+            }
         }
     }
 }
@@ -98,11 +110,9 @@ impl MemoryStore {
             None => {}
         }
         if !map.entries.contains_key(&key) && map.entries.len() >= map.capacity {
-            let retention = map.retention;
-            map.entries.retain(|_, e| match *e {
-                Entry::Claimed { until, .. } => until > now,
-                Entry::Done { at } => now.saturating_duration_since(at) < retention,
-            });
+            let mut entries = std::mem::take(&mut map.entries);
+            entries.retain(|_, e| !map.expired(e, now));
+            map.entries = entries;
             if map.entries.len() >= map.capacity {
                 return Err(StoreError::message("memory store is full"));
             }
@@ -117,21 +127,58 @@ impl MemoryStore {
         Ok(Claim::New(token))
     }
 
-    /// Marks done (or forgets, on release) a claim `token` still holds.
+    /// Marks done (or forgets, on release) a claim `token` still holds; a key `token`
+    /// already completed stays done.
     fn finish(&self, d: &Delivery, token: Token, done: bool) -> Completed {
         let mut map = self.lock();
         let key = (d.source.clone(), d.id.clone());
         match map.entries.get(&key) {
             Some(Entry::Claimed { token: held, .. }) if *held == token => {
                 if done {
-                    map.entries.insert(key, Entry::Done { at: Instant::now() });
+                    let (at, once) = (Instant::now(), d.is_once_key());
+                    map.entries.insert(key, Entry::Done { token, at, once });
                 } else {
                     map.entries.remove(&key);
                 }
                 Completed::Done
             }
+            Some(Entry::Done { token: held, .. }) if *held == token && done => Completed::Done,
             _ => Completed::Fenced,
         }
+    }
+
+    /// Extends a claim `token` still holds (even one whose lease ran out unnoticed: no
+    /// other attempt took it, or the token would differ).
+    fn renew_now(&self, d: &Delivery, token: Token, lease: Duration) -> Renewed {
+        let mut map = self.lock();
+        match map.entries.get_mut(&(d.source.clone(), d.id.clone())) {
+            Some(Entry::Claimed { token: held, until }) if *held == token => {
+                *until = Instant::now() + lease;
+                Renewed::Held
+            }
+            _ => Renewed::Fenced,
+        }
+    }
+
+    /// Deletes done keys of one kind (`once`, and then of one namespace) done that long ago.
+    fn prune_done(&self, older_than: Duration, once: Option<&str>) -> u64 {
+        let now = Instant::now();
+        let mut map = self.lock();
+        let before = map.entries.len();
+        map.entries.retain(|(source, _), e| match *e {
+            Entry::Done {
+                at, once: is_once, ..
+            } => {
+                let old = now.saturating_duration_since(at) >= older_than;
+                let kind = match once {
+                    None => !is_once,
+                    Some(namespace) => is_once && source == namespace,
+                };
+                !(old && kind)
+            }
+            Entry::Claimed { .. } => true,
+        });
+        (before - map.entries.len()) as u64
     }
 }
 
@@ -147,6 +194,11 @@ impl DedupeStore for MemoryStore {
         Box::pin(std::future::ready(result))
     }
 
+    fn renew(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed> {
+        let result = self.renew_now(&delivery, token, lease);
+        Box::pin(std::future::ready(Ok(result)))
+    }
+
     fn complete(&self, delivery: Delivery, token: Token) -> StoreFuture<Completed> {
         let result = self.finish(&delivery, token, true);
         Box::pin(std::future::ready(Ok(result)))
@@ -158,13 +210,12 @@ impl DedupeStore for MemoryStore {
     }
 
     fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
-        let now = Instant::now();
-        let mut map = self.lock();
-        let before = map.entries.len();
-        map.entries.retain(
-            |_, e| !matches!(e, Entry::Done { at } if now.saturating_duration_since(*at) >= older_than),
-        );
-        let pruned = (before - map.entries.len()) as u64;
+        let pruned = self.prune_done(older_than, None);
+        Box::pin(std::future::ready(Ok(pruned)))
+    }
+
+    fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64> {
+        let pruned = self.prune_done(older_than, Some(namespace));
         Box::pin(std::future::ready(Ok(pruned)))
     }
 }

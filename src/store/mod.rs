@@ -8,11 +8,19 @@
 //! | `RedisStore` (feature `redis`) | dedupe without SQL | with Redis persistence | yes |
 //!
 //! Every store keeps the same small state machine: **claimed** (by one attempt, until a
-//! lease runs out, under a fencing token) → **done** (kept for the retention period), or
-//! back to nothing when the attempt **releases** its claim. A claim is one atomic store
-//! operation, never a check followed by an insert.
+//! lease runs out, under a fencing token; the attempt **renews** the lease while it runs)
+//! → **done** (kept for the retention period), or back to nothing when the attempt
+//! **releases** its claim. A claim is one atomic store operation, never a check followed
+//! by an insert. Completing is idempotent under its token: a retried completion whose
+//! first acknowledgement was lost answers [`Completed::Done`], not [`Completed::Fenced`].
+//!
+//! Two kinds of keys share a store: event keys (`DedupeLayer`, pruned after the retention)
+//! and [`Once`](crate::once::Once)'s business keys ("order 7 fulfilled"), which never
+//! expire with event keys: they are kept until pruned by name
+//! ([`DedupeStore::prune_once`]).
 
 mod guard;
+mod hold;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -27,6 +35,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 pub(crate) use guard::{ClaimGuard, Claimed, PendingClaim};
+pub(crate) use hold::{hold, Held, Lease};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
@@ -49,6 +58,7 @@ pub struct Delivery {
     source: String,
     id: String,
     event: Option<Event>,
+    once: bool,
 }
 
 impl Delivery {
@@ -59,6 +69,15 @@ impl Delivery {
             source: source.into(),
             id: id.into(),
             event: None,
+            once: false,
+        }
+    }
+
+    /// A [`Once`](crate::once::Once) business key: `id` within the namespace `source`.
+    pub(crate) fn once_key(source: &str, id: &str) -> Self {
+        Self {
+            once: true,
+            ..Self::new(source, id)
         }
     }
 
@@ -70,6 +89,7 @@ impl Delivery {
             source: event.source().to_owned(),
             id: event.id().filter(|id| !id.is_empty())?.to_owned(),
             event: Some(event.clone()),
+            once: false,
         })
     }
 
@@ -89,6 +109,24 @@ impl Delivery {
     #[must_use]
     pub fn event(&self) -> Option<&Event> {
         self.event.as_ref()
+    }
+
+    /// Whether this is a [`Once`](crate::once::Once) business key rather than an event
+    /// key. A store keeps done business keys until [`DedupeStore::prune_once`] names their
+    /// namespace: they must outlive every event that could trigger the action again.
+    #[must_use]
+    pub fn is_once_key(&self) -> bool {
+        self.once
+    }
+
+    /// The `kind` column of the key's row in SQL stores.
+    #[allow(dead_code)]
+    pub(crate) fn kind(&self) -> &'static str {
+        if self.once {
+            "once"
+        } else {
+            "event"
+        }
     }
 
     /// What SQL stores record beside the key.
@@ -153,6 +191,17 @@ impl fmt::Display for Token {
     }
 }
 
+/// Whether a renewal took effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Renewed {
+    /// The claim is still ours and now holds for the new lease.
+    Held,
+    /// The claim is no longer ours (its lease ran out and another attempt took it, or it
+    /// was released or completed). Nothing was changed.
+    Fenced,
+}
+
 /// The outcome of a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -189,18 +238,30 @@ pub trait DedupeStore: Send + Sync + 'static {
     /// so an attempt dropped while the claim is on the wire can still release it.
     fn claim(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim>;
 
-    /// Marks the claim done, if `token` still holds it. Done keys are kept until pruned
-    /// (SQL stores) or until the store's retention runs out (memory, Redis).
+    /// Extends the claim to `lease` from now, if `token` still holds it: the heartbeat of
+    /// an attempt that is still running.
+    fn renew(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed>;
+
+    /// Marks the claim done, if `token` still holds it — or already completed it: a retry
+    /// whose first acknowledgement was lost answers [`Completed::Done`] again. Done event
+    /// keys are kept until pruned (SQL stores) or until the store's retention runs out
+    /// (memory, Redis); done [`once keys`](Delivery::is_once_key) until
+    /// [`prune_once`](Self::prune_once).
     fn complete(&self, delivery: Delivery, token: Token) -> StoreFuture<Completed>;
 
     /// Gives the claim up, if `token` still holds it, so the next attempt runs.
     fn release(&self, delivery: Delivery, token: Token) -> StoreFuture<()>;
 
-    /// Deletes done keys completed more than `older_than` ago, and keys that failed
-    /// attempts gave back, first received that long ago; returns how many. Keep them
+    /// Deletes done event keys completed more than `older_than` ago, and event keys that
+    /// failed attempts gave back, first received that long ago; returns how many. Keep them
     /// longer than the provider retries: Stripe retries for 3 days, Standard Webhooks
-    /// senders for about 75 hours.
+    /// senders for about 75 hours. Never touches [`once keys`](Delivery::is_once_key).
     fn prune(&self, older_than: Duration) -> StoreFuture<u64>;
+
+    /// Deletes the done [`once keys`](Delivery::is_once_key) of `namespace` completed more
+    /// than `older_than` ago; returns how many. Called only by name
+    /// ([`Once::prune`](crate::once::Once::prune)).
+    fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64>;
 }
 
 /// A store that could not answer: unreachable, timed out, or failing.

@@ -5,11 +5,14 @@ use std::time::Duration;
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 
-use super::{Claim, Completed, DedupeStore, Delivery, StoreError, StoreFuture, Token, CLAIM_TRIES};
+use super::{
+    Claim, Completed, DedupeStore, Delivery, Renewed, StoreError, StoreFuture, Token, CLAIM_TRIES,
+};
 
 /// Claims in PostgreSQL (feature `postgres`), in the `webhook_events` table of
 /// `migrations/postgres`. Any number of replicas share it; leases run on the database
-/// server's clock, so replicas' clocks do not matter. A new event's claim is one round trip
+/// server's clock (`clock_timestamp()`, not the transaction's start: a claim that waited
+/// on a lock still gets its whole lease), so replicas' clocks do not matter. A new event's claim is one round trip
 /// (`INSERT … ON CONFLICT DO NOTHING RETURNING`); a duplicate takes a second, which takes
 /// over an expired claim or tells *done* from *in flight*, and writes nothing otherwise.
 ///
@@ -23,8 +26,8 @@ pub struct PgStore {
 /// so a duplicate writes nothing and costs the server no commit flush.
 const INSERT: &str = "
 INSERT INTO webhook_events
-    (source, event_id, event_type, object_id, livemode, body, attempts, locked_until, lock_token)
-VALUES ($1, $2, $3, $4, $5, $6, 1, now() + make_interval(secs => $7), $8)
+    (source, event_id, event_type, object_id, livemode, body, attempts, locked_until, lock_token, kind)
+VALUES ($1, $2, $3, $4, $5, $6, 1, clock_timestamp() + make_interval(secs => $7), $8, $9)
 ON CONFLICT (source, event_id) DO NOTHING
 RETURNING lock_token";
 
@@ -34,32 +37,45 @@ RETURNING lock_token";
 const TAKE_OVER: &str = "
 WITH taken AS (
     UPDATE webhook_events
-    SET locked_until = now() + make_interval(secs => $3), lock_token = $4, attempts = attempts + 1
+    SET locked_until = clock_timestamp() + make_interval(secs => $3), lock_token = $4,
+        attempts = attempts + 1
     WHERE source = $1 AND event_id = $2 AND processed_at IS NULL
-      AND (locked_until IS NULL OR locked_until <= now())
+      AND (locked_until IS NULL OR locked_until <= clock_timestamp())
     RETURNING lock_token
 )
 SELECT EXISTS (SELECT 1 FROM taken),
        processed_at IS NOT NULL,
-       (EXTRACT(EPOCH FROM (locked_until - now())) * 1000)::float8
+       (EXTRACT(EPOCH FROM (locked_until - clock_timestamp())) * 1000)::float8
 FROM webhook_events WHERE source = $1 AND event_id = $2";
 
+/// The done row keeps its token, so a retry whose first acknowledgement was lost matches
+/// again (and changes nothing).
 const COMPLETE: &str = "
-UPDATE webhook_events SET processed_at = now(), locked_until = NULL, lock_token = NULL
+UPDATE webhook_events SET processed_at = coalesce(processed_at, now()), locked_until = NULL
 WHERE source = $1 AND event_id = $2 AND lock_token = $3";
+
+const RENEW: &str = "
+UPDATE webhook_events SET locked_until = clock_timestamp() + make_interval(secs => $4)
+WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
 
 const RELEASE: &str = "
 UPDATE webhook_events SET locked_until = NULL, lock_token = NULL
-WHERE source = $1 AND event_id = $2 AND lock_token = $3";
+WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
 
-/// As `SqliteStore`'s: done keys older than the cutoff, and keys given back by a failed
-/// attempt first received before it.
+/// As `SqliteStore`'s: done event keys older than the cutoff, and event keys given back by
+/// a failed attempt first received before it. `Once` keys only by name (`PRUNE_ONCE`).
 const PRUNE: &str = "
 DELETE FROM webhook_events
-WHERE (processed_at IS NOT NULL AND processed_at < now() - make_interval(secs => $1))
-   OR (processed_at IS NULL AND next_attempt_at IS NULL
-       AND received_at < now() - make_interval(secs => $1)
-       AND (locked_until IS NULL OR locked_until <= now()))";
+WHERE kind = 'event'
+  AND ((processed_at IS NOT NULL AND processed_at < now() - make_interval(secs => $1))
+    OR (processed_at IS NULL AND next_attempt_at IS NULL
+        AND received_at < now() - make_interval(secs => $1)
+        AND (locked_until IS NULL OR locked_until <= now())))";
+
+const PRUNE_ONCE: &str = "
+DELETE FROM webhook_events
+WHERE kind = 'once' AND source = $1
+  AND processed_at IS NOT NULL AND processed_at < now() - make_interval(secs => $2)";
 
 impl PgStore {
     /// Connects to `url` (`postgres://…`) and applies the crate's migrations.
@@ -120,6 +136,7 @@ impl DedupeStore for PgStore {
                     .bind(audit.body)
                     .bind(lease.as_secs_f64())
                     .bind(token.as_uuid())
+                    .bind(d.kind())
                     .fetch_optional(&pool)
                     .await
                     .map_err(err)?;
@@ -153,6 +170,25 @@ impl DedupeStore for PgStore {
             }
             Ok(Claim::InFlight {
                 retry_after: Duration::from_secs(1),
+            })
+        })
+    }
+
+    fn renew(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let renewed = sqlx::query(RENEW)
+                .bind(d.source())
+                .bind(d.id())
+                .bind(token.as_uuid())
+                .bind(lease.as_secs_f64())
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("postgres renew", e))?;
+            Ok(if renewed.rows_affected() == 1 {
+                Renewed::Held
+            } else {
+                Renewed::Fenced
             })
         })
     }
@@ -193,6 +229,19 @@ impl DedupeStore for PgStore {
         let pool = self.pool.clone();
         Box::pin(async move {
             let pruned = sqlx::query(PRUNE)
+                .bind(older_than.as_secs_f64())
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("postgres prune", e))?;
+            Ok(pruned.rows_affected())
+        })
+    }
+
+    fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64> {
+        let (pool, namespace) = (self.pool.clone(), namespace.to_owned());
+        Box::pin(async move {
+            let pruned = sqlx::query(PRUNE_ONCE)
+                .bind(namespace)
                 .bind(older_than.as_secs_f64())
                 .execute(&pool)
                 .await

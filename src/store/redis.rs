@@ -6,15 +6,29 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
-use super::{Claim, Completed, DedupeStore, Delivery, StoreError, StoreFuture, Token};
+use super::{Claim, Completed, DedupeStore, Delivery, Renewed, StoreError, StoreFuture, Token};
 
 /// Claims in Redis (feature `redis`): `SET NX PX` claims a key for the lease; Lua scripts
-/// complete or release it only if it still holds this attempt's token (compare-and-set),
-/// and a done key expires after the retention (default 7 days). Every operation is one
-/// round trip.
+/// renew, complete or release it only if it still holds this attempt's token
+/// (compare-and-set). A done event key expires after the retention (default 7 days); a
+/// done [`Once`](crate::once::Once) key never expires ([`prune_once`](DedupeStore::prune_once)
+/// deletes it). Every operation but `prune_once` is one round trip.
 ///
-/// Durable only as far as the server persists (AOF or RDB); a Redis that restarts empty
-/// forgets done keys. Cloning shares the connection.
+/// # Durability
+///
+/// - Durable only as far as the server persists (AOF with `appendfsync always` for every
+///   acknowledged write; RDB snapshots lose the last minutes). A Redis that restarts
+///   empty forgets done keys, and their duplicates run again.
+/// - **Eviction**: keys with a TTL are what `volatile-*` policies evict first, and
+///   `allkeys-*` evict anything, so an evicted done key or live claim lets a duplicate
+///   run. [`connect`](Self::connect) reads `maxmemory-policy` and refuses anything but
+///   `noeviction`; [`from_connection`](Self::from_connection) does not check (to accept
+///   the risk knowingly).
+/// - **Failover**: replication is asynchronous; a primary that fails before a replica
+///   copied a claim or a done key forgets it on the new primary. Use PostgreSQL where
+///   that matters.
+///
+/// Cloning shares the connection.
 #[derive(Clone)]
 pub struct RedisStore {
     connection: ConnectionManager,
@@ -25,40 +39,101 @@ pub struct RedisStore {
 
 struct Scripts {
     claim: Script,
+    renew: Script,
     complete: Script,
     release: Script,
+    prune_once: Script,
 }
+
+// Values: `claimed:<token>` while claimed; `done:<token>:<unix ms>` once done (the token
+// makes a retried completion idempotent; the time is for `prune_once`).
 
 /// `{1, 0}` new; `{2, 0}` done; `{3, ms}` claimed for `ms` more.
 const CLAIM: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, 0} end
 local v = redis.call('GET', KEYS[1])
-if v == 'done' then return {2, 0} end
+if v and string.sub(v, 1, 5) == 'done:' then return {2, 0} end
 return {3, redis.call('PTTL', KEYS[1])}";
 
-const COMPLETE: &str = r"
+const RENEW: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('SET', KEYS[1], 'done', 'PX', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
+return 0";
+
+/// `ARGV[1]` the claim, `ARGV[2]` the token, `ARGV[3]` the retention in ms (0: forever).
+const COMPLETE: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  local t = redis.call('TIME')
+  local done = 'done:' .. ARGV[2] .. ':' .. (t[1] * 1000 + math.floor(t[2] / 1000))
+  if ARGV[3] == '0' then redis.call('SET', KEYS[1], done)
+  else redis.call('SET', KEYS[1], done, 'PX', ARGV[3]) end
+  return 1
+end
+if v and string.sub(v, 1, 6 + string.len(ARGV[2])) == 'done:' .. ARGV[2] .. ':' then return 1 end
 return 0";
 
 const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0";
 
+/// Deletes the key if it is done before `ARGV[1]` (unix ms).
+const PRUNE_ONCE: &str = r"
+local v = redis.call('GET', KEYS[1])
+if not v or string.sub(v, 1, 5) ~= 'done:' then return 0 end
+local at = tonumber(string.match(v, ':(%d+)$'))
+if at and at < tonumber(ARGV[1]) then return redis.call('DEL', KEYS[1]) end
+return 0";
+
 impl RedisStore {
-    /// Connects to `url` (`redis://…`). Operations time out after 2 s (then 503).
+    /// Connects to `url` (`redis://…`) and checks that the server never evicts keys.
+    /// Operations time out after 2 s (then 503).
     ///
     /// # Errors
     ///
-    /// When the URL is invalid or the server cannot be reached.
+    /// When the URL is invalid, the server cannot be reached, or its `maxmemory-policy` is
+    /// not `noeviction` (an evicted done key lets a duplicate run again: set
+    /// `maxmemory-policy noeviction`, or build the store with
+    /// [`from_connection`](Self::from_connection) to accept that risk).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let client = redis::Client::open(url).map_err(|e| StoreError::new("redis url", e))?;
         let connection = ConnectionManager::new_with_config(client, Self::config())
             .await
             .map_err(|e| StoreError::new("redis connect", e))?;
-        Ok(Self::from_connection(connection))
+        let store = Self::from_connection(connection);
+        let policy = store.eviction_policy().await?;
+        if policy != "noeviction" {
+            return Err(StoreError::new(
+                "redis connect",
+                format!(
+                    "the server's maxmemory-policy is {policy}: it may evict done keys and live \
+                     claims, and duplicates would run again; set maxmemory-policy noeviction, \
+                     or use RedisStore::from_connection to accept the risk"
+                ),
+            ));
+        }
+        Ok(store)
+    }
+
+    /// The server's `maxmemory-policy` (from `INFO memory`, which managed services that
+    /// disable `CONFIG` still answer).
+    ///
+    /// # Errors
+    ///
+    /// When the server cannot be reached or does not say.
+    pub async fn eviction_policy(&self) -> Result<String, StoreError> {
+        let mut connection = self.connection.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut connection)
+            .await
+            .map_err(|e| StoreError::new("redis info", e))?;
+        info.lines()
+            .find_map(|line| line.strip_prefix("maxmemory_policy:"))
+            .map(|policy| policy.trim().to_owned())
+            .ok_or_else(|| StoreError::message("redis info: no maxmemory_policy"))
     }
 
     /// Like [`connect`](Self::connect), but connects on first use: a store that is down
@@ -90,8 +165,10 @@ impl RedisStore {
             retention: Duration::from_secs(7 * 24 * 3600),
             scripts: Arc::new(Scripts {
                 claim: Script::new(CLAIM),
+                renew: Script::new(RENEW),
                 complete: Script::new(COMPLETE),
                 release: Script::new(RELEASE),
+                prune_once: Script::new(PRUNE_ONCE),
             }),
         }
     }
@@ -104,7 +181,8 @@ impl RedisStore {
         self
     }
 
-    /// Replaces how long done keys are kept (default 7 days).
+    /// Replaces how long done event keys are kept (default 7 days; `Once` keys are kept
+    /// until pruned by name).
     #[must_use]
     pub fn with_retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
@@ -126,6 +204,18 @@ impl RedisStore {
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// `s` with Redis glob characters escaped, for `SCAN MATCH`.
+fn glob_escape(s: &str) -> String {
+    let mut escaped = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '^' | '-') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
 }
 
 fn claimed(token: Token) -> String {
@@ -155,15 +245,41 @@ impl DedupeStore for RedisStore {
         })
     }
 
+    fn renew(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed> {
+        let (mut connection, scripts, key) =
+            (self.connection.clone(), self.scripts.clone(), self.key(&d));
+        Box::pin(async move {
+            let renewed: i64 = scripts
+                .renew
+                .key(key)
+                .arg(claimed(token))
+                .arg(ms(lease))
+                .invoke_async(&mut connection)
+                .await
+                .map_err(|e| StoreError::new("redis renew", e))?;
+            Ok(if renewed == 1 {
+                Renewed::Held
+            } else {
+                Renewed::Fenced
+            })
+        })
+    }
+
     fn complete(&self, d: Delivery, token: Token) -> StoreFuture<Completed> {
         let (mut connection, scripts, key) =
             (self.connection.clone(), self.scripts.clone(), self.key(&d));
-        let retention = ms(self.retention);
+        // A once key never expires (0); an event key after the retention.
+        let retention = if d.is_once_key() {
+            0
+        } else {
+            ms(self.retention)
+        };
         Box::pin(async move {
             let done: i64 = scripts
                 .complete
                 .key(key)
                 .arg(claimed(token))
+                .arg(token.to_string())
                 .arg(retention)
                 .invoke_async(&mut connection)
                 .await
@@ -191,9 +307,53 @@ impl DedupeStore for RedisStore {
         })
     }
 
-    /// Nothing to do: done keys expire by themselves after the retention.
+    /// Nothing to do: done event keys expire by themselves after the retention.
     fn prune(&self, _older_than: Duration) -> StoreFuture<u64> {
         Box::pin(std::future::ready(Ok(0)))
+    }
+
+    /// Scans the namespace's keys (`SCAN`, in batches) and deletes those done that long ago.
+    fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64> {
+        let (mut connection, scripts) = (self.connection.clone(), self.scripts.clone());
+        // Every key of the namespace starts as the key of an empty id does.
+        let pattern = format!(
+            "{}*",
+            glob_escape(&self.key(&Delivery::once_key(namespace, "")))
+        );
+        Box::pin(async move {
+            let err = |e| StoreError::new("redis prune", e);
+            let now: (u64, u64) = redis::cmd("TIME")
+                .query_async(&mut connection)
+                .await
+                .map_err(err)?;
+            let cutoff = (now.0 * 1000 + now.1 / 1000).saturating_sub(ms(older_than));
+            let (mut cursor, mut pruned) = (0u64, 0u64);
+            loop {
+                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(500)
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(err)?;
+                for key in keys {
+                    let deleted: i64 = scripts
+                        .prune_once
+                        .key(key)
+                        .arg(cutoff)
+                        .invoke_async(&mut connection)
+                        .await
+                        .map_err(err)?;
+                    pruned += deleted.unsigned_abs();
+                }
+                if next == 0 {
+                    return Ok(pruned);
+                }
+                cursor = next;
+            }
+        })
     }
 }
 

@@ -8,7 +8,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::Row;
 
-use super::{Claim, Completed, DedupeStore, Delivery, StoreError, StoreFuture, Token, CLAIM_TRIES};
+use super::{
+    Claim, Completed, DedupeStore, Delivery, Renewed, StoreError, StoreFuture, Token, CLAIM_TRIES,
+};
 
 /// Claims in SQLite (feature `sqlite`), in the `webhook_events` table of
 /// `migrations/sqlite`. The embedded default: nothing to run beside the server, and done
@@ -23,8 +25,8 @@ pub struct SqliteStore {
 
 const CLAIM: &str = "
 INSERT INTO webhook_events
-    (source, event_id, event_type, object_id, livemode, body, received_at, attempts, locked_until, lock_token)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9)
+    (source, event_id, event_type, object_id, livemode, body, received_at, attempts, locked_until, lock_token, kind)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10)
 ON CONFLICT (source, event_id) DO UPDATE SET
     locked_until = excluded.locked_until,
     lock_token = excluded.lock_token,
@@ -36,22 +38,34 @@ RETURNING lock_token";
 const STATE: &str =
     "SELECT processed_at, locked_until FROM webhook_events WHERE source = ?1 AND event_id = ?2";
 
+/// The done row keeps its token, so a retry whose first acknowledgement was lost matches
+/// again (and changes nothing).
 const COMPLETE: &str = "
-UPDATE webhook_events SET processed_at = ?4, locked_until = NULL, lock_token = NULL
+UPDATE webhook_events SET processed_at = coalesce(processed_at, ?4), locked_until = NULL
 WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3";
+
+const RENEW: &str = "
+UPDATE webhook_events SET locked_until = ?4
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
 
 const RELEASE: &str = "
 UPDATE webhook_events SET locked_until = NULL, lock_token = NULL
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3";
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
 
-/// Done keys older than the cutoff, and keys a failed attempt gave back (released, or a
-/// lease long run out) first received before it: the provider has stopped retrying those.
-/// The inbox's unprocessed rows (`next_attempt_at` set) are the inbox's to prune.
+/// Done event keys older than the cutoff, and event keys a failed attempt gave back
+/// (released, or a lease long run out) first received before it: the provider has stopped
+/// retrying those. The inbox's unprocessed rows (`next_attempt_at` set) are the inbox's to
+/// prune; `Once` keys are pruned only by name (`PRUNE_ONCE`).
 const PRUNE: &str = "
 DELETE FROM webhook_events
-WHERE (processed_at IS NOT NULL AND processed_at < ?1)
-   OR (processed_at IS NULL AND next_attempt_at IS NULL AND received_at < ?1
-       AND (locked_until IS NULL OR locked_until <= ?2))";
+WHERE kind = 'event'
+  AND ((processed_at IS NOT NULL AND processed_at < ?1)
+    OR (processed_at IS NULL AND next_attempt_at IS NULL AND received_at < ?1
+        AND (locked_until IS NULL OR locked_until <= ?2)))";
+
+const PRUNE_ONCE: &str = "
+DELETE FROM webhook_events
+WHERE kind = 'once' AND source = ?1 AND processed_at IS NOT NULL AND processed_at < ?2";
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -126,6 +140,7 @@ impl DedupeStore for SqliteStore {
                     .bind(now)
                     .bind(now.saturating_add(ms(lease)))
                     .bind(token.to_string())
+                    .bind(d.kind())
                     .fetch_optional(&pool)
                     .await
                     .map_err(|e| StoreError::new("sqlite claim", e))?;
@@ -156,6 +171,25 @@ impl DedupeStore for SqliteStore {
             }
             Ok(Claim::InFlight {
                 retry_after: Duration::from_secs(1),
+            })
+        })
+    }
+
+    fn renew(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let renewed = sqlx::query(RENEW)
+                .bind(d.source())
+                .bind(d.id())
+                .bind(token.to_string())
+                .bind(now_ms().saturating_add(ms(lease)))
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("sqlite renew", e))?;
+            Ok(if renewed.rows_affected() == 1 {
+                Renewed::Held
+            } else {
+                Renewed::Fenced
             })
         })
     }
@@ -200,6 +234,19 @@ impl DedupeStore for SqliteStore {
             let pruned = sqlx::query(PRUNE)
                 .bind(now.saturating_sub(ms(older_than)))
                 .bind(now)
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("sqlite prune", e))?;
+            Ok(pruned.rows_affected())
+        })
+    }
+
+    fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64> {
+        let (pool, namespace) = (self.pool.clone(), namespace.to_owned());
+        Box::pin(async move {
+            let pruned = sqlx::query(PRUNE_ONCE)
+                .bind(namespace)
+                .bind(now_ms().saturating_sub(ms(older_than)))
                 .execute(&pool)
                 .await
                 .map_err(|e| StoreError::new("sqlite prune", e))?;
