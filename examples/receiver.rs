@@ -6,10 +6,16 @@
 //! - `WEBHOOK_TOLERANCE_SECS`: timestamp tolerance, both ways (default 300);
 //! - `BIND`: the address to listen on (default `127.0.0.1:3000`);
 //! - `DATABASE_URL`: where deliveries are deduplicated — a `postgres://` or `redis://`
-//!   URL; without it, the embedded SQLite file `WEBHOOK_SQLITE` (default `webhooks.db`).
+//!   URL; without it, the embedded SQLite file `WEBHOOK_SQLITE` (default `webhooks.db`);
+//! - `WEBHOOK_LEASE_SECS`: how long a claim holds between renewals (default 60);
+//! - `WEBHOOK_HANDLER_DELAY_MS`: how long the handler waits after its effect before it
+//!   answers (default 0) — a slow handler whose work is already done.
 //!
 //! It serves `POST /webhooks` and prints `handled <event id>` each time its handler runs:
-//! once per event, however often the provider delivers it.
+//! once per event, however often the provider delivers it. With a 1 s lease and a 3 s
+//! delay, a duplicate sent during the run gets 409 (the lease is renewed while the
+//! handler runs), and a client that hangs up mid-run and retries later gets 204: the id
+//! is printed once.
 //!
 //! ```text
 //! cargo run --example receiver
@@ -28,13 +34,13 @@ use tower::ServiceBuilder;
 use tower_webhook::store::{DedupeStore, PgStore, RedisStore, SqliteStore};
 use tower_webhook::{DedupeLayer, Event, Verifier, VerifyWebhookLayer};
 
-pub fn app(verifier: Verifier, store: Arc<dyn DedupeStore>) -> Router {
+pub fn app(verifier: Verifier, dedupe: DedupeLayer, delay: Duration) -> Router {
     Router::new().route(
         "/webhooks",
-        post(handle).layer(
+        post(move |event: Event| handle(event, delay)).layer(
             ServiceBuilder::new()
                 .layer(VerifyWebhookLayer::new(verifier))
-                .layer(DedupeLayer::from_arc(store)),
+                .layer(dedupe),
         ),
     )
 }
@@ -62,28 +68,37 @@ pub async fn store_from_env() -> Result<(Arc<dyn DedupeStore>, String), Box<dyn 
     })
 }
 
-async fn handle(event: Event) -> http::StatusCode {
-    let mut out = std::io::stdout().lock();
-    // Flushed per line: a supervisor or test reading the pipe sees each one at once.
-    let _ = writeln!(out, "handled {}", event.id().unwrap_or("<no id>"));
-    let _ = out.flush();
+async fn handle(event: Event, delay: Duration) -> http::StatusCode {
+    {
+        let mut out = std::io::stdout().lock();
+        // Flushed per line: a supervisor or test reading the pipe sees each one at once.
+        let _ = writeln!(out, "handled {}", event.id().unwrap_or("<no id>"));
+        let _ = out.flush();
+    }
+    tokio::time::sleep(delay).await; // the effect is done; the answer is slow
     http::StatusCode::NO_CONTENT
+}
+
+/// A whole number from the environment, or `default`.
+fn env_number(name: &str, default: u64) -> Result<u64, String> {
+    match std::env::var(name) {
+        Ok(v) => v.parse().map_err(|_| format!("{name}: not a whole number")),
+        Err(_) => Ok(default),
+    }
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (scheme, secrets, dev) = support::scheme_and_secrets()?;
-    let tolerance: u64 = match std::env::var("WEBHOOK_TOLERANCE_SECS") {
-        Ok(v) => v
-            .parse()
-            .map_err(|_| "WEBHOOK_TOLERANCE_SECS: not a whole number")?,
-        Err(_) => 300,
-    };
+    let tolerance = env_number("WEBHOOK_TOLERANCE_SECS", 300)?;
+    let lease = Duration::from_secs(env_number("WEBHOOK_LEASE_SECS", 60)?);
+    let delay = Duration::from_millis(env_number("WEBHOOK_HANDLER_DELAY_MS", 0)?);
     let bind = std::env::var("BIND").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let scheme_name = scheme.name().to_owned();
     let verifier = Verifier::new(scheme, &secrets)?.with_tolerance(Duration::from_secs(tolerance));
 
     let (store, store_name) = store_from_env().await?;
+    let dedupe = DedupeLayer::from_arc(store).with_lease(lease)?;
 
     let listener = tokio::net::TcpListener::bind(&bind).await?;
     let addr = listener.local_addr()?;
@@ -95,7 +110,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
              WEBHOOK_SCHEME={scheme_name} cargo run --example send -- http://{addr}/webhooks"
         );
     }
-    axum::serve(listener, app(verifier, store))
+    axum::serve(listener, app(verifier, dedupe, delay))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })

@@ -118,6 +118,75 @@ async fn receiver_handles_signed_deliveries_once_each_and_refuses_forged_ones() 
 }
 
 #[tokio::test]
+async fn receiver_slow_handler_keeps_its_claim_and_a_hang_up_never_reruns_it() {
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-slow-{}.db",
+        std::process::id()
+    ));
+    // A 1 s lease and a handler that answers 3 s after its effect.
+    let mut child = Command::new(example_binary("receiver"))
+        .env_remove("DATABASE_URL")
+        .env("WEBHOOK_SQLITE", &db)
+        .env("WEBHOOK_SCHEME", "standard")
+        .env("WEBHOOK_SECRETS", SECRET)
+        .env("WEBHOOK_LEASE_SECS", "1")
+        .env("WEBHOOK_HANDLER_DELAY_MS", "3000")
+        .env("BIND", "127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), stderr.next_line())
+        .await
+        .expect("receiver starts")
+        .unwrap()
+        .unwrap();
+    let url = first.split_whitespace().last().unwrap().to_owned();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let deliver = |id: &'static str| {
+        let url = url.clone();
+        async move {
+            let body = event_body(id, "invoice.paid", "in_1");
+            let headers = signed_headers(&Scheme::standard(), SECRET, id, &body);
+            post(&url, headers, body).await.unwrap().0
+        }
+    };
+
+    // The client hangs up half a second into the run (a provider's timeout).
+    let hung_up = tokio::time::timeout(Duration::from_millis(500), deliver("evt_slow")).await;
+    assert!(hung_up.is_err(), "the client gave up mid-handler");
+    assert_eq!(
+        next_line(&mut stdout).await.as_deref(),
+        Some("handled evt_slow")
+    );
+    // Past the 1 s lease, still running: the lease was renewed, so the retry waits.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(deliver("evt_slow").await, StatusCode::CONFLICT);
+    // After the run: recorded as done although nobody was listening for its answer.
+    let mut status = StatusCode::CONFLICT;
+    for _ in 0..40 {
+        status = deliver("evt_slow").await;
+        if status != StatusCode::CONFLICT {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    // The next line is the next event's: `evt_slow` was handled once.
+    let next = tokio::spawn(deliver("evt_after"));
+    assert_eq!(
+        next_line(&mut stdout).await.as_deref(),
+        Some("handled evt_after")
+    );
+    assert_eq!(next.await.unwrap(), StatusCode::NO_CONTENT);
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
+#[tokio::test]
 async fn receiver_without_secrets_explains_how_to_send_a_test_delivery() {
     let db = std::env::temp_dir().join(format!(
         "tower-webhook-receiver-dev-{}.db",
