@@ -111,11 +111,70 @@ async fn once_releases_the_key_of_a_panicking_action(store: Arc<dyn DedupeStore>
     panic!("the panicked action's key was never released");
 }
 
+/// `Once` keys are business keys: the event keys' prune leaves them, `Once::prune` deletes
+/// them by name (and only its own namespace's).
+async fn once_keys_outlive_event_pruning_and_are_pruned_by_name(store: Arc<dyn DedupeStore>) {
+    let fulfil = Once::from_arc(store.clone(), "fulfil-order");
+    let refund = Once::from_arc(store.clone(), "refund");
+    let ok = |_| async { Ok::<_, std::io::Error>(()) };
+    assert_eq!(fulfil.run("order-1", ok).await.unwrap(), Ran::Now(()));
+    assert_eq!(refund.run("order-1", ok).await.unwrap(), Ran::Now(()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    store.prune(Duration::from_millis(10)).await.unwrap();
+    assert_eq!(
+        fulfil.run("order-1", ok).await.unwrap(),
+        Ran::Already,
+        "an event-key prune never frees a business key"
+    );
+    assert_eq!(fulfil.prune(Duration::from_secs(3600)).await.unwrap(), 0);
+    assert_eq!(fulfil.prune(Duration::from_millis(10)).await.unwrap(), 1);
+    assert_eq!(fulfil.run("order-1", ok).await.unwrap(), Ran::Now(()));
+    assert_eq!(
+        refund.run("order-1", ok).await.unwrap(),
+        Ran::Already,
+        "another namespace's keys stay"
+    );
+}
+
+#[tokio::test]
+async fn memory_store_keeps_once_keys_past_its_event_retention() {
+    let store = MemoryStore::new().with_retention(Duration::from_millis(10));
+    let once = Once::new(store.clone(), "fulfil-order");
+    let ok = |_| async { Ok::<_, std::io::Error>(()) };
+    assert_eq!(once.run("order-1", ok).await.unwrap(), Ran::Now(()));
+    let d = tower_webhook::store::Delivery::new("standard", "evt_1");
+    let token = tower_webhook::store::Token::new();
+    store
+        .claim(d.clone(), token, Duration::from_secs(5))
+        .await
+        .unwrap();
+    store.complete(d.clone(), token).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        matches!(
+            store
+                .claim(
+                    d,
+                    tower_webhook::store::Token::new(),
+                    Duration::from_secs(5)
+                )
+                .await,
+            Ok(tower_webhook::store::Claim::New(_))
+        ),
+        "the event key expired with the retention"
+    );
+    assert_eq!(once.run("order-1", ok).await.unwrap(), Ran::Already);
+}
+
 macro_rules! once_suite {
     ($name:ident, $make:expr) => {
         mod $name {
             use super::*;
 
+            #[tokio::test]
+            async fn keys_outlive_event_pruning_and_are_pruned_by_name() {
+                once_keys_outlive_event_pruning_and_are_pruned_by_name($make).await;
+            }
             #[tokio::test]
             async fn runs_an_action_once_per_key() {
                 once_runs_an_action_once_per_key($make).await;

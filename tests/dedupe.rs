@@ -12,6 +12,7 @@ use bytes::Bytes;
 use common::{at, fresh_pg_url, redis_url, request, verifier, NOW};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
+use std::error::Error as _;
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_webhook::dedupe::Deduped;
@@ -37,7 +38,7 @@ impl Calls {
 }
 
 /// Verify + dedupe on `store` + a handler that obeys `x-behave` (`ok`, `fail`, `error`,
-/// `panic`, `slow`).
+/// `panic`, `slow` (300 ms), `slower` (1.2 s)).
 fn stack(store: Arc<dyn DedupeStore>, lease: Duration, calls: Calls) -> Svc {
     let handler = service_fn(move |req: Request<Full<Bytes>>| {
         let calls = calls.clone();
@@ -63,6 +64,10 @@ fn stack(store: Arc<dyn DedupeStore>, lease: Duration, calls: Calls) -> Svc {
                 Some("panic") => panic!("handler panicked"),
                 Some("slow") => {
                     tokio::time::sleep(Duration::from_millis(300)).await;
+                    Ok(Response::new(Full::new(Bytes::from_static(b"handled"))))
+                }
+                Some("slower") => {
+                    tokio::time::sleep(Duration::from_millis(1200)).await;
                     Ok(Response::new(Full::new(Bytes::from_static(b"handled"))))
                 }
                 _ => Ok(Response::new(Full::new(Bytes::from_static(b"handled")))),
@@ -240,6 +245,84 @@ async fn a_client_that_hangs_up_mid_handler_never_reruns_it(store: Arc<dyn Dedup
     assert_eq!(calls.of("evt_drop"), 1, "the handler ran once");
 }
 
+async fn a_slow_handler_renews_its_lease_so_no_duplicate_runs_beside_it(
+    store: Arc<dyn DedupeStore>,
+) {
+    let calls = Calls::default();
+    // The handler runs four times the lease.
+    let svc = stack(store, Duration::from_millis(300), calls.clone());
+    let first = tokio::spawn({
+        let svc = svc.clone();
+        async move { send(&svc, "evt_renewed", "slower").await.status() }
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        send(&svc, "evt_renewed", "ok").await.status(),
+        StatusCode::CONFLICT,
+        "past the first lease, the claim is still held"
+    );
+    assert_eq!(first.await.unwrap(), StatusCode::OK);
+    assert_eq!(
+        send(&svc, "evt_renewed", "ok").await.status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(calls.of("evt_renewed"), 1);
+}
+
+async fn completion_is_idempotent_and_renewal_is_fenced(store: Arc<dyn DedupeStore>) {
+    let d = Delivery::new("standard", "evt_idem");
+    let lease = Duration::from_secs(30);
+    let Claim::New(token) = store.claim(d.clone(), Token::new(), lease).await.unwrap() else {
+        panic!("new")
+    };
+    assert_eq!(
+        store.renew(d.clone(), token, lease).await.unwrap(),
+        Renewed::Held
+    );
+    assert_eq!(
+        store.renew(d.clone(), Token::new(), lease).await.unwrap(),
+        Renewed::Fenced,
+        "another token renews nothing"
+    );
+    assert_eq!(
+        store.complete(d.clone(), token).await.unwrap(),
+        Completed::Done
+    );
+    // The first acknowledgement was lost: the retry is not mistaken for fencing.
+    assert_eq!(
+        store.complete(d.clone(), token).await.unwrap(),
+        Completed::Done
+    );
+    assert_eq!(
+        store.complete(d.clone(), Token::new()).await.unwrap(),
+        Completed::Fenced,
+        "another token still cannot complete it"
+    );
+    store.release(d.clone(), token).await.unwrap(); // a late release undoes nothing
+    assert_eq!(
+        store.renew(d.clone(), token, lease).await.unwrap(),
+        Renewed::Fenced,
+        "a done key is not renewed"
+    );
+    assert_eq!(
+        store.claim(d, Token::new(), lease).await.unwrap(),
+        Claim::Done
+    );
+
+    // Taken over after its lease ran out: the old token's renewal is fenced.
+    let d = Delivery::new("standard", "evt_taken");
+    let short = Duration::from_millis(200);
+    let Claim::New(old) = store.claim(d.clone(), Token::new(), short).await.unwrap() else {
+        panic!("new")
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(matches!(
+        store.claim(d.clone(), Token::new(), lease).await.unwrap(),
+        Claim::New(_)
+    ));
+    assert_eq!(store.renew(d, old, lease).await.unwrap(), Renewed::Fenced);
+}
+
 async fn crashed_claim_frees_itself_when_the_lease_runs_out(store: Arc<dyn DedupeStore>) {
     let calls = Calls::default();
     let svc = stack(store.clone(), Duration::from_secs(30), calls.clone());
@@ -373,6 +456,14 @@ macro_rules! suite {
             #[tokio::test]
             async fn a_client_that_hangs_up_mid_handler_never_reruns_it() {
                 super::a_client_that_hangs_up_mid_handler_never_reruns_it($make).await;
+            }
+            #[tokio::test]
+            async fn a_slow_handler_renews_its_lease_so_no_duplicate_runs_beside_it() {
+                super::a_slow_handler_renews_its_lease_so_no_duplicate_runs_beside_it($make).await;
+            }
+            #[tokio::test]
+            async fn completion_is_idempotent_and_renewal_is_fenced() {
+                super::completion_is_idempotent_and_renewal_is_fenced($make).await;
             }
             #[tokio::test]
             async fn crashed_claim_frees_itself_when_the_lease_runs_out() {
@@ -816,4 +907,99 @@ async fn event_with_an_empty_id_is_a_400_not_a_shared_key() {
     let response = svc.oneshot(delivery("", "ok")).await.unwrap();
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     assert_eq!(calls.of(""), 0);
+}
+
+#[test]
+fn leases_and_run_times_are_validated_when_built() {
+    use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
+    use tower_webhook::ConfigErrorKind;
+    let layer = || DedupeLayer::new(MemoryStore::new());
+    for bad in [
+        Duration::ZERO,
+        Duration::from_millis(99),
+        Duration::from_secs(2 * 86_400),
+    ] {
+        let err = layer().with_lease(bad).unwrap_err();
+        assert_eq!(err.kind(), ConfigErrorKind::InvalidDuration, "{bad:?}");
+        assert!(err.to_string().contains("lease"), "{err}");
+        let once = Once::new(MemoryStore::new(), "n").with_lease(bad);
+        assert_eq!(once.unwrap_err().kind(), ConfigErrorKind::InvalidDuration);
+    }
+    assert!(layer().with_lease(Duration::from_millis(100)).is_ok());
+    assert!(layer().with_max_run(Duration::from_millis(999)).is_err());
+    assert!(layer().with_max_run(Duration::from_secs(1)).is_ok());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let inbox = runtime.block_on(async {
+        let path = temp_sqlite_path();
+        Inbox::sqlite(&SqliteStore::open(path).await.unwrap())
+    });
+    let worker = || Worker::new(&inbox, |_: InboxEvent| async { Ok::<_, String>(()) });
+    assert!(worker().with_lease(Duration::ZERO).is_err());
+    assert!(worker().with_max_run(Duration::ZERO).is_err());
+    assert!(worker().with_lease(Duration::from_secs(5)).is_ok());
+}
+
+/// A Redis of its own on a free port, with the given eviction policy; stopped on drop.
+struct PrivateRedis(std::process::Child, u16);
+
+impl PrivateRedis {
+    fn start(policy: &str) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--maxmemory-policy",
+                policy,
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (.ci/services installs it)");
+        Self(child, port)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.1)
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn redis_store_refuses_a_server_that_may_evict_its_keys() {
+    let redis = PrivateRedis::start("allkeys-lru");
+    let mut refused = None;
+    for _ in 0..100 {
+        match RedisStore::connect(&redis.url()).await {
+            Err(e) if e.to_string() == "redis connect" && e.source().is_some() => {
+                refused = Some(e);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await, // still starting
+            Ok(_) => panic!("an evicting Redis was accepted"),
+        }
+    }
+    let refused = refused.expect("the private Redis answered");
+    let why = std::error::Error::source(&refused).unwrap().to_string();
+    assert!(
+        why.contains("allkeys-lru") && why.contains("noeviction"),
+        "{why}"
+    );
+    // Accepting the risk knowingly: a connection built by hand is not checked.
+    let client = redis::Client::open(redis.url()).unwrap();
+    let connection = redis::aio::ConnectionManager::new(client).await.unwrap();
+    let store = RedisStore::from_connection(connection);
+    assert_eq!(store.eviction_policy().await.unwrap(), "allkeys-lru");
 }
