@@ -219,7 +219,8 @@ impl<S> PgTxDedupe<S> {
 }
 
 /// Response future of [`PgTxDedupe`]: boxed, as it is three database round trips around
-/// the handler (begin and insert, then commit); one allocation is noise beside them.
+/// the handler (begin and insert, then commit); one allocation is noise beside them. The
+/// work runs on a task of its own: dropping this future does not stop it.
 pub type PgTxFuture<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
 
 /// What `Retry-After` says on a 409 or 503 here: the transaction holds no lease to count
@@ -247,7 +248,10 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let (pool, max_wait) = (self.pool.clone(), self.max_wait);
         let delivery = req.extensions().get::<Event>().map(Delivery::from_event);
-        Box::pin(async move {
+        // Its own task: a dropped request (the client hung up) neither rolls back nor
+        // stops a handler that has started; its outcome is committed or rolled back as
+        // if the client had waited.
+        let task = tokio::spawn(async move {
             let delivery = match delivery {
                 None => {
                     return Ok(ResponseBody::text(
@@ -361,6 +365,14 @@ where
             match tx.commit().await {
                 Ok(()) => Ok(response.map(ResponseBody::inner)),
                 Err(e) => Ok(unavailable(e)),
+            }
+        });
+        Box::pin(async move {
+            match task.await {
+                Ok(result) => result,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                // The runtime is shutting down: the transaction rolled back with the task.
+                Err(_) => Ok(Deduped::StoreUnavailable.response(Some(RETRY_AFTER_SECS))),
             }
         })
     }

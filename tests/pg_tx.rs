@@ -306,3 +306,30 @@ async fn shares_the_table_with_pg_store_claims() {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn a_client_that_hangs_up_mid_handler_neither_rolls_back_nor_reruns_it() {
+    let (pool, url, calls) = setup().await;
+    // The client gives up 100 ms into a 300 ms handler: the work goes on and commits.
+    let hung_up = tokio::time::timeout(
+        Duration::from_millis(100),
+        deliver(&url, "evt_hangup", "slow"),
+    )
+    .await;
+    assert!(hung_up.is_err(), "the client gave up mid-handler");
+    let mut status = StatusCode::CONFLICT;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        status = deliver(&url, "evt_hangup", "ok").await;
+        if status == StatusCode::NO_CONTENT && calls.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+    }
+    assert_eq!(status, StatusCode::NO_CONTENT, "the retry is a duplicate");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the handler ran once");
+    assert_eq!(
+        effects(&pool, "evt_hangup").await,
+        1,
+        "its writes committed"
+    );
+}
