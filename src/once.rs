@@ -310,6 +310,116 @@ impl Once {
     }
 }
 
+/// The key's row, done, inside the caller's transaction — or a lease-based claim whose
+/// lease ran out taken over. A concurrent transaction inserting the same key waits on the
+/// unique index, then sees the committed row (already) or nothing (it runs).
+#[cfg(feature = "postgres")]
+const CLAIM_IN_TX: &str = "
+INSERT INTO webhook_events (source, event_id, attempts, processed_at, lock_token, kind)
+VALUES ($1, $2, 1, now(), $3, 'once')
+ON CONFLICT (source, event_id) DO UPDATE SET
+    processed_at = now(), locked_until = NULL, lock_token = $3,
+    attempts = webhook_events.attempts + 1
+WHERE webhook_events.processed_at IS NULL
+  AND (webhook_events.locked_until IS NULL OR webhook_events.locked_until <= clock_timestamp())
+RETURNING 1";
+
+/// Why the claim in the transaction took nothing: done, or claimed by a live `run`.
+#[cfg(feature = "postgres")]
+const STATE_IN_TX: &str = "
+SELECT processed_at IS NOT NULL,
+       (EXTRACT(EPOCH FROM (locked_until - clock_timestamp())) * 1000)::float8
+FROM webhook_events WHERE source = $1 AND event_id = $2";
+
+#[cfg(feature = "postgres")]
+impl Once {
+    /// Runs `action` unless it already ran for `key`, recording the key **in `tx`**: the
+    /// key is done exactly when the transaction commits, together with the action's own
+    /// writes (make them through the same [`PgTx`](crate::pg_tx::PgTx)). For a
+    /// [`Worker::transactional`](crate::inbox::Worker::transactional) processor or a
+    /// handler behind [`PgTxDedupeLayer`](crate::pg_tx::PgTxDedupeLayer).
+    ///
+    /// The key and the action's writes sit in a savepoint: a failed action rolls back to
+    /// it (the key is not done, the transaction goes on), so the caller may still commit
+    /// its other work. A transaction that rolls back later takes the key with it, and the
+    /// retry runs the action again — its writes were rolled back too. A concurrent
+    /// transaction with the same key waits for this one to end.
+    ///
+    /// The keys live in the same table as [`run`](Self::run)'s, on the transaction's
+    /// database: use one `Once` namespace with a [`PgStore`](crate::store::PgStore) on the
+    /// same database to mix the two.
+    ///
+    /// # Errors
+    ///
+    /// [`OnceError::Action`] when the action fails (rolled back to the savepoint);
+    /// [`OnceError::Store`] when a statement fails (the transaction is then aborted: let
+    /// it roll back).
+    pub async fn run_in<F, Fut, T, E>(
+        &self,
+        tx: &crate::pg_tx::PgTx,
+        key: &str,
+        action: F,
+    ) -> Result<Ran<T>, OnceError<E>>
+    where
+        F: FnOnce(IdempotencyKey) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let store = |e| OnceError::Store(StoreError::new("once in transaction", e));
+        let claimed = {
+            let mut conn = tx.lock().await;
+            sqlx::query("SAVEPOINT tower_webhook_once")
+                .execute(&mut **conn)
+                .await
+                .map_err(store)?;
+            let inserted = sqlx::query(CLAIM_IN_TX)
+                .bind(self.namespace.as_ref())
+                .bind(key)
+                .bind(Token::new().as_uuid())
+                .fetch_optional(&mut **conn)
+                .await
+                .map_err(store)?;
+            if inserted.is_none() {
+                let (done, remaining_ms): (bool, Option<f64>) = sqlx::query_as(STATE_IN_TX)
+                    .bind(self.namespace.as_ref())
+                    .bind(key)
+                    .fetch_one(&mut **conn)
+                    .await
+                    .map_err(store)?;
+                sqlx::query("RELEASE SAVEPOINT tower_webhook_once")
+                    .execute(&mut **conn)
+                    .await
+                    .map_err(store)?;
+                Some(if done {
+                    Ran::Already
+                } else {
+                    let ms = remaining_ms.unwrap_or(1000.0).max(1.0);
+                    Ran::InProgress {
+                        retry_after: Duration::from_secs_f64(ms / 1000.0),
+                    }
+                })
+            } else {
+                None
+            }
+        };
+        if let Some(answer) = claimed {
+            return Ok(answer);
+        }
+        let outcome = action(self.idempotency_key(key)).await;
+        let mut conn = tx.lock().await;
+        if outcome.is_err() {
+            sqlx::query("ROLLBACK TO SAVEPOINT tower_webhook_once")
+                .execute(&mut **conn)
+                .await
+                .map_err(store)?;
+        }
+        sqlx::query("RELEASE SAVEPOINT tower_webhook_once")
+            .execute(&mut **conn)
+            .await
+            .map_err(store)?;
+        outcome.map(Ran::Now).map_err(OnceError::Action)
+    }
+}
+
 impl fmt::Debug for Once {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Once")

@@ -1354,3 +1354,82 @@ async fn postgres_events_dedupe_left_unfinished_are_processed_after_a_switch() {
     let inbox = Inbox::postgres(&store);
     events_dedupe_left_unfinished_are_processed_after_a_switch(Arc::new(store), inbox).await;
 }
+
+/// `Once::run_in` inside a transactional processor: the business key is recorded in the
+/// processor's transaction, so a rolled-back attempt leaves the key free (its effect was
+/// rolled back too), and two events about one order fulfil it once.
+#[tokio::test]
+async fn once_in_a_transactional_processor_is_done_exactly_when_it_commits() {
+    let (inbox, pool) = postgres_with_effects().await;
+    let once = Once::new(PgStore::from_migrated_pool(pool.clone()), "fulfil");
+    let ran: Arc<Mutex<Vec<(String, u32, String)>>> = Arc::default();
+    let worker = Worker::transactional(&inbox, {
+        let (once, ran) = (once.clone(), ran.clone());
+        move |e: InboxEvent, tx: PgTx| {
+            let (once, ran) = (once.clone(), ran.clone());
+            async move {
+                // Both events are about order 7.
+                let outcome = once
+                    .run_in(&tx, "order-7", |key| {
+                        let tx = tx.clone();
+                        let id = e.id.clone();
+                        async move {
+                            sqlx::query("INSERT INTO effects VALUES ($1, $2)")
+                                .bind(format!("order-7 by {id} with {key}"))
+                                .bind(e.attempt as i32)
+                                .execute(&mut **tx.lock().await)
+                                .await
+                                .map(|_| ())
+                        }
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                ran.lock()
+                    .unwrap()
+                    .push((e.id.clone(), e.attempt, format!("{outcome:?}")));
+                if e.id == "evt_paid" && e.attempt == 1 {
+                    return Err("the provider's API timed out after the effect".to_owned());
+                }
+                Ok::<_, String>(())
+            }
+        }
+    })
+    .with_poll_interval(Duration::from_millis(20))
+    .spawn();
+    deliver(&inbox, "evt_paid").await;
+    eventually("evt_paid processed", async || {
+        inbox.counts().await.unwrap().processed == 1
+    })
+    .await;
+    deliver(&inbox, "evt_charge").await;
+    eventually("evt_charge processed", async || {
+        inbox.counts().await.unwrap().processed == 2
+    })
+    .await;
+    worker.shutdown().await;
+    let ran = ran.lock().unwrap().clone();
+    assert_eq!(
+        ran,
+        vec![
+            ("evt_paid".into(), 1, "Now(())".into()),
+            (
+                "evt_paid".into(),
+                2,
+                "Now(())".into(),
+                // ^ attempt 1 rolled back: its key went with it, so the action runs again
+            ),
+            ("evt_charge".into(), 1, "Already".into()),
+        ]
+    );
+    let committed: Vec<(String, i32)> =
+        sqlx::query_as("SELECT event_id, attempt FROM effects ORDER BY attempt")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let key = once.idempotency_key("order-7");
+    assert_eq!(
+        committed,
+        vec![(format!("order-7 by evt_paid with {key}"), 2)],
+        "one effect, from the attempt that committed"
+    );
+}
