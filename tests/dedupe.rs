@@ -1003,3 +1003,66 @@ async fn redis_store_refuses_a_server_that_may_evict_its_keys() {
     let store = RedisStore::from_connection(connection);
     assert_eq!(store.eviction_policy().await.unwrap(), "allkeys-lru");
 }
+
+/// SQLite leases follow the wall clock: a running attempt renews every third of its lease,
+/// so a forward step below two thirds of the lease never frees its claim (the documented
+/// bound); a larger one does, and the late attempt is then fenced; a backward step only
+/// delays a takeover.
+#[tokio::test]
+async fn sqlite_leases_hold_through_a_clock_step_below_two_thirds_of_the_lease() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let offset_ms = Arc::new(AtomicI64::new(0));
+    let clock = {
+        let offset_ms = offset_ms.clone();
+        move || {
+            let offset = offset_ms.load(Ordering::SeqCst);
+            let base = at(NOW);
+            if offset >= 0 {
+                base + Duration::from_millis(offset.unsigned_abs())
+            } else {
+                base - Duration::from_millis(offset.unsigned_abs())
+            }
+        }
+    };
+    let store = SqliteStore::open(temp_sqlite_path())
+        .await
+        .unwrap()
+        .with_clock(clock);
+    let (lease, d) = (
+        Duration::from_secs(3),
+        Delivery::new("standard", "evt_step"),
+    );
+    let Claim::New(token) = store.claim(d.clone(), Token::new(), lease).await.unwrap() else {
+        panic!("new")
+    };
+    // A third of the lease later the attempt renews (the heartbeat's schedule).
+    offset_ms.store(1_000, Ordering::SeqCst);
+    assert_eq!(
+        store.renew(d.clone(), token, lease).await.unwrap(),
+        Renewed::Held
+    );
+    // The clock steps forward by just under two thirds of the lease, before the next beat.
+    offset_ms.store(1_000 + 1_999, Ordering::SeqCst);
+    assert!(matches!(
+        store.claim(d.clone(), Token::new(), lease).await.unwrap(),
+        Claim::InFlight { .. }
+    ));
+    // A backward step of a whole lease: still held, a retry only waits longer.
+    offset_ms.store(-2_000, Ordering::SeqCst);
+    assert!(matches!(
+        store.claim(d.clone(), Token::new(), lease).await.unwrap(),
+        Claim::InFlight { .. }
+    ));
+    // Past the bound (a step beyond the renewed lease): another attempt takes the key,
+    // and the first one's outcome is fenced.
+    offset_ms.store(1_000 + 3_001, Ordering::SeqCst);
+    assert!(matches!(
+        store.claim(d.clone(), Token::new(), lease).await.unwrap(),
+        Claim::New(_)
+    ));
+    assert_eq!(
+        store.renew(d.clone(), token, lease).await.unwrap(),
+        Renewed::Fenced
+    );
+    assert_eq!(store.complete(d, token).await.unwrap(), Completed::Fenced);
+}

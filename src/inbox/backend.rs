@@ -286,7 +286,7 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
                     .bind(now),
                     Outcome::Retry(error, after) => sqlx::query(sqlx::AssertSqlSafe(format!(
                         "UPDATE webhook_events SET next_attempt_at = ?4, processing_error = ?5,
-                         locked_until = NULL, lock_token = NULL {KEY}"
+                         locked_until = NULL, lock_token = NULL {KEY} AND processed_at IS NULL"
                     )))
                     .bind(source)
                     .bind(id)
@@ -295,7 +295,7 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
                     .bind(error),
                     Outcome::Dead(error) => sqlx::query(sqlx::AssertSqlSafe(format!(
                         "UPDATE webhook_events SET dead_at = ?4, processing_error = ?5,
-                         locked_until = NULL, lock_token = NULL {KEY}"
+                         locked_until = NULL, lock_token = NULL {KEY} AND processed_at IS NULL"
                     )))
                     .bind(source)
                     .bind(id)
@@ -577,7 +577,7 @@ RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body,
                         .bind(token.as_uuid()),
                     Outcome::Retry(error, after) => sqlx::query(sqlx::AssertSqlSafe(format!(
                         "UPDATE webhook_events SET next_attempt_at = now() + make_interval(secs => $5),
-                         processing_error = $4, locked_until = NULL, lock_token = NULL {KEY}"
+                         processing_error = $4, locked_until = NULL, lock_token = NULL {KEY} AND processed_at IS NULL"
                     )))
                     .bind(source)
                     .bind(id)
@@ -586,7 +586,7 @@ RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body,
                     .bind(after.as_secs_f64()),
                     Outcome::Dead(error) => sqlx::query(sqlx::AssertSqlSafe(format!(
                         "UPDATE webhook_events SET dead_at = now(), processing_error = $4,
-                         locked_until = NULL, lock_token = NULL {KEY}"
+                         locked_until = NULL, lock_token = NULL {KEY} AND processed_at IS NULL"
                     )))
                     .bind(source)
                     .bind(id)

@@ -1,0 +1,1005 @@
+//! Exactly once under every fault: deterministic fault injection around the memory store.
+//!
+//! [`FaultStore`] wraps a [`MemoryStore`] and, on a script set per operation (claim,
+//! renew, complete, release), fails a call, lets it land only once a [`Gate`] the test
+//! holds opens, answers it only once the gate opens (the effect has landed), or lets it
+//! land and loses the acknowledgement. It counts the calls per operation. Gates, not
+//! sleeps, decide where each test stands; the only real time is the stores' wall-clock
+//! leases, and every wait on it is a bounded polling loop.
+//!
+//! What it proves, for `DedupeLayer` (statuses and handler runs) and for `Once::run`
+//! (outcomes and action runs):
+//!
+//! - dropping the caller's future at every await point — while the claim is answered
+//!   late, before a claim lands, while the handler runs, while a renewal is on the wire,
+//!   before "done" lands, while the answer to "done" is late — never runs the effect
+//!   twice, never loses it: across the dropped attempt and the redeliveries it runs
+//!   exactly once (a redelivery gets 204 / `Ran::Already` if it had started, and runs it
+//!   if it had not);
+//! - a completion whose acknowledgement was lost is retried and answered as done: a 2xx
+//!   with no [`ClaimLost`], and the redelivery is a 204;
+//! - a completion the store never hears before the lease ends is reported
+//!   (`ClaimLost::Unrecorded`, `Ran::Lost`), and the key frees itself with the lease;
+//! - renewals keep a claim for many leases; without them, a redelivery takes the key over
+//!   after the lease and the first attempt's response says so (`ClaimLost::TakenOver`);
+//! - a failing claim is a 503 with `Retry-After` (a `OnceError::Store`) and runs nothing;
+//!   a claim whose acknowledgement was lost is released at once, not left to its lease;
+//!   a failing release leaves the key to its lease;
+//! - the memory store completes idempotently under one token and fences a stale renewal.
+
+mod common;
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{at, request, verifier, NOW};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tower::util::BoxCloneSyncService;
+use tower::{service_fn, ServiceBuilder, ServiceExt};
+use tower_webhook::dedupe::{ClaimLost, Deduped};
+use tower_webhook::once::{IdempotencyKey, Once, OnceError, Ran};
+use tower_webhook::store::{
+    Claim, Completed, DedupeStore, Delivery, MemoryStore, Renewed, StoreError, StoreFuture, Token,
+};
+use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const EVENT_ID: &str = "evt_fault";
+const ORDER: &str = "order-7";
+/// The bound on every wait: far above what a step takes, and it keeps a test that hangs
+/// from hanging the suite.
+const BOUND: Duration = Duration::from_secs(2);
+/// A lease no test outlives: a claim that is not released by hand stays put.
+const LONG_LEASE: Duration = Duration::from_secs(60);
+
+// ---- gates ----
+
+/// A door the test holds: calls that reach it wait until it opens; the test can wait for
+/// the `n`th arrival.
+#[derive(Clone)]
+struct Gate(Arc<watch::Sender<GateState>>);
+
+#[derive(Clone, Copy, Default)]
+struct GateState {
+    open: bool,
+    arrived: usize,
+}
+
+impl Gate {
+    fn closed() -> Self {
+        Self(Arc::new(watch::Sender::new(GateState::default())))
+    }
+
+    fn opened() -> Self {
+        let gate = Self::closed();
+        gate.open();
+        gate
+    }
+
+    fn open(&self) {
+        self.0.send_modify(|s| s.open = true);
+    }
+
+    /// Arrives, then waits until the gate is open.
+    async fn pass(&self) {
+        self.0.send_modify(|s| s.arrived += 1);
+        let mut state = self.0.subscribe();
+        state.wait_for(|s| s.open).await.expect("the gate lives");
+    }
+
+    /// Resolves once `n` calls have arrived (whether or not they went through).
+    async fn arrived(&self, n: usize) {
+        let mut state = self.0.subscribe();
+        state
+            .wait_for(|s| s.arrived >= n)
+            .await
+            .expect("the gate lives");
+    }
+
+    fn arrivals(&self) -> usize {
+        self.0.borrow().arrived
+    }
+}
+
+// ---- the faulty store ----
+
+/// A store operation that can be faulted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Op {
+    Claim,
+    Renew,
+    Complete,
+    Release,
+}
+
+impl Op {
+    fn failure(self) -> &'static str {
+        match self {
+            Op::Claim => "injected fault: claim",
+            Op::Renew => "injected fault: renew",
+            Op::Complete => "injected fault: complete",
+            Op::Release => "injected fault: release",
+        }
+    }
+}
+
+/// What one call meets.
+#[derive(Clone)]
+enum Fault {
+    /// Applied and answered at once.
+    Pass,
+    /// Answered with a `StoreError`; the store is untouched.
+    Fail,
+    /// Applied, then answered with a `StoreError`: the acknowledgement is lost.
+    LoseAck,
+    /// Applied and answered once the gate opens (a statement that lands late; dropped
+    /// before that, it never lands).
+    LandLate(Gate),
+    /// Applied at once, answered once the gate opens (the answer comes late).
+    AnswerLate(Gate),
+}
+
+#[derive(Default)]
+struct Plan {
+    /// What the next calls meet, in order.
+    next: VecDeque<Fault>,
+    /// What every call after those meets (`None`: `Pass`).
+    then: Option<Fault>,
+}
+
+/// A [`MemoryStore`] with faults on a schedule, counting the calls per operation.
+#[derive(Clone)]
+struct FaultStore {
+    inner: MemoryStore,
+    plans: Arc<Mutex<HashMap<Op, Plan>>>,
+    calls: Arc<Mutex<HashMap<Op, usize>>>,
+}
+
+impl FaultStore {
+    fn new() -> Self {
+        Self {
+            inner: MemoryStore::new(),
+            plans: Arc::default(),
+            calls: Arc::default(),
+        }
+    }
+
+    /// The next calls of `op` meet `faults`, in order; later ones meet what they met before.
+    fn script(&self, op: Op, faults: impl IntoIterator<Item = Fault>) {
+        let mut plans = self.plans.lock().unwrap();
+        plans.entry(op).or_default().next.extend(faults);
+    }
+
+    /// Every call of `op` after its script meets `fault`.
+    fn always(&self, op: Op, fault: Fault) {
+        self.plans.lock().unwrap().entry(op).or_default().then = Some(fault);
+    }
+
+    /// Calls of `op` pass from now on.
+    fn heal(&self, op: Op) {
+        self.plans.lock().unwrap().remove(&op);
+    }
+
+    /// How many calls of `op` were made.
+    fn calls(&self, op: Op) -> usize {
+        self.calls.lock().unwrap().get(&op).copied().unwrap_or(0)
+    }
+
+    /// Counts a call of `op` and picks the fault it meets.
+    fn fault(&self, op: Op) -> Fault {
+        *self.calls.lock().unwrap().entry(op).or_default() += 1;
+        let mut plans = self.plans.lock().unwrap();
+        let Some(plan) = plans.get_mut(&op) else {
+            return Fault::Pass;
+        };
+        plan.next
+            .pop_front()
+            .or_else(|| plan.then.clone())
+            .unwrap_or(Fault::Pass)
+    }
+
+    /// Runs `call` on the memory store (which applies it when called) as the fault says.
+    fn inject<T: Send + 'static>(
+        &self,
+        op: Op,
+        call: impl FnOnce(&MemoryStore) -> StoreFuture<T> + Send + 'static,
+    ) -> StoreFuture<T> {
+        let inner = self.inner.clone();
+        match self.fault(op) {
+            Fault::Pass => call(&inner),
+            Fault::Fail => Box::pin(std::future::ready(Err(StoreError::message(op.failure())))),
+            Fault::LoseAck => {
+                let landed = call(&inner);
+                Box::pin(async move {
+                    let _ = landed.await;
+                    Err(StoreError::message(op.failure()))
+                })
+            }
+            Fault::LandLate(gate) => Box::pin(async move {
+                gate.pass().await;
+                call(&inner).await
+            }),
+            Fault::AnswerLate(gate) => {
+                let landed = call(&inner);
+                Box::pin(async move {
+                    let answer = landed.await;
+                    gate.pass().await;
+                    answer
+                })
+            }
+        }
+    }
+}
+
+impl DedupeStore for FaultStore {
+    fn claim(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
+        self.inject(Op::Claim, move |s| s.claim(delivery, token, lease))
+    }
+    fn renew(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed> {
+        self.inject(Op::Renew, move |s| s.renew(delivery, token, lease))
+    }
+    fn complete(&self, delivery: Delivery, token: Token) -> StoreFuture<Completed> {
+        self.inject(Op::Complete, move |s| s.complete(delivery, token))
+    }
+    fn release(&self, delivery: Delivery, token: Token) -> StoreFuture<()> {
+        self.inject(Op::Release, move |s| s.release(delivery, token))
+    }
+    fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
+        self.inner.prune(older_than)
+    }
+    fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64> {
+        self.inner.prune_once(namespace, older_than)
+    }
+}
+
+// ---- helpers ----
+
+/// `future`, or a panic naming `what` after [`BOUND`].
+async fn within<F: Future>(what: &str, future: F) -> F::Output {
+    match tokio::time::timeout(BOUND, future).await {
+        Ok(output) => output,
+        Err(_) => panic!("{what}: not within {BOUND:?}"),
+    }
+}
+
+/// Waits until the abandoned claim of a future dropped mid-claim has been released (the
+/// release runs on a task of its own once the claim's answer comes).
+async fn abandoned_claim_released(store: &FaultStore) {
+    within("the abandoned claim to be released", async {
+        while store.calls(Op::Release) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+/// Polls `future` until `point` is reached, then drops it there: a client that hung up, a
+/// timeout that fired, a worker stopped mid-event.
+async fn drop_at<F>(future: F, point: impl Future<Output = ()>)
+where
+    F: Future,
+    F::Output: Debug,
+{
+    let mut future = pin!(future);
+    within("reaching the drop point", async {
+        tokio::select! {
+            biased;
+            () = point => {}
+            output = &mut future => panic!("finished before the drop point: {output:?}"),
+        }
+    })
+    .await;
+    // `future` is dropped here, mid-flight.
+}
+
+/// Where a caller's future is dropped, and what the first attempt waits on there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Point {
+    /// The claim has landed; its answer is late.
+    ClaimAnswer,
+    /// The claim is on the wire and has not landed.
+    ClaimLanding,
+    /// The handler (action) has started and runs.
+    Work,
+    /// The handler runs and a renewal of its claim is on the wire.
+    Renew,
+    /// The handler has succeeded; "done" is on the wire and has not landed.
+    CompleteLanding,
+    /// The handler has succeeded; "done" has landed, its answer is late.
+    CompleteAnswer,
+}
+
+impl Point {
+    /// Whether the effect had started when the future was dropped.
+    fn started(self) -> bool {
+        !matches!(self, Point::ClaimAnswer | Point::ClaimLanding)
+    }
+
+    /// Long, so a claim left behind would block every redelivery of the test; short
+    /// where a renewal must come soon.
+    fn lease(self) -> Duration {
+        match self {
+            Point::Renew => Duration::from_millis(600),
+            _ => LONG_LEASE,
+        }
+    }
+
+    /// The gate the first attempt's handler (action) waits on.
+    fn work(self, stall: &Gate) -> Gate {
+        match self {
+            Point::Work => stall.clone(),
+            Point::Renew => Gate::closed(),
+            _ => Gate::opened(),
+        }
+    }
+
+    /// Arms `store` so the first attempt's call at this point stops on `stall`.
+    fn arm(self, store: &FaultStore, stall: &Gate) {
+        let (op, fault) = match self {
+            Point::ClaimAnswer => (Op::Claim, Fault::AnswerLate(stall.clone())),
+            Point::ClaimLanding => (Op::Claim, Fault::LandLate(stall.clone())),
+            Point::Work => return,
+            Point::Renew => (Op::Renew, Fault::LandLate(stall.clone())),
+            Point::CompleteLanding => (Op::Complete, Fault::LandLate(stall.clone())),
+            Point::CompleteAnswer => (Op::Complete, Fault::AnswerLate(stall.clone())),
+        };
+        store.script(op, [fault]);
+    }
+}
+
+// ---- DedupeLayer ----
+
+type Svc = BoxCloneSyncService<Request<Full<Bytes>>, Response<Bytes>, std::io::Error>;
+
+/// Verify + dedupe on a [`FaultStore`] + a handler that counts its runs as it starts and
+/// obeys `x-behave`: `ok`, `wait` (until the `work` gate opens), `fail` (a 500).
+struct Webhooks {
+    store: FaultStore,
+    svc: Svc,
+    effects: Arc<AtomicUsize>,
+    work: Gate,
+}
+
+impl Webhooks {
+    fn new(lease: Duration, work: Gate) -> Self {
+        let store = FaultStore::new();
+        let effects = Arc::new(AtomicUsize::new(0));
+        let handler = service_fn({
+            let (effects, work) = (effects.clone(), work.clone());
+            move |req: Request<Full<Bytes>>| {
+                let (effects, work) = (effects.clone(), work.clone());
+                async move {
+                    effects.fetch_add(1, Ordering::SeqCst);
+                    assert!(req.extensions().get::<Event>().is_some(), "verified first");
+                    match req.headers()["x-behave"].to_str().unwrap() {
+                        "wait" => work.pass().await,
+                        "fail" => {
+                            return Ok::<_, std::io::Error>(
+                                Response::builder()
+                                    .status(StatusCode::INTERNAL_SERVER_ERROR)
+                                    .body(Full::new(Bytes::new()))
+                                    .unwrap(),
+                            )
+                        }
+                        _ => {}
+                    }
+                    Ok(Response::new(Full::new(Bytes::from_static(b"handled"))))
+                }
+            }
+        });
+        let svc = ServiceBuilder::new()
+            .layer(VerifyWebhookLayer::new(verifier(
+                Scheme::standard(),
+                &[SECRET],
+            )))
+            .layer(
+                DedupeLayer::from_arc(Arc::new(store.clone()))
+                    .with_lease(lease)
+                    .unwrap(),
+            )
+            .service(handler);
+        type Body =
+            tower_webhook::dedupe::ResponseBody<tower_webhook::dedupe::ResponseBody<Full<Bytes>>>;
+        let svc = BoxCloneSyncService::new(ServiceExt::<Request<Full<Bytes>>>::then(
+            svc,
+            |result: Result<Response<Body>, std::io::Error>| async move {
+                let (parts, body) = result?.into_parts();
+                let bytes = body.collect().await.expect("a whole body").to_bytes();
+                Ok(Response::from_parts(parts, bytes))
+            },
+        ));
+        Self {
+            store,
+            svc,
+            effects,
+            work,
+        }
+    }
+
+    /// A signed delivery of the test's event, sent; `'static`, to be spawned or dropped.
+    fn send(&self, behave: &'static str) -> impl Future<Output = Response<Bytes>> + Send {
+        let body = format!(r#"{{"type":"order.paid","data":{{"id":"{EVENT_ID}"}}}}"#);
+        let mut headers: HeaderMap = Scheme::standard()
+            .sign([SECRET], EVENT_ID, at(NOW), body.as_bytes())
+            .unwrap();
+        headers.insert("x-behave", HeaderValue::from_static(behave));
+        let svc = self.svc.clone();
+        async move { svc.oneshot(request(headers, body)).await.unwrap() }
+    }
+
+    /// Redelivers until the answer is no longer 409 (the key is no longer held).
+    async fn settle(&self) -> Response<Bytes> {
+        within("the key to be let go", async {
+            loop {
+                let response = self.send("ok").await;
+                if response.status() != StatusCode::CONFLICT {
+                    return response;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+    }
+
+    fn effects(&self) -> usize {
+        self.effects.load(Ordering::SeqCst)
+    }
+}
+
+/// Drops a delivery's response future at `point`, then redelivers: while the first
+/// attempt is stalled there, and after it goes on.
+async fn dedupe_dropped_at(point: Point) {
+    let stall = Gate::closed();
+    let work = point.work(&stall);
+    let hooks = Webhooks::new(point.lease(), work.clone());
+    point.arm(&hooks.store, &stall);
+
+    drop_at(hooks.send("wait"), stall.arrived(1)).await;
+    let started = usize::from(point.started());
+    assert_eq!(
+        hooks.effects(),
+        started,
+        "{point:?}: started before the drop?"
+    );
+
+    // A redelivery while the dropped attempt is still stalled there.
+    let meanwhile = hooks.send("ok").await.status();
+    let expected = match point {
+        // The claim landed (its answer is late): the key is held.
+        Point::ClaimAnswer => StatusCode::CONFLICT,
+        // Nothing landed: the redelivery claims the key and runs the handler.
+        Point::ClaimLanding => StatusCode::OK,
+        // The handler runs (or "done" has not landed): the key is held.
+        Point::Work | Point::Renew | Point::CompleteLanding => StatusCode::CONFLICT,
+        // "Done" landed: the event is handled.
+        Point::CompleteAnswer => StatusCode::NO_CONTENT,
+    };
+    assert_eq!(meanwhile, expected, "{point:?}: redelivered while stalled");
+
+    stall.open();
+    work.open();
+    if !point.started() {
+        abandoned_claim_released(&hooks.store).await;
+    }
+    let after = hooks.settle().await;
+    let expected = match point {
+        // The dropped attempt's claim was released: the handler runs now, once.
+        Point::ClaimAnswer => StatusCode::OK,
+        _ => StatusCode::NO_CONTENT,
+    };
+    assert_eq!(after.status(), expected, "{point:?}: redelivered after");
+    assert_eq!(
+        hooks.send("ok").await.status(),
+        StatusCode::NO_CONTENT,
+        "{point:?}: and once more"
+    );
+    assert_eq!(
+        hooks.effects(),
+        1,
+        "{point:?}: the handler ran exactly once"
+    );
+}
+
+#[tokio::test]
+async fn dedupe_dropped_while_the_claim_answer_is_late_releases_it_and_the_redelivery_runs_once() {
+    dedupe_dropped_at(Point::ClaimAnswer).await;
+}
+
+#[tokio::test]
+async fn dedupe_dropped_before_the_claim_lands_lets_the_redelivery_run_once_and_the_late_claim_changes_nothing(
+) {
+    dedupe_dropped_at(Point::ClaimLanding).await;
+}
+
+#[tokio::test]
+async fn dedupe_dropped_while_the_handler_runs_finishes_it_and_never_reruns_it() {
+    dedupe_dropped_at(Point::Work).await;
+}
+
+#[tokio::test]
+async fn dedupe_dropped_while_a_renewal_is_on_the_wire_never_reruns_the_handler() {
+    dedupe_dropped_at(Point::Renew).await;
+}
+
+#[tokio::test]
+async fn dedupe_dropped_before_done_lands_still_records_it_and_never_reruns_the_handler() {
+    dedupe_dropped_at(Point::CompleteLanding).await;
+}
+
+#[tokio::test]
+async fn dedupe_dropped_while_the_done_answer_is_late_never_reruns_the_handler() {
+    dedupe_dropped_at(Point::CompleteAnswer).await;
+}
+
+#[tokio::test]
+async fn dedupe_complete_whose_ack_was_lost_is_retried_and_answers_2xx_without_claim_lost() {
+    let hooks = Webhooks::new(LONG_LEASE, Gate::opened());
+    hooks.store.script(Op::Complete, [Fault::LoseAck]);
+    let response = within("the handler's answer", hooks.send("ok")).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.body(), "handled");
+    assert_eq!(response.extensions().get::<ClaimLost>(), None);
+    assert_eq!(
+        hooks.store.calls(Op::Complete),
+        2,
+        "the lost acknowledgement, then the retry"
+    );
+    let again = hooks.send("ok").await;
+    assert_eq!(again.status(), StatusCode::NO_CONTENT);
+    assert_eq!(again.extensions().get::<Deduped>(), Some(&Deduped::Done));
+    assert_eq!(hooks.effects(), 1);
+}
+
+#[tokio::test]
+async fn dedupe_complete_failing_until_the_lease_ends_reports_unrecorded_and_the_key_frees_itself()
+{
+    let lease = Duration::from_millis(300);
+    let hooks = Webhooks::new(lease, Gate::opened());
+    hooks.store.always(Op::Complete, Fault::Fail);
+    let response = within("the handler's answer", hooks.send("ok")).await;
+    assert_eq!(response.status(), StatusCode::OK, "the handler's own 2xx");
+    assert_eq!(
+        response.extensions().get::<ClaimLost>(),
+        Some(&ClaimLost::Unrecorded)
+    );
+    assert!(
+        hooks.store.calls(Op::Complete) >= 2,
+        "retried while the lease lasted: {}",
+        hooks.store.calls(Op::Complete)
+    );
+    // As `Unrecorded` says: nothing is done, the key frees itself with its lease, and a
+    // later redelivery runs the handler again.
+    hooks.store.heal(Op::Complete);
+    let retried = hooks.settle().await;
+    assert_eq!(retried.status(), StatusCode::OK);
+    assert_eq!(retried.extensions().get::<ClaimLost>(), None);
+    assert_eq!(hooks.effects(), 2);
+    assert_eq!(hooks.send("ok").await.status(), StatusCode::NO_CONTENT);
+}
+
+#[tokio::test]
+async fn dedupe_without_renewals_a_redelivery_takes_over_after_the_lease_and_the_first_reports_taken_over(
+) {
+    let lease = Duration::from_millis(300);
+    let hooks = Webhooks::new(lease, Gate::closed());
+    hooks.store.always(Op::Renew, Fault::Fail);
+    let first = tokio::spawn(hooks.send("wait"));
+    within("the first handler to start", hooks.work.arrived(1)).await;
+    assert_eq!(
+        hooks.send("ok").await.status(),
+        StatusCode::CONFLICT,
+        "held while the lease lasts"
+    );
+    // The store hears no renewal: once the lease runs out, a redelivery takes the key.
+    let second = hooks.settle().await;
+    assert_eq!(second.status(), StatusCode::OK, "taken over");
+    assert_eq!(second.extensions().get::<ClaimLost>(), None);
+    assert!(hooks.store.calls(Op::Renew) >= 1, "renewals were tried");
+    assert_eq!(hooks.effects(), 2);
+
+    hooks.work.open();
+    let first = within("the first handler's answer", first).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK, "the handler's own 2xx");
+    assert_eq!(
+        first.extensions().get::<ClaimLost>(),
+        Some(&ClaimLost::TakenOver)
+    );
+    assert_eq!(hooks.send("ok").await.status(), StatusCode::NO_CONTENT);
+    assert_eq!(hooks.effects(), 2);
+}
+
+#[tokio::test]
+async fn dedupe_renewals_keep_the_claim_for_four_leases_so_duplicates_get_409_and_it_runs_once() {
+    let lease = Duration::from_millis(400);
+    let hooks = Webhooks::new(lease, Gate::closed());
+    let first = tokio::spawn(hooks.send("wait"));
+    within("the handler to start", hooks.work.arrived(1)).await;
+    let until = Instant::now() + lease * 4;
+    let mut duplicates = 0;
+    while Instant::now() < until {
+        let duplicate = hooks.send("ok").await;
+        assert_eq!(
+            duplicate.status(),
+            StatusCode::CONFLICT,
+            "after {duplicates}"
+        );
+        assert!(duplicate.headers().contains_key("retry-after"));
+        duplicates += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(duplicates >= 4, "{duplicates}");
+    assert!(
+        hooks.store.calls(Op::Renew) >= 4,
+        "renewed every third of the lease: {}",
+        hooks.store.calls(Op::Renew)
+    );
+    hooks.work.open();
+    let first = within("the handler's answer", first).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(first.extensions().get::<ClaimLost>(), None);
+    assert_eq!(hooks.send("ok").await.status(), StatusCode::NO_CONTENT);
+    assert_eq!(hooks.effects(), 1);
+}
+
+#[tokio::test]
+async fn dedupe_claim_failing_is_a_503_with_retry_after_and_the_handler_never_runs() {
+    let hooks = Webhooks::new(LONG_LEASE, Gate::opened());
+    hooks.store.always(Op::Claim, Fault::Fail);
+    for _ in 0..3 {
+        let response = hooks.send("ok").await;
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()["retry-after"], "5");
+        assert_eq!(
+            response.extensions().get::<Deduped>(),
+            Some(&Deduped::StoreUnavailable)
+        );
+    }
+    assert_eq!(hooks.store.calls(Op::Claim), 3);
+    assert_eq!(hooks.effects(), 0);
+    // The store is back: the provider's retry runs the handler, once.
+    hooks.store.heal(Op::Claim);
+    assert_eq!(hooks.send("ok").await.status(), StatusCode::OK);
+    assert_eq!(hooks.send("ok").await.status(), StatusCode::NO_CONTENT);
+    assert_eq!(hooks.effects(), 1);
+}
+
+#[tokio::test]
+async fn dedupe_claim_whose_ack_was_lost_is_a_503_and_released_so_the_retry_runs_at_once() {
+    let hooks = Webhooks::new(LONG_LEASE, Gate::opened());
+    hooks.store.script(Op::Claim, [Fault::LoseAck]);
+    let response = hooks.send("ok").await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(hooks.effects(), 0);
+    // The claim landed under a 60 s lease; released, the retry runs well before that.
+    let retried = hooks.settle().await;
+    assert_eq!(retried.status(), StatusCode::OK);
+    assert!(hooks.store.calls(Op::Release) >= 1);
+    assert_eq!(hooks.send("ok").await.status(), StatusCode::NO_CONTENT);
+    assert_eq!(hooks.effects(), 1);
+}
+
+#[tokio::test]
+async fn dedupe_release_failing_after_a_failed_handler_leaves_the_key_to_its_lease() {
+    let hooks = Webhooks::new(Duration::from_millis(300), Gate::opened());
+    hooks.store.always(Op::Release, Fault::Fail);
+    let failed = hooks.send("fail").await;
+    assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(failed.extensions().get::<ClaimLost>(), None);
+    assert_eq!(hooks.store.calls(Op::Release), 1);
+    assert_eq!(
+        hooks.send("ok").await.status(),
+        StatusCode::CONFLICT,
+        "not released: the claim holds until its lease runs out"
+    );
+    hooks.store.heal(Op::Release);
+    let retried = hooks.settle().await;
+    assert_eq!(retried.status(), StatusCode::OK);
+    assert_eq!(hooks.effects(), 2, "the failed attempt, then the retry");
+    assert_eq!(hooks.send("ok").await.status(), StatusCode::NO_CONTENT);
+}
+
+// ---- Once ----
+
+type Action = Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>>;
+
+/// An action that counts its runs as it starts, then waits for `gate` if given.
+fn action(effects: &Arc<AtomicUsize>, gate: Option<Gate>) -> impl FnOnce(IdempotencyKey) -> Action {
+    let effects = effects.clone();
+    move |_key| {
+        Box::pin(async move {
+            effects.fetch_add(1, Ordering::SeqCst);
+            if let Some(gate) = gate {
+                gate.pass().await;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Runs again until the key is no longer in progress.
+async fn settle_once(once: &Once, effects: &Arc<AtomicUsize>) -> Ran<()> {
+    within("the key to be let go", async {
+        loop {
+            match once.run(ORDER, action(effects, None)).await {
+                Ok(Ran::InProgress { .. }) => {}
+                Ok(ran) => return ran,
+                Err(e) => panic!("{e:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
+
+/// Drops a `Once::run` future at `point`, then runs the key again: while the first
+/// attempt is stalled there, and after it goes on.
+async fn once_dropped_at(point: Point) {
+    let store = FaultStore::new();
+    let once = Once::new(store.clone(), "fulfil")
+        .with_lease(point.lease())
+        .unwrap();
+    let effects = Arc::new(AtomicUsize::new(0));
+    let stall = Gate::closed();
+    let work = point.work(&stall);
+    point.arm(&store, &stall);
+
+    drop_at(
+        once.run(ORDER, action(&effects, Some(work.clone()))),
+        stall.arrived(1),
+    )
+    .await;
+    let started = usize::from(point.started());
+    assert_eq!(effects.load(Ordering::SeqCst), started, "{point:?}");
+
+    let meanwhile = once.run(ORDER, action(&effects, None)).await.unwrap();
+    match point {
+        Point::ClaimAnswer | Point::Work | Point::Renew | Point::CompleteLanding => {
+            assert!(
+                matches!(meanwhile, Ran::InProgress { .. }),
+                "{point:?}: {meanwhile:?}"
+            );
+        }
+        Point::ClaimLanding => assert_eq!(meanwhile, Ran::Now(()), "{point:?}"),
+        Point::CompleteAnswer => assert_eq!(meanwhile, Ran::Already, "{point:?}"),
+    }
+
+    stall.open();
+    work.open();
+    if !point.started() {
+        abandoned_claim_released(&store).await;
+    }
+    let after = settle_once(&once, &effects).await;
+    let expected = match point {
+        Point::ClaimAnswer => Ran::Now(()),
+        _ => Ran::Already,
+    };
+    assert_eq!(after, expected, "{point:?}");
+    assert_eq!(
+        once.run(ORDER, action(&effects, None)).await.unwrap(),
+        Ran::Already,
+        "{point:?}"
+    );
+    assert_eq!(
+        effects.load(Ordering::SeqCst),
+        1,
+        "{point:?}: the action ran exactly once"
+    );
+}
+
+#[tokio::test]
+async fn once_dropped_while_the_claim_answer_is_late_releases_it_and_the_next_run_runs_once() {
+    once_dropped_at(Point::ClaimAnswer).await;
+}
+
+#[tokio::test]
+async fn once_dropped_before_the_claim_lands_lets_the_next_run_run_once_and_the_late_claim_changes_nothing(
+) {
+    once_dropped_at(Point::ClaimLanding).await;
+}
+
+#[tokio::test]
+async fn once_dropped_while_the_action_runs_finishes_it_and_never_reruns_it() {
+    once_dropped_at(Point::Work).await;
+}
+
+#[tokio::test]
+async fn once_dropped_while_a_renewal_is_on_the_wire_never_reruns_the_action() {
+    once_dropped_at(Point::Renew).await;
+}
+
+#[tokio::test]
+async fn once_dropped_before_done_lands_still_records_it_and_never_reruns_the_action() {
+    once_dropped_at(Point::CompleteLanding).await;
+}
+
+#[tokio::test]
+async fn once_dropped_while_the_done_answer_is_late_never_reruns_the_action() {
+    once_dropped_at(Point::CompleteAnswer).await;
+}
+
+#[tokio::test]
+async fn once_complete_whose_ack_was_lost_is_retried_and_reports_ran_now() {
+    let store = FaultStore::new();
+    store.script(Op::Complete, [Fault::LoseAck]);
+    let once = Once::new(store.clone(), "fulfil");
+    let effects = Arc::new(AtomicUsize::new(0));
+    let ran = within("the action", once.run(ORDER, action(&effects, None))).await;
+    assert_eq!(
+        ran.unwrap(),
+        Ran::Now(()),
+        "not Lost: the retry answered Done"
+    );
+    assert_eq!(store.calls(Op::Complete), 2);
+    assert_eq!(
+        once.run(ORDER, action(&effects, None)).await.unwrap(),
+        Ran::Already
+    );
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn once_complete_failing_until_the_lease_ends_reports_ran_lost() {
+    let store = FaultStore::new();
+    store.always(Op::Complete, Fault::Fail);
+    let once = Once::new(store.clone(), "fulfil")
+        .with_lease(Duration::from_millis(300))
+        .unwrap();
+    let effects = Arc::new(AtomicUsize::new(0));
+    let ran = within("the action", once.run(ORDER, action(&effects, None))).await;
+    assert_eq!(ran.unwrap(), Ran::Lost(()));
+    assert!(
+        store.calls(Op::Complete) >= 2,
+        "retried while the lease lasted"
+    );
+    store.heal(Op::Complete);
+    assert_eq!(settle_once(&once, &effects).await, Ran::Now(()));
+    assert_eq!(effects.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn once_claim_failing_is_a_store_error_and_the_action_never_runs() {
+    let store = FaultStore::new();
+    store.script(Op::Claim, [Fault::Fail]);
+    let once = Once::new(store.clone(), "fulfil");
+    let effects = Arc::new(AtomicUsize::new(0));
+    let failed = once.run(ORDER, action(&effects, None)).await;
+    assert!(matches!(failed, Err(OnceError::Store(_))), "{failed:?}");
+    assert_eq!(effects.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        once.run(ORDER, action(&effects, None)).await.unwrap(),
+        Ran::Now(())
+    );
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
+}
+
+// ---- the stores underneath ----
+
+#[tokio::test]
+async fn memory_store_completing_twice_under_one_token_answers_done_both_times() {
+    let store = MemoryStore::new();
+    let d = Delivery::new("standard", "evt_twice");
+    let Claim::New(token) = store
+        .claim(d.clone(), Token::new(), LONG_LEASE)
+        .await
+        .unwrap()
+    else {
+        panic!("a first claim is new")
+    };
+    assert_eq!(
+        store.complete(d.clone(), token).await.unwrap(),
+        Completed::Done
+    );
+    assert_eq!(
+        store.complete(d.clone(), token).await.unwrap(),
+        Completed::Done,
+        "a retried completion under the same token"
+    );
+    assert_eq!(
+        store.complete(d.clone(), Token::new()).await.unwrap(),
+        Completed::Fenced,
+        "but not under another token"
+    );
+    assert_eq!(
+        store.claim(d, Token::new(), LONG_LEASE).await.unwrap(),
+        Claim::Done
+    );
+}
+
+#[tokio::test]
+async fn memory_store_renewal_after_a_takeover_is_fenced() {
+    let store = MemoryStore::new();
+    let d = Delivery::new("standard", "evt_fenced");
+    let old = Token::new();
+    let lease = Duration::from_millis(50);
+    assert_eq!(
+        store.claim(d.clone(), old, lease).await.unwrap(),
+        Claim::New(old)
+    );
+    assert_eq!(
+        store.renew(d.clone(), old, lease).await.unwrap(),
+        Renewed::Held
+    );
+    let new = Token::new();
+    within("the old lease to run out", async {
+        while !matches!(
+            store.claim(d.clone(), new, LONG_LEASE).await.unwrap(),
+            Claim::New(_)
+        ) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(
+        store.renew(d.clone(), old, LONG_LEASE).await.unwrap(),
+        Renewed::Fenced
+    );
+    assert_eq!(
+        store.complete(d.clone(), old).await.unwrap(),
+        Completed::Fenced
+    );
+    store.release(d.clone(), old).await.unwrap();
+    assert_eq!(
+        store.renew(d.clone(), new, LONG_LEASE).await.unwrap(),
+        Renewed::Held,
+        "the stale attempt changed nothing"
+    );
+}
+
+#[tokio::test]
+async fn fault_store_injects_what_it_is_told() {
+    let store = FaultStore::new();
+    let d = |id: &str| Delivery::new("standard", id);
+    store.script(
+        Op::Claim,
+        [Fault::Fail, Fault::LoseAck, Fault::LandLate(Gate::closed())],
+    );
+    assert!(store.claim(d("a"), Token::new(), LONG_LEASE).await.is_err());
+    assert_eq!(store.inner.len(), 0, "a failed call changes nothing");
+    assert!(store.claim(d("b"), Token::new(), LONG_LEASE).await.is_err());
+    assert_eq!(store.inner.len(), 1, "a lost acknowledgement landed");
+    let late = store.claim(d("c"), Token::new(), LONG_LEASE);
+    assert_eq!(store.inner.len(), 1, "a late call has not landed yet");
+    drop(late);
+    assert_eq!(store.inner.len(), 1, "dropped before its gate: never lands");
+    let gate = Gate::closed();
+    store.script(Op::Claim, [Fault::AnswerLate(gate.clone())]);
+    let mut answer = tokio::spawn(store.claim(d("e"), Token::new(), LONG_LEASE));
+    within("the late answer to wait", gate.arrived(1)).await;
+    assert_eq!(store.inner.len(), 2, "a late answer's call landed");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(20), &mut answer)
+            .await
+            .is_err(),
+        "and waits for its gate"
+    );
+    gate.open();
+    assert!(matches!(
+        within("the late answer", answer).await.unwrap().unwrap(),
+        Claim::New(_)
+    ));
+    assert_eq!(gate.arrivals(), 1);
+    assert!(matches!(
+        store.claim(d("f"), Token::new(), LONG_LEASE).await.unwrap(),
+        Claim::New(_)
+    ));
+    assert_eq!(store.calls(Op::Claim), 5);
+    store.always(Op::Renew, Fault::Fail);
+    for _ in 0..2 {
+        assert!(store.renew(d("f"), Token::new(), LONG_LEASE).await.is_err());
+    }
+    store.heal(Op::Renew);
+    assert_eq!(
+        store.renew(d("f"), Token::new(), LONG_LEASE).await.unwrap(),
+        Renewed::Fenced
+    );
+    assert_eq!(store.calls(Op::Renew), 3);
+}
