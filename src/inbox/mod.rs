@@ -15,8 +15,9 @@
 //!   could not store (the provider retries).
 //! - A [`Worker`] claims due rows (`FOR UPDATE SKIP LOCKED` on PostgreSQL, one writer on
 //!   SQLite) under a lease and a fencing token, runs your processor, and records the
-//!   outcome. A crashed worker's rows come back when their lease runs out, the attempt
-//!   counted; a worker shut down gracefully hands its unfinished rows back uncounted.
+//!   outcome. The lease is renewed while the processor runs; a crashed worker's rows come
+//!   back when their lease runs out, the attempt counted (a row whose every attempt
+//!   crashed goes dead); [`WorkerHandle::shutdown`] waits for running events.
 //! - On PostgreSQL, [`Worker::transactional`] hands the processor a
 //!   [`PgTx`](crate::pg_tx::PgTx): its writes and the row's `processed_at` commit
 //!   together, so effects in the database happen exactly once, and a worker whose lease
