@@ -1,13 +1,17 @@
 //! A provider's worst day, played against a real receiver and worker over loopback.
 //!
 //! ```text
-//! cargo run --release --example demo -- [--events N] [--database-url postgres://…] [--json]
+//! cargo run --release --example demo -- [--events N] [--database-url postgres://…]
+//!     [--outage-secs S] [--json]
 //! ```
 //!
 //! N events (default 10 000) are each delivered 1–5 times, shuffled, by 32 concurrent
 //! senders; some carry event times days old; forged and stale deliveries are mixed in; the
-//! processor fails transiently on one attempt in ten; and halfway through, the worker is
-//! killed mid-event and a new one started. The receiver is `VerifyWebhookLayer` + the
+//! processor fails transiently on one attempt in ten; a quarter of the way through, the
+//! store is cut off for S seconds (default 3: PostgreSQL through a proxy that drops every
+//! connection, SQLite by another process holding its write lock past the busy timeout),
+//! so deliveries get 503 and are retried, and the worker's claims and outcomes fail; and
+//! halfway through, the worker is killed mid-event and a new one started. The receiver is `VerifyWebhookLayer` + the
 //! inbox's accept service on the embedded SQLite store (or PostgreSQL); the processor
 //! sets its object's state through the ordering guard (four events per object, arriving
 //! in any order) and records the event's business effect through `Once` in a ledger. At
@@ -33,6 +37,8 @@ use tower_webhook::once::Once;
 use tower_webhook::store::{DedupeStore, PgStore, SqliteStore};
 use tower_webhook::{Scheme, Verifier, VerifyWebhookLayer};
 
+mod support;
+
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const MAX_EVENTS: usize = 100_000;
 
@@ -41,6 +47,7 @@ struct Options {
     database_url: Option<String>,
     json: bool,
     seed: u64,
+    outage: Duration,
 }
 
 fn options() -> Result<Options, String> {
@@ -49,6 +56,7 @@ fn options() -> Result<Options, String> {
         database_url: None,
         json: false,
         seed: 7,
+        outage: Duration::from_secs(3),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -57,6 +65,10 @@ fn options() -> Result<Options, String> {
             "--events" => o.events = value()?.parse().map_err(|_| "--events: a number")?,
             "--database-url" => o.database_url = Some(value()?),
             "--seed" => o.seed = value()?.parse().map_err(|_| "--seed: a number")?,
+            "--outage-secs" => {
+                let secs: u64 = value()?.parse().map_err(|_| "--outage-secs: a number")?;
+                o.outage = Duration::from_secs(secs.min(60));
+            }
             "--json" => o.json = true,
             _ => return Err(format!("unknown argument {arg}")),
         }
@@ -156,6 +168,10 @@ struct Table {
     double_effects: u64,
     lost: u64,
     moved_back: u64,
+    /// How long the store was cut off, and how many deliveries it turned away meanwhile
+    /// (503 or a broken connection: the provider retried them).
+    outage_seconds: f64,
+    unavailable: usize,
     seconds: f64,
     deliveries_per_second: f64,
 }
@@ -169,23 +185,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The store: embedded SQLite by default, PostgreSQL when given.
     let sqlite_path = std::env::temp_dir().join(format!("tower-webhook-demo-{source_tag}.db"));
     let schema = format!("tower_webhook_demo_{source_tag}");
-    let (inbox, store, db, backend): (Inbox, Arc<dyn DedupeStore>, Db, String) =
+    let (inbox, store, db, backend, outage): (Inbox, Arc<dyn DedupeStore>, Db, String, Outage) =
         match &o.database_url {
             Some(url) => {
-                let store = PgStore::from_pool(own_schema(url, &schema).await?).await?;
+                let (pool, proxy) = own_schema(url, &schema).await?;
+                let store = PgStore::from_pool(pool).await?;
                 let db = Db::Pg(store.pool().clone());
                 (
                     Inbox::postgres(&store),
                     Arc::new(store),
                     db,
                     "PostgreSQL".into(),
+                    Outage::Proxy(proxy),
                 )
             }
             None => {
                 let store = SqliteStore::open(&sqlite_path).await?;
                 let db = Db::Sqlite(store.pool().clone());
                 let name = format!("SQLite ({})", sqlite_path.display());
-                (Inbox::sqlite(&store), Arc::new(store), db, name)
+                let outage = Outage::WriteLock(sqlite_path.clone());
+                (Inbox::sqlite(&store), Arc::new(store), db, name, outage)
             }
         };
     db.create_state_table().await?;
@@ -264,6 +283,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let next = Arc::new(AtomicUsize::new(0));
     let rejected = Arc::new(AtomicUsize::new(0));
     let acknowledged = Arc::new(AtomicUsize::new(0));
+    let unavailable = Arc::new(AtomicUsize::new(0));
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let senders: Vec<_> = (0..32)
         .map(|_| {
@@ -273,7 +293,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 next.clone(),
                 deliveries.clone(),
             );
-            let (rejected, acknowledged) = (rejected.clone(), acknowledged.clone());
+            let (rejected, acknowledged, unavailable) =
+                (rejected.clone(), acknowledged.clone(), unavailable.clone());
             tokio::spawn(async move {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
@@ -299,6 +320,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                                 rejected.fetch_add(1, Ordering::Relaxed);
                                 break;
                             }
+                            Ok(StatusCode::SERVICE_UNAVAILABLE) | Err(_) => {
+                                unavailable.fetch_add(1, Ordering::Relaxed);
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
                             _ => tokio::time::sleep(Duration::from_millis(50)).await,
                         }
                     }
@@ -307,11 +332,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .collect();
 
-    // Halfway through, the worker dies mid-event; a new one takes over. Then the queue
-    // drains (retries, and the killed worker's rows after their lease).
+    // A quarter of the way through, the store is cut off for a while. Halfway through,
+    // the worker dies mid-event; a new one takes over. Then the queue drains (retries,
+    // and the killed worker's rows after their lease).
     let mut killed = false;
+    let mut cut_off: Option<tokio::task::JoinHandle<Result<(), sqlx::Error>>> = None;
     let counts = loop {
         let sent = next.load(Ordering::Relaxed).min(total);
+        if cut_off.is_none() && !o.outage.is_zero() && sent >= total / 4 {
+            cut_off = Some(tokio::spawn(outage.clone().run(o.outage)));
+        }
         if !killed && sent >= total / 2 {
             worker.take().unwrap().abort();
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -320,7 +350,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         // Asked before the counts: once no sender runs, drained counts are final.
         let sending = senders.iter().any(|s| !s.is_finished());
-        let counts = inbox.counts().await?;
+        let Ok(counts) = inbox.counts().await else {
+            // The store is cut off: ask again later.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
         if !o.json {
             progress(sent, total, counts.processed, o.events, killed);
         }
@@ -332,6 +366,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     for s in senders {
         s.await?;
+    }
+    if let Some(cut_off) = cut_off {
+        cut_off.await??;
     }
     let seconds = started.elapsed().as_secs_f64();
     worker.take().unwrap().shutdown().await;
@@ -361,6 +398,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .iter()
             .filter(|(object, (_, id))| state.get(*object) != Some(id))
             .count() as u64,
+        outage_seconds: o.outage.as_secs_f64(),
+        unavailable: unavailable.load(Ordering::Relaxed),
         seconds,
         deliveries_per_second: total as f64 / seconds,
     };
@@ -368,14 +407,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{}", serde_json::to_string(&table)?);
     } else {
         println!();
-        println!("| sent | accepted | duplicates answered | rejected | processed | double effects | lost | state moved back | deliveries/s |");
-        println!("|---|---|---|---|---|---|---|---|---|");
+        println!("| sent | accepted | duplicates answered | rejected | store outage | turned away (retried) | processed | double effects | lost | state moved back | deliveries/s |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|");
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0} |",
+            "| {} | {} | {} | {} | {:.0} s | {} | {} | {} | {} | {} | {:.0} |",
             table.sent,
             table.accepted,
             table.duplicates,
             table.rejected,
+            table.outage_seconds,
+            table.unavailable,
             table.processed,
             table.double_effects,
             table.lost,
@@ -393,8 +434,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// A pool whose tables live in a schema of this run's own, created here: runs against one
-/// database never see each other's rows (the schema is dropped at the end).
-async fn own_schema(url: &str, schema: &str) -> Result<sqlx::PgPool, sqlx::Error> {
+/// database never see each other's rows (the schema is dropped at the end). It connects
+/// through a proxy, so the run can cut the database off.
+async fn own_schema(
+    url: &str,
+    schema: &str,
+) -> Result<(sqlx::PgPool, support::proxy::Proxy), Box<dyn std::error::Error>> {
+    use std::net::ToSocketAddrs;
     use std::str::FromStr;
     let admin = sqlx::PgPool::connect(url).await?;
     let create = format!("CREATE SCHEMA IF NOT EXISTS {schema}");
@@ -402,12 +448,57 @@ async fn own_schema(url: &str, schema: &str) -> Result<sqlx::PgPool, sqlx::Error
         .execute(&admin)
         .await?;
     admin.close().await;
-    let options =
-        sqlx::postgres::PgConnectOptions::from_str(url)?.options([("search_path", schema)]);
-    sqlx::postgres::PgPoolOptions::new()
+    let options = sqlx::postgres::PgConnectOptions::from_str(url)?;
+    let target = (options.get_host(), options.get_port())
+        .to_socket_addrs()?
+        .next()
+        .ok_or("--database-url: the host does not resolve")?;
+    let proxy = support::proxy::Proxy::start(target).await?;
+    let options = options
+        .host("127.0.0.1")
+        .port(proxy.addr().port())
+        .options([("search_path", schema)]);
+    let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(16)
+        .acquire_timeout(Duration::from_secs(5))
         .connect_with(options)
-        .await
+        .await?;
+    Ok((pool, proxy))
+}
+
+/// How the run cuts its store off.
+#[derive(Clone)]
+enum Outage {
+    /// Every connection to PostgreSQL dropped, new ones refused.
+    Proxy(support::proxy::Proxy),
+    /// Another connection holds SQLite's write lock past the store's busy timeout (5 s),
+    /// as a backup or a long migration would: writes fail meanwhile.
+    WriteLock(std::path::PathBuf),
+}
+
+impl Outage {
+    /// Cuts the store off for `length`, then restores it.
+    async fn run(self, length: Duration) -> Result<(), sqlx::Error> {
+        match self {
+            Outage::Proxy(proxy) => {
+                proxy.cut();
+                tokio::time::sleep(length).await;
+                proxy.restore();
+            }
+            Outage::WriteLock(path) => {
+                use sqlx::Connection;
+                let mut lock = sqlx::SqliteConnection::connect_with(
+                    &sqlx::sqlite::SqliteConnectOptions::new().filename(path),
+                )
+                .await?;
+                sqlx::query("BEGIN EXCLUSIVE").execute(&mut lock).await?;
+                // Writers wait up to the busy timeout, then fail: `length` of failures.
+                tokio::time::sleep(Duration::from_secs(5) + length).await;
+                sqlx::query("ROLLBACK").execute(&mut lock).await?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Where the objects' state lives: the store's own database.

@@ -468,6 +468,8 @@ async fn demo(extra: &[&str]) -> serde_json::Value {
         "double_effects",
         "lost",
         "moved_back",
+        "outage_seconds",
+        "unavailable",
         "seconds",
     ] {
         assert!(table.get(key).is_some(), "{key} missing: {table}");
@@ -486,6 +488,11 @@ async fn demo(extra: &[&str]) -> serde_json::Value {
         "every delivery accounted for: {table}"
     );
     assert!(duplicates > 400, "1–5 deliveries per event: {table}");
+    assert_eq!(table["outage_seconds"], 3.0, "{table}");
+    assert!(
+        table["unavailable"].as_u64().unwrap() > 0,
+        "the store outage turned deliveries away (503), and they were retried: {table}"
+    );
     table
 }
 

@@ -2,6 +2,8 @@
 //! environment, and a small HTTP client to post deliveries.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::time::SystemTime;
 
 use bytes::Bytes;

@@ -1,0 +1,980 @@
+//! Processes, not just tasks: faults that take a store, a database server or a whole
+//! process away in the middle of a storm of deliveries, against the real binaries.
+//!
+//! - the store cut off (every connection reset, new ones refused) for 2 s under two
+//!   receiver processes, on PostgreSQL and on Redis, through a TCP proxy;
+//! - a receiver process SIGKILLed mid-storm and restarted on its SQLite file;
+//! - a private PostgreSQL cluster crashed and restarted under an inbox whose
+//!   transactional worker writes one effect row per event;
+//! - a worker process SIGKILLed three times while it records effects through `Once`.
+//!
+//! The sender is a provider: each of ~150 events is delivered 1–3 times, 12 deliveries in
+//! flight, and every delivery is retried after a short backoff until it gets a 2xx. Each
+//! test counts the handler runs (or effect rows) per event, asserts what the library
+//! promises for that fault, and prints one line:
+//!
+//! `RELIABILITY | <fault> | <mode> | events=<n> | lost=<n> | doubled=<n>`
+//!
+//! The receiver tests drive `target/<profile>/examples/receiver`, which `cargo test` builds
+//! (`cargo test --test chaos` alone does not: build the examples first). The tests here
+//! run one at a time: each one's fault must land in its own storm, not in a neighbour's.
+#![cfg(unix)]
+
+mod common;
+
+#[path = "chaos/cluster.rs"]
+mod cluster;
+#[path = "chaos/proxy.rs"]
+mod proxy;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cluster::PrivatePostgres;
+use common::{event_body, signed_headers};
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use proxy::Proxy;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::task::{JoinHandle, JoinSet};
+use tower::{ServiceBuilder, ServiceExt};
+use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
+use tower_webhook::once::{Once, Ran};
+use tower_webhook::pg_tx::PgTx;
+use tower_webhook::store::{PgStore, SqliteStore};
+use tower_webhook::{Scheme, Verifier, VerifyWebhookLayer};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// Events per storm.
+const EVENTS: usize = 150;
+
+/// Deliveries in flight at once.
+const CONCURRENCY: usize = 12;
+
+/// No delivery may take longer than this to get its 2xx, retries included.
+const STORM_DEADLINE: Duration = Duration::from_secs(45);
+
+/// One test at a time (see the module docs).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The summary line RELIABILITY.md collects.
+fn report(fault: &str, mode: &str, events: usize, tally: &Tally) {
+    println!(
+        "RELIABILITY | {fault} | {mode} | events={events} | lost={} | doubled={}",
+        tally.lost.len(),
+        tally.doubled
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The storm: events, deliveries, a sender that retries until 2xx.
+// ---------------------------------------------------------------------------------------
+
+/// The events of one storm (ids unique to the run) and its deliveries: each event 1–3
+/// times, shuffled.
+struct Plan {
+    ids: Vec<String>,
+    deliveries: Vec<usize>,
+}
+
+impl Plan {
+    fn new(tag: &str) -> Self {
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        let ids: Vec<String> = (0..EVENTS)
+            .map(|i| format!("evt_chaos_{tag}_{}_{i}", &run[..12]))
+            .collect();
+        let mut deliveries: Vec<usize> = (0..EVENTS)
+            .flat_map(|i| std::iter::repeat_n(i, fastrand::usize(1..=3)))
+            .collect();
+        fastrand::shuffle(&mut deliveries);
+        Self { ids, deliveries }
+    }
+}
+
+/// What the sender saw.
+#[derive(Default)]
+struct Stats {
+    /// Deliveries that got their 2xx.
+    delivered: AtomicUsize,
+    /// Every answer that was not a 2xx, by status (or "connection error", "timeout").
+    refusals: Mutex<BTreeMap<String, usize>>,
+    /// When each 503 came back.
+    unavailable_at: Mutex<Vec<Instant>>,
+}
+
+impl Stats {
+    fn refused(&self, why: String) {
+        *self.refusals.lock().unwrap().entry(why).or_default() += 1;
+    }
+
+    fn delivered(&self) -> usize {
+        self.delivered.load(Ordering::SeqCst)
+    }
+
+    /// 503s answered from `from` to `to`.
+    fn unavailable_between(&self, from: Instant, to: Instant) -> usize {
+        let at = self.unavailable_at.lock().unwrap();
+        at.iter().filter(|t| (from..=to).contains(t)).count()
+    }
+
+    fn summary(&self) -> String {
+        format!("{:?}", self.refusals.lock().unwrap())
+    }
+}
+
+/// Sends every delivery of `plan`, `CONCURRENCY` at a time, each retried after 50–150 ms
+/// until a 2xx; `send` makes one attempt and says what came back (`Err`: no answer). Each
+/// sender pauses `pace` after a delivery, so the storm lasts long enough to be hit.
+async fn storm<F, Fut>(plan: &Plan, stats: Arc<Stats>, pace: (u64, u64), send: F)
+where
+    F: Fn(String) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<StatusCode, String>> + Send,
+{
+    let queue = Arc::new(Mutex::new(plan.deliveries.clone()));
+    let ids = Arc::new(plan.ids.clone());
+    let deadline = Instant::now() + STORM_DEADLINE;
+    let mut senders = JoinSet::new();
+    for _ in 0..CONCURRENCY {
+        let (queue, ids, stats, send) = (queue.clone(), ids.clone(), stats.clone(), send.clone());
+        senders.spawn(async move {
+            loop {
+                let Some(event) = queue.lock().unwrap().pop() else {
+                    return;
+                };
+                let id = &ids[event];
+                let mut last = String::new();
+                loop {
+                    assert!(
+                        Instant::now() < deadline,
+                        "{id} got no 2xx within {STORM_DEADLINE:?}; last answer: {last}; \
+                         refusals so far: {}",
+                        stats.summary()
+                    );
+                    match send(id.clone()).await {
+                        Ok(status) if status.is_success() => break,
+                        Ok(status) => {
+                            if status == StatusCode::SERVICE_UNAVAILABLE {
+                                stats.unavailable_at.lock().unwrap().push(Instant::now());
+                            }
+                            last = status.as_u16().to_string();
+                        }
+                        Err(why) => last = why,
+                    }
+                    stats.refused(last.clone());
+                    tokio::time::sleep(Duration::from_millis(fastrand::u64(50..150))).await;
+                }
+                stats.delivered.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(fastrand::u64(pace.0..pace.1))).await;
+            }
+        });
+    }
+    while let Some(sender) = senders.join_next().await {
+        if let Err(e) = sender {
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
+}
+
+/// The receivers' URLs; each attempt goes to one of them, at random (a load balancer).
+#[derive(Clone, Default)]
+struct Targets(Arc<RwLock<Vec<String>>>);
+
+impl Targets {
+    fn set(&self, urls: Vec<String>) {
+        *self.0.write().unwrap() = urls;
+    }
+
+    fn pick(&self) -> String {
+        let urls = self.0.read().unwrap();
+        urls[fastrand::usize(..urls.len())].clone()
+    }
+}
+
+/// One attempt over HTTP to one of `targets`: a freshly signed Standard Webhooks delivery.
+fn http_sender(
+    targets: Targets,
+) -> impl Fn(
+    String,
+)
+    -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<StatusCode, String>> + Send>>
+       + Clone
+       + Send
+       + 'static {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    move |id: String| {
+        let (client, url) = (client.clone(), targets.pick());
+        Box::pin(async move {
+            let body = event_body(&id, "invoice.paid", "in_chaos");
+            let headers = signed_headers(&Scheme::standard(), SECRET, &id, &body);
+            let mut request = Request::post(url)
+                .body(Full::new(Bytes::from(body)))
+                .unwrap();
+            request.headers_mut().extend(headers);
+            let attempt = async {
+                let response = client
+                    .request(request)
+                    .await
+                    .map_err(|_| "connection error")?;
+                let status = response.status();
+                // Read to the end, so the connection can carry the next attempt.
+                let _ = response.into_body().collect().await;
+                Ok::<_, &str>(status)
+            };
+            match tokio::time::timeout(Duration::from_secs(10), attempt).await {
+                Ok(answer) => answer.map_err(str::to_owned),
+                Err(_) => Err("timeout".to_owned()),
+            }
+        })
+    }
+}
+
+/// Calls `f` every 5 ms until it is true; panics after `limit`.
+async fn until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// How often each event's effect happened, against the plan.
+struct Tally {
+    lost: Vec<String>,
+    doubled: usize,
+    /// Events whose effect happened more than once, with how often.
+    repeated: Vec<(String, usize)>,
+}
+
+impl Tally {
+    fn of(plan: &Plan, counts: &HashMap<String, usize>) -> Self {
+        let strangers: Vec<_> = counts.keys().filter(|id| !plan.ids.contains(id)).collect();
+        assert!(
+            strangers.is_empty(),
+            "effects of unknown events: {strangers:?}"
+        );
+        let lost = plan
+            .ids
+            .iter()
+            .filter(|id| counts.get(*id).copied().unwrap_or(0) == 0)
+            .cloned()
+            .collect();
+        let repeated: Vec<(String, usize)> = counts
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(id, n)| (id.clone(), *n))
+            .collect();
+        let doubled = repeated.iter().map(|(_, n)| n - 1).sum();
+        Self {
+            lost,
+            doubled,
+            repeated,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Receiver processes: the `receiver` example binary.
+// ---------------------------------------------------------------------------------------
+
+/// `target/<profile>/examples/receiver`, built from the current sources.
+fn receiver_binary() -> PathBuf {
+    // target/<profile>/deps/chaos-<hash> → target/<profile>/examples/receiver
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join("receiver");
+    let built = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} is missing: build the examples first (`cargo test --all-features` builds \
+                 them; `cargo test --test chaos` alone does not — run \
+                 `cargo build --all-features --examples`)",
+                path.display()
+            )
+        });
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut sources = vec![
+        root.join("examples/receiver.rs"),
+        root.join("examples/support/mod.rs"),
+    ];
+    let mut dirs = vec![root.join("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                sources.push(p);
+            }
+        }
+    }
+    for source in sources {
+        let changed = std::fs::metadata(&source)
+            .and_then(|m| m.modified())
+            .unwrap();
+        assert!(
+            changed <= built,
+            "{} is older than {}: rebuild the examples (`cargo build --all-features \
+             --examples`) so this test drives the current code",
+            path.display(),
+            source.display()
+        );
+    }
+    path
+}
+
+/// How often each event id was handled, across every receiver process of a test.
+#[derive(Clone, Default)]
+struct Handled(Arc<Mutex<HashMap<String, usize>>>);
+
+/// A running `receiver`; its `handled <id>` lines are counted into a [`Handled`].
+struct ReceiverProcess {
+    child: tokio::process::Child,
+    url: String,
+    /// How many lines this process printed, when its stdout ends.
+    stdout: JoinHandle<usize>,
+}
+
+impl ReceiverProcess {
+    /// Starts a receiver with `env` (besides the scheme, the secret and `BIND`), and waits
+    /// for its URL.
+    async fn start(env: &[(&str, String)], handled: &Handled) -> Self {
+        let mut child = tokio::process::Command::new(receiver_binary())
+            .env_remove("DATABASE_URL")
+            .env_remove("WEBHOOK_SQLITE")
+            .env("WEBHOOK_SCHEME", "standard")
+            .env("WEBHOOK_SECRETS", SECRET)
+            .env("BIND", "127.0.0.1:0")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the receiver example starts");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+        let first = tokio::time::timeout(Duration::from_secs(30), stderr.next_line())
+            .await
+            .expect("the receiver says where it listens within 30 s")
+            .unwrap()
+            .unwrap_or_default();
+        let url = first
+            .split_whitespace()
+            .last()
+            .unwrap_or_default()
+            .to_owned();
+        if !url.starts_with("http://127.0.0.1:") {
+            let mut rest = String::new();
+            while let Ok(Some(line)) = stderr.next_line().await {
+                rest += &line;
+                rest.push('\n');
+            }
+            panic!("the receiver did not start: {first}\n{rest}");
+        }
+        // Keep its stderr drained: a full pipe would stall it.
+        tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+        let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        let handled = handled.clone();
+        let stdout = tokio::spawn(async move {
+            let mut lines = 0;
+            while let Ok(Some(line)) = stdout.next_line().await {
+                if let Some(id) = line.strip_prefix("handled ") {
+                    *handled.0.lock().unwrap().entry(id.to_owned()).or_default() += 1;
+                    lines += 1;
+                }
+            }
+            lines
+        });
+        Self { child, url, stdout }
+    }
+
+    /// SIGKILL; returns how many events this process handled (every line it printed).
+    async fn kill(mut self) -> usize {
+        self.child.start_kill().unwrap();
+        self.child.wait().await.unwrap();
+        self.stdout.await.unwrap()
+    }
+}
+
+/// `url` with its `host:port` replaced by `authority`.
+fn with_authority(url: &str, authority: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    let host_start = url[start..end].rfind('@').map_or(start, |i| start + i + 1);
+    format!("{}{authority}{}", &url[..host_start], &url[end..])
+}
+
+/// `url`'s `host:port`, with `default_port` when it names none.
+fn authority_of(url: &str, default_port: u16) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    let host = &url[start..end];
+    let host = host.rfind('@').map_or(host, |i| &host[i + 1..]);
+    if host.contains(':') {
+        host.to_owned()
+    } else {
+        format!("{host}:{default_port}")
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. The store cut off mid-storm, under two receiver processes.
+// ---------------------------------------------------------------------------------------
+
+/// Two receivers deduplicate in the store at `url` (reached through `proxy`); a storm
+/// runs; a third of the way in, the proxy cuts the store off for 2 s. Every event is
+/// handled exactly once — the outage is shorter than the claims' 6 s lease — and the
+/// receivers answered 503 while it lasted.
+async fn store_cut_off_mid_storm(url: String, proxy: &Proxy, plan: &Plan) -> Tally {
+    const LEASE_SECS: &str = "6";
+    let handled = Handled::default();
+    let env = [
+        ("DATABASE_URL", url),
+        ("WEBHOOK_LEASE_SECS", LEASE_SECS.to_owned()),
+    ];
+    let a = ReceiverProcess::start(&env, &handled).await;
+    let b = ReceiverProcess::start(&env, &handled).await;
+    let targets = Targets::default();
+    targets.set(vec![a.url.clone(), b.url.clone()]);
+    let stats = Arc::new(Stats::default());
+    let total = plan.deliveries.len();
+
+    let fault = async {
+        until("a third of the storm delivered", STORM_DEADLINE, || {
+            stats.delivered() >= total / 3
+        })
+        .await;
+        let delivered_at_cut = stats.delivered();
+        let cut_at = Instant::now();
+        proxy.cut();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(proxy.live(), 0, "the cut left no connection standing");
+        proxy.restore();
+        (delivered_at_cut, cut_at, Instant::now())
+    };
+    let ((delivered_at_cut, cut_at, restored_at), ()) = tokio::join!(
+        fault,
+        storm(plan, stats.clone(), (20, 60), http_sender(targets))
+    );
+    // Every handler that ran has printed (each prints before it answers); let the pipes
+    // drain, then stop the receivers and read to the end of their output.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let by_a = a.kill().await;
+    let by_b = b.kill().await;
+
+    let counts = handled.0.lock().unwrap().clone();
+    let tally = Tally::of(plan, &counts);
+    let during_cut = stats.unavailable_between(cut_at, restored_at + Duration::from_secs(1));
+    println!(
+        "chaos: deliveries={total}, {delivered_at_cut} before the cut; handled by A={by_a}, \
+         B={by_b}; 503s during the cut={during_cut}; proxy dropped {} connections; \
+         refusals={}; repeated={:?}",
+        proxy.dropped(),
+        stats.summary(),
+        tally.repeated
+    );
+    assert!(
+        delivered_at_cut < total,
+        "the cut came mid-storm, not after it"
+    );
+    assert!(
+        during_cut > 0,
+        "the receivers answered 503 while the store was cut off: {}",
+        stats.summary()
+    );
+    assert!(by_a > 0 && by_b > 0, "both receivers handled events");
+    tally
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_cut_off_mid_storm_dedupe_on_postgres() {
+    let _serial = SERIAL.lock().await;
+    let url = common::fresh_pg_url().await;
+    let proxy = Proxy::start(authority_of(&url, 5432)).await;
+    let plan = Plan::new("pg");
+    let tally =
+        store_cut_off_mid_storm(with_authority(&url, &proxy.authority()), &proxy, &plan).await;
+    report(
+        "store cut off 2 s mid-storm (connections reset, new ones refused)",
+        "DedupeLayer on PostgreSQL, 2 receiver processes, 6 s lease",
+        EVENTS,
+        &tally,
+    );
+    assert_eq!(tally.lost, Vec::<String>::new(), "lost");
+    assert_eq!(tally.doubled, 0, "handled twice: {:?}", tally.repeated);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_cut_off_mid_storm_dedupe_on_redis() {
+    let _serial = SERIAL.lock().await;
+    let url = common::redis_url();
+    let proxy = Proxy::start(authority_of(&url, 6379)).await;
+    // The receiver keeps its keys under the default prefix; the event ids are this run's
+    // own, and its keys are deleted by name at the end (nothing else is touched).
+    let plan = Plan::new("redis");
+    let tally =
+        store_cut_off_mid_storm(with_authority(&url, &proxy.authority()), &proxy, &plan).await;
+    report(
+        "store cut off 2 s mid-storm (connections reset, new ones refused)",
+        "DedupeLayer on Redis, 2 receiver processes, 6 s lease",
+        EVENTS,
+        &tally,
+    );
+    // Each event's done key is in Redis: delete them, counting.
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = plan
+        .ids
+        .iter()
+        .map(|id| format!("webhook:dedupe:8:standard:{id}"))
+        .collect();
+    let deleted: usize = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(tally.lost, Vec::<String>::new(), "lost");
+    assert_eq!(tally.doubled, 0, "handled twice: {:?}", tally.repeated);
+    assert_eq!(deleted, EVENTS, "one done key per event");
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. A receiver process SIGKILLed mid-storm.
+// ---------------------------------------------------------------------------------------
+
+/// One receiver on the embedded SQLite store, SIGKILLed at a random moment mid-storm and
+/// restarted on the same file (on a new port, which the sender follows). Nothing is lost;
+/// a handler re-runs only where the kill interrupted it — after it printed, before "done"
+/// was recorded — so at most once per delivery in flight at the kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receiver_killed_mid_storm() {
+    let _serial = SERIAL.lock().await;
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-chaos-{}.db",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let env = [
+        ("WEBHOOK_SQLITE", db.to_string_lossy().into_owned()),
+        // Short, so the killed process's claims free themselves soon.
+        ("WEBHOOK_LEASE_SECS", "3".to_owned()),
+        // A handler that takes a moment after its effect: kills land mid-handler too.
+        ("WEBHOOK_HANDLER_DELAY_MS", "10".to_owned()),
+    ];
+    let handled = Handled::default();
+    let first = ReceiverProcess::start(&env, &handled).await;
+    let targets = Targets::default();
+    targets.set(vec![first.url.clone()]);
+    let plan = Plan::new("kill");
+    let stats = Arc::new(Stats::default());
+    let total = plan.deliveries.len();
+    let kill_after = fastrand::usize(total / 4..total * 3 / 5);
+
+    let fault = async {
+        until("the kill's moment", STORM_DEADLINE, || {
+            stats.delivered() >= kill_after
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(fastrand::u64(0..40))).await;
+        let delivered_at_kill = stats.delivered();
+        let by_first = first.kill().await;
+        let second = ReceiverProcess::start(&env, &handled).await;
+        targets.set(vec![second.url.clone()]);
+        (delivered_at_kill, by_first, second)
+    };
+    let ((delivered_at_kill, by_first, second), ()) = tokio::join!(
+        fault,
+        storm(&plan, stats.clone(), (10, 40), http_sender(targets.clone()))
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let by_second = second.kill().await;
+    let _ = std::fs::remove_file(&db);
+
+    let counts = handled.0.lock().unwrap().clone();
+    let tally = Tally::of(&plan, &counts);
+    report(
+        "receiver process SIGKILLed at a random moment mid-storm, restarted on its file",
+        "DedupeLayer on SQLite, 1 receiver process, 3 s lease",
+        EVENTS,
+        &tally,
+    );
+    println!(
+        "chaos: deliveries={total}, killed after {delivered_at_kill}; handled by the killed \
+         process={by_first}, by its successor={by_second}; refusals={}; repeated={:?}",
+        stats.summary(),
+        tally.repeated
+    );
+    assert!(delivered_at_kill < total, "killed mid-storm, not after it");
+    assert!(
+        by_first > 0 && by_second > 0,
+        "both processes handled events"
+    );
+    assert_eq!(tally.lost, Vec::<String>::new(), "lost");
+    assert!(
+        tally.doubled <= CONCURRENCY,
+        "re-run only where the kill interrupted a handler (at most {CONCURRENCY} in flight): \
+         {:?}",
+        tally.repeated
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. PostgreSQL itself crashed and restarted under a transactional inbox.
+// ---------------------------------------------------------------------------------------
+
+/// A private PostgreSQL cluster; the inbox accepts deliveries (verify + accept, in
+/// process) while a transactional worker writes one effect row per event in the row's
+/// transaction. A third of the way in, the server is stopped as by a crash (`-m
+/// immediate`) and started again. Every event has exactly one effect row after the drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restarted_mid_run_inbox_transactional() {
+    let _serial = SERIAL.lock().await;
+    let cluster = tokio::task::spawn_blocking(PrivatePostgres::start)
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    let store = PgStore::connect(&cluster.url()).await.unwrap();
+    let pool = store.pool().clone();
+    sqlx::query("CREATE TABLE chaos_effects (event_id TEXT NOT NULL, attempt INT NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let inbox = Inbox::postgres(&store);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let worker = Worker::transactional(&inbox, move |e: InboxEvent, tx: PgTx| {
+        let r = r.clone();
+        async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            // A moment of work inside the transaction: the crash lands mid-transaction too.
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(0..10))).await;
+            let mut tx = tx.lock().await;
+            sqlx::query("INSERT INTO chaos_effects VALUES ($1, $2)")
+                .bind(&e.id)
+                .bind(e.attempt as i32)
+                .execute(&mut **tx)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(())
+        }
+    })
+    .with_concurrency(4)
+    // Short: a row whose claim was lost with the server comes back soon.
+    .with_lease(Duration::from_secs(2))
+    .unwrap()
+    .with_backoff(Duration::from_millis(50), Duration::from_millis(500))
+    .with_max_attempts(100)
+    .with_poll_interval(Duration::from_millis(100))
+    .spawn();
+
+    let accept = ServiceBuilder::new()
+        .layer(VerifyWebhookLayer::new(
+            Verifier::new(Scheme::standard(), [SECRET]).unwrap(),
+        ))
+        .service(inbox.accept_service());
+    let send = move |id: String| {
+        let accept = accept.clone();
+        async move {
+            let body = event_body(&id, "invoice.paid", "in_chaos");
+            let headers = signed_headers(&Scheme::standard(), SECRET, &id, &body);
+            let mut request = Request::post("/webhooks")
+                .body(Full::new(Bytes::from(body)))
+                .unwrap();
+            *request.headers_mut() = headers;
+            match tokio::time::timeout(Duration::from_secs(40), accept.oneshot(request)).await {
+                Ok(response) => Ok(response.unwrap().status()),
+                Err(_) => Err("timeout".to_owned()),
+            }
+        }
+    };
+    let plan = Plan::new("pgcrash");
+    let stats = Arc::new(Stats::default());
+    let total = plan.deliveries.len();
+    let fault = async {
+        until(
+            "a third of the storm accepted and processing under way",
+            STORM_DEADLINE,
+            || stats.delivered() >= total / 3 && runs.load(Ordering::SeqCst) >= 10,
+        )
+        .await;
+        let delivered_at_crash = stats.delivered();
+        let runs_at_crash = runs.load(Ordering::SeqCst);
+        let crashed = Instant::now();
+        cluster.crash().await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cluster.start_again().await;
+        (delivered_at_crash, runs_at_crash, crashed.elapsed())
+    };
+    let ((delivered_at_crash, runs_at_crash, downtime), ()) =
+        tokio::join!(fault, storm(&plan, stats.clone(), (10, 40), send));
+
+    let drained = Instant::now() + Duration::from_secs(45);
+    loop {
+        let counts = inbox.counts().await.unwrap();
+        assert_eq!(counts.dead, 0, "no row gave up: {counts:?}");
+        if counts.processed == EVENTS as u64 {
+            break;
+        }
+        assert!(
+            Instant::now() < drained,
+            "the worker did not drain: {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    worker.shutdown().await;
+    let rows: Vec<(String, i64, i32)> = sqlx::query_as(
+        "SELECT event_id, count(*), max(attempt) FROM chaos_effects GROUP BY event_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    let retried = rows.iter().filter(|(_, _, attempt)| *attempt > 1).count();
+    let counts: HashMap<String, usize> = rows
+        .into_iter()
+        .map(|(id, n, _)| (id, n as usize))
+        .collect();
+    let tally = Tally::of(&plan, &counts);
+    report(
+        "PostgreSQL server crashed (pg_ctl stop -m immediate) and restarted mid-run",
+        "inbox + Worker::transactional on PostgreSQL, effect rows in the row's transaction",
+        EVENTS,
+        &tally,
+    );
+    println!(
+        "chaos: deliveries={total}, {delivered_at_crash} accepted and {runs_at_crash} \
+         processor runs before the crash; down for {downtime:?}; {} runs in all; {retried} \
+         events committed on a later attempt; refusals={}",
+        runs.load(Ordering::SeqCst),
+        stats.summary()
+    );
+    assert!(
+        delivered_at_crash < total && runs_at_crash < EVENTS,
+        "the crash came mid-run"
+    );
+    assert_eq!(tally.lost, Vec::<String>::new(), "lost");
+    assert_eq!(
+        tally.doubled, 0,
+        "effects committed twice: {:?}",
+        tally.repeated
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. A worker process SIGKILLed again and again.
+// ---------------------------------------------------------------------------------------
+
+/// Appends `id` and a newline to `path` in one write (atomic with `O_APPEND`).
+fn append_line(path: &Path, id: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    file.write_all(format!("{id}\n").as_bytes())
+}
+
+/// The effects file, as a count per event id.
+fn effects_in(path: &Path) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for line in std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.is_empty())
+    {
+        *counts.entry(line.to_owned()).or_default() += 1;
+    }
+    counts
+}
+
+/// Concurrency of the worker process.
+const WORKER_CONCURRENCY: usize = 4;
+
+/// Not a test of its own: the worker process `worker_process_killed_repeatedly` starts and
+/// kills. Its processor writes each event's effect (a line in a file) through `Once`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "started and killed by worker_process_killed_repeatedly"]
+async fn chaos_worker_process() {
+    let (Ok(db), Ok(effects)) = (std::env::var("CHAOS_INBOX"), std::env::var("CHAOS_EFFECTS"))
+    else {
+        return;
+    };
+    let store = SqliteStore::open(&db).await.unwrap();
+    let inbox = Inbox::sqlite(&store);
+    let once = Once::new(store.clone(), "chaos-effects")
+        .with_lease(Duration::from_secs(1))
+        .unwrap();
+    let effects = PathBuf::from(effects);
+    let _worker = Worker::new(&inbox, move |e: InboxEvent| {
+        let (once, effects) = (once.clone(), effects.clone());
+        async move {
+            let id = e.id.clone();
+            let ran = once
+                .run(&e.id, move |_key| async move {
+                    tokio::time::sleep(Duration::from_millis(fastrand::u64(0..15))).await;
+                    append_line(&effects, &id)?;
+                    tokio::time::sleep(Duration::from_millis(fastrand::u64(0..15))).await;
+                    Ok::<_, std::io::Error>(())
+                })
+                .await;
+            match ran {
+                Ok(Ran::InProgress { .. }) => Err("another attempt holds the action".to_owned()),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    })
+    .with_concurrency(WORKER_CONCURRENCY)
+    .with_lease(Duration::from_secs(1))
+    .unwrap()
+    .with_backoff(Duration::from_millis(50), Duration::from_millis(300))
+    .with_max_attempts(1000)
+    .with_poll_interval(Duration::from_millis(50))
+    .spawn();
+    std::future::pending::<()>().await;
+}
+
+/// SIGKILLs the process when dropped: on success, and if the test fails first.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The SQLite inbox accepts a storm in this process while a worker in another drains it,
+/// recording each effect through `Once`; the worker process is SIGKILLed three times at
+/// random moments while it works, and started again each time. Every event is processed;
+/// an effect repeats only where a kill interrupted its action (after the write, before
+/// `Once` recorded it): at most the worker's concurrency per kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_process_killed_repeatedly() {
+    const KILLS: usize = 3;
+    let _serial = SERIAL.lock().await;
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let tmp = std::env::temp_dir();
+    let db = tmp.join(format!("tower-webhook-chaos-inbox-{run}.db"));
+    let effects = tmp.join(format!("tower-webhook-chaos-effects-{run}.txt"));
+    let log = tmp.join(format!("tower-webhook-chaos-worker-{run}.log"));
+    let store = SqliteStore::open(&db).await.unwrap();
+    let inbox = Inbox::sqlite(&store);
+    let spawn_worker = || {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "chaos_worker_process",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("CHAOS_INBOX", &db)
+            .env("CHAOS_EFFECTS", &effects)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        KillOnDrop(child)
+    };
+
+    let accept = ServiceBuilder::new()
+        .layer(VerifyWebhookLayer::new(
+            Verifier::new(Scheme::standard(), [SECRET]).unwrap(),
+        ))
+        .service(inbox.accept_service());
+    let send = move |id: String| {
+        let accept = accept.clone();
+        async move {
+            let body = event_body(&id, "invoice.paid", "in_chaos");
+            let headers = signed_headers(&Scheme::standard(), SECRET, &id, &body);
+            let mut request = Request::post("/webhooks")
+                .body(Full::new(Bytes::from(body)))
+                .unwrap();
+            *request.headers_mut() = headers;
+            Ok(accept.oneshot(request).await.unwrap().status())
+        }
+    };
+    let plan = Plan::new("worker");
+    let stats = Arc::new(Stats::default());
+    let written = || effects_in(&effects).values().sum::<usize>();
+
+    let mut worker = spawn_worker();
+    let kills = async {
+        let mut moments = Vec::new();
+        for _ in 0..KILLS {
+            // Once this process has written an effect, at a random moment after.
+            let before = written();
+            until(
+                "the worker process writes an effect",
+                STORM_DEADLINE,
+                || written() > before,
+            )
+            .await;
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(0..300))).await;
+            moments.push(written());
+            drop(std::mem::replace(&mut worker, spawn_worker()));
+        }
+        moments
+    };
+    let (moments, ()) = tokio::join!(kills, storm(&plan, stats.clone(), (20, 60), send));
+
+    let drained = Instant::now() + Duration::from_secs(45);
+    loop {
+        let counts = inbox.counts().await.unwrap();
+        assert_eq!(counts.dead, 0, "no row gave up: {counts:?}");
+        if counts.processed == EVENTS as u64 {
+            break;
+        }
+        assert!(
+            Instant::now() < drained,
+            "the worker did not drain: {counts:?}; its log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(worker);
+    let counts = effects_in(&effects);
+    for path in [&db, &effects, &log] {
+        let _ = std::fs::remove_file(path);
+    }
+    let tally = Tally::of(&plan, &counts);
+    report(
+        "worker process SIGKILLed 3 times at random moments mid-run",
+        "inbox on SQLite + Worker process, effects through Once, 1 s leases",
+        EVENTS,
+        &tally,
+    );
+    println!(
+        "chaos: deliveries={}, effects written at the kills: {moments:?}; refusals={}; \
+         repeated={:?}",
+        plan.deliveries.len(),
+        stats.summary(),
+        tally.repeated
+    );
+    assert!(
+        moments.iter().all(|m| *m < EVENTS),
+        "every kill came mid-run: {moments:?}"
+    );
+    assert_eq!(tally.lost, Vec::<String>::new(), "lost");
+    assert!(
+        tally.doubled <= KILLS * WORKER_CONCURRENCY,
+        "an effect repeats only where a kill interrupted its action: {:?}",
+        tally.repeated
+    );
+}
