@@ -944,6 +944,10 @@ struct PrivateRedis(std::process::Child, u16);
 
 impl PrivateRedis {
     fn start(policy: &str) -> Self {
+        Self::start_with(&["--maxmemory-policy", policy])
+    }
+
+    fn start_with(args: &[&str]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -951,14 +955,8 @@ impl PrivateRedis {
             .port();
         let child = std::process::Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-            .args([
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--maxmemory-policy",
-                policy,
-            ])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(args)
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("redis-server is installed (.ci/services installs it)");
@@ -1065,4 +1063,59 @@ async fn sqlite_leases_hold_through_a_clock_step_below_two_thirds_of_the_lease()
         Renewed::Fenced
     );
     assert_eq!(store.complete(d, token).await.unwrap(), Completed::Fenced);
+}
+
+#[tokio::test]
+async fn redis_store_with_replicas_waits_for_them_and_refuses_without() {
+    let primary = PrivateRedis::start("noeviction");
+    let mut store = None;
+    for _ in 0..100 {
+        if let Ok(s) = RedisStore::connect(&primary.url()).await {
+            store = Some(s.with_replicas(1, Duration::from_millis(200)));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await; // still starting
+    }
+    let store: Arc<dyn DedupeStore> = Arc::new(store.expect("the private Redis answered"));
+    // No replica: a claim no replica acknowledged is a store error, so the handler never
+    // runs and the provider is told to retry.
+    let calls = Calls::default();
+    let svc = stack(store.clone(), Duration::from_secs(30), calls.clone());
+    let response = send(&svc, "evt_replicated", "ok").await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(calls.of("evt_replicated"), 0);
+
+    let port = primary.1.to_string();
+    let replica = PrivateRedis::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let mut status = StatusCode::SERVICE_UNAVAILABLE;
+    for _ in 0..100 {
+        // The 503 above released nothing it had not claimed; the key frees with its lease,
+        // so each try uses a fresh id until the replica has synced.
+        status = send(&svc, "evt_after_sync", "ok").await.status();
+        if status == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, StatusCode::OK, "the replica acknowledged the claim");
+    assert_eq!(
+        send(&svc, "evt_after_sync", "ok").await.status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(calls.of("evt_after_sync"), 1);
+    // The done key is on the replica.
+    let client = redis::Client::open(replica.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*evt_after_sync")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let value: String = redis::cmd("GET")
+        .arg(&keys[0])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(value.starts_with("done:"), "{value}");
 }

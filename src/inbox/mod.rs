@@ -183,11 +183,12 @@ impl InboxEvent {
 }
 
 impl Inbox {
-    /// An inbox in the SQLite store's database.
+    /// An inbox in the SQLite store's database, on the store's clock.
     #[cfg(feature = "sqlite")]
     #[must_use]
     pub fn sqlite(store: &crate::store::SqliteStore) -> Self {
-        Self::sqlite_with_clock(store, SystemTime::now)
+        let backend = backend::Sqlite::new(store.pool().clone(), store.clock());
+        Self::new(Arc::new(backend))
     }
 
     /// [`sqlite`](Self::sqlite) with the clock the inbox reads for receipt times, leases

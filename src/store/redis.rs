@@ -25,8 +25,11 @@ use super::{Claim, Completed, DedupeStore, Delivery, Renewed, StoreError, StoreF
 ///   `noeviction`; [`from_connection`](Self::from_connection) does not check (to accept
 ///   the risk knowingly).
 /// - **Failover**: replication is asynchronous; a primary that fails before a replica
-///   copied a claim or a done key forgets it on the new primary. Use PostgreSQL where
-///   that matters.
+///   copied a claim or a done key forgets it on the new primary.
+///   [`with_replicas`](Self::with_replicas) waits (`WAIT`) until that many replicas have
+///   each claim and completion, and fails the operation otherwise (503 before the
+///   handler; a completion retried while the lease lasts). Even then a failover may pick a
+///   replica that lagged; use PostgreSQL where that matters.
 ///
 /// Cloning shares the connection.
 #[derive(Clone)]
@@ -34,6 +37,8 @@ pub struct RedisStore {
     connection: ConnectionManager,
     prefix: Arc<str>,
     retention: Duration,
+    /// How many replicas must acknowledge a claim or a completion, and how long to wait.
+    replicas: Option<(u32, Duration)>,
     scripts: Arc<Scripts>,
 }
 
@@ -163,6 +168,7 @@ impl RedisStore {
             connection,
             prefix: Arc::from("webhook:dedupe:"),
             retention: Duration::from_secs(7 * 24 * 3600),
+            replicas: None,
             scripts: Arc::new(Scripts {
                 claim: Script::new(CLAIM),
                 renew: Script::new(RENEW),
@@ -189,6 +195,16 @@ impl RedisStore {
         self
     }
 
+    /// Waits after each claim and completion until `replicas` replicas have it (Redis
+    /// `WAIT`), for at most `timeout`; fewer is a store error (a claim answers 503, a
+    /// completion is retried while the lease lasts). `WAIT` covers every write sent
+    /// before it on the store's connection.
+    #[must_use]
+    pub fn with_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = Some((replicas, timeout));
+        self
+    }
+
     /// The key of a delivery; the source's length comes first, so no source and id can
     /// spell another pair's key.
     fn key(&self, d: &Delivery) -> String {
@@ -204,6 +220,34 @@ impl RedisStore {
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Waits until `replicas` replicas have every write sent so far on `connection`.
+async fn replicated(
+    connection: &mut ConnectionManager,
+    replicas: Option<(u32, Duration)>,
+    context: &'static str,
+) -> Result<(), StoreError> {
+    let Some((wanted, timeout)) = replicas else {
+        return Ok(());
+    };
+    let acknowledged: u32 = redis::cmd("WAIT")
+        .arg(wanted)
+        .arg(
+            u64::try_from(timeout.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        )
+        .query_async(connection)
+        .await
+        .map_err(|e| StoreError::new(context, e))?;
+    if acknowledged < wanted {
+        return Err(StoreError::new(
+            context,
+            format!("only {acknowledged} of {wanted} replicas acknowledged the write in time"),
+        ));
+    }
+    Ok(())
 }
 
 /// `s` with Redis glob characters escaped, for `SCAN MATCH`.
@@ -226,6 +270,7 @@ impl DedupeStore for RedisStore {
     fn claim(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
         let (mut connection, scripts, key) =
             (self.connection.clone(), self.scripts.clone(), self.key(&d));
+        let replicas = self.replicas;
         Box::pin(async move {
             let (state, pttl): (i64, i64) = scripts
                 .claim
@@ -235,6 +280,9 @@ impl DedupeStore for RedisStore {
                 .invoke_async(&mut connection)
                 .await
                 .map_err(|e| StoreError::new("redis claim", e))?;
+            if state == 1 {
+                replicated(&mut connection, replicas, "redis claim").await?;
+            }
             Ok(match state {
                 1 => Claim::New(token),
                 2 => Claim::Done,
@@ -268,6 +316,7 @@ impl DedupeStore for RedisStore {
     fn complete(&self, d: Delivery, token: Token) -> StoreFuture<Completed> {
         let (mut connection, scripts, key) =
             (self.connection.clone(), self.scripts.clone(), self.key(&d));
+        let replicas = self.replicas;
         // A once key never expires (0); an event key after the retention.
         let retention = if d.is_once_key() {
             0
@@ -284,6 +333,9 @@ impl DedupeStore for RedisStore {
                 .invoke_async(&mut connection)
                 .await
                 .map_err(|e| StoreError::new("redis complete", e))?;
+            if done == 1 {
+                replicated(&mut connection, replicas, "redis complete").await?;
+            }
             Ok(if done == 1 {
                 Completed::Done
             } else {
@@ -362,6 +414,7 @@ impl std::fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("prefix", &self.prefix)
             .field("retention", &self.retention)
+            .field("replicas", &self.replicas)
             .finish_non_exhaustive()
     }
 }

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
@@ -17,10 +18,31 @@ use super::{
 /// keys survive a restart. Writes are serialized by SQLite; several processes on one host
 /// may share the file, replicas on several hosts need [`PgStore`](super::PgStore).
 ///
+/// # Clocks
+///
+/// Leases run on the wall clock of the processes sharing the file (one host: one clock).
+/// A clock stepped *back* only delays the takeover of a crashed attempt's claim by the
+/// step. A clock stepped *forward* by more than two thirds of the lease can free a live
+/// claim (a running attempt renews every third of its lease, so at least two thirds
+/// remain), and a retry may then run beside it — reported as
+/// [`ClaimLost`](crate::dedupe::ClaimLost). NTP daemons slew small offsets rather than
+/// step; keep the lease longer than any step you expect (the default 60 s covers a 40 s
+/// step), or use [`PgStore`](super::PgStore), whose leases run on the database server's
+/// clock.
+///
 /// Cloning shares the pool.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    clock: Arc<dyn Fn() -> SystemTime + Send + Sync>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
 }
 
 const CLAIM: &str = "
@@ -67,9 +89,8 @@ const PRUNE_ONCE: &str = "
 DELETE FROM webhook_events
 WHERE kind = 'once' AND source = ?1 AND processed_at IS NOT NULL AND processed_at < ?2";
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
+fn epoch_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
@@ -113,7 +134,18 @@ impl SqliteStore {
             .run(&pool)
             .await
             .map_err(|e| StoreError::new("sqlite migrate", e))?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            clock: Arc::new(SystemTime::now),
+        })
+    }
+
+    /// Replaces the clock leases and times are read from (default the system's): for
+    /// tests that step through leases, or a clock step, without waiting.
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
     }
 
     /// The pool, for your own queries (the `webhook_events` table is the audit trail).
@@ -121,15 +153,25 @@ impl SqliteStore {
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
+
+    /// The store's clock, for an inbox in the same database.
+    pub(crate) fn clock(&self) -> Arc<dyn Fn() -> SystemTime + Send + Sync> {
+        self.clock.clone()
+    }
+
+    /// Milliseconds since the epoch, by this store's clock.
+    fn now_ms(&self) -> i64 {
+        epoch_ms((self.clock)())
+    }
 }
 
 impl DedupeStore for SqliteStore {
     fn claim(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
-        let pool = self.pool.clone();
+        let store = self.clone();
         Box::pin(async move {
-            let audit = d.audit();
+            let (pool, audit) = (&store.pool, d.audit());
             for _ in 0..CLAIM_TRIES {
-                let now = now_ms();
+                let now = store.now_ms();
                 let claimed = sqlx::query(CLAIM)
                     .bind(d.source())
                     .bind(d.id())
@@ -141,7 +183,7 @@ impl DedupeStore for SqliteStore {
                     .bind(now.saturating_add(ms(lease)))
                     .bind(token.to_string())
                     .bind(d.kind())
-                    .fetch_optional(&pool)
+                    .fetch_optional(pool)
                     .await
                     .map_err(|e| StoreError::new("sqlite claim", e))?;
                 if claimed.is_some() {
@@ -150,7 +192,7 @@ impl DedupeStore for SqliteStore {
                 let row = sqlx::query(STATE)
                     .bind(d.source())
                     .bind(d.id())
-                    .fetch_optional(&pool)
+                    .fetch_optional(pool)
                     .await
                     .map_err(|e| StoreError::new("sqlite claim", e))?;
                 let Some(row) = row else { continue };
@@ -176,13 +218,13 @@ impl DedupeStore for SqliteStore {
     }
 
     fn renew(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed> {
-        let pool = self.pool.clone();
+        let (pool, now) = (self.pool.clone(), self.now_ms());
         Box::pin(async move {
             let renewed = sqlx::query(RENEW)
                 .bind(d.source())
                 .bind(d.id())
                 .bind(token.to_string())
-                .bind(now_ms().saturating_add(ms(lease)))
+                .bind(now.saturating_add(ms(lease)))
                 .execute(&pool)
                 .await
                 .map_err(|e| StoreError::new("sqlite renew", e))?;
@@ -195,13 +237,13 @@ impl DedupeStore for SqliteStore {
     }
 
     fn complete(&self, d: Delivery, token: Token) -> StoreFuture<Completed> {
-        let pool = self.pool.clone();
+        let (pool, now) = (self.pool.clone(), self.now_ms());
         Box::pin(async move {
             let done = sqlx::query(COMPLETE)
                 .bind(d.source())
                 .bind(d.id())
                 .bind(token.to_string())
-                .bind(now_ms())
+                .bind(now)
                 .execute(&pool)
                 .await
                 .map_err(|e| StoreError::new("sqlite complete", e))?;
@@ -228,9 +270,8 @@ impl DedupeStore for SqliteStore {
     }
 
     fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
-        let pool = self.pool.clone();
+        let (pool, now) = (self.pool.clone(), self.now_ms());
         Box::pin(async move {
-            let now = now_ms();
             let pruned = sqlx::query(PRUNE)
                 .bind(now.saturating_sub(ms(older_than)))
                 .bind(now)
@@ -242,11 +283,11 @@ impl DedupeStore for SqliteStore {
     }
 
     fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64> {
-        let (pool, namespace) = (self.pool.clone(), namespace.to_owned());
+        let (pool, namespace, now) = (self.pool.clone(), namespace.to_owned(), self.now_ms());
         Box::pin(async move {
             let pruned = sqlx::query(PRUNE_ONCE)
                 .bind(namespace)
-                .bind(now_ms().saturating_sub(ms(older_than)))
+                .bind(now.saturating_sub(ms(older_than)))
                 .execute(&pool)
                 .await
                 .map_err(|e| StoreError::new("sqlite prune", e))?;
