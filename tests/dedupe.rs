@@ -956,6 +956,9 @@ impl PrivateRedis {
         let child = std::process::Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no"])
+            // A replica writes the primary's snapshot to disk: not into the work tree.
+            .args(["--dir", &std::env::temp_dir().to_string_lossy()])
+            .args(["--dbfilename", &format!("tower-webhook-{port}.rdb")])
             .args(args)
             .stdout(std::process::Stdio::null())
             .spawn()
