@@ -707,6 +707,49 @@ async fn dedupe_release_failing_after_a_failed_handler_leaves_the_key_to_its_lea
     assert_eq!(hooks.send("ok").await.status(), StatusCode::NO_CONTENT);
 }
 
+/// A claim that lands, then is answered only after its lease has run out (a slow
+/// store), while a redelivery takes the free key, runs and completes it.
+async fn claim_answered_after_its_lease_ran_out() -> (Webhooks, Response<Bytes>) {
+    let hooks = Webhooks::new(Duration::from_millis(300), Gate::opened());
+    let late = Gate::closed();
+    hooks
+        .store
+        .script(Op::Claim, [Fault::AnswerLate(late.clone())]);
+    let first = tokio::spawn(hooks.send("ok"));
+    within("the first claim to land", late.arrived(1)).await;
+    assert_eq!(hooks.send("ok").await.status(), StatusCode::CONFLICT);
+    let second = hooks.settle().await;
+    assert_eq!(second.status(), StatusCode::OK, "the lease ran out: taken");
+    assert_eq!(hooks.send("ok").await.status(), StatusCode::NO_CONTENT);
+    assert_eq!(hooks.effects(), 1);
+    late.open();
+    let first = within("the late-answered attempt", first).await.unwrap();
+    (hooks, first)
+}
+
+#[tokio::test]
+async fn dedupe_claim_answered_after_its_lease_ran_out_never_reruns_the_handler_silently() {
+    let (hooks, first) = claim_answered_after_its_lease_ran_out().await;
+    if hooks.effects() > 1 {
+        assert_eq!(
+            first.extensions().get::<ClaimLost>(),
+            Some(&ClaimLost::TakenOver),
+            "a second run must say its claim was lost"
+        );
+    }
+}
+
+#[tokio::test]
+async fn dedupe_claim_answered_after_its_lease_ran_out_does_not_run_the_handler() {
+    let (hooks, first) = claim_answered_after_its_lease_ran_out().await;
+    assert_eq!(
+        hooks.effects(),
+        1,
+        "the late answer came after the lease: the key may be (and is) another's"
+    );
+    assert!(!first.status().is_success(), "{}", first.status());
+}
+
 // ---- Once ----
 
 type Action = Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>>;

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{Claim, Completed, DedupeStore, Delivery, Renewed, StoreError, StoreFuture, Token};
 
@@ -17,15 +17,28 @@ pub(crate) struct ClaimGuard {
     store: Arc<dyn DedupeStore>,
     delivery: Option<Delivery>,
     token: Token,
+    /// When the claim was sent: its lease counts from no later than this.
+    sent: Instant,
 }
 
 impl ClaimGuard {
-    pub(crate) fn new(store: Arc<dyn DedupeStore>, delivery: Delivery, token: Token) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn DedupeStore>,
+        delivery: Delivery,
+        token: Token,
+        sent: Instant,
+    ) -> Self {
         Self {
             store,
             delivery: Some(delivery),
             token,
+            sent,
         }
+    }
+
+    /// When the claim was sent; its lease ends no later than a lease after this.
+    pub(crate) fn sent(&self) -> Instant {
+        self.sent
     }
 
     /// Takes the claim apart, the guard no longer watching it.
@@ -79,6 +92,8 @@ pub(crate) struct PendingClaim {
     lease: Duration,
     /// `None` until first polled; `Some` while the store has not answered.
     claim: Option<StoreFuture<Claim>>,
+    /// When the claim was sent (first polled).
+    sent: Option<Instant>,
 }
 
 impl PendingClaim {
@@ -94,6 +109,7 @@ impl PendingClaim {
             token,
             lease,
             claim: None,
+            sent: None,
         }
     }
 }
@@ -116,14 +132,23 @@ impl Future for PendingClaim {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Claimed> {
         let this = &mut *self;
         let delivery = this.delivery.as_ref().expect("polled after completion");
+        let sent = *this.sent.get_or_insert_with(Instant::now);
         let claim = this
             .claim
             .get_or_insert_with(|| this.store.claim(delivery.clone(), this.token, this.lease));
         let outcome = ready!(claim.as_mut().poll(cx));
         this.claim = None;
         let delivery = this.delivery.take().expect("answered once");
-        let guard = || ClaimGuard::new(this.store.clone(), delivery, this.token);
+        let guard = || ClaimGuard::new(this.store.clone(), delivery, this.token, sent);
         Poll::Ready(match outcome {
+            // Granted so late that the first renewal (a third of the lease after the
+            // claim) could not come before the lease runs out, or it already has: another
+            // attempt may hold the key by now. Give it back and ask the caller to retry,
+            // rather than run beside that attempt.
+            Ok(Claim::New(_)) if sent.elapsed() >= this.lease * 2 / 3 => {
+                drop(guard()); // released in the background (fenced: harmless if taken)
+                Claimed::InFlight(this.lease)
+            }
             Ok(Claim::New(_)) => Claimed::Granted(guard()),
             // Not granted: nothing to release.
             Ok(Claim::Done) => Claimed::Done,

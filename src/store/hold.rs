@@ -53,18 +53,22 @@ pub(crate) async fn hold<F: Future>(
     work: F,
     succeeded: impl FnOnce(&F::Output) -> bool,
 ) -> (F::Output, Held) {
-    let started = Instant::now();
+    // The lease counts from when the claim was sent, not from when it was answered.
+    let started = Instant::from_std(guard.sent());
     // The end of the lease as far as this attempt knows (ms after `started`).
     let lease_ends_ms = AtomicU64::new(millis(lease.length));
     let lost = AtomicBool::new(false);
     let heartbeat = async {
         let every = lease.length / 3;
+        // Each beat a third of a lease after the previous claim or renewal was sent.
+        let mut last_sent = started;
         loop {
-            tokio::time::sleep(every).await;
+            tokio::time::sleep_until(last_sent + every).await;
             if started.elapsed() >= lease.max_run || lost.load(Ordering::Relaxed) {
                 std::future::pending::<()>().await;
             }
-            let sent = started.elapsed();
+            last_sent = Instant::now();
+            let sent = last_sent - started;
             match guard.renew(lease.length).await {
                 Ok(Renewed::Held) => {
                     lease_ends_ms.store(millis(sent + lease.length), Ordering::Relaxed);
