@@ -17,7 +17,7 @@ use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_webhook::filter::{EventFilterLayer, Livemode, Skipped};
 use tower_webhook::latest::{self, Order};
 use tower_webhook::once::{Once, OnceError, Ran};
-use tower_webhook::store::{DedupeStore, MemoryStore, PgStore, RedisStore, SqliteStore};
+use tower_webhook::store::{DedupeStore, MemoryStore, PgStore, RedisStore, Retention, SqliteStore};
 use tower_webhook::{Scheme, VerifyWebhookLayer};
 
 async fn once_runs_an_action_once_per_key(store: Arc<dyn DedupeStore>) {
@@ -120,7 +120,10 @@ async fn once_keys_outlive_event_pruning_and_are_pruned_by_name(store: Arc<dyn D
     assert_eq!(fulfil.run("order-1", ok).await.unwrap(), Ran::Now(()));
     assert_eq!(refund.run("order-1", ok).await.unwrap(), Ran::Now(()));
     tokio::time::sleep(Duration::from_millis(100)).await;
-    store.prune(Duration::from_millis(10)).await.unwrap();
+    store
+        .prune(Retention::shorter(Duration::from_millis(10)))
+        .await
+        .unwrap();
     assert_eq!(
         fulfil.run("order-1", ok).await.unwrap(),
         Ran::Already,
@@ -138,7 +141,7 @@ async fn once_keys_outlive_event_pruning_and_are_pruned_by_name(store: Arc<dyn D
 
 #[tokio::test]
 async fn memory_store_keeps_once_keys_past_its_event_retention() {
-    let store = MemoryStore::new().with_retention(Duration::from_millis(10));
+    let store = MemoryStore::new().with_retention(Retention::shorter(Duration::from_millis(10)));
     let once = Once::new(store.clone(), "fulfil-order");
     let ok = |_| async { Ok::<_, std::io::Error>(()) };
     assert_eq!(once.run("order-1", ok).await.unwrap(), Ran::Now(()));

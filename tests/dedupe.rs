@@ -18,7 +18,7 @@ use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_webhook::dedupe::Deduped;
 use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::{
-    Claim, Completed, DedupeStore, Delivery, MemoryStore, PgStore, RedisStore, Renewed,
+    Claim, Completed, DedupeStore, Delivery, MemoryStore, PgStore, RedisStore, Renewed, Retention,
     SqliteStore, StoreFuture, Token,
 };
 use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
@@ -643,9 +643,21 @@ async fn postgres_store_records_the_audit_trail_and_prunes() {
     assert_eq!(object_id.as_deref(), Some("evt_audit"));
     assert!(body.starts_with(b"{\"type\":\"order.paid\""));
     assert!(processed);
-    assert_eq!(store.prune(Duration::from_secs(3600)).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .prune(Retention::shorter(Duration::from_secs(3600)))
+            .await
+            .unwrap(),
+        0
+    );
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(store.prune(Duration::from_millis(10)).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .prune(Retention::shorter(Duration::from_millis(10)))
+            .await
+            .unwrap(),
+        1
+    );
     assert_eq!(
         send(&svc, "evt_audit", "ok").await.status(),
         StatusCode::OK,
@@ -666,10 +678,19 @@ async fn sql_store_prunes_done_and_abandoned_keys(store: Arc<dyn DedupeStore>) {
         .await
         .unwrap();
     assert!(matches!(held, Claim::New(_)));
-    assert_eq!(store.prune(Duration::from_secs(3600)).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .prune(Retention::shorter(Duration::from_secs(3600)))
+            .await
+            .unwrap(),
+        0
+    );
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(
-        store.prune(Duration::from_millis(10)).await.unwrap(),
+        store
+            .prune(Retention::shorter(Duration::from_millis(10)))
+            .await
+            .unwrap(),
         2,
         "the done key and the given-back one; not the held one"
     );
@@ -829,7 +850,7 @@ impl DedupeStore for SlowClaims {
     fn release(&self, delivery: Delivery, token: Token) -> StoreFuture<()> {
         self.store.release(delivery, token)
     }
-    fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
+    fn prune(&self, older_than: Retention) -> StoreFuture<u64> {
         self.store.prune(older_than)
     }
     fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64> {
@@ -926,6 +947,17 @@ fn leases_and_run_times_are_validated_when_built() {
         assert_eq!(once.unwrap_err().kind(), ConfigErrorKind::InvalidDuration);
     }
     assert!(layer().with_lease(Duration::from_millis(100)).is_ok());
+    // Retentions: at least the longest provider retry window (3 days) unless meant.
+    let two_days = Duration::from_secs(2 * 86_400);
+    let err = Retention::new(two_days).unwrap_err();
+    assert_eq!(err.kind(), ConfigErrorKind::InvalidDuration);
+    assert!(err.to_string().contains("3 days"), "{err}");
+    assert_eq!(
+        Retention::new(Retention::MIN).unwrap().get(),
+        Retention::MIN
+    );
+    assert_eq!(Retention::shorter(two_days).get(), two_days);
+    assert_eq!(Retention::default().get(), Duration::from_secs(7 * 86_400));
     assert!(layer().with_max_run(Duration::from_millis(999)).is_err());
     assert!(layer().with_max_run(Duration::from_secs(1)).is_ok());
     let runtime = tokio::runtime::Runtime::new().unwrap();

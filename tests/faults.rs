@@ -48,7 +48,8 @@ use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_webhook::dedupe::{ClaimLost, Deduped};
 use tower_webhook::once::{IdempotencyKey, Once, OnceError, Ran};
 use tower_webhook::store::{
-    Claim, Completed, DedupeStore, Delivery, MemoryStore, Renewed, StoreError, StoreFuture, Token,
+    Claim, Completed, DedupeStore, Delivery, MemoryStore, Renewed, Retention, StoreError,
+    StoreFuture, Token,
 };
 use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
 
@@ -253,7 +254,7 @@ impl DedupeStore for FaultStore {
     fn release(&self, delivery: Delivery, token: Token) -> StoreFuture<()> {
         self.inject(Op::Release, move |s| s.release(delivery, token))
     }
-    fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
+    fn prune(&self, older_than: Retention) -> StoreFuture<u64> {
         self.inner.prune(older_than)
     }
     fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64> {

@@ -19,7 +19,7 @@ use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::inbox::{Accepted, Inbox, InboxEvent, Processor, Requeue, Worker};
 use tower_webhook::once::Once;
 use tower_webhook::pg_tx::PgTx;
-use tower_webhook::store::{Claim, DedupeStore, Delivery, PgStore, SqliteStore, Token};
+use tower_webhook::store::{Claim, DedupeStore, Delivery, PgStore, Retention, SqliteStore, Token};
 use tower_webhook::{Scheme, VerifyWebhookLayer};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -351,10 +351,19 @@ async fn prune_deletes_processed_rows_and_dead_ones_only_by_name(inbox: Inbox) {
     })
     .await;
     worker.shutdown().await;
-    assert_eq!(inbox.prune(Duration::from_secs(3600)).await.unwrap(), 0);
+    assert_eq!(
+        inbox
+            .prune(Retention::shorter(Duration::from_secs(3600)))
+            .await
+            .unwrap(),
+        0
+    );
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(
-        inbox.prune(Duration::from_millis(10)).await.unwrap(),
+        inbox
+            .prune(Retention::shorter(Duration::from_millis(10)))
+            .await
+            .unwrap(),
         1,
         "the processed row only"
     );

@@ -49,7 +49,7 @@ use self::backend::Backend;
 #[cfg(feature = "postgres")]
 pub use self::transactional::TxProcessor;
 pub use self::worker::{Processor, Worker, WorkerHandle};
-use crate::store::StoreError;
+use crate::store::{Retention, StoreError};
 use crate::Event;
 
 /// What a SQLite inbox reads the time from.
@@ -290,15 +290,15 @@ impl Inbox {
 
     /// Deletes processed rows processed more than `older_than` ago; returns how many.
     /// Dead rows stay (they were acknowledged to the provider and never processed: only
-    /// [`prune_dead`](Self::prune_dead) deletes them). Keep processed rows longer than the
-    /// provider retries (Stripe: 3 days), or a late redelivery is stored and processed
-    /// again.
+    /// [`prune_dead`](Self::prune_dead) deletes them). The [`Retention`] is at least 3
+    /// days unless asked for less: a redelivery after its row is gone is stored and
+    /// processed again.
     ///
     /// # Errors
     ///
     /// When the database fails.
-    pub async fn prune(&self, older_than: Duration) -> Result<u64, StoreError> {
-        self.backend.prune(older_than, false).await
+    pub async fn prune(&self, older_than: Retention) -> Result<u64, StoreError> {
+        self.backend.prune(older_than.get(), false).await
     }
 
     /// Deletes dead rows that went dead more than `older_than` ago; returns how many. Their

@@ -4,7 +4,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{Claim, Completed, DedupeStore, Delivery, Renewed, StoreError, StoreFuture, Token};
+use super::{
+    Claim, Completed, DedupeStore, Delivery, Renewed, Retention, StoreError, StoreFuture, Token,
+};
 
 /// Claims in memory: atomic within one process, gone at restart.
 ///
@@ -66,15 +68,15 @@ impl MemoryStore {
             inner: Arc::new(Mutex::new(Map {
                 entries: HashMap::new(),
                 capacity: capacity.max(1),
-                retention: Duration::from_secs(7 * 24 * 3600),
+                retention: Retention::default().get(),
             })),
         }
     }
 
-    /// Replaces how long done keys are remembered (default 7 days).
+    /// Replaces how long done event keys are remembered (default 7 days).
     #[must_use]
-    pub fn with_retention(self, retention: Duration) -> Self {
-        self.lock().retention = retention;
+    pub fn with_retention(self, retention: Retention) -> Self {
+        self.lock().retention = retention.get();
         self
     }
 
@@ -209,7 +211,8 @@ impl DedupeStore for MemoryStore {
         Box::pin(std::future::ready(Ok(())))
     }
 
-    fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
+    fn prune(&self, older_than: Retention) -> StoreFuture<u64> {
+        let older_than = older_than.get();
         let pruned = self.prune_done(older_than, None);
         Box::pin(std::future::ready(Ok(pruned)))
     }

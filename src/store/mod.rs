@@ -44,7 +44,7 @@ pub use redis::RedisStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
-use crate::Event;
+use crate::{ConfigError, Event};
 
 /// A store operation in flight. Store calls are round trips to a database; one allocation
 /// per call is noise beside them, and it keeps [`DedupeStore`] object-safe, so the layer's
@@ -154,6 +154,57 @@ pub(crate) struct Audit<'a> {
     pub(crate) body: Option<&'a [u8]>,
 }
 
+/// How long done event keys are kept: long enough that no redelivery of an event comes
+/// after its key is gone (a redelivery then runs the handler again).
+///
+/// At least 3 days unless asked for less by name: Stripe retries for 3 days, Standard
+/// Webhooks senders for about 75 hours, GitHub does not retry on its own. The default is 7
+/// days.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Retention(Duration);
+
+impl Retention {
+    /// The floor [`new`](Self::new) holds: 3 days, the longest provider retry window.
+    pub const MIN: Duration = Duration::from_secs(3 * 24 * 3600);
+
+    /// Keeps done keys for `keep`.
+    ///
+    /// # Errors
+    ///
+    /// When `keep` is shorter than [`MIN`](Self::MIN): use [`shorter`](Self::shorter)
+    /// to mean it.
+    pub fn new(keep: Duration) -> Result<Self, ConfigError> {
+        if keep < Self::MIN {
+            return Err(ConfigError::duration(
+                "a retention",
+                keep,
+                "at least 3 days (the longest provider retry window; Retention::shorter \
+                 to mean less)",
+            ));
+        }
+        Ok(Self(keep))
+    }
+
+    /// Keeps done keys for `keep`, below the 3-day floor too: for tests, or a provider
+    /// known to stop retrying sooner. A redelivery after it runs the handler again.
+    #[must_use]
+    pub fn shorter(keep: Duration) -> Self {
+        Self(keep)
+    }
+
+    /// The length.
+    #[must_use]
+    pub fn get(self) -> Duration {
+        self.0
+    }
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self(Duration::from_secs(7 * 24 * 3600))
+    }
+}
+
 /// A fencing token: it names one claim, so a slow attempt whose lease ran out cannot
 /// complete or release a newer attempt's claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -253,10 +304,10 @@ pub trait DedupeStore: Send + Sync + 'static {
     fn release(&self, delivery: Delivery, token: Token) -> StoreFuture<()>;
 
     /// Deletes done event keys completed more than `older_than` ago, and event keys that
-    /// failed attempts gave back, first received that long ago; returns how many. Keep them
-    /// longer than the provider retries: Stripe retries for 3 days, Standard Webhooks
-    /// senders for about 75 hours. Never touches [`once keys`](Delivery::is_once_key).
-    fn prune(&self, older_than: Duration) -> StoreFuture<u64>;
+    /// failed attempts gave back, first received that long ago; returns how many (stores
+    /// that expire keys by themselves answer 0). Never touches
+    /// [`once keys`](Delivery::is_once_key).
+    fn prune(&self, older_than: Retention) -> StoreFuture<u64>;
 
     /// Deletes the done [`once keys`](Delivery::is_once_key) of `namespace` completed more
     /// than `older_than` ago; returns how many. Called only by name

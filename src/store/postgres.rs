@@ -6,7 +6,8 @@ use sqlx::postgres::PgPool;
 use sqlx::Row;
 
 use super::{
-    Claim, Completed, DedupeStore, Delivery, Renewed, StoreError, StoreFuture, Token, CLAIM_TRIES,
+    Claim, Completed, DedupeStore, Delivery, Renewed, Retention, StoreError, StoreFuture, Token,
+    CLAIM_TRIES,
 };
 
 /// Claims in PostgreSQL (feature `postgres`), in the `webhook_events` table of
@@ -225,7 +226,8 @@ impl DedupeStore for PgStore {
         })
     }
 
-    fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
+    fn prune(&self, older_than: Retention) -> StoreFuture<u64> {
+        let older_than = older_than.get();
         let pool = self.pool.clone();
         Box::pin(async move {
             let pruned = sqlx::query(PRUNE)

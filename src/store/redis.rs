@@ -6,7 +6,9 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
-use super::{Claim, Completed, DedupeStore, Delivery, Renewed, StoreError, StoreFuture, Token};
+use super::{
+    Claim, Completed, DedupeStore, Delivery, Renewed, Retention, StoreError, StoreFuture, Token,
+};
 
 /// Claims in Redis (feature `redis`): `SET NX PX` claims a key for the lease; Lua scripts
 /// renew, complete or release it only if it still holds this attempt's token
@@ -167,7 +169,7 @@ impl RedisStore {
         Self {
             connection,
             prefix: Arc::from("webhook:dedupe:"),
-            retention: Duration::from_secs(7 * 24 * 3600),
+            retention: Retention::default().get(),
             replicas: None,
             scripts: Arc::new(Scripts {
                 claim: Script::new(CLAIM),
@@ -190,8 +192,8 @@ impl RedisStore {
     /// Replaces how long done event keys are kept (default 7 days; `Once` keys are kept
     /// until pruned by name).
     #[must_use]
-    pub fn with_retention(mut self, retention: Duration) -> Self {
-        self.retention = retention;
+    pub fn with_retention(mut self, retention: Retention) -> Self {
+        self.retention = retention.get();
         self
     }
 
@@ -360,7 +362,7 @@ impl DedupeStore for RedisStore {
     }
 
     /// Nothing to do: done event keys expire by themselves after the retention.
-    fn prune(&self, _older_than: Duration) -> StoreFuture<u64> {
+    fn prune(&self, _older_than: Retention) -> StoreFuture<u64> {
         Box::pin(std::future::ready(Ok(0)))
     }
 

@@ -10,7 +10,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::Row;
 
 use super::{
-    Claim, Completed, DedupeStore, Delivery, Renewed, StoreError, StoreFuture, Token, CLAIM_TRIES,
+    Claim, Completed, DedupeStore, Delivery, Renewed, Retention, StoreError, StoreFuture, Token,
+    CLAIM_TRIES,
 };
 
 /// Claims in SQLite (feature `sqlite`), in the `webhook_events` table of
@@ -269,7 +270,8 @@ impl DedupeStore for SqliteStore {
         })
     }
 
-    fn prune(&self, older_than: Duration) -> StoreFuture<u64> {
+    fn prune(&self, older_than: Retention) -> StoreFuture<u64> {
+        let older_than = older_than.get();
         let (pool, now) = (self.pool.clone(), self.now_ms());
         Box::pin(async move {
             let pruned = sqlx::query(PRUNE)
