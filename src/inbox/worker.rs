@@ -111,6 +111,10 @@ impl Worker {
     /// worker dies mid-event, or its lease runs out and another worker takes the row over
     /// (the stale one's commit is refused). Defaults as for [`new`](Self::new).
     ///
+    /// A business action inside it (fulfil order 7 once, across events) belongs in the
+    /// same transaction: [`Once::run_in`](crate::once::Once::run_in) records its key there,
+    /// so a rolled-back attempt leaves the key free and a committed one keeps it.
+    ///
     /// Each running event holds one of the pool's connections until it commits: keep the
     /// concurrency below the pool's size, with room for the worker's `LISTEN` (one
     /// connection), claims, and any other connection the processor takes (a `PgStore` for
