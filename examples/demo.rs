@@ -196,7 +196,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     Arc::new(store),
                     db,
                     "PostgreSQL".into(),
-                    Outage::Proxy(proxy),
+                    Outage::Proxy(Arc::new(proxy)),
                 )
             }
             None => {
@@ -440,7 +440,6 @@ async fn own_schema(
     url: &str,
     schema: &str,
 ) -> Result<(sqlx::PgPool, support::proxy::Proxy), Box<dyn std::error::Error>> {
-    use std::net::ToSocketAddrs;
     use std::str::FromStr;
     let admin = sqlx::PgPool::connect(url).await?;
     let create = format!("CREATE SCHEMA IF NOT EXISTS {schema}");
@@ -449,11 +448,8 @@ async fn own_schema(
         .await?;
     admin.close().await;
     let options = sqlx::postgres::PgConnectOptions::from_str(url)?;
-    let target = (options.get_host(), options.get_port())
-        .to_socket_addrs()?
-        .next()
-        .ok_or("--database-url: the host does not resolve")?;
-    let proxy = support::proxy::Proxy::start(target).await?;
+    let upstream = format!("{}:{}", options.get_host(), options.get_port());
+    let proxy = support::proxy::Proxy::start(upstream).await?;
     let options = options
         .host("127.0.0.1")
         .port(proxy.addr().port())
@@ -469,8 +465,8 @@ async fn own_schema(
 /// How the run cuts its store off.
 #[derive(Clone)]
 enum Outage {
-    /// Every connection to PostgreSQL dropped, new ones refused.
-    Proxy(support::proxy::Proxy),
+    /// Every connection to PostgreSQL reset, new ones too.
+    Proxy(Arc<support::proxy::Proxy>),
     /// Another connection holds SQLite's write lock past the store's busy timeout (5 s),
     /// as a backup or a long migration would: writes fail meanwhile.
     WriteLock(std::path::PathBuf),

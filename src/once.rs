@@ -50,7 +50,6 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::dedupe::checked_lease;
 use crate::store::{
     hold, Claimed, Completed, DedupeStore, Delivery, Held, Lease, PendingClaim, StoreError, Token,
 };
@@ -169,10 +168,7 @@ impl Once {
             // Event sources are scheme names; this prefix keeps the two key spaces apart
             // (and the store's `kind` keeps their retentions apart).
             namespace: Arc::from(format!("once:{namespace}")),
-            lease: Lease {
-                length: Duration::from_secs(60),
-                max_run: Duration::from_secs(600),
-            },
+            lease: Lease::renewed_for(Duration::from_secs(600)),
         }
     }
 
@@ -185,7 +181,7 @@ impl Once {
     ///
     /// When `lease` is not between 100 ms and 1 day.
     pub fn with_lease(mut self, lease: Duration) -> Result<Self, ConfigError> {
-        self.lease.length = checked_lease(lease)?;
+        self.lease.length = Lease::checked_length(lease)?;
         Ok(self)
     }
 
@@ -197,14 +193,7 @@ impl Once {
     ///
     /// When `max_run` is shorter than 1 s.
     pub fn with_max_run(mut self, max_run: Duration) -> Result<Self, ConfigError> {
-        if max_run < Duration::from_secs(1) {
-            return Err(ConfigError::duration(
-                "max run time",
-                max_run,
-                "at least 1 s",
-            ));
-        }
-        self.lease.max_run = max_run;
+        self.lease.max_run = Lease::checked_max_run(max_run)?;
         Ok(self)
     }
 
@@ -277,7 +266,7 @@ impl Once {
                     (Ok(value), held)
                 }
                 Err(e) => {
-                    let _ = guard.release().await; // a failed release: the lease frees it
+                    guard.release().await;
                     (Err(e), Held::Released)
                 }
             },

@@ -15,17 +15,15 @@
 //!
 //! `RELIABILITY | <fault> | <mode> | events=<n> | lost=<n> | doubled=<n>`
 //!
-//! The receiver tests drive `target/<profile>/examples/receiver`, which `cargo test` builds
-//! (`cargo test --test chaos` alone does not: build the examples first). The tests here
-//! run one at a time: each one's fault must land in its own storm, not in a neighbour's.
+//! The receiver tests drive the `receiver` example's binary, built by the first of them
+//! that needs it (`cargo test --test chaos` alone builds no example). The tests here run
+//! one at a time: each one's fault must land in its own storm, not in a neighbour's.
 #![cfg(unix)]
 
 mod common;
 
 #[path = "chaos/cluster.rs"]
 mod cluster;
-#[path = "chaos/proxy.rs"]
-mod proxy;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -36,12 +34,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cluster::PrivatePostgres;
+use common::proxy::Proxy;
 use common::{event_body, signed_headers};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use proxy::Proxy;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::task::{JoinHandle, JoinSet};
 use tower::{ServiceBuilder, ServiceExt};
@@ -122,7 +120,7 @@ impl Stats {
     /// 503s answered from `from` to `to`.
     fn unavailable_between(&self, from: Instant, to: Instant) -> usize {
         let at = self.unavailable_at.lock().unwrap();
-        at.iter().filter(|t| (from..=to).contains(t)).count()
+        at.iter().filter(|t| (from..=to).contains(*t)).count()
     }
 
     fn summary(&self) -> String {
@@ -284,56 +282,51 @@ impl Tally {
 // Receiver processes: the `receiver` example binary.
 // ---------------------------------------------------------------------------------------
 
-/// `target/<profile>/examples/receiver`, built from the current sources.
+/// `target/<profile>/examples/receiver`, built from the current sources: `cargo test
+/// --test chaos` builds no example, so the first test to need it runs `cargo build
+/// --example receiver` (a no-op when it is up to date; cargo does not hold its lock while
+/// tests run).
 fn receiver_binary() -> PathBuf {
-    // target/<profile>/deps/chaos-<hash> → target/<profile>/examples/receiver
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join("receiver");
-    let built = std::fs::metadata(&path)
-        .and_then(|m| m.modified())
-        .unwrap_or_else(|_| {
-            panic!(
-                "{} is missing: build the examples first (`cargo test --all-features` builds \
-                 them; `cargo test --test chaos` alone does not — run \
-                 `cargo build --all-features --examples`)",
-                path.display()
-            )
-        });
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut sources = vec![
-        root.join("examples/receiver.rs"),
-        root.join("examples/support/mod.rs"),
-    ];
-    let mut dirs = vec![root.join("src")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(dir).unwrap().flatten() {
-            let p = entry.path();
-            if p.is_dir() {
-                dirs.push(p);
-            } else {
-                sources.push(p);
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            // target/<profile>/deps/chaos-<hash> → target/<profile>/examples/receiver
+            let exe = std::env::current_exe().unwrap();
+            let profile_dir = exe.parent().unwrap().parent().unwrap();
+            let target_dir = profile_dir.parent().unwrap();
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
+            let mut build = std::process::Command::new(&cargo);
+            build
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .args(["build", "--all-features", "--example", "receiver"])
+                .arg("--target-dir")
+                .arg(target_dir);
+            match profile_dir.file_name().and_then(|n| n.to_str()) {
+                Some("debug") | None => {}
+                Some("release") => {
+                    build.arg("--release");
+                }
+                Some(profile) => {
+                    build.args(["--profile", profile]);
+                }
             }
-        }
-    }
-    for source in sources {
-        let changed = std::fs::metadata(&source)
-            .and_then(|m| m.modified())
-            .unwrap();
-        assert!(
-            changed <= built,
-            "{} is older than {}: rebuild the examples (`cargo build --all-features \
-             --examples`) so this test drives the current code",
-            path.display(),
-            source.display()
-        );
-    }
-    path
+            let output = build.output().unwrap_or_else(|e| {
+                panic!("could not run {cargo} to build the receiver example: {e}")
+            });
+            assert!(
+                output.status.success(),
+                "`cargo build --example receiver` failed:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let path = profile_dir.join("examples").join("receiver");
+            assert!(
+                path.exists(),
+                "{} is missing after its build",
+                path.display()
+            );
+            path
+        })
+        .clone()
 }
 
 /// How often each event id was handled, across every receiver process of a test.
@@ -405,6 +398,15 @@ impl ReceiverProcess {
         self.child.start_kill().unwrap();
         self.child.wait().await.unwrap();
         self.stdout.await.unwrap()
+    }
+}
+
+/// Deletes a SQLite database and its `-wal` and `-shm` files.
+fn remove_sqlite(db: &Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut path = db.as_os_str().to_owned();
+        path.push(suffix);
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -502,7 +504,7 @@ async fn store_cut_off_mid_storm(url: String, proxy: &Proxy, plan: &Plan) -> Tal
 async fn store_cut_off_mid_storm_dedupe_on_postgres() {
     let _serial = SERIAL.lock().await;
     let url = common::fresh_pg_url().await;
-    let proxy = Proxy::start(authority_of(&url, 5432)).await;
+    let proxy = Proxy::start(authority_of(&url, 5432)).await.unwrap();
     let plan = Plan::new("pg");
     let tally =
         store_cut_off_mid_storm(with_authority(&url, &proxy.authority()), &proxy, &plan).await;
@@ -520,7 +522,12 @@ async fn store_cut_off_mid_storm_dedupe_on_postgres() {
 async fn store_cut_off_mid_storm_dedupe_on_redis() {
     let _serial = SERIAL.lock().await;
     let url = common::redis_url();
-    let proxy = Proxy::start(authority_of(&url, 6379)).await;
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut redis = client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("Redis must be running at {url} (.ci/services starts it): {e}"));
+    let proxy = Proxy::start(authority_of(&url, 6379)).await.unwrap();
     // The receiver keeps its keys under the default prefix; the event ids are this run's
     // own, and its keys are deleted by name at the end (nothing else is touched).
     let plan = Plan::new("redis");
@@ -533,8 +540,6 @@ async fn store_cut_off_mid_storm_dedupe_on_redis() {
         &tally,
     );
     // Each event's done key is in Redis: delete them, counting.
-    let client = redis::Client::open(url.as_str()).unwrap();
-    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
     let keys: Vec<String> = plan
         .ids
         .iter()
@@ -599,7 +604,7 @@ async fn receiver_killed_mid_storm() {
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let by_second = second.kill().await;
-    let _ = std::fs::remove_file(&db);
+    remove_sqlite(&db);
 
     let counts = handled.0.lock().unwrap().clone();
     let tally = Tally::of(&plan, &counts);
@@ -841,7 +846,11 @@ async fn chaos_worker_process() {
     .with_max_attempts(1000)
     .with_poll_interval(Duration::from_millis(50))
     .spawn();
-    std::future::pending::<()>().await;
+    // Orphaned (the test died without killing it): go too.
+    let parent = std::os::unix::process::parent_id();
+    while std::os::unix::process::parent_id() == parent {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// SIGKILLs the process when dropped: on success, and if the test fails first.
@@ -932,7 +941,7 @@ async fn worker_process_killed_repeatedly() {
         }
         moments
     };
-    let (moments, ()) = tokio::join!(kills, storm(&plan, stats.clone(), (20, 60), send));
+    let (moments, ()) = tokio::join!(kills, storm(&plan, stats.clone(), (100, 200), send));
 
     let drained = Instant::now() + Duration::from_secs(45);
     loop {
@@ -949,8 +958,10 @@ async fn worker_process_killed_repeatedly() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     drop(worker);
+    store.pool().close().await;
     let counts = effects_in(&effects);
-    for path in [&db, &effects, &log] {
+    remove_sqlite(&db);
+    for path in [&effects, &log] {
         let _ = std::fs::remove_file(path);
     }
     let tally = Tally::of(&plan, &counts);

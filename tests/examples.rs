@@ -47,17 +47,21 @@ fn example_binary(name: &str) -> PathBuf {
     path
 }
 
-#[tokio::test]
-async fn receiver_handles_signed_deliveries_once_each_and_refuses_forged_ones() {
-    let secrets = "whsec_receiver_current_0123456789,whsec_receiver_old_0123456789";
-    let db = std::env::temp_dir().join(format!("tower-webhook-receiver-{}.db", std::process::id()));
+/// The receiver example on the SQLite file `db`, configured by `env`: the child, its URL
+/// (the last word of its first line on stderr) and its stdout, line by line.
+async fn start_receiver(
+    db: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (
+    tokio::process::Child,
+    String,
+    tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) {
     let mut child = Command::new(example_binary("receiver"))
         .env_remove("DATABASE_URL")
-        .env("WEBHOOK_SQLITE", &db)
-        .env("WEBHOOK_SCHEME", "stripe")
-        .env("WEBHOOK_SECRETS", secrets)
-        .env("WEBHOOK_TOLERANCE_SECS", "60")
+        .env("WEBHOOK_SQLITE", db)
         .env("BIND", "127.0.0.1:0")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -74,7 +78,23 @@ async fn receiver_handles_signed_deliveries_once_each_and_refuses_forged_ones() 
         url.starts_with("http://127.0.0.1:") && url.ends_with("/webhooks"),
         "{first}"
     );
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, url, stdout)
+}
+
+#[tokio::test]
+async fn receiver_handles_signed_deliveries_once_each_and_refuses_forged_ones() {
+    let secrets = "whsec_receiver_current_0123456789,whsec_receiver_old_0123456789";
+    let db = std::env::temp_dir().join(format!("tower-webhook-receiver-{}.db", std::process::id()));
+    let (mut child, url, mut stdout) = start_receiver(
+        &db,
+        &[
+            ("WEBHOOK_SCHEME", "stripe"),
+            ("WEBHOOK_SECRETS", secrets),
+            ("WEBHOOK_TOLERANCE_SECS", "60"),
+        ],
+    )
+    .await;
 
     let deliver = |id: &'static str, secret: &'static str| {
         let url = url.clone();
@@ -125,27 +145,16 @@ async fn receiver_slow_handler_keeps_its_claim_and_a_hang_up_never_reruns_it() {
         std::process::id()
     ));
     // A 1 s lease and a handler that answers 3 s after its effect.
-    let mut child = Command::new(example_binary("receiver"))
-        .env_remove("DATABASE_URL")
-        .env("WEBHOOK_SQLITE", &db)
-        .env("WEBHOOK_SCHEME", "standard")
-        .env("WEBHOOK_SECRETS", SECRET)
-        .env("WEBHOOK_LEASE_SECS", "1")
-        .env("WEBHOOK_HANDLER_DELAY_MS", "3000")
-        .env("BIND", "127.0.0.1:0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    let first = tokio::time::timeout(Duration::from_secs(30), stderr.next_line())
-        .await
-        .expect("receiver starts")
-        .unwrap()
-        .unwrap();
-    let url = first.split_whitespace().last().unwrap().to_owned();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut child, url, mut stdout) = start_receiver(
+        &db,
+        &[
+            ("WEBHOOK_SCHEME", "standard"),
+            ("WEBHOOK_SECRETS", SECRET),
+            ("WEBHOOK_LEASE_SECS", "1"),
+            ("WEBHOOK_HANDLER_DELAY_MS", "3000"),
+        ],
+    )
+    .await;
     let deliver = |id: &'static str| {
         let url = url.clone();
         async move {

@@ -1,47 +1,69 @@
-//! A TCP proxy on 127.0.0.1 that can cut its traffic off and restore it: a store outage
-//! (a network partition, a database failover) on demand, for the demo and the tests.
+//! A TCP proxy on 127.0.0.1 in front of a store, to cut the store off and restore it: a
+//! store outage (a network partition, a database failover) on demand, for the demo and
+//! the chaos tests.
+//!
+//! [`Proxy::cut`] resets every live connection (RST, as a failed network path or a
+//! firewall would) and, until [`Proxy::restore`], resets every new one as soon as it is
+//! accepted: a client sees a connection that dies during its handshake at once — not a
+//! refused one (which sqlx's pool retries quietly for up to its acquire timeout) and not
+//! a silent one (which only a timeout ends).
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use tokio::io::copy_bidirectional;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
-/// Forwards connections to a target until [`cut`](Self::cut): then every open connection
-/// is dropped and new ones are closed at once, until [`restore`](Self::restore).
-#[derive(Clone)]
 pub struct Proxy {
     addr: SocketAddr,
-    cut: Arc<watch::Sender<bool>>,
+    shared: Arc<Shared>,
+    accept: JoinHandle<()>,
+}
+
+struct Shared {
+    /// Set while cut: new connections are reset at once.
+    cut: AtomicBool,
+    /// Bumped by each cut: every connection older than the bump resets itself.
+    epoch: watch::Sender<u64>,
+    /// Connections being forwarded now.
+    live: AtomicUsize,
+    /// Connections reset by a cut, or refused while cut.
+    dropped: AtomicUsize,
 }
 
 impl Proxy {
-    /// Listens on a free port of 127.0.0.1 and forwards to `target`.
-    pub async fn start(target: SocketAddr) -> std::io::Result<Self> {
+    /// Listens on 127.0.0.1 (a free port) and forwards each connection to `upstream`
+    /// (`host:port`).
+    pub async fn start(upstream: String) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let (cut, _) = watch::channel(false);
-        let cut = Arc::new(cut);
-        let accepting = cut.clone();
-        tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                if *accepting.borrow() {
-                    continue; // cut off: closed at once
+        let shared = Arc::new(Shared {
+            cut: AtomicBool::new(false),
+            epoch: watch::channel(0).0,
+            live: AtomicUsize::new(0),
+            dropped: AtomicUsize::new(0),
+        });
+        let s = shared.clone();
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((inbound, _)) = listener.accept().await else {
+                    continue;
+                };
+                if s.cut.load(Ordering::SeqCst) {
+                    reset(inbound);
+                    s.dropped.fetch_add(1, Ordering::SeqCst);
+                    continue;
                 }
-                let mut cut = accepting.subscribe();
-                tokio::spawn(async move {
-                    let Ok(mut server) = TcpStream::connect(target).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = copy_bidirectional(&mut client, &mut server) => {}
-                        _ = cut.wait_for(|cut| *cut) => {} // dropped: both sides reset
-                    }
-                });
+                tokio::spawn(forward(inbound, upstream.clone(), s.clone()));
             }
         });
-        Ok(Self { addr, cut })
+        Ok(Self {
+            addr,
+            shared,
+            accept,
+        })
     }
 
     /// Where clients connect.
@@ -49,13 +71,85 @@ impl Proxy {
         self.addr
     }
 
-    /// Drops every open connection and refuses new ones.
-    pub fn cut(&self) {
-        self.cut.send_replace(true);
+    /// `host:port` to give clients instead of the store's.
+    pub fn authority(&self) -> String {
+        self.addr.to_string()
     }
 
-    /// Forwards again.
+    /// Resets every live connection and every new one until [`restore`](Self::restore).
+    pub fn cut(&self) {
+        self.shared.cut.store(true, Ordering::SeqCst);
+        self.shared.epoch.send_modify(|e| *e += 1);
+    }
+
+    /// Forwards new connections again.
     pub fn restore(&self) {
-        self.cut.send_replace(false);
+        self.shared.cut.store(false, Ordering::SeqCst);
+    }
+
+    /// Connections being forwarded now.
+    pub fn live(&self) -> usize {
+        self.shared.live.load(Ordering::SeqCst)
+    }
+
+    /// Connections reset by a cut or refused while cut, so far.
+    pub fn dropped(&self) -> usize {
+        self.shared.dropped.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut(); // and every forwarding task with it
+    }
+}
+
+/// Closes `stream` with a reset rather than an orderly shutdown.
+fn reset(stream: TcpStream) {
+    let _ = stream.set_zero_linger();
+    drop(stream);
+}
+
+/// Decrements the live count however the forwarding ends.
+struct Live(Arc<Shared>);
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn forward(mut inbound: TcpStream, upstream: String, shared: Arc<Shared>) {
+    let mut epoch = shared.epoch.subscribe();
+    epoch.mark_unchanged();
+    shared.live.fetch_add(1, Ordering::SeqCst);
+    let _live = Live(shared.clone());
+    let mut outbound = tokio::select! {
+        connected = TcpStream::connect(&upstream) => match connected {
+            Ok(stream) => stream,
+            Err(_) => return reset(inbound),
+        },
+        _ = epoch.changed() => {
+            shared.dropped.fetch_add(1, Ordering::SeqCst);
+            return reset(inbound);
+        }
+    };
+    // A cut between the accept and here: this connection is older than it.
+    if shared.cut.load(Ordering::SeqCst) {
+        shared.dropped.fetch_add(1, Ordering::SeqCst);
+        reset(outbound);
+        return reset(inbound);
+    }
+    let _ = inbound.set_nodelay(true);
+    let _ = outbound.set_nodelay(true);
+    let cut = tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => false,
+        _ = epoch.changed() => true,
+    };
+    if cut {
+        shared.dropped.fetch_add(1, Ordering::SeqCst);
+        reset(outbound);
+        reset(inbound);
     }
 }

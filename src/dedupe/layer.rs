@@ -48,10 +48,7 @@ impl DedupeLayer {
         Self {
             config: Arc::new(Config {
                 store,
-                lease: Lease {
-                    length: Duration::from_secs(60),
-                    max_run: Duration::from_secs(600),
-                },
+                lease: Lease::renewed_for(Duration::from_secs(600)),
                 unavailable_retry_after: Duration::from_secs(5),
                 key: None,
             }),
@@ -68,7 +65,7 @@ impl DedupeLayer {
     /// When `lease` is not between 100 ms and 1 day (a renewal every third of it needs
     /// time for a round trip; a day is what every store represents).
     pub fn with_lease(mut self, lease: Duration) -> Result<Self, ConfigError> {
-        Arc::make_mut(&mut self.config).lease.length = checked_lease(lease)?;
+        Arc::make_mut(&mut self.config).lease.length = Lease::checked_length(lease)?;
         Ok(self)
     }
 
@@ -80,14 +77,7 @@ impl DedupeLayer {
     ///
     /// When `max_run` is shorter than 1 s.
     pub fn with_max_run(mut self, max_run: Duration) -> Result<Self, ConfigError> {
-        if max_run < Duration::from_secs(1) {
-            return Err(ConfigError::duration(
-                "max run time",
-                max_run,
-                "at least 1 s",
-            ));
-        }
-        Arc::make_mut(&mut self.config).lease.max_run = max_run;
+        Arc::make_mut(&mut self.config).lease.max_run = Lease::checked_max_run(max_run)?;
         Ok(self)
     }
 
@@ -105,19 +95,6 @@ impl DedupeLayer {
     ) -> Self {
         Arc::make_mut(&mut self.config).key = Some(Arc::new(key));
         self
-    }
-}
-
-/// A lease every store can represent, with room for a renewal's round trip.
-pub(crate) fn checked_lease(lease: Duration) -> Result<Duration, ConfigError> {
-    if (Duration::from_millis(100)..=Duration::from_secs(24 * 3600)).contains(&lease) {
-        Ok(lease)
-    } else {
-        Err(ConfigError::duration(
-            "a lease",
-            lease,
-            "between 100 ms and 1 day",
-        ))
     }
 }
 

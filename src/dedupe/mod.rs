@@ -75,7 +75,6 @@ mod future;
 mod layer;
 mod service;
 
-pub(crate) use self::layer::checked_lease;
 pub(crate) use self::service::MISSING_EVENT;
 
 pub use self::future::ResponseFuture;

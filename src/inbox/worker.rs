@@ -3,7 +3,6 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,8 +12,7 @@ use tokio::time::Instant;
 
 use super::backend::Outcome;
 use super::{Inbox, InboxEvent};
-use crate::dedupe::checked_lease;
-use crate::store::{StoreError, Token};
+use crate::store::{retry_until, Heartbeat, Lease, StoreError, Token};
 use crate::ConfigError;
 
 /// What a worker runs on each event. Any `Fn(InboxEvent) -> impl Future<Output =
@@ -91,8 +89,7 @@ pub struct Worker {
     concurrency: usize,
     max_attempts: u32,
     backoff: (Duration, Duration),
-    lease: Duration,
-    max_run: Duration,
+    lease: Lease,
     poll: Duration,
     /// `None`: shutdown waits for running events however long they take.
     grace: Option<Duration>,
@@ -141,8 +138,7 @@ impl Worker {
             concurrency: 4,
             max_attempts: 8,
             backoff: (Duration::from_secs(1), Duration::from_secs(600)),
-            lease: Duration::from_secs(60),
-            max_run: Duration::from_secs(3600),
+            lease: Lease::renewed_for(Duration::from_secs(3600)),
             poll: Duration::from_secs(5),
             grace: None,
         }
@@ -176,7 +172,7 @@ impl Worker {
     ///
     /// When `lease` is not between 100 ms and 1 day.
     pub fn with_lease(mut self, lease: Duration) -> Result<Self, ConfigError> {
-        self.lease = checked_lease(lease)?;
+        self.lease.length = Lease::checked_length(lease)?;
         Ok(self)
     }
 
@@ -188,14 +184,7 @@ impl Worker {
     ///
     /// When `max_run` is shorter than 1 s.
     pub fn with_max_run(mut self, max_run: Duration) -> Result<Self, ConfigError> {
-        if max_run < Duration::from_secs(1) {
-            return Err(ConfigError::duration(
-                "max run time",
-                max_run,
-                "at least 1 s",
-            ));
-        }
-        self.max_run = max_run;
+        self.lease.max_run = Lease::checked_max_run(max_run)?;
         Ok(self)
     }
 
@@ -261,13 +250,13 @@ impl Worker {
             let rows = if free == 0 {
                 Vec::new()
             } else {
-                let token = Token::new();
-                let claim = this
-                    .inbox
-                    .backend
-                    .claim(free, this.lease, token, this.max_attempts);
+                let (token, claimed_at) = (Token::new(), Instant::now());
+                let claim =
+                    this.inbox
+                        .backend
+                        .claim(free, this.lease.length, token, this.max_attempts);
                 match claim.await {
-                    Ok(rows) => rows.into_iter().map(|r| (r, token)).collect(),
+                    Ok(rows) => rows.into_iter().map(|r| (r, token, claimed_at)).collect(),
                     Err(_error) => {
                         #[cfg(feature = "tracing")]
                         tracing::error!(target: "tower_webhook", "inbox worker could not claim: {_error}");
@@ -276,12 +265,12 @@ impl Worker {
                 }
             };
             let claimed = rows.len();
-            for (event, token) in rows {
+            for (event, token, claimed_at) in rows {
                 let permit = permits.clone().acquire_owned().await.expect("never closed");
                 let (worker, hurried) = (this.clone(), hurried.clone());
                 running.spawn(async move {
                     let _permit = permit;
-                    worker.process(event, token, hurried).await;
+                    worker.process(event, token, claimed_at, hurried).await;
                 });
             }
             if claimed == free && free > 0 {
@@ -307,32 +296,21 @@ impl Worker {
         while running.join_next().await.is_some() {}
     }
 
-    async fn process(&self, event: InboxEvent, token: Token, mut hurried: watch::Receiver<bool>) {
+    async fn process(
+        &self,
+        event: InboxEvent,
+        token: Token,
+        claimed_at: Instant,
+        mut hurried: watch::Receiver<bool>,
+    ) {
         let (source, id, attempt) = (event.source.clone(), event.id.clone(), event.attempt);
         // Its own task: a panicking processor is a failed attempt, not a dead worker. The
         // guard stops it too when this task is stopped (a simulated crash).
         let mut task = AbortOnDrop(tokio::spawn(self.runner.run(event, token)));
-        let started = Instant::now();
-        // The end of the row's lease as far as this attempt knows (ms after `started`).
-        let lease_ends_ms = AtomicU64::new(millis(self.lease));
-        let lost = AtomicBool::new(false);
-        let heartbeat = async {
-            loop {
-                tokio::time::sleep(self.lease / 3).await;
-                if started.elapsed() >= self.max_run || lost.load(Ordering::Relaxed) {
-                    std::future::pending::<()>().await;
-                }
-                let sent = started.elapsed();
-                let renew = self
-                    .inbox
-                    .backend
-                    .renew(source.clone(), id.clone(), token, self.lease);
-                match renew.await {
-                    Ok(true) => lease_ends_ms.store(millis(sent + self.lease), Ordering::Relaxed),
-                    Ok(false) => lost.store(true, Ordering::Relaxed),
-                    Err(_) => {} // out of reach: again at the next beat, while the lease lasts
-                }
-            }
+        let heartbeat = Heartbeat::new(claimed_at, self.lease);
+        let renew = || {
+            let backend = &self.inbox.backend;
+            backend.renew(source.clone(), id.clone(), token, self.lease.length)
         };
         let joined = tokio::select! {
             biased;
@@ -343,9 +321,9 @@ impl Worker {
                 task.0.abort();
                 (&mut task.0).await
             }
-            () = heartbeat => unreachable!("the heartbeat never ends"),
+            () = heartbeat.beat(renew) => unreachable!("the heartbeat never ends"),
         };
-        let lease_ends = started + Duration::from_millis(lease_ends_ms.load(Ordering::Relaxed));
+        let lease_ends = heartbeat.lease_ends();
         let result = match joined {
             Ok(result) => result,
             Err(e) if e.is_panic() => Err("the processor panicked".to_owned()),
@@ -388,7 +366,7 @@ impl Worker {
     }
 
     /// Records `outcome`, retrying a database that does not answer until the row's lease
-    /// would end (at least once): after that another worker may hold the row.
+    /// would end: after that another worker may hold the row.
     async fn finish_until(
         &self,
         source: &str,
@@ -397,26 +375,14 @@ impl Worker {
         outcome: Outcome,
         lease_ends: Instant,
     ) -> Result<bool, StoreError> {
-        let mut wait = Duration::from_millis(50);
-        loop {
-            let finish =
-                self.inbox
-                    .backend
-                    .finish(source.to_owned(), id.to_owned(), token, outcome.clone());
-            match finish.await {
-                Ok(held) => return Ok(held),
-                Err(error) if Instant::now() + wait >= lease_ends => return Err(error),
-                Err(_) => {
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(1));
-                }
-            }
-        }
+        retry_until(lease_ends, || {
+            let outcome = outcome.clone();
+            self.inbox
+                .backend
+                .finish(source.to_owned(), id.to_owned(), token, outcome)
+        })
+        .await
     }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A failed attempt at `warn`, a row gone dead at `error`; the processor's error as a field.
@@ -467,7 +433,8 @@ impl fmt::Debug for Worker {
         f.debug_struct("Worker")
             .field("concurrency", &self.concurrency)
             .field("max_attempts", &self.max_attempts)
-            .field("lease", &self.lease)
+            .field("lease", &self.lease.length)
+            .field("max_run", &self.lease.max_run)
             .finish_non_exhaustive()
     }
 }

@@ -19,6 +19,7 @@ pub(crate) struct ClaimGuard {
     token: Token,
     /// When the claim was sent: its lease counts from no later than this.
     sent: Instant,
+    lease: Duration,
 }
 
 impl ClaimGuard {
@@ -27,12 +28,14 @@ impl ClaimGuard {
         delivery: Delivery,
         token: Token,
         sent: Instant,
+        lease: Duration,
     ) -> Self {
         Self {
             store,
             delivery: Some(delivery),
             token,
             sent,
+            lease,
         }
     }
 
@@ -59,17 +62,30 @@ impl ClaimGuard {
         self.store.complete(delivery, self.token)
     }
 
-    /// Gives the claim up so the next attempt runs.
-    pub(crate) fn release(mut self) -> StoreFuture<()> {
+    /// Gives the claim up so the next attempt runs. One try is awaited (so a retry that
+    /// comes right after the answer finds the key free); a store that did not answer is
+    /// asked again in the background while the lease lasts.
+    pub(crate) async fn release(mut self) {
         let delivery = self.delivery.take().expect("one outcome per claim");
-        self.store.release(delivery, self.token)
+        let lease_ends = self.sent + self.lease;
+        let (store, token) = (self.store.clone(), self.token);
+        if store.release(delivery.clone(), token).await.is_err() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(release_while_leased(store, delivery, token, lease_ends));
+            }
+        }
     }
 }
 
 impl Drop for ClaimGuard {
     fn drop(&mut self) {
         if let Some(delivery) = self.delivery.take() {
-            let release = self.store.release(delivery, self.token);
+            let release = release_while_leased(
+                self.store.clone(),
+                delivery,
+                self.token,
+                self.sent + self.lease,
+            );
             // Outside a runtime (at shutdown) the lease frees the claim instead.
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(release);
@@ -139,7 +155,7 @@ impl Future for PendingClaim {
         let outcome = ready!(claim.as_mut().poll(cx));
         this.claim = None;
         let delivery = this.delivery.take().expect("answered once");
-        let guard = || ClaimGuard::new(this.store.clone(), delivery, this.token, sent);
+        let guard = || ClaimGuard::new(this.store.clone(), delivery, this.token, sent, this.lease);
         Poll::Ready(match outcome {
             // Granted so late that the first renewal (a third of the lease after the
             // claim) could not come before the lease runs out, or it already has: another
@@ -172,10 +188,25 @@ impl Drop for PendingClaim {
         let (store, token) = (self.store.clone(), self.token);
         // Outside a runtime (at shutdown) the lease frees the claim instead.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let lease_ends = self.sent.unwrap_or_else(Instant::now) + self.lease;
             runtime.spawn(async move {
                 let _ = claim.await;
-                let _ = store.release(delivery, token).await; // fenced: harmless if not ours
+                // Fenced: harmless if the key was never ours.
+                release_while_leased(store, delivery, token, lease_ends).await;
             });
         }
     }
+}
+
+/// Releases the claim, retrying a store that does not answer until the lease would end
+/// anyway (an outage that swallowed the claim's answer often swallows the first release
+/// too): the next attempt runs as soon as the store is back, not when the lease runs out.
+async fn release_while_leased(
+    store: Arc<dyn DedupeStore>,
+    delivery: Delivery,
+    token: Token,
+    lease_ends: Instant,
+) {
+    let until = tokio::time::Instant::from_std(lease_ends);
+    let _ = super::retry_until(until, || store.release(delivery.clone(), token)).await;
 }

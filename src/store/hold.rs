@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{ClaimGuard, Completed, Renewed, StoreError};
+use crate::ConfigError;
 
 /// How long a claim holds, and for how long a running attempt keeps renewing it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +28,41 @@ pub(crate) struct Lease {
     /// Renewals stop once the work has run this long: the lease then runs out, and a
     /// retry may take the key over (the run is reported as having lost its claim).
     pub(crate) max_run: Duration,
+}
+
+impl Lease {
+    /// 60 s, renewed for up to `max_run`.
+    pub(crate) fn renewed_for(max_run: Duration) -> Self {
+        Self {
+            length: Duration::from_secs(60),
+            max_run,
+        }
+    }
+
+    /// `length`, if every store can hold it with room for a renewal's round trip.
+    pub(crate) fn checked_length(length: Duration) -> Result<Duration, ConfigError> {
+        if (Duration::from_millis(100)..=Duration::from_secs(24 * 3600)).contains(&length) {
+            Ok(length)
+        } else {
+            Err(ConfigError::duration(
+                "a lease",
+                length,
+                "between 100 ms and 1 day",
+            ))
+        }
+    }
+
+    /// `max_run`, if it is at least 1 s.
+    pub(crate) fn checked_max_run(max_run: Duration) -> Result<Duration, ConfigError> {
+        if max_run < Duration::from_secs(1) {
+            return Err(ConfigError::duration(
+                "max run time",
+                max_run,
+                "at least 1 s",
+            ));
+        }
+        Ok(max_run)
+    }
 }
 
 /// How the claim ended.
@@ -45,6 +81,63 @@ pub(crate) enum Held {
     Unrecorded(StoreError),
 }
 
+/// Renews a claim every third of its lease while work runs, up to the max run time.
+pub(crate) struct Heartbeat {
+    /// When the claim was sent: the lease counts from then, not from its answer.
+    started: Instant,
+    lease: Lease,
+    /// The end of the lease as far as this attempt knows (ms after `started`).
+    lease_ends_ms: AtomicU64,
+    /// A renewal was refused: the claim is another's.
+    lost: AtomicBool,
+}
+
+impl Heartbeat {
+    pub(crate) fn new(started: Instant, lease: Lease) -> Self {
+        Self {
+            started,
+            lease,
+            lease_ends_ms: AtomicU64::new(millis(lease.length)),
+            lost: AtomicBool::new(false),
+        }
+    }
+
+    /// Renews through `renew` (`Ok(true)`: still held) a third of a lease after each
+    /// claim or renewal was sent; stops renewing past the max run time or once refused.
+    /// Never returns: race it against the work.
+    pub(crate) async fn beat<F, Fut>(&self, renew: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<bool, StoreError>>,
+    {
+        let mut last_sent = self.started;
+        loop {
+            tokio::time::sleep_until(last_sent + self.lease.length / 3).await;
+            if self.started.elapsed() >= self.lease.max_run || self.lost.load(Ordering::Relaxed) {
+                std::future::pending::<()>().await;
+            }
+            last_sent = Instant::now();
+            match renew().await {
+                Ok(true) => {
+                    let ends = last_sent - self.started + self.lease.length;
+                    self.lease_ends_ms.store(millis(ends), Ordering::Relaxed);
+                }
+                Ok(false) => self.lost.store(true, Ordering::Relaxed),
+                // Unreachable for now: try again at the next beat, while the lease lasts.
+                Err(_error) => {
+                    #[cfg(feature = "tracing")]
+                    tracing::warn!(target: "tower_webhook", "could not renew a claim's lease: {_error}");
+                }
+            }
+        }
+    }
+
+    /// When the lease ends, as far as this attempt knows.
+    pub(crate) fn lease_ends(&self) -> Instant {
+        self.started + Duration::from_millis(self.lease_ends_ms.load(Ordering::Relaxed))
+    }
+}
+
 /// Runs `work` while renewing `guard`'s claim, then completes the key if `succeeded`
 /// says so, or releases it.
 pub(crate) async fn hold<F: Future>(
@@ -53,47 +146,26 @@ pub(crate) async fn hold<F: Future>(
     work: F,
     succeeded: impl FnOnce(&F::Output) -> bool,
 ) -> (F::Output, Held) {
-    // The lease counts from when the claim was sent, not from when it was answered.
-    let started = Instant::from_std(guard.sent());
-    // The end of the lease as far as this attempt knows (ms after `started`).
-    let lease_ends_ms = AtomicU64::new(millis(lease.length));
-    let lost = AtomicBool::new(false);
-    let heartbeat = async {
-        let every = lease.length / 3;
-        // Each beat a third of a lease after the previous claim or renewal was sent.
-        let mut last_sent = started;
-        loop {
-            tokio::time::sleep_until(last_sent + every).await;
-            if started.elapsed() >= lease.max_run || lost.load(Ordering::Relaxed) {
-                std::future::pending::<()>().await;
-            }
-            last_sent = Instant::now();
-            let sent = last_sent - started;
-            match guard.renew(lease.length).await {
-                Ok(Renewed::Held) => {
-                    lease_ends_ms.store(millis(sent + lease.length), Ordering::Relaxed);
-                }
-                Ok(Renewed::Fenced) => lost.store(true, Ordering::Relaxed),
-                // Unreachable for now: try again at the next beat, while the lease lasts.
-                Err(_error) => {
-                    #[cfg(feature = "tracing")]
-                    tracing::warn!(target: "tower_webhook", "could not renew a claim's lease: {_error}");
-                }
-            }
-        }
+    let heartbeat = Heartbeat::new(Instant::from_std(guard.sent()), lease);
+    let renew = || {
+        let renewal = guard.renew(lease.length);
+        async move { renewal.await.map(|r| r == Renewed::Held) }
     };
     let output = tokio::select! {
         biased;
         output = work => output,
-        () = heartbeat => unreachable!("the heartbeat never ends"),
+        () = heartbeat.beat(renew) => unreachable!("the heartbeat never ends"),
     };
     if !succeeded(&output) {
-        // A failed release is not the work's outcome: the lease frees the key instead.
-        let _ = guard.release().await;
+        // A failed release is not the work's outcome: it is retried in the background.
+        guard.release().await;
         return (output, Held::Released);
     }
-    let lease_ends = started + Duration::from_millis(lease_ends_ms.load(Ordering::Relaxed));
-    let held = match complete_until(guard, lease_ends).await {
+    let (store, delivery, token) = guard.into_parts();
+    let complete = retry_until(heartbeat.lease_ends(), || {
+        store.complete(delivery.clone(), token)
+    });
+    let held = match complete.await {
         Ok(Completed::Done) => Held::Done,
         Ok(Completed::Fenced) => Held::Lost,
         Err(error) => Held::Unrecorded(error),
@@ -101,16 +173,21 @@ pub(crate) async fn hold<F: Future>(
     (output, held)
 }
 
-/// Completes the claim, retrying a store that does not answer until `lease_ends` (at
-/// least once): after that another attempt may hold the key, and the answer would be
-/// `Fenced` anyway.
-async fn complete_until(guard: ClaimGuard, lease_ends: Instant) -> Result<Completed, StoreError> {
-    let (store, delivery, token) = guard.into_parts();
+/// Runs `operation`, retrying while it fails until `until` (at least once): an outcome
+/// recorded after the lease ends may be another attempt's to record.
+pub(crate) async fn retry_until<T, F, Fut>(
+    until: Instant,
+    mut operation: F,
+) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
     let mut wait = Duration::from_millis(50);
     loop {
-        match store.complete(delivery.clone(), token).await {
-            Ok(completed) => return Ok(completed),
-            Err(error) if Instant::now() + wait >= lease_ends => return Err(error),
+        match operation().await {
+            Ok(done) => return Ok(done),
+            Err(error) if Instant::now() + wait >= until => return Err(error),
             Err(_) => {
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(1));

@@ -35,7 +35,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 pub(crate) use guard::{ClaimGuard, Claimed, PendingClaim};
-pub(crate) use hold::{hold, Held, Lease};
+pub(crate) use hold::{hold, retry_until, Heartbeat, Held, Lease};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
