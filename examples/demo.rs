@@ -33,7 +33,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
 use tower_webhook::latest::{self, Order};
-use tower_webhook::once::Once;
+use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::{DedupeStore, PgStore, SqliteStore};
 use tower_webhook::{Scheme, Verifier, VerifyWebhookLayer};
 
@@ -188,7 +188,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (inbox, store, db, backend, outage): (Inbox, Arc<dyn DedupeStore>, Db, String, Outage) =
         match &o.database_url {
             Some(url) => {
-                let (pool, proxy) = own_schema(url, &schema).await?;
+                let (pool, proxy) = own_schema(url, &schema, o.outage).await?;
                 let store = PgStore::from_pool(pool).await?;
                 let db = Db::Pg(store.pool().clone());
                 (
@@ -196,7 +196,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     Arc::new(store),
                     db,
                     "PostgreSQL".into(),
-                    Outage::Proxy(Arc::new(proxy)),
+                    proxy.map_or(Outage::None, |p| Outage::Proxy(Arc::new(p))),
                 )
             }
             None => {
@@ -237,9 +237,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     *ledger.lock().unwrap().entry(id).or_default() += 1;
                     Ok::<_, String>(())
                 });
-                // `InProgress` here means a killed worker's attempt ran the effect but its
-                // "done" never reached the store: the effect happened, so this row is done.
-                effect.await.map(|_| ()).map_err(|e| e.to_string())
+                match effect.await {
+                    // Another attempt holds the key (a killed worker's, or one whose
+                    // claim's answer the outage swallowed): retry once it has let go.
+                    Ok(Ran::InProgress { .. }) => Err("the effect is in progress elsewhere".into()),
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e.to_string()),
+                }
             }
         }
     };
@@ -434,12 +438,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// A pool whose tables live in a schema of this run's own, created here: runs against one
-/// database never see each other's rows (the schema is dropped at the end). It connects
-/// through a proxy, so the run can cut the database off.
+/// database never see each other's rows (the schema is dropped at the end). With an
+/// outage to play, it connects through a proxy that can cut the database off (a hop that
+/// costs throughput on two cores, so only then).
 async fn own_schema(
     url: &str,
     schema: &str,
-) -> Result<(sqlx::PgPool, support::proxy::Proxy), Box<dyn std::error::Error>> {
+    outage: Duration,
+) -> Result<(sqlx::PgPool, Option<support::proxy::Proxy>), Box<dyn std::error::Error>> {
     use std::str::FromStr;
     let admin = sqlx::PgPool::connect(url).await?;
     let create = format!("CREATE SCHEMA IF NOT EXISTS {schema}");
@@ -447,17 +453,18 @@ async fn own_schema(
         .execute(&admin)
         .await?;
     admin.close().await;
-    let options = sqlx::postgres::PgConnectOptions::from_str(url)?;
-    let upstream = format!("{}:{}", options.get_host(), options.get_port());
-    let proxy = support::proxy::Proxy::start(upstream).await?;
-    let options = options
-        .host("127.0.0.1")
-        .port(proxy.addr().port())
-        .options([("search_path", schema)]);
+    let mut options = sqlx::postgres::PgConnectOptions::from_str(url)?;
+    let mut proxy = None;
+    if !outage.is_zero() {
+        let upstream = format!("{}:{}", options.get_host(), options.get_port());
+        let started = support::proxy::Proxy::start(upstream).await?;
+        options = options.host("127.0.0.1").port(started.addr().port());
+        proxy = Some(started);
+    }
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(16)
         .acquire_timeout(Duration::from_secs(5))
-        .connect_with(options)
+        .connect_with(options.options([("search_path", schema)]))
         .await?;
     Ok((pool, proxy))
 }
@@ -465,6 +472,8 @@ async fn own_schema(
 /// How the run cuts its store off.
 #[derive(Clone)]
 enum Outage {
+    /// None asked for (`--outage-secs 0`).
+    None,
     /// Every connection to PostgreSQL reset, new ones too.
     Proxy(Arc<support::proxy::Proxy>),
     /// Another connection holds SQLite's write lock past the store's busy timeout (5 s),
@@ -476,6 +485,7 @@ impl Outage {
     /// Cuts the store off for `length`, then restores it.
     async fn run(self, length: Duration) -> Result<(), sqlx::Error> {
         match self {
+            Outage::None => {}
             Outage::Proxy(proxy) => {
                 proxy.cut();
                 tokio::time::sleep(length).await;

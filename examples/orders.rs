@@ -34,7 +34,7 @@ use tower::ServiceBuilder;
 use tower_webhook::filter::{EventFilterLayer, Livemode};
 use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
 use tower_webhook::latest::{self, Order};
-use tower_webhook::once::Once;
+use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::SqliteStore;
 use tower_webhook::{Scheme, Verifier, VerifyWebhookLayer};
 
@@ -173,20 +173,22 @@ impl Shop {
         }
         // The e-mail is outside the database: `Once` keeps it to one per order, even when
         // this attempt fails after the commit above and a retry comes through here again.
-        let outside = self.outside.clone();
-        self.emails
-            .run(&format!("order-{order}"), move |_| async move {
-                *outside
-                    .emails_sent
-                    .lock()
-                    .unwrap()
-                    .entry(order)
-                    .or_default() += 1;
-                Ok::<_, String>(())
-            })
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        let (outside, key) = (self.outside.clone(), format!("order-{order}"));
+        let email = self.emails.run(&key, move |_| async move {
+            *outside
+                .emails_sent
+                .lock()
+                .unwrap()
+                .entry(order)
+                .or_default() += 1;
+            Ok::<_, String>(())
+        });
+        match email.await {
+            // Another attempt is sending it: not done yet, so retry (it may still fail).
+            Ok(Ran::InProgress { .. }) => Err("the e-mail is being sent elsewhere".into()),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     async fn close(&self, order: i64) -> Result<(), String> {

@@ -17,7 +17,7 @@ use http::StatusCode;
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::inbox::{Accepted, Inbox, InboxEvent, Processor, Requeue, Worker};
-use tower_webhook::once::Once;
+use tower_webhook::once::{Once, Ran};
 use tower_webhook::pg_tx::PgTx;
 use tower_webhook::store::{Claim, DedupeStore, Delivery, PgStore, Retention, SqliteStore, Token};
 use tower_webhook::{Scheme, VerifyWebhookLayer};
@@ -873,16 +873,17 @@ async fn worst_day_two_receivers_two_workers(a: Inbox, b: Inbox, once: Once) {
                 if i % 5 == 0 && e.attempt == 1 {
                     return Err("the provider's API timed out".to_owned());
                 }
-                // The action has no await: `InProgress` can only mean a killed attempt
-                // ran it and did not record it, so the effect happened.
                 let id = e.id.clone();
-                once.run(&e.id, move |_| async move {
+                let effect = once.run(&e.id, move |_| async move {
                     *ledger.lock().unwrap().entry(id).or_default() += 1;
                     Ok::<_, String>(())
-                })
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
+                });
+                match effect.await {
+                    // Another attempt holds the key: retry once it has let go.
+                    Ok(Ran::InProgress { .. }) => Err("the effect is in progress elsewhere".into()),
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e.to_string()),
+                }
             }
         }
     };

@@ -27,8 +27,8 @@ pub(crate) enum Outcome {
 pub(crate) trait Backend: Send + Sync + 'static {
     fn accept(&self, event: &Event) -> StoreFuture<Accepted>;
     /// Claims up to `limit` due rows for `lease` under `token`, counting an attempt each;
-    /// first marks dead the rows whose `max_attempts` attempts all ended without an
-    /// outcome (each crashed its worker).
+    /// a due row whose `max_attempts` attempts all ended without an outcome (each crashed
+    /// its worker) is marked dead instead, in the same statement.
     fn claim(
         &self,
         limit: usize,
@@ -75,6 +75,8 @@ struct ClaimedRow {
     livemode: Option<bool>,
     body: Option<Vec<u8>>,
     attempts: i64,
+    /// Marked dead by the claim instead of claimed (every attempt crashed).
+    buried: bool,
 }
 
 impl From<ClaimedRow> for InboxEvent {
@@ -124,8 +126,13 @@ const CRASHED: &str = "every attempt ended without an outcome (the worker crashe
 
 /// Runs a claim's rows into events.
 fn events(rows: Result<Vec<ClaimedRow>, sqlx::Error>) -> Result<Vec<InboxEvent>, StoreError> {
-    rows.map(|rows| rows.into_iter().map(InboxEvent::from).collect())
-        .map_err(|e| StoreError::new("inbox claim", e))
+    rows.map(|rows| {
+        rows.into_iter()
+            .filter(|row| !row.buried)
+            .map(InboxEvent::from)
+            .collect()
+    })
+    .map_err(|e| StoreError::new("inbox claim", e))
 }
 
 #[cfg(feature = "sqlite")]
@@ -168,23 +175,24 @@ ON CONFLICT (source, event_id) DO UPDATE SET next_attempt_at = ?7, attempts = 0
 WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS NULL
   AND webhook_events.kind = 'event'";
 
-    /// Rows whose every attempt crashed: dead, not claimed forever.
-    const BURY: &str = "
-UPDATE webhook_events SET dead_at = ?1, processing_error = ?3, locked_until = NULL, lock_token = NULL
-WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
-  AND attempts >= ?2 AND (locked_until IS NULL OR locked_until <= ?1)";
-
-    // SQLite has one writer: this UPDATE is atomic, no two workers get the same row.
+    // SQLite has one writer: this UPDATE is atomic, no two workers get the same row. A due
+    // row whose every attempt ended without an outcome (each crashed its worker) is marked
+    // dead in the same statement instead of claimed again (every SET sees the old row).
     const CLAIM: &str = "
 UPDATE webhook_events
-SET locked_until = ?1 + ?2, lock_token = ?3, attempts = attempts + 1
+SET attempts = attempts + (attempts < ?5),
+    dead_at = CASE WHEN attempts >= ?5 THEN ?1 END,
+    processing_error = CASE WHEN attempts >= ?5 THEN ?6 ELSE processing_error END,
+    locked_until = CASE WHEN attempts < ?5 THEN ?1 + ?2 END,
+    lock_token = CASE WHEN attempts < ?5 THEN ?3 END
 WHERE rowid IN (
     SELECT rowid FROM webhook_events
     WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= ?1
-      AND processed_at IS NULL AND dead_at IS NULL AND attempts < ?5
+      AND processed_at IS NULL AND dead_at IS NULL
       AND (locked_until IS NULL OR locked_until <= ?1)
     ORDER BY next_attempt_at LIMIT ?4)
-RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
+RETURNING source, event_id, event_type, object_id, livemode, body, attempts,
+    dead_at IS NOT NULL AS buried";
 
     impl Backend for Sqlite {
         fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
@@ -221,19 +229,13 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts";
         ) -> StoreFuture<Vec<InboxEvent>> {
             let (pool, now) = (self.pool.clone(), self.now_ms());
             Box::pin(async move {
-                sqlx::query(BURY)
-                    .bind(now)
-                    .bind(max_attempts)
-                    .bind(CRASHED)
-                    .execute(&pool)
-                    .await
-                    .map_err(|e| StoreError::new("inbox claim", e))?;
                 let rows = sqlx::query_as(CLAIM)
                     .bind(now)
                     .bind(ms(lease))
                     .bind(token.to_string())
                     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
                     .bind(max_attempts)
+                    .bind(CRASHED)
                     .fetch_all(&pool)
                     .await;
                 events(rows)
@@ -459,22 +461,21 @@ WITH inserted AS (
 SELECT EXISTS (SELECT 1 FROM queued) AS new,
        CASE WHEN EXISTS (SELECT 1 FROM queued) THEN pg_notify('webhook_events', '') END";
 
-    /// Rows whose every attempt crashed: dead, not claimed forever.
-    const BURY: &str = "
-UPDATE webhook_events SET dead_at = now(), processing_error = $2, locked_until = NULL,
-    lock_token = NULL
-WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
-  AND attempts >= $1 AND (locked_until IS NULL OR locked_until <= clock_timestamp())";
-
-    /// `SKIP LOCKED`: concurrent workers (in any replica) each take different rows.
+    /// `SKIP LOCKED`: concurrent workers (in any replica) each take different rows. A due
+    /// row whose every attempt ended without an outcome (each crashed its worker) is
+    /// marked dead in the same statement instead of claimed again.
     const CLAIM: &str = "
 UPDATE webhook_events w
-SET locked_until = clock_timestamp() + make_interval(secs => $1), lock_token = $2,
-    attempts = w.attempts + 1
+SET attempts = w.attempts + (w.attempts < $4)::int,
+    dead_at = CASE WHEN w.attempts >= $4 THEN now() END,
+    processing_error = CASE WHEN w.attempts >= $4 THEN $5 ELSE w.processing_error END,
+    locked_until = CASE WHEN w.attempts < $4
+        THEN clock_timestamp() + make_interval(secs => $1) END,
+    lock_token = CASE WHEN w.attempts < $4 THEN $2 END
 FROM (
     SELECT source, event_id FROM webhook_events
     WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= now()
-      AND processed_at IS NULL AND dead_at IS NULL AND attempts < $4
+      AND processed_at IS NULL AND dead_at IS NULL
       AND (locked_until IS NULL OR locked_until <= clock_timestamp())
     ORDER BY next_attempt_at
     LIMIT $3
@@ -482,7 +483,7 @@ FROM (
 ) due
 WHERE w.source = due.source AND w.event_id = due.event_id
 RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body,
-    w.attempts::int8 AS attempts";
+    w.attempts::int8 AS attempts, w.dead_at IS NOT NULL AS buried";
 
     impl Backend for Postgres {
         fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
@@ -519,17 +520,12 @@ RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body,
             let pool = self.pool.clone();
             let max_attempts = i32::try_from(max_attempts).unwrap_or(i32::MAX);
             Box::pin(async move {
-                sqlx::query(BURY)
-                    .bind(max_attempts)
-                    .bind(CRASHED)
-                    .execute(&pool)
-                    .await
-                    .map_err(|e| StoreError::new("inbox claim", e))?;
                 let rows = sqlx::query_as(CLAIM)
                     .bind(lease.as_secs_f64())
                     .bind(token.as_uuid())
                     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
                     .bind(max_attempts)
+                    .bind(CRASHED)
                     .fetch_all(&pool)
                     .await;
                 events(rows)
