@@ -9,7 +9,8 @@
 //!   URL; without it, the embedded SQLite file `WEBHOOK_SQLITE` (default `webhooks.db`);
 //! - `WEBHOOK_LEASE_SECS`: how long a claim holds between renewals (default 60);
 //! - `WEBHOOK_HANDLER_DELAY_MS`: how long the handler waits after its effect before it
-//!   answers (default 0) — a slow handler whose work is already done.
+//!   answers (default 0) — a slow handler whose work is already done;
+//! - `WEBHOOK_BODY_TIMEOUT_SECS`: how long a body may take to arrive (default 10; then 408).
 //!
 //! It serves `POST /webhooks` and prints `handled <event id>` each time its handler runs:
 //! once per event, however often the provider delivers it. With a 1 s lease and a 3 s
@@ -34,14 +35,11 @@ use tower::ServiceBuilder;
 use tower_webhook::store::{DedupeStore, PgStore, RedisStore, SqliteStore};
 use tower_webhook::{DedupeLayer, Event, Verifier, VerifyWebhookLayer};
 
-pub fn app(verifier: Verifier, dedupe: DedupeLayer, delay: Duration) -> Router {
+pub fn app(verify: VerifyWebhookLayer, dedupe: DedupeLayer, delay: Duration) -> Router {
     Router::new().route(
         "/webhooks",
-        post(move |event: Event| handle(event, delay)).layer(
-            ServiceBuilder::new()
-                .layer(VerifyWebhookLayer::new(verifier))
-                .layer(dedupe),
-        ),
+        post(move |event: Event| handle(event, delay))
+            .layer(ServiceBuilder::new().layer(verify).layer(dedupe)),
     )
 }
 
@@ -93,6 +91,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tolerance = env_number("WEBHOOK_TOLERANCE_SECS", 300)?;
     let lease = Duration::from_secs(env_number("WEBHOOK_LEASE_SECS", 60)?);
     let delay = Duration::from_millis(env_number("WEBHOOK_HANDLER_DELAY_MS", 0)?);
+    let body_timeout = Duration::from_secs(env_number("WEBHOOK_BODY_TIMEOUT_SECS", 10)?);
     let bind = std::env::var("BIND").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let scheme_name = scheme.name().to_owned();
     let verifier = Verifier::new(scheme, &secrets)?.with_tolerance(Duration::from_secs(tolerance));
@@ -110,7 +109,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
              WEBHOOK_SCHEME={scheme_name} cargo run --example send -- http://{addr}/webhooks"
         );
     }
-    axum::serve(listener, app(verifier, dedupe, delay))
+    let verify = VerifyWebhookLayer::new(verifier).with_body_timeout(body_timeout);
+    axum::serve(listener, app(verify, dedupe, delay))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })

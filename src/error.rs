@@ -111,6 +111,8 @@ pub enum ErrorKind {
     BodyTooLarge,
     /// The body could not be read from the connection (400).
     BodyRead,
+    /// The body did not arrive within the read timeout (408).
+    BodyTimeout,
 }
 
 impl VerifyError {
@@ -125,12 +127,13 @@ impl VerifyError {
     }
 
     /// The status of the default rejection response: 413 for [`ErrorKind::BodyTooLarge`],
-    /// 400 for everything else. Never 410, which makes Standard Webhooks senders disable
-    /// the endpoint.
+    /// 408 for [`ErrorKind::BodyTimeout`], 400 for everything else. Never 410, which makes
+    /// Standard Webhooks senders disable the endpoint.
     #[must_use]
     pub fn status(&self) -> StatusCode {
         match self.kind {
             ErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             _ => StatusCode::BAD_REQUEST,
         }
     }
@@ -146,6 +149,7 @@ impl VerifyError {
             }
             ErrorKind::BodyTooLarge => "payload too large",
             ErrorKind::BodyRead => "could not read body",
+            ErrorKind::BodyTimeout => "body not received in time",
         }
     }
 }

@@ -239,13 +239,15 @@ where
     type Error = S::Error;
     type Future = PgTxFuture<Self::Response, S::Error>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+    /// Always ready: the inner service's readiness is taken only once the event's row is
+    /// inserted, so duplicates waiting on it never hold a place in the inner service.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        // A clone, polled ready once the event's row is in (see `poll_ready`).
+        let mut inner = self.inner.clone();
         let (pool, max_wait) = (self.pool.clone(), self.max_wait);
         let delivery = req.extensions().get::<Event>().map(Delivery::from_event);
         // Its own task: a dropped request (the client hung up) neither rolls back nor
@@ -337,6 +339,8 @@ where
             let shared = PgTx::new(tx);
             req.extensions_mut().insert(shared.clone());
             // Dropped here on error or panic: the transaction rolls back with it.
+            // Dropped on error: the transaction rolls back with it.
+            std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
             let response = inner.call(req).await?;
             let Some(mut tx) = shared.into_inner() else {
                 // The handler kept the transaction (a task still holds it): never commit

@@ -83,13 +83,12 @@ impl Secrets {
     }
 
     fn current(&self) -> Keys {
-        self.with_keys(|keys| keys.clone())
+        self.keys()
     }
 
-    /// Runs `f` on the current list under the read lock (no reference counting on the hot
-    /// path). A poisoned lock still holds a complete list: the write is one assignment.
-    pub(crate) fn with_keys<R>(&self, f: impl FnOnce(&Keys) -> R) -> R {
-        f(&self.keys.read().unwrap_or_else(|p| p.into_inner()))
+    /// The list in force now: a snapshot (one reference count), used without the lock.
+    pub(crate) fn keys(&self) -> Keys {
+        self.keys.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 

@@ -195,6 +195,79 @@ async fn receiver_slow_handler_keeps_its_claim_and_a_hang_up_never_reruns_it() {
     let _ = std::fs::remove_file(&db);
 }
 
+/// Writes `head` (and the first `sent` bytes of `body`) on a raw connection and returns
+/// the status line the server answers with, however long the client keeps the rest back.
+async fn raw_post(url: &str, head: &str, body: &[u8], sent: usize) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+    let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body[..sent]).await.unwrap();
+    let mut answer = vec![0; 256];
+    let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut answer))
+        .await
+        .expect("answered while the body was held back")
+        .unwrap();
+    String::from_utf8_lossy(&answer[..n])
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn receiver_refuses_bad_headers_before_the_body_and_times_a_stalled_body_out() {
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-early-{}.db",
+        std::process::id()
+    ));
+    let (mut child, url, mut stdout) = start_receiver(
+        &db,
+        &[
+            ("WEBHOOK_SCHEME", "standard"),
+            ("WEBHOOK_SECRETS", SECRET),
+            ("WEBHOOK_BODY_TIMEOUT_SECS", "1"),
+        ],
+    )
+    .await;
+    // 1 MiB announced, no signature header: 400 before the client sends a byte of it.
+    let head = "POST /webhooks HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n\
+                content-length: 1048576\r\n\r\n";
+    let status = raw_post(&url, head, b"", 0).await;
+    assert_eq!(status, "HTTP/1.1 400 Bad Request");
+
+    // Signed, but the body stops halfway: 408 within the read timeout, no handler run.
+    let body = event_body("evt_stalled", "invoice.paid", "in_1");
+    let headers = signed_headers(&Scheme::standard(), SECRET, "evt_stalled", &body);
+    let mut head = format!(
+        "POST /webhooks HTTP/1.1\r\nhost: test\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in &headers {
+        head.push_str(&format!("{name}: {}\r\n", value.to_str().unwrap()));
+    }
+    head.push_str("\r\n");
+    let started = std::time::Instant::now();
+    let status = raw_post(&url, &head, &body, body.len() / 2).await;
+    assert_eq!(status, "HTTP/1.1 408 Request Timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // The whole delivery still runs, once: the next line is its, not the stalled one's.
+    let (status, _) = post(&url, headers, body).await.unwrap();
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        next_line(&mut stdout).await.as_deref(),
+        Some("handled evt_stalled")
+    );
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
 #[tokio::test]
 async fn receiver_without_secrets_explains_how_to_send_a_test_delivery() {
     let db = std::env::temp_dir().join(format!(

@@ -3,11 +3,15 @@
 
 mod common;
 
+use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use common::{at, call, request, verifier, Chunked, NOW};
-use http::{HeaderMap, HeaderValue, Request, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http_body_util::Full;
+use tower::ServiceExt;
 use tower_webhook::{ErrorKind, Scheme, VerifyWebhookLayer};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -208,17 +212,18 @@ async fn hostile_inputs_get_a_clear_4xx_and_never_reach_the_handler() {
             ErrorKind::TimestampInFuture,
         ),
         // The MAC is checked first: a forger learns nothing about the time window.
+        // The window is public: a timestamp outside it is refused before any HMAC.
         (
             "stale and forged",
             signed(OLD_SECRET, NOW - 10_000, BODY),
             BODY,
-            ErrorKind::InvalidSignature,
+            ErrorKind::TimestampTooOld,
         ),
         (
             "timestamp of a billion years",
             edited(|h| set(h, "webhook-timestamp", "31536000000000000")),
             BODY,
-            ErrorKind::InvalidSignature,
+            ErrorKind::TimestampInFuture,
         ),
     ];
     for (name, headers, body, kind) in cases {
@@ -446,4 +451,120 @@ fn debug_output_never_shows_a_secret() {
         );
         assert!(text.contains("len: 2") || text.contains("len: 1"), "{text}");
     }
+}
+
+/// A body that never sends a byte (a client that stalls), counting how often it was
+/// polled: a request refused on its headers must not read it at all.
+struct Stalled(Arc<std::sync::atomic::AtomicUsize>);
+
+impl http_body::Body for Stalled {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        std::task::Poll::Pending
+    }
+}
+
+fn stalled_request(headers: HeaderMap) -> (Request<Stalled>, Arc<std::sync::atomic::AtomicUsize>) {
+    let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut request = Request::post("/webhooks")
+        .body(Stalled(polls.clone()))
+        .unwrap();
+    *request.headers_mut() = headers;
+    (request, polls)
+}
+
+#[tokio::test]
+async fn headers_that_cannot_verify_are_refused_before_a_byte_of_the_body_is_read() {
+    let body = br#"{"id":"evt_1"}"#;
+    let cases: Vec<(&str, HeaderMap, ErrorKind)> = vec![
+        (
+            "no signature header",
+            HeaderMap::new(),
+            ErrorKind::MissingHeader,
+        ),
+        (
+            "a stale timestamp (the window is public: no HMAC for it)",
+            signed(SECRET, NOW - 3600, body),
+            ErrorKind::TimestampTooOld,
+        ),
+        (
+            "no signature of the scheme's length (`v1,` alone)",
+            edited(|h| set(h, "webhook-signature", "v1,")),
+            ErrorKind::InvalidSignature,
+        ),
+    ];
+    for (what, headers, kind) in cases {
+        let (request, polls) = stalled_request(headers);
+        let outcome = tokio::time::timeout(Duration::from_secs(2), call(&layer(), request))
+            .await
+            .unwrap_or_else(|_| panic!("{what}: waited for a body that never comes"));
+        assert_eq!(outcome.status, StatusCode::BAD_REQUEST, "{what}");
+        assert_eq!(outcome.kind(), Some(kind), "{what}");
+        assert_eq!(
+            polls.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "{what}: body read"
+        );
+        assert!(outcome.handled.is_empty(), "{what}");
+    }
+}
+
+#[tokio::test]
+async fn a_body_that_stops_arriving_gets_408_within_the_read_timeout() {
+    let body = br#"{"id":"evt_1"}"#;
+    let layer = layer().with_body_timeout(Duration::from_millis(200));
+    let (request, polls) = stalled_request(signed(SECRET, NOW, body));
+    let started = std::time::Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), call(&layer, request))
+        .await
+        .expect("answered within the read timeout");
+    assert_eq!(outcome.status, StatusCode::REQUEST_TIMEOUT);
+    assert_eq!(outcome.kind(), Some(ErrorKind::BodyTimeout));
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert!(
+        polls.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "it did wait for the body"
+    );
+    assert!(outcome.handled.is_empty());
+}
+
+/// An unauthenticated request whose body trickles in holds no place in a concurrency limit
+/// behind the layer: the inner service's readiness is taken only after verification.
+#[tokio::test]
+async fn a_trickling_request_does_not_hold_the_inner_services_concurrency_slot() {
+    use tower::{Service, ServiceBuilder};
+    let handled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = handled.clone();
+    let svc = ServiceBuilder::new()
+        .layer(layer())
+        .concurrency_limit(1)
+        .service(tower::service_fn(move |_req: Request<Full<Bytes>>| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::new()))) }
+        }));
+    // Valid headers, a body that never completes: it waits in the layer, not in the limit.
+    let (stalled, _) = stalled_request(signed(SECRET, NOW, b"{}"));
+    let mut first = svc.clone();
+    let pending = tokio::spawn(async move {
+        let ready =
+            std::future::poll_fn(|cx| Service::<Request<Stalled>>::poll_ready(&mut first, cx));
+        ready.await.unwrap();
+        first.call(stalled).await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let body = br#"{"id":"evt_2"}"#;
+    let good = svc.oneshot(request(signed(SECRET, NOW, body), &body[..]));
+    let response = tokio::time::timeout(Duration::from_secs(2), good)
+        .await
+        .expect("the limit's one slot was free for a verified delivery")
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(handled.load(std::sync::atomic::Ordering::SeqCst), 1);
+    pending.abort();
 }

@@ -11,7 +11,7 @@ use tower_service::Service;
 use super::layer::Config;
 use super::{ClaimLost, Deduped};
 use crate::body::ResponseBody;
-use crate::store::{hold, whole_seconds, Claimed, Delivery, Held, PendingClaim, Token};
+use crate::store::{hold, whole_seconds, ClaimGuard, Claimed, Delivery, Held, PendingClaim, Token};
 
 /// The handler's result and how its claim ended, from the task that ran it.
 type Finished<S, B> = (
@@ -45,6 +45,13 @@ where
         claim: PendingClaim,
         request: Option<Request<B>>,
         inner: Option<S>,
+    },
+    /// Claimed: waiting for a place in the inner service (dropped here, the guard
+    /// releases the claim: nothing has started).
+    Readying {
+        guard: Option<ClaimGuard>,
+        request: Option<Request<B>>,
+        inner: S,
     },
     Running {
         task: JoinHandle<Finished<S, B>>,
@@ -113,14 +120,11 @@ where
                 } => {
                     let config = this.config.as_ref().expect("claiming has a config");
                     match ready!(Pin::new(claim).poll(cx)) {
-                        Claimed::Granted(guard) => {
-                            let mut inner = inner.take().expect("claimed once");
-                            let future = inner.call(request.take().expect("claimed once"));
-                            let success = |r: &Result<Response<ResBody>, S::Error>| matches!(r, Ok(r) if r.status().is_success());
-                            // Its own task: a dropped request does not stop work that started.
-                            let task = tokio::spawn(hold(guard, config.lease, future, success));
-                            State::Running { task }
-                        }
+                        Claimed::Granted(guard) => State::Readying {
+                            guard: Some(guard),
+                            request: request.take(),
+                            inner: inner.take().expect("claimed once"),
+                        },
                         Claimed::Done => {
                             return Poll::Ready(Ok(Deduped::Done.response(None)));
                         }
@@ -134,6 +138,30 @@ where
                             return Poll::Ready(Ok(Deduped::StoreUnavailable.response(Some(secs))));
                         }
                     }
+                }
+                State::Readying {
+                    guard,
+                    request,
+                    inner,
+                } => {
+                    if let Err(error) = ready!(inner.poll_ready(cx)) {
+                        drop(guard.take()); // nothing started: the claim goes back
+                        return Poll::Ready(Err(error));
+                    }
+                    let config = this.config.as_ref().expect("claimed with a config");
+                    let guard = guard.take().expect("called once");
+                    // Waited so long for a place that the lease may run out before its
+                    // first renewal: give the claim back rather than run beside a takeover.
+                    if guard.sent().elapsed() >= config.lease.length * 2 / 3 {
+                        drop(guard); // released in the background
+                        let secs = whole_seconds(config.lease.length).as_secs();
+                        return Poll::Ready(Ok(Deduped::InFlight.response(Some(secs))));
+                    }
+                    let future = inner.call(request.take().expect("called once"));
+                    let success = |r: &Result<Response<ResBody>, S::Error>| matches!(r, Ok(r) if r.status().is_success());
+                    // Its own task: a dropped request does not stop work that started.
+                    let task = tokio::spawn(hold(guard, config.lease, future, success));
+                    State::Running { task }
                 }
                 State::Running { task } => {
                     let (result, held) = match ready!(Pin::new(task).poll(cx)) {

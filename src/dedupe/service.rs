@@ -53,8 +53,10 @@ where
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqBody>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+    /// Always ready: the inner service's readiness is taken only once the event is
+    /// claimed, so duplicates and in-flight retries never hold a place in it.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
@@ -88,9 +90,8 @@ impl<S> Dedupe<S> {
         let Some(delivery) = delivery else {
             return ResponseFuture::ready(StatusCode::BAD_REQUEST, "webhook event has no id");
         };
-        // The ready service goes into the future; `self` keeps a fresh clone.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
+        // A clone, polled ready in the future once the event is claimed.
+        let inner = self.inner.clone();
         ResponseFuture::claim(delivery, req, inner, self.config.clone())
     }
 }

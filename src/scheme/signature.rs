@@ -28,6 +28,11 @@ pub(crate) struct Candidates<'a> {
 }
 
 impl Candidates<'_> {
+    /// Whether no signature has the length a MAC encodes to: none could match.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len

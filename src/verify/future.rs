@@ -20,7 +20,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pin_project! {
     /// Response future of [`VerifyWebhook`](super::VerifyWebhook): collects the body under
-    /// the limit, verifies it, then calls the inner service.
+    /// the limit and the read timeout, verifies it, waits for the inner service to be
+    /// ready, then calls it.
     pub struct ResponseFuture<S, B>
     where
         S: Service<Request<Full<Bytes>>>,
@@ -44,8 +45,14 @@ pin_project! {
         Collect {
             #[pin]
             collect: Collect<Limited<B>>,
+            #[pin]
+            timeout: tokio::time::Sleep,
             parts: Option<request::Parts>,
             inner: Option<S>,
+        },
+        Ready {
+            inner: S,
+            request: Option<Request<Full<Bytes>>>,
         },
         Call {
             #[pin]
@@ -72,6 +79,7 @@ where
         Self {
             state: State::Collect {
                 collect,
+                timeout: tokio::time::sleep(config.body_timeout),
                 parts: Some(parts),
                 inner: Some(inner),
             },
@@ -101,10 +109,22 @@ where
             match this.state.project() {
                 StateProj::Collect {
                     collect,
+                    timeout,
                     parts,
                     inner,
                 } => {
-                    let bytes = match ready!(collect.poll(cx)) {
+                    let collected = match collect.poll(cx) {
+                        Poll::Ready(collected) => collected,
+                        Poll::Pending => {
+                            ready!(timeout.poll(cx));
+                            let error = VerifyError::new(
+                                ErrorKind::BodyTimeout,
+                                "body not received within the read timeout",
+                            );
+                            return Poll::Ready(Ok(reject(this.config, error)));
+                        }
+                    };
+                    let bytes = match collected {
                         Ok(collected) => collected.to_bytes(),
                         Err(err) => {
                             let error = if err.downcast_ref::<LengthLimitError>().is_some() {
@@ -120,14 +140,22 @@ where
                     // `Bytes` clones share one buffer: the event and the body are the same bytes.
                     match this.config.verifier.verify(&parts.headers, bytes.clone()) {
                         Ok(event) => {
-                            let mut req = Request::from_parts(parts, Full::new(bytes));
-                            req.extensions_mut().insert(event);
-                            let mut inner = inner;
-                            let future = inner.call(req);
-                            self.as_mut().project().state.set(State::Call { future });
+                            let mut request = Request::from_parts(parts, Full::new(bytes));
+                            request.extensions_mut().insert(event);
+                            let request = Some(request);
+                            self.as_mut()
+                                .project()
+                                .state
+                                .set(State::Ready { inner, request });
                         }
                         Err(error) => return Poll::Ready(Ok(reject(this.config, error))),
                     }
+                }
+                StateProj::Ready { inner, request } => {
+                    // Verified: now, and only now, a place in the inner service.
+                    ready!(inner.poll_ready(cx))?;
+                    let future = inner.call(request.take().expect("called once"));
+                    self.as_mut().project().state.set(State::Call { future });
                 }
                 StateProj::Call { future } => {
                     return future.poll(cx).map_ok(|res| res.map(ResponseBody::inner));

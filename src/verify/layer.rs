@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
@@ -16,6 +17,7 @@ pub(crate) type RejectFn = dyn Fn(&VerifyError) -> Response<Bytes> + Send + Sync
 pub(crate) struct Config {
     pub(crate) verifier: Verifier,
     pub(crate) max_body: usize,
+    pub(crate) body_timeout: Duration,
     pub(crate) rejection: Option<Arc<RejectFn>>,
 }
 
@@ -29,15 +31,25 @@ pub struct VerifyWebhookLayer {
 }
 
 impl VerifyWebhookLayer {
-    /// A layer that verifies every request with `verifier`, buffering at most 1 MiB.
+    /// A layer that verifies every request with `verifier`, buffering at most 1 MiB that
+    /// must arrive within 10 s.
     pub fn new(verifier: Verifier) -> Self {
         Self {
             config: Arc::new(Config {
                 verifier,
                 max_body: DEFAULT_MAX_BODY,
+                body_timeout: Duration::from_secs(10),
                 rejection: None,
             }),
         }
+    }
+
+    /// Replaces how long the whole body may take to arrive (default 10 s); a sender that
+    /// trickles it slower gets 408 and holds no buffer past it. Only requests whose
+    /// headers passed the checks are read at all.
+    pub fn with_body_timeout(mut self, timeout: Duration) -> Self {
+        Arc::make_mut(&mut self.config).body_timeout = timeout;
+        self
     }
 
     /// Replaces the body limit in bytes (default 1 MiB). A larger `Content-Length` is
@@ -93,6 +105,7 @@ impl std::fmt::Debug for VerifyWebhookLayer {
         f.debug_struct("VerifyWebhookLayer")
             .field("verifier", &self.config.verifier)
             .field("max_body", &self.config.max_body)
+            .field("body_timeout", &self.config.body_timeout)
             .field("custom_rejection", &self.config.rejection.is_some())
             .finish()
     }

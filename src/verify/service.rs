@@ -54,8 +54,11 @@ where
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqBody>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+    /// Always ready: the inner service's readiness is taken only once a delivery has
+    /// been verified, so unauthenticated requests (a body trickling in) never hold a
+    /// concurrency slot or a buffer place behind this layer.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
@@ -72,9 +75,13 @@ where
                 self.config.clone(),
             );
         }
-        // The ready service goes into the future; `self` keeps a fresh clone.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
+        // The cheapest rejections first: no byte of the body is read for a request whose
+        // headers cannot verify (missing, malformed, a stale timestamp).
+        if let Err(error) = self.config.verifier.check_headers(req.headers()) {
+            return ResponseFuture::reject(error, self.config.clone());
+        }
+        // A clone, polled ready in the future once the delivery is verified.
+        let inner = self.inner.clone();
         let (parts, body) = req.into_parts();
         ResponseFuture::collect(
             Limited::new(body, max).collect(),
