@@ -1154,3 +1154,81 @@ async fn redis_store_with_replicas_waits_for_them_and_refuses_without() {
         .unwrap();
     assert!(value.starts_with("done:"), "{value}");
 }
+
+/// Keys completed by versions before renewals hold the value `done`: still done.
+#[tokio::test]
+async fn redis_store_reads_a_done_key_of_an_earlier_version_as_done() {
+    let prefix = format!("tower-webhook-test:{}:", uuid::Uuid::new_v4().simple());
+    let store = RedisStore::connect(&redis_url())
+        .await
+        .unwrap()
+        .with_prefix(&prefix);
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let key = format!("{prefix}8:standard:evt_legacy");
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("done")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let claim = store.claim(
+        Delivery::new("standard", "evt_legacy"),
+        Token::new(),
+        Duration::from_secs(30),
+    );
+    assert_eq!(claim.await.unwrap(), Claim::Done);
+    let _: () = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// A database migrated before the `kind` column: `Once` keys (sources `once:…`) become
+/// business keys, so the event keys' prune never deletes them.
+#[tokio::test]
+async fn sqlite_migration_marks_earlier_once_keys_as_business_keys() {
+    let path = temp_sqlite_path();
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true);
+    let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+    for sql in [
+        include_str!("../migrations/sqlite/20261130000001_webhook_events.sql"),
+        include_str!("../migrations/sqlite/20261130000002_webhook_objects.sql"),
+    ] {
+        sqlx::raw_sql(sql).execute(&pool).await.unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO webhook_events (source, event_id, received_at, attempts, processed_at)
+         VALUES ('once:fulfil', 'order-7', 0, 1, 0), ('standard', 'evt_1', 0, 1, 0)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let store = SqliteStore::from_pool(pool.clone()).await.unwrap();
+    let kinds: Vec<(String, String)> =
+        sqlx::query_as("SELECT event_id, kind FROM webhook_events ORDER BY event_id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        kinds,
+        vec![
+            ("evt_1".to_owned(), "event".to_owned()),
+            ("order-7".to_owned(), "once".to_owned())
+        ]
+    );
+    assert_eq!(
+        store
+            .prune(Retention::shorter(Duration::ZERO))
+            .await
+            .unwrap(),
+        1,
+        "the event key only"
+    );
+    let once = Once::new(store, "fulfil");
+    let ran = once.run("order-7", |_| async { Ok::<_, std::io::Error>(()) });
+    assert_eq!(ran.await.unwrap(), Ran::Already);
+}

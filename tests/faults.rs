@@ -652,6 +652,31 @@ async fn dedupe_renewals_keep_the_claim_for_four_leases_so_duplicates_get_409_an
 }
 
 #[tokio::test]
+async fn dedupe_a_renewal_outage_shorter_than_the_lease_never_costs_the_claim() {
+    // Two renewals in a row go unanswered: retried at once with a short backoff, the
+    // claim is renewed well before its lease ends, and no duplicate ever takes it over.
+    let lease = Duration::from_millis(600);
+    let hooks = Webhooks::new(lease, Gate::closed());
+    hooks.store.script(Op::Renew, [Fault::Fail, Fault::Fail]);
+    let first = tokio::spawn(hooks.send("wait"));
+    within("the handler to start", hooks.work.arrived(1)).await;
+    let until = Instant::now() + lease * 3;
+    while Instant::now() < until {
+        assert_eq!(hooks.send("ok").await.status(), StatusCode::CONFLICT);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        hooks.store.calls(Op::Renew) >= 3,
+        "two failed, then retried"
+    );
+    hooks.work.open();
+    let first = within("the handler's answer", first).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(first.extensions().get::<ClaimLost>(), None);
+    assert_eq!(hooks.effects(), 1);
+}
+
+#[tokio::test]
 async fn dedupe_claim_failing_is_a_503_with_retry_after_and_the_handler_never_runs() {
     let hooks = Webhooks::new(LONG_LEASE, Gate::opened());
     hooks.store.always(Op::Claim, Fault::Fail);

@@ -117,12 +117,15 @@ impl From<CountsRow> for Counts {
     }
 }
 
-/// What a row left dead by crashes says as its error.
+/// What a row whose last attempt crashed says as its error when it goes dead (after the
+/// error of the attempt before, if one failed).
 /// What a row stopped past the shutdown's grace period says as its error.
 const ABANDONED: &str = "stopped mid-attempt: the worker shut down past its grace period";
 
-/// What a row left dead by crashes says as its error.
-const CRASHED: &str = "every attempt ended without an outcome (the worker crashed or was stopped)";
+/// What a row whose last attempt crashed says as its error when it goes dead (after the
+/// error of the attempt before, if one failed).
+const CRASHED: &str =
+    "the last attempt ended without an outcome (the worker crashed or was stopped)";
 
 /// Runs a claim's rows into events.
 fn events(rows: Result<Vec<ClaimedRow>, sqlx::Error>) -> Result<Vec<InboxEvent>, StoreError> {
@@ -182,7 +185,8 @@ WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS 
 UPDATE webhook_events
 SET attempts = attempts + (attempts < ?5),
     dead_at = CASE WHEN attempts >= ?5 THEN ?1 END,
-    processing_error = CASE WHEN attempts >= ?5 THEN ?6 ELSE processing_error END,
+    processing_error = CASE WHEN attempts >= ?5
+        THEN coalesce(processing_error || '; then ', '') || ?6 ELSE processing_error END,
     locked_until = CASE WHEN attempts < ?5 THEN ?1 + ?2 END,
     lock_token = CASE WHEN attempts < ?5 THEN ?3 END
 WHERE rowid IN (
@@ -468,7 +472,8 @@ SELECT EXISTS (SELECT 1 FROM queued) AS new,
 UPDATE webhook_events w
 SET attempts = w.attempts + (w.attempts < $4)::int,
     dead_at = CASE WHEN w.attempts >= $4 THEN now() END,
-    processing_error = CASE WHEN w.attempts >= $4 THEN $5 ELSE w.processing_error END,
+    processing_error = CASE WHEN w.attempts >= $4
+        THEN coalesce(w.processing_error || '; then ', '') || $5 ELSE w.processing_error END,
     locked_until = CASE WHEN w.attempts < $4
         THEN clock_timestamp() + make_interval(secs => $1) END,
     lock_token = CASE WHEN w.attempts < $4 THEN $2 END

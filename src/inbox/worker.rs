@@ -256,6 +256,10 @@ impl Worker {
                         .backend
                         .claim(free, this.lease.length, token, this.max_attempts);
                 match claim.await {
+                    // Answered so late that the lease may run out before the first
+                    // renewal: leave the rows to their lease (they come back, counted)
+                    // rather than run beside a worker that took them over.
+                    Ok(_) if claimed_at.elapsed() >= this.lease.length * 2 / 3 => Vec::new(),
                     Ok(rows) => rows.into_iter().map(|r| (r, token, claimed_at)).collect(),
                     Err(_error) => {
                         #[cfg(feature = "tracing")]

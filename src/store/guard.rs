@@ -65,9 +65,15 @@ impl ClaimGuard {
     /// Gives the claim up so the next attempt runs. One try is awaited (so a retry that
     /// comes right after the answer finds the key free); a store that did not answer is
     /// asked again in the background while the lease lasts.
-    pub(crate) async fn release(mut self) {
-        let delivery = self.delivery.take().expect("one outcome per claim");
+    pub(crate) async fn release(self) {
         let lease_ends = self.sent + self.lease;
+        self.release_until(lease_ends).await;
+    }
+
+    /// [`release`](Self::release), the background tries lasting until `lease_ends` (a
+    /// renewed lease ends later than the first).
+    pub(crate) async fn release_until(mut self, lease_ends: Instant) {
+        let delivery = self.delivery.take().expect("one outcome per claim");
         let (store, token) = (self.store.clone(), self.token);
         if store.release(delivery.clone(), token).await.is_err() {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {

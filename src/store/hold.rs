@@ -102,31 +102,37 @@ impl Heartbeat {
         }
     }
 
-    /// Renews through `renew` (`Ok(true)`: still held) a third of a lease after each
-    /// claim or renewal was sent; stops renewing past the max run time or once refused.
-    /// Never returns: race it against the work.
+    /// Renews through `renew` (`Ok(true)`: still held) a third of a lease after the
+    /// claim or the last renewal that held; a renewal the store did not answer is tried
+    /// again at once with a short backoff while the lease lasts (an outage much shorter
+    /// than the lease must not cost the claim). Stops renewing past the max run time or
+    /// once refused. Never returns: race it against the work.
     pub(crate) async fn beat<F, Fut>(&self, renew: F)
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<bool, StoreError>>,
     {
-        let mut last_sent = self.started;
+        let mut next = self.started + self.lease.length / 3;
+        let mut retry = Duration::from_millis(50);
         loop {
-            tokio::time::sleep_until(last_sent + self.lease.length / 3).await;
+            tokio::time::sleep_until(next).await;
             if self.started.elapsed() >= self.lease.max_run || self.lost.load(Ordering::Relaxed) {
                 std::future::pending::<()>().await;
             }
-            last_sent = Instant::now();
+            let sent = Instant::now();
             match renew().await {
                 Ok(true) => {
-                    let ends = last_sent - self.started + self.lease.length;
+                    let ends = sent - self.started + self.lease.length;
                     self.lease_ends_ms.store(millis(ends), Ordering::Relaxed);
+                    next = sent + self.lease.length / 3;
+                    retry = Duration::from_millis(50);
                 }
                 Ok(false) => self.lost.store(true, Ordering::Relaxed),
-                // Unreachable for now: try again at the next beat, while the lease lasts.
                 Err(_error) => {
                     #[cfg(feature = "tracing")]
                     tracing::warn!(target: "tower_webhook", "could not renew a claim's lease: {_error}");
+                    next = Instant::now() + retry;
+                    retry = (retry * 2).min(Duration::from_secs(1));
                 }
             }
         }
@@ -157,8 +163,9 @@ pub(crate) async fn hold<F: Future>(
         () = heartbeat.beat(renew) => unreachable!("the heartbeat never ends"),
     };
     if !succeeded(&output) {
-        // A failed release is not the work's outcome: it is retried in the background.
-        guard.release().await;
+        // A failed release is not the work's outcome: it is retried in the background
+        // while the (renewed) lease lasts.
+        guard.release_until(heartbeat.lease_ends().into_std()).await;
         return (output, Held::Released);
     }
     let (store, delivery, token) = guard.into_parts();

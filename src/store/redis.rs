@@ -53,13 +53,14 @@ struct Scripts {
 }
 
 // Values: `claimed:<token>` while claimed; `done:<token>:<unix ms>` once done (the token
-// makes a retried completion idempotent; the time is for `prune_once`).
+// makes a retried completion idempotent; the time is for `prune_once`). Plain `done` is
+// what versions before renewals wrote: still done.
 
 /// `{1, 0}` new; `{2, 0}` done; `{3, ms}` claimed for `ms` more.
 const CLAIM: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, 0} end
 local v = redis.call('GET', KEYS[1])
-if v and string.sub(v, 1, 5) == 'done:' then return {2, 0} end
+if v == 'done' or (v and string.sub(v, 1, 5) == 'done:') then return {2, 0} end
 return {3, redis.call('PTTL', KEYS[1])}";
 
 const RENEW: &str = r"
@@ -144,7 +145,9 @@ impl RedisStore {
     }
 
     /// Like [`connect`](Self::connect), but connects on first use: a store that is down
-    /// now answers 503 until it is up, instead of failing here.
+    /// now answers 503 until it is up, instead of failing here. The eviction policy is not
+    /// checked (there is no server yet): call [`eviction_policy`](Self::eviction_policy)
+    /// once it is up.
     ///
     /// # Errors
     ///
@@ -200,7 +203,8 @@ impl RedisStore {
     /// Waits after each claim and completion until `replicas` replicas have it (Redis
     /// `WAIT`), for at most `timeout`; fewer is a store error (a claim answers 503, a
     /// completion is retried while the lease lasts). `WAIT` covers every write sent
-    /// before it on the store's connection.
+    /// before it on the store's connection — and blocks that connection, which every
+    /// request of this store shares, for up to `timeout`: keep it well under a second.
     #[must_use]
     pub fn with_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replicas = Some((replicas, timeout));
