@@ -1232,3 +1232,49 @@ async fn sqlite_migration_marks_earlier_once_keys_as_business_keys() {
     let ran = once.run("order-7", |_| async { Ok::<_, std::io::Error>(()) });
     assert_eq!(ran.await.unwrap(), Ran::Already);
 }
+
+/// A duplicate answered by the middleware never waits for a place in the inner service:
+/// readiness is taken only once the event is claimed.
+#[tokio::test]
+async fn a_duplicate_in_flight_gets_409_without_waiting_for_the_inner_services_slot() {
+    use tower::Service;
+    let release = Arc::new(tokio::sync::Notify::new());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let handler = service_fn({
+        let (release, started) = (release.clone(), started.clone());
+        move |_req: Request<Full<Bytes>>| {
+            let (release, started) = (release.clone(), started.clone());
+            async move {
+                started.notify_one();
+                release.notified().await;
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
+            }
+        }
+    });
+    let svc = ServiceBuilder::new()
+        .layer(VerifyWebhookLayer::new(verifier(
+            Scheme::standard(),
+            &[SECRET],
+        )))
+        .layer(DedupeLayer::new(MemoryStore::new()))
+        .concurrency_limit(1)
+        .service(handler);
+    let mut first = svc.clone();
+    let running = tokio::spawn(async move {
+        std::future::poll_fn(|cx| Service::<Request<Full<Bytes>>>::poll_ready(&mut first, cx))
+            .await
+            .unwrap();
+        first.call(delivery("evt_slot", "ok")).await
+    });
+    started.notified().await; // the first attempt holds the limit's one slot
+    let duplicate = tokio::time::timeout(
+        Duration::from_secs(2),
+        svc.oneshot(delivery("evt_slot", "ok")),
+    )
+    .await
+    .expect("answered without a place in the inner service")
+    .unwrap();
+    assert_eq!(duplicate.status(), StatusCode::CONFLICT);
+    release.notify_one();
+    assert_eq!(running.await.unwrap().unwrap().status(), StatusCode::OK);
+}

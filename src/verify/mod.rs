@@ -5,13 +5,23 @@
 //! [`Verifier`](crate::Verifier), and only then calls the inner service — with the same
 //! bytes as its body and the verified [`Event`](crate::Event) in the request's extensions.
 //!
-//! | the request | response | inner service called? |
-//! |---|---|---|
-//! | authentic and fresh | the inner service's | yes |
-//! | a header missing, repeated or malformed | 400 | no |
-//! | no signature matches any secret | 400 | no |
-//! | signed timestamp outside the tolerance | 400 | no |
-//! | `Content-Length` or the body over the limit | 413 | no |
+//! The cheapest rejections come first: a `Content-Length` over the limit, then the headers
+//! (a missing, repeated or malformed one, no signature of the scheme's length, a signed
+//! timestamp outside the tolerance) are refused before a byte of the body is read; the
+//! body must arrive within a read timeout (10 s by default); only then is a MAC computed.
+//! The inner service's readiness is taken once a delivery is verified, so unauthenticated
+//! requests never hold a place in a concurrency limit or a buffer behind the layer.
+//!
+//! | the request | response | body read? | inner service called? |
+//! |---|---|---|---|
+//! | authentic and fresh | the inner service's | yes | yes |
+//! | `Content-Length` over the limit | 413 | no | no |
+//! | a header missing, repeated or malformed | 400 | no | no |
+//! | signed timestamp outside the tolerance | 400 | no | no |
+//! | no signature of the scheme's length (`v1,` alone) | 400 | no | no |
+//! | the body over the limit as it streams | 413 | up to the limit | no |
+//! | the body not received within the read timeout | 408 | until then | no |
+//! | no signature matches any secret | 400 | yes | no |
 //!
 //! Rejections are responses, never errors (an error from HTTP middleware drops the
 //! connection), and never 410 (which makes Standard Webhooks senders disable the
