@@ -78,6 +78,8 @@ async fn start_receiver(
         url.starts_with("http://127.0.0.1:") && url.ends_with("/webhooks"),
         "{first}"
     );
+    // Read on: a closed pipe would make its next `eprintln!` panic and the process die.
+    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
     let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
     (child, url, stdout)
 }
