@@ -137,6 +137,13 @@ pub(crate) fn key(
             format!("secret #{index}: {why}"),
         )
     };
+    if secret.trim() != secret {
+        // Read from a file or an environment variable with its newline: every delivery
+        // would fail verification, with nothing to say why.
+        return Err(invalid(
+            "starts or ends with whitespace (a trailing newline from a file or variable?)",
+        ));
+    }
     let decoded;
     let bytes = match encoding {
         SecretEncoding::Raw => secret.as_bytes(),
@@ -152,10 +159,15 @@ pub(crate) fn key(
     if bytes.is_empty() {
         return Err(invalid("empty"));
     }
-    if bytes.len() < min_len {
+    // The minimum counts what is secret: not a `whsec_` prefix that every key shares
+    // (Stripe keys the MAC with the whole string, prefix included).
+    let secret_len = match encoding {
+        SecretEncoding::Raw => secret.strip_prefix("whsec_").unwrap_or(secret).len(),
+        SecretEncoding::Base64 => bytes.len(),
+    };
+    if secret_len < min_len {
         return Err(invalid(&format!(
-            "{} bytes, shorter than the {min_len} this scheme requires",
-            bytes.len()
+            "{secret_len} bytes, shorter than the {min_len} this scheme requires"
         )));
     }
     Ok(HmacSha256::new_from_slice(bytes).expect("HMAC takes keys of any length"))
@@ -168,7 +180,7 @@ mod tests {
     #[test]
     fn bad_secrets_are_configuration_errors_that_do_not_echo_the_secret() {
         let standard = Scheme::standard();
-        let cases: [(&Scheme, &[&str], ConfigErrorKind); 5] = [
+        let cases: [(&Scheme, &[&str], ConfigErrorKind); 8] = [
             (&standard, &[], ConfigErrorKind::NoSecrets),
             (&standard, &[""], ConfigErrorKind::InvalidSecret),
             (
@@ -181,6 +193,23 @@ mod tests {
             (
                 &Scheme::github(),
                 &["short-secret"],
+                ConfigErrorKind::InvalidSecret,
+            ),
+            // Read from the environment with its newline, or pasted with a space.
+            (
+                &Scheme::github(),
+                &["0123456789abcdef\n"],
+                ConfigErrorKind::InvalidSecret,
+            ),
+            (
+                &standard,
+                &[" whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+                ConfigErrorKind::InvalidSecret,
+            ),
+            // Sixteen characters, but ten of them secret: the shared prefix does not count.
+            (
+                &Scheme::stripe(),
+                &["whsec_0123456789"],
                 ConfigErrorKind::InvalidSecret,
             ),
         ];
