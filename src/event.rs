@@ -28,6 +28,9 @@ struct Inner {
     header_id: Option<HeaderValue>,
     header_type: Option<HeaderValue>,
     id_field: Option<&'static str>,
+    /// When the id is a header the signature does not cover: `sha256:` and the hex
+    /// SHA-256 of the signed content, the key deliveries are deduplicated on.
+    unsigned_id_key: Option<Box<str>>,
     timestamp: Option<SystemTime>,
     body: Bytes,
     secret_index: usize,
@@ -41,6 +44,7 @@ pub(crate) struct Parts {
     pub(crate) header_id: Option<HeaderValue>,
     pub(crate) header_type: Option<HeaderValue>,
     pub(crate) id_field: Option<&'static str>,
+    pub(crate) unsigned_id_key: Option<Box<str>>,
     pub(crate) timestamp: Option<SystemTime>,
     pub(crate) body: Bytes,
     pub(crate) secret_index: usize,
@@ -54,6 +58,7 @@ impl Event {
                 header_id: p.header_id,
                 header_type: p.header_type,
                 id_field: p.id_field,
+                unsigned_id_key: p.unsigned_id_key,
                 timestamp: p.timestamp,
                 body: p.body,
                 secret_index: p.secret_index,
@@ -72,6 +77,7 @@ impl Event {
             header_id: Some(id),
             header_type: None,
             id_field: None,
+            unsigned_id_key: None,
             timestamp: None,
             body,
             secret_index: 0,
@@ -101,6 +107,34 @@ impl Event {
             "event_id" => env.event_id.as_deref(),
             _ => env.other_id.as_deref(),
         }
+    }
+
+    /// Whether the signature covers [`id`](Self::id): an id in the body or in a signed
+    /// header (Standard Webhooks' `webhook-id`) is; GitHub's `X-GitHub-Delivery` and
+    /// Shopify's `X-Shopify-Webhook-Id` are not — anyone who captured a delivery can resend
+    /// it under a fresh one.
+    #[must_use]
+    pub fn id_is_signed(&self) -> bool {
+        self.inner.unsigned_id_key.is_none()
+    }
+
+    /// What deliveries of this event are deduplicated on: the [`id`](Self::id) when the
+    /// signature covers it; otherwise `sha256:` and the hex SHA-256 of the signed content,
+    /// so a replayed body under a fresh, unsigned id is still a duplicate (two genuinely
+    /// different events always differ in their signed content).
+    #[must_use]
+    pub fn dedupe_id(&self) -> Option<&str> {
+        match &self.inner.unsigned_id_key {
+            Some(key) => Some(key),
+            None => self.id(),
+        }
+    }
+
+    /// Whether the signature covers [`event_type`](Self::event_type): the body's `type`
+    /// is; a type header (`X-GitHub-Event`, `X-Shopify-Topic`) is not.
+    #[must_use]
+    pub fn type_is_signed(&self) -> bool {
+        self.inner.header_type.is_none()
     }
 
     /// The event type: a header where the provider sends one (`X-GitHub-Event`,
@@ -363,6 +397,7 @@ mod tests {
             header_id: None,
             header_type: None,
             id_field,
+            unsigned_id_key: None,
             timestamp: None,
             body: Bytes::from_static(body),
             secret_index: 0,

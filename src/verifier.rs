@@ -167,6 +167,12 @@ impl Verifier {
                 ErrorKind::InvalidSignature,
                 "no signature matches any secret",
             ))?;
+        // An id header outside the signed content proves nothing: key on what is signed.
+        let unsigned_id_key =
+            (checked.id.is_some() && !scheme.template.uses(&Part::Id)).then(|| {
+                let digest = scheme.template.digest(id_bytes, ts_bytes, &body);
+                format!("sha256:{}", hex::encode(digest)).into_boxed_str()
+            });
         Ok(Event::new(event::Parts {
             source: self.source.clone(),
             header_id: checked.id.cloned(),
@@ -175,6 +181,7 @@ impl Verifier {
                 IdSource::BodyField(field) => Some(field),
                 _ => None,
             },
+            unsigned_id_key,
             timestamp: checked.timestamp.and_then(timestamp::to_system_time),
             body,
             secret_index,

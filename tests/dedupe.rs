@@ -1278,3 +1278,61 @@ async fn a_duplicate_in_flight_gets_409_without_waiting_for_the_inner_services_s
     release.notify_one();
     assert_eq!(running.await.unwrap().unwrap().status(), StatusCode::OK);
 }
+
+/// GitHub signs the body only: a captured delivery re-sent under a fresh
+/// `X-GitHub-Delivery` verifies — and is a duplicate, keyed on the signed body's digest.
+#[tokio::test]
+async fn a_github_delivery_replayed_with_a_fresh_delivery_id_is_a_duplicate() {
+    let secret = "github-replay-secret-0123";
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let seen = runs.clone();
+    let svc = ServiceBuilder::new()
+        .layer(VerifyWebhookLayer::new(verifier(
+            Scheme::github(),
+            &[secret],
+        )))
+        .layer(DedupeLayer::new(MemoryStore::new()))
+        .service(service_fn(move |req: Request<Full<Bytes>>| {
+            let event = req.extensions().get::<Event>().unwrap().clone();
+            seen.lock().unwrap().push(event);
+            async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::new()))) }
+        }));
+    let deliver = |delivery_id: &str, body: &'static [u8]| {
+        let mut headers = Scheme::github()
+            .sign([secret], delivery_id, at(NOW), body)
+            .unwrap();
+        headers.insert("x-github-event", HeaderValue::from_static("push"));
+        svc.clone().oneshot(request(headers, body))
+    };
+    let push = br#"{"ref":"refs/heads/main","after":"abc"}"#;
+    assert_eq!(deliver("d-1", push).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        deliver("d-2-fresh", push).await.unwrap().status(),
+        StatusCode::NO_CONTENT,
+        "the same signed body under a fresh delivery id"
+    );
+    let other = br#"{"ref":"refs/heads/main","after":"def"}"#;
+    assert_eq!(
+        deliver("d-3", other).await.unwrap().status(),
+        StatusCode::OK
+    );
+    let runs = runs.lock().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0].id(), Some("d-1"), "the id is still the provider's");
+    assert!(!runs[0].id_is_signed() && !runs[0].type_is_signed());
+    assert!(runs[0].dedupe_id().unwrap().starts_with("sha256:"));
+    assert_ne!(runs[0].dedupe_id(), runs[1].dedupe_id());
+}
+
+#[tokio::test]
+async fn signed_ids_and_types_are_keys_as_they_are() {
+    let body = br#"{"type":"invoice.paid"}"#;
+    let headers = Scheme::standard()
+        .sign([SECRET], "msg_1", at(NOW), body)
+        .unwrap();
+    let event = verifier(Scheme::standard(), &[SECRET])
+        .verify(&headers, Bytes::from_static(body))
+        .unwrap();
+    assert!(event.id_is_signed() && event.type_is_signed());
+    assert_eq!(event.dedupe_id(), Some("msg_1"));
+}

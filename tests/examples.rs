@@ -271,6 +271,45 @@ async fn receiver_refuses_bad_headers_before_the_body_and_times_a_stalled_body_o
 }
 
 #[tokio::test]
+async fn receiver_runs_nothing_for_a_github_delivery_replayed_under_a_fresh_id() {
+    const SECRET: &str = "github-receiver-secret-0123";
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-github-{}.db",
+        std::process::id()
+    ));
+    let (mut child, url, mut stdout) = start_receiver(
+        &db,
+        &[("WEBHOOK_SCHEME", "github"), ("WEBHOOK_SECRETS", SECRET)],
+    )
+    .await;
+    let deliver = |delivery: &'static str, body: &'static [u8]| {
+        let url = url.clone();
+        async move {
+            let mut headers = signed_headers(&Scheme::github(), SECRET, delivery, body);
+            headers.insert("x-github-event", HeaderValue::from_static("push"));
+            post(&url, headers, body.to_vec()).await.unwrap().0
+        }
+    };
+    let push = br#"{"ref":"refs/heads/main","after":"abc"}"#;
+    assert_eq!(deliver("delivery-1", push).await, StatusCode::NO_CONTENT);
+    assert_eq!(
+        next_line(&mut stdout).await.as_deref(),
+        Some("handled delivery-1")
+    );
+    // Captured and re-sent under a fresh (unsigned) delivery id: acknowledged, not run.
+    assert_eq!(deliver("delivery-2", push).await, StatusCode::NO_CONTENT);
+    let next = br#"{"ref":"refs/heads/main","after":"def"}"#;
+    assert_eq!(deliver("delivery-3", next).await, StatusCode::NO_CONTENT);
+    assert_eq!(
+        next_line(&mut stdout).await.as_deref(),
+        Some("handled delivery-3"),
+        "nothing ran for the replay"
+    );
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
+#[tokio::test]
 async fn receiver_without_secrets_explains_how_to_send_a_test_delivery() {
     let db = std::env::temp_dir().join(format!(
         "tower-webhook-receiver-dev-{}.db",

@@ -61,7 +61,7 @@ impl<B> Service<Request<B>> for Accept {
                     crate::dedupe::MISSING_EVENT,
                 ));
             };
-            if event.id().is_none_or(str::is_empty) {
+            if event.dedupe_id().is_none_or(str::is_empty) {
                 return Ok(text(StatusCode::BAD_REQUEST, "webhook event has no id"));
             }
             Ok(match inbox.accept(&event).await {

@@ -70,8 +70,11 @@ impl Scheme {
     }
 
     /// GitHub: `X-Hub-Signature-256: sha256=<hex>` over the body; the id is
-    /// `X-GitHub-Delivery` and the type `X-GitHub-Event`. GitHub signs no timestamp, so
-    /// replays are stopped by deduplicating on the id, not by a time window.
+    /// `X-GitHub-Delivery` and the type `X-GitHub-Event`. GitHub signs neither of those
+    /// headers, nor a timestamp: a captured delivery verifies forever under any delivery
+    /// id. So deliveries are deduplicated on a digest of the signed body
+    /// ([`Event::dedupe_id`](crate::Event::dedupe_id)), not on the id, and the type
+    /// header is [not signed](crate::Event::type_is_signed).
     #[must_use]
     pub fn github() -> Self {
         Self::hmac(HeaderName::from_static("x-hub-signature-256"))

@@ -90,6 +90,21 @@ impl Template {
         mac.finalize().into_bytes().into()
     }
 
+    /// The SHA-256 of the signed content, fed as the MAC is.
+    pub(crate) fn digest(&self, id: &[u8], timestamp: &[u8], body: &[u8]) -> [u8; 32] {
+        use sha2::Digest;
+        let mut digest = sha2::Sha256::new();
+        for part in self.parts.iter() {
+            digest.update(match part {
+                Part::Id => id,
+                Part::Timestamp => timestamp,
+                Part::Body => body,
+                Part::Literal(bytes) => bytes,
+            });
+        }
+        digest.finalize().into()
+    }
+
     pub(crate) fn uses(&self, part: &Part) -> bool {
         self.parts.contains(part)
     }

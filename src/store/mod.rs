@@ -81,13 +81,15 @@ impl Delivery {
         }
     }
 
-    /// The delivery of a verified event, or `None` when the event has no id (an empty id
-    /// counts as none: every such event would share one key).
+    /// The delivery of a verified event, keyed on its
+    /// [`dedupe_id`](Event::dedupe_id) (the id when the signature covers it, else a digest
+    /// of the signed content), or `None` when the event has no id (an empty id counts as
+    /// none: every such event would share one key).
     #[must_use]
     pub fn from_event(event: &Event) -> Option<Self> {
         Some(Self {
             source: event.source().to_owned(),
-            id: event.id().filter(|id| !id.is_empty())?.to_owned(),
+            id: event.dedupe_id().filter(|id| !id.is_empty())?.to_owned(),
             event: Some(event.clone()),
             once: false,
         })
