@@ -682,26 +682,7 @@ async fn postgres_restarted_mid_run_inbox_transactional() {
     .with_poll_interval(Duration::from_millis(100))
     .spawn();
 
-    let accept = ServiceBuilder::new()
-        .layer(VerifyWebhookLayer::new(
-            Verifier::new(Scheme::standard(), [SECRET]).unwrap(),
-        ))
-        .service(inbox.accept_service());
-    let send = move |id: String| {
-        let accept = accept.clone();
-        async move {
-            let body = event_body(&id, "invoice.paid", "in_chaos");
-            let headers = signed_headers(&Scheme::standard(), SECRET, &id, &body);
-            let mut request = Request::post("/webhooks")
-                .body(Full::new(Bytes::from(body)))
-                .unwrap();
-            *request.headers_mut() = headers;
-            match tokio::time::timeout(Duration::from_secs(40), accept.oneshot(request)).await {
-                Ok(response) => Ok(response.unwrap().status()),
-                Err(_) => Err("timeout".to_owned()),
-            }
-        }
-    };
+    let send = accept_sender(&inbox);
     let plan = Plan::new("pgcrash");
     let stats = Arc::new(Stats::default());
     let total = plan.deliveries.len();
@@ -902,23 +883,7 @@ async fn worker_process_killed_repeatedly() {
         KillOnDrop(child)
     };
 
-    let accept = ServiceBuilder::new()
-        .layer(VerifyWebhookLayer::new(
-            Verifier::new(Scheme::standard(), [SECRET]).unwrap(),
-        ))
-        .service(inbox.accept_service());
-    let send = move |id: String| {
-        let accept = accept.clone();
-        async move {
-            let body = event_body(&id, "invoice.paid", "in_chaos");
-            let headers = signed_headers(&Scheme::standard(), SECRET, &id, &body);
-            let mut request = Request::post("/webhooks")
-                .body(Full::new(Bytes::from(body)))
-                .unwrap();
-            *request.headers_mut() = headers;
-            Ok(accept.oneshot(request).await.unwrap().status())
-        }
-    };
+    let send = accept_sender(&inbox);
     let plan = Plan::new("worker");
     let stats = Arc::new(Stats::default());
     let written = || effects_in(&effects).values().sum::<usize>();
@@ -988,4 +953,35 @@ async fn worker_process_killed_repeatedly() {
         "an effect repeats only where a kill interrupted its action: {:?}",
         tally.repeated
     );
+}
+
+/// Delivers event `id`, signed, through `VerifyWebhookLayer` and the inbox's accept
+/// service in this process; a delivery unanswered for 40 s counts as failed (retried).
+fn accept_sender(
+    inbox: &Inbox,
+) -> impl Fn(
+    String,
+)
+    -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<StatusCode, String>> + Send>>
+       + Clone {
+    let accept = ServiceBuilder::new()
+        .layer(VerifyWebhookLayer::new(
+            Verifier::new(Scheme::standard(), [SECRET]).unwrap(),
+        ))
+        .service(inbox.accept_service());
+    move |id: String| {
+        let accept = accept.clone();
+        Box::pin(async move {
+            let body = event_body(&id, "invoice.paid", "in_chaos");
+            let headers = signed_headers(&Scheme::standard(), SECRET, &id, &body);
+            let mut request = Request::post("/webhooks")
+                .body(Full::new(Bytes::from(body)))
+                .unwrap();
+            *request.headers_mut() = headers;
+            match tokio::time::timeout(Duration::from_secs(40), accept.oneshot(request)).await {
+                Ok(response) => Ok(response.unwrap().status()),
+                Err(_) => Err("timeout".to_owned()),
+            }
+        })
+    }
 }
