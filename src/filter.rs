@@ -70,10 +70,35 @@ struct Rules {
     /// Exact types, or prefixes (a pattern ending in `*`); empty allows every type.
     types: Vec<Box<str>>,
     livemode: Livemode,
+    /// Filter on a type header the signature does not cover.
+    trust_unsigned_type: bool,
 }
 
+/// What the filter says of an event.
+enum Verdict {
+    Pass,
+    Skip(Skipped),
+    /// Type rules, but the type is a header the signature does not cover.
+    UnsignedType,
+}
+
+/// The 500's text when type rules meet an unsigned type header.
+const UNSIGNED_TYPE: &str = "the webhook's type header is not signed, so a replayed body may \
+    carry any type: filter on it with EventFilterLayer::trust_unsigned_type(), or read the \
+    type from the body in the handler";
+
 impl Rules {
-    fn check(&self, event: &Event) -> Result<(), Skipped> {
+    fn verdict(&self, event: &Event) -> Verdict {
+        if !self.types.is_empty() && !event.type_is_signed() && !self.trust_unsigned_type {
+            return Verdict::UnsignedType;
+        }
+        match self.skip(event) {
+            Err(skipped) => Verdict::Skip(skipped),
+            Ok(()) => Verdict::Pass,
+        }
+    }
+
+    fn skip(&self, event: &Event) -> Result<(), Skipped> {
         if !self.types.is_empty() {
             let ty = event.event_type().unwrap_or_default();
             let allowed = self.types.iter().any(|p| match p.strip_suffix('*') {
@@ -110,6 +135,17 @@ impl EventFilterLayer {
     /// (`payment_intent.*`). Once any type is allowed, all others are skipped.
     pub fn allow_type(mut self, pattern: impl Into<Box<str>>) -> Self {
         Arc::make_mut(&mut self.rules).types.push(pattern.into());
+        self
+    }
+
+    /// Filters on the event's type even where it comes from a header the signature does
+    /// not cover (GitHub's `X-GitHub-Event`, Shopify's `X-Shopify-Topic`; see
+    /// [`Event::type_is_signed`]). Without it, type rules meet such an event with a 500
+    /// that says so: whoever captured a delivery could re-send its body under another
+    /// type. Deduplicating on the signed content (the default key for these schemes)
+    /// already makes such a replay a duplicate when `DedupeLayer` comes after the filter.
+    pub fn trust_unsigned_type(mut self) -> Self {
+        Arc::make_mut(&mut self.rules).trust_unsigned_type = true;
         self
     }
 
@@ -170,7 +206,7 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let verdict = match req.extensions().get::<Event>() {
-            Some(event) => self.rules.check(event),
+            Some(event) => self.rules.verdict(event),
             // Without a verified event there is nothing to filter on: a server bug.
             None => {
                 return ResponseFuture {
@@ -183,16 +219,23 @@ where
             }
         };
         match verdict {
-            Ok(()) => ResponseFuture {
+            Verdict::Pass => ResponseFuture {
                 state: State::Inner {
                     future: self.inner.call(req),
                 },
             },
-            Err(skipped) => ResponseFuture {
+            Verdict::Skip(skipped) => ResponseFuture {
                 state: State::Own {
                     status: StatusCode::NO_CONTENT,
                     text: "",
                     skipped: Some(skipped),
+                },
+            },
+            Verdict::UnsignedType => ResponseFuture {
+                state: State::Own {
+                    status: StatusCode::INTERNAL_SERVER_ERROR,
+                    text: UNSIGNED_TYPE,
+                    skipped: None,
                 },
             },
         }

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use common::{at, fresh_pg_url, redis_url, request, verifier, NOW};
 use http::{Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_webhook::filter::{EventFilterLayer, Livemode, Skipped};
 use tower_webhook::latest::{self, Order};
@@ -311,6 +311,50 @@ async fn filter_acknowledges_unwanted_types_and_test_mode_events_without_the_han
 }
 
 /// Event times for the ordering guard: `day` days into a month.
+/// Shopify signs the body, not `X-Shopify-Topic`: a captured `orders/create` body re-sent
+/// as `orders/paid` must not pass `allow_type("orders/paid")` on the header's word.
+#[tokio::test]
+async fn filter_refuses_to_trust_an_unsigned_type_header_unless_told_to() {
+    let secret = "shopify-filter-secret-0123";
+    let send = |filter: EventFilterLayer| async move {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let counter = ran.clone();
+        let svc = ServiceBuilder::new()
+            .layer(VerifyWebhookLayer::new(verifier(
+                Scheme::shopify(),
+                &[secret],
+            )))
+            .layer(filter)
+            .service(service_fn(move |_: Request<Full<Bytes>>| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::new()))) }
+            }));
+        let body = br#"{"id":820982911946154508,"financial_status":"pending"}"#;
+        let mut headers = Scheme::shopify()
+            .sign([secret], "webhook-1", at(NOW), body)
+            .unwrap();
+        headers.insert(
+            "x-shopify-topic",
+            http::HeaderValue::from_static("orders/paid"),
+        );
+        let response = svc.oneshot(request(headers, &body[..])).await.unwrap();
+        let text = response.into_body().collect().await.unwrap().to_bytes();
+        (
+            String::from_utf8(text.to_vec()).unwrap(),
+            ran.load(Ordering::SeqCst),
+        )
+    };
+    let (text, ran) = send(EventFilterLayer::new().allow_type("orders/paid")).await;
+    assert!(text.contains("trust_unsigned_type"), "{text}");
+    assert_eq!(ran, 0, "the header's word alone let nothing through");
+    let trusting = EventFilterLayer::new()
+        .allow_type("orders/paid")
+        .trust_unsigned_type();
+    assert_eq!(send(trusting).await.1, 1, "told to: filtered on it");
+    // Without type rules the type is not read, so there is nothing to refuse.
+    assert_eq!(send(EventFilterLayer::new()).await.1, 1);
+}
+
 fn day(day: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_700_000_000 + day * 86_400)
 }
