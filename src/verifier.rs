@@ -69,6 +69,29 @@ impl Verifier {
                 "the signed content has {timestamp}, but the scheme reads no timestamp",
             ));
         }
+        // A header the signature does not cover proves nothing: say so at build time.
+        if matches!(scheme.id, IdSource::Header(_))
+            && !template.uses(&Part::Id)
+            && !scheme.unsigned_id
+        {
+            return Err(ConfigError::new(
+                ConfigErrorKind::InvalidTemplate,
+                "the scheme reads an id header the signed content does not cover (anyone can \
+                 resend a delivery under a new id): add {id} to the signed content, or call \
+                 Scheme::allow_unsigned_id() to deduplicate on the signed content instead",
+            ));
+        }
+        if matches!(scheme.timestamp, Some(TimestampSource::Header(..)))
+            && !template.uses(&Part::Timestamp)
+            && !scheme.unsigned_timestamp
+        {
+            return Err(ConfigError::new(
+                ConfigErrorKind::InvalidTemplate,
+                "the scheme reads a timestamp header the signed content does not cover (a \
+                 replay would carry a fresh one): add {timestamp} to the signed content, or \
+                 call Scheme::allow_unsigned_timestamp()",
+            ));
+        }
         let secrets = Secrets::new(&scheme, secrets)?;
         Ok(Self {
             source: Arc::from(scheme.name()),

@@ -341,6 +341,44 @@ fn configurable_scheme_checks_its_template_against_its_sources() {
 }
 
 #[test]
+fn a_custom_scheme_that_reads_headers_it_does_not_sign_is_refused_unless_allowed() {
+    let kind = tower_webhook::ConfigErrorKind::InvalidTemplate;
+    let secret = ["0123456789abcdef"];
+    let ts = || HeaderName::from_static("x-ts");
+    let id = || HeaderName::from_static("x-id");
+    // A timestamp header outside the signed content: its window would stop nothing.
+    let unsigned_ts = Scheme::hmac(HeaderName::from_static("x-sig"))
+        .with_timestamp_header(ts(), TimestampFormat::Unix);
+    let err = Verifier::new(unsigned_ts.clone(), secret).unwrap_err();
+    assert_eq!(err.kind(), kind);
+    assert!(
+        err.to_string().contains("allow_unsigned_timestamp"),
+        "{err}"
+    );
+    assert!(Verifier::new(unsigned_ts.allow_unsigned_timestamp(), secret).is_ok());
+    // An id header outside it: anyone could resend a delivery under a new id.
+    let unsigned_id = Scheme::hmac(HeaderName::from_static("x-sig")).with_id_header(id());
+    let err = Verifier::new(unsigned_id.clone(), secret).unwrap_err();
+    assert_eq!(err.kind(), kind);
+    assert!(err.to_string().contains("allow_unsigned_id"), "{err}");
+    assert!(Verifier::new(unsigned_id.allow_unsigned_id(), secret).is_ok());
+    // Signed, both are fine.
+    let signed = Scheme::hmac(HeaderName::from_static("x-sig"))
+        .with_timestamp_header(ts(), TimestampFormat::Unix)
+        .with_id_header(id())
+        .with_signed_content("{id}.{timestamp}.{body}")
+        .unwrap();
+    assert!(Verifier::new(signed, secret).is_ok());
+    // Placeholders with nothing between them: `evt_1` + `{…}` and `evt_` + `1{…}`.
+    for template in ["{id}{body}", "{timestamp}{body}", "x{id}{timestamp}.{body}"] {
+        let err = Scheme::hmac(HeaderName::from_static("x-sig"))
+            .with_signed_content(template)
+            .unwrap_err();
+        assert_eq!(err.kind(), kind, "{template}");
+    }
+}
+
+#[test]
 fn every_scheme_round_trips_sign_then_verify() {
     let schemes = [
         (Scheme::standard(), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),

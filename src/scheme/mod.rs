@@ -111,6 +111,11 @@ pub struct Scheme {
     pub(crate) template: Template,
     pub(crate) secret_encoding: SecretEncoding,
     pub(crate) min_secret_len: usize,
+    /// An id header the signed content does not cover is accepted (keyed on a digest).
+    pub(crate) unsigned_id: bool,
+    /// A timestamp header the signed content does not cover is accepted (no replay
+    /// protection from it).
+    pub(crate) unsigned_timestamp: bool,
 }
 
 /// Shorter keys than this are refused unless [`Scheme::with_min_secret_len`] lowers it.
@@ -136,6 +141,8 @@ impl Scheme {
             template: Template::parse("{body}").expect("static template"),
             secret_encoding: SecretEncoding::Raw,
             min_secret_len: DEFAULT_MIN_SECRET_LEN,
+            unsigned_id: false,
+            unsigned_timestamp: false,
         }
     }
 
@@ -219,8 +226,31 @@ impl Scheme {
         self
     }
 
+    /// Accepts an id header ([`with_id_header`](Self::with_id_header)) that the signed
+    /// content does not cover, for providers that sign the body only (GitHub, Shopify).
+    /// Anyone who captured a delivery can resend it under a new id, so deliveries are
+    /// then deduplicated on a digest of the signed content
+    /// ([`Event::dedupe_id`](crate::Event::dedupe_id)). Without it, such a scheme is a
+    /// [`ConfigError`] when the verifier is built.
+    #[must_use]
+    pub fn allow_unsigned_id(mut self) -> Self {
+        self.unsigned_id = true;
+        self
+    }
+
+    /// Accepts a timestamp header ([`with_timestamp_header`](Self::with_timestamp_header))
+    /// that the signed content does not cover. Its window then stops nothing: a replay
+    /// carries a fresh timestamp of the attacker's choosing. Without it, such a scheme is
+    /// a [`ConfigError`] when the verifier is built.
+    #[must_use]
+    pub fn allow_unsigned_timestamp(mut self) -> Self {
+        self.unsigned_timestamp = true;
+        self
+    }
+
     /// Replaces the signed content: literal text with the placeholders `{id}`,
-    /// `{timestamp}` and `{body}`; `{body}` exactly once.
+    /// `{timestamp}` and `{body}`; `{body}` exactly once, and literal text between any two
+    /// placeholders (`{id}{body}` would sign `evt_1` + `{…}` and `evt_` + `1{…}` alike).
     ///
     /// # Errors
     ///

@@ -45,6 +45,8 @@ impl Scheme {
             template: template("{id}.{timestamp}.{body}"),
             secret_encoding: SecretEncoding::Base64,
             min_secret_len: 24,
+            unsigned_id: false,
+            unsigned_timestamp: false,
         }
     }
 
@@ -66,6 +68,8 @@ impl Scheme {
             template: template("{timestamp}.{body}"),
             secret_encoding: SecretEncoding::Raw,
             min_secret_len: super::DEFAULT_MIN_SECRET_LEN,
+            unsigned_id: false,
+            unsigned_timestamp: false,
         }
     }
 
@@ -81,6 +85,7 @@ impl Scheme {
             .with_name("github")
             .with_prefix("sha256=")
             .with_id_header(HeaderName::from_static("x-github-delivery"))
+            .allow_unsigned_id()
             .with_type_header(HeaderName::from_static("x-github-event"))
     }
 
@@ -109,6 +114,7 @@ impl Scheme {
             .with_name("shopify")
             .with_encoding(Encoding::Base64)
             .with_id_header(HeaderName::from_static("x-shopify-webhook-id"))
+            .allow_unsigned_id()
             .with_type_header(HeaderName::from_static("x-shopify-topic"))
     }
 }

@@ -59,6 +59,14 @@ impl Template {
         if parts.iter().filter(|p| **p == Part::Body).count() != 1 {
             return Err(err("{body} must appear exactly once"));
         }
+        let placeholder = |p: &Part| !matches!(p, Part::Literal(_));
+        if parts
+            .windows(2)
+            .any(|w| placeholder(&w[0]) && placeholder(&w[1]))
+        {
+            // `{id}{body}`: `evt_1` + `{…}` and `evt_` + `1{…}` would sign alike.
+            return Err(err("put literal text between placeholders, such as `.`"));
+        }
         Ok(Self {
             parts: parts.into(),
         })
