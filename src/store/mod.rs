@@ -35,9 +35,9 @@ use std::pin::Pin;
 use std::time::Duration;
 
 pub(crate) use guard::{ClaimGuard, Claimed, PendingClaim};
-pub(crate) use hold::{hold, retry_until, Held, Lease};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use hold::Heartbeat; // the inbox's worker
+pub(crate) use hold::{hold, retry_until, Held, Lease};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
