@@ -8,6 +8,9 @@
 //!   the same as one secret.
 //! - `peer/svix`, `peer/standardwebhooks`: those crates verifying the same Standard
 //!   Webhooks delivery.
+//! - `asymmetric/<alg>-floor` beside `asymmetric/<alg>-verifier`: a bare Ed25519
+//!   (`ed25519-dalek`) or ECDSA P-256 (`p256`) verification of the signed bytes, and the
+//!   Discord or SendGrid preset verifying the same delivery, at 1 KiB.
 //!
 //! `cargo bench --bench verify`; ratios in BENCHMARKS.md.
 
@@ -16,7 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use tower_webhook::{Scheme, Verifier};
 
@@ -127,12 +130,67 @@ fn peers(c: &mut Criterion) {
     }
 }
 
+fn asymmetric(c: &mut Criterion) {
+    use p256::ecdsa::signature::Verifier as _;
+    let mut group = c.benchmark_group("asymmetric");
+    let body = body(1024);
+    let ts = "1700000000";
+    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let signed_bytes = [ts.as_bytes(), &body].concat();
+
+    let seed = [7u8; 32];
+    let signing = ed25519_dalek::SigningKey::from_bytes(&seed);
+    let public = hex::encode(signing.verifying_key().to_bytes());
+    let headers = Scheme::discord()
+        .sign([hex::encode(seed)], "", at, &body)
+        .unwrap();
+    let sig_hex = headers["x-signature-ed25519"].to_str().unwrap();
+    let sig = ed25519_dalek::Signature::from_slice(&hex::decode(sig_hex).unwrap()).unwrap();
+    let key = signing.verifying_key();
+    group.bench_function("ed25519-floor", |b| {
+        b.iter(|| black_box(key.verify(black_box(&signed_bytes), &sig).is_ok()))
+    });
+    let verifier = Verifier::new(Scheme::discord(), [public])
+        .unwrap()
+        .with_clock(move || at);
+    assert!(verifier.verify(&headers, body.clone()).is_ok());
+    group.bench_function("ed25519-verifier", |b| {
+        b.iter(|| black_box(verifier.verify(&headers, body.clone()).is_ok()))
+    });
+
+    let scalar = "c9afa9d845ba75166b5c215767b1d6934e50c3db36e89b127b8a622b120f6721";
+    let signing = p256::ecdsa::SigningKey::from_slice(&hex::decode(scalar).unwrap()).unwrap();
+    let key = *signing.verifying_key();
+    let headers = Scheme::sendgrid().sign([scalar], "", at, &body).unwrap();
+    let der = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        headers["x-twilio-email-event-webhook-signature"].as_bytes(),
+    )
+    .unwrap();
+    let sig = p256::ecdsa::DerSignature::from_bytes(&der).unwrap();
+    group.bench_function("p256-floor", |b| {
+        b.iter(|| black_box(key.verify(black_box(&signed_bytes), &sig).is_ok()))
+    });
+    let public = {
+        use p256::pkcs8::EncodePublicKey as _;
+        let der = key.to_public_key_der().unwrap();
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, der.as_bytes())
+    };
+    let verifier = Verifier::new(Scheme::sendgrid(), [public])
+        .unwrap()
+        .with_clock(move || at);
+    assert!(verifier.verify(&headers, body.clone()).is_ok());
+    group.bench_function("p256-verifier", |b| {
+        b.iter(|| black_box(verifier.verify(&headers, body.clone()).is_ok()))
+    });
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .sample_size(30);
-    targets = floor, schemes, peers
+    targets = floor, schemes, peers, asymmetric
 }
 criterion_main!(benches);

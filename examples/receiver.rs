@@ -1,8 +1,11 @@
 //! A webhook receiver, configured by environment:
 //!
-//! - `WEBHOOK_SCHEME`: `standard` (default), `stripe`, `github`, `slack` or `shopify`;
-//! - `WEBHOOK_SECRETS`: comma-separated, the first is current (default: a development
-//!   secret, printed with how to send a test delivery);
+//! - `WEBHOOK_SCHEME`: `standard` (default), `stripe`, `github`, `slack`, `shopify`,
+//!   `discord`, `sendgrid`, `paddle`, `zoom`, `meta`, `intercom` or `twitch`;
+//! - `WEBHOOK_SECRETS`: secrets and public keys in each provider's own format,
+//!   comma-separated, the first is current (for `standard`, `whsec_…` and `whpk_…` may be
+//!   mixed; default: a development secret, printed with how to send a test delivery);
+//! - `WEBHOOK_VERIFY_TOKEN`: Meta's verify token, for its `GET ?hub.challenge` handshake;
 //! - `WEBHOOK_TOLERANCE_SECS`: timestamp tolerance, both ways (default 300);
 //! - `BIND`: the address to listen on (default `127.0.0.1:3000`);
 //! - `DATABASE_URL`: where deliveries are deduplicated — a `postgres://` or `redis://`
@@ -12,8 +15,10 @@
 //!   answers (default 0) — a slow handler whose work is already done;
 //! - `WEBHOOK_BODY_TIMEOUT_SECS`: how long a body may take to arrive (default 10; then 408).
 //!
-//! It serves `POST /webhooks` and prints `handled <event id>` each time its handler runs:
-//! once per event, however often the provider delivers it. With a 1 s lease and a 3 s
+//! It serves `POST /webhooks` (and `GET` for Meta's handshake) and prints
+//! `handled <event id>` each time its handler runs: once per event, however often the
+//! provider delivers it (an event without an id prints the digest it is deduplicated on).
+//! Set-up handshakes (Slack, Zoom, Discord, Twitch, Meta) are answered by the layer. With a 1 s lease and a 3 s
 //! delay, a duplicate sent during the run gets 409 (the lease is renewed while the
 //! handler runs), and a client that hangs up mid-run and retries later gets 204: the id
 //! is printed once.
@@ -39,6 +44,8 @@ pub fn app(verify: VerifyWebhookLayer, dedupe: DedupeLayer, delay: Duration) -> 
     Router::new().route(
         "/webhooks",
         post(move |event: Event| handle(event, delay))
+            // Only Meta's handshake comes as a GET; the layer answers it.
+            .get(|| async { http::StatusCode::METHOD_NOT_ALLOWED })
             .layer(ServiceBuilder::new().layer(verify).layer(dedupe)),
     )
 }
@@ -70,7 +77,7 @@ async fn handle(event: Event, delay: Duration) -> http::StatusCode {
     {
         let mut out = std::io::stdout().lock();
         // Flushed per line: a supervisor or test reading the pipe sees each one at once.
-        let _ = writeln!(out, "handled {}", event.id().unwrap_or("<no id>"));
+        let _ = writeln!(out, "handled {}", event.id().unwrap_or(event.dedupe_id()));
         let _ = out.flush();
     }
     tokio::time::sleep(delay).await; // the effect is done; the answer is slow
@@ -109,7 +116,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
              WEBHOOK_SCHEME={scheme_name} cargo run --example send -- http://{addr}/webhooks"
         );
     }
-    let verify = VerifyWebhookLayer::new(verifier).with_body_timeout(body_timeout);
+    let mut verify = VerifyWebhookLayer::new(verifier).with_body_timeout(body_timeout);
+    if let Ok(token) = std::env::var("WEBHOOK_VERIFY_TOKEN") {
+        verify = verify.with_verify_token(token);
+    }
     axum::serve(listener, app(verify, dedupe, delay))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;

@@ -4,8 +4,9 @@
 //! cargo run --example send -- [URL] [EVENT_ID]
 //! ```
 //!
-//! `WEBHOOK_SCHEME` and `WEBHOOK_SECRETS` (the first is used) as for the receiver; the URL
-//! defaults to `http://127.0.0.1:3000/webhooks` and the id to a fresh one.
+//! `WEBHOOK_SCHEME` and `WEBHOOK_SECRETS` (the first is used) as for the receiver — for a
+//! public-key scheme (`discord`, `sendgrid`, `standard` with `whsk_`), the private key; the
+//! URL defaults to `http://127.0.0.1:3000/webhooks` and the id to a fresh one.
 
 mod support;
 
@@ -13,7 +14,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let (scheme, secrets, _) = support::scheme_and_secrets()?;
+    let (scheme, secrets, dev) = support::scheme_and_secrets()?;
+    let signing_key = match dev {
+        true => support::dev_signing_key(&scheme).to_owned(),
+        false => secrets[0].clone(),
+    };
     let mut args = std::env::args().skip(1);
     let url = args
         .next()
@@ -25,7 +30,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         format!("evt_{}", nanos.as_nanos())
     });
     let body = support::event_body(&id, "demo.ping", "obj_1");
-    let headers = support::signed_headers(&scheme, &secrets[0], &id, &body);
+    let headers = support::signed_headers(&scheme, &signing_key, &id, &body);
     let (status, response) = support::post(&url, headers, body).await?;
     println!("{status} {id} {}", String::from_utf8_lossy(&response));
     Ok(())

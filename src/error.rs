@@ -91,6 +91,8 @@ impl std::error::Error for ConfigError {}
 pub struct VerifyError {
     kind: ErrorKind,
     detail: &'static str,
+    /// A provider that wants another status for failed authentication (Discord: 401).
+    unauthorized: bool,
 }
 
 /// The kinds of [`VerifyError`], each with its default status.
@@ -117,7 +119,21 @@ pub enum ErrorKind {
 
 impl VerifyError {
     pub(crate) const fn new(kind: ErrorKind, detail: &'static str) -> Self {
-        Self { kind, detail }
+        Self {
+            kind,
+            detail,
+            unauthorized: false,
+        }
+    }
+
+    /// Answered 401 instead of 400 when it is an authentication failure (a header, the
+    /// signature or the timestamp), for schemes whose provider asks for it.
+    pub(crate) fn unauthorized(mut self) -> Self {
+        self.unauthorized = !matches!(
+            self.kind,
+            ErrorKind::BodyTooLarge | ErrorKind::BodyRead | ErrorKind::BodyTimeout
+        );
+        self
     }
 
     /// What kind of rejection this is.
@@ -127,10 +143,14 @@ impl VerifyError {
     }
 
     /// The status of the default rejection response: 413 for [`ErrorKind::BodyTooLarge`],
-    /// 408 for [`ErrorKind::BodyTimeout`], 400 for everything else. Never 410, which makes
-    /// Standard Webhooks senders disable the endpoint.
+    /// 408 for [`ErrorKind::BodyTimeout`], 400 for everything else — except 401 for a
+    /// failed authentication under a scheme whose provider requires it (Discord). Never
+    /// 410, which makes Standard Webhooks senders disable the endpoint.
     #[must_use]
     pub fn status(&self) -> StatusCode {
+        if self.unauthorized {
+            return StatusCode::UNAUTHORIZED;
+        }
         match self.kind {
             ErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,

@@ -28,9 +28,11 @@ struct Inner {
     header_id: Option<HeaderValue>,
     header_type: Option<HeaderValue>,
     id_field: Option<&'static str>,
-    /// When the id is a header the signature does not cover: `sha256:` and the hex
-    /// SHA-256 of the signed content, the key deliveries are deduplicated on.
-    unsigned_id_key: Option<Box<str>>,
+    type_field: &'static str,
+    /// The id is a header the signature does not cover.
+    unsigned_id: bool,
+    /// `sha256:` and the hex SHA-256 of the body, computed when first needed.
+    digest: OnceLock<Box<str>>,
     timestamp: Option<SystemTime>,
     body: Bytes,
     secret_index: usize,
@@ -44,7 +46,9 @@ pub(crate) struct Parts {
     pub(crate) header_id: Option<HeaderValue>,
     pub(crate) header_type: Option<HeaderValue>,
     pub(crate) id_field: Option<&'static str>,
-    pub(crate) unsigned_id_key: Option<Box<str>>,
+    /// The body field the type is read from when no type header is (`type` by default).
+    pub(crate) type_field: &'static str,
+    pub(crate) unsigned_id: bool,
     pub(crate) timestamp: Option<SystemTime>,
     pub(crate) body: Bytes,
     pub(crate) secret_index: usize,
@@ -58,7 +62,9 @@ impl Event {
                 header_id: p.header_id,
                 header_type: p.header_type,
                 id_field: p.id_field,
-                unsigned_id_key: p.unsigned_id_key,
+                type_field: p.type_field,
+                unsigned_id: p.unsigned_id,
+                digest: OnceLock::new(),
                 timestamp: p.timestamp,
                 body: p.body,
                 secret_index: p.secret_index,
@@ -77,7 +83,8 @@ impl Event {
             header_id: Some(id),
             header_type: None,
             id_field: None,
-            unsigned_id_key: None,
+            type_field: "type",
+            unsigned_id: false,
             timestamp: None,
             body,
             secret_index: 0,
@@ -115,18 +122,24 @@ impl Event {
     /// it under a fresh one.
     #[must_use]
     pub fn id_is_signed(&self) -> bool {
-        self.inner.unsigned_id_key.is_none()
+        !self.inner.unsigned_id
     }
 
     /// What deliveries of this event are deduplicated on: the [`id`](Self::id) when the
-    /// signature covers it; otherwise `sha256:` and the hex SHA-256 of the signed content,
-    /// so a replayed body under a fresh, unsigned id is still a duplicate (two genuinely
-    /// different events always differ in their signed content).
+    /// signature covers it; otherwise — an unsigned id header (GitHub, Shopify), or no id
+    /// at all (Zoom, Meta, SendGrid) — `sha256:` and the hex SHA-256 of the body. So a
+    /// replayed body under a fresh, unsigned id is still a duplicate, and a provider's
+    /// retry of the same body too. Two genuinely different events differ in their bodies
+    /// (each provider's body carries its own event time or id).
     #[must_use]
-    pub fn dedupe_id(&self) -> Option<&str> {
-        match &self.inner.unsigned_id_key {
-            Some(key) => Some(key),
-            None => self.id(),
+    pub fn dedupe_id(&self) -> &str {
+        match self.id() {
+            Some(id) if !id.is_empty() && self.id_is_signed() => id,
+            _ => self.inner.digest.get_or_init(|| {
+                use sha2::Digest as _;
+                let digest = sha2::Sha256::digest(&self.inner.body);
+                format!("sha256:{}", hex::encode(digest)).into_boxed_str()
+            }),
         }
     }
 
@@ -138,7 +151,8 @@ impl Event {
     }
 
     /// The event type: a header where the provider sends one (`X-GitHub-Event`,
-    /// `X-Shopify-Topic`), else the body's `type`.
+    /// `X-Shopify-Topic`), else the body's `type` (or the scheme's own field: Zoom's
+    /// `event`, Paddle's `event_type`, Intercom's `topic`).
     #[must_use]
     pub fn event_type(&self) -> Option<&str> {
         match &self.inner.header_type {
@@ -188,9 +202,9 @@ impl Event {
     }
 
     fn envelope(&self) -> &Envelope {
-        self.inner
-            .envelope
-            .get_or_init(|| Envelope::parse(&self.inner.body, self.inner.id_field))
+        self.inner.envelope.get_or_init(|| {
+            Envelope::parse(&self.inner.body, self.inner.id_field, self.inner.type_field)
+        })
     }
 }
 
@@ -219,9 +233,13 @@ struct Envelope {
 }
 
 impl Envelope {
-    fn parse(body: &[u8], id_field: Option<&'static str>) -> Self {
+    fn parse(body: &[u8], id_field: Option<&'static str>, type_field: &'static str) -> Self {
         let mut de = serde_json::Deserializer::from_slice(body);
-        let env = de::Deserializer::deserialize_map(&mut de, EnvelopeVisitor { id_field });
+        let visitor = EnvelopeVisitor {
+            id_field,
+            type_field,
+        };
+        let env = de::Deserializer::deserialize_map(&mut de, visitor);
         // Trailing bytes after the object make the whole body not JSON.
         match (env, de.end()) {
             (Ok(env), Ok(())) => env,
@@ -232,6 +250,7 @@ impl Envelope {
 
 struct EnvelopeVisitor {
     id_field: Option<&'static str>,
+    type_field: &'static str,
 }
 
 impl<'de> Visitor<'de> for EnvelopeVisitor {
@@ -245,9 +264,9 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
         let mut env = Envelope::default();
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             match key.as_ref() {
+                k if k == self.type_field => env.ty = map.next_value::<Scalar>()?.into_string(),
                 "id" => env.id = map.next_value::<Scalar>()?.into_string(),
                 "event_id" => env.event_id = map.next_value::<Scalar>()?.into_string(),
-                "type" => env.ty = map.next_value::<Scalar>()?.into_string(),
                 "livemode" => env.livemode = map.next_value::<Scalar>()?.into_bool(),
                 "data" => env.object_id = map.next_value::<Data>()?.0,
                 k if Some(k) == self.id_field => {
@@ -397,7 +416,8 @@ mod tests {
             header_id: None,
             header_type: None,
             id_field,
-            unsigned_id_key: None,
+            type_field: "type",
+            unsigned_id: false,
             timestamp: None,
             body: Bytes::from_static(body),
             secret_index: 0,

@@ -261,13 +261,7 @@ where
                         MISSING_EVENT,
                     ))
                 }
-                Some(None) => {
-                    return Ok(ResponseBody::text(
-                        StatusCode::BAD_REQUEST,
-                        "webhook event has no id",
-                    ))
-                }
-                Some(Some(d)) => d,
+                Some(d) => d,
             };
             let unavailable = |_error: sqlx::Error| {
                 #[cfg(feature = "tracing")]

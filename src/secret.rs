@@ -1,19 +1,15 @@
-//! Secrets: validated once, kept as precomputed keyed HMAC state, replaceable at runtime.
+//! Secrets: validated once, kept as precomputed keyed HMAC states or public keys,
+//! replaceable at runtime. A replaced list is wiped from memory once the last
+//! verification still using it ends.
 
 use std::fmt;
 use std::sync::{Arc, RwLock};
 
-use base64::Engine as _;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
-
 use crate::error::{ConfigError, ConfigErrorKind};
-use crate::scheme::{Scheme, SecretEncoding};
+use crate::scheme::{key, Key, Scheme};
 
-pub(crate) type HmacSha256 = Hmac<Sha256>;
-
-/// The keyed MAC states of the current secret list, first = current.
-pub(crate) type Keys = Arc<[HmacSha256]>;
+/// The keys of the current secret list, first = current.
+pub(crate) type Keys = Arc<[Key]>;
 
 /// A cheap handle on a verifier's secret list, for rotation without rebuilding the
 /// router. Clones share the list.
@@ -33,23 +29,20 @@ pub(crate) type Keys = Arc<[HmacSha256]>;
 #[derive(Clone)]
 pub struct Secrets {
     keys: Arc<RwLock<Keys>>,
-    encoding: SecretEncoding,
-    min_len: usize,
+    /// The scheme, to decode replacements as the first list was decoded.
+    scheme: Arc<Scheme>,
 }
 
 impl Secrets {
-    pub(crate) fn new<I, S>(scheme: &Scheme, secrets: I) -> Result<Self, ConfigError>
+    pub(crate) fn new<I, S>(scheme: Arc<Scheme>, secrets: I) -> Result<Self, ConfigError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let encoding = scheme.secret_encoding;
-        let min_len = scheme.min_secret_len;
-        let keys = derive_all(encoding, min_len, secrets)?;
+        let keys = derive_all(&scheme, secrets)?;
         Ok(Self {
             keys: Arc::new(RwLock::new(keys)),
-            encoding,
-            min_len,
+            scheme,
         })
     }
 
@@ -65,7 +58,7 @@ impl Secrets {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let keys = derive_all(self.encoding, self.min_len, secrets)?;
+        let keys = derive_all(&self.scheme, secrets)?;
         *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
         Ok(())
     }
@@ -96,16 +89,12 @@ impl fmt::Debug for Secrets {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Secrets")
             .field("len", &self.len())
-            .field("encoding", &self.encoding)
+            .field("scheme", &self.scheme.name())
             .finish_non_exhaustive()
     }
 }
 
-fn derive_all<I, S>(
-    encoding: SecretEncoding,
-    min_len: usize,
-    secrets: I,
-) -> Result<Keys, ConfigError>
+fn derive_all<I, S>(scheme: &Scheme, secrets: I) -> Result<Keys, ConfigError>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
@@ -113,7 +102,7 @@ where
     let keys = secrets
         .into_iter()
         .enumerate()
-        .map(|(i, s)| key(encoding, min_len, s.as_ref(), i))
+        .map(|(i, s)| key::verifying(scheme, s.as_ref(), i))
         .collect::<Result<Vec<_>, _>>()?;
     if keys.is_empty() {
         return Err(ConfigError::new(
@@ -122,55 +111,6 @@ where
         ));
     }
     Ok(keys.into())
-}
-
-/// Decodes one secret into its keyed MAC state. Errors name the position, never the value.
-pub(crate) fn key(
-    encoding: SecretEncoding,
-    min_len: usize,
-    secret: &str,
-    index: usize,
-) -> Result<HmacSha256, ConfigError> {
-    let invalid = |why: &str| {
-        ConfigError::new(
-            ConfigErrorKind::InvalidSecret,
-            format!("secret #{index}: {why}"),
-        )
-    };
-    if secret.trim() != secret {
-        // Read from a file or an environment variable with its newline: every delivery
-        // would fail verification, with nothing to say why.
-        return Err(invalid(
-            "starts or ends with whitespace (a trailing newline from a file or variable?)",
-        ));
-    }
-    let decoded;
-    let bytes = match encoding {
-        SecretEncoding::Raw => secret.as_bytes(),
-        SecretEncoding::Base64 => {
-            let b64 = secret.strip_prefix("whsec_").unwrap_or(secret);
-            // Strict: a typo must not quietly become a different (or empty) key.
-            decoded = base64::engine::general_purpose::STANDARD
-                .decode(b64)
-                .map_err(|_| invalid("not valid base64 after the `whsec_` prefix"))?;
-            &decoded
-        }
-    };
-    if bytes.is_empty() {
-        return Err(invalid("empty"));
-    }
-    // The minimum counts what is secret: not a `whsec_` prefix that every key shares
-    // (Stripe keys the MAC with the whole string, prefix included).
-    let secret_len = match encoding {
-        SecretEncoding::Raw => secret.strip_prefix("whsec_").unwrap_or(secret).len(),
-        SecretEncoding::Base64 => bytes.len(),
-    };
-    if secret_len < min_len {
-        return Err(invalid(&format!(
-            "{secret_len} bytes, shorter than the {min_len} this scheme requires"
-        )));
-    }
-    Ok(HmacSha256::new_from_slice(bytes).expect("HMAC takes keys of any length"))
 }
 
 #[cfg(test)]
@@ -214,7 +154,7 @@ mod tests {
             ),
         ];
         for (scheme, secrets, kind) in cases {
-            let err = Secrets::new(scheme, secrets.iter()).unwrap_err();
+            let err = Secrets::new(Arc::new(scheme.clone()), secrets.iter()).unwrap_err();
             assert_eq!(err.kind(), kind, "{secrets:?}");
             for s in secrets.iter().filter(|s| !s.is_empty()) {
                 assert!(!err.to_string().contains(*s), "{err} echoes the secret");
@@ -225,7 +165,7 @@ mod tests {
 
     #[test]
     fn replace_swaps_the_list_for_every_clone_and_keeps_it_on_error() {
-        let secrets = Secrets::new(&Scheme::github(), ["0123456789abcdef"]).unwrap();
+        let secrets = Secrets::new(Arc::new(Scheme::github()), ["0123456789abcdef"]).unwrap();
         let clone = secrets.clone();
         secrets
             .replace(["fedcba9876543210", "0123456789abcdef"])

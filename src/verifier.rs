@@ -92,10 +92,11 @@ impl Verifier {
                  call Scheme::allow_unsigned_timestamp()",
             ));
         }
-        let secrets = Secrets::new(&scheme, secrets)?;
+        let scheme = Arc::new(scheme);
+        let secrets = Secrets::new(scheme.clone(), secrets)?;
         Ok(Self {
             source: Arc::from(scheme.name()),
-            scheme: Arc::new(scheme),
+            scheme,
             secrets,
             tolerance: Tolerance::default(),
             clock: timestamp::system_clock(),
@@ -180,22 +181,15 @@ impl Verifier {
         // A snapshot of the list: no lock is held while hashing, so a rotation never
         // waits for verifications in flight.
         let keys = self.secrets.keys();
+        let pieces = scheme.template.pieces(id_bytes, ts_bytes, &body);
+        let candidates = &checked.signatures.candidates;
         let secret_index = keys
             .iter()
-            .position(|key| {
-                let mac = scheme.template.mac(key, id_bytes, ts_bytes, &body);
-                checked.signatures.candidates.matches(scheme.encoding, &mac)
-            })
+            .position(|key| candidates.matches(&scheme.formats, key, &pieces))
             .ok_or(VerifyError::new(
                 ErrorKind::InvalidSignature,
                 "no signature matches any secret",
             ))?;
-        // An id header outside the signed content proves nothing: key on what is signed.
-        let unsigned_id_key =
-            (checked.id.is_some() && !scheme.template.uses(&Part::Id)).then(|| {
-                let digest = scheme.template.digest(id_bytes, ts_bytes, &body);
-                format!("sha256:{}", hex::encode(digest)).into_boxed_str()
-            });
         Ok(Event::new(event::Parts {
             source: self.source.clone(),
             header_id: checked.id.cloned(),
@@ -204,11 +198,20 @@ impl Verifier {
                 IdSource::BodyField(field) => Some(field),
                 _ => None,
             },
-            unsigned_id_key,
+            type_field: scheme.type_field,
+            // An id header outside the signed content proves nothing: key on the body.
+            unsigned_id: checked.id.is_some() && !scheme.template.uses(&Part::Id),
             timestamp: checked.timestamp.and_then(timestamp::to_system_time),
             body,
             secret_index,
         }))
+    }
+
+    /// The hex HMAC of `data` under the secret at `index` (Zoom's handshake answers with
+    /// one); `None` when that key is not an HMAC secret or no longer in the list.
+    pub(crate) fn mac_hex(&self, index: usize, data: &[u8]) -> Option<String> {
+        let tag = self.secrets.keys().get(index)?.mac(&[data])?;
+        Some(hex::encode(tag.as_bytes()))
     }
 
     /// Everything that can be checked before the body is read: the headers the scheme

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{event_body, post, signed_headers};
+use common::{event_body, get, post, signed_headers};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpListener;
@@ -307,6 +307,94 @@ async fn receiver_runs_nothing_for_a_github_delivery_replayed_under_a_fresh_id()
     );
     child.kill().await.unwrap();
     let _ = std::fs::remove_file(&db);
+}
+
+#[tokio::test]
+async fn receiver_answers_handshakes_and_dedupes_events_without_an_id() {
+    let db = |name: &str| {
+        std::env::temp_dir().join(format!(
+            "tower-webhook-receiver-{name}-{}.db",
+            std::process::id()
+        ))
+    };
+
+    // Zoom: the signed URL validation is answered; an event without an id runs once.
+    const ZOOM: &str = "zoom-secret-token-0123456789";
+    let zoom_db = db("zoom");
+    let (mut child, url, mut stdout) = start_receiver(
+        &zoom_db,
+        &[("WEBHOOK_SCHEME", "zoom"), ("WEBHOOK_SECRETS", ZOOM)],
+    )
+    .await;
+    let send = |body: &'static [u8]| {
+        let url = url.clone();
+        async move {
+            let headers = signed_headers(&Scheme::zoom(), ZOOM, "", body);
+            post(&url, headers, body.to_vec()).await.unwrap()
+        }
+    };
+    let validation = br#"{"event":"endpoint.url_validation","payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1654503849680}"#;
+    let (status, body) = send(validation).await;
+    assert_eq!(status, StatusCode::OK);
+    let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["plainToken"], "qgg8vlvZRS6UYooatFL8Aw");
+    assert_eq!(answer["encryptedToken"].as_str().unwrap().len(), 64);
+    let started = br#"{"event":"meeting.started","event_ts":1700000000001,"payload":{}}"#;
+    assert_eq!(send(started).await.0, StatusCode::NO_CONTENT);
+    let first = next_line(&mut stdout).await.unwrap();
+    assert!(first.starts_with("handled sha256:"), "{first}");
+    assert_eq!(send(started).await.0, StatusCode::NO_CONTENT, "a retry");
+    let ended = br#"{"event":"meeting.ended","event_ts":1700000000002,"payload":{}}"#;
+    assert_eq!(send(ended).await.0, StatusCode::NO_CONTENT);
+    let second = next_line(&mut stdout).await.unwrap();
+    assert!(
+        second.starts_with("handled sha256:") && second != first,
+        "{second}"
+    );
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&zoom_db);
+
+    // Discord: PING answered, a bad signature 401.
+    let discord_db = db("discord");
+    let public = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
+    let seed = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60";
+    let (mut child, url, _stdout) = start_receiver(
+        &discord_db,
+        &[("WEBHOOK_SCHEME", "discord"), ("WEBHOOK_SECRETS", public)],
+    )
+    .await;
+    let ping = br#"{"id":"787053080478613555","type":1,"version":1}"#;
+    let headers = signed_headers(&Scheme::discord(), seed, "", ping);
+    let (status, body) = post(&url, headers.clone(), ping.to_vec()).await.unwrap();
+    assert_eq!((status, &body[..]), (StatusCode::OK, &br#"{"type":1}"#[..]));
+    let forged = br#"{"id":"787053080478613555","type":1,"version":2}"#;
+    let (status, _) = post(&url, headers, forged.to_vec()).await.unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&discord_db);
+
+    // Meta: the GET handshake with the configured verify token, 403 with another.
+    let meta_db = db("meta");
+    let (mut child, url, _stdout) = start_receiver(
+        &meta_db,
+        &[
+            ("WEBHOOK_SCHEME", "meta"),
+            ("WEBHOOK_SECRETS", "0123456789abcdef0123456789abcdef"),
+            ("WEBHOOK_VERIFY_TOKEN", "meatyhamhock"),
+        ],
+    )
+    .await;
+    let challenge = |token: &str| {
+        format!("{url}?hub.mode=subscribe&hub.challenge=1158201444&hub.verify_token={token}")
+    };
+    let (status, body) = get(&challenge("meatyhamhock")).await.unwrap();
+    assert_eq!((status, &body[..]), (StatusCode::OK, &b"1158201444"[..]));
+    assert_eq!(
+        get(&challenge("a-guess")).await.unwrap().0,
+        StatusCode::FORBIDDEN
+    );
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&meta_db);
 }
 
 #[tokio::test]

@@ -870,7 +870,7 @@ async fn worst_day_two_receivers_two_workers(a: Inbox, b: Inbox, once: Once) {
                 if poison(i) && !healed.load(Ordering::SeqCst) {
                     return Err("order not found".to_owned());
                 }
-                if i % 5 == 0 && e.attempt == 1 {
+                if i.is_multiple_of(5) && e.attempt == 1 {
                     return Err("the provider's API timed out".to_owned());
                 }
                 let id = e.id.clone();

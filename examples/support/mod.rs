@@ -13,12 +13,24 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tower_webhook::Scheme;
 
-/// A development secret per scheme, used when `WEBHOOK_SECRETS` is not set. Never use it
-/// in production: it is published here.
+/// A development secret (or public key) per scheme, used when `WEBHOOK_SECRETS` is not
+/// set. Never use it in production: it is published here.
 pub fn dev_secret(scheme: &Scheme) -> &'static str {
     match scheme.name() {
         "standard" => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        // RFC 8032's first test key pair and RFC 6979's P-256 key: public test vectors.
+        "discord" => "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+        "sendgrid" => "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEYP7UuiVanTHJYet0xjVtaMBJuJI7Yfps5mliLmDyn7Z5A/4QCLi8maQa6elWKLxk8vGyDC1+n1F3o8KU1EYimQ==",
         _ => "dev-secret-do-not-use-in-production",
+    }
+}
+
+/// What signs for [`dev_secret`]: the same secret, or the private half of its key pair.
+pub fn dev_signing_key(scheme: &Scheme) -> &'static str {
+    match scheme.name() {
+        "discord" => "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
+        "sendgrid" => "c9afa9d845ba75166b5c215767b1d6934e50c3db36e89b127b8a622b120f6721",
+        _ => dev_secret(scheme),
     }
 }
 
@@ -54,6 +66,17 @@ pub fn signed_headers(scheme: &Scheme, secret: &str, id: &str, body: &[u8]) -> H
     scheme
         .sign([secret], id, SystemTime::now(), body)
         .expect("a valid secret for this scheme")
+}
+
+/// Sends a GET to `url`; returns the status and the response body.
+pub async fn get(
+    url: &str,
+) -> Result<(StatusCode, Bytes), Box<dyn std::error::Error + Send + Sync>> {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let response = client.get(url.parse()?).await?;
+    let status = response.status();
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok((status, body))
 }
 
 /// Posts `body` with `headers` to `url`; returns the status and the response body.

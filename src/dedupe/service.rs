@@ -70,7 +70,7 @@ where
                 None => {
                     return ResponseFuture::ready(StatusCode::INTERNAL_SERVER_ERROR, MISSING_EVENT)
                 }
-                Some(event) => Delivery::from_event(event),
+                Some(event) => Some(Delivery::from_event(event)),
             },
         };
         self.claim_or(delivery, req)

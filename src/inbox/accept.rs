@@ -61,9 +61,6 @@ impl<B> Service<Request<B>> for Accept {
                     crate::dedupe::MISSING_EVENT,
                 ));
             };
-            if event.dedupe_id().is_none_or(str::is_empty) {
-                return Ok(text(StatusCode::BAD_REQUEST, "webhook event has no id"));
-            }
             Ok(match inbox.accept(&event).await {
                 Ok(_) => text(StatusCode::NO_CONTENT, ""),
                 Err(_error) => {

@@ -61,10 +61,6 @@ pub(crate) trait Backend: Send + Sync + 'static {
     }
 }
 
-fn delivery(event: &Event) -> Result<Delivery, StoreError> {
-    Delivery::from_event(event).ok_or_else(|| StoreError::message("the event has no id"))
-}
-
 /// A claimed row as both databases return it (the SQL names and casts the columns).
 #[derive(sqlx::FromRow)]
 struct ClaimedRow {
@@ -201,9 +197,8 @@ RETURNING source, event_id, event_type, object_id, livemode, body, attempts,
     impl Backend for Sqlite {
         fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
             let (pool, now) = (self.pool.clone(), self.now_ms());
-            let d = delivery(event);
+            let d = Delivery::from_event(event);
             Box::pin(async move {
-                let d = d?;
                 let audit = d.audit();
                 let done = sqlx::query(ACCEPT)
                     .bind(d.source())
@@ -493,9 +488,8 @@ RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body,
     impl Backend for Postgres {
         fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
             let pool = self.pool.clone();
-            let d = delivery(event);
+            let d = Delivery::from_event(event);
             Box::pin(async move {
-                let d = d?;
                 let audit = d.audit();
                 let new: bool = sqlx::query_scalar(ACCEPT)
                     .bind(d.source())

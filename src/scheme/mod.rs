@@ -33,6 +33,7 @@
 //! # Ok::<(), tower_webhook::ConfigError>(())
 //! ```
 
+pub(crate) mod key;
 mod presets;
 mod sign;
 pub(crate) mod signature;
@@ -43,16 +44,47 @@ use std::borrow::Cow;
 use http::HeaderName;
 
 use crate::error::ConfigError;
+pub use key::Algorithm;
+pub(crate) use key::Key;
 use template::Template;
 
-/// How a scheme encodes the MAC in its signature header.
+/// How a scheme encodes the MAC or signature in its signature header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Encoding {
-    /// Lower- or upper-case hexadecimal (64 characters).
+    /// Lower- or upper-case hexadecimal (64 characters for HMAC-SHA256).
     Hex,
-    /// Standard base64 with padding (44 characters).
+    /// Standard base64 with padding (44 characters for HMAC-SHA256).
     Base64,
+}
+
+/// One kind of entry a signature header carries: its prefix, encoding and algorithm, and
+/// how keys for it are told apart in a mixed key list.
+#[derive(Debug, Clone)]
+pub(crate) struct Format {
+    pub(crate) prefix: Cow<'static, str>,
+    pub(crate) encoding: Encoding,
+    pub(crate) algorithm: Algorithm,
+    /// A verifying key for this format must start with this (`whpk_`).
+    pub(crate) key_prefix: Option<&'static str>,
+    /// A signing key for this format must start with this (`whsk_`).
+    pub(crate) signing_key_prefix: Option<&'static str>,
+}
+
+impl Format {
+    pub(crate) const fn new(
+        prefix: &'static str,
+        encoding: Encoding,
+        algorithm: Algorithm,
+    ) -> Self {
+        Self {
+            prefix: Cow::Borrowed(prefix),
+            encoding,
+            algorithm,
+            key_prefix: None,
+            signing_key_prefix: None,
+        }
+    }
 }
 
 /// How a timestamp header is written.
@@ -103,11 +135,14 @@ pub struct Scheme {
     pub(crate) name: Cow<'static, str>,
     pub(crate) signature_headers: Vec<HeaderName>,
     pub(crate) separator: Option<char>,
-    pub(crate) prefix: Cow<'static, str>,
-    pub(crate) encoding: Encoding,
+    /// The kinds of entry the signature header may carry; the first is the one the
+    /// `with_prefix`, `with_encoding` and `with_algorithm` builders set.
+    pub(crate) formats: Vec<Format>,
     pub(crate) timestamp: Option<TimestampSource>,
     pub(crate) id: IdSource,
     pub(crate) type_header: Option<HeaderName>,
+    /// The body field the type is read from when there is no type header.
+    pub(crate) type_field: &'static str,
     pub(crate) template: Template,
     pub(crate) secret_encoding: SecretEncoding,
     pub(crate) min_secret_len: usize,
@@ -116,7 +151,33 @@ pub struct Scheme {
     /// A timestamp header the signed content does not cover is accepted (no replay
     /// protection from it).
     pub(crate) unsigned_timestamp: bool,
+    /// The provider's set-up handshake, answered by `VerifyWebhookLayer`.
+    pub(crate) handshake: Option<Handshake>,
+    /// Failed authentication is answered 401, not 400 (Discord checks for it).
+    pub(crate) unauthorized: bool,
+    /// The body limit `VerifyWebhookLayer` starts from (1 MiB; GitHub 25 MiB).
+    pub(crate) max_body: usize,
 }
+
+/// A provider's set-up handshake: a request that proves the endpoint to the provider, and
+/// that `VerifyWebhookLayer` answers itself, before deduplication and the handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handshake {
+    /// `url_verification`, signed: answered with its `challenge` as text.
+    Slack,
+    /// `endpoint.url_validation`, signed: `plainToken` and its HMAC as `encryptedToken`.
+    Zoom,
+    /// A PING (`type` 1), signed: answered `{"type":1}`.
+    Discord,
+    /// `webhook_callback_verification`, signed: answered with its `challenge` as text.
+    Twitch,
+    /// `GET ?hub.mode=subscribe&hub.verify_token=…&hub.challenge=…`, unsigned: the
+    /// challenge when the verify token matches, else 403.
+    Meta,
+}
+
+/// The body limit of a layer built for a scheme that sets none: 1 MiB.
+const DEFAULT_MAX_BODY: usize = 1024 * 1024;
 
 /// Shorter keys than this are refused unless [`Scheme::with_min_secret_len`] lowers it.
 const DEFAULT_MIN_SECRET_LEN: usize = 16;
@@ -133,16 +194,19 @@ impl Scheme {
             name: Cow::Borrowed("hmac"),
             signature_headers: vec![signature_header],
             separator: None,
-            prefix: Cow::Borrowed(""),
-            encoding: Encoding::Hex,
+            formats: vec![Format::new("", Encoding::Hex, Algorithm::HmacSha256)],
             timestamp: None,
             id: IdSource::None,
             type_header: None,
+            type_field: "type",
             template: Template::parse("{body}").expect("static template"),
             secret_encoding: SecretEncoding::Raw,
             min_secret_len: DEFAULT_MIN_SECRET_LEN,
             unsigned_id: false,
             unsigned_timestamp: false,
+            handshake: None,
+            unauthorized: false,
+            max_body: DEFAULT_MAX_BODY,
         }
     }
 
@@ -162,7 +226,16 @@ impl Scheme {
     /// Replaces how the MAC is encoded.
     #[must_use]
     pub fn with_encoding(mut self, encoding: Encoding) -> Self {
-        self.encoding = encoding;
+        self.formats[0].encoding = encoding;
+        self
+    }
+
+    /// Replaces the algorithm (default HMAC-SHA256). With a public-key algorithm, the
+    /// verifier takes the provider's public key where it took a secret: Ed25519 as 32
+    /// bytes in hex or base64; P-256 as base64 DER, PEM or SEC1 hex.
+    #[must_use]
+    pub fn with_algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.formats[0].algorithm = algorithm;
         self
     }
 
@@ -170,7 +243,7 @@ impl Scheme {
     /// another prefix are ignored, so other versions can share the header.
     #[must_use]
     pub fn with_prefix(mut self, prefix: impl Into<Cow<'static, str>>) -> Self {
-        self.prefix = prefix.into();
+        self.formats[0].prefix = prefix.into();
         self
     }
 
@@ -207,6 +280,23 @@ impl Scheme {
     #[must_use]
     pub fn with_type_header(mut self, header: HeaderName) -> Self {
         self.type_header = Some(header);
+        self
+    }
+
+    /// Replaces the body limit a `VerifyWebhookLayer` built for this scheme starts with
+    /// (1 MiB; GitHub's preset 25 MiB, the most GitHub sends).
+    #[must_use]
+    pub fn with_max_body(mut self, bytes: usize) -> Self {
+        self.max_body = bytes;
+        self
+    }
+
+    /// Reads the event type from a top-level field of the verified JSON body (default
+    /// `type`) instead of a header. Unlike a type header, the signature covers it.
+    #[must_use]
+    pub fn with_type_field(mut self, field: &'static str) -> Self {
+        self.type_field = field;
+        self.type_header = None;
         self
     }
 

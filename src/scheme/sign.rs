@@ -4,15 +4,19 @@ use std::time::SystemTime;
 
 use http::{HeaderMap, HeaderValue};
 
-use super::{signature, IdSource, Scheme, TimestampFormat, TimestampSource};
+use super::{key, signature, IdSource, Scheme, TimestampFormat, TimestampSource};
 use crate::error::{ConfigError, ConfigErrorKind};
-use crate::secret;
 use crate::timestamp::unix_seconds;
 
 impl Scheme {
     /// The headers a provider would send with `body`: the signature header with one entry
     /// per secret (as senders do while a secret rotates), and the scheme's timestamp and id
     /// headers. For schemes that read the id from the body (Stripe, Slack), `id` is unused.
+    ///
+    /// For public-key schemes, `secrets` are private keys: Ed25519 as `whsk_` + base64 or
+    /// hex of the 32-byte seed (or the 64-byte seed ‖ public key); P-256 as PKCS#8 (PEM or
+    /// base64 DER) or the 32-byte scalar in hex. A Standard Webhooks list may mix `whsec_`
+    /// and `whsk_`, and gets `v1,` and `v1a,` entries.
     ///
     /// ```
     /// use std::time::{Duration, UNIX_EPOCH};
@@ -64,12 +68,12 @@ impl Scheme {
         let mut signatures = 0;
         for (i, s) in secrets.into_iter().enumerate() {
             signatures += 1;
-            let key = secret::key(self.secret_encoding, self.min_secret_len, s.as_ref(), i)?;
-            let mac = self.template.mac(&key, id.as_bytes(), ts.as_bytes(), body);
+            let (format, key) = key::signing(self, s.as_ref(), i)?;
+            let tag = key.sign(&self.template.pieces(id.as_bytes(), ts.as_bytes(), body));
             entries.push(format!(
                 "{}{}",
-                self.prefix,
-                signature::encode(self.encoding, &mac)
+                format.prefix,
+                signature::encode(format.encoding, &tag)
             ));
         }
         let separator = match (self.separator, signatures) {

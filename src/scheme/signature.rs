@@ -8,27 +8,26 @@
 use base64::Engine as _;
 use subtle::{Choice, ConstantTimeEq};
 
-use super::{Encoding, Scheme, TimestampSource};
+use super::key::{Key, Tag, MAX_SIGNATURE};
+use super::{Encoding, Format, Scheme, TimestampSource};
 use crate::error::{ErrorKind, VerifyError};
-
-/// The length of an HMAC-SHA256 tag.
-pub(crate) const MAC_LEN: usize = 32;
 
 /// At most this many entries are read from one signature header; a longer header is
 /// malformed. This bounds the work one request can cause (`entries × secrets`).
 pub(crate) const MAX_ENTRIES: usize = 16;
 
-/// The longest encoding of a MAC: hex.
-const MAX_ENCODED: usize = MAC_LEN * 2;
+/// The longest encoding of any signature: hex.
+const MAX_ENCODED: usize = MAX_SIGNATURE * 2;
 
-/// The encoded signatures of one header that have the right length, on the stack.
+/// The encoded signatures of one header that have a possible length, on the stack, each
+/// with the index of its format in the scheme.
 pub(crate) struct Candidates<'a> {
-    entries: [&'a [u8]; MAX_ENTRIES],
+    entries: [(u8, &'a [u8]); MAX_ENTRIES],
     len: usize,
 }
 
 impl Candidates<'_> {
-    /// Whether no signature has the length a MAC encodes to: none could match.
+    /// Whether no signature has a length its algorithm encodes to: none could match.
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -38,29 +37,58 @@ impl Candidates<'_> {
         self.len
     }
 
-    /// Whether any candidate is `mac`, encoded as the scheme encodes it. Every candidate is
-    /// compared in full, whatever the outcome.
-    pub(crate) fn matches(&self, encoding: Encoding, mac: &[u8; MAC_LEN]) -> bool {
-        let mut buf = [0; MAX_ENCODED];
-        let expected = encode_into(encoding, mac, &mut buf);
-        // Hex is case-insensitive: OR-ing 0x20 lower-cases A–F and leaves digits alone
-        // (no other visible ASCII byte folds onto a lower-case hex digit).
-        let fold = match encoding {
-            Encoding::Hex => 0x20,
-            Encoding::Base64 => 0,
-        };
-        let mut any = Choice::from(0);
-        for candidate in &self.entries[..self.len] {
-            // Branch-free XOR-OR over equal lengths (checked when parsed), then a
-            // constant-time test of the result.
-            let diff = candidate
+    /// Whether any candidate is a signature of the signed content (`pieces`) under `key`.
+    /// Only candidates of the key's algorithm are tried. HMAC tags are compared in
+    /// constant time, every candidate in full whatever the outcome.
+    pub(crate) fn matches(&self, formats: &[Format], key: &Key, pieces: &[&[u8]]) -> bool {
+        let algorithm = key.algorithm();
+        let mine = || {
+            self.entries[..self.len]
                 .iter()
-                .zip(expected)
-                .fold(0u8, |acc, (c, e)| acc | ((c | fold) ^ e));
-            any |= diff.ct_eq(&0);
+                .map(|&(f, c)| (&formats[usize::from(f)], c))
+                .filter(move |(f, _)| f.algorithm == algorithm)
+        };
+        if mine().next().is_none() {
+            return false;
         }
-        any.into()
+        match key.mac(pieces) {
+            Some(tag) => {
+                let mut any = Choice::from(0);
+                for (format, candidate) in mine() {
+                    any |= encoded_eq(format.encoding, &tag, candidate);
+                }
+                any.into()
+            }
+            // A public key: decode each candidate and check it (nothing secret to leak).
+            None => mine().any(|(format, candidate)| {
+                let mut buf = [0; MAX_SIGNATURE];
+                decode_into(format.encoding, candidate, &mut buf)
+                    .is_some_and(|sig| key.verifies(pieces, sig))
+            }),
+        }
     }
+}
+
+/// Whether `candidate` is `tag` encoded as `encoding`, in constant time for equal lengths
+/// (lengths were checked when parsed; a different one is simply unequal).
+fn encoded_eq(encoding: Encoding, tag: &Tag, candidate: &[u8]) -> Choice {
+    let mut buf = [0; MAX_ENCODED];
+    let expected = encode_into(encoding, tag.as_bytes(), &mut buf);
+    if expected.len() != candidate.len() {
+        return Choice::from(0);
+    }
+    // Hex is case-insensitive: OR-ing 0x20 lower-cases A–F and leaves digits alone
+    // (no other visible ASCII byte folds onto a lower-case hex digit).
+    let fold = match encoding {
+        Encoding::Hex => 0x20,
+        Encoding::Base64 => 0,
+    };
+    // Branch-free XOR-OR, then a constant-time test of the result.
+    let diff = candidate
+        .iter()
+        .zip(expected)
+        .fold(0u8, |acc, (c, e)| acc | ((c | fold) ^ e));
+    diff.ct_eq(&0)
 }
 
 /// What one signature header holds.
@@ -80,10 +108,9 @@ pub(crate) fn parse<'a>(scheme: &Scheme, value: &'a str) -> Result<Parsed<'a>, V
         Some(TimestampSource::SignatureEntry(prefix)) => Some(prefix.as_ref()),
         _ => None,
     };
-    let encoded_len = encoded_len(scheme.encoding);
     let mut parsed = Parsed {
         candidates: Candidates {
-            entries: [&[]; MAX_ENTRIES],
+            entries: [(0, &[]); MAX_ENTRIES],
             len: 0,
         },
         timestamp: None,
@@ -106,12 +133,12 @@ pub(crate) fn parse<'a>(scheme: &Scheme, value: &'a str) -> Result<Parsed<'a>, V
                     "signature header has two timestamps",
                 ));
             }
-        } else if let Some(encoded) = entry.strip_prefix(scheme.prefix.as_ref()) {
+        } else if let Some((index, encoded)) = format_of(&scheme.formats, entry) {
             signature_entries += 1;
             // Any other length can never match (`v1,` alone, a truncated MAC): skip it.
-            if encoded.len() == encoded_len {
+            if plausible_len(&scheme.formats[index], encoded.len()) {
                 let c = &mut parsed.candidates;
-                c.entries[c.len] = encoded.as_bytes();
+                c.entries[c.len] = (index as u8, encoded.as_bytes());
                 c.len += 1;
             }
         }
@@ -130,35 +157,68 @@ pub(crate) fn parse<'a>(scheme: &Scheme, value: &'a str) -> Result<Parsed<'a>, V
     Ok(parsed)
 }
 
-fn encoded_len(encoding: Encoding) -> usize {
-    match encoding {
-        Encoding::Hex => MAC_LEN * 2,
-        Encoding::Base64 => MAC_LEN.div_ceil(3) * 4,
-    }
+/// The format whose prefix the entry carries (the longest, so `v1a,` is not read as
+/// `v1,`), and the encoded signature after it.
+fn format_of<'a>(formats: &[Format], entry: &'a str) -> Option<(usize, &'a str)> {
+    formats
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| entry.strip_prefix(f.prefix.as_ref()).map(|rest| (i, rest)))
+        .min_by_key(|(_, rest)| rest.len())
 }
 
-/// Encodes `mac` into `buf` (lower-case hex, or standard base64 with padding).
-fn encode_into<'b>(
-    encoding: Encoding,
-    mac: &[u8; MAC_LEN],
-    buf: &'b mut [u8; MAX_ENCODED],
-) -> &'b [u8] {
-    let n = encoded_len(encoding);
+fn plausible_len(format: &Format, encoded: usize) -> bool {
+    let (min, max) = format.algorithm.signature_len();
+    let len = |bytes: usize| match format.encoding {
+        Encoding::Hex => bytes * 2,
+        Encoding::Base64 => bytes.div_ceil(3) * 4,
+    };
+    (len(min)..=len(max)).contains(&encoded)
+        && (min == max || format.encoding == Encoding::Hex || encoded.is_multiple_of(4))
+        && (format.encoding == Encoding::Base64 || encoded.is_multiple_of(2))
+}
+
+/// Encodes `tag` into `buf` (lower-case hex, or standard base64 with padding).
+fn encode_into<'b>(encoding: Encoding, tag: &[u8], buf: &'b mut [u8; MAX_ENCODED]) -> &'b [u8] {
     match encoding {
-        Encoding::Hex => hex::encode_to_slice(mac, &mut buf[..n]).expect("64 bytes for 32"),
+        Encoding::Hex => {
+            let n = tag.len() * 2;
+            hex::encode_to_slice(tag, &mut buf[..n]).expect("twice the length");
+            &buf[..n]
+        }
         Encoding::Base64 => {
-            let written = base64::engine::general_purpose::STANDARD
-                .encode_slice(mac, &mut buf[..n])
-                .expect("44 bytes for 32");
-            debug_assert_eq!(written, n);
+            let n = base64::engine::general_purpose::STANDARD
+                .encode_slice(tag, &mut buf[..])
+                .expect("room for any signature");
+            &buf[..n]
         }
     }
-    &buf[..n]
 }
 
-pub(crate) fn encode(encoding: Encoding, mac: &[u8; MAC_LEN]) -> String {
+/// Decodes an encoded signature into `buf`; `None` when it is not valid in its encoding.
+fn decode_into<'b>(
+    encoding: Encoding,
+    encoded: &[u8],
+    buf: &'b mut [u8; MAX_SIGNATURE],
+) -> Option<&'b [u8]> {
+    match encoding {
+        Encoding::Hex => {
+            let n = encoded.len() / 2;
+            hex::decode_to_slice(encoded, buf.get_mut(..n)?).ok()?;
+            Some(&buf[..n])
+        }
+        Encoding::Base64 => {
+            let n = base64::engine::general_purpose::STANDARD
+                .decode_slice(encoded, &mut buf[..])
+                .ok()?;
+            Some(&buf[..n])
+        }
+    }
+}
+
+pub(crate) fn encode(encoding: Encoding, tag: &Tag) -> String {
     let mut buf = [0; MAX_ENCODED];
-    String::from_utf8(encode_into(encoding, mac, &mut buf).to_vec()).expect("ASCII")
+    String::from_utf8(encode_into(encoding, tag.as_bytes(), &mut buf).to_vec()).expect("ASCII")
 }
 
 #[cfg(test)]
@@ -260,40 +320,76 @@ mod tests {
 #[cfg(test)]
 mod match_tests {
     use super::*;
+    use crate::scheme::Algorithm;
 
-    fn candidates(values: &[&'static str]) -> Candidates<'static> {
+    fn hmac_scheme(encoding: Encoding) -> Scheme {
+        Scheme::github().with_prefix("").with_encoding(encoding)
+    }
+
+    /// A key whose tag over no pieces is known, and candidates to compare with it.
+    fn matches(encoding: Encoding, candidates: &[String]) -> bool {
+        let scheme = hmac_scheme(encoding);
+        let key = crate::scheme::key::verifying(&scheme, "0123456789abcdef", 0).unwrap();
         let mut c = Candidates {
-            entries: [&[]; MAX_ENTRIES],
+            entries: [(0, &[]); MAX_ENTRIES],
             len: 0,
         };
-        for v in values {
-            c.entries[c.len] = v.as_bytes();
+        for v in candidates {
+            c.entries[c.len] = (0, v.as_bytes());
             c.len += 1;
         }
-        c
+        c.matches(&scheme.formats, &key, &[b"payload"])
+    }
+
+    fn tag(encoding: Encoding) -> String {
+        let scheme = hmac_scheme(encoding);
+        let key = crate::scheme::key::verifying(&scheme, "0123456789abcdef", 0).unwrap();
+        encode(encoding, &key.mac(&[b"payload"]).unwrap())
     }
 
     #[test]
     fn hex_matches_in_either_case_and_nothing_else() {
-        let mac = [0xab; MAC_LEN];
-        let lower: &'static str = Box::leak("ab".repeat(32).into_boxed_str());
-        let upper: &'static str = Box::leak("AB".repeat(32).into_boxed_str());
-        let mixed: &'static str = Box::leak("aB".repeat(32).into_boxed_str());
-        for ok in [lower, upper, mixed] {
-            assert!(candidates(&[ok]).matches(Encoding::Hex, &mac), "{ok}");
-        }
-        // 'K' | 0x20 = 'k', not a hex digit; '!' | 0x20 = '!'.
-        let near: &'static str = Box::leak(format!("{}ak", "ab".repeat(31)).into_boxed_str());
-        assert!(!candidates(&[near]).matches(Encoding::Hex, &mac));
-        assert!(candidates(&[near, lower]).matches(Encoding::Hex, &mac));
+        let lower = tag(Encoding::Hex);
+        assert_eq!(lower, lower.to_lowercase());
+        let upper = lower.to_uppercase();
+        assert!(matches(Encoding::Hex, std::slice::from_ref(&lower)));
+        assert!(matches(Encoding::Hex, &[upper]));
+        // 'K' | 0x20 = 'k', not a hex digit.
+        let mut near = lower.clone();
+        near.replace_range(63.., "k");
+        assert!(!matches(Encoding::Hex, &[near.clone()]));
+        assert!(matches(Encoding::Hex, &[near, lower]));
     }
 
     #[test]
     fn base64_matches_exactly() {
-        let mac = [0u8; MAC_LEN];
-        let b64: &'static str = Box::leak(format!("{}=", "A".repeat(43)).into_boxed_str());
-        let lower: &'static str = Box::leak(format!("{}=", "a".repeat(43)).into_boxed_str());
-        assert!(candidates(&[b64]).matches(Encoding::Base64, &mac));
-        assert!(!candidates(&[lower]).matches(Encoding::Base64, &mac));
+        let b64 = tag(Encoding::Base64);
+        assert!(matches(Encoding::Base64, std::slice::from_ref(&b64)));
+        assert!(!matches(Encoding::Base64, &[b64.to_lowercase()]));
+    }
+
+    #[test]
+    fn plausible_lengths_follow_the_algorithm() {
+        let f = |alg, enc| Format::new("", enc, alg);
+        assert!(plausible_len(&f(Algorithm::HmacSha1, Encoding::Hex), 40));
+        assert!(!plausible_len(&f(Algorithm::HmacSha1, Encoding::Hex), 64));
+        assert!(plausible_len(
+            &f(Algorithm::HmacSha512, Encoding::Base64),
+            88
+        ));
+        assert!(plausible_len(&f(Algorithm::Ed25519, Encoding::Hex), 128));
+        // DER ECDSA varies: 70 to 72 bytes in practice, base64 in steps of four.
+        assert!(plausible_len(
+            &f(Algorithm::EcdsaP256, Encoding::Base64),
+            96
+        ));
+        assert!(!plausible_len(
+            &f(Algorithm::EcdsaP256, Encoding::Base64),
+            97
+        ));
+        assert!(!plausible_len(
+            &f(Algorithm::EcdsaP256, Encoding::Base64),
+            200
+        ));
     }
 }

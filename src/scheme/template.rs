@@ -1,10 +1,9 @@
 //! The signed content: which bytes, in which order, go into the MAC.
 
-use hmac::Mac;
-
-use super::signature::MAC_LEN;
 use crate::error::{ConfigError, ConfigErrorKind};
-use crate::secret::HmacSha256;
+
+/// The most pieces a signed content may have.
+const MAX_PARTS: usize = 8;
 
 /// One piece of the signed content.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +25,28 @@ impl Template {
     /// `{body}` must appear exactly once: a signature that does not cover the body
     /// authenticates nothing.
     pub(crate) fn parse(template: &str) -> Result<Self, ConfigError> {
+        let parsed = Self::parse_adjacent(template)?;
+        let placeholder = |p: &Part| !matches!(p, Part::Literal(_));
+        if parsed
+            .parts
+            .windows(2)
+            .any(|w| placeholder(&w[0]) && placeholder(&w[1]))
+        {
+            // `{id}{body}`: `evt_1` + `{…}` and `evt_` + `1{…}` would sign alike.
+            return Err(ConfigError::new(
+                ConfigErrorKind::InvalidTemplate,
+                format!(
+                    "signed-content template {template:?}: put literal text between \
+                     placeholders, such as `.`"
+                ),
+            ));
+        }
+        Ok(parsed)
+    }
+
+    /// As [`Template::parse`], but placeholders may touch: for presets whose provider signs
+    /// them so, where each preset says why the split is still unambiguous.
+    pub(crate) fn parse_adjacent(template: &str) -> Result<Self, ConfigError> {
         let err = |why: &str| {
             ConfigError::new(
                 ConfigErrorKind::InvalidTemplate,
@@ -59,13 +80,8 @@ impl Template {
         if parts.iter().filter(|p| **p == Part::Body).count() != 1 {
             return Err(err("{body} must appear exactly once"));
         }
-        let placeholder = |p: &Part| !matches!(p, Part::Literal(_));
-        if parts
-            .windows(2)
-            .any(|w| placeholder(&w[0]) && placeholder(&w[1]))
-        {
-            // `{id}{body}`: `evt_1` + `{…}` and `evt_` + `1{…}` would sign alike.
-            return Err(err("put literal text between placeholders, such as `.`"));
+        if parts.len() > MAX_PARTS {
+            return Err(err("too many pieces"));
         }
         Ok(Self {
             parts: parts.into(),
@@ -77,44 +93,45 @@ impl Template {
         &self.parts
     }
 
-    /// The MAC of the signed content, fed piece by piece from a clone of the precomputed
-    /// keyed state: nothing is concatenated or copied, and the body may be any bytes.
-    pub(crate) fn mac(
-        &self,
-        key: &HmacSha256,
-        id: &[u8],
-        timestamp: &[u8],
-        body: &[u8],
-    ) -> [u8; MAC_LEN] {
-        let mut mac = key.clone();
-        for part in self.parts.iter() {
-            mac.update(match part {
+    /// The signed content as the pieces it is made of, in order: nothing is concatenated
+    /// or copied, and the body may be any bytes.
+    pub(crate) fn pieces<'a>(
+        &'a self,
+        id: &'a [u8],
+        timestamp: &'a [u8],
+        body: &'a [u8],
+    ) -> Pieces<'a> {
+        let mut pieces = Pieces {
+            pieces: [&[]; MAX_PARTS],
+            len: self.parts.len(),
+        };
+        for (piece, part) in pieces.pieces.iter_mut().zip(self.parts.iter()) {
+            *piece = match part {
                 Part::Id => id,
                 Part::Timestamp => timestamp,
                 Part::Body => body,
                 Part::Literal(bytes) => bytes,
-            });
+            };
         }
-        mac.finalize().into_bytes().into()
-    }
-
-    /// The SHA-256 of the signed content, fed as the MAC is.
-    pub(crate) fn digest(&self, id: &[u8], timestamp: &[u8], body: &[u8]) -> [u8; 32] {
-        use sha2::Digest;
-        let mut digest = sha2::Sha256::new();
-        for part in self.parts.iter() {
-            digest.update(match part {
-                Part::Id => id,
-                Part::Timestamp => timestamp,
-                Part::Body => body,
-                Part::Literal(bytes) => bytes,
-            });
-        }
-        digest.finalize().into()
+        pieces
     }
 
     pub(crate) fn uses(&self, part: &Part) -> bool {
         self.parts.contains(part)
+    }
+}
+
+/// The signed content, piece by piece (see [`Template::pieces`]).
+pub(crate) struct Pieces<'a> {
+    pieces: [&'a [u8]; MAX_PARTS],
+    len: usize,
+}
+
+impl<'a> std::ops::Deref for Pieces<'a> {
+    type Target = [&'a [u8]];
+
+    fn deref(&self) -> &Self::Target {
+        &self.pieces[..self.len]
     }
 }
 

@@ -84,17 +84,16 @@ impl Delivery {
     }
 
     /// The delivery of a verified event, keyed on its
-    /// [`dedupe_id`](Event::dedupe_id) (the id when the signature covers it, else a digest
-    /// of the signed content), or `None` when the event has no id (an empty id counts as
-    /// none: every such event would share one key).
+    /// [`dedupe_id`](Event::dedupe_id): the id when the signature covers it, else a digest
+    /// of the body.
     #[must_use]
-    pub fn from_event(event: &Event) -> Option<Self> {
-        Some(Self {
+    pub fn from_event(event: &Event) -> Self {
+        Self {
             source: event.source().to_owned(),
-            id: event.dedupe_id().filter(|id| !id.is_empty())?.to_owned(),
+            id: event.dedupe_id().to_owned(),
             event: Some(event.clone()),
             once: false,
-        })
+        }
     }
 
     /// Which endpoint or provider.

@@ -11,6 +11,7 @@ use http_body_util::{Full, LengthLimitError, Limited};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use super::handshake;
 use super::layer::Config;
 use super::response::reject;
 use crate::body::ResponseBody;
@@ -61,6 +62,9 @@ pin_project! {
         Reject {
             error: Option<VerifyError>,
         },
+        Answer {
+            response: Option<Response<Bytes>>,
+        },
     }
 }
 
@@ -82,6 +86,16 @@ where
                 timeout: tokio::time::sleep(config.body_timeout),
                 parts: Some(parts),
                 inner: Some(inner),
+            },
+            config,
+        }
+    }
+
+    /// A response of the layer's own: a handshake's answer.
+    pub(super) fn answer(response: Response<Bytes>, config: Arc<Config>) -> Self {
+        Self {
+            state: State::Answer {
+                response: Some(response),
             },
             config,
         }
@@ -140,6 +154,12 @@ where
                     // `Bytes` clones share one buffer: the event and the body are the same bytes.
                     match this.config.verifier.verify(&parts.headers, bytes.clone()) {
                         Ok(event) => {
+                            // A set-up handshake is the layer's to answer, not the handler's.
+                            if let Some(answer) =
+                                handshake::after(this.config, &event, &parts.headers)
+                            {
+                                return Poll::Ready(Ok(answer.map(ResponseBody::fixed)));
+                            }
                             let mut request = Request::from_parts(parts, Full::new(bytes));
                             request.extensions_mut().insert(event);
                             let request = Some(request);
@@ -159,6 +179,10 @@ where
                 }
                 StateProj::Call { future } => {
                     return future.poll(cx).map_ok(|res| res.map(ResponseBody::inner));
+                }
+                StateProj::Answer { response } => {
+                    let response = response.take().expect("polled after completion");
+                    return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
                 }
                 StateProj::Reject { error } => {
                     let error = error.take().expect("polled after completion");

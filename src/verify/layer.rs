@@ -8,9 +8,6 @@ use tower_layer::Layer;
 use super::VerifyWebhook;
 use crate::{Secrets, Verifier, VerifyError};
 
-/// The default body limit: 1 MiB.
-pub(crate) const DEFAULT_MAX_BODY: usize = 1024 * 1024;
-
 pub(crate) type RejectFn = dyn Fn(&VerifyError) -> Response<Bytes> + Send + Sync;
 
 #[derive(Clone)]
@@ -19,6 +16,8 @@ pub(crate) struct Config {
     pub(crate) max_body: usize,
     pub(crate) body_timeout: Duration,
     pub(crate) rejection: Option<Arc<RejectFn>>,
+    /// Meta's verify token, for its `GET ?hub.challenge` handshake.
+    pub(crate) verify_token: Option<Arc<str>>,
 }
 
 /// Applies [`VerifyWebhook`] to a service. See the [module docs](crate::verify).
@@ -31,17 +30,27 @@ pub struct VerifyWebhookLayer {
 }
 
 impl VerifyWebhookLayer {
-    /// A layer that verifies every request with `verifier`, buffering at most 1 MiB that
-    /// must arrive within 10 s.
+    /// A layer that verifies every request with `verifier`, buffering at most 1 MiB
+    /// (the scheme's own limit: 25 MiB for GitHub) that must arrive within 10 s, and
+    /// answering the scheme's set-up handshake (see [`crate::verify`]).
     pub fn new(verifier: Verifier) -> Self {
         Self {
             config: Arc::new(Config {
+                max_body: verifier.scheme().max_body,
                 verifier,
-                max_body: DEFAULT_MAX_BODY,
                 body_timeout: Duration::from_secs(10),
                 rejection: None,
+                verify_token: None,
             }),
         }
+    }
+
+    /// Sets the verify token Meta's `GET ?hub.mode=subscribe&hub.verify_token=…` handshake
+    /// must carry (the one entered in the app dashboard). Without it, or when it does not
+    /// match, the handshake gets 403.
+    pub fn with_verify_token(mut self, token: impl AsRef<str>) -> Self {
+        Arc::make_mut(&mut self.config).verify_token = Some(Arc::from(token.as_ref()));
+        self
     }
 
     /// Replaces how long the whole body may take to arrive (default 10 s); a sender that
@@ -107,6 +116,10 @@ impl std::fmt::Debug for VerifyWebhookLayer {
             .field("max_body", &self.config.max_body)
             .field("body_timeout", &self.config.body_timeout)
             .field("custom_rejection", &self.config.rejection.is_some())
+            .field(
+                "verify_token",
+                &self.config.verify_token.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }

@@ -71,6 +71,7 @@
 //! ```
 
 mod future;
+mod handshake;
 mod layer;
 mod response;
 mod service;

@@ -7,6 +7,10 @@ use crate::VerifyError;
 /// The rejection response: the user's, or a short fixed text; the error rides in the
 /// extensions either way, and goes to `tracing`.
 pub(super) fn reject<B>(config: &Config, error: VerifyError) -> Response<ResponseBody<B>> {
+    let error = match config.verifier.scheme().unauthorized {
+        true => error.unauthorized(),
+        false => error,
+    };
     #[cfg(feature = "tracing")]
     tracing::warn!(
         target: "tower_webhook",

@@ -8,6 +8,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use tower_service::Service;
 
 use super::future::ResponseFuture;
+use super::handshake;
 use super::layer::Config;
 use crate::body::ResponseBody;
 use crate::error::{ErrorKind, VerifyError};
@@ -62,6 +63,9 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        if let Some(response) = handshake::before(&self.config, req.method(), req.uri()) {
+            return ResponseFuture::answer(response, self.config.clone());
+        }
         let max = self.config.max_body;
         let declared = req
             .headers()

@@ -1,0 +1,126 @@
+//! Set-up handshakes: the requests a provider sends to prove an endpoint before (and while)
+//! it delivers events. They are answered here, by the layer, so they never reach
+//! deduplication or the handler — and a verifier in front no longer blocks them.
+//!
+//! | provider | request | signed? | answer |
+//! |---|---|---|---|
+//! | Slack | `{"type":"url_verification","challenge":…}` | yes | 200, the challenge as text |
+//! | Zoom | `{"event":"endpoint.url_validation","payload":{"plainToken":…}}` | yes | 200 JSON: `plainToken` and `encryptedToken`, the hex HMAC-SHA256 of it under the secret |
+//! | Discord | `{"type":1,…}` (PING) | yes | 200 `{"type":1}` |
+//! | Twitch | `Twitch-Eventsub-Message-Type: webhook_callback_verification` | yes | 200, the challenge as text |
+//! | Meta | `GET ?hub.mode=subscribe&hub.verify_token=…&hub.challenge=…` | no | 200, the challenge as text, when the verify token matches; else 403 |
+//!
+//! Signed handshakes are verified like any delivery first: a forged one gets the usual
+//! rejection. Meta's GET carries no signature; the verify token is what authenticates it.
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
+use serde::Deserialize;
+use subtle::ConstantTimeEq;
+
+use super::layer::Config;
+use crate::scheme::Handshake;
+use crate::Event;
+
+/// The unsigned handshakes, answered before any check of the request (Meta's GET).
+pub(super) fn before(config: &Config, method: &Method, uri: &Uri) -> Option<Response<Bytes>> {
+    if config.verifier.scheme().handshake != Some(Handshake::Meta) || method != Method::GET {
+        return None;
+    }
+    let query = uri.query()?;
+    let (mut mode, mut token, mut challenge) = (None, None, None);
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        match &*key {
+            "hub.mode" => mode = Some(value.into_owned()),
+            "hub.verify_token" => token = Some(value.into_owned()),
+            "hub.challenge" => challenge = Some(value.into_owned()),
+            _ => {}
+        }
+    }
+    mode.as_ref()?;
+    let expected = config.verify_token.as_deref();
+    let matches = match (expected, token) {
+        (Some(expected), Some(token)) => bool::from(expected.as_bytes().ct_eq(token.as_bytes())),
+        _ => false,
+    };
+    Some(match (mode.as_deref(), matches, challenge) {
+        (Some("subscribe"), true, Some(challenge)) => text(StatusCode::OK, challenge),
+        _ => text(StatusCode::FORBIDDEN, "verify token does not match".into()),
+    })
+}
+
+/// The signed handshakes, answered once the delivery verified.
+pub(super) fn after(
+    config: &Config,
+    event: &Event,
+    headers: &HeaderMap,
+) -> Option<Response<Bytes>> {
+    match config.verifier.scheme().handshake? {
+        Handshake::Slack if event.event_type() == Some("url_verification") => {
+            let Challenge { challenge } = event.json().ok()?;
+            Some(text(StatusCode::OK, challenge))
+        }
+        Handshake::Twitch
+            if headers
+                .get("twitch-eventsub-message-type")
+                .is_some_and(|t| t == "webhook_callback_verification") =>
+        {
+            let Challenge { challenge } = event.json().ok()?;
+            Some(text(StatusCode::OK, challenge))
+        }
+        Handshake::Discord if event.event_type() == Some("1") => {
+            Some(json(Bytes::from_static(br#"{"type":1}"#)))
+        }
+        Handshake::Zoom if event.event_type() == Some("endpoint.url_validation") => {
+            #[derive(Deserialize)]
+            struct Validation {
+                payload: Payload,
+            }
+            #[derive(Deserialize)]
+            #[serde(rename_all = "camelCase")]
+            struct Payload {
+                plain_token: String,
+            }
+            let Validation { payload } = event.json().ok()?;
+            let encrypted = config
+                .verifier
+                .mac_hex(event.secret_index(), payload.plain_token.as_bytes())?;
+            let body = serde_json::json!({
+                "plainToken": payload.plain_token,
+                "encryptedToken": encrypted,
+            });
+            Some(json(Bytes::from(body.to_string())))
+        }
+        _ => None,
+    }
+}
+
+#[derive(Deserialize)]
+struct Challenge {
+    challenge: String,
+}
+
+fn text(status: StatusCode, body: String) -> Response<Bytes> {
+    let mut response = Response::new(Bytes::from(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    // The challenge is the sender's text: never let a browser read it as HTML.
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+fn json(body: Bytes) -> Response<Bytes> {
+    let mut response = Response::new(body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}

@@ -1,0 +1,491 @@
+//! The provider catalogue beyond the first five HMAC schemes: each preset against its
+//! provider's published test vectors where they exist (the source is named beside each),
+//! else against a vector computed independently (Python `cryptography`/`hmac`, labelled),
+//! and each refusing a forged body, a wrong key and a stale timestamp.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use tower_webhook::{ErrorKind, Scheme, Verifier};
+
+fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            (
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn at(scheme: Scheme, keys: &[&str], unix: u64) -> Verifier {
+    Verifier::new(scheme, keys)
+        .unwrap()
+        .with_clock(move || UNIX_EPOCH + Duration::from_secs(unix))
+}
+
+fn refused(v: &Verifier, h: &HeaderMap, body: &[u8]) -> ErrorKind {
+    v.verify(h, Bytes::copy_from_slice(body))
+        .unwrap_err()
+        .kind()
+}
+
+/// The common refusals: a changed body byte, a verifier holding another key, and (where
+/// the scheme signs a timestamp) the same delivery an hour later.
+fn refuses_forgery(
+    scheme: impl Fn() -> Scheme,
+    key: &str,
+    other_key: &str,
+    h: &HeaderMap,
+    body: &[u8],
+    unix: u64,
+) {
+    let name = scheme().name().to_owned();
+    let v = at(scheme(), &[key], unix);
+    assert!(v.verify(h, Bytes::copy_from_slice(body)).is_ok(), "{name}");
+    let mut forged = body.to_vec();
+    let last = forged.len() - 2;
+    forged[last] ^= 1;
+    assert_eq!(
+        refused(&v, h, &forged),
+        ErrorKind::InvalidSignature,
+        "{name}: forged"
+    );
+    let wrong = at(scheme(), &[other_key], unix);
+    assert_eq!(
+        refused(&wrong, h, body),
+        ErrorKind::InvalidSignature,
+        "{name}: wrong key"
+    );
+    if scheme().name() != "meta" && scheme().name() != "intercom" {
+        let late = at(scheme(), &[key], unix + 3600);
+        assert_eq!(
+            refused(&late, h, body),
+            ErrorKind::TimestampTooOld,
+            "{name}: stale"
+        );
+    }
+}
+
+// Standard Webhooks v1a: svix/svix-webhooks `server/svix-server/src/worker.rs`
+// (`test_asymmetric_key_signing`), the same signature the spec prints as its example.
+const SW_SK: &str =
+    "whsk_6Xb/dCcHpPea21PS1N9VY/NZW723CEc77N4rJCubMbfVKIDij2HKpMKkioLlX0dRqSKJp4AJ6p9lMicMFs6Kvg==";
+const SW_PK: &str = "whpk_1SiA4o9hyqTCpIqC5V9HUakiiaeACeqfZTInDBbOir4=";
+const SW_HMAC: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const SW_ID: &str = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+const SW_BODY: &[u8] = br#"{"test": 2432232314}"#;
+const SW_V1: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+const SW_V1A: &str =
+    "v1a,hnO3f9T8Ytu9HwrXslvumlUpqtNVqkhqw/enGzPCXe5BdqzCInXqYXFymVJaA7AZdpXwVLPo3mNl8EM+m7TBAg==";
+const SW_TS: u64 = 1_614_265_330;
+
+fn sw_headers(signature: &str) -> HeaderMap {
+    headers(&[
+        ("webhook-id", SW_ID),
+        ("webhook-timestamp", "1614265330"),
+        ("webhook-signature", signature),
+    ])
+}
+
+#[test]
+fn standard_webhooks_v1a_svix_vector_verifies_with_the_public_key() {
+    let h = sw_headers(SW_V1A);
+    let event = at(Scheme::standard(), &[SW_PK], SW_TS)
+        .verify(&h, Bytes::from_static(SW_BODY))
+        .unwrap();
+    assert_eq!(event.id(), Some(SW_ID));
+    let other_pk = "whpk_iojj3XQJ8ZX9UtstPLpdcspnCb8dlBIb83SIAbQPb1w=";
+    refuses_forgery(Scheme::standard, SW_PK, other_pk, &h, SW_BODY, SW_TS);
+    // The HMAC secret alone does not accept an Ed25519 entry, nor the reverse.
+    let hmac_only = at(Scheme::standard(), &[SW_HMAC], SW_TS);
+    assert_eq!(
+        refused(&hmac_only, &h, SW_BODY),
+        ErrorKind::InvalidSignature
+    );
+    let pk_only = at(Scheme::standard(), &[SW_PK], SW_TS);
+    assert_eq!(
+        refused(&pk_only, &sw_headers(SW_V1), SW_BODY),
+        ErrorKind::InvalidSignature
+    );
+}
+
+#[test]
+fn standard_webhooks_mixes_whsec_and_whpk_in_one_list_and_one_header() {
+    // Rotating from a shared secret to a key pair: the receiver holds both, the sender
+    // sends both entries, and either alone still verifies.
+    let v = at(Scheme::standard(), &[SW_PK, SW_HMAC], SW_TS);
+    let both = v
+        .verify(
+            &sw_headers(&format!("{SW_V1} {SW_V1A}")),
+            Bytes::from_static(SW_BODY),
+        )
+        .unwrap();
+    assert_eq!(both.secret_index(), 0);
+    let v1 = v
+        .verify(&sw_headers(SW_V1), Bytes::from_static(SW_BODY))
+        .unwrap();
+    assert_eq!(v1.secret_index(), 1);
+    // `sign` with a mixed list of signing keys reproduces both published entries.
+    let signed = Scheme::standard()
+        .sign(
+            [SW_HMAC, SW_SK],
+            SW_ID,
+            UNIX_EPOCH + Duration::from_secs(SW_TS),
+            SW_BODY,
+        )
+        .unwrap();
+    assert_eq!(
+        signed["webhook-signature"],
+        format!("{SW_V1} {SW_V1A}").as_str()
+    );
+    // A 32-byte seed (the Python and Go drafts) signs the same as the 64-byte form.
+    let seed = "whsk_6Xb/dCcHpPea21PS1N9VY/NZW723CEc77N4rJCubMbc=";
+    let from_seed = Scheme::standard()
+        .sign(
+            [seed],
+            SW_ID,
+            UNIX_EPOCH + Duration::from_secs(SW_TS),
+            SW_BODY,
+        )
+        .unwrap();
+    assert_eq!(from_seed["webhook-signature"], SW_V1A);
+}
+
+// Discord publishes no vector (its libraries test with random keys). This one uses the
+// RFC 8032 §7.1 TEST 1 key pair, signed independently with Python `cryptography`.
+const DISCORD_SEED: &str = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60";
+const DISCORD_PK: &str = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
+const DISCORD_BODY: &[u8] = br#"{"id":"787053080478613555","token":"ThisIsATokenFromDiscordThatIsVeryLong","type":1,"version":1}"#;
+const DISCORD_SIG: &str = "3a85e26b1bcb1706c3df13288bcca333417b02075b29e50f40b0c3aceb44d8313dfaf314f171b9f7f2996b81a7b5608a0507d6a7a5a08d879cea56ddff425e0d";
+
+#[test]
+fn discord_ed25519_vector_verifies_and_sign_reproduces_it() {
+    let h = headers(&[
+        ("x-signature-ed25519", DISCORD_SIG),
+        ("x-signature-timestamp", "1600000000"),
+    ]);
+    let event = at(Scheme::discord(), &[DISCORD_PK], 1_600_000_000)
+        .verify(&h, Bytes::from_static(DISCORD_BODY))
+        .unwrap();
+    assert_eq!(event.id(), Some("787053080478613555"));
+    assert_eq!(event.event_type(), Some("1"));
+    let signed = Scheme::discord()
+        .sign(
+            [DISCORD_SEED],
+            "",
+            UNIX_EPOCH + Duration::from_secs(1_600_000_000),
+            DISCORD_BODY,
+        )
+        .unwrap();
+    assert_eq!(signed["x-signature-ed25519"], DISCORD_SIG);
+    let other = "8a88e3dd7409f195fd52db2d3cba5d72ca6709bf1d94121bf3748801b40f6f5c";
+    refuses_forgery(
+        Scheme::discord,
+        DISCORD_PK,
+        other,
+        &h,
+        DISCORD_BODY,
+        1_600_000_000,
+    );
+}
+
+// SendGrid: sendgrid-nodejs `packages/eventwebhook/src/eventwebhook.spec.js` (the single
+// event vector is also in sendgrid-python and sendgrid-go).
+const SG_KEY: &str = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g==";
+const SG_SIG: &str = "MEUCIGHQVtGj+Y3LkG9fLcxf3qfI10QysgDWmMOVmxG0u6ZUAiEAyBiXDWzM+uOe5W0JuG+luQAbPIqHh89M15TluLtEZtM=";
+const SG_BODY: &[u8] = b"[{\"email\":\"hello@world.com\",\"event\":\"dropped\",\"reason\":\"Bounced Address\",\"sg_event_id\":\"ZHJvcC0xMDk5NDkxOS1MUnpYbF9OSFN0T0doUTRrb2ZTbV9BLTA\",\"sg_message_id\":\"LRzXl_NHStOGhQ4kofSm_A.filterdrecv-p3mdw1-756b745b58-kmzbl-18-5F5FC76C-9.0\",\"smtp-id\":\"<LRzXl_NHStOGhQ4kofSm_A@ismtpd0039p1iad1.sendgrid.net>\",\"timestamp\":1600112492}]\r\n";
+const SG_OTHER_KEY: &str = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEqTxd43gyp8IOEto2LdIfjRQrIbsd4SXZkLW6jDutdhXSJCWHw8REntlo7aNDthvj+y7GjUuFDb/R1NGe1OPzpA==";
+
+fn sg_headers(signature: &str, ts: &str) -> HeaderMap {
+    headers(&[
+        ("x-twilio-email-event-webhook-signature", signature),
+        ("x-twilio-email-event-webhook-timestamp", ts),
+    ])
+}
+
+#[test]
+fn sendgrid_ecdsa_vectors_verify_and_their_negative_cases_do_not() {
+    let h = sg_headers(SG_SIG, "1600112502");
+    let event = at(Scheme::sendgrid(), &[SG_KEY], 1_600_112_502)
+        .verify(&h, Bytes::from_static(SG_BODY))
+        .unwrap();
+    // No delivery id: keyed on the signed content.
+    assert_eq!(event.id(), None);
+    assert!(event.dedupe_id().starts_with("sha256:"));
+    refuses_forgery(
+        Scheme::sendgrid,
+        SG_KEY,
+        SG_OTHER_KEY,
+        &h,
+        SG_BODY,
+        1_600_112_502,
+    );
+    // The SDKs' own negative case: a valid signature of something else.
+    let other_sig = "MEUCIQCtIHJeH93Y+qpYeWrySphQgpNGNr/U+UyUlBkU6n7RAwIgJTz2C+8a8xonZGi6BpSzoQsbVRamr2nlxFDWYNH3j/0=";
+    let v = at(Scheme::sendgrid(), &[SG_KEY], 1_600_112_502);
+    assert_eq!(
+        refused(&v, &sg_headers(other_sig, "1600112502"), SG_BODY),
+        ErrorKind::InvalidSignature
+    );
+
+    // The multi-event vector (nodejs only), CR LF between and after the events.
+    let multi_key = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEQ4LIFtWztlsF7skFqOncjD1lun4H5w8XOhyOArHW9RcIx/FfEzx6cikC/yPfUvwaX/JScE7Fc9CJD2afQ9Ok3Q==";
+    let multi_sig = "MEYCIQC/I4o6vCgqRYrTljjoVWB/GRWNtxeePlLMHr3x9ETeRQIhAIpV+03nREPTTHWSW0wIOA0EoMPdcNgXa70yCaqDJlu5";
+    let multi_body = b"[{\"email\":\"invalid@gmail.com\",\"event\":\"processed\",\"send_at\":0,\"sg_event_id\":\"cHJvY2Vzc2VkLTE5OTQyMTEyLXFOd0JMZ1BRUWpXNkRKdktRd1NBYnctMA\",\"sg_message_id\":\"qNwBLgPQQjW6DJvKQwSAbw.filterdrecv-canary-547b64655b-cw6zx-1-6089EA4A-56.0\",\"smtp-id\":\"<qNwBLgPQQjW6DJvKQwSAbw@ismtpd0178p1mdw1.sendgrid.net>\",\"timestamp\":1619651146},\r\n{\"email\":\"invalid@gmail.com\",\"event\":\"bounce\",\"ip\":\"167.89.101.76\",\"reason\":\"552 5.2.2 The email account that you tried to reach is over quota and inactive. Please direct the recipient to https://support.google.com/mail/?p=OverQuotaPerm c17si1130468pgv.34 - gsmtp\",\"sg_event_id\":\"Ym91bmNlLTAtMTk5NDIxMTItcU53QkxnUFFRalc2REp2S1F3U0Fidy0w\",\"sg_message_id\":\"qNwBLgPQQjW6DJvKQwSAbw.filterdrecv-canary-547b64655b-cw6zx-1-6089EA4A-56.0\",\"smtp-id\":\"<qNwBLgPQQjW6DJvKQwSAbw@ismtpd0178p1mdw1.sendgrid.net>\",\"status\":\"5.2.2\",\"timestamp\":1619651147,\"tls\":1,\"type\":\"blocked\"}]\r\n";
+    at(Scheme::sendgrid(), &[multi_key], 1_619_651_159)
+        .verify(
+            &sg_headers(multi_sig, "1619651159"),
+            Bytes::from_static(multi_body),
+        )
+        .unwrap();
+}
+
+#[test]
+fn sendgrid_sign_reproduces_a_deterministic_ecdsa_signature() {
+    // RFC 6979 A.2.5's P-256 key, signed independently (deterministic ECDSA-SHA256).
+    let private = "c9afa9d845ba75166b5c215767b1d6934e50c3db36e89b127b8a622b120f6721";
+    let public = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEYP7UuiVanTHJYet0xjVtaMBJuJI7Yfps5mliLmDyn7Z5A/4QCLi8maQa6elWKLxk8vGyDC1+n1F3o8KU1EYimQ==";
+    let body = b"[{\"event\":\"processed\",\"sg_event_id\":\"x\"}]\r\n";
+    let at_ts = UNIX_EPOCH + Duration::from_secs(1_600_112_502);
+    let signed = Scheme::sendgrid().sign([private], "", at_ts, body).unwrap();
+    assert_eq!(
+        signed["x-twilio-email-event-webhook-signature"],
+        "MEUCICElZ8I5n4sPDnCWT2HJcQK4LNI74zRoHb28GJEFJmFlAiEAvxsOlb+5afNK1dMPomynjaST1WABInBAIA+T8p72w6w="
+    );
+    at(Scheme::sendgrid(), &[public], 1_600_112_502)
+        .verify(&signed, Bytes::from_static(body))
+        .unwrap();
+}
+
+// Paddle: paddle-python-sdk `tests/Unit/Notification/test_Verifier.py` with its
+// `standard_payload.json` fixture, and paddle-node-sdk's webhooks-validator test.
+const PADDLE_SECRET: &str =
+    "pdl_ntfset_01hs0t3tw21j988db1pam5xg8m_GrOWLNef+vmtjJYq4mSnHNzvc8uWoJ1I";
+const PADDLE_BODY: &[u8] = br#"{"data":{"id":"ctm_01hs0tqf76sxmp7ba5e4mw1sc8","name":"John Doe","email":"blackhole+verification2@paddle.com","locale":"en","status":"active","created_at":"2024-03-15T10:32:37.862Z","updated_at":"2024-03-15T10:32:37.862Z","custom_data":null,"import_meta":null,"marketing_consent":false},"event_id":"evt_01hs0tqfme2xwb2hvwv87p8y3w","event_type":"customer.created","occurred_at":"2024-03-15T10:32:38.286848Z","notification_id":"ntf_01hs0tqfrhgkyp39x4wyvy7h6n"}"#;
+const PADDLE_HEADER: &str =
+    "ts=1710498758;h1=558bf93944dbeb4790c7a8af6cb2ea435c8ca9c8396aafc1a4e37424ac132744";
+
+#[test]
+fn paddle_vectors_verify_with_the_envelope_read_from_paddles_fields() {
+    let h = headers(&[("paddle-signature", PADDLE_HEADER)]);
+    let event = at(Scheme::paddle(), &[PADDLE_SECRET], 1_710_498_758)
+        .verify(&h, Bytes::from_static(PADDLE_BODY))
+        .unwrap();
+    assert_eq!(event.id(), Some("evt_01hs0tqfme2xwb2hvwv87p8y3w"));
+    assert_eq!(event.event_type(), Some("customer.created"));
+    assert!(event.type_is_signed() && event.id_is_signed());
+    let signed = Scheme::paddle()
+        .sign(
+            [PADDLE_SECRET],
+            "",
+            UNIX_EPOCH + Duration::from_secs(1_710_498_758),
+            PADDLE_BODY,
+        )
+        .unwrap();
+    assert_eq!(signed["paddle-signature"], PADDLE_HEADER);
+    refuses_forgery(
+        Scheme::paddle,
+        PADDLE_SECRET,
+        "pdl_ntfset_01hs0t3tw21j988db1pam5xg8m_other+secret/value",
+        &h,
+        PADDLE_BODY,
+        1_710_498_758,
+    );
+    // node: duplicated `h1` entries and an unknown `h2` beside them.
+    let node = headers(&[(
+        "paddle-signature",
+        "ts=1698796800;h1=28981e941fae76e53db32f3d2a83cb69db41476595e84e1970a1b5d98f62b261;\
+         h1=28981e941fae76e53db32f3d2a83cb69db41476595e84e1970a1b5d98f62b261;h2=RANDOM_HASH",
+    )]);
+    let node_scheme = Scheme::paddle().with_min_secret_len(8);
+    at(node_scheme, &["VALID_SECRET"], 1_698_796_801)
+        .verify(&node, Bytes::from_static(br#"{"data": "value"}"#))
+        .unwrap();
+    // python: a rotated list where the third secret matches, past an `h1=dummy`.
+    let python = headers(&[(
+        "paddle-signature",
+        "ts=1696195954;h1=dummy;h1=d96299976a6eb066f484d7fde011ac56fc32b38fc9940bc419d6e537fdc6ef02",
+    )]);
+    let rotated = [
+        "pdl_ntf_01hbpjmytsa32fhr36nqgc3kgb_TjIG2BXbm83HPXqNfziwe506sBEdqL/4",
+        "pdl_ntf_01hbpjmytsa32fhr36nqgc3kgb_vB/yIOnTOCWIvpBadM5jzBZPHc7OmdSo",
+        "pdl_ntf_01hbpjmytsa32fhr36nqgc3kgb_WvRO0eL4Bj9rgYYIBZY6wZhG4EHy9jzh",
+    ];
+    let event = at(Scheme::paddle(), &rotated, 1_696_195_954)
+        .verify(&python, Bytes::from_static(b"hello-world"))
+        .unwrap();
+    assert_eq!(event.secret_index(), 2);
+}
+
+// Twitch: twitch-rs/twitch_api `src/eventsub/mod.rs` (`verify_request`); Twitch itself
+// publishes no signed vector.
+const TWITCH_BODY: &[u8] = br#"{"subscription":{"id":"ae2ff348-e102-16be-a3eb-6830c1bf38d2","status":"enabled","type":"channel.follow","version":"1","condition":{"broadcaster_user_id":"44429626"},"transport":{"method":"webhook","callback":"null"},"created_at":"2021-02-19T23:47:00.7621315Z"},"event":{"user_id":"28408015","user_login":"testFromUser","user_name":"testFromUser","broadcaster_user_id":"44429626","broadcaster_user_login":"44429626","broadcaster_user_name":"testBroadcaster"}}"#;
+
+#[test]
+fn twitch_vector_verifies_over_id_timestamp_and_body() {
+    let h = headers(&[
+        (
+            "twitch-eventsub-message-id",
+            "ae2ff348-e102-16be-a3eb-6830c1bf38d2",
+        ),
+        (
+            "twitch-eventsub-message-timestamp",
+            "2021-02-19T23:47:00.8091512Z",
+        ),
+        ("twitch-eventsub-message-type", "notification"),
+        ("twitch-eventsub-subscription-type", "channel.follow"),
+        (
+            "twitch-eventsub-message-signature",
+            "sha256=d10f5bd9474b7ac7bd7105eb79c2d52768b4d0cd2a135982c3bf5a1d59a78823",
+        ),
+    ]);
+    let at_ts = 1_613_778_420;
+    let scheme = || Scheme::twitch().with_min_secret_len(8);
+    let event = at(scheme(), &["secretabcd"], at_ts)
+        .verify(&h, Bytes::from_static(TWITCH_BODY))
+        .unwrap();
+    assert_eq!(event.id(), Some("ae2ff348-e102-16be-a3eb-6830c1bf38d2"));
+    assert!(event.id_is_signed());
+    assert_eq!(event.event_type(), Some("channel.follow"));
+    assert!(!event.type_is_signed());
+    refuses_forgery(scheme, "secretabcd", "secretabce", &h, TWITCH_BODY, at_ts);
+    // The id is signed: the same body and signature under another id is refused.
+    let mut other_id = h.clone();
+    other_id.insert(
+        "twitch-eventsub-message-id",
+        HeaderValue::from_static("be2ff348-e102-16be-a3eb-6830c1bf38d2"),
+    );
+    assert_eq!(
+        refused(
+            &at(scheme(), &["secretabcd"], at_ts),
+            &other_id,
+            TWITCH_BODY
+        ),
+        ErrorKind::InvalidSignature
+    );
+}
+
+/// Zoom, Meta and Intercom publish no vectors; these were computed independently with
+/// Python's `hmac` from the providers' documented formats.
+#[test]
+fn zoom_meta_and_intercom_verify_independently_computed_vectors() {
+    let zoom_body = br#"{"event":"endpoint.url_validation","payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1654503849680}"#;
+    let zoom = headers(&[
+        (
+            "x-zm-signature",
+            "v0=86387de90cfe48dfd48bf3c026d5352351a8f32d11ade9fbccaa6c91f5fff743",
+        ),
+        ("x-zm-request-timestamp", "1654503849"),
+    ]);
+    let event = at(Scheme::zoom(), &["test_secret_token"], 1_654_503_849)
+        .verify(&zoom, Bytes::from_static(zoom_body))
+        .unwrap();
+    assert_eq!(event.event_type(), Some("endpoint.url_validation"));
+    assert!(event.dedupe_id().starts_with("sha256:"));
+    refuses_forgery(
+        Scheme::zoom,
+        "test_secret_token",
+        "test_secret_tokem",
+        &zoom,
+        zoom_body,
+        1_654_503_849,
+    );
+
+    let meta_body = br#"{"object":"page","entry":[]}"#;
+    let meta = headers(&[(
+        "x-hub-signature-256",
+        "sha256=5da47c9c7409e70d7a1851f0cfd9bc27786bd99587a9bf1dd5b51e23a2de03cf",
+    )]);
+    // Real app secrets are 32 hex characters; this vector's is shorter.
+    let meta_scheme = || Scheme::meta().with_min_secret_len(8);
+    let event = at(meta_scheme(), &["test_app_secret"], 0)
+        .verify(&meta, Bytes::from_static(meta_body))
+        .unwrap();
+    assert_eq!(event.event_type(), Some("page"));
+    refuses_forgery(
+        meta_scheme,
+        "test_app_secret",
+        "test_app_secreT",
+        &meta,
+        meta_body,
+        0,
+    );
+
+    let intercom_body = br#"{"type":"notification_event","topic":"ping"}"#;
+    let intercom = headers(&[(
+        "x-hub-signature",
+        "sha1=59dc376710f2bb3f57a9fdb4921361641556cfb1",
+    )]);
+    let event = at(Scheme::intercom(), &["test_client_secret"], 0)
+        .verify(&intercom, Bytes::from_static(intercom_body))
+        .unwrap();
+    assert_eq!(event.event_type(), Some("ping"));
+    refuses_forgery(
+        Scheme::intercom,
+        "test_client_secret",
+        "test_client_secreT",
+        &intercom,
+        intercom_body,
+        0,
+    );
+    // SHA-1 is 40 hex characters: a SHA-256-length entry cannot match and costs no MAC.
+    let long = headers(&[("x-hub-signature", &*format!("sha1={}", "ab".repeat(32)))]);
+    assert_eq!(
+        refused(
+            &at(Scheme::intercom(), &["test_client_secret"], 0),
+            &long,
+            intercom_body
+        ),
+        ErrorKind::InvalidSignature
+    );
+}
+
+#[test]
+fn every_preset_signs_what_it_verifies_and_refuses_a_tampered_copy() {
+    // An independent check of the round trip for each preset by name, with keys of each
+    // kind; the published vectors above pin the formats themselves.
+    let now = SystemTime::now();
+    let hmac = "a-shared-secret-of-some-length";
+    let cases: &[(&str, &str, &str)] = &[
+        ("standard", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", SW_HMAC),
+        ("standard", SW_SK, SW_PK),
+        ("stripe", hmac, hmac),
+        ("github", hmac, hmac),
+        ("slack", hmac, hmac),
+        ("shopify", hmac, hmac),
+        ("discord", DISCORD_SEED, DISCORD_PK),
+        (
+            "sendgrid",
+            "c9afa9d845ba75166b5c215767b1d6934e50c3db36e89b127b8a622b120f6721",
+            "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEYP7UuiVanTHJYet0xjVtaMBJuJI7Yfps5mliLmDyn7Z5A/4QCLi8maQa6elWKLxk8vGyDC1+n1F3o8KU1EYimQ==",
+        ),
+        ("paddle", hmac, hmac),
+        ("zoom", hmac, hmac),
+        ("meta", hmac, hmac),
+        ("intercom", hmac, hmac),
+        ("twitch", hmac, hmac),
+    ];
+    let id = "0b5c2e1a-1f0e-4c1e-9a7e-3c5d2b1a0f9e";
+    let body = br#"{"id":"evt_1","type":"thing.happened"}"#;
+    for &(name, signing, verifying) in cases {
+        let scheme: Scheme = name.parse().unwrap();
+        let signed = scheme.sign([signing], id, now, body).unwrap();
+        let v = Verifier::new(name.parse().unwrap(), [verifying]).unwrap();
+        assert!(
+            v.verify(&signed, Bytes::from_static(body)).is_ok(),
+            "{name}"
+        );
+        let tampered = br#"{"id":"evt_1","type":"thing.happeneD"}"#;
+        assert_eq!(
+            v.verify(&signed, Bytes::from_static(tampered))
+                .unwrap_err()
+                .kind(),
+            ErrorKind::InvalidSignature,
+            "{name}"
+        );
+    }
+}
