@@ -1,11 +1,14 @@
 //! A webhook receiver, configured by environment:
 //!
 //! - `WEBHOOK_SCHEME`: `standard` (default), `stripe`, `github`, `slack`, `shopify`,
-//!   `discord`, `sendgrid`, `paddle`, `zoom`, `meta`, `intercom` or `twitch`;
+//!   `discord`, `sendgrid`, `paddle`, `zoom`, `meta`, `intercom`, `twitch`, `twilio`,
+//!   `square` or `hubspot`;
 //! - `WEBHOOK_SECRETS`: secrets and public keys in each provider's own format,
 //!   comma-separated, the first is current (for `standard`, `whsec_…` and `whpk_…` may be
 //!   mixed; default: a development secret, printed with how to send a test delivery);
 //! - `WEBHOOK_VERIFY_TOKEN`: Meta's verify token, for its `GET ?hub.challenge` handshake;
+//! - `WEBHOOK_PUBLIC_URL`: the URL the provider signs (Twilio, Square, HubSpot): exactly
+//!   as configured with the provider;
 //! - `WEBHOOK_TOLERANCE_SECS`: timestamp tolerance, both ways (default 300);
 //! - `BIND`: the address to listen on (default `127.0.0.1:3000`);
 //! - `DATABASE_URL`: where deliveries are deduplicated — a `postgres://` or `redis://`
@@ -38,7 +41,7 @@ use std::sync::Arc;
 
 use tower::ServiceBuilder;
 use tower_webhook::store::{DedupeStore, PgStore, RedisStore, SqliteStore};
-use tower_webhook::{DedupeLayer, Event, Verifier, VerifyWebhookLayer};
+use tower_webhook::{DedupeLayer, Event, PublicUrl, Verifier, VerifyWebhookLayer};
 
 pub fn app(verify: VerifyWebhookLayer, dedupe: DedupeLayer, delay: Duration) -> Router {
     Router::new().route(
@@ -101,7 +104,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let body_timeout = Duration::from_secs(env_number("WEBHOOK_BODY_TIMEOUT_SECS", 10)?);
     let bind = std::env::var("BIND").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let scheme_name = scheme.name().to_owned();
-    let verifier = Verifier::new(scheme, &secrets)?.with_tolerance(Duration::from_secs(tolerance));
+    let mut verifier =
+        Verifier::new(scheme, &secrets)?.with_tolerance(Duration::from_secs(tolerance));
+    if let Ok(url) = std::env::var("WEBHOOK_PUBLIC_URL") {
+        verifier = verifier.with_public_url(PublicUrl::exact(&url)?);
+    }
 
     let (store, store_name) = store_from_env().await?;
     let dedupe = DedupeLayer::from_arc(store).with_lease(lease)?;

@@ -30,7 +30,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         format!("evt_{}", nanos.as_nanos())
     });
     let body = support::event_body(&id, "demo.ping", "obj_1");
-    let headers = support::signed_headers(&scheme, &signing_key, &id, &body);
+    // For schemes that sign the URL (Twilio, Square, HubSpot), the one posted to.
+    let headers = scheme.sign_request(
+        [signing_key],
+        &http::Method::POST,
+        &url,
+        &id,
+        SystemTime::now(),
+        &body,
+    )?;
     let (status, response) = support::post(&url, headers, body).await?;
     println!("{status} {id} {}", String::from_utf8_lossy(&response));
     Ok(())

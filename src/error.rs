@@ -115,6 +115,9 @@ pub enum ErrorKind {
     BodyRead,
     /// The body did not arrive within the read timeout (408).
     BodyTimeout,
+    /// The verifier lacks what the scheme needs, such as the public URL a URL-signing
+    /// scheme signs (500): a deployment error, not the sender's.
+    Misconfigured,
 }
 
 impl VerifyError {
@@ -131,7 +134,10 @@ impl VerifyError {
     pub(crate) fn unauthorized(mut self) -> Self {
         self.unauthorized = !matches!(
             self.kind,
-            ErrorKind::BodyTooLarge | ErrorKind::BodyRead | ErrorKind::BodyTimeout
+            ErrorKind::BodyTooLarge
+                | ErrorKind::BodyRead
+                | ErrorKind::BodyTimeout
+                | ErrorKind::Misconfigured
         );
         self
     }
@@ -154,6 +160,7 @@ impl VerifyError {
         match self.kind {
             ErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            ErrorKind::Misconfigured => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,
         }
     }
@@ -170,6 +177,7 @@ impl VerifyError {
             ErrorKind::BodyTooLarge => "payload too large",
             ErrorKind::BodyRead => "could not read body",
             ErrorKind::BodyTimeout => "body not received in time",
+            ErrorKind::Misconfigured => "webhook endpoint misconfigured",
         }
     }
 }

@@ -31,6 +31,9 @@ struct Inner {
     type_field: &'static str,
     /// The id is a header the signature does not cover.
     unsigned_id: bool,
+    /// Where the scheme signs no id: the digest of the signed content (its timestamp
+    /// left out, so a provider's re-signed retry keys the same).
+    content_digest: Option<Box<str>>,
     /// `sha256:` and the hex SHA-256 of the body, computed when first needed.
     digest: OnceLock<Box<str>>,
     timestamp: Option<SystemTime>,
@@ -49,6 +52,7 @@ pub(crate) struct Parts {
     /// The body field the type is read from when no type header is (`type` by default).
     pub(crate) type_field: &'static str,
     pub(crate) unsigned_id: bool,
+    pub(crate) content_digest: Option<Box<str>>,
     pub(crate) timestamp: Option<SystemTime>,
     pub(crate) body: Bytes,
     pub(crate) secret_index: usize,
@@ -64,6 +68,7 @@ impl Event {
                 id_field: p.id_field,
                 type_field: p.type_field,
                 unsigned_id: p.unsigned_id,
+                content_digest: p.content_digest,
                 digest: OnceLock::new(),
                 timestamp: p.timestamp,
                 body: p.body,
@@ -85,6 +90,7 @@ impl Event {
             id_field: None,
             type_field: "type",
             unsigned_id: false,
+            content_digest: None,
             timestamp: None,
             body,
             secret_index: 0,
@@ -127,14 +133,19 @@ impl Event {
 
     /// What deliveries of this event are deduplicated on: the [`id`](Self::id) when the
     /// signature covers it; otherwise — an unsigned id header (GitHub, Shopify), or no id
-    /// at all (Zoom, Meta, SendGrid) — `sha256:` and the hex SHA-256 of the body. So a
-    /// replayed body under a fresh, unsigned id is still a duplicate, and a provider's
-    /// retry of the same body too. Two genuinely different events differ in their bodies
-    /// (each provider's body carries its own event time or id).
+    /// at all (Zoom, Meta, SendGrid, Twilio) — `sha256:` and the hex SHA-256 of the signed
+    /// content without its timestamp (for most schemes, the body). So a replayed body
+    /// under a fresh, unsigned id is still a duplicate, and a provider's re-signed retry
+    /// too. Two genuinely different events differ in their bodies (each provider's body
+    /// carries its own event time or id). A body-field id missing from the body falls back
+    /// to the body's digest.
     #[must_use]
     pub fn dedupe_id(&self) -> &str {
         match self.id() {
             Some(id) if !id.is_empty() && self.id_is_signed() => id,
+            _ if self.inner.content_digest.is_some() => {
+                self.inner.content_digest.as_deref().expect("checked")
+            }
             _ => self.inner.digest.get_or_init(|| {
                 use sha2::Digest as _;
                 let digest = sha2::Sha256::digest(&self.inner.body);
@@ -418,6 +429,7 @@ mod tests {
             id_field,
             type_field: "type",
             unsigned_id: false,
+            content_digest: None,
             timestamp: None,
             body: Bytes::from_static(body),
             secret_index: 0,

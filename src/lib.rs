@@ -76,7 +76,8 @@ pub mod inbox; //    or: store the event, answer 204, process it in a worker
 
 mod event; // 4. what the handler receives
 #[cfg(feature = "axum")]
-mod extract; //    ... as an axum extractor
+mod extract;
+mod public_url; //    the URL a provider signs (Twilio, Square, HubSpot) //    ... as an axum extractor
 
 // For the application, after the request path:
 pub mod once; // run a business action once per key ("order 7 fulfilled")
@@ -96,6 +97,7 @@ pub use error::{ConfigError, ConfigErrorKind, ErrorKind, VerifyError};
 pub use event::Event;
 #[cfg(feature = "axum")]
 pub use extract::MissingEvent;
+pub use public_url::PublicUrl;
 pub use scheme::Scheme;
 pub use secret::Secrets;
 pub use verifier::Verifier;

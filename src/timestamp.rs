@@ -23,11 +23,15 @@ const MALFORMED: VerifyError =
 /// an error rather than a wrap-around.
 pub(crate) fn parse(raw: &str, format: TimestampFormat) -> Result<i64, VerifyError> {
     match format {
-        TimestampFormat::Unix => {
+        TimestampFormat::Unix | TimestampFormat::UnixMillis => {
             if raw.is_empty() || !raw.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(MALFORMED);
             }
-            raw.parse().map_err(|_| MALFORMED)
+            let n: i64 = raw.parse().map_err(|_| MALFORMED)?;
+            Ok(match format {
+                TimestampFormat::UnixMillis => n / 1000,
+                _ => n,
+            })
         }
         TimestampFormat::Rfc3339 => {
             time::OffsetDateTime::parse(raw, &time::format_description::well_known::Rfc3339)

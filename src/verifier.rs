@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 
 use crate::error::{ConfigError, ConfigErrorKind, ErrorKind, VerifyError};
 use crate::event::{self, Event};
-use crate::scheme::template::Part;
+use crate::public_url::{self, PublicUrl};
+use crate::scheme::template::{self, Input, Part};
 use crate::scheme::{signature, IdSource, Scheme, TimestampFormat, TimestampSource};
 use crate::secret::Secrets;
 use crate::timestamp::{self, Clock, Tolerance};
@@ -41,6 +42,7 @@ pub struct Verifier {
     tolerance: Tolerance,
     clock: Clock,
     source: Arc<str>,
+    public_url: Option<PublicUrl>,
 }
 
 impl Verifier {
@@ -100,6 +102,7 @@ impl Verifier {
             secrets,
             tolerance: Tolerance::default(),
             clock: timestamp::system_clock(),
+            public_url: None,
         })
     }
 
@@ -144,6 +147,15 @@ impl Verifier {
         self
     }
 
+    /// Sets the URL the provider signs, for schemes that sign it (Twilio, Square,
+    /// HubSpot): see [`PublicUrl`]. Without it, their deliveries are refused with
+    /// [`ErrorKind::Misconfigured`] (500).
+    #[must_use]
+    pub fn with_public_url(mut self, url: PublicUrl) -> Self {
+        self.public_url = Some(url);
+        self
+    }
+
     /// A handle on the secret list, to rotate secrets while the server runs.
     #[must_use]
     pub fn secrets(&self) -> Secrets {
@@ -174,22 +186,114 @@ impl Verifier {
     /// A [`VerifyError`] saying what was wrong: a missing or malformed header, a
     /// timestamp outside the tolerance, or no matching signature.
     pub fn verify(&self, headers: &HeaderMap, body: Bytes) -> Result<Event, VerifyError> {
+        self.verify_parts(None, headers, body)
+    }
+
+    /// Verifies one delivery with its method and URI, for schemes that sign them (Twilio,
+    /// Square, HubSpot); the same as [`verify`](Self::verify) for the others.
+    /// `VerifyWebhookLayer` calls this one.
+    ///
+    /// # Errors
+    ///
+    /// As [`verify`](Self::verify); and [`ErrorKind::Misconfigured`] when the scheme signs
+    /// the URL and no [`PublicUrl`] resolves it.
+    pub fn verify_request(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Event, VerifyError> {
+        self.verify_parts(Some((method, uri)), headers, body)
+    }
+
+    fn verify_parts(
+        &self,
+        request: Option<(&Method, &Uri)>,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Event, VerifyError> {
         let checked = self.check_headers(headers)?;
         let scheme = &*self.scheme;
-        let id_bytes = checked.id.map_or(&b""[..], HeaderValue::as_bytes);
-        let ts_bytes = checked.raw_timestamp.map_or(&b""[..], str::as_bytes);
+        let template = &scheme.template;
+        let mut input = Input {
+            id: checked.id.map_or(&b""[..], HeaderValue::as_bytes),
+            timestamp: checked.raw_timestamp.map_or(&b""[..], str::as_bytes),
+            body: &body,
+            method: request.map_or(&b"POST"[..], |(m, _)| m.as_str().as_bytes()),
+            ..Input::default()
+        };
+        // The URL forms to try: the public URL, and for Twilio the same with its default
+        // port written out or taken away.
+        let mut urls: Vec<String> = Vec::new();
+        if template.uses(&Part::Url) {
+            let url = self
+                .public_url
+                .as_ref()
+                .and_then(|u| u.resolve(request.map(|(_, uri)| uri), headers))
+                .ok_or(VerifyError::new(
+                    ErrorKind::Misconfigured,
+                    "the scheme signs the URL: give the verifier its PublicUrl",
+                ))?;
+            let toggled = scheme
+                .url_port_variants
+                .then(|| public_url::with_port_toggled(&url))
+                .flatten();
+            urls.push(url);
+            urls.extend(toggled);
+        }
+        let body_sha256 = scheme
+            .body_sha256_param
+            .and_then(|param| template::query_param(urls.first()?, param));
+        let form = match (template.uses(&Part::SortedForm), &body_sha256) {
+            // A JSON delivery signs its URL only; its body is bound by `bodySHA256`.
+            (true, None) => template::sorted_form(&body),
+            _ => Vec::new(),
+        };
+        input.form = &form;
         // A snapshot of the list: no lock is held while hashing, so a rotation never
         // waits for verifications in flight.
         let keys = self.secrets.keys();
-        let pieces = scheme.template.pieces(id_bytes, ts_bytes, &body);
         let candidates = &checked.signatures.candidates;
-        let secret_index = keys
-            .iter()
-            .position(|key| candidates.matches(&scheme.formats, key, &pieces))
-            .ok_or(VerifyError::new(
-                ErrorKind::InvalidSignature,
-                "no signature matches any secret",
-            ))?;
+        let matched = |input: &Input<'_>| {
+            let pieces = template.pieces(input);
+            keys.iter()
+                .position(|key| candidates.matches(&scheme.formats, key, &pieces))
+        };
+        let secret_index = match urls.as_slice() {
+            [] => matched(&input),
+            urls => urls.iter().find_map(|url| {
+                matched(&Input {
+                    url: url.as_bytes(),
+                    ..input
+                })
+            }),
+        }
+        .ok_or(VerifyError::new(
+            ErrorKind::InvalidSignature,
+            "no signature matches any secret",
+        ))?;
+        // No signed id: key on the signed content, its timestamp left out.
+        let unsigned_id = checked.id.is_some() && !template.uses(&Part::Id);
+        let content_digest = (unsigned_id || matches!(scheme.id, IdSource::None)).then(|| {
+            let url = urls.first().map_or(&b""[..], |u| u.as_bytes());
+            let pieces = template.pieces(&Input {
+                url,
+                timestamp: b"",
+                ..input
+            });
+            format!("sha256:{}", hex::encode(pieces.digest())).into_boxed_str()
+        });
+        if let Some(expected) = body_sha256 {
+            use sha2::Digest as _;
+            let actual = hex::encode(sha2::Sha256::digest(&body));
+            if !actual.eq_ignore_ascii_case(&expected) {
+                return Err(VerifyError::new(
+                    ErrorKind::InvalidSignature,
+                    "the body does not match the signed bodySHA256",
+                ));
+            }
+        }
         Ok(Event::new(event::Parts {
             source: self.source.clone(),
             header_id: checked.id.cloned(),
@@ -200,7 +304,8 @@ impl Verifier {
             },
             type_field: scheme.type_field,
             // An id header outside the signed content proves nothing: key on the body.
-            unsigned_id: checked.id.is_some() && !scheme.template.uses(&Part::Id),
+            unsigned_id,
+            content_digest,
             timestamp: checked.timestamp.and_then(timestamp::to_system_time),
             body,
             secret_index,

@@ -395,6 +395,43 @@ async fn receiver_answers_handshakes_and_dedupes_events_without_an_id() {
     );
     child.kill().await.unwrap();
     let _ = std::fs::remove_file(&meta_db);
+
+    // Twilio behind a proxy: it signs the public URL, the receiver is told it.
+    let twilio_db = db("twilio");
+    const TOKEN: &str = "twilio-auth-token-0123456789abcd";
+    const PUBLIC: &str = "https://hooks.example.com/webhooks";
+    let (mut child, url, mut stdout) = start_receiver(
+        &twilio_db,
+        &[
+            ("WEBHOOK_SCHEME", "twilio"),
+            ("WEBHOOK_SECRETS", TOKEN),
+            ("WEBHOOK_PUBLIC_URL", PUBLIC),
+        ],
+    )
+    .await;
+    let body = b"MessageSid=SM1&Body=hello&From=%2B14158675309".to_vec();
+    let sign = |for_url: &str| {
+        Scheme::twilio()
+            .sign_request(
+                [TOKEN],
+                &http::Method::POST,
+                for_url,
+                "",
+                std::time::SystemTime::now(),
+                &body,
+            )
+            .unwrap()
+    };
+    let (status, _) = post(&url, sign(PUBLIC), body.clone()).await.unwrap();
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert!(next_line(&mut stdout)
+        .await
+        .unwrap()
+        .starts_with("handled sha256:"));
+    let (status, _) = post(&url, sign(&url), body.clone()).await.unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST, "signed for another URL");
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&twilio_db);
 }
 
 #[tokio::test]

@@ -489,3 +489,372 @@ fn every_preset_signs_what_it_verifies_and_refuses_a_tampered_copy() {
         );
     }
 }
+
+// ---- schemes that sign the URL ----
+
+use http::{Method, Uri};
+use tower_webhook::PublicUrl;
+
+fn verify_at_url(
+    scheme: Scheme,
+    key: &str,
+    public: PublicUrl,
+    uri: &str,
+    h: &HeaderMap,
+    body: &[u8],
+    unix: u64,
+) -> Result<tower_webhook::Event, ErrorKind> {
+    let v = at(scheme, &[key], unix).with_public_url(public);
+    let uri: Uri = uri.parse().unwrap();
+    v.verify_request(&Method::POST, &uri, h, Bytes::copy_from_slice(body))
+        .map_err(|e| e.kind())
+}
+
+// Twilio: twilio-node `spec/validation.spec.js` and twilio-python
+// `tests/unit/test_request_validator.py`: token `12345`, these form fields, and each URL
+// form its SDKs accept.
+const TWILIO_FORM: &[u8] =
+    b"CallSid=CA1234567890ABCDE&Caller=%2B14158675309&Digits=1234&From=%2B14158675309&To=%2B18005551212";
+
+fn twilio() -> Scheme {
+    // The published vectors' token is five characters; real auth tokens are 32.
+    Scheme::twilio().with_min_secret_len(5)
+}
+
+fn twilio_sig(sig: &str) -> HeaderMap {
+    headers(&[("x-twilio-signature", sig)])
+}
+
+#[test]
+fn twilio_form_vectors_verify_with_and_without_the_default_port() {
+    let cases = [
+        // (the configured URL, the signature Twilio sent)
+        (
+            "https://mycompany.com/myapp.php?foo=1&bar=2",
+            "RSOYDt4T1cUTdK1PDd93/VVr8B8=",
+        ),
+        (
+            "https://mycompany.com/myapp.php?foo=1&bar=2",
+            "kvajT1Ptam85bY51eRf/AJRuM3w=",
+        ),
+        (
+            "http://mycompany.com/myapp.php?foo=1&bar=2",
+            "0ZXoZLH/DfblKGATFgpif+LLRf4=",
+        ),
+        (
+            "https://user:pass@mycompany.com/myapp.php?foo=1&bar=2",
+            "CukzLTc1tT5dXEDIHm/tKBanW10=",
+        ),
+        (
+            "https://user:pass@mycompany.com/myapp.php?foo=1&bar=2",
+            "ZQFR1PTIZXF2MXB8ZnKCvnnA+rI=",
+        ),
+        (
+            "https://user@mycompany.com/myapp.php?foo=1&bar=2",
+            "2YRLlVAflCqxaNicjMpJcSTgzSs=",
+        ),
+        (
+            "https://mycompany.com/myapp.php?foo=1&bar=2&Body=It%27s+amazing",
+            "TfZzewPq8wqrGlMfyAud8+/IvJ0=",
+        ),
+    ];
+    for (url, sig) in cases {
+        let public = PublicUrl::exact(url).unwrap();
+        let event = verify_at_url(
+            twilio(),
+            "12345",
+            public,
+            "/myapp.php",
+            &twilio_sig(sig),
+            TWILIO_FORM,
+            0,
+        )
+        .unwrap_or_else(|e| panic!("{url} {sig}: {e:?}"));
+        assert!(event.dedupe_id().starts_with("sha256:"));
+    }
+    // Twilio signs `http://…:1234` as it is.
+    let public = PublicUrl::exact("http://mycompany.com:1234/myapp.php?foo=1&bar=2").unwrap();
+    verify_at_url(
+        twilio(),
+        "12345",
+        public,
+        "/",
+        &twilio_sig("Zmvh+3yNM1Phv2jhDCwEM3q5ebU="),
+        TWILIO_FORM,
+        0,
+    )
+    .unwrap();
+
+    // Repeated fields: sorted by value, once each.
+    let public = || PublicUrl::exact("https://mycompany.com/myapp.php?foo=1&bar=2").unwrap();
+    let repeated = b"Sid=CA123&SidAccount=AC123&Digits=5678&Digits=1234&Digits=1234";
+    verify_at_url(
+        twilio(),
+        "12345",
+        public(),
+        "/",
+        &twilio_sig("IK+Dwps556ElfBT0I3Rgjkr1wJU="),
+        repeated,
+        0,
+    )
+    .unwrap();
+    for order in [
+        &b"MessagingBinding.Address=%2B1325xxxxxxx&MessagingBinding.Address=%2B1415xxxxxxx"[..],
+        b"MessagingBinding.Address=%2B1415xxxxxxx&MessagingBinding.Address=%2B1325xxxxxxx",
+    ] {
+        verify_at_url(
+            twilio(),
+            "12345",
+            public(),
+            "/",
+            &twilio_sig("83O6e2vORAoJHUNzJjDWN1jz+BA="),
+            order,
+            0,
+        )
+        .unwrap();
+    }
+
+    // Refused: a changed field, another token, another URL, and no public URL at all.
+    let sig = twilio_sig("RSOYDt4T1cUTdK1PDd93/VVr8B8=");
+    let changed = b"CallSid=CA1234567890ABCDE&Caller=%2B14158675309&Digits=1235&From=%2B14158675309&To=%2B18005551212";
+    assert_eq!(
+        verify_at_url(twilio(), "12345", public(), "/", &sig, changed, 0).unwrap_err(),
+        ErrorKind::InvalidSignature
+    );
+    assert_eq!(
+        verify_at_url(twilio(), "12346", public(), "/", &sig, TWILIO_FORM, 0).unwrap_err(),
+        ErrorKind::InvalidSignature
+    );
+    let elsewhere = PublicUrl::exact("https://mycompany.com/other.php?foo=1&bar=2").unwrap();
+    assert_eq!(
+        verify_at_url(twilio(), "12345", elsewhere, "/", &sig, TWILIO_FORM, 0).unwrap_err(),
+        ErrorKind::InvalidSignature
+    );
+    let v = at(twilio(), &["12345"], 0);
+    assert_eq!(refused(&v, &sig, TWILIO_FORM), ErrorKind::Misconfigured);
+}
+
+#[test]
+fn twilio_json_vectors_bind_the_body_through_body_sha256() {
+    let body = br#"{"property": "value", "boolean": true}"#;
+    let hash = "0a1ff7634d9ab3b95db5c9a2dfe9416e41502b283a80c7cf19632632f96e6620";
+    // The configured URL has no query: Twilio appends `bodySHA256`, the request carries it.
+    let configured = PublicUrl::exact("https://mycompany.com/myapp.php").unwrap();
+    let uri = format!("/myapp.php?bodySHA256={hash}");
+    verify_at_url(
+        twilio(),
+        "12345",
+        configured.clone(),
+        &uri,
+        &twilio_sig("y77kIzt2vzLz71DgmJGsen2scGs="),
+        body,
+        0,
+    )
+    .unwrap();
+    let with_query = PublicUrl::exact(&format!(
+        "https://mycompany.com/myapp.php?foo=1&bar=2&bodySHA256={hash}"
+    ))
+    .unwrap();
+    verify_at_url(
+        twilio(),
+        "12345",
+        with_query,
+        "/",
+        &twilio_sig("a9nBmqA0ju/hNViExpshrM61xv4="),
+        body,
+        0,
+    )
+    .unwrap();
+    // `{}`, signed on the `:443` form of the URL.
+    let empty = "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a";
+    let url = PublicUrl::exact(&format!(
+        "https://mycompany.com/myapp.php?foo=1&bar=2&bodySHA256={empty}"
+    ))
+    .unwrap();
+    verify_at_url(
+        twilio(),
+        "12345",
+        url,
+        "/",
+        &twilio_sig("Ldidvp12m26NI7eqEvxnEpkd9Hc="),
+        b"{}",
+        0,
+    )
+    .unwrap();
+    // Another body under the same signed URL: its hash does not match.
+    assert_eq!(
+        verify_at_url(
+            twilio(),
+            "12345",
+            configured,
+            &uri,
+            &twilio_sig("y77kIzt2vzLz71DgmJGsen2scGs="),
+            br#"{"property": "value", "boolean": false}"#,
+            0
+        )
+        .unwrap_err(),
+        ErrorKind::InvalidSignature
+    );
+}
+
+// Square: square-nodejs-sdk `tests/integration/webhooks.test.ts`.
+#[test]
+fn square_vectors_sign_the_notification_url_and_body() {
+    let url = "https://webhook.site/679a4f3a-dcfa-49ee-bac5-9d0edad886b9";
+    let key = "Ibxx_5AKakO-3qeNVR61Dw";
+    let body = br#"{"merchant_id":"MLEFBHHSJGVHD","type":"webhooks.test_notification","event_id":"ac3ac95b-f97d-458c-a6e6-18981597e05f","created_at":"2022-07-13T20:30:59.037339943Z","data":{"type":"webhooks","id":"bc368e64-01aa-407e-b46e-3231809b1129"}}"#;
+    let sig = headers(&[(
+        "x-square-hmacsha256-signature",
+        "GF4YkrJgGBDZ9NIYbNXBnMzqb2HoL4RW/S6vkZ9/2N4=",
+    )]);
+    let square = || Scheme::square().with_min_secret_len(8);
+    let event = verify_at_url(
+        square(),
+        key,
+        PublicUrl::exact(url).unwrap(),
+        "/",
+        &sig,
+        body,
+        0,
+    )
+    .unwrap();
+    assert_eq!(event.id(), Some("ac3ac95b-f97d-458c-a6e6-18981597e05f"));
+    assert_eq!(event.event_type(), Some("webhooks.test_notification"));
+    let signed = square()
+        .sign_request([key], &Method::POST, url, "", UNIX_EPOCH, body)
+        .unwrap();
+    assert_eq!(
+        signed["x-square-hmacsha256-signature"],
+        "GF4YkrJgGBDZ9NIYbNXBnMzqb2HoL4RW/S6vkZ9/2N4="
+    );
+    // The SDK's negative cases: another URL, another key, a changed body.
+    let other_url =
+        PublicUrl::exact("https://webhook.site/79a4f3a-dcfa-49ee-bac5-9d0edad886b9").unwrap();
+    assert_eq!(
+        verify_at_url(square(), key, other_url, "/", &sig, body, 0).unwrap_err(),
+        ErrorKind::InvalidSignature
+    );
+    assert_eq!(
+        verify_at_url(
+            square(),
+            "MCmhFRxGX82xMwg5FsaoQA",
+            PublicUrl::exact(url).unwrap(),
+            "/",
+            &sig,
+            body,
+            0
+        )
+        .unwrap_err(),
+        ErrorKind::InvalidSignature
+    );
+    let mut changed = body.to_vec();
+    changed[107] = b'5'; // 2022-07 → 2022-05 in `created_at`
+    assert_eq!(
+        verify_at_url(
+            square(),
+            key,
+            PublicUrl::exact(url).unwrap(),
+            "/",
+            &sig,
+            &changed,
+            0
+        )
+        .unwrap_err(),
+        ErrorKind::InvalidSignature
+    );
+    for (body, expected) in [
+        (
+            &br#"{"data":{"type":"webhooks","id":"fake_id"}}"#[..],
+            "W3FlCNk5IA3ZQ2LHTWoajvzfaDu/OwY2tNHIHC3IUOA=",
+        ),
+        (
+            br#"{"data":{"type":"webhooks","id":">id<"}}"#,
+            "Cxt7+aTi4rKgcA0bC4g9EHdVtLSDWdqccmL5MvihU4U=",
+        ),
+    ] {
+        let sig = headers(&[("x-square-hmacsha256-signature", expected)]);
+        let public = PublicUrl::exact("https://webhook.site/webhooks").unwrap();
+        verify_at_url(square(), "signature-key", public, "/", &sig, body, 0).unwrap();
+    }
+}
+
+// HubSpot v3: hubspot-api-python `tests/spec/utils/test_signature.py::test_get_signature__v3`.
+#[test]
+fn hubspot_v3_vector_signs_method_url_body_and_a_millisecond_timestamp() {
+    let secret = "yyyyyyyy-yyyy-yyyy-yyyy-yyyyyyyyyyyy";
+    let url = "https://www.example.com/webhook_uri";
+    let body = b"{'example_field':'example_value'}";
+    let h = headers(&[
+        (
+            "x-hubspot-signature-v3",
+            "K36dawei4A+QBNolUOqo7s91KQDWQ5MXZ/QufNYuk/Y=",
+        ),
+        ("x-hubspot-request-timestamp", "1693657560000"),
+    ]);
+    let public = || PublicUrl::exact(url).unwrap();
+    let event = verify_at_url(
+        Scheme::hubspot(),
+        secret,
+        public(),
+        "/webhook_uri",
+        &h,
+        body,
+        1_693_657_560,
+    )
+    .unwrap();
+    assert_eq!(
+        event.timestamp(),
+        Some(UNIX_EPOCH + Duration::from_secs(1_693_657_560))
+    );
+    let signed = Scheme::hubspot()
+        .sign_request(
+            [secret],
+            &Method::POST,
+            url,
+            "",
+            UNIX_EPOCH + Duration::from_millis(1_693_657_560_000),
+            body,
+        )
+        .unwrap();
+    assert_eq!(
+        signed["x-hubspot-signature-v3"],
+        "K36dawei4A+QBNolUOqo7s91KQDWQ5MXZ/QufNYuk/Y="
+    );
+    assert_eq!(signed["x-hubspot-request-timestamp"], "1693657560000");
+    // Stale after five minutes; another method or URL is another signature.
+    assert_eq!(
+        verify_at_url(
+            Scheme::hubspot(),
+            secret,
+            public(),
+            "/",
+            &h,
+            body,
+            1_693_657_560 + 301
+        )
+        .unwrap_err(),
+        ErrorKind::TimestampTooOld
+    );
+    let v = at(Scheme::hubspot(), &[secret], 1_693_657_560).with_public_url(public());
+    let uri: Uri = "/webhook_uri".parse().unwrap();
+    assert_eq!(
+        v.verify_request(&Method::PUT, &uri, &h, Bytes::from_static(body))
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidSignature
+    );
+    let elsewhere = PublicUrl::exact("https://www.example.com/other").unwrap();
+    assert_eq!(
+        verify_at_url(
+            Scheme::hubspot(),
+            secret,
+            elsewhere,
+            "/",
+            &h,
+            body,
+            1_693_657_560
+        )
+        .unwrap_err(),
+        ErrorKind::InvalidSignature
+    );
+}

@@ -568,3 +568,44 @@ async fn a_trickling_request_does_not_hold_the_inner_services_concurrency_slot()
     assert_eq!(handled.load(std::sync::atomic::Ordering::SeqCst), 1);
     pending.abort();
 }
+
+#[tokio::test]
+async fn url_signed_schemes_verify_the_public_url_not_the_host_the_request_names() {
+    use tower_webhook::PublicUrl;
+    let token = "twilio-auth-token-0123456789abcd";
+    let body = b"Body=hello&From=%2B14158675309";
+    let signed_for = |url: &str| {
+        Scheme::twilio()
+            .sign_request([token], &http::Method::POST, url, "", at(NOW), body)
+            .unwrap()
+    };
+    let post = |path: &str, host: &str, headers: HeaderMap| {
+        let mut req = Request::post(path)
+            .header("host", host)
+            .body(Full::new(Bytes::from_static(body)))
+            .unwrap();
+        req.headers_mut().extend(headers);
+        req
+    };
+    // Behind a proxy: the origin is configured, the path comes from the request.
+    let layer = VerifyWebhookLayer::new(
+        verifier(Scheme::twilio(), &[token])
+            .with_public_url(PublicUrl::origin("https://hooks.example.com").unwrap()),
+    );
+    let good = signed_for("https://hooks.example.com/sms/inbound");
+    let out = call(&layer, post("/sms/inbound", "10.0.0.7:8080", good.clone())).await;
+    assert_eq!(out.status, StatusCode::OK);
+    assert_eq!(out.handled.len(), 1);
+    // Signed for another endpoint of the same account, replayed here: refused, whatever
+    // `Host` the replay claims.
+    let other = signed_for("https://hooks.example.com/voice/status");
+    let out = call(&layer, post("/sms/inbound", "hooks.example.com", other)).await;
+    assert_eq!(out.kind(), Some(ErrorKind::InvalidSignature));
+    assert!(out.handled.is_empty());
+    // No public URL configured: a deployment error, 500, and nothing runs.
+    let unset = VerifyWebhookLayer::new(verifier(Scheme::twilio(), &[token]));
+    let out = call(&unset, post("/sms/inbound", "hooks.example.com", good)).await;
+    assert_eq!(out.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(out.kind(), Some(ErrorKind::Misconfigured));
+    assert!(out.handled.is_empty());
+}

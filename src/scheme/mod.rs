@@ -95,6 +95,8 @@ pub enum TimestampFormat {
     Unix,
     /// An RFC 3339 date and time, such as `2026-11-30T05:11:31Z`.
     Rfc3339,
+    /// Whole milliseconds since the Unix epoch, ASCII digits only (HubSpot).
+    UnixMillis,
 }
 
 /// How a secret string becomes the HMAC key.
@@ -157,6 +159,11 @@ pub struct Scheme {
     pub(crate) unauthorized: bool,
     /// The body limit `VerifyWebhookLayer` starts from (1 MiB; GitHub 25 MiB).
     pub(crate) max_body: usize,
+    /// The signed URL may carry its scheme's default port or not (Twilio).
+    pub(crate) url_port_variants: bool,
+    /// A URL query parameter holding the hex SHA-256 of the body, checked once the URL's
+    /// signature is (Twilio's `bodySHA256` for JSON bodies).
+    pub(crate) body_sha256_param: Option<&'static str>,
 }
 
 /// A provider's set-up handshake: a request that proves the endpoint to the provider, and
@@ -207,6 +214,8 @@ impl Scheme {
             handshake: None,
             unauthorized: false,
             max_body: DEFAULT_MAX_BODY,
+            url_port_variants: false,
+            body_sha256_param: None,
         }
     }
 

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use http::HeaderName;
 
-use super::template::Template;
+use super::template::{Part, Template};
 use crate::error::{ConfigError, ConfigErrorKind};
 
 use super::{
@@ -255,8 +255,73 @@ impl Scheme {
     }
 }
 
+impl Scheme {
+    /// Twilio: `X-Twilio-Signature: <base64>`, HMAC-SHA1 with the auth token over the
+    /// public URL followed by the form fields sorted by name, each as name + value. A JSON
+    /// delivery signs its URL only, which carries `bodySHA256=<hex>` of the body; that is
+    /// checked too. The URL is signed with or without its default port (both are tried,
+    /// as Twilio's SDKs do). Twilio signs no id and no timestamp: deliveries are
+    /// deduplicated on a digest of the signed content. Needs
+    /// [`Verifier::with_public_url`](crate::Verifier::with_public_url).
+    #[must_use]
+    pub fn twilio() -> Self {
+        Self {
+            template: Template::from_parts(vec![Part::Url, Part::SortedForm]),
+            url_port_variants: true,
+            body_sha256_param: Some("bodySHA256"),
+            ..Self::hmac(header("x-twilio-signature"))
+                .with_name("twilio")
+                .with_algorithm(Algorithm::HmacSha1)
+                .with_encoding(Encoding::Base64)
+        }
+    }
+
+    /// Square: `x-square-hmacsha256-signature: <base64>` over the notification URL
+    /// followed by the body, with the subscription's signature key (its bytes, not
+    /// decoded). The id is the body's `event_id`. Needs
+    /// [`Verifier::with_public_url`](crate::Verifier::with_public_url) with the URL exactly
+    /// as entered in the Developer Console.
+    ///
+    /// The URL and the body touch; the URL is the verifier's own setting, not the
+    /// sender's, so the split is fixed.
+    #[must_use]
+    pub fn square() -> Self {
+        Self {
+            template: adjacent("{url}{body}"),
+            ..Self::hmac(header("x-square-hmacsha256-signature"))
+                .with_name("square")
+                .with_encoding(Encoding::Base64)
+                .with_id_field("event_id")
+        }
+    }
+
+    /// HubSpot, signature v3: `X-HubSpot-Signature-v3: <base64>` over
+    /// `{method}{url}{body}{X-HubSpot-Request-Timestamp}` with the app's client secret; the
+    /// timestamp is in milliseconds (HubSpot refuses past 5 minutes). A delivery is a JSON
+    /// array of events, each with its `eventId`; there is no delivery id, so deliveries are
+    /// deduplicated on a digest of the signed content. Needs
+    /// [`Verifier::with_public_url`](crate::Verifier::with_public_url).
+    ///
+    /// The pieces touch: the method is upper-case letters, the URL the verifier's own
+    /// setting, and the timestamp digits after the body, so the split is fixed.
+    #[must_use]
+    pub fn hubspot() -> Self {
+        Self {
+            template: adjacent("{method}{url}{body}{timestamp}"),
+            ..Self::hmac(header("x-hubspot-signature-v3"))
+                .with_name("hubspot")
+                .with_encoding(Encoding::Base64)
+                .with_timestamp_header(
+                    header("x-hubspot-request-timestamp"),
+                    TimestampFormat::UnixMillis,
+                )
+        }
+    }
+}
+
 /// A preset by name — `standard` (or `svix`), `stripe`, `github`, `slack`, `shopify`,
-/// `discord`, `sendgrid`, `paddle`, `zoom`, `meta`, `intercom`, `twitch` — for
+/// `discord`, `sendgrid`, `paddle`, `zoom`, `meta`, `intercom`, `twitch`, `twilio`,
+/// `square`, `hubspot` — for
 /// configuration read from the environment.
 ///
 /// ```
@@ -283,11 +348,15 @@ impl FromStr for Scheme {
             "meta" | "whatsapp" | "instagram" | "messenger" => Ok(Self::meta()),
             "intercom" => Ok(Self::intercom()),
             "twitch" => Ok(Self::twitch()),
+            "twilio" => Ok(Self::twilio()),
+            "square" => Ok(Self::square()),
+            "hubspot" => Ok(Self::hubspot()),
             _ => Err(ConfigError::new(
                 ConfigErrorKind::InvalidValue,
                 format!(
                     "unknown scheme {name:?}: use standard, stripe, github, slack, shopify, \
-                     discord, sendgrid, paddle, zoom, meta, intercom or twitch"
+                     discord, sendgrid, paddle, zoom, meta, intercom, twitch, twilio, square \
+                     or hubspot"
                 ),
             )),
         }

@@ -2,8 +2,9 @@
 
 use std::time::SystemTime;
 
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderValue, Method};
 
+use super::template::{self, Input, Part};
 use super::{key, signature, IdSource, Scheme, TimestampFormat, TimestampSource};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::timestamp::unix_seconds;
@@ -49,6 +50,47 @@ impl Scheme {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
+        self.sign_request(secrets, &Method::POST, "", id, timestamp, body)
+    }
+
+    /// As [`sign`](Self::sign), for schemes that sign the method and URL too (Twilio,
+    /// Square, HubSpot): `url` is the public URL the provider posts to, with its query.
+    ///
+    /// ```
+    /// use std::time::SystemTime;
+    /// use http::Method;
+    /// use tower_webhook::Scheme;
+    ///
+    /// let scheme = Scheme::twilio();
+    /// let url = "https://example.com/sms";
+    /// let headers = scheme.sign_request(
+    ///     ["0123456789abcdef0123456789abcdef"],
+    ///     &Method::POST,
+    ///     url,
+    ///     "",
+    ///     SystemTime::now(),
+    ///     b"Body=hello&From=%2B14158675309",
+    /// )?;
+    /// assert!(headers.contains_key("x-twilio-signature"));
+    /// # Ok::<(), tower_webhook::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`sign`](Self::sign).
+    pub fn sign_request<I, S>(
+        &self,
+        secrets: I,
+        method: &Method,
+        url: &str,
+        id: &str,
+        timestamp: SystemTime,
+        body: &[u8],
+    ) -> Result<HeaderMap, ConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
         let invalid = |why: &str| ConfigError::new(ConfigErrorKind::InvalidValue, why);
         let header_value =
             |v: String| HeaderValue::try_from(v).map_err(|_| invalid("not a valid header value"));
@@ -59,17 +101,38 @@ impl Scheme {
                     .format(&time::format_description::well_known::Rfc3339)
                     .map_err(|_| invalid("timestamp out of RFC 3339's range"))?
             }
+            Some(TimestampSource::Header(_, TimestampFormat::UnixMillis)) => {
+                let ms = timestamp
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_err(|_| invalid("timestamp before 1970"))?
+                    .as_millis();
+                ms.to_string()
+            }
             _ => unix_seconds(timestamp).to_string(),
         };
         let mut entries = Vec::new();
         if let Some(TimestampSource::SignatureEntry(prefix)) = &self.timestamp {
             entries.push(format!("{prefix}{ts}"));
         }
+        let form = match self
+            .body_sha256_param
+            .and_then(|p| template::query_param(url, p))
+        {
+            None if self.template.uses(&Part::SortedForm) => template::sorted_form(body),
+            _ => Vec::new(),
+        };
         let mut signatures = 0;
         for (i, s) in secrets.into_iter().enumerate() {
             signatures += 1;
             let (format, key) = key::signing(self, s.as_ref(), i)?;
-            let tag = key.sign(&self.template.pieces(id.as_bytes(), ts.as_bytes(), body));
+            let tag = key.sign(&self.template.pieces(&Input {
+                id: id.as_bytes(),
+                timestamp: ts.as_bytes(),
+                body,
+                method: method.as_str().as_bytes(),
+                url: url.as_bytes(),
+                form: &form,
+            }));
             entries.push(format!(
                 "{}{}",
                 format.prefix,

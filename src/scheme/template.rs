@@ -11,6 +11,13 @@ pub(crate) enum Part {
     Id,
     Timestamp,
     Body,
+    /// The request method, upper case (HubSpot).
+    Method,
+    /// The public URL the provider sent to (Twilio, Square, HubSpot).
+    Url,
+    /// The form fields of the body, sorted by name then value, each as name + value
+    /// (Twilio). Only presets use it.
+    SortedForm,
     Literal(Box<[u8]>),
 }
 
@@ -63,7 +70,13 @@ impl Template {
                         "id" => Part::Id,
                         "timestamp" => Part::Timestamp,
                         "body" => Part::Body,
-                        _ => return Err(err("placeholders are {id}, {timestamp} and {body}")),
+                        "method" => Part::Method,
+                        "url" => Part::Url,
+                        _ => {
+                            return Err(err(
+                                "placeholders are {id}, {timestamp}, {body}, {method} and {url}",
+                            ))
+                        }
                     });
                     rest = &rest[end + 1..];
                 }
@@ -80,6 +93,13 @@ impl Template {
         if parts.iter().filter(|p| **p == Part::Body).count() != 1 {
             return Err(err("{body} must appear exactly once"));
         }
+        if parts.iter().any(|p| {
+            *p != Part::Body
+                && parts.iter().filter(|q| *q == p).count() > 1
+                && !matches!(p, Part::Literal(_))
+        }) {
+            return Err(err("each placeholder may appear once"));
+        }
         if parts.len() > MAX_PARTS {
             return Err(err("too many pieces"));
         }
@@ -93,23 +113,29 @@ impl Template {
         &self.parts
     }
 
+    /// A template of these parts, for presets whose signed content no text form can say
+    /// (Twilio's sorted form fields).
+    pub(crate) fn from_parts(parts: Vec<Part>) -> Self {
+        Self {
+            parts: parts.into(),
+        }
+    }
+
     /// The signed content as the pieces it is made of, in order: nothing is concatenated
     /// or copied, and the body may be any bytes.
-    pub(crate) fn pieces<'a>(
-        &'a self,
-        id: &'a [u8],
-        timestamp: &'a [u8],
-        body: &'a [u8],
-    ) -> Pieces<'a> {
+    pub(crate) fn pieces<'a>(&'a self, input: &Input<'a>) -> Pieces<'a> {
         let mut pieces = Pieces {
             pieces: [&[]; MAX_PARTS],
             len: self.parts.len(),
         };
         for (piece, part) in pieces.pieces.iter_mut().zip(self.parts.iter()) {
             *piece = match part {
-                Part::Id => id,
-                Part::Timestamp => timestamp,
-                Part::Body => body,
+                Part::Id => input.id,
+                Part::Timestamp => input.timestamp,
+                Part::Body => input.body,
+                Part::Method => input.method,
+                Part::Url => input.url,
+                Part::SortedForm => input.form,
                 Part::Literal(bytes) => bytes,
             };
         }
@@ -121,10 +147,35 @@ impl Template {
     }
 }
 
+/// What the placeholders stand for in one delivery.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Input<'a> {
+    pub(crate) id: &'a [u8],
+    pub(crate) timestamp: &'a [u8],
+    pub(crate) body: &'a [u8],
+    pub(crate) method: &'a [u8],
+    pub(crate) url: &'a [u8],
+    pub(crate) form: &'a [u8],
+}
+
 /// The signed content, piece by piece (see [`Template::pieces`]).
+///
+/// Its [`digest`](Pieces::digest) keys deliveries that carry no signed id.
 pub(crate) struct Pieces<'a> {
     pieces: [&'a [u8]; MAX_PARTS],
     len: usize,
+}
+
+impl Pieces<'_> {
+    /// The SHA-256 of the signed content.
+    pub(crate) fn digest(&self) -> [u8; 32] {
+        use sha2::Digest as _;
+        let mut digest = sha2::Sha256::new();
+        for piece in self.iter() {
+            digest.update(piece);
+        }
+        digest.finalize().into()
+    }
 }
 
 impl<'a> std::ops::Deref for Pieces<'a> {
@@ -133,6 +184,28 @@ impl<'a> std::ops::Deref for Pieces<'a> {
     fn deref(&self) -> &Self::Target {
         &self.pieces[..self.len]
     }
+}
+
+/// The decoded value of a URL's query parameter.
+pub(crate) fn query_param(url: &str, name: &str) -> Option<String> {
+    let query = url.split_once('?')?.1;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}
+
+/// A form body's fields, sorted by name then value (repeats once), each as name + value:
+/// what Twilio appends to the URL it signs.
+pub(crate) fn sorted_form(body: &[u8]) -> Vec<u8> {
+    let mut fields: Vec<_> = form_urlencoded::parse(body).collect();
+    fields.sort();
+    fields.dedup();
+    fields
+        .iter()
+        .flat_map(|(k, v)| [k.as_bytes(), v.as_bytes()])
+        .flatten()
+        .copied()
+        .collect()
 }
 
 #[cfg(test)]

@@ -152,7 +152,13 @@ where
                     let parts = parts.take().expect("polled after completion");
                     let inner = inner.take().expect("polled after completion");
                     // `Bytes` clones share one buffer: the event and the body are the same bytes.
-                    match this.config.verifier.verify(&parts.headers, bytes.clone()) {
+                    let verified = this.config.verifier.verify_request(
+                        &parts.method,
+                        &parts.uri,
+                        &parts.headers,
+                        bytes.clone(),
+                    );
+                    match verified {
                         Ok(event) => {
                             // A set-up handshake is the layer's to answer, not the handler's.
                             if let Some(answer) =
