@@ -232,6 +232,39 @@ impl fmt::Debug for Event {
     }
 }
 
+/// A top-level number of a JSON object body, whole or with a fraction (floored); `None`
+/// when the body is not an object or the field is absent or not a number.
+pub(crate) fn number_field(body: &[u8], field: &str) -> Option<i64> {
+    struct Find<'f>(&'f str);
+    impl<'de> Visitor<'de> for Find<'_> {
+        type Value = Option<i64>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<i64>, A::Error> {
+            let mut found = None;
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if key == self.0 {
+                    found = match map.next_value::<serde_json::Number>()? {
+                        n if n.is_i64() => n.as_i64(),
+                        n => n
+                            .as_f64()
+                            .filter(|f| f.is_finite())
+                            .map(|f| f.floor() as i64),
+                    };
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(found)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    de::Deserializer::deserialize_map(&mut de, Find(field))
+        .ok()
+        .flatten()
+}
+
 /// The envelope fields of a JSON body; every field is optional and of lenient type.
 #[derive(Default)]
 struct Envelope {

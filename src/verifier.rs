@@ -94,20 +94,23 @@ impl Verifier {
                  call Scheme::allow_unsigned_timestamp()",
             ));
         }
+        let tolerance = scheme
+            .tolerance
+            .map_or_else(Tolerance::default, |t| Tolerance { past: t, future: t });
         let scheme = Arc::new(scheme);
         let secrets = Secrets::new(scheme.clone(), secrets)?;
         Ok(Self {
             source: Arc::from(scheme.name()),
             scheme,
             secrets,
-            tolerance: Tolerance::default(),
+            tolerance,
             clock: timestamp::system_clock(),
             public_url: None,
         })
     }
 
     /// Replaces both tolerances: how far a signed timestamp may lie in the past and in
-    /// the future (default 300 s each). Exactly the tolerance is accepted.
+    /// the future (default 300 s each, or the scheme's own: Twitch 10 min, Linear 1 min). Exactly the tolerance is accepted.
     #[must_use]
     pub fn with_tolerance(mut self, tolerance: Duration) -> Self {
         self.tolerance = Tolerance {
@@ -273,6 +276,17 @@ impl Verifier {
             ErrorKind::InvalidSignature,
             "no signature matches any secret",
         ))?;
+        let mut timestamp = checked.timestamp;
+        if let Some(TimestampSource::BodyFieldMillis(field)) = scheme.timestamp {
+            let ms = event::number_field(&body, field).ok_or(VerifyError::new(
+                ErrorKind::MalformedHeader,
+                "the body has no timestamp field",
+            ))?;
+            let secs = ms.div_euclid(1000);
+            self.tolerance
+                .check(secs, timestamp::unix_seconds((self.clock)()))?;
+            timestamp = Some(secs);
+        }
         // No signed id: key on the signed content, its timestamp left out.
         let unsigned_id = checked.id.is_some() && !template.uses(&Part::Id);
         let content_digest = (unsigned_id || matches!(scheme.id, IdSource::None)).then(|| {
@@ -306,7 +320,7 @@ impl Verifier {
             // An id header outside the signed content proves nothing: key on the body.
             unsigned_id,
             content_digest,
-            timestamp: checked.timestamp.and_then(timestamp::to_system_time),
+            timestamp: timestamp.and_then(timestamp::to_system_time),
             body,
             secret_index,
         }))
@@ -339,7 +353,8 @@ impl Verifier {
             ));
         }
         let raw_timestamp = match &scheme.timestamp {
-            None => None,
+            // Checked once the body is verified: it is in the body.
+            None | Some(TimestampSource::BodyFieldMillis(_)) => None,
             Some(TimestampSource::Header(names, format)) => Some((
                 one_str(headers, names)?.ok_or(VerifyError::new(
                     ErrorKind::MissingHeader,

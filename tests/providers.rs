@@ -858,3 +858,47 @@ fn hubspot_v3_vector_signs_method_url_body_and_a_millisecond_timestamp() {
         ErrorKind::InvalidSignature
     );
 }
+
+/// Linear publishes no vector (its SDK's tests sign at run time); this one was computed
+/// independently with Python's `hmac`. The timestamp is inside the signed body.
+#[test]
+fn linear_checks_the_signed_body_timestamp_within_a_minute() {
+    let body = br#"{"action":"create","type":"Issue","data":{"id":"abc"},"webhookTimestamp":1700000000000}"#;
+    let h = headers(&[
+        (
+            "linear-signature",
+            "1bd5f13f55c3c73d99130026ab253f2ad255b9f522a0d227e3b76bf0027436b8",
+        ),
+        ("linear-delivery", "0b5c2e1a-1f0e-4c1e-9a7e-3c5d2b1a0f9e"),
+        // Unsigned: a replay could set it to anything, so it is not read.
+        ("linear-timestamp", "1900000000000"),
+    ]);
+    let linear = || Scheme::linear().with_min_secret_len(6);
+    let event = at(linear(), &["SECRET"], 1_700_000_030)
+        .verify(&h, Bytes::from_static(body))
+        .unwrap();
+    assert_eq!(event.event_type(), Some("Issue"));
+    assert_eq!(
+        event.timestamp(),
+        Some(UNIX_EPOCH + Duration::from_secs(1_700_000_000))
+    );
+    assert!(!event.id_is_signed());
+    assert!(event.dedupe_id().starts_with("sha256:"));
+    // Past Linear's minute, either way.
+    for now in [1_700_000_061, 1_699_999_939] {
+        assert!(matches!(
+            refused(&at(linear(), &["SECRET"], now), &h, body),
+            ErrorKind::TimestampTooOld | ErrorKind::TimestampInFuture
+        ));
+    }
+    refuses_forgery(linear, "SECRET", "SECRET2", &h, body, 1_700_000_000);
+    // A signed body without the field proves no freshness: refused.
+    let stale_free = br#"{"action":"create","type":"Issue"}"#;
+    let signed = linear()
+        .sign(["SECRET"], "d", UNIX_EPOCH, stale_free)
+        .unwrap();
+    assert_eq!(
+        refused(&at(linear(), &["SECRET"], 0), &signed, stale_free),
+        ErrorKind::MalformedHeader
+    );
+}

@@ -116,6 +116,9 @@ pub(crate) enum TimestampSource {
     Header(Vec<HeaderName>, TimestampFormat),
     /// An entry of the signature header with this prefix, such as Stripe's `t=`.
     SignatureEntry(Cow<'static, str>),
+    /// A top-level number of the signed JSON body, in milliseconds (Linear's
+    /// `webhookTimestamp`): checked once the signature is.
+    BodyFieldMillis(&'static str),
 }
 
 /// Where the event id comes from.
@@ -159,6 +162,9 @@ pub struct Scheme {
     pub(crate) unauthorized: bool,
     /// The body limit `VerifyWebhookLayer` starts from (1 MiB; GitHub 25 MiB).
     pub(crate) max_body: usize,
+    /// The timestamp window the provider asks for, both ways (Twitch 10 min, Linear
+    /// 1 min); the verifier's default (300 s) where `None`.
+    pub(crate) tolerance: Option<std::time::Duration>,
     /// The signed URL may carry its scheme's default port or not (Twilio).
     pub(crate) url_port_variants: bool,
     /// A URL query parameter holding the hex SHA-256 of the body, checked once the URL's
@@ -214,6 +220,7 @@ impl Scheme {
             handshake: None,
             unauthorized: false,
             max_body: DEFAULT_MAX_BODY,
+            tolerance: None,
             url_port_variants: false,
             body_sha256_param: None,
         }
@@ -297,6 +304,15 @@ impl Scheme {
     #[must_use]
     pub fn with_max_body(mut self, bytes: usize) -> Self {
         self.max_body = bytes;
+        self
+    }
+
+    /// Replaces the timestamp window a verifier of this scheme starts with, both ways
+    /// (default 300 s; Twitch's preset 10 min, Linear's 1 min).
+    /// [`Verifier::with_tolerance`](crate::Verifier::with_tolerance) overrides it.
+    #[must_use]
+    pub fn with_tolerance(mut self, tolerance: std::time::Duration) -> Self {
+        self.tolerance = Some(tolerance);
         self
     }
 

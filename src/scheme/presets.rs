@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::str::FromStr;
+use std::time::Duration;
 
 use http::HeaderName;
 
@@ -251,6 +252,7 @@ impl Scheme {
                 )
                 .with_id_header(header("twitch-eventsub-message-id"))
                 .with_type_header(header("twitch-eventsub-subscription-type"))
+                .with_tolerance(Duration::from_secs(600))
         }
     }
 }
@@ -319,9 +321,28 @@ impl Scheme {
     }
 }
 
+impl Scheme {
+    /// Linear: `Linear-Signature: <hex>` over the body with the webhook's signing secret.
+    /// The timestamp is the signed body's `webhookTimestamp` (milliseconds), checked within
+    /// ±60 s as Linear's SDK does; its `Linear-Timestamp` header is not signed and not
+    /// read. The `Linear-Delivery` id header is not signed either: deliveries are
+    /// deduplicated on a digest of the body. The type is the body's `type` (`Issue`, …).
+    #[must_use]
+    pub fn linear() -> Self {
+        Self {
+            timestamp: Some(TimestampSource::BodyFieldMillis("webhookTimestamp")),
+            ..Self::hmac(header("linear-signature"))
+                .with_name("linear")
+                .with_id_header(header("linear-delivery"))
+                .allow_unsigned_id()
+                .with_tolerance(Duration::from_secs(60))
+        }
+    }
+}
+
 /// A preset by name — `standard` (or `svix`), `stripe`, `github`, `slack`, `shopify`,
 /// `discord`, `sendgrid`, `paddle`, `zoom`, `meta`, `intercom`, `twitch`, `twilio`,
-/// `square`, `hubspot` — for
+/// `square`, `hubspot`, `linear` — for
 /// configuration read from the environment.
 ///
 /// ```
@@ -351,12 +372,13 @@ impl FromStr for Scheme {
             "twilio" => Ok(Self::twilio()),
             "square" => Ok(Self::square()),
             "hubspot" => Ok(Self::hubspot()),
+            "linear" => Ok(Self::linear()),
             _ => Err(ConfigError::new(
                 ConfigErrorKind::InvalidValue,
                 format!(
                     "unknown scheme {name:?}: use standard, stripe, github, slack, shopify, \
-                     discord, sendgrid, paddle, zoom, meta, intercom, twitch, twilio, square \
-                     or hubspot"
+                     discord, sendgrid, paddle, zoom, meta, intercom, twitch, twilio, square, \
+                     hubspot or linear"
                 ),
             )),
         }
