@@ -118,6 +118,11 @@ pub enum ErrorKind {
     /// The verifier lacks what the scheme needs, such as the public URL a URL-signing
     /// scheme signs (500): a deployment error, not the sender's.
     Misconfigured,
+    /// The tenant the request names is missing, malformed or unknown to the secret
+    /// source (400).
+    UnknownTenant,
+    /// The tenant's secrets could not be read now (503, so the provider retries).
+    SecretsUnavailable,
 }
 
 impl VerifyError {
@@ -138,6 +143,7 @@ impl VerifyError {
                 | ErrorKind::BodyRead
                 | ErrorKind::BodyTimeout
                 | ErrorKind::Misconfigured
+                | ErrorKind::SecretsUnavailable
         );
         self
     }
@@ -161,6 +167,7 @@ impl VerifyError {
             ErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorKind::Misconfigured => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorKind::SecretsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::BAD_REQUEST,
         }
     }
@@ -178,6 +185,8 @@ impl VerifyError {
             ErrorKind::BodyRead => "could not read body",
             ErrorKind::BodyTimeout => "body not received in time",
             ErrorKind::Misconfigured => "webhook endpoint misconfigured",
+            ErrorKind::UnknownTenant => "unknown webhook tenant",
+            ErrorKind::SecretsUnavailable => "webhook secrets unavailable",
         }
     }
 }

@@ -232,6 +232,33 @@ impl fmt::Debug for Event {
     }
 }
 
+/// A top-level string field of a JSON object body; `None` when the body is not an
+/// object or the field is absent or not a string.
+pub(crate) fn string_field(body: &[u8], field: &str) -> Option<String> {
+    struct Find<'f>(&'f str);
+    impl<'de> Visitor<'de> for Find<'_> {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+            let mut found = None;
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if key == self.0 {
+                    found = map.next_value::<Scalar>()?.into_string();
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(found)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    de::Deserializer::deserialize_map(&mut de, Find(field))
+        .ok()
+        .flatten()
+}
+
 /// A top-level number of a JSON object body, whole or with a fraction (floored); `None`
 /// when the body is not an object or the field is absent or not a number.
 pub(crate) fn number_field(body: &[u8], field: &str) -> Option<i64> {

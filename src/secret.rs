@@ -46,6 +46,19 @@ impl Secrets {
         })
     }
 
+    /// No keys at all: the prototype of per-tenant verifiers, which only checks headers.
+    pub(crate) fn none(scheme: Arc<Scheme>) -> Self {
+        Self {
+            keys: Arc::new(RwLock::new(Arc::from([]))),
+            scheme,
+        }
+    }
+
+    /// A new, unshared list for the same scheme.
+    pub(crate) fn derive<S: AsRef<str>>(&self, secrets: &[S]) -> Result<Self, ConfigError> {
+        Self::new(self.scheme.clone(), secrets)
+    }
+
     /// Replaces the whole list atomically; requests already being verified finish with the
     /// old list.
     ///

@@ -58,59 +58,43 @@ impl Verifier {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let template = &scheme.template;
-        if template.uses(&Part::Id) && !matches!(scheme.id, IdSource::Header(_)) {
-            return Err(ConfigError::new(
-                ConfigErrorKind::InvalidTemplate,
-                "the signed content has {id}, but the scheme reads no id header",
-            ));
-        }
-        if template.uses(&Part::Timestamp) && scheme.timestamp.is_none() {
-            return Err(ConfigError::new(
-                ConfigErrorKind::InvalidTemplate,
-                "the signed content has {timestamp}, but the scheme reads no timestamp",
-            ));
-        }
-        // A header the signature does not cover proves nothing: say so at build time.
-        if matches!(scheme.id, IdSource::Header(_))
-            && !template.uses(&Part::Id)
-            && !scheme.unsigned_id
-        {
-            return Err(ConfigError::new(
-                ConfigErrorKind::InvalidTemplate,
-                "the scheme reads an id header the signed content does not cover (anyone can \
-                 resend a delivery under a new id): add {id} to the signed content, or call \
-                 Scheme::allow_unsigned_id() to deduplicate on the signed content instead",
-            ));
-        }
-        if matches!(scheme.timestamp, Some(TimestampSource::Header(..)))
-            && !template.uses(&Part::Timestamp)
-            && !scheme.unsigned_timestamp
-        {
-            return Err(ConfigError::new(
-                ConfigErrorKind::InvalidTemplate,
-                "the scheme reads a timestamp header the signed content does not cover (a \
-                 replay would carry a fresh one): add {timestamp} to the signed content, or \
-                 call Scheme::allow_unsigned_timestamp()",
-            ));
-        }
+        let scheme = Arc::new(check_scheme(scheme)?);
+        let secrets = Secrets::new(scheme.clone(), secrets)?;
+        Ok(Self::from_parts(scheme, secrets))
+    }
+
+    /// A verifier without secrets, for a scheme that passes the build-time checks: the
+    /// prototype of per-tenant verifiers (its headers can be checked; nothing verifies).
+    pub(crate) fn without_secrets(scheme: Scheme) -> Result<Self, ConfigError> {
+        let scheme = Arc::new(check_scheme(scheme)?);
+        Ok(Self::from_parts(scheme.clone(), Secrets::none(scheme)))
+    }
+
+    /// This verifier with another, unshared secret list (a tenant's).
+    pub(crate) fn with_secret_list(&self, secrets: &[String]) -> Result<Self, ConfigError> {
+        Ok(Self {
+            secrets: self.secrets.derive(secrets)?,
+            ..self.clone()
+        })
+    }
+
+    fn from_parts(scheme: Arc<Scheme>, secrets: Secrets) -> Self {
         let tolerance = scheme
             .tolerance
             .map_or_else(Tolerance::default, |t| Tolerance { past: t, future: t });
-        let scheme = Arc::new(scheme);
-        let secrets = Secrets::new(scheme.clone(), secrets)?;
-        Ok(Self {
+        Self {
             source: Arc::from(scheme.name()),
             scheme,
             secrets,
             tolerance,
             clock: timestamp::system_clock(),
             public_url: None,
-        })
+        }
     }
 
     /// Replaces both tolerances: how far a signed timestamp may lie in the past and in
-    /// the future (default 300 s each, or the scheme's own: Twitch 10 min, Linear 1 min). Exactly the tolerance is accepted.
+    /// the future (default 300 s each, or the scheme's own: Twitch 10 min, Linear 1 min).
+    /// Exactly the tolerance is accepted.
     #[must_use]
     pub fn with_tolerance(mut self, tolerance: Duration) -> Self {
         self.tolerance = Tolerance {
@@ -396,6 +380,45 @@ impl Verifier {
             event_type,
         })
     }
+}
+
+/// The build-time checks of a scheme (see [`Verifier::new`]).
+fn check_scheme(scheme: Scheme) -> Result<Scheme, ConfigError> {
+    let template = &scheme.template;
+    if template.uses(&Part::Id) && !matches!(scheme.id, IdSource::Header(_)) {
+        return Err(ConfigError::new(
+            ConfigErrorKind::InvalidTemplate,
+            "the signed content has {id}, but the scheme reads no id header",
+        ));
+    }
+    if template.uses(&Part::Timestamp) && scheme.timestamp.is_none() {
+        return Err(ConfigError::new(
+            ConfigErrorKind::InvalidTemplate,
+            "the signed content has {timestamp}, but the scheme reads no timestamp",
+        ));
+    }
+    // A header the signature does not cover proves nothing: say so at build time.
+    if matches!(scheme.id, IdSource::Header(_)) && !template.uses(&Part::Id) && !scheme.unsigned_id
+    {
+        return Err(ConfigError::new(
+            ConfigErrorKind::InvalidTemplate,
+            "the scheme reads an id header the signed content does not cover (anyone can \
+                 resend a delivery under a new id): add {id} to the signed content, or call \
+                 Scheme::allow_unsigned_id() to deduplicate on the signed content instead",
+        ));
+    }
+    if matches!(scheme.timestamp, Some(TimestampSource::Header(..)))
+        && !template.uses(&Part::Timestamp)
+        && !scheme.unsigned_timestamp
+    {
+        return Err(ConfigError::new(
+            ConfigErrorKind::InvalidTemplate,
+            "the scheme reads a timestamp header the signed content does not cover (a \
+                 replay would carry a fresh one): add {timestamp} to the signed content, or \
+                 call Scheme::allow_unsigned_timestamp()",
+        ));
+    }
+    Ok(scheme)
 }
 
 /// A delivery's headers, checked: what [`Verifier::check_headers`] read from them.

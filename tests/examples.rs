@@ -758,6 +758,25 @@ async fn demo_on_postgres_holds_exactly_once() {
 /// The guide's shop: the example checks its own rules and fails when one breaks; here its
 /// table is read too.
 #[tokio::test]
+async fn tenants_example_verifies_each_tenant_with_its_own_secret_from_sqlite() {
+    let output = Command::new(example_binary("tenants"))
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("handler ran: stripe/acme evt_1, stripe/globex evt_1, stripe/acme evt_4"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("whsec_"), "no secret printed: {stdout}");
+}
+
+#[tokio::test]
 async fn orders_example_fulfils_once_closes_cancelled_and_ignores_test_mode() {
     let output = Command::new(example_binary("orders"))
         .output()

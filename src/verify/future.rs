@@ -16,8 +16,12 @@ use super::layer::Config;
 use super::response::reject;
 use crate::body::ResponseBody;
 use crate::error::{ErrorKind, VerifyError};
+use crate::Verifier;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A tenant's verifier, being looked up.
+type LookupFuture = Pin<Box<dyn Future<Output = Result<Verifier, VerifyError>> + Send>>;
 
 pin_project! {
     /// Response future of [`VerifyWebhook`](super::VerifyWebhook): collects the body under
@@ -50,6 +54,10 @@ pin_project! {
             timeout: tokio::time::Sleep,
             parts: Option<request::Parts>,
             inner: Option<S>,
+        },
+        Lookup {
+            future: LookupFuture,
+            delivery: Option<(request::Parts, Bytes, S)>,
         },
         Ready {
             inner: S,
@@ -151,30 +159,44 @@ where
                     };
                     let parts = parts.take().expect("polled after completion");
                     let inner = inner.take().expect("polled after completion");
-                    // `Bytes` clones share one buffer: the event and the body are the same bytes.
-                    let verified = this.config.verifier.verify_request(
-                        &parts.method,
-                        &parts.uri,
-                        &parts.headers,
-                        bytes.clone(),
-                    );
-                    match verified {
-                        Ok(event) => {
-                            // A set-up handshake is the layer's to answer, not the handler's.
-                            if let Some(answer) =
-                                handshake::after(this.config, &event, &parts.headers)
-                            {
-                                return Poll::Ready(Ok(answer.map(ResponseBody::fixed)));
-                            }
-                            let mut request = Request::from_parts(parts, Full::new(bytes));
-                            request.extensions_mut().insert(event);
-                            let request = Some(request);
-                            self.as_mut()
-                                .project()
-                                .state
-                                .set(State::Ready { inner, request });
+                    let next = match &this.config.tenants {
+                        None => verify(&this.config.verifier, parts, bytes, inner),
+                        Some(tenants) => {
+                            let tenant = tenants.from().read(&parts.uri, &parts.headers, &bytes);
+                            let Some(tenant) = tenant else {
+                                let error = VerifyError::new(
+                                    ErrorKind::UnknownTenant,
+                                    "the request names no tenant",
+                                );
+                                return Poll::Ready(Ok(reject(this.config, error)));
+                            };
+                            let future = tenants.verifier(tenant);
+                            Next::State(Box::new(State::Lookup {
+                                future,
+                                delivery: Some((parts, bytes, inner)),
+                            }))
                         }
+                    };
+                    match next {
+                        Next::State(state) => self.as_mut().project().state.set(*state),
+                        Next::Answer(answer) => {
+                            return Poll::Ready(Ok(answer.map(ResponseBody::fixed)))
+                        }
+                        Next::Reject(error) => return Poll::Ready(Ok(reject(this.config, error))),
+                    }
+                }
+                StateProj::Lookup { future, delivery } => {
+                    let verifier = match ready!(future.as_mut().poll(cx)) {
+                        Ok(verifier) => verifier,
                         Err(error) => return Poll::Ready(Ok(reject(this.config, error))),
+                    };
+                    let (parts, bytes, inner) = delivery.take().expect("polled after completion");
+                    match verify(&verifier, parts, bytes, inner) {
+                        Next::State(state) => self.as_mut().project().state.set(*state),
+                        Next::Answer(answer) => {
+                            return Poll::Ready(Ok(answer.map(ResponseBody::fixed)))
+                        }
+                        Next::Reject(error) => return Poll::Ready(Ok(reject(this.config, error))),
                     }
                 }
                 StateProj::Ready { inner, request } => {
@@ -196,5 +218,45 @@ where
                 }
             }
         }
+    }
+}
+
+/// What follows a collected body.
+enum Next<S, B>
+where
+    S: Service<Request<Full<Bytes>>>,
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    State(Box<State<S, B>>),
+    Answer(Response<Bytes>),
+    Reject(VerifyError),
+}
+
+/// Verifies a collected delivery: a handshake to answer, a rejection, or the request to
+/// hand on once the inner service is ready.
+fn verify<S, B>(verifier: &Verifier, parts: request::Parts, bytes: Bytes, inner: S) -> Next<S, B>
+where
+    S: Service<Request<Full<Bytes>>>,
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    // `Bytes` clones share one buffer: the event and the body are the same bytes.
+    let verified =
+        verifier.verify_request(&parts.method, &parts.uri, &parts.headers, bytes.clone());
+    match verified {
+        Ok(event) => {
+            // A set-up handshake is the layer's to answer, not the handler's.
+            if let Some(answer) = handshake::after(verifier, &event, &parts.headers) {
+                return Next::Answer(answer);
+            }
+            let mut request = Request::from_parts(parts, Full::new(bytes));
+            request.extensions_mut().insert(event);
+            Next::State(Box::new(State::Ready {
+                inner,
+                request: Some(request),
+            }))
+        }
+        Err(error) => Next::Reject(error),
     }
 }

@@ -20,7 +20,7 @@ use subtle::ConstantTimeEq;
 
 use super::layer::Config;
 use crate::scheme::Handshake;
-use crate::Event;
+use crate::{Event, Verifier};
 
 /// The unsigned handshakes, answered before any check of the request (Meta's GET).
 pub(super) fn before(config: &Config, method: &Method, uri: &Uri) -> Option<Response<Bytes>> {
@@ -51,11 +51,11 @@ pub(super) fn before(config: &Config, method: &Method, uri: &Uri) -> Option<Resp
 
 /// The signed handshakes, answered once the delivery verified.
 pub(super) fn after(
-    config: &Config,
+    verifier: &Verifier,
     event: &Event,
     headers: &HeaderMap,
 ) -> Option<Response<Bytes>> {
-    match config.verifier.scheme().handshake? {
+    match verifier.scheme().handshake? {
         Handshake::Slack if event.event_type() == Some("url_verification") => {
             let Challenge { challenge } = event.json().ok()?;
             Some(text(StatusCode::OK, challenge))
@@ -82,9 +82,8 @@ pub(super) fn after(
                 plain_token: String,
             }
             let Validation { payload } = event.json().ok()?;
-            let encrypted = config
-                .verifier
-                .mac_hex(event.secret_index(), payload.plain_token.as_bytes())?;
+            let encrypted =
+                verifier.mac_hex(event.secret_index(), payload.plain_token.as_bytes())?;
             let body = serde_json::json!({
                 "plainToken": payload.plain_token,
                 "encryptedToken": encrypted,

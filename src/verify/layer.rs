@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http::Response;
 use tower_layer::Layer;
 
-use super::VerifyWebhook;
+use super::{Tenants, VerifyWebhook};
 use crate::{Secrets, Verifier, VerifyError};
 
 pub(crate) type RejectFn = dyn Fn(&VerifyError) -> Response<Bytes> + Send + Sync;
@@ -18,6 +18,8 @@ pub(crate) struct Config {
     pub(crate) rejection: Option<Arc<RejectFn>>,
     /// Meta's verify token, for its `GET ?hub.challenge` handshake.
     pub(crate) verify_token: Option<Arc<str>>,
+    /// A secret per tenant: `verifier` is then their prototype, which checks headers only.
+    pub(crate) tenants: Option<Tenants>,
 }
 
 /// Applies [`VerifyWebhook`] to a service. See the [module docs](crate::verify).
@@ -41,8 +43,17 @@ impl VerifyWebhookLayer {
                 body_timeout: Duration::from_secs(10),
                 rejection: None,
                 verify_token: None,
+                tenants: None,
             }),
         }
+    }
+
+    /// A layer that verifies each tenant's deliveries with that tenant's secrets: see
+    /// [`Tenants`].
+    pub fn per_tenant(tenants: Tenants) -> Self {
+        let mut layer = Self::new(tenants.prototype().clone());
+        Arc::make_mut(&mut layer.config).tenants = Some(tenants);
+        layer
     }
 
     /// Sets the verify token Meta's `GET ?hub.mode=subscribe&hub.verify_token=…` handshake
@@ -120,6 +131,7 @@ impl std::fmt::Debug for VerifyWebhookLayer {
                 "verify_token",
                 &self.config.verify_token.as_ref().map(|_| "<redacted>"),
             )
+            .field("tenants", &self.config.tenants)
             .finish()
     }
 }

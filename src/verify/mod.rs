@@ -75,8 +75,10 @@ mod handshake;
 mod layer;
 mod response;
 mod service;
+mod tenant;
 
 pub use self::future::ResponseFuture;
 pub use self::layer::VerifyWebhookLayer;
 pub use self::service::VerifyWebhook;
+pub use self::tenant::{SecretSource, SecretsFuture, TenantFrom, Tenants};
 pub use crate::body::ResponseBody;

@@ -84,6 +84,16 @@ where
         if let Err(error) = self.config.verifier.check_headers(req.headers()) {
             return ResponseFuture::reject(error, self.config.clone());
         }
+        // A tenant named where the body is not needed: refused before it is read.
+        if let Some(tenants) = &self.config.tenants {
+            let from = tenants.from();
+            if !from.needs_body() && from.read(req.uri(), req.headers(), &[]).is_none() {
+                return ResponseFuture::reject(
+                    VerifyError::new(ErrorKind::UnknownTenant, "the request names no tenant"),
+                    self.config.clone(),
+                );
+            }
+        }
         // A clone, polled ready in the future once the delivery is verified.
         let inner = self.inner.clone();
         let (parts, body) = req.into_parts();

@@ -1,0 +1,295 @@
+//! A secret per tenant: one endpoint for many accounts (Stripe Connect platforms,
+//! per-customer endpoints), each verified with its own secrets, looked up as deliveries
+//! arrive and cached for a while.
+//!
+//! The tenant is read from the request — a path segment, a header, or a top-level field
+//! of the body (Stripe Connect's `account`) — and becomes part of the event's
+//! [`source`](crate::Event::source) (`stripe/acct_1`), so deduplication keys never mix
+//! tenants. Its secrets come from a [`SecretSource`]: an async lookup, a database query
+//! typically, whose answer is cached for a TTL (60 s by default), so a tenant rotating its
+//! secret is picked up within the TTL, or at once with [`Tenants::invalidate`].
+//!
+//! | the request | response |
+//! |---|---|
+//! | no tenant where the tenant is read | 400 |
+//! | a tenant the source does not know | 400 (cached like an answer: random names do not reach the source each time) |
+//! | the source fails | 503, so the provider retries |
+//! | otherwise | as for one verifier |
+//!
+//! # Security
+//!
+//! A tenant read from the body is read before the body is verified: it only chooses
+//! whose secrets to verify with, and the delivery still has to verify under them.
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use tower_webhook::verify::{TenantFrom, Tenants};
+//! use tower_webhook::{Scheme, VerifyWebhookLayer};
+//!
+//! // In a real receiver, a query on the tenants table.
+//! let table = HashMap::from([("acme".to_owned(), vec!["whsec_acme_secret_0001".to_owned()])]);
+//! let tenants = Tenants::new(Scheme::stripe(), TenantFrom::path_segment(1), move |tenant: String| {
+//!     let secrets = table.get(&tenant).cloned();
+//!     async move { Ok::<_, std::convert::Infallible>(secrets) }
+//! })?;
+//! // `/webhooks/acme` is verified with acme's secrets, its events' source is `stripe/acme`.
+//! let layer = VerifyWebhookLayer::per_tenant(tenants);
+//! # Ok::<(), tower_webhook::ConfigError>(())
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, Uri};
+use tokio::time::Instant;
+
+use crate::error::{ErrorKind, VerifyError};
+use crate::{ConfigError, Scheme, Verifier};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The future a [`SecretSource`] returns.
+pub type SecretsFuture =
+    Pin<Box<dyn Future<Output = Result<Option<Vec<String>>, BoxError>> + Send>>;
+
+/// Where tenants' secrets come from: `Ok(Some(list))` with the current secret first,
+/// `Ok(None)` for a tenant it does not know, `Err` when it cannot answer now.
+///
+/// Implemented for closures `Fn(String) -> impl Future<Output = Result<Option<Vec<String>>, E>>`.
+pub trait SecretSource: Send + Sync + 'static {
+    /// The secrets of `tenant`.
+    fn secrets(&self, tenant: String) -> SecretsFuture;
+}
+
+impl<F, Fut, E> SecretSource for F
+where
+    F: Fn(String) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Option<Vec<String>>, E>> + Send + 'static,
+    E: Into<BoxError>,
+{
+    fn secrets(&self, tenant: String) -> SecretsFuture {
+        let future = self(tenant);
+        Box::pin(async move { future.await.map_err(Into::into) })
+    }
+}
+
+/// Where a delivery names its tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantFrom(From);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum From {
+    PathSegment(usize),
+    Header(HeaderName),
+    BodyField(&'static str),
+}
+
+impl TenantFrom {
+    /// The `index`th segment of the request's path, from 0: `/webhooks/{tenant}` is 1.
+    #[must_use]
+    pub fn path_segment(index: usize) -> Self {
+        Self(From::PathSegment(index))
+    }
+
+    /// A request header.
+    #[must_use]
+    pub fn header(name: HeaderName) -> Self {
+        Self(From::Header(name))
+    }
+
+    /// A top-level string field of the JSON body, such as Stripe Connect's `account`.
+    #[must_use]
+    pub fn body_field(field: &'static str) -> Self {
+        Self(From::BodyField(field))
+    }
+
+    /// Whether the tenant can only be known once the body is read.
+    pub(crate) fn needs_body(&self) -> bool {
+        matches!(self.0, From::BodyField(_))
+    }
+
+    /// The tenant this request names, if it names a valid one.
+    pub(crate) fn read(&self, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Option<String> {
+        let tenant = match &self.0 {
+            From::PathSegment(i) => uri
+                .path()
+                .split('/')
+                .filter(|s| !s.is_empty())
+                .nth(*i)?
+                .to_owned(),
+            From::Header(name) => headers.get(name)?.to_str().ok()?.to_owned(),
+            From::BodyField(field) => crate::event::string_field(body, field)?,
+        };
+        // A name, not a payload: bounded, visible ASCII without `/` (it joins the source).
+        let valid = !tenant.is_empty()
+            && tenant.len() <= 128
+            && tenant.bytes().all(|b| b.is_ascii_graphic() && b != b'/');
+        valid.then_some(tenant)
+    }
+}
+
+/// Per-tenant verifiers, built from a [`SecretSource`] and cached. See the
+/// [module docs](self). Cloning shares the cache.
+#[derive(Clone)]
+pub struct Tenants {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Every tenant's verifier is this one with the tenant's secrets and source.
+    prototype: Verifier,
+    from: TenantFrom,
+    source: Box<dyn SecretSource>,
+    ttl: Duration,
+    cache: Mutex<HashMap<String, Cached>>,
+}
+
+#[derive(Clone)]
+struct Cached {
+    /// `None`: the source does not know this tenant.
+    verifier: Option<Verifier>,
+    until: Instant,
+}
+
+/// At most this many tenants are cached; past it, expired entries go, then all.
+const MAX_CACHED: usize = 10_000;
+
+impl Tenants {
+    /// Tenants of `scheme`, named by `from`, with secrets from `source`, cached for 60 s.
+    ///
+    /// # Errors
+    ///
+    /// When the scheme fails the checks of [`Verifier::new`].
+    pub fn new(
+        scheme: Scheme,
+        from: TenantFrom,
+        source: impl SecretSource,
+    ) -> Result<Self, ConfigError> {
+        Ok(Self {
+            inner: Arc::new(Inner {
+                prototype: Verifier::without_secrets(scheme)?,
+                from,
+                source: Box::new(source),
+                ttl: Duration::from_secs(60),
+                cache: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Replaces how long a tenant's secrets (or its absence) are cached (default 60 s).
+    #[must_use]
+    pub fn with_ttl(self, ttl: Duration) -> Self {
+        self.map(|inner| inner.ttl = ttl)
+    }
+
+    /// Applies `f` to the verifier every tenant's is built from: its tolerance, clock or
+    /// public URL (`|v| v.with_tolerance(…)`).
+    #[must_use]
+    pub fn with_verifier(self, f: impl FnOnce(Verifier) -> Verifier) -> Self {
+        self.map(|inner| inner.prototype = f(inner.prototype.clone()))
+    }
+
+    fn map(mut self, f: impl FnOnce(&mut Inner)) -> Self {
+        f(Arc::get_mut(&mut self.inner).expect("configured before it is shared"));
+        self
+    }
+
+    /// Forgets what is cached for `tenant`: its next delivery asks the source again
+    /// (after a rotation, say).
+    pub fn invalidate(&self, tenant: &str) {
+        self.inner
+            .cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(tenant);
+    }
+
+    pub(crate) fn prototype(&self) -> &Verifier {
+        &self.inner.prototype
+    }
+
+    pub(crate) fn from(&self) -> &TenantFrom {
+        &self.inner.from
+    }
+
+    /// The verifier of `tenant`: cached, or built from the source's answer.
+    pub(crate) fn verifier(
+        &self,
+        tenant: String,
+    ) -> Pin<Box<dyn Future<Output = Result<Verifier, VerifyError>> + Send>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let now = Instant::now();
+            let cached = this.cache().get(&tenant).filter(|c| c.until > now).cloned();
+            let verifier = match cached {
+                Some(cached) => cached.verifier,
+                None => {
+                    let answer = this.inner.source.secrets(tenant.clone()).await;
+                    let verifier = match answer {
+                        Ok(Some(secrets)) => Some(this.build(&tenant, &secrets)?),
+                        Ok(None) => None,
+                        Err(_error) => {
+                            #[cfg(feature = "tracing")]
+                            tracing::error!(target: "tower_webhook", "tenant secrets unavailable: {_error}");
+                            return Err(VerifyError::new(
+                                ErrorKind::SecretsUnavailable,
+                                "the tenant's secrets could not be read",
+                            ));
+                        }
+                    };
+                    this.store(tenant, verifier.clone(), now);
+                    verifier
+                }
+            };
+            verifier.ok_or(VerifyError::new(
+                ErrorKind::UnknownTenant,
+                "no secrets for this tenant",
+            ))
+        })
+    }
+
+    fn build(&self, tenant: &str, secrets: &[String]) -> Result<Verifier, VerifyError> {
+        let source = format!("{}/{tenant}", self.inner.prototype.source());
+        self.inner
+            .prototype
+            .with_secret_list(secrets)
+            .map(|v| v.with_source(source))
+            .map_err(|_: ConfigError| {
+                // The source's data is wrong, not the sender: say so without the secret.
+                #[cfg(feature = "tracing")]
+                tracing::error!(target: "tower_webhook", tenant, "a tenant's secrets do not decode");
+                VerifyError::new(ErrorKind::Misconfigured, "a tenant's secrets do not decode")
+            })
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
+        self.inner.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn store(&self, tenant: String, verifier: Option<Verifier>, now: Instant) {
+        let mut cache = self.cache();
+        if cache.len() >= MAX_CACHED {
+            cache.retain(|_, c| c.until > now);
+            if cache.len() >= MAX_CACHED {
+                cache.clear();
+            }
+        }
+        let until = now + self.inner.ttl;
+        cache.insert(tenant, Cached { verifier, until });
+    }
+}
+
+impl fmt::Debug for Tenants {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tenants")
+            .field("scheme", &self.inner.prototype.scheme().name())
+            .field("from", &self.inner.from)
+            .field("ttl", &self.inner.ttl)
+            .field("cached", &self.cache().len())
+            .finish_non_exhaustive()
+    }
+}
