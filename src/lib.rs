@@ -8,14 +8,16 @@
 //!
 //! The request path, in the order a request meets it:
 //!
-//! - [`verify`]: the layer — buffer under a limit, verify, insert the [`Event`];
+//! - [`verify`]: the layer — answer set-up handshakes, buffer under a limit, verify (with
+//!   one key list, or each tenant's), insert the [`Event`];
 //! - [`filter`]: acknowledge event types you do not handle, and test-mode events on a
 //!   live endpoint, without calling the handler;
 //! - [`dedupe`]: the layer — claim `(source, id)` in a [`store`], let each event through once;
 //! - [`Verifier`]: the check itself, usable without HTTP;
-//! - [`scheme`]: what each provider signs and how (Standard Webhooks, Stripe, GitHub,
-//!   Slack, Shopify, or your own HMAC scheme), and signing for tests;
-//! - [`Secrets`]: keyed HMAC states, replaceable at runtime;
+//! - [`scheme`]: what each provider signs and how, with which key (sixteen presets, or
+//!   your own scheme), and signing for tests;
+//! - [`PublicUrl`]: the URL a provider signs (Twilio, Square, HubSpot);
+//! - [`Secrets`]: keyed HMAC states and public keys, replaceable at runtime;
 //! - `inbox` (features `sqlite`/`postgres`): or store the event, answer 204 at once, and
 //!   process it in a worker with retries;
 //! - [`Event`]: what the handler receives (an axum extractor with the `axum` feature);

@@ -1,17 +1,4 @@
-//! [`PublicUrl`]: the URL a provider signs, for the schemes that sign it (Twilio, Square,
-//! HubSpot).
-//!
-//! The provider signs the URL it was configured with, not the one the server sees behind a
-//! TLS terminator or a proxy that rewrites the host, scheme or path. So the verifier is told
-//! that URL; trusting the `X-Forwarded-*` headers instead is an explicit choice
-//! ([`PublicUrl::from_forwarded_headers`]), for a proxy that sets them and strips them from
-//! clients.
-//!
-//! # Security
-//!
-//! The URL is what keeps a delivery signed for one endpoint from being replayed to
-//! another that shares the secret (a Twilio auth token covers the whole account). A URL
-//! taken from the request's own `Host` would let the sender choose it.
+//! The URL a provider signs: see [`PublicUrl`].
 
 use std::fmt;
 
@@ -19,7 +6,19 @@ use http::{HeaderMap, Uri};
 
 use crate::error::{ConfigError, ConfigErrorKind};
 
-/// The URL a provider was configured to send to. See the [module docs](self).
+/// The URL a provider signs, for the schemes that sign it (Twilio, Square, HubSpot).
+///
+/// The provider signs the URL it was configured with, not the one the server sees behind a
+/// TLS terminator or a proxy that rewrites the host, scheme or path. So the verifier is told
+/// that URL; trusting the `X-Forwarded-*` headers instead is an explicit choice
+/// ([`PublicUrl::from_forwarded_headers`]), for a proxy that sets them and strips them from
+/// clients.
+///
+/// # Security
+///
+/// The URL is what keeps a delivery signed for one endpoint from being replayed to
+/// another that shares the secret (a Twilio auth token covers the whole account). A URL
+/// taken from the request's own `Host` would let the sender choose it.
 ///
 /// ```
 /// use tower_webhook::{PublicUrl, Scheme, Verifier};

@@ -1,18 +1,33 @@
 //! Signature schemes: where a provider puts the signature, timestamp and id, which bytes
-//! it signs, and how it encodes the MAC.
+//! it signs, with which kind of key, and how it encodes the signature.
 //!
-//! Every scheme here is HMAC-SHA256 described by the same handful of settings, so the
-//! presets ([`Scheme::standard`], [`Scheme::stripe`], [`Scheme::github`],
-//! [`Scheme::slack`], [`Scheme::shopify`]) and a provider of your own
-//! ([`Scheme::hmac`]) all run through one verifier:
+//! Every scheme is described by the same handful of settings, so the presets and a
+//! provider of your own ([`Scheme::hmac`], then `with_*`) all run through one verifier. A
+//! key is a shared secret (HMAC-SHA1, -SHA256, -SHA512) or a public key (Ed25519, ECDSA
+//! P-256), in the provider's own format; a signature header may carry several kinds at
+//! once (Standard Webhooks' `v1,` and `v1a,`), each tried only against keys of its kind.
 //!
 //! | preset | signature header | signed bytes | key | event id |
 //! |---|---|---|---|---|
-//! | `standard` | `webhook-signature` (`svix-signature`): `v1,<base64>` entries, space-separated | `{id}.{timestamp}.{body}` | base64 after `whsec_` | `webhook-id` |
-//! | `stripe` | `Stripe-Signature: t=…,v1=<hex>,…` (all `v1` count, `v0` ignored) | `{timestamp}.{body}` | the secret string's bytes | body `id` |
-//! | `github` | `X-Hub-Signature-256: sha256=<hex>` | `{body}` | the secret string's bytes | `X-GitHub-Delivery` |
-//! | `slack` | `X-Slack-Signature: v0=<hex>` | `v0:{timestamp}:{body}` | the secret string's bytes | body `event_id` |
-//! | `shopify` | `X-Shopify-Hmac-Sha256: <base64>` | `{body}` | the secret string's bytes | `X-Shopify-Webhook-Id` |
+//! | [`standard`](Scheme::standard) | `webhook-signature` (`svix-signature`): `v1,<base64>` / `v1a,<base64>` entries | `{id}.{timestamp}.{body}` | `whsec_` secret / `whpk_` Ed25519 key | `webhook-id` |
+//! | [`stripe`](Scheme::stripe) | `Stripe-Signature: t=…,v1=<hex>,…` (all `v1` count) | `{timestamp}.{body}` | the secret string's bytes | body `id` |
+//! | [`github`](Scheme::github) | `X-Hub-Signature-256: sha256=<hex>` | `{body}` | the secret string's bytes | digest |
+//! | [`slack`](Scheme::slack) | `X-Slack-Signature: v0=<hex>` | `v0:{timestamp}:{body}` | the secret string's bytes | body `event_id` |
+//! | [`shopify`](Scheme::shopify) | `X-Shopify-Hmac-Sha256: <base64>` | `{body}` | the secret string's bytes | digest |
+//! | [`discord`](Scheme::discord) | `X-Signature-Ed25519: <hex>` | `{timestamp}{body}` | Ed25519 public key, hex | body `id` |
+//! | [`sendgrid`](Scheme::sendgrid) | `X-Twilio-Email-Event-Webhook-Signature: <base64 DER>` | `{timestamp}{body}` | P-256 public key, base64 DER | digest |
+//! | [`paddle`](Scheme::paddle) | `Paddle-Signature: ts=…;h1=<hex>` | `{timestamp}:{body}` | the secret string's bytes | body `event_id` |
+//! | [`zoom`](Scheme::zoom) | `x-zm-signature: v0=<hex>` | `v0:{timestamp}:{body}` | the secret token's bytes | digest |
+//! | [`meta`](Scheme::meta) | `X-Hub-Signature-256: sha256=<hex>` | `{body}` | the app secret's bytes | digest |
+//! | [`intercom`](Scheme::intercom) | `X-Hub-Signature: sha1=<hex>` (HMAC-SHA1) | `{body}` | the client secret's bytes | body `id` |
+//! | [`twitch`](Scheme::twitch) | `Twitch-Eventsub-Message-Signature: sha256=<hex>` | `{id}{timestamp}{body}` | the secret's bytes | `Twitch-Eventsub-Message-Id` |
+//! | [`twilio`](Scheme::twilio) | `X-Twilio-Signature: <base64>` (HMAC-SHA1) | `{url}` + sorted form fields | the auth token's bytes | digest |
+//! | [`square`](Scheme::square) | `x-square-hmacsha256-signature: <base64>` | `{url}{body}` | the key's bytes | body `event_id` |
+//! | [`hubspot`](Scheme::hubspot) | `X-HubSpot-Signature-v3: <base64>` | `{method}{url}{body}{timestamp}` | the client secret's bytes | digest |
+//! | [`linear`](Scheme::linear) | `Linear-Signature: <hex>` | `{body}` (timestamp inside) | the secret's bytes | digest |
+//!
+//! "Digest": the provider signs no event id, so deliveries are deduplicated on a digest of
+//! the signed content ([`Event::dedupe_id`](crate::Event::dedupe_id)).
 //!
 //! Each scheme can also [`sign`](Scheme::sign), to build valid deliveries in tests.
 //!

@@ -21,7 +21,16 @@
 //! | no signature of the scheme's length (`v1,` alone) | 400 | no | no |
 //! | the body over the limit as it streams | 413 | up to the limit | no |
 //! | the body not received within the read timeout | 408 | until then | no |
-//! | no signature matches any secret | 400 | yes | no |
+//! | no signature matches any secret | 400 (Discord: 401) | yes | no |
+//! | a set-up handshake, signed (Slack, Zoom, Discord PING, Twitch) | the provider's expected answer | yes | no |
+//! | Meta's `GET ?hub.mode=subscribe` handshake | the challenge, or 403 without the verify token | no | no |
+//! | a URL-signing scheme without a [`PublicUrl`](crate::PublicUrl) | 500 | yes | no |
+//! | per tenant: no tenant, or one the source does not know | 400 | path/header: no | no |
+//! | per tenant: the secret source fails | 503 | yes | no |
+//!
+//! Handshakes are answered by the layer, before deduplication and the handler (see the
+//! presets' docs). [`VerifyWebhookLayer::per_tenant`] verifies each tenant's deliveries
+//! with that tenant's secrets ([`Tenants`]).
 //!
 //! Rejections are responses, never errors (an error from HTTP middleware drops the
 //! connection), and never 410 (which makes Standard Webhooks senders disable the

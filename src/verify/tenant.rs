@@ -1,41 +1,4 @@
-//! A secret per tenant: one endpoint for many accounts (Stripe Connect platforms,
-//! per-customer endpoints), each verified with its own secrets, looked up as deliveries
-//! arrive and cached for a while.
-//!
-//! The tenant is read from the request — a path segment, a header, or a top-level field
-//! of the body (Stripe Connect's `account`) — and becomes part of the event's
-//! [`source`](crate::Event::source) (`stripe/acct_1`), so deduplication keys never mix
-//! tenants. Its secrets come from a [`SecretSource`]: an async lookup, a database query
-//! typically, whose answer is cached for a TTL (60 s by default), so a tenant rotating its
-//! secret is picked up within the TTL, or at once with [`Tenants::invalidate`].
-//!
-//! | the request | response |
-//! |---|---|
-//! | no tenant where the tenant is read | 400 |
-//! | a tenant the source does not know | 400 (cached like an answer: random names do not reach the source each time) |
-//! | the source fails | 503, so the provider retries |
-//! | otherwise | as for one verifier |
-//!
-//! # Security
-//!
-//! A tenant read from the body is read before the body is verified: it only chooses
-//! whose secrets to verify with, and the delivery still has to verify under them.
-//!
-//! ```
-//! use std::collections::HashMap;
-//! use tower_webhook::verify::{TenantFrom, Tenants};
-//! use tower_webhook::{Scheme, VerifyWebhookLayer};
-//!
-//! // In a real receiver, a query on the tenants table.
-//! let table = HashMap::from([("acme".to_owned(), vec!["whsec_acme_secret_0001".to_owned()])]);
-//! let tenants = Tenants::new(Scheme::stripe(), TenantFrom::path_segment(1), move |tenant: String| {
-//!     let secrets = table.get(&tenant).cloned();
-//!     async move { Ok::<_, std::convert::Infallible>(secrets) }
-//! })?;
-//! // `/webhooks/acme` is verified with acme's secrets, its events' source is `stripe/acme`.
-//! let layer = VerifyWebhookLayer::per_tenant(tenants);
-//! # Ok::<(), tower_webhook::ConfigError>(())
-//! ```
+//! A secret per tenant: see [`Tenants`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -132,8 +95,46 @@ impl TenantFrom {
     }
 }
 
-/// Per-tenant verifiers, built from a [`SecretSource`] and cached. See the
-/// [module docs](self). Cloning shares the cache.
+/// A secret per tenant: one endpoint for many accounts (Stripe Connect platforms,
+/// per-customer endpoints), each verified with its own secrets, looked up as deliveries
+/// arrive and cached for a while.
+///
+/// The tenant is read from the request — a path segment, a header, or a top-level field
+/// of the body (Stripe Connect's `account`) — and becomes part of the event's
+/// [`source`](crate::Event::source) (`stripe/acct_1`), so deduplication keys never mix
+/// tenants. Its secrets come from a [`SecretSource`]: an async lookup, a database query
+/// typically, whose answer is cached for a TTL (60 s by default), so a tenant rotating its
+/// secret is picked up within the TTL, or at once with [`Tenants::invalidate`].
+///
+/// | the request | response |
+/// |---|---|
+/// | no tenant where the tenant is read | 400 |
+/// | a tenant the source does not know | 400 (cached like an answer: random names do not reach the source each time) |
+/// | the source fails | 503, so the provider retries |
+/// | otherwise | as for one verifier |
+///
+/// # Security
+///
+/// A tenant read from the body is read before the body is verified: it only chooses
+/// whose secrets to verify with, and the delivery still has to verify under them.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use tower_webhook::verify::{TenantFrom, Tenants};
+/// use tower_webhook::{Scheme, VerifyWebhookLayer};
+///
+/// // In a real receiver, a query on the tenants table.
+/// let table = HashMap::from([("acme".to_owned(), vec!["whsec_acme_secret_0001".to_owned()])]);
+/// let tenants = Tenants::new(Scheme::stripe(), TenantFrom::path_segment(1), move |tenant: String| {
+///     let secrets = table.get(&tenant).cloned();
+///     async move { Ok::<_, std::convert::Infallible>(secrets) }
+/// })?;
+/// // `/webhooks/acme` is verified with acme's secrets, its events' source is `stripe/acme`.
+/// let layer = VerifyWebhookLayer::per_tenant(tenants);
+/// # Ok::<(), tower_webhook::ConfigError>(())
+/// ```
+///
+/// Cloning shares the cache.
 #[derive(Clone)]
 pub struct Tenants {
     inner: Arc<Inner>,
