@@ -185,7 +185,9 @@ impl VerifyError {
             ErrorKind::BodyRead => "could not read body",
             ErrorKind::BodyTimeout => "body not received in time",
             ErrorKind::Misconfigured => "webhook endpoint misconfigured",
-            ErrorKind::UnknownTenant => "unknown webhook tenant",
+            // The same text as a bad signature: the response does not tell which tenants
+            // exist (the kind, in the extensions, does).
+            ErrorKind::UnknownTenant => "invalid webhook signature",
             ErrorKind::SecretsUnavailable => "webhook secrets unavailable",
         }
     }

@@ -135,8 +135,10 @@ impl Event {
     /// signature covers it; otherwise — an unsigned id header (GitHub, Shopify), or no id
     /// at all (Zoom, Meta, SendGrid, Twilio) — `sha256:` and the hex SHA-256 of the signed
     /// content without its timestamp (for most schemes, the body). So a replayed body
-    /// under a fresh, unsigned id is still a duplicate, and a provider's re-signed retry
-    /// too. Two genuinely different events differ in their bodies (each provider's body
+    /// under a fresh, unsigned id is still a duplicate, and so is a provider's retry that
+    /// re-signs the same body with a new timestamp header. (A retry whose body changes —
+    /// Linear's `webhookTimestamp`, HubSpot's `attemptNumber` — is a new digest: see those
+    /// presets.) Two genuinely different events differ in their bodies (each provider's body
     /// carries its own event time or id). A body-field id missing from the body falls back
     /// to the body's digest.
     #[must_use]
@@ -243,8 +245,13 @@ pub(crate) fn string_field(body: &[u8], field: &str) -> Option<String> {
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
             let mut found = None;
+            let mut seen = false;
             while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                 if key == self.0 {
+                    // Twice the field is ambiguous (which one does the handler read?).
+                    if std::mem::replace(&mut seen, true) {
+                        return Err(de::Error::custom("duplicate field"));
+                    }
                     found = map.next_value::<Scalar>()?.into_string();
                 } else {
                     map.next_value::<IgnoredAny>()?;
@@ -254,9 +261,10 @@ pub(crate) fn string_field(body: &[u8], field: &str) -> Option<String> {
         }
     }
     let mut de = serde_json::Deserializer::from_slice(body);
-    de::Deserializer::deserialize_map(&mut de, Find(field))
-        .ok()
-        .flatten()
+    let found = de::Deserializer::deserialize_map(&mut de, Find(field)).ok()?;
+    // Trailing bytes make the body not JSON: no field.
+    de.end().ok()?;
+    found
 }
 
 /// A top-level number of a JSON object body, whole or with a fraction (floored); `None`

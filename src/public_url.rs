@@ -39,9 +39,10 @@ enum Kind {
 }
 
 impl PublicUrl {
-    /// Exactly this URL, as entered in the provider's dashboard. When it has no query
-    /// string, the request's own query is appended (Twilio adds `bodySHA256=…` to JSON
-    /// deliveries).
+    /// This URL's scheme, host and path, as entered in the provider's dashboard, with the
+    /// request's own query string (the provider signs the query it sent, and Twilio adds
+    /// `bodySHA256=…` to JSON deliveries); the configured query only when the request
+    /// has none. The request's path is not used: give each route its own verifier.
     ///
     /// # Errors
     ///
@@ -80,8 +81,11 @@ impl PublicUrl {
         let path_and_query = || uri.and_then(Uri::path_and_query).map(|p| p.as_str());
         match &self.0 {
             Kind::Exact(url) => match uri.and_then(Uri::query) {
-                Some(query) if !url.contains('?') => Some(format!("{url}?{query}")),
-                _ => Some(url.clone()),
+                Some(query) => {
+                    let base = url.split_once('?').map_or(url.as_str(), |(base, _)| base);
+                    Some(format!("{base}?{query}"))
+                }
+                None => Some(url.clone()),
             },
             Kind::Origin(origin) => Some(format!("{origin}{}", path_and_query()?)),
             Kind::Forwarded => {
@@ -163,9 +167,15 @@ mod tests {
             exact.resolve(Some(&uri), &headers).unwrap(),
             "https://example.com/hooks?bodySHA256=ab"
         );
+        // The request's query is what was signed, whatever the configured one.
         let with_query = PublicUrl::exact("https://example.com/hooks?a=1").unwrap();
         assert_eq!(
             with_query.resolve(Some(&uri), &headers).unwrap(),
+            "https://example.com/hooks?bodySHA256=ab"
+        );
+        let bare: Uri = "/hooks".parse().unwrap();
+        assert_eq!(
+            with_query.resolve(Some(&bare), &headers).unwrap(),
             "https://example.com/hooks?a=1"
         );
         let origin = PublicUrl::origin("https://example.com/prefix/").unwrap();

@@ -234,7 +234,10 @@ impl Verifier {
             .and_then(|param| template::query_param(urls.first()?, param));
         let form = match (template.uses(&Part::SortedForm), &body_sha256) {
             // A JSON delivery signs its URL only; its body is bound by `bodySHA256`.
-            (true, None) => template::sorted_form(&body),
+            (true, None) => template::sorted_form(&body).ok_or(VerifyError::new(
+                ErrorKind::InvalidSignature,
+                "too many form fields to be a genuine delivery",
+            ))?,
             _ => Vec::new(),
         };
         input.form = &form;

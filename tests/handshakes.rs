@@ -190,3 +190,23 @@ async fn github_preset_takes_25_mib_bodies_where_others_stop_at_1_mib() {
     let out = call(&shopify, post(headers, big)).await;
     assert_eq!(out.status, StatusCode::PAYLOAD_TOO_LARGE);
 }
+
+#[tokio::test]
+async fn a_twitch_challenge_replayed_without_its_type_header_is_still_only_a_handshake() {
+    let secret = "twitch-secret-0123456789";
+    let layer = VerifyWebhookLayer::new(verifier(Scheme::twitch(), &[secret]));
+    let body = br#"{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"status":"webhook_callback_verification_pending"}}"#;
+    // Signed, but sent without `Twitch-Eventsub-Message-Type` (it is not signed).
+    let headers = Scheme::twitch()
+        .sign(
+            [secret],
+            "8d8fa82b-9792-79da-4e11-a6fa58a7a582",
+            at(NOW),
+            body,
+        )
+        .unwrap();
+    let out = call(&layer, post(headers, body)).await;
+    assert_eq!(out.status, StatusCode::OK);
+    assert_eq!(&out.body[..], b"pogchamp-kappa-360noscope-vohiyo");
+    assert!(out.handled.is_empty(), "never reaches the handler");
+}

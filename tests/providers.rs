@@ -902,3 +902,28 @@ fn linear_checks_the_signed_body_timestamp_within_a_minute() {
         ErrorKind::MalformedHeader
     );
 }
+
+#[test]
+fn work_per_request_is_bounded_for_forms_and_public_keys() {
+    // `a&a&a…`: refused before any sort, however it is signed.
+    let form = "a&".repeat(5000).into_bytes();
+    let public = PublicUrl::exact("https://mycompany.com/myapp.php").unwrap();
+    let h = twilio_sig("RSOYDt4T1cUTdK1PDd93/VVr8B8=");
+    assert_eq!(
+        verify_at_url(twilio(), "12345", public, "/", &h, &form, 0).unwrap_err(),
+        ErrorKind::InvalidSignature
+    );
+    // At most four `v1a,` entries are checked per public key: a genuine one after four
+    // bogus ones is not reached (a real sender sends one per key).
+    let bogus = format!("v1a,{}", "A".repeat(86) + "==");
+    let v = at(Scheme::standard(), &[SW_PK], SW_TS);
+    let fifth = format!("{bogus} {bogus} {bogus} {bogus} {SW_V1A}");
+    assert_eq!(
+        refused(&v, &sw_headers(&fifth), SW_BODY),
+        ErrorKind::InvalidSignature
+    );
+    let fourth = format!("{bogus} {bogus} {bogus} {SW_V1A}");
+    assert!(v
+        .verify(&sw_headers(&fourth), Bytes::from_static(SW_BODY))
+        .is_ok());
+}

@@ -236,3 +236,43 @@ async fn stripe_connect_names_the_account_in_the_body_and_dedupe_keys_stay_apart
     let forged = svc.clone().oneshot(connect("acct_2", ACME)).await.unwrap();
     assert_eq!(forged.status(), StatusCode::BAD_REQUEST);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_source_that_never_answers_gets_503_after_ten_seconds() {
+    let tenants = Tenants::new(
+        Scheme::stripe(),
+        TenantFrom::path_segment(1),
+        |_t: String| std::future::pending::<Result<Option<Vec<String>>, Infallible>>(),
+    )
+    .unwrap()
+    .with_verifier(|v| v.with_clock(|| at(NOW)));
+    let layer = VerifyWebhookLayer::per_tenant(tenants);
+    let out = call(&layer, delivery("/webhooks/acme", ACME, "evt_1", &[])).await;
+    assert_eq!(
+        out.kind(),
+        Some(ErrorKind::SecretsUnavailable),
+        "{:?}",
+        out.error
+    );
+    assert_eq!(out.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(out.handled.is_empty());
+}
+
+#[tokio::test]
+async fn a_body_naming_two_tenants_names_none_and_unknown_tenants_look_like_bad_signatures() {
+    let table = Table::with(&[("acct_1", ACME), ("acct_2", GLOBEX)]);
+    let layer = VerifyWebhookLayer::per_tenant(
+        table.tenants(TenantFrom::body_field("account"), Duration::from_secs(60)),
+    );
+    let body = r#"{"id":"evt_1","account":"acct_1","account":"acct_2"}"#;
+    let mut request = Request::post("/")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    *request.headers_mut() = Scheme::stripe()
+        .sign([GLOBEX], "", at(NOW), body.as_bytes())
+        .unwrap();
+    let out = call(&layer, request).await;
+    assert_eq!(out.kind(), Some(ErrorKind::UnknownTenant));
+    // The body text does not tell an unknown tenant from a bad signature.
+    assert_eq!(&out.body[..], b"invalid webhook signature");
+}

@@ -309,6 +309,27 @@ fn hmac_key(
     secret: &str,
     index: usize,
 ) -> Result<Key, ConfigError> {
+    // A public key used as a shared secret would let anyone who knows it sign: refuse
+    // anything written as a key of another kind.
+    if ["whpk_", "whsk_"].iter().any(|p| secret.starts_with(p)) {
+        return Err(invalid(
+            index,
+            "an Ed25519 key where this scheme takes a shared secret",
+        ));
+    }
+    let public_keys_too = scheme.formats.iter().any(|f| !f.algorithm.is_hmac());
+    if public_keys_too
+        && scheme.secret_encoding == SecretEncoding::Base64
+        && !secret.starts_with("whsec_")
+        && decode_b64(secret).is_some_and(|b| b.len() == 32)
+    {
+        // Also the length of an Ed25519 public key without its `whpk_`: as a shared
+        // secret, that key would let anyone sign. Make the kind explicit.
+        return Err(invalid(
+            index,
+            "32 bytes without a prefix: write it as whsec_… (a secret) or whpk_… (a public key)",
+        ));
+    }
     let decoded = match scheme.secret_encoding {
         SecretEncoding::Raw => Zeroizing::new(secret.as_bytes().to_vec()),
         SecretEncoding::Base64 => {
@@ -408,6 +429,13 @@ mod tests {
         assert!(err.to_string().contains("secret #3"), "{err}");
         assert!(!err.to_string().contains("whsk_6Xb"), "{err}");
         assert!(signing(&standard, sk, 0).is_ok());
+        // The public key without its prefix would become a shared secret anyone could
+        // sign with: refused, as is a `whpk_` key where only secrets go.
+        let bare = pk.trim_start_matches("whpk_");
+        assert!(verifying(&standard, bare, 0).is_err());
+        assert!(verifying(&Scheme::github(), pk, 0).is_err());
+        // A bare 24-byte secret (Svix's length) is still a secret.
+        assert!(verifying(&standard, "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 0).is_ok());
         // Discord: hex; SendGrid: base64 DER.
         let discord = Scheme::discord();
         let hex_pk = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";

@@ -284,8 +284,9 @@ impl Scheme {
     /// [`Verifier::with_public_url`](crate::Verifier::with_public_url) with the URL exactly
     /// as entered in the Developer Console.
     ///
-    /// The URL and the body touch; the URL is the verifier's own setting, not the
-    /// sender's, so the split is fixed.
+    /// The URL and the body touch; with [`PublicUrl::exact`](crate::PublicUrl::exact) the
+    /// URL's path is the verifier's own setting, so bytes cannot move between the two: use
+    /// it for this scheme rather than an origin.
     #[must_use]
     pub fn square() -> Self {
         Self {
@@ -304,8 +305,12 @@ impl Scheme {
     /// deduplicated on a digest of the signed content. Needs
     /// [`Verifier::with_public_url`](crate::Verifier::with_public_url).
     ///
-    /// The pieces touch: the method is upper-case letters, the URL the verifier's own
-    /// setting, and the timestamp digits after the body, so the split is fixed.
+    /// The pieces touch: the method is upper-case letters and the timestamp digits after
+    /// the body; with [`PublicUrl::exact`](crate::PublicUrl::exact) the URL's path is the
+    /// verifier's own setting, so bytes cannot move between URL and body: use it for this
+    /// scheme rather than an origin. HubSpot's retries carry a new `attemptNumber` in the
+    /// body, so they are new digests: deduplicate on each event's `eventId` in the handler
+    /// (for example with [`Once`](crate::once::Once)).
     #[must_use]
     pub fn hubspot() -> Self {
         Self {
@@ -326,7 +331,10 @@ impl Scheme {
     /// The timestamp is the signed body's `webhookTimestamp` (milliseconds), checked within
     /// ±60 s as Linear's SDK does; its `Linear-Timestamp` header is not signed and not
     /// read. The `Linear-Delivery` id header is not signed either: deliveries are
-    /// deduplicated on a digest of the body. The type is the body's `type` (`Issue`, …).
+    /// deduplicated on a digest of the body — and since a retry carries a fresh
+    /// `webhookTimestamp`, a retry is a new digest: deduplicate on the object and action
+    /// in the handler (for example with [`Once`](crate::once::Once)). The type is the
+    /// body's `type` (`Issue`, …).
     #[must_use]
     pub fn linear() -> Self {
         Self {

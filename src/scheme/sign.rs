@@ -118,7 +118,8 @@ impl Scheme {
             .body_sha256_param
             .and_then(|p| template::query_param(url, p))
         {
-            None if self.template.uses(&Part::SortedForm) => template::sorted_form(body),
+            None if self.template.uses(&Part::SortedForm) => template::sorted_form(body)
+                .ok_or_else(|| invalid("more form fields than a delivery may have"))?,
             _ => Vec::new(),
         };
         let mut signatures = 0;

@@ -16,6 +16,10 @@ use crate::error::{ErrorKind, VerifyError};
 /// malformed. This bounds the work one request can cause (`entries × secrets`).
 pub(crate) const MAX_ENTRIES: usize = 16;
 
+/// At most this many signatures are checked against each public key: a genuine sender
+/// sends one per key it signs with, and each check costs a pass over the body.
+const MAX_PUBLIC_KEY_CANDIDATES: usize = 4;
+
 /// The longest encoding of any signature: hex.
 const MAX_ENCODED: usize = MAX_SIGNATURE * 2;
 
@@ -60,11 +64,13 @@ impl Candidates<'_> {
                 any.into()
             }
             // A public key: decode each candidate and check it (nothing secret to leak).
-            None => mine().any(|(format, candidate)| {
-                let mut buf = [0; MAX_SIGNATURE];
-                decode_into(format.encoding, candidate, &mut buf)
-                    .is_some_and(|sig| key.verifies(pieces, sig))
-            }),
+            None => mine()
+                .take(MAX_PUBLIC_KEY_CANDIDATES)
+                .any(|(format, candidate)| {
+                    let mut buf = [0; MAX_SIGNATURE];
+                    decode_into(format.encoding, candidate, &mut buf)
+                        .is_some_and(|sig| key.verifies(pieces, sig))
+                }),
         }
     }
 }

@@ -247,7 +247,7 @@ where
     match verified {
         Ok(event) => {
             // A set-up handshake is the layer's to answer, not the handler's.
-            if let Some(answer) = handshake::after(verifier, &event, &parts.headers) {
+            if let Some(answer) = handshake::after(verifier, &event) {
                 return Next::Answer(answer);
             }
             let mut request = Request::from_parts(parts, Full::new(bytes));

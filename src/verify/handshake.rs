@@ -14,7 +14,7 @@
 //! rejection. Meta's GET carries no signature; the verify token is what authenticates it.
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
+use http::{header, HeaderValue, Method, Response, StatusCode, Uri};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
@@ -50,21 +50,16 @@ pub(super) fn before(config: &Config, method: &Method, uri: &Uri) -> Option<Resp
 }
 
 /// The signed handshakes, answered once the delivery verified.
-pub(super) fn after(
-    verifier: &Verifier,
-    event: &Event,
-    headers: &HeaderMap,
-) -> Option<Response<Bytes>> {
+pub(super) fn after(verifier: &Verifier, event: &Event) -> Option<Response<Bytes>> {
     match verifier.scheme().handshake? {
         Handshake::Slack if event.event_type() == Some("url_verification") => {
             let Challenge { challenge } = event.json().ok()?;
             Some(text(StatusCode::OK, challenge))
         }
-        Handshake::Twitch
-            if headers
-                .get("twitch-eventsub-message-type")
-                .is_some_and(|t| t == "webhook_callback_verification") =>
-        {
+        // The type header is not signed: a verified body with a challenge is the
+        // handshake whatever the header says, so a replay without it never reaches the
+        // handler as a notification.
+        Handshake::Twitch => {
             let Challenge { challenge } = event.json().ok()?;
             Some(text(StatusCode::OK, challenge))
         }

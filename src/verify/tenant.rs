@@ -116,7 +116,15 @@ impl TenantFrom {
 /// # Security
 ///
 /// A tenant read from the body is read before the body is verified: it only chooses
-/// whose secrets to verify with, and the delivery still has to verify under them.
+/// whose secrets to verify with, and the delivery still has to verify under them (a body
+/// naming its tenant twice names none).
+///
+/// Look tenants up exactly (no case folding, no aliases), and give each its own secrets:
+/// two names that reach the same secrets verify the same delivery under two sources,
+/// that is two dedupe keys, so a captured delivery could run once per name. Unknown
+/// names are cached apart from known tenants, so a flood of invented names never evicts
+/// a real tenant; each new name still costs the source one lookup. A lookup that takes
+/// over 10 s gets 503.
 ///
 /// ```
 /// use std::collections::HashMap;
@@ -146,18 +154,28 @@ struct Inner {
     from: TenantFrom,
     source: Box<dyn SecretSource>,
     ttl: Duration,
-    cache: Mutex<HashMap<String, Cached>>,
+    cache: Mutex<Cache>,
 }
 
-#[derive(Clone)]
-struct Cached {
-    /// `None`: the source does not know this tenant.
-    verifier: Option<Verifier>,
-    until: Instant,
+/// Known tenants and unknown names apart, each bounded on its own: a flood of invented
+/// names can only evict other invented names, never a real tenant's verifier.
+#[derive(Default)]
+struct Cache {
+    known: HashMap<String, (Verifier, Instant)>,
+    unknown: HashMap<String, Instant>,
+    /// Bumped by `invalidate`: an answer read before it is not stored after it.
+    generation: u64,
 }
 
-/// At most this many tenants are cached; past it, expired entries go, then all.
+/// At most this many known tenants, and as many unknown names, are cached; past it,
+/// expired entries go, then (unknown names only) all of them.
 const MAX_CACHED: usize = 10_000;
+
+/// How long the secret source may take before the delivery gets 503.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A TTL as long as "forever" without overflowing an `Instant`.
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 impl Tenants {
     /// Tenants of `scheme`, named by `from`, with secrets from `source`, cached for 60 s.
@@ -176,15 +194,16 @@ impl Tenants {
                 from,
                 source: Box::new(source),
                 ttl: Duration::from_secs(60),
-                cache: Mutex::new(HashMap::new()),
+                cache: Mutex::new(Cache::default()),
             }),
         })
     }
 
-    /// Replaces how long a tenant's secrets (or its absence) are cached (default 60 s).
+    /// Replaces how long a tenant's secrets (or its absence) are cached (default 60 s;
+    /// anything past a century counts as a century).
     #[must_use]
     pub fn with_ttl(self, ttl: Duration) -> Self {
-        self.map(|inner| inner.ttl = ttl)
+        self.map(|inner| inner.ttl = ttl.min(FOREVER))
     }
 
     /// Applies `f` to the verifier every tenant's is built from: its tolerance, clock or
@@ -200,13 +219,13 @@ impl Tenants {
     }
 
     /// Forgets what is cached for `tenant`: its next delivery asks the source again
-    /// (after a rotation, say).
+    /// (after a rotation, say). A lookup already under way when this is called does not
+    /// store its (older) answer.
     pub fn invalidate(&self, tenant: &str) {
-        self.inner
-            .cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(tenant);
+        let mut cache = self.cache();
+        cache.known.remove(tenant);
+        cache.unknown.remove(tenant);
+        cache.generation += 1;
     }
 
     pub(crate) fn prototype(&self) -> &Verifier {
@@ -225,24 +244,33 @@ impl Tenants {
         let this = self.clone();
         Box::pin(async move {
             let now = Instant::now();
-            let cached = this.cache().get(&tenant).filter(|c| c.until > now).cloned();
+            let (cached, generation) = {
+                let cache = this.cache();
+                let cached = match cache.known.get(&tenant) {
+                    Some((verifier, until)) if *until > now => Some(Some(verifier.clone())),
+                    _ => match cache.unknown.get(&tenant) {
+                        Some(until) if *until > now => Some(None),
+                        _ => None,
+                    },
+                };
+                (cached, cache.generation)
+            };
             let verifier = match cached {
-                Some(cached) => cached.verifier,
+                Some(cached) => cached,
                 None => {
-                    let answer = this.inner.source.secrets(tenant.clone()).await;
+                    let lookup = this.inner.source.secrets(tenant.clone());
+                    let answer = tokio::time::timeout(LOOKUP_TIMEOUT, lookup).await;
                     let verifier = match answer {
-                        Ok(Some(secrets)) => Some(this.build(&tenant, &secrets)?),
-                        Ok(None) => None,
-                        Err(_error) => {
+                        Ok(Ok(Some(secrets))) => Some(this.build(&tenant, &secrets)?),
+                        Ok(Ok(None)) => None,
+                        Ok(Err(_error)) => {
                             #[cfg(feature = "tracing")]
                             tracing::error!(target: "tower_webhook", "tenant secrets unavailable: {_error}");
-                            return Err(VerifyError::new(
-                                ErrorKind::SecretsUnavailable,
-                                "the tenant's secrets could not be read",
-                            ));
+                            return Err(UNAVAILABLE);
                         }
+                        Err(_elapsed) => return Err(UNAVAILABLE),
                     };
-                    this.store(tenant, verifier.clone(), now);
+                    this.store(tenant, verifier.clone(), now, generation);
                     verifier
                 }
             };
@@ -267,22 +295,42 @@ impl Tenants {
             })
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
+    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
         self.inner.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn store(&self, tenant: String, verifier: Option<Verifier>, now: Instant) {
+    fn store(&self, tenant: String, verifier: Option<Verifier>, now: Instant, generation: u64) {
         let mut cache = self.cache();
-        if cache.len() >= MAX_CACHED {
-            cache.retain(|_, c| c.until > now);
-            if cache.len() >= MAX_CACHED {
-                cache.clear();
-            }
+        if cache.generation != generation {
+            return; // invalidated while the source answered: that answer may be stale
         }
         let until = now + self.inner.ttl;
-        cache.insert(tenant, Cached { verifier, until });
+        match verifier {
+            Some(verifier) => {
+                if cache.known.len() >= MAX_CACHED {
+                    cache.known.retain(|_, (_, until)| *until > now);
+                }
+                if cache.known.len() < MAX_CACHED {
+                    cache.known.insert(tenant, (verifier, until));
+                }
+            }
+            None => {
+                if cache.unknown.len() >= MAX_CACHED {
+                    cache.unknown.retain(|_, until| *until > now);
+                    if cache.unknown.len() >= MAX_CACHED {
+                        cache.unknown.clear();
+                    }
+                }
+                cache.unknown.insert(tenant, until);
+            }
+        }
     }
 }
+
+const UNAVAILABLE: VerifyError = VerifyError::new(
+    ErrorKind::SecretsUnavailable,
+    "the tenant's secrets could not be read",
+);
 
 impl fmt::Debug for Tenants {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -290,7 +338,7 @@ impl fmt::Debug for Tenants {
             .field("scheme", &self.inner.prototype.scheme().name())
             .field("from", &self.inner.from)
             .field("ttl", &self.inner.ttl)
-            .field("cached", &self.cache().len())
+            .field("cached", &self.cache().known.len())
             .finish_non_exhaustive()
     }
 }
