@@ -31,8 +31,9 @@ struct Inner {
     type_field: &'static str,
     /// The id is a header the signature does not cover.
     unsigned_id: bool,
-    /// Where the scheme signs no id: the digest of the signed content (its timestamp
-    /// left out, so a provider's re-signed retry keys the same).
+    /// Where the scheme signs no id and signs the request as well as the body (Twilio,
+    /// Square, HubSpot): the digest of that signed content, its timestamp left out (the
+    /// URL and form are not kept to compute it later).
     content_digest: Option<Box<str>>,
     /// `sha256:` and the hex SHA-256 of the body, computed when first needed.
     digest: OnceLock<Box<str>>,
@@ -134,7 +135,8 @@ impl Event {
     /// What deliveries of this event are deduplicated on: the [`id`](Self::id) when the
     /// signature covers it; otherwise — an unsigned id header (GitHub, Shopify), or no id
     /// at all (Zoom, Meta, SendGrid, Twilio) — `sha256:` and the hex SHA-256 of the signed
-    /// content without its timestamp (for most schemes, the body). So a replayed body
+    /// content without its timestamp: the body, or for schemes that sign the request too
+    /// (Twilio, Square, HubSpot) the URL, method, form and body. So a replayed body
     /// under a fresh, unsigned id is still a duplicate, and so is a provider's retry that
     /// re-signs the same body with a new timestamp header. (A retry whose body changes —
     /// Linear's `webhookTimestamp`, HubSpot's `attemptNumber` — is a new digest: see those

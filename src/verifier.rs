@@ -274,9 +274,15 @@ impl Verifier {
                 .check(secs, timestamp::unix_seconds((self.clock)()))?;
             timestamp = Some(secs);
         }
-        // No signed id: key on the signed content, its timestamp left out.
+        // No signed id: key on the signed content, its timestamp left out. Where that is
+        // the body alone, the event hashes it when first asked (verification-only users
+        // never pay for it); the URL and form are gone by then, so those schemes hash now.
         let unsigned_id = checked.id.is_some() && !template.uses(&Part::Id);
-        let content_digest = (unsigned_id || matches!(scheme.id, IdSource::None)).then(|| {
+        let signs_request = [Part::Url, Part::Method, Part::SortedForm]
+            .iter()
+            .any(|p| template.uses(p));
+        let keyed_on_content = unsigned_id || matches!(scheme.id, IdSource::None);
+        let content_digest = (keyed_on_content && signs_request).then(|| {
             let url = urls.first().map_or(&b""[..], |u| u.as_bytes());
             let pieces = template.pieces(&Input {
                 url,
