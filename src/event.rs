@@ -237,69 +237,49 @@ impl fmt::Debug for Event {
 }
 
 /// A top-level string field of a JSON object body; `None` when the body is not an
-/// object or the field is absent or not a string.
+/// object, the field is absent, twice, or not a string.
 pub(crate) fn string_field(body: &[u8], field: &str) -> Option<String> {
-    struct Find<'f>(&'f str);
-    impl<'de> Visitor<'de> for Find<'_> {
-        type Value = Option<String>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a JSON object")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
-            let mut found = None;
-            let mut seen = false;
-            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                if key == self.0 {
-                    // Twice the field is ambiguous (which one does the handler read?).
-                    if std::mem::replace(&mut seen, true) {
-                        return Err(de::Error::custom("duplicate field"));
-                    }
-                    found = map.next_value::<Scalar>()?.into_string();
-                } else {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-            Ok(found)
-        }
-    }
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let found = de::Deserializer::deserialize_map(&mut de, Find(field)).ok()?;
-    // Trailing bytes make the body not JSON: no field.
-    de.end().ok()?;
-    found
+    top_level::<Scalar>(body, field)?.into_string()
 }
 
 /// A top-level number of a JSON object body, whole or with a fraction (floored); `None`
-/// when the body is not an object or the field is absent or not a number.
+/// when the body is not an object, the field is absent, twice, or not a number.
 pub(crate) fn number_field(body: &[u8], field: &str) -> Option<i64> {
-    struct Find<'f>(&'f str);
-    impl<'de> Visitor<'de> for Find<'_> {
-        type Value = Option<i64>;
+    match top_level::<serde_json::Number>(body, field)? {
+        n if n.is_i64() => n.as_i64(),
+        n => n
+            .as_f64()
+            .filter(|f| f.is_finite())
+            .map(|f| f.floor() as i64),
+    }
+}
+
+/// One top-level field of a JSON object body, every other skipped unread. Twice the
+/// field is ambiguous (which one does the handler read?), and trailing bytes make the
+/// body not JSON: both give `None`.
+fn top_level<T: DeserializeOwned>(body: &[u8], field: &str) -> Option<T> {
+    struct Find<'f, T>(&'f str, std::marker::PhantomData<T>);
+    impl<'de, T: DeserializeOwned> Visitor<'de> for Find<'_, T> {
+        type Value = Option<T>;
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str("a JSON object")
         }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<i64>, A::Error> {
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<T>, A::Error> {
             let mut found = None;
             while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                if key == self.0 {
-                    found = match map.next_value::<serde_json::Number>()? {
-                        n if n.is_i64() => n.as_i64(),
-                        n => n
-                            .as_f64()
-                            .filter(|f| f.is_finite())
-                            .map(|f| f.floor() as i64),
-                    };
-                } else {
+                if key != self.0 {
                     map.next_value::<IgnoredAny>()?;
+                } else if found.replace(map.next_value::<T>()?).is_some() {
+                    return Err(de::Error::custom("duplicate field"));
                 }
             }
             Ok(found)
         }
     }
     let mut de = serde_json::Deserializer::from_slice(body);
-    de::Deserializer::deserialize_map(&mut de, Find(field))
-        .ok()
-        .flatten()
+    let found = de::Deserializer::deserialize_map(&mut de, Find(field, std::marker::PhantomData));
+    de.end().ok()?;
+    found.ok()?
 }
 
 /// The envelope fields of a JSON body; every field is optional and of lenient type.

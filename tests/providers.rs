@@ -3,23 +3,15 @@
 //! else against a vector computed independently (Python `cryptography`/`hmac`, labelled),
 //! and each refusing a forged body, a wrong key and a stale timestamp.
 
+mod common;
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderValue};
 use tower_webhook::{ErrorKind, Scheme, Verifier};
 
-fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-    pairs
-        .iter()
-        .map(|(k, v)| {
-            (
-                HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            )
-        })
-        .collect()
-}
+use common::header_map as headers;
 
 fn at(scheme: Scheme, keys: &[&str], unix: u64) -> Verifier {
     Verifier::new(scheme, keys)

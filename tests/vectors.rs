@@ -6,21 +6,11 @@ mod common;
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderName, HeaderValue};
 use tower_webhook::scheme::{Encoding, TimestampFormat};
 use tower_webhook::{ErrorKind, Scheme, Verifier};
 
-fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-    pairs
-        .iter()
-        .map(|(k, v)| {
-            (
-                HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            )
-        })
-        .collect()
-}
+use common::header_map as headers;
 
 fn at_vector(scheme: Scheme, secret: &str, ts: u64) -> Verifier {
     Verifier::new(scheme, [secret])

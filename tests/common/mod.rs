@@ -25,6 +25,19 @@ pub fn at(secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(secs)
 }
 
+/// A header map from name and value pairs (names and values known valid).
+pub fn header_map(pairs: &[(&str, &str)]) -> HeaderMap {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            (
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                http::HeaderValue::from_str(v).unwrap(),
+            )
+        })
+        .collect()
+}
+
 /// A verifier whose clock stands at [`NOW`].
 pub fn verifier<S: AsRef<str>>(scheme: Scheme, secrets: &[S]) -> Verifier {
     Verifier::new(scheme, secrets)
