@@ -2,7 +2,7 @@
 //!
 //! - `WEBHOOK_SCHEME`: `standard` (default), `stripe`, `github`, `slack`, `shopify`,
 //!   `discord`, `sendgrid`, `paddle`, `zoom`, `meta`, `intercom`, `twitch`, `twilio`,
-//!   `square` or `hubspot`;
+//!   `square`, `hubspot`, `linear` or `mailgun`;
 //! - `WEBHOOK_SECRETS`: secrets and public keys in each provider's own format,
 //!   comma-separated, the first is current (for `standard`, `whsec_…` and `whpk_…` may be
 //!   mixed; default: a development secret, printed with how to send a test delivery);

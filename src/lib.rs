@@ -14,7 +14,7 @@
 //!   live endpoint, without calling the handler;
 //! - [`dedupe`]: the layer — claim `(source, id)` in a [`store`], let each event through once;
 //! - [`Verifier`]: the check itself, usable without HTTP;
-//! - [`scheme`]: what each provider signs and how, with which key (sixteen presets, or
+//! - [`scheme`]: what each provider signs and how, with which key (seventeen presets, or
 //!   your own scheme), and signing for tests;
 //! - [`PublicUrl`]: the URL a provider signs (Twilio, Square, HubSpot);
 //! - [`Secrets`]: keyed HMAC states and public keys, replaceable at runtime;

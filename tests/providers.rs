@@ -919,3 +919,70 @@ fn work_per_request_is_bounded_for_forms_and_public_keys() {
         .verify(&sw_headers(&fourth), Bytes::from_static(SW_BODY))
         .is_ok());
 }
+
+// Mailgun: mailgun/mailgun-php `tests/Api/WebhookTest.php` (`testVerifyWebhookGood`).
+const MAILGUN_KEY: &str = "key-3ax6xnjp29jd6fds4gc373sgvjxteol0";
+const MAILGUN_TOKEN: &str = "5egbgr1vjgqxtrnp65xfznchgdccwh5d6i09vijqi3whgowmn6";
+const MAILGUN_SIG: &str = "9cfc5c41582e51246e73c88d34db3af0a3a2692a76fbab81492842f000256d33";
+
+fn mailgun_body(timestamp: &str, token: &str, signature: &str) -> Vec<u8> {
+    format!(
+        r#"{{"signature":{{"timestamp":"{timestamp}","token":"{token}","signature":"{signature}"}},"event-data":{{"id":"MXcc2gEpS-eN8HfkOnmK2w","event":"delivered"}}}}"#
+    )
+    .into_bytes()
+}
+
+#[test]
+fn mailgun_vector_verifies_its_body_signature_and_keys_on_the_token() {
+    let body = mailgun_body("1403645220", MAILGUN_TOKEN, MAILGUN_SIG);
+    let v = at(Scheme::mailgun(), &[MAILGUN_KEY], 1_403_645_220);
+    let event = v
+        .verify(&HeaderMap::new(), Bytes::from(body.clone()))
+        .unwrap();
+    assert_eq!(event.id(), Some(MAILGUN_TOKEN));
+    assert!(event.id_is_signed());
+    assert_eq!(event.dedupe_id(), MAILGUN_TOKEN);
+    // The published bad case: another signature.
+    let bad = mailgun_body(
+        "1403645220",
+        MAILGUN_TOKEN,
+        "9cfc5c41582e51246e73c88d34db3af0a3a2692a76fbab81492842f000256d34",
+    );
+    assert_eq!(
+        refused(&v, &HeaderMap::new(), &bad),
+        ErrorKind::InvalidSignature
+    );
+    // Another token or timestamp under the same signature, another key, a late delivery,
+    // no signature object: all refused.
+    let other_token = mailgun_body(
+        "1403645220",
+        "6egbgr1vjgqxtrnp65xfznchgdccwh5d6i09vijqi3whgowmn6",
+        MAILGUN_SIG,
+    );
+    assert_eq!(
+        refused(&v, &HeaderMap::new(), &other_token),
+        ErrorKind::InvalidSignature
+    );
+    let wrong_key = at(
+        Scheme::mailgun(),
+        &["key-0000000000000000000000000000000"],
+        1_403_645_220,
+    );
+    assert_eq!(
+        refused(&wrong_key, &HeaderMap::new(), &body),
+        ErrorKind::InvalidSignature
+    );
+    let late = at(Scheme::mailgun(), &[MAILGUN_KEY], 1_403_645_220 + 3600);
+    assert_eq!(
+        refused(&late, &HeaderMap::new(), &body),
+        ErrorKind::TimestampTooOld
+    );
+    assert_eq!(
+        refused(&v, &HeaderMap::new(), br#"{"event-data":{"id":"x"}}"#),
+        ErrorKind::MalformedHeader
+    );
+    // No headers to sign: said plainly.
+    assert!(Scheme::mailgun()
+        .sign([MAILGUN_KEY], "", UNIX_EPOCH, &body)
+        .is_err());
+}

@@ -609,3 +609,41 @@ async fn url_signed_schemes_verify_the_public_url_not_the_host_the_request_names
     assert_eq!(out.kind(), Some(ErrorKind::Misconfigured));
     assert!(out.handled.is_empty());
 }
+
+#[tokio::test]
+async fn mailgun_is_verified_from_its_body_through_the_layer_and_deduplicated_on_its_token() {
+    use tower::ServiceBuilder;
+    use tower_webhook::store::MemoryStore;
+    use tower_webhook::{DedupeLayer, Event, Verifier};
+    let key = "key-3ax6xnjp29jd6fds4gc373sgvjxteol0";
+    let body = br#"{"signature":{"timestamp":"1403645220","token":"5egbgr1vjgqxtrnp65xfznchgdccwh5d6i09vijqi3whgowmn6","signature":"9cfc5c41582e51246e73c88d34db3af0a3a2692a76fbab81492842f000256d33"},"event-data":{"event":"delivered"}}"#;
+    let verifier = Verifier::new(Scheme::mailgun(), [key])
+        .unwrap()
+        .with_clock(|| at(1_403_645_220));
+    let runs = Arc::new(std::sync::Mutex::new(0));
+    let counted = runs.clone();
+    let svc = ServiceBuilder::new()
+        .layer(VerifyWebhookLayer::new(verifier))
+        .layer(DedupeLayer::new(MemoryStore::new()))
+        .service(tower::service_fn(move |req: Request<Full<Bytes>>| {
+            assert!(req.extensions().get::<Event>().is_some());
+            *counted.lock().unwrap() += 1;
+            async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::new()))) }
+        }));
+    // No signature header at all: the body carries it.
+    let post = || {
+        Request::post("/mailgun")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(body)))
+            .unwrap()
+    };
+    assert_eq!(
+        svc.clone().oneshot(post()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        svc.clone().oneshot(post()).await.unwrap().status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(*runs.lock().unwrap(), 1);
+}

@@ -1,6 +1,7 @@
 //! The whole check for the presets beyond the first five: public keys (Standard Webhooks
 //! `v1a`, Discord, SendGrid), URL-signed schemes (Twilio's sorted form fields and
-//! `bodySHA256`, Square, HubSpot), Linear's timestamp in the body, and the rest. Input: a
+//! `bodySHA256`, Square, HubSpot), Linear's timestamp and Mailgun's signature in the
+//! body, and the rest. Input: a
 //! scheme, then every header these read, the request's path and query, and the body,
 //! separated by 0xFF. It must answer (Ok or a `VerifyError`), never panic.
 #![no_main]
@@ -42,7 +43,7 @@ const NAMES: [&str; 22] = [
 pub const PUBLIC_URL: &str = "https://hooks.example.com/webhooks";
 
 fn verifier(choice: u8) -> Verifier {
-    let (scheme, keys): (Scheme, &[&str]) = match choice % 12 {
+    let (scheme, keys): (Scheme, &[&str]) = match choice % 13 {
         0 => (
             Scheme::standard(),
             &["whpk_1SiA4o9hyqTCpIqC5V9HUakiiaeACeqfZTInDBbOir4=", common::STANDARD_SECRET],
@@ -63,7 +64,8 @@ fn verifier(choice: u8) -> Verifier {
         8 => (Scheme::twilio(), &[common::SECRET]),
         9 => (Scheme::square(), &[common::SECRET]),
         10 => (Scheme::hubspot(), &[common::SECRET]),
-        _ => (Scheme::linear(), &[common::SECRET]),
+        11 => (Scheme::linear(), &[common::SECRET]),
+        _ => (Scheme::mailgun(), &[common::SECRET]),
     };
     Verifier::new(scheme, keys)
         .expect("valid fuzz keys")

@@ -25,6 +25,7 @@
 //! | [`square`](Scheme::square) | `x-square-hmacsha256-signature: <base64>` | `{url}{body}` | the key's bytes | body `event_id` |
 //! | [`hubspot`](Scheme::hubspot) | `X-HubSpot-Signature-v3: <base64>` | `{method}{url}{body}{timestamp}` | the client secret's bytes | digest |
 //! | [`linear`](Scheme::linear) | `Linear-Signature: <hex>` | `{body}` (timestamp inside) | the secret's bytes | digest |
+//! | [`mailgun`](Scheme::mailgun) | in the body: `signature.signature` (hex) | `signature.timestamp` + `signature.token` | the signing key's bytes | the token |
 //!
 //! "Digest": the provider signs no event id, so deliveries are deduplicated on a digest of
 //! the signed content ([`Event::dedupe_id`](crate::Event::dedupe_id)).
@@ -185,6 +186,16 @@ pub struct Scheme {
     /// A URL query parameter holding the hex SHA-256 of the body, checked once the URL's
     /// signature is (Twilio's `bodySHA256` for JSON bodies).
     pub(crate) body_sha256_param: Option<&'static str>,
+    /// The signature, its timestamp and its id are in the body, not in headers (Mailgun).
+    pub(crate) body_signature: Option<BodySignature>,
+}
+
+/// A signature carried in the body instead of a header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodySignature {
+    /// `{"signature":{"timestamp":…,"token":…,"signature":<hex>},…}`: the HMAC of
+    /// timestamp + token; the token is the signed id.
+    Mailgun,
 }
 
 /// A provider's set-up handshake: a request that proves the endpoint to the provider, and
@@ -238,6 +249,7 @@ impl Scheme {
             tolerance: None,
             url_port_variants: false,
             body_sha256_param: None,
+            body_signature: None,
         }
     }
 

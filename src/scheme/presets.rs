@@ -11,8 +11,8 @@ use super::template::{Part, Template};
 use crate::error::{ConfigError, ConfigErrorKind};
 
 use super::{
-    Algorithm, Encoding, Format, Handshake, IdSource, Scheme, SecretEncoding, TimestampFormat,
-    TimestampSource,
+    Algorithm, BodySignature, Encoding, Format, Handshake, IdSource, Scheme, SecretEncoding,
+    TimestampFormat, TimestampSource,
 };
 
 fn template(text: &str) -> Template {
@@ -348,9 +348,35 @@ impl Scheme {
     }
 }
 
+impl Scheme {
+    /// Mailgun: the signature sits in the JSON body,
+    /// `{"signature":{"timestamp":…,"token":…,"signature":<hex>},"event-data":{…}}`, an
+    /// HMAC-SHA256 of timestamp + token with the HTTP webhook signing key. The event id is
+    /// the token (signed; `event-data.id` is not).
+    ///
+    /// # Security
+    ///
+    /// Mailgun's signature does not cover `event-data`: someone who captured one delivery
+    /// can post altered event data under its token while its timestamp is fresh, and the
+    /// token dedupes that against the genuine delivery only if the genuine one came first.
+    /// Treat `event-data` as a hint: re-read the event from Mailgun's events API by its id
+    /// before acting on it. Only JSON webhooks are read (not the legacy form posts).
+    ///
+    /// The timestamp (digits) and the token touch; moving a character between them moves
+    /// the timestamp tenfold, far outside any window.
+    #[must_use]
+    pub fn mailgun() -> Self {
+        Self {
+            template: Template::from_parts(vec![Part::Timestamp, Part::Id]),
+            body_signature: Some(BodySignature::Mailgun),
+            ..Self::hmac(header("x-mailgun-signature")).with_name("mailgun")
+        }
+    }
+}
+
 /// A preset by name — `standard` (or `svix`), `stripe`, `github`, `slack`, `shopify`,
 /// `discord`, `sendgrid`, `paddle`, `zoom`, `meta`, `intercom`, `twitch`, `twilio`,
-/// `square`, `hubspot`, `linear` — for
+/// `square`, `hubspot`, `linear`, `mailgun` — for
 /// configuration read from the environment.
 ///
 /// ```
@@ -381,12 +407,13 @@ impl FromStr for Scheme {
             "square" => Ok(Self::square()),
             "hubspot" => Ok(Self::hubspot()),
             "linear" => Ok(Self::linear()),
+            "mailgun" => Ok(Self::mailgun()),
             _ => Err(ConfigError::new(
                 ConfigErrorKind::InvalidValue,
                 format!(
                     "unknown scheme {name:?}: use standard, stripe, github, slack, shopify, \
                      discord, sendgrid, paddle, zoom, meta, intercom, twitch, twilio, square, \
-                     hubspot or linear"
+                     hubspot, linear or mailgun"
                 ),
             )),
         }

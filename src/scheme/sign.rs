@@ -92,6 +92,11 @@ impl Scheme {
         S: AsRef<str>,
     {
         let invalid = |why: &str| ConfigError::new(ConfigErrorKind::InvalidValue, why);
+        if self.body_signature.is_some() {
+            return Err(invalid(
+                "this scheme signs inside the body: there are no headers to sign",
+            ));
+        }
         let header_value =
             |v: String| HeaderValue::try_from(v).map_err(|_| invalid("not a valid header value"));
 

@@ -81,7 +81,7 @@ where
         }
         // The cheapest rejections first: no byte of the body is read for a request whose
         // headers cannot verify (missing, malformed, a stale timestamp).
-        if let Err(error) = self.config.verifier.check_headers(req.headers()) {
+        if let Err(error) = self.config.verifier.check_before_body(req.headers()) {
             return ResponseFuture::reject(error, self.config.clone());
         }
         // A tenant named where the body is not needed: refused before it is read.
