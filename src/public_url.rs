@@ -101,6 +101,14 @@ impl PublicUrl {
     }
 }
 
+/// The decoded value of a URL's query parameter.
+pub(crate) fn query_param(url: &str, name: &str) -> Option<String> {
+    let query = url.split_once('?')?.1;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}
+
 /// The same URL with its scheme's default port written out, or taken away: Twilio's SDKs
 /// accept either form, and Twilio signs with whichever its configuration holds.
 pub(crate) fn with_port_toggled(url: &str) -> Option<String> {

@@ -234,7 +234,7 @@ impl Verifier {
         }
         let body_sha256 = scheme
             .body_sha256_param
-            .and_then(|param| template::query_param(urls.first()?, param));
+            .and_then(|param| public_url::query_param(urls.first()?, param));
         let form = match (template.uses(&Part::SortedForm), &body_sha256) {
             // A JSON delivery signs its URL only; its body is bound by `bodySHA256`.
             (true, None) => template::sorted_form(&body).ok_or(VerifyError::new(

@@ -755,20 +755,21 @@ async fn demo_on_postgres_holds_exactly_once() {
     demo(&["--database-url", &url]).await;
 }
 
-/// The guide's shop: the example checks its own rules and fails when one breaks; here its
-/// table is read too.
-#[tokio::test]
-async fn tenants_example_verifies_each_tenant_with_its_own_secret_from_sqlite() {
-    let output = Command::new(example_binary("tenants"))
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
+/// Runs an example that checks itself; its standard output, once it succeeded.
+async fn run_example(name: &str) -> String {
+    let output = Command::new(example_binary(name)).output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    stdout
+}
+
+#[tokio::test]
+async fn tenants_example_verifies_each_tenant_with_its_own_secret_from_sqlite() {
+    let stdout = run_example("tenants").await;
     assert!(
         stdout.contains("handler ran: stripe/acme evt_1, stripe/globex evt_1, stripe/acme evt_4"),
         "{stdout}"
@@ -776,18 +777,11 @@ async fn tenants_example_verifies_each_tenant_with_its_own_secret_from_sqlite() 
     assert!(!stdout.contains("whsec_"), "no secret printed: {stdout}");
 }
 
+/// The guide's shop: the example checks its own rules and fails when one breaks; here its
+/// table is read too.
 #[tokio::test]
 async fn orders_example_fulfils_once_closes_cancelled_and_ignores_test_mode() {
-    let output = Command::new(example_binary("orders"))
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = run_example("orders").await;
     for row in [
         "| 1 | fulfilled | 1 | 1 |",
         "| 2 | closed | 0 | 0 |",

@@ -121,7 +121,7 @@ impl Scheme {
         }
         let form = match self
             .body_sha256_param
-            .and_then(|p| template::query_param(url, p))
+            .and_then(|p| crate::public_url::query_param(url, p))
         {
             None if self.template.uses(&Part::SortedForm) => template::sorted_form(body)
                 .ok_or_else(|| invalid("more form fields than a delivery may have"))?,

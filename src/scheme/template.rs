@@ -186,14 +186,6 @@ impl<'a> std::ops::Deref for Pieces<'a> {
     }
 }
 
-/// The decoded value of a URL's query parameter.
-pub(crate) fn query_param(url: &str, name: &str) -> Option<String> {
-    let query = url.split_once('?')?.1;
-    form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.into_owned())
-}
-
 /// At most this many form fields are sorted (Twilio sends a few dozen); a body with more
 /// is refused before any work, so `a&a&a…` cannot buy a large sort.
 pub(crate) const MAX_FORM_FIELDS: usize = 1024;
