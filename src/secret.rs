@@ -54,6 +54,14 @@ impl Secrets {
         }
     }
 
+    /// A list of keys already decoded (a fetched certificate's), unshared.
+    pub(crate) fn of_keys(scheme: Arc<Scheme>, keys: Vec<Key>) -> Self {
+        Self {
+            keys: Arc::new(RwLock::new(keys.into())),
+            scheme,
+        }
+    }
+
     /// A new, unshared list for the same scheme.
     pub(crate) fn derive<S: AsRef<str>>(&self, secrets: &[S]) -> Result<Self, ConfigError> {
         Self::new(self.scheme.clone(), secrets)

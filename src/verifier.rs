@@ -13,9 +13,15 @@ use crate::error::{ConfigError, ConfigErrorKind, ErrorKind, VerifyError};
 use crate::event::{self, Event};
 use crate::public_url::{self, PublicUrl};
 use crate::scheme::template::{self, Input, Part};
-use crate::scheme::{signature, BodySignature, IdSource, Scheme, TimestampFormat, TimestampSource};
+use crate::scheme::{
+    signature, Algorithm, Custom, IdSource, Key, Scheme, TimestampFormat, TimestampSource,
+};
 use crate::secret::Secrets;
 use crate::timestamp::{self, Clock, Tolerance};
+
+mod custom;
+
+pub(crate) use custom::certificate_url;
 
 /// Verifies deliveries of one scheme against a list of secrets.
 ///
@@ -76,6 +82,14 @@ impl Verifier {
             secrets: self.secrets.derive(secrets)?,
             ..self.clone()
         })
+    }
+
+    /// This verifier with one key, unshared (a fetched certificate's).
+    pub(crate) fn with_key(&self, key: Key) -> Self {
+        Self {
+            secrets: Secrets::of_keys(self.scheme.clone(), vec![key]),
+            ..self.clone()
+        }
     }
 
     fn from_parts(scheme: Arc<Scheme>, secrets: Secrets) -> Self {
@@ -201,8 +215,8 @@ impl Verifier {
         body: Bytes,
     ) -> Result<Event, VerifyError> {
         let scheme = &*self.scheme;
-        if scheme.body_signature == Some(BodySignature::Mailgun) {
-            return self.verify_mailgun(body);
+        if let Some(custom) = &scheme.custom {
+            return self.verify_custom(custom, headers, body);
         }
         let checked = self.check_headers(headers)?;
         let template = &scheme.template;
@@ -329,68 +343,12 @@ impl Verifier {
         Some(hex::encode(tag.as_bytes()))
     }
 
-    /// Mailgun: the signature, its timestamp and token are in the JSON body; the HMAC
-    /// covers the timestamp and token only. The body is parsed before the MAC (it is
-    /// where the signature is), under the layer's body limit.
-    fn verify_mailgun(&self, body: Bytes) -> Result<Event, VerifyError> {
-        #[derive(serde::Deserialize)]
-        struct Delivery {
-            signature: Signed,
-        }
-        #[derive(serde::Deserialize)]
-        struct Signed {
-            timestamp: String,
-            token: String,
-            signature: String,
-        }
-        let malformed = |why| VerifyError::new(ErrorKind::MalformedHeader, why);
-        let Delivery { signature: signed } = serde_json::from_slice(&body)
-            .map_err(|_| malformed("the body has no signature object"))?;
-        let ts = timestamp::parse(&signed.timestamp, TimestampFormat::Unix)?;
-        self.tolerance
-            .check(ts, timestamp::unix_seconds((self.clock)()))?;
-        let token = HeaderValue::from_str(&signed.token)
-            .ok()
-            .filter(|t| (1..=256).contains(&t.len()))
-            .ok_or(malformed("the signature token is not a short ASCII string"))?;
-        let scheme = &*self.scheme;
-        let parsed = signature::parse(scheme, &signed.signature)?;
-        let pieces = scheme.template.pieces(&Input {
-            timestamp: signed.timestamp.as_bytes(),
-            id: token.as_bytes(),
-            ..Input::default()
-        });
-        let secret_index = self
-            .secrets
-            .keys()
-            .iter()
-            .position(|key| parsed.candidates.matches(&scheme.formats, key, &pieces))
-            .ok_or(VerifyError::new(
-                ErrorKind::InvalidSignature,
-                "no signature matches any secret",
-            ))?;
-        Ok(Event::new(event::Parts {
-            source: self.source.clone(),
-            header_id: Some(token),
-            header_type: None,
-            id_field: None,
-            type_field: scheme.type_field,
-            unsigned_id: false,
-            content_digest: None,
-            timestamp: timestamp::to_system_time(ts),
-            body,
-            secret_index,
-        }))
-    }
-
     /// Everything that can be checked before the body is read: the headers the scheme
     /// needs, at least one signature that could match, and the timestamp's window.
     /// `VerifyWebhookLayer` answers 400 on these before it reads a byte of the body.
-    /// What the layer checks before reading the body: the headers, unless the scheme
-    /// carries its signature in the body (Mailgun), where there is nothing to check yet.
     pub(crate) fn check_before_body(&self, headers: &HeaderMap) -> Result<(), VerifyError> {
-        match self.scheme.body_signature {
-            Some(_) => Ok(()),
+        match &self.scheme.custom {
+            Some(custom) => self.check_custom_headers(custom, headers),
             None => self.check_headers(headers).map(drop),
         }
     }
@@ -459,8 +417,36 @@ impl Verifier {
 
 /// The build-time checks of a scheme (see [`Verifier::new`]).
 fn check_scheme(scheme: Scheme) -> Result<Scheme, ConfigError> {
-    if scheme.body_signature.is_some() {
-        return Ok(scheme); // a preset's: its pieces come from the body
+    match &scheme.custom {
+        Some(Custom::Sns { topics }) if topics.is_empty() => {
+            return Err(ConfigError::new(
+                ConfigErrorKind::InvalidValue,
+                "sns: give the topic ARNs this endpoint accepts (AWS signs every account's \
+                 topics alike)",
+            ))
+        }
+        Some(Custom::PayPal { webhook_id }) if webhook_id.trim().is_empty() => {
+            return Err(ConfigError::new(
+                ConfigErrorKind::InvalidValue,
+                "paypal: give the webhook id PayPal assigned to this endpoint",
+            ))
+        }
+        Some(_) => return Ok(scheme), // a preset verified by code of its own
+        None => {}
+    }
+    // RSA signatures are longer than a signature header's buffers, and a shared token is
+    // no signature: only the presets built for them use those.
+    if scheme.formats.iter().any(|f| {
+        matches!(
+            f.algorithm,
+            Algorithm::RsaSha1 | Algorithm::RsaSha256 | Algorithm::SharedToken
+        )
+    }) {
+        return Err(ConfigError::new(
+            ConfigErrorKind::InvalidValue,
+            "RSA and shared-token algorithms are for the sns, paypal and microsoft_graph \
+             presets only",
+        ));
     }
     let template = &scheme.template;
     if template.uses(&Part::Id) && !matches!(scheme.id, IdSource::Header(_)) {

@@ -36,6 +36,15 @@ pub enum Algorithm {
     /// ECDSA over P-256 with SHA-256, DER or fixed-size signatures, with the provider's
     /// public key (SendGrid).
     EcdsaP256,
+    /// RSASSA-PKCS1-v1_5 with SHA-1, with the provider's certificate (AWS SNS
+    /// `SignatureVersion` 1).
+    RsaSha1,
+    /// RSASSA-PKCS1-v1_5 with SHA-256, with the provider's certificate (AWS SNS
+    /// `SignatureVersion` 2, PayPal).
+    RsaSha256,
+    /// No signature: the shared secret itself travels in the delivery and is compared in
+    /// constant time (Microsoft Graph's `clientState`).
+    SharedToken,
 }
 
 impl Algorithm {
@@ -53,6 +62,10 @@ impl Algorithm {
             Self::HmacSha512 | Self::Ed25519 => (64, 64),
             // 64 bytes fixed (r ‖ s), or DER: at least 8, at most 72.
             Self::EcdsaP256 => (8, 72),
+            // The modulus' length: 2048 to 4096 bits. Only the certificate presets, which
+            // read their signature themselves, use RSA (never a signature header).
+            Self::RsaSha1 | Self::RsaSha256 => (256, 512),
+            Self::SharedToken => (0, 0),
         }
     }
 }
@@ -89,6 +102,10 @@ pub(crate) enum Key {
     HmacSha512(Hmac<sha2::Sha512>),
     Ed25519(ed25519_dalek::VerifyingKey),
     EcdsaP256(p256::ecdsa::VerifyingKey),
+    /// An RSA public key, from the provider's certificate: one key verifies both hashes.
+    Rsa(Box<RsaKey>),
+    /// A shared token, compared as it is (Microsoft Graph's `clientState`).
+    Token(Zeroizing<Vec<u8>>),
 }
 
 fn hmac_tag<M: Mac + Clone>(state: &M, pieces: &[&[u8]]) -> Tag {
@@ -107,6 +124,18 @@ impl Key {
             Self::HmacSha512(_) => Algorithm::HmacSha512,
             Self::Ed25519(_) => Algorithm::Ed25519,
             Self::EcdsaP256(_) => Algorithm::EcdsaP256,
+            Self::Rsa(_) => Algorithm::RsaSha256,
+            Self::Token(_) => Algorithm::SharedToken,
+        }
+    }
+
+    /// Whether `candidate` is this shared token, in constant time for equal lengths;
+    /// `false` for any other kind of key.
+    pub(crate) fn token_matches(&self, candidate: &[u8]) -> bool {
+        use subtle::ConstantTimeEq as _;
+        match self {
+            Self::Token(token) => token.as_slice().ct_eq(candidate).into(),
+            _ => false,
         }
     }
 
@@ -117,14 +146,35 @@ impl Key {
             Self::HmacSha1(k) => Some(hmac_tag(k, pieces)),
             Self::HmacSha256(k) => Some(hmac_tag(k, pieces)),
             Self::HmacSha512(k) => Some(hmac_tag(k, pieces)),
-            Self::Ed25519(_) | Self::EcdsaP256(_) => None,
+            Self::Ed25519(_) | Self::EcdsaP256(_) | Self::Rsa(_) | Self::Token(_) => None,
         }
     }
 
     /// Whether `signature` (decoded) is this public key's signature of the signed content.
     /// Always `false` for an HMAC key (those are compared through [`Key::mac`]).
     pub(crate) fn verifies(&self, pieces: &[&[u8]], signature: &[u8]) -> bool {
+        self.verifies_as(self.algorithm(), pieces, signature)
+    }
+
+    /// As [`Key::verifies`], choosing the hash for an RSA key (SNS signs with SHA-1 or
+    /// SHA-256 under one certificate).
+    pub(crate) fn verifies_as(
+        &self,
+        algorithm: Algorithm,
+        pieces: &[&[u8]],
+        signature: &[u8],
+    ) -> bool {
         match self {
+            Self::Rsa(key) => {
+                let Ok(sig) = rsa::pkcs1v15::Signature::try_from(signature) else {
+                    return false;
+                };
+                match algorithm {
+                    Algorithm::RsaSha1 => rsa_verifies(&key.sha1, pieces, &sig),
+                    Algorithm::RsaSha256 => rsa_verifies(&key.sha256, pieces, &sig),
+                    _ => false,
+                }
+            }
             Self::Ed25519(key) => ed25519_dalek::Signature::from_slice(signature)
                 .is_ok_and(|sig| key.multipart_verify(pieces, &sig).is_ok()),
             Self::EcdsaP256(key) => {
@@ -135,9 +185,35 @@ impl Key {
                 p256::ecdsa::Signature::from_slice(signature)
                     .is_ok_and(|sig| key.multipart_verify(pieces, &sig).is_ok())
             }
-            Self::HmacSha1(_) | Self::HmacSha256(_) | Self::HmacSha512(_) => false,
+            Self::HmacSha1(_) | Self::HmacSha256(_) | Self::HmacSha512(_) | Self::Token(_) => false,
         }
     }
+}
+
+/// An RSA public key, ready for both hashes SNS signs with.
+#[derive(Clone)]
+pub(crate) struct RsaKey {
+    sha1: rsa::pkcs1v15::VerifyingKey<sha1::Sha1>,
+    sha256: rsa::pkcs1v15::VerifyingKey<sha2::Sha256>,
+}
+
+/// An RSASSA-PKCS1-v1_5 check of the signed content, fed piece by piece to the hash.
+fn rsa_verifies<D>(
+    key: &rsa::pkcs1v15::VerifyingKey<D>,
+    pieces: &[&[u8]],
+    sig: &rsa::pkcs1v15::Signature,
+) -> bool
+where
+    D: sha2::Digest + Default + sha2::digest::FixedOutput + sha2::digest::HashMarker,
+{
+    use rsa::signature::DigestVerifier as _;
+    let feed = |digest: &mut D| {
+        for piece in pieces {
+            sha2::digest::Update::update(digest, piece);
+        }
+        Ok(())
+    };
+    key.verify_digest(feed, sig).is_ok()
 }
 
 impl fmt::Debug for Key {
@@ -200,6 +276,19 @@ fn invalid(index: usize, why: &str) -> ConfigError {
 /// Decodes one secret or public key, in its provider's format, into a verifying key.
 /// Errors name the position, never the value.
 pub(crate) fn verifying(scheme: &Scheme, secret: &str, index: usize) -> Result<Key, ConfigError> {
+    if secret.starts_with("-----BEGIN") {
+        // PEM delimits itself: the newline a certificate file ends with is harmless.
+        let pem = secret.trim_end();
+        return match scheme.formats.first().map(|f| f.algorithm) {
+            Some(Algorithm::RsaSha1 | Algorithm::RsaSha256) => {
+                rsa_public(pem).map_err(|why| invalid(index, why))
+            }
+            Some(Algorithm::EcdsaP256) => ecdsa_public(pem)
+                .map(Key::EcdsaP256)
+                .ok_or_else(|| invalid(index, "not a P-256 public key in PEM")),
+            _ => Err(invalid(index, "a PEM key where this scheme takes a secret")),
+        };
+    }
     check_whitespace(secret, index)?;
     let format = format_for(scheme, secret, false).ok_or_else(|| {
         invalid(
@@ -235,6 +324,19 @@ pub(crate) fn verifying(scheme: &Scheme, secret: &str, index: usize) -> Result<K
                 "not a P-256 public key (base64 DER, PEM or SEC1 hex)",
             )
         }),
+        Algorithm::RsaSha1 | Algorithm::RsaSha256 => {
+            rsa_public(text).map_err(|why| invalid(index, why))
+        }
+        Algorithm::SharedToken => {
+            let min_len = scheme.min_secret_len;
+            if text.len() < min_len {
+                return Err(invalid(
+                    index,
+                    &format!("shorter than the {min_len} bytes this scheme requires"),
+                ));
+            }
+            Ok(Key::Token(Zeroizing::new(text.as_bytes().to_vec())))
+        }
         _ => unreachable!("every algorithm is covered"),
     }
 }
@@ -281,6 +383,9 @@ pub(crate) fn signing<'s>(
                 })
                 .ok_or_else(|| invalid(index, "not a P-256 private key"))?;
             SigningKey::EcdsaP256(Box::new(key))
+        }
+        Algorithm::RsaSha1 | Algorithm::RsaSha256 | Algorithm::SharedToken => {
+            return Err(invalid(index, "this scheme is not signed with a key"))
         }
         _ => unreachable!("every algorithm is covered"),
     };
@@ -381,6 +486,32 @@ fn decode_key(text: &str, len: usize) -> Option<Zeroizing<Vec<u8>>> {
         decode_b64(text)?
     };
     (bytes.len() == len).then_some(bytes)
+}
+
+/// The RSA public key of a PEM certificate (what SNS and PayPal serve), or of a PEM
+/// `PUBLIC KEY`. Only the key is used: the certificate's trust comes from where it was
+/// fetched (see `verify::certificate`) or from being pinned by the operator.
+pub(crate) fn rsa_public(text: &str) -> Result<Key, &'static str> {
+    use rsa::pkcs8::DecodePublicKey as _;
+    use x509_cert::der::DecodePem as _;
+    let unreadable = || "not an RSA certificate or public key in PEM";
+    let key = if text.starts_with("-----BEGIN CERTIFICATE-----") {
+        let cert = x509_cert::Certificate::from_pem(text).map_err(|_| unreadable())?;
+        let spki = cert.tbs_certificate().subject_public_key_info();
+        let der = x509_cert::der::Encode::to_der(spki).map_err(|_| unreadable())?;
+        rsa::PublicKey::from_public_key_der(&der)
+    } else {
+        rsa::PublicKey::from_public_key_pem(text)
+    }
+    .map_err(|_| unreadable())?;
+    if rsa::traits::PublicKeyParts::size(&key) < 256 {
+        // Under 2048 bits: within reach of a determined attacker; no provider sends one.
+        return Err("an RSA key shorter than 2048 bits");
+    }
+    Ok(Key::Rsa(Box::new(RsaKey {
+        sha1: rsa::pkcs1v15::VerifyingKey::new(key.clone()),
+        sha256: rsa::pkcs1v15::VerifyingKey::new(key),
+    })))
 }
 
 fn ecdsa_public(text: &str) -> Option<p256::ecdsa::VerifyingKey> {

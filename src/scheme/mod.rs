@@ -56,6 +56,7 @@ pub(crate) mod signature;
 pub(crate) mod template;
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use http::HeaderName;
 
@@ -186,16 +187,33 @@ pub struct Scheme {
     /// A URL query parameter holding the hex SHA-256 of the body, checked once the URL's
     /// signature is (Twilio's `bodySHA256` for JSON bodies).
     pub(crate) body_sha256_param: Option<&'static str>,
-    /// The signature, its timestamp and its id are in the body, not in headers (Mailgun).
-    pub(crate) body_signature: Option<BodySignature>,
+    /// A provider whose signature does not fit the header-and-template mould, verified
+    /// by code of its own (`verifier/custom.rs`).
+    pub(crate) custom: Option<Custom>,
 }
 
-/// A signature carried in the body instead of a header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum BodySignature {
+/// The providers verified by code of their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Custom {
     /// `{"signature":{"timestamp":…,"token":…,"signature":<hex>},…}`: the HMAC of
     /// timestamp + token; the token is the signed id.
     Mailgun,
+    /// AWS SNS: chosen fields of the JSON body, signed with RSA under the certificate at
+    /// its `SigningCertURL`; only these topics are accepted.
+    Sns { topics: Arc<[String]> },
+    /// PayPal: RSA-SHA256 over `transmission id|transmission time|webhook id|crc32(body)`,
+    /// under the certificate at `PAYPAL-CERT-URL`.
+    PayPal { webhook_id: Arc<str> },
+    /// Microsoft Graph: no signature; each notification carries the subscription's
+    /// `clientState` secret.
+    Graph,
+}
+
+impl Custom {
+    /// Whether its keys are certificates fetched from a URL in the delivery.
+    pub(crate) fn uses_certificates(&self) -> bool {
+        matches!(self, Self::Sns { .. } | Self::PayPal { .. })
+    }
 }
 
 /// A provider's set-up handshake: a request that proves the endpoint to the provider, and
@@ -213,6 +231,11 @@ pub(crate) enum Handshake {
     /// `GET ?hub.mode=subscribe&hub.verify_token=…&hub.challenge=…`, unsigned: the
     /// challenge when the verify token matches, else 403.
     Meta,
+    /// `POST ?validationToken=…`, unsigned: the token as text (Microsoft Graph).
+    Graph,
+    /// A `SubscriptionConfirmation` message, signed: its `SubscribeURL` is visited (AWS
+    /// SNS).
+    Sns,
 }
 
 /// The body limit of a layer built for a scheme that sets none: 1 MiB.
@@ -249,7 +272,7 @@ impl Scheme {
             tolerance: None,
             url_port_variants: false,
             body_sha256_param: None,
-            body_signature: None,
+            custom: None,
         }
     }
 

@@ -92,9 +92,10 @@ impl Scheme {
         S: AsRef<str>,
     {
         let invalid = |why: &str| ConfigError::new(ConfigErrorKind::InvalidValue, why);
-        if self.body_signature.is_some() {
+        if self.custom.is_some() {
             return Err(invalid(
-                "this scheme signs inside the body: there are no headers to sign",
+                "this scheme is not signed in headers with a shared key: sign it as its \
+                 provider does",
             ));
         }
         let header_value =

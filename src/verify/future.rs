@@ -20,8 +20,12 @@ use crate::Verifier;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A tenant's verifier, being looked up.
+/// A tenant's verifier, or a certificate's, being looked up.
 type LookupFuture = Pin<Box<dyn Future<Output = Result<Verifier, VerifyError>> + Send>>;
+
+/// A handshake the layer answers once an outbound call completes (SNS's confirmation).
+pub(super) type AnswerFuture =
+    Pin<Box<dyn Future<Output = Result<Response<Bytes>, VerifyError>> + Send>>;
 
 pin_project! {
     /// Response future of [`VerifyWebhook`](super::VerifyWebhook): collects the body under
@@ -72,6 +76,9 @@ pin_project! {
         },
         Answer {
             response: Option<Response<Bytes>>,
+        },
+        Answering {
+            future: AnswerFuture,
         },
     }
 }
@@ -159,9 +166,17 @@ where
                     };
                     let parts = parts.take().expect("polled after completion");
                     let inner = inner.take().expect("polled after completion");
-                    let next = match &this.config.tenants {
-                        None => verify(&this.config.verifier, parts, bytes, inner),
-                        Some(tenants) => {
+                    let config = &**this.config;
+                    let next = match (&config.certificates, &config.tenants) {
+                        (Some(certificates), _) => match certificates.url(&parts.headers, &bytes) {
+                            Ok(url) => Next::State(Box::new(State::Lookup {
+                                future: certificates.verifier(url),
+                                delivery: Some((parts, bytes, inner)),
+                            })),
+                            Err(error) => Next::Reject(error),
+                        },
+                        (None, None) => verify(config, &config.verifier, parts, bytes, inner),
+                        (None, Some(tenants)) => {
                             let tenant = tenants.from().read(&parts.uri, &parts.headers, &bytes);
                             let Some(tenant) = tenant else {
                                 let error = VerifyError::new(
@@ -191,7 +206,7 @@ where
                         Err(error) => return Poll::Ready(Ok(reject(this.config, error))),
                     };
                     let (parts, bytes, inner) = delivery.take().expect("polled after completion");
-                    match verify(&verifier, parts, bytes, inner) {
+                    match verify(this.config, &verifier, parts, bytes, inner) {
                         Next::State(state) => self.as_mut().project().state.set(*state),
                         Next::Answer(answer) => {
                             return Poll::Ready(Ok(answer.map(ResponseBody::fixed)))
@@ -211,6 +226,12 @@ where
                 StateProj::Answer { response } => {
                     let response = response.take().expect("polled after completion");
                     return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
+                }
+                StateProj::Answering { future } => {
+                    return Poll::Ready(Ok(match ready!(future.as_mut().poll(cx)) {
+                        Ok(response) => response.map(ResponseBody::fixed),
+                        Err(error) => reject(this.config, error),
+                    }));
                 }
                 StateProj::Reject { error } => {
                     let error = error.take().expect("polled after completion");
@@ -235,7 +256,13 @@ where
 
 /// Verifies a collected delivery: a handshake to answer, a rejection, or the request to
 /// hand on once the inner service is ready.
-fn verify<S, B>(verifier: &Verifier, parts: request::Parts, bytes: Bytes, inner: S) -> Next<S, B>
+fn verify<S, B>(
+    config: &Config,
+    verifier: &Verifier,
+    parts: request::Parts,
+    bytes: Bytes,
+    inner: S,
+) -> Next<S, B>
 where
     S: Service<Request<Full<Bytes>>>,
     B: Body,
@@ -249,6 +276,9 @@ where
             // A set-up handshake is the layer's to answer, not the handler's.
             if let Some(answer) = handshake::after(verifier, &event) {
                 return Next::Answer(answer);
+            }
+            if let Some(future) = handshake::confirm(config, &event) {
+                return Next::State(Box::new(State::Answering { future }));
             }
             let mut request = Request::from_parts(parts, Full::new(bytes));
             request.extensions_mut().insert(event);

@@ -9,24 +9,51 @@
 //! | Discord | `{"type":1,…}` (PING) | yes | 200 `{"type":1}` |
 //! | Twitch | `Twitch-Eventsub-Message-Type: webhook_callback_verification` | yes | 200, the challenge as text |
 //! | Meta | `GET ?hub.mode=subscribe&hub.verify_token=…&hub.challenge=…` | no | 200, the challenge as text, when the verify token matches; else 403 |
+//! | Microsoft Graph | `POST ?validationToken=…` | no | 200, the token (decoded) as text |
+//! | AWS SNS | `{"Type":"SubscriptionConfirmation","SubscribeURL":…}` | yes | with [`Certificates`](super::Certificates): the `SubscribeURL` is visited, then 200 (503 when that fails); without, the handler gets it |
 //!
 //! Signed handshakes are verified like any delivery first: a forged one gets the usual
 //! rejection. Meta's GET carries no signature; the verify token is what authenticates it.
+//! Graph's validation carries nothing to authenticate: it echoes the token, as Graph
+//! requires, and nothing else happens.
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Response, StatusCode, Uri};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
+use super::future::AnswerFuture;
 use super::layer::Config;
 use crate::scheme::Handshake;
 use crate::{Event, Verifier};
 
-/// The unsigned handshakes, answered before any check of the request (Meta's GET).
+/// The unsigned handshakes, answered before any check of the request (Meta's GET,
+/// Microsoft Graph's validation).
 pub(super) fn before(config: &Config, method: &Method, uri: &Uri) -> Option<Response<Bytes>> {
-    if config.verifier.scheme().handshake != Some(Handshake::Meta) || method != Method::GET {
-        return None;
+    match config.verifier.scheme().handshake? {
+        Handshake::Meta if method == Method::GET => meta(config, uri),
+        Handshake::Graph if method == Method::POST => graph(uri),
+        _ => None,
     }
+}
+
+/// Microsoft Graph: `POST ?validationToken=…` is answered 200 with the token, decoded, as
+/// plain text (within Graph's 10 s), whatever the body.
+fn graph(uri: &Uri) -> Option<Response<Bytes>> {
+    let token = form_urlencoded::parse(uri.query()?.as_bytes())
+        .find(|(key, _)| key == "validationToken")?
+        .1;
+    // Graph's tokens are short opaque strings: a long one is no handshake of Graph's.
+    if token.is_empty() || token.len() > 1024 {
+        return Some(text(
+            StatusCode::BAD_REQUEST,
+            "invalid validationToken".into(),
+        ));
+    }
+    Some(text(StatusCode::OK, token.into_owned()))
+}
+
+fn meta(config: &Config, uri: &Uri) -> Option<Response<Bytes>> {
     let query = uri.query()?;
     let (mut mode, mut token, mut challenge) = (None, None, None);
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {
@@ -87,6 +114,24 @@ pub(super) fn after(verifier: &Verifier, event: &Event) -> Option<Response<Bytes
         }
         _ => None,
     }
+}
+
+/// SNS: a verified `SubscriptionConfirmation` is confirmed by visiting its signed
+/// `SubscribeURL` — when the layer fetches certificates; without them, it reaches the
+/// handler like any event.
+pub(super) fn confirm(config: &Config, event: &Event) -> Option<AnswerFuture> {
+    let certificates = config.certificates.as_ref()?;
+    if config.verifier.scheme().handshake != Some(Handshake::Sns)
+        || event.event_type() != Some("SubscriptionConfirmation")
+    {
+        return None;
+    }
+    let url = crate::event::string_field(event.body(), "SubscribeURL")?;
+    let confirm = certificates.confirm(url);
+    Some(Box::pin(async move {
+        confirm.await?;
+        Ok(text(StatusCode::OK, "subscription confirmed".into()))
+    }))
 }
 
 #[derive(Deserialize)]

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http::Response;
 use tower_layer::Layer;
 
-use super::{Tenants, VerifyWebhook};
+use super::{Certificates, Tenants, VerifyWebhook};
 use crate::{Secrets, Verifier, VerifyError};
 
 pub(crate) type RejectFn = dyn Fn(&VerifyError) -> Response<Bytes> + Send + Sync;
@@ -20,6 +20,8 @@ pub(crate) struct Config {
     pub(crate) verify_token: Option<Arc<str>>,
     /// A secret per tenant: `verifier` is then their prototype, which checks headers only.
     pub(crate) tenants: Option<Tenants>,
+    /// Keys fetched from the provider: `verifier` is then their prototype.
+    pub(crate) certificates: Option<Certificates>,
 }
 
 /// Applies [`VerifyWebhook`] to a service. See the [module docs](crate::verify).
@@ -44,6 +46,7 @@ impl VerifyWebhookLayer {
                 rejection: None,
                 verify_token: None,
                 tenants: None,
+                certificates: None,
             }),
         }
     }
@@ -53,6 +56,15 @@ impl VerifyWebhookLayer {
     pub fn per_tenant(tenants: Tenants) -> Self {
         let mut layer = Self::new(tenants.prototype().clone());
         Arc::make_mut(&mut layer.config).tenants = Some(tenants);
+        layer
+    }
+
+    /// A layer that verifies each delivery under the certificate it names, fetched from
+    /// the provider and cached (AWS SNS, PayPal): see [`Certificates`]. With SNS, a
+    /// `SubscriptionConfirmation` is confirmed by the layer.
+    pub fn from_certificates(certificates: Certificates) -> Self {
+        let mut layer = Self::new(certificates.prototype().clone());
+        Arc::make_mut(&mut layer.config).certificates = Some(certificates);
         layer
     }
 
@@ -132,6 +144,7 @@ impl std::fmt::Debug for VerifyWebhookLayer {
                 &self.config.verify_token.as_ref().map(|_| "<redacted>"),
             )
             .field("tenants", &self.config.tenants)
+            .field("certificates", &self.config.certificates)
             .finish()
     }
 }

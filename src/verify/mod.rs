@@ -79,6 +79,7 @@
 //! # }
 //! ```
 
+mod certificate;
 mod future;
 mod handshake;
 mod layer;
@@ -86,6 +87,7 @@ mod response;
 mod service;
 mod tenant;
 
+pub use self::certificate::{Certificates, Fetch, FetchFuture};
 pub use self::future::ResponseFuture;
 pub use self::layer::VerifyWebhookLayer;
 pub use self::service::VerifyWebhook;

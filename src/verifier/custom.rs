@@ -1,0 +1,328 @@
+//! The providers whose signature does not fit the header-and-template mould, each verified
+//! by code of its own: Mailgun (the signature in the body), AWS SNS (chosen body fields,
+//! RSA), PayPal (RSA over a CRC32 of the body) and Microsoft Graph (a shared token in
+//! each notification, no signature).
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use serde::Deserialize;
+
+use super::{one_str, Verifier};
+use crate::error::{ErrorKind, VerifyError};
+use crate::event::{self, Event};
+use crate::scheme::template::Input;
+use crate::scheme::{signature, Algorithm, Custom, TimestampFormat};
+use crate::timestamp;
+
+/// The longest RSA signature read: 4096 bits.
+const MAX_RSA_SIGNATURE: usize = 512;
+
+const NO_MATCH: VerifyError = VerifyError::new(
+    ErrorKind::InvalidSignature,
+    "no signature matches any secret",
+);
+
+fn malformed(why: &'static str) -> VerifyError {
+    VerifyError::new(ErrorKind::MalformedHeader, why)
+}
+
+/// PayPal's headers.
+const TRANSMISSION_ID: HeaderName = HeaderName::from_static("paypal-transmission-id");
+const TRANSMISSION_TIME: HeaderName = HeaderName::from_static("paypal-transmission-time");
+const TRANSMISSION_SIG: HeaderName = HeaderName::from_static("paypal-transmission-sig");
+const CERT_URL: HeaderName = HeaderName::from_static("paypal-cert-url");
+const AUTH_ALGO: HeaderName = HeaderName::from_static("paypal-auth-algo");
+
+/// The URL of the certificate a delivery says it was signed under (SNS: the body's
+/// `SigningCertURL`; PayPal: `PAYPAL-CERT-URL`), for schemes verified with one.
+pub(crate) fn certificate_url(
+    custom: &Custom,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<String, VerifyError> {
+    match custom {
+        Custom::Sns { .. } => event::string_field(body, "SigningCertURL")
+            .ok_or(malformed("the message has no SigningCertURL")),
+        Custom::PayPal { .. } => one_str(headers, std::slice::from_ref(&CERT_URL))?
+            .map(str::to_owned)
+            .ok_or(VerifyError::new(
+                ErrorKind::MissingHeader,
+                "PAYPAL-CERT-URL is missing",
+            )),
+        Custom::Mailgun | Custom::Graph => Err(VerifyError::new(
+            ErrorKind::Misconfigured,
+            "this scheme is not verified with certificates",
+        )),
+    }
+}
+
+/// One RSA signature, base64, decoded.
+fn rsa_signature(encoded: &str) -> Result<Vec<u8>, VerifyError> {
+    if encoded.len() > MAX_RSA_SIGNATURE.div_ceil(3) * 4 {
+        return Err(malformed("the signature is longer than any RSA signature"));
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|_| malformed("the signature is not base64"))
+}
+
+impl Verifier {
+    pub(super) fn verify_custom(
+        &self,
+        custom: &Custom,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Event, VerifyError> {
+        match custom {
+            Custom::Mailgun => self.verify_mailgun(body),
+            Custom::Sns { topics } => self.verify_sns(topics, body),
+            Custom::PayPal { webhook_id } => self.verify_paypal(webhook_id, headers, body),
+            Custom::Graph => self.verify_graph(body),
+        }
+    }
+
+    /// What can be checked before the body is read: PayPal's headers and timestamp.
+    /// The others carry everything in the body.
+    pub(super) fn check_custom_headers(
+        &self,
+        custom: &Custom,
+        headers: &HeaderMap,
+    ) -> Result<(), VerifyError> {
+        match custom {
+            Custom::PayPal { .. } => self.paypal_headers(headers).map(drop),
+            Custom::Mailgun | Custom::Sns { .. } | Custom::Graph => Ok(()),
+        }
+    }
+
+    fn event(&self, body: Bytes, timestamp: Option<i64>, secret_index: usize) -> event::Parts {
+        event::Parts {
+            source: self.source.clone(),
+            header_id: None,
+            header_type: None,
+            id_field: None,
+            type_field: self.scheme.type_field,
+            unsigned_id: false,
+            content_digest: None,
+            timestamp: timestamp.and_then(timestamp::to_system_time),
+            body,
+            secret_index,
+        }
+    }
+
+    /// Mailgun: the signature, its timestamp and token are in the JSON body; the HMAC
+    /// covers the timestamp and token only. The body is parsed before the MAC (it is
+    /// where the signature is), under the layer's body limit.
+    fn verify_mailgun(&self, body: Bytes) -> Result<Event, VerifyError> {
+        #[derive(Deserialize)]
+        struct Delivery {
+            signature: Signed,
+        }
+        #[derive(Deserialize)]
+        struct Signed {
+            timestamp: String,
+            token: String,
+            signature: String,
+        }
+        let Delivery { signature: signed } = serde_json::from_slice(&body)
+            .map_err(|_| malformed("the body has no signature object"))?;
+        let ts = timestamp::parse(&signed.timestamp, TimestampFormat::Unix)?;
+        self.tolerance
+            .check(ts, timestamp::unix_seconds((self.clock)()))?;
+        let token = HeaderValue::from_str(&signed.token)
+            .ok()
+            .filter(|t| (1..=256).contains(&t.len()))
+            .ok_or(malformed("the signature token is not a short ASCII string"))?;
+        let scheme = &*self.scheme;
+        let parsed = signature::parse(scheme, &signed.signature)?;
+        let pieces = scheme.template.pieces(&Input {
+            timestamp: signed.timestamp.as_bytes(),
+            id: token.as_bytes(),
+            ..Input::default()
+        });
+        let secret_index = self
+            .secrets
+            .keys()
+            .iter()
+            .position(|key| parsed.candidates.matches(&scheme.formats, key, &pieces))
+            .ok_or(NO_MATCH)?;
+        Ok(Event::new(event::Parts {
+            header_id: Some(token),
+            ..self.event(body, Some(ts), secret_index)
+        }))
+    }
+
+    /// AWS SNS: the message is JSON; its signature covers `Name\nValue\n` for a fixed,
+    /// sorted list of its fields, which depends on its `Type`, under the key of the
+    /// certificate at `SigningCertURL` (RSA with SHA-1 for `SignatureVersion` 1, SHA-256
+    /// for 2). The event id is the signed `MessageId`.
+    fn verify_sns(&self, topics: &[String], body: Bytes) -> Result<Event, VerifyError> {
+        // Unknown fields are ignored; a field given twice is an error (serde's derive).
+        #[derive(Deserialize)]
+        #[serde(rename_all = "PascalCase")]
+        struct Message {
+            r#type: String,
+            message_id: String,
+            topic_arn: String,
+            message: String,
+            timestamp: String,
+            signature_version: String,
+            signature: String,
+            subject: Option<String>,
+            token: Option<String>,
+            #[serde(rename = "SubscribeURL")]
+            subscribe_url: Option<String>,
+        }
+        let m: Message =
+            serde_json::from_slice(&body).map_err(|_| malformed("not an SNS message"))?;
+        let algorithm = match m.signature_version.as_str() {
+            "1" => Algorithm::RsaSha1,
+            "2" => Algorithm::RsaSha256,
+            _ => return Err(malformed("an SNS SignatureVersion other than 1 or 2")),
+        };
+        let ts = timestamp::parse(&m.timestamp, TimestampFormat::Rfc3339)?;
+        self.tolerance
+            .check(ts, timestamp::unix_seconds((self.clock)()))?;
+        let signature = rsa_signature(&m.signature)?;
+        let fields: Vec<(&str, Option<&String>)> = match m.r#type.as_str() {
+            "Notification" => vec![
+                ("Message", Some(&m.message)),
+                ("MessageId", Some(&m.message_id)),
+                ("Subject", m.subject.as_ref()),
+                ("Timestamp", Some(&m.timestamp)),
+                ("TopicArn", Some(&m.topic_arn)),
+                ("Type", Some(&m.r#type)),
+            ],
+            "SubscriptionConfirmation" | "UnsubscribeConfirmation" => {
+                if m.token.is_none() || m.subscribe_url.is_none() {
+                    return Err(malformed("a confirmation without Token or SubscribeURL"));
+                }
+                vec![
+                    ("Message", Some(&m.message)),
+                    ("MessageId", Some(&m.message_id)),
+                    ("SubscribeURL", m.subscribe_url.as_ref()),
+                    ("Timestamp", Some(&m.timestamp)),
+                    ("Token", m.token.as_ref()),
+                    ("TopicArn", Some(&m.topic_arn)),
+                    ("Type", Some(&m.r#type)),
+                ]
+            }
+            _ => return Err(malformed("an SNS message of an unknown Type")),
+        };
+        let mut pieces: Vec<&[u8]> = Vec::with_capacity(fields.len() * 4);
+        for (name, value) in &fields {
+            if let Some(value) = value {
+                pieces.extend([name.as_bytes(), b"\n", value.as_bytes(), b"\n"]);
+            }
+        }
+        let secret_index = self
+            .secrets
+            .keys()
+            .iter()
+            .position(|key| key.verifies_as(algorithm, &pieces, &signature))
+            .ok_or(NO_MATCH)?;
+        // Any AWS account can point a topic of its own at this endpoint, and AWS signs
+        // that too: only the configured topics are ours.
+        if !topics.contains(&m.topic_arn) {
+            return Err(VerifyError::new(
+                ErrorKind::InvalidSignature,
+                "the message's topic is not one this endpoint accepts",
+            ));
+        }
+        Ok(Event::new(event::Parts {
+            id_field: Some("MessageId"),
+            ..self.event(body, Some(ts), secret_index)
+        }))
+    }
+
+    /// PayPal's headers, checked: the transmission id, the time within the tolerance, the
+    /// algorithm, and the signature decoded.
+    fn paypal_headers<'h>(
+        &self,
+        headers: &'h HeaderMap,
+    ) -> Result<(&'h HeaderValue, &'h str, i64, Vec<u8>), VerifyError> {
+        let required = |name: &HeaderName, missing: &'static str| {
+            super::one(headers, std::slice::from_ref(name))?
+                .ok_or(VerifyError::new(ErrorKind::MissingHeader, missing))
+        };
+        let id = required(&TRANSMISSION_ID, "PAYPAL-TRANSMISSION-ID is missing")?;
+        let time = required(&TRANSMISSION_TIME, "PAYPAL-TRANSMISSION-TIME is missing")?;
+        let time = time.to_str().expect("checked by `one`");
+        let sig = required(&TRANSMISSION_SIG, "PAYPAL-TRANSMISSION-SIG is missing")?;
+        required(&CERT_URL, "PAYPAL-CERT-URL is missing")?;
+        let algo = required(&AUTH_ALGO, "PAYPAL-AUTH-ALGO is missing")?;
+        if algo != "SHA256withRSA" {
+            return Err(malformed("PAYPAL-AUTH-ALGO is not SHA256withRSA"));
+        }
+        let ts = timestamp::parse(time, TimestampFormat::Rfc3339)?;
+        self.tolerance
+            .check(ts, timestamp::unix_seconds((self.clock)()))?;
+        let signature = rsa_signature(sig.to_str().expect("checked by `one`"))?;
+        Ok((id, time, ts, signature))
+    }
+
+    /// PayPal: RSA-SHA256 over `transmission id|transmission time|webhook id|crc32(body)`,
+    /// the CRC32 in decimal. The webhook id is ours, so a delivery meant for another
+    /// webhook does not verify. The event id is the body's `id`.
+    fn verify_paypal(
+        &self,
+        webhook_id: &str,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Event, VerifyError> {
+        let (id, time, ts, signature) = self.paypal_headers(headers)?;
+        let crc = crc32fast::hash(&body).to_string();
+        let pieces: [&[u8]; 7] = [
+            id.as_bytes(),
+            b"|",
+            time.as_bytes(),
+            b"|",
+            webhook_id.as_bytes(),
+            b"|",
+            crc.as_bytes(),
+        ];
+        let secret_index = self
+            .secrets
+            .keys()
+            .iter()
+            .position(|key| key.verifies_as(Algorithm::RsaSha256, &pieces, &signature))
+            .ok_or(NO_MATCH)?;
+        Ok(Event::new(event::Parts {
+            id_field: Some("id"),
+            ..self.event(body, Some(ts), secret_index)
+        }))
+    }
+
+    /// Microsoft Graph: `{"value":[{…,"clientState":…},…]}`; every notification must
+    /// carry one of the configured client states (a batch is all or nothing). No id and
+    /// no timestamp are signed: deliveries are deduplicated on a digest of the body.
+    fn verify_graph(&self, body: Bytes) -> Result<Event, VerifyError> {
+        #[derive(Deserialize)]
+        struct Batch {
+            value: Vec<Notification>,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Notification {
+            client_state: Option<String>,
+        }
+        let Batch { value } = serde_json::from_slice(&body)
+            .map_err(|_| malformed("not a Microsoft Graph notification batch"))?;
+        if value.is_empty() {
+            return Err(malformed("an empty notification batch"));
+        }
+        let keys = self.secrets.keys();
+        let mut secret_index = 0;
+        for notification in &value {
+            let state = notification.client_state.as_deref().unwrap_or("");
+            secret_index = keys
+                .iter()
+                .position(|key| key.token_matches(state.as_bytes()))
+                .ok_or(VerifyError::new(
+                    ErrorKind::InvalidSignature,
+                    "a notification's clientState matches no secret",
+                ))?;
+        }
+        Ok(Event::new(self.event(body, None, secret_index)))
+    }
+}

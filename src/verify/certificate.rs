@@ -1,0 +1,419 @@
+//! Keys fetched from the provider: see [`Certificates`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Uri};
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+
+use crate::error::{ErrorKind, VerifyError};
+use crate::scheme::{key, Custom};
+use crate::{ConfigError, ConfigErrorKind, Event, Scheme, Verifier};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The future a [`Fetch`] returns: the response body of a successful (2xx) GET.
+pub type FetchFuture = Pin<Box<dyn Future<Output = Result<Bytes, BoxError>> + Send>>;
+
+/// An HTTPS GET to a provider's host, made by your HTTP client: fetching a signing
+/// certificate, visiting an SNS `SubscribeURL`. Only URLs that passed the provider's host
+/// check are given to it. Answer `Err` for anything but a 2xx response.
+///
+/// Implemented for closures `Fn(String) -> impl Future<Output = Result<Bytes, E>>`; with
+/// `reqwest`, for example:
+///
+/// ```text
+/// let client = reqwest::Client::new();
+/// let fetch = move |url: String| {
+///     let client = client.clone();
+///     async move { client.get(url).send().await?.error_for_status()?.bytes().await }
+/// };
+/// ```
+pub trait Fetch: Send + Sync + 'static {
+    /// GETs `url`.
+    fn get(&self, url: String) -> FetchFuture;
+}
+
+impl<F, Fut, E> Fetch for F
+where
+    F: Fn(String) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Bytes, E>> + Send + 'static,
+    E: Into<BoxError>,
+{
+    fn get(&self, url: String) -> FetchFuture {
+        let future = self(url);
+        Box::pin(async move { future.await.map_err(Into::into) })
+    }
+}
+
+/// Keys fetched from the provider, for the schemes whose deliveries name the certificate
+/// they were signed under: [AWS SNS](Scheme::sns) (`SigningCertURL`) and
+/// [PayPal](Scheme::paypal) (`PAYPAL-CERT-URL`).
+///
+/// Before anything is fetched, the URL must be HTTPS on the provider's own hosts — SNS:
+/// `sns.<region>.amazonaws.com` (or `.amazonaws.com.cn`), a path ending in `.pem`;
+/// PayPal: `api.paypal.com`, `api-m.paypal.com` or their `sandbox.` forms, under
+/// `/v1/notifications/certs/` — so a forged delivery cannot make the receiver fetch a key
+/// of the forger's choosing, nor reach an internal address. Any other URL is refused with
+/// 400. The certificate's key is cached by URL (24 h by default: providers publish a new
+/// certificate under a new URL); concurrent deliveries under one new certificate share
+/// one fetch. A fetch that fails, or takes over 10 s, answers 503 and is not cached, so
+/// the provider retries. The certificate's trust comes from that HTTPS fetch from the
+/// provider's host: its chain and validity dates are not checked again.
+///
+/// With [`VerifyWebhookLayer::from_certificates`](crate::VerifyWebhookLayer::from_certificates),
+/// an SNS `SubscriptionConfirmation` is confirmed by the layer: it GETs the signed
+/// `SubscribeURL` (the same host check) and answers 200, or 503 when that fails.
+///
+/// ```
+/// use bytes::Bytes;
+/// use tower_webhook::verify::Certificates;
+/// use tower_webhook::{Scheme, VerifyWebhookLayer};
+///
+/// # async fn http_get(url: String) -> Result<Bytes, std::io::Error> { unimplemented!() }
+/// let topics = ["arn:aws:sns:eu-west-1:123456789012:orders"];
+/// let certificates = Certificates::new(Scheme::sns(topics), http_get)?;
+/// let layer = VerifyWebhookLayer::from_certificates(certificates);
+/// # Ok::<(), tower_webhook::ConfigError>(())
+/// ```
+///
+/// Cloning shares the cache. Where no fetch is possible, pin the certificate instead:
+/// `Verifier::new(Scheme::sns(topics), [pem])`.
+#[derive(Clone)]
+pub struct Certificates {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Each certificate's verifier is this one with the certificate's key.
+    prototype: Verifier,
+    fetch: Box<dyn Fetch>,
+    ttl: Duration,
+    cache: Mutex<HashMap<String, Slot>>,
+}
+
+/// One URL's verifier, fetched once for all the deliveries waiting on it.
+#[derive(Clone)]
+struct Slot {
+    cell: Arc<OnceCell<Verifier>>,
+    since: Instant,
+}
+
+/// At most this many certificate URLs are cached (providers use a handful).
+const MAX_CACHED: usize = 256;
+
+/// How long a fetch may take before the delivery gets 503.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest certificate read.
+const MAX_CERTIFICATE: usize = 64 * 1024;
+
+const UNAVAILABLE: VerifyError = VerifyError::new(
+    ErrorKind::SecretsUnavailable,
+    "the signing certificate could not be fetched",
+);
+
+impl Certificates {
+    /// Certificates for `scheme` ([`Scheme::sns`] or [`Scheme::paypal`]), fetched with
+    /// `fetch` and cached for 24 h.
+    ///
+    /// # Errors
+    ///
+    /// When the scheme is not one whose deliveries name a certificate, or fails the
+    /// checks of [`Verifier::new`] (SNS without topics, PayPal without a webhook id).
+    pub fn new(scheme: Scheme, fetch: impl Fetch) -> Result<Self, ConfigError> {
+        if !scheme
+            .custom
+            .as_ref()
+            .is_some_and(Custom::uses_certificates)
+        {
+            return Err(ConfigError::new(
+                ConfigErrorKind::InvalidValue,
+                "only the sns and paypal schemes are verified with fetched certificates",
+            ));
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                prototype: Verifier::without_secrets(scheme)?,
+                fetch: Box::new(fetch),
+                ttl: Duration::from_secs(24 * 3600),
+                cache: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Replaces how long a certificate's key is kept (default 24 h).
+    #[must_use]
+    pub fn with_ttl(self, ttl: Duration) -> Self {
+        self.map(|inner| inner.ttl = ttl.min(Duration::from_secs(365 * 24 * 3600)))
+    }
+
+    /// Applies `f` to the verifier every certificate's is built from: its tolerance,
+    /// clock or source (`|v| v.with_source("sns-orders")`).
+    #[must_use]
+    pub fn with_verifier(self, f: impl FnOnce(Verifier) -> Verifier) -> Self {
+        self.map(|inner| inner.prototype = f(inner.prototype.clone()))
+    }
+
+    fn map(mut self, f: impl FnOnce(&mut Inner)) -> Self {
+        f(Arc::get_mut(&mut self.inner).expect("configured before it is shared"));
+        self
+    }
+
+    /// Verifies one delivery under the certificate it names, fetched or cached: the whole
+    /// check, for use outside a Tower stack (a queue consumer, a serverless function).
+    ///
+    /// # Errors
+    ///
+    /// As [`Verifier::verify_request`]; a certificate URL off the provider's hosts is
+    /// [`ErrorKind::MalformedHeader`], a failed fetch [`ErrorKind::SecretsUnavailable`].
+    pub async fn verify(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Event, VerifyError> {
+        self.inner.prototype.check_before_body(headers)?;
+        let url = self.url(headers, &body)?;
+        let verifier = self.verifier(url).await?;
+        verifier.verify_request(method, uri, headers, body)
+    }
+
+    pub(crate) fn prototype(&self) -> &Verifier {
+        &self.inner.prototype
+    }
+
+    fn custom(&self) -> &Custom {
+        self.inner
+            .prototype
+            .scheme()
+            .custom
+            .as_ref()
+            .expect("checked in new")
+    }
+
+    /// The certificate URL the delivery names, if it is on the provider's hosts.
+    pub(crate) fn url(&self, headers: &HeaderMap, body: &[u8]) -> Result<String, VerifyError> {
+        let url = crate::verifier::certificate_url(self.custom(), headers, body)?;
+        let allowed = match self.custom() {
+            Custom::Sns { .. } => sns_url(&url, true),
+            _ => paypal_url(&url),
+        };
+        if !allowed {
+            return Err(VerifyError::new(
+                ErrorKind::MalformedHeader,
+                "the certificate URL is not on the provider's hosts",
+            ));
+        }
+        Ok(url)
+    }
+
+    /// The verifier holding the key of the certificate at `url`: cached, or fetched.
+    pub(crate) fn verifier(
+        &self,
+        url: String,
+    ) -> Pin<Box<dyn Future<Output = Result<Verifier, VerifyError>> + Send>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let slot = this.slot(&url);
+            let fetched = slot
+                .cell
+                .get_or_try_init(|| async {
+                    let get = this.inner.fetch.get(url.clone());
+                    let pem = match tokio::time::timeout(FETCH_TIMEOUT, get).await {
+                        Ok(Ok(pem)) => pem,
+                        Ok(Err(_error)) => {
+                            #[cfg(feature = "tracing")]
+                            tracing::error!(target: "tower_webhook", url, "certificate fetch failed: {_error}");
+                            return Err(UNAVAILABLE);
+                        }
+                        Err(_elapsed) => return Err(UNAVAILABLE),
+                    };
+                    let key = std::str::from_utf8(&pem)
+                        .ok()
+                        .filter(|_| pem.len() <= MAX_CERTIFICATE)
+                        .and_then(|pem| key::rsa_public(pem.trim()).ok())
+                        .ok_or(UNAVAILABLE)?;
+                    Ok(this.inner.prototype.with_key(key))
+                })
+                .await;
+            match fetched {
+                Ok(verifier) => Ok(verifier.clone()),
+                Err(error) => {
+                    this.forget(&url, &slot);
+                    Err(error)
+                }
+            }
+        })
+    }
+
+    /// Visits an SNS `SubscribeURL`, if it is on SNS's hosts.
+    pub(crate) fn confirm(
+        &self,
+        url: String,
+    ) -> Pin<Box<dyn Future<Output = Result<(), VerifyError>> + Send>> {
+        let this = self.clone();
+        Box::pin(async move {
+            if !sns_url(&url, false) {
+                return Err(VerifyError::new(
+                    ErrorKind::MalformedHeader,
+                    "the SubscribeURL is not on SNS's hosts",
+                ));
+            }
+            let get = this.inner.fetch.get(url);
+            match tokio::time::timeout(FETCH_TIMEOUT, get).await {
+                Ok(Ok(_)) => Ok(()),
+                _ => Err(VerifyError::new(
+                    ErrorKind::SecretsUnavailable,
+                    "the subscription could not be confirmed",
+                )),
+            }
+        })
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+        self.inner.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn slot(&self, url: &str) -> Slot {
+        let now = Instant::now();
+        let ttl = self.inner.ttl;
+        let mut cache = self.cache();
+        if let Some(slot) = cache.get(url) {
+            if now.duration_since(slot.since) < ttl {
+                return slot.clone();
+            }
+        }
+        if cache.len() >= MAX_CACHED {
+            cache.retain(|_, s| now.duration_since(s.since) < ttl);
+            if cache.len() >= MAX_CACHED {
+                cache.clear();
+            }
+        }
+        let slot = Slot {
+            cell: Arc::new(OnceCell::new()),
+            since: now,
+        };
+        cache.insert(url.to_owned(), slot.clone());
+        slot
+    }
+
+    /// Drops a slot whose fetch failed, so the next delivery tries again.
+    fn forget(&self, url: &str, failed: &Slot) {
+        let mut cache = self.cache();
+        if cache
+            .get(url)
+            .is_some_and(|s| Arc::ptr_eq(&s.cell, &failed.cell) && !s.cell.initialized())
+        {
+            cache.remove(url);
+        }
+    }
+}
+
+/// An HTTPS URL on a host that passes `host`, without userinfo or another port.
+fn https_host(url: &str, host: impl Fn(&str) -> bool) -> Option<Uri> {
+    let uri: Uri = url.parse().ok()?;
+    let authority = uri.authority()?;
+    let plain = authority.as_str() == authority.host()
+        || authority.as_str() == format!("{}:443", authority.host());
+    (uri.scheme_str() == Some("https") && plain && host(authority.host())).then_some(uri)
+}
+
+/// `https://sns.<region>.amazonaws.com[.cn]/…`, and for a certificate a path ending in
+/// `.pem`.
+fn sns_url(url: &str, certificate: bool) -> bool {
+    let host = |host: &str| {
+        let rest = host
+            .strip_suffix(".amazonaws.com")
+            .or_else(|| host.strip_suffix(".amazonaws.com.cn"));
+        rest.and_then(|r| r.strip_prefix("sns."))
+            .is_some_and(|region| {
+                region.len() >= 3
+                    && region
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            })
+    };
+    https_host(url, host).is_some_and(|uri| !certificate || uri.path().ends_with(".pem"))
+}
+
+/// `https://api[-m][.sandbox].paypal.com/v1/notifications/certs/…`.
+fn paypal_url(url: &str) -> bool {
+    const HOSTS: [&str; 4] = [
+        "api.paypal.com",
+        "api-m.paypal.com",
+        "api.sandbox.paypal.com",
+        "api-m.sandbox.paypal.com",
+    ];
+    https_host(url, |h| HOSTS.contains(&h))
+        .is_some_and(|uri| uri.path().starts_with("/v1/notifications/certs/"))
+}
+
+impl fmt::Debug for Certificates {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Certificates")
+            .field("scheme", &self.inner.prototype.scheme().name())
+            .field("ttl", &self.inner.ttl)
+            .field("cached", &self.cache().len())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_providers_https_hosts_are_fetched_from() {
+        for ok in [
+            "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-abc.pem",
+            "https://sns.cn-north-1.amazonaws.com.cn/SimpleNotificationService-abc.pem",
+            "https://sns.eu-west-1.amazonaws.com:443/x.pem",
+        ] {
+            assert!(sns_url(ok, true), "{ok}");
+        }
+        for bad in [
+            "http://sns.us-east-1.amazonaws.com/x.pem",
+            "https://sns.us-east-1.amazonaws.com.evil.com/x.pem",
+            "https://evil.com/sns.us-east-1.amazonaws.com/x.pem",
+            "https://sns.evil.amazonaws.com@evil.com/x.pem",
+            "https://user@sns.us-east-1.amazonaws.com/x.pem",
+            "https://sns.us-east-1.amazonaws.com:8443/x.pem",
+            "https://s3.us-east-1.amazonaws.com/x.pem",
+            "https://sns.US-EAST-1.amazonaws.com/x.pem",
+            "https://sns..amazonaws.com/x.pem",
+            "https://sns.us-east-1.amazonaws.com/x.crt",
+            "https://sns.a/b.amazonaws.com/x.pem",
+            "//sns.us-east-1.amazonaws.com/x.pem",
+            "not a url",
+        ] {
+            assert!(!sns_url(bad, true), "{bad}");
+        }
+        // A SubscribeURL has a query, not a `.pem` path.
+        assert!(sns_url(
+            "https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription&Token=t",
+            false
+        ));
+        assert!(paypal_url(
+            "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-1d93a270"
+        ));
+        assert!(paypal_url(
+            "https://api-m.sandbox.paypal.com/v1/notifications/certs/CERT-1"
+        ));
+        for bad in [
+            "http://api.paypal.com/v1/notifications/certs/CERT-1",
+            "https://api.paypal.com.evil.com/v1/notifications/certs/CERT-1",
+            "https://evil.paypal.com/v1/notifications/certs/CERT-1",
+            "https://api.paypal.com/v1/oauth2/token",
+        ] {
+            assert!(!paypal_url(bad), "{bad}");
+        }
+    }
+}

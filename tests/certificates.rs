@@ -1,0 +1,658 @@
+//! The certificate-signed providers — AWS SNS and PayPal — and Microsoft Graph's client
+//! state: their published vectors (AWS's `aws-php-sns-message-validator` functional
+//! tests, PayPal's Java SDK `ValidateCertTest`), deliveries signed here with a test key
+//! (`tests/fixtures/rsa`), and the refusals: a forged body, a wrong certificate, a stale
+//! message, a foreign topic or webhook.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use common::call;
+use http::{HeaderMap, HeaderValue};
+use http::{Request, StatusCode};
+use http_body_util::Full;
+use rsa::pkcs8::DecodePrivateKey as _;
+use rsa::signature::{SignatureEncoding as _, Signer as _};
+use serde_json::{json, Value};
+use tower_webhook::verify::Certificates;
+use tower_webhook::{ErrorKind, Scheme, Verifier, VerifyWebhookLayer};
+
+const SNS_CERT: &str = include_str!("fixtures/sns/certificate.pem");
+const PAYPAL_CERT: &str = include_str!("fixtures/paypal/certificate.pem");
+const TEST_KEY: &str = include_str!("fixtures/rsa/signer.key.pem");
+const TEST_CERT: &str = include_str!("fixtures/rsa/signer.cert.pem");
+const OTHER_CERT: &str = include_str!("fixtures/rsa/other.cert.pem");
+
+const SNS_VECTORS: [&str; 4] = [
+    include_str!("fixtures/sns/notification-1.json"),
+    include_str!("fixtures/sns/notification-2.json"),
+    include_str!("fixtures/sns/notification-3.json"),
+    include_str!("fixtures/sns/notification-4.json"),
+];
+
+fn at(scheme: Scheme, keys: &[&str], unix: u64) -> Verifier {
+    Verifier::new(scheme, keys)
+        .unwrap()
+        .with_clock(move || UNIX_EPOCH + Duration::from_secs(unix))
+}
+
+fn unix(rfc3339: &str) -> u64 {
+    let t = time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
+        .unwrap();
+    t.unix_timestamp() as u64
+}
+
+fn refused(v: &Verifier, h: &HeaderMap, body: &[u8]) -> ErrorKind {
+    v.verify(h, Bytes::copy_from_slice(body))
+        .unwrap_err()
+        .kind()
+}
+
+// ---- AWS SNS ----
+
+fn sns_topic(message: &Value) -> String {
+    message["TopicArn"].as_str().unwrap().to_owned()
+}
+
+/// Signs an SNS message as SNS does (the fields for its type, `Name\nValue\n`), with the
+/// test key: an independent rebuild of the string to sign.
+fn sns_signed(mut message: Value, version: &str) -> Vec<u8> {
+    let fields: &[&str] = match message["Type"].as_str().unwrap() {
+        "Notification" => &[
+            "Message",
+            "MessageId",
+            "Subject",
+            "Timestamp",
+            "TopicArn",
+            "Type",
+        ],
+        _ => &[
+            "Message",
+            "MessageId",
+            "SubscribeURL",
+            "Timestamp",
+            "Token",
+            "TopicArn",
+            "Type",
+        ],
+    };
+    let mut text = String::new();
+    for field in fields {
+        if let Some(value) = message[*field].as_str() {
+            text.push_str(&format!("{field}\n{value}\n"));
+        }
+    }
+    let key = rsa::PrivateKey::from_pkcs8_pem(TEST_KEY).unwrap();
+    let signature = match version {
+        "1" => rsa::pkcs1v15::SigningKey::<sha1::Sha1>::new(key)
+            .sign(text.as_bytes())
+            .to_vec(),
+        _ => rsa::pkcs1v15::SigningKey::<sha2::Sha256>::new(key)
+            .sign(text.as_bytes())
+            .to_vec(),
+    };
+    use base64::Engine as _;
+    message["SignatureVersion"] = json!(version);
+    message["Signature"] = json!(base64::engine::general_purpose::STANDARD.encode(signature));
+    serde_json::to_vec(&message).unwrap()
+}
+
+const TOPIC: &str = "arn:aws:sns:eu-west-1:123456789012:orders";
+
+fn sns_notification(id: &str, timestamp: &str) -> Value {
+    json!({
+        "Type": "Notification",
+        "MessageId": id,
+        "TopicArn": TOPIC,
+        "Subject": "order",
+        "Message": "{\"order\":7}",
+        "Timestamp": timestamp,
+        "SigningCertURL": "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-0123456789abcdef.pem",
+        "UnsubscribeURL": "https://sns.eu-west-1.amazonaws.com/?Action=Unsubscribe",
+    })
+}
+
+#[test]
+fn sns_vectors_verify_under_the_published_certificate_with_both_signature_versions() {
+    for (i, vector) in SNS_VECTORS.iter().enumerate() {
+        let message: Value = serde_json::from_str(vector).unwrap();
+        let when = unix(message["Timestamp"].as_str().unwrap());
+        let v = at(Scheme::sns([sns_topic(&message)]), &[SNS_CERT], when + 5);
+        let event = v
+            .verify(&HeaderMap::new(), Bytes::from_static(vector.as_bytes()))
+            .unwrap_or_else(|e| panic!("vector {}: {e}", i + 1));
+        assert_eq!(event.id(), message["MessageId"].as_str());
+        assert_eq!(event.event_type(), Some("Notification"));
+        assert_eq!(event.source(), "sns");
+
+        // A changed message, the wrong certificate, an hour and more later, another
+        // topic: each refused.
+        let forged = vector.replace("Hello world", "Hello World");
+        assert_eq!(
+            refused(&v, &HeaderMap::new(), forged.as_bytes()),
+            ErrorKind::InvalidSignature
+        );
+        let wrong = at(Scheme::sns([sns_topic(&message)]), &[OTHER_CERT], when);
+        assert_eq!(
+            refused(&wrong, &HeaderMap::new(), vector.as_bytes()),
+            ErrorKind::InvalidSignature
+        );
+        let late = at(Scheme::sns([sns_topic(&message)]), &[SNS_CERT], when + 3601);
+        assert_eq!(
+            refused(&late, &HeaderMap::new(), vector.as_bytes()),
+            ErrorKind::TimestampTooOld
+        );
+        let foreign = at(Scheme::sns([TOPIC]), &[SNS_CERT], when);
+        assert_eq!(
+            refused(&foreign, &HeaderMap::new(), vector.as_bytes()),
+            ErrorKind::InvalidSignature
+        );
+    }
+}
+
+#[test]
+fn sns_messages_signed_here_verify_and_the_signed_fields_are_the_ones_that_count() {
+    let now = SystemTime::now();
+    let ts = time::OffsetDateTime::from(now)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let v = Verifier::new(Scheme::sns([TOPIC]), [TEST_CERT]).unwrap();
+    for version in ["1", "2"] {
+        let body = sns_signed(sns_notification("m-1", &ts), version);
+        let event = v.verify(&HeaderMap::new(), body.clone().into()).unwrap();
+        assert_eq!(event.id(), Some("m-1"));
+        // The unsigned fields may change (SNS does not sign UnsubscribeURL); the signed
+        // ones may not, nor may a field be dropped or added.
+        let mut message: Value = serde_json::from_slice(&body).unwrap();
+        message["UnsubscribeURL"] = json!("https://sns.eu-west-1.amazonaws.com/?other");
+        assert!(v
+            .verify(
+                &HeaderMap::new(),
+                serde_json::to_vec(&message).unwrap().into()
+            )
+            .is_ok());
+        for (field, value) in [
+            ("Subject", json!("other")),
+            ("Subject", Value::Null),
+            (
+                "TopicArn",
+                json!("arn:aws:sns:eu-west-1:123456789012:other"),
+            ),
+            ("Type", json!("SubscriptionConfirmation")),
+            ("MessageId", json!("m-2")),
+        ] {
+            let mut changed = message.clone();
+            changed[field] = value;
+            let body = serde_json::to_vec(&changed).unwrap();
+            assert!(
+                v.verify(&HeaderMap::new(), body.into()).is_err(),
+                "{field} changed"
+            );
+        }
+    }
+    // A field given twice is ambiguous: refused before any signature check.
+    let body = sns_signed(sns_notification("m-3", &ts), "2");
+    let text = String::from_utf8(body).unwrap();
+    let doubled = text.replacen("{", "{\"MessageId\":\"m-4\",", 1);
+    assert_eq!(
+        refused(&v, &HeaderMap::new(), doubled.as_bytes()),
+        ErrorKind::MalformedHeader
+    );
+    // An unknown signature version, and a body that is no SNS message.
+    let mut message: Value = serde_json::from_str(&text).unwrap();
+    message["SignatureVersion"] = json!("3");
+    let body = serde_json::to_vec(&message).unwrap();
+    assert_eq!(
+        refused(&v, &HeaderMap::new(), &body),
+        ErrorKind::MalformedHeader
+    );
+    assert_eq!(
+        refused(&v, &HeaderMap::new(), b"{}"),
+        ErrorKind::MalformedHeader
+    );
+}
+
+#[test]
+fn sns_needs_its_topics_and_an_rsa_certificate_of_2048_bits_or_more() {
+    assert!(Verifier::new(Scheme::sns(Vec::<String>::new()), [SNS_CERT]).is_err());
+    assert!("sns".parse::<Scheme>().is_err());
+    // Not a certificate; a P-256 key; a shared secret.
+    for key in [
+        "not a pem",
+        "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g==",
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    ] {
+        let err = Verifier::new(Scheme::sns([TOPIC]), [key]).unwrap_err();
+        assert!(!err.to_string().contains(key), "{err}");
+    }
+    // RSA is for the certificate presets only.
+    let custom = Scheme::hmac(http::HeaderName::from_static("x-sig"))
+        .with_algorithm(tower_webhook::scheme::Algorithm::RsaSha256);
+    assert!(Verifier::new(custom, [TEST_CERT]).is_err());
+}
+
+// ---- PayPal ----
+
+const PAYPAL_WEBHOOK: &str = "96605875FF6516633";
+
+fn paypal_vector() -> (HeaderMap, &'static [u8]) {
+    let mut h = HeaderMap::new();
+    for (name, value) in [
+        ("paypal-cert-url", "https://api.sandbox.paypal.com/v1/notifications/test"),
+        ("paypal-transmission-id", "071f7d20-1584-11e7-abf0-6b62a8a99ac4"),
+        ("paypal-transmission-time", "2017-03-30T20:04:05Z"),
+        ("paypal-auth-algo", "SHA256withRSA"),
+        ("paypal-transmission-sig", "aBjgm5/xljRYu3G64Q0axISrP2xcy7WbW1u4UTCKnQvyprOZ1a1BBmqn2Jdr6ce8E76I3Ti/AL9y4VYSHyGSEaoE6dVQcCDebLbOXLH0fjTAbTc1/rmfdWmsk0DPltW84Y8W8jOHe3CLWDOwg5zmozyt+AceG2x5eOiw7mLSycaEoj/5RG+dOIWXnmWcLEArbG3VFshy0wuhZrKuGa9C/bD4Ku+Y9gK7Bv5I5IuGRVnTGpcFnVG0KxOyJxccLGyBVCIUMY5IZS7LkmJszQ3HZZFDTNihvgJHECSLwLhzUaysIye5G6CbbLdtAmeeb6wiDciEAvr2dFf+SplOR4Lrng=="),
+    ] {
+        h.insert(name, HeaderValue::from_static(value));
+    }
+    (
+        h,
+        include_bytes!("fixtures/paypal/billing-plan-created.json"),
+    )
+}
+
+/// Signs a PayPal delivery as PayPal does, with the test key.
+pub fn paypal_signed(webhook_id: &str, transmission: &str, time: &str, body: &[u8]) -> HeaderMap {
+    let text = format!(
+        "{transmission}|{time}|{webhook_id}|{}",
+        crc32fast::hash(body)
+    );
+    let key = rsa::PrivateKey::from_pkcs8_pem(TEST_KEY).unwrap();
+    let signature = rsa::pkcs1v15::SigningKey::<sha2::Sha256>::new(key)
+        .sign(text.as_bytes())
+        .to_vec();
+    use base64::Engine as _;
+    let mut h = HeaderMap::new();
+    let sig = base64::engine::general_purpose::STANDARD.encode(signature);
+    for (name, value) in [
+        (
+            "paypal-cert-url",
+            "https://api-m.paypal.com/v1/notifications/certs/CERT-test",
+        ),
+        ("paypal-transmission-id", transmission),
+        ("paypal-transmission-time", time),
+        ("paypal-auth-algo", "SHA256withRSA"),
+        ("paypal-transmission-sig", &sig),
+    ] {
+        h.insert(name, HeaderValue::from_str(value).unwrap());
+    }
+    h
+}
+
+#[test]
+fn paypal_vector_verifies_and_refuses_another_webhook_a_forged_body_and_a_stale_time() {
+    let (h, body) = paypal_vector();
+    let when = unix("2017-03-30T20:04:05Z");
+    let v = at(Scheme::paypal(PAYPAL_WEBHOOK), &[PAYPAL_CERT], when + 10);
+    let event = v.verify(&h, Bytes::from_static(body)).unwrap();
+    assert_eq!(event.id(), Some("WH-2MW4820926242972J-6SG447389E205703U"));
+    assert_eq!(event.event_type(), Some("BILLING.PLAN.CREATED"));
+
+    // The SDK's own negative case: another webhook id.
+    let other = at(Scheme::paypal("NotToBeFound"), &[PAYPAL_CERT], when);
+    assert_eq!(refused(&other, &h, body), ErrorKind::InvalidSignature);
+    let mut forged = body.to_vec();
+    forged[10] ^= 1;
+    assert_eq!(refused(&v, &h, &forged), ErrorKind::InvalidSignature);
+    let wrong = at(Scheme::paypal(PAYPAL_WEBHOOK), &[OTHER_CERT], when);
+    assert_eq!(refused(&wrong, &h, body), ErrorKind::InvalidSignature);
+    let late = at(Scheme::paypal(PAYPAL_WEBHOOK), &[PAYPAL_CERT], when + 301);
+    assert_eq!(refused(&late, &h, body), ErrorKind::TimestampTooOld);
+    // Another algorithm named, a header missing.
+    let mut h2 = h.clone();
+    h2.insert("paypal-auth-algo", HeaderValue::from_static("SHA1withRSA"));
+    assert_eq!(refused(&v, &h2, body), ErrorKind::MalformedHeader);
+    let mut h3 = h.clone();
+    h3.remove("paypal-transmission-id");
+    assert_eq!(refused(&v, &h3, body), ErrorKind::MissingHeader);
+    assert!(Verifier::new(Scheme::paypal(""), [PAYPAL_CERT]).is_err());
+}
+
+#[test]
+fn paypal_deliveries_signed_here_verify() {
+    let ts = time::OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .unwrap()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let body = br#"{"id":"WH-1","event_type":"PAYMENT.CAPTURE.COMPLETED"}"#;
+    let h = paypal_signed("WEBHOOK-1", "tx-1", &ts, body);
+    let v = Verifier::new(Scheme::paypal("WEBHOOK-1"), [TEST_CERT]).unwrap();
+    let event = v.verify(&h, Bytes::from_static(body)).unwrap();
+    assert_eq!(event.id(), Some("WH-1"));
+    let v2 = Verifier::new(Scheme::paypal("WEBHOOK-2"), [TEST_CERT]).unwrap();
+    assert_eq!(refused(&v2, &h, body), ErrorKind::InvalidSignature);
+}
+
+// ---- Microsoft Graph ----
+
+const CLIENT_STATE: &str = "secretClientValue-0001";
+
+#[test]
+fn graph_batches_verify_only_when_every_notification_carries_a_client_state() {
+    let v = Verifier::new(
+        Scheme::microsoft_graph(),
+        [CLIENT_STATE, "rotated-client-state-0002"],
+    )
+    .unwrap();
+    let batch = |states: &[&str]| {
+        let value: Vec<Value> = states
+            .iter()
+            .map(|s| json!({"subscriptionId":"s-1","clientState":s,"changeType":"created","resource":"Users/1"}))
+            .collect();
+        serde_json::to_vec(&json!({ "value": value })).unwrap()
+    };
+    let ok = batch(&[CLIENT_STATE, "rotated-client-state-0002"]);
+    let event = v.verify(&HeaderMap::new(), ok.clone().into()).unwrap();
+    assert_eq!(event.id(), None);
+    assert!(
+        event.dedupe_id().starts_with("sha256:"),
+        "{}",
+        event.dedupe_id()
+    );
+    for bad in [
+        batch(&[CLIENT_STATE, "guess"]),
+        batch(&["secretClientValue-0002"]),
+        br#"{"value":[{"subscriptionId":"s-1"}]}"#.to_vec(),
+    ] {
+        assert_eq!(
+            refused(&v, &HeaderMap::new(), &bad),
+            ErrorKind::InvalidSignature
+        );
+    }
+    for malformed in [&b"{\"value\":[]}"[..], b"[]", b"not json"] {
+        assert_eq!(
+            refused(&v, &HeaderMap::new(), malformed),
+            ErrorKind::MalformedHeader
+        );
+    }
+    assert!(Verifier::new(Scheme::microsoft_graph(), ["short"]).is_err());
+    let scheme: Scheme = "graph".parse().unwrap();
+    assert_eq!(scheme.name(), "microsoft-graph");
+}
+
+// ---- Through the layer: certificates fetched, cached, and their URLs checked ----
+
+/// A fetcher serving `pem` for any URL, recording each URL asked for; it fails while
+/// `failing` is set.
+#[derive(Clone, Default)]
+struct Server {
+    asked: Arc<Mutex<Vec<String>>>,
+    failing: Arc<AtomicUsize>,
+}
+
+impl Server {
+    fn fetch(&self, pem: &'static str) -> impl tower_webhook::verify::Fetch {
+        let this = self.clone();
+        move |url: String| {
+            let this = this.clone();
+            async move {
+                this.asked.lock().unwrap().push(url);
+                // Slow enough for concurrent deliveries to overlap.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if this.failing.load(Ordering::SeqCst) > 0 {
+                    return Err(std::io::Error::other("unreachable"));
+                }
+                Ok(Bytes::from_static(pem.as_bytes()))
+            }
+        }
+    }
+
+    fn asked(&self) -> Vec<String> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .unwrap()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap()
+}
+
+fn post(body: Vec<u8>) -> Request<Full<Bytes>> {
+    Request::post("/sns")
+        .header("content-type", "text/plain; charset=UTF-8")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap()
+}
+
+fn sns_layer(server: &Server) -> VerifyWebhookLayer {
+    let certificates = Certificates::new(Scheme::sns([TOPIC]), server.fetch(TEST_CERT)).unwrap();
+    VerifyWebhookLayer::from_certificates(certificates)
+}
+
+#[tokio::test]
+async fn sns_certificates_are_fetched_once_from_the_named_url_and_shared_by_concurrent_deliveries()
+{
+    let server = Server::default();
+    let layer = sns_layer(&server);
+    let ts = now_rfc3339();
+    let calls = (0..8).map(|i| {
+        let layer = layer.clone();
+        let body = sns_signed(sns_notification(&format!("m-{i}"), &ts), "2");
+        async move { call(&layer, post(body)).await }
+    });
+    let outcomes = futures_join_all(calls).await;
+    for out in &outcomes {
+        assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+        assert_eq!(out.handled.len(), 1);
+    }
+    assert_eq!(
+        server.asked(),
+        ["https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-0123456789abcdef.pem"]
+    );
+    // Cached: a later delivery fetches nothing.
+    let out = call(&layer, post(sns_signed(sns_notification("m-9", &ts), "1"))).await;
+    assert_eq!(out.handled[0].0.id(), Some("m-9"));
+    assert_eq!(server.asked().len(), 1);
+}
+
+async fn futures_join_all<F: std::future::Future + Send + 'static>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for handle in handles {
+        out.push(handle.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_certificate_url_off_the_providers_hosts_is_refused_without_a_fetch() {
+    let server = Server::default();
+    let layer = sns_layer(&server);
+    let ts = now_rfc3339();
+    for url in [
+        "http://sns.eu-west-1.amazonaws.com/SimpleNotificationService-1.pem",
+        "https://sns.eu-west-1.amazonaws.com.attacker.example/cert.pem",
+        "https://127.0.0.1/cert.pem",
+        "https://attacker.example/sns.eu-west-1.amazonaws.com/cert.pem",
+    ] {
+        let mut message = sns_notification("m-1", &ts);
+        message["SigningCertURL"] = json!(url);
+        let out = call(&layer, post(sns_signed(message, "2"))).await;
+        assert_eq!(out.status, StatusCode::BAD_REQUEST, "{url}");
+        assert_eq!(out.kind(), Some(ErrorKind::MalformedHeader), "{url}");
+        assert!(out.handled.is_empty());
+    }
+    assert!(server.asked().is_empty(), "{:?}", server.asked());
+}
+
+#[tokio::test]
+async fn a_failed_fetch_answers_503_and_is_not_cached() {
+    let server = Server::default();
+    let layer = sns_layer(&server);
+    let body = sns_signed(sns_notification("m-1", &now_rfc3339()), "2");
+    server.failing.store(1, Ordering::SeqCst);
+    let out = call(&layer, post(body.clone())).await;
+    assert_eq!(out.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(out.kind(), Some(ErrorKind::SecretsUnavailable));
+    assert!(out.handled.is_empty());
+    // The provider's retry finds the certificate once it can be fetched.
+    server.failing.store(0, Ordering::SeqCst);
+    let out = call(&layer, post(body)).await;
+    assert_eq!(out.status, StatusCode::OK);
+    assert_eq!(server.asked().len(), 2);
+}
+
+#[tokio::test]
+async fn a_fetched_certificate_of_another_key_or_a_forged_message_is_refused() {
+    let server = Server::default();
+    let certificates = Certificates::new(Scheme::sns([TOPIC]), server.fetch(OTHER_CERT)).unwrap();
+    let layer = VerifyWebhookLayer::from_certificates(certificates);
+    let body = sns_signed(sns_notification("m-1", &now_rfc3339()), "2");
+    let out = call(&layer, post(body)).await;
+    assert_eq!(out.kind(), Some(ErrorKind::InvalidSignature));
+
+    let layer = sns_layer(&Server::default());
+    let body = sns_signed(sns_notification("m-1", &now_rfc3339()), "2");
+    let forged = String::from_utf8(body).unwrap().replace("order", "0rder");
+    let out = call(&layer, post(forged.into_bytes())).await;
+    assert_eq!(out.kind(), Some(ErrorKind::InvalidSignature));
+    assert!(out.handled.is_empty());
+}
+
+fn sns_confirmation(subscribe_url: &str) -> Value {
+    json!({
+        "Type": "SubscriptionConfirmation",
+        "MessageId": "c-1",
+        "Token": "2336412f37fb687f5d51e6e2425c464de12884c5",
+        "TopicArn": TOPIC,
+        "Message": "You have chosen to subscribe to the topic. To confirm, visit the SubscribeURL.",
+        "SubscribeURL": subscribe_url,
+        "Timestamp": now_rfc3339(),
+        "SigningCertURL": "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-0123456789abcdef.pem",
+    })
+}
+
+#[tokio::test]
+async fn sns_subscription_confirmation_visits_the_signed_subscribe_url_and_never_reaches_the_handler(
+) {
+    let server = Server::default();
+    let layer = sns_layer(&server);
+    let subscribe = "https://sns.eu-west-1.amazonaws.com/?Action=ConfirmSubscription&TopicArn=arn:aws:sns:eu-west-1:123456789012:orders&Token=2336412f";
+    let out = call(&layer, post(sns_signed(sns_confirmation(subscribe), "2"))).await;
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    assert!(out.handled.is_empty());
+    assert_eq!(
+        server.asked()[1],
+        subscribe,
+        "certificate first, then the SubscribeURL"
+    );
+
+    // A SubscribeURL off SNS's hosts is not visited, even signed.
+    let out = call(
+        &layer,
+        post(sns_signed(
+            sns_confirmation("https://attacker.example/confirm"),
+            "2",
+        )),
+    )
+    .await;
+    assert_eq!(out.status, StatusCode::BAD_REQUEST);
+    assert_eq!(server.asked().len(), 2);
+
+    // A confirmation that cannot be made now answers 503, so SNS sends it again.
+    server.failing.store(1, Ordering::SeqCst);
+    let out = call(&layer, post(sns_signed(sns_confirmation(subscribe), "2"))).await;
+    assert_eq!(out.status, StatusCode::SERVICE_UNAVAILABLE);
+
+    // Without fetched certificates (a pinned one), the handler gets the confirmation.
+    let pinned = VerifyWebhookLayer::new(Verifier::new(Scheme::sns([TOPIC]), [TEST_CERT]).unwrap());
+    let out = call(&pinned, post(sns_signed(sns_confirmation(subscribe), "1"))).await;
+    assert_eq!(out.status, StatusCode::OK);
+    assert_eq!(
+        out.handled[0].0.event_type(),
+        Some("SubscriptionConfirmation")
+    );
+}
+
+#[tokio::test]
+async fn paypal_certificates_are_fetched_from_paypal_hosts_and_headers_are_checked_before_the_body()
+{
+    let server = Server::default();
+    let certificates =
+        Certificates::new(Scheme::paypal("WEBHOOK-1"), server.fetch(TEST_CERT)).unwrap();
+    let layer = VerifyWebhookLayer::from_certificates(certificates);
+    let body = br#"{"id":"WH-1","event_type":"PAYMENT.CAPTURE.COMPLETED"}"#;
+    let h = paypal_signed("WEBHOOK-1", "tx-1", &now_rfc3339(), body);
+    let mut request = Request::post("/paypal")
+        .body(Full::new(Bytes::from_static(body)))
+        .unwrap();
+    *request.headers_mut() = h.clone();
+    let out = call(&layer, request).await;
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    assert_eq!(out.handled[0].0.id(), Some("WH-1"));
+    assert_eq!(
+        server.asked(),
+        ["https://api-m.paypal.com/v1/notifications/certs/CERT-test"]
+    );
+
+    // A stale transmission is refused from its headers alone.
+    let stale = paypal_signed("WEBHOOK-1", "tx-2", "2017-03-30T20:04:05Z", body);
+    let mut request = Request::post("/paypal")
+        .body(Full::new(Bytes::from_static(body)))
+        .unwrap();
+    *request.headers_mut() = stale;
+    assert_eq!(
+        call(&layer, request).await.kind(),
+        Some(ErrorKind::TimestampTooOld)
+    );
+    // A certificate URL elsewhere is never fetched.
+    let mut h2 = h;
+    h2.insert(
+        "paypal-cert-url",
+        HeaderValue::from_static("https://paypal.attacker.example/v1/notifications/certs/x"),
+    );
+    let mut request = Request::post("/paypal")
+        .body(Full::new(Bytes::from_static(body)))
+        .unwrap();
+    *request.headers_mut() = h2;
+    assert_eq!(call(&layer, request).await.status, StatusCode::BAD_REQUEST);
+    assert_eq!(server.asked().len(), 1);
+    assert!(Certificates::new(Scheme::github(), server.fetch(TEST_CERT)).is_err());
+}
+
+#[tokio::test]
+async fn graph_validation_echoes_the_token_and_notifications_need_the_client_state() {
+    let layer =
+        VerifyWebhookLayer::new(Verifier::new(Scheme::microsoft_graph(), [CLIENT_STATE]).unwrap());
+    let request = Request::post(
+        "/graph?validationToken=Validation%3A%20Testing%20client%20application%20reachability",
+    )
+    .header("content-type", "text/plain")
+    .body(Full::new(Bytes::new()))
+    .unwrap();
+    let out = call(&layer, request).await;
+    assert_eq!(out.status, StatusCode::OK);
+    assert_eq!(
+        &out.body[..],
+        b"Validation: Testing client application reachability"
+    );
+    assert!(out.handled.is_empty());
+
+    let batch = json!({"value":[{"subscriptionId":"s-1","clientState":CLIENT_STATE,"changeType":"created","resource":"Users/1"}]});
+    let request = Request::post("/graph")
+        .body(Full::new(Bytes::from(batch.to_string())))
+        .unwrap();
+    let out = call(&layer, request).await;
+    assert_eq!(out.handled.len(), 1);
+    let forged = json!({"value":[{"subscriptionId":"s-1","clientState":"guessed-client-state","changeType":"created"}]});
+    let request = Request::post("/graph")
+        .body(Full::new(Bytes::from(forged.to_string())))
+        .unwrap();
+    let out = call(&layer, request).await;
+    assert_eq!(out.status, StatusCode::BAD_REQUEST);
+    assert!(out.handled.is_empty());
+}
