@@ -2,14 +2,20 @@
 //!
 //! - `WEBHOOK_SCHEME`: `standard` (default), `stripe`, `github`, `slack`, `shopify`,
 //!   `discord`, `sendgrid`, `paddle`, `zoom`, `meta`, `intercom`, `twitch`, `twilio`,
-//!   `square`, `hubspot`, `linear` or `mailgun`;
+//!   `square`, `hubspot`, `linear`, `mailgun`, `microsoft-graph`, `sns` (with
+//!   `WEBHOOK_SNS_TOPICS`, the topic ARNs to accept) or `paypal` (with
+//!   `WEBHOOK_PAYPAL_WEBHOOK_ID`);
 //! - `WEBHOOK_SECRETS`: secrets and public keys in each provider's own format,
 //!   comma-separated, the first is current (for `standard`, `whsec_…` and `whpk_…` may be
-//!   mixed; default: a development secret, printed with how to send a test delivery);
+//!   mixed; for `microsoft-graph`, the client states; default: a development secret,
+//!   printed with how to send a test delivery). For `sns` and `paypal`, PEM certificates
+//!   to pin; without them, each delivery's certificate is fetched over HTTPS from the
+//!   provider's hosts (and SNS subscriptions are confirmed);
 //! - `WEBHOOK_VERIFY_TOKEN`: Meta's verify token, for its `GET ?hub.challenge` handshake;
 //! - `WEBHOOK_PUBLIC_URL`: the URL the provider signs (Twilio, Square, HubSpot): exactly
 //!   as configured with the provider;
-//! - `WEBHOOK_TOLERANCE_SECS`: timestamp tolerance, both ways (default 300);
+//! - `WEBHOOK_TOLERANCE_SECS`: timestamp tolerance, both ways (default: the scheme's, 300 s
+//!   for most; Twitch 10 min, Linear 1 min, SNS 1 h);
 //! - `BIND`: the address to listen on (default `127.0.0.1:3000`);
 //! - `DATABASE_URL`: where deliveries are deduplicated — a `postgres://` or `redis://`
 //!   URL; without it, the embedded SQLite file `WEBHOOK_SQLITE` (default `webhooks.db`);
@@ -21,7 +27,8 @@
 //! It serves `POST /webhooks` (and `GET` for Meta's handshake) and prints
 //! `handled <event id>` each time its handler runs: once per event, however often the
 //! provider delivers it (an event without an id prints the digest it is deduplicated on).
-//! Set-up handshakes (Slack, Zoom, Discord, Twitch, Meta) are answered by the layer. With a 1 s lease and a 3 s
+//! Set-up handshakes (Slack, Zoom, Discord, Twitch, Meta, Microsoft Graph, SNS) are
+//! answered by the layer. With a 1 s lease and a 3 s
 //! delay, a duplicate sent during the run gets 409 (the lease is renewed while the
 //! handler runs), and a client that hangs up mid-run and retries later gets 204: the id
 //! is printed once.
@@ -41,6 +48,7 @@ use std::sync::Arc;
 
 use tower::ServiceBuilder;
 use tower_webhook::store::{DedupeStore, PgStore, RedisStore, SqliteStore};
+use tower_webhook::verify::Certificates;
 use tower_webhook::{DedupeLayer, Event, PublicUrl, Verifier, VerifyWebhookLayer};
 
 pub fn app(verify: VerifyWebhookLayer, dedupe: DedupeLayer, delay: Duration) -> Router {
@@ -98,17 +106,39 @@ fn env_number(name: &str, default: u64) -> Result<u64, String> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (scheme, secrets, dev) = support::scheme_and_secrets()?;
-    let tolerance = env_number("WEBHOOK_TOLERANCE_SECS", 300)?;
+    // Only when set: the scheme's own window (Twitch, Linear, SNS) is the default.
+    let tolerance = match std::env::var("WEBHOOK_TOLERANCE_SECS") {
+        Ok(_) => Some(Duration::from_secs(env_number(
+            "WEBHOOK_TOLERANCE_SECS",
+            300,
+        )?)),
+        Err(_) => None,
+    };
     let lease = Duration::from_secs(env_number("WEBHOOK_LEASE_SECS", 60)?);
     let delay = Duration::from_millis(env_number("WEBHOOK_HANDLER_DELAY_MS", 0)?);
     let body_timeout = Duration::from_secs(env_number("WEBHOOK_BODY_TIMEOUT_SECS", 10)?);
     let bind = std::env::var("BIND").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let scheme_name = scheme.name().to_owned();
-    let mut verifier =
-        Verifier::new(scheme, &secrets)?.with_tolerance(Duration::from_secs(tolerance));
-    if let Ok(url) = std::env::var("WEBHOOK_PUBLIC_URL") {
-        verifier = verifier.with_public_url(PublicUrl::exact(&url)?);
-    }
+    let public_url = match std::env::var("WEBHOOK_PUBLIC_URL") {
+        Ok(url) => Some(PublicUrl::exact(&url)?),
+        Err(_) => None,
+    };
+    let configure = move |mut verifier: Verifier| {
+        if let Some(tolerance) = tolerance {
+            verifier = verifier.with_tolerance(tolerance);
+        }
+        if let Some(url) = public_url {
+            verifier = verifier.with_public_url(url);
+        }
+        verifier
+    };
+    let fetching = support::uses_certificates(&scheme) && secrets.is_empty();
+    let verify = if fetching {
+        let certificates = Certificates::new(scheme, support::https_get()?)?;
+        VerifyWebhookLayer::from_certificates(certificates.with_verifier(configure))
+    } else {
+        VerifyWebhookLayer::new(configure(Verifier::new(scheme, &secrets)?))
+    };
 
     let (store, store_name) = store_from_env().await?;
     let dedupe = DedupeLayer::from_arc(store).with_lease(lease)?;
@@ -123,7 +153,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
              WEBHOOK_SCHEME={scheme_name} cargo run --example send -- http://{addr}/webhooks"
         );
     }
-    let mut verify = VerifyWebhookLayer::new(verifier).with_body_timeout(body_timeout);
+    if fetching {
+        eprintln!("fetching {scheme_name} signing certificates from the provider's hosts");
+    }
+    let mut verify = verify.with_body_timeout(body_timeout);
     if let Ok(token) = std::env::var("WEBHOOK_VERIFY_TOKEN") {
         verify = verify.with_verify_token(token);
     }

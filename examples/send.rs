@@ -15,9 +15,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let (scheme, secrets, dev) = support::scheme_and_secrets()?;
-    let signing_key = match dev {
-        true => support::dev_signing_key(&scheme).to_owned(),
-        false => secrets[0].clone(),
+    let signing_key = match (dev, secrets.first()) {
+        (true, _) => support::dev_signing_key(&scheme).to_owned(),
+        (false, Some(key)) => key.clone(),
+        // SNS and PayPal sign with the provider's private key: nothing here can.
+        (false, None) => {
+            return Err(format!(
+                "{} deliveries are signed by the provider only",
+                scheme.name()
+            )
+            .into())
+        }
     };
     let mut args = std::env::args().skip(1);
     let url = args

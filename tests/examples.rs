@@ -435,6 +435,157 @@ async fn receiver_answers_handshakes_and_dedupes_events_without_an_id() {
 }
 
 #[tokio::test]
+async fn receiver_verifies_sns_paypal_and_graph_deliveries() {
+    let db = |name: &str| {
+        std::env::temp_dir().join(format!(
+            "tower-webhook-receiver-{name}-{}.db",
+            std::process::id()
+        ))
+    };
+    // The published vectors are from 2017 and 2022: a window that reaches them.
+    const YEARS: &str = "400000000";
+
+    // SNS with AWS's published vector and its certificate pinned: handled once, by its
+    // MessageId; another topic is refused.
+    let sns_db = db("sns");
+    let vector = include_str!("fixtures/sns/notification-2.json");
+    let message: serde_json::Value = serde_json::from_str(vector).unwrap();
+    let topic = message["TopicArn"].as_str().unwrap();
+    let (mut child, url, mut stdout) = start_receiver(
+        &sns_db,
+        &[
+            ("WEBHOOK_SCHEME", "sns"),
+            ("WEBHOOK_SNS_TOPICS", topic),
+            (
+                "WEBHOOK_SECRETS",
+                include_str!("fixtures/sns/certificate.pem"),
+            ),
+            ("WEBHOOK_TOLERANCE_SECS", YEARS),
+        ],
+    )
+    .await;
+    for _ in 0..2 {
+        let (status, _) = post(&url, HeaderMap::new(), vector.as_bytes().to_vec())
+            .await
+            .unwrap();
+        assert!(status.is_success(), "{status}");
+    }
+    assert_eq!(
+        next_line(&mut stdout).await.unwrap(),
+        format!("handled {}", message["MessageId"].as_str().unwrap())
+    );
+    let forged = vector.replace("Hello world", "Hello there");
+    let (status, _) = post(&url, HeaderMap::new(), forged.into_bytes())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&sns_db);
+
+    // SNS without a pinned certificate fetches it — but never from a URL off AWS's SNS
+    // hosts: refused before any connection.
+    let fetch_db = db("sns-fetch");
+    let (mut child, url, _stdout) = start_receiver(
+        &fetch_db,
+        &[
+            ("WEBHOOK_SCHEME", "sns"),
+            ("WEBHOOK_SNS_TOPICS", topic),
+            ("WEBHOOK_TOLERANCE_SECS", YEARS),
+        ],
+    )
+    .await;
+    let off_host = vector.replace("sns.us-east-2.amazonaws.com/Simple", "127.0.0.1/Simple");
+    let (status, _) = post(&url, HeaderMap::new(), off_host.into_bytes())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&fetch_db);
+
+    // PayPal with its SDK's vector and certificate pinned.
+    let paypal_db = db("paypal");
+    let (mut child, url, mut stdout) = start_receiver(
+        &paypal_db,
+        &[
+            ("WEBHOOK_SCHEME", "paypal"),
+            ("WEBHOOK_PAYPAL_WEBHOOK_ID", "96605875FF6516633"),
+            (
+                "WEBHOOK_SECRETS",
+                include_str!("fixtures/paypal/certificate.pem"),
+            ),
+            ("WEBHOOK_TOLERANCE_SECS", YEARS),
+        ],
+    )
+    .await;
+    let mut headers = HeaderMap::new();
+    for (name, value) in [
+        ("paypal-cert-url", "https://api.sandbox.paypal.com/v1/notifications/test"),
+        ("paypal-transmission-id", "071f7d20-1584-11e7-abf0-6b62a8a99ac4"),
+        ("paypal-transmission-time", "2017-03-30T20:04:05Z"),
+        ("paypal-auth-algo", "SHA256withRSA"),
+        ("paypal-transmission-sig", "aBjgm5/xljRYu3G64Q0axISrP2xcy7WbW1u4UTCKnQvyprOZ1a1BBmqn2Jdr6ce8E76I3Ti/AL9y4VYSHyGSEaoE6dVQcCDebLbOXLH0fjTAbTc1/rmfdWmsk0DPltW84Y8W8jOHe3CLWDOwg5zmozyt+AceG2x5eOiw7mLSycaEoj/5RG+dOIWXnmWcLEArbG3VFshy0wuhZrKuGa9C/bD4Ku+Y9gK7Bv5I5IuGRVnTGpcFnVG0KxOyJxccLGyBVCIUMY5IZS7LkmJszQ3HZZFDTNihvgJHECSLwLhzUaysIye5G6CbbLdtAmeeb6wiDciEAvr2dFf+SplOR4Lrng=="),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    let body = include_bytes!("fixtures/paypal/billing-plan-created.json").to_vec();
+    let (status, _) = post(&url, headers.clone(), body.clone()).await.unwrap();
+    assert!(status.is_success(), "{status}");
+    assert_eq!(
+        next_line(&mut stdout).await.unwrap(),
+        "handled WH-2MW4820926242972J-6SG447389E205703U"
+    );
+    let mut forged = body;
+    forged[10] ^= 1;
+    let (status, _) = post(&url, headers, forged).await.unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&paypal_db);
+
+    // Microsoft Graph: the validation token is echoed; a batch with the client state is
+    // handled (by digest), one without it refused.
+    const STATE: &str = "graph-client-state-0123456789";
+    let graph_db = db("graph");
+    let (mut child, url, mut stdout) = start_receiver(
+        &graph_db,
+        &[
+            ("WEBHOOK_SCHEME", "microsoft-graph"),
+            ("WEBHOOK_SECRETS", STATE),
+        ],
+    )
+    .await;
+    let (status, text) = post(
+        &format!("{url}?validationToken=Validation%3A%20reachability"),
+        HeaderMap::new(),
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (status, &text[..]),
+        (StatusCode::OK, &b"Validation: reachability"[..])
+    );
+    let batch = format!(
+        r#"{{"value":[{{"subscriptionId":"s-1","clientState":"{STATE}","changeType":"created","resource":"Users/1"}}]}}"#
+    );
+    let (status, _) = post(&url, HeaderMap::new(), batch.into_bytes())
+        .await
+        .unwrap();
+    assert!(status.is_success(), "{status}");
+    assert!(next_line(&mut stdout)
+        .await
+        .unwrap()
+        .starts_with("handled sha256:"));
+    let guessed =
+        r#"{"value":[{"subscriptionId":"s-1","clientState":"guessed-state-0123456789"}]}"#;
+    let (status, _) = post(&url, HeaderMap::new(), guessed.as_bytes().to_vec())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&graph_db);
+}
+
+#[tokio::test]
 async fn receiver_without_secrets_explains_how_to_send_a_test_delivery() {
     let db = std::env::temp_dir().join(format!(
         "tower-webhook-receiver-dev-{}.db",

@@ -34,23 +34,79 @@ pub fn dev_signing_key(scheme: &Scheme) -> &'static str {
     }
 }
 
-/// `WEBHOOK_SCHEME` (default `standard`) and `WEBHOOK_SECRETS` (comma-separated, the first
-/// is current); the flag says whether the development secret stands in.
-pub fn scheme_and_secrets() -> Result<(Scheme, Vec<String>, bool), String> {
-    let scheme: Scheme = std::env::var("WEBHOOK_SCHEME")
-        .unwrap_or_else(|_| "standard".into())
-        .parse()
-        .map_err(|e| format!("WEBHOOK_SCHEME: {e}"))?;
-    match std::env::var("WEBHOOK_SECRETS") {
-        Ok(list) if !list.trim().is_empty() => {
-            let secrets = list.split(',').map(|s| s.trim().to_owned()).collect();
-            Ok((scheme, secrets, false))
+/// A comma-separated list from the environment; empty when unset.
+fn env_list(name: &str) -> Vec<String> {
+    std::env::var(name)
+        .unwrap_or_default()
+        .split(',')
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// `WEBHOOK_SCHEME` (default `standard`); `sns` reads its topics from
+/// `WEBHOOK_SNS_TOPICS`, `paypal` its webhook id from `WEBHOOK_PAYPAL_WEBHOOK_ID`.
+pub fn scheme_from_env() -> Result<Scheme, String> {
+    let name = std::env::var("WEBHOOK_SCHEME").unwrap_or_else(|_| "standard".into());
+    match name.trim() {
+        "sns" => {
+            let topics = env_list("WEBHOOK_SNS_TOPICS");
+            if topics.is_empty() {
+                return Err(
+                    "WEBHOOK_SCHEME=sns needs WEBHOOK_SNS_TOPICS: the topic ARNs to \
+                            accept, comma-separated"
+                        .into(),
+                );
+            }
+            Ok(Scheme::sns(topics))
         }
-        _ => {
-            let secret = dev_secret(&scheme).to_owned();
-            Ok((scheme, vec![secret], true))
-        }
+        "paypal" => match std::env::var("WEBHOOK_PAYPAL_WEBHOOK_ID") {
+            Ok(id) if !id.trim().is_empty() => Ok(Scheme::paypal(id.trim())),
+            _ => Err("WEBHOOK_SCHEME=paypal needs WEBHOOK_PAYPAL_WEBHOOK_ID".into()),
+        },
+        other => other.parse().map_err(|e| format!("WEBHOOK_SCHEME: {e}")),
     }
+}
+
+/// Whether the scheme's keys are certificates the provider serves (SNS, PayPal).
+pub fn uses_certificates(scheme: &Scheme) -> bool {
+    matches!(scheme.name(), "sns" | "paypal")
+}
+
+/// `WEBHOOK_SCHEME` and `WEBHOOK_SECRETS` (comma-separated, the first is current; PEM
+/// certificates for SNS and PayPal); the flag says whether the development secret stands
+/// in. SNS and PayPal without secrets get none: their certificates are fetched.
+pub fn scheme_and_secrets() -> Result<(Scheme, Vec<String>, bool), String> {
+    let scheme = scheme_from_env()?;
+    let secrets = env_list("WEBHOOK_SECRETS");
+    if !secrets.is_empty() || uses_certificates(&scheme) {
+        return Ok((scheme, secrets, false));
+    }
+    let secret = dev_secret(&scheme).to_owned();
+    Ok((scheme, vec![secret], true))
+}
+
+/// An HTTPS GET with the system's roots, for certificates and SNS confirmations: a 2xx
+/// body of at most 64 KiB, or an error.
+pub fn https_get() -> Result<impl tower_webhook::verify::Fetch, Box<dyn std::error::Error>> {
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_native_roots()?
+        .https_only()
+        .enable_http1()
+        .build();
+    let client = Client::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(connector);
+    Ok(move |url: String| {
+        let client = client.clone();
+        async move {
+            let response = client.get(url.parse()?).await?;
+            if !response.status().is_success() {
+                return Err(format!("{url}: {}", response.status()).into());
+            }
+            let limited = http_body_util::Limited::new(response.into_body(), 64 * 1024);
+            let body = limited.collect().await?.to_bytes();
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(body)
+        }
+    })
 }
 
 /// A delivery body in the common envelope shape; Slack's id field is `event_id`.
