@@ -4,7 +4,7 @@
 //! Every scheme is described by the same handful of settings, so the presets and a
 //! provider of your own ([`Scheme::hmac`], then `with_*`) all run through one verifier. A
 //! key is a shared secret (HMAC-SHA1, -SHA256, -SHA512) or a public key (Ed25519, ECDSA
-//! P-256), in the provider's own format; a signature header may carry several kinds at
+//! P-256, or RSA from a certificate), in the provider's own format; a signature header may carry several kinds at
 //! once (Standard Webhooks' `v1,` and `v1a,`), each tried only against keys of its kind.
 //!
 //! | preset | signature header | signed bytes | key | event id |
@@ -26,6 +26,9 @@
 //! | [`hubspot`](Scheme::hubspot) | `X-HubSpot-Signature-v3: <base64>` | `{method}{url}{body}{timestamp}` | the client secret's bytes | digest |
 //! | [`linear`](Scheme::linear) | `Linear-Signature: <hex>` | `{body}` (timestamp inside) | the secret's bytes | digest |
 //! | [`mailgun`](Scheme::mailgun) | in the body: `signature.signature` (hex) | `signature.timestamp` + `signature.token` | the signing key's bytes | the token |
+//! | [`sns`](Scheme::sns) | in the body: `Signature` (base64 RSA, SHA-1 or SHA-256) | `Name\nValue\n` of the message's fields for its `Type` | the certificate (PEM), fetched or pinned | body `MessageId` |
+//! | [`paypal`](Scheme::paypal) | `PAYPAL-TRANSMISSION-SIG: <base64>` (RSA-SHA256) | `{transmission id}\|{time}\|{webhook id}\|{crc32 of body}` | the certificate (PEM), fetched or pinned | body `id` |
+//! | [`microsoft_graph`](Scheme::microsoft_graph) | none: each notification's `clientState` | — | the client state | digest |
 //!
 //! "Digest": the provider signs no event id, so deliveries are deduplicated on a digest of
 //! the signed content ([`Event::dedupe_id`](crate::Event::dedupe_id)).

@@ -27,10 +27,16 @@
 //! | a URL-signing scheme without a [`PublicUrl`](crate::PublicUrl) | 500 | yes | no |
 //! | per tenant: no tenant, or one the source does not know | 400 | path/header: no | no |
 //! | per tenant: the secret source fails | 503 | yes | no |
+//! | SNS, PayPal: a certificate URL off the provider's HTTPS hosts | 400, nothing fetched | yes (PayPal: no) | no |
+//! | SNS, PayPal: the certificate cannot be fetched now | 503 | yes | no |
+//! | Microsoft Graph's `POST ?validationToken=…` | 200, the token as text | no | no |
+//! | SNS `SubscriptionConfirmation`, with [`Certificates`] | 200 once its `SubscribeURL` is visited; 503 if that fails | yes | no |
 //!
 //! Handshakes are answered by the layer, before deduplication and the handler (see the
 //! presets' docs). [`VerifyWebhookLayer::per_tenant`] verifies each tenant's deliveries
-//! with that tenant's secrets ([`Tenants`]).
+//! with that tenant's secrets ([`Tenants`]); [`VerifyWebhookLayer::from_certificates`]
+//! verifies SNS and PayPal deliveries under the certificate each names, fetched from the
+//! provider ([`Certificates`]).
 //!
 //! Rejections are responses, never errors (an error from HTTP middleware drops the
 //! connection), and never 410 (which makes Standard Webhooks senders disable the
