@@ -194,6 +194,16 @@ fn sns_messages_signed_here_verify_and_the_signed_fields_are_the_ones_that_count
             );
         }
     }
+    // A line break in a field other than Message would let the signed text split two
+    // ways (a MessageId of the sender's choosing): refused.
+    let mut message = sns_notification("m-5", &ts);
+    message["Subject"] = json!("a\nMessageId\nm-6");
+    let body = sns_signed(message, "2");
+    assert_eq!(
+        refused(&v, &HeaderMap::new(), &body),
+        ErrorKind::MalformedHeader
+    );
+
     // A field given twice is ambiguous: refused before any signature check.
     let body = sns_signed(sns_notification("m-3", &ts), "2");
     let text = String::from_utf8(body).unwrap();
@@ -489,21 +499,60 @@ async fn a_certificate_url_off_the_providers_hosts_is_refused_without_a_fetch() 
     assert!(server.asked().is_empty(), "{:?}", server.asked());
 }
 
-#[tokio::test]
-async fn a_failed_fetch_answers_503_and_is_not_cached() {
+#[tokio::test(start_paused = true)]
+async fn a_failed_fetch_is_shared_by_the_deliveries_waiting_on_it_and_tried_again_after_5_s() {
     let server = Server::default();
     let layer = sns_layer(&server);
-    let body = sns_signed(sns_notification("m-1", &now_rfc3339()), "2");
+    let ts = now_rfc3339();
     server.failing.store(1, Ordering::SeqCst);
+    let calls = (0..6).map(|i| {
+        let layer = layer.clone();
+        let body = sns_signed(sns_notification(&format!("m-{i}"), &ts), "2");
+        async move { call(&layer, post(body)).await }
+    });
+    for out in futures_join_all(calls).await {
+        assert_eq!(out.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(out.kind(), Some(ErrorKind::SecretsUnavailable));
+        assert!(out.handled.is_empty());
+    }
+    assert_eq!(
+        server.asked().len(),
+        1,
+        "one fetch for six waiting deliveries"
+    );
+    // Remembered briefly: a delivery right after gets 503 without a fetch.
+    server.failing.store(0, Ordering::SeqCst);
+    let body = sns_signed(sns_notification("m-9", &ts), "2");
     let out = call(&layer, post(body.clone())).await;
     assert_eq!(out.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(out.kind(), Some(ErrorKind::SecretsUnavailable));
-    assert!(out.handled.is_empty());
-    // The provider's retry finds the certificate once it can be fetched.
-    server.failing.store(0, Ordering::SeqCst);
+    assert_eq!(server.asked().len(), 1);
+    // The provider's retry, later, finds the certificate.
+    tokio::time::advance(Duration::from_secs(6)).await;
     let out = call(&layer, post(body)).await;
-    assert_eq!(out.status, StatusCode::OK);
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
     assert_eq!(server.asked().len(), 2);
+}
+
+#[tokio::test]
+async fn nothing_is_fetched_for_a_message_that_fails_before_its_signature() {
+    let server = Server::default();
+    let layer = sns_layer(&server);
+    let ts = now_rfc3339();
+    let url = "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-0123456789abcdef.pem";
+    let stale = sns_signed(sns_notification("m-1", "2020-01-01T00:00:00.000Z"), "2");
+    let mut foreign = sns_notification("m-2", &ts);
+    foreign["TopicArn"] = json!("arn:aws:sns:eu-west-1:999999999999:theirs");
+    let foreign = sns_signed(foreign, "2");
+    let bare = serde_json::to_vec(&json!({ "SigningCertURL": url })).unwrap();
+    let mut short =
+        serde_json::from_slice::<Value>(&sns_signed(sns_notification("m-3", &ts), "2")).unwrap();
+    short["Signature"] = json!("c2hvcnQ=");
+    let short = serde_json::to_vec(&short).unwrap();
+    for body in [stale, foreign, bare, short] {
+        let out = call(&layer, post(body)).await;
+        assert_eq!(out.status, StatusCode::BAD_REQUEST, "{:?}", out.error);
+    }
+    assert!(server.asked().is_empty(), "{:?}", server.asked());
 }
 
 #[tokio::test]

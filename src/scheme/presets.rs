@@ -380,7 +380,9 @@ impl Scheme {
     /// `SigningCertURL` (RSA with SHA-1 for `SignatureVersion` 1, SHA-256 for 2). The event
     /// id is the signed `MessageId`, the type the signed `Type` (`Notification`,
     /// `SubscriptionConfirmation`, `UnsubscribeConfirmation`); the payload is its
-    /// `Message` string.
+    /// `Message` string. SNS does not sign `MessageAttributes` or `UnsubscribeURL`: do not
+    /// act on them. A line break in any signed field but `Message` is refused (it would
+    /// let the signed text be split another way).
     ///
     /// `topics` are the topic ARNs this endpoint accepts: AWS signs the messages of every
     /// account's topics alike, so without the list anyone could point a topic of their own
@@ -427,9 +429,10 @@ impl Scheme {
     ///
     /// PayPal signs a CRC32 of the body, not a cryptographic digest: someone who captured
     /// one delivery can craft another body with the same CRC32 and replay it within the
-    /// time window under the captured transmission's headers. Treat the body as a hint
-    /// for anything that moves money: re-read the resource from PayPal's API by its id
-    /// before acting on it.
+    /// time window under the captured transmission's headers — its content, and its `id`,
+    /// so its dedupe key too. Treat the body as a hint for anything that moves money:
+    /// re-read the event (and its resource) from PayPal's API by its id before acting on
+    /// it, and act on what the API says.
     #[must_use]
     pub fn paypal(webhook_id: impl AsRef<str>) -> Self {
         Self {

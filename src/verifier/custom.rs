@@ -57,6 +57,15 @@ pub(crate) fn certificate_url(
     }
 }
 
+/// An SNS message checked but for its signature.
+struct CheckedSns {
+    /// The signed fields, by name, in the order SNS signs them.
+    fields: Vec<(&'static str, String)>,
+    algorithm: Algorithm,
+    signature: Vec<u8>,
+    timestamp: i64,
+}
+
 /// One RSA signature, base64, decoded.
 fn rsa_signature(encoded: &str) -> Result<Vec<u8>, VerifyError> {
     if encoded.len() > MAX_RSA_SIGNATURE.div_ceil(3) * 4 {
@@ -157,6 +166,28 @@ impl Verifier {
     /// certificate at `SigningCertURL` (RSA with SHA-1 for `SignatureVersion` 1, SHA-256
     /// for 2). The event id is the signed `MessageId`.
     fn verify_sns(&self, topics: &[String], body: Bytes) -> Result<Event, VerifyError> {
+        let checked = self.check_sns(topics, &body)?;
+        let mut pieces: Vec<&[u8]> = Vec::with_capacity(checked.fields.len() * 4);
+        for (name, value) in &checked.fields {
+            pieces.extend([name.as_bytes(), b"\n", value.as_bytes(), b"\n"]);
+        }
+        let secret_index = self
+            .secrets
+            .keys()
+            .iter()
+            .position(|key| key.verifies_as(checked.algorithm, &pieces, &checked.signature))
+            .ok_or(NO_MATCH)?;
+        Ok(Event::new(event::Parts {
+            id_field: Some("MessageId"),
+            ..self.event(body, Some(checked.timestamp), secret_index)
+        }))
+    }
+
+    /// Everything about an SNS message but its signature, so a certificate is fetched
+    /// only for a well-formed, fresh message of an accepted topic: its fields for its
+    /// `Type`, no line break in any but `Message` (so the signed text splits one way
+    /// only), the version, the window, the topic and the signature's length.
+    fn check_sns(&self, topics: &[String], body: &[u8]) -> Result<CheckedSns, VerifyError> {
         // Unknown fields are ignored; a field given twice is an error (serde's derive).
         #[derive(Deserialize)]
         #[serde(rename_all = "PascalCase")]
@@ -174,7 +205,7 @@ impl Verifier {
             subscribe_url: Option<String>,
         }
         let m: Message =
-            serde_json::from_slice(&body).map_err(|_| malformed("not an SNS message"))?;
+            serde_json::from_slice(body).map_err(|_| malformed("not an SNS message"))?;
         let algorithm = match m.signature_version.as_str() {
             "1" => Algorithm::RsaSha1,
             "2" => Algorithm::RsaSha256,
@@ -184,43 +215,41 @@ impl Verifier {
         self.tolerance
             .check(ts, timestamp::unix_seconds((self.clock)()))?;
         let signature = rsa_signature(&m.signature)?;
-        let fields: Vec<(&str, Option<&String>)> = match m.r#type.as_str() {
-            "Notification" => vec![
-                ("Message", Some(&m.message)),
-                ("MessageId", Some(&m.message_id)),
-                ("Subject", m.subject.as_ref()),
-                ("Timestamp", Some(&m.timestamp)),
-                ("TopicArn", Some(&m.topic_arn)),
-                ("Type", Some(&m.r#type)),
-            ],
+        if !(256..=MAX_RSA_SIGNATURE).contains(&signature.len()) {
+            return Err(malformed("not the length of an RSA signature"));
+        }
+        let mut fields: Vec<(&'static str, String)> = match m.r#type.as_str() {
+            "Notification" => {
+                let mut fields = vec![("Message", m.message), ("MessageId", m.message_id)];
+                fields.extend(m.subject.map(|s| ("Subject", s)));
+                fields
+            }
             "SubscriptionConfirmation" | "UnsubscribeConfirmation" => {
-                if m.token.is_none() || m.subscribe_url.is_none() {
+                let (Some(token), Some(url)) = (m.token, m.subscribe_url) else {
                     return Err(malformed("a confirmation without Token or SubscribeURL"));
-                }
+                };
                 vec![
-                    ("Message", Some(&m.message)),
-                    ("MessageId", Some(&m.message_id)),
-                    ("SubscribeURL", m.subscribe_url.as_ref()),
-                    ("Timestamp", Some(&m.timestamp)),
-                    ("Token", m.token.as_ref()),
-                    ("TopicArn", Some(&m.topic_arn)),
-                    ("Type", Some(&m.r#type)),
+                    ("Message", m.message),
+                    ("MessageId", m.message_id),
+                    ("SubscribeURL", url),
+                    ("Token", token),
                 ]
             }
             _ => return Err(malformed("an SNS message of an unknown Type")),
         };
-        let mut pieces: Vec<&[u8]> = Vec::with_capacity(fields.len() * 4);
-        for (name, value) in &fields {
-            if let Some(value) = value {
-                pieces.extend([name.as_bytes(), b"\n", value.as_bytes(), b"\n"]);
-            }
-        }
-        let secret_index = self
-            .secrets
-            .keys()
+        // Sorted by name, as SNS signs them.
+        fields.extend([
+            ("Timestamp", m.timestamp),
+            ("TopicArn", m.topic_arn.clone()),
+            ("Type", m.r#type),
+        ]);
+        fields.sort_by_key(|(name, _)| *name);
+        if fields
             .iter()
-            .position(|key| key.verifies_as(algorithm, &pieces, &signature))
-            .ok_or(NO_MATCH)?;
+            .any(|(name, value)| *name != "Message" && value.contains('\n'))
+        {
+            return Err(malformed("a line break in an SNS field other than Message"));
+        }
         // Any AWS account can point a topic of its own at this endpoint, and AWS signs
         // that too: only the configured topics are ours.
         if !topics.contains(&m.topic_arn) {
@@ -229,10 +258,26 @@ impl Verifier {
                 "the message's topic is not one this endpoint accepts",
             ));
         }
-        Ok(Event::new(event::Parts {
-            id_field: Some("MessageId"),
-            ..self.event(body, Some(ts), secret_index)
-        }))
+        Ok(CheckedSns {
+            fields,
+            algorithm,
+            signature,
+            timestamp: ts,
+        })
+    }
+
+    /// What can be checked of a delivery before its key is fetched: everything but the
+    /// signature (SNS), or the headers (PayPal).
+    pub(crate) fn check_before_key(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<(), VerifyError> {
+        match &self.scheme.custom {
+            Some(Custom::Sns { topics }) => self.check_sns(topics, body).map(drop),
+            Some(Custom::PayPal { .. }) => self.paypal_headers(headers).map(drop),
+            _ => Ok(()),
+        }
     }
 
     /// PayPal's headers, checked: the transmission id, the time within the tolerance, the

@@ -25,16 +25,32 @@ pub type FetchFuture = Pin<Box<dyn Future<Output = Result<Bytes, BoxError>> + Se
 /// certificate, visiting an SNS `SubscribeURL`. Only URLs that passed the provider's host
 /// check are given to it. Answer `Err` for anything but a 2xx response.
 ///
-/// Implemented for closures `Fn(String) -> impl Future<Output = Result<Bytes, E>>`; with
-/// `reqwest`, for example:
+/// **Do not follow redirects** — the host check covers the URL given, not where a
+/// redirect leads — and bound what you read (a certificate is a few KiB; more than
+/// 64 KiB is refused anyway). Implemented for closures
+/// `Fn(String) -> impl Future<Output = Result<Bytes, E>>`; with `reqwest`, for example:
 ///
 /// ```text
-/// let client = reqwest::Client::new();
+/// let client = reqwest::Client::builder()
+///     .redirect(reqwest::redirect::Policy::none())
+///     .https_only(true)
+///     .build()?;
 /// let fetch = move |url: String| {
 ///     let client = client.clone();
-///     async move { client.get(url).send().await?.error_for_status()?.bytes().await }
+///     async move {
+///         let mut response = client.get(url).send().await?.error_for_status()?;
+///         let mut body = Vec::new();
+///         while let Some(chunk) = response.chunk().await? {
+///             body.extend_from_slice(&chunk);
+///             if body.len() > 64 * 1024 { return Err("too large".into()); }
+///         }
+///         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(bytes::Bytes::from(body))
+///     }
 /// };
 /// ```
+///
+/// (The receiver example's, on `hyper-rustls`, follows no redirect and reads at most
+/// 64 KiB.)
 pub trait Fetch: Send + Sync + 'static {
     /// GETs `url`.
     fn get(&self, url: String) -> FetchFuture;
@@ -56,15 +72,18 @@ where
 /// they were signed under: [AWS SNS](Scheme::sns) (`SigningCertURL`) and
 /// [PayPal](Scheme::paypal) (`PAYPAL-CERT-URL`).
 ///
-/// Before anything is fetched, the URL must be HTTPS on the provider's own hosts — SNS:
-/// `sns.<region>.amazonaws.com` (or `.amazonaws.com.cn`), a path ending in `.pem`;
-/// PayPal: `api.paypal.com`, `api-m.paypal.com` or their `sandbox.` forms, under
-/// `/v1/notifications/certs/` — so a forged delivery cannot make the receiver fetch a key
-/// of the forger's choosing, nor reach an internal address. Any other URL is refused with
-/// 400. The certificate's key is cached by URL (24 h by default: providers publish a new
-/// certificate under a new URL); concurrent deliveries under one new certificate share
-/// one fetch. A fetch that fails, or takes over 10 s, answers 503 and is not cached, so
-/// the provider retries. The certificate's trust comes from that HTTPS fetch from the
+/// Nothing is fetched for a delivery that fails any check but its signature (SNS: its
+/// fields, window and topic; PayPal: its headers). Then the URL must be HTTPS on the
+/// provider's own hosts — SNS: `sns.<region>.amazonaws.com` (or `.amazonaws.com.cn`),
+/// path `/SimpleNotificationService-<hex>.pem`; PayPal: `api.paypal.com`,
+/// `api-m.paypal.com` or their `sandbox.` forms, path `/v1/notifications/certs/CERT-…` —
+/// with no query, so a forged delivery cannot make the receiver fetch a key of the
+/// forger's choosing, reach an internal address, or fill the cache. Any other URL is
+/// refused with 400. The certificate's key is cached by URL (24 h by default: providers
+/// publish a new certificate under a new URL; past 256 URLs the oldest goes); concurrent
+/// deliveries under one new certificate share one fetch, and its failure. A fetch that
+/// fails, or takes over 10 s, answers 503 (so the provider retries), and its URL answers
+/// 503 without a fetch for the next 5 s. The certificate's trust comes from that HTTPS fetch from the
 /// provider's host: its chain and validity dates are not checked again.
 ///
 /// With [`VerifyWebhookLayer::from_certificates`](crate::VerifyWebhookLayer::from_certificates),
@@ -98,15 +117,30 @@ struct Inner {
     cache: Mutex<HashMap<String, Slot>>,
 }
 
-/// One URL's verifier, fetched once for all the deliveries waiting on it.
+/// One URL's verifier, fetched once for all the deliveries waiting on it — and a failure
+/// shared the same way, and remembered briefly, so a slow or failing provider host costs
+/// one fetch per URL at a time, not one per delivery.
 #[derive(Clone)]
 struct Slot {
-    cell: Arc<OnceCell<Verifier>>,
+    cell: Arc<OnceCell<Result<Verifier, VerifyError>>>,
     since: Instant,
+}
+
+impl Slot {
+    fn fresh(&self, now: Instant, ttl: Duration) -> bool {
+        let ttl = match self.cell.get() {
+            Some(Err(_)) => FAILED_TTL,
+            _ => ttl,
+        };
+        now.duration_since(self.since) < ttl
+    }
 }
 
 /// At most this many certificate URLs are cached (providers use a handful).
 const MAX_CACHED: usize = 256;
+
+/// How long a failed fetch answers 503 for its URL before it is tried again.
+const FAILED_TTL: Duration = Duration::from_secs(5);
 
 /// How long a fetch may take before the delivery gets 503.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -199,8 +233,11 @@ impl Certificates {
             .expect("checked in new")
     }
 
-    /// The certificate URL the delivery names, if it is on the provider's hosts.
+    /// The certificate URL the delivery names, if it is on the provider's hosts — once
+    /// everything but the signature checked out, so a malformed, stale or foreign
+    /// delivery never causes a fetch.
     pub(crate) fn url(&self, headers: &HeaderMap, body: &[u8]) -> Result<String, VerifyError> {
+        self.inner.prototype.check_before_key(headers, body)?;
         let url = crate::verifier::certificate_url(self.custom(), headers, body)?;
         let allowed = match self.custom() {
             Custom::Sns { .. } => sns_url(&url, true),
@@ -225,13 +262,13 @@ impl Certificates {
             let slot = this.slot(&url);
             let fetched = slot
                 .cell
-                .get_or_try_init(|| async {
+                .get_or_init(|| async {
                     let get = this.inner.fetch.get(url.clone());
                     let pem = match tokio::time::timeout(FETCH_TIMEOUT, get).await {
                         Ok(Ok(pem)) => pem,
                         Ok(Err(_error)) => {
                             #[cfg(feature = "tracing")]
-                            tracing::error!(target: "tower_webhook", url, "certificate fetch failed: {_error}");
+                            tracing::warn!(target: "tower_webhook", url, "certificate fetch failed: {_error}");
                             return Err(UNAVAILABLE);
                         }
                         Err(_elapsed) => return Err(UNAVAILABLE),
@@ -244,13 +281,7 @@ impl Certificates {
                     Ok(this.inner.prototype.with_key(key))
                 })
                 .await;
-            match fetched {
-                Ok(verifier) => Ok(verifier.clone()),
-                Err(error) => {
-                    this.forget(&url, &slot);
-                    Err(error)
-                }
-            }
+            fetched.clone()
         })
     }
 
@@ -287,14 +318,20 @@ impl Certificates {
         let ttl = self.inner.ttl;
         let mut cache = self.cache();
         if let Some(slot) = cache.get(url) {
-            if now.duration_since(slot.since) < ttl {
+            if slot.fresh(now, ttl) {
                 return slot.clone();
             }
         }
         if cache.len() >= MAX_CACHED {
-            cache.retain(|_, s| now.duration_since(s.since) < ttl);
-            if cache.len() >= MAX_CACHED {
-                cache.clear();
+            cache.retain(|_, s| s.fresh(now, ttl));
+            // Still full: the oldest goes, never the whole cache.
+            while cache.len() >= MAX_CACHED {
+                let oldest = cache
+                    .iter()
+                    .min_by_key(|(_, s)| s.since)
+                    .map(|(url, _)| url.clone())
+                    .expect("not empty");
+                cache.remove(&oldest);
             }
         }
         let slot = Slot {
@@ -303,17 +340,6 @@ impl Certificates {
         };
         cache.insert(url.to_owned(), slot.clone());
         slot
-    }
-
-    /// Drops a slot whose fetch failed, so the next delivery tries again.
-    fn forget(&self, url: &str, failed: &Slot) {
-        let mut cache = self.cache();
-        if cache
-            .get(url)
-            .is_some_and(|s| Arc::ptr_eq(&s.cell, &failed.cell) && !s.cell.initialized())
-        {
-            cache.remove(url);
-        }
     }
 }
 
@@ -326,25 +352,49 @@ fn https_host(url: &str, host: impl Fn(&str) -> bool) -> Option<Uri> {
     (uri.scheme_str() == Some("https") && plain && host(authority.host())).then_some(uri)
 }
 
-/// `https://sns.<region>.amazonaws.com[.cn]/…`, and for a certificate a path ending in
-/// `.pem`.
+/// An AWS region's name: `us-east-1`, `us-gov-west-1`, `cn-north-1` — letters in groups
+/// and a number, never `s3-…` (`sns.s3-….amazonaws.com` is an S3 bucket named `sns`).
+fn aws_region(region: &str) -> bool {
+    let mut parts = region.split('-');
+    let first = parts.next().unwrap_or("");
+    let mut rest: Vec<&str> = parts.collect();
+    let Some(number) = rest.pop() else {
+        return false;
+    };
+    first.len() == 2
+        && first.bytes().all(|b| b.is_ascii_lowercase())
+        && !rest.is_empty()
+        && rest
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase()))
+        && !number.is_empty()
+        && number.len() <= 2
+        && number.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `https://sns.<region>.amazonaws.com[.cn]/…`; for a certificate, exactly
+/// `/SimpleNotificationService-<hex>.pem` with no query.
 fn sns_url(url: &str, certificate: bool) -> bool {
     let host = |host: &str| {
         let rest = host
             .strip_suffix(".amazonaws.com")
             .or_else(|| host.strip_suffix(".amazonaws.com.cn"));
         rest.and_then(|r| r.strip_prefix("sns."))
-            .is_some_and(|region| {
-                region.len() >= 3
-                    && region
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            })
+            .is_some_and(aws_region)
     };
-    https_host(url, host).is_some_and(|uri| !certificate || uri.path().ends_with(".pem"))
+    https_host(url, host).is_some_and(|uri| {
+        let name = uri
+            .path()
+            .strip_prefix("/SimpleNotificationService-")
+            .and_then(|p| p.strip_suffix(".pem"));
+        !certificate
+            || (uri.query().is_none()
+                && name.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_hexdigit())))
+    })
 }
 
-/// `https://api[-m][.sandbox].paypal.com/v1/notifications/certs/…`.
+/// `https://api[-m][.sandbox].paypal.com/v1/notifications/certs/CERT-…`, no query and
+/// nothing but letters, digits and `-` in the name (no `..` to climb out of it).
 fn paypal_url(url: &str) -> bool {
     const HOSTS: [&str; 4] = [
         "api.paypal.com",
@@ -352,8 +402,13 @@ fn paypal_url(url: &str) -> bool {
         "api.sandbox.paypal.com",
         "api-m.sandbox.paypal.com",
     ];
-    https_host(url, |h| HOSTS.contains(&h))
-        .is_some_and(|uri| uri.path().starts_with("/v1/notifications/certs/"))
+    https_host(url, |h| HOSTS.contains(&h)).is_some_and(|uri| {
+        let name = uri.path().strip_prefix("/v1/notifications/certs/CERT-");
+        uri.query().is_none()
+            && name.is_some_and(|n| {
+                !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            })
+    })
 }
 
 impl fmt::Debug for Certificates {
@@ -375,7 +430,8 @@ mod tests {
         for ok in [
             "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-abc.pem",
             "https://sns.cn-north-1.amazonaws.com.cn/SimpleNotificationService-abc.pem",
-            "https://sns.eu-west-1.amazonaws.com:443/x.pem",
+            "https://sns.eu-west-1.amazonaws.com:443/SimpleNotificationService-01.pem",
+            "https://sns.us-gov-west-1.amazonaws.com/SimpleNotificationService-01.pem",
         ] {
             assert!(sns_url(ok, true), "{ok}");
         }
@@ -390,6 +446,14 @@ mod tests {
             "https://sns.US-EAST-1.amazonaws.com/x.pem",
             "https://sns..amazonaws.com/x.pem",
             "https://sns.us-east-1.amazonaws.com/x.crt",
+            // Old-style S3 addresses of a bucket named `sns`: not SNS.
+            "https://sns.s3-us-west-2.amazonaws.com/SimpleNotificationService-01.pem",
+            "https://sns.s3-accelerate.amazonaws.com/SimpleNotificationService-01.pem",
+            "https://sns.s3-external-1.amazonaws.com/SimpleNotificationService-01.pem",
+            // Another path, or a query that would make a new cache entry per request.
+            "https://sns.us-east-1.amazonaws.com/other/SimpleNotificationService-01.pem",
+            "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-01.pem?1",
+            "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-.pem",
             "https://sns.a/b.amazonaws.com/x.pem",
             "//sns.us-east-1.amazonaws.com/x.pem",
             "not a url",
@@ -412,6 +476,10 @@ mod tests {
             "https://api.paypal.com.evil.com/v1/notifications/certs/CERT-1",
             "https://evil.paypal.com/v1/notifications/certs/CERT-1",
             "https://api.paypal.com/v1/oauth2/token",
+            "https://api.paypal.com/v1/notifications/certs/../../oauth2/token",
+            "https://api.paypal.com/v1/notifications/certs/CERT-1/../../../v2/checkout/orders/1",
+            "https://api.paypal.com/v1/notifications/certs/%2e%2e/%2e%2e/oauth2/token",
+            "https://api.paypal.com/v1/notifications/certs/CERT-1?x",
         ] {
             assert!(!paypal_url(bad), "{bad}");
         }
