@@ -76,10 +76,13 @@ pub mod pg_tx; //    or: claim in the handler's own PostgreSQL transaction
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod inbox; //    or: store the event, answer 204, process it in a worker
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql; //    the one table behind the SQL stores, the inbox and pg_tx, per dialect
+
 mod event; // 4. what the handler receives
 #[cfg(feature = "axum")]
-mod extract;
-mod public_url; //    the URL a provider signs (Twilio, Square, HubSpot) //    ... as an axum extractor
+mod extract; //    ... as an axum extractor
+mod public_url; //    the URL a provider signs (Twilio, Square, HubSpot)
 
 // For the application, after the request path:
 pub mod once; // run a business action once per key ("order 7 fulfilled")

@@ -50,6 +50,8 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+#[cfg(feature = "postgres")]
+use crate::store::Claim;
 use crate::store::{
     hold, Claimed, Completed, DedupeStore, Delivery, Held, Lease, PendingClaim, StoreError, Token,
 };
@@ -299,27 +301,6 @@ impl Once {
     }
 }
 
-/// The key's row, done, inside the caller's transaction — or a lease-based claim whose
-/// lease ran out taken over. A concurrent transaction inserting the same key waits on the
-/// unique index, then sees the committed row (already) or nothing (it runs).
-#[cfg(feature = "postgres")]
-const CLAIM_IN_TX: &str = "
-INSERT INTO webhook_events (source, event_id, attempts, processed_at, lock_token, kind)
-VALUES ($1, $2, 1, now(), $3, 'once')
-ON CONFLICT (source, event_id) DO UPDATE SET
-    processed_at = now(), locked_until = NULL, lock_token = $3,
-    attempts = webhook_events.attempts + 1
-WHERE webhook_events.processed_at IS NULL
-  AND (webhook_events.locked_until IS NULL OR webhook_events.locked_until <= clock_timestamp())
-RETURNING 1";
-
-/// Why the claim in the transaction took nothing: done, or claimed by a live `run`.
-#[cfg(feature = "postgres")]
-const STATE_IN_TX: &str = "
-SELECT processed_at IS NOT NULL,
-       (EXTRACT(EPOCH FROM (locked_until - clock_timestamp())) * 1000)::float8
-FROM webhook_events WHERE source = $1 AND event_id = $2";
-
 #[cfg(feature = "postgres")]
 impl Once {
     /// Runs `action` unless it already ran for `key`, recording the key **in `tx`**: the
@@ -360,34 +341,22 @@ impl Once {
                 .execute(&mut **conn)
                 .await
                 .map_err(store)?;
-            let inserted = sqlx::query(CLAIM_IN_TX)
-                .bind(self.namespace.as_ref())
-                .bind(key)
-                .bind(Token::new().as_uuid())
-                .fetch_optional(&mut **conn)
+            let once_key = Delivery::once_key(&self.namespace, key);
+            let claim = crate::sql::postgres::done_in(&mut **conn, &once_key, Token::new())
                 .await
                 .map_err(store)?;
-            if inserted.is_none() {
-                let (done, remaining_ms): (bool, Option<f64>) = sqlx::query_as(STATE_IN_TX)
-                    .bind(self.namespace.as_ref())
-                    .bind(key)
-                    .fetch_one(&mut **conn)
-                    .await
-                    .map_err(store)?;
-                sqlx::query("RELEASE SAVEPOINT tower_webhook_once")
-                    .execute(&mut **conn)
-                    .await
-                    .map_err(store)?;
-                Some(if done {
-                    Ran::Already
-                } else {
-                    let ms = remaining_ms.unwrap_or(1000.0).max(1.0);
-                    Ran::InProgress {
-                        retry_after: Duration::from_secs_f64(ms / 1000.0),
-                    }
-                })
-            } else {
-                None
+            match claim {
+                Claim::New(_) => None,
+                Claim::Done | Claim::InFlight { .. } => {
+                    sqlx::query("RELEASE SAVEPOINT tower_webhook_once")
+                        .execute(&mut **conn)
+                        .await
+                        .map_err(store)?;
+                    Some(match claim {
+                        Claim::InFlight { retry_after } => Ran::InProgress { retry_after },
+                        _ => Ran::Already,
+                    })
+                }
             }
         };
         if let Some(answer) = claimed {

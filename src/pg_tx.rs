@@ -69,26 +69,8 @@ use tower_service::Service;
 
 use crate::body::ResponseBody;
 use crate::dedupe::{Deduped, MISSING_EVENT};
-use crate::store::{Delivery, StoreError};
+use crate::store::{Claim, Delivery, StoreError, Token};
 use crate::Event;
-
-/// The event's row, done — visible to others only when the transaction commits. A row
-/// left unfinished by `PgStore` (released, or its lease ran out) is taken over, so the
-/// two forms can share the table (during a switch from one to the other, say).
-const INSERT: &str = "
-INSERT INTO webhook_events
-    (source, event_id, event_type, object_id, livemode, body, attempts, processed_at)
-VALUES ($1, $2, $3, $4, $5, $6, 1, now())
-ON CONFLICT (source, event_id) DO UPDATE SET
-    processed_at = now(), locked_until = NULL, lock_token = NULL,
-    attempts = webhook_events.attempts + 1
-WHERE webhook_events.processed_at IS NULL
-  AND (webhook_events.locked_until IS NULL OR webhook_events.locked_until <= now())
-RETURNING 1";
-
-/// Why the insert took nothing: done, or claimed by a `PgStore` attempt still running.
-const DONE: &str =
-    "SELECT processed_at IS NOT NULL FROM webhook_events WHERE source = $1 AND event_id = $2";
 
 /// The event's transaction, for the handler's own writes. Lock it, use `&mut **guard` as
 /// the executor, and let go before answering: the middleware commits it on a 2xx.
@@ -288,25 +270,17 @@ where
                     Err(e) => return Ok(unavailable(e)),
                 }
             }
-            let audit = delivery.audit();
             // A concurrent attempt's uncommitted row makes this wait, then conflict (it
-            // committed) or insert (it rolled back).
-            let inserted = sqlx::query(INSERT)
-                .bind(delivery.source())
-                .bind(delivery.id())
-                .bind(audit.event_type)
-                .bind(audit.object_id)
-                .bind(audit.livemode)
-                .bind(audit.body)
-                .fetch_optional(&mut *tx)
-                .await;
-            match inserted {
+            // committed) or insert (it rolled back). A row left unfinished by `PgStore`
+            // (released, or its lease ran out) is taken over, so the two forms can share
+            // the table (during a switch from one to the other, say).
+            match crate::sql::postgres::done_in(&mut *tx, &delivery, Token::new()).await {
                 // Waited `max_wait` for a concurrent attempt of this event: still running.
                 Err(e) if lock_not_available(&e) => {
                     return Ok(Deduped::InFlight.response(Some(RETRY_AFTER_SECS)))
                 }
                 Err(e) => return Ok(unavailable(e)),
-                Ok(Some(_)) => {
+                Ok(Claim::New(_)) => {
                     if let Some(previous) = session_lock_timeout {
                         let reset = sqlx::query("SELECT set_config('lock_timeout', $1, true)")
                             .bind(previous)
@@ -317,18 +291,8 @@ where
                         }
                     }
                 }
-                Ok(None) => {
-                    let done: Result<bool, _> = sqlx::query_scalar(DONE)
-                        .bind(delivery.source())
-                        .bind(delivery.id())
-                        .fetch_one(&mut *tx)
-                        .await;
-                    return Ok(match done {
-                        Err(e) => unavailable(e),
-                        Ok(true) => Deduped::Done.response(None),
-                        Ok(false) => Deduped::InFlight.response(Some(RETRY_AFTER_SECS)),
-                    });
-                }
+                Ok(Claim::Done) => return Ok(Deduped::Done.response(None)),
+                Ok(_) => return Ok(Deduped::InFlight.response(Some(RETRY_AFTER_SECS))),
             }
             let shared = PgTx::new(tx);
             req.extensions_mut().insert(shared.clone());

@@ -34,7 +34,7 @@
 //! dedupe left unfinished (released after a failure, or claimed) queues it.
 
 mod accept;
-mod backend;
+pub(crate) mod backend;
 #[cfg(feature = "postgres")]
 mod transactional;
 mod worker;
@@ -51,10 +51,6 @@ pub use self::transactional::TxProcessor;
 pub use self::worker::{Processor, Worker, WorkerHandle};
 use crate::store::{Retention, StoreError};
 use crate::Event;
-
-/// What a SQLite inbox reads the time from.
-#[cfg(feature = "sqlite")]
-type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 /// A durable queue of verified events. Cloning shares it.
 #[derive(Clone)]
@@ -187,8 +183,7 @@ impl Inbox {
     #[cfg(feature = "sqlite")]
     #[must_use]
     pub fn sqlite(store: &crate::store::SqliteStore) -> Self {
-        let backend = backend::Sqlite::new(store.pool().clone(), store.clock());
-        Self::new(Arc::new(backend))
+        Self::new(Arc::new(store.sql().clone()))
     }
 
     /// [`sqlite`](Self::sqlite) with the clock the inbox reads for receipt times, leases
@@ -200,8 +195,7 @@ impl Inbox {
         store: &crate::store::SqliteStore,
         clock: impl Fn() -> SystemTime + Send + Sync + 'static,
     ) -> Self {
-        let backend = backend::Sqlite::new(store.pool().clone(), Arc::new(clock));
-        Self::new(Arc::new(backend))
+        Self::new(Arc::new(store.sql().with_clock(Arc::new(clock))))
     }
 
     /// An inbox in the PostgreSQL store's database; workers wake on `NOTIFY` from any
@@ -210,7 +204,7 @@ impl Inbox {
     #[cfg(feature = "postgres")]
     #[must_use]
     pub fn postgres(store: &crate::store::PgStore) -> Self {
-        Self::new(Arc::new(backend::Postgres::new(store.pool().clone())))
+        Self::new(Arc::new(store.sql().clone()))
     }
 
     fn new(backend: Arc<dyn Backend>) -> Self {

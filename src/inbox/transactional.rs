@@ -60,7 +60,7 @@ pub(super) async fn run(
         .ok_or("the processor kept its transaction after returning")?;
     // Fails too when one of the processor's statements failed and it returned Ok anyway
     // (the transaction is aborted): retried, never a silent rollback counted as done.
-    let held = super::backend::processed_in(&mut tx, &source, &id, token)
+    let held = crate::sql::postgres::processed_in(&mut tx, &source, &id, token)
         .await
         .map_err(|e| format!("mark processed: {e}"))?;
     if !held {

@@ -4,15 +4,14 @@
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
-use sqlx::Row;
 
 use super::{
     Claim, Completed, DedupeStore, Delivery, Renewed, Retention, StoreError, StoreFuture, Token,
-    CLAIM_TRIES,
 };
+use crate::sql::sqlite::Sqlite;
 
 /// Claims in SQLite (feature `sqlite`), in the `webhook_events` table of
 /// `migrations/sqlite`. The embedded default: nothing to run beside the server, and done
@@ -32,71 +31,9 @@ use super::{
 /// clock.
 ///
 /// Cloning shares the pool.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct SqliteStore {
-    pool: SqlitePool,
-    clock: Arc<dyn Fn() -> SystemTime + Send + Sync>,
-}
-
-impl std::fmt::Debug for SqliteStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteStore")
-            .field("pool", &self.pool)
-            .finish_non_exhaustive()
-    }
-}
-
-const CLAIM: &str = "
-INSERT INTO webhook_events
-    (source, event_id, event_type, object_id, livemode, body, received_at, attempts, locked_until, lock_token, kind)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10)
-ON CONFLICT (source, event_id) DO UPDATE SET
-    locked_until = excluded.locked_until,
-    lock_token = excluded.lock_token,
-    attempts = webhook_events.attempts + 1
-WHERE webhook_events.processed_at IS NULL
-  AND (webhook_events.locked_until IS NULL OR webhook_events.locked_until <= ?7)
-RETURNING lock_token";
-
-const STATE: &str =
-    "SELECT processed_at, locked_until FROM webhook_events WHERE source = ?1 AND event_id = ?2";
-
-/// The done row keeps its token, so a retry whose first acknowledgement was lost matches
-/// again (and changes nothing).
-const COMPLETE: &str = "
-UPDATE webhook_events SET processed_at = coalesce(processed_at, ?4), locked_until = NULL
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3";
-
-const RENEW: &str = "
-UPDATE webhook_events SET locked_until = ?4
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
-
-const RELEASE: &str = "
-UPDATE webhook_events SET locked_until = NULL, lock_token = NULL
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
-
-/// Done event keys older than the cutoff, and event keys a failed attempt gave back
-/// (released, or a lease long run out) first received before it: the provider has stopped
-/// retrying those. The inbox's unprocessed rows (`next_attempt_at` set) are the inbox's to
-/// prune; `Once` keys are pruned only by name (`PRUNE_ONCE`).
-const PRUNE: &str = "
-DELETE FROM webhook_events
-WHERE kind = 'event'
-  AND ((processed_at IS NOT NULL AND processed_at < ?1)
-    OR (processed_at IS NULL AND next_attempt_at IS NULL AND received_at < ?1
-        AND (locked_until IS NULL OR locked_until <= ?2)))";
-
-const PRUNE_ONCE: &str = "
-DELETE FROM webhook_events
-WHERE kind = 'once' AND source = ?1 AND processed_at IS NOT NULL AND processed_at < ?2";
-
-fn epoch_ms(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+    sql: Sqlite,
 }
 
 impl SqliteStore {
@@ -136,119 +73,50 @@ impl SqliteStore {
             .await
             .map_err(|e| StoreError::new("sqlite migrate", e))?;
         Ok(Self {
-            pool,
-            clock: Arc::new(SystemTime::now),
+            sql: Sqlite::new(pool, Arc::new(SystemTime::now)),
         })
     }
 
     /// Replaces the clock leases and times are read from (default the system's): for
     /// tests that step through leases, or a clock step, without waiting.
     #[must_use]
-    pub fn with_clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
-        self.clock = Arc::new(clock);
-        self
+    pub fn with_clock(self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
+        Self {
+            sql: self.sql.with_clock(Arc::new(clock)),
+        }
     }
 
     /// The pool, for your own queries (the `webhook_events` table is the audit trail).
     #[must_use]
     pub fn pool(&self) -> &SqlitePool {
-        &self.pool
+        self.sql.pool()
     }
 
-    /// The store's clock, for an inbox in the same database.
-    pub(crate) fn clock(&self) -> Arc<dyn Fn() -> SystemTime + Send + Sync> {
-        self.clock.clone()
-    }
-
-    /// Milliseconds since the epoch, by this store's clock.
-    fn now_ms(&self) -> i64 {
-        epoch_ms((self.clock)())
+    /// The table, for an inbox in the same database.
+    pub(crate) fn sql(&self) -> &Sqlite {
+        &self.sql
     }
 }
 
 impl DedupeStore for SqliteStore {
     fn claim(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
-        let store = self.clone();
-        Box::pin(async move {
-            let (pool, audit) = (&store.pool, d.audit());
-            for _ in 0..CLAIM_TRIES {
-                let now = store.now_ms();
-                let claimed = sqlx::query(CLAIM)
-                    .bind(d.source())
-                    .bind(d.id())
-                    .bind(audit.event_type)
-                    .bind(audit.object_id)
-                    .bind(audit.livemode)
-                    .bind(audit.body)
-                    .bind(now)
-                    .bind(now.saturating_add(ms(lease)))
-                    .bind(token.to_string())
-                    .bind(d.kind())
-                    .fetch_optional(pool)
-                    .await
-                    .map_err(|e| StoreError::new("sqlite claim", e))?;
-                if claimed.is_some() {
-                    return Ok(Claim::New(token));
-                }
-                let row = sqlx::query(STATE)
-                    .bind(d.source())
-                    .bind(d.id())
-                    .fetch_optional(pool)
-                    .await
-                    .map_err(|e| StoreError::new("sqlite claim", e))?;
-                let Some(row) = row else { continue };
-                let processed: Option<i64> = row
-                    .try_get(0)
-                    .map_err(|e| StoreError::new("sqlite claim", e))?;
-                let until: Option<i64> = row
-                    .try_get(1)
-                    .map_err(|e| StoreError::new("sqlite claim", e))?;
-                if processed.is_some() {
-                    return Ok(Claim::Done);
-                }
-                if let Some(until) = until.filter(|u| *u > now) {
-                    return Ok(Claim::InFlight {
-                        retry_after: Duration::from_millis((until - now).unsigned_abs()),
-                    });
-                }
-            }
-            Ok(Claim::InFlight {
-                retry_after: Duration::from_secs(1),
-            })
-        })
+        let sql = self.sql.clone();
+        Box::pin(async move { sql.claim(&d, token, lease).await })
     }
 
     fn renew(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed> {
-        let (pool, now) = (self.pool.clone(), self.now_ms());
+        let sql = self.sql.clone();
         Box::pin(async move {
-            let renewed = sqlx::query(RENEW)
-                .bind(d.source())
-                .bind(d.id())
-                .bind(token.to_string())
-                .bind(now.saturating_add(ms(lease)))
-                .execute(&pool)
-                .await
-                .map_err(|e| StoreError::new("sqlite renew", e))?;
-            Ok(if renewed.rows_affected() == 1 {
-                Renewed::Held
-            } else {
-                Renewed::Fenced
-            })
+            let held = sql.renew(d.source(), d.id(), token, lease).await?;
+            Ok(if held { Renewed::Held } else { Renewed::Fenced })
         })
     }
 
     fn complete(&self, d: Delivery, token: Token) -> StoreFuture<Completed> {
-        let (pool, now) = (self.pool.clone(), self.now_ms());
+        let sql = self.sql.clone();
         Box::pin(async move {
-            let done = sqlx::query(COMPLETE)
-                .bind(d.source())
-                .bind(d.id())
-                .bind(token.to_string())
-                .bind(now)
-                .execute(&pool)
-                .await
-                .map_err(|e| StoreError::new("sqlite complete", e))?;
-            Ok(if done.rows_affected() == 1 {
+            let done = sql.complete(d.source(), d.id(), token).await?;
+            Ok(if done {
                 Completed::Done
             } else {
                 Completed::Fenced
@@ -257,43 +125,17 @@ impl DedupeStore for SqliteStore {
     }
 
     fn release(&self, d: Delivery, token: Token) -> StoreFuture<()> {
-        let pool = self.pool.clone();
-        Box::pin(async move {
-            sqlx::query(RELEASE)
-                .bind(d.source())
-                .bind(d.id())
-                .bind(token.to_string())
-                .execute(&pool)
-                .await
-                .map_err(|e| StoreError::new("sqlite release", e))?;
-            Ok(())
-        })
+        let sql = self.sql.clone();
+        Box::pin(async move { sql.release(d.source(), d.id(), token).await })
     }
 
     fn prune(&self, older_than: Retention) -> StoreFuture<u64> {
-        let older_than = older_than.get();
-        let (pool, now) = (self.pool.clone(), self.now_ms());
-        Box::pin(async move {
-            let pruned = sqlx::query(PRUNE)
-                .bind(now.saturating_sub(ms(older_than)))
-                .bind(now)
-                .execute(&pool)
-                .await
-                .map_err(|e| StoreError::new("sqlite prune", e))?;
-            Ok(pruned.rows_affected())
-        })
+        let sql = self.sql.clone();
+        Box::pin(async move { sql.prune(older_than.get()).await })
     }
 
     fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64> {
-        let (pool, namespace, now) = (self.pool.clone(), namespace.to_owned(), self.now_ms());
-        Box::pin(async move {
-            let pruned = sqlx::query(PRUNE_ONCE)
-                .bind(namespace)
-                .bind(now.saturating_sub(ms(older_than)))
-                .execute(&pool)
-                .await
-                .map_err(|e| StoreError::new("sqlite prune", e))?;
-            Ok(pruned.rows_affected())
-        })
+        let (sql, namespace) = (self.sql.clone(), namespace.to_owned());
+        Box::pin(async move { sql.prune_once(&namespace, older_than).await })
     }
 }

@@ -1,0 +1,149 @@
+//! The `webhook_events` table and its state machine, written down once per dialect:
+//! every statement that touches the table is in [`postgres`] or [`sqlite`], and the
+//! stores, the inbox and the transactional layer call them.
+//!
+//! One row per `(source, event_id)`. `kind` says whose key it is: `'event'` (a delivery:
+//! `DedupeLayer`, the inbox, the transactional layer) or `'once'` (a business key of
+//! [`Once`](crate::once::Once), kept until pruned by name). A row belongs to the inbox
+//! when `next_attempt_at` is set; otherwise it is a claim.
+//!
+//! ```text
+//! claims (DedupeLayer, Once::run)             next_attempt_at IS NULL
+//!
+//!   (none) ──claim──► CLAIMED ──complete──► DONE ──prune (retention)──► (none)
+//!             ▲        │  ▲ renew           processed_at set, token kept
+//!             │        │  └─┘               (a lost acknowledgement completes again)
+//!             │   release, or the lease
+//!             │   runs out (EXPIRED)
+//!             └── claim ◄── RELEASED ──prune (old, never finished)──► (none)
+//!
+//!   in a transaction (PgTxDedupeLayer, Once::run_in): (none) or RELEASED/EXPIRED
+//!   ──► DONE, visible when the transaction commits.
+//!
+//! the inbox                                    next_attempt_at IS NOT NULL
+//!
+//!   (none) ──accept──► QUEUED ──claim (due)──► PROCESSING ──Processed──► PROCESSED
+//!   an unfinished claim ──accept──┘ ▲            │  ▲ renew               │
+//!   (adopted: a source moved        │  Retry     │  └─┘                   │ prune
+//!    from dedupe to the inbox)      ├── (later) ◄┤                        ▼
+//!                                   │  lease out │                      (none)
+//!                                   │ (counted)  ├──Dead, or every attempt
+//!                                   │            │  crashed──► DEAD ──prune_dead──► (none)
+//!                                   └────────── requeue (by id, type, window, dead)
+//! ```
+//!
+//! | state | columns |
+//! |---|---|
+//! | CLAIMED | `locked_until` > now, `lock_token` = the attempt's |
+//! | RELEASED / EXPIRED | `processed_at` NULL, `locked_until` NULL or ≤ now |
+//! | DONE / PROCESSED | `processed_at` set |
+//! | QUEUED | `next_attempt_at` set, not locked, not processed or dead; due once `next_attempt_at` ≤ now |
+//! | PROCESSING | `next_attempt_at` set, `locked_until` > now |
+//! | DEAD | `dead_at` set |
+//!
+//! Every transition that belongs to an attempt names its fencing token: an attempt whose
+//! lease ran out and was taken over changes nothing. PostgreSQL's times are the server's
+//! (`clock_timestamp()` for leases, so a statement that waited on a lock still grants a
+//! whole one); SQLite's are milliseconds from the process's clock.
+//!
+//! Two modules, not a `Dialect` trait behind one generic store: sqlx's per-database
+//! bounds (executors, encodings, `RETURNING` and `SKIP LOCKED` differences) would be
+//! spelled out on every method, for two implementations that share no SQL text.
+
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
+#[cfg(feature = "sqlite")]
+pub(crate) mod sqlite;
+
+use std::time::Duration;
+
+use crate::inbox::{Counts, InboxEvent};
+use crate::store::StoreError;
+
+/// What a worker does with a claimed row when it is done with it.
+#[derive(Debug, Clone)]
+pub(crate) enum Outcome {
+    Processed,
+    /// Failed; try again this much later.
+    Retry(String, Duration),
+    /// Failed for the last time.
+    Dead(String),
+    /// Stopped mid-attempt (shutdown past its grace period): back to the queue at once,
+    /// the attempt counted, as a crash's would be.
+    Abandoned,
+}
+
+/// A claimed row as both databases return it (the SQL names and casts the columns).
+#[derive(sqlx::FromRow)]
+struct ClaimedRow {
+    source: String,
+    event_id: String,
+    event_type: Option<String>,
+    object_id: Option<String>,
+    livemode: Option<bool>,
+    body: Option<Vec<u8>>,
+    attempts: i64,
+    /// Marked dead by the claim instead of claimed (every attempt crashed).
+    buried: bool,
+}
+
+impl From<ClaimedRow> for InboxEvent {
+    fn from(r: ClaimedRow) -> Self {
+        InboxEvent {
+            source: r.source,
+            id: r.event_id,
+            event_type: r.event_type,
+            object_id: r.object_id,
+            livemode: r.livemode,
+            body: r.body.unwrap_or_default().into(),
+            attempt: u32::try_from(r.attempts).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+/// [`Counts`] as both databases return them (the lag in milliseconds).
+#[derive(sqlx::FromRow)]
+struct CountsRow {
+    queued: i64,
+    processing: i64,
+    processed: i64,
+    dead: i64,
+    oldest_due_ms: Option<i64>,
+}
+
+impl From<CountsRow> for Counts {
+    fn from(r: CountsRow) -> Self {
+        Counts {
+            queued: r.queued.unsigned_abs(),
+            processing: r.processing.unsigned_abs(),
+            processed: r.processed.unsigned_abs(),
+            dead: r.dead.unsigned_abs(),
+            oldest_due: r
+                .oldest_due_ms
+                .map(|ms| Duration::from_millis(ms.unsigned_abs())),
+        }
+    }
+}
+
+/// What a row stopped past the shutdown's grace period says as its error.
+const ABANDONED: &str = "stopped mid-attempt: the worker shut down past its grace period";
+
+/// What a row whose last attempt crashed says as its error when it goes dead (after the
+/// error of the attempt before, if one failed).
+const CRASHED: &str =
+    "the last attempt ended without an outcome (the worker crashed or was stopped)";
+
+/// Runs a claim's rows into events.
+fn events(rows: Result<Vec<ClaimedRow>, sqlx::Error>) -> Result<Vec<InboxEvent>, StoreError> {
+    rows.map(|rows| {
+        rows.into_iter()
+            .filter(|row| !row.buried)
+            .map(InboxEvent::from)
+            .collect()
+    })
+    .map_err(|e| StoreError::new("inbox claim", e))
+}
+
+/// How many times a claim retries when the row it conflicted with was pruned between its
+/// two statements.
+const CLAIM_TRIES: usize = crate::store::CLAIM_TRIES;

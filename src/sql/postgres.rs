@@ -1,0 +1,549 @@
+//! Every PostgreSQL statement on `webhook_events` (see the [state diagram](super)).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgArguments, PgListener, PgPool, Postgres};
+use sqlx::query::Query;
+use sqlx::{PgConnection, Row};
+use tokio::sync::Notify;
+
+use super::{events, CountsRow, Outcome, ABANDONED, CLAIM_TRIES, CRASHED};
+use crate::inbox::backend::Backend;
+use crate::inbox::{Accepted, Counts, InboxEvent, Requeue};
+use crate::store::{Claim, Delivery, StoreError, StoreFuture, Token};
+use crate::Event;
+
+/// The channel `accept` and `requeue` notify, for workers in other processes.
+const CHANNEL: &str = "webhook_events";
+
+/// Binds a delivery's key and audit columns as `$1`…`$6`: source, event id, type, object
+/// id, livemode, body.
+fn bind_delivery<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    d: &'q Delivery,
+) -> Query<'q, Postgres, PgArguments> {
+    let audit = d.audit();
+    query
+        .bind(d.source())
+        .bind(d.id())
+        .bind(audit.event_type)
+        .bind(audit.object_id)
+        .bind(audit.livemode)
+        .bind(audit.body)
+}
+
+/// The table in one PostgreSQL database. Cloning shares the pool.
+#[derive(Clone, Debug)]
+pub(crate) struct Pg {
+    pool: PgPool,
+}
+
+// ---- Claims ----
+
+/// A first-seen key: one round trip. `DO NOTHING` takes no lock on a conflicting row,
+/// so a duplicate writes nothing and costs the server no commit flush.
+const CLAIM: &str = "
+INSERT INTO webhook_events
+    (source, event_id, event_type, object_id, livemode, body, attempts, locked_until, lock_token, kind)
+VALUES ($1, $2, $3, $4, $5, $6, 1, clock_timestamp() + make_interval(secs => $7), $8, $9)
+ON CONFLICT (source, event_id) DO NOTHING
+RETURNING lock_token";
+
+/// A row that exists: take it over if it was released or its lease ran out (the `UPDATE`
+/// re-checks that under the row lock, so one of several racers wins), and say why not
+/// otherwise — in the same round trip.
+const TAKE_OVER: &str = "
+WITH taken AS (
+    UPDATE webhook_events
+    SET locked_until = clock_timestamp() + make_interval(secs => $3), lock_token = $4,
+        attempts = attempts + 1
+    WHERE source = $1 AND event_id = $2 AND processed_at IS NULL
+      AND (locked_until IS NULL OR locked_until <= clock_timestamp())
+    RETURNING lock_token
+)
+SELECT EXISTS (SELECT 1 FROM taken),
+       processed_at IS NOT NULL,
+       (EXTRACT(EPOCH FROM (locked_until - clock_timestamp())) * 1000)::float8
+FROM webhook_events WHERE source = $1 AND event_id = $2";
+
+/// The done row keeps its token, so a retry whose first acknowledgement was lost matches
+/// again (and changes nothing).
+const COMPLETE: &str = "
+UPDATE webhook_events SET processed_at = coalesce(processed_at, now()), processing_error = NULL,
+    locked_until = NULL
+WHERE source = $1 AND event_id = $2 AND lock_token = $3";
+
+const RENEW: &str = "
+UPDATE webhook_events SET locked_until = clock_timestamp() + make_interval(secs => $4)
+WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+
+const RELEASE: &str = "
+UPDATE webhook_events SET locked_until = NULL, lock_token = NULL
+WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+
+/// Done event keys older than the cutoff, and event keys a failed attempt gave back
+/// (released, or a lease long run out) first received before it: the provider has stopped
+/// retrying those. The inbox's rows are the inbox's to prune; `Once` keys only by name.
+const PRUNE: &str = "
+DELETE FROM webhook_events
+WHERE kind = 'event'
+  AND ((processed_at IS NOT NULL AND processed_at < now() - make_interval(secs => $1))
+    OR (processed_at IS NULL AND next_attempt_at IS NULL
+        AND received_at < now() - make_interval(secs => $1)
+        AND (locked_until IS NULL OR locked_until <= now())))";
+
+const PRUNE_ONCE: &str = "
+DELETE FROM webhook_events
+WHERE kind = 'once' AND source = $1
+  AND processed_at IS NOT NULL AND processed_at < now() - make_interval(secs => $2)";
+
+/// The key's row, done, inside the caller's transaction — or a claim whose lease ran out
+/// (or that was released) taken over. A concurrent transaction inserting the same key
+/// waits on the unique index, then sees the committed row (already) or nothing (it runs).
+const DONE_IN: &str = "
+INSERT INTO webhook_events
+    (source, event_id, event_type, object_id, livemode, body, attempts, processed_at, lock_token, kind)
+VALUES ($1, $2, $3, $4, $5, $6, 1, now(), $7, $8)
+ON CONFLICT (source, event_id) DO UPDATE SET
+    processed_at = now(), locked_until = NULL, lock_token = excluded.lock_token,
+    attempts = webhook_events.attempts + 1
+WHERE webhook_events.processed_at IS NULL
+  AND (webhook_events.locked_until IS NULL OR webhook_events.locked_until <= clock_timestamp())
+RETURNING 1";
+
+/// Why a claim took nothing: done, or claimed by a live attempt (for how much longer).
+const STATE: &str = "
+SELECT processed_at IS NOT NULL,
+       (EXTRACT(EPOCH FROM (locked_until - clock_timestamp())) * 1000)::float8
+FROM webhook_events WHERE source = $1 AND event_id = $2";
+
+/// Claimed, or why not, from the `STATE` of a row.
+fn not_claimed(done: bool, remaining_ms: Option<f64>) -> Option<Claim> {
+    if done {
+        return Some(Claim::Done);
+    }
+    remaining_ms
+        .filter(|ms| *ms > 0.0)
+        .map(|ms| Claim::InFlight {
+            retry_after: Duration::from_secs_f64(ms / 1000.0),
+        })
+}
+
+impl Pg {
+    pub(crate) fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Claims `d` for an attempt under `token` for `lease`: a new row, or one released or
+    /// expired taken over; else done, or in flight (for how much longer).
+    pub(crate) async fn claim(
+        &self,
+        d: &Delivery,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Claim, StoreError> {
+        let err = |e| StoreError::new("postgres claim", e);
+        for _ in 0..CLAIM_TRIES {
+            let inserted = bind_delivery(sqlx::query(CLAIM), d)
+                .bind(lease.as_secs_f64())
+                .bind(token.as_uuid())
+                .bind(d.kind())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err)?;
+            if inserted.is_some() {
+                return Ok(Claim::New(token));
+            }
+            let row = sqlx::query(TAKE_OVER)
+                .bind(d.source())
+                .bind(d.id())
+                .bind(lease.as_secs_f64())
+                .bind(token.as_uuid())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err)?;
+            // No row: pruned between the two statements; try the insert again.
+            let Some(row) = row else { continue };
+            let taken: bool = row.try_get(0).map_err(err)?;
+            if taken {
+                return Ok(Claim::New(token));
+            }
+            if let Some(claim) =
+                not_claimed(row.try_get(1).map_err(err)?, row.try_get(2).map_err(err)?)
+            {
+                return Ok(claim);
+            }
+        }
+        Ok(Claim::InFlight {
+            retry_after: Duration::from_secs(1),
+        })
+    }
+
+    /// Extends the lease if `token` still holds the claim; `false` when fenced out.
+    pub(crate) async fn renew(
+        &self,
+        source: &str,
+        id: &str,
+        token: Token,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(RENEW)
+            .bind(source)
+            .bind(id)
+            .bind(token.as_uuid())
+            .bind(lease.as_secs_f64())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::new("postgres renew", e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Marks the row done if `token` holds it (or already did this); `false` when fenced.
+    pub(crate) async fn complete(
+        &self,
+        source: &str,
+        id: &str,
+        token: Token,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(COMPLETE)
+            .bind(source)
+            .bind(id)
+            .bind(token.as_uuid())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::new("postgres complete", e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Gives the claim back, so the provider's retry runs.
+    pub(crate) async fn release(
+        &self,
+        source: &str,
+        id: &str,
+        token: Token,
+    ) -> Result<(), StoreError> {
+        sqlx::query(RELEASE)
+            .bind(source)
+            .bind(id)
+            .bind(token.as_uuid())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::new("postgres release", e))?;
+        Ok(())
+    }
+
+    pub(crate) async fn prune(&self, older_than: Duration) -> Result<u64, StoreError> {
+        let pruned = sqlx::query(PRUNE)
+            .bind(older_than.as_secs_f64())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::new("postgres prune", e))?;
+        Ok(pruned.rows_affected())
+    }
+
+    pub(crate) async fn prune_once(
+        &self,
+        namespace: &str,
+        older_than: Duration,
+    ) -> Result<u64, StoreError> {
+        let pruned = sqlx::query(PRUNE_ONCE)
+            .bind(namespace)
+            .bind(older_than.as_secs_f64())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::new("postgres prune", e))?;
+        Ok(pruned.rows_affected())
+    }
+}
+
+/// Marks `d` done in the caller's transaction (visible when it commits): `Claim::New` when
+/// this transaction did it, else done, or in flight (a lease-based claim still running,
+/// or `Claim::InFlight` of a second when it just ended). `Once::run_in` and
+/// `PgTxDedupeLayer` call it.
+pub(crate) async fn done_in(
+    conn: &mut PgConnection,
+    d: &Delivery,
+    token: Token,
+) -> Result<Claim, sqlx::Error> {
+    let inserted = bind_delivery(sqlx::query(DONE_IN), d)
+        .bind(token.as_uuid())
+        .bind(d.kind())
+        .fetch_optional(&mut *conn)
+        .await?;
+    if inserted.is_some() {
+        return Ok(Claim::New(token));
+    }
+    let (done, remaining_ms): (bool, Option<f64>) = sqlx::query_as(STATE)
+        .bind(d.source())
+        .bind(d.id())
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(not_claimed(done, remaining_ms).unwrap_or(Claim::InFlight {
+        retry_after: Duration::from_secs(1),
+    }))
+}
+
+/// Marks an inbox row processed in the processor's own transaction; `false` when `token`
+/// was fenced out (its lease ran out and another worker took the row).
+pub(crate) async fn processed_in(
+    conn: &mut PgConnection,
+    source: &str,
+    id: &str,
+    token: Token,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(COMPLETE)
+        .bind(source)
+        .bind(id)
+        .bind(token.as_uuid())
+        .execute(conn)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+// ---- The inbox ----
+
+/// Stores the row and, only if it is new, notifies listening workers — one round trip.
+/// A row `DedupeLayer` left unfinished (released, or claimed) is queued instead, so a
+/// source switched from dedupe to the inbox loses no event; a duplicate of a queued row
+/// matches neither and writes nothing (`DO NOTHING` takes no row lock).
+const ACCEPT: &str = "
+WITH inserted AS (
+    INSERT INTO webhook_events
+        (source, event_id, event_type, object_id, livemode, body, attempts, next_attempt_at)
+    VALUES ($1, $2, $3, $4, $5, $6, 0, now())
+    ON CONFLICT (source, event_id) DO NOTHING
+    RETURNING 1
+), adopted AS (
+    UPDATE webhook_events SET next_attempt_at = now(), attempts = 0
+    WHERE source = $1 AND event_id = $2 AND NOT EXISTS (SELECT 1 FROM inserted)
+      AND next_attempt_at IS NULL AND processed_at IS NULL AND kind = 'event'
+    RETURNING 1
+), queued AS (SELECT 1 FROM inserted UNION ALL SELECT 1 FROM adopted)
+SELECT EXISTS (SELECT 1 FROM queued) AS new,
+       CASE WHEN EXISTS (SELECT 1 FROM queued) THEN pg_notify('webhook_events', '') END";
+
+/// `SKIP LOCKED`: concurrent workers (in any replica) each take different rows. A due
+/// row whose every attempt ended without an outcome (each crashed its worker) is
+/// marked dead in the same statement instead of claimed again.
+const CLAIM_DUE: &str = "
+UPDATE webhook_events w
+SET attempts = w.attempts + (w.attempts < $4)::int,
+    dead_at = CASE WHEN w.attempts >= $4 THEN now() END,
+    processing_error = CASE WHEN w.attempts >= $4
+        THEN coalesce(w.processing_error || '; then ', '') || $5 ELSE w.processing_error END,
+    locked_until = CASE WHEN w.attempts < $4
+        THEN clock_timestamp() + make_interval(secs => $1) END,
+    lock_token = CASE WHEN w.attempts < $4 THEN $2 END
+FROM (
+    SELECT source, event_id FROM webhook_events
+    WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= now()
+      AND processed_at IS NULL AND dead_at IS NULL
+      AND (locked_until IS NULL OR locked_until <= clock_timestamp())
+    ORDER BY next_attempt_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+) due
+WHERE w.source = due.source AND w.event_id = due.event_id
+RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body,
+    w.attempts::int8 AS attempts, w.dead_at IS NOT NULL AS buried";
+
+/// The end of an attempt that did not succeed, if `$3` still holds the row.
+const RETRY: &str = "
+UPDATE webhook_events SET next_attempt_at = now() + make_interval(secs => $5),
+    processing_error = $4, locked_until = NULL, lock_token = NULL
+WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+
+const DEAD: &str = "
+UPDATE webhook_events SET dead_at = now(), processing_error = $4,
+    locked_until = NULL, lock_token = NULL
+WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+
+const ABANDON: &str = "
+UPDATE webhook_events SET processing_error = $4, locked_until = NULL, lock_token = NULL
+WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+
+const REQUEUE: &str = "
+WITH requeued AS (
+    UPDATE webhook_events
+    SET next_attempt_at = now(), attempts = 0, processed_at = NULL, dead_at = NULL,
+        processing_error = NULL, locked_until = NULL, lock_token = NULL
+    WHERE next_attempt_at IS NOT NULL
+      AND (locked_until IS NULL OR locked_until <= now())
+      AND ($1::text IS NULL OR (source = $1 AND event_id = $2))
+      AND (NOT $3 OR dead_at IS NOT NULL)
+      AND ($4::text IS NULL OR event_type = $4)
+      AND ($5::int8 IS NULL OR received_at >= to_timestamp($5 / 1000.0))
+      AND ($6::int8 IS NULL OR received_at < to_timestamp($6 / 1000.0))
+    RETURNING 1)
+SELECT count(*), pg_notify('webhook_events', '') FROM requeued";
+
+const PRUNE_INBOX: &str = "
+DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
+AND CASE WHEN $2 THEN dead_at ELSE processed_at END < now() - make_interval(secs => $1)";
+
+const COUNTS: &str = "
+SELECT
+    count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL
+        AND (locked_until IS NULL OR locked_until <= now())) AS queued,
+    count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL
+        AND locked_until > now()) AS processing,
+    count(*) FILTER (WHERE processed_at IS NOT NULL) AS processed,
+    count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead,
+    (extract(epoch FROM now() - min(next_attempt_at) FILTER (WHERE processed_at IS NULL
+        AND dead_at IS NULL AND (locked_until IS NULL OR locked_until <= now())
+        AND next_attempt_at <= now())) * 1000)::int8 AS oldest_due_ms
+FROM webhook_events WHERE next_attempt_at IS NOT NULL";
+
+impl Backend for Pg {
+    fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
+        let pool = self.pool.clone();
+        let d = Delivery::from_event(event);
+        Box::pin(async move {
+            let err = |e| StoreError::new("inbox accept", e);
+            let row = bind_delivery(sqlx::query(ACCEPT), &d)
+                .fetch_one(&pool)
+                .await
+                .map_err(err)?;
+            let new: bool = row.try_get(0).map_err(err)?;
+            Ok(if new {
+                Accepted::New
+            } else {
+                Accepted::Duplicate
+            })
+        })
+    }
+
+    fn claim(
+        &self,
+        limit: usize,
+        lease: Duration,
+        token: Token,
+        max_attempts: u32,
+    ) -> StoreFuture<Vec<InboxEvent>> {
+        let pool = self.pool.clone();
+        let max_attempts = i32::try_from(max_attempts).unwrap_or(i32::MAX);
+        Box::pin(async move {
+            let rows = sqlx::query_as(CLAIM_DUE)
+                .bind(lease.as_secs_f64())
+                .bind(token.as_uuid())
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .bind(max_attempts)
+                .bind(CRASHED)
+                .fetch_all(&pool)
+                .await;
+            events(rows)
+        })
+    }
+
+    fn renew(
+        &self,
+        source: String,
+        id: String,
+        token: Token,
+        lease: Duration,
+    ) -> StoreFuture<bool> {
+        let this = self.clone();
+        Box::pin(async move { this.renew(&source, &id, token, lease).await })
+    }
+
+    fn finish(
+        &self,
+        source: String,
+        id: String,
+        token: Token,
+        outcome: Outcome,
+    ) -> StoreFuture<bool> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let key = |sql| {
+                sqlx::query(sql)
+                    .bind(source.clone())
+                    .bind(id.clone())
+                    .bind(token.as_uuid())
+            };
+            let query = match outcome {
+                Outcome::Processed => key(COMPLETE),
+                Outcome::Retry(error, after) => key(RETRY).bind(error).bind(after.as_secs_f64()),
+                Outcome::Dead(error) => key(DEAD).bind(error),
+                Outcome::Abandoned => key(ABANDON).bind(ABANDONED),
+            };
+            let done = query
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("inbox finish", e))?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    fn requeue(&self, which: &Requeue) -> StoreFuture<u64> {
+        let pool = self.pool.clone();
+        let which = which.clone();
+        Box::pin(async move {
+            let (source, id) = which.id.unzip();
+            let done = sqlx::query(REQUEUE)
+                .bind(source)
+                .bind(id)
+                .bind(which.dead_only)
+                .bind(which.event_type)
+                .bind(which.received_from)
+                .bind(which.received_before)
+                .fetch_one(&pool)
+                .await
+                .map_err(|e| StoreError::new("inbox requeue", e))?;
+            let n: i64 = done
+                .try_get(0)
+                .map_err(|e| StoreError::new("inbox requeue", e))?;
+            Ok(n.unsigned_abs())
+        })
+    }
+
+    fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let done = sqlx::query(PRUNE_INBOX)
+                .bind(older_than.as_secs_f64())
+                .bind(dead)
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("inbox prune", e))?;
+            Ok(done.rows_affected())
+        })
+    }
+
+    fn counts(&self) -> StoreFuture<Counts> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            sqlx::query_as::<_, CountsRow>(COUNTS)
+                .fetch_one(&pool)
+                .await
+                .map(Counts::from)
+                .map_err(|e| StoreError::new("inbox counts", e))
+        })
+    }
+
+    fn pg_pool(&self) -> Option<&PgPool> {
+        Some(&self.pool)
+    }
+
+    fn listen(&self, wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>> {
+        let pool = self.pool.clone();
+        Some(tokio::spawn(async move {
+            // Reconnects after a failure; the worker's polling covers the gap.
+            loop {
+                if let Ok(mut listener) = PgListener::connect_with(&pool).await {
+                    if listener.listen(CHANNEL).await.is_ok() {
+                        while listener.recv().await.is_ok() {
+                            wake.notify_waiters();
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }))
+    }
+}

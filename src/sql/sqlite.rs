@@ -1,0 +1,461 @@
+//! Every SQLite statement on `webhook_events` (see the [state diagram](super)). Times are
+//! milliseconds since the epoch from the process's clock (one host: one clock).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqlx::query::Query;
+use sqlx::sqlite::{Sqlite as Db, SqliteArguments, SqlitePool};
+use sqlx::Row;
+use tokio::sync::Notify;
+
+use super::{events, CountsRow, Outcome, ABANDONED, CLAIM_TRIES, CRASHED};
+use crate::inbox::backend::Backend;
+use crate::inbox::{Accepted, Counts, InboxEvent, Requeue};
+use crate::store::{Claim, Delivery, StoreError, StoreFuture, Token};
+use crate::Event;
+
+/// What the times are read from.
+pub(crate) type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+fn epoch_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Binds a delivery's key and audit columns as `?1`…`?6`: source, event id, type, object
+/// id, livemode, body.
+fn bind_delivery<'q>(
+    query: Query<'q, Db, SqliteArguments>,
+    d: &'q Delivery,
+) -> Query<'q, Db, SqliteArguments> {
+    let audit = d.audit();
+    query
+        .bind(d.source())
+        .bind(d.id())
+        .bind(audit.event_type)
+        .bind(audit.object_id)
+        .bind(audit.livemode)
+        .bind(audit.body)
+}
+
+/// The table in one SQLite database. Cloning shares the pool and the clock.
+#[derive(Clone)]
+pub(crate) struct Sqlite {
+    pool: SqlitePool,
+    clock: Clock,
+}
+
+impl std::fmt::Debug for Sqlite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sqlite")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+// ---- Claims ----
+
+/// A new key, or one released or expired taken over, in one statement: SQLite's one
+/// writer makes the upsert's check and write atomic.
+const CLAIM: &str = "
+INSERT INTO webhook_events
+    (source, event_id, event_type, object_id, livemode, body, received_at, attempts, locked_until, lock_token, kind)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10)
+ON CONFLICT (source, event_id) DO UPDATE SET
+    locked_until = excluded.locked_until,
+    lock_token = excluded.lock_token,
+    attempts = webhook_events.attempts + 1
+WHERE webhook_events.processed_at IS NULL
+  AND (webhook_events.locked_until IS NULL OR webhook_events.locked_until <= ?7)
+RETURNING lock_token";
+
+const STATE: &str =
+    "SELECT processed_at, locked_until FROM webhook_events WHERE source = ?1 AND event_id = ?2";
+
+/// The done row keeps its token, so a retry whose first acknowledgement was lost matches
+/// again (and changes nothing).
+const COMPLETE: &str = "
+UPDATE webhook_events SET processed_at = coalesce(processed_at, ?4), processing_error = NULL,
+    locked_until = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3";
+
+const RENEW: &str = "
+UPDATE webhook_events SET locked_until = ?4
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+
+const RELEASE: &str = "
+UPDATE webhook_events SET locked_until = NULL, lock_token = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+
+/// Done event keys older than the cutoff, and event keys a failed attempt gave back
+/// (released, or a lease long run out) first received before it: the provider has stopped
+/// retrying those. The inbox's unprocessed rows (`next_attempt_at` set) are the inbox's to
+/// prune; `Once` keys are pruned only by name (`PRUNE_ONCE`).
+const PRUNE: &str = "
+DELETE FROM webhook_events
+WHERE kind = 'event'
+  AND ((processed_at IS NOT NULL AND processed_at < ?1)
+    OR (processed_at IS NULL AND next_attempt_at IS NULL AND received_at < ?1
+        AND (locked_until IS NULL OR locked_until <= ?2)))";
+
+const PRUNE_ONCE: &str = "
+DELETE FROM webhook_events
+WHERE kind = 'once' AND source = ?1 AND processed_at IS NOT NULL AND processed_at < ?2";
+
+impl Sqlite {
+    pub(crate) fn new(pool: SqlitePool, clock: Clock) -> Self {
+        Self { pool, clock }
+    }
+
+    pub(crate) fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// This table with another clock (an inbox's, in tests).
+    pub(crate) fn with_clock(&self, clock: Clock) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            clock,
+        }
+    }
+
+    /// Milliseconds since the epoch, by this clock.
+    fn now_ms(&self) -> i64 {
+        epoch_ms((self.clock)())
+    }
+
+    /// Claims `d` for an attempt under `token` for `lease`: a new row, or one released or
+    /// expired taken over; else done, or in flight (for how much longer).
+    pub(crate) async fn claim(
+        &self,
+        d: &Delivery,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Claim, StoreError> {
+        let err = |e| StoreError::new("sqlite claim", e);
+        for _ in 0..CLAIM_TRIES {
+            let now = self.now_ms();
+            let claimed = bind_delivery(sqlx::query(CLAIM), d)
+                .bind(now)
+                .bind(now.saturating_add(ms(lease)))
+                .bind(token.to_string())
+                .bind(d.kind())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err)?;
+            if claimed.is_some() {
+                return Ok(Claim::New(token));
+            }
+            let row = sqlx::query(STATE)
+                .bind(d.source())
+                .bind(d.id())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err)?;
+            let Some(row) = row else { continue };
+            let processed: Option<i64> = row.try_get(0).map_err(err)?;
+            let until: Option<i64> = row.try_get(1).map_err(err)?;
+            if processed.is_some() {
+                return Ok(Claim::Done);
+            }
+            if let Some(until) = until.filter(|u| *u > now) {
+                return Ok(Claim::InFlight {
+                    retry_after: Duration::from_millis((until - now).unsigned_abs()),
+                });
+            }
+        }
+        Ok(Claim::InFlight {
+            retry_after: Duration::from_secs(1),
+        })
+    }
+
+    /// Extends the lease if `token` still holds the claim; `false` when fenced out.
+    pub(crate) async fn renew(
+        &self,
+        source: &str,
+        id: &str,
+        token: Token,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(RENEW)
+            .bind(source)
+            .bind(id)
+            .bind(token.to_string())
+            .bind(self.now_ms().saturating_add(ms(lease)))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::new("sqlite renew", e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Marks the row done if `token` holds it (or already did this); `false` when fenced.
+    pub(crate) async fn complete(
+        &self,
+        source: &str,
+        id: &str,
+        token: Token,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(COMPLETE)
+            .bind(source)
+            .bind(id)
+            .bind(token.to_string())
+            .bind(self.now_ms())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::new("sqlite complete", e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Gives the claim back, so the provider's retry runs.
+    pub(crate) async fn release(
+        &self,
+        source: &str,
+        id: &str,
+        token: Token,
+    ) -> Result<(), StoreError> {
+        sqlx::query(RELEASE)
+            .bind(source)
+            .bind(id)
+            .bind(token.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::new("sqlite release", e))?;
+        Ok(())
+    }
+
+    pub(crate) async fn prune(&self, older_than: Duration) -> Result<u64, StoreError> {
+        let now = self.now_ms();
+        let pruned = sqlx::query(PRUNE)
+            .bind(now.saturating_sub(ms(older_than)))
+            .bind(now)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::new("sqlite prune", e))?;
+        Ok(pruned.rows_affected())
+    }
+
+    pub(crate) async fn prune_once(
+        &self,
+        namespace: &str,
+        older_than: Duration,
+    ) -> Result<u64, StoreError> {
+        let pruned = sqlx::query(PRUNE_ONCE)
+            .bind(namespace)
+            .bind(self.now_ms().saturating_sub(ms(older_than)))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| StoreError::new("sqlite prune", e))?;
+        Ok(pruned.rows_affected())
+    }
+}
+
+// ---- The inbox ----
+
+/// A new row queued; a row `DedupeLayer` left unfinished is queued instead (adopted).
+const ACCEPT: &str = "
+INSERT INTO webhook_events
+    (source, event_id, event_type, object_id, livemode, body, received_at, attempts, next_attempt_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?7)
+ON CONFLICT (source, event_id) DO UPDATE SET next_attempt_at = ?7, attempts = 0
+WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS NULL
+  AND webhook_events.kind = 'event'";
+
+/// SQLite has one writer: this UPDATE is atomic, no two workers get the same row. A due
+/// row whose every attempt ended without an outcome (each crashed its worker) is marked
+/// dead in the same statement instead of claimed again (every SET sees the old row).
+const CLAIM_DUE: &str = "
+UPDATE webhook_events
+SET attempts = attempts + (attempts < ?5),
+    dead_at = CASE WHEN attempts >= ?5 THEN ?1 END,
+    processing_error = CASE WHEN attempts >= ?5
+        THEN coalesce(processing_error || '; then ', '') || ?6 ELSE processing_error END,
+    locked_until = CASE WHEN attempts < ?5 THEN ?1 + ?2 END,
+    lock_token = CASE WHEN attempts < ?5 THEN ?3 END
+WHERE rowid IN (
+    SELECT rowid FROM webhook_events
+    WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= ?1
+      AND processed_at IS NULL AND dead_at IS NULL
+      AND (locked_until IS NULL OR locked_until <= ?1)
+    ORDER BY next_attempt_at LIMIT ?4)
+RETURNING source, event_id, event_type, object_id, livemode, body, attempts,
+    dead_at IS NOT NULL AS buried";
+
+const RETRY: &str = "
+UPDATE webhook_events SET next_attempt_at = ?4, processing_error = ?5,
+    locked_until = NULL, lock_token = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+
+const DEAD: &str = "
+UPDATE webhook_events SET dead_at = ?4, processing_error = ?5,
+    locked_until = NULL, lock_token = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+
+const ABANDON: &str = "
+UPDATE webhook_events SET processing_error = ?4, locked_until = NULL, lock_token = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+
+const REQUEUE: &str = "
+UPDATE webhook_events
+SET next_attempt_at = ?1, attempts = 0, processed_at = NULL, dead_at = NULL,
+    processing_error = NULL, locked_until = NULL, lock_token = NULL
+WHERE next_attempt_at IS NOT NULL
+  AND (locked_until IS NULL OR locked_until <= ?1)
+  AND (?2 IS NULL OR (source = ?2 AND event_id = ?3))
+  AND (?4 = 0 OR dead_at IS NOT NULL)
+  AND (?5 IS NULL OR event_type = ?5)
+  AND (?6 IS NULL OR received_at >= ?6)
+  AND (?7 IS NULL OR received_at < ?7)";
+
+const PRUNE_INBOX: &str = "
+DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
+AND CASE WHEN ?2 THEN dead_at < ?1 ELSE processed_at < ?1 END";
+
+const COUNTS: &str = "
+SELECT
+    count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL
+        AND (locked_until IS NULL OR locked_until <= ?1)) AS queued,
+    count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL
+        AND locked_until > ?1) AS processing,
+    count(*) FILTER (WHERE processed_at IS NOT NULL) AS processed,
+    count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead,
+    ?1 - min(next_attempt_at) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL
+        AND (locked_until IS NULL OR locked_until <= ?1) AND next_attempt_at <= ?1) AS oldest_due_ms
+FROM webhook_events WHERE next_attempt_at IS NOT NULL";
+
+impl Backend for Sqlite {
+    fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
+        let (pool, now) = (self.pool.clone(), self.now_ms());
+        let d = Delivery::from_event(event);
+        Box::pin(async move {
+            let done = bind_delivery(sqlx::query(ACCEPT), &d)
+                .bind(now)
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("inbox accept", e))?;
+            Ok(if done.rows_affected() == 1 {
+                Accepted::New
+            } else {
+                Accepted::Duplicate
+            })
+        })
+    }
+
+    fn claim(
+        &self,
+        limit: usize,
+        lease: Duration,
+        token: Token,
+        max_attempts: u32,
+    ) -> StoreFuture<Vec<InboxEvent>> {
+        let (pool, now) = (self.pool.clone(), self.now_ms());
+        Box::pin(async move {
+            let rows = sqlx::query_as(CLAIM_DUE)
+                .bind(now)
+                .bind(ms(lease))
+                .bind(token.to_string())
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .bind(max_attempts)
+                .bind(CRASHED)
+                .fetch_all(&pool)
+                .await;
+            events(rows)
+        })
+    }
+
+    fn renew(
+        &self,
+        source: String,
+        id: String,
+        token: Token,
+        lease: Duration,
+    ) -> StoreFuture<bool> {
+        let this = self.clone();
+        Box::pin(async move { this.renew(&source, &id, token, lease).await })
+    }
+
+    fn finish(
+        &self,
+        source: String,
+        id: String,
+        token: Token,
+        outcome: Outcome,
+    ) -> StoreFuture<bool> {
+        let (pool, now) = (self.pool.clone(), self.now_ms());
+        Box::pin(async move {
+            let key = |sql| {
+                sqlx::query(sql)
+                    .bind(source.clone())
+                    .bind(id.clone())
+                    .bind(token.to_string())
+            };
+            let query = match outcome {
+                Outcome::Processed => key(COMPLETE).bind(now),
+                Outcome::Retry(error, after) => {
+                    key(RETRY).bind(now.saturating_add(ms(after))).bind(error)
+                }
+                Outcome::Dead(error) => key(DEAD).bind(now).bind(error),
+                Outcome::Abandoned => key(ABANDON).bind(ABANDONED),
+            };
+            let done = query
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("inbox finish", e))?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    fn requeue(&self, which: &Requeue) -> StoreFuture<u64> {
+        let (pool, now) = (self.pool.clone(), self.now_ms());
+        let which = which.clone();
+        Box::pin(async move {
+            let (source, id) = which.id.unzip();
+            let done = sqlx::query(REQUEUE)
+                .bind(now)
+                .bind(source)
+                .bind(id)
+                .bind(which.dead_only)
+                .bind(which.event_type)
+                .bind(which.received_from)
+                .bind(which.received_before)
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("inbox requeue", e))?;
+            Ok(done.rows_affected())
+        })
+    }
+
+    fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64> {
+        let (pool, now) = (self.pool.clone(), self.now_ms());
+        Box::pin(async move {
+            let done = sqlx::query(PRUNE_INBOX)
+                .bind(now.saturating_sub(ms(older_than)))
+                .bind(dead)
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::new("inbox prune", e))?;
+            Ok(done.rows_affected())
+        })
+    }
+
+    fn counts(&self) -> StoreFuture<Counts> {
+        let (pool, now) = (self.pool.clone(), self.now_ms());
+        Box::pin(async move {
+            sqlx::query_as::<_, CountsRow>(COUNTS)
+                .bind(now)
+                .fetch_one(&pool)
+                .await
+                .map(Counts::from)
+                .map_err(|e| StoreError::new("inbox counts", e))
+        })
+    }
+
+    /// Only this process writes the file's inbox: its own accepts wake its workers.
+    fn listen(&self, _wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>> {
+        None
+    }
+}
