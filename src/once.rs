@@ -342,7 +342,7 @@ impl Once {
                 .await
                 .map_err(store)?;
             let once_key = Delivery::once_key(&self.namespace, key);
-            let claim = crate::sql::postgres::done_in(&mut **conn, &once_key, Token::new())
+            let claim = crate::sql::postgres::done_in(&mut conn, &once_key, Token::new())
                 .await
                 .map_err(store)?;
             match claim {

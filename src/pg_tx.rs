@@ -274,7 +274,7 @@ where
             // committed) or insert (it rolled back). A row left unfinished by `PgStore`
             // (released, or its lease ran out) is taken over, so the two forms can share
             // the table (during a switch from one to the other, say).
-            match crate::sql::postgres::done_in(&mut *tx, &delivery, Token::new()).await {
+            match crate::sql::postgres::done_in(&mut tx, &delivery, Token::new()).await {
                 // Waited `max_wait` for a concurrent attempt of this event: still running.
                 Err(e) if lock_not_available(&e) => {
                     return Ok(Deduped::InFlight.response(Some(RETRY_AFTER_SECS)))
