@@ -22,7 +22,11 @@
 //! - `WEBHOOK_LEASE_SECS`: how long a claim holds between renewals (default 60);
 //! - `WEBHOOK_HANDLER_DELAY_MS`: how long the handler waits after its effect before it
 //!   answers (default 0) — a slow handler whose work is already done;
-//! - `WEBHOOK_BODY_TIMEOUT_SECS`: how long a body may take to arrive (default 10; then 408).
+//! - `WEBHOOK_BODY_TIMEOUT_SECS`: how long a body may take to arrive (default 10; then 408);
+//! - `WEBHOOK_MODE`: `dedupe` (default: the handler runs in the request, behind
+//!   `DedupeLayer`) or `inbox` (each verified event is stored in the inbox — SQLite or
+//!   PostgreSQL — and answered 204 at once; a worker in the same process runs the
+//!   handler).
 //!
 //! It serves `POST /webhooks` (and `GET` for Meta's handshake) and prints
 //! `handled <event id>` each time its handler runs: once per event, however often the
@@ -46,7 +50,9 @@ use axum::routing::post;
 use axum::Router;
 use std::sync::Arc;
 
+use axum::routing::post_service;
 use tower::ServiceBuilder;
+use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
 use tower_webhook::store::{DedupeStore, PgStore, RedisStore, SqliteStore};
 use tower_webhook::verify::Certificates;
 use tower_webhook::{DedupeLayer, Event, PublicUrl, Verifier, VerifyWebhookLayer};
@@ -84,13 +90,38 @@ pub async fn store_from_env() -> Result<(Arc<dyn DedupeStore>, String), Box<dyn 
     })
 }
 
+/// The inbox `DATABASE_URL` names (PostgreSQL), or the embedded SQLite file's; and its
+/// description.
+async fn inbox_from_env() -> Result<(Inbox, String), Box<dyn std::error::Error>> {
+    Ok(match std::env::var("DATABASE_URL") {
+        Ok(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => (
+            Inbox::postgres(&PgStore::connect(&url).await?),
+            "PostgreSQL".into(),
+        ),
+        Ok(url) if !url.is_empty() => {
+            return Err(format!(
+                "DATABASE_URL: the inbox lives in SQL: use a postgres:// URL, not {url:?}"
+            )
+            .into())
+        }
+        _ => {
+            let path = std::env::var("WEBHOOK_SQLITE").unwrap_or_else(|_| "webhooks.db".into());
+            let description = format!("SQLite at {path}");
+            (Inbox::sqlite(&SqliteStore::open(path).await?), description)
+        }
+    })
+}
+
+/// The effect: one line per event.
+fn print_handled(id: &str) {
+    let mut out = std::io::stdout().lock();
+    // Flushed per line: a supervisor or test reading the pipe sees each one at once.
+    let _ = writeln!(out, "handled {id}");
+    let _ = out.flush();
+}
+
 async fn handle(event: Event, delay: Duration) -> http::StatusCode {
-    {
-        let mut out = std::io::stdout().lock();
-        // Flushed per line: a supervisor or test reading the pipe sees each one at once.
-        let _ = writeln!(out, "handled {}", event.id().unwrap_or(event.dedupe_id()));
-        let _ = out.flush();
-    }
+    print_handled(event.id().unwrap_or(event.dedupe_id()));
     tokio::time::sleep(delay).await; // the effect is done; the answer is slow
     http::StatusCode::NO_CONTENT
 }
@@ -140,13 +171,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         VerifyWebhookLayer::new(configure(Verifier::new(scheme, &secrets)?))
     };
 
-    let (store, store_name) = store_from_env().await?;
-    let dedupe = DedupeLayer::from_arc(store).with_lease(lease)?;
+    let inbox_mode = match std::env::var("WEBHOOK_MODE").as_deref() {
+        Ok("inbox") => true,
+        Ok("dedupe") | Ok("") | Err(_) => false,
+        Ok(other) => return Err(format!("WEBHOOK_MODE: inbox or dedupe, not {other:?}").into()),
+    };
+    let (mode, store_name) = if inbox_mode {
+        let (inbox, name) = inbox_from_env().await?;
+        let worker = Worker::new(&inbox, move |event: InboxEvent| async move {
+            print_handled(&event.id);
+            tokio::time::sleep(delay).await;
+            Ok::<_, std::convert::Infallible>(())
+        })
+        .spawn();
+        (Mode::Inbox(inbox, worker), name)
+    } else {
+        let (store, name) = store_from_env().await?;
+        (
+            Mode::Dedupe(DedupeLayer::from_arc(store).with_lease(lease)?),
+            name,
+        )
+    };
 
     let listener = tokio::net::TcpListener::bind(&bind).await?;
     let addr = listener.local_addr()?;
     eprintln!("receiving {scheme_name} webhooks on http://{addr}/webhooks");
-    eprintln!("deduplicating in {store_name}");
+    match &mode {
+        Mode::Dedupe(_) => eprintln!("deduplicating in {store_name}"),
+        Mode::Inbox(..) => eprintln!("storing in the inbox in {store_name}; a worker handles"),
+    }
     if dev {
         eprintln!(
             "no WEBHOOK_SECRETS: using a development secret. Send a signed test delivery with\n  \
@@ -160,10 +213,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Ok(token) = std::env::var("WEBHOOK_VERIFY_TOKEN") {
         verify = verify.with_verify_token(token);
     }
-    axum::serve(listener, app(verify, dedupe, delay))
+    let (router, worker) = match mode {
+        Mode::Dedupe(dedupe) => (app(verify, dedupe, delay), None),
+        Mode::Inbox(inbox, worker) => {
+            let route = post_service(inbox.accept_service())
+                .get(|| async { http::StatusCode::METHOD_NOT_ALLOWED })
+                .layer(verify);
+            (Router::new().route("/webhooks", route), Some(worker))
+        }
+    };
+    axum::serve(listener, router)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await?;
+    if let Some(worker) = worker {
+        worker.shutdown().await;
+    }
     Ok(())
+}
+
+/// Where verified deliveries go.
+enum Mode {
+    Dedupe(DedupeLayer),
+    Inbox(Inbox, tower_webhook::inbox::WorkerHandle),
 }

@@ -140,6 +140,63 @@ async fn receiver_handles_signed_deliveries_once_each_and_refuses_forged_ones() 
 }
 
 #[tokio::test]
+async fn receiver_in_inbox_mode_answers_at_once_and_its_worker_handles_each_event_once() {
+    const SECRET: &str = "whsec_receiver_inbox_0123456789";
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-inbox-{}.db",
+        std::process::id()
+    ));
+    // A slow worker: the deliveries are answered long before their events are handled.
+    let (mut child, url, mut stdout) = start_receiver(
+        &db,
+        &[
+            ("WEBHOOK_SCHEME", "stripe"),
+            ("WEBHOOK_SECRETS", SECRET),
+            ("WEBHOOK_MODE", "inbox"),
+            ("WEBHOOK_HANDLER_DELAY_MS", "300"),
+        ],
+    )
+    .await;
+    let ids: Vec<String> = (0..5).map(|i| format!("evt_inbox_{i}")).collect();
+    let started = std::time::Instant::now();
+    // Each event twice, and a forged one.
+    for id in ids.iter().chain(ids.iter()) {
+        let body = event_body(id, "payment_intent.succeeded", "pi_1");
+        let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+        let (status, _) = post(&url, headers, body).await.unwrap();
+        assert_eq!(status, StatusCode::NO_CONTENT);
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "answered without waiting for the worker: {:?}",
+        started.elapsed()
+    );
+    let body = event_body("evt_forged", "payment_intent.succeeded", "pi_1");
+    let headers = signed_headers(&Scheme::stripe(), "whsec_attacker_0123456789", "", &body);
+    assert_eq!(
+        post(&url, headers, body).await.unwrap().0,
+        StatusCode::BAD_REQUEST
+    );
+
+    let mut handled = Vec::new();
+    for _ in 0..ids.len() {
+        handled.push(next_line(&mut stdout).await.unwrap());
+    }
+    handled.sort();
+    let expected: Vec<String> = ids.iter().map(|id| format!("handled {id}")).collect();
+    assert_eq!(handled, expected);
+    // Nothing more: no event is handled twice.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1500), next_line(&mut stdout))
+            .await
+            .is_err(),
+        "a second line"
+    );
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
+#[tokio::test]
 async fn receiver_slow_handler_keeps_its_claim_and_a_hang_up_never_reruns_it() {
     const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
     let db = std::env::temp_dir().join(format!(
