@@ -10,7 +10,12 @@
 //!   Webhooks delivery.
 //! - `asymmetric/<alg>-floor` beside `asymmetric/<alg>-verifier`: a bare Ed25519
 //!   (`ed25519-dalek`) or ECDSA P-256 (`p256`) verification of the signed bytes, and the
-//!   Discord or SendGrid preset verifying the same delivery, at 1 KiB.
+//!   Discord or SendGrid preset verifying the same delivery, at 1 KiB. Likewise RSA-2048
+//!   (`rsa` PKCS#1 v1.5 with SHA-256, the test key of `tests/fixtures/rsa`): the PayPal
+//!   preset against a bare verification of the string PayPal signs (the CRC32 of the body
+//!   computed in the loop, as the preset does), and the SNS preset against a bare
+//!   verification of the message's string to sign (prebuilt: the preset also parses the
+//!   JSON to rebuild it).
 //!
 //! `cargo bench --bench verify`; ratios in BENCHMARKS.md.
 
@@ -182,6 +187,98 @@ fn asymmetric(c: &mut Criterion) {
     assert!(verifier.verify(&headers, body.clone()).is_ok());
     group.bench_function("p256-verifier", |b| {
         b.iter(|| black_box(verifier.verify(&headers, body.clone()).is_ok()))
+    });
+
+    rsa_presets(&mut group, &body);
+}
+
+const RSA_KEY: &str = include_str!("../tests/fixtures/rsa/signer.key.pem");
+const RSA_CERT: &str = include_str!("../tests/fixtures/rsa/signer.cert.pem");
+
+/// RSA-2048, the PayPal and SNS presets with the pinned test certificate. Their times are
+/// now, within an hour's tolerance: valid for the whole run.
+fn rsa_presets(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    body: &Bytes,
+) {
+    use base64::Engine as _;
+    use rsa::pkcs8::DecodePrivateKey as _;
+    use rsa::signature::{SignatureEncoding as _, Signer as _, Verifier as _};
+    let private = rsa::PrivateKey::from_pkcs8_pem(RSA_KEY).unwrap();
+    let key = rsa::pkcs1v15::VerifyingKey::<Sha256>::new(private.to_public_key());
+    let signing = rsa::pkcs1v15::SigningKey::<Sha256>::new(private);
+    let b64 = &base64::engine::general_purpose::STANDARD;
+    let now = time::OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .unwrap()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+
+    // PayPal: `transmission id|time|webhook id|crc32(body)`, the CRC32 in decimal.
+    let (transmission, webhook) = ("tx-bench-0000000000000000", "WEBHOOK-1");
+    let text = format!("{transmission}|{now}|{webhook}|{}", crc32fast::hash(body));
+    let sig = signing.sign(text.as_bytes());
+    let mut headers = http::HeaderMap::new();
+    for (name, value) in [
+        (
+            "paypal-cert-url",
+            "https://api-m.paypal.com/v1/notifications/certs/CERT-bench",
+        ),
+        ("paypal-transmission-id", transmission),
+        ("paypal-transmission-time", &now),
+        ("paypal-auth-algo", "SHA256withRSA"),
+        ("paypal-transmission-sig", &b64.encode(sig.to_vec())),
+    ] {
+        headers.insert(name, http::HeaderValue::from_str(value).unwrap());
+    }
+    group.bench_function("rsa-floor", |b| {
+        b.iter(|| {
+            black_box(crc32fast::hash(black_box(body)));
+            black_box(key.verify(black_box(text.as_bytes()), &sig).is_ok())
+        })
+    });
+    let verifier = Verifier::new(Scheme::paypal(webhook), [RSA_CERT])
+        .unwrap()
+        .with_tolerance(Duration::from_secs(3600));
+    assert!(verifier.verify(&headers, body.clone()).is_ok());
+    group.bench_function("rsa-verifier", |b| {
+        b.iter(|| black_box(verifier.verify(&headers, body.clone()).is_ok()))
+    });
+
+    // SNS, SignatureVersion 2: `Name\nValue\n` for a notification's fields, sorted; the
+    // message is the 1 KiB body as a string.
+    let topic = "arn:aws:sns:eu-west-1:123456789012:bench";
+    let message = std::str::from_utf8(body).unwrap();
+    let (id, subject) = ("00000000-0000-4000-8000-000000000000", "bench");
+    let text = format!(
+        "Message\n{message}\nMessageId\n{id}\nSubject\n{subject}\nTimestamp\n{now}\n\
+         TopicArn\n{topic}\nType\nNotification\n"
+    );
+    let sig = signing.sign(text.as_bytes());
+    let sns = serde_json::to_vec(&serde_json::json!({
+        "Type": "Notification",
+        "MessageId": id,
+        "TopicArn": topic,
+        "Subject": subject,
+        "Message": message,
+        "Timestamp": now,
+        "SignatureVersion": "2",
+        "Signature": b64.encode(sig.to_vec()),
+        "SigningCertURL": "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-bench.pem",
+        "UnsubscribeURL": "https://sns.eu-west-1.amazonaws.com/?Action=Unsubscribe",
+    }))
+    .unwrap();
+    let sns = Bytes::from(sns);
+    group.bench_function("sns-floor", |b| {
+        b.iter(|| black_box(key.verify(black_box(text.as_bytes()), &sig).is_ok()))
+    });
+    let verifier = Verifier::new(Scheme::sns([topic]), [RSA_CERT])
+        .unwrap()
+        .with_tolerance(Duration::from_secs(3600));
+    let none = http::HeaderMap::new();
+    assert!(verifier.verify(&none, sns.clone()).is_ok());
+    group.bench_function("sns-verifier", |b| {
+        b.iter(|| black_box(verifier.verify(&none, sns.clone()).is_ok()))
     });
 }
 
