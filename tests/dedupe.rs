@@ -477,6 +477,111 @@ macro_rules! suite {
     };
 }
 
+/// Concurrent claims of the same and of different keys — gathered into batches by the SQL
+/// stores' group commit — each get their own answer: one `New` per key, and the others
+/// `InFlight`; completions answer each attempt; a later claim of each key is `Done`.
+async fn concurrent_claims_each_get_their_own_answer(store: Arc<dyn DedupeStore>) {
+    let lease = Duration::from_secs(30);
+    let claims = (0..48).map(|i| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let d = Delivery::new("standard", format!("evt_batch_{}", i % 12));
+            let token = Token::new();
+            (
+                d.id().to_owned(),
+                token,
+                store.claim(d, token, lease).await.unwrap(),
+            )
+        })
+    });
+    let mut won: std::collections::HashMap<String, Token> = Default::default();
+    for claim in claims.collect::<Vec<_>>() {
+        let (id, token, claim) = claim.await.unwrap();
+        match claim {
+            Claim::New(t) => {
+                assert_eq!(t, token, "the winner is answered with its own token");
+                assert!(
+                    won.insert(id.clone(), token).is_none(),
+                    "{id} claimed twice"
+                );
+            }
+            Claim::InFlight { .. } => {}
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    assert_eq!(won.len(), 12, "every key claimed once");
+    let completes = won.iter().map(|(id, token)| {
+        let (store, d, token) = (store.clone(), Delivery::new("standard", id.clone()), *token);
+        tokio::spawn(async move { store.complete(d, token).await.unwrap() })
+    });
+    for done in completes.collect::<Vec<_>>() {
+        assert_eq!(done.await.unwrap(), Completed::Done);
+    }
+    // A stale token completes nothing, even in the same batch as good ones.
+    let stale = store
+        .complete(Delivery::new("standard", "evt_batch_0"), Token::new())
+        .await
+        .unwrap();
+    assert_eq!(stale, Completed::Fenced);
+    for i in 0..12 {
+        let d = Delivery::new("standard", format!("evt_batch_{i}"));
+        assert_eq!(
+            store.claim(d, Token::new(), lease).await.unwrap(),
+            Claim::Done
+        );
+    }
+}
+
+/// A store that cannot write answers every one of many concurrent claims with an error:
+/// a failed batch never answers any of its writes as granted.
+async fn a_failed_batch_answers_each_of_its_writes_with_an_error(store: Arc<dyn DedupeStore>) {
+    let claims = (0..24).map(|i| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let d = Delivery::new("standard", format!("evt_down_{i}"));
+            store.claim(d, Token::new(), Duration::from_secs(30)).await
+        })
+    });
+    for claim in claims.collect::<Vec<_>>() {
+        assert!(claim.await.unwrap().is_err());
+    }
+}
+
+#[tokio::test]
+async fn sqlite_concurrent_claims_each_get_their_own_answer() {
+    concurrent_claims_each_get_their_own_answer(sqlite().await).await;
+}
+
+#[tokio::test]
+async fn postgres_concurrent_claims_each_get_their_own_answer() {
+    concurrent_claims_each_get_their_own_answer(postgres().await).await;
+}
+
+#[tokio::test]
+async fn memory_and_redis_concurrent_claims_each_get_their_own_answer() {
+    concurrent_claims_each_get_their_own_answer(memory()).await;
+    concurrent_claims_each_get_their_own_answer(redis().await).await;
+}
+
+#[tokio::test]
+async fn sqlite_a_failed_batch_answers_each_of_its_writes_with_an_error() {
+    let store = SqliteStore::open(temp_sqlite_path()).await.unwrap();
+    store.pool().close().await;
+    a_failed_batch_answers_each_of_its_writes_with_an_error(Arc::new(store)).await;
+}
+
+#[tokio::test]
+async fn postgres_a_failed_batch_answers_each_of_its_writes_with_an_error() {
+    let url = fresh_pg_url().await;
+    let store = PgStore::connect(&url).await.unwrap();
+    // The table gone from under the store: every statement fails.
+    sqlx::query("DROP TABLE webhook_events")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    a_failed_batch_answers_each_of_its_writes_with_an_error(Arc::new(store)).await;
+}
+
 fn memory() -> Arc<dyn DedupeStore> {
     Arc::new(MemoryStore::new())
 }

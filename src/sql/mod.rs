@@ -50,6 +50,7 @@
 //! bounds (executors, encodings, `RETURNING` and `SKIP LOCKED` differences) would be
 //! spelled out on every method, for two implementations that share no SQL text.
 
+mod batch;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 #[cfg(feature = "sqlite")]

@@ -8,6 +8,7 @@ use sqlx::query::Query;
 use sqlx::{PgConnection, Row};
 use tokio::sync::Notify;
 
+use super::batch::{Batcher, Run};
 use super::{events, CountsRow, Outcome, ABANDONED, CLAIM_TRIES, CRASHED};
 use crate::inbox::backend::Backend;
 use crate::inbox::{Accepted, Counts, InboxEvent, Requeue};
@@ -33,11 +34,34 @@ fn bind_delivery<'q>(
         .bind(audit.body)
 }
 
-/// The table in one PostgreSQL database. Cloning shares the pool.
+/// The table in one PostgreSQL database. Cloning shares the pool and the writer.
 #[derive(Clone, Debug)]
 pub(crate) struct Pg {
     pool: PgPool,
+    /// Claims, completions and inbox accepts, gathered into one statement per kind.
+    writer: Arc<Batcher<Write, Written>>,
 }
+
+/// A write the group commit gathers.
+pub(crate) enum Write {
+    Claim(Delivery, Token, Duration),
+    Complete(String, String, Token),
+    Accept(Delivery),
+}
+
+/// Its outcome.
+pub(crate) enum Written {
+    Claim(Claim),
+    Complete(bool),
+    Accept(Accepted),
+}
+
+/// At most this many writes of a kind go in one statement.
+const MAX_BATCH: usize = 64;
+
+/// At most this many batches are in flight at once: enough to keep the server's disk
+/// busy while a batch commits, few enough to leave the pool to workers and renewals.
+const SLOTS: usize = 4;
 
 // ---- Claims ----
 
@@ -132,7 +156,15 @@ fn not_claimed(done: bool, remaining_ms: Option<f64>) -> Option<Claim> {
 
 impl Pg {
     pub(crate) fn new(pool: PgPool) -> Self {
-        Self { pool }
+        let for_writer = pool.clone();
+        let run: Run<Write, Written> = Arc::new(move |writes| {
+            let pool = for_writer.clone();
+            Box::pin(async move { write_batch(&pool, writes).await })
+        });
+        Self {
+            pool,
+            writer: Arc::new(Batcher::new(MAX_BATCH, SLOTS, run)),
+        }
     }
 
     pub(crate) fn pool(&self) -> &PgPool {
@@ -143,45 +175,14 @@ impl Pg {
     /// expired taken over; else done, or in flight (for how much longer).
     pub(crate) async fn claim(
         &self,
-        d: &Delivery,
+        d: Delivery,
         token: Token,
         lease: Duration,
     ) -> Result<Claim, StoreError> {
-        let err = |e| StoreError::new("postgres claim", e);
-        for _ in 0..CLAIM_TRIES {
-            let inserted = bind_delivery(sqlx::query(CLAIM), d)
-                .bind(lease.as_secs_f64())
-                .bind(token.as_uuid())
-                .bind(d.kind())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(err)?;
-            if inserted.is_some() {
-                return Ok(Claim::New(token));
-            }
-            let row = sqlx::query(TAKE_OVER)
-                .bind(d.source())
-                .bind(d.id())
-                .bind(lease.as_secs_f64())
-                .bind(token.as_uuid())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(err)?;
-            // No row: pruned between the two statements; try the insert again.
-            let Some(row) = row else { continue };
-            let taken: bool = row.try_get(0).map_err(err)?;
-            if taken {
-                return Ok(Claim::New(token));
-            }
-            if let Some(claim) =
-                not_claimed(row.try_get(1).map_err(err)?, row.try_get(2).map_err(err)?)
-            {
-                return Ok(claim);
-            }
+        match self.writer.write(Write::Claim(d, token, lease)).await? {
+            Written::Claim(claim) => Ok(claim),
+            _ => unreachable!("a claim's answer"),
         }
-        Ok(Claim::InFlight {
-            retry_after: Duration::from_secs(1),
-        })
     }
 
     /// Extends the lease if `token` still holds the claim; `false` when fenced out.
@@ -206,18 +207,26 @@ impl Pg {
     /// Marks the row done if `token` holds it (or already did this); `false` when fenced.
     pub(crate) async fn complete(
         &self,
-        source: &str,
-        id: &str,
+        source: String,
+        id: String,
         token: Token,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(COMPLETE)
-            .bind(source)
-            .bind(id)
-            .bind(token.as_uuid())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| StoreError::new("postgres complete", e))?;
-        Ok(done.rows_affected() == 1)
+        match self
+            .writer
+            .write(Write::Complete(source, id, token))
+            .await?
+        {
+            Written::Complete(done) => Ok(done),
+            _ => unreachable!("a completion's answer"),
+        }
+    }
+
+    /// Queues a verified event in the inbox.
+    pub(crate) async fn accept(&self, d: Delivery) -> Result<Accepted, StoreError> {
+        match self.writer.write(Write::Accept(d)).await? {
+            Written::Accept(accepted) => Ok(accepted),
+            _ => unreachable!("an accept's answer"),
+        }
     }
 
     /// Gives the claim back, so the provider's retry runs.
@@ -401,21 +410,8 @@ FROM webhook_events WHERE next_attempt_at IS NOT NULL";
 
 impl Backend for Pg {
     fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
-        let pool = self.pool.clone();
-        let d = Delivery::from_event(event);
-        Box::pin(async move {
-            let err = |e| StoreError::new("inbox accept", e);
-            let row = bind_delivery(sqlx::query(ACCEPT), &d)
-                .fetch_one(&pool)
-                .await
-                .map_err(err)?;
-            let new: bool = row.try_get(0).map_err(err)?;
-            Ok(if new {
-                Accepted::New
-            } else {
-                Accepted::Duplicate
-            })
-        })
+        let (this, d) = (self.clone(), Delivery::from_event(event));
+        Box::pin(async move { this.accept(d).await })
     }
 
     fn claim(
@@ -546,4 +542,314 @@ impl Backend for Pg {
             }
         }))
     }
+}
+
+// ---- Group commit ----
+
+/// Many new keys in one statement, in key order (two batches lock shared keys in the same
+/// order: no deadlock); the tokens that went in come back.
+const CLAIM_MANY: &str = "
+INSERT INTO webhook_events
+    (source, event_id, event_type, object_id, livemode, body, attempts, locked_until, lock_token, kind)
+SELECT source, event_id, event_type, object_id, livemode, body, 1,
+       clock_timestamp() + make_interval(secs => lease), token, kind
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::bytea[],
+            $7::float8[], $8::uuid[], $9::text[])
+    AS input(source, event_id, event_type, object_id, livemode, body, lease, token, kind)
+ON CONFLICT (source, event_id) DO NOTHING
+RETURNING lock_token";
+
+/// Many completions in one statement; the tokens that matched come back.
+const COMPLETE_MANY: &str = "
+UPDATE webhook_events w
+SET processed_at = coalesce(w.processed_at, now()), processing_error = NULL, locked_until = NULL
+FROM unnest($1::text[], $2::text[], $3::uuid[]) AS input(source, event_id, token)
+WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token = input.token
+RETURNING w.lock_token";
+
+/// Many accepts in one statement (as `ACCEPT`, adoption included); the keys queued come
+/// back, and workers are notified once.
+const ACCEPT_MANY: &str = "
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::bytea[])
+        AS input(source, event_id, event_type, object_id, livemode, body)
+), inserted AS (
+    INSERT INTO webhook_events
+        (source, event_id, event_type, object_id, livemode, body, attempts, next_attempt_at)
+    SELECT source, event_id, event_type, object_id, livemode, body, 0, now() FROM input
+    ON CONFLICT (source, event_id) DO NOTHING
+    RETURNING source, event_id
+), adopted AS (
+    UPDATE webhook_events w SET next_attempt_at = now(), attempts = 0
+    FROM input
+    WHERE w.source = input.source AND w.event_id = input.event_id
+      AND NOT EXISTS (SELECT 1 FROM inserted
+                      WHERE inserted.source = input.source AND inserted.event_id = input.event_id)
+      AND w.next_attempt_at IS NULL AND w.processed_at IS NULL AND w.kind = 'event'
+    RETURNING w.source, w.event_id
+), queued AS (SELECT * FROM inserted UNION ALL SELECT * FROM adopted)
+SELECT source, event_id, (SELECT pg_notify('webhook_events', '')) FROM queued";
+
+/// A delivery's columns, as arrays for `unnest`.
+#[derive(Default)]
+struct Columns<'a> {
+    source: Vec<&'a str>,
+    event_id: Vec<&'a str>,
+    event_type: Vec<Option<&'a str>>,
+    object_id: Vec<Option<&'a str>>,
+    livemode: Vec<Option<bool>>,
+    body: Vec<Option<&'a [u8]>>,
+}
+
+impl<'a> Columns<'a> {
+    fn push(&mut self, d: &'a Delivery) {
+        let audit = d.audit();
+        self.source.push(d.source());
+        self.event_id.push(d.id());
+        self.event_type.push(audit.event_type);
+        self.object_id.push(audit.object_id);
+        self.livemode.push(audit.livemode);
+        self.body.push(audit.body);
+    }
+
+    fn bind(self, query: Query<'a, Postgres, PgArguments>) -> Query<'a, Postgres, PgArguments> {
+        query
+            .bind(self.source)
+            .bind(self.event_id)
+            .bind(self.event_type)
+            .bind(self.object_id)
+            .bind(self.livemode)
+            .bind(self.body)
+    }
+}
+
+/// Runs one batch of writes: each kind in one statement (the three at once), and a
+/// statement that fails is retried write by write, so one bad write answers alone.
+async fn write_batch(pool: &PgPool, writes: Vec<Write>) -> Vec<Result<Written, StoreError>> {
+    let mut claims = Vec::new();
+    let mut completes = Vec::new();
+    let mut accepts = Vec::new();
+    for (i, write) in writes.iter().enumerate() {
+        match write {
+            Write::Claim(..) => claims.push(i),
+            Write::Complete(..) => completes.push(i),
+            Write::Accept(..) => accepts.push(i),
+        }
+    }
+    let (claimed, completed, accepted) = tokio::join!(
+        claim_many(pool, &writes, &claims),
+        complete_many(pool, &writes, &completes),
+        accept_many(pool, &writes, &accepts),
+    );
+    let mut results: Vec<Option<Result<Written, StoreError>>> =
+        std::iter::repeat_with(|| None).take(writes.len()).collect();
+    for (i, r) in claims.iter().zip(claimed) {
+        results[*i] = Some(r.map(Written::Claim));
+    }
+    for (i, r) in completes.iter().zip(completed) {
+        results[*i] = Some(r.map(Written::Complete));
+    }
+    for (i, r) in accepts.iter().zip(accepted) {
+        results[*i] = Some(r.map(Written::Accept));
+    }
+    results
+        .into_iter()
+        .map(|r| r.expect("every write answered"))
+        .collect()
+}
+
+/// The claims among `writes` at `indices`.
+async fn claim_many(
+    pool: &PgPool,
+    writes: &[Write],
+    indices: &[usize],
+) -> Vec<Result<Claim, StoreError>> {
+    let claims: Vec<(&Delivery, Token, Duration)> = indices
+        .iter()
+        .map(|&i| match &writes[i] {
+            Write::Claim(d, token, lease) => (d, *token, *lease),
+            _ => unreachable!("indices of claims"),
+        })
+        .collect();
+    let inserted = match claims.len() {
+        0 => return Vec::new(),
+        1 => None,
+        _ => {
+            let mut order: Vec<usize> = (0..claims.len()).collect();
+            order.sort_by_key(|&i| (claims[i].0.source(), claims[i].0.id()));
+            let mut columns = Columns::default();
+            let (mut leases, mut tokens, mut kinds) = (Vec::new(), Vec::new(), Vec::new());
+            for &i in &order {
+                let (d, token, lease) = claims[i];
+                columns.push(d);
+                leases.push(lease.as_secs_f64());
+                tokens.push(token.as_uuid());
+                kinds.push(d.kind());
+            }
+            let rows = columns
+                .bind(sqlx::query(CLAIM_MANY))
+                .bind(leases)
+                .bind(tokens)
+                .bind(kinds)
+                .fetch_all(pool)
+                .await;
+            rows.ok().map(|rows| {
+                rows.iter()
+                    .filter_map(|row| row.try_get::<uuid::Uuid, _>(0).ok())
+                    .collect::<std::collections::HashSet<_>>()
+            })
+        }
+    };
+    let mut results = Vec::with_capacity(claims.len());
+    for (d, token, lease) in claims {
+        results.push(match &inserted {
+            Some(tokens) if tokens.contains(&token.as_uuid()) => Ok(Claim::New(token)),
+            // Not new (or the batch failed): the single path, which also takes over.
+            _ => claim_one(pool, d, token, lease).await,
+        });
+    }
+    results
+}
+
+/// One claim: insert, else take over or say why not.
+async fn claim_one(
+    pool: &PgPool,
+    d: &Delivery,
+    token: Token,
+    lease: Duration,
+) -> Result<Claim, StoreError> {
+    let err = |e| StoreError::new("postgres claim", e);
+    for _ in 0..CLAIM_TRIES {
+        let inserted = bind_delivery(sqlx::query(CLAIM), d)
+            .bind(lease.as_secs_f64())
+            .bind(token.as_uuid())
+            .bind(d.kind())
+            .fetch_optional(pool)
+            .await
+            .map_err(err)?;
+        if inserted.is_some() {
+            return Ok(Claim::New(token));
+        }
+        let row = sqlx::query(TAKE_OVER)
+            .bind(d.source())
+            .bind(d.id())
+            .bind(lease.as_secs_f64())
+            .bind(token.as_uuid())
+            .fetch_optional(pool)
+            .await
+            .map_err(err)?;
+        // No row: pruned between the two statements; try the insert again.
+        let Some(row) = row else { continue };
+        let taken: bool = row.try_get(0).map_err(err)?;
+        if taken {
+            return Ok(Claim::New(token));
+        }
+        if let Some(claim) = not_claimed(row.try_get(1).map_err(err)?, row.try_get(2).map_err(err)?)
+        {
+            return Ok(claim);
+        }
+    }
+    Ok(Claim::InFlight {
+        retry_after: Duration::from_secs(1),
+    })
+}
+
+/// The completions among `writes` at `indices`.
+async fn complete_many(
+    pool: &PgPool,
+    writes: &[Write],
+    indices: &[usize],
+) -> Vec<Result<bool, StoreError>> {
+    let completes: Vec<(&str, &str, Token)> = indices
+        .iter()
+        .map(|&i| match &writes[i] {
+            Write::Complete(source, id, token) => (source.as_str(), id.as_str(), *token),
+            _ => unreachable!("indices of completions"),
+        })
+        .collect();
+    if completes.len() > 1 {
+        let mut sorted = completes.clone();
+        sorted.sort_by_key(|c| (c.0, c.1));
+        let rows = sqlx::query(COMPLETE_MANY)
+            .bind(sorted.iter().map(|c| c.0).collect::<Vec<_>>())
+            .bind(sorted.iter().map(|c| c.1).collect::<Vec<_>>())
+            .bind(sorted.iter().map(|c| c.2.as_uuid()).collect::<Vec<_>>())
+            .fetch_all(pool)
+            .await;
+        if let Ok(rows) = rows {
+            let done: std::collections::HashSet<uuid::Uuid> =
+                rows.iter().filter_map(|row| row.try_get(0).ok()).collect();
+            return completes
+                .iter()
+                .map(|c| Ok(done.contains(&c.2.as_uuid())))
+                .collect();
+        }
+    }
+    let mut results = Vec::with_capacity(completes.len());
+    for (source, id, token) in completes {
+        let done = sqlx::query(COMPLETE)
+            .bind(source)
+            .bind(id)
+            .bind(token.as_uuid())
+            .execute(pool)
+            .await
+            .map_err(|e| StoreError::new("postgres complete", e));
+        results.push(done.map(|d| d.rows_affected() == 1));
+    }
+    results
+}
+
+/// The inbox accepts among `writes` at `indices`: for a key given twice, the first is new.
+async fn accept_many(
+    pool: &PgPool,
+    writes: &[Write],
+    indices: &[usize],
+) -> Vec<Result<Accepted, StoreError>> {
+    let accepts: Vec<&Delivery> = indices
+        .iter()
+        .map(|&i| match &writes[i] {
+            Write::Accept(d) => d,
+            _ => unreachable!("indices of accepts"),
+        })
+        .collect();
+    if accepts.len() > 1 {
+        let mut sorted = accepts.clone();
+        sorted.sort_by_key(|d| (d.source(), d.id()));
+        let mut columns = Columns::default();
+        for d in &sorted {
+            columns.push(d);
+        }
+        let rows = columns.bind(sqlx::query(ACCEPT_MANY)).fetch_all(pool).await;
+        if let Ok(rows) = rows {
+            let mut queued: std::collections::HashSet<(String, String)> = rows
+                .iter()
+                .filter_map(|row| Some((row.try_get(0).ok()?, row.try_get(1).ok()?)))
+                .collect();
+            return accepts
+                .iter()
+                .map(|d| {
+                    let key = (d.source().to_owned(), d.id().to_owned());
+                    Ok(if queued.remove(&key) {
+                        Accepted::New
+                    } else {
+                        Accepted::Duplicate
+                    })
+                })
+                .collect();
+        }
+    }
+    let mut results = Vec::with_capacity(accepts.len());
+    for d in accepts {
+        let err = |e| StoreError::new("inbox accept", e);
+        let row = bind_delivery(sqlx::query(ACCEPT), d).fetch_one(pool).await;
+        results.push(row.map_err(err).and_then(|row| {
+            let new: bool = row.try_get(0).map_err(err)?;
+            Ok(if new {
+                Accepted::New
+            } else {
+                Accepted::Duplicate
+            })
+        }));
+    }
+    results
 }

@@ -9,6 +9,7 @@ use sqlx::sqlite::{Sqlite as Db, SqliteArguments, SqlitePool};
 use sqlx::Row;
 use tokio::sync::Notify;
 
+use super::batch::{Batcher, Run};
 use super::{events, CountsRow, Outcome, ABANDONED, CLAIM_TRIES, CRASHED};
 use crate::inbox::backend::Backend;
 use crate::inbox::{Accepted, Counts, InboxEvent, Requeue};
@@ -43,12 +44,32 @@ fn bind_delivery<'q>(
         .bind(audit.body)
 }
 
-/// The table in one SQLite database. Cloning shares the pool and the clock.
+/// The table in one SQLite database. Cloning shares the pool, the clock and the writer.
 #[derive(Clone)]
 pub(crate) struct Sqlite {
     pool: SqlitePool,
     clock: Clock,
+    /// Claims, completions and inbox accepts, gathered into one transaction: SQLite has
+    /// one writer, and a commit (its fsync) is the cost to share.
+    writer: Arc<Batcher<Write, Written>>,
 }
+
+/// A write the group commit gathers.
+enum Write {
+    Claim(Delivery, Token, Duration),
+    Complete(String, String, Token),
+    Accept(Delivery),
+}
+
+/// Its outcome.
+enum Written {
+    Claim(Claim),
+    Complete(bool),
+    Accept(Accepted),
+}
+
+/// At most this many writes go in one transaction.
+const MAX_BATCH: usize = 64;
 
 impl std::fmt::Debug for Sqlite {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -109,7 +130,21 @@ WHERE kind = 'once' AND source = ?1 AND processed_at IS NOT NULL AND processed_a
 
 impl Sqlite {
     pub(crate) fn new(pool: SqlitePool, clock: Clock) -> Self {
-        Self { pool, clock }
+        let writer = Self::writer(pool.clone(), clock.clone());
+        Self {
+            pool,
+            clock,
+            writer,
+        }
+    }
+
+    /// One writer: a batch at a time (SQLite's lock would serialise more anyway).
+    fn writer(pool: SqlitePool, clock: Clock) -> Arc<Batcher<Write, Written>> {
+        let run: Run<Write, Written> = Arc::new(move |writes| {
+            let (pool, now) = (pool.clone(), epoch_ms(clock()));
+            Box::pin(async move { write_batch(&pool, now, writes).await })
+        });
+        Arc::new(Batcher::new(MAX_BATCH, 1, run))
     }
 
     pub(crate) fn pool(&self) -> &SqlitePool {
@@ -118,10 +153,7 @@ impl Sqlite {
 
     /// This table with another clock (an inbox's, in tests).
     pub(crate) fn with_clock(&self, clock: Clock) -> Self {
-        Self {
-            pool: self.pool.clone(),
-            clock,
-        }
+        Self::new(self.pool.clone(), clock)
     }
 
     /// Milliseconds since the epoch, by this clock.
@@ -133,45 +165,14 @@ impl Sqlite {
     /// expired taken over; else done, or in flight (for how much longer).
     pub(crate) async fn claim(
         &self,
-        d: &Delivery,
+        d: Delivery,
         token: Token,
         lease: Duration,
     ) -> Result<Claim, StoreError> {
-        let err = |e| StoreError::new("sqlite claim", e);
-        for _ in 0..CLAIM_TRIES {
-            let now = self.now_ms();
-            let claimed = bind_delivery(sqlx::query(CLAIM), d)
-                .bind(now)
-                .bind(now.saturating_add(ms(lease)))
-                .bind(token.to_string())
-                .bind(d.kind())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(err)?;
-            if claimed.is_some() {
-                return Ok(Claim::New(token));
-            }
-            let row = sqlx::query(STATE)
-                .bind(d.source())
-                .bind(d.id())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(err)?;
-            let Some(row) = row else { continue };
-            let processed: Option<i64> = row.try_get(0).map_err(err)?;
-            let until: Option<i64> = row.try_get(1).map_err(err)?;
-            if processed.is_some() {
-                return Ok(Claim::Done);
-            }
-            if let Some(until) = until.filter(|u| *u > now) {
-                return Ok(Claim::InFlight {
-                    retry_after: Duration::from_millis((until - now).unsigned_abs()),
-                });
-            }
+        match self.writer.write(Write::Claim(d, token, lease)).await? {
+            Written::Claim(claim) => Ok(claim),
+            _ => unreachable!("a claim's answer"),
         }
-        Ok(Claim::InFlight {
-            retry_after: Duration::from_secs(1),
-        })
     }
 
     /// Extends the lease if `token` still holds the claim; `false` when fenced out.
@@ -196,19 +197,26 @@ impl Sqlite {
     /// Marks the row done if `token` holds it (or already did this); `false` when fenced.
     pub(crate) async fn complete(
         &self,
-        source: &str,
-        id: &str,
+        source: String,
+        id: String,
         token: Token,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(COMPLETE)
-            .bind(source)
-            .bind(id)
-            .bind(token.to_string())
-            .bind(self.now_ms())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| StoreError::new("sqlite complete", e))?;
-        Ok(done.rows_affected() == 1)
+        match self
+            .writer
+            .write(Write::Complete(source, id, token))
+            .await?
+        {
+            Written::Complete(done) => Ok(done),
+            _ => unreachable!("a completion's answer"),
+        }
+    }
+
+    /// Queues a verified event in the inbox.
+    pub(crate) async fn accept(&self, d: Delivery) -> Result<Accepted, StoreError> {
+        match self.writer.write(Write::Accept(d)).await? {
+            Written::Accept(accepted) => Ok(accepted),
+            _ => unreachable!("an accept's answer"),
+        }
     }
 
     /// Gives the claim back, so the provider's retry runs.
@@ -329,20 +337,8 @@ FROM webhook_events WHERE next_attempt_at IS NOT NULL";
 
 impl Backend for Sqlite {
     fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
-        let (pool, now) = (self.pool.clone(), self.now_ms());
-        let d = Delivery::from_event(event);
-        Box::pin(async move {
-            let done = bind_delivery(sqlx::query(ACCEPT), &d)
-                .bind(now)
-                .execute(&pool)
-                .await
-                .map_err(|e| StoreError::new("inbox accept", e))?;
-            Ok(if done.rows_affected() == 1 {
-                Accepted::New
-            } else {
-                Accepted::Duplicate
-            })
-        })
+        let (this, d) = (self.clone(), Delivery::from_event(event));
+        Box::pin(async move { this.accept(d).await })
     }
 
     fn claim(
@@ -458,4 +454,124 @@ impl Backend for Sqlite {
     fn listen(&self, _wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>> {
         None
     }
+}
+
+// ---- Group commit ----
+
+/// Runs one batch of writes in one transaction (one commit, one fsync), each with its own
+/// statement and answer, at one time `now`. If the transaction fails, each write is
+/// retried alone, so one bad write answers alone.
+async fn write_batch(
+    pool: &SqlitePool,
+    now: i64,
+    writes: Vec<Write>,
+) -> Vec<Result<Written, StoreError>> {
+    if writes.len() > 1 {
+        // IMMEDIATE: take the write lock now, not at the first write (no upgrade to fail).
+        if let Ok(mut tx) = pool.begin_with("BEGIN IMMEDIATE").await {
+            let mut results = Vec::with_capacity(writes.len());
+            let mut failed = false;
+            for write in &writes {
+                match write_one(&mut tx, now, write).await {
+                    Ok(written) => results.push(Ok(written)),
+                    Err(_) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            if !failed && tx.commit().await.is_ok() {
+                return results;
+            }
+        }
+    }
+    let mut results = Vec::with_capacity(writes.len());
+    for write in &writes {
+        let written = match pool.acquire().await {
+            Ok(mut conn) => write_one(&mut conn, now, write).await,
+            Err(e) => Err(StoreError::new("sqlite write", e)),
+        };
+        results.push(written);
+    }
+    results
+}
+
+/// One write's statements on `conn`.
+async fn write_one(
+    conn: &mut sqlx::SqliteConnection,
+    now: i64,
+    write: &Write,
+) -> Result<Written, StoreError> {
+    match write {
+        Write::Claim(d, token, lease) => claim_one(conn, now, d, *token, *lease)
+            .await
+            .map(Written::Claim),
+        Write::Complete(source, id, token) => {
+            let done = sqlx::query(COMPLETE)
+                .bind(source)
+                .bind(id)
+                .bind(token.to_string())
+                .bind(now)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| StoreError::new("sqlite complete", e))?;
+            Ok(Written::Complete(done.rows_affected() == 1))
+        }
+        Write::Accept(d) => {
+            let done = bind_delivery(sqlx::query(ACCEPT), d)
+                .bind(now)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| StoreError::new("inbox accept", e))?;
+            Ok(Written::Accept(if done.rows_affected() == 1 {
+                Accepted::New
+            } else {
+                Accepted::Duplicate
+            }))
+        }
+    }
+}
+
+/// One claim: a new row, or one released or expired taken over; else why not.
+async fn claim_one(
+    conn: &mut sqlx::SqliteConnection,
+    now: i64,
+    d: &Delivery,
+    token: Token,
+    lease: Duration,
+) -> Result<Claim, StoreError> {
+    let err = |e| StoreError::new("sqlite claim", e);
+    for _ in 0..CLAIM_TRIES {
+        let claimed = bind_delivery(sqlx::query(CLAIM), d)
+            .bind(now)
+            .bind(now.saturating_add(ms(lease)))
+            .bind(token.to_string())
+            .bind(d.kind())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(err)?;
+        if claimed.is_some() {
+            return Ok(Claim::New(token));
+        }
+        let row = sqlx::query(STATE)
+            .bind(d.source())
+            .bind(d.id())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(err)?;
+        let Some(row) = row else { continue };
+        let processed: Option<i64> = row.try_get(0).map_err(err)?;
+        let until: Option<i64> = row.try_get(1).map_err(err)?;
+        if processed.is_some() {
+            return Ok(Claim::Done);
+        }
+        if let Some(until) = until.filter(|u| *u > now) {
+            return Ok(Claim::InFlight {
+                retry_after: Duration::from_millis((until - now).unsigned_abs()),
+            });
+        }
+    }
+    Ok(Claim::InFlight {
+        retry_after: Duration::from_secs(1),
+    })
 }

@@ -73,7 +73,7 @@ impl PgStore {
 impl DedupeStore for PgStore {
     fn claim(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
         let sql = self.sql.clone();
-        Box::pin(async move { sql.claim(&d, token, lease).await })
+        Box::pin(async move { sql.claim(d, token, lease).await })
     }
 
     fn renew(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed> {
@@ -87,7 +87,9 @@ impl DedupeStore for PgStore {
     fn complete(&self, d: Delivery, token: Token) -> StoreFuture<Completed> {
         let sql = self.sql.clone();
         Box::pin(async move {
-            let done = sql.complete(d.source(), d.id(), token).await?;
+            let done = sql
+                .complete(d.source().into(), d.id().into(), token)
+                .await?;
             Ok(if done {
                 Completed::Done
             } else {

@@ -101,7 +101,7 @@ impl SqliteStore {
 impl DedupeStore for SqliteStore {
     fn claim(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
         let sql = self.sql.clone();
-        Box::pin(async move { sql.claim(&d, token, lease).await })
+        Box::pin(async move { sql.claim(d, token, lease).await })
     }
 
     fn renew(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed> {
@@ -115,7 +115,9 @@ impl DedupeStore for SqliteStore {
     fn complete(&self, d: Delivery, token: Token) -> StoreFuture<Completed> {
         let sql = self.sql.clone();
         Box::pin(async move {
-            let done = sql.complete(d.source(), d.id(), token).await?;
+            let done = sql
+                .complete(d.source().into(), d.id().into(), token)
+                .await?;
             Ok(if done {
                 Completed::Done
             } else {
