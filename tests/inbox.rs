@@ -420,6 +420,48 @@ async fn postgres() -> Inbox {
     Inbox::postgres(&PgStore::connect(&fresh_pg_url().await).await.unwrap())
 }
 
+/// Concurrent deliveries of the same and of different events — gathered into batches by
+/// the group commit — each answered 204, and each event queued once: one `New` per key.
+async fn concurrent_accepts_queue_each_event_once(inbox: Inbox) {
+    let accepts = (0..40).map(|i| {
+        let inbox = inbox.clone();
+        tokio::spawn(async move {
+            let id = format!("evt_concurrent_{}", i % 10);
+            let status = deliver(&inbox, &id).await;
+            (id, status)
+        })
+    });
+    for accept in accepts.collect::<Vec<_>>() {
+        let (id, status) = accept.await.unwrap();
+        assert_eq!(status, StatusCode::NO_CONTENT, "{id}");
+    }
+    let counts = inbox.counts().await.unwrap();
+    assert_eq!(counts.queued, 10, "{counts:?}");
+    // And through `accept` itself: one New per key among concurrent duplicates.
+    let event = |id: String| {
+        let body = format!(r#"{{"type":"order.paid","data":{{"object":{{"id":"pi_{id}"}}}}}}"#);
+        let headers = Scheme::standard()
+            .sign([SECRET], &id, at(NOW), body.as_bytes())
+            .unwrap();
+        verifier(Scheme::standard(), &[SECRET])
+            .verify(&headers, body.into())
+            .unwrap()
+    };
+    let accepts = (0..24).map(|i| {
+        let (inbox, event) = (inbox.clone(), event(format!("evt_direct_{}", i % 6)));
+        tokio::spawn(async move { (event.id().unwrap().to_owned(), inbox.accept(&event).await) })
+    });
+    let mut new: HashMap<String, usize> = HashMap::new();
+    for accept in accepts.collect::<Vec<_>>() {
+        let (id, accepted) = accept.await.unwrap();
+        if accepted.unwrap() == Accepted::New {
+            *new.entry(id).or_default() += 1;
+        }
+    }
+    assert_eq!(new.len(), 6, "{new:?}");
+    assert!(new.values().all(|n| *n == 1), "{new:?}");
+}
+
 macro_rules! suite {
     ($name:ident, $make:expr) => {
         mod $name {
@@ -465,6 +507,10 @@ macro_rules! suite {
             #[tokio::test]
             async fn ingest_stores_fetched_events_once_beside_deliveries() {
                 super::ingest_stores_fetched_events_once_beside_deliveries($make).await;
+            }
+            #[tokio::test]
+            async fn concurrent_accepts_queue_each_event_once() {
+                super::concurrent_accepts_queue_each_event_once($make).await;
             }
             #[tokio::test]
             async fn oldest_due_is_the_queues_lag() {
