@@ -562,6 +562,18 @@ async fn postgres_accept_in_one_replica_wakes_a_worker_in_another() {
     tokio::time::sleep(Duration::from_millis(300)).await; // LISTEN is up
     deliver(&receiver, "evt_notify").await;
     eventually("woken by NOTIFY", async || seen.of("evt_notify") == vec![1]).await;
+    // Concurrent accepts, gathered into one statement by the group commit, notify too.
+    let accepts = (0..16).map(|i| {
+        let receiver = receiver.clone();
+        tokio::spawn(async move { deliver(&receiver, &format!("evt_notify_{i}")).await })
+    });
+    for accept in accepts.collect::<Vec<_>>() {
+        assert_eq!(accept.await.unwrap(), StatusCode::NO_CONTENT);
+    }
+    eventually("woken by the batch's NOTIFY", async || {
+        (0..16).all(|i| seen.of(&format!("evt_notify_{i}")) == vec![1])
+    })
+    .await;
     worker.shutdown().await;
 }
 

@@ -467,22 +467,8 @@ async fn write_batch(
     writes: Vec<Write>,
 ) -> Vec<Result<Written, StoreError>> {
     if writes.len() > 1 {
-        // IMMEDIATE: take the write lock now, not at the first write (no upgrade to fail).
-        if let Ok(mut tx) = pool.begin_with("BEGIN IMMEDIATE").await {
-            let mut results = Vec::with_capacity(writes.len());
-            let mut failed = false;
-            for write in &writes {
-                match write_one(&mut tx, now, write).await {
-                    Ok(written) => results.push(Ok(written)),
-                    Err(_) => {
-                        failed = true;
-                        break;
-                    }
-                }
-            }
-            if !failed && tx.commit().await.is_ok() {
-                return results;
-            }
+        if let Ok(results) = write_in_one_transaction(pool, now, &writes).await {
+            return results;
         }
     }
     let mut results = Vec::with_capacity(writes.len());
@@ -494,6 +480,27 @@ async fn write_batch(
         results.push(written);
     }
     results
+}
+
+/// The writes in one transaction; an error if any statement or the commit fails.
+async fn write_in_one_transaction(
+    pool: &SqlitePool,
+    now: i64,
+    writes: &[Write],
+) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
+    // IMMEDIATE: take the write lock now, not at the first write (no upgrade to fail).
+    let mut tx = pool
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(|e| StoreError::new("sqlite begin", e))?;
+    let mut results = Vec::with_capacity(writes.len());
+    for write in writes {
+        results.push(Ok(write_one(&mut tx, now, write).await?));
+    }
+    tx.commit()
+        .await
+        .map_err(|e| StoreError::new("sqlite commit", e))?;
+    Ok(results)
 }
 
 /// One write's statements on `conn`.
@@ -574,4 +581,52 @@ async fn claim_one(
     Ok(Claim::InFlight {
         retry_after: Duration::from_secs(1),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The batch goes as one transaction, not through the write-by-write fallback.
+    #[tokio::test]
+    async fn a_mixed_batch_is_one_transaction_with_each_write_answered() {
+        let path = std::env::temp_dir().join(format!(
+            "tower-webhook-unit-{}.db",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let store = crate::store::SqliteStore::open(&path).await.unwrap();
+        let pool = store.pool();
+        let (t1, t2) = (Token::new(), Token::new());
+        let lease = Duration::from_secs(30);
+        let writes = vec![
+            Write::Claim(Delivery::new("s", "a"), t1, lease),
+            Write::Claim(Delivery::new("s", "a"), t2, lease),
+            Write::Accept(Delivery::new("s", "c")),
+            Write::Accept(Delivery::new("s", "c")),
+        ];
+        let answers = write_in_one_transaction(pool, 1_000, &writes)
+            .await
+            .expect("one transaction");
+        assert!(matches!(answers[0], Ok(Written::Claim(Claim::New(_)))));
+        assert!(matches!(
+            answers[1],
+            Ok(Written::Claim(Claim::InFlight { .. }))
+        ));
+        assert!(matches!(answers[2], Ok(Written::Accept(Accepted::New))));
+        assert!(matches!(
+            answers[3],
+            Ok(Written::Accept(Accepted::Duplicate))
+        ));
+        let writes = vec![
+            Write::Complete("s".into(), "a".into(), t1),
+            Write::Complete("s".into(), "a".into(), t2),
+        ];
+        let answers = write_in_one_transaction(pool, 2_000, &writes)
+            .await
+            .expect("one transaction");
+        assert!(matches!(answers[0], Ok(Written::Complete(true))));
+        assert!(matches!(answers[1], Ok(Written::Complete(false))));
+        drop(store);
+        let _ = std::fs::remove_file(&path);
+    }
 }
