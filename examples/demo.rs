@@ -497,7 +497,13 @@ impl Outage {
                     &sqlx::sqlite::SqliteConnectOptions::new().filename(path),
                 )
                 .await?;
-                sqlx::query("BEGIN EXCLUSIVE").execute(&mut lock).await?;
+                // The receiver's one writer commits batch after batch: ask again until
+                // the lock is ours (a backup would wait its turn the same way).
+                while sqlx::query("BEGIN EXCLUSIVE")
+                    .execute(&mut lock)
+                    .await
+                    .is_err()
+                {}
                 // Writers wait up to the busy timeout, then fail: `length` of failures.
                 tokio::time::sleep(Duration::from_secs(5) + length).await;
                 sqlx::query("ROLLBACK").execute(&mut lock).await?;

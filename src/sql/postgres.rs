@@ -634,8 +634,11 @@ type Completing<'a> = (&'a str, &'a str, Token);
 
 /// Runs one batch: each kind of write in one statement of its own, the three at once (one
 /// statement for all three measured at half the throughput: its plan is rebuilt for every
-/// batch). A statement that fails is retried write by write, so one bad write answers
-/// alone and no write is granted by a failed statement.
+/// batch). A statement the server refused (a value one write carries, such as a NUL in an
+/// id, or a deadlock) is retried write by write, so one bad write answers alone; a server
+/// that cannot be reached answers every write of the kind with the error at once (503),
+/// rather than each after its own timeout. No write is ever granted by a failed
+/// statement.
 async fn write_batch(pool: &PgPool, writes: Vec<Write>) -> Vec<Result<Written, StoreError>> {
     let (mut claims, mut completes, mut accepts) = (Vec::new(), Vec::new(), Vec::new());
     for (i, write) in writes.iter().enumerate() {
@@ -669,10 +672,34 @@ async fn write_batch(pool: &PgPool, writes: Vec<Write>) -> Vec<Result<Written, S
         .collect()
 }
 
+/// Whether a failed statement says the server cannot be used now (no connection, the
+/// pool exhausted, the server shutting down), not that one write's values were refused.
+fn unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        // Connection exceptions, insufficient resources, operator intervention.
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("08") || c.starts_with("53") || c.starts_with("57")),
+        _ => true,
+    }
+}
+
+/// Every write of a kind answered with the statement's error.
+fn all_failed<T>(n: usize, context: &'static str, e: &sqlx::Error) -> Vec<Result<T, StoreError>> {
+    let why = e.to_string();
+    (0..n)
+        .map(|_| Err(StoreError::new(context, why.clone())))
+        .collect()
+}
+
 async fn claim_many(pool: &PgPool, claims: Vec<Claiming<'_>>) -> Vec<Result<Claim, StoreError>> {
     let inserted = match claims.len() {
         0 | 1 => None,
-        _ => insert_claims(pool, &claims).await.ok(),
+        n => match insert_claims(pool, &claims).await {
+            Ok(inserted) => Some(inserted),
+            Err(e) if unavailable(&e) => return all_failed(n, "postgres claim", &e),
+            Err(_) => None,
+        },
     };
     let mut results = Vec::with_capacity(claims.len());
     for (d, token, lease) in claims {
@@ -750,11 +777,17 @@ async fn complete_many(
     completes: Vec<Completing<'_>>,
 ) -> Vec<Result<bool, StoreError>> {
     if completes.len() > 1 {
-        if let Ok(done) = update_completes(pool, &completes).await {
-            return completes
-                .iter()
-                .map(|c| Ok(done.contains(&c.2.as_uuid())))
-                .collect();
+        match update_completes(pool, &completes).await {
+            Ok(done) => {
+                return completes
+                    .iter()
+                    .map(|c| Ok(done.contains(&c.2.as_uuid())))
+                    .collect()
+            }
+            Err(e) if unavailable(&e) => {
+                return all_failed(completes.len(), "postgres complete", &e)
+            }
+            Err(_) => {}
         }
     }
     let mut results = Vec::with_capacity(completes.len());
@@ -790,18 +823,22 @@ async fn update_completes(
 /// The inbox accepts: for a key given twice in a batch, the first is new.
 async fn accept_many(pool: &PgPool, accepts: Vec<&Delivery>) -> Vec<Result<Accepted, StoreError>> {
     if accepts.len() > 1 {
-        if let Ok(mut queued) = insert_accepts(pool, &accepts).await {
-            return accepts
-                .iter()
-                .map(|d| {
-                    let key = (d.source().to_owned(), d.id().to_owned());
-                    Ok(if queued.remove(&key) {
-                        Accepted::New
-                    } else {
-                        Accepted::Duplicate
+        match insert_accepts(pool, &accepts).await {
+            Ok(mut queued) => {
+                return accepts
+                    .iter()
+                    .map(|d| {
+                        let key = (d.source().to_owned(), d.id().to_owned());
+                        Ok(if queued.remove(&key) {
+                            Accepted::New
+                        } else {
+                            Accepted::Duplicate
+                        })
                     })
-                })
-                .collect();
+                    .collect()
+            }
+            Err(e) if unavailable(&e) => return all_failed(accepts.len(), "inbox accept", &e),
+            Err(_) => {}
         }
     }
     let mut results = Vec::with_capacity(accepts.len());

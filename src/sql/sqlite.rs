@@ -140,9 +140,10 @@ impl Sqlite {
 
     /// One writer: a batch at a time (SQLite's lock would serialise more anyway).
     fn writer(pool: SqlitePool, clock: Clock) -> Arc<Batcher<Write, Written>> {
+        let conn = WriterConnection::default();
         let run: Run<Write, Written> = Arc::new(move |writes| {
-            let (pool, now) = (pool.clone(), epoch_ms(clock()));
-            Box::pin(async move { write_batch(&pool, now, writes).await })
+            let (pool, conn, now) = (pool.clone(), conn.clone(), epoch_ms(clock()));
+            Box::pin(async move { write_batch(&pool, &conn, now, writes).await })
         });
         Arc::new(Batcher::new(MAX_BATCH, 1, run))
     }
@@ -458,38 +459,65 @@ impl Backend for Sqlite {
 
 // ---- Group commit ----
 
+/// The writer's own connection, opened with the pool's options: the pool's connections
+/// (workers, reads, renewals) never make the writer wait for a connection — only for
+/// SQLite's lock, up to the busy timeout, after which its writes answer 503.
+type WriterConnection = Arc<tokio::sync::Mutex<Option<sqlx::SqliteConnection>>>;
+
 /// Runs one batch of writes in one transaction (one commit, one fsync), each with its own
-/// statement and answer, at one time `now`. If the transaction fails, each write is
-/// retried alone, so one bad write answers alone.
+/// statement and answer, at one time `now`. If the transaction fails, every write in it
+/// gets the error (503): SQLite's statements here fail together — the file locked past
+/// the busy timeout, the disk full — never for one write's values, and retrying them one
+/// by one would hold each caller through another busy timeout.
 async fn write_batch(
     pool: &SqlitePool,
+    conn: &WriterConnection,
     now: i64,
     writes: Vec<Write>,
 ) -> Vec<Result<Written, StoreError>> {
-    if writes.len() > 1 {
-        if let Ok(results) = write_in_one_transaction(pool, now, &writes).await {
-            return results;
+    let all_failed = |why: String| -> Vec<Result<Written, StoreError>> {
+        writes
+            .iter()
+            .map(|_| Err(StoreError::new("sqlite write", why.clone())))
+            .collect()
+    };
+    let mut guard = conn.lock().await;
+    if pool.is_closed() {
+        *guard = None;
+        return all_failed("the store's pool is closed".into());
+    }
+    if guard.is_none() {
+        use sqlx::ConnectOptions as _;
+        match pool.connect_options().connect().await {
+            Ok(opened) => *guard = Some(opened),
+            Err(e) => return all_failed(e.to_string()),
         }
     }
-    let mut results = Vec::with_capacity(writes.len());
-    for write in &writes {
-        let written = match pool.acquire().await {
-            Ok(mut conn) => write_one(&mut conn, now, write).await,
-            Err(e) => Err(StoreError::new("sqlite write", e)),
-        };
-        results.push(written);
+    let c = guard.as_mut().expect("opened above");
+    let result = match writes.as_slice() {
+        // A lone write needs no transaction of its own: its statement commits.
+        [write] => write_one(c, now, write).await.map(|w| vec![Ok(w)]),
+        _ => write_in_one_transaction(c, now, &writes).await,
+    };
+    match result {
+        Ok(results) => results,
+        Err(e) => {
+            *guard = None; // whatever went wrong, the next batch starts on a fresh connection
+            all_failed(e.to_string())
+        }
     }
-    results
 }
 
-/// The writes in one transaction; an error if any statement or the commit fails.
+/// The writes in one transaction; an error if any statement or the commit fails (the
+/// transaction is then rolled back as it is dropped).
 async fn write_in_one_transaction(
-    pool: &SqlitePool,
+    conn: &mut sqlx::SqliteConnection,
     now: i64,
     writes: &[Write],
 ) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
+    use sqlx::Connection as _;
     // IMMEDIATE: take the write lock now, not at the first write (no upgrade to fail).
-    let mut tx = pool
+    let mut tx = conn
         .begin_with("BEGIN IMMEDIATE")
         .await
         .map_err(|e| StoreError::new("sqlite begin", e))?;
@@ -595,7 +623,7 @@ mod tests {
             uuid::Uuid::new_v4().simple()
         ));
         let store = crate::store::SqliteStore::open(&path).await.unwrap();
-        let pool = store.pool();
+        let mut conn = store.pool().acquire().await.unwrap();
         let (t1, t2) = (Token::new(), Token::new());
         let lease = Duration::from_secs(30);
         let writes = vec![
@@ -604,7 +632,7 @@ mod tests {
             Write::Accept(Delivery::new("s", "c")),
             Write::Accept(Delivery::new("s", "c")),
         ];
-        let answers = write_in_one_transaction(pool, 1_000, &writes)
+        let answers = write_in_one_transaction(&mut conn, 1_000, &writes)
             .await
             .expect("one transaction");
         assert!(matches!(answers[0], Ok(Written::Claim(Claim::New(_)))));
@@ -621,11 +649,12 @@ mod tests {
             Write::Complete("s".into(), "a".into(), t1),
             Write::Complete("s".into(), "a".into(), t2),
         ];
-        let answers = write_in_one_transaction(pool, 2_000, &writes)
+        let answers = write_in_one_transaction(&mut conn, 2_000, &writes)
             .await
             .expect("one transaction");
         assert!(matches!(answers[0], Ok(Written::Complete(true))));
         assert!(matches!(answers[1], Ok(Written::Complete(false))));
+        drop(conn);
         drop(store);
         let _ = std::fs::remove_file(&path);
     }
