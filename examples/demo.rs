@@ -289,13 +289,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let acknowledged = Arc::new(AtomicUsize::new(0));
     let unavailable = Arc::new(AtomicUsize::new(0));
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    // Deliveries past the first quarter wait until the outage is in place, so it always
+    // meets traffic (SQLite's lock is taken between two of the writer's batches).
+    let (cut_tx, cut_rx) = tokio::sync::watch::channel(o.outage.is_zero());
+    let mut cut_tx = Some(cut_tx);
     let senders: Vec<_> = (0..32)
         .map(|_| {
-            let (client, url, next, deliveries) = (
+            let (client, url, next, deliveries, mut cut) = (
                 client.clone(),
                 url.clone(),
                 next.clone(),
                 deliveries.clone(),
+                cut_rx.clone(),
             );
             let (rejected, acknowledged, unavailable) =
                 (rejected.clone(), acknowledged.clone(), unavailable.clone());
@@ -303,6 +308,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(d) = deliveries.get(i) else { return };
+                    if i >= deliveries.len() / 4 {
+                        let _ = cut.wait_for(|cut| *cut).await;
+                    }
                     // A provider retries what was not acknowledged.
                     // Providers retry for days; here, for up to ~10 s per delivery.
                     for _ in 0..200 {
@@ -344,7 +352,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let counts = loop {
         let sent = next.load(Ordering::Relaxed).min(total);
         if cut_off.is_none() && !o.outage.is_zero() && sent >= total / 4 {
-            cut_off = Some(tokio::spawn(outage.clone().run(o.outage)));
+            let (outage, length, cut) = (outage.clone(), o.outage, cut_tx.take());
+            cut_off = Some(tokio::spawn(async move {
+                let cut = cut.expect("one outage");
+                let ran = outage.run(length, &cut).await;
+                let _ = cut.send(true); // let the senders go, even if it failed
+                ran
+            }));
         }
         if !killed && sent >= total / 2 {
             worker.take().unwrap().abort();
@@ -476,36 +490,49 @@ enum Outage {
     None,
     /// Every connection to PostgreSQL reset, new ones too.
     Proxy(Arc<support::proxy::Proxy>),
-    /// Another connection holds SQLite's write lock past the store's busy timeout (5 s),
-    /// as a backup or a long migration would: writes fail meanwhile.
+    /// Another connection holds SQLite's write lock past twice the store's busy timeout
+    /// (5 s), as a backup or a long migration would: writes fail meanwhile.
     WriteLock(std::path::PathBuf),
 }
 
 impl Outage {
-    /// Cuts the store off for `length`, then restores it.
-    async fn run(self, length: Duration) -> Result<(), sqlx::Error> {
+    /// Cuts the store off for `length`, telling `cut` once it is.
+    async fn run(
+        self,
+        length: Duration,
+        cut: &tokio::sync::watch::Sender<bool>,
+    ) -> Result<(), sqlx::Error> {
         match self {
             Outage::None => {}
             Outage::Proxy(proxy) => {
                 proxy.cut();
+                let _ = cut.send(true);
                 tokio::time::sleep(length).await;
                 proxy.restore();
             }
             Outage::WriteLock(path) => {
                 use sqlx::Connection;
+                // No busy timeout of its own: the receiver's one writer commits batch
+                // after batch, and SQLite's backing-off busy handler would keep missing
+                // the gaps between them. Ask again at once until the lock is ours.
                 let mut lock = sqlx::SqliteConnection::connect_with(
-                    &sqlx::sqlite::SqliteConnectOptions::new().filename(path),
+                    &sqlx::sqlite::SqliteConnectOptions::new()
+                        .filename(path)
+                        .busy_timeout(Duration::ZERO),
                 )
                 .await?;
-                // The receiver's one writer commits batch after batch: ask again until
-                // the lock is ours (a backup would wait its turn the same way).
                 while sqlx::query("BEGIN EXCLUSIVE")
                     .execute(&mut lock)
                     .await
                     .is_err()
-                {}
-                // Writers wait up to the busy timeout, then fail: `length` of failures.
-                tokio::time::sleep(Duration::from_secs(5) + length).await;
+                {
+                    tokio::task::yield_now().await;
+                }
+                let _ = cut.send(true);
+                // The store's one writer waits up to the busy timeout (5 s) for the lock,
+                // then fails its batch (503); the batch queued behind it waits in turn. Two
+                // busy timeouts and `length`: deliveries are turned away for `length`.
+                tokio::time::sleep(Duration::from_secs(10) + length).await;
                 sqlx::query("ROLLBACK").execute(&mut lock).await?;
             }
         }

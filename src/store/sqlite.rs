@@ -32,6 +32,15 @@ use crate::sql::sqlite::Sqlite;
 /// step), or use [`PgStore`](super::PgStore), whose leases run on the database server's
 /// clock.
 ///
+/// # Writes
+///
+/// Concurrent claims and completions (and the inbox's accepts) are written by one writer,
+/// on a connection of its own, in one transaction per batch: one commit for many events.
+/// When another process holds the file's write lock, a batch waits up to the busy timeout
+/// (5 s) and then answers each of its writes with an error (503, so the provider
+/// retries); a write queued behind it waits for its own batch in turn, so up to twice
+/// that in all.
+///
 /// Cloning shares the pool.
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
