@@ -392,9 +392,15 @@ WITH requeued AS (
     RETURNING 1)
 SELECT count(*), pg_notify('webhook_events', '') FROM requeued";
 
-const PRUNE_INBOX: &str = "
+/// Processed inbox rows older than the cutoff, and (by name only) dead ones: two
+/// statements, each on its partial index (a `CASE` between them would use neither).
+const PRUNE_PROCESSED: &str = "
 DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
-AND CASE WHEN $2 THEN dead_at ELSE processed_at END < now() - make_interval(secs => $1)";
+AND processed_at IS NOT NULL AND processed_at < now() - make_interval(secs => $1)";
+
+const PRUNE_DEAD: &str = "
+DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
+AND dead_at IS NOT NULL AND dead_at < now() - make_interval(secs => $1)";
 
 const COUNTS: &str = "
 SELECT
@@ -502,9 +508,9 @@ impl Backend for Pg {
     fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64> {
         let pool = self.pool.clone();
         Box::pin(async move {
-            let done = sqlx::query(PRUNE_INBOX)
+            let sql = if dead { PRUNE_DEAD } else { PRUNE_PROCESSED };
+            let done = sqlx::query(sql)
                 .bind(older_than.as_secs_f64())
-                .bind(dead)
                 .execute(&pool)
                 .await
                 .map_err(|e| StoreError::new("inbox prune", e))?;

@@ -320,9 +320,15 @@ WHERE next_attempt_at IS NOT NULL
   AND (?6 IS NULL OR received_at >= ?6)
   AND (?7 IS NULL OR received_at < ?7)";
 
-const PRUNE_INBOX: &str = "
+/// Processed inbox rows older than the cutoff, and (by name only) dead ones: two
+/// statements, each on its partial index (a `CASE` between them would use neither).
+const PRUNE_PROCESSED: &str = "
 DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
-AND CASE WHEN ?2 THEN dead_at < ?1 ELSE processed_at < ?1 END";
+AND processed_at IS NOT NULL AND processed_at < ?1";
+
+const PRUNE_DEAD: &str = "
+DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
+AND dead_at IS NOT NULL AND dead_at < ?1";
 
 const COUNTS: &str = "
 SELECT
@@ -429,9 +435,9 @@ impl Backend for Sqlite {
     fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64> {
         let (pool, now) = (self.pool.clone(), self.now_ms());
         Box::pin(async move {
-            let done = sqlx::query(PRUNE_INBOX)
+            let sql = if dead { PRUNE_DEAD } else { PRUNE_PROCESSED };
+            let done = sqlx::query(sql)
                 .bind(now.saturating_sub(ms(older_than)))
-                .bind(dead)
                 .execute(&pool)
                 .await
                 .map_err(|e| StoreError::new("inbox prune", e))?;
