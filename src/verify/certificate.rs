@@ -214,7 +214,7 @@ impl Certificates {
         headers: &HeaderMap,
         body: Bytes,
     ) -> Result<Event, VerifyError> {
-        self.inner.prototype.check_before_body(headers)?;
+        // `url` checks everything but the signature first (PayPal's headers included).
         let url = self.url(headers, &body)?;
         let verifier = self.verifier(url).await?;
         verifier.verify_request(method, uri, headers, body)
