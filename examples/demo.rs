@@ -165,6 +165,9 @@ struct Table {
     duplicates: u64,
     rejected: usize,
     processed: u64,
+    /// Rows whose every attempt failed: each is a failure of the day, with its last
+    /// error printed.
+    dead: u64,
     double_effects: u64,
     lost: u64,
     moved_back: u64,
@@ -395,6 +398,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let state = db.state(&format!("demo-{source_tag}/")).await?;
+    if counts.dead > 0 {
+        for (id, attempts, error) in db.dead().await? {
+            eprintln!("dead: {id} after {attempts} attempts: {error}");
+        }
+    }
     let _ = std::fs::remove_file(&sqlite_path);
     if let Db::Pg(pool) = &db {
         let drop = format!("DROP SCHEMA {schema} CASCADE");
@@ -408,6 +416,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         duplicates: (acknowledged.load(Ordering::Relaxed) as u64).saturating_sub(accepted),
         rejected: rejected.load(Ordering::Relaxed),
         processed: counts.processed,
+        dead: counts.dead,
         double_effects: ledger.values().map(|n| n.saturating_sub(1)).sum(),
         lost: (0..o.events)
             .filter(|i| !ledger.contains_key(&format!("evt_{source_tag}_{i}")))
@@ -425,10 +434,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{}", serde_json::to_string(&table)?);
     } else {
         println!();
-        println!("| sent | accepted | duplicates answered | rejected | store outage | turned away (retried) | processed | double effects | lost | state moved back | deliveries/s |");
-        println!("|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("| sent | accepted | duplicates answered | rejected | store outage | turned away (retried) | processed | dead | double effects | lost | state moved back | deliveries/s |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
         println!(
-            "| {} | {} | {} | {} | {:.0} s | {} | {} | {} | {} | {} | {:.0} |",
+            "| {} | {} | {} | {} | {:.0} s | {} | {} | {} | {} | {} | {} | {:.0} |",
             table.sent,
             table.accepted,
             table.duplicates,
@@ -436,6 +445,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             table.outage_seconds,
             table.unavailable,
             table.processed,
+            table.dead,
             table.double_effects,
             table.lost,
             table.moved_back,
@@ -566,7 +576,10 @@ impl Db {
         /// The same steps on either pool: guard, write if newest, commit.
         macro_rules! apply_in {
             ($pool:expr) => {{
-                let mut tx = $pool.begin().await?;
+                // BEGIN on a task of its own: the worker killed mid-BEGIN would otherwise
+                // leave a pooled connection inside a transaction (sqlx#4393).
+                let pool = $pool.clone();
+                let mut tx = tokio::spawn(async move { pool.begin().await }).await??;
                 if latest::advance(&mut *tx, object, at).await? == Order::Newest {
                     sqlx::query(UPSERT)
                         .bind(object)
@@ -582,6 +595,17 @@ impl Db {
         match self {
             Db::Sqlite(pool) => apply_in!(pool),
             Db::Pg(pool) => apply_in!(pool),
+        }
+    }
+
+    /// The dead rows: event id, attempts and last error.
+    async fn dead(&self) -> Result<Vec<(String, i64, String)>, sqlx::Error> {
+        const SQL: &str =
+            "SELECT event_id, CAST(attempts AS BIGINT), coalesce(processing_error, '')
+            FROM webhook_events WHERE dead_at IS NOT NULL ORDER BY event_id";
+        match self {
+            Db::Sqlite(pool) => sqlx::query_as(SQL).fetch_all(pool).await,
+            Db::Pg(pool) => sqlx::query_as(SQL).fetch_all(pool).await,
         }
     }
 

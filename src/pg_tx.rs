@@ -80,6 +80,22 @@ pub struct PgTx {
 }
 
 impl PgTx {
+    /// Begins a transaction on `pool`, cancel-safe: the `BEGIN` runs on a task of its own.
+    /// sqlx 0.9 counts a transaction only once `BEGIN` has answered, so a future dropped
+    /// in between (a worker stopped mid-event) hands the pool a connection stuck inside a
+    /// transaction that every later borrower runs in (sqlx#4393). On its own task the
+    /// `BEGIN` always finishes, and a transaction nobody waits for any more rolls back.
+    pub(crate) async fn begin(
+        pool: &PgPool,
+    ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        let pool = pool.clone();
+        match tokio::spawn(async move { pool.begin().await }).await {
+            Ok(begun) => begun,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(sqlx::Error::WorkerCrashed), // the runtime is shutting down
+        }
+    }
+
     pub(crate) fn new(tx: Transaction<'static, Postgres>) -> Self {
         Self {
             tx: Arc::new(Mutex::new(tx)),
@@ -250,7 +266,7 @@ where
                 tracing::error!(target: "tower_webhook", "webhook transaction failed: {_error}");
                 Deduped::StoreUnavailable.response(Some(RETRY_AFTER_SECS))
             };
-            let mut tx = match pool.begin().await {
+            let mut tx = match PgTx::begin(&pool).await {
                 Ok(tx) => tx,
                 Err(e) => return Ok(unavailable(e)),
             };
@@ -296,8 +312,7 @@ where
             }
             let shared = PgTx::new(tx);
             req.extensions_mut().insert(shared.clone());
-            // Dropped here on error or panic: the transaction rolls back with it.
-            // Dropped on error: the transaction rolls back with it.
+            // Dropped on error or panic: the transaction rolls back with it.
             std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
             let response = inner.call(req).await?;
             let Some(mut tx) = shared.into_inner() else {
@@ -345,4 +360,58 @@ fn lock_not_available(e: &sqlx::Error) -> bool {
     e.as_database_error()
         .and_then(|d| d.code())
         .is_some_and(|code| code == "55P03")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Polls `future` for `time` (yielding to the runtime between polls), then drops it:
+    /// a cancellation at whatever point it had reached. Whether it finished.
+    async fn cancel_after<F: Future>(future: F, time: Duration) -> bool {
+        let mut future = std::pin::pin!(future);
+        let until = std::time::Instant::now() + time;
+        loop {
+            let ready = std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx).is_ready()));
+            if ready.await {
+                return true;
+            }
+            if std::time::Instant::now() >= until {
+                return false;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Whether the pool's next connection runs statements inside a transaction: two
+    /// statements in a row then share one transaction id.
+    async fn in_a_transaction(pool: &PgPool) -> bool {
+        let xid = || sqlx::query_scalar::<_, i64>("SELECT txid_current()").fetch_one(pool);
+        xid().await.unwrap() == xid().await.unwrap()
+    }
+
+    /// A `begin` dropped at any point, one poll after another across its round trip,
+    /// leaves its pool's one connection outside any transaction.
+    #[tokio::test]
+    async fn a_begin_cancelled_anywhere_leaves_no_open_transaction_on_the_pool() {
+        let url = std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .expect("PostgreSQL is running");
+        assert!(!in_a_transaction(&pool).await);
+        // 0 to 4 ms in 20 µs steps, past the round trip: every point of it is hit.
+        let mut finished = 0;
+        for step in 0..200 {
+            let time = Duration::from_micros(20 * step);
+            finished += u32::from(cancel_after(PgTx::begin(&pool), time).await);
+            assert!(
+                !in_a_transaction(&pool).await,
+                "a stale transaction after {time:?}"
+            );
+        }
+        assert!(finished > 0, "the sweep reaches past the round trip");
+    }
 }

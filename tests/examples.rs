@@ -903,11 +903,15 @@ async fn loadtest_handles_every_event_exactly_once_on_every_store() {
 /// refused, every object left in its newest event's state, on the embedded store and on
 /// PostgreSQL.
 async fn demo(extra: &[&str]) -> serde_json::Value {
-    let output = Command::new(example_binary("demo"))
+    // Bounded: a demo that hangs (a worker that never drains) fails here, not CI's clock.
+    let run = Command::new(example_binary("demo"))
         .args(["--events", "400", "--json"])
         .args(extra)
-        .output()
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(240), run)
         .await
+        .expect("the demo finishes within 4 min")
         .unwrap();
     assert!(
         output.status.success(),
@@ -921,6 +925,7 @@ async fn demo(extra: &[&str]) -> serde_json::Value {
         "duplicates",
         "rejected",
         "processed",
+        "dead",
         "double_effects",
         "lost",
         "moved_back",
@@ -934,6 +939,12 @@ async fn demo(extra: &[&str]) -> serde_json::Value {
     assert_eq!(table["lost"], 0, "{table}");
     assert_eq!(table["moved_back"], 0, "late events never win: {table}");
     assert_eq!(table["accepted"], 400, "{table}");
+    assert_eq!(
+        table["dead"],
+        0,
+        "{table}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert_eq!(table["processed"], 400, "{table}");
     let sent = table["sent"].as_u64().unwrap();
     let rejected = table["rejected"].as_u64().unwrap();

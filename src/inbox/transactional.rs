@@ -52,7 +52,9 @@ pub(super) async fn run(
     token: Token,
 ) -> Result<bool, String> {
     let (source, id) = (event.source.clone(), event.id.clone());
-    let tx = pool.begin().await.map_err(|e| format!("begin: {e}"))?;
+    let tx = PgTx::begin(&pool)
+        .await
+        .map_err(|e| format!("begin: {e}"))?;
     let shared = PgTx::new(tx);
     processor.process(event, shared.clone()).await?; // Err: dropped, rolled back
     let mut tx = shared

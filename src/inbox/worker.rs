@@ -198,6 +198,11 @@ impl Worker {
     /// it waits for them). Past it they are stopped mid-attempt, as a crash would stop
     /// them: the attempt counts, and the row is due again at once. A processor stopped
     /// midway may have done part of its work; prefer the default where you can.
+    ///
+    /// A processor stopped while its own `PgPool::begin()` waits for the server can leave
+    /// that pool a connection stuck inside a transaction (sqlx 0.9, sqlx#4393): begin on a
+    /// task of its own (`tokio::spawn(async move { pool.begin().await })`). The
+    /// transactional worker's own transaction is begun that way.
     pub fn with_grace(mut self, grace: Duration) -> Self {
         self.grace = Some(grace);
         self
