@@ -501,6 +501,10 @@ macro_rules! suite {
                 super::prune_deletes_processed_rows_and_dead_ones_only_by_name($make).await;
             }
             #[tokio::test]
+            async fn processed_count_follows_every_transition() {
+                super::processed_count_follows_every_transition($make).await;
+            }
+            #[tokio::test]
             async fn requeue_by_time_range_replays_only_that_window() {
                 super::requeue_by_time_range_replays_only_that_window($make).await;
             }
@@ -674,6 +678,63 @@ async fn postgres_retries_are_scheduled_by_capped_doubling_backoff() {
     let store = PgStore::connect(&fresh_pg_url().await).await.unwrap();
     let db = Db::Pg(store.pool().clone());
     retries_are_scheduled_by_capped_doubling_backoff(Inbox::postgres(&store), db).await;
+}
+
+/// `counts` keeps count of processed rows as they come and go — processed, requeued,
+/// processed again, pruned — without reading the history (a counter the database keeps).
+async fn processed_count_follows_every_transition(inbox: Inbox) {
+    for id in ["evt_a", "evt_b", "evt_c"] {
+        deliver(&inbox, id).await;
+    }
+    let counts = inbox.counts().await.unwrap();
+    assert_eq!((counts.queued, counts.processed), (3, 0), "{counts:?}");
+    let seen = Seen::default();
+    let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
+    eventually("3 processed", async || {
+        inbox.counts().await.unwrap().processed == 3
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(
+        inbox
+            .requeue(Requeue::id("standard", "evt_b"))
+            .await
+            .unwrap(),
+        1
+    );
+    let counts = inbox.counts().await.unwrap();
+    assert_eq!((counts.queued, counts.processed), (1, 2), "{counts:?}");
+    // A duplicate of a processed row changes nothing.
+    deliver(&inbox, "evt_a").await;
+    assert_eq!(inbox.counts().await.unwrap().processed, 2);
+    let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
+    eventually("processed again", async || {
+        inbox.counts().await.unwrap().processed == 3
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(seen.of("evt_b"), vec![1, 1], "requeued, so run again");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let pruned = inbox
+        .prune(Retention::shorter(Duration::from_millis(10)))
+        .await
+        .unwrap();
+    assert_eq!(pruned, 3);
+    let counts = inbox.counts().await.unwrap();
+    assert_eq!(
+        (
+            counts.queued,
+            counts.processing,
+            counts.processed,
+            counts.dead
+        ),
+        (0, 0, 0, 0),
+        "{counts:?}"
+    );
 }
 
 /// Requeue by receipt time: the events of an outage's window come back, the rest stay.
@@ -1500,4 +1561,59 @@ async fn once_in_a_transactional_processor_is_done_exactly_when_it_commits() {
         vec![(format!("order-7 by evt_paid with {key}"), 2)],
         "one effect, from the attempt that committed"
     );
+}
+
+/// The migrations before the processed-rows counter, for a database made before it.
+fn before_the_counter(mut migrator: sqlx::migrate::Migrator) -> sqlx::migrate::Migrator {
+    let earlier: Vec<_> = migrator
+        .iter()
+        .filter(|m| m.version < 20261201000006)
+        .cloned()
+        .collect();
+    assert_eq!(earlier.len(), 5);
+    migrator.migrations = earlier.into();
+    migrator
+}
+
+/// Rows of a database migrated before the counter, at time `t`: 2 processed, 1 queued, 1
+/// done dedupe key (not the inbox's).
+fn earlier_rows(t: &str) -> String {
+    format!(
+        "INSERT INTO webhook_events
+            (source, event_id, received_at, attempts, next_attempt_at, processed_at)
+         VALUES ('s', 'a', {t}, 1, {t}, {t}), ('s', 'b', {t}, 1, {t}, {t}),
+                ('s', 'c', {t}, 0, {t}, NULL), ('s', 'd', {t}, 1, NULL, {t})"
+    )
+}
+
+#[tokio::test]
+async fn sqlite_counter_migration_counts_the_rows_already_processed() {
+    let path = sqlite_path();
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true);
+    let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+    let migrator = before_the_counter(sqlx::migrate!("./migrations/sqlite"));
+    migrator.run(&pool).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(earlier_rows("0")))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let inbox = Inbox::sqlite(&SqliteStore::from_pool(pool).await.unwrap());
+    let counts = inbox.counts().await.unwrap();
+    assert_eq!((counts.queued, counts.processed), (1, 2), "{counts:?}");
+}
+
+#[tokio::test]
+async fn postgres_counter_migration_counts_the_rows_already_processed() {
+    let pool = sqlx::PgPool::connect(&fresh_pg_url().await).await.unwrap();
+    let migrator = before_the_counter(sqlx::migrate!("./migrations/postgres"));
+    migrator.run(&pool).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(earlier_rows("now()")))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let inbox = Inbox::postgres(&PgStore::from_pool(pool).await.unwrap());
+    let counts = inbox.counts().await.unwrap();
+    assert_eq!((counts.queued, counts.processed), (1, 2), "{counts:?}");
 }

@@ -41,6 +41,13 @@
 //! | PROCESSING | `next_attempt_at` set, `locked_until` > now |
 //! | DEAD | `dead_at` set |
 //!
+//! `webhook_counts` counts PROCESSED inbox rows: triggers on `webhook_events` (the
+//! migrations) add to it with every change into or out of that state, in the same
+//! transaction, so `counts` never reads the history. SQLite keeps one counter row;
+//! PostgreSQL a log of +1/-1 rows that `counts` and the inbox's prune fold into one (a
+//! counter row changed a million times in one transaction, by a requeue, walks its own
+//! versions each time, and concurrent workers would queue on it).
+//!
 //! Every transition that belongs to an attempt names its fencing token: an attempt whose
 //! lease ran out and was taken over changes nothing. PostgreSQL's times are the server's
 //! (`clock_timestamp()` for leases, so a statement that waited on a lock still grants a

@@ -330,17 +330,25 @@ const PRUNE_DEAD: &str = "
 DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
 AND dead_at IS NOT NULL AND dead_at < ?1";
 
+/// The queue from its partial index (`webhook_events_due`), the dead rows from theirs,
+/// and the processed ones from the counter the triggers keep (`webhook_counts`): the
+/// answer costs the size of the queue, not of the history kept.
 const COUNTS: &str = "
-SELECT
-    count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL
-        AND (locked_until IS NULL OR locked_until <= ?1)) AS queued,
-    count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL
-        AND locked_until > ?1) AS processing,
-    count(*) FILTER (WHERE processed_at IS NOT NULL) AS processed,
-    count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead,
-    ?1 - min(next_attempt_at) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL
-        AND (locked_until IS NULL OR locked_until <= ?1) AND next_attempt_at <= ?1) AS oldest_due_ms
-FROM webhook_events WHERE next_attempt_at IS NOT NULL";
+SELECT q.queued, q.processing,
+    (SELECT processed FROM webhook_counts) AS processed,
+    (SELECT count(*) FROM webhook_events
+     WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL) AS dead,
+    q.oldest_due_ms
+FROM (
+    SELECT
+        count(*) FILTER (WHERE locked_until IS NULL OR locked_until <= ?1) AS queued,
+        count(*) FILTER (WHERE locked_until > ?1) AS processing,
+        ?1 - min(next_attempt_at) FILTER (WHERE
+            (locked_until IS NULL OR locked_until <= ?1) AND next_attempt_at <= ?1)
+            AS oldest_due_ms
+    FROM webhook_events
+    WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+) q";
 
 impl Backend for Sqlite {
     fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
