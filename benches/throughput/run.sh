@@ -8,7 +8,8 @@
 # deliveries of $BODY bytes (presign.py: Python's hmac, not the crate). Baselines, right
 # after, on the same server: pgbench running a one-row `INSERT … ON CONFLICT DO NOTHING`
 # into a copy of webhook_events at the same client count; sqlite3 inserting one row per
-# commit in WAL with synchronous=FULL. Prints one line per measurement and the ratios.
+# commit in WAL with synchronous=FULL. Prints one line per measurement and the ratios,
+# and the receiver's resident memory: idle, and its peak under the load.
 # Needs wrk, pgbench, sqlite3 and PostgreSQL on 127.0.0.1:5432 (`bash .ci/services`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -42,9 +43,16 @@ receiver_run() { # label, then env assignments for the receiver
     sleep 0.1
   done
   [ -n "$url" ] || { cat "$WORK/receiver.err" >&2; exit 1; }
+  local idle_kb
+  idle_kb=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
   WRK_THREADS=$THREADS wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --timeout 10s \
     -s benches/throughput/replay.lua "$url" -- "$WORK/deliveries.tsv" | grep RESULT \
     | sed "s/^RESULT/$label receiver ($MODE)/"
+  # The receiver's resident memory: before the load, and its peak (the kernel's high-water
+  # mark) beside the bodies that can be in flight at once (one per connection).
+  awk -v idle="$idle_kb" -v inflight=$((CONNECTIONS * BODY)) '/^VmHWM/ {
+    printf "%s receiver memory: idle_rss_mb=%.1f peak_rss_mb=%.1f bodies_in_flight_mb=%.1f\n",
+      label, idle / 1024, $2 / 1024, inflight / 1048576 }' label="$label" "/proc/$pid/status"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
 

@@ -433,7 +433,7 @@ WITH folded AS (
     WHERE ctid = ANY (ARRAY(SELECT ctid FROM webhook_counts FOR UPDATE SKIP LOCKED))
     RETURNING delta
 )
-INSERT INTO webhook_counts (delta) SELECT sum(delta) FROM folded HAVING count(*) > 1";
+INSERT INTO webhook_counts (delta) SELECT sum(delta) FROM folded HAVING count(*) > 0";
 
 /// [`COUNTS`]' row: the counts, and how long the log has grown.
 #[derive(sqlx::FromRow)]
@@ -1006,6 +1006,12 @@ mod tests {
         assert!(log_rows().await > 1000, "one +1 a row");
         assert_eq!(pg.counts().await.unwrap().processed, 1000);
         assert_eq!(log_rows().await, 1, "folded by the count");
+        // A prune folds too, and a log of one row folds into the same one row.
+        Backend::prune(&pg, Duration::from_secs(3600), false)
+            .await
+            .unwrap();
+        assert_eq!(log_rows().await, 1);
+        assert_eq!(pg.counts().await.unwrap().processed, 1000);
         // Any statement, the crate's or not: half requeued at once, then some pruned.
         let bulk = |sql: &'static str| {
             let pool = pool.clone();
