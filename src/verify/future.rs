@@ -6,11 +6,11 @@ use std::task::{ready, Context, Poll};
 use bytes::Bytes;
 use http::{request, Request, Response};
 use http_body::Body;
-use http_body_util::combinators::Collect;
-use http_body_util::{Full, LengthLimitError, Limited};
+use http_body_util::Full;
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use super::collect::{CollectBody, CollectError};
 use super::handshake;
 use super::layer::Config;
 use super::response::reject;
@@ -53,7 +53,7 @@ pin_project! {
     {
         Collect {
             #[pin]
-            collect: Collect<Limited<B>>,
+            collect: CollectBody<B>,
             #[pin]
             timeout: tokio::time::Sleep,
             parts: Option<request::Parts>,
@@ -90,7 +90,7 @@ where
     B::Error: Into<BoxError>,
 {
     pub(super) fn collect(
-        collect: Collect<Limited<B>>,
+        collect: CollectBody<B>,
         parts: request::Parts,
         inner: S,
         config: Arc<Config>,
@@ -154,12 +154,16 @@ where
                         }
                     };
                     let bytes = match collected {
-                        Ok(collected) => collected.to_bytes(),
+                        Ok(bytes) => bytes,
                         Err(err) => {
-                            let error = if err.downcast_ref::<LengthLimitError>().is_some() {
-                                VerifyError::new(ErrorKind::BodyTooLarge, "body is over the limit")
-                            } else {
-                                VerifyError::new(ErrorKind::BodyRead, "body could not be read")
+                            let error = match err {
+                                CollectError::TooLarge => VerifyError::new(
+                                    ErrorKind::BodyTooLarge,
+                                    "body is over the limit",
+                                ),
+                                CollectError::Read => {
+                                    VerifyError::new(ErrorKind::BodyRead, "body could not be read")
+                                }
                             };
                             return Poll::Ready(Ok(reject(this.config, error)));
                         }

@@ -86,6 +86,7 @@
 //! ```
 
 mod certificate;
+mod collect;
 mod future;
 mod handshake;
 mod layer;

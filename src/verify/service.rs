@@ -4,9 +4,10 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{header, Request, Response};
 use http_body::Body;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use tower_service::Service;
 
+use super::collect::CollectBody;
 use super::future::ResponseFuture;
 use super::handshake;
 use super::layer::Config;
@@ -98,7 +99,7 @@ where
         let inner = self.inner.clone();
         let (parts, body) = req.into_parts();
         ResponseFuture::collect(
-            Limited::new(body, max).collect(),
+            CollectBody::new(body, max),
             parts,
             inner,
             self.config.clone(),
