@@ -3,7 +3,10 @@
 //!
 //! No timer: a write goes out at once when a slot is free, and while every slot is busy
 //! the writes that arrive wait in the queue and go out together in the next batch. A lone
-//! request is never delayed; under load, batches grow with the load (up to a cap).
+//! request is never delayed; under load, batches grow with the load, up to a count and a
+//! size: a batch's bodies are copied into one statement, and a database connection keeps
+//! the largest buffer it ever sent, so the size cap bounds the memory a storm of large
+//! bodies leaves behind.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,7 +14,41 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use crate::store::StoreError;
+use std::time::Duration;
+
+use crate::inbox::Accepted;
+use crate::store::{Claim, Delivery, StoreError, Token};
+
+/// A write the group commit gathers (either dialect).
+pub(crate) enum Write {
+    Claim(Delivery, Token, Duration),
+    Complete(String, String, Token),
+    Accept(Delivery),
+}
+
+/// Its outcome.
+pub(crate) enum Written {
+    Claim(Claim),
+    Complete(bool),
+    Accept(Accepted),
+}
+
+impl Write {
+    /// What it adds to its batch's statement: its body.
+    pub(crate) fn size(&self) -> usize {
+        match self {
+            Write::Claim(d, ..) | Write::Accept(d) => d.audit().body.map_or(0, <[u8]>::len),
+            Write::Complete(..) => 0,
+        }
+    }
+}
+
+/// At most this many writes go in one batch.
+pub(crate) const MAX_BATCH: usize = 64;
+
+/// A batch takes no more writes once their bodies add up to this: 64 bodies of 1 KiB
+/// still go together, four of 256 KiB do.
+pub(crate) const MAX_BATCH_BYTES: usize = 1 << 20;
 
 /// Runs one batch: one result per item, in order.
 pub(crate) type Run<T, R> = Arc<
@@ -31,15 +68,28 @@ struct Job<T, R> {
 pub(crate) struct Batcher<T, R> {
     queue: OnceLock<mpsc::UnboundedSender<Job<T, R>>>,
     max: usize,
+    /// A batch takes no more writes once their sizes add up to this.
+    max_bytes: usize,
+    /// A write's size (its body's length).
+    size: fn(&T) -> usize,
     slots: usize,
     run: Run<T, R>,
 }
 
 impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
-    pub(crate) fn new(max: usize, slots: usize, run: Run<T, R>) -> Self {
+    /// At most `max` writes a batch, and none added once their `size`s reach `max_bytes`.
+    pub(crate) fn new(
+        max: usize,
+        max_bytes: usize,
+        size: fn(&T) -> usize,
+        slots: usize,
+        run: Run<T, R>,
+    ) -> Self {
         Self {
             queue: OnceLock::new(),
             max: max.max(1),
+            max_bytes,
+            size,
             slots: slots.max(1),
             run,
         }
@@ -59,8 +109,10 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
 
     fn start(&self) -> mpsc::UnboundedSender<Job<T, R>> {
         let (queue, mut jobs) = mpsc::unbounded_channel::<Job<T, R>>();
-        let (max, slots, run) = (
+        let (max, max_bytes, size, slots, run) = (
             self.max,
+            self.max_bytes,
+            self.size,
             Arc::new(Semaphore::new(self.slots)),
             self.run.clone(),
         );
@@ -73,10 +125,14 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
                 let Some(first) = jobs.recv().await else {
                     return; // every handle dropped and the queue drained
                 };
+                let mut bytes = size(&first.item);
                 let mut batch = vec![first];
-                while batch.len() < max {
+                while batch.len() < max && bytes < max_bytes {
                     match jobs.try_recv() {
-                        Ok(job) => batch.push(job),
+                        Ok(job) => {
+                            bytes += size(&job.item);
+                            batch.push(job);
+                        }
                         Err(_) => break,
                     }
                 }
@@ -102,7 +158,65 @@ impl<T, R> std::fmt::Debug for Batcher<T, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Batcher")
             .field("max", &self.max)
+            .field("max_bytes", &self.max_bytes)
             .field("slots", &self.slots)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use tokio::sync::Notify;
+
+    use super::*;
+
+    /// Writes that arrive while the one slot is busy go out together, up to the count and
+    /// the size caps; each gets its own answer.
+    #[tokio::test]
+    async fn a_backlog_goes_out_in_batches_capped_by_count_and_size() {
+        let batches: Arc<Mutex<Vec<Vec<usize>>>> = Arc::default();
+        let gate = Arc::new(Notify::new());
+        let run: Run<usize, usize> = {
+            let (batches, gate) = (batches.clone(), gate.clone());
+            Arc::new(move |items: Vec<usize>| {
+                let (batches, gate) = (batches.clone(), gate.clone());
+                Box::pin(async move {
+                    let first = batches.lock().unwrap().is_empty();
+                    batches.lock().unwrap().push(items.clone());
+                    if first {
+                        gate.notified().await; // the slot stays busy: a backlog builds
+                    }
+                    items.into_iter().map(|n| Ok(n * 2)).collect()
+                })
+            })
+        };
+        let batcher = Arc::new(Batcher::new(4, 1000, |n: &usize| *n, 1, run));
+        let write = |n: usize| {
+            let batcher = batcher.clone();
+            tokio::spawn(async move { batcher.write(n).await.unwrap() })
+        };
+        let first = write(1);
+        while batches.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let sizes = [10, 10, 10, 10, 10, 400, 400, 400, 400, 5];
+        let rest: Vec<_> = sizes.iter().map(|&n| write(n)).collect();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        gate.notify_one();
+        assert_eq!(first.await.unwrap(), 2);
+        for (answer, n) in rest.into_iter().zip(sizes) {
+            assert_eq!(answer.await.unwrap(), n * 2, "its own answer");
+        }
+        assert_eq!(
+            *batches.lock().unwrap(),
+            vec![
+                vec![1],
+                vec![10, 10, 10, 10],    // the count cap
+                vec![10, 400, 400, 400], // past 1000 bytes: no more
+                vec![400, 5],
+            ]
+        );
     }
 }

@@ -9,7 +9,7 @@ use sqlx::sqlite::{Sqlite as Db, SqliteArguments, SqlitePool};
 use sqlx::Row;
 use tokio::sync::Notify;
 
-use super::batch::{Batcher, Run};
+use super::batch::{Batcher, Run, Write, Written, MAX_BATCH, MAX_BATCH_BYTES};
 use super::{events, CountsRow, Outcome, ABANDONED, CLAIM_TRIES, CRASHED};
 use crate::inbox::backend::Backend;
 use crate::inbox::{Accepted, Counts, InboxEvent, Requeue};
@@ -53,23 +53,6 @@ pub(crate) struct Sqlite {
     /// one writer, and a commit (its fsync) is the cost to share.
     writer: Arc<Batcher<Write, Written>>,
 }
-
-/// A write the group commit gathers.
-enum Write {
-    Claim(Delivery, Token, Duration),
-    Complete(String, String, Token),
-    Accept(Delivery),
-}
-
-/// Its outcome.
-enum Written {
-    Claim(Claim),
-    Complete(bool),
-    Accept(Accepted),
-}
-
-/// At most this many writes go in one transaction.
-const MAX_BATCH: usize = 64;
 
 impl std::fmt::Debug for Sqlite {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -145,7 +128,13 @@ impl Sqlite {
             let (pool, conn, now) = (pool.clone(), conn.clone(), epoch_ms(clock()));
             Box::pin(async move { write_batch(&pool, &conn, now, writes).await })
         });
-        Arc::new(Batcher::new(MAX_BATCH, 1, run))
+        Arc::new(Batcher::new(
+            MAX_BATCH,
+            MAX_BATCH_BYTES,
+            Write::size,
+            1,
+            run,
+        ))
     }
 
     pub(crate) fn pool(&self) -> &SqlitePool {
