@@ -24,8 +24,13 @@ SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 WORK=$(mktemp -d /tmp/tw-throughput.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
-cargo build --release --all-features --example receiver >&2
-RECEIVER=target/release/examples/receiver
+# RECEIVER: another build of the receiver to measure (an earlier commit's, say).
+if [ -z "${RECEIVER:-}" ]; then
+  cargo build --release --all-features --example receiver >&2
+  RECEIVER=target/release/examples/receiver
+fi
+# BARE=0: the receiver only, without the bare loops.
+BARE=${BARE:-1}
 
 # Enough fresh deliveries for the run at up to 20 000 requests a second.
 COUNT=${COUNT:-$((DURATION * 20000))}
@@ -60,6 +65,7 @@ if [ "$WHICH" = postgres ] || [ "$WHICH" = both ]; then
   DB=tw_throughput_$$
   psql "$PG/postgres" -qc "CREATE DATABASE $DB" >/dev/null
   receiver_run postgres DATABASE_URL="$PG/$DB"
+  if [ "$BARE" = 1 ]; then
   psql "$PG/$DB" -qc "CREATE TABLE bench_events (LIKE webhook_events INCLUDING ALL)" >/dev/null
   cat >"$WORK/insert.sql" <<SQL
 \\set n random(1, 9000000000000000)
@@ -70,11 +76,13 @@ ON CONFLICT (source, event_id) DO NOTHING;
 SQL
   pgbench -n -c "$CONNECTIONS" -j "$THREADS" -T "$DURATION" -f "$WORK/insert.sql" "$PG/$DB" \
     2>/dev/null | awk '/^tps/ {printf "postgres bare pgbench insert: rps=%s\n", $3} /latency average/ {print "postgres bare pgbench latency_avg_ms=" $4}'
+  fi
   psql "$PG/postgres" -qc "DROP DATABASE $DB WITH (FORCE)" >/dev/null
 fi
 
 if [ "$WHICH" = sqlite ] || [ "$WHICH" = both ]; then
   receiver_run sqlite WEBHOOK_SQLITE="$WORK/receiver.db" DATABASE_URL=
+  [ "$BARE" = 1 ] || exit 0
   N=$((DURATION * 1000))
   # The table as the receiver's migrations left it (its primary key; no other index).
   sqlite3 "$WORK/receiver.db" "SELECT sql || ';' FROM sqlite_master WHERE name = 'webhook_events'" \
