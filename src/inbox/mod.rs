@@ -35,6 +35,7 @@
 
 mod accept;
 pub(crate) mod backend;
+mod process;
 #[cfg(feature = "postgres")]
 mod transactional;
 mod worker;
@@ -46,9 +47,10 @@ use bytes::Bytes;
 
 pub use self::accept::{Accept, AcceptFuture};
 use self::backend::Backend;
+pub use self::process::{Processor, WorkerHandle};
 #[cfg(feature = "postgres")]
 pub use self::transactional::TxProcessor;
-pub use self::worker::{Processor, Worker, WorkerHandle};
+pub use self::worker::Worker;
 use crate::store::{Retention, StoreError};
 use crate::Event;
 

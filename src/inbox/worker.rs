@@ -11,35 +11,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::backend::Outcome;
-use super::{Inbox, InboxEvent};
+use super::process::WorkerHandle;
+use super::{Inbox, InboxEvent, Processor};
 use crate::store::{retry_until, Heartbeat, Lease, StoreError, Token};
 use crate::ConfigError;
-
-/// What a worker runs on each event. Any `Fn(InboxEvent) -> impl Future<Output =
-/// Result<(), E>>` with a displayable error is one. An `Err` (or a panic) is retried
-/// later with backoff; its text is kept in the row's `processing_error`.
-pub trait Processor: Send + Sync + 'static {
-    /// Processes one event.
-    fn process(
-        &self,
-        event: InboxEvent,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
-}
-
-impl<F, Fut, E> Processor for F
-where
-    F: Fn(InboxEvent) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), E>> + Send + 'static,
-    E: fmt::Display,
-{
-    fn process(
-        &self,
-        event: InboxEvent,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
-        let future = self(event);
-        Box::pin(async move { future.await.map_err(|e| e.to_string()) })
-    }
-}
 
 /// How a worker runs a claimed row.
 #[derive(Clone)]
@@ -210,32 +185,14 @@ impl Worker {
 
     /// The wait before attempt `attempt + 1`, after attempt `attempt` failed.
     fn backoff(&self, attempt: u32) -> Duration {
-        // Jitter from a fresh random token, in 0..=1.
-        let unit = (Token::new().as_uuid().as_u128() >> 64) as f64 / u64::MAX as f64;
-        self.backoff_with(attempt, unit)
-    }
-
-    /// [`backoff`](Self::backoff) for a given jitter `unit` in 0..=1: half to all of the
-    /// full wait, which doubles from `first` up to `cap`.
-    fn backoff_with(&self, attempt: u32, unit: f64) -> Duration {
         let (first, cap) = self.backoff;
-        let full = first
-            .checked_mul(1 << attempt.saturating_sub(1).min(30))
-            .unwrap_or(cap)
-            .min(cap);
-        full.mul_f64(0.5 + unit.clamp(0.0, 1.0) / 2.0)
+        super::process::backoff(first, cap, attempt)
     }
 
     /// Starts the worker on the current Tokio runtime.
     pub fn spawn(self) -> WorkerHandle {
-        let (stop, stopped) = watch::channel(false);
         let listener = self.inbox.backend.listen(self.inbox.wake.clone());
-        let task = tokio::spawn(self.run(stopped));
-        WorkerHandle {
-            stop,
-            task,
-            listener,
-        }
+        WorkerHandle::spawn(|stopped| self.run(stopped), listener)
     }
 
     async fn run(self, mut stopped: watch::Receiver<bool>) {
@@ -445,71 +402,5 @@ impl fmt::Debug for Worker {
             .field("lease", &self.lease.length)
             .field("max_run", &self.lease.max_run)
             .finish_non_exhaustive()
-    }
-}
-
-/// A running [`Worker`].
-#[derive(Debug)]
-pub struct WorkerHandle {
-    stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
-    listener: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl WorkerHandle {
-    /// Stops claiming, lets running events finish (within the grace period, if one was
-    /// set: past it the rest are stopped as by a crash, their attempt counted), and
-    /// returns when the worker has stopped.
-    pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
-        if let Some(listener) = self.listener {
-            listener.abort();
-        }
-    }
-
-    /// Stops the worker at once, as a crash would: its claimed rows come back when their
-    /// lease runs out, the attempt counted.
-    pub fn abort(self) {
-        self.task.abort();
-        if let Some(listener) = self.listener {
-            listener.abort();
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[cfg(feature = "sqlite")]
-    #[tokio::test]
-    async fn backoff_doubles_from_first_to_the_cap_with_jitter_between_half_and_all() {
-        let path = std::env::temp_dir().join(format!("backoff-{}.db", Token::new()));
-        let store = crate::store::SqliteStore::open(&path).await.unwrap();
-        let worker = Worker::new(&Inbox::sqlite(&store), |_: InboxEvent| async {
-            Ok::<_, String>(())
-        })
-        .with_backoff(Duration::from_secs(1), Duration::from_secs(10));
-        let secs = |attempt, unit| worker.backoff_with(attempt, unit).as_secs_f64();
-        let full: Vec<f64> = (1..=6).map(|a| secs(a, 1.0)).collect();
-        assert_eq!(full, [1.0, 2.0, 4.0, 8.0, 10.0, 10.0], "doubling, capped");
-        let least: Vec<f64> = (1..=6).map(|a| secs(a, 0.0)).collect();
-        assert_eq!(
-            least,
-            [0.5, 1.0, 2.0, 4.0, 5.0, 5.0],
-            "jitter takes off at most half"
-        );
-        assert_eq!(secs(3, 0.5), 3.0);
-        assert_eq!(
-            secs(u32::MAX, 1.0),
-            10.0,
-            "no overflow on a huge attempt count"
-        );
-        for _ in 0..1000 {
-            let d = worker.backoff(4).as_secs_f64();
-            assert!((4.0..=8.0).contains(&d), "{d}");
-        }
-        let _ = std::fs::remove_file(path);
     }
 }
