@@ -73,8 +73,8 @@ pub mod store; //    where claims live: memory, SQLite, PostgreSQL, Redis
 #[cfg(feature = "postgres")]
 pub mod pg_tx; //    or: claim in the handler's own PostgreSQL transaction
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub mod inbox; //    or: store the event, answer 204, process it in a worker
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+pub mod inbox; //    or: store the event, answer 204, process it in a worker (SQL, JetStream)
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql; //    the one table behind the SQL stores, the inbox and pg_tx, per dialect

@@ -1,8 +1,10 @@
-//! [`Accept`]: the Tower service that stores verified deliveries in the inbox.
+//! [`Accept`]: the Tower service that stores verified deliveries in the inbox (SQL, or
+//! JetStream).
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -10,15 +12,24 @@ use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use tower_service::Service;
 
-use super::Inbox;
+use super::Accepted;
+use crate::store::StoreError;
 use crate::Event;
 
+/// Where [`Accept`] stores a delivery: an [`Inbox`](super::Inbox), or JetStream.
+pub(crate) trait Destination: Send + Sync + 'static {
+    fn accept<'a>(
+        &'a self,
+        event: &'a Event,
+    ) -> Pin<Box<dyn Future<Output = Result<Accepted, StoreError>> + Send + 'a>>;
+}
+
 /// Stores each verified delivery and answers at once: 204 when stored (duplicates too),
-/// 503 + `Retry-After` when the database could not store it (the provider retries), 500
-/// without `VerifyWebhookLayer` in front. Serve it with axum's `post_service`.
-#[derive(Clone, Debug)]
+/// 503 + `Retry-After` when it could not be stored (the provider retries), 500 without
+/// `VerifyWebhookLayer` in front. Serve it with axum's `post_service`.
+#[derive(Clone)]
 pub struct Accept {
-    inbox: Inbox,
+    into: Arc<dyn Destination>,
 }
 
 /// Response future of [`Accept`]: boxed, as it is one database round trip.
@@ -26,8 +37,14 @@ pub type AcceptFuture =
     Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send>>;
 
 impl Accept {
-    pub(super) fn new(inbox: Inbox) -> Self {
-        Self { inbox }
+    pub(super) fn new(into: Arc<dyn Destination>) -> Self {
+        Self { into }
+    }
+}
+
+impl std::fmt::Debug for Accept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Accept").finish_non_exhaustive()
     }
 }
 
@@ -52,7 +69,7 @@ impl<B> Service<Request<B>> for Accept {
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let inbox = self.inbox.clone();
+        let into = self.into.clone();
         let event = req.extensions().get::<Event>().cloned();
         Box::pin(async move {
             let Some(event) = event else {
@@ -61,7 +78,7 @@ impl<B> Service<Request<B>> for Accept {
                     crate::dedupe::MISSING_EVENT,
                 ));
             };
-            Ok(match inbox.accept(&event).await {
+            Ok(match into.accept(&event).await {
                 Ok(_) => text(StatusCode::NO_CONTENT, ""),
                 Err(_error) => {
                     #[cfg(feature = "tracing")]

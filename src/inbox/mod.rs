@@ -34,27 +34,39 @@
 //! dedupe left unfinished (released after a failure, or claimed) queues it.
 
 mod accept;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod backend;
+#[cfg(feature = "nats")]
+pub mod jetstream;
 mod process;
 #[cfg(feature = "postgres")]
 mod transactional;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod worker;
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
 pub use self::accept::{Accept, AcceptFuture};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use self::backend::Backend;
 pub use self::process::{Processor, WorkerHandle};
 #[cfg(feature = "postgres")]
 pub use self::transactional::TxProcessor;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::worker::Worker;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::store::{Retention, StoreError};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::Event;
 
 /// A durable queue of verified events. Cloning shares it.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[derive(Clone)]
 pub struct Inbox {
     backend: Arc<dyn Backend>,
@@ -109,6 +121,7 @@ pub struct Counts {
 }
 
 /// Which rows [`Inbox::requeue`] puts back in the queue.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct Requeue {
@@ -122,11 +135,13 @@ pub struct Requeue {
 }
 
 /// Milliseconds since the epoch (0 before it: no row is older).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn epoch_ms(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl Requeue {
     /// Every row, processed ones too (replay all; narrow it with the methods below).
     #[must_use]
@@ -180,6 +195,7 @@ impl InboxEvent {
     }
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl Inbox {
     /// An inbox in the SQLite store's database, on the store's clock.
     #[cfg(feature = "sqlite")]
@@ -269,7 +285,7 @@ impl Inbox {
     /// 503 when the database cannot store, 500 without `VerifyWebhookLayer`.
     #[must_use]
     pub fn accept_service(&self) -> Accept {
-        Accept::new(self.clone())
+        Accept::new(Arc::new(self.clone()))
     }
 
     /// Puts matching rows back in the queue now, with their attempts reset; returns how
@@ -317,6 +333,18 @@ impl Inbox {
     }
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl accept::Destination for Inbox {
+    fn accept<'a>(
+        &'a self,
+        event: &'a Event,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Accepted, StoreError>> + Send + 'a>>
+    {
+        Box::pin(Inbox::accept(self, event))
+    }
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl std::fmt::Debug for Inbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Inbox").finish_non_exhaustive()

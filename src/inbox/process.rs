@@ -102,6 +102,24 @@ impl WorkerHandle {
     }
 }
 
+/// Returns when the worker hurries its running events (shutdown past its grace period);
+/// never if the worker is gone (a crash: what it held comes back after its lease, not by
+/// hand).
+pub(crate) async fn hurry_up(hurried: &mut watch::Receiver<bool>) {
+    if hurried.wait_for(|now| *now).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Aborts the task when dropped: a worker's processor task stops with the worker.
+pub(crate) struct AbortOnDrop<T>(pub(crate) tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

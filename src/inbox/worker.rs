@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::backend::Outcome;
-use super::process::WorkerHandle;
+use super::process::{hurry_up, AbortOnDrop, WorkerHandle};
 use super::{Inbox, InboxEvent, Processor};
 use crate::store::{retry_until, Heartbeat, Lease, StoreError, Token};
 use crate::ConfigError;
@@ -374,23 +374,6 @@ fn lease_report(_held: bool) {
     #[cfg(feature = "tracing")]
     if !_held {
         tracing::warn!(target: "tower_webhook", "an inbox row's lease ran out while it was processed: lengthen the lease");
-    }
-}
-
-/// Returns when the worker hurries its running events; never if the worker is gone
-/// (a crash: its rows come back after their lease, not by hand).
-async fn hurry_up(hurried: &mut watch::Receiver<bool>) {
-    if hurried.wait_for(|now| *now).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
-/// Aborts the task when dropped.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

@@ -35,8 +35,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 pub(crate) use guard::{ClaimGuard, Claimed, PendingClaim};
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) use hold::Heartbeat; // the inbox's worker
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+pub(crate) use hold::Heartbeat; // the inbox's workers
 pub(crate) use hold::{hold, retry_until, Held, Lease};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]

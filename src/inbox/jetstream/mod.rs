@@ -1,0 +1,442 @@
+//! NATS JetStream as the inbox (feature `nats`): verified events handed to the stream a
+//! platform already runs, and a worker that processes them from it.
+//!
+//! ```text
+//! request ─► VerifyWebhookLayer ─► DedupeLayer ─► jetstream.accept() ── publish ─► ack ─► 204
+//!                                   (the long tail)   Nats-Msg-Id: duplicates in the window dropped
+//!            JetStreamWorker ─► fetch ─► your processor(event)
+//!                                   ├─ Ok  ─► ack (confirmed by the server)
+//!                                   └─ Err ─► nak with backoff; after N attempts, to the dead stream
+//! ```
+//!
+//! - [`JetStream::accept`] publishes the event — its raw body, with its source, id, type,
+//!   object id, livemode and timestamp in headers — to the subject
+//!   `<stream>.<source>.<type>`, with `Nats-Msg-Id` naming `(source, id)`, and returns only
+//!   once JetStream acknowledged the publish: a 204 from [`accept_service`] means stored
+//!   on the cluster. Anything else (NATS unreachable, the acknowledgement late) is a 503
+//!   and the provider retries.
+//! - JetStream drops a second publish of the same id within the stream's duplicate window
+//!   (2 minutes unless set). Providers retry for days: put [`DedupeLayer`] with any store
+//!   in front of [`accept_service`] to catch the long tail (its claim is held while the
+//!   publish runs, released when it fails, and done when it is acknowledged).
+//! - A [`JetStreamWorker`] pulls no more messages than it has room to run, renews each
+//!   message's lease while the processor runs (`+WPI`, every third of the consumer's
+//!   `ack_wait`), and acknowledges a success only once the server confirmed it. A failure
+//!   is redelivered after the same capped, jittered backoff as the SQL worker's; after
+//!   the last attempt the message is published to `<stream>-dead` and acknowledged. A
+//!   message delivered more times than the attempts allow (every attempt crashed its
+//!   worker) goes dead unprocessed. Workers in any number of processes share one durable
+//!   consumer, so each message is delivered to one of them at a time.
+//!
+//! What holds, beside the SQL inbox (see the README's Guarantees):
+//!
+//! | | SQL inbox | JetStream |
+//! |---|---|---|
+//! | 2xx means stored | in the database | on the stream (its replicas) |
+//! | a duplicate delivery | one row (the primary key) | one message within the window; `DedupeLayer` beyond it |
+//! | a crashed worker | its rows come back after the lease, counted | its messages are redelivered after `ack_wait`, counted |
+//! | an effect outside the store | at least once (`Once` makes it once) | at least once (`Once` makes it once) |
+//! | effects in the store, exactly once | `Worker::transactional` | no: an acknowledgement cannot commit with another database |
+//!
+//! [`DedupeLayer`]: crate::DedupeLayer
+//! [`accept_service`]: JetStream::accept_service
+//!
+//! ```no_run
+//! use axum::{routing::post_service, Router};
+//! use tower::ServiceBuilder;
+//! use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
+//! use tower_webhook::inbox::InboxEvent;
+//! use tower_webhook::store::SqliteStore;
+//! use tower_webhook::{DedupeLayer, Scheme, Verifier, VerifyWebhookLayer};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let jetstream = JetStream::connect("nats://127.0.0.1:4222", "webhooks").await?;
+//! let verifier = Verifier::new(Scheme::stripe(), ["whsec_from_the_dashboard_0123"])?;
+//! let app: Router = Router::new().route(
+//!     "/webhooks",
+//!     post_service(jetstream.accept_service()).layer(
+//!         ServiceBuilder::new()
+//!             .layer(VerifyWebhookLayer::new(verifier))
+//!             .layer(DedupeLayer::new(SqliteStore::open("webhooks.db").await?)),
+//!     ),
+//! );
+//! let worker = JetStreamWorker::new(&jetstream, |event: InboxEvent| async move {
+//!     println!("handled {}", event.id);
+//!     Ok::<_, std::convert::Infallible>(())
+//! })
+//! .spawn();
+//! # let _ = (app, worker);
+//! # Ok(())
+//! # }
+//! ```
+
+mod worker;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_nats::jetstream::{self, stream};
+use async_nats::HeaderMap;
+
+pub use self::worker::JetStreamWorker;
+use super::accept::{Accept, Destination};
+use super::{Accepted, Counts, InboxEvent};
+use crate::store::StoreError;
+use crate::Event;
+
+/// The headers an accepted event carries beside its body.
+mod header {
+    pub(super) const SOURCE: &str = "Webhook-Source";
+    pub(super) const ID: &str = "Webhook-Id";
+    pub(super) const TYPE: &str = "Webhook-Type";
+    pub(super) const OBJECT_ID: &str = "Webhook-Object-Id";
+    pub(super) const LIVEMODE: &str = "Webhook-Livemode";
+    /// The event's signed timestamp, in Unix seconds, where its scheme has one.
+    pub(super) const TIMESTAMP: &str = "Webhook-Timestamp";
+    /// On a dead message: the last attempt's error, and how many attempts there were.
+    pub(super) const ERROR: &str = "Webhook-Error";
+    pub(super) const ATTEMPTS: &str = "Webhook-Attempts";
+}
+
+/// A JetStream stream used as the inbox. Cloning shares the connection.
+#[derive(Clone)]
+pub struct JetStream {
+    context: jetstream::Context,
+    stream: Arc<str>,
+    consumer: Arc<str>,
+}
+
+/// Builds a [`JetStream`]: the stream's settings when this creates it, and the consumer
+/// its workers share.
+#[must_use]
+#[derive(Debug)]
+pub struct JetStreamBuilder {
+    client: async_nats::Client,
+    stream: String,
+    consumer: String,
+    duplicate_window: Duration,
+    max_age: Duration,
+    replicas: usize,
+    publish_timeout: Duration,
+}
+
+impl JetStream {
+    /// Connects to NATS at `url` and uses (or creates, with the defaults of
+    /// [`builder`](Self::builder)) the stream named `stream`.
+    ///
+    /// # Errors
+    ///
+    /// When NATS cannot be reached, the name is not a valid stream name, or the stream
+    /// cannot be created.
+    pub async fn connect(url: &str, stream: &str) -> Result<Self, StoreError> {
+        let client = async_nats::connect(url)
+            .await
+            .map_err(|e| StoreError::new("nats connect", e))?;
+        Self::builder(client, stream).build().await
+    }
+
+    /// A stream named `stream` (subjects `<stream>.>`) on `client`'s server. When this
+    /// creates it: file storage, one replica, a 2 minute duplicate window, messages kept
+    /// 7 days; an existing stream keeps its own settings. Workers share the durable
+    /// consumer `tower-webhook`; publishes wait up to 5 s for JetStream's acknowledgement.
+    pub fn builder(client: async_nats::Client, stream: &str) -> JetStreamBuilder {
+        JetStreamBuilder {
+            client,
+            stream: stream.to_owned(),
+            consumer: "tower-webhook".to_owned(),
+            duplicate_window: Duration::from_secs(120),
+            max_age: Duration::from_secs(7 * 24 * 3600),
+            replicas: 1,
+            publish_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// The stream's name.
+    #[must_use]
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// The stream dead messages are published to: `<stream>-dead`.
+    #[must_use]
+    pub fn dead_stream(&self) -> String {
+        format!("{}-dead", self.stream)
+    }
+
+    /// Publishes a verified event and waits for JetStream's acknowledgement: `New` once
+    /// stored, `Duplicate` when JetStream already had its id within the duplicate window.
+    ///
+    /// # Errors
+    ///
+    /// When NATS cannot be reached or does not acknowledge within the publish timeout: the
+    /// event may or may not be stored (publishing it again is harmless).
+    pub async fn accept(&self, event: &Event) -> Result<Accepted, StoreError> {
+        let (subject, headers) = message(&self.stream, event);
+        let ack = self
+            .context
+            .publish_with_headers(subject, headers, event.body().clone())
+            .await
+            .map_err(|e| StoreError::new("jetstream publish", e))?
+            .await
+            .map_err(|e| StoreError::new("jetstream publish", e))?;
+        Ok(if ack.duplicate {
+            Accepted::Duplicate
+        } else {
+            Accepted::New
+        })
+    }
+
+    /// A Tower service that accepts verified deliveries: 204 once JetStream acknowledged
+    /// (duplicates too), 503 + `Retry-After` when it did not, 500 without
+    /// `VerifyWebhookLayer`.
+    #[must_use]
+    pub fn accept_service(&self) -> Accept {
+        Accept::new(Arc::new(self.clone()))
+    }
+
+    /// The workers' consumer and the dead stream, counted: `queued` the messages not yet
+    /// delivered, `processing` those delivered and not yet acknowledged (running, or
+    /// waiting out a retry's backoff), `dead` the dead stream's messages, `processed` the
+    /// rest of the stream (kept for its `max_age`), and `oldest_due` the age of the
+    /// oldest message not yet acknowledged.
+    ///
+    /// # Errors
+    ///
+    /// When NATS cannot answer, or no worker has created the consumer yet.
+    pub async fn counts(&self) -> Result<Counts, StoreError> {
+        fn err(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
+            StoreError::new("jetstream counts", e)
+        }
+        let mut stream = self.context.get_stream(&*self.stream).await.map_err(err)?;
+        let messages = stream.info().await.map_err(err)?.state.messages;
+        let mut consumer: jetstream::consumer::PullConsumer =
+            stream.get_consumer(&self.consumer).await.map_err(err)?;
+        let info = consumer.info().await.map_err(err)?;
+        let (queued, processing) = (info.num_pending, info.num_ack_pending as u64);
+        let oldest_due = if queued + processing > 0 {
+            let oldest = stream.get_raw_message(info.ack_floor.stream_sequence + 1);
+            oldest.await.ok().and_then(|m| {
+                let published = SystemTime::from(m.time);
+                SystemTime::now().duration_since(published).ok()
+            })
+        } else {
+            None
+        };
+        let dead = match self.context.get_stream(self.dead_stream()).await {
+            Ok(mut dead) => dead.info().await.map_err(err)?.state.messages,
+            Err(_) => 0, // no message has gone dead yet
+        };
+        Ok(Counts {
+            queued,
+            processing,
+            processed: messages.saturating_sub(queued + processing),
+            dead,
+            oldest_due,
+        })
+    }
+}
+
+impl JetStreamBuilder {
+    /// Replaces the name of the durable consumer the workers share (default
+    /// `tower-webhook`): two groups of workers with two names each see every message.
+    pub fn with_consumer(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.consumer);
+        self
+    }
+
+    /// Replaces how long JetStream remembers a message id to drop its duplicates (default
+    /// 2 minutes), for a stream this creates.
+    pub fn with_duplicate_window(mut self, window: Duration) -> Self {
+        self.duplicate_window = window;
+        self
+    }
+
+    /// Replaces how long the stream keeps messages (default 7 days), for a stream this
+    /// creates.
+    pub fn with_max_age(mut self, max_age: Duration) -> Self {
+        self.max_age = max_age;
+        self
+    }
+
+    /// Replaces how many servers hold each message (default 1), for a stream this
+    /// creates: a 204 then means stored on that many.
+    pub fn with_replicas(mut self, replicas: usize) -> Self {
+        self.replicas = replicas.max(1);
+        self
+    }
+
+    /// Replaces how long a publish waits for JetStream's acknowledgement (default 5 s)
+    /// before the delivery gets 503.
+    pub fn with_publish_timeout(mut self, timeout: Duration) -> Self {
+        self.publish_timeout = timeout;
+        self
+    }
+
+    /// Uses the stream, creating it if it does not exist.
+    ///
+    /// # Errors
+    ///
+    /// When the stream or consumer name is not a valid JetStream name, or the stream
+    /// cannot be created.
+    pub async fn build(self) -> Result<JetStream, StoreError> {
+        for name in [&self.stream, &self.consumer] {
+            if name.is_empty()
+                || name
+                    .chars()
+                    .any(|c| matches!(c, '.' | '*' | '>' | '/' | '\\') || c.is_whitespace())
+            {
+                return Err(StoreError::message(
+                    "a JetStream stream or consumer name: no dots, wildcards, slashes or spaces",
+                ));
+            }
+        }
+        let context = jetstream::ContextBuilder::new()
+            .timeout(self.publish_timeout)
+            .build(self.client);
+        let config = |name: String| stream::Config {
+            subjects: vec![format!("{name}.>")],
+            name,
+            storage: stream::StorageType::File,
+            num_replicas: self.replicas,
+            duplicate_window: self.duplicate_window,
+            max_age: self.max_age,
+            ..Default::default()
+        };
+        let dead = format!("{}-dead", self.stream);
+        // Dead messages stay until an operator deals with them, as dead rows do.
+        let dead = stream::Config {
+            max_age: Duration::ZERO,
+            ..config(dead)
+        };
+        for config in [config(self.stream.clone()), dead] {
+            context
+                .get_or_create_stream(config)
+                .await
+                .map_err(|e| StoreError::new("jetstream stream", e))?;
+        }
+        Ok(JetStream {
+            context,
+            stream: self.stream.into(),
+            consumer: self.consumer.into(),
+        })
+    }
+}
+
+impl Destination for JetStream {
+    fn accept<'a>(
+        &'a self,
+        event: &'a Event,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Accepted, StoreError>> + Send + 'a>>
+    {
+        Box::pin(JetStream::accept(self, event))
+    }
+}
+
+impl std::fmt::Debug for JetStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JetStream")
+            .field("stream", &self.stream)
+            .field("consumer", &self.consumer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `Nats-Msg-Id` for `(source, id)`, unambiguous whatever either contains: the source's
+/// length first (`6:stripe:evt_1`).
+fn message_id(source: &str, id: &str) -> String {
+    format!("{}:{source}:{id}", source.len())
+}
+
+/// One token of a subject: no dots, wildcards or whitespace, never empty.
+fn token(s: &str) -> String {
+    let token: String = s
+        .chars()
+        .take(64)
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' => c,
+            _ => '_',
+        })
+        .collect();
+    if token.is_empty() {
+        "_".to_owned()
+    } else {
+        token
+    }
+}
+
+/// The subject and headers an event is published with: `<stream>.<source>.<type>`, where
+/// the type keeps its dots as subject levels (`payment_intent.succeeded`), so consumers
+/// can filter on them; an event without a type goes to `<stream>.<source>._`.
+fn message(stream: &str, event: &Event) -> (String, HeaderMap) {
+    let mut subject = format!("{stream}.{}", token(event.source()));
+    match event.event_type() {
+        Some(ty) => {
+            for part in ty.split('.').take(8) {
+                subject.push('.');
+                subject.push_str(&token(part));
+            }
+        }
+        None => subject.push_str("._"),
+    }
+    let mut headers = HeaderMap::new();
+    let id = event.dedupe_id();
+    headers.insert(
+        async_nats::header::NATS_MESSAGE_ID,
+        message_id(event.source(), id),
+    );
+    headers.insert(header::SOURCE, event.source());
+    headers.insert(header::ID, id);
+    // Header values are text on one line: a value that is not is left out (it is in the
+    // body, which is kept exactly).
+    let mut optional = |name: &'static str, value: Option<String>| {
+        if let Some(value) = value.filter(|v| !v.is_empty() && !v.contains(['\r', '\n'])) {
+            headers.insert(name, value);
+        }
+    };
+    optional(header::TYPE, event.event_type().map(str::to_owned));
+    optional(header::OBJECT_ID, event.object_id().map(str::to_owned));
+    optional(header::LIVEMODE, event.livemode().map(|l| l.to_string()));
+    optional(
+        header::TIMESTAMP,
+        event
+            .timestamp()
+            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs().to_string()),
+    );
+    (subject, headers)
+}
+
+/// The event a message carries, for the processor; `None` for a message this crate did not
+/// publish (no source or id).
+fn event_of(headers: Option<&HeaderMap>, body: bytes::Bytes, attempt: u32) -> Option<InboxEvent> {
+    let headers = headers?;
+    let get = |name: &str| headers.get(name).map(|v| v.as_str().to_owned());
+    Some(InboxEvent {
+        source: get(header::SOURCE)?,
+        id: get(header::ID)?,
+        event_type: get(header::TYPE),
+        object_id: get(header::OBJECT_ID),
+        livemode: get(header::LIVEMODE).and_then(|l| l.parse().ok()),
+        body,
+        attempt,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_ids_do_not_collide_across_sources() {
+        assert_eq!(message_id("stripe", "evt_1"), "6:stripe:evt_1");
+        assert_ne!(message_id("a:b", "c"), message_id("a", "b:c"));
+    }
+
+    #[test]
+    fn subject_tokens_are_never_empty_and_never_wildcards() {
+        assert_eq!(token("stripe/acme"), "stripe_acme");
+        assert_eq!(token("a b*c>d.e"), "a_b_c_d_e");
+        assert_eq!(token(""), "_");
+        assert_eq!(token(&"x".repeat(100)).len(), 64);
+    }
+}

@@ -1,0 +1,368 @@
+//! [`JetStreamWorker`]: pulls messages from the stream and runs the processor on them, with
+//! the SQL worker's retries, leases and shutdown.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
+use async_nats::jetstream::{AckKind, Message};
+use futures_util::StreamExt;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::{event_of, header, JetStream};
+use crate::inbox::process::{backoff, hurry_up, AbortOnDrop, WorkerHandle};
+use crate::inbox::Processor;
+use crate::store::{retry_until, Heartbeat, Lease, StoreError};
+use crate::ConfigError;
+
+/// Processes a [`JetStream`]'s messages. Build it, then [`spawn`](Self::spawn) it. Workers
+/// in any number of processes share the stream's durable consumer.
+#[must_use]
+pub struct JetStreamWorker {
+    jetstream: JetStream,
+    processor: Arc<dyn Processor>,
+    concurrency: usize,
+    max_attempts: u32,
+    backoff: (Duration, Duration),
+    lease: Lease,
+    poll: Duration,
+    /// `None`: shutdown waits for running events however long they take.
+    grace: Option<Duration>,
+}
+
+/// What a dead message says as its error when every attempt crashed its worker.
+const CRASHED: &str =
+    "the last attempt ended without an outcome (the worker crashed or was stopped)";
+
+impl JetStreamWorker {
+    /// A worker running `processor`: 4 at a time, 8 attempts, backoff from 1 s doubling to
+    /// at most 10 min (with jitter), a 60 s lease renewed for up to 1 h of processing, each
+    /// pull waiting up to 1 s for messages, and a shutdown that waits for running events
+    /// — as [`Worker`](crate::inbox::Worker)'s.
+    pub fn new(jetstream: &JetStream, processor: impl Processor) -> Self {
+        Self {
+            jetstream: jetstream.clone(),
+            processor: Arc::new(processor),
+            concurrency: 4,
+            max_attempts: 8,
+            backoff: (Duration::from_secs(1), Duration::from_secs(600)),
+            lease: Lease::renewed_for(Duration::from_secs(3600)),
+            poll: Duration::from_secs(1),
+            grace: None,
+        }
+    }
+
+    /// Replaces how many messages are processed at once (default 4): no more are pulled
+    /// than there is room to run, so none waits out its lease in a buffer.
+    pub fn with_concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// Replaces after how many failed attempts a message goes dead (default 8).
+    pub fn with_max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n.max(1);
+        self
+    }
+
+    /// Replaces the backoff: `first` after the first failure, doubling up to `cap`; each
+    /// wait is drawn between half and all of that.
+    pub fn with_backoff(mut self, first: Duration, cap: Duration) -> Self {
+        self.backoff = (first, cap.max(first));
+        self
+    }
+
+    /// Replaces the lease (default 60 s): the consumer's `ack_wait` when this creates the
+    /// consumer (an existing consumer keeps its own, and the worker renews on that), renewed
+    /// every third of it while the processor runs. It bounds how long a *crashed* worker's
+    /// messages wait to be redelivered.
+    ///
+    /// # Errors
+    ///
+    /// When `lease` is not between 100 ms and 1 day.
+    pub fn with_lease(mut self, lease: Duration) -> Result<Self, ConfigError> {
+        self.lease.length = Lease::checked_length(lease)?;
+        Ok(self)
+    }
+
+    /// Replaces how long a running processor keeps its message's lease renewed (default
+    /// 1 h); past it the message is redelivered to another worker.
+    ///
+    /// # Errors
+    ///
+    /// When `max_run` is shorter than 1 s.
+    pub fn with_max_run(mut self, max_run: Duration) -> Result<Self, ConfigError> {
+        self.lease.max_run = Lease::checked_max_run(max_run)?;
+        Ok(self)
+    }
+
+    /// Replaces how long each pull waits for messages (default 1 s; JetStream hands a
+    /// message over as soon as it arrives). A shutdown waits for the pull in flight, whose
+    /// messages are delivered already, and processes them.
+    pub fn with_poll_interval(mut self, poll: Duration) -> Self {
+        self.poll = poll.clamp(Duration::from_millis(10), Duration::from_secs(60));
+        self
+    }
+
+    /// Bounds how long [`WorkerHandle::shutdown`] lets running events finish (by default
+    /// it waits for them). Past it they are stopped mid-attempt and handed back for
+    /// redelivery at once, the attempt counted.
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = Some(grace);
+        self
+    }
+
+    /// Starts the worker on the current Tokio runtime.
+    pub fn spawn(self) -> WorkerHandle {
+        WorkerHandle::spawn(|stopped| self.run(stopped), None)
+    }
+
+    /// The durable consumer, created with this worker's lease if it does not exist; asked
+    /// again after a pause while NATS cannot answer.
+    async fn consumer(&self, stopped: &mut watch::Receiver<bool>) -> Option<PullConsumer> {
+        loop {
+            match self.create_consumer().await {
+                Ok(consumer) => return Some(consumer),
+                Err(_error) => {
+                    #[cfg(feature = "tracing")]
+                    tracing::error!(target: "tower_webhook", "jetstream worker has no consumer yet: {_error}");
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(self.poll.max(Duration::from_millis(500))) => {}
+                _ = stopped.changed() => return None,
+            }
+        }
+    }
+
+    async fn create_consumer(&self) -> Result<PullConsumer, StoreError> {
+        let err = |e| StoreError::new("jetstream consumer", e);
+        let js = &self.jetstream;
+        let stream = js.context.get_stream(&*js.stream).await.map_err(err)?;
+        let config = pull::Config {
+            durable_name: Some(js.consumer.to_string()),
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: self.lease.length,
+            // Dead messages are moved by the worker, with their error: never dropped.
+            max_deliver: -1,
+            ..Default::default()
+        };
+        stream
+            .get_or_create_consumer(&js.consumer, config)
+            .await
+            .map_err(|e| StoreError::new("jetstream consumer", e))
+    }
+
+    async fn run(self, mut stopped: watch::Receiver<bool>) {
+        let Some(mut consumer) = self.consumer(&mut stopped).await else {
+            return;
+        };
+        // The consumer's own lease, if it existed with another.
+        let mut this = self;
+        this.lease.length = consumer.cached_info().config.ack_wait;
+        let this = Arc::new(this);
+        let permits = Arc::new(Semaphore::new(this.concurrency));
+        let mut running: JoinSet<()> = JoinSet::new();
+        let (hurry, hurried) = watch::channel(false);
+        while !*stopped.borrow() {
+            while running.try_join_next().is_some() {}
+            let free = permits.available_permits();
+            if free == 0 {
+                tokio::select! {
+                    Some(_) = running.join_next() => {}
+                    _ = stopped.changed() => {}
+                }
+                continue;
+            }
+            let batch = consumer
+                .batch()
+                .max_messages(free)
+                .expires(this.poll)
+                .messages()
+                .await;
+            let mut batch = match batch {
+                Ok(batch) => batch,
+                Err(_error) => {
+                    #[cfg(feature = "tracing")]
+                    tracing::error!(target: "tower_webhook", "jetstream worker could not pull: {_error}");
+                    tokio::select! {
+                        () = tokio::time::sleep(this.poll) => {}
+                        _ = stopped.changed() => {}
+                    }
+                    // The connection may have been replaced: ask for the consumer again.
+                    if let Some(again) = this.consumer(&mut stopped).await {
+                        consumer = again;
+                    }
+                    continue;
+                }
+            };
+            // The whole pull, even once stopping: its messages are delivered already, and
+            // one left unprocessed would count an attempt it never had.
+            while let Some(message) = batch.next().await {
+                let Ok(message) = message else { break };
+                let received = Instant::now();
+                let permit = permits.clone().acquire_owned().await.expect("never closed");
+                let (worker, hurried) = (this.clone(), hurried.clone());
+                running.spawn(async move {
+                    let _permit = permit;
+                    worker.process(message, received, hurried).await;
+                });
+            }
+        }
+        let finish = async { while running.join_next().await.is_some() {} };
+        match this.grace {
+            None => finish.await,
+            Some(grace) => {
+                let _ = tokio::time::timeout(grace, finish).await;
+            }
+        }
+        let _ = hurry.send(true);
+        while running.join_next().await.is_some() {}
+    }
+
+    async fn process(
+        &self,
+        message: Message,
+        received: Instant,
+        mut hurried: watch::Receiver<bool>,
+    ) {
+        let attempt = message
+            .info()
+            .map_or(1, |info| u32::try_from(info.delivered.max(1)).unwrap_or(u32::MAX));
+        let heartbeat = Heartbeat::new(received, self.lease);
+        let event = event_of(message.headers.as_ref(), message.payload.clone(), attempt);
+        let Some(event) = event else {
+            let error = "not a tower-webhook event: no Webhook-Source or Webhook-Id header";
+            return self.bury(&message, error, attempt, &heartbeat).await;
+        };
+        if attempt > self.max_attempts {
+            return self.bury(&message, CRASHED, attempt, &heartbeat).await;
+        }
+        let (source, id) = (event.source.clone(), event.id.clone());
+        // Its own task: a panicking processor is a failed attempt, not a dead worker; the
+        // guard stops it when this task is stopped (a simulated crash).
+        let mut task = AbortOnDrop(tokio::spawn(self.processor.process(event)));
+        let renew = || async {
+            message
+                .ack_with(AckKind::Progress)
+                .await
+                .map(|()| true)
+                .map_err(|e| StoreError::new("jetstream renew", e))
+        };
+        let joined = tokio::select! {
+            biased;
+            joined = &mut task.0 => joined,
+            () = hurry_up(&mut hurried) => {
+                task.0.abort();
+                match (&mut task.0).await {
+                    Ok(finished) => Ok(finished),
+                    Err(_) => {
+                        // Stopped past the grace period: back for redelivery at once.
+                        let _ = message.ack_with(AckKind::Nak(None)).await;
+                        return;
+                    }
+                }
+            }
+            () = heartbeat.beat(renew) => unreachable!("the heartbeat never ends"),
+        };
+        let result = match joined {
+            Ok(result) => result,
+            Err(_) => Err("the processor panicked".to_owned()),
+        };
+        match result {
+            Ok(()) => {
+                // Confirmed by the server, retried while the lease lasts: after it the
+                // message is redelivered, and the processor runs again (`Once` keeps its
+                // effect once).
+                let acked = retry_until(heartbeat.lease_ends(), || async {
+                    message
+                        .double_ack()
+                        .await
+                        .map_err(|e| StoreError::new("jetstream ack", e))
+                });
+                if let Err(_error) = acked.await {
+                    #[cfg(feature = "tracing")]
+                    tracing::error!(target: "tower_webhook", source, event_id = id, "jetstream worker could not acknowledge a processed event (it will be redelivered): {_error}");
+                }
+            }
+            Err(error) if attempt >= self.max_attempts => {
+                #[cfg(feature = "tracing")]
+                tracing::error!(target: "tower_webhook", source, event_id = id, attempt, error = %error, "jetstream event failed for the last time, now dead");
+                self.bury(&message, &error, attempt, &heartbeat).await;
+            }
+            Err(error) => {
+                let (first, cap) = self.backoff;
+                let after = backoff(first, cap, attempt);
+                #[cfg(feature = "tracing")]
+                tracing::warn!(target: "tower_webhook", source, event_id = id, attempt, retry_in = ?after, error = %error, "jetstream event failed, will retry");
+                let _ = (&source, &id, &error);
+                let _ = message.ack_with(AckKind::Nak(Some(after))).await;
+            }
+        }
+    }
+
+    /// Publishes `message` to the dead stream with its error, then acknowledges it. When
+    /// the dead stream does not take it, it is left for redelivery (and buried then).
+    async fn bury(&self, message: &Message, error: &str, attempts: u32, heartbeat: &Heartbeat) {
+        let js = &self.jetstream;
+        let subject = message
+            .subject
+            .strip_prefix(&*js.stream)
+            .map_or_else(|| format!(".{}", message.subject), str::to_owned);
+        let mut headers = message.headers.clone().unwrap_or_default();
+        // One line of text: the processor's error may hold anything.
+        let error: String = error
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .take(1024)
+            .collect();
+        headers.insert(header::ERROR, error);
+        headers.insert(header::ATTEMPTS, attempts.to_string());
+        let published = async {
+            js.context
+                .publish_with_headers(
+                    format!("{}{subject}", js.dead_stream()),
+                    headers,
+                    message.payload.clone(),
+                )
+                .await
+                .map_err(|e| StoreError::new("jetstream dead", e))?
+                .await
+                .map_err(|e| StoreError::new("jetstream dead", e))
+        };
+        match published.await {
+            Ok(_) => {
+                let acked = retry_until(heartbeat.lease_ends(), || async {
+                    message
+                        .double_ack()
+                        .await
+                        .map_err(|e| StoreError::new("jetstream ack", e))
+                });
+                let _ = acked.await;
+            }
+            Err(_error) => {
+                #[cfg(feature = "tracing")]
+                tracing::error!(target: "tower_webhook", "jetstream worker could not move a dead event to the dead stream: {_error}");
+                let (first, cap) = self.backoff;
+                let _ = message
+                    .ack_with(AckKind::Nak(Some(backoff(first, cap, attempts))))
+                    .await;
+            }
+        }
+    }
+}
+
+impl fmt::Debug for JetStreamWorker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JetStreamWorker")
+            .field("jetstream", &self.jetstream)
+            .field("concurrency", &self.concurrency)
+            .field("max_attempts", &self.max_attempts)
+            .field("lease", &self.lease.length)
+            .field("max_run", &self.lease.max_run)
+            .finish_non_exhaustive()
+    }
+}
