@@ -338,8 +338,9 @@ impl accept::Destination for Inbox {
     fn accept<'a>(
         &'a self,
         event: &'a Event,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Accepted, StoreError>> + Send + 'a>>
-    {
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Accepted, StoreError>> + Send + 'a>,
+    > {
         Box::pin(Inbox::accept(self, event))
     }
 }

@@ -117,6 +117,7 @@ pub struct JetStreamBuilder {
     duplicate_window: Duration,
     max_age: Duration,
     replicas: usize,
+    storage: stream::StorageType,
     publish_timeout: Duration,
 }
 
@@ -147,6 +148,7 @@ impl JetStream {
             duplicate_window: Duration::from_secs(120),
             max_age: Duration::from_secs(7 * 24 * 3600),
             replicas: 1,
+            storage: stream::StorageType::File,
             publish_timeout: Duration::from_secs(5),
         }
     }
@@ -265,6 +267,13 @@ impl JetStreamBuilder {
         self
     }
 
+    /// Keeps a stream this creates in the servers' memory instead of on disk: for tests (a
+    /// 204 then means held by a server that loses it when it restarts).
+    pub fn with_memory_storage(mut self) -> Self {
+        self.storage = stream::StorageType::Memory;
+        self
+    }
+
     /// Replaces how long a publish waits for JetStream's acknowledgement (default 5 s)
     /// before the delivery gets 503.
     pub fn with_publish_timeout(mut self, timeout: Duration) -> Self {
@@ -296,7 +305,7 @@ impl JetStreamBuilder {
         let config = |name: String| stream::Config {
             subjects: vec![format!("{name}.>")],
             name,
-            storage: stream::StorageType::File,
+            storage: self.storage,
             num_replicas: self.replicas,
             duplicate_window: self.duplicate_window,
             max_age: self.max_age,
@@ -326,8 +335,9 @@ impl Destination for JetStream {
     fn accept<'a>(
         &'a self,
         event: &'a Event,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Accepted, StoreError>> + Send + 'a>>
-    {
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Accepted, StoreError>> + Send + 'a>,
+    > {
         Box::pin(JetStream::accept(self, event))
     }
 }

@@ -229,9 +229,9 @@ impl JetStreamWorker {
         received: Instant,
         mut hurried: watch::Receiver<bool>,
     ) {
-        let attempt = message
-            .info()
-            .map_or(1, |info| u32::try_from(info.delivered.max(1)).unwrap_or(u32::MAX));
+        let attempt = message.info().map_or(1, |info| {
+            u32::try_from(info.delivered.max(1)).unwrap_or(u32::MAX)
+        });
         let heartbeat = Heartbeat::new(received, self.lease);
         let event = event_of(message.headers.as_ref(), message.payload.clone(), attempt);
         let Some(event) = event else {

@@ -1,0 +1,590 @@
+//! The JetStream inbox against a real NATS server with JetStream (127.0.0.1:4222, or
+//! `NATS_URL`; `.ci/services` starts one): accept publishes each event once and answers
+//! 204 only once JetStream acknowledged, 503 while NATS is cut off; workers process each
+//! event once, retry with backoff, bury what keeps failing with its error, renew their
+//! leases, survive being killed, and share one consumer. Each test has streams of its own.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{at, request, verifier, NOW};
+use futures_util::StreamExt;
+use http::StatusCode;
+use http_body_util::Full;
+use tower::{Layer, ServiceBuilder, ServiceExt};
+use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
+use tower_webhook::inbox::{Accepted, InboxEvent, Processor};
+use tower_webhook::once::{Once, Ran};
+use tower_webhook::store::MemoryStore;
+use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+fn nats_url() -> String {
+    std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+}
+
+async fn client(url: &str) -> async_nats::Client {
+    async_nats::connect(url)
+        .await
+        .expect("NATS with JetStream must be running (.ci/services starts it)")
+}
+
+/// A stream of this test's own (and its dead stream), deleted when the test ends well;
+/// memory storage, so a failed test's streams go with the server.
+struct Streams {
+    name: String,
+    url: String,
+}
+
+impl Streams {
+    fn new() -> Self {
+        Self {
+            name: format!("tw_test_{}", uuid::Uuid::new_v4().simple()),
+            url: nats_url(),
+        }
+    }
+
+    async fn jetstream(&self) -> JetStream {
+        self.jetstream_at(&self.url, Duration::from_secs(5)).await
+    }
+
+    async fn jetstream_at(&self, url: &str, publish_timeout: Duration) -> JetStream {
+        JetStream::builder(client(url).await, &self.name)
+            .with_memory_storage()
+            .with_publish_timeout(publish_timeout)
+            .build()
+            .await
+            .unwrap()
+    }
+
+    /// Every message of the stream (or its dead stream), in order.
+    async fn messages(&self, dead: bool) -> Vec<async_nats::jetstream::message::StreamMessage> {
+        let js = async_nats::jetstream::new(client(&self.url).await);
+        let name = if dead {
+            format!("{}-dead", self.name)
+        } else {
+            self.name.clone()
+        };
+        let mut stream = js.get_stream(&name).await.unwrap();
+        let last = stream.info().await.unwrap().state.last_sequence;
+        let mut out = Vec::new();
+        for seq in 1..=last {
+            if let Ok(m) = stream.get_raw_message(seq).await {
+                out.push(m);
+            }
+        }
+        out
+    }
+
+    async fn delete(self) {
+        let js = async_nats::jetstream::new(client(&self.url).await);
+        let _ = js.delete_stream(&self.name).await;
+        let _ = js.delete_stream(format!("{}-dead", self.name)).await;
+    }
+}
+
+fn event(id: &str) -> Event {
+    let body = format!(
+        r#"{{"type":"payment_intent.succeeded","livemode":true,"data":{{"object":{{"id":"pi_{id}"}}}}}}"#
+    );
+    let headers = Scheme::standard()
+        .sign([SECRET], id, at(NOW), body.as_bytes())
+        .unwrap();
+    verifier(Scheme::standard(), &[SECRET])
+        .verify(&headers, body.into())
+        .unwrap()
+}
+
+/// Attempts seen per event, and the effects recorded through `Once` (a ledger).
+#[derive(Clone, Default)]
+struct Seen {
+    attempts: Arc<Mutex<HashMap<String, Vec<u32>>>>,
+}
+
+impl Seen {
+    fn of(&self, id: &str) -> Vec<u32> {
+        self.attempts
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn events(&self) -> usize {
+        self.attempts.lock().unwrap().len()
+    }
+
+    /// A processor that records each attempt, works for `work`, then answers `outcome`
+    /// for that event and attempt.
+    fn processor(
+        &self,
+        work: Duration,
+        outcome: impl Fn(&str, u32) -> Result<(), String> + Send + Sync + 'static,
+    ) -> impl Processor {
+        let (seen, outcome) = (self.clone(), Arc::new(outcome));
+        move |e: InboxEvent| {
+            let (seen, outcome) = (seen.clone(), outcome.clone());
+            async move {
+                seen.attempts
+                    .lock()
+                    .unwrap()
+                    .entry(e.id.clone())
+                    .or_default()
+                    .push(e.attempt);
+                tokio::time::sleep(work).await;
+                outcome(&e.id, e.attempt)
+            }
+        }
+    }
+}
+
+fn succeed(_: &str, _: u32) -> Result<(), String> {
+    Ok(())
+}
+
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    for _ in 0..500 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+#[tokio::test]
+async fn accept_publishes_each_event_once_with_its_headers_on_its_subject() {
+    let streams = Streams::new();
+    // Two connections, as two receiver processes would have.
+    let (a, b) = (streams.jetstream().await, streams.jetstream().await);
+    assert_eq!(a.accept(&event("evt_1")).await.unwrap(), Accepted::New);
+    assert_eq!(
+        b.accept(&event("evt_1")).await.unwrap(),
+        Accepted::Duplicate
+    );
+    assert_eq!(b.accept(&event("evt_2")).await.unwrap(), Accepted::New);
+    let messages = streams.messages(false).await;
+    assert_eq!(messages.len(), 2, "each event once");
+    let first = &messages[0];
+    assert_eq!(
+        first.subject.as_str(),
+        format!("{}.standard.payment_intent.succeeded", streams.name)
+    );
+    assert_eq!(
+        first.payload,
+        event("evt_1").body().clone(),
+        "the exact bytes"
+    );
+    let header = |name: &str| first.headers.get(name).map(|v| v.as_str().to_owned());
+    assert_eq!(header("Nats-Msg-Id").as_deref(), Some("8:standard:evt_1"));
+    assert_eq!(header("Webhook-Source").as_deref(), Some("standard"));
+    assert_eq!(header("Webhook-Id").as_deref(), Some("evt_1"));
+    assert_eq!(
+        header("Webhook-Type").as_deref(),
+        Some("payment_intent.succeeded")
+    );
+    assert_eq!(header("Webhook-Object-Id").as_deref(), Some("pi_evt_1"));
+    assert_eq!(header("Webhook-Livemode").as_deref(), Some("true"));
+    assert_eq!(
+        header("Webhook-Timestamp").as_deref(),
+        Some(NOW.to_string().as_str())
+    );
+    streams.delete().await;
+}
+
+/// The layers in front: 204 once stored on the stream; a duplicate within JetStream's
+/// window is dropped by JetStream, and `DedupeLayer` answers the long tail without
+/// publishing again.
+#[tokio::test]
+async fn deliveries_get_204_once_stored_and_duplicates_never_publish_twice() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    let store = MemoryStore::new();
+    let deliver = |id: &'static str, dedupe: bool| {
+        let (jetstream, store) = (jetstream.clone(), store.clone());
+        async move {
+            let verify = VerifyWebhookLayer::new(verifier(Scheme::standard(), &[SECRET]));
+            let body = format!(r#"{{"type":"order.paid","data":{{"object":{{"id":"o"}}}}}}"#);
+            let headers = Scheme::standard()
+                .sign([SECRET], id, at(NOW), body.as_bytes())
+                .unwrap();
+            let req: http::Request<Full<Bytes>> = request(headers, body);
+            let accept = jetstream.accept_service();
+            if dedupe {
+                let svc = ServiceBuilder::new()
+                    .layer(verify)
+                    .layer(DedupeLayer::new(store))
+                    .service(accept);
+                svc.oneshot(req).await.unwrap().status()
+            } else {
+                verify.layer(accept).oneshot(req).await.unwrap().status()
+            }
+        }
+    };
+    assert_eq!(deliver("evt_a", true).await, StatusCode::NO_CONTENT);
+    assert_eq!(deliver("evt_a", true).await, StatusCode::NO_CONTENT);
+    assert_eq!(deliver("evt_a", false).await, StatusCode::NO_CONTENT);
+    assert_eq!(deliver("evt_b", false).await, StatusCode::NO_CONTENT);
+    assert_eq!(streams.messages(false).await.len(), 2);
+    streams.delete().await;
+}
+
+/// NATS cut off: the delivery gets 503 (nothing is acknowledged to the provider), and its
+/// retry once NATS is back is stored once — a publish buffered during the cut and sent on
+/// reconnect is dropped as the duplicate it is.
+#[tokio::test]
+async fn nats_cut_off_answers_503_and_the_retry_is_stored_once() {
+    let streams = Streams::new();
+    let upstream = nats_url().trim_start_matches("nats://").to_owned();
+    let proxy = common::proxy::Proxy::start(upstream).await.unwrap();
+    let via_proxy = format!("nats://{}", proxy.addr());
+    let jetstream = streams
+        .jetstream_at(&via_proxy, Duration::from_millis(500))
+        .await;
+    let svc = ServiceBuilder::new()
+        .layer(VerifyWebhookLayer::new(verifier(
+            Scheme::standard(),
+            &[SECRET],
+        )))
+        .service(jetstream.accept_service());
+    let deliver = || {
+        let svc = svc.clone();
+        async move {
+            let body = r#"{"type":"order.paid"}"#;
+            let headers = Scheme::standard()
+                .sign([SECRET], "evt_cut", at(NOW), body.as_bytes())
+                .unwrap();
+            let req: http::Request<Full<Bytes>> = request(headers, body);
+            let response = svc.oneshot(req).await.unwrap();
+            (
+                response.status(),
+                response.headers().get("retry-after").cloned(),
+            )
+        }
+    };
+    proxy.cut();
+    let (status, retry_after) = deliver().await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(retry_after.is_some(), "503 says when to retry");
+    proxy.restore();
+    let mut answered = StatusCode::SERVICE_UNAVAILABLE;
+    for _ in 0..50 {
+        answered = deliver().await.0;
+        if answered == StatusCode::NO_CONTENT {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        answered,
+        StatusCode::NO_CONTENT,
+        "the provider's retry is stored"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(streams.messages(false).await.len(), 1);
+    streams.delete().await;
+}
+
+#[tokio::test]
+async fn a_worker_processes_each_event_once_and_counts_follow() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    for i in 0..20 {
+        jetstream.accept(&event(&format!("evt_{i}"))).await.unwrap();
+    }
+    let seen = Seen::default();
+    let worker = JetStreamWorker::new(&jetstream, seen.processor(Duration::ZERO, succeed))
+        .with_concurrency(4)
+        .spawn();
+    eventually("20 processed", async || {
+        jetstream
+            .counts()
+            .await
+            .is_ok_and(|c| c.processed == 20 && c.queued + c.processing == 0)
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(seen.events(), 20);
+    for i in 0..20 {
+        assert_eq!(seen.of(&format!("evt_{i}")), vec![1], "evt_{i} once");
+    }
+    let counts = jetstream.counts().await.unwrap();
+    assert_eq!((counts.dead, counts.oldest_due), (0, None), "{counts:?}");
+    streams.delete().await;
+}
+
+/// A failure is retried after the backoff; an event that keeps failing goes to the dead
+/// stream after the last attempt, with its error and attempts, and is not seen again.
+#[tokio::test]
+async fn failures_retry_with_backoff_then_go_dead_with_their_error() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    for id in ["evt_flaky", "evt_doomed"] {
+        jetstream.accept(&event(id)).await.unwrap();
+    }
+    let seen = Seen::default();
+    let outcome = |id: &str, attempt: u32| match (id, attempt) {
+        ("evt_flaky", 1) => Err("the provider's API timed out".to_owned()),
+        ("evt_doomed", _) => Err("order\nnot found".to_owned()),
+        _ => Ok(()),
+    };
+    let started = std::time::Instant::now();
+    let worker = JetStreamWorker::new(&jetstream, seen.processor(Duration::ZERO, outcome))
+        .with_max_attempts(3)
+        .with_backoff(Duration::from_millis(200), Duration::from_millis(400))
+        .spawn();
+    eventually("one processed, one dead", async || {
+        jetstream
+            .counts()
+            .await
+            .is_ok_and(|c| (c.processed, c.dead) == (2, 1))
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(seen.of("evt_flaky"), vec![1, 2]);
+    assert_eq!(
+        seen.of("evt_doomed"),
+        vec![1, 2, 3],
+        "three attempts, no more"
+    );
+    // Backoff: at least 100 ms (half of 200) and then 200 ms (half of 400) between them.
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let dead = streams.messages(true).await;
+    assert_eq!(dead.len(), 1);
+    let header = |name: &str| dead[0].headers.get(name).map(|v| v.as_str().to_owned());
+    assert_eq!(header("Webhook-Id").as_deref(), Some("evt_doomed"));
+    assert_eq!(header("Webhook-Error").as_deref(), Some("order not found"));
+    assert_eq!(header("Webhook-Attempts").as_deref(), Some("3"));
+    assert_eq!(dead[0].payload, event("evt_doomed").body().clone());
+    assert_eq!(
+        dead[0].subject.as_str(),
+        format!("{}-dead.standard.payment_intent.succeeded", streams.name)
+    );
+    streams.delete().await;
+}
+
+/// A worker killed mid-event: the message comes back after the lease, the attempt counted.
+#[tokio::test]
+async fn a_killed_workers_message_comes_back_after_the_lease_counting_the_attempt() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    jetstream.accept(&event("evt_stuck")).await.unwrap();
+    let seen = Seen::default();
+    let doomed = JetStreamWorker::new(&jetstream, seen.processor(Duration::from_secs(60), succeed))
+        .with_lease(Duration::from_millis(500))
+        .unwrap()
+        .spawn();
+    eventually("first attempt running", async || {
+        seen.of("evt_stuck") == [1]
+    })
+    .await;
+    doomed.abort(); // the process died mid-event
+    let worker = JetStreamWorker::new(&jetstream, seen.processor(Duration::ZERO, succeed)).spawn();
+    eventually("processed by the next worker", async || {
+        jetstream.counts().await.is_ok_and(|c| c.processed == 1)
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(seen.of("evt_stuck"), vec![1, 2]);
+    streams.delete().await;
+}
+
+/// A message delivered more often than the attempts allow — every attempt crashed its
+/// worker — goes dead without running again.
+#[tokio::test]
+async fn a_message_whose_every_attempt_crashed_goes_dead() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    jetstream.accept(&event("evt_crashes")).await.unwrap();
+    let seen = Seen::default();
+    for attempt in 1..=2 {
+        let doomed =
+            JetStreamWorker::new(&jetstream, seen.processor(Duration::from_secs(60), succeed))
+                .with_lease(Duration::from_millis(300))
+                .unwrap()
+                .with_max_attempts(2)
+                .spawn();
+        eventually("running", async || seen.of("evt_crashes").len() == attempt).await;
+        doomed.abort();
+    }
+    let worker = JetStreamWorker::new(&jetstream, seen.processor(Duration::ZERO, succeed))
+        .with_max_attempts(2)
+        .spawn();
+    eventually("dead", async || {
+        jetstream.counts().await.is_ok_and(|c| c.dead == 1)
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(seen.of("evt_crashes"), vec![1, 2], "not run a third time");
+    let dead = streams.messages(true).await;
+    let error = dead[0].headers.get("Webhook-Error").unwrap().as_str();
+    assert!(error.contains("crashed"), "{error}");
+    streams.delete().await;
+}
+
+/// A processor running past its lease keeps its message: the lease is renewed (`+WPI`)
+/// every third of it, so the message is never redelivered meanwhile.
+#[tokio::test]
+async fn a_slow_processor_keeps_its_message_by_renewing_the_lease() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    jetstream.accept(&event("evt_slow")).await.unwrap();
+    let seen = Seen::default();
+    let worker = JetStreamWorker::new(
+        &jetstream,
+        seen.processor(Duration::from_millis(1500), succeed),
+    )
+    .with_lease(Duration::from_millis(400))
+    .unwrap()
+    .with_concurrency(2)
+    .spawn();
+    eventually("processed", async || {
+        jetstream.counts().await.is_ok_and(|c| c.processed == 1)
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(
+        seen.of("evt_slow"),
+        vec![1],
+        "never redelivered while it ran"
+    );
+    streams.delete().await;
+}
+
+/// Shutdown waits for running events; past a grace period it stops them and hands their
+/// messages back at once, the attempt counted.
+#[tokio::test]
+async fn shutdown_waits_for_running_events_and_past_a_grace_hands_them_back() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    jetstream.accept(&event("evt_a")).await.unwrap();
+    let seen = Seen::default();
+    let worker = JetStreamWorker::new(
+        &jetstream,
+        seen.processor(Duration::from_millis(500), succeed),
+    )
+    .spawn();
+    eventually("running", async || seen.of("evt_a") == [1]).await;
+    worker.shutdown().await;
+    assert_eq!(
+        jetstream.counts().await.unwrap().processed,
+        1,
+        "the shutdown waited for it"
+    );
+
+    jetstream.accept(&event("evt_b")).await.unwrap();
+    let worker = JetStreamWorker::new(&jetstream, seen.processor(Duration::from_secs(60), succeed))
+        .with_grace(Duration::from_millis(100))
+        .spawn();
+    eventually("running", async || seen.of("evt_b") == [1]).await;
+    let stopped = std::time::Instant::now();
+    worker.shutdown().await;
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "the grace bounds it"
+    );
+    let worker = JetStreamWorker::new(&jetstream, seen.processor(Duration::ZERO, succeed)).spawn();
+    eventually("handed back and processed", async || {
+        jetstream.counts().await.is_ok_and(|c| c.processed == 2)
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(seen.of("evt_b"), vec![1, 2]);
+    streams.delete().await;
+}
+
+/// Two workers (two processes' worth) share the consumer: each event is processed once, and
+/// a worker killed mid-storm loses nothing — its messages are redelivered to the other, and
+/// `Once` keeps every effect once.
+#[tokio::test]
+async fn two_workers_and_one_killed_mid_storm_process_every_event_with_each_effect_once() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    let n = 120;
+    for i in 0..n {
+        jetstream.accept(&event(&format!("evt_{i}"))).await.unwrap();
+    }
+    let ledger: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let once = Once::new(MemoryStore::new(), "effect");
+    let ran = Arc::new(AtomicU32::new(0));
+    let processor = |ledger: Arc<Mutex<HashMap<String, u32>>>, once: Once, ran: Arc<AtomicU32>| {
+        move |e: InboxEvent| {
+            let (ledger, once, ran) = (ledger.clone(), once.clone(), ran.clone());
+            async move {
+                ran.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let id = e.id.clone();
+                let effect = once.run(&e.id, move |_| async move {
+                    *ledger.lock().unwrap().entry(id).or_default() += 1;
+                    Ok::<_, String>(())
+                });
+                match effect.await {
+                    Ok(Ran::InProgress { .. }) => Err("in progress elsewhere".to_owned()),
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        }
+    };
+    let worker = |lease: u64| {
+        JetStreamWorker::new(
+            &jetstream,
+            processor(ledger.clone(), once.clone(), ran.clone()),
+        )
+        .with_concurrency(4)
+        .with_lease(Duration::from_millis(lease))
+        .unwrap()
+        .with_backoff(Duration::from_millis(50), Duration::from_millis(200))
+        .spawn()
+    };
+    let (a, b) = (worker(1000), worker(1000));
+    eventually("a third done", async || {
+        ledger.lock().unwrap().len() >= n / 3
+    })
+    .await;
+    a.abort(); // killed mid-run
+    eventually("all done", async || ledger.lock().unwrap().len() == n).await;
+    eventually("all acknowledged", async || {
+        jetstream
+            .counts()
+            .await
+            .is_ok_and(|c| c.processed == n as u64 && c.queued + c.processing == 0)
+    })
+    .await;
+    b.shutdown().await;
+    let ledger = ledger.lock().unwrap();
+    assert!(ledger.values().all(|&n| n == 1), "every effect once");
+    assert!(ran.load(Ordering::SeqCst) >= n as u32);
+    streams.delete().await;
+}
+
+/// The messages a stream holds can be read back by anyone on the cluster: what accept
+/// wrote is what a consumer of the platform's own sees.
+#[tokio::test]
+async fn a_plain_consumer_reads_the_same_event() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    jetstream.accept(&event("evt_plain")).await.unwrap();
+    let js = async_nats::jetstream::new(client(&streams.url).await);
+    let consumer: async_nats::jetstream::consumer::PullConsumer = js
+        .get_stream(&streams.name)
+        .await
+        .unwrap()
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            filter_subject: format!("{}.standard.payment_intent.>", streams.name),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut batch = consumer.fetch().max_messages(1).messages().await.unwrap();
+    let message = batch.next().await.unwrap().unwrap();
+    assert_eq!(message.payload, event("evt_plain").body().clone());
+    streams.delete().await;
+}
