@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release --example demo -- [--events N] [--database-url postgres://…]
-//!     [--outage-secs S] [--json]
+//!     [--nats nats://…] [--outage-secs S] [--json]
 //! ```
 //!
 //! N events (default 10 000) are each delivered 1–5 times, shuffled, by 32 concurrent
@@ -12,7 +12,9 @@
 //! connection, SQLite by another process holding its write lock past the busy timeout),
 //! so deliveries get 503 and are retried, and the worker's claims and outcomes fail; and
 //! halfway through, the worker is killed mid-event and a new one started. The receiver is `VerifyWebhookLayer` + the
-//! inbox's accept service on the embedded SQLite store (or PostgreSQL); the processor
+//! inbox's accept service on the embedded SQLite store (or PostgreSQL) — or, with
+//! `--nats`, `VerifyWebhookLayer` + `DedupeLayer` on that store + JetStream's accept, a
+//! JetStream worker, and NATS is what the outage cuts off; the processor
 //! sets its object's state through the ordering guard (four events per object, arriving
 //! in any order) and records the event's business effect through `Once` in a ledger. At
 //! the end both are checked: every event's effect exactly once — no double effects, none
@@ -31,11 +33,12 @@ use http::{HeaderMap, Request, StatusCode};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
+use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
+use tower_webhook::inbox::{Counts, Inbox, InboxEvent, Worker};
 use tower_webhook::latest::{self, Order};
 use tower_webhook::once::{Once, Ran};
-use tower_webhook::store::{DedupeStore, PgStore, SqliteStore};
-use tower_webhook::{Scheme, Verifier, VerifyWebhookLayer};
+use tower_webhook::store::{DedupeStore, PgStore, SqliteStore, StoreError};
+use tower_webhook::{DedupeLayer, Scheme, Verifier, VerifyWebhookLayer};
 
 mod support;
 
@@ -45,6 +48,7 @@ const MAX_EVENTS: usize = 100_000;
 struct Options {
     events: usize,
     database_url: Option<String>,
+    nats: Option<String>,
     json: bool,
     seed: u64,
     outage: Duration,
@@ -54,6 +58,7 @@ fn options() -> Result<Options, String> {
     let mut o = Options {
         events: 10_000,
         database_url: None,
+        nats: None,
         json: false,
         seed: 7,
         outage: Duration::from_secs(3),
@@ -64,6 +69,7 @@ fn options() -> Result<Options, String> {
         match arg.as_str() {
             "--events" => o.events = value()?.parse().map_err(|_| "--events: a number")?,
             "--database-url" => o.database_url = Some(value()?),
+            "--nats" => o.nats = Some(value()?),
             "--seed" => o.seed = value()?.parse().map_err(|_| "--seed: a number")?,
             "--outage-secs" => {
                 let secs: u64 = value()?.parse().map_err(|_| "--outage-secs: a number")?;
@@ -188,34 +194,54 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The store: embedded SQLite by default, PostgreSQL when given.
     let sqlite_path = std::env::temp_dir().join(format!("tower-webhook-demo-{source_tag}.db"));
     let schema = format!("tower_webhook_demo_{source_tag}");
-    let (inbox, store, db, backend, outage): (Inbox, Arc<dyn DedupeStore>, Db, String, Outage) =
-        match &o.database_url {
-            Some(url) => {
-                let (pool, proxy) = own_schema(url, &schema, o.outage).await?;
-                let store = PgStore::from_pool(pool).await?;
-                let db = Db::Pg(store.pool().clone());
-                (
-                    Inbox::postgres(&store),
-                    Arc::new(store),
-                    db,
-                    "PostgreSQL".into(),
-                    proxy.map_or(Outage::None, |p| Outage::Proxy(Arc::new(p))),
-                )
-            }
-            None => {
-                let store = SqliteStore::open(&sqlite_path).await?;
-                let db = Db::Sqlite(store.pool().clone());
-                let name = format!("SQLite ({})", sqlite_path.display());
-                let outage = Outage::WriteLock(sqlite_path.clone());
-                (Inbox::sqlite(&store), Arc::new(store), db, name, outage)
-            }
-        };
+    // With NATS, the outage cuts NATS off, not the store.
+    let store_outage = if o.nats.is_some() {
+        Duration::ZERO
+    } else {
+        o.outage
+    };
+    let (inbox, store, db, mut backend, mut outage): (
+        Inbox,
+        Arc<dyn DedupeStore>,
+        Db,
+        String,
+        Outage,
+    ) = match &o.database_url {
+        Some(url) => {
+            let (pool, proxy) = own_schema(url, &schema, store_outage).await?;
+            let store = PgStore::from_pool(pool).await?;
+            let db = Db::Pg(store.pool().clone());
+            (
+                Inbox::postgres(&store),
+                Arc::new(store),
+                db,
+                "PostgreSQL".into(),
+                proxy.map_or(Outage::None, |p| Outage::Proxy(Arc::new(p))),
+            )
+        }
+        None => {
+            let store = SqliteStore::open(&sqlite_path).await?;
+            let db = Db::Sqlite(store.pool().clone());
+            let name = format!("SQLite ({})", sqlite_path.display());
+            let outage = Outage::WriteLock(sqlite_path.clone());
+            (Inbox::sqlite(&store), Arc::new(store), db, name, outage)
+        }
+    };
+    let queue = match &o.nats {
+        None => Queue::Sql(inbox),
+        Some(url) => {
+            let (jetstream, proxy) = own_stream(url, &format!("demo_{source_tag}")).await?;
+            backend = format!("NATS JetStream, deduplicated in {backend}");
+            outage = Outage::Proxy(Arc::new(proxy));
+            Queue::Nats(jetstream)
+        }
+    };
     db.create_state_table().await?;
 
     // The business: each event sets its object's state in the database, through the
     // ordering guard; and its effect goes through `Once` into the ledger.
     let ledger: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
-    let once = Once::from_arc(store, &format!("demo-effect-{source_tag}"));
+    let once = Once::from_arc(store.clone(), &format!("demo-effect-{source_tag}"));
     let processor = {
         let (ledger, db, tag) = (ledger.clone(), db.clone(), source_tag.clone());
         move |event: InboxEvent| {
@@ -251,26 +277,46 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let processor = Arc::new(processor);
-    let start_worker = |inbox: &Inbox| {
+    let start_worker = |queue: &Queue| {
         let p = processor.clone();
-        Worker::new(inbox, move |e: InboxEvent| p(e))
-            .with_concurrency(8)
-            .with_lease(Duration::from_secs(2))
-            .expect("a valid lease")
-            // Store errors under the storm (SQLite's one writer) count as attempts too:
-            // leave room beyond the injected one-in-ten failures.
-            .with_max_attempts(20)
-            .with_backoff(Duration::from_millis(50), Duration::from_millis(500))
-            .with_poll_interval(Duration::from_millis(100))
-            .spawn()
+        let processor = move |e: InboxEvent| p(e);
+        // Store errors under the storm (SQLite's one writer) count as attempts too: leave
+        // room beyond the injected one-in-ten failures.
+        let (lease, attempts) = (Duration::from_secs(2), 20);
+        let (first, cap) = (Duration::from_millis(50), Duration::from_millis(500));
+        match queue {
+            Queue::Sql(inbox) => Worker::new(inbox, processor)
+                .with_concurrency(8)
+                .with_lease(lease)
+                .expect("a valid lease")
+                .with_max_attempts(attempts)
+                .with_backoff(first, cap)
+                .with_poll_interval(Duration::from_millis(100))
+                .spawn(),
+            Queue::Nats(jetstream) => JetStreamWorker::new(jetstream, processor)
+                .with_concurrency(8)
+                .with_lease(lease)
+                .expect("a valid lease")
+                .with_max_attempts(attempts)
+                .with_backoff(first, cap)
+                .with_poll_interval(Duration::from_millis(100))
+                .spawn(),
+        }
     };
 
     // The receiver.
     let verifier = Verifier::new(Scheme::standard(), [SECRET])?;
-    let app = Router::new().route(
-        "/webhooks",
-        post_service(inbox.accept_service()).layer(VerifyWebhookLayer::new(verifier)),
-    );
+    let verify = VerifyWebhookLayer::new(verifier);
+    let route = match &queue {
+        Queue::Sql(inbox) => post_service(inbox.accept_service()).layer(verify),
+        // JetStream drops duplicates within its window; the store catches the rest.
+        Queue::Nats(jetstream) => post_service(jetstream.accept_service()).layer(
+            tower::ServiceBuilder::new()
+                .layer(verify)
+                .layer(DedupeLayer::from_arc(store.clone())),
+        ),
+    };
+    let app = Router::new().route("/webhooks", route);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/webhooks", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -286,7 +332,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let started = Instant::now();
-    let mut worker = Some(start_worker(&inbox));
+    let mut worker = Some(start_worker(&queue));
     let next = Arc::new(AtomicUsize::new(0));
     let rejected = Arc::new(AtomicUsize::new(0));
     let acknowledged = Arc::new(AtomicUsize::new(0));
@@ -366,12 +412,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         if !killed && sent >= total / 2 {
             worker.take().unwrap().abort();
             tokio::time::sleep(Duration::from_millis(100)).await;
-            worker = Some(start_worker(&inbox));
+            worker = Some(start_worker(&queue));
             killed = true;
         }
         // Asked before the counts: once no sender runs, drained counts are final.
         let sending = senders.iter().any(|s| !s.is_finished());
-        let Ok(counts) = inbox.counts().await else {
+        let Ok(counts) = queue.counts().await else {
             // The store is cut off: ask again later.
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
@@ -404,6 +450,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let _ = std::fs::remove_file(&sqlite_path);
+    if let Queue::Nats(jetstream) = queue {
+        jetstream.delete().await?;
+    }
     if let Db::Pg(pool) = &db {
         let drop = format!("DROP SCHEMA {schema} CASCADE");
         sqlx::query(sqlx::AssertSqlSafe(drop)).execute(pool).await?;
@@ -491,6 +540,39 @@ async fn own_schema(
         .connect_with(options.options([("search_path", schema)]))
         .await?;
     Ok((pool, proxy))
+}
+
+/// Where accepted events wait for the worker.
+enum Queue {
+    /// The inbox, in the store's database.
+    Sql(Inbox),
+    /// A JetStream stream of this run's own.
+    Nats(JetStream),
+}
+
+impl Queue {
+    async fn counts(&self) -> Result<Counts, StoreError> {
+        match self {
+            Queue::Sql(inbox) => inbox.counts().await,
+            Queue::Nats(jetstream) => jetstream.counts().await,
+        }
+    }
+}
+
+/// A stream of this run's own on the NATS at `url`, reached through a proxy that can cut
+/// NATS off.
+async fn own_stream(
+    url: &str,
+    name: &str,
+) -> Result<(JetStream, support::proxy::Proxy), Box<dyn std::error::Error>> {
+    let upstream = url.trim_start_matches("nats://").to_owned();
+    let proxy = support::proxy::Proxy::start(upstream).await?;
+    let client = async_nats::connect(format!("nats://{}", proxy.addr())).await?;
+    let jetstream = JetStream::builder(client, name)
+        .with_publish_timeout(Duration::from_secs(1))
+        .build()
+        .await?;
+    Ok((jetstream, proxy))
 }
 
 /// How the run cuts its store off.

@@ -24,9 +24,14 @@
 //!   answers (default 0) — a slow handler whose work is already done;
 //! - `WEBHOOK_BODY_TIMEOUT_SECS`: how long a body may take to arrive (default 10; then 408);
 //! - `WEBHOOK_MODE`: `dedupe` (default: the handler runs in the request, behind
-//!   `DedupeLayer`) or `inbox` (each verified event is stored in the inbox — SQLite or
+//!   `DedupeLayer`), `inbox` (each verified event is stored in the inbox — SQLite or
 //!   PostgreSQL — and answered 204 at once; a worker in the same process runs the
-//!   handler).
+//!   handler) or `nats` (each verified event is published to NATS JetStream and answered
+//!   204 once JetStream acknowledged it, behind `DedupeLayer` on the store above for
+//!   duplicates older than JetStream's window; a JetStream worker in the same process
+//!   runs the handler);
+//! - `NATS_URL` (default `nats://127.0.0.1:4222`) and `NATS_STREAM` (default `webhooks`):
+//!   where `nats` mode publishes.
 //!
 //! It serves `POST /webhooks` (and `GET` for Meta's handshake) and prints
 //! `handled <event id>` each time its handler runs: once per event, however often the
@@ -52,6 +57,7 @@ use std::sync::Arc;
 
 use axum::routing::post_service;
 use tower::ServiceBuilder;
+use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
 use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
 use tower_webhook::store::{DedupeStore, PgStore, RedisStore, SqliteStore};
 use tower_webhook::verify::Certificates;
@@ -171,26 +177,38 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         VerifyWebhookLayer::new(configure(Verifier::new(scheme, &secrets)?))
     };
 
-    let inbox_mode = match std::env::var("WEBHOOK_MODE").as_deref() {
-        Ok("inbox") => true,
-        Ok("dedupe") | Ok("") | Err(_) => false,
-        Ok(other) => return Err(format!("WEBHOOK_MODE: inbox or dedupe, not {other:?}").into()),
+    // The worker's handler in the queue modes: the same effect, once per event.
+    let handler = move |event: InboxEvent| async move {
+        print_handled(&event.id);
+        tokio::time::sleep(delay).await;
+        Ok::<_, std::convert::Infallible>(())
     };
-    let (mode, store_name) = if inbox_mode {
-        let (inbox, name) = inbox_from_env().await?;
-        let worker = Worker::new(&inbox, move |event: InboxEvent| async move {
-            print_handled(&event.id);
-            tokio::time::sleep(delay).await;
-            Ok::<_, std::convert::Infallible>(())
-        })
-        .spawn();
-        (Mode::Inbox(inbox, worker), name)
-    } else {
-        let (store, name) = store_from_env().await?;
-        (
-            Mode::Dedupe(DedupeLayer::from_arc(store).with_lease(lease)?),
-            name,
-        )
+    let (mode, store_name) = match std::env::var("WEBHOOK_MODE").as_deref() {
+        Ok("inbox") => {
+            let (inbox, name) = inbox_from_env().await?;
+            let worker = Worker::new(&inbox, handler).spawn();
+            (Mode::Inbox(inbox, worker), name)
+        }
+        Ok("nats") => {
+            let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+            let stream = std::env::var("NATS_STREAM").unwrap_or_else(|_| "webhooks".into());
+            let jetstream = JetStream::connect(&url, &stream).await?;
+            let worker = JetStreamWorker::new(&jetstream, handler).spawn();
+            let (store, name) = store_from_env().await?;
+            let dedupe = DedupeLayer::from_arc(store).with_lease(lease)?;
+            let name = format!("NATS JetStream stream {stream} at {url}, deduplicated in {name}");
+            (Mode::Nats(jetstream, dedupe, worker), name)
+        }
+        Ok("dedupe") | Ok("") | Err(_) => {
+            let (store, name) = store_from_env().await?;
+            (
+                Mode::Dedupe(DedupeLayer::from_arc(store).with_lease(lease)?),
+                name,
+            )
+        }
+        Ok(other) => {
+            return Err(format!("WEBHOOK_MODE: dedupe, inbox or nats, not {other:?}").into())
+        }
     };
 
     let listener = tokio::net::TcpListener::bind(&bind).await?;
@@ -199,6 +217,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     match &mode {
         Mode::Dedupe(_) => eprintln!("deduplicating in {store_name}"),
         Mode::Inbox(..) => eprintln!("storing in the inbox in {store_name}; a worker handles"),
+        Mode::Nats(..) => eprintln!("publishing to {store_name}; a worker handles"),
     }
     if dev {
         eprintln!(
@@ -221,6 +240,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .layer(verify);
             (Router::new().route("/webhooks", route), Some(worker))
         }
+        Mode::Nats(jetstream, dedupe, worker) => {
+            let route = post_service(jetstream.accept_service())
+                .get(|| async { http::StatusCode::METHOD_NOT_ALLOWED })
+                .layer(ServiceBuilder::new().layer(verify).layer(dedupe));
+            (Router::new().route("/webhooks", route), Some(worker))
+        }
     };
     axum::serve(listener, router)
         .with_graceful_shutdown(async {
@@ -237,4 +262,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 enum Mode {
     Dedupe(DedupeLayer),
     Inbox(Inbox, tower_webhook::inbox::WorkerHandle),
+    Nats(JetStream, DedupeLayer, tower_webhook::inbox::WorkerHandle),
 }

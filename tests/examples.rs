@@ -196,6 +196,82 @@ async fn receiver_in_inbox_mode_answers_at_once_and_its_worker_handles_each_even
     let _ = std::fs::remove_file(&db);
 }
 
+/// Two receivers in `nats` mode on one stream, each deduplicating in a SQLite file of its
+/// own: each event is stored in the stream once, whichever receiver got it and however
+/// often, and handled once by one of the two workers.
+#[tokio::test]
+async fn receivers_in_nats_mode_store_each_event_once_and_their_workers_handle_it_once() {
+    const SECRET: &str = "whsec_receiver_nats_0123456789";
+    let stream = format!("tw_test_receiver_{}", uuid::Uuid::new_v4().simple());
+    let nats = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let env = [
+        ("WEBHOOK_SCHEME", "stripe"),
+        ("WEBHOOK_SECRETS", SECRET),
+        ("WEBHOOK_MODE", "nats"),
+        ("NATS_URL", nats.as_str()),
+        ("NATS_STREAM", stream.as_str()),
+    ];
+    let db = |n: u32| {
+        std::env::temp_dir().join(format!(
+            "tower-webhook-receiver-nats-{}-{n}.db",
+            std::process::id()
+        ))
+    };
+    let (mut a, url_a, out_a) = start_receiver(&db(1), &env).await;
+    let (mut b, url_b, out_b) = start_receiver(&db(2), &env).await;
+    let ids: Vec<String> = (0..6).map(|i| format!("evt_nats_{i}")).collect();
+    // Every event to both receivers, and once more to the first.
+    for url in [&url_a, &url_b, &url_a] {
+        for id in &ids {
+            let body = event_body(id, "payment_intent.succeeded", "pi_1");
+            let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+            assert_eq!(
+                post(url, headers, body).await.unwrap().0,
+                StatusCode::NO_CONTENT
+            );
+        }
+    }
+    let body = event_body("evt_forged", "payment_intent.succeeded", "pi_1");
+    let headers = signed_headers(&Scheme::stripe(), "whsec_attacker_0123456789", "", &body);
+    assert_eq!(
+        post(&url_a, headers, body).await.unwrap().0,
+        StatusCode::BAD_REQUEST
+    );
+
+    // Both workers' lines, until every event was handled and a while passed quietly.
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    for mut out in [out_a, out_b] {
+        let tx = lines_tx.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = out.next_line().await {
+                let _ = tx.send(line);
+            }
+        });
+    }
+    let mut handled = Vec::new();
+    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(3), lines.recv()).await {
+        handled.push(line);
+    }
+    handled.sort();
+    let expected: Vec<String> = ids.iter().map(|id| format!("handled {id}")).collect();
+    assert_eq!(handled, expected, "each event handled once, by one worker");
+
+    let js = async_nats::jetstream::new(async_nats::connect(&nats).await.unwrap());
+    let mut info = js.get_stream(&stream).await.unwrap();
+    assert_eq!(
+        info.info().await.unwrap().state.messages,
+        ids.len() as u64,
+        "each event stored once"
+    );
+    a.kill().await.unwrap();
+    b.kill().await.unwrap();
+    let _ = js.delete_stream(&stream).await;
+    let _ = js.delete_stream(format!("{stream}-dead")).await;
+    for n in [1, 2] {
+        let _ = std::fs::remove_file(db(n));
+    }
+}
+
 #[tokio::test]
 async fn receiver_slow_handler_keeps_its_claim_and_a_hang_up_never_reruns_it() {
     const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -972,6 +1048,14 @@ async fn demo_on_sqlite_holds_exactly_once() {
 async fn demo_on_postgres_holds_exactly_once() {
     let url = common::fresh_pg_url().await;
     demo(&["--database-url", &url]).await;
+}
+
+/// The same day with the events handed to NATS JetStream (deduplicated in SQLite in front
+/// for the long tail), and NATS cut off for the outage.
+#[tokio::test]
+async fn demo_on_nats_jetstream_holds_exactly_once() {
+    let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    demo(&["--nats", &url]).await;
 }
 
 /// Runs an example that checks itself; its standard output, once it succeeded.

@@ -238,6 +238,24 @@ impl JetStream {
     }
 }
 
+impl JetStream {
+    /// Deletes the stream and its dead stream, with every message in them: for tests and
+    /// demos that made streams of their own.
+    ///
+    /// # Errors
+    ///
+    /// When NATS cannot answer, or either stream is missing.
+    pub async fn delete(self) -> Result<(), StoreError> {
+        for name in [self.stream.to_string(), self.dead_stream()] {
+            self.context
+                .delete_stream(name)
+                .await
+                .map_err(|e| StoreError::new("jetstream delete", e))?;
+        }
+        Ok(())
+    }
+}
+
 impl JetStreamBuilder {
     /// Replaces the name of the durable consumer the workers share (default
     /// `tower-webhook`): two groups of workers with two names each see every message.
