@@ -259,6 +259,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Where verified deliveries go.
+#[allow(clippy::large_enum_variant)] // one value, built once
 enum Mode {
     Dedupe(DedupeLayer),
     Inbox(Inbox, tower_webhook::inbox::WorkerHandle),
