@@ -101,9 +101,14 @@ mod header {
 /// A JetStream stream used as the inbox. Cloning shares the connection.
 #[derive(Clone)]
 pub struct JetStream {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     context: jetstream::Context,
-    stream: Arc<str>,
-    consumer: Arc<str>,
+    stream: String,
+    /// The durable consumer the workers share.
+    consumer: String,
 }
 
 /// Builds a [`JetStream`]: the stream's settings when this creates it, and the consumer
@@ -156,13 +161,13 @@ impl JetStream {
     /// The stream's name.
     #[must_use]
     pub fn stream(&self) -> &str {
-        &self.stream
+        &self.inner.stream
     }
 
     /// The stream dead messages are published to: `<stream>-dead`.
     #[must_use]
     pub fn dead_stream(&self) -> String {
-        format!("{}-dead", self.stream)
+        format!("{}-dead", self.inner.stream)
     }
 
     /// Publishes a verified event and waits for JetStream's acknowledgement: `New` once
@@ -173,8 +178,9 @@ impl JetStream {
     /// When NATS cannot be reached or does not acknowledge within the publish timeout: the
     /// event may or may not be stored (publishing it again is harmless).
     pub async fn accept(&self, event: &Event) -> Result<Accepted, StoreError> {
-        let (subject, headers) = message(&self.stream, event);
+        let (subject, headers) = message(&self.inner.stream, event);
         let ack = self
+            .inner
             .context
             .publish_with_headers(subject, headers, event.body().clone())
             .await
@@ -209,10 +215,17 @@ impl JetStream {
         fn err(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
             StoreError::new("jetstream counts", e)
         }
-        let mut stream = self.context.get_stream(&*self.stream).await.map_err(err)?;
+        let mut stream = self
+            .inner
+            .context
+            .get_stream(&*self.inner.stream)
+            .await
+            .map_err(err)?;
         let messages = stream.info().await.map_err(err)?.state.messages;
-        let mut consumer: jetstream::consumer::PullConsumer =
-            stream.get_consumer(&self.consumer).await.map_err(err)?;
+        let mut consumer: jetstream::consumer::PullConsumer = stream
+            .get_consumer(&self.inner.consumer)
+            .await
+            .map_err(err)?;
         let info = consumer.info().await.map_err(err)?;
         let (queued, processing) = (info.num_pending, info.num_ack_pending as u64);
         let oldest_due = if queued + processing > 0 {
@@ -224,7 +237,7 @@ impl JetStream {
         } else {
             None
         };
-        let dead = match self.context.get_stream(self.dead_stream()).await {
+        let dead = match self.inner.context.get_stream(self.dead_stream()).await {
             Ok(mut dead) => dead.info().await.map_err(err)?.state.messages,
             Err(_) => 0, // no message has gone dead yet
         };
@@ -246,8 +259,9 @@ impl JetStream {
     ///
     /// When NATS cannot answer, or either stream is missing.
     pub async fn delete(self) -> Result<(), StoreError> {
-        for name in [self.stream.to_string(), self.dead_stream()] {
-            self.context
+        for name in [self.inner.stream.clone(), self.dead_stream()] {
+            self.inner
+                .context
                 .delete_stream(name)
                 .await
                 .map_err(|e| StoreError::new("jetstream delete", e))?;
@@ -342,9 +356,11 @@ impl JetStreamBuilder {
                 .map_err(|e| StoreError::new("jetstream stream", e))?;
         }
         Ok(JetStream {
-            context,
-            stream: self.stream.into(),
-            consumer: self.consumer.into(),
+            inner: Arc::new(Inner {
+                context,
+                stream: self.stream,
+                consumer: self.consumer,
+            }),
         })
     }
 }
@@ -363,8 +379,8 @@ impl Destination for JetStream {
 impl std::fmt::Debug for JetStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JetStream")
-            .field("stream", &self.stream)
-            .field("consumer", &self.consumer)
+            .field("stream", &self.inner.stream)
+            .field("consumer", &self.inner.consumer)
             .finish_non_exhaustive()
     }
 }

@@ -141,9 +141,14 @@ impl JetStreamWorker {
     async fn create_consumer(&self) -> Result<PullConsumer, StoreError> {
         let err = |e| StoreError::new("jetstream consumer", e);
         let js = &self.jetstream;
-        let stream = js.context.get_stream(&*js.stream).await.map_err(err)?;
+        let stream = js
+            .inner
+            .context
+            .get_stream(&*js.inner.stream)
+            .await
+            .map_err(err)?;
         let config = pull::Config {
-            durable_name: Some(js.consumer.to_string()),
+            durable_name: Some(js.inner.consumer.clone()),
             ack_policy: AckPolicy::Explicit,
             ack_wait: self.lease.length,
             // Dead messages are moved by the worker, with their error: never dropped.
@@ -151,7 +156,7 @@ impl JetStreamWorker {
             ..Default::default()
         };
         stream
-            .get_or_create_consumer(&js.consumer, config)
+            .get_or_create_consumer(&js.inner.consumer, config)
             .await
             .map_err(|e| StoreError::new("jetstream consumer", e))
     }
@@ -310,7 +315,7 @@ impl JetStreamWorker {
         let js = &self.jetstream;
         let subject = message
             .subject
-            .strip_prefix(&*js.stream)
+            .strip_prefix(&*js.inner.stream)
             .map_or_else(|| format!(".{}", message.subject), str::to_owned);
         let mut headers = message.headers.clone().unwrap_or_default();
         // One line of text: the processor's error may hold anything.
@@ -322,7 +327,8 @@ impl JetStreamWorker {
         headers.insert(header::ERROR, error);
         headers.insert(header::ATTEMPTS, attempts.to_string());
         let published = async {
-            js.context
+            js.inner
+                .context
                 .publish_with_headers(
                     format!("{}{subject}", js.dead_stream()),
                     headers,
