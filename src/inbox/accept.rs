@@ -10,8 +10,8 @@ use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use tower_service::Service;
 
-use super::Inbox;
-use crate::Event;
+use super::{Accepted, Inbox};
+use crate::{metrics, Event};
 
 /// Stores each verified delivery and answers at once: 204 when stored (duplicates too),
 /// 503 + `Retry-After` when the database could not store it (the provider retries), 500
@@ -62,8 +62,13 @@ impl<B> Service<Request<B>> for Accept {
                 ));
             };
             Ok(match inbox.accept(&event).await {
-                Ok(_) => text(StatusCode::NO_CONTENT, ""),
+                Ok(Accepted::New) => text(StatusCode::NO_CONTENT, ""),
+                Ok(Accepted::Duplicate) => {
+                    metrics::duplicate(event.metrics());
+                    text(StatusCode::NO_CONTENT, "")
+                }
                 Err(_error) => {
+                    metrics::store_unavailable(event.metrics());
                     #[cfg(feature = "tracing")]
                     tracing::error!(target: "tower_webhook", "inbox could not store an event: {_error}");
                     text(StatusCode::SERVICE_UNAVAILABLE, "webhook store unavailable")

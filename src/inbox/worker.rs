@@ -12,6 +12,8 @@ use tokio::time::Instant;
 
 use super::backend::Outcome;
 use super::{Inbox, InboxEvent};
+use crate::metrics::{self, Attempt, Operation};
+use crate::span;
 use crate::store::{retry_until, Heartbeat, Lease, StoreError, Token};
 use crate::ConfigError;
 
@@ -226,15 +228,19 @@ impl Worker {
         full.mul_f64(0.5 + unit.clamp(0.0, 1.0) / 2.0)
     }
 
-    /// Starts the worker on the current Tokio runtime.
+    /// Starts the worker on the current Tokio runtime. With the `metrics` feature, it
+    /// also reads the inbox's [`counts`](Inbox::counts) every poll interval, which sets
+    /// the inbox's gauges.
     pub fn spawn(self) -> WorkerHandle {
         let (stop, stopped) = watch::channel(false);
         let listener = self.inbox.backend.listen(self.inbox.wake.clone());
+        let gauges = metrics::ENABLED.then(|| tokio::spawn(gauges(self.inbox.clone(), self.poll)));
         let task = tokio::spawn(self.run(stopped));
         WorkerHandle {
             stop,
             task,
             listener,
+            gauges,
         }
     }
 
@@ -260,6 +266,7 @@ impl Worker {
                     this.inbox
                         .backend
                         .claim(free, this.lease.length, token, this.max_attempts);
+                let claim = metrics::timed(Operation::InboxClaim, claim);
                 match claim.await {
                     // Answered so late that the lease may run out before the first
                     // renewal: leave the rows to their lease (they come back, counted)
@@ -277,10 +284,11 @@ impl Worker {
             for (event, token, claimed_at) in rows {
                 let permit = permits.clone().acquire_owned().await.expect("never closed");
                 let (worker, hurried) = (this.clone(), hurried.clone());
-                running.spawn(async move {
+                let span = span::attempt(&event);
+                running.spawn(span::instrument(span, async move {
                     let _permit = permit;
                     worker.process(event, token, claimed_at, hurried).await;
-                });
+                }));
             }
             if claimed == free && free > 0 {
                 continue; // there may be more due rows
@@ -314,12 +322,15 @@ impl Worker {
     ) {
         let (source, id, attempt) = (event.source.clone(), event.id.clone(), event.attempt);
         // Its own task: a panicking processor is a failed attempt, not a dead worker. The
-        // guard stops it too when this task is stopped (a simulated crash).
-        let mut task = AbortOnDrop(tokio::spawn(self.runner.run(event, token)));
+        // guard stops it too when this task is stopped (a simulated crash). In this
+        // attempt's span, so the processor's logs carry the event.
+        let run = span::instrument(span::current(), self.runner.run(event, token));
+        let mut task = AbortOnDrop(tokio::spawn(run));
         let heartbeat = Heartbeat::new(claimed_at, self.lease);
         let renew = || {
             let backend = &self.inbox.backend;
-            backend.renew(source.clone(), id.clone(), token, self.lease.length)
+            let renewal = backend.renew(source.clone(), id.clone(), token, self.lease.length);
+            metrics::timed(Operation::InboxRenew, renewal)
         };
         let joined = tokio::select! {
             biased;
@@ -342,11 +353,19 @@ impl Worker {
                 let abandoned =
                     self.finish_until(&source, &id, token, Outcome::Abandoned, lease_ends);
                 let _ = abandoned.await;
+                metrics::attempt(Attempt::Abandoned);
                 return;
             }
         };
         let outcome = match result {
-            Ok(Done::Recorded(held)) => return lease_report(held),
+            Ok(Done::Recorded(held)) => {
+                metrics::attempt(if held {
+                    Attempt::Processed
+                } else {
+                    Attempt::Lost
+                });
+                return lease_report(held);
+            }
             Ok(Done::Succeeded) => Outcome::Processed,
             Err(error) if attempt >= self.max_attempts => Outcome::Dead(error),
             Err(error) => Outcome::Retry(error, self.backoff(attempt)),
@@ -355,10 +374,21 @@ impl Worker {
         #[cfg(feature = "tracing")]
         let failure =
             matches!(outcome, Outcome::Retry(..) | Outcome::Dead(_)).then(|| outcome.clone());
-        match self
+        let counted = match outcome {
+            Outcome::Processed => Attempt::Processed,
+            Outcome::Retry(..) => Attempt::Retry,
+            Outcome::Dead(_) => Attempt::Dead,
+            Outcome::Abandoned => Attempt::Abandoned,
+        };
+        let finished = self
             .finish_until(&source, &id, token, outcome, lease_ends)
-            .await
-        {
+            .await;
+        // Fenced out or not heard: the row's next attempt is another's to count.
+        metrics::attempt(match finished {
+            Ok(true) => counted,
+            Ok(false) | Err(_) => Attempt::Lost,
+        });
+        match finished {
             Ok(held) => {
                 // Said once recorded: a fenced-out attempt's outcome is not the row's.
                 #[cfg(feature = "tracing")]
@@ -386,9 +416,11 @@ impl Worker {
     ) -> Result<bool, StoreError> {
         retry_until(lease_ends, || {
             let outcome = outcome.clone();
-            self.inbox
-                .backend
-                .finish(source.to_owned(), id.to_owned(), token, outcome)
+            let finish =
+                self.inbox
+                    .backend
+                    .finish(source.to_owned(), id.to_owned(), token, outcome);
+            metrics::timed(Operation::InboxFinish, finish)
         })
         .await
     }
@@ -409,6 +441,17 @@ fn log_failure(source: &str, id: &str, attempt: u32, outcome: &Outcome) {
             "inbox event failed for the last time, now dead (requeue it when fixed)"
         ),
         Outcome::Processed | Outcome::Abandoned => {}
+    }
+}
+
+/// Reads the inbox's counts every `every`, which sets its gauges (feature `metrics`); a
+/// failed read is tried again at the next tick.
+async fn gauges(inbox: Inbox, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let _ = inbox.counts().await;
     }
 }
 
@@ -454,6 +497,8 @@ pub struct WorkerHandle {
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
     listener: Option<tokio::task::JoinHandle<()>>,
+    /// Refreshes the inbox's gauges (feature `metrics`).
+    gauges: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl WorkerHandle {
@@ -463,8 +508,8 @@ impl WorkerHandle {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
-        if let Some(listener) = self.listener {
-            listener.abort();
+        for task in self.listener.into_iter().chain(self.gauges) {
+            task.abort();
         }
     }
 
@@ -472,8 +517,8 @@ impl WorkerHandle {
     /// lease runs out, the attempt counted.
     pub fn abort(self) {
         self.task.abort();
-        if let Some(listener) = self.listener {
-            listener.abort();
+        for task in self.listener.into_iter().chain(self.gauges) {
+            task.abort();
         }
     }
 }
