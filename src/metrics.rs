@@ -58,6 +58,8 @@
 //!     .build_recorder();
 //! let handle = recorder.handle();
 //! metrics::set_global_recorder(recorder)?; // before the layers serve a request
+//! // Without the exporter's own listener, call `handle.run_upkeep()` every few seconds
+//! // (it drains the histograms).
 //! let app: Router = Router::new().route("/metrics", get(move || async move { handle.render() }));
 //! # Ok(())
 //! # }
