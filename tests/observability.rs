@@ -6,8 +6,9 @@
 //! `DedupeLayer` — genuine, forged, stale, without headers, duplicates, one retry while
 //! the first attempt runs (409), one while the store is down (503), a handler that fails
 //! and one that panics — and every counter, histogram and label is checked against what
-//! was sent; likewise the inbox worker's attempts (processed, retry, dead, abandoned) and
-//! gauges (depth, dead rows, lag). A subscriber of the test's own reads the spans: the
+//! was sent; likewise `PgTxDedupeLayer`'s duplicates, handler outcomes and 503, and the
+//! inbox worker's attempts (processed, retry, dead, abandoned) and gauges (depth, dead
+//! rows, lag). A subscriber of the test's own reads the spans: the
 //! handler's and the processor's logs carry the event's source, id and type.
 
 mod common;
@@ -433,6 +434,67 @@ async fn per_tenant_deliveries_are_labelled_with_the_layers_source_not_each_tena
     let success = [("source", "stripe"), ("outcome", "success")];
     assert_eq!(r.counter(HANDLER, &success), 2);
     assert_eq!(r.label_sets(HANDLER), [labels(&success)]);
+}
+
+#[tokio::test]
+async fn pg_tx_dedupe_counts_duplicates_handler_outcomes_and_an_unreachable_database() {
+    let recorder = DebuggingRecorder::new();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let mut recorded = Recorded::new(&recorder);
+    let pool = sqlx::PgPool::connect(&common::fresh_pg_url().await)
+        .await
+        .unwrap();
+    let layer = tower_webhook::pg_tx::PgTxDedupeLayer::new(pool.clone())
+        .await
+        .unwrap();
+    let svc = ServiceBuilder::new()
+        .layer(VerifyWebhookLayer::new(verifier(
+            Scheme::standard(),
+            &[SECRET],
+        )))
+        .layer(layer)
+        .service(service_fn(|req: Request<Full<Bytes>>| async move {
+            let mut response = Response::new(Full::new(Bytes::new()));
+            match req.headers()["x-behave"].to_str().unwrap() {
+                "fail" => *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR,
+                "panic" => panic!("the handler panicked"),
+                _ => *response.status_mut() = StatusCode::NO_CONTENT,
+            }
+            Ok::<_, Infallible>(response)
+        }));
+    let svc = ServiceExt::<Request<Full<Bytes>>>::map_response(svc, |r| r.status());
+    let svc: Svc = tower::util::BoxCloneSyncService::new(svc);
+
+    assert_eq!(
+        send(&svc, delivery("msg_tx", SECRET, NOW, "ok")).await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        send(&svc, delivery("msg_tx", SECRET, NOW, "ok")).await,
+        StatusCode::NO_CONTENT
+    );
+    let failed = send(&svc, delivery("msg_tx_fail", SECRET, NOW, "fail")).await;
+    assert_eq!(failed, StatusCode::INTERNAL_SERVER_ERROR);
+    let panicked = tokio::spawn(send_owned(
+        svc.clone(),
+        delivery("msg_tx_panic", SECRET, NOW, "panic"),
+    ));
+    assert!(panicked.await.unwrap_err().is_panic());
+    pool.close().await; // the database out of reach: no transaction begins
+    let down = send(&svc, delivery("msg_tx_down", SECRET, NOW, "ok")).await;
+    assert_eq!(down, StatusCode::SERVICE_UNAVAILABLE);
+
+    let r = recorded.take();
+    let source = [("source", "standard")];
+    assert_eq!(r.counter(VERIFIED, &source), 5);
+    assert_eq!(r.counter(DUPLICATES, &source), 1);
+    assert_eq!(r.counter(UNAVAILABLE, &source), 1);
+    assert_eq!(r.counter(IN_FLIGHT, &source), 0);
+    let outcome = |o| r.counter(HANDLER, &[("source", "standard"), ("outcome", o)]);
+    assert_eq!(
+        (outcome("success"), outcome("failure"), outcome("panic")),
+        (1, 1, 1)
+    );
 }
 
 // ---- the inbox ----
