@@ -193,6 +193,28 @@ impl VerifyError {
     }
 }
 
+impl ErrorKind {
+    /// The kind's stable snake-case name: the `reason` label of the rejection metric
+    /// (see [`crate::metrics`]). A new kind needs a rejection slot there too (its test
+    /// lists every kind).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) const fn as_label(self) -> &'static str {
+        match self {
+            ErrorKind::MissingHeader => "missing_header",
+            ErrorKind::MalformedHeader => "malformed_header",
+            ErrorKind::InvalidSignature => "invalid_signature",
+            ErrorKind::TimestampTooOld => "timestamp_too_old",
+            ErrorKind::TimestampInFuture => "timestamp_in_future",
+            ErrorKind::BodyTooLarge => "body_too_large",
+            ErrorKind::BodyRead => "body_read",
+            ErrorKind::BodyTimeout => "body_timeout",
+            ErrorKind::Misconfigured => "misconfigured",
+            ErrorKind::UnknownTenant => "unknown_tenant",
+            ErrorKind::SecretsUnavailable => "secrets_unavailable",
+        }
+    }
+}
+
 impl fmt::Display for VerifyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.detail)

@@ -25,6 +25,8 @@ pub struct Event {
 
 struct Inner {
     source: Arc<str>,
+    /// The `source` label of metrics about this event (its verifier's).
+    metrics: crate::metrics::Source,
     header_id: Option<HeaderValue>,
     header_type: Option<HeaderValue>,
     id_field: Option<&'static str>,
@@ -45,6 +47,7 @@ struct Inner {
 
 pub(crate) struct Parts {
     pub(crate) source: Arc<str>,
+    pub(crate) metrics: crate::metrics::Source,
     // Header values share the request's buffer: no copy. Both were checked to be visible
     // ASCII, so `to_str` cannot fail on them.
     pub(crate) header_id: Option<HeaderValue>,
@@ -64,6 +67,7 @@ impl Event {
         Self {
             inner: Arc::new(Inner {
                 source: p.source,
+                metrics: p.metrics,
                 header_id: p.header_id,
                 header_type: p.header_type,
                 id_field: p.id_field,
@@ -86,6 +90,7 @@ impl Event {
     pub(crate) fn fetched(source: &str, id: HeaderValue, body: Bytes) -> Self {
         Self::new(Parts {
             source: Arc::from(source),
+            metrics: crate::metrics::Source::new(source),
             header_id: Some(id),
             header_type: None,
             id_field: None,
@@ -104,6 +109,11 @@ impl Event {
     #[must_use]
     pub fn source(&self) -> &str {
         &self.inner.source
+    }
+
+    /// The `source` label of metrics about this event.
+    pub(crate) fn metrics(&self) -> &crate::metrics::Source {
+        &self.inner.metrics
     }
 
     /// The provider's event id: from a header (`webhook-id`, `X-GitHub-Delivery`, …) or the
@@ -474,6 +484,7 @@ mod tests {
     fn event(body: &'static [u8], id_field: Option<&'static str>) -> Event {
         Event::new(Parts {
             source: "test".into(),
+            metrics: crate::metrics::Source::new("test"),
             header_id: None,
             header_type: None,
             id_field,

@@ -48,7 +48,12 @@
 //! - `axum`: [`Event`] as an axum extractor (depends on `axum-core` only).
 //! - `tracing`: rejections logged at `warn` with their reason, never a secret; store
 //!   errors at `error`; the inbox's failed attempts at `warn` and dead rows at `error`,
-//!   with the event id and the processor's error.
+//!   with the event id and the processor's error. Each delivery runs in a
+//!   `webhook.delivery` span (source, event id and type) and each inbox attempt in a
+//!   `webhook.process` span, so the handler's own logs say which event they are about.
+//! - `metrics`: counters, gauges and histograms through the `metrics` facade — deliveries
+//!   verified and rejected, duplicates, 409s, 503s, handler outcomes, store latency, the
+//!   inbox's attempts, depth and lag — for the exporter you install (see [`metrics`]).
 //!
 //! # Security
 //!
@@ -93,8 +98,10 @@ pub mod latest; // drop an event older than the last one applied to its object
 // What the path is configured with, and shared plumbing:
 mod body;
 mod error;
+pub mod metrics; // what is counted and timed (feature `metrics`): the names, in its docs
 pub mod scheme;
 mod secret;
+mod span; // the `tracing` spans of a delivery and of an inbox attempt
 mod timestamp;
 
 pub use dedupe::DedupeLayer;

@@ -70,7 +70,7 @@ use tower_service::Service;
 use crate::body::ResponseBody;
 use crate::dedupe::{Deduped, MISSING_EVENT};
 use crate::store::{Claim, Delivery, StoreError, Token};
-use crate::Event;
+use crate::{metrics, span, Event};
 
 /// The event's transaction, for the handler's own writes. Lock it, use `&mut **guard` as
 /// the executor, and let go before answering: the middleware commits it on a 2xx.
@@ -247,12 +247,13 @@ where
         // A clone, polled ready once the event's row is in (see `poll_ready`).
         let mut inner = self.inner.clone();
         let (pool, max_wait) = (self.pool.clone(), self.max_wait);
-        let delivery = req.extensions().get::<Event>().map(Delivery::from_event);
+        let event = req.extensions().get::<Event>();
+        let delivery = event.map(|e| (Delivery::from_event(e), e.metrics().clone()));
         // Its own task: a dropped request (the client hung up) neither rolls back nor
         // stops a handler that has started; its outcome is committed or rolled back as
-        // if the client had waited.
-        let task = tokio::spawn(async move {
-            let delivery = match delivery {
+        // if the client had waited. In the delivery's span, for the handler's logs.
+        let task = tokio::spawn(span::instrument(span::current(), async move {
+            let (delivery, source) = match delivery {
                 None => {
                     return Ok(ResponseBody::text(
                         StatusCode::INTERNAL_SERVER_ERROR,
@@ -264,6 +265,7 @@ where
             let unavailable = |_error: sqlx::Error| {
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", "webhook transaction failed: {_error}");
+                metrics::store_unavailable(&source);
                 Deduped::StoreUnavailable.response(Some(RETRY_AFTER_SECS))
             };
             let mut tx = match PgTx::begin(&pool).await {
@@ -293,7 +295,8 @@ where
             match crate::sql::postgres::done_in(&mut tx, &delivery, Token::new()).await {
                 // Waited `max_wait` for a concurrent attempt of this event: still running.
                 Err(e) if lock_not_available(&e) => {
-                    return Ok(Deduped::InFlight.response(Some(RETRY_AFTER_SECS)))
+                    metrics::in_flight(&source);
+                    return Ok(Deduped::InFlight.response(Some(RETRY_AFTER_SECS)));
                 }
                 Err(e) => return Ok(unavailable(e)),
                 Ok(Claim::New(_)) => {
@@ -307,14 +310,22 @@ where
                         }
                     }
                 }
-                Ok(Claim::Done) => return Ok(Deduped::Done.response(None)),
-                Ok(_) => return Ok(Deduped::InFlight.response(Some(RETRY_AFTER_SECS))),
+                Ok(Claim::Done) => {
+                    metrics::duplicate(&source);
+                    return Ok(Deduped::Done.response(None));
+                }
+                Ok(_) => {
+                    metrics::in_flight(&source);
+                    return Ok(Deduped::InFlight.response(Some(RETRY_AFTER_SECS)));
+                }
             }
             let shared = PgTx::new(tx);
             req.extensions_mut().insert(shared.clone());
             // Dropped on error or panic: the transaction rolls back with it.
             std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
-            let response = inner.call(req).await?;
+            let success =
+                |r: &Result<S::Response, S::Error>| matches!(r, Ok(r) if r.status().is_success());
+            let response = metrics::handled(&source, inner.call(req), success).await?;
             let Some(mut tx) = shared.into_inner() else {
                 // The handler kept the transaction (a task still holds it): never commit
                 // work that may still be running.
@@ -343,7 +354,7 @@ where
                 Ok(()) => Ok(response.map(ResponseBody::inner)),
                 Err(e) => Ok(unavailable(e)),
             }
-        });
+        }));
         Box::pin(async move {
             match task.await {
                 Ok(result) => result,

@@ -48,6 +48,8 @@ pub struct Verifier {
     tolerance: Tolerance,
     clock: Clock,
     source: Arc<str>,
+    /// The `source` label of its metrics (a tenant's verifier keeps its prototype's).
+    metrics: crate::metrics::Source,
     public_url: Option<PublicUrl>,
 }
 
@@ -98,6 +100,7 @@ impl Verifier {
             .map_or_else(Tolerance::default, |t| Tolerance { past: t, future: t });
         Self {
             source: Arc::from(scheme.name()),
+            metrics: crate::metrics::Source::new(scheme.name()),
             scheme,
             secrets,
             tolerance,
@@ -145,7 +148,20 @@ impl Verifier {
     #[must_use]
     pub fn with_source(mut self, source: impl AsRef<str>) -> Self {
         self.source = Arc::from(source.as_ref());
+        self.metrics = crate::metrics::Source::new(source.as_ref());
         self
+    }
+
+    /// This verifier, its events' source a tenant's (`stripe/acme`); its metrics keep
+    /// the prototype's label (`stripe`): tenants are too many to be labels.
+    pub(crate) fn with_tenant_source(mut self, source: &str) -> Self {
+        self.source = Arc::from(source);
+        self
+    }
+
+    /// The `source` label of this verifier's metrics.
+    pub(crate) fn metrics(&self) -> &crate::metrics::Source {
+        &self.metrics
     }
 
     /// Sets the URL the provider signs, for schemes that sign it (Twilio, Square,
@@ -320,6 +336,7 @@ impl Verifier {
         }
         Ok(Event::new(event::Parts {
             source: self.source.clone(),
+            metrics: self.metrics.clone(),
             header_id: checked.id.cloned(),
             header_type: checked.event_type.cloned(),
             id_field: match scheme.id {

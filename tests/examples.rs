@@ -139,6 +139,142 @@ async fn receiver_handles_signed_deliveries_once_each_and_refuses_forged_ones() 
     child.kill().await.unwrap();
 }
 
+/// The receiver's `GET /metrics`, read: each sample's value by its name and labels
+/// (`name{k="v",…}`, labels sorted), and the text itself.
+async fn scrape(url: &str) -> (Samples, String) {
+    let (status, body) = get(&url.replace("/webhooks", "/metrics")).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    let mut samples = Samples::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        let (name, labels) = match series.split_once('{') {
+            Some((name, labels)) => (name, labels.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        let mut labels: Vec<String> = labels
+            .split(',')
+            .filter(|l| !l.is_empty())
+            .map(|l| l.replace('"', ""))
+            .collect();
+        labels.sort();
+        let key = format!("{name}{{{}}}", labels.join(","));
+        samples.insert(key, value.parse().unwrap());
+    }
+    (samples, text)
+}
+
+type Samples = std::collections::HashMap<String, f64>;
+
+/// A sample's value; 0 when the series is absent (nothing counted yet).
+fn sample(samples: &Samples, series: &str) -> f64 {
+    samples.get(series).copied().unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn receiver_serves_metrics_that_count_what_was_sent() {
+    const SECRET: &str = "whsec_receiver_metrics_0123456789";
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-metrics-{}.db",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&db);
+    let (mut child, url, mut stdout) = start_receiver(
+        &db,
+        &[("WEBHOOK_SCHEME", "stripe"), ("WEBHOOK_SECRETS", SECRET)],
+    )
+    .await;
+    let deliver = |id: String, secret: &'static str| {
+        let url = url.clone();
+        async move {
+            let body = event_body(&id, "invoice.paid", "in_1");
+            let headers = signed_headers(&Scheme::stripe(), secret, "", &body);
+            post(&url, headers, body).await.unwrap().0
+        }
+    };
+    // 4 events, 3 of them delivered twice, and 2 forged deliveries.
+    for i in 0..4 {
+        let id = format!("evt_metrics_{i}");
+        assert_eq!(deliver(id.clone(), SECRET).await, StatusCode::NO_CONTENT);
+        assert_eq!(next_line(&mut stdout).await, Some(format!("handled {id}")));
+    }
+    for i in 0..3 {
+        let id = format!("evt_metrics_{i}");
+        assert_eq!(deliver(id, SECRET).await, StatusCode::NO_CONTENT);
+    }
+    for i in 0..2 {
+        let id = format!("evt_forged_{i}");
+        let status = deliver(id, "whsec_attacker_guess_0123456789").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+    }
+
+    let (samples, text) = scrape(&url).await;
+    let of = |series: &str| sample(&samples, series);
+    assert_eq!(
+        of("tower_webhook_deliveries_verified_total{source=stripe}"),
+        7.0,
+        "{text}"
+    );
+    assert_eq!(
+        of("tower_webhook_deliveries_rejected_total{reason=invalid_signature,source=stripe}"),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(
+        of("tower_webhook_duplicates_total{source=stripe}"),
+        3.0,
+        "{text}"
+    );
+    assert_eq!(
+        of("tower_webhook_handler_outcomes_total{outcome=success,source=stripe}"),
+        4.0,
+        "{text}"
+    );
+    // Histograms, with buckets: every checked body timed, every claim sent to SQLite.
+    assert_eq!(
+        of("tower_webhook_verification_duration_seconds_count{source=stripe}"),
+        9.0,
+        "{text}"
+    );
+    assert_eq!(
+        of("tower_webhook_store_operation_duration_seconds_count{operation=claim}"),
+        7.0,
+        "{text}"
+    );
+    assert_eq!(
+        of("tower_webhook_store_operation_duration_seconds_count{operation=complete}"),
+        4.0,
+        "{text}"
+    );
+    assert_eq!(
+        of("tower_webhook_store_operation_duration_seconds_bucket{le=+Inf,operation=claim}"),
+        7.0,
+        "{text}"
+    );
+    // Nothing else happened.
+    for series in [
+        "tower_webhook_in_flight_conflicts_total{source=stripe}",
+        "tower_webhook_store_unavailable_total{source=stripe}",
+        "tower_webhook_handler_outcomes_total{outcome=failure,source=stripe}",
+    ] {
+        assert_eq!(of(series), 0.0, "{series}: {text}");
+    }
+    // Described for whoever scrapes it.
+    for line in [
+        "# TYPE tower_webhook_deliveries_verified_total counter",
+        "# HELP tower_webhook_deliveries_verified_total Webhook deliveries whose signature and timestamp verified.",
+        "# TYPE tower_webhook_verification_duration_seconds histogram",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in {text}");
+    }
+    assert!(!text.contains("evt_metrics"), "no event id is a label");
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
 #[tokio::test]
 async fn receiver_in_inbox_mode_answers_at_once_and_its_worker_handles_each_event_once() {
     const SECRET: &str = "whsec_receiver_inbox_0123456789";
@@ -191,6 +327,40 @@ async fn receiver_in_inbox_mode_answers_at_once_and_its_worker_handles_each_even
             .await
             .is_err(),
         "a second line"
+    );
+    // Its metrics say the same: 10 verified, 5 of them duplicates, 1 forged, 5 attempts
+    // processed.
+    let (samples, text) = scrape(&url).await;
+    let of = |series: &str| sample(&samples, series);
+    assert_eq!(
+        of("tower_webhook_deliveries_verified_total{source=stripe}"),
+        10.0,
+        "{text}"
+    );
+    assert_eq!(
+        of("tower_webhook_duplicates_total{source=stripe}"),
+        5.0,
+        "{text}"
+    );
+    assert_eq!(
+        of("tower_webhook_deliveries_rejected_total{reason=invalid_signature,source=stripe}"),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        of("tower_webhook_inbox_attempts_total{outcome=processed}"),
+        5.0,
+        "{text}"
+    );
+    assert_eq!(
+        of("tower_webhook_store_operation_duration_seconds_count{operation=accept}"),
+        10.0,
+        "{text}"
+    );
+    // The worker's refresh serves the gauges too.
+    assert!(
+        text.lines().any(|l| l == "tower_webhook_inbox_dead_rows 0"),
+        "{text}"
     );
     child.kill().await.unwrap();
     let _ = std::fs::remove_file(&db);

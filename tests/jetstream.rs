@@ -344,7 +344,7 @@ async fn failures_retry_with_backoff_then_go_dead_with_their_error() {
         jetstream
             .counts()
             .await
-            .is_ok_and(|c| (c.processed, c.dead) == (2, 1))
+            .is_ok_and(|c| (c.processed, c.dead) == (1, 1))
     })
     .await;
     worker.shutdown().await;

@@ -11,6 +11,8 @@ use tower_service::Service;
 use super::layer::Config;
 use super::{ClaimLost, Deduped};
 use crate::body::ResponseBody;
+use crate::metrics;
+use crate::span;
 use crate::store::{hold, whole_seconds, ClaimGuard, Claimed, Delivery, Held, PendingClaim, Token};
 
 /// The handler's result and how its claim ended, from the task that ran it.
@@ -45,6 +47,7 @@ where
         claim: PendingClaim,
         request: Option<Request<B>>,
         inner: Option<S>,
+        source: metrics::Source,
     },
     /// Claimed: waiting for a place in the inner service (dropped here, the guard
     /// releases the claim: nothing has started).
@@ -52,6 +55,7 @@ where
         guard: Option<ClaimGuard>,
         request: Option<Request<B>>,
         inner: S,
+        source: metrics::Source,
     },
     Running {
         task: JoinHandle<Finished<S, B>>,
@@ -72,6 +76,11 @@ where
         inner: S,
         config: Arc<Config>,
     ) -> Self {
+        // The verifier's label; a key of `with_key`'s is labelled with its own source.
+        let source = match delivery.event() {
+            Some(event) => event.metrics().clone(),
+            None => metrics::Source::new(delivery.source()),
+        };
         let claim = PendingClaim::new(
             config.store.clone(),
             delivery,
@@ -83,6 +92,7 @@ where
                 claim,
                 request: Some(request),
                 inner: Some(inner),
+                source,
             },
             config: Some(config),
         }
@@ -117,6 +127,7 @@ where
                     claim,
                     request,
                     inner,
+                    source,
                 } => {
                     let config = this.config.as_ref().expect("claiming has a config");
                     match ready!(Pin::new(claim).poll(cx)) {
@@ -124,15 +135,19 @@ where
                             guard: Some(guard),
                             request: request.take(),
                             inner: inner.take().expect("claimed once"),
+                            source: source.clone(),
                         },
                         Claimed::Done => {
+                            metrics::duplicate(source);
                             return Poll::Ready(Ok(Deduped::Done.response(None)));
                         }
                         Claimed::InFlight(retry_after) => {
+                            metrics::in_flight(source);
                             let secs = whole_seconds(retry_after).as_secs();
                             return Poll::Ready(Ok(Deduped::InFlight.response(Some(secs))));
                         }
                         Claimed::Failed(error) => {
+                            metrics::store_unavailable(source);
                             log_store_error("claim", &error);
                             let secs = whole_seconds(config.unavailable_retry_after).as_secs();
                             return Poll::Ready(Ok(Deduped::StoreUnavailable.response(Some(secs))));
@@ -143,6 +158,7 @@ where
                     guard,
                     request,
                     inner,
+                    source,
                 } => {
                     if let Err(error) = ready!(inner.poll_ready(cx)) {
                         drop(guard.take()); // nothing started: the claim goes back
@@ -154,13 +170,18 @@ where
                     // first renewal: give the claim back rather than run beside a takeover.
                     if guard.sent().elapsed() >= config.lease.length * 2 / 3 {
                         drop(guard); // released in the background
+                        metrics::in_flight(source);
                         let secs = whole_seconds(config.lease.length).as_secs();
                         return Poll::Ready(Ok(Deduped::InFlight.response(Some(secs))));
                     }
                     let future = inner.call(request.take().expect("called once"));
                     let success = |r: &Result<Response<ResBody>, S::Error>| matches!(r, Ok(r) if r.status().is_success());
-                    // Its own task: a dropped request does not stop work that started.
-                    let task = tokio::spawn(hold(guard, config.lease, future, success));
+                    // Counted as it ends, even when nobody waits for its response.
+                    let future = metrics::handled(source, future, success);
+                    // Its own task: a dropped request does not stop work that started. In
+                    // the delivery's span, so the handler's logs carry the event.
+                    let work = hold(guard, config.lease, future, success);
+                    let task = tokio::spawn(span::instrument(span::current(), work));
                     State::Running { task }
                 }
                 State::Running { task } => {
@@ -169,7 +190,8 @@ where
                         // The handler panicked (its claim was released as it unwound):
                         // the panic goes on to whoever catches panics outside.
                         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                        // The runtime is shutting down: the lease frees the claim.
+                        // The runtime is shutting down: the lease frees the claim. (Not counted
+                        // as the store's: the store did nothing wrong.)
                         Err(_) => {
                             return Poll::Ready(Ok(Deduped::StoreUnavailable.response(Some(1))))
                         }

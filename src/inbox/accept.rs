@@ -14,7 +14,7 @@ use tower_service::Service;
 
 use super::Accepted;
 use crate::store::StoreError;
-use crate::Event;
+use crate::{metrics, Event};
 
 /// Where [`Accept`] stores a delivery: an [`Inbox`](super::Inbox), or JetStream.
 pub(crate) trait Destination: Send + Sync + 'static {
@@ -79,8 +79,13 @@ impl<B> Service<Request<B>> for Accept {
                 ));
             };
             Ok(match into.accept(&event).await {
-                Ok(_) => text(StatusCode::NO_CONTENT, ""),
+                Ok(Accepted::New) => text(StatusCode::NO_CONTENT, ""),
+                Ok(Accepted::Duplicate) => {
+                    metrics::duplicate(event.metrics());
+                    text(StatusCode::NO_CONTENT, "")
+                }
                 Err(_error) => {
+                    metrics::store_unavailable(event.metrics());
                     #[cfg(feature = "tracing")]
                     tracing::error!(target: "tower_webhook", "inbox could not store an event: {_error}");
                     text(StatusCode::SERVICE_UNAVAILABLE, "webhook store unavailable")

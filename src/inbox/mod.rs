@@ -61,6 +61,8 @@ pub use self::transactional::TxProcessor;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::worker::Worker;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
+use crate::metrics::{self, Operation};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::store::{Retention, StoreError};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::Event;
@@ -238,7 +240,7 @@ impl Inbox {
     ///
     /// When the event has no id, or the database could not store it.
     pub async fn accept(&self, event: &Event) -> Result<Accepted, StoreError> {
-        let accepted = self.backend.accept(event).await?;
+        let accepted = metrics::timed(Operation::Accept, self.backend.accept(event)).await?;
         if accepted == Accepted::New {
             self.wake.notify_waiters();
         }
@@ -323,13 +325,24 @@ impl Inbox {
         self.backend.prune(older_than, true).await
     }
 
-    /// How many rows are in each state.
+    /// How many rows are in each state. With the `metrics` feature, this also sets the
+    /// inbox's gauges (depth, dead rows, lag: see [`crate::metrics`]); a running
+    /// [`Worker`] calls it every poll interval for them.
     ///
     /// # Errors
     ///
     /// When the database fails.
     pub async fn counts(&self) -> Result<Counts, StoreError> {
-        self.backend.counts().await
+        let counts = metrics::timed(Operation::InboxCounts, self.backend.counts()).await?;
+        let Counts {
+            queued,
+            processing,
+            dead,
+            oldest_due,
+            ..
+        } = counts;
+        metrics::inbox_gauges(queued, processing, dead, oldest_due);
+        Ok(counts)
     }
 }
 

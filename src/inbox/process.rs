@@ -60,15 +60,16 @@ fn backoff_with(first: Duration, cap: Duration, attempt: u32, unit: f64) -> Dura
 pub struct WorkerHandle {
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
-    /// A task beside the worker's own (PostgreSQL's `LISTEN`), stopped with it.
-    listener: Option<tokio::task::JoinHandle<()>>,
+    /// Tasks beside the worker's own (PostgreSQL's `LISTEN`, the gauges' refresh),
+    /// stopped with it.
+    beside: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl WorkerHandle {
     /// Starts `run` on the current Tokio runtime, told through its receiver when to stop.
     pub(crate) fn spawn<F>(
         run: impl FnOnce(watch::Receiver<bool>) -> F,
-        listener: Option<tokio::task::JoinHandle<()>>,
+        beside: Vec<tokio::task::JoinHandle<()>>,
     ) -> Self
     where
         F: Future<Output = ()> + Send + 'static,
@@ -77,7 +78,7 @@ impl WorkerHandle {
         Self {
             stop,
             task: tokio::spawn(run(stopped)),
-            listener,
+            beside,
         }
     }
 
@@ -87,8 +88,8 @@ impl WorkerHandle {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
-        if let Some(listener) = self.listener {
-            listener.abort();
+        for task in self.beside {
+            task.abort();
         }
     }
 
@@ -96,8 +97,8 @@ impl WorkerHandle {
     /// lease runs out, the attempt counted.
     pub fn abort(self) {
         self.task.abort();
-        if let Some(listener) = self.listener {
-            listener.abort();
+        for task in self.beside {
+            task.abort();
         }
     }
 }

@@ -13,6 +13,8 @@ use tokio::time::Instant;
 use super::backend::Outcome;
 use super::process::{hurry_up, AbortOnDrop, WorkerHandle};
 use super::{Inbox, InboxEvent, Processor};
+use crate::metrics::{self, Attempt, Operation};
+use crate::span;
 use crate::store::{retry_until, Heartbeat, Lease, StoreError, Token};
 use crate::ConfigError;
 
@@ -189,10 +191,14 @@ impl Worker {
         super::process::backoff(first, cap, attempt)
     }
 
-    /// Starts the worker on the current Tokio runtime.
+    /// Starts the worker on the current Tokio runtime. With the `metrics` feature, it
+    /// also reads the inbox's [`counts`](Inbox::counts) every poll interval, which sets
+    /// the inbox's gauges.
     pub fn spawn(self) -> WorkerHandle {
         let listener = self.inbox.backend.listen(self.inbox.wake.clone());
-        WorkerHandle::spawn(|stopped| self.run(stopped), listener)
+        let gauges = metrics::ENABLED.then(|| tokio::spawn(gauges(self.inbox.clone(), self.poll)));
+        let beside = listener.into_iter().chain(gauges).collect();
+        WorkerHandle::spawn(|stopped| self.run(stopped), beside)
     }
 
     async fn run(self, mut stopped: watch::Receiver<bool>) {
@@ -217,6 +223,7 @@ impl Worker {
                     this.inbox
                         .backend
                         .claim(free, this.lease.length, token, this.max_attempts);
+                let claim = metrics::timed(Operation::InboxClaim, claim);
                 match claim.await {
                     // Answered so late that the lease may run out before the first
                     // renewal: leave the rows to their lease (they come back, counted)
@@ -234,10 +241,11 @@ impl Worker {
             for (event, token, claimed_at) in rows {
                 let permit = permits.clone().acquire_owned().await.expect("never closed");
                 let (worker, hurried) = (this.clone(), hurried.clone());
-                running.spawn(async move {
+                let span = span::attempt(&event);
+                running.spawn(span::instrument(span, async move {
                     let _permit = permit;
                     worker.process(event, token, claimed_at, hurried).await;
-                });
+                }));
             }
             if claimed == free && free > 0 {
                 continue; // there may be more due rows
@@ -271,12 +279,15 @@ impl Worker {
     ) {
         let (source, id, attempt) = (event.source.clone(), event.id.clone(), event.attempt);
         // Its own task: a panicking processor is a failed attempt, not a dead worker. The
-        // guard stops it too when this task is stopped (a simulated crash).
-        let mut task = AbortOnDrop(tokio::spawn(self.runner.run(event, token)));
+        // guard stops it too when this task is stopped (a simulated crash). In this
+        // attempt's span, so the processor's logs carry the event.
+        let run = span::instrument(span::current(), self.runner.run(event, token));
+        let mut task = AbortOnDrop(tokio::spawn(run));
         let heartbeat = Heartbeat::new(claimed_at, self.lease);
         let renew = || {
             let backend = &self.inbox.backend;
-            backend.renew(source.clone(), id.clone(), token, self.lease.length)
+            let renewal = backend.renew(source.clone(), id.clone(), token, self.lease.length);
+            metrics::timed(Operation::InboxRenew, renewal)
         };
         let joined = tokio::select! {
             biased;
@@ -299,11 +310,19 @@ impl Worker {
                 let abandoned =
                     self.finish_until(&source, &id, token, Outcome::Abandoned, lease_ends);
                 let _ = abandoned.await;
+                metrics::attempt(Attempt::Abandoned);
                 return;
             }
         };
         let outcome = match result {
-            Ok(Done::Recorded(held)) => return lease_report(held),
+            Ok(Done::Recorded(held)) => {
+                metrics::attempt(if held {
+                    Attempt::Processed
+                } else {
+                    Attempt::Lost
+                });
+                return lease_report(held);
+            }
             Ok(Done::Succeeded) => Outcome::Processed,
             Err(error) if attempt >= self.max_attempts => Outcome::Dead(error),
             Err(error) => Outcome::Retry(error, self.backoff(attempt)),
@@ -312,10 +331,21 @@ impl Worker {
         #[cfg(feature = "tracing")]
         let failure =
             matches!(outcome, Outcome::Retry(..) | Outcome::Dead(_)).then(|| outcome.clone());
-        match self
+        let counted = match outcome {
+            Outcome::Processed => Attempt::Processed,
+            Outcome::Retry(..) => Attempt::Retry,
+            Outcome::Dead(_) => Attempt::Dead,
+            Outcome::Abandoned => Attempt::Abandoned,
+        };
+        let finished = self
             .finish_until(&source, &id, token, outcome, lease_ends)
-            .await
-        {
+            .await;
+        // Fenced out or not heard: the row's next attempt is another's to count.
+        metrics::attempt(match finished {
+            Ok(true) => counted,
+            Ok(false) | Err(_) => Attempt::Lost,
+        });
+        match finished {
             Ok(held) => {
                 // Said once recorded: a fenced-out attempt's outcome is not the row's.
                 #[cfg(feature = "tracing")]
@@ -343,9 +373,11 @@ impl Worker {
     ) -> Result<bool, StoreError> {
         retry_until(lease_ends, || {
             let outcome = outcome.clone();
-            self.inbox
-                .backend
-                .finish(source.to_owned(), id.to_owned(), token, outcome)
+            let finish =
+                self.inbox
+                    .backend
+                    .finish(source.to_owned(), id.to_owned(), token, outcome);
+            metrics::timed(Operation::InboxFinish, finish)
         })
         .await
     }
@@ -366,6 +398,17 @@ fn log_failure(source: &str, id: &str, attempt: u32, outcome: &Outcome) {
             "inbox event failed for the last time, now dead (requeue it when fixed)"
         ),
         Outcome::Processed | Outcome::Abandoned => {}
+    }
+}
+
+/// Reads the inbox's counts every `every`, which sets its gauges (feature `metrics`); a
+/// failed read is tried again at the next tick.
+async fn gauges(inbox: Inbox, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let _ = inbox.counts().await;
     }
 }
 

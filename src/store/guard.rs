@@ -8,6 +8,7 @@ use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use super::{Claim, Completed, DedupeStore, Delivery, Renewed, StoreError, StoreFuture, Token};
+use crate::metrics::{self, Operation};
 
 /// A claim this attempt holds, or has asked for. Dropped before an outcome — the work
 /// panicked, or the future running it (or still claiming) was dropped — it releases the
@@ -51,15 +52,24 @@ impl ClaimGuard {
     }
 
     /// Extends the claim to `lease` from now (fenced on the token).
-    pub(crate) fn renew(&self, lease: Duration) -> StoreFuture<Renewed> {
+    pub(crate) fn renew(
+        &self,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Renewed, StoreError>> {
         let delivery = self.delivery.clone().expect("renewed before its outcome");
-        self.store.renew(delivery, self.token, lease)
+        metrics::timed(
+            Operation::Renew,
+            self.store.renew(delivery, self.token, lease),
+        )
     }
 
     /// Marks the key done (fenced on the token).
-    pub(crate) fn complete(mut self) -> StoreFuture<Completed> {
+    pub(crate) fn complete(mut self) -> impl Future<Output = Result<Completed, StoreError>> {
         let delivery = self.delivery.take().expect("one outcome per claim");
-        self.store.complete(delivery, self.token)
+        metrics::timed(
+            Operation::Complete,
+            self.store.complete(delivery, self.token),
+        )
     }
 
     /// Gives the claim up so the next attempt runs. One try is awaited (so a retry that
@@ -75,7 +85,8 @@ impl ClaimGuard {
     pub(crate) async fn release_until(mut self, lease_ends: Instant) {
         let delivery = self.delivery.take().expect("one outcome per claim");
         let (store, token) = (self.store.clone(), self.token);
-        if store.release(delivery.clone(), token).await.is_err() {
+        let release = store.release(delivery.clone(), token);
+        if metrics::timed(Operation::Release, release).await.is_err() {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(release_while_leased(store, delivery, token, lease_ends));
             }
@@ -159,6 +170,7 @@ impl Future for PendingClaim {
             .claim
             .get_or_insert_with(|| this.store.claim(delivery.clone(), this.token, this.lease));
         let outcome = ready!(claim.as_mut().poll(cx));
+        metrics::store_operation(Operation::Claim, metrics::Timer::since(sent));
         this.claim = None;
         let delivery = this.delivery.take().expect("answered once");
         let guard = || ClaimGuard::new(this.store.clone(), delivery, this.token, sent, this.lease);
@@ -214,5 +226,6 @@ async fn release_while_leased(
     lease_ends: Instant,
 ) {
     let until = tokio::time::Instant::from_std(lease_ends);
-    let _ = super::retry_until(until, || store.release(delivery.clone(), token)).await;
+    let release = || metrics::timed(Operation::Release, store.release(delivery.clone(), token));
+    let _ = super::retry_until(until, release).await;
 }

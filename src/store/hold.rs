@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{ClaimGuard, Completed, Renewed, StoreError};
+use crate::metrics::{self, Operation};
 use crate::ConfigError;
 
 /// How long a claim holds, and for how long a running attempt keeps renewing it.
@@ -170,7 +171,7 @@ pub(crate) async fn hold<F: Future>(
     }
     let (store, delivery, token) = guard.into_parts();
     let complete = retry_until(heartbeat.lease_ends(), || {
-        store.complete(delivery.clone(), token)
+        metrics::timed(Operation::Complete, store.complete(delivery.clone(), token))
     });
     let held = match complete.await {
         Ok(Completed::Done) => Held::Done,

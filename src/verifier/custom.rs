@@ -107,6 +107,7 @@ impl Verifier {
     fn event(&self, body: Bytes, timestamp: Option<i64>, secret_index: usize) -> event::Parts {
         event::Parts {
             source: self.source.clone(),
+            metrics: self.metrics.clone(),
             header_id: None,
             header_type: None,
             id_field: None,

@@ -16,7 +16,8 @@ use super::layer::Config;
 use super::response::reject;
 use crate::body::ResponseBody;
 use crate::error::{ErrorKind, VerifyError};
-use crate::Verifier;
+use crate::span::{self, Span};
+use crate::{metrics, Verifier};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -40,6 +41,8 @@ pin_project! {
         #[pin]
         state: State<S, B>,
         config: Arc<Config>,
+        // The delivery's, entered while it is polled (feature `tracing`).
+        span: Span,
     }
 }
 
@@ -94,6 +97,7 @@ where
         parts: request::Parts,
         inner: S,
         config: Arc<Config>,
+        span: Span,
     ) -> Self {
         Self {
             state: State::Collect {
@@ -103,6 +107,7 @@ where
                 inner: Some(inner),
             },
             config,
+            span,
         }
     }
 
@@ -113,6 +118,7 @@ where
                 response: Some(response),
             },
             config,
+            span: span::none(),
         }
     }
 
@@ -120,6 +126,7 @@ where
         Self {
             state: State::Reject { error: Some(error) },
             config,
+            span: span::none(),
         }
     }
 }
@@ -132,115 +139,129 @@ where
 {
     type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        loop {
-            let this = self.as_mut().project();
-            match this.state.project() {
-                StateProj::Collect {
-                    collect,
-                    timeout,
-                    parts,
-                    inner,
-                } => {
-                    let collected = match collect.poll(cx) {
-                        Poll::Ready(collected) => collected,
-                        Poll::Pending => {
-                            ready!(timeout.poll(cx));
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let _entered = span::enter(this.span);
+        poll_state(this.state, this.config, this.span, cx)
+    }
+}
+
+/// The state machine of [`ResponseFuture`], polled inside the delivery's span.
+fn poll_state<S, B, ResBody>(
+    mut state: Pin<&mut State<S, B>>,
+    config: &Arc<Config>,
+    span: &Span,
+    cx: &mut Context<'_>,
+) -> Poll<Result<Response<ResponseBody<ResBody>>, S::Error>>
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<ResBody>>,
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    loop {
+        match state.as_mut().project() {
+            StateProj::Collect {
+                collect,
+                timeout,
+                parts,
+                inner,
+            } => {
+                let collected = match collect.poll(cx) {
+                    Poll::Ready(collected) => collected,
+                    Poll::Pending => {
+                        ready!(timeout.poll(cx));
+                        let error = VerifyError::new(
+                            ErrorKind::BodyTimeout,
+                            "body not received within the read timeout",
+                        );
+                        return Poll::Ready(Ok(reject(config, error)));
+                    }
+                };
+                let bytes = match collected {
+                    Ok(bytes) => bytes,
+                    Err(err) => {
+                        let error = match err {
+                            CollectError::TooLarge => {
+                                VerifyError::new(ErrorKind::BodyTooLarge, "body is over the limit")
+                            }
+                            CollectError::Read => {
+                                VerifyError::new(ErrorKind::BodyRead, "body could not be read")
+                            }
+                        };
+                        return Poll::Ready(Ok(reject(config, error)));
+                    }
+                };
+                let parts = parts.take().expect("polled after completion");
+                let inner = inner.take().expect("polled after completion");
+                let next = match (&config.certificates, &config.tenants) {
+                    (Some(certificates), _) => match certificates.url(&parts.headers, &bytes) {
+                        Ok(url) => Next::State(Box::new(State::Lookup {
+                            future: certificates.verifier(url),
+                            delivery: Some((parts, bytes, inner)),
+                        })),
+                        Err(error) => Next::Reject(error),
+                    },
+                    (None, None) => verify(config, &config.verifier, span, parts, bytes, inner),
+                    (None, Some(tenants)) => {
+                        let tenant = tenants.from().read(&parts.uri, &parts.headers, &bytes);
+                        let Some(tenant) = tenant else {
                             let error = VerifyError::new(
-                                ErrorKind::BodyTimeout,
-                                "body not received within the read timeout",
+                                ErrorKind::UnknownTenant,
+                                "the request names no tenant",
                             );
-                            return Poll::Ready(Ok(reject(this.config, error)));
-                        }
-                    };
-                    let bytes = match collected {
-                        Ok(bytes) => bytes,
-                        Err(err) => {
-                            let error = match err {
-                                CollectError::TooLarge => VerifyError::new(
-                                    ErrorKind::BodyTooLarge,
-                                    "body is over the limit",
-                                ),
-                                CollectError::Read => {
-                                    VerifyError::new(ErrorKind::BodyRead, "body could not be read")
-                                }
-                            };
-                            return Poll::Ready(Ok(reject(this.config, error)));
-                        }
-                    };
-                    let parts = parts.take().expect("polled after completion");
-                    let inner = inner.take().expect("polled after completion");
-                    let config = &**this.config;
-                    let next = match (&config.certificates, &config.tenants) {
-                        (Some(certificates), _) => match certificates.url(&parts.headers, &bytes) {
-                            Ok(url) => Next::State(Box::new(State::Lookup {
-                                future: certificates.verifier(url),
-                                delivery: Some((parts, bytes, inner)),
-                            })),
-                            Err(error) => Next::Reject(error),
-                        },
-                        (None, None) => verify(config, &config.verifier, parts, bytes, inner),
-                        (None, Some(tenants)) => {
-                            let tenant = tenants.from().read(&parts.uri, &parts.headers, &bytes);
-                            let Some(tenant) = tenant else {
-                                let error = VerifyError::new(
-                                    ErrorKind::UnknownTenant,
-                                    "the request names no tenant",
-                                );
-                                return Poll::Ready(Ok(reject(this.config, error)));
-                            };
-                            let future = tenants.verifier(tenant);
-                            Next::State(Box::new(State::Lookup {
-                                future,
-                                delivery: Some((parts, bytes, inner)),
-                            }))
-                        }
-                    };
-                    match next {
-                        Next::State(state) => self.as_mut().project().state.set(*state),
-                        Next::Answer(answer) => {
-                            return Poll::Ready(Ok(answer.map(ResponseBody::fixed)))
-                        }
-                        Next::Reject(error) => return Poll::Ready(Ok(reject(this.config, error))),
+                            return Poll::Ready(Ok(reject(config, error)));
+                        };
+                        let future = tenants.verifier(tenant);
+                        Next::State(Box::new(State::Lookup {
+                            future,
+                            delivery: Some((parts, bytes, inner)),
+                        }))
                     }
-                }
-                StateProj::Lookup { future, delivery } => {
-                    let verifier = match ready!(future.as_mut().poll(cx)) {
-                        Ok(verifier) => verifier,
-                        Err(error) => return Poll::Ready(Ok(reject(this.config, error))),
-                    };
-                    let (parts, bytes, inner) = delivery.take().expect("polled after completion");
-                    match verify(this.config, &verifier, parts, bytes, inner) {
-                        Next::State(state) => self.as_mut().project().state.set(*state),
-                        Next::Answer(answer) => {
-                            return Poll::Ready(Ok(answer.map(ResponseBody::fixed)))
-                        }
-                        Next::Reject(error) => return Poll::Ready(Ok(reject(this.config, error))),
+                };
+                match next {
+                    Next::State(next) => state.set(*next),
+                    Next::Answer(answer) => {
+                        return Poll::Ready(Ok(answer.map(ResponseBody::fixed)))
                     }
+                    Next::Reject(error) => return Poll::Ready(Ok(reject(config, error))),
                 }
-                StateProj::Ready { inner, request } => {
-                    // Verified: now, and only now, a place in the inner service.
-                    ready!(inner.poll_ready(cx))?;
-                    let future = inner.call(request.take().expect("called once"));
-                    self.as_mut().project().state.set(State::Call { future });
+            }
+            StateProj::Lookup { future, delivery } => {
+                let verifier = match ready!(future.as_mut().poll(cx)) {
+                    Ok(verifier) => verifier,
+                    Err(error) => return Poll::Ready(Ok(reject(config, error))),
+                };
+                let (parts, bytes, inner) = delivery.take().expect("polled after completion");
+                match verify(config, &verifier, span, parts, bytes, inner) {
+                    Next::State(next) => state.set(*next),
+                    Next::Answer(answer) => {
+                        return Poll::Ready(Ok(answer.map(ResponseBody::fixed)))
+                    }
+                    Next::Reject(error) => return Poll::Ready(Ok(reject(config, error))),
                 }
-                StateProj::Call { future } => {
-                    return future.poll(cx).map_ok(|res| res.map(ResponseBody::inner));
-                }
-                StateProj::Answer { response } => {
-                    let response = response.take().expect("polled after completion");
-                    return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
-                }
-                StateProj::Answering { future } => {
-                    return Poll::Ready(Ok(match ready!(future.as_mut().poll(cx)) {
-                        Ok(response) => response.map(ResponseBody::fixed),
-                        Err(error) => reject(this.config, error),
-                    }));
-                }
-                StateProj::Reject { error } => {
-                    let error = error.take().expect("polled after completion");
-                    return Poll::Ready(Ok(reject(this.config, error)));
-                }
+            }
+            StateProj::Ready { inner, request } => {
+                // Verified: now, and only now, a place in the inner service.
+                ready!(inner.poll_ready(cx))?;
+                let future = inner.call(request.take().expect("called once"));
+                state.set(State::Call { future });
+            }
+            StateProj::Call { future } => {
+                return future.poll(cx).map_ok(|res| res.map(ResponseBody::inner));
+            }
+            StateProj::Answer { response } => {
+                let response = response.take().expect("polled after completion");
+                return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
+            }
+            StateProj::Answering { future } => {
+                return Poll::Ready(Ok(match ready!(future.as_mut().poll(cx)) {
+                    Ok(response) => response.map(ResponseBody::fixed),
+                    Err(error) => reject(config, error),
+                }));
+            }
+            StateProj::Reject { error } => {
+                let error = error.take().expect("polled after completion");
+                return Poll::Ready(Ok(reject(config, error)));
             }
         }
     }
@@ -263,6 +284,7 @@ where
 fn verify<S, B>(
     config: &Config,
     verifier: &Verifier,
+    span: &Span,
     parts: request::Parts,
     bytes: Bytes,
     inner: S,
@@ -273,10 +295,15 @@ where
     B::Error: Into<BoxError>,
 {
     // `Bytes` clones share one buffer: the event and the body are the same bytes.
+    let started = metrics::Timer::start();
     let verified =
         verifier.verify_request(&parts.method, &parts.uri, &parts.headers, bytes.clone());
+    // Labelled with the layer's source: a tenant's verifier keeps its prototype's label.
+    metrics::verification(config.verifier.metrics(), started);
     match verified {
         Ok(event) => {
+            metrics::verified(config.verifier.metrics());
+            span::verified(span, &event);
             // A set-up handshake is the layer's to answer, not the handler's.
             if let Some(answer) = handshake::after(verifier, &event) {
                 return Next::Answer(answer);

@@ -2,15 +2,17 @@ use http::Response;
 
 use super::layer::Config;
 use crate::body::ResponseBody;
-use crate::VerifyError;
+use crate::{metrics, VerifyError};
 
 /// The rejection response: the user's, or a short fixed text; the error rides in the
-/// extensions either way, and goes to `tracing`.
+/// extensions either way, goes to `tracing`, and is counted by its kind. Every rejection
+/// of the layer comes through here.
 pub(super) fn reject<B>(config: &Config, error: VerifyError) -> Response<ResponseBody<B>> {
     let error = match config.verifier.scheme().unauthorized {
         true => error.unauthorized(),
         false => error,
     };
+    metrics::rejected(config.verifier.metrics(), error.kind());
     #[cfg(feature = "tracing")]
     tracing::warn!(
         target: "tower_webhook",

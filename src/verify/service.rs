@@ -13,6 +13,7 @@ use super::handshake;
 use super::layer::Config;
 use crate::body::ResponseBody;
 use crate::error::{ErrorKind, VerifyError};
+use crate::span;
 
 /// Middleware that verifies webhook deliveries. See the [module docs](crate::verify).
 ///
@@ -98,11 +99,15 @@ where
         // A clone, polled ready in the future once the delivery is verified.
         let inner = self.inner.clone();
         let (parts, body) = req.into_parts();
+        // Its span from here on: the body, the check, the inner service (spans are for
+        // deliveries that got this far; refusals above are logged with their own fields).
+        let span = span::delivery(self.config.verifier.source());
         ResponseFuture::collect(
             CollectBody::new(body, max),
             parts,
             inner,
             self.config.clone(),
+            span,
         )
     }
 }

@@ -286,7 +286,7 @@ impl Tenants {
         self.inner
             .prototype
             .with_secret_list(secrets)
-            .map(|v| v.with_source(source))
+            .map(|v| v.with_tenant_source(&source))
             .map_err(|_: ConfigError| {
                 // The source's data is wrong, not the sender: say so without the secret.
                 #[cfg(feature = "tracing")]

@@ -38,6 +38,10 @@
 //! | an effect outside the store | at least once (`Once` makes it once) | at least once (`Once` makes it once) |
 //! | effects in the store, exactly once | `Worker::transactional` | no: an acknowledgement cannot commit with another database |
 //!
+//! TLS to NATS (`tls://` URLs) needs a rustls crypto provider, which this crate leaves to
+//! the application (two providers in one build make rustls refuse to pick): turn on
+//! `async-nats`'s `ring` or `aws-lc-rs` feature, or install one at start-up.
+//!
 //! [`DedupeLayer`]: crate::DedupeLayer
 //! [`accept_service`]: JetStream::accept_service
 //!
@@ -81,6 +85,7 @@ use async_nats::HeaderMap;
 pub use self::worker::JetStreamWorker;
 use super::accept::{Accept, Destination};
 use super::{Accepted, Counts, InboxEvent};
+use crate::metrics::{self, Operation};
 use crate::store::StoreError;
 use crate::Event;
 
@@ -179,14 +184,16 @@ impl JetStream {
     /// event may or may not be stored (publishing it again is harmless).
     pub async fn accept(&self, event: &Event) -> Result<Accepted, StoreError> {
         let (subject, headers) = message(&self.inner.stream, event);
-        let ack = self
-            .inner
-            .context
-            .publish_with_headers(subject, headers, event.body().clone())
-            .await
-            .map_err(|e| StoreError::new("jetstream publish", e))?
-            .await
-            .map_err(|e| StoreError::new("jetstream publish", e))?;
+        let publish = async {
+            self.inner
+                .context
+                .publish_with_headers(subject, headers, event.body().clone())
+                .await
+                .map_err(|e| StoreError::new("jetstream publish", e))?
+                .await
+                .map_err(|e| StoreError::new("jetstream publish", e))
+        };
+        let ack = metrics::timed(Operation::Accept, publish).await?;
         Ok(if ack.duplicate {
             Accepted::Duplicate
         } else {
@@ -204,14 +211,27 @@ impl JetStream {
 
     /// The workers' consumer and the dead stream, counted: `queued` the messages not yet
     /// delivered, `processing` those delivered and not yet acknowledged (running, or
-    /// waiting out a retry's backoff), `dead` the dead stream's messages, `processed` the
-    /// rest of the stream (kept for its `max_age`), and `oldest_due` the age of the
-    /// oldest message not yet acknowledged.
+    /// waiting out a retry's backoff), `dead` the dead stream's messages (a dead message
+    /// leaves the stream), `processed` the rest of the stream (kept for its `max_age`),
+    /// and `oldest_due` the age of the oldest message not yet acknowledged.
     ///
     /// # Errors
     ///
     /// When NATS cannot answer, or no worker has created the consumer yet.
     pub async fn counts(&self) -> Result<Counts, StoreError> {
+        let counts = metrics::timed(Operation::InboxCounts, self.read_counts()).await?;
+        let Counts {
+            queued,
+            processing,
+            dead,
+            oldest_due,
+            ..
+        } = counts;
+        metrics::inbox_gauges(queued, processing, dead, oldest_due);
+        Ok(counts)
+    }
+
+    async fn read_counts(&self) -> Result<Counts, StoreError> {
         fn err(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
             StoreError::new("jetstream counts", e)
         }

@@ -15,6 +15,8 @@ use tokio::time::Instant;
 use super::{event_of, header, JetStream};
 use crate::inbox::process::{backoff, hurry_up, AbortOnDrop, WorkerHandle};
 use crate::inbox::Processor;
+use crate::metrics::{self, Attempt, Operation};
+use crate::span;
 use crate::store::{retry_until, Heartbeat, Lease, StoreError};
 use crate::ConfigError;
 
@@ -115,9 +117,11 @@ impl JetStreamWorker {
         self
     }
 
-    /// Starts the worker on the current Tokio runtime.
+    /// Starts the worker on the current Tokio runtime; with the `metrics` feature, it also
+    /// refreshes the inbox's gauges from [`JetStream::counts`] every 5 s.
     pub fn spawn(self) -> WorkerHandle {
-        WorkerHandle::spawn(|stopped| self.run(stopped), None)
+        let gauges = metrics::ENABLED.then(|| tokio::spawn(gauges(self.jetstream.clone())));
+        WorkerHandle::spawn(|stopped| self.run(stopped), gauges.into_iter().collect())
     }
 
     /// The durable consumer, created with this worker's lease if it does not exist; asked
@@ -182,12 +186,12 @@ impl JetStreamWorker {
                 }
                 continue;
             }
-            let batch = consumer
+            let pull = consumer
                 .batch()
                 .max_messages(free)
                 .expires(this.poll)
-                .messages()
-                .await;
+                .messages();
+            let batch = metrics::timed(Operation::InboxClaim, pull).await;
             let mut batch = match batch {
                 Ok(batch) => batch,
                 Err(_error) => {
@@ -241,21 +245,27 @@ impl JetStreamWorker {
         let event = event_of(message.headers.as_ref(), message.payload.clone(), attempt);
         let Some(event) = event else {
             let error = "not a tower-webhook event: no Webhook-Source or Webhook-Id header";
+            metrics::attempt(Attempt::Dead);
             return self.bury(&message, error, attempt, &heartbeat).await;
         };
         if attempt > self.max_attempts {
+            metrics::attempt(Attempt::Dead);
             return self.bury(&message, CRASHED, attempt, &heartbeat).await;
         }
         let (source, id) = (event.source.clone(), event.id.clone());
         // Its own task: a panicking processor is a failed attempt, not a dead worker; the
         // guard stops it when this task is stopped (a simulated crash).
-        let mut task = AbortOnDrop(tokio::spawn(self.processor.process(event)));
-        let renew = || async {
-            message
-                .ack_with(AckKind::Progress)
-                .await
-                .map(|()| true)
-                .map_err(|e| StoreError::new("jetstream renew", e))
+        let run = span::instrument(span::attempt(&event), self.processor.process(event));
+        let mut task = AbortOnDrop(tokio::spawn(run));
+        let renew = || {
+            let renewal = async {
+                message
+                    .ack_with(AckKind::Progress)
+                    .await
+                    .map(|()| true)
+                    .map_err(|e| StoreError::new("jetstream renew", e))
+            };
+            metrics::timed(Operation::InboxRenew, renewal)
         };
         let joined = tokio::select! {
             biased;
@@ -266,6 +276,7 @@ impl JetStreamWorker {
                     Ok(finished) => Ok(finished),
                     Err(_) => {
                         // Stopped past the grace period: back for redelivery at once.
+                        metrics::attempt(Attempt::Abandoned);
                         let _ = message.ack_with(AckKind::Nak(None)).await;
                         return;
                     }
@@ -288,7 +299,13 @@ impl JetStreamWorker {
                         .await
                         .map_err(|e| StoreError::new("jetstream ack", e))
                 });
-                if let Err(_error) = acked.await {
+                let acked = metrics::timed(Operation::InboxFinish, acked).await;
+                metrics::attempt(if acked.is_ok() {
+                    Attempt::Processed
+                } else {
+                    Attempt::Lost
+                });
+                if let Err(_error) = acked {
                     #[cfg(feature = "tracing")]
                     tracing::error!(target: "tower_webhook", source, event_id = id, "jetstream worker could not acknowledge a processed event (it will be redelivered): {_error}");
                 }
@@ -296,6 +313,7 @@ impl JetStreamWorker {
             Err(error) if attempt >= self.max_attempts => {
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", source, event_id = id, attempt, error = %error, "jetstream event failed for the last time, now dead");
+                metrics::attempt(Attempt::Dead);
                 self.bury(&message, &error, attempt, &heartbeat).await;
             }
             Err(error) => {
@@ -304,6 +322,7 @@ impl JetStreamWorker {
                 #[cfg(feature = "tracing")]
                 tracing::warn!(target: "tower_webhook", source, event_id = id, attempt, retry_in = ?after, error = %error, "jetstream event failed, will retry");
                 let _ = (&source, &id, &error);
+                metrics::attempt(Attempt::Retry);
                 let _ = message.ack_with(AckKind::Nak(Some(after))).await;
             }
         }
@@ -347,7 +366,15 @@ impl JetStreamWorker {
                         .await
                         .map_err(|e| StoreError::new("jetstream ack", e))
                 });
-                let _ = acked.await;
+                // Out of the stream, so it is counted once: as dead, not as processed.
+                if acked.await.is_ok() {
+                    if let (Ok(info), Ok(stream)) = (
+                        message.info(),
+                        js.inner.context.get_stream_no_info(&*js.inner.stream).await,
+                    ) {
+                        let _ = stream.delete_message(info.stream_sequence).await;
+                    }
+                }
             }
             Err(_error) => {
                 #[cfg(feature = "tracing")]
@@ -358,6 +385,14 @@ impl JetStreamWorker {
                     .await;
             }
         }
+    }
+}
+
+/// Reads the stream's counts every 5 s, which sets the inbox's gauges (feature `metrics`).
+async fn gauges(jetstream: JetStream) {
+    loop {
+        let _ = jetstream.counts().await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
     }
 }
 

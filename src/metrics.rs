@@ -1,0 +1,706 @@
+//! What the crate counts and times (feature `metrics`), through the [`metrics`] facade.
+//!
+//! With the feature, every layer, the inbox and its worker record into whatever recorder
+//! the application installed: pick an exporter (Prometheus, OpenTelemetry, StatsD, …) and
+//! install it as usual; none is bundled. Without a recorder, each call is a thread-local
+//! look-up that finds nothing; without the feature, nothing is compiled at all.
+//!
+//! | name | type | labels | what it counts |
+//! |---|---|---|---|
+//! | `tower_webhook_deliveries_verified_total` | counter | `source` | deliveries `VerifyWebhookLayer` verified (signature and timestamp), set-up handshakes that verified included |
+//! | `tower_webhook_deliveries_rejected_total` | counter | `source`, `reason` | deliveries it refused, by [`ErrorKind`] (below) |
+//! | `tower_webhook_verification_duration_seconds` | histogram | `source` | the check of a collected body: signature (the MAC or public-key check) and timestamp; not the time the body took to arrive |
+//! | `tower_webhook_duplicates_total` | counter | `source` | deliveries of an event already handled (`DedupeLayer`, `PgTxDedupeLayer`: 204) or already stored (the inbox's accept) |
+//! | `tower_webhook_in_flight_conflicts_total` | counter | `source` | deliveries answered 409 because another attempt holds the event |
+//! | `tower_webhook_store_unavailable_total` | counter | `source` | deliveries answered 503 because the store (or the PostgreSQL transaction) could not answer |
+//! | `tower_webhook_handler_outcomes_total` | counter | `source`, `outcome` | handler runs behind `DedupeLayer` or `PgTxDedupeLayer`: `success` (2xx), `failure` (another status, or an error), `panic` |
+//! | `tower_webhook_store_operation_duration_seconds` | histogram | `operation` | each round trip to a store, failed ones included: `claim`, `renew`, `complete`, `release` (`DedupeLayer`, [`Once`](crate::once::Once)); `accept`, `inbox_claim`, `inbox_renew`, `inbox_finish`, `inbox_counts` (the inbox) |
+//! | `tower_webhook_inbox_attempts_total` | counter | `outcome` | the inbox worker's attempts: `processed`, `retry` (failed, due again after a backoff), `dead` (failed the last allowed attempt), `abandoned` (stopped past the shutdown grace, back in the queue), `lost` (the row was no longer this worker's when the outcome was recorded, or the store did not hear it before the lease ended) |
+//! | `tower_webhook_inbox_depth` | gauge | `state` | rows `queued` (waiting for their first or next attempt) and `processing` (claimed now) |
+//! | `tower_webhook_inbox_dead_rows` | gauge | | rows that gave up after the maximum attempts |
+//! | `tower_webhook_inbox_lag_seconds` | gauge | | how long the longest-waiting due row has waited (`Counts::oldest_due`; 0 when none is due): alert on it |
+//!
+//! Labels are few and bounded, never an event id:
+//!
+//! - `source`: the verifier's [source](crate::Verifier::with_source) (the scheme's name by
+//!   default). Per-tenant verification labels the layer's source, not each tenant's
+//!   (`stripe`, not `stripe/acme`): tenants are many, and an event's own source names its
+//!   tenant. `DedupeLayer::with_key` labels the key's source.
+//! - `reason`: `missing_header`, `malformed_header`, `invalid_signature`,
+//!   `timestamp_too_old`, `timestamp_in_future`, `body_too_large`, `body_read`,
+//!   `body_timeout`, `misconfigured`, `unknown_tenant`, `secrets_unavailable`.
+//! - `outcome`, `operation`, `state`: the values above.
+//!
+//! Durations are in seconds, counts are plain numbers, and every metric is described once
+//! per recorder (help text and unit). The inbox's gauges are set whenever
+//! [`Inbox::counts`](crate::inbox::Inbox::counts) runs, and a running
+//! [`Worker`](crate::inbox::Worker) runs it every poll interval (5 s by default; a few
+//! tenths of a millisecond on either database): every replica's worker then reports the
+//! same rows, so aggregate them with `max`, not `sum`. A verify layer without
+//! `DedupeLayer` behind it counts deliveries, not handler outcomes.
+//!
+//! # Example
+//!
+//! With `metrics-exporter-prometheus` (without its default features: the recorder only),
+//! serving `GET /metrics` beside the webhooks, as `examples/receiver.rs` does:
+//!
+//! ```
+//! use axum::{routing::get, Router};
+//! use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let recorder = PrometheusBuilder::new()
+//!     // Histograms as Prometheus histograms (the exporter's default is a summary).
+//!     .set_buckets_for_metric(
+//!         Matcher::Suffix("_seconds".into()),
+//!         &[0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0],
+//!     )?
+//!     .build_recorder();
+//! let handle = recorder.handle();
+//! metrics::set_global_recorder(recorder)?; // before the layers serve a request
+//! // Without the exporter's own listener, call `handle.run_upkeep()` every few seconds
+//! // (it drains the histograms).
+//! let app: Router = Router::new().route("/metrics", get(move || async move { handle.render() }));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Inside the crate, a worker of another queue (a broker's) records its attempts with
+//! `attempt` and its depth with `inbox_gauges`, under the same names.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::ErrorKind;
+
+/// Whether the crate records metrics at all: work done only to feed them (reading the
+/// inbox's counts on a timer) is skipped without the feature.
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    allow(dead_code)
+)]
+pub(crate) const ENABLED: bool = cfg!(feature = "metrics");
+
+/// The `outcome` of a handler run behind a dedupe layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))] // counted by `handled`
+pub(crate) enum Handler {
+    /// A 2xx.
+    Success,
+    /// Another status, or an error.
+    Failure,
+    /// It panicked.
+    Panic,
+}
+
+/// A store round trip, the `operation` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    allow(dead_code)
+)]
+pub(crate) enum Operation {
+    Claim,
+    Renew,
+    Complete,
+    Release,
+    Accept,
+    InboxClaim,
+    InboxRenew,
+    InboxFinish,
+    InboxCounts,
+}
+
+/// How an inbox worker's attempt ended, the `outcome` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    allow(dead_code)
+)]
+pub(crate) enum Attempt {
+    /// The processor succeeded and the row is processed.
+    Processed,
+    /// It failed; the row is due again after a backoff.
+    Retry,
+    /// It failed the last allowed attempt; the row is dead.
+    Dead,
+    /// Stopped past the shutdown grace; the row is back in the queue, the attempt counted.
+    Abandoned,
+    /// Its outcome was not the row's: another worker held it by then, or the store did
+    /// not hear the outcome before the lease ended.
+    Lost,
+}
+
+/// The `source` label of one verifier's metrics, with their keys built once (on first
+/// use), so recording allocates nothing. Cloning shares them. A zero-sized no-op without
+/// the feature.
+#[derive(Clone)]
+pub(crate) struct Source {
+    #[cfg(feature = "metrics")]
+    keys: std::sync::Arc<imp::SourceKeys>,
+}
+
+impl Source {
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn new(source: &str) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            keys: std::sync::Arc::new(imp::SourceKeys::new(source)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source").finish_non_exhaustive()
+    }
+}
+
+/// When something started, for a duration histogram. Zero-sized without the feature.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timer {
+    #[cfg(feature = "metrics")]
+    started: std::time::Instant,
+}
+
+impl Timer {
+    #[must_use]
+    pub(crate) fn start() -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// A timer that started at `started` (an instant the caller keeps anyway).
+    #[must_use]
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn since(started: std::time::Instant) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            started,
+        }
+    }
+}
+
+/// A delivery verified.
+#[inline]
+pub(crate) fn verified(_source: &Source) {
+    #[cfg(feature = "metrics")]
+    imp::increment(_source.keys.key(imp::Slot::Verified));
+}
+
+/// A delivery rejected for `kind`.
+#[inline]
+pub(crate) fn rejected(_source: &Source, _kind: ErrorKind) {
+    #[cfg(feature = "metrics")]
+    imp::increment(_source.keys.key(imp::Slot::Rejected(_kind)));
+}
+
+/// A collected body checked, from `started`.
+#[inline]
+pub(crate) fn verification(_source: &Source, _started: Timer) {
+    #[cfg(feature = "metrics")]
+    imp::observe(
+        _source.keys.key(imp::Slot::Verification),
+        _started.started.elapsed(),
+    );
+}
+
+/// A delivery of an event already handled or stored.
+#[inline]
+pub(crate) fn duplicate(_source: &Source) {
+    #[cfg(feature = "metrics")]
+    imp::increment(_source.keys.key(imp::Slot::Duplicate));
+}
+
+/// A delivery answered 409: another attempt holds it.
+#[inline]
+pub(crate) fn in_flight(_source: &Source) {
+    #[cfg(feature = "metrics")]
+    imp::increment(_source.keys.key(imp::Slot::InFlight));
+}
+
+/// A delivery answered 503: the store could not answer.
+#[inline]
+pub(crate) fn store_unavailable(_source: &Source) {
+    #[cfg(feature = "metrics")]
+    imp::increment(_source.keys.key(imp::Slot::Unavailable));
+}
+
+/// A handler run ended so.
+#[inline]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) fn handler(_source: &Source, _outcome: Handler) {
+    #[cfg(feature = "metrics")]
+    imp::increment(_source.keys.key(imp::Slot::Handler(_outcome)));
+}
+
+/// A store round trip of `operation` took this long (from `started`).
+#[inline]
+pub(crate) fn store_operation(_operation: Operation, _started: Timer) {
+    #[cfg(feature = "metrics")]
+    imp::observe(imp::operation_key(_operation), _started.started.elapsed());
+}
+
+/// `future`, a store round trip, timed as `operation`.
+#[inline]
+pub(crate) fn timed<F: Future>(operation: Operation, future: F) -> impl Future<Output = F::Output> {
+    #[cfg(feature = "metrics")]
+    {
+        let started = Timer::start();
+        async move {
+            let output = future.await;
+            store_operation(operation, started);
+            output
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    {
+        let _ = operation;
+        future
+    }
+}
+
+/// `handler` (a handler's response future), its outcome counted when it ends: `success`
+/// when `succeeded` says so, `failure` otherwise, `panic` when it panics (the panic goes
+/// on). Counted in the future, not by its caller: a dedupe layer runs the handler to its
+/// end on a task of its own after the client hung up.
+#[inline]
+pub(crate) fn handled<F, P>(
+    source: &Source,
+    handler: F,
+    succeeded: P,
+) -> impl Future<Output = F::Output>
+where
+    F: Future,
+    P: Fn(&F::Output) -> bool,
+{
+    #[cfg(feature = "metrics")]
+    {
+        imp::Handled::new(source.clone(), handler, succeeded)
+    }
+    #[cfg(not(feature = "metrics"))]
+    {
+        let _ = (source, succeeded);
+        handler
+    }
+}
+
+/// An inbox worker's attempt ended so. For any worker of a queue of verified events.
+#[inline]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    allow(dead_code)
+)]
+pub(crate) fn attempt(_outcome: Attempt) {
+    #[cfg(feature = "metrics")]
+    imp::increment(imp::attempt_key(_outcome));
+}
+
+/// The inbox's depth as last read: rows queued and being processed, dead rows, and how
+/// long the longest-waiting due row has waited (`None`: none is due). For any queue of
+/// verified events.
+#[inline]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    allow(dead_code)
+)]
+pub(crate) fn inbox_gauges(_queued: u64, _processing: u64, _dead: u64, _lag: Option<Duration>) {
+    #[cfg(feature = "metrics")]
+    imp::inbox_gauges(_queued, _processing, _dead, _lag);
+}
+
+/// The implementation over the `metrics` facade.
+#[cfg(feature = "metrics")]
+mod imp {
+    use std::future::Future;
+    use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::OnceLock;
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+
+    use ::metrics::{Key, KeyName, Label, Level, Metadata, Recorder, SharedString, Unit};
+    use pin_project_lite::pin_project;
+
+    use super::{Attempt, Handler, Operation, Source};
+    use crate::ErrorKind;
+
+    pub(super) const VERIFIED: &str = "tower_webhook_deliveries_verified_total";
+    pub(super) const REJECTED: &str = "tower_webhook_deliveries_rejected_total";
+    pub(super) const VERIFICATION: &str = "tower_webhook_verification_duration_seconds";
+    pub(super) const DUPLICATES: &str = "tower_webhook_duplicates_total";
+    pub(super) const IN_FLIGHT: &str = "tower_webhook_in_flight_conflicts_total";
+    pub(super) const UNAVAILABLE: &str = "tower_webhook_store_unavailable_total";
+    pub(super) const HANDLER: &str = "tower_webhook_handler_outcomes_total";
+    pub(super) const STORE: &str = "tower_webhook_store_operation_duration_seconds";
+    pub(super) const ATTEMPTS: &str = "tower_webhook_inbox_attempts_total";
+    pub(super) const DEPTH: &str = "tower_webhook_inbox_depth";
+    pub(super) const DEAD: &str = "tower_webhook_inbox_dead_rows";
+    pub(super) const LAG: &str = "tower_webhook_inbox_lag_seconds";
+
+    #[derive(Clone, Copy)]
+    pub(super) enum Type {
+        Counter,
+        Gauge,
+        Histogram,
+    }
+
+    /// Every metric: its name, type, unit and help text (given to each recorder once).
+    pub(super) const DESCRIPTIONS: [(&str, Type, Unit, &str); 12] = [
+        (
+            VERIFIED,
+            Type::Counter,
+            Unit::Count,
+            "Webhook deliveries whose signature and timestamp verified.",
+        ),
+        (
+            REJECTED,
+            Type::Counter,
+            Unit::Count,
+            "Webhook deliveries refused by the verify layer, by reason.",
+        ),
+        (
+            VERIFICATION,
+            Type::Histogram,
+            Unit::Seconds,
+            "Time to verify a collected delivery's signature and timestamp.",
+        ),
+        (
+            DUPLICATES,
+            Type::Counter,
+            Unit::Count,
+            "Deliveries of an event already handled or stored (answered 204).",
+        ),
+        (
+            IN_FLIGHT,
+            Type::Counter,
+            Unit::Count,
+            "Deliveries answered 409: another attempt is handling the event.",
+        ),
+        (
+            UNAVAILABLE,
+            Type::Counter,
+            Unit::Count,
+            "Deliveries answered 503: the store could not answer.",
+        ),
+        (
+            HANDLER,
+            Type::Counter,
+            Unit::Count,
+            "Handler runs behind a dedupe layer, by outcome (success, failure, panic).",
+        ),
+        (
+            STORE,
+            Type::Histogram,
+            Unit::Seconds,
+            "Store round trips, by operation, failed ones included.",
+        ),
+        (
+            ATTEMPTS,
+            Type::Counter,
+            Unit::Count,
+            "Inbox worker attempts, by outcome (processed, retry, dead, abandoned, lost).",
+        ),
+        (
+            DEPTH,
+            Type::Gauge,
+            Unit::Count,
+            "Inbox rows queued or being processed, as last counted.",
+        ),
+        (
+            DEAD,
+            Type::Gauge,
+            Unit::Count,
+            "Inbox rows that gave up after the maximum attempts, as last counted.",
+        ),
+        (
+            LAG,
+            Type::Gauge,
+            Unit::Seconds,
+            "How long the inbox's longest-waiting due row has waited, as last counted.",
+        ),
+    ];
+
+    /// Who recorded (the crate's target; the facade lets recorders filter on it).
+    static METADATA: Metadata<'static> =
+        Metadata::new("tower_webhook", Level::INFO, Some(module_path!()));
+
+    /// The recorder last described to, by address: each recorder — the global one, or a
+    /// test's local one — gets the help texts before its first value from this crate. A
+    /// recorder at the address of one dropped before it misses them: harmless.
+    static DESCRIBED: AtomicUsize = AtomicUsize::new(0);
+
+    fn with_recorder(record: impl FnOnce(&dyn Recorder)) {
+        ::metrics::with_recorder(|recorder| {
+            let address = recorder as *const dyn Recorder as *const () as usize;
+            // A load on the hot path; a write only when the recorder changed.
+            if DESCRIBED.load(Ordering::Relaxed) != address {
+                DESCRIBED.store(address, Ordering::Relaxed);
+                describe(recorder);
+            }
+            record(recorder);
+        });
+    }
+
+    fn describe(recorder: &dyn Recorder) {
+        for (name, kind, unit, help) in DESCRIPTIONS {
+            let (name, help) = (KeyName::from_const_str(name), SharedString::const_str(help));
+            match kind {
+                Type::Counter => recorder.describe_counter(name, Some(unit), help),
+                Type::Gauge => recorder.describe_gauge(name, Some(unit), help),
+                Type::Histogram => recorder.describe_histogram(name, Some(unit), help),
+            }
+        }
+    }
+
+    pub(super) fn increment(key: &Key) {
+        with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
+    }
+
+    pub(super) fn observe(key: &Key, elapsed: Duration) {
+        with_recorder(|r| {
+            r.register_histogram(key, &METADATA)
+                .record(elapsed.as_secs_f64())
+        });
+    }
+
+    fn set(key: &Key, value: f64) {
+        with_recorder(|r| r.register_gauge(key, &METADATA).set(value));
+    }
+
+    /// A key of static parts: built at compile time.
+    macro_rules! static_key {
+        ($name:expr, $label:literal => $value:literal) => {{
+            static LABELS: [Label; 1] = [Label::from_static_parts($label, $value)];
+            static KEY: Key = Key::from_static_parts($name, &LABELS);
+            &KEY
+        }};
+        ($name:expr) => {{
+            static KEY: Key = Key::from_static_name($name);
+            &KEY
+        }};
+    }
+
+    pub(super) fn operation_key(operation: Operation) -> &'static Key {
+        match operation {
+            Operation::Claim => static_key!(STORE, "operation" => "claim"),
+            Operation::Renew => static_key!(STORE, "operation" => "renew"),
+            Operation::Complete => static_key!(STORE, "operation" => "complete"),
+            Operation::Release => static_key!(STORE, "operation" => "release"),
+            Operation::Accept => static_key!(STORE, "operation" => "accept"),
+            Operation::InboxClaim => static_key!(STORE, "operation" => "inbox_claim"),
+            Operation::InboxRenew => static_key!(STORE, "operation" => "inbox_renew"),
+            Operation::InboxFinish => static_key!(STORE, "operation" => "inbox_finish"),
+            Operation::InboxCounts => static_key!(STORE, "operation" => "inbox_counts"),
+        }
+    }
+
+    pub(super) fn attempt_key(outcome: Attempt) -> &'static Key {
+        match outcome {
+            Attempt::Processed => static_key!(ATTEMPTS, "outcome" => "processed"),
+            Attempt::Retry => static_key!(ATTEMPTS, "outcome" => "retry"),
+            Attempt::Dead => static_key!(ATTEMPTS, "outcome" => "dead"),
+            Attempt::Abandoned => static_key!(ATTEMPTS, "outcome" => "abandoned"),
+            Attempt::Lost => static_key!(ATTEMPTS, "outcome" => "lost"),
+        }
+    }
+
+    pub(super) fn inbox_gauges(queued: u64, processing: u64, dead: u64, lag: Option<Duration>) {
+        set(static_key!(DEPTH, "state" => "queued"), queued as f64);
+        set(
+            static_key!(DEPTH, "state" => "processing"),
+            processing as f64,
+        );
+        set(static_key!(DEAD), dead as f64);
+        set(static_key!(LAG), lag.map_or(0.0, |d| d.as_secs_f64()));
+    }
+
+    /// A metric labelled with a source.
+    #[derive(Clone, Copy)]
+    pub(super) enum Slot {
+        Verified,
+        Rejected(ErrorKind),
+        Verification,
+        Duplicate,
+        InFlight,
+        Unavailable,
+        Handler(Handler),
+    }
+
+    /// How many rejection reasons have a slot of their own (every kind there is: see
+    /// the test below).
+    const REASONS: usize = 11;
+    const SLOTS: usize = 9 + REASONS;
+
+    impl Slot {
+        fn index(self) -> usize {
+            match self {
+                Slot::Verified => 0,
+                Slot::Verification => 1,
+                Slot::Duplicate => 2,
+                Slot::InFlight => 3,
+                Slot::Unavailable => 4,
+                Slot::Handler(Handler::Success) => 5,
+                Slot::Handler(Handler::Failure) => 6,
+                Slot::Handler(Handler::Panic) => 7,
+                // A kind added without a slot shares the last one's key: see the test.
+                Slot::Rejected(kind) => 8 + (kind as usize).min(REASONS),
+            }
+        }
+
+        fn key(self, source: &SharedString) -> Key {
+            let source = Label::new("source", source.clone());
+            let (name, other) = match self {
+                Slot::Verified => (VERIFIED, None),
+                Slot::Verification => (VERIFICATION, None),
+                Slot::Duplicate => (DUPLICATES, None),
+                Slot::InFlight => (IN_FLIGHT, None),
+                Slot::Unavailable => (UNAVAILABLE, None),
+                Slot::Handler(outcome) => (
+                    HANDLER,
+                    Some(Label::from_static_parts(
+                        "outcome",
+                        match outcome {
+                            Handler::Success => "success",
+                            Handler::Failure => "failure",
+                            Handler::Panic => "panic",
+                        },
+                    )),
+                ),
+                Slot::Rejected(kind) => (
+                    REJECTED,
+                    Some(Label::from_static_parts("reason", kind.as_label())),
+                ),
+            };
+            Key::from_parts(name, [source].into_iter().chain(other).collect::<Vec<_>>())
+        }
+    }
+
+    /// A source's keys, each built the first time it is recorded.
+    pub(super) struct SourceKeys {
+        source: SharedString,
+        keys: [OnceLock<Key>; SLOTS],
+    }
+
+    impl SourceKeys {
+        pub(super) fn new(source: &str) -> Self {
+            Self {
+                source: SharedString::from_shared(std::sync::Arc::<str>::from(source)),
+                keys: std::array::from_fn(|_| OnceLock::new()),
+            }
+        }
+
+        pub(super) fn key(&self, slot: Slot) -> &Key {
+            self.keys[slot.index()].get_or_init(|| slot.key(&self.source))
+        }
+    }
+
+    pin_project! {
+        /// A handler's future, its outcome counted as it ends (see `super::handled`).
+        pub(super) struct Handled<F, P> {
+            #[pin]
+            future: F,
+            source: Source,
+            succeeded: P,
+        }
+    }
+
+    impl<F, P> Handled<F, P> {
+        pub(super) fn new(source: Source, future: F, succeeded: P) -> Self {
+            Self {
+                future,
+                source,
+                succeeded,
+            }
+        }
+    }
+
+    impl<F, P> Future for Handled<F, P>
+    where
+        F: Future,
+        P: Fn(&F::Output) -> bool,
+    {
+        type Output = F::Output;
+
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+            let mut this = self.project();
+            // The panic is counted, then goes on unwinding as it would have.
+            let polled = catch_unwind(AssertUnwindSafe(|| this.future.as_mut().poll(cx)));
+            match polled {
+                Ok(Poll::Pending) => Poll::Pending,
+                Ok(Poll::Ready(output)) => {
+                    let outcome = match (this.succeeded)(&output) {
+                        true => Handler::Success,
+                        false => Handler::Failure,
+                    };
+                    super::handler(this.source, outcome);
+                    Poll::Ready(output)
+                }
+                Err(panic) => {
+                    super::handler(this.source, Handler::Panic);
+                    resume_unwind(panic)
+                }
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        const KINDS: [ErrorKind; REASONS] = [
+            ErrorKind::MissingHeader,
+            ErrorKind::MalformedHeader,
+            ErrorKind::InvalidSignature,
+            ErrorKind::TimestampTooOld,
+            ErrorKind::TimestampInFuture,
+            ErrorKind::BodyTooLarge,
+            ErrorKind::BodyRead,
+            ErrorKind::BodyTimeout,
+            ErrorKind::Misconfigured,
+            ErrorKind::UnknownTenant,
+            ErrorKind::SecretsUnavailable,
+        ];
+
+        #[test]
+        fn every_rejection_reason_has_a_slot_and_a_label_of_its_own() {
+            let mut slots: Vec<usize> = KINDS.iter().map(|k| Slot::Rejected(*k).index()).collect();
+            slots.sort();
+            assert_eq!(slots, (8..8 + REASONS).collect::<Vec<_>>());
+            assert!(slots.iter().all(|s| *s < SLOTS));
+            let mut labels: Vec<&str> = KINDS.iter().map(|k| k.as_label()).collect();
+            labels.sort();
+            labels.dedup();
+            assert_eq!(labels.len(), REASONS);
+            for label in labels {
+                assert!(
+                    label.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                    "snake case: {label}"
+                );
+            }
+        }
+
+        #[test]
+        fn the_module_docs_list_every_metric_and_every_reason_with_prometheus_names() {
+            let docs = include_str!("metrics.rs");
+            for (name, kind, unit, _) in DESCRIPTIONS {
+                assert!(
+                    docs.contains(&format!("| `{name}` |")),
+                    "{name} in the table"
+                );
+                assert!(name.starts_with("tower_webhook_"), "{name}");
+                match kind {
+                    Type::Counter => assert!(name.ends_with("_total"), "{name}"),
+                    _ => assert!(!name.ends_with("_total"), "{name}"),
+                }
+                assert_eq!(unit == Unit::Seconds, name.ends_with("_seconds"), "{name}");
+            }
+            for kind in KINDS {
+                assert!(docs.contains(&format!("`{}`", kind.as_label())), "{kind:?}");
+            }
+        }
+    }
+}
