@@ -23,7 +23,9 @@
 //! - [`Event`]: what the handler receives (an axum extractor with the `axum` feature);
 //! - [`once`]: in the handler or a worker, run a business action once per key;
 //! - `latest` (features `sqlite`/`postgres`): and drop an event older than the last one
-//!   applied to its object, so a late event never moves state back.
+//!   applied to its object, so a late event never moves state back;
+//! - `admin` (feature `admin`): the inbox's operator endpoints (counts, dead and failing
+//!   rows, one event, requeue) as an axum router to mount behind your own authorization.
 //!
 //! ```
 //! use axum::{routing::post, Router};
@@ -49,6 +51,8 @@
 //! - `tracing`: rejections logged at `warn` with their reason, never a secret; store
 //!   errors at `error`; the inbox's failed attempts at `warn` and dead rows at `error`,
 //!   with the event id and the processor's error.
+//! - `admin` (with `sqlite` or `postgres`): `admin::router`, the inbox's operator
+//!   endpoints (on `axum` without its default features).
 //!
 //! # Security
 //!
@@ -78,6 +82,9 @@ pub mod inbox; //    or: store the event, answer 204, process it in a worker
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql; //    the one table behind the SQL stores, the inbox and pg_tx, per dialect
+
+#[cfg(all(feature = "admin", any(feature = "sqlite", feature = "postgres")))]
+pub mod admin; //    the inbox's operator endpoints, as an axum router
 
 mod event; // 4. what the handler receives
 #[cfg(feature = "axum")]
