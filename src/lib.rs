@@ -53,6 +53,7 @@
 //!   with the event id and the processor's error.
 //! - `admin` (with `sqlite` or `postgres`): `admin::router`, the inbox's operator
 //!   endpoints (on `axum` without its default features).
+//! - `cli`: the `tower-webhook` command, the same operator calls over a database URL.
 //!
 //! # Security
 //!
