@@ -230,8 +230,8 @@ pub struct EventSummary {
     pub attempts: u32,
     /// When it was received (or ingested).
     pub received_at: SystemTime,
-    /// When its next attempt is due (queued rows, and the one being processed: if that
-    /// attempt fails, the next one is rescheduled); `None` once processed or dead.
+    /// When its next attempt is due (for a row being processed, when the running attempt
+    /// was: a failure schedules the next); `None` once processed or dead.
     pub next_attempt_at: Option<SystemTime>,
     /// When it went dead.
     pub dead_at: Option<SystemTime>,
@@ -245,8 +245,9 @@ pub struct EventSummary {
 /// # Security
 ///
 /// `body` is the provider's payload as received: customer data (names, addresses,
-/// payment details). Show it only to whoever may read that.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// payment details). Show it only to whoever may read that. `Debug` prints its length,
+/// not its bytes, so a log line of the value does not copy the payload.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StoredEvent {
     /// The row, as a listing shows it.
@@ -257,6 +258,17 @@ pub struct StoredEvent {
     pub processed_at: Option<SystemTime>,
     /// The body exactly as received.
     pub body: Bytes,
+}
+
+impl fmt::Debug for StoredEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoredEvent")
+            .field("summary", &self.summary)
+            .field("livemode", &self.livemode)
+            .field("processed_at", &self.processed_at)
+            .field("body", &format_args!("<{} bytes>", self.body.len()))
+            .finish()
+    }
 }
 
 /// Microseconds since the epoch (negative before it), saturating.
@@ -324,6 +336,33 @@ mod tests {
         for us in [0, 1, -1, 1_700_000_000_123_456, -62_135_596_800_000_000] {
             assert_eq!(micros(from_micros(us)), us);
         }
+    }
+
+    #[test]
+    fn debug_shows_a_bodys_length_not_its_bytes() {
+        let event = StoredEvent {
+            summary: EventSummary {
+                source: "stripe".into(),
+                id: "evt_1".into(),
+                event_type: None,
+                object_id: None,
+                state: State::Queued,
+                attempts: 0,
+                received_at: UNIX_EPOCH,
+                next_attempt_at: Some(UNIX_EPOCH),
+                dead_at: None,
+                last_error: None,
+            },
+            livemode: None,
+            processed_at: None,
+            body: Bytes::from_static(b"{\"email\":\"ada@example.com\"}"),
+        };
+        let debug = format!("{event:?}");
+        assert!(
+            debug.contains("body: <27 bytes>") && debug.contains("evt_1"),
+            "{debug}"
+        );
+        assert!(!debug.contains("ada@"), "{debug}");
     }
 
     #[test]
