@@ -23,7 +23,9 @@
 //! - [`Event`]: what the handler receives (an axum extractor with the `axum` feature);
 //! - [`once`]: in the handler or a worker, run a business action once per key;
 //! - `latest` (features `sqlite`/`postgres`): and drop an event older than the last one
-//!   applied to its object, so a late event never moves state back.
+//!   applied to its object, so a late event never moves state back;
+//! - `admin` (feature `admin`): the inbox's operator endpoints (counts, dead and failing
+//!   rows, one event, requeue) as an axum router to mount behind your own authorization.
 //!
 //! ```
 //! use axum::{routing::post, Router};
@@ -54,6 +56,9 @@
 //! - `metrics`: counters, gauges and histograms through the `metrics` facade — deliveries
 //!   verified and rejected, duplicates, 409s, 503s, handler outcomes, store latency, the
 //!   inbox's attempts, depth and lag — for the exporter you install (see [`metrics`]).
+//! - `admin` (with `sqlite` or `postgres`): `admin::router`, the inbox's operator
+//!   endpoints (on `axum` without its default features).
+//! - `cli`: the `tower-webhook` command, the same operator calls over a database URL.
 //!
 //! # Security
 //!
@@ -83,6 +88,9 @@ pub mod inbox; //    or: store the event, answer 204, process it in a worker (SQ
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql; //    the one table behind the SQL stores, the inbox and pg_tx, per dialect
+
+#[cfg(all(feature = "admin", any(feature = "sqlite", feature = "postgres")))]
+pub mod admin; //    the inbox's operator endpoints, as an axum router
 
 mod event; // 4. what the handler receives
 #[cfg(feature = "axum")]

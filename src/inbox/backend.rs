@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::{Accepted, Counts, InboxEvent, Requeue};
+use super::{Accepted, Counts, EventSummary, InboxEvent, Listing, Requeue, StoredEvent};
 pub(crate) use crate::sql::Outcome;
 use crate::store::{StoreFuture, Token};
 use crate::Event;
@@ -38,6 +38,11 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Deletes processed rows (`dead: false`) or dead rows (`dead: true`) older than that.
     fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64>;
     fn counts(&self) -> StoreFuture<Counts>;
+    /// Up to `listing.limit + 1` rows of the listing (one more than a page: whether there
+    /// is a next one), from its partial index.
+    fn list(&self, listing: &Listing) -> StoreFuture<Vec<EventSummary>>;
+    /// The inbox's row of `(source, id)`, body included.
+    fn event(&self, source: String, id: String) -> StoreFuture<Option<StoredEvent>>;
     /// Wakes `wake` whenever another process queues a row (PostgreSQL `LISTEN`); `None`
     /// where only this process writes (SQLite).
     fn listen(&self, wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>>;

@@ -24,9 +24,13 @@
 //!   ran out cannot commit behind the one that took over.
 //! - Operators [`requeue`](Inbox::requeue) rows (by id, type, dead, or a receipt window:
 //!   replay), [`prune`](Inbox::prune) old processed ones (dead ones only by name:
-//!   [`prune_dead`](Inbox::prune_dead)) and read [`counts`](Inbox::counts);
-//!   [`ingest`](Inbox::ingest) stores events fetched from a provider's events API
-//!   through the same deduplicated path.
+//!   [`prune_dead`](Inbox::prune_dead)), read [`counts`](Inbox::counts), page through
+//!   the dead and failing rows with their last error ([`list`](Inbox::list)) and read one
+//!   event whole ([`event`](Inbox::event)); [`ingest`](Inbox::ingest) stores events
+//!   fetched from a provider's events API through the same deduplicated path. The same
+//!   calls over HTTP: `admin::router` (feature `admin`); from a shell: the
+//!   `tower-webhook` command (feature `cli`). The types they read serialize to the JSON
+//!   both answer with.
 //!
 //! Rows live in the `webhook_events` table of `migrations/`, beside `DedupeLayer`'s (a
 //! row is the inbox's when it has a `next_attempt_at`). Use one or the other per source;
@@ -38,6 +42,10 @@ mod accept;
 pub(crate) mod backend;
 #[cfg(feature = "nats")]
 pub mod jetstream;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod json;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) mod listing;
 mod process;
 #[cfg(feature = "postgres")]
 mod transactional;
@@ -55,6 +63,8 @@ use bytes::Bytes;
 pub use self::accept::{Accept, AcceptFuture};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use self::backend::Backend;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, State, StoredEvent};
 pub use self::process::{Processor, WorkerHandle};
 #[cfg(feature = "postgres")]
 pub use self::transactional::TxProcessor;
@@ -178,8 +188,20 @@ impl Requeue {
 
     /// Narrows to rows received in `from..before` (an outage's window, say).
     #[must_use]
-    pub fn received_between(mut self, from: SystemTime, before: SystemTime) -> Self {
+    pub fn received_between(self, from: SystemTime, before: SystemTime) -> Self {
+        self.received_since(from).received_before(before)
+    }
+
+    /// Narrows to rows received at or after `from`.
+    #[must_use]
+    pub fn received_since(mut self, from: SystemTime) -> Self {
         self.received_from = Some(epoch_ms(from));
+        self
+    }
+
+    /// Narrows to rows received before `before`.
+    #[must_use]
+    pub fn received_before(mut self, before: SystemTime) -> Self {
         self.received_before = Some(epoch_ms(before));
         self
     }
@@ -343,6 +365,57 @@ impl Inbox {
         } = counts;
         metrics::inbox_gauges(queued, processing, dead, oldest_due);
         Ok(counts)
+    }
+
+    /// One page of the dead or failing rows, with their last error (not their bodies:
+    /// [`event`](Self::event)). A page costs its own size, read from the partial index of
+    /// its rows, however long the queue or the history.
+    ///
+    /// ```no_run
+    /// use tower_webhook::inbox::{Inbox, Listing};
+    ///
+    /// # async fn dead_rows(inbox: &Inbox) -> Result<(), tower_webhook::store::StoreError> {
+    /// let mut listing = Listing::dead().with_limit(100);
+    /// loop {
+    ///     let page = inbox.list(&listing).await?;
+    ///     for row in &page.events {
+    ///         println!("{} {} {:?}", row.source, row.id, row.last_error);
+    ///     }
+    ///     let Some(next) = page.next else { break };
+    ///     listing = listing.after(next);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn list(&self, listing: &Listing) -> Result<Page, StoreError> {
+        let mut events = self.backend.list(listing).await?;
+        let next = (events.len() > listing.limit).then(|| {
+            events.truncate(listing.limit);
+            let last = events.last().expect("a limit is at least 1");
+            Cursor::of(last, listing.rows)
+        });
+        Ok(Page { events, next })
+    }
+
+    /// The inbox's row of `(source, id)` with its body, whatever its state; `None` when the
+    /// inbox has no such event (pruned, never received, or a `DedupeLayer` key).
+    ///
+    /// # Security
+    ///
+    /// The body is the provider's payload: customer data.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn event(&self, source: &str, id: &str) -> Result<Option<StoredEvent>, StoreError> {
+        if source.contains('\0') || id.contains('\0') {
+            return Ok(None); // no row has such a key, and databases refuse the text
+        }
+        self.backend.event(source.to_owned(), id.to_owned()).await
     }
 }
 

@@ -65,7 +65,8 @@ pub(crate) mod sqlite;
 
 use std::time::Duration;
 
-use crate::inbox::{Counts, InboxEvent};
+use crate::inbox::listing::{from_micros, Rows};
+use crate::inbox::{Counts, EventSummary, InboxEvent, Listing, State, StoredEvent};
 use crate::store::StoreError;
 
 /// What a worker does with a claimed row when it is done with it.
@@ -131,6 +132,99 @@ impl From<CountsRow> for Counts {
                 .map(|ms| Duration::from_millis(ms.unsigned_abs())),
         }
     }
+}
+
+/// A listed row as both databases return it (the SQL names and casts the columns): times
+/// in microseconds since the epoch, and whether a worker holds the row now.
+#[derive(sqlx::FromRow)]
+struct ListedRow {
+    source: String,
+    event_id: String,
+    event_type: Option<String>,
+    object_id: Option<String>,
+    attempts: i64,
+    received_us: i64,
+    next_attempt_us: Option<i64>,
+    processed_us: Option<i64>,
+    dead_us: Option<i64>,
+    locked: bool,
+    processing_error: Option<String>,
+}
+
+impl From<ListedRow> for EventSummary {
+    fn from(r: ListedRow) -> Self {
+        // The states of the diagram above, by their columns (dead and processed exclude
+        // each other: each is set only on a row its attempt holds, and requeue clears both).
+        let state = if r.dead_us.is_some() {
+            State::Dead
+        } else if r.processed_us.is_some() {
+            State::Processed
+        } else if r.locked {
+            State::Processing
+        } else {
+            State::Queued
+        };
+        let pending = matches!(state, State::Queued | State::Processing);
+        EventSummary {
+            source: r.source,
+            id: r.event_id,
+            event_type: r.event_type,
+            object_id: r.object_id,
+            state,
+            attempts: u32::try_from(r.attempts).unwrap_or(u32::MAX),
+            received_at: from_micros(r.received_us),
+            next_attempt_at: r.next_attempt_us.filter(|_| pending).map(from_micros),
+            dead_at: r.dead_us.map(from_micros),
+            last_error: r.processing_error,
+        }
+    }
+}
+
+/// One event's row: the listed columns, the livemode and the body.
+#[derive(sqlx::FromRow)]
+struct StoredRow {
+    #[sqlx(flatten)]
+    listed: ListedRow,
+    livemode: Option<bool>,
+    body: Option<Vec<u8>>,
+}
+
+impl From<StoredRow> for StoredEvent {
+    fn from(r: StoredRow) -> Self {
+        let processed_at = r.listed.processed_us.map(from_micros);
+        StoredEvent {
+            summary: r.listed.into(),
+            livemode: r.livemode,
+            processed_at,
+            body: r.body.unwrap_or_default().into(),
+        }
+    }
+}
+
+/// Which of a dialect's four listing statements reads `listing`: its rows, in its order.
+fn listing_statement<'a>(listing: &Listing, statements: [&'a str; 4]) -> &'a str {
+    let [dead_newest, dead_oldest, failing_newest, failing_oldest] = statements;
+    match (listing.rows, listing.oldest_first) {
+        (Rows::Dead, false) => dead_newest,
+        (Rows::Dead, true) => dead_oldest,
+        (Rows::Failing, false) => failing_newest,
+        (Rows::Failing, true) => failing_oldest,
+    }
+}
+
+/// The listing's position as the statements bind it: the time (microseconds), source and
+/// id of the row it continues after, all `NULL` for the first page.
+fn after(listing: &Listing) -> (Option<i64>, Option<String>, Option<String>) {
+    match &listing.after {
+        Some(c) => (Some(c.at_us), Some(c.source.clone()), Some(c.id.clone())),
+        None => (None, None, None),
+    }
+}
+
+/// Runs a listing's rows into summaries.
+fn summaries(rows: Result<Vec<ListedRow>, sqlx::Error>) -> Result<Vec<EventSummary>, StoreError> {
+    rows.map(|rows| rows.into_iter().map(EventSummary::from).collect())
+        .map_err(|e| StoreError::new("inbox list", e))
 }
 
 /// What a row stopped past the shutdown's grace period says as its error.

@@ -10,9 +10,12 @@ use sqlx::{PgConnection, Row};
 use tokio::sync::Notify;
 
 use super::batch::{Batcher, Run, Write, Written, MAX_BATCH, MAX_BATCH_BYTES};
-use super::{events, CountsRow, Outcome, ABANDONED, CLAIM_TRIES, CRASHED};
+use super::{
+    after, events, listing_statement, summaries, CountsRow, Outcome, StoredRow, ABANDONED,
+    CLAIM_TRIES, CRASHED,
+};
 use crate::inbox::backend::Backend;
-use crate::inbox::{Accepted, Counts, InboxEvent, Requeue};
+use crate::inbox::{Accepted, Counts, EventSummary, InboxEvent, Listing, Requeue, StoredEvent};
 use crate::store::{Claim, Delivery, StoreError, StoreFuture, Token};
 use crate::Event;
 
@@ -438,6 +441,84 @@ BEGIN
     END IF;
 END $$";
 
+/// What a listing and an event read of a row: times as microseconds since the epoch, and
+/// whether a worker holds it now.
+macro_rules! listed_columns {
+    () => {
+        "source, event_id, event_type, object_id, attempts::int8 AS attempts,
+    (extract(epoch FROM received_at) * 1000000)::int8 AS received_us,
+    (extract(epoch FROM next_attempt_at) * 1000000)::int8 AS next_attempt_us,
+    (extract(epoch FROM processed_at) * 1000000)::int8 AS processed_us,
+    (extract(epoch FROM dead_at) * 1000000)::int8 AS dead_us,
+    coalesce(locked_until > now(), false) AS locked, processing_error"
+    };
+}
+
+/// The listings, one statement per row set and order, each a range of its partial index
+/// (`webhook_events_dead`, `webhook_events_failing`, on the time and the key) read in the
+/// index's order from the position `$1`, `$2`, `$3` (the time in microseconds, the source
+/// and id that break ties in time; `NULL` for the first page: before or after every row).
+/// The position is one row comparison on the index's columns, always bound, so a generic
+/// plan starts the scan there too: a page reads its own rows, not the ones before it.
+const LIST_DEAD_NEWEST: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    "
+FROM webhook_events
+WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL
+  AND (dead_at, source, event_id) <
+      (coalesce(to_timestamp($1::int8 / 1000000.0), 'infinity'), coalesce($2::text, ''), coalesce($3::text, ''))
+ORDER BY dead_at DESC, source DESC, event_id DESC
+LIMIT $4"
+);
+
+const LIST_DEAD_OLDEST: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    "
+FROM webhook_events
+WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL
+  AND (dead_at, source, event_id) >
+      (coalesce(to_timestamp($1::int8 / 1000000.0), '-infinity'), coalesce($2::text, ''), coalesce($3::text, ''))
+ORDER BY dead_at, source, event_id
+LIMIT $4"
+);
+
+const LIST_FAILING_NEWEST: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    "
+FROM webhook_events
+WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+  AND processing_error IS NOT NULL
+  AND (received_at, source, event_id) <
+      (coalesce(to_timestamp($1::int8 / 1000000.0), 'infinity'), coalesce($2::text, ''), coalesce($3::text, ''))
+ORDER BY received_at DESC, source DESC, event_id DESC
+LIMIT $4"
+);
+
+const LIST_FAILING_OLDEST: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    "
+FROM webhook_events
+WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+  AND processing_error IS NOT NULL
+  AND (received_at, source, event_id) >
+      (coalesce(to_timestamp($1::int8 / 1000000.0), '-infinity'), coalesce($2::text, ''), coalesce($3::text, ''))
+ORDER BY received_at, source, event_id
+LIMIT $4"
+);
+
+/// One inbox row by its key, body included.
+const EVENT: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    ", livemode, body
+FROM webhook_events
+WHERE source = $1 AND event_id = $2 AND next_attempt_at IS NOT NULL"
+);
+
 /// [`COUNTS`]' row: the counts, and how long the log has grown.
 #[derive(sqlx::FromRow)]
 struct CountsWithLog {
@@ -565,6 +646,44 @@ impl Backend for Pg {
                 let _ = sqlx::raw_sql(FOLD_COUNTS).execute(&pool).await;
             }
             Ok(Counts::from(row.counts))
+        })
+    }
+
+    fn list(&self, listing: &Listing) -> StoreFuture<Vec<EventSummary>> {
+        let pool = self.pool.clone();
+        let sql = listing_statement(
+            listing,
+            [
+                LIST_DEAD_NEWEST,
+                LIST_DEAD_OLDEST,
+                LIST_FAILING_NEWEST,
+                LIST_FAILING_OLDEST,
+            ],
+        );
+        let (at_us, source, id) = after(listing);
+        let limit = i64::try_from(listing.limit + 1).unwrap_or(i64::MAX);
+        Box::pin(async move {
+            let rows = sqlx::query_as(sql)
+                .bind(at_us)
+                .bind(source)
+                .bind(id)
+                .bind(limit)
+                .fetch_all(&pool)
+                .await;
+            summaries(rows)
+        })
+    }
+
+    fn event(&self, source: String, id: String) -> StoreFuture<Option<StoredEvent>> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            sqlx::query_as::<_, StoredRow>(EVENT)
+                .bind(source)
+                .bind(id)
+                .fetch_optional(&pool)
+                .await
+                .map(|row| row.map(StoredEvent::from))
+                .map_err(|e| StoreError::new("inbox event", e))
         })
     }
 
@@ -1028,6 +1147,100 @@ mod tests {
         bulk("DELETE FROM webhook_events WHERE substr(event_id, 2)::int <= 2000").await;
         assert_eq!(pg.counts().await.unwrap().processed, 1500);
         assert_eq!(pg.counts().await.unwrap().queued, 1500);
+    }
+
+    /// The listings read their partial index in its order, not the history (20 000
+    /// processed rows here), in the plan a first page gets and in the generic plan a
+    /// prepared statement settles on; and rows tied in time (to the microsecond, which
+    /// the cursor keeps) page by their key, each once.
+    #[tokio::test]
+    async fn listings_read_their_partial_index_and_page_through_ties() {
+        let pool = fresh_pool().await;
+        sqlx::raw_sql(
+            "INSERT INTO webhook_events (source, event_id, attempts, next_attempt_at, processed_at)
+             SELECT 's', 'p' || g, 1, now(), now() FROM generate_series(1, 20000) g;
+             INSERT INTO webhook_events
+                 (source, event_id, attempts, next_attempt_at, dead_at, processing_error)
+             SELECT 's', 'd' || g, 3, now(), '2026-01-01T00:00:00.987653Z', 'boom'
+             FROM generate_series(1, 5) g;
+             INSERT INTO webhook_events
+                 (source, event_id, received_at, attempts, next_attempt_at, processing_error)
+             SELECT 's', 'f' || g, '2026-01-01T00:00:00.000001Z', 1, now() + interval '1 hour', 'late'
+             FROM generate_series(1, 3) g;
+             INSERT INTO webhook_events (source, event_id, attempts, next_attempt_at)
+             SELECT 's', 'q' || g, 0, now() FROM generate_series(1, 100) g;
+             ANALYZE webhook_events;",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        let statements = [
+            (LIST_DEAD_NEWEST, "webhook_events_dead"),
+            (LIST_DEAD_OLDEST, "webhook_events_dead"),
+            (LIST_FAILING_NEWEST, "webhook_events_failing"),
+            (LIST_FAILING_OLDEST, "webhook_events_failing"),
+        ];
+        let mut conn = pool.acquire().await.unwrap();
+        for (i, (sql, index)) in statements.into_iter().enumerate() {
+            let custom: Vec<String> =
+                sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}")))
+                    .bind(None::<i64>)
+                    .bind(None::<String>)
+                    .bind(None::<String>)
+                    .bind(51_i64)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "PREPARE list_{i} (int8, text, text, int8) AS {sql}; \
+                 SET plan_cache_mode = force_generic_plan"
+            )))
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+            let generic: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "EXPLAIN EXECUTE list_{i} (1767225600000000, 's', 'd3', 51)"
+            )))
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+            for plan in [custom, generic] {
+                let plan = plan.join("\n");
+                assert!(
+                    plan.contains(&format!("Index Scan using {index}"))
+                        || plan.contains(&format!("Index Scan Backward using {index}")),
+                    "{plan}"
+                );
+                assert!(!plan.contains("Sort"), "read in the index's order: {plan}");
+            }
+        }
+        drop(conn);
+
+        let inbox = crate::inbox::Inbox::postgres(&crate::store::PgStore::from_migrated_pool(pool));
+        let all = |listing: crate::inbox::Listing| {
+            let inbox = inbox.clone();
+            async move {
+                let (mut ids, mut listing) = (Vec::new(), listing.with_limit(2));
+                loop {
+                    let page = inbox.list(&listing).await.unwrap();
+                    assert!(page.events.len() <= 2);
+                    ids.extend(page.events.into_iter().map(|e| e.id));
+                    let Some(next) = page.next else { break ids };
+                    listing = listing.after(next);
+                }
+            }
+        };
+        use crate::inbox::Listing;
+        assert_eq!(all(Listing::dead()).await, ["d5", "d4", "d3", "d2", "d1"]);
+        assert_eq!(
+            all(Listing::dead().oldest_first()).await,
+            ["d1", "d2", "d3", "d4", "d5"]
+        );
+        assert_eq!(all(Listing::failing()).await, ["f3", "f2", "f1"]);
+        assert_eq!(
+            all(Listing::failing().oldest_first()).await,
+            ["f1", "f2", "f3"]
+        );
     }
 
     /// A role that may not `TRUNCATE` the log still folds it (by deleting its rows).

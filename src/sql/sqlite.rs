@@ -10,9 +10,12 @@ use sqlx::Row;
 use tokio::sync::Notify;
 
 use super::batch::{Batcher, Run, Write, Written, MAX_BATCH, MAX_BATCH_BYTES};
-use super::{events, CountsRow, Outcome, ABANDONED, CLAIM_TRIES, CRASHED};
+use super::{
+    after, events, listing_statement, summaries, CountsRow, Outcome, StoredRow, ABANDONED,
+    CLAIM_TRIES, CRASHED,
+};
 use crate::inbox::backend::Backend;
-use crate::inbox::{Accepted, Counts, InboxEvent, Requeue};
+use crate::inbox::{Accepted, Counts, EventSummary, InboxEvent, Listing, Requeue, StoredEvent};
 use crate::store::{Claim, Delivery, StoreError, StoreFuture, Token};
 use crate::Event;
 
@@ -339,6 +342,78 @@ FROM (
     WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
 ) q";
 
+/// What a listing and an event read of a row: times as microseconds since the epoch, and
+/// whether a worker holds it now (`?1`: now).
+macro_rules! listed_columns {
+    () => {
+        "source, event_id, event_type, object_id, attempts,
+    received_at * 1000 AS received_us, next_attempt_at * 1000 AS next_attempt_us,
+    processed_at * 1000 AS processed_us, dead_at * 1000 AS dead_us,
+    coalesce(locked_until > ?1, 0) AS locked, processing_error"
+    };
+}
+
+/// The listings, one statement per row set and order, each a range of its partial index
+/// (`webhook_events_dead`, `webhook_events_failing`, on the time and the key: the terms
+/// of its `WHERE` are repeated, so SQLite sees it applies) read in the index's order from
+/// the position `?2`, `?3`, `?4` (the time in milliseconds, the source and id that break
+/// ties in time; `NULL` for the first page: before or after every row), one row-value
+/// comparison on the index's columns: a page reads its own rows, not the ones before it.
+const LIST_DEAD_NEWEST: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    "
+FROM webhook_events
+WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL
+  AND (dead_at, source, event_id) < (coalesce(?2, 9223372036854775807), coalesce(?3, ''), coalesce(?4, ''))
+ORDER BY dead_at DESC, source DESC, event_id DESC
+LIMIT ?5"
+);
+
+const LIST_DEAD_OLDEST: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    "
+FROM webhook_events
+WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL
+  AND (dead_at, source, event_id) > (coalesce(?2, -9223372036854775808), coalesce(?3, ''), coalesce(?4, ''))
+ORDER BY dead_at, source, event_id
+LIMIT ?5"
+);
+
+const LIST_FAILING_NEWEST: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    "
+FROM webhook_events
+WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+  AND processing_error IS NOT NULL
+  AND (received_at, source, event_id) < (coalesce(?2, 9223372036854775807), coalesce(?3, ''), coalesce(?4, ''))
+ORDER BY received_at DESC, source DESC, event_id DESC
+LIMIT ?5"
+);
+
+const LIST_FAILING_OLDEST: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    "
+FROM webhook_events
+WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+  AND processing_error IS NOT NULL
+  AND (received_at, source, event_id) > (coalesce(?2, -9223372036854775808), coalesce(?3, ''), coalesce(?4, ''))
+ORDER BY received_at, source, event_id
+LIMIT ?5"
+);
+
+/// One inbox row by its key, body included.
+const EVENT: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    ", livemode, body
+FROM webhook_events
+WHERE source = ?2 AND event_id = ?3 AND next_attempt_at IS NOT NULL"
+);
+
 impl Backend for Sqlite {
     fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
         let (this, d) = (self.clone(), Delivery::from_event(event));
@@ -451,6 +526,46 @@ impl Backend for Sqlite {
                 .await
                 .map(Counts::from)
                 .map_err(|e| StoreError::new("inbox counts", e))
+        })
+    }
+
+    fn list(&self, listing: &Listing) -> StoreFuture<Vec<EventSummary>> {
+        let (pool, now) = (self.pool.clone(), self.now_ms());
+        let sql = listing_statement(
+            listing,
+            [
+                LIST_DEAD_NEWEST,
+                LIST_DEAD_OLDEST,
+                LIST_FAILING_NEWEST,
+                LIST_FAILING_OLDEST,
+            ],
+        );
+        let (at_us, source, id) = after(listing);
+        let limit = i64::try_from(listing.limit + 1).unwrap_or(i64::MAX);
+        Box::pin(async move {
+            let rows = sqlx::query_as(sql)
+                .bind(now)
+                .bind(at_us.map(|us| us.div_euclid(1000)))
+                .bind(source)
+                .bind(id)
+                .bind(limit)
+                .fetch_all(&pool)
+                .await;
+            summaries(rows)
+        })
+    }
+
+    fn event(&self, source: String, id: String) -> StoreFuture<Option<StoredEvent>> {
+        let (pool, now) = (self.pool.clone(), self.now_ms());
+        Box::pin(async move {
+            sqlx::query_as::<_, StoredRow>(EVENT)
+                .bind(now)
+                .bind(source)
+                .bind(id)
+                .fetch_optional(&pool)
+                .await
+                .map(|row| row.map(StoredEvent::from))
+                .map_err(|e| StoreError::new("inbox event", e))
         })
     }
 
@@ -617,6 +732,94 @@ async fn claim_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The listings read their partial index in its order, not the history (20 000
+    /// processed rows here), and rows tied in time page by their key, each once.
+    #[tokio::test]
+    async fn listings_read_their_partial_index_and_page_through_ties() {
+        let path = std::env::temp_dir().join(format!(
+            "tower-webhook-unit-{}.db",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let store = crate::store::SqliteStore::open(&path).await.unwrap();
+        sqlx::raw_sql(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
+             INSERT INTO webhook_events
+                 (source, event_id, received_at, attempts, next_attempt_at, processed_at)
+             SELECT 's', 'p' || i, 1000, 1, 1000, 2000 FROM n;
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5)
+             INSERT INTO webhook_events
+                 (source, event_id, received_at, attempts, next_attempt_at, dead_at, processing_error)
+             SELECT 's', 'd' || i, 1000, 3, 1000, 5000, 'boom' FROM n;
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3)
+             INSERT INTO webhook_events
+                 (source, event_id, received_at, attempts, next_attempt_at, processing_error)
+             SELECT 's', 'f' || i, 3000, 1, 9000, 'late' FROM n;
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100)
+             INSERT INTO webhook_events (source, event_id, received_at, attempts, next_attempt_at)
+             SELECT 's', 'q' || i, 4000, 0, 4000 FROM n;
+             ANALYZE;",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        for (sql, index) in [
+            (LIST_DEAD_NEWEST, "webhook_events_dead"),
+            (LIST_DEAD_OLDEST, "webhook_events_dead"),
+            (LIST_FAILING_NEWEST, "webhook_events_failing"),
+            (LIST_FAILING_OLDEST, "webhook_events_failing"),
+        ] {
+            for after in [None, Some(5000_i64)] {
+                let plan: Vec<String> =
+                    sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+                        .bind(10_000_i64)
+                        .bind(after)
+                        .bind(after.map(|_| "s"))
+                        .bind(after.map(|_| "d3"))
+                        .bind(51_i64)
+                        .fetch_all(store.pool())
+                        .await
+                        .unwrap()
+                        .iter()
+                        .map(|row| row.get::<String, _>("detail"))
+                        .collect();
+                let plan = plan.join("\n");
+                assert!(plan.contains(&format!("USING INDEX {index}")), "{plan}");
+                assert!(
+                    !plan.contains("TEMP B-TREE"),
+                    "read in the index's order: {plan}"
+                );
+            }
+        }
+
+        let inbox = crate::inbox::Inbox::sqlite(&store);
+        let all = |listing: crate::inbox::Listing| {
+            let inbox = inbox.clone();
+            async move {
+                let (mut ids, mut listing) = (Vec::new(), listing.with_limit(2));
+                loop {
+                    let page = inbox.list(&listing).await.unwrap();
+                    assert!(page.events.len() <= 2);
+                    ids.extend(page.events.into_iter().map(|e| e.id));
+                    let Some(next) = page.next else { break ids };
+                    listing = listing.after(next);
+                }
+            }
+        };
+        use crate::inbox::Listing;
+        assert_eq!(all(Listing::dead()).await, ["d5", "d4", "d3", "d2", "d1"]);
+        assert_eq!(
+            all(Listing::dead().oldest_first()).await,
+            ["d1", "d2", "d3", "d4", "d5"]
+        );
+        assert_eq!(all(Listing::failing()).await, ["f3", "f2", "f1"]);
+        assert_eq!(
+            all(Listing::failing().oldest_first()).await,
+            ["f1", "f2", "f3"]
+        );
+        drop(store);
+        let _ = std::fs::remove_file(&path);
+    }
 
     /// The batch goes as one transaction, not through the write-by-write fallback.
     #[tokio::test]

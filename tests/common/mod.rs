@@ -5,6 +5,8 @@
 mod support;
 pub use support::*;
 
+pub mod seed;
+
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,141 @@
+//! What the endpoints accept, checked into the inbox's own types: a query string into a
+//! [`Listing`], a JSON body into a [`Requeue`]. Anything else is a 400 with a fixed
+//! message that never echoes the input.
+
+use std::time::SystemTime;
+
+use serde::Deserialize;
+
+use super::AdminError;
+use crate::inbox::{Cursor, Listing, Requeue};
+
+/// `GET /events?state=dead|failing&order=newest|oldest&limit=1..1000&after=<cursor>`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListQuery {
+    state: Option<String>,
+    order: Option<String>,
+    limit: Option<String>,
+    after: Option<String>,
+}
+
+impl ListQuery {
+    pub(super) fn listing(self) -> Result<Listing, AdminError> {
+        let mut listing = match self.state.as_deref() {
+            Some("dead") => Listing::dead(),
+            Some("failing") => Listing::failing(),
+            _ => return Err(AdminError::bad_request("state must be dead or failing")),
+        };
+        match self.order.as_deref() {
+            None | Some("newest") => {}
+            Some("oldest") => listing = listing.oldest_first(),
+            Some(_) => return Err(AdminError::bad_request("order must be newest or oldest")),
+        }
+        if let Some(limit) = self.limit {
+            let limit = limit
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=Listing::MAX_LIMIT).contains(n))
+                .ok_or(AdminError::bad_request("limit must be 1 to 1000"))?;
+            listing = listing.with_limit(limit);
+        }
+        if let Some(after) = self.after {
+            let cursor: Cursor = after
+                .parse()
+                .map_err(|_| AdminError::bad_request("after must be a next cursor"))?;
+            listing = listing.after(cursor);
+        }
+        Ok(listing)
+    }
+}
+
+/// `POST /requeue`: which rows, by the fields of [`Requeue`]. `source` and `id` name one
+/// event; `dead` every dead row; `type` and the receipt window narrow either (or every
+/// row, processed ones included: replay); `all` alone every row. An empty body names
+/// nothing and is refused, so a replay of everything is never an accident.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RequeueBody {
+    source: Option<String>,
+    id: Option<String>,
+    #[serde(default)]
+    dead: bool,
+    #[serde(rename = "type")]
+    event_type: Option<String>,
+    received_from: Option<String>,
+    received_before: Option<String>,
+    #[serde(default)]
+    all: bool,
+}
+
+impl RequeueBody {
+    pub(super) fn requeue(self) -> Result<Requeue, AdminError> {
+        let texts = [&self.source, &self.id, &self.event_type];
+        if texts
+            .iter()
+            .any(|t| t.as_ref().is_some_and(|t| t.contains('\0')))
+        {
+            return Err(AdminError::bad_request(
+                "source, id and type contain no NUL",
+            ));
+        }
+        let narrowed = self.event_type.is_some()
+            || self.received_from.is_some()
+            || self.received_before.is_some();
+        let mut requeue = match (self.source, self.id) {
+            (Some(source), Some(id)) if !self.dead && !self.all => Requeue::id(&source, &id),
+            (Some(_), Some(_)) => {
+                return Err(AdminError::bad_request(
+                    "an id names one event: not with dead or all",
+                ))
+            }
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(AdminError::bad_request(
+                    "an id needs its source, and a source its id",
+                ))
+            }
+            (None, None) if self.dead && self.all => {
+                return Err(AdminError::bad_request("dead or all, not both"))
+            }
+            (None, None) if self.dead => Requeue::dead(),
+            (None, None) if self.all && !narrowed => Requeue::all(),
+            (None, None) if self.all => {
+                return Err(AdminError::bad_request(
+                    "all stands alone: narrow with type or a window instead",
+                ))
+            }
+            (None, None) if narrowed => Requeue::all(),
+            (None, None) => return Err(AdminError::bad_request(
+                "name the rows: source and id, dead, type, received_from, received_before, or all",
+            )),
+        };
+        if let Some(event_type) = self.event_type {
+            requeue = requeue.with_type(&event_type);
+        }
+        let from = self.received_from.map(|t| time(&t)).transpose()?;
+        let before = self.received_before.map(|t| time(&t)).transpose()?;
+        if let (Some(from), Some(before)) = (from, before) {
+            if from >= before {
+                return Err(AdminError::bad_request(
+                    "received_from must be before received_before",
+                ));
+            }
+        }
+        if let Some(from) = from {
+            requeue = requeue.received_since(from);
+        }
+        if let Some(before) = before {
+            requeue = requeue.received_before(before);
+        }
+        Ok(requeue)
+    }
+}
+
+/// An RFC 3339 time (`2026-12-01T09:30:00Z`).
+pub(crate) fn time(text: &str) -> Result<SystemTime, AdminError> {
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map(SystemTime::from)
+        .map_err(|_| {
+            AdminError::bad_request("received_from and received_before are RFC 3339 times")
+        })
+}

@@ -1,0 +1,128 @@
+//! The inbox's operator surface over HTTP: an axum [`Router`](axum::Router) of JSON
+//! endpoints to mount in your server, **behind your own authorization**.
+//!
+//! [`router`] answers, under wherever you mount it:
+//!
+//! | request | answer |
+//! |---|---|
+//! | `GET /counts` | `{"queued": 3, "processing": 1, "processed": 1200, "dead": 2, "oldest_due_ms": 850}` ([`Inbox::counts`]) |
+//! | `GET /events?state=dead` | `{"events": [{"source", "id", "type", "object_id", "state", "attempts", "received_at", "next_attempt_at", "dead_at", "last_error"}, …], "next": "<cursor>"}` ([`Inbox::list`]) |
+//! | `GET /events/{source}/{id}` | one event's row with `"livemode"`, `"processed_at"`, `"body"` and `"body_encoding"` ([`Inbox::event`]) |
+//! | `POST /requeue` | `{"requeued": 2}` ([`Inbox::requeue`]) |
+//!
+//! - `GET /events` takes `state=dead` (newest dead first) or `state=failing` (rows queued
+//!   again after a failed attempt, newest received first), `order=oldest` for the other
+//!   way, `limit=1..1000` (default 50) and `after=<next>` for the following page: `next`
+//!   is `null` on the last one. Each page is read from the partial index of its rows, so
+//!   it costs its own size, not the history's.
+//! - `GET /events/{source}/{id}`: percent-encode each segment (`/` as `%2F`). The body is
+//!   its text when it is UTF-8 (`"body_encoding": "utf-8"`), else base64
+//!   (`"body_encoding": "base64"`). Any state; 404 when the inbox has no such event.
+//! - `POST /requeue` takes a JSON object (`Content-Type: application/json`):
+//!   `{"source": "stripe", "id": "evt_1"}` for one event (processed ones too: replay),
+//!   `{"dead": true}` for every dead row, `"type"` and an RFC 3339 receipt window
+//!   (`"received_from"`, at or after; `"received_before"`) to narrow either — or alone,
+//!   every row of that type or window, processed ones included — and `{"all": true}` for
+//!   every row. An empty object names nothing and is refused. Rows a worker is processing
+//!   now are left to it.
+//!
+//! Times are RFC 3339 in UTC. Failures are `{"error": "<a fixed short message>"}`: 400
+//! for input that does not parse or is out of range (unknown parameters and fields
+//! included), 404 for an unknown event or endpoint, 405 for a wrong method, 503 when the
+//! database did not answer (its error goes to `tracing`, never into the response). The
+//! response carries an [`AdminError`] in its extensions.
+//!
+//! # Security
+//!
+//! **The router does no authorization of its own. Never expose it unauthenticated.**
+//! `GET /events/{source}/{id}` returns raw webhook payloads: your customers' data (names,
+//! addresses, payment details). `POST /requeue` runs your processor again on events it
+//! already handled. Mount it under a prefix, behind a layer that checks who is asking —
+//! best on a listener of its own, bound to an internal interface (a second
+//! `axum::serve` on `127.0.0.1` or a private network) rather than beside the public
+//! webhook route:
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use axum::body::Body;
+//! use axum::extract::{Request, State};
+//! use axum::http::{self, header, StatusCode};
+//! use axum::middleware::{self, Next};
+//! use axum::response::{IntoResponse, Response};
+//! use axum::Router;
+//! use subtle::ConstantTimeEq as _;
+//! use tower::ServiceExt as _;
+//! use tower_webhook::admin;
+//! use tower_webhook::inbox::Inbox;
+//! use tower_webhook::store::SqliteStore;
+//!
+//! /// Lets a request through only with the operators' bearer token, compared in constant
+//! /// time (a byte-by-byte `==` answers sooner the sooner a guess goes wrong).
+//! async fn operators_only(State(token): State<Arc<str>>, request: Request, next: Next) -> Response {
+//!     let presented = request
+//!         .headers()
+//!         .get(header::AUTHORIZATION)
+//!         .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "))
+//!         .unwrap_or_default();
+//!     if bool::from(presented.ct_eq(token.as_bytes())) {
+//!         next.run(request).await
+//!     } else {
+//!         StatusCode::UNAUTHORIZED.into_response()
+//!     }
+//! }
+//!
+//! # fn token_from_your_secret_store() -> String { "kX9f2c7b1e0a4d6f8e3b5a7c9d1f3e5a".into() }
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let path = std::env::temp_dir().join(format!("tower-webhook-admin-doc-{}.db", std::process::id()));
+//! let inbox = Inbox::sqlite(&SqliteStore::open(&path).await?);
+//! let token: Arc<str> = token_from_your_secret_store().into();
+//! let app: Router = Router::new()
+//!     // .route("/webhooks", …): the rest of your application
+//!     .nest(
+//!         "/admin",
+//!         admin::router(inbox).layer(middleware::from_fn_with_state(token.clone(), operators_only)),
+//!     );
+//!
+//! let ask = |token: &str| {
+//!     http::Request::get("/admin/counts")
+//!         .header(header::AUTHORIZATION, format!("Bearer {token}"))
+//!         .body(Body::empty())
+//! };
+//! assert_eq!(app.clone().oneshot(ask("a guess")?).await?.status(), StatusCode::UNAUTHORIZED);
+//! assert_eq!(app.oneshot(ask(&token)?).await?.status(), StatusCode::OK);
+//! # let _ = std::fs::remove_file(&path);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A layer applied to the router covers every route of it, its 404 fallback included.
+//! tower-http's `ValidateRequestHeaderLayer::bearer` also checks a token, but compares it
+//! with `==`; an identity-aware proxy or mTLS in front of an internal listener does as
+//! well. `POST /requeue` requires `Content-Type: application/json`, which a browser's
+//! cross-site form cannot send without a CORS preflight; even so, if your authorization
+//! is a cookie, add CSRF protection.
+//!
+//! The same calls from a shell: the `tower-webhook` command (feature `cli`).
+
+mod error;
+mod input;
+mod routes;
+
+pub use self::error::{AdminError, AdminErrorKind};
+
+#[cfg(doc)]
+use crate::inbox::Inbox;
+
+/// The operator endpoints over `inbox` (the table in the [module docs](self)), to mount
+/// under a prefix with [`Router::nest`](axum::Router::nest) behind your authorization
+/// layer. Cloning the inbox shares it: the router and your workers use one pool.
+///
+/// # Security
+///
+/// No authorization of its own, and it serves raw webhook payloads: see the
+/// [module docs](self#security).
+pub fn router(inbox: crate::inbox::Inbox) -> axum::Router {
+    routes::router(inbox)
+}

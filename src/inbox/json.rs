@@ -1,0 +1,223 @@
+//! The operator's view of the inbox as JSON: what `admin::router` answers and the
+//! `tower-webhook` command prints with `--json`, written once.
+//!
+//! Times are RFC 3339 in UTC; a body is its text when it is UTF-8
+//! (`"body_encoding": "utf-8"`), else standard base64 (`"body_encoding": "base64"`).
+
+use std::time::SystemTime;
+
+use base64::Engine as _;
+use serde::ser::{Error as _, Serialize, Serializer};
+
+use super::listing::{micros, Cursor, EventSummary, Page, State, StoredEvent};
+use super::Counts;
+
+/// `t` as RFC 3339 in UTC, to the microsecond (what both databases keep).
+fn rfc3339(t: SystemTime) -> Option<String> {
+    let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros(t)) * 1000).ok()?;
+    at.format(&time::format_description::well_known::Rfc3339)
+        .ok()
+}
+
+/// A time as a JSON string.
+struct Time(SystemTime);
+
+impl Serialize for Time {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let text = rfc3339(self.0).ok_or_else(|| S::Error::custom("a time past year 9999"))?;
+        s.serialize_str(&text)
+    }
+}
+
+impl Serialize for State {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl Serialize for Cursor {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// `{"queued": 1, "processing": 0, "processed": 12, "dead": 1, "oldest_due_ms": 350}`
+/// (`oldest_due_ms` is `null` when no row is due).
+impl Serialize for Counts {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Wire {
+            queued: u64,
+            processing: u64,
+            processed: u64,
+            dead: u64,
+            oldest_due_ms: Option<u64>,
+        }
+        Wire {
+            queued: self.queued,
+            processing: self.processing,
+            processed: self.processed,
+            dead: self.dead,
+            oldest_due_ms: self
+                .oldest_due
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        }
+        .serialize(s)
+    }
+}
+
+#[derive(serde::Serialize)]
+struct SummaryWire<'a> {
+    source: &'a str,
+    id: &'a str,
+    #[serde(rename = "type")]
+    event_type: Option<&'a str>,
+    object_id: Option<&'a str>,
+    state: State,
+    attempts: u32,
+    received_at: Time,
+    next_attempt_at: Option<Time>,
+    dead_at: Option<Time>,
+    last_error: Option<&'a str>,
+}
+
+impl<'a> From<&'a EventSummary> for SummaryWire<'a> {
+    fn from(e: &'a EventSummary) -> Self {
+        Self {
+            source: &e.source,
+            id: &e.id,
+            event_type: e.event_type.as_deref(),
+            object_id: e.object_id.as_deref(),
+            state: e.state,
+            attempts: e.attempts,
+            received_at: Time(e.received_at),
+            next_attempt_at: e.next_attempt_at.map(Time),
+            dead_at: e.dead_at.map(Time),
+            last_error: e.last_error.as_deref(),
+        }
+    }
+}
+
+/// `{"source", "id", "type", "object_id", "state", "attempts", "received_at",
+/// "next_attempt_at", "dead_at", "last_error"}`, absent values `null`.
+impl Serialize for EventSummary {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        SummaryWire::from(self).serialize(s)
+    }
+}
+
+/// The summary's fields, and `"livemode"`, `"processed_at"`, `"body"` and
+/// `"body_encoding"`.
+impl Serialize for StoredEvent {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Wire<'a> {
+            #[serde(flatten)]
+            summary: SummaryWire<'a>,
+            livemode: Option<bool>,
+            processed_at: Option<Time>,
+            body: std::borrow::Cow<'a, str>,
+            body_encoding: &'static str,
+        }
+        let (body, body_encoding) = match std::str::from_utf8(&self.body) {
+            Ok(text) => (text.into(), "utf-8"),
+            Err(_) => (
+                base64::engine::general_purpose::STANDARD
+                    .encode(&self.body)
+                    .into(),
+                "base64",
+            ),
+        };
+        Wire {
+            summary: SummaryWire::from(&self.summary),
+            livemode: self.livemode,
+            processed_at: self.processed_at.map(Time),
+            body,
+            body_encoding,
+        }
+        .serialize(s)
+    }
+}
+
+/// `{"events": [...], "next": "<cursor>"}` (`next` is `null` on the last page).
+impl Serialize for Page {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Wire<'a> {
+            events: &'a [EventSummary],
+            next: Option<&'a Cursor>,
+        }
+        Wire {
+            events: &self.events,
+            next: self.next.as_ref(),
+        }
+        .serialize(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inbox::listing::from_micros;
+    use std::time::Duration;
+
+    fn summary() -> EventSummary {
+        EventSummary {
+            source: "stripe".into(),
+            id: "evt_1".into(),
+            event_type: Some("invoice.paid".into()),
+            object_id: None,
+            state: State::Dead,
+            attempts: 8,
+            received_at: from_micros(1_700_000_000_123_456),
+            next_attempt_at: None,
+            dead_at: Some(from_micros(1_700_000_060_000_000)),
+            last_error: Some("order not found".into()),
+        }
+    }
+
+    #[test]
+    fn a_summary_is_flat_json_with_rfc3339_times() {
+        let json = serde_json::to_value(summary()).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "source": "stripe", "id": "evt_1", "type": "invoice.paid", "object_id": null,
+                "state": "dead", "attempts": 8,
+                "received_at": "2023-11-14T22:13:20.123456Z", "next_attempt_at": null,
+                "dead_at": "2023-11-14T22:14:20Z", "last_error": "order not found",
+            })
+        );
+    }
+
+    #[test]
+    fn a_body_is_text_when_it_is_utf8_else_base64() {
+        let event = |body: &'static [u8]| StoredEvent {
+            summary: summary(),
+            livemode: Some(false),
+            processed_at: None,
+            body: body.into(),
+        };
+        let json = serde_json::to_value(event(b"{\"id\":\"evt_1\"}")).unwrap();
+        assert_eq!(json["body"], "{\"id\":\"evt_1\"}");
+        assert_eq!(json["body_encoding"], "utf-8");
+        assert_eq!(json["source"], "stripe", "the summary's fields, flat");
+        assert_eq!(json["livemode"], false);
+        let json = serde_json::to_value(event(b"\xff\x00a")).unwrap();
+        assert_eq!(json["body"], "/wBh");
+        assert_eq!(json["body_encoding"], "base64");
+    }
+
+    #[test]
+    fn counts_give_the_lag_in_milliseconds() {
+        let counts = Counts {
+            queued: 3,
+            oldest_due: Some(Duration::from_micros(2_500_900)),
+            ..Counts::default()
+        };
+        assert_eq!(
+            serde_json::to_value(counts).unwrap(),
+            serde_json::json!({"queued": 3, "processing": 0, "processed": 0, "dead": 0, "oldest_due_ms": 2500})
+        );
+    }
+}

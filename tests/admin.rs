@@ -1,0 +1,491 @@
+//! `admin::router` end to end over a real inbox on SQLite and PostgreSQL holding dead,
+//! failing, queued and processed rows: each endpoint's status and JSON, pages by cursor
+//! in both orders, bodies as text or base64, bad input a 400 that changes nothing, an
+//! unknown event a 404, a database that does not answer a 503 without its text, and a
+//! requeue whose rows a worker then processes.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime};
+
+use axum::body::Body;
+use common::seed::{body, deliver, eventually, seed, DEAD_ERROR, FAILING_ERROR};
+use http::{header, Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+use tower_webhook::admin::{self, AdminError, AdminErrorKind};
+use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
+use tower_webhook::store::{PgStore, SqliteStore};
+
+/// What the router answered.
+struct Answer {
+    status: StatusCode,
+    json: Value,
+    error: Option<AdminError>,
+}
+
+async fn send(inbox: &Inbox, request: Request<Body>) -> Answer {
+    let response = admin::router(inbox.clone())
+        .oneshot(request)
+        .await
+        .expect("infallible");
+    let status = response.status();
+    assert_eq!(
+        response.headers().get(header::CONTENT_TYPE).unwrap(),
+        "application/json",
+        "every answer is JSON"
+    );
+    let error = response.extensions().get::<AdminError>().cloned();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let json = serde_json::from_slice(&bytes).expect("a JSON body");
+    Answer {
+        status,
+        json,
+        error,
+    }
+}
+
+async fn get(inbox: &Inbox, uri: &str) -> Answer {
+    send(inbox, Request::get(uri).body(Body::empty()).unwrap()).await
+}
+
+async fn post_json(inbox: &Inbox, uri: &str, body: &str) -> Answer {
+    let request = Request::post(uri)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_owned()))
+        .unwrap();
+    send(inbox, request).await
+}
+
+fn time(v: &Value) -> SystemTime {
+    let text = v.as_str().unwrap_or_else(|| panic!("a time, not {v}"));
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .unwrap()
+        .into()
+}
+
+fn ids(page: &Value) -> Vec<String> {
+    page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn counts_and_listings_show_each_state_with_its_last_error(inbox: Inbox) {
+    seed(&inbox, 3).await;
+    let counts = get(&inbox, "/counts").await;
+    assert_eq!(counts.status, StatusCode::OK);
+    assert_eq!(counts.json["queued"], 2, "{}", counts.json);
+    assert_eq!(counts.json["processing"], 0);
+    assert_eq!(counts.json["processed"], 1);
+    assert_eq!(counts.json["dead"], 3);
+    assert!(counts.json["oldest_due_ms"].is_u64(), "evt_queued is due");
+
+    let dead = get(&inbox, "/events?state=dead").await;
+    assert_eq!(dead.status, StatusCode::OK);
+    let mut seen = ids(&dead.json);
+    seen.sort();
+    assert_eq!(seen, ["evt_dead_1", "evt_dead_2", "evt_dead_3"]);
+    assert_eq!(dead.json["next"], Value::Null, "one page");
+    for row in dead.json["events"].as_array().unwrap() {
+        let id = row["id"].as_str().unwrap();
+        assert_eq!(row["source"], "standard");
+        assert_eq!(row["type"], "order.paid");
+        assert_eq!(row["object_id"], format!("pi_{id}"));
+        assert_eq!(row["state"], "dead");
+        assert_eq!(row["attempts"], 2);
+        assert_eq!(row["last_error"], DEAD_ERROR);
+        assert_eq!(row["next_attempt_at"], Value::Null, "a dead row is not due");
+        assert!(time(&row["dead_at"]) >= time(&row["received_at"]));
+        assert!(row.get("body").is_none(), "a listing carries no bodies");
+    }
+
+    let failing = get(&inbox, "/events?state=failing").await;
+    assert_eq!(failing.status, StatusCode::OK);
+    assert_eq!(
+        ids(&failing.json),
+        ["evt_failing"],
+        "not the never-tried queued row"
+    );
+    let row = &failing.json["events"][0];
+    assert_eq!(row["state"], "queued");
+    assert_eq!(row["attempts"], 1);
+    assert_eq!(row["last_error"], FAILING_ERROR);
+    assert_eq!(row["dead_at"], Value::Null);
+    let due_in = time(&row["next_attempt_at"])
+        .duration_since(SystemTime::now())
+        .expect("due later");
+    assert!(due_in > Duration::from_secs(25 * 60), "{due_in:?}");
+}
+
+async fn listings_page_by_cursor_in_either_order(inbox: Inbox) {
+    seed(&inbox, 5).await;
+    // Newest first, two at a time: every dead row once, dead_at never increasing.
+    let mut newest = Vec::new();
+    let mut uri = "/events?state=dead&limit=2".to_owned();
+    for page in 0.. {
+        let answer = get(&inbox, &uri).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        let rows = answer.json["events"].as_array().unwrap().clone();
+        assert_eq!(rows.len(), if page < 2 { 2 } else { 1 }, "page {page}");
+        newest.extend(rows);
+        match answer.json["next"].as_str() {
+            Some(next) => uri = format!("/events?state=dead&limit=2&after={next}"),
+            None => break,
+        }
+    }
+    let order: Vec<String> = newest
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(order.iter().collect::<HashSet<_>>().len(), 5, "{order:?}");
+    for pair in newest.windows(2) {
+        assert!(time(&pair[0]["dead_at"]) >= time(&pair[1]["dead_at"]));
+    }
+    // Oldest first, in one page of five: the same rows, the other way round.
+    let oldest = get(&inbox, "/events?state=dead&order=oldest&limit=5").await;
+    let mut reversed = ids(&oldest.json);
+    reversed.reverse();
+    assert_eq!(reversed, order);
+    assert_eq!(oldest.json["next"], Value::Null);
+    // A cursor of the newest-first listing continues it past rows requeued meanwhile.
+    let first = get(&inbox, "/events?state=dead&limit=2").await;
+    let next = first.json["next"].as_str().unwrap().to_owned();
+    let requeued = post_json(
+        &inbox,
+        "/requeue",
+        &json!({"source": "standard", "id": order[0]}).to_string(),
+    )
+    .await;
+    assert_eq!(requeued.json["requeued"], 1);
+    let rest = get(&inbox, &format!("/events?state=dead&limit=10&after={next}")).await;
+    assert_eq!(ids(&rest.json), order[2..]);
+}
+
+async fn one_event_shows_its_body_as_text_or_base64(inbox: Inbox) {
+    seed(&inbox, 1).await;
+    let dead = get(&inbox, "/events/standard/evt_dead_1").await;
+    assert_eq!(dead.status, StatusCode::OK);
+    assert_eq!(dead.json["state"], "dead");
+    assert_eq!(dead.json["livemode"], true);
+    assert_eq!(dead.json["last_error"], DEAD_ERROR);
+    assert_eq!(dead.json["processed_at"], Value::Null);
+    assert_eq!(dead.json["body"], body("evt_dead_1"));
+    assert_eq!(dead.json["body_encoding"], "utf-8");
+
+    let done = get(&inbox, "/events/standard/evt_done").await;
+    assert_eq!(done.json["state"], "processed");
+    assert_eq!(done.json["attempts"], 1);
+    assert!(time(&done.json["processed_at"]) >= time(&done.json["received_at"]));
+    assert_eq!(done.json["next_attempt_at"], Value::Null);
+
+    let queued = get(&inbox, "/events/standard/evt_queued").await;
+    assert_eq!(queued.json["state"], "queued");
+    assert_eq!(queued.json["attempts"], 0);
+    assert_eq!(queued.json["last_error"], Value::Null);
+
+    // Not UTF-8, under a source and id that need percent-encoding.
+    inbox
+        .ingest("tenant/a b", "evt/x", vec![0xff, 0x00, b'{'])
+        .await
+        .unwrap();
+    let binary = get(&inbox, "/events/tenant%2Fa%20b/evt%2Fx").await;
+    assert_eq!(binary.status, StatusCode::OK);
+    assert_eq!(binary.json["source"], "tenant/a b");
+    assert_eq!(binary.json["id"], "evt/x");
+    assert_eq!(binary.json["body"], "/wB7");
+    assert_eq!(binary.json["body_encoding"], "base64");
+    assert_eq!(binary.json["type"], Value::Null);
+
+    for unknown in [
+        "/events/standard/evt_never",
+        "/events/other/evt_dead_1",
+        "/events/standard/evt%00nul",
+    ] {
+        let answer = get(&inbox, unknown).await;
+        assert_eq!(answer.status, StatusCode::NOT_FOUND, "{unknown}");
+        assert_eq!(answer.json, json!({"error": "no such event"}));
+        assert_eq!(answer.error.unwrap().kind(), AdminErrorKind::NotFound);
+    }
+}
+
+async fn bad_input_is_a_400_with_a_fixed_json_error_and_changes_nothing(inbox: Inbox) {
+    seed(&inbox, 2).await;
+    let rows = async || {
+        let c = inbox.counts().await.unwrap();
+        (c.queued, c.processing, c.processed, c.dead)
+    };
+    let before = rows().await;
+    for uri in [
+        "/events",
+        "/events?state=bogus",
+        "/events?state=processed",
+        "/events?state=dead&limit=0",
+        "/events?state=dead&limit=1001",
+        "/events?state=dead&limit=-1",
+        "/events?state=dead&limit=99999999999999999999999",
+        "/events?state=dead&order=sideways",
+        "/events?state=dead&after=%3Cscript%3E",
+        "/events?state=dead&after=WzEsInMiXQ",
+        "/events?state=dead&limt=5",
+        "/events?state=dead&state=failing",
+        "/events/standard/%FF",
+    ] {
+        let answer = get(&inbox, uri).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{uri}");
+        let message = answer.json["error"].as_str().expect("a message");
+        assert!(
+            !message.contains("script") && !message.contains("limt"),
+            "{message}"
+        );
+        assert_eq!(answer.json.as_object().unwrap().len(), 1, "{uri}");
+        assert_eq!(answer.error.unwrap().kind(), AdminErrorKind::BadRequest);
+    }
+    for body in [
+        "{}",
+        r#"{"dead": false}"#,
+        r#"{"id": "evt_dead_1"}"#,
+        r#"{"source": "standard"}"#,
+        r#"{"source": "standard", "id": "evt_dead_1", "dead": true}"#,
+        r#"{"dead": true, "all": true}"#,
+        r#"{"all": true, "type": "order.paid"}"#,
+        r#"{"dead": true, "received_from": "yesterday"}"#,
+        r#"{"dead": true, "received_from": "2026-01-02T00:00:00Z", "received_before": "2026-01-01T00:00:00Z"}"#,
+        r#"{"daed": true}"#,
+        r#"{"dead": "yes"}"#,
+        r#"{"source": "standard", "id": "evt\u0000"}"#,
+        r#"[true]"#,
+        "not json",
+        "",
+    ] {
+        let answer = post_json(&inbox, "/requeue", body).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(answer.json["error"].is_string(), "{body}");
+    }
+    let no_type = Request::post("/requeue")
+        .body(Body::from(r#"{"dead": true}"#))
+        .unwrap();
+    let answer = send(&inbox, no_type).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::BAD_REQUEST,
+        "a form post is not JSON"
+    );
+    assert_eq!(
+        answer.json["error"],
+        "the body is JSON, sent as Content-Type: application/json"
+    );
+    assert_eq!(rows().await, before, "nothing requeued");
+    let dead = get(&inbox, "/events?state=dead").await;
+    assert_eq!(ids(&dead.json).len(), 2, "still dead");
+
+    let wrong_method = get(&inbox, "/requeue").await;
+    assert_eq!(wrong_method.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(wrong_method.json, json!({"error": "method not allowed"}));
+    let nowhere = get(&inbox, "/nowhere").await;
+    assert_eq!(nowhere.status, StatusCode::NOT_FOUND);
+    assert_eq!(nowhere.json, json!({"error": "no such endpoint"}));
+}
+
+async fn requeued_dead_rows_are_queued_again_and_a_worker_processes_them(inbox: Inbox) {
+    seed(&inbox, 3).await;
+    let answer = post_json(&inbox, "/requeue", r#"{"dead": true}"#).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.json, json!({"requeued": 3}));
+    let row = get(&inbox, "/events/standard/evt_dead_2").await.json;
+    assert_eq!(row["state"], "queued");
+    assert_eq!(row["attempts"], 0);
+    assert_eq!(row["last_error"], Value::Null);
+    assert_eq!(row["dead_at"], Value::Null);
+    assert!(row["next_attempt_at"].is_string());
+    assert_eq!(
+        ids(&get(&inbox, "/events?state=dead").await.json),
+        Vec::<String>::new()
+    );
+    assert_eq!(get(&inbox, "/counts").await.json["dead"], 0);
+
+    let worker = Worker::new(&inbox, |_: InboxEvent| async { Ok::<_, String>(()) })
+        .with_poll_interval(Duration::from_millis(20))
+        .spawn();
+    // The three requeued and evt_queued; evt_failing is not due for half an hour.
+    eventually("the requeued rows processed", async || {
+        get(&inbox, "/counts").await.json["processed"] == 5
+    })
+    .await;
+    worker.shutdown().await;
+    let row = get(&inbox, "/events/standard/evt_dead_2").await.json;
+    assert_eq!(row["state"], "processed");
+    assert_eq!(row["attempts"], 1, "attempts started again");
+    assert_eq!(
+        ids(&get(&inbox, "/events?state=failing").await.json),
+        ["evt_failing"]
+    );
+}
+
+async fn requeue_by_id_type_and_receipt_window(inbox: Inbox) {
+    seed(&inbox, 2).await;
+    let requeue = async |body: Value| {
+        let answer = post_json(&inbox, "/requeue", &body.to_string()).await;
+        assert_eq!(answer.status, StatusCode::OK, "{body}");
+        answer.json["requeued"].as_u64().unwrap()
+    };
+    // One processed event, by id: a replay.
+    assert_eq!(
+        requeue(json!({"source": "standard", "id": "evt_done"})).await,
+        1
+    );
+    assert_eq!(
+        get(&inbox, "/events/standard/evt_done").await.json["state"],
+        "queued"
+    );
+    assert_eq!(
+        requeue(json!({"source": "standard", "id": "evt_never"})).await,
+        0
+    );
+    // The dead ones, narrowed by type and window.
+    assert_eq!(
+        requeue(json!({"dead": true, "type": "invoice.paid"})).await,
+        0
+    );
+    assert_eq!(
+        requeue(json!({"dead": true, "received_before": "2000-01-01T00:00:00Z"})).await,
+        0
+    );
+    assert_eq!(
+        requeue(json!({"dead": true, "type": "order.paid",
+            "received_from": "2000-01-01T00:00:00Z", "received_before": "2100-01-01T00:00:00+02:00"}))
+        .await,
+        2
+    );
+    // A type alone: every row of it, whatever its state.
+    assert_eq!(
+        requeue(json!({"type": "order.paid", "received_from": "2100-01-01T00:00:00Z"})).await,
+        0
+    );
+    assert_eq!(requeue(json!({"type": "order.paid"})).await, 5);
+    let c = inbox.counts().await.unwrap();
+    assert_eq!((c.queued, c.processed, c.dead), (5, 0, 0), "{c:?}");
+}
+
+/// A fresh SQLite inbox of its own.
+async fn sqlite() -> Inbox {
+    let path = std::env::temp_dir().join(format!(
+        "tower-webhook-admin-{}.db",
+        uuid::Uuid::new_v4().simple()
+    ));
+    Inbox::sqlite(&SqliteStore::open(path).await.unwrap())
+}
+
+/// A fresh PostgreSQL inbox of its own.
+async fn postgres() -> Inbox {
+    Inbox::postgres(
+        &PgStore::connect(&common::fresh_pg_url().await)
+            .await
+            .unwrap(),
+    )
+}
+
+macro_rules! suite {
+    ($name:ident, $make:expr) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test]
+            async fn counts_and_listings_show_each_state_with_its_last_error() {
+                super::counts_and_listings_show_each_state_with_its_last_error($make).await;
+            }
+
+            #[tokio::test]
+            async fn listings_page_by_cursor_in_either_order() {
+                super::listings_page_by_cursor_in_either_order($make).await;
+            }
+
+            #[tokio::test]
+            async fn one_event_shows_its_body_as_text_or_base64() {
+                super::one_event_shows_its_body_as_text_or_base64($make).await;
+            }
+
+            #[tokio::test]
+            async fn bad_input_is_a_400_with_a_fixed_json_error_and_changes_nothing() {
+                super::bad_input_is_a_400_with_a_fixed_json_error_and_changes_nothing($make).await;
+            }
+
+            #[tokio::test]
+            async fn requeued_dead_rows_are_queued_again_and_a_worker_processes_them() {
+                super::requeued_dead_rows_are_queued_again_and_a_worker_processes_them($make).await;
+            }
+
+            #[tokio::test]
+            async fn requeue_by_id_type_and_receipt_window() {
+                super::requeue_by_id_type_and_receipt_window($make).await;
+            }
+        }
+    };
+}
+
+suite!(sqlite_inbox, sqlite().await);
+suite!(postgres_inbox, postgres().await);
+
+/// Every endpoint answers 503 with a fixed message when the database does not answer;
+/// the store's error rides in the extensions, never in the body.
+async fn a_database_that_does_not_answer_is_a_503_without_its_text(inbox: Inbox) {
+    let requests = [
+        Request::get("/counts").body(Body::empty()).unwrap(),
+        Request::get("/events?state=dead")
+            .body(Body::empty())
+            .unwrap(),
+        Request::get("/events?state=failing&order=oldest")
+            .body(Body::empty())
+            .unwrap(),
+        Request::get("/events/standard/evt_1")
+            .body(Body::empty())
+            .unwrap(),
+        Request::post("/requeue")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(r#"{"dead": true}"#))
+            .unwrap(),
+    ];
+    for request in requests {
+        let uri = request.uri().clone();
+        let answer = send(&inbox, request).await;
+        assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE, "{uri}");
+        assert_eq!(
+            answer.json,
+            json!({"error": "the inbox's database is unavailable"}),
+            "{uri}"
+        );
+        let error = answer.error.expect("the error in the extensions");
+        assert_eq!(error.kind(), AdminErrorKind::Unavailable);
+        assert!(
+            std::error::Error::source(&error).is_some(),
+            "the store's error kept"
+        );
+    }
+}
+
+#[tokio::test]
+async fn sqlite_a_database_that_does_not_answer_is_a_503_without_its_text() {
+    let path = std::env::temp_dir().join(format!(
+        "tower-webhook-admin-{}.db",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let store = SqliteStore::open(&path).await.unwrap();
+    let inbox = Inbox::sqlite(&store);
+    deliver(&inbox, "evt_1").await;
+    store.pool().close().await;
+    a_database_that_does_not_answer_is_a_503_without_its_text(inbox).await;
+}
+
+#[tokio::test]
+async fn postgres_a_database_that_does_not_answer_is_a_503_without_its_text() {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .acquire_timeout(Duration::from_millis(500))
+        .connect_lazy("postgres://postgres@127.0.0.1:1/nowhere")
+        .unwrap();
+    let inbox = Inbox::postgres(&PgStore::from_migrated_pool(pool));
+    a_database_that_does_not_answer_is_a_503_without_its_text(inbox).await;
+}
