@@ -2,8 +2,10 @@
 //!
 //! ```text
 //! cargo run --release --example demo -- [--events N] [--database-url postgres://…]
-//!     [--nats nats://…] [--outage-secs S] [--json]
+//!     [--nats nats://…] [--outage-secs S] [--json] [--seed N]
 //! ```
+//!
+//! (`--events` from 1 to 100 000, `--outage-secs` at most 60; `--help` lists every flag.)
 //!
 //! N events (default 10 000) are each delivered 1–5 times, shuffled, by 32 concurrent
 //! senders; some carry event times days old; forged and stale deliveries are mixed in; the
@@ -29,6 +31,7 @@ use std::time::{Duration, Instant, SystemTime};
 use axum::routing::post_service;
 use axum::Router;
 use bytes::Bytes;
+use clap::Parser;
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
@@ -43,7 +46,46 @@ use tower_webhook::{DedupeLayer, Scheme, Verifier, VerifyWebhookLayer};
 mod support;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-const MAX_EVENTS: usize = 100_000;
+const MAX_EVENTS: u64 = 100_000;
+
+/// A provider's worst day, played against a real receiver and worker over loopback.
+#[derive(Parser)]
+#[command(
+    long_about = "A provider's worst day, played against a real receiver and worker over \
+        loopback. Each event is delivered 1–5 times, shuffled, by 32 concurrent senders, with \
+        forged and stale deliveries mixed in and a processor that fails one attempt in ten; \
+        a quarter of the way through, the store (with --nats, NATS) is cut off for \
+        --outage-secs, so deliveries get 503 and are retried; halfway through, the worker is \
+        killed mid-event and a new one started. The receiver is VerifyWebhookLayer + the \
+        inbox's accept service on the embedded SQLite store (or PostgreSQL), or with --nats \
+        VerifyWebhookLayer + DedupeLayer on that store + JetStream's accept. At the end it \
+        checks that every event's effect happened exactly once and that no object's state \
+        was moved back by a late event, and fails otherwise."
+)]
+struct Args {
+    /// Events to deliver (each 1–5 times).
+    #[arg(long, value_name = "N", default_value_t = 10_000,
+        value_parser = clap::value_parser!(u64).range(1..=MAX_EVENTS))]
+    events: u64,
+    /// Deduplicate and queue in PostgreSQL (in a schema of the run's own, dropped at the
+    /// end) instead of the embedded SQLite store.
+    #[arg(long, value_name = "postgres://…")]
+    database_url: Option<String>,
+    /// Hand the events to NATS JetStream (deduplicated in the store in front); the outage
+    /// cuts NATS off instead of the store.
+    #[arg(long, value_name = "nats://…")]
+    nats: Option<String>,
+    /// How long the outage lasts, in seconds (0: none).
+    #[arg(long, value_name = "S", default_value_t = 3,
+        value_parser = clap::value_parser!(u64).range(..=60))]
+    outage_secs: u64,
+    /// Print the table as one JSON object instead, and no progress bar.
+    #[arg(long)]
+    json: bool,
+    /// Seed of the day's shuffle, late events, forged and stale deliveries.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+}
 
 struct Options {
     events: usize,
@@ -54,33 +96,17 @@ struct Options {
     outage: Duration,
 }
 
-fn options() -> Result<Options, String> {
-    let mut o = Options {
-        events: 10_000,
-        database_url: None,
-        nats: None,
-        json: false,
-        seed: 7,
-        outage: Duration::from_secs(3),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = || args.next().ok_or(format!("{arg} needs a value"));
-        match arg.as_str() {
-            "--events" => o.events = value()?.parse().map_err(|_| "--events: a number")?,
-            "--database-url" => o.database_url = Some(value()?),
-            "--nats" => o.nats = Some(value()?),
-            "--seed" => o.seed = value()?.parse().map_err(|_| "--seed: a number")?,
-            "--outage-secs" => {
-                let secs: u64 = value()?.parse().map_err(|_| "--outage-secs: a number")?;
-                o.outage = Duration::from_secs(secs.min(60));
-            }
-            "--json" => o.json = true,
-            _ => return Err(format!("unknown argument {arg}")),
-        }
+fn options() -> Options {
+    let args = Args::parse();
+    Options {
+        // At most MAX_EVENTS: clap checked the range.
+        events: args.events as usize,
+        database_url: args.database_url,
+        nats: args.nats,
+        json: args.json,
+        seed: args.seed,
+        outage: Duration::from_secs(args.outage_secs),
     }
-    o.events = o.events.clamp(1, MAX_EVENTS);
-    Ok(o)
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -187,7 +213,7 @@ struct Table {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let o = options()?;
+    let o = options();
     let mut rng = fastrand::Rng::with_seed(o.seed);
     let source_tag = format!("{}", std::process::id());
 

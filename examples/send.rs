@@ -1,7 +1,7 @@
 //! Signs and posts one test delivery, as a provider would:
 //!
 //! ```text
-//! cargo run --example send -- [URL] [EVENT_ID]
+//! cargo run --example send -- [URL] [EVENT_ID | --id EVENT_ID]
 //! ```
 //!
 //! `WEBHOOK_SCHEME` and `WEBHOOK_SECRETS` (the first is used) as for the receiver — for a
@@ -12,8 +12,51 @@ mod support;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use clap::Parser;
+
+const DEFAULT_URL: &str = "http://127.0.0.1:3000/webhooks";
+
+/// Signs and posts one test delivery, as a provider would.
+#[derive(Parser)]
+#[command(
+    long_about = "Signs and posts one test delivery, as a provider would. The scheme and \
+        secret come from WEBHOOK_SCHEME and WEBHOOK_SECRETS (the first is used), as for the \
+        receiver: for a public-key scheme (discord, sendgrid, standard with whsk_), the \
+        private key; without WEBHOOK_SECRETS, the scheme's development secret. Prints the \
+        answer's status, the event id and the answer's body."
+)]
+struct Args {
+    /// Where to post: an absolute http:// URL (for Twilio, Square and HubSpot, also the
+    /// URL signed).
+    #[arg(value_name = "URL", default_value = DEFAULT_URL, value_parser = http_url)]
+    url: String,
+    /// The event's id (default: a fresh evt_<nanoseconds>).
+    #[arg(value_name = "EVENT_ID", conflicts_with = "id")]
+    event_id: Option<String>,
+    /// The event's id, as an option (instead of EVENT_ID).
+    #[arg(long, value_name = "EVENT_ID")]
+    id: Option<String>,
+}
+
+/// `s` if it is an absolute `http://` URL with a host: what the example's client can post to.
+fn http_url(s: &str) -> Result<String, String> {
+    let uri: http::Uri = s
+        .parse()
+        .map_err(|e| format!("not a URL ({e}); expected one such as {DEFAULT_URL}"))?;
+    match (uri.scheme_str(), uri.host()) {
+        (Some("http"), Some(host)) if !host.is_empty() => Ok(s.to_owned()),
+        (Some("https"), _) => Err(format!(
+            "https is not supported: this example posts over plain HTTP (such as {DEFAULT_URL})"
+        )),
+        _ => Err(format!(
+            "not an absolute http:// URL; expected one such as {DEFAULT_URL}"
+        )),
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let args = Args::parse();
     let (scheme, secrets, dev) = support::scheme_and_secrets()?;
     let signing_key = match (dev, secrets.first()) {
         (true, _) => support::dev_signing_key(&scheme).to_owned(),
@@ -27,11 +70,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             .into())
         }
     };
-    let mut args = std::env::args().skip(1);
-    let url = args
-        .next()
-        .unwrap_or_else(|| "http://127.0.0.1:3000/webhooks".into());
-    let id = args.next().unwrap_or_else(|| {
+    let url = args.url;
+    let id = args.event_id.or(args.id).unwrap_or_else(|| {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();

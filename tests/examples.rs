@@ -946,6 +946,224 @@ async fn receiver_without_secrets_explains_how_to_send_a_test_delivery() {
     child.kill().await.unwrap();
 }
 
+/// Runs an example binary with `args` (and `env`), bounded at 60 s: its output.
+async fn run_with(name: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let run = Command::new(example_binary(name))
+        .args(args)
+        .envs(env.iter().copied())
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .unwrap_or_else(|_| panic!("{name} {args:?} finishes within 60 s"))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn help_on_send_demo_and_loadtest_exits_0_and_lists_every_flag() {
+    for (name, listed) in [
+        (
+            "send",
+            &[
+                "[URL]",
+                "[EVENT_ID]",
+                "--id <EVENT_ID>",
+                "http://127.0.0.1:3000/webhooks",
+            ][..],
+        ),
+        (
+            "demo",
+            &[
+                "--events <N>",
+                "--database-url <postgres://…>",
+                "--nats <nats://…>",
+                "--outage-secs <S>",
+                "--json",
+                "--seed <SEED>",
+                "[default: 10000]",
+                "[default: 3]",
+                "[default: 7]",
+            ][..],
+        ),
+        (
+            "loadtest",
+            &[
+                "--events <N>",
+                "--concurrency <C>",
+                "--stores <STORE,…>",
+                "--json",
+                "[default: 5000]",
+                "[default: 32]",
+                "inbox-postgres",
+            ][..],
+        ),
+    ] {
+        for help in ["--help", "-h"] {
+            let output = run_with(name, &[help], &[]).await;
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success(),
+                "{name} {help}: {stdout}\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            assert!(
+                stdout.contains(&format!("Usage: {name}")),
+                "{name} {help}: {stdout}"
+            );
+            for flag in listed {
+                assert!(
+                    stdout.contains(flag),
+                    "{name} {help}: {flag} missing:\n{stdout}"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn send_help_posts_nothing_even_after_a_url() {
+    let (listener, base) = listener().await;
+    let url = format!("{base}/webhooks");
+    for args in [
+        &["--help"][..],
+        &[&url, "--help"][..],
+        &[&url, "evt_x", "-h"][..],
+    ] {
+        let output = run_with("send", args, &[]).await;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{args:?}: {stdout}");
+        assert!(stdout.contains("Usage: send"), "{args:?}: {stdout}");
+        assert!(!stdout.contains("No Content"), "{args:?} posted: {stdout}");
+    }
+    // Nobody connected to the URL given: nothing was posted.
+    let connected = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+    assert!(connected.is_err(), "send --help connected to {url}");
+}
+
+#[tokio::test]
+async fn send_url_then_id_option_sends_that_id() {
+    const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    let env = [("WEBHOOK_SCHEME", "standard"), ("WEBHOOK_SECRETS", SECRET)];
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-send-id-{}.db",
+        std::process::id()
+    ));
+    let (mut child, url, mut stdout) = start_receiver(&db, &env).await;
+    // Options after the URL parse as options; before it, too.
+    for (args, id) in [
+        (&[&url[..], "--id", "evt_by_flag"][..], "evt_by_flag"),
+        (&["--id", "evt_flag_first", &url[..]][..], "evt_flag_first"),
+        (&[&url[..], "evt_positional"][..], "evt_positional"),
+    ] {
+        let output = run_with("send", args, &env).await;
+        let printed = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{args:?}: {printed}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            printed.starts_with(&format!("204 No Content {id}")),
+            "{args:?}: {printed}"
+        );
+        assert_eq!(
+            next_line(&mut stdout).await.as_deref(),
+            Some(&format!("handled {id}")[..]),
+            "{args:?}"
+        );
+    }
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
+#[tokio::test]
+async fn bad_command_lines_exit_2_with_clap_message_and_run_nothing() {
+    let (listener, base) = listener().await;
+    let url = format!("{base}/webhooks");
+    for (name, args, message) in [
+        ("send", &["--bogus"][..], "unexpected argument '--bogus'"),
+        (
+            "send",
+            &[&url, "--idd", "x"][..],
+            "unexpected argument '--idd'",
+        ),
+        (
+            "send",
+            &["--help-me"][..],
+            "unexpected argument '--help-me'",
+        ),
+        ("send", &["127.0.0.1:3000/webhooks"][..], "not a URL"),
+        ("send", &["/webhooks"][..], "not an absolute http:// URL"),
+        (
+            "send",
+            &["ftp://127.0.0.1/webhooks"][..],
+            "not an absolute http:// URL",
+        ),
+        ("send", &["http://"][..], "not a URL"),
+        ("send", &["http://bad host/"][..], "not a URL"),
+        (
+            "send",
+            &["https://127.0.0.1/webhooks"][..],
+            "https is not supported",
+        ),
+        (
+            "send",
+            &[&url, "evt_a", "--id", "evt_b"][..],
+            "cannot be used with",
+        ),
+        (
+            "send",
+            &[&url, "evt_a", "evt_b"][..],
+            "unexpected argument 'evt_b'",
+        ),
+        ("demo", &["--bogus"][..], "unexpected argument '--bogus'"),
+        (
+            "demo",
+            &["--events"][..],
+            "a value is required for '--events <N>'",
+        ),
+        ("demo", &["--events", "many"][..], "invalid digit"),
+        ("demo", &["--events", "0"][..], "0 is not in 1..=100000"),
+        (
+            "demo",
+            &["--events", "100001"][..],
+            "100001 is not in 1..=100000",
+        ),
+        ("demo", &["--outage-secs", "61"][..], "61 is not in 0..=60"),
+        ("demo", &["--seed", "-1"][..], "unexpected argument '-1'"),
+        (
+            "loadtest",
+            &["--bogus"][..],
+            "unexpected argument '--bogus'",
+        ),
+        ("loadtest", &["--events", "0"][..], "0 is not in 1..=100000"),
+        (
+            "loadtest",
+            &["--concurrency", "257"][..],
+            "257 is not in 1..=256",
+        ),
+        (
+            "loadtest",
+            &["--stores", "memory,memcached"][..],
+            "invalid value 'memcached'",
+        ),
+    ] {
+        let output = run_with(name, args, &[]).await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{name} {args:?}: {stderr}");
+        assert!(stderr.starts_with("error: "), "{name} {args:?}: {stderr}");
+        assert!(
+            stderr.contains(message),
+            "{name} {args:?}: {message} missing:\n{stderr}"
+        );
+        assert!(stderr.contains("--help"), "{name} {args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{name} {args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{name} {args:?} ran");
+    }
+    let connected = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+    assert!(connected.is_err(), "a refused command line posted to {url}");
+}
+
 /// The receiver's next line of output, waiting at most 10 s.
 async fn next_line(
     lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
