@@ -92,7 +92,9 @@ async fn measure(store: Arc<dyn DedupeStore>, inbox: Inbox, run: &str) -> Figure
         }
     })
     .with_concurrency(1)
+    .unwrap()
     .with_poll_interval(Duration::from_millis(1))
+    .unwrap()
     .spawn();
     while done.load(Ordering::SeqCst) < SAMPLES {
         tokio::time::sleep(Duration::from_millis(1)).await;

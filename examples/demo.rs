@@ -37,7 +37,7 @@ use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
-use tower_webhook::inbox::{Counts, Inbox, InboxEvent, Worker};
+use tower_webhook::inbox::{Counts, Inbox, InboxEvent, RetryPolicy, Worker};
 use tower_webhook::latest::{self, Order};
 use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::{DedupeStore, PgStore, SqliteStore, StoreError};
@@ -303,29 +303,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let processor = Arc::new(processor);
+    // Store errors under the storm (SQLite's one writer) count as attempts too: leave room
+    // beyond the injected one-in-ten failures.
+    let retry = RetryPolicy::default()
+        .with_max_attempts(20)?
+        .with_backoff(Duration::from_millis(50), Duration::from_millis(500))?;
     let start_worker = |queue: &Queue| {
         let p = processor.clone();
         let processor = move |e: InboxEvent| p(e);
-        // Store errors under the storm (SQLite's one writer) count as attempts too: leave
-        // room beyond the injected one-in-ten failures.
-        let (lease, attempts) = (Duration::from_secs(2), 20);
-        let (first, cap) = (Duration::from_millis(50), Duration::from_millis(500));
+        let lease = Duration::from_secs(2);
+        let (concurrency, poll) = (8, Duration::from_millis(100));
         match queue {
             Queue::Sql(inbox) => Worker::new(inbox, processor)
-                .with_concurrency(8)
-                .with_lease(lease)
-                .expect("a valid lease")
-                .with_max_attempts(attempts)
-                .with_backoff(first, cap)
-                .with_poll_interval(Duration::from_millis(100))
+                .with_retry(retry)
+                .with_concurrency(concurrency)
+                .and_then(|w| w.with_lease(lease))
+                .and_then(|w| w.with_poll_interval(poll))
+                .expect("a valid worker")
                 .spawn(),
             Queue::Nats(jetstream) => JetStreamWorker::new(jetstream, processor)
-                .with_concurrency(8)
-                .with_lease(lease)
-                .expect("a valid lease")
-                .with_max_attempts(attempts)
-                .with_backoff(first, cap)
-                .with_poll_interval(Duration::from_millis(100))
+                .with_retry(retry)
+                .with_concurrency(concurrency)
+                .and_then(|w| w.with_lease(lease))
+                .and_then(|w| w.with_poll_interval(poll))
+                .expect("a valid worker")
                 .spawn(),
         }
     };

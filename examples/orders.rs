@@ -305,7 +305,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         async move { shop.process(event).await }
     })
     .with_backoff(Duration::from_millis(50), Duration::from_secs(1))
+    .expect("a valid worker")
     .with_poll_interval(Duration::from_millis(50))
+    .expect("a valid worker")
     .spawn();
 
     // The provider's day; every genuine delivery is answered 204 at once.

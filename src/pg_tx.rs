@@ -170,11 +170,22 @@ impl PgTxDedupeLayer {
     /// does not hold the pool. It is the transaction's `lock_timeout` while the event's row
     /// is inserted (the handler's statements run under the session's own); costs two short
     /// statements per request.
-    pub fn with_max_wait(mut self, wait: Duration) -> Self {
-        // PostgreSQL takes 1 ms up to i32::MAX ms (about 24 days) for `lock_timeout`.
+    ///
+    /// # Errors
+    ///
+    /// When `wait` is not between 1 ms and 24 days (what PostgreSQL's `lock_timeout`
+    /// takes).
+    pub fn with_max_wait(mut self, wait: Duration) -> Result<Self, crate::ConfigError> {
         let most = Duration::from_millis(i32::MAX as u64);
-        self.max_wait = Some(wait.clamp(Duration::from_millis(1), most));
-        self
+        if !(Duration::from_millis(1)..=most).contains(&wait) {
+            return Err(crate::ConfigError::duration(
+                "a max wait",
+                wait,
+                "between 1 ms and 24 days",
+            ));
+        }
+        self.max_wait = Some(wait);
+        Ok(self)
     }
 }
 

@@ -310,6 +310,7 @@ async fn requeued_dead_rows_are_queued_again_and_a_worker_processes_them(inbox: 
 
     let worker = Worker::new(&inbox, |_: InboxEvent| async { Ok::<_, String>(()) })
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     // The three requeued and evt_queued; evt_failing is not due for half an hour.
     eventually("the requeued rows processed", async || {

@@ -674,12 +674,16 @@ async fn postgres_restarted_mid_run_inbox_transactional() {
         }
     })
     .with_concurrency(4)
+    .unwrap()
     // Short: a row whose claim was lost with the server comes back soon.
     .with_lease(Duration::from_secs(2))
     .unwrap()
     .with_backoff(Duration::from_millis(50), Duration::from_millis(500))
+    .unwrap()
     .with_max_attempts(100)
+    .unwrap()
     .with_poll_interval(Duration::from_millis(100))
+    .unwrap()
     .spawn();
 
     let send = accept_sender(&inbox);
@@ -821,11 +825,15 @@ async fn chaos_worker_process() {
         }
     })
     .with_concurrency(WORKER_CONCURRENCY)
+    .unwrap()
     .with_lease(Duration::from_secs(1))
     .unwrap()
     .with_backoff(Duration::from_millis(50), Duration::from_millis(300))
+    .unwrap()
     .with_max_attempts(1000)
+    .unwrap()
     .with_poll_interval(Duration::from_millis(50))
+    .unwrap()
     .spawn();
     // Orphaned (the test died without killing it): go too.
     let parent = std::os::unix::process::parent_id();

@@ -158,6 +158,7 @@ async fn the_command_reads_and_requeues_what_the_library_sees(inbox: Inbox, db: 
     assert_eq!((row.summary.attempts, row.summary.last_error), (0, None));
     let worker = Worker::new(&inbox, |_: InboxEvent| async { Ok::<_, String>(()) })
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("the requeued rows processed", async || {
         inbox.counts().await.unwrap().processed == 5
@@ -363,7 +364,9 @@ async fn text_from_the_database_cannot_drive_the_terminal() {
         Err::<(), _>("boom \u{1b}[2J\u{1b}[31mred")
     })
     .with_max_attempts(1)
+    .unwrap()
     .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
     .spawn();
     eventually("dead", async || inbox.counts().await.unwrap().dead == 1).await;
     worker.shutdown().await;

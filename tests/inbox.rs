@@ -117,8 +117,10 @@ async fn accepted_events_are_processed_once_each(inbox: Inbox) {
         }
     })
     .with_concurrency(4)
+    .unwrap()
     // Longer than the test: everything below happens on wake-ups, not polls.
     .with_poll_interval(Duration::from_secs(60))
+    .unwrap()
     .spawn();
     eventually("30 processed", async || {
         inbox.counts().await.unwrap().processed == 30
@@ -161,8 +163,11 @@ async fn failures_retry_with_backoff_then_die_and_requeue_brings_them_back(inbox
         }
     })
     .with_max_attempts(4)
+    .unwrap()
     .with_backoff(Duration::from_millis(20), Duration::from_millis(100))
+    .unwrap()
     .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
     .spawn();
     eventually("flaky processed, broken dead", async || {
         let c = inbox.counts().await.unwrap();
@@ -207,12 +212,14 @@ async fn a_crashed_workers_rows_come_back_after_the_lease_counting_the_attempt(i
         .with_lease(Duration::from_millis(300))
         .unwrap()
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("claimed", async || seen.of("evt_crash") == vec![1]).await;
     stuck.abort(); // the process died mid-event
 
     let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("processed after the lease", async || {
         inbox.counts().await.unwrap().processed == 1
@@ -228,6 +235,7 @@ async fn shutdown_waits_for_running_events_and_past_a_grace_stops_them_as_a_cras
     let seen = Seen::default();
     let worker = Worker::new(&inbox, seen.processor(Duration::from_millis(400)))
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("claimed", async || seen.of("evt_finishes") == vec![1]).await;
     worker.shutdown().await;
@@ -240,6 +248,7 @@ async fn shutdown_waits_for_running_events_and_past_a_grace_stops_them_as_a_cras
     let slow = Worker::new(&inbox, seen.processor(Duration::from_secs(3600)))
         .with_grace(Duration::from_millis(50))
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("claimed", async || seen.of("evt_shutdown") == vec![1]).await;
     assert_eq!(
@@ -259,6 +268,7 @@ async fn shutdown_waits_for_running_events_and_past_a_grace_stops_them_as_a_cras
 
     let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("processed", async || {
         inbox.counts().await.unwrap().processed == 2
@@ -280,10 +290,12 @@ async fn a_slow_processor_keeps_its_row_by_renewing_the_lease(inbox: Inbox) {
         .with_lease(Duration::from_millis(300))
         .unwrap()
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("claimed", async || seen.of("evt_slow") == vec![1]).await;
     let other = Worker::new(&inbox, seen.processor(Duration::ZERO))
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("processed", async || {
         inbox.counts().await.unwrap().processed == 1
@@ -308,7 +320,9 @@ async fn a_row_whose_every_attempt_crashed_goes_dead(inbox: Inbox) {
             .with_lease(Duration::from_millis(200))
             .unwrap()
             .with_max_attempts(2)
+            .unwrap()
             .with_poll_interval(Duration::from_millis(20))
+            .unwrap()
             .spawn();
         eventually("claimed", async || {
             seen.of("evt_poison_pill").len() == attempt
@@ -318,7 +332,9 @@ async fn a_row_whose_every_attempt_crashed_goes_dead(inbox: Inbox) {
     }
     let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
         .with_max_attempts(2)
+        .unwrap()
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("dead after its lease", async || {
         inbox.counts().await.unwrap().dead == 1
@@ -343,7 +359,9 @@ async fn prune_deletes_processed_rows_and_dead_ones_only_by_name(inbox: Inbox) {
         }
     })
     .with_max_attempts(1)
+    .unwrap()
     .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
     .spawn();
     eventually("one processed, one dead", async || {
         let c = inbox.counts().await.unwrap();
@@ -389,7 +407,9 @@ async fn two_workers_process_each_event_once(inbox: Inbox, other: Inbox) {
         .map(|inbox| {
             Worker::new(inbox, seen.processor(Duration::from_millis(5)))
                 .with_concurrency(3)
+                .unwrap()
                 .with_poll_interval(Duration::from_millis(20))
+                .unwrap()
                 .spawn()
         })
         .collect();
@@ -562,6 +582,7 @@ async fn postgres_accept_in_one_replica_wakes_a_worker_in_another() {
     let seen = Seen::default();
     let worker = Worker::new(&processor, seen.processor(Duration::ZERO))
         .with_poll_interval(Duration::from_secs(60))
+        .unwrap()
         .spawn();
     tokio::time::sleep(Duration::from_millis(300)).await; // LISTEN is up
     deliver(&receiver, "evt_notify").await;
@@ -647,8 +668,11 @@ async fn retries_are_scheduled_by_capped_doubling_backoff(inbox: Inbox, db: Db) 
         }
     })
     .with_backoff(Duration::from_secs(10), Duration::from_secs(25))
+    .unwrap()
     .with_max_attempts(10)
+    .unwrap()
     .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
     .spawn();
     for (attempt, full_secs) in [(1, 10), (2, 20), (3, 25), (4, 25)] {
         eventually("the attempt failed and was recorded", async || {
@@ -691,6 +715,7 @@ async fn processed_count_follows_every_transition(inbox: Inbox) {
     let seen = Seen::default();
     let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("3 processed", async || {
         inbox.counts().await.unwrap().processed == 3
@@ -711,6 +736,7 @@ async fn processed_count_follows_every_transition(inbox: Inbox) {
     assert_eq!(inbox.counts().await.unwrap().processed, 2);
     let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("processed again", async || {
         inbox.counts().await.unwrap().processed == 3
@@ -750,6 +776,7 @@ async fn requeue_by_time_range_replays_only_that_window(inbox: Inbox) {
     let seen = Seen::default();
     let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("3 processed", async || {
         inbox.counts().await.unwrap().processed == 3
@@ -827,7 +854,9 @@ async fn transactional_processor_commits_its_writes_with_processed_at_or_neither
     let seen = Seen::default();
     let worker = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::ZERO))
         .with_backoff(Duration::from_millis(20), Duration::from_millis(50))
+        .unwrap()
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("3 processed", async || {
         inbox.counts().await.unwrap().processed == 3
@@ -861,10 +890,12 @@ async fn transactional_processor_whose_lease_ran_out_cannot_commit() {
         .with_max_run(Duration::from_secs(1))
         .unwrap()
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("claimed", async || seen.of("evt_slow") == vec![1]).await;
     let other = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::ZERO))
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("taken over and processed", async || {
         inbox.counts().await.unwrap().processed == 1
@@ -887,11 +918,13 @@ async fn transactional_processor_whose_lease_ran_out_cannot_commit() {
         .with_lease(Duration::from_millis(300))
         .unwrap()
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("claimed", async || seen.of("evt_killed") == vec![1]).await;
     stuck.abort();
     let worker = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::ZERO))
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("processed after the lease", async || {
         inbox.counts().await.unwrap().processed == 2
@@ -909,6 +942,7 @@ async fn transactional_shutdown_past_its_grace_rolls_back_and_counts_the_attempt
     let stuck = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::ZERO))
         .with_grace(Duration::from_millis(50))
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("claimed", async || seen.of("evt_stuck") == vec![1]).await;
     stuck.shutdown().await;
@@ -931,6 +965,7 @@ async fn transactional_shutdown_past_its_grace_rolls_back_and_counts_the_attempt
             .map(|_| ())
     })
     .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
     .spawn();
     eventually("processed", async || {
         inbox.counts().await.unwrap().processed == 1
@@ -1011,11 +1046,15 @@ async fn worst_day_two_receivers_two_workers(a: Inbox, b: Inbox, once: Once) {
         let p = processor.clone();
         Worker::new(inbox, move |e: InboxEvent| p(e))
             .with_concurrency(3)
+            .unwrap()
             .with_max_attempts(3)
+            .unwrap()
             .with_backoff(Duration::from_millis(10), Duration::from_millis(50))
+            .unwrap()
             .with_lease(Duration::from_millis(500))
             .unwrap()
             .with_poll_interval(Duration::from_millis(20))
+            .unwrap()
             .spawn()
     };
     let mut worker_a = start(&a);
@@ -1127,9 +1166,11 @@ async fn worker_process() {
     })
     // One at a time: past its lease the stuck row is not claimed again by this worker.
     .with_concurrency(1)
+    .unwrap()
     .with_lease(Duration::from_secs(1))
     .unwrap()
     .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
     .spawn();
     std::future::pending::<()>().await;
 }
@@ -1156,6 +1197,7 @@ async fn a_killed_worker_process_gives_its_rows_back_after_the_lease(place: Stri
     let seen = Seen::default();
     let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("processed after the lease", async || {
         inbox.counts().await.unwrap().processed == 1
@@ -1227,6 +1269,7 @@ async fn ingest_stores_fetched_events_once_beside_deliveries(inbox: Inbox) {
         }
     })
     .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
     .spawn();
     eventually("both processed", async || {
         inbox.counts().await.unwrap().processed == 2
@@ -1261,7 +1304,9 @@ async fn a_worker_runs_at_most_its_concurrency_at_once() {
         }
     })
     .with_concurrency(3)
+    .unwrap()
     .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
     .spawn();
     eventually("12 processed", async || {
         inbox.counts().await.unwrap().processed == 12
@@ -1314,8 +1359,11 @@ async fn failed_attempts_are_logged_with_the_event_and_dead_rows_as_errors() {
         Err::<(), _>("the provider's API said 500")
     })
     .with_max_attempts(2)
+    .unwrap()
     .with_backoff(Duration::from_millis(10), Duration::from_millis(10))
+    .unwrap()
     .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
     .spawn();
     eventually("dead", async || inbox.counts().await.unwrap().dead == 1).await;
     worker.shutdown().await;
@@ -1353,7 +1401,9 @@ async fn oldest_due_is_the_queues_lag(inbox: Inbox) {
     );
     let worker = Worker::new(&inbox, |_: InboxEvent| async { Err::<(), _>("down") })
         .with_backoff(Duration::from_secs(600), Duration::from_secs(600))
+        .unwrap()
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("failed once, waiting out its backoff", async || {
         let c = inbox.counts().await.unwrap();
@@ -1381,8 +1431,11 @@ async fn with_an_injected_clock_a_retry_comes_exactly_when_it_is_due() {
         async { Err::<(), _>("the provider's API is down") }
     })
     .with_backoff(Duration::from_secs(10), Duration::from_secs(25))
+    .unwrap()
     .with_max_attempts(10)
+    .unwrap()
     .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
     .spawn();
     let mut failed_at = epoch_ms(at(NOW));
     for (attempt, full_ms) in [(1, 10_000), (2, 20_000), (3, 25_000), (4, 25_000)] {
@@ -1450,6 +1503,7 @@ async fn events_dedupe_left_unfinished_are_processed_after_a_switch(
     let seen = Seen::default();
     let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("both unfinished events processed", async || {
         inbox.counts().await.unwrap().processed == 2
@@ -1524,6 +1578,7 @@ async fn once_in_a_transactional_processor_is_done_exactly_when_it_commits() {
         }
     })
     .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
     .spawn();
     deliver(&inbox, "evt_paid").await;
     eventually("evt_paid processed", async || {

@@ -302,6 +302,7 @@ async fn a_worker_processes_each_event_once_and_counts_follow() {
     let seen = Seen::default();
     let worker = JetStreamWorker::new(&jetstream, seen.processor(Duration::ZERO, succeed))
         .with_concurrency(4)
+        .unwrap()
         .spawn();
     eventually("20 processed", async || {
         jetstream
@@ -338,7 +339,9 @@ async fn failures_retry_with_backoff_then_go_dead_with_their_error() {
     let started = std::time::Instant::now();
     let worker = JetStreamWorker::new(&jetstream, seen.processor(Duration::ZERO, outcome))
         .with_max_attempts(3)
+        .unwrap()
         .with_backoff(Duration::from_millis(200), Duration::from_millis(400))
+        .unwrap()
         .spawn();
     eventually("one processed, one dead", async || {
         jetstream
@@ -410,12 +413,14 @@ async fn a_message_whose_every_attempt_crashed_goes_dead() {
                 .with_lease(Duration::from_millis(300))
                 .unwrap()
                 .with_max_attempts(2)
+                .unwrap()
                 .spawn();
         eventually("running", async || seen.of("evt_crashes").len() == attempt).await;
         doomed.abort();
     }
     let worker = JetStreamWorker::new(&jetstream, seen.processor(Duration::ZERO, succeed))
         .with_max_attempts(2)
+        .unwrap()
         .spawn();
     eventually("dead", async || {
         jetstream.counts().await.is_ok_and(|c| c.dead == 1)
@@ -444,6 +449,7 @@ async fn a_slow_processor_keeps_its_message_by_renewing_the_lease() {
     .with_lease(Duration::from_millis(400))
     .unwrap()
     .with_concurrency(2)
+    .unwrap()
     .spawn();
     eventually("processed", async || {
         jetstream.counts().await.is_ok_and(|c| c.processed == 1)
@@ -539,9 +545,11 @@ async fn two_workers_and_one_killed_mid_storm_process_every_event_with_each_effe
             processor(ledger.clone(), once.clone(), ran.clone()),
         )
         .with_concurrency(4)
+        .unwrap()
         .with_lease(Duration::from_millis(lease))
         .unwrap()
         .with_backoff(Duration::from_millis(50), Duration::from_millis(200))
+        .unwrap()
         .spawn()
     };
     let (a, b) = (worker(1000), worker(1000));

@@ -555,7 +555,9 @@ async fn the_jetstream_inbox_counts_accepts_and_attempts_by_outcome_and_sets_the
         }
     })
     .with_max_attempts(2)
+    .unwrap()
     .with_backoff(Duration::from_millis(10), Duration::from_millis(10))
+    .unwrap()
     .spawn();
     until(&mut recorded, "five attempts recorded", |r| {
         r.counter_total(ATTEMPTS) == 5
@@ -608,8 +610,11 @@ async fn the_inbox_counts_accepts_attempts_by_outcome_and_its_worker_sets_the_ga
         }
     })
     .with_max_attempts(2)
+    .unwrap()
     .with_backoff(Duration::from_millis(10), Duration::from_millis(10))
+    .unwrap()
     .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
     .spawn();
     // Waited for on the counters alone: `counts` is not called here, so the gauges below
     // were set by the worker's own refresh.
@@ -658,6 +663,7 @@ async fn the_inbox_counts_accepts_attempts_by_outcome_and_its_worker_sets_the_ga
     })
     .with_grace(Duration::from_millis(50))
     .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
     .spawn();
     started.notified().await;
     stuck.shutdown().await;
@@ -838,7 +844,9 @@ async fn a_processors_logs_carry_the_rows_source_event_id_type_and_attempt() {
         }
     })
     .with_backoff(Duration::from_millis(10), Duration::from_millis(10))
+    .unwrap()
     .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
     .spawn();
     for _ in 0..250 {
         if spans.lines_of("processing").len() == 2 {

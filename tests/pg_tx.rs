@@ -82,7 +82,8 @@ async fn server(pool: sqlx::PgPool, calls: Arc<AtomicUsize>, max_wait: Option<Du
                     Some(wait) => PgTxDedupeLayer::new(pool)
                         .await
                         .unwrap()
-                        .with_max_wait(wait),
+                        .with_max_wait(wait)
+                        .unwrap(),
                     None => PgTxDedupeLayer::new(pool).await.unwrap(),
                 }),
         ),

@@ -47,6 +47,7 @@ mod json;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod listing;
 mod process;
+mod retry;
 #[cfg(feature = "postgres")]
 mod transactional;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -66,6 +67,7 @@ use self::backend::Backend;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, State, StoredEvent};
 pub use self::process::{Processor, WorkerHandle};
+pub use self::retry::{Jitter, RetryPolicy};
 #[cfg(feature = "postgres")]
 pub use self::transactional::TxProcessor;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

@@ -11,8 +11,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::backend::Outcome;
-use super::process::{hurry_up, AbortOnDrop, WorkerHandle};
-use super::{Inbox, InboxEvent, Processor};
+use super::process::{checked_concurrency, checked_poll, hurry_up, AbortOnDrop, WorkerHandle};
+use super::{Inbox, InboxEvent, Processor, RetryPolicy};
 use crate::metrics::{self, Attempt, Operation};
 use crate::span;
 use crate::store::{retry_until, Heartbeat, Lease, StoreError, Token};
@@ -64,8 +64,7 @@ pub struct Worker {
     inbox: Inbox,
     runner: Runner,
     concurrency: usize,
-    max_attempts: u32,
-    backoff: (Duration, Duration),
+    retry: RetryPolicy,
     lease: Lease,
     poll: Duration,
     /// `None`: shutdown waits for running events however long they take.
@@ -113,8 +112,7 @@ impl Worker {
             inbox: inbox.clone(),
             runner,
             concurrency: 4,
-            max_attempts: 8,
-            backoff: (Duration::from_secs(1), Duration::from_secs(600)),
+            retry: RetryPolicy::default(),
             lease: Lease::renewed_for(Duration::from_secs(3600)),
             poll: Duration::from_secs(5),
             grace: None,
@@ -122,22 +120,41 @@ impl Worker {
     }
 
     /// Replaces how many events are processed at once (default 4).
-    pub fn with_concurrency(mut self, n: usize) -> Self {
-        self.concurrency = n.max(1);
+    ///
+    /// # Errors
+    ///
+    /// When `n` is 0.
+    pub fn with_concurrency(mut self, n: usize) -> Result<Self, ConfigError> {
+        self.concurrency = checked_concurrency(n)?;
+        Ok(self)
+    }
+
+    /// Replaces how this worker retries (default: [`RetryPolicy::default`]).
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
         self
     }
 
-    /// Replaces after how many failed attempts a row is dead (default 8).
-    pub fn with_max_attempts(mut self, n: u32) -> Self {
-        self.max_attempts = n.max(1);
-        self
+    /// Replaces after how many failed attempts an event is dead (default 8): as
+    /// [`RetryPolicy::with_max_attempts`].
+    ///
+    /// # Errors
+    ///
+    /// When `n` is 0.
+    pub fn with_max_attempts(mut self, n: u32) -> Result<Self, ConfigError> {
+        self.retry = self.retry.with_max_attempts(n)?;
+        Ok(self)
     }
 
-    /// Replaces the backoff: `first` after the first failure, doubling up to `cap`; each
-    /// wait is drawn between half and all of that (jitter spreads retries out).
-    pub fn with_backoff(mut self, first: Duration, cap: Duration) -> Self {
-        self.backoff = (first, cap.max(first));
-        self
+    /// Replaces the backoff: `first` after the first failure, doubling up to `cap`, each
+    /// wait drawn between half and all of that: as [`RetryPolicy::with_backoff`].
+    ///
+    /// # Errors
+    ///
+    /// When `first` is zero, or `cap` is shorter than `first`.
+    pub fn with_backoff(mut self, first: Duration, cap: Duration) -> Result<Self, ConfigError> {
+        self.retry = self.retry.with_backoff(first, cap)?;
+        Ok(self)
     }
 
     /// Replaces how long a claimed row stays with this worker between renewals (default
@@ -166,9 +183,13 @@ impl Worker {
     }
 
     /// Replaces how often the worker looks for due rows without a wake-up (default 5 s).
-    pub fn with_poll_interval(mut self, poll: Duration) -> Self {
-        self.poll = poll.max(Duration::from_millis(10));
-        self
+    ///
+    /// # Errors
+    ///
+    /// When `poll` is not between 10 ms and 1 h.
+    pub fn with_poll_interval(mut self, poll: Duration) -> Result<Self, ConfigError> {
+        self.poll = checked_poll(poll)?;
+        Ok(self)
     }
 
     /// Bounds how long [`WorkerHandle::shutdown`] lets running events finish (by default
@@ -183,12 +204,6 @@ impl Worker {
     pub fn with_grace(mut self, grace: Duration) -> Self {
         self.grace = Some(grace);
         self
-    }
-
-    /// The wait before attempt `attempt + 1`, after attempt `attempt` failed.
-    fn backoff(&self, attempt: u32) -> Duration {
-        let (first, cap) = self.backoff;
-        super::process::backoff(first, cap, attempt)
     }
 
     /// Starts the worker on the current Tokio runtime. With the `metrics` feature, it
@@ -219,10 +234,12 @@ impl Worker {
                 Vec::new()
             } else {
                 let (token, claimed_at) = (Token::new(), Instant::now());
-                let claim =
-                    this.inbox
-                        .backend
-                        .claim(free, this.lease.length, token, this.max_attempts);
+                let claim = this.inbox.backend.claim(
+                    free,
+                    this.lease.length,
+                    token,
+                    this.retry.max_attempts(),
+                );
                 let claim = metrics::timed(Operation::InboxClaim, claim);
                 match claim.await {
                     // Answered so late that the lease may run out before the first
@@ -324,8 +341,8 @@ impl Worker {
                 return lease_report(held);
             }
             Ok(Done::Succeeded) => Outcome::Processed,
-            Err(error) if attempt >= self.max_attempts => Outcome::Dead(error),
-            Err(error) => Outcome::Retry(error, self.backoff(attempt)),
+            Err(error) if self.retry.gives_up_after(attempt) => Outcome::Dead(error),
+            Err(error) => Outcome::Retry(error, self.retry.delay(attempt)),
         };
         // Kept for the log only when there is a failure to tell.
         #[cfg(feature = "tracing")]
@@ -424,7 +441,7 @@ impl fmt::Debug for Worker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Worker")
             .field("concurrency", &self.concurrency)
-            .field("max_attempts", &self.max_attempts)
+            .field("retry", &self.retry)
             .field("lease", &self.lease.length)
             .field("max_run", &self.lease.max_run)
             .finish_non_exhaustive()

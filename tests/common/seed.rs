@@ -73,8 +73,11 @@ pub async fn seed(inbox: &Inbox, dead: usize) {
         }
     })
     .with_max_attempts(2)
+    .unwrap()
     .with_backoff(Duration::from_millis(1), Duration::from_millis(2))
+    .unwrap()
     .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
     .spawn();
     eventually("the dead rows dead, evt_done processed", async || {
         let c = inbox.counts().await.unwrap();
@@ -86,7 +89,9 @@ pub async fn seed(inbox: &Inbox, dead: usize) {
     assert_eq!(deliver(inbox, "evt_failing").await, StatusCode::NO_CONTENT);
     let failing = Worker::new(inbox, |_: InboxEvent| async { Err(FAILING_ERROR) })
         .with_backoff(Duration::from_secs(3600), Duration::from_secs(3600))
+        .unwrap()
         .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
         .spawn();
     eventually("evt_failing failed once", async || {
         let e = inbox.event("standard", "evt_failing").await.unwrap();

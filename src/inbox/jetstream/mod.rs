@@ -314,9 +314,19 @@ impl JetStreamBuilder {
 
     /// Replaces how many servers hold each message (default 1), for a stream this
     /// creates: a 204 then means stored on that many.
-    pub fn with_replicas(mut self, replicas: usize) -> Self {
-        self.replicas = replicas.max(1);
-        self
+    ///
+    /// # Errors
+    ///
+    /// When `replicas` is 0 or more than 5 (JetStream's most).
+    pub fn with_replicas(mut self, replicas: usize) -> Result<Self, crate::ConfigError> {
+        if !(1..=5).contains(&replicas) {
+            return Err(crate::ConfigError::new(
+                crate::ConfigErrorKind::InvalidValue,
+                "a stream has 1 to 5 replicas",
+            ));
+        }
+        self.replicas = replicas;
+        Ok(self)
     }
 
     /// Keeps a stream this creates in the servers' memory instead of on disk: for tests (a

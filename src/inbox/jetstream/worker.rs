@@ -13,8 +13,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::{event_of, header, JetStream};
-use crate::inbox::process::{backoff, hurry_up, AbortOnDrop, WorkerHandle};
-use crate::inbox::Processor;
+use crate::inbox::process::{
+    checked_concurrency, checked_poll, hurry_up, AbortOnDrop, WorkerHandle,
+};
+use crate::inbox::{Processor, RetryPolicy};
 use crate::metrics::{self, Attempt, Operation};
 use crate::span;
 use crate::store::{retry_until, Heartbeat, Lease, StoreError};
@@ -27,8 +29,7 @@ pub struct JetStreamWorker {
     jetstream: JetStream,
     processor: Arc<dyn Processor>,
     concurrency: usize,
-    max_attempts: u32,
-    backoff: (Duration, Duration),
+    retry: RetryPolicy,
     lease: Lease,
     poll: Duration,
     /// `None`: shutdown waits for running events however long they take.
@@ -49,8 +50,7 @@ impl JetStreamWorker {
             jetstream: jetstream.clone(),
             processor: Arc::new(processor),
             concurrency: 4,
-            max_attempts: 8,
-            backoff: (Duration::from_secs(1), Duration::from_secs(600)),
+            retry: RetryPolicy::default(),
             lease: Lease::renewed_for(Duration::from_secs(3600)),
             poll: Duration::from_secs(1),
             grace: None,
@@ -59,22 +59,41 @@ impl JetStreamWorker {
 
     /// Replaces how many messages are processed at once (default 4): no more are pulled
     /// than there is room to run, so none waits out its lease in a buffer.
-    pub fn with_concurrency(mut self, n: usize) -> Self {
-        self.concurrency = n.max(1);
+    ///
+    /// # Errors
+    ///
+    /// When `n` is 0.
+    pub fn with_concurrency(mut self, n: usize) -> Result<Self, ConfigError> {
+        self.concurrency = checked_concurrency(n)?;
+        Ok(self)
+    }
+
+    /// Replaces how this worker retries (default: [`RetryPolicy::default`]).
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
         self
     }
 
-    /// Replaces after how many failed attempts a message goes dead (default 8).
-    pub fn with_max_attempts(mut self, n: u32) -> Self {
-        self.max_attempts = n.max(1);
-        self
+    /// Replaces after how many failed attempts an event is dead (default 8): as
+    /// [`RetryPolicy::with_max_attempts`].
+    ///
+    /// # Errors
+    ///
+    /// When `n` is 0.
+    pub fn with_max_attempts(mut self, n: u32) -> Result<Self, ConfigError> {
+        self.retry = self.retry.with_max_attempts(n)?;
+        Ok(self)
     }
 
-    /// Replaces the backoff: `first` after the first failure, doubling up to `cap`; each
-    /// wait is drawn between half and all of that.
-    pub fn with_backoff(mut self, first: Duration, cap: Duration) -> Self {
-        self.backoff = (first, cap.max(first));
-        self
+    /// Replaces the backoff: `first` after the first failure, doubling up to `cap`, each
+    /// wait drawn between half and all of that: as [`RetryPolicy::with_backoff`].
+    ///
+    /// # Errors
+    ///
+    /// When `first` is zero, or `cap` is shorter than `first`.
+    pub fn with_backoff(mut self, first: Duration, cap: Duration) -> Result<Self, ConfigError> {
+        self.retry = self.retry.with_backoff(first, cap)?;
+        Ok(self)
     }
 
     /// Replaces the lease (default 60 s): the consumer's `ack_wait` when this creates the
@@ -104,9 +123,13 @@ impl JetStreamWorker {
     /// Replaces how long each pull waits for messages (default 1 s; JetStream hands a
     /// message over as soon as it arrives). A shutdown waits for the pull in flight, whose
     /// messages are delivered already, and processes them.
-    pub fn with_poll_interval(mut self, poll: Duration) -> Self {
-        self.poll = poll.clamp(Duration::from_millis(10), Duration::from_secs(60));
-        self
+    ///
+    /// # Errors
+    ///
+    /// When `poll` is not between 10 ms and 1 h.
+    pub fn with_poll_interval(mut self, poll: Duration) -> Result<Self, ConfigError> {
+        self.poll = checked_poll(poll)?;
+        Ok(self)
     }
 
     /// Bounds how long [`WorkerHandle::shutdown`] lets running events finish (by default
@@ -248,7 +271,7 @@ impl JetStreamWorker {
             metrics::attempt(Attempt::Dead);
             return self.bury(&message, error, attempt, &heartbeat).await;
         };
-        if attempt > self.max_attempts {
+        if attempt > self.retry.max_attempts() {
             metrics::attempt(Attempt::Dead);
             return self.bury(&message, CRASHED, attempt, &heartbeat).await;
         }
@@ -310,15 +333,14 @@ impl JetStreamWorker {
                     tracing::error!(target: "tower_webhook", source, event_id = id, "jetstream worker could not acknowledge a processed event (it will be redelivered): {_error}");
                 }
             }
-            Err(error) if attempt >= self.max_attempts => {
+            Err(error) if self.retry.gives_up_after(attempt) => {
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", source, event_id = id, attempt, error = %error, "jetstream event failed for the last time, now dead");
                 metrics::attempt(Attempt::Dead);
                 self.bury(&message, &error, attempt, &heartbeat).await;
             }
             Err(error) => {
-                let (first, cap) = self.backoff;
-                let after = backoff(first, cap, attempt);
+                let after = self.retry.delay(attempt);
                 #[cfg(feature = "tracing")]
                 tracing::warn!(target: "tower_webhook", source, event_id = id, attempt, retry_in = ?after, error = %error, "jetstream event failed, will retry");
                 let _ = (&source, &id, &error);
@@ -379,10 +401,8 @@ impl JetStreamWorker {
             Err(_error) => {
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", "jetstream worker could not move a dead event to the dead stream: {_error}");
-                let (first, cap) = self.backoff;
-                let _ = message
-                    .ack_with(AckKind::Nak(Some(backoff(first, cap, attempts))))
-                    .await;
+                let after = self.retry.delay(attempts);
+                let _ = message.ack_with(AckKind::Nak(Some(after))).await;
             }
         }
     }
@@ -401,7 +421,7 @@ impl fmt::Debug for JetStreamWorker {
         f.debug_struct("JetStreamWorker")
             .field("jetstream", &self.jetstream)
             .field("concurrency", &self.concurrency)
-            .field("max_attempts", &self.max_attempts)
+            .field("retry", &self.retry)
             .field("lease", &self.lease.length)
             .field("max_run", &self.lease.max_run)
             .finish_non_exhaustive()
