@@ -657,7 +657,7 @@ async fn postgres_restarted_mid_run_inbox_transactional() {
     let inbox = Inbox::postgres(&store);
     let runs = Arc::new(AtomicUsize::new(0));
     let r = runs.clone();
-    let worker = Worker::transactional(&inbox, move |e: InboxEvent, tx: PgTx| {
+    let worker = Worker::transactional(&store, move |e: InboxEvent, tx: PgTx| {
         let r = r.clone();
         async move {
             r.fetch_add(1, Ordering::SeqCst);

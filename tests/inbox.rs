@@ -799,13 +799,13 @@ async fn requeue_by_time_range_replays_only_that_window(inbox: Inbox) {
 }
 
 /// A PostgreSQL inbox with an `effects` table for a transactional processor to write in.
-async fn postgres_with_effects() -> (Inbox, sqlx::PgPool) {
+async fn postgres_with_effects() -> (Inbox, PgStore) {
     let store = PgStore::connect(&fresh_pg_url().await).await.unwrap();
     sqlx::query("CREATE TABLE effects (event_id TEXT NOT NULL, attempt INT NOT NULL)")
         .execute(store.pool())
         .await
         .unwrap();
-    (Inbox::postgres(&store), store.pool().clone())
+    (Inbox::postgres(&store), store)
 }
 
 /// The committed effects of `id`, by attempt.
@@ -847,12 +847,13 @@ fn effect_writer(seen: Seen, hold: Duration) -> impl tower_webhook::inbox::TxPro
 
 #[tokio::test]
 async fn transactional_processor_commits_its_writes_with_processed_at_or_neither() {
-    let (inbox, pool) = postgres_with_effects().await;
+    let (inbox, store) = postgres_with_effects().await;
+    let pool = store.pool().clone();
     for id in ["evt_ok", "evt_fails_once", "evt_swallowed"] {
         deliver(&inbox, id).await;
     }
     let seen = Seen::default();
-    let worker = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::ZERO))
+    let worker = Worker::transactional(&store, effect_writer(seen.clone(), Duration::ZERO))
         .with_backoff(Duration::from_millis(20), Duration::from_millis(50))
         .unwrap()
         .with_poll_interval(Duration::from_millis(20))
@@ -879,12 +880,13 @@ async fn transactional_processor_commits_its_writes_with_processed_at_or_neither
 
 #[tokio::test]
 async fn transactional_processor_whose_lease_ran_out_cannot_commit() {
-    let (inbox, pool) = postgres_with_effects().await;
+    let (inbox, store) = postgres_with_effects().await;
+    let pool = store.pool().clone();
     deliver(&inbox, "evt_slow").await;
     let seen = Seen::default();
     // Attempt 1 runs past its max run time (renewals stop, the lease runs out); attempt 2
     // (another worker) takes the row over.
-    let slow = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::from_secs(3)))
+    let slow = Worker::transactional(&store, effect_writer(seen.clone(), Duration::from_secs(3)))
         .with_lease(Duration::from_millis(300))
         .unwrap()
         .with_max_run(Duration::from_secs(1))
@@ -893,7 +895,7 @@ async fn transactional_processor_whose_lease_ran_out_cannot_commit() {
         .unwrap()
         .spawn();
     eventually("claimed", async || seen.of("evt_slow") == vec![1]).await;
-    let other = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::ZERO))
+    let other = Worker::transactional(&store, effect_writer(seen.clone(), Duration::ZERO))
         .with_poll_interval(Duration::from_millis(20))
         .unwrap()
         .spawn();
@@ -914,7 +916,7 @@ async fn transactional_processor_whose_lease_ran_out_cannot_commit() {
 
     // A worker killed mid-event: its transaction dies with it; the row comes back.
     deliver(&inbox, "evt_killed").await;
-    let stuck = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::ZERO))
+    let stuck = Worker::transactional(&store, effect_writer(seen.clone(), Duration::ZERO))
         .with_lease(Duration::from_millis(300))
         .unwrap()
         .with_poll_interval(Duration::from_millis(20))
@@ -922,7 +924,7 @@ async fn transactional_processor_whose_lease_ran_out_cannot_commit() {
         .spawn();
     eventually("claimed", async || seen.of("evt_killed") == vec![1]).await;
     stuck.abort();
-    let worker = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::ZERO))
+    let worker = Worker::transactional(&store, effect_writer(seen.clone(), Duration::ZERO))
         .with_poll_interval(Duration::from_millis(20))
         .unwrap()
         .spawn();
@@ -936,10 +938,11 @@ async fn transactional_processor_whose_lease_ran_out_cannot_commit() {
 
 #[tokio::test]
 async fn transactional_shutdown_past_its_grace_rolls_back_and_counts_the_attempt() {
-    let (inbox, pool) = postgres_with_effects().await;
+    let (inbox, store) = postgres_with_effects().await;
+    let pool = store.pool().clone();
     deliver(&inbox, "evt_stuck").await;
     let seen = Seen::default();
-    let stuck = Worker::transactional(&inbox, effect_writer(seen.clone(), Duration::ZERO))
+    let stuck = Worker::transactional(&store, effect_writer(seen.clone(), Duration::ZERO))
         .with_grace(Duration::from_millis(50))
         .with_poll_interval(Duration::from_millis(20))
         .unwrap()
@@ -956,7 +959,7 @@ async fn transactional_shutdown_past_its_grace_rolls_back_and_counts_the_attempt
         Vec::<i32>::new(),
         "rolled back"
     );
-    let worker = Worker::transactional(&inbox, |e: InboxEvent, tx: PgTx| async move {
+    let worker = Worker::transactional(&store, |e: InboxEvent, tx: PgTx| async move {
         sqlx::query("INSERT INTO effects VALUES ($1, $2)")
             .bind(&e.id)
             .bind(e.attempt as i32)
@@ -977,15 +980,6 @@ async fn transactional_shutdown_past_its_grace_rolls_back_and_counts_the_attempt
         vec![2],
         "the stopped attempt counted, as a crash's would, and its write never committed"
     );
-}
-
-#[tokio::test]
-#[should_panic(expected = "Worker::transactional needs an Inbox::postgres")]
-async fn transactional_worker_refuses_a_sqlite_inbox() {
-    let inbox = sqlite().await;
-    let _ = Worker::transactional(&inbox, |_: InboxEvent, _: PgTx| async {
-        Ok::<_, String>(())
-    });
 }
 
 /// A provider's worst day at a small scale, against two receivers and two workers sharing
@@ -1543,10 +1537,11 @@ async fn postgres_events_dedupe_left_unfinished_are_processed_after_a_switch() {
 /// rolled back too), and two events about one order fulfil it once.
 #[tokio::test]
 async fn once_in_a_transactional_processor_is_done_exactly_when_it_commits() {
-    let (inbox, pool) = postgres_with_effects().await;
+    let (inbox, store) = postgres_with_effects().await;
+    let pool = store.pool().clone();
     let once = Once::new(PgStore::from_migrated_pool(pool.clone()), "fulfil");
     let ran: Arc<Mutex<Vec<(String, u32, String)>>> = Arc::default();
-    let worker = Worker::transactional(&inbox, {
+    let worker = Worker::transactional(&store, {
         let (once, ran) = (once.clone(), ran.clone());
         move |e: InboxEvent, tx: PgTx| {
             let (once, ran) = (once.clone(), ran.clone());

@@ -46,9 +46,4 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Wakes `wake` whenever another process queues a row (PostgreSQL `LISTEN`); `None`
     /// where only this process writes (SQLite).
     fn listen(&self, wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>>;
-    /// The pool, for transactional processors; `None` on SQLite.
-    #[cfg(feature = "postgres")]
-    fn pg_pool(&self) -> Option<&sqlx::PgPool> {
-        None
-    }
 }

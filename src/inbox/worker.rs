@@ -93,18 +93,16 @@ impl Worker {
     /// connection), claims, and any other connection the processor takes (a `PgStore` for
     /// [`Once`](crate::once::Once) on the same pool, say).
     ///
-    /// # Panics
-    ///
-    /// When `inbox` is not [`Inbox::postgres`] (SQLite has one writer: a transaction open
-    /// for the whole processing would stall every other write).
+    /// It takes the [`PgStore`](crate::store::PgStore) whose inbox it processes
+    /// ([`Inbox::postgres`] of it): only PostgreSQL has the form (SQLite has one writer, and
+    /// a transaction open for the whole processing would stall every other write).
     #[cfg(feature = "postgres")]
-    pub fn transactional(inbox: &Inbox, processor: impl super::TxProcessor) -> Self {
-        let pool = inbox
-            .backend
-            .pg_pool()
-            .expect("Worker::transactional needs an Inbox::postgres")
-            .clone();
-        Self::with_runner(inbox, Runner::InTransaction(Arc::new(processor), pool))
+    pub fn transactional(
+        store: &crate::store::PgStore,
+        processor: impl super::TxProcessor,
+    ) -> Self {
+        let runner = Runner::InTransaction(Arc::new(processor), store.pool().clone());
+        Self::with_runner(&Inbox::postgres(store), runner)
     }
 
     fn with_runner(inbox: &Inbox, runner: Runner) -> Self {

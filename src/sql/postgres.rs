@@ -687,9 +687,6 @@ impl Backend for Pg {
         })
     }
 
-    fn pg_pool(&self) -> Option<&PgPool> {
-        Some(&self.pool)
-    }
 
     fn listen(&self, wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>> {
         let pool = self.pool.clone();
