@@ -283,8 +283,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     .layer(VerifyWebhookLayer::new(verifier))
                     .layer(
                         EventFilterLayer::new()
-                            .allow_type("payment_intent.*")
-                            .allow_type("customer.updated")
+                            .add_type("payment_intent.*")
+                            .add_type("customer.updated")
                             .with_livemode(Livemode::LiveOnly),
                     ),
             ),

@@ -80,16 +80,16 @@ impl std::error::Error for ConfigError {}
 /// can see the reason while the body stays short and fixed:
 ///
 /// ```
-/// # use tower_webhook::{VerifyError, ErrorKind};
+/// # use tower_webhook::{VerifyError, VerifyErrorKind};
 /// # fn inspect(response: http::Response<()>) {
 /// if let Some(err) = response.extensions().get::<VerifyError>() {
-///     assert_eq!(err.kind(), ErrorKind::InvalidSignature);
+///     assert_eq!(err.kind(), VerifyErrorKind::InvalidSignature);
 /// }
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifyError {
-    kind: ErrorKind,
+    kind: VerifyErrorKind,
     detail: &'static str,
     /// A provider that wants another status for failed authentication (Discord: 401).
     unauthorized: bool,
@@ -98,7 +98,7 @@ pub struct VerifyError {
 /// The kinds of [`VerifyError`], each with its default status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum ErrorKind {
+pub enum VerifyErrorKind {
     /// A header the scheme needs is absent (400).
     MissingHeader,
     /// A header is present twice, not ASCII, or not in the scheme's format (400).
@@ -126,7 +126,7 @@ pub enum ErrorKind {
 }
 
 impl VerifyError {
-    pub(crate) const fn new(kind: ErrorKind, detail: &'static str) -> Self {
+    pub(crate) const fn new(kind: VerifyErrorKind, detail: &'static str) -> Self {
         Self {
             kind,
             detail,
@@ -139,23 +139,23 @@ impl VerifyError {
     pub(crate) fn unauthorized(mut self) -> Self {
         self.unauthorized = !matches!(
             self.kind,
-            ErrorKind::BodyTooLarge
-                | ErrorKind::BodyRead
-                | ErrorKind::BodyTimeout
-                | ErrorKind::Misconfigured
-                | ErrorKind::SecretsUnavailable
+            VerifyErrorKind::BodyTooLarge
+                | VerifyErrorKind::BodyRead
+                | VerifyErrorKind::BodyTimeout
+                | VerifyErrorKind::Misconfigured
+                | VerifyErrorKind::SecretsUnavailable
         );
         self
     }
 
     /// What kind of rejection this is.
     #[must_use]
-    pub fn kind(&self) -> ErrorKind {
+    pub fn kind(&self) -> VerifyErrorKind {
         self.kind
     }
 
-    /// The status of the default rejection response: 413 for [`ErrorKind::BodyTooLarge`],
-    /// 408 for [`ErrorKind::BodyTimeout`], 400 for everything else — except 401 for a
+    /// The status of the default rejection response: 413 for [`VerifyErrorKind::BodyTooLarge`],
+    /// 408 for [`VerifyErrorKind::BodyTimeout`], 400 for everything else — except 401 for a
     /// failed authentication under a scheme whose provider requires it (Discord). Never
     /// 410, which makes Standard Webhooks senders disable the endpoint.
     #[must_use]
@@ -164,10 +164,10 @@ impl VerifyError {
             return StatusCode::UNAUTHORIZED;
         }
         match self.kind {
-            ErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            ErrorKind::Misconfigured => StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorKind::SecretsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            VerifyErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            VerifyErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            VerifyErrorKind::Misconfigured => StatusCode::INTERNAL_SERVER_ERROR,
+            VerifyErrorKind::SecretsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::BAD_REQUEST,
         }
     }
@@ -176,41 +176,43 @@ impl VerifyError {
     #[must_use]
     pub fn public_message(&self) -> &'static str {
         match self.kind {
-            ErrorKind::MissingHeader | ErrorKind::MalformedHeader => "invalid webhook headers",
-            ErrorKind::InvalidSignature => "invalid webhook signature",
-            ErrorKind::TimestampTooOld | ErrorKind::TimestampInFuture => {
+            VerifyErrorKind::MissingHeader | VerifyErrorKind::MalformedHeader => {
+                "invalid webhook headers"
+            }
+            VerifyErrorKind::InvalidSignature => "invalid webhook signature",
+            VerifyErrorKind::TimestampTooOld | VerifyErrorKind::TimestampInFuture => {
                 "webhook timestamp outside tolerance"
             }
-            ErrorKind::BodyTooLarge => "payload too large",
-            ErrorKind::BodyRead => "could not read body",
-            ErrorKind::BodyTimeout => "body not received in time",
-            ErrorKind::Misconfigured => "webhook endpoint misconfigured",
+            VerifyErrorKind::BodyTooLarge => "payload too large",
+            VerifyErrorKind::BodyRead => "could not read body",
+            VerifyErrorKind::BodyTimeout => "body not received in time",
+            VerifyErrorKind::Misconfigured => "webhook endpoint misconfigured",
             // The same text as a bad signature: the response does not tell which tenants
             // exist (the kind, in the extensions, does).
-            ErrorKind::UnknownTenant => "invalid webhook signature",
-            ErrorKind::SecretsUnavailable => "webhook secrets unavailable",
+            VerifyErrorKind::UnknownTenant => "invalid webhook signature",
+            VerifyErrorKind::SecretsUnavailable => "webhook secrets unavailable",
         }
     }
 }
 
-impl ErrorKind {
+impl VerifyErrorKind {
     /// The kind's stable snake-case name: the `reason` label of the rejection metric
     /// (see [`crate::metrics`]). A new kind needs a rejection slot there too (its test
     /// lists every kind).
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) const fn as_label(self) -> &'static str {
         match self {
-            ErrorKind::MissingHeader => "missing_header",
-            ErrorKind::MalformedHeader => "malformed_header",
-            ErrorKind::InvalidSignature => "invalid_signature",
-            ErrorKind::TimestampTooOld => "timestamp_too_old",
-            ErrorKind::TimestampInFuture => "timestamp_in_future",
-            ErrorKind::BodyTooLarge => "body_too_large",
-            ErrorKind::BodyRead => "body_read",
-            ErrorKind::BodyTimeout => "body_timeout",
-            ErrorKind::Misconfigured => "misconfigured",
-            ErrorKind::UnknownTenant => "unknown_tenant",
-            ErrorKind::SecretsUnavailable => "secrets_unavailable",
+            VerifyErrorKind::MissingHeader => "missing_header",
+            VerifyErrorKind::MalformedHeader => "malformed_header",
+            VerifyErrorKind::InvalidSignature => "invalid_signature",
+            VerifyErrorKind::TimestampTooOld => "timestamp_too_old",
+            VerifyErrorKind::TimestampInFuture => "timestamp_in_future",
+            VerifyErrorKind::BodyTooLarge => "body_too_large",
+            VerifyErrorKind::BodyRead => "body_read",
+            VerifyErrorKind::BodyTimeout => "body_timeout",
+            VerifyErrorKind::Misconfigured => "misconfigured",
+            VerifyErrorKind::UnknownTenant => "unknown_tenant",
+            VerifyErrorKind::SecretsUnavailable => "secrets_unavailable",
         }
     }
 }

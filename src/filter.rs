@@ -18,8 +18,8 @@
 //!     .layer(VerifyWebhookLayer::new(verifier))
 //!     .layer(
 //!         EventFilterLayer::new()
-//!             .allow_type("payment_intent.*")
-//!             .allow_type("charge.refunded")
+//!             .add_type("payment_intent.*")
+//!             .add_type("charge.refunded")
 //!             .with_livemode(Livemode::LiveOnly),
 //!     )
 //!     .layer(DedupeLayer::new(MemoryStore::new()));
@@ -131,9 +131,9 @@ impl EventFilterLayer {
         Self::default()
     }
 
-    /// Lets events of this type through: an exact type, or a prefix ending in `*`
+    /// Adds a type to let through: an exact type, or a prefix ending in `*`
     /// (`payment_intent.*`). Once any type is allowed, all others are skipped.
-    pub fn allow_type(mut self, pattern: impl Into<Box<str>>) -> Self {
+    pub fn add_type(mut self, pattern: impl Into<Box<str>>) -> Self {
         Arc::make_mut(&mut self.rules).types.push(pattern.into());
         self
     }

@@ -113,7 +113,7 @@ mod span; // the `tracing` spans of a delivery and of an inbox attempt
 mod timestamp;
 
 pub use dedupe::DedupeLayer;
-pub use error::{ConfigError, ConfigErrorKind, ErrorKind, VerifyError};
+pub use error::{ConfigError, ConfigErrorKind, VerifyError, VerifyErrorKind};
 pub use event::Event;
 #[cfg(feature = "axum")]
 pub use extract::MissingEvent;

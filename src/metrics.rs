@@ -8,7 +8,7 @@
 //! | name | type | labels | what it counts |
 //! |---|---|---|---|
 //! | `tower_webhook_deliveries_verified_total` | counter | `source` | deliveries `VerifyWebhookLayer` verified (signature and timestamp), set-up handshakes that verified included |
-//! | `tower_webhook_deliveries_rejected_total` | counter | `source`, `reason` | deliveries it refused, by [`ErrorKind`] (below) |
+//! | `tower_webhook_deliveries_rejected_total` | counter | `source`, `reason` | deliveries it refused, by [`VerifyErrorKind`] (below) |
 //! | `tower_webhook_verification_duration_seconds` | histogram | `source` | the check of a collected body: signature (the MAC or public-key check) and timestamp; not the time the body took to arrive |
 //! | `tower_webhook_duplicates_total` | counter | `source` | deliveries of an event already handled (`DedupeLayer`, `PgTxDedupeLayer`: 204) or already stored (the inbox's accept) |
 //! | `tower_webhook_in_flight_conflicts_total` | counter | `source` | deliveries answered 409 because another attempt holds the event |
@@ -71,7 +71,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::ErrorKind;
+use crate::VerifyErrorKind;
 
 /// Whether the crate records metrics at all: work done only to feed them (reading the
 /// inbox's counts on a timer) is skipped without the feature.
@@ -192,7 +192,7 @@ pub(crate) fn verified(_source: &Source) {
 
 /// A delivery rejected for `kind`.
 #[inline]
-pub(crate) fn rejected(_source: &Source, _kind: ErrorKind) {
+pub(crate) fn rejected(_source: &Source, _kind: VerifyErrorKind) {
     #[cfg(feature = "metrics")]
     imp::increment(_source.keys.key(imp::Slot::Rejected(_kind)));
 }
@@ -326,7 +326,7 @@ mod imp {
     use pin_project_lite::pin_project;
 
     use super::{Attempt, Handler, Operation, Source};
-    use crate::ErrorKind;
+    use crate::VerifyErrorKind;
 
     pub(super) const VERIFIED: &str = "tower_webhook_deliveries_verified_total";
     pub(super) const REJECTED: &str = "tower_webhook_deliveries_rejected_total";
@@ -522,7 +522,7 @@ mod imp {
     #[derive(Clone, Copy)]
     pub(super) enum Slot {
         Verified,
-        Rejected(ErrorKind),
+        Rejected(VerifyErrorKind),
         Verification,
         Duplicate,
         InFlight,
@@ -651,18 +651,18 @@ mod imp {
     mod tests {
         use super::*;
 
-        const KINDS: [ErrorKind; REASONS] = [
-            ErrorKind::MissingHeader,
-            ErrorKind::MalformedHeader,
-            ErrorKind::InvalidSignature,
-            ErrorKind::TimestampTooOld,
-            ErrorKind::TimestampInFuture,
-            ErrorKind::BodyTooLarge,
-            ErrorKind::BodyRead,
-            ErrorKind::BodyTimeout,
-            ErrorKind::Misconfigured,
-            ErrorKind::UnknownTenant,
-            ErrorKind::SecretsUnavailable,
+        const KINDS: [VerifyErrorKind; REASONS] = [
+            VerifyErrorKind::MissingHeader,
+            VerifyErrorKind::MalformedHeader,
+            VerifyErrorKind::InvalidSignature,
+            VerifyErrorKind::TimestampTooOld,
+            VerifyErrorKind::TimestampInFuture,
+            VerifyErrorKind::BodyTooLarge,
+            VerifyErrorKind::BodyRead,
+            VerifyErrorKind::BodyTimeout,
+            VerifyErrorKind::Misconfigured,
+            VerifyErrorKind::UnknownTenant,
+            VerifyErrorKind::SecretsUnavailable,
         ];
 
         #[test]

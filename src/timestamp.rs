@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::error::{ErrorKind, VerifyError};
+use crate::error::{VerifyError, VerifyErrorKind};
 use crate::scheme::TimestampFormat;
 
 /// The clock a verifier reads; replace it in tests with
@@ -15,7 +15,7 @@ pub(crate) fn system_clock() -> Clock {
 }
 
 const MALFORMED: VerifyError =
-    VerifyError::new(ErrorKind::MalformedHeader, "timestamp is malformed");
+    VerifyError::new(VerifyErrorKind::MalformedHeader, "timestamp is malformed");
 
 /// Parses a timestamp into seconds since the Unix epoch.
 ///
@@ -70,12 +70,12 @@ impl Tolerance {
         let age = i128::from(now) - i128::from(timestamp);
         if age > i128::from(self.past.as_secs()) {
             Err(VerifyError::new(
-                ErrorKind::TimestampTooOld,
+                VerifyErrorKind::TimestampTooOld,
                 "timestamp is too old",
             ))
         } else if -age > i128::from(self.future.as_secs()) {
             Err(VerifyError::new(
-                ErrorKind::TimestampInFuture,
+                VerifyErrorKind::TimestampInFuture,
                 "timestamp is in the future",
             ))
         } else {
@@ -119,7 +119,7 @@ mod tests {
         ] {
             assert_eq!(
                 parse(bad, TimestampFormat::Unix).unwrap_err().kind(),
-                ErrorKind::MalformedHeader,
+                VerifyErrorKind::MalformedHeader,
                 "{bad:?}"
             );
         }
@@ -154,24 +154,24 @@ mod tests {
         assert!(t.check(now - 300, now).is_ok());
         assert_eq!(
             t.check(now - 301, now).unwrap_err().kind(),
-            ErrorKind::TimestampTooOld
+            VerifyErrorKind::TimestampTooOld
         );
         assert!(t.check(now + 60, now).is_ok());
         assert_eq!(
             t.check(now + 61, now).unwrap_err().kind(),
-            ErrorKind::TimestampInFuture
+            VerifyErrorKind::TimestampInFuture
         );
         assert_eq!(
             t.check(i64::MIN, now).unwrap_err().kind(),
-            ErrorKind::TimestampTooOld
+            VerifyErrorKind::TimestampTooOld
         );
         assert_eq!(
             t.check(i64::MAX, now).unwrap_err().kind(),
-            ErrorKind::TimestampInFuture
+            VerifyErrorKind::TimestampInFuture
         );
         assert_eq!(
             t.check(i64::MAX, i64::MIN).unwrap_err().kind(),
-            ErrorKind::TimestampInFuture
+            VerifyErrorKind::TimestampInFuture
         );
         let huge = Tolerance {
             past: Duration::MAX,

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 
-use crate::error::{ConfigError, ConfigErrorKind, ErrorKind, VerifyError};
+use crate::error::{ConfigError, ConfigErrorKind, VerifyError, VerifyErrorKind};
 use crate::event::{self, Event};
 use crate::public_url::{self, PublicUrl};
 use crate::scheme::template::{self, Input, Part};
@@ -166,7 +166,7 @@ impl Verifier {
 
     /// Sets the URL the provider signs, for schemes that sign it (Twilio, Square,
     /// HubSpot): see [`PublicUrl`]. Without it, their deliveries are refused with
-    /// [`ErrorKind::Misconfigured`] (500).
+    /// [`VerifyErrorKind::Misconfigured`] (500).
     #[must_use]
     pub fn with_public_url(mut self, url: PublicUrl) -> Self {
         self.public_url = Some(url);
@@ -212,7 +212,7 @@ impl Verifier {
     ///
     /// # Errors
     ///
-    /// As [`verify`](Self::verify); and [`ErrorKind::Misconfigured`] when the scheme signs
+    /// As [`verify`](Self::verify); and [`VerifyErrorKind::Misconfigured`] when the scheme signs
     /// the URL and no [`PublicUrl`] resolves it.
     pub fn verify_request(
         &self,
@@ -252,7 +252,7 @@ impl Verifier {
                 .as_ref()
                 .and_then(|u| u.resolve(request.map(|(_, uri)| uri), headers))
                 .ok_or(VerifyError::new(
-                    ErrorKind::Misconfigured,
+                    VerifyErrorKind::Misconfigured,
                     "the scheme signs the URL: give the verifier its PublicUrl",
                 ))?;
             let toggled = scheme
@@ -268,7 +268,7 @@ impl Verifier {
         let form = match (template.uses(&Part::SortedForm), &body_sha256) {
             // A JSON delivery signs its URL only; its body is bound by `bodySHA256`.
             (true, None) => template::sorted_form(&body).ok_or(VerifyError::new(
-                ErrorKind::InvalidSignature,
+                VerifyErrorKind::InvalidSignature,
                 "too many form fields to be a genuine delivery",
             ))?,
             _ => Vec::new(),
@@ -293,13 +293,13 @@ impl Verifier {
             }),
         }
         .ok_or(VerifyError::new(
-            ErrorKind::InvalidSignature,
+            VerifyErrorKind::InvalidSignature,
             "no signature matches any secret",
         ))?;
         let mut timestamp = checked.timestamp;
         if let Some(TimestampSource::BodyFieldMillis(field)) = scheme.timestamp {
             let ms = event::number_field(&body, field).ok_or(VerifyError::new(
-                ErrorKind::MalformedHeader,
+                VerifyErrorKind::MalformedHeader,
                 "the body has no timestamp field",
             ))?;
             let secs = ms.div_euclid(1000);
@@ -329,7 +329,7 @@ impl Verifier {
             let actual = hex::encode(sha2::Sha256::digest(&body));
             if !actual.eq_ignore_ascii_case(&expected) {
                 return Err(VerifyError::new(
-                    ErrorKind::InvalidSignature,
+                    VerifyErrorKind::InvalidSignature,
                     "the body does not match the signed bodySHA256",
                 ));
             }
@@ -375,14 +375,16 @@ impl Verifier {
         headers: &'h HeaderMap,
     ) -> Result<Checked<'h>, VerifyError> {
         let scheme = &*self.scheme;
-        let signature_value = one_str(headers, &scheme.signature_headers)?.ok_or(
-            VerifyError::new(ErrorKind::MissingHeader, "signature header is missing"),
-        )?;
+        let signature_value =
+            one_str(headers, &scheme.signature_headers)?.ok_or(VerifyError::new(
+                VerifyErrorKind::MissingHeader,
+                "signature header is missing",
+            ))?;
         let signatures = signature::parse(scheme, signature_value)?;
         if signatures.candidates.is_empty() {
             // `v1,` alone, a truncated MAC: nothing any key could match, so no HMAC.
             return Err(VerifyError::new(
-                ErrorKind::InvalidSignature,
+                VerifyErrorKind::InvalidSignature,
                 "no signature of the scheme's length",
             ));
         }
@@ -391,14 +393,14 @@ impl Verifier {
             None | Some(TimestampSource::BodyFieldMillis(_)) => None,
             Some(TimestampSource::Header(names, format)) => Some((
                 one_str(headers, names)?.ok_or(VerifyError::new(
-                    ErrorKind::MissingHeader,
+                    VerifyErrorKind::MissingHeader,
                     "timestamp header is missing",
                 ))?,
                 *format,
             )),
             Some(TimestampSource::SignatureEntry(_)) => Some((
                 signatures.timestamp.ok_or(VerifyError::new(
-                    ErrorKind::MalformedHeader,
+                    VerifyErrorKind::MalformedHeader,
                     "signature header has no timestamp",
                 ))?,
                 TimestampFormat::Unix,
@@ -413,7 +415,7 @@ impl Verifier {
         }
         let id = match &scheme.id {
             IdSource::Header(names) => Some(one(headers, names)?.ok_or(VerifyError::new(
-                ErrorKind::MissingHeader,
+                VerifyErrorKind::MissingHeader,
                 "id header is missing",
             ))?),
             IdSource::None | IdSource::BodyField(_) => None,
@@ -526,14 +528,14 @@ fn one<'h>(
     };
     if values.next().is_some() {
         return Err(VerifyError::new(
-            ErrorKind::MalformedHeader,
+            VerifyErrorKind::MalformedHeader,
             "a webhook header appears more than once",
         ));
     }
     match value.to_str() {
         Ok(_) => Ok(Some(value)),
         Err(_) => Err(VerifyError::new(
-            ErrorKind::MalformedHeader,
+            VerifyErrorKind::MalformedHeader,
             "a webhook header is not visible ASCII",
         )),
     }

@@ -255,8 +255,8 @@ async fn filtered(
 async fn filter_acknowledges_unwanted_types_and_test_mode_events_without_the_handler() {
     let shop = || {
         EventFilterLayer::new()
-            .allow_type("payment_intent.*")
-            .allow_type("charge.refunded")
+            .add_type("payment_intent.*")
+            .add_type("charge.refunded")
             .with_livemode(Livemode::LiveOnly)
     };
     let ok = (StatusCode::OK, None, true);
@@ -312,7 +312,7 @@ async fn filter_acknowledges_unwanted_types_and_test_mode_events_without_the_han
 
 /// Event times for the ordering guard: `day` days into a month.
 /// Shopify signs the body, not `X-Shopify-Topic`: a captured `orders/create` body re-sent
-/// as `orders/paid` must not pass `allow_type("orders/paid")` on the header's word.
+/// as `orders/paid` must not pass `add_type("orders/paid")` on the header's word.
 #[tokio::test]
 async fn filter_refuses_to_trust_an_unsigned_type_header_unless_told_to() {
     let secret = "shopify-filter-secret-0123";
@@ -344,11 +344,11 @@ async fn filter_refuses_to_trust_an_unsigned_type_header_unless_told_to() {
             ran.load(Ordering::SeqCst),
         )
     };
-    let (text, ran) = send(EventFilterLayer::new().allow_type("orders/paid")).await;
+    let (text, ran) = send(EventFilterLayer::new().add_type("orders/paid")).await;
     assert!(text.contains("trust_unsigned_type"), "{text}");
     assert_eq!(ran, 0, "the header's word alone let nothing through");
     let trusting = EventFilterLayer::new()
-        .allow_type("orders/paid")
+        .add_type("orders/paid")
         .trust_unsigned_type();
     assert_eq!(send(trusting).await.1, 1, "told to: filtered on it");
     // Without type rules the type is not read, so there is nothing to refuse.

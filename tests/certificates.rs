@@ -19,7 +19,7 @@ use rsa::pkcs8::DecodePrivateKey as _;
 use rsa::signature::{SignatureEncoding as _, Signer as _};
 use serde_json::{json, Value};
 use tower_webhook::verify::Certificates;
-use tower_webhook::{ErrorKind, Scheme, Verifier, VerifyWebhookLayer};
+use tower_webhook::{Scheme, Verifier, VerifyErrorKind, VerifyWebhookLayer};
 
 const SNS_CERT: &str = include_str!("fixtures/sns/certificate.pem");
 const PAYPAL_CERT: &str = include_str!("fixtures/paypal/certificate.pem");
@@ -46,7 +46,7 @@ fn unix(rfc3339: &str) -> u64 {
     t.unix_timestamp() as u64
 }
 
-fn refused(v: &Verifier, h: &HeaderMap, body: &[u8]) -> ErrorKind {
+fn refused(v: &Verifier, h: &HeaderMap, body: &[u8]) -> VerifyErrorKind {
     v.verify(h, Bytes::copy_from_slice(body))
         .unwrap_err()
         .kind()
@@ -134,22 +134,22 @@ fn sns_vectors_verify_under_the_published_certificate_with_both_signature_versio
         let forged = vector.replace("Hello world", "Hello World");
         assert_eq!(
             refused(&v, &HeaderMap::new(), forged.as_bytes()),
-            ErrorKind::InvalidSignature
+            VerifyErrorKind::InvalidSignature
         );
         let wrong = at(Scheme::sns([sns_topic(&message)]), &[OTHER_CERT], when);
         assert_eq!(
             refused(&wrong, &HeaderMap::new(), vector.as_bytes()),
-            ErrorKind::InvalidSignature
+            VerifyErrorKind::InvalidSignature
         );
         let late = at(Scheme::sns([sns_topic(&message)]), &[SNS_CERT], when + 3601);
         assert_eq!(
             refused(&late, &HeaderMap::new(), vector.as_bytes()),
-            ErrorKind::TimestampTooOld
+            VerifyErrorKind::TimestampTooOld
         );
         let foreign = at(Scheme::sns([TOPIC]), &[SNS_CERT], when);
         assert_eq!(
             refused(&foreign, &HeaderMap::new(), vector.as_bytes()),
-            ErrorKind::InvalidSignature
+            VerifyErrorKind::InvalidSignature
         );
     }
 }
@@ -201,7 +201,7 @@ fn sns_messages_signed_here_verify_and_the_signed_fields_are_the_ones_that_count
     let body = sns_signed(message, "2");
     assert_eq!(
         refused(&v, &HeaderMap::new(), &body),
-        ErrorKind::MalformedHeader
+        VerifyErrorKind::MalformedHeader
     );
 
     // A field given twice is ambiguous: refused before any signature check.
@@ -210,7 +210,7 @@ fn sns_messages_signed_here_verify_and_the_signed_fields_are_the_ones_that_count
     let doubled = text.replacen("{", "{\"MessageId\":\"m-4\",", 1);
     assert_eq!(
         refused(&v, &HeaderMap::new(), doubled.as_bytes()),
-        ErrorKind::MalformedHeader
+        VerifyErrorKind::MalformedHeader
     );
     // An unknown signature version, and a body that is no SNS message.
     let mut message: Value = serde_json::from_str(&text).unwrap();
@@ -218,11 +218,11 @@ fn sns_messages_signed_here_verify_and_the_signed_fields_are_the_ones_that_count
     let body = serde_json::to_vec(&message).unwrap();
     assert_eq!(
         refused(&v, &HeaderMap::new(), &body),
-        ErrorKind::MalformedHeader
+        VerifyErrorKind::MalformedHeader
     );
     assert_eq!(
         refused(&v, &HeaderMap::new(), b"{}"),
-        ErrorKind::MalformedHeader
+        VerifyErrorKind::MalformedHeader
     );
 }
 
@@ -305,21 +305,21 @@ fn paypal_vector_verifies_and_refuses_another_webhook_a_forged_body_and_a_stale_
 
     // The SDK's own negative case: another webhook id.
     let other = at(Scheme::paypal("NotToBeFound"), &[PAYPAL_CERT], when);
-    assert_eq!(refused(&other, &h, body), ErrorKind::InvalidSignature);
+    assert_eq!(refused(&other, &h, body), VerifyErrorKind::InvalidSignature);
     let mut forged = body.to_vec();
     forged[10] ^= 1;
-    assert_eq!(refused(&v, &h, &forged), ErrorKind::InvalidSignature);
+    assert_eq!(refused(&v, &h, &forged), VerifyErrorKind::InvalidSignature);
     let wrong = at(Scheme::paypal(PAYPAL_WEBHOOK), &[OTHER_CERT], when);
-    assert_eq!(refused(&wrong, &h, body), ErrorKind::InvalidSignature);
+    assert_eq!(refused(&wrong, &h, body), VerifyErrorKind::InvalidSignature);
     let late = at(Scheme::paypal(PAYPAL_WEBHOOK), &[PAYPAL_CERT], when + 301);
-    assert_eq!(refused(&late, &h, body), ErrorKind::TimestampTooOld);
+    assert_eq!(refused(&late, &h, body), VerifyErrorKind::TimestampTooOld);
     // Another algorithm named, a header missing.
     let mut h2 = h.clone();
     h2.insert("paypal-auth-algo", HeaderValue::from_static("SHA1withRSA"));
-    assert_eq!(refused(&v, &h2, body), ErrorKind::MalformedHeader);
+    assert_eq!(refused(&v, &h2, body), VerifyErrorKind::MalformedHeader);
     let mut h3 = h.clone();
     h3.remove("paypal-transmission-id");
-    assert_eq!(refused(&v, &h3, body), ErrorKind::MissingHeader);
+    assert_eq!(refused(&v, &h3, body), VerifyErrorKind::MissingHeader);
     assert!(Verifier::new(Scheme::paypal(""), [PAYPAL_CERT]).is_err());
 }
 
@@ -336,7 +336,7 @@ fn paypal_deliveries_signed_here_verify() {
     let event = v.verify(&h, Bytes::from_static(body)).unwrap();
     assert_eq!(event.id(), Some("WH-1"));
     let v2 = Verifier::new(Scheme::paypal("WEBHOOK-2"), [TEST_CERT]).unwrap();
-    assert_eq!(refused(&v2, &h, body), ErrorKind::InvalidSignature);
+    assert_eq!(refused(&v2, &h, body), VerifyErrorKind::InvalidSignature);
 }
 
 // ---- Microsoft Graph ----
@@ -372,13 +372,13 @@ fn graph_batches_verify_only_when_every_notification_carries_a_client_state() {
     ] {
         assert_eq!(
             refused(&v, &HeaderMap::new(), &bad),
-            ErrorKind::InvalidSignature
+            VerifyErrorKind::InvalidSignature
         );
     }
     for malformed in [&b"{\"value\":[]}"[..], b"[]", b"not json"] {
         assert_eq!(
             refused(&v, &HeaderMap::new(), malformed),
-            ErrorKind::MalformedHeader
+            VerifyErrorKind::MalformedHeader
         );
     }
     assert!(Verifier::new(Scheme::microsoft_graph(), ["short"]).is_err());
@@ -493,7 +493,7 @@ async fn a_certificate_url_off_the_providers_hosts_is_refused_without_a_fetch() 
         message["SigningCertURL"] = json!(url);
         let out = call(&layer, post(sns_signed(message, "2"))).await;
         assert_eq!(out.status, StatusCode::BAD_REQUEST, "{url}");
-        assert_eq!(out.kind(), Some(ErrorKind::MalformedHeader), "{url}");
+        assert_eq!(out.kind(), Some(VerifyErrorKind::MalformedHeader), "{url}");
         assert!(out.handled.is_empty());
     }
     assert!(server.asked().is_empty(), "{:?}", server.asked());
@@ -512,7 +512,7 @@ async fn a_failed_fetch_is_shared_by_the_deliveries_waiting_on_it_and_tried_agai
     });
     for out in futures_join_all(calls).await {
         assert_eq!(out.status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(out.kind(), Some(ErrorKind::SecretsUnavailable));
+        assert_eq!(out.kind(), Some(VerifyErrorKind::SecretsUnavailable));
         assert!(out.handled.is_empty());
     }
     assert_eq!(
@@ -562,13 +562,13 @@ async fn a_fetched_certificate_of_another_key_or_a_forged_message_is_refused() {
     let layer = VerifyWebhookLayer::from_certificates(certificates);
     let body = sns_signed(sns_notification("m-1", &now_rfc3339()), "2");
     let out = call(&layer, post(body)).await;
-    assert_eq!(out.kind(), Some(ErrorKind::InvalidSignature));
+    assert_eq!(out.kind(), Some(VerifyErrorKind::InvalidSignature));
 
     let layer = sns_layer(&Server::default());
     let body = sns_signed(sns_notification("m-1", &now_rfc3339()), "2");
     let forged = String::from_utf8(body).unwrap().replace("order", "0rder");
     let out = call(&layer, post(forged.into_bytes())).await;
-    assert_eq!(out.kind(), Some(ErrorKind::InvalidSignature));
+    assert_eq!(out.kind(), Some(VerifyErrorKind::InvalidSignature));
     assert!(out.handled.is_empty());
 }
 
@@ -656,7 +656,7 @@ async fn paypal_certificates_are_fetched_from_paypal_hosts_and_headers_are_check
     *request.headers_mut() = stale;
     assert_eq!(
         call(&layer, request).await.kind(),
-        Some(ErrorKind::TimestampTooOld)
+        Some(VerifyErrorKind::TimestampTooOld)
     );
     // A certificate URL elsewhere is never fetched.
     let mut h2 = h;

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use common::{at, call, verifier, NOW};
 use http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
 use http_body_util::Full;
-use tower_webhook::{ErrorKind, Scheme, VerifyWebhookLayer};
+use tower_webhook::{Scheme, VerifyErrorKind, VerifyWebhookLayer};
 
 fn post(headers: HeaderMap, body: &'static [u8]) -> Request<Full<Bytes>> {
     let mut request = Request::post("/hooks")
@@ -33,7 +33,7 @@ async fn slack_url_verification_is_answered_with_its_challenge_once_verified() {
     // Forged: the usual rejection, no challenge echoed.
     let forged = br#"{"token":"x","challenge":"attacker-chosen-text-of-some-length","type":"url_verification"}"#;
     let out = call(&layer, post(headers, forged)).await;
-    assert_eq!(out.kind(), Some(ErrorKind::InvalidSignature));
+    assert_eq!(out.kind(), Some(VerifyErrorKind::InvalidSignature));
     assert!(!String::from_utf8_lossy(&out.body).contains("attacker"));
 }
 

@@ -1416,7 +1416,7 @@ async fn with_an_injected_clock_a_retry_comes_exactly_when_it_is_due() {
     let c = clock.clone();
     let store = SqliteStore::open(sqlite_path()).await.unwrap();
     let db = Db::Sqlite(store.pool().clone());
-    let inbox = Inbox::sqlite_with_clock(&store, move || *c.lock().unwrap());
+    let inbox = Inbox::sqlite(&store.clone().with_clock(move || *c.lock().unwrap()));
     deliver(&inbox, "evt_clock").await;
     let seen = Seen::default();
     let s = seen.clone();

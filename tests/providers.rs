@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
-use tower_webhook::{ErrorKind, Scheme, Verifier};
+use tower_webhook::{Scheme, Verifier, VerifyErrorKind};
 
 use common::header_map as headers;
 
@@ -19,7 +19,7 @@ fn at(scheme: Scheme, keys: &[&str], unix: u64) -> Verifier {
         .with_clock(move || UNIX_EPOCH + Duration::from_secs(unix))
 }
 
-fn refused(v: &Verifier, h: &HeaderMap, body: &[u8]) -> ErrorKind {
+fn refused(v: &Verifier, h: &HeaderMap, body: &[u8]) -> VerifyErrorKind {
     v.verify(h, Bytes::copy_from_slice(body))
         .unwrap_err()
         .kind()
@@ -43,20 +43,20 @@ fn refuses_forgery(
     forged[last] ^= 1;
     assert_eq!(
         refused(&v, h, &forged),
-        ErrorKind::InvalidSignature,
+        VerifyErrorKind::InvalidSignature,
         "{name}: forged"
     );
     let wrong = at(scheme(), &[other_key], unix);
     assert_eq!(
         refused(&wrong, h, body),
-        ErrorKind::InvalidSignature,
+        VerifyErrorKind::InvalidSignature,
         "{name}: wrong key"
     );
     if scheme().name() != "meta" && scheme().name() != "intercom" {
         let late = at(scheme(), &[key], unix + 3600);
         assert_eq!(
             refused(&late, h, body),
-            ErrorKind::TimestampTooOld,
+            VerifyErrorKind::TimestampTooOld,
             "{name}: stale"
         );
     }
@@ -96,12 +96,12 @@ fn standard_webhooks_v1a_svix_vector_verifies_with_the_public_key() {
     let hmac_only = at(Scheme::standard(), &[SW_HMAC], SW_TS);
     assert_eq!(
         refused(&hmac_only, &h, SW_BODY),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
     let pk_only = at(Scheme::standard(), &[SW_PK], SW_TS);
     assert_eq!(
         refused(&pk_only, &sw_headers(SW_V1), SW_BODY),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
 }
 
@@ -221,7 +221,7 @@ fn sendgrid_ecdsa_vectors_verify_and_their_negative_cases_do_not() {
     let v = at(Scheme::sendgrid(), &[SG_KEY], 1_600_112_502);
     assert_eq!(
         refused(&v, &sg_headers(other_sig, "1600112502"), SG_BODY),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
 
     // The multi-event vector (nodejs only), CR LF between and after the events.
@@ -357,7 +357,7 @@ fn twitch_vector_verifies_over_id_timestamp_and_body() {
             &other_id,
             TWITCH_BODY
         ),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
 }
 
@@ -432,7 +432,7 @@ fn zoom_meta_and_intercom_verify_independently_computed_vectors() {
             &long,
             intercom_body
         ),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
 }
 
@@ -476,7 +476,7 @@ fn every_preset_signs_what_it_verifies_and_refuses_a_tampered_copy() {
             v.verify(&signed, Bytes::from_static(tampered))
                 .unwrap_err()
                 .kind(),
-            ErrorKind::InvalidSignature,
+            VerifyErrorKind::InvalidSignature,
             "{name}"
         );
     }
@@ -495,7 +495,7 @@ fn verify_at_url(
     h: &HeaderMap,
     body: &[u8],
     unix: u64,
-) -> Result<tower_webhook::Event, ErrorKind> {
+) -> Result<tower_webhook::Event, VerifyErrorKind> {
     let v = at(scheme, &[key], unix).with_public_url(public);
     let uri: Uri = uri.parse().unwrap();
     v.verify_request(&Method::POST, &uri, h, Bytes::copy_from_slice(body))
@@ -611,19 +611,22 @@ fn twilio_form_vectors_verify_with_and_without_the_default_port() {
     let changed = b"CallSid=CA1234567890ABCDE&Caller=%2B14158675309&Digits=1235&From=%2B14158675309&To=%2B18005551212";
     assert_eq!(
         verify_at_url(twilio(), "12345", public(), "/", &sig, changed, 0).unwrap_err(),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
     assert_eq!(
         verify_at_url(twilio(), "12346", public(), "/", &sig, TWILIO_FORM, 0).unwrap_err(),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
     let elsewhere = PublicUrl::exact("https://mycompany.com/other.php?foo=1&bar=2").unwrap();
     assert_eq!(
         verify_at_url(twilio(), "12345", elsewhere, "/", &sig, TWILIO_FORM, 0).unwrap_err(),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
     let v = at(twilio(), &["12345"], 0);
-    assert_eq!(refused(&v, &sig, TWILIO_FORM), ErrorKind::Misconfigured);
+    assert_eq!(
+        refused(&v, &sig, TWILIO_FORM),
+        VerifyErrorKind::Misconfigured
+    );
 }
 
 #[test]
@@ -685,7 +688,7 @@ fn twilio_json_vectors_bind_the_body_through_body_sha256() {
             0
         )
         .unwrap_err(),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
 }
 
@@ -724,7 +727,7 @@ fn square_vectors_sign_the_notification_url_and_body() {
         PublicUrl::exact("https://webhook.site/79a4f3a-dcfa-49ee-bac5-9d0edad886b9").unwrap();
     assert_eq!(
         verify_at_url(square(), key, other_url, "/", &sig, body, 0).unwrap_err(),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
     assert_eq!(
         verify_at_url(
@@ -737,7 +740,7 @@ fn square_vectors_sign_the_notification_url_and_body() {
             0
         )
         .unwrap_err(),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
     let mut changed = body.to_vec();
     changed[107] = b'5'; // 2022-07 → 2022-05 in `created_at`
@@ -752,7 +755,7 @@ fn square_vectors_sign_the_notification_url_and_body() {
             0
         )
         .unwrap_err(),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
     for (body, expected) in [
         (
@@ -825,7 +828,7 @@ fn hubspot_v3_vector_signs_method_url_body_and_a_millisecond_timestamp() {
             1_693_657_560 + 301
         )
         .unwrap_err(),
-        ErrorKind::TimestampTooOld
+        VerifyErrorKind::TimestampTooOld
     );
     let v = at(Scheme::hubspot(), &[secret], 1_693_657_560).with_public_url(public());
     let uri: Uri = "/webhook_uri".parse().unwrap();
@@ -833,7 +836,7 @@ fn hubspot_v3_vector_signs_method_url_body_and_a_millisecond_timestamp() {
         v.verify_request(&Method::PUT, &uri, &h, Bytes::from_static(body))
             .unwrap_err()
             .kind(),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
     let elsewhere = PublicUrl::exact("https://www.example.com/other").unwrap();
     assert_eq!(
@@ -847,7 +850,7 @@ fn hubspot_v3_vector_signs_method_url_body_and_a_millisecond_timestamp() {
             1_693_657_560
         )
         .unwrap_err(),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
 }
 
@@ -880,7 +883,7 @@ fn linear_checks_the_signed_body_timestamp_within_a_minute() {
     for now in [1_700_000_061, 1_699_999_939] {
         assert!(matches!(
             refused(&at(linear(), &["SECRET"], now), &h, body),
-            ErrorKind::TimestampTooOld | ErrorKind::TimestampInFuture
+            VerifyErrorKind::TimestampTooOld | VerifyErrorKind::TimestampInFuture
         ));
     }
     refuses_forgery(linear, "SECRET", "SECRET2", &h, body, 1_700_000_000);
@@ -891,7 +894,7 @@ fn linear_checks_the_signed_body_timestamp_within_a_minute() {
         .unwrap();
     assert_eq!(
         refused(&at(linear(), &["SECRET"], 0), &signed, stale_free),
-        ErrorKind::MalformedHeader
+        VerifyErrorKind::MalformedHeader
     );
 }
 
@@ -903,7 +906,7 @@ fn work_per_request_is_bounded_for_forms_and_public_keys() {
     let h = twilio_sig("RSOYDt4T1cUTdK1PDd93/VVr8B8=");
     assert_eq!(
         verify_at_url(twilio(), "12345", public, "/", &h, &form, 0).unwrap_err(),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
     // At most four `v1a,` entries are checked per public key: a genuine one after four
     // bogus ones is not reached (a real sender sends one per key).
@@ -912,7 +915,7 @@ fn work_per_request_is_bounded_for_forms_and_public_keys() {
     let fifth = format!("{bogus} {bogus} {bogus} {bogus} {SW_V1A}");
     assert_eq!(
         refused(&v, &sw_headers(&fifth), SW_BODY),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
     let fourth = format!("{bogus} {bogus} {bogus} {SW_V1A}");
     assert!(v
@@ -950,7 +953,7 @@ fn mailgun_vector_verifies_its_body_signature_and_keys_on_the_token() {
     );
     assert_eq!(
         refused(&v, &HeaderMap::new(), &bad),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
     // Another token or timestamp under the same signature, another key, a late delivery,
     // no signature object: all refused.
@@ -961,7 +964,7 @@ fn mailgun_vector_verifies_its_body_signature_and_keys_on_the_token() {
     );
     assert_eq!(
         refused(&v, &HeaderMap::new(), &other_token),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
     let wrong_key = at(
         Scheme::mailgun(),
@@ -970,16 +973,16 @@ fn mailgun_vector_verifies_its_body_signature_and_keys_on_the_token() {
     );
     assert_eq!(
         refused(&wrong_key, &HeaderMap::new(), &body),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
     let late = at(Scheme::mailgun(), &[MAILGUN_KEY], 1_403_645_220 + 3600);
     assert_eq!(
         refused(&late, &HeaderMap::new(), &body),
-        ErrorKind::TimestampTooOld
+        VerifyErrorKind::TimestampTooOld
     );
     assert_eq!(
         refused(&v, &HeaderMap::new(), br#"{"event-data":{"id":"x"}}"#),
-        ErrorKind::MalformedHeader
+        VerifyErrorKind::MalformedHeader
     );
     // No headers to sign: said plainly.
     assert!(Scheme::mailgun()

@@ -16,7 +16,7 @@ use http_body_util::Full;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_webhook::store::MemoryStore;
 use tower_webhook::verify::{TenantFrom, Tenants};
-use tower_webhook::{DedupeLayer, ErrorKind, Event, Scheme, VerifyWebhookLayer};
+use tower_webhook::{DedupeLayer, Event, Scheme, VerifyErrorKind, VerifyWebhookLayer};
 
 const ACME: &str = "whsec_acme_secret_0123456789";
 const GLOBEX: &str = "whsec_globex_secret_012345678";
@@ -101,16 +101,16 @@ async fn each_tenant_verifies_with_its_own_secrets_and_is_its_own_source() {
     assert_eq!(out.handled[0].0.source(), "stripe/globex");
     // Acme's delivery posted to Globex's endpoint: Globex's secrets do not verify it.
     let out = call(&layer, delivery("/webhooks/globex", ACME, "evt_2", &[])).await;
-    assert_eq!(out.kind(), Some(ErrorKind::InvalidSignature));
+    assert_eq!(out.kind(), Some(VerifyErrorKind::InvalidSignature));
     assert!(out.handled.is_empty());
     // An unknown tenant, or none: 400, and the unknown one is cached like an answer.
     for _ in 0..3 {
         let out = call(&layer, delivery("/webhooks/initech", ACME, "evt_3", &[])).await;
-        assert_eq!(out.kind(), Some(ErrorKind::UnknownTenant));
+        assert_eq!(out.kind(), Some(VerifyErrorKind::UnknownTenant));
         assert_eq!(out.status, StatusCode::BAD_REQUEST);
     }
     let out = call(&layer, delivery("/webhooks", ACME, "evt_3", &[])).await;
-    assert_eq!(out.kind(), Some(ErrorKind::UnknownTenant));
+    assert_eq!(out.kind(), Some(VerifyErrorKind::UnknownTenant));
     assert_eq!(
         table.asked.load(Ordering::SeqCst),
         3,
@@ -127,7 +127,7 @@ async fn a_source_that_cannot_answer_gets_503_so_the_provider_retries() {
     );
     let out = call(&layer, delivery("/webhooks/acme", ACME, "evt_1", &[])).await;
     assert_eq!(out.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(out.kind(), Some(ErrorKind::SecretsUnavailable));
+    assert_eq!(out.kind(), Some(VerifyErrorKind::SecretsUnavailable));
     assert!(out.handled.is_empty());
     // A failure is not cached: once the source is back, the retry verifies.
     *table.down.lock().unwrap() = false;
@@ -170,7 +170,7 @@ async fn a_rotated_secret_is_picked_up_after_the_ttl_or_at_once_on_invalidate() 
         call(&layer, delivery("/", ACME, "evt_4", &acme))
             .await
             .kind(),
-        Some(ErrorKind::InvalidSignature)
+        Some(VerifyErrorKind::InvalidSignature)
     );
     let long = VerifyWebhookLayer::per_tenant(table.tenants(
         TenantFrom::header(HeaderName::from_static("x-tenant")),
@@ -194,7 +194,7 @@ async fn a_rotated_secret_is_picked_up_after_the_ttl_or_at_once_on_invalidate() 
     );
     // No tenant header: refused before the body is read.
     let out = call(&layer, delivery("/", newest, "evt_7", &[])).await;
-    assert_eq!(out.kind(), Some(ErrorKind::UnknownTenant));
+    assert_eq!(out.kind(), Some(VerifyErrorKind::UnknownTenant));
 }
 
 #[tokio::test]
@@ -250,7 +250,7 @@ async fn a_source_that_never_answers_gets_503_after_ten_seconds() {
     let out = call(&layer, delivery("/webhooks/acme", ACME, "evt_1", &[])).await;
     assert_eq!(
         out.kind(),
-        Some(ErrorKind::SecretsUnavailable),
+        Some(VerifyErrorKind::SecretsUnavailable),
         "{:?}",
         out.error
     );
@@ -272,7 +272,7 @@ async fn a_body_naming_two_tenants_names_none_and_unknown_tenants_look_like_bad_
         .sign([GLOBEX], "", at(NOW), body.as_bytes())
         .unwrap();
     let out = call(&layer, request).await;
-    assert_eq!(out.kind(), Some(ErrorKind::UnknownTenant));
+    assert_eq!(out.kind(), Some(VerifyErrorKind::UnknownTenant));
     // The body text does not tell an unknown tenant from a bad signature.
     assert_eq!(&out.body[..], b"invalid webhook signature");
 }

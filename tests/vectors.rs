@@ -8,7 +8,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use tower_webhook::scheme::{Encoding, TimestampFormat};
-use tower_webhook::{ErrorKind, Scheme, Verifier};
+use tower_webhook::{Scheme, Verifier, VerifyErrorKind};
 
 use common::header_map as headers;
 
@@ -56,7 +56,7 @@ fn standard_webhooks_vector_rejects_the_published_bad_signature_and_finds_the_th
         ("webhook-signature", bad),
     ]);
     let err = v.verify(&h, Bytes::from_static(SW_BODY)).unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidSignature);
+    assert_eq!(err.kind(), VerifyErrorKind::InvalidSignature);
 
     let other = "Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc=";
     let multi = format!("v1,{other} v2,{other} {SW_SIG} v1,{other}");
@@ -94,7 +94,7 @@ fn standard_webhooks_rust_library_vector() {
         h.insert("webhook-signature", HeaderValue::from_static(wrong));
         assert_eq!(
             v.verify(&h, Bytes::from_static(body)).unwrap_err().kind(),
-            ErrorKind::InvalidSignature
+            VerifyErrorKind::InvalidSignature
         );
     }
 }
@@ -145,7 +145,7 @@ fn stripe_dotnet_vector_verifies_and_yields_the_envelope() {
             Bytes::from_static(&STRIPE_BODY[..483]),
         )
         .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidSignature);
+    assert_eq!(err.kind(), VerifyErrorKind::InvalidSignature);
 }
 
 #[test]
@@ -313,7 +313,7 @@ fn configurable_scheme_signs_rfc3339_timestamps_and_verifies_them() {
         v.verify(&shifted, Bytes::from_static(body))
             .unwrap_err()
             .kind(),
-        ErrorKind::InvalidSignature
+        VerifyErrorKind::InvalidSignature
     );
 }
 

@@ -12,7 +12,7 @@ use common::{at, call, request, verifier, Chunked, NOW};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::ServiceExt;
-use tower_webhook::{ErrorKind, Scheme, VerifyWebhookLayer};
+use tower_webhook::{Scheme, VerifyErrorKind, VerifyWebhookLayer};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const OLD_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
@@ -75,14 +75,14 @@ async fn hostile_inputs_get_a_clear_4xx_and_never_reach_the_handler() {
         .to_str()
         .unwrap()
         .to_owned();
-    let cases: Vec<(&str, HeaderMap, &[u8], ErrorKind)> = vec![
+    let cases: Vec<(&str, HeaderMap, &[u8], VerifyErrorKind)> = vec![
         (
             "no signature",
             edited(|h| {
                 h.remove("webhook-signature");
             }),
             BODY,
-            ErrorKind::MissingHeader,
+            VerifyErrorKind::MissingHeader,
         ),
         (
             "no id",
@@ -90,7 +90,7 @@ async fn hostile_inputs_get_a_clear_4xx_and_never_reach_the_handler() {
                 h.remove("webhook-id");
             }),
             BODY,
-            ErrorKind::MissingHeader,
+            VerifyErrorKind::MissingHeader,
         ),
         (
             "no timestamp",
@@ -98,13 +98,13 @@ async fn hostile_inputs_get_a_clear_4xx_and_never_reach_the_handler() {
                 h.remove("webhook-timestamp");
             }),
             BODY,
-            ErrorKind::MissingHeader,
+            VerifyErrorKind::MissingHeader,
         ),
         (
             "no headers at all",
             HeaderMap::new(),
             BODY,
-            ErrorKind::MissingHeader,
+            VerifyErrorKind::MissingHeader,
         ),
         (
             "signature header twice",
@@ -112,7 +112,7 @@ async fn hostile_inputs_get_a_clear_4xx_and_never_reach_the_handler() {
                 h.append("webhook-signature", HeaderValue::from_str(&sig).unwrap());
             }),
             BODY,
-            ErrorKind::MalformedHeader,
+            VerifyErrorKind::MalformedHeader,
         ),
         (
             "id header twice",
@@ -120,31 +120,31 @@ async fn hostile_inputs_get_a_clear_4xx_and_never_reach_the_handler() {
                 h.append("webhook-id", HeaderValue::from_static("msg_2"));
             }),
             BODY,
-            ErrorKind::MalformedHeader,
+            VerifyErrorKind::MalformedHeader,
         ),
         (
             "empty v1 signature",
             edited(|h| set(h, "webhook-signature", "v1,")),
             BODY,
-            ErrorKind::InvalidSignature,
+            VerifyErrorKind::InvalidSignature,
         ),
         (
             "truncated signature",
             edited(|h| set(h, "webhook-signature", &sig[..sig.len() - 4])),
             BODY,
-            ErrorKind::InvalidSignature,
+            VerifyErrorKind::InvalidSignature,
         ),
         (
             "undecodable signature of the right length",
             edited(|h| set(h, "webhook-signature", &format!("v1,{}", "!".repeat(44)))),
             BODY,
-            ErrorKind::InvalidSignature,
+            VerifyErrorKind::InvalidSignature,
         ),
         (
             "signature of another version only",
             edited(|h| set(h, "webhook-signature", &sig.replace("v1,", "v2,"))),
             BODY,
-            ErrorKind::MalformedHeader,
+            VerifyErrorKind::MalformedHeader,
         ),
         (
             "non-ASCII header bytes",
@@ -155,61 +155,61 @@ async fn hostile_inputs_get_a_clear_4xx_and_never_reach_the_handler() {
                 );
             }),
             BODY,
-            ErrorKind::MalformedHeader,
+            VerifyErrorKind::MalformedHeader,
         ),
         (
             "a header with thousands of entries",
             edited(|h| set(h, "webhook-signature", &vec![sig.as_str(); 3000].join(" "))),
             BODY,
-            ErrorKind::MalformedHeader,
+            VerifyErrorKind::MalformedHeader,
         ),
         (
             "non-numeric timestamp",
             edited(|h| set(h, "webhook-timestamp", "soon")),
             BODY,
-            ErrorKind::MalformedHeader,
+            VerifyErrorKind::MalformedHeader,
         ),
         (
             "i64::MIN timestamp",
             edited(|h| set(h, "webhook-timestamp", "-9223372036854775808")),
             BODY,
-            ErrorKind::MalformedHeader,
+            VerifyErrorKind::MalformedHeader,
         ),
         (
             "timestamp past i64::MAX",
             edited(|h| set(h, "webhook-timestamp", "99999999999999999999")),
             BODY,
-            ErrorKind::MalformedHeader,
+            VerifyErrorKind::MalformedHeader,
         ),
         (
             "signed with another secret",
             signed(OLD_SECRET, NOW, BODY),
             BODY,
-            ErrorKind::InvalidSignature,
+            VerifyErrorKind::InvalidSignature,
         ),
         (
             "one body byte changed",
             signed(SECRET, NOW, BODY),
             br#"{"type":"invoice.paiD","data":{"object":{"id":"in_1"}}}"#,
-            ErrorKind::InvalidSignature,
+            VerifyErrorKind::InvalidSignature,
         ),
         (
             "id changed after signing",
             edited(|h| set(h, "webhook-id", "msg_2")),
             BODY,
-            ErrorKind::InvalidSignature,
+            VerifyErrorKind::InvalidSignature,
         ),
         (
             "replayed: signed 301 s ago",
             signed(SECRET, NOW - 301, BODY),
             BODY,
-            ErrorKind::TimestampTooOld,
+            VerifyErrorKind::TimestampTooOld,
         ),
         (
             "signed 301 s ahead",
             signed(SECRET, NOW + 301, BODY),
             BODY,
-            ErrorKind::TimestampInFuture,
+            VerifyErrorKind::TimestampInFuture,
         ),
         // The MAC is checked first: a forger learns nothing about the time window.
         // The window is public: a timestamp outside it is refused before any HMAC.
@@ -217,13 +217,13 @@ async fn hostile_inputs_get_a_clear_4xx_and_never_reach_the_handler() {
             "stale and forged",
             signed(OLD_SECRET, NOW - 10_000, BODY),
             BODY,
-            ErrorKind::TimestampTooOld,
+            VerifyErrorKind::TimestampTooOld,
         ),
         (
             "timestamp of a billion years",
             edited(|h| set(h, "webhook-timestamp", "31536000000000000")),
             BODY,
-            ErrorKind::TimestampInFuture,
+            VerifyErrorKind::TimestampInFuture,
         ),
     ];
     for (name, headers, body, kind) in cases {
@@ -255,7 +255,11 @@ async fn stripe_header_without_timestamp_or_v1_is_malformed() {
         let mut h = HeaderMap::new();
         h.insert("stripe-signature", HeaderValue::from_str(&header).unwrap());
         let out = call(&layer, request(h, BODY)).await;
-        assert_eq!(out.kind(), Some(ErrorKind::MalformedHeader), "{header}");
+        assert_eq!(
+            out.kind(),
+            Some(VerifyErrorKind::MalformedHeader),
+            "{header}"
+        );
         assert!(out.handled.is_empty());
     }
     let out = call(&layer, request(good, BODY)).await;
@@ -322,7 +326,7 @@ async fn old_and_new_secrets_both_verify_and_the_match_is_recorded() {
         )
         .unwrap();
     let out = call(&layer, request(strangers, BODY)).await;
-    assert_eq!(out.kind(), Some(ErrorKind::InvalidSignature));
+    assert_eq!(out.kind(), Some(VerifyErrorKind::InvalidSignature));
     assert!(out.handled.is_empty());
 }
 
@@ -338,7 +342,7 @@ async fn secrets_rotate_at_runtime_through_the_layer_handle() {
 
     layer.secrets().replace([SECRET]).unwrap();
     let out = call(&layer, request(signed(OLD_SECRET, NOW, BODY), BODY)).await;
-    assert_eq!(out.kind(), Some(ErrorKind::InvalidSignature));
+    assert_eq!(out.kind(), Some(VerifyErrorKind::InvalidSignature));
     assert!(out.handled.is_empty());
 }
 
@@ -357,7 +361,7 @@ async fn content_length_over_the_limit_is_refused_before_reading() {
     req.headers_mut().extend(signed(SECRET, NOW, BODY));
     let out = call(&layer, req).await;
     assert_eq!(out.status, StatusCode::PAYLOAD_TOO_LARGE);
-    assert_eq!(out.kind(), Some(ErrorKind::BodyTooLarge));
+    assert_eq!(out.kind(), Some(VerifyErrorKind::BodyTooLarge));
     assert!(out.handled.is_empty());
 }
 
@@ -407,7 +411,7 @@ async fn body_that_fails_mid_read_is_a_400_not_a_dropped_connection() {
     req.headers_mut().extend(signed(SECRET, NOW, BODY));
     let out = call(&layer(), req).await;
     assert_eq!(out.status, StatusCode::BAD_REQUEST);
-    assert_eq!(out.kind(), Some(ErrorKind::BodyRead));
+    assert_eq!(out.kind(), Some(VerifyErrorKind::BodyRead));
     assert!(out.handled.is_empty());
 }
 
@@ -425,7 +429,7 @@ async fn rejection_response_can_be_replaced_and_still_carries_the_reason() {
     let out = call(&layer, request(signed(OLD_SECRET, NOW, BODY), BODY)).await;
     assert_eq!(out.status, StatusCode::UNAUTHORIZED);
     assert_eq!(out.body, r#"{"error":"invalid webhook signature"}"#);
-    assert_eq!(out.kind(), Some(ErrorKind::InvalidSignature));
+    assert_eq!(out.kind(), Some(VerifyErrorKind::InvalidSignature));
     assert!(out.handled.is_empty());
 }
 
@@ -482,21 +486,21 @@ fn stalled_request(headers: HeaderMap) -> (Request<Stalled>, Arc<std::sync::atom
 #[tokio::test]
 async fn headers_that_cannot_verify_are_refused_before_a_byte_of_the_body_is_read() {
     let body = br#"{"id":"evt_1"}"#;
-    let cases: Vec<(&str, HeaderMap, ErrorKind)> = vec![
+    let cases: Vec<(&str, HeaderMap, VerifyErrorKind)> = vec![
         (
             "no signature header",
             HeaderMap::new(),
-            ErrorKind::MissingHeader,
+            VerifyErrorKind::MissingHeader,
         ),
         (
             "a stale timestamp (the window is public: no HMAC for it)",
             signed(SECRET, NOW - 3600, body),
-            ErrorKind::TimestampTooOld,
+            VerifyErrorKind::TimestampTooOld,
         ),
         (
             "no signature of the scheme's length (`v1,` alone)",
             edited(|h| set(h, "webhook-signature", "v1,")),
-            ErrorKind::InvalidSignature,
+            VerifyErrorKind::InvalidSignature,
         ),
     ];
     for (what, headers, kind) in cases {
@@ -525,7 +529,7 @@ async fn a_body_that_stops_arriving_gets_408_within_the_read_timeout() {
         .await
         .expect("answered within the read timeout");
     assert_eq!(outcome.status, StatusCode::REQUEST_TIMEOUT);
-    assert_eq!(outcome.kind(), Some(ErrorKind::BodyTimeout));
+    assert_eq!(outcome.kind(), Some(VerifyErrorKind::BodyTimeout));
     assert!(started.elapsed() >= Duration::from_millis(200));
     assert!(
         polls.load(std::sync::atomic::Ordering::SeqCst) >= 1,
@@ -600,13 +604,13 @@ async fn url_signed_schemes_verify_the_public_url_not_the_host_the_request_names
     // `Host` the replay claims.
     let other = signed_for("https://hooks.example.com/voice/status");
     let out = call(&layer, post("/sms/inbound", "hooks.example.com", other)).await;
-    assert_eq!(out.kind(), Some(ErrorKind::InvalidSignature));
+    assert_eq!(out.kind(), Some(VerifyErrorKind::InvalidSignature));
     assert!(out.handled.is_empty());
     // No public URL configured: a deployment error, 500, and nothing runs.
     let unset = VerifyWebhookLayer::new(verifier(Scheme::twilio(), &[token]));
     let out = call(&unset, post("/sms/inbound", "hooks.example.com", good)).await;
     assert_eq!(out.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(out.kind(), Some(ErrorKind::Misconfigured));
+    assert_eq!(out.kind(), Some(VerifyErrorKind::Misconfigured));
     assert!(out.handled.is_empty());
 }
 

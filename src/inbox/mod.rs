@@ -223,23 +223,14 @@ impl InboxEvent {
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl Inbox {
-    /// An inbox in the SQLite store's database, on the store's clock.
+    /// An inbox in the SQLite store's database, on the store's clock: receipt times,
+    /// leases and due times are read from it, so tests can step through backoffs and
+    /// leases without waiting (`Inbox::sqlite(&store.with_clock(…))`; a PostgreSQL inbox
+    /// keeps the server's clock, shared by every replica).
     #[cfg(feature = "sqlite")]
     #[must_use]
     pub fn sqlite(store: &crate::store::SqliteStore) -> Self {
         Self::new(Arc::new(store.sql().clone()))
-    }
-
-    /// [`sqlite`](Self::sqlite) with the clock the inbox reads for receipt times, leases
-    /// and due times: for tests that step through backoffs and leases without waiting for
-    /// them. (A PostgreSQL inbox keeps the server's clock, shared by every replica.)
-    #[cfg(feature = "sqlite")]
-    #[must_use]
-    pub fn sqlite_with_clock(
-        store: &crate::store::SqliteStore,
-        clock: impl Fn() -> SystemTime + Send + Sync + 'static,
-    ) -> Self {
-        Self::new(Arc::new(store.sql().with_clock(Arc::new(clock))))
     }
 
     /// An inbox in the PostgreSQL store's database; workers wake on `NOTIFY` from any

@@ -10,7 +10,7 @@ use subtle::{Choice, ConstantTimeEq};
 
 use super::key::{Key, Tag, MAX_SIGNATURE};
 use super::{Encoding, Format, Scheme, TimestampSource};
-use crate::error::{ErrorKind, VerifyError};
+use crate::error::{VerifyError, VerifyErrorKind};
 
 /// At most this many entries are read from one signature header; a longer header is
 /// malformed. This bounds the work one request can cause (`entries × secrets`).
@@ -105,7 +105,7 @@ pub(crate) struct Parsed<'a> {
 }
 
 const TOO_MANY: VerifyError = VerifyError::new(
-    ErrorKind::MalformedHeader,
+    VerifyErrorKind::MalformedHeader,
     "signature header has too many entries",
 );
 
@@ -135,7 +135,7 @@ pub(crate) fn parse<'a>(scheme: &Scheme, value: &'a str) -> Result<Parsed<'a>, V
         if let Some(ts) = timestamp_prefix.and_then(|p| entry.strip_prefix(p)) {
             if parsed.timestamp.replace(ts).is_some() {
                 return Err(VerifyError::new(
-                    ErrorKind::MalformedHeader,
+                    VerifyErrorKind::MalformedHeader,
                     "signature header has two timestamps",
                 ));
             }
@@ -156,7 +156,7 @@ pub(crate) fn parse<'a>(scheme: &Scheme, value: &'a str) -> Result<Parsed<'a>, V
     }
     if signature_entries == 0 {
         return Err(VerifyError::new(
-            ErrorKind::MalformedHeader,
+            VerifyErrorKind::MalformedHeader,
             "signature header has no signature in the scheme's format",
         ));
     }
@@ -232,7 +232,7 @@ mod tests {
     use super::*;
 
     /// How many decodable signatures, and the timestamp entry; or the error kind.
-    type Outcome = Result<(usize, Option<&'static str>), ErrorKind>;
+    type Outcome = Result<(usize, Option<&'static str>), VerifyErrorKind>;
 
     fn kind(scheme: &Scheme, value: &str) -> Outcome {
         let value: &'static str = Box::leak(value.to_owned().into_boxed_str());
@@ -259,12 +259,12 @@ mod tests {
             (
                 &stripe,
                 format!("t=1,t=2,v1={hex}"),
-                Err(ErrorKind::MalformedHeader),
+                Err(VerifyErrorKind::MalformedHeader),
             ),
             (
                 &stripe,
                 format!("t=1,v0={hex}"),
-                Err(ErrorKind::MalformedHeader),
+                Err(VerifyErrorKind::MalformedHeader),
             ),
             (&stripe, "t=1,v1=".into(), Ok((0, Some("1")))),
             (&stripe, format!("t=1,v1={}", &hex[1..]), Ok((0, Some("1")))),
@@ -283,11 +283,11 @@ mod tests {
             (&standard, "v1,!!!!".into(), Ok((0, None))),
             (&standard, format!("v1,{}", &b64[..43]), Ok((0, None))),
             (&standard, format!("v1,{}", "!".repeat(44)), Ok((1, None))),
-            (&standard, "".into(), Err(ErrorKind::MalformedHeader)),
+            (&standard, "".into(), Err(VerifyErrorKind::MalformedHeader)),
             (
                 &standard,
                 format!("v2,{b64}"),
-                Err(ErrorKind::MalformedHeader),
+                Err(VerifyErrorKind::MalformedHeader),
             ),
             (&github, format!("sha256={hex}"), Ok((1, None))),
             (
@@ -298,7 +298,7 @@ mod tests {
             (
                 &github,
                 format!("sha1={}", &hex[..40]),
-                Err(ErrorKind::MalformedHeader),
+                Err(VerifyErrorKind::MalformedHeader),
             ),
         ];
         for (scheme, value, expected) in cases {
@@ -316,7 +316,7 @@ mod tests {
         let value = vec!["v1,AAAA"; 5000].join(" ");
         assert_eq!(
             kind(&Scheme::standard(), &value),
-            Err(ErrorKind::MalformedHeader)
+            Err(VerifyErrorKind::MalformedHeader)
         );
         let just_enough = vec!["v1,AAAA"; MAX_ENTRIES].join(" ");
         assert_eq!(kind(&Scheme::standard(), &just_enough), Ok((0, None)));

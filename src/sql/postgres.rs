@@ -687,7 +687,6 @@ impl Backend for Pg {
         })
     }
 
-
     fn listen(&self, wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>> {
         let pool = self.pool.clone();
         Some(tokio::spawn(async move {

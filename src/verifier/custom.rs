@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 
 use super::{one_str, Verifier};
-use crate::error::{ErrorKind, VerifyError};
+use crate::error::{VerifyError, VerifyErrorKind};
 use crate::event::{self, Event};
 use crate::scheme::template::Input;
 use crate::scheme::{signature, Algorithm, Custom, TimestampFormat};
@@ -19,12 +19,12 @@ use crate::timestamp;
 const MAX_RSA_SIGNATURE: usize = 512;
 
 const NO_MATCH: VerifyError = VerifyError::new(
-    ErrorKind::InvalidSignature,
+    VerifyErrorKind::InvalidSignature,
     "no signature matches any secret",
 );
 
 fn malformed(why: &'static str) -> VerifyError {
-    VerifyError::new(ErrorKind::MalformedHeader, why)
+    VerifyError::new(VerifyErrorKind::MalformedHeader, why)
 }
 
 /// PayPal's headers.
@@ -47,11 +47,11 @@ pub(crate) fn certificate_url(
         Custom::PayPal { .. } => one_str(headers, std::slice::from_ref(&CERT_URL))?
             .map(str::to_owned)
             .ok_or(VerifyError::new(
-                ErrorKind::MissingHeader,
+                VerifyErrorKind::MissingHeader,
                 "PAYPAL-CERT-URL is missing",
             )),
         Custom::Mailgun | Custom::Graph => Err(VerifyError::new(
-            ErrorKind::Misconfigured,
+            VerifyErrorKind::Misconfigured,
             "this scheme is not verified with certificates",
         )),
     }
@@ -255,7 +255,7 @@ impl Verifier {
         // that too: only the configured topics are ours.
         if !topics.contains(&m.topic_arn) {
             return Err(VerifyError::new(
-                ErrorKind::InvalidSignature,
+                VerifyErrorKind::InvalidSignature,
                 "the message's topic is not one this endpoint accepts",
             ));
         }
@@ -289,7 +289,7 @@ impl Verifier {
     ) -> Result<(&'h HeaderValue, &'h str, i64, Vec<u8>), VerifyError> {
         let required = |name: &HeaderName, missing: &'static str| {
             super::one(headers, std::slice::from_ref(name))?
-                .ok_or(VerifyError::new(ErrorKind::MissingHeader, missing))
+                .ok_or(VerifyError::new(VerifyErrorKind::MissingHeader, missing))
         };
         let id = required(&TRANSMISSION_ID, "PAYPAL-TRANSMISSION-ID is missing")?;
         let time = required(&TRANSMISSION_TIME, "PAYPAL-TRANSMISSION-TIME is missing")?;
@@ -365,7 +365,7 @@ impl Verifier {
                 .iter()
                 .position(|key| key.token_matches(state.as_bytes()))
                 .ok_or(VerifyError::new(
-                    ErrorKind::InvalidSignature,
+                    VerifyErrorKind::InvalidSignature,
                     "a notification's clientState matches no secret",
                 ))?;
         }

@@ -12,7 +12,7 @@ use http::{HeaderMap, Method, Uri};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-use crate::error::{ErrorKind, VerifyError};
+use crate::error::{VerifyError, VerifyErrorKind};
 use crate::scheme::{key, Custom};
 use crate::{ConfigError, ConfigErrorKind, Event, Scheme, Verifier};
 
@@ -149,7 +149,7 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_CERTIFICATE: usize = 64 * 1024;
 
 const UNAVAILABLE: VerifyError = VerifyError::new(
-    ErrorKind::SecretsUnavailable,
+    VerifyErrorKind::SecretsUnavailable,
     "the signing certificate could not be fetched",
 );
 
@@ -206,7 +206,7 @@ impl Certificates {
     /// # Errors
     ///
     /// As [`Verifier::verify_request`]; a certificate URL off the provider's hosts is
-    /// [`ErrorKind::MalformedHeader`], a failed fetch [`ErrorKind::SecretsUnavailable`].
+    /// [`VerifyErrorKind::MalformedHeader`], a failed fetch [`VerifyErrorKind::SecretsUnavailable`].
     pub async fn verify(
         &self,
         method: &Method,
@@ -245,7 +245,7 @@ impl Certificates {
         };
         if !allowed {
             return Err(VerifyError::new(
-                ErrorKind::MalformedHeader,
+                VerifyErrorKind::MalformedHeader,
                 "the certificate URL is not on the provider's hosts",
             ));
         }
@@ -294,7 +294,7 @@ impl Certificates {
         Box::pin(async move {
             if !sns_url(&url, false) {
                 return Err(VerifyError::new(
-                    ErrorKind::MalformedHeader,
+                    VerifyErrorKind::MalformedHeader,
                     "the SubscribeURL is not on SNS's hosts",
                 ));
             }
@@ -302,7 +302,7 @@ impl Certificates {
             match tokio::time::timeout(FETCH_TIMEOUT, get).await {
                 Ok(Ok(_)) => Ok(()),
                 _ => Err(VerifyError::new(
-                    ErrorKind::SecretsUnavailable,
+                    VerifyErrorKind::SecretsUnavailable,
                     "the subscription could not be confirmed",
                 )),
             }

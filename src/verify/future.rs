@@ -15,7 +15,7 @@ use super::handshake;
 use super::layer::Config;
 use super::response::reject;
 use crate::body::ResponseBody;
-use crate::error::{ErrorKind, VerifyError};
+use crate::error::{VerifyError, VerifyErrorKind};
 use crate::span::{self, Span};
 use crate::{metrics, Verifier};
 
@@ -171,7 +171,7 @@ where
                     Poll::Pending => {
                         ready!(timeout.poll(cx));
                         let error = VerifyError::new(
-                            ErrorKind::BodyTimeout,
+                            VerifyErrorKind::BodyTimeout,
                             "body not received within the read timeout",
                         );
                         return Poll::Ready(Ok(reject(config, error)));
@@ -181,12 +181,14 @@ where
                     Ok(bytes) => bytes,
                     Err(err) => {
                         let error = match err {
-                            CollectError::TooLarge => {
-                                VerifyError::new(ErrorKind::BodyTooLarge, "body is over the limit")
-                            }
-                            CollectError::Read => {
-                                VerifyError::new(ErrorKind::BodyRead, "body could not be read")
-                            }
+                            CollectError::TooLarge => VerifyError::new(
+                                VerifyErrorKind::BodyTooLarge,
+                                "body is over the limit",
+                            ),
+                            CollectError::Read => VerifyError::new(
+                                VerifyErrorKind::BodyRead,
+                                "body could not be read",
+                            ),
                         };
                         return Poll::Ready(Ok(reject(config, error)));
                     }
@@ -206,7 +208,7 @@ where
                         let tenant = tenants.from().read(&parts.uri, &parts.headers, &bytes);
                         let Some(tenant) = tenant else {
                             let error = VerifyError::new(
-                                ErrorKind::UnknownTenant,
+                                VerifyErrorKind::UnknownTenant,
                                 "the request names no tenant",
                             );
                             return Poll::Ready(Ok(reject(config, error)));

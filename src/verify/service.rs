@@ -12,7 +12,7 @@ use super::future::ResponseFuture;
 use super::handshake;
 use super::layer::Config;
 use crate::body::ResponseBody;
-use crate::error::{ErrorKind, VerifyError};
+use crate::error::{VerifyError, VerifyErrorKind};
 use crate::span;
 
 /// Middleware that verifies webhook deliveries. See the [module docs](crate::verify).
@@ -77,7 +77,10 @@ where
             declared.is_some_and(|n| n > max as u64) || req.body().size_hint().lower() > max as u64;
         if too_large {
             return ResponseFuture::reject(
-                VerifyError::new(ErrorKind::BodyTooLarge, "content-length is over the limit"),
+                VerifyError::new(
+                    VerifyErrorKind::BodyTooLarge,
+                    "content-length is over the limit",
+                ),
                 self.config.clone(),
             );
         }
@@ -91,7 +94,10 @@ where
             let from = tenants.from();
             if !from.needs_body() && from.read(req.uri(), req.headers(), &[]).is_none() {
                 return ResponseFuture::reject(
-                    VerifyError::new(ErrorKind::UnknownTenant, "the request names no tenant"),
+                    VerifyError::new(
+                        VerifyErrorKind::UnknownTenant,
+                        "the request names no tenant",
+                    ),
                     self.config.clone(),
                 );
             }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, Uri};
 use tokio::time::Instant;
 
-use crate::error::{ErrorKind, VerifyError};
+use crate::error::{VerifyError, VerifyErrorKind};
 use crate::{ConfigError, Scheme, Verifier};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -275,7 +275,7 @@ impl Tenants {
                 }
             };
             verifier.ok_or(VerifyError::new(
-                ErrorKind::UnknownTenant,
+                VerifyErrorKind::UnknownTenant,
                 "no secrets for this tenant",
             ))
         })
@@ -291,7 +291,7 @@ impl Tenants {
                 // The source's data is wrong, not the sender: say so without the secret.
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", tenant, "a tenant's secrets do not decode");
-                VerifyError::new(ErrorKind::Misconfigured, "a tenant's secrets do not decode")
+                VerifyError::new(VerifyErrorKind::Misconfigured, "a tenant's secrets do not decode")
             })
     }
 
@@ -328,7 +328,7 @@ impl Tenants {
 }
 
 const UNAVAILABLE: VerifyError = VerifyError::new(
-    ErrorKind::SecretsUnavailable,
+    VerifyErrorKind::SecretsUnavailable,
     "the tenant's secrets could not be read",
 );
 

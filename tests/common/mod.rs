@@ -58,7 +58,7 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    pub fn kind(&self) -> Option<tower_webhook::ErrorKind> {
+    pub fn kind(&self) -> Option<tower_webhook::VerifyErrorKind> {
         self.error.as_ref().map(VerifyError::kind)
     }
 }
