@@ -30,8 +30,8 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tower::ServiceBuilder;
+use tower_webhook::dedupe::TxDedupeLayer;
 use tower_webhook::inbox::Inbox;
-use tower_webhook::pg_tx::PgTxDedupeLayer;
 use tower_webhook::store::{DedupeStore, MemoryStore, PgStore, RedisStore, SqliteStore};
 use tower_webhook::{DedupeLayer, Event, Scheme, Verifier, VerifyWebhookLayer};
 
@@ -77,7 +77,7 @@ struct Args {
         value_parser = clap::value_parser!(u64).range(1..=256))]
     concurrency: u64,
     /// The scenarios to run after the bare and verify ones, comma-separated, in order: a
-    /// store for DedupeLayer, postgres-tx for PgTxDedupeLayer, inbox-* for the inbox.
+    /// store for DedupeLayer, postgres-tx for TxDedupeLayer, inbox-* for the inbox.
     #[arg(long, value_name = "STORE,…", value_delimiter = ',',
         default_value = "memory,sqlite,postgres,postgres-tx,redis,inbox-sqlite,inbox-postgres",
         value_parser = clap::builder::PossibleValuesParser::new(STORES))]
@@ -148,7 +148,7 @@ enum Mode {
     Bare,
     Verify,
     Dedupe(Arc<dyn DedupeStore>),
-    PgTx(PgTxDedupeLayer),
+    PgTx(TxDedupeLayer),
     /// No handler: the inbox stores the event and answers 204.
     Inbox(Inbox),
 }
@@ -411,7 +411,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     reports.push(bare_insert(&pool, &work, o.concurrency).await);
                     Mode::Dedupe(Arc::new(PgStore::from_pool(pool).await?))
                 } else {
-                    Mode::PgTx(PgTxDedupeLayer::new(pool).await?)
+                    Mode::PgTx(TxDedupeLayer::new(pool).await?)
                 }
             }
             "inbox-sqlite" => {

@@ -174,7 +174,7 @@ impl VerifyError {
 
     /// The short, fixed text of the default rejection body.
     #[must_use]
-    pub fn public_message(&self) -> &'static str {
+    pub fn body_text(&self) -> &'static str {
         match self.kind {
             VerifyErrorKind::MissingHeader | VerifyErrorKind::MalformedHeader => {
                 "invalid webhook headers"

@@ -1,42 +1,15 @@
 //! The axum extractor for [`Event`] (feature `axum`).
 
 use std::convert::Infallible;
-use std::fmt;
 
 use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
-use axum_core::response::{IntoResponse, Response};
 use http::request::Parts;
-use http::StatusCode;
 
+use crate::response::{Needs, Rejection};
 use crate::Event;
 
-/// Rejection of the [`Event`] extractor: the request did not pass through
-/// [`VerifyWebhookLayer`](crate::VerifyWebhookLayer). A server bug, hence 500, with a
-/// text that names the fix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct MissingEvent;
-
-impl MissingEvent {
-    const MESSAGE: &'static str = "no verified webhook Event in the request: add \
-        tower_webhook::VerifyWebhookLayer in front of this route";
-}
-
-impl fmt::Display for MissingEvent {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(Self::MESSAGE)
-    }
-}
-
-impl std::error::Error for MissingEvent {}
-
-impl IntoResponse for MissingEvent {
-    fn into_response(self) -> Response {
-        (StatusCode::INTERNAL_SERVER_ERROR, Self::MESSAGE).into_response()
-    }
-}
-
-/// Extracts the verified event.
+/// Extracts the verified event; without [`VerifyWebhookLayer`](crate::VerifyWebhookLayer)
+/// in front, a [`Rejection`] of kind `MissingEvent` (500, with a text that names the fix).
 ///
 /// ```
 /// use axum::{routing::post, Router};
@@ -57,10 +30,11 @@ impl IntoResponse for MissingEvent {
 /// # }
 /// ```
 impl<S: Send + Sync> FromRequestParts<S> for Event {
-    type Rejection = MissingEvent;
+    type Rejection = Rejection;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        parts.extensions.get::<Event>().cloned().ok_or(MissingEvent)
+        let missing = Rejection::missing_event(Needs::Extractor);
+        parts.extensions.get::<Event>().cloned().ok_or(missing)
     }
 }
 

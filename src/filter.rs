@@ -4,7 +4,8 @@
 //! Providers add event types in minor versions; an unknown type must get a 2xx, or the
 //! provider retries it for days. And goods must never be handed over for a test-mode
 //! event (`livemode: false`). Put the filter after `VerifyWebhookLayer` and before
-//! `DedupeLayer`, so skipped events take no dedupe key:
+//! `DedupeLayer`, so skipped events take no dedupe key. A skipped event's 204 carries a
+//! [`Rejection`] of kind `SkippedType` or `SkippedLivemode` in its extensions:
 //!
 //! ```
 //! use tower::ServiceBuilder;
@@ -33,12 +34,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{Request, Response, StatusCode};
+use bytes::Bytes;
+use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::body::ResponseBody;
+use crate::response::{self, Needs, RejectFn, Rejection, RejectionKind, ResponseBody};
 use crate::Event;
 
 /// Which events may reach the handler by their `livemode`.
@@ -55,31 +57,25 @@ pub enum Livemode {
     TestOnly,
 }
 
-/// Why the filter answered without calling the handler; in the response's extensions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Skipped {
-    /// The event's type is not allowed.
-    Type,
-    /// The event's livemode does not match the policy.
-    Livemode,
-}
-
-#[derive(Debug, Default, Clone)]
+#[derive(Default, Clone)]
 struct Rules {
     /// Exact types, or prefixes (a pattern ending in `*`); empty allows every type.
     types: Vec<Box<str>>,
     livemode: Livemode,
     /// Filter on a type header the signature does not cover.
     trust_unsigned_type: bool,
+    rejection: Option<Arc<RejectFn<Rejection>>>,
 }
 
-/// What the filter says of an event.
-enum Verdict {
-    Pass,
-    Skip(Skipped),
-    /// Type rules, but the type is a header the signature does not cover.
-    UnsignedType,
+impl std::fmt::Debug for Rules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rules")
+            .field("types", &self.types)
+            .field("livemode", &self.livemode)
+            .field("trust_unsigned_type", &self.trust_unsigned_type)
+            .field("custom_rejection", &self.rejection.is_some())
+            .finish()
+    }
 }
 
 /// The 500's text when type rules meet an unsigned type header.
@@ -88,17 +84,15 @@ const UNSIGNED_TYPE: &str = "the webhook's type header is not signed, so a repla
     type from the body in the handler";
 
 impl Rules {
-    fn verdict(&self, event: &Event) -> Verdict {
+    /// `Ok` to let the event through, or the filter's own answer.
+    fn verdict(&self, event: &Event) -> Result<(), Rejection> {
         if !self.types.is_empty() && !event.type_is_signed() && !self.trust_unsigned_type {
-            return Verdict::UnsignedType;
+            return Err(Rejection::new(RejectionKind::UnsignedType, UNSIGNED_TYPE));
         }
-        match self.skip(event) {
-            Err(skipped) => Verdict::Skip(skipped),
-            Ok(()) => Verdict::Pass,
-        }
+        self.skip(event).map_err(|kind| Rejection::new(kind, ""))
     }
 
-    fn skip(&self, event: &Event) -> Result<(), Skipped> {
+    fn skip(&self, event: &Event) -> Result<(), RejectionKind> {
         if !self.types.is_empty() {
             let ty = event.event_type().unwrap_or_default();
             let allowed = self.types.iter().any(|p| match p.strip_suffix('*') {
@@ -106,14 +100,14 @@ impl Rules {
                 None => ty == p.as_ref(),
             });
             if !allowed {
-                return Err(Skipped::Type);
+                return Err(RejectionKind::SkippedType);
             }
         }
         match (self.livemode, event.livemode()) {
             (Livemode::Any, _)
             | (Livemode::LiveOnly, Some(true))
             | (Livemode::TestOnly, Some(false)) => Ok(()),
-            _ => Err(Skipped::Livemode),
+            _ => Err(RejectionKind::SkippedLivemode),
         }
     }
 }
@@ -152,6 +146,17 @@ impl EventFilterLayer {
     /// Replaces the livemode policy (default [`Livemode::Any`]).
     pub fn with_livemode(mut self, policy: Livemode) -> Self {
         Arc::make_mut(&mut self.rules).livemode = policy;
+        self
+    }
+
+    /// Replaces the filter's own responses (a skipped event's 204, the 500s); the
+    /// [`Rejection`] is still added to the response's extensions. See
+    /// [`crate::response`].
+    pub fn with_rejection(
+        mut self,
+        rejection: impl Fn(&Rejection) -> Response<Bytes> + Send + Sync + 'static,
+    ) -> Self {
+        Arc::make_mut(&mut self.rules).rejection = Some(Arc::new(rejection));
         self
     }
 }
@@ -208,37 +213,17 @@ where
         let verdict = match req.extensions().get::<Event>() {
             Some(event) => self.rules.verdict(event),
             // Without a verified event there is nothing to filter on: a server bug.
-            None => {
-                return ResponseFuture {
-                    state: State::Own {
-                        status: StatusCode::INTERNAL_SERVER_ERROR,
-                        text: crate::dedupe::MISSING_EVENT,
-                        skipped: None,
-                    },
-                }
-            }
+            None => Err(Rejection::missing_event(Needs::Filter)),
         };
-        match verdict {
-            Verdict::Pass => ResponseFuture {
-                state: State::Inner {
-                    future: self.inner.call(req),
-                },
+        let state = match verdict {
+            Ok(()) => State::Inner {
+                future: self.inner.call(req),
             },
-            Verdict::Skip(skipped) => ResponseFuture {
-                state: State::Own {
-                    status: StatusCode::NO_CONTENT,
-                    text: "",
-                    skipped: Some(skipped),
-                },
+            Err(rejection) => State::Own {
+                response: Some(response::respond(rejection, self.rules.rejection.as_ref())),
             },
-            Verdict::UnsignedType => ResponseFuture {
-                state: State::Own {
-                    status: StatusCode::INTERNAL_SERVER_ERROR,
-                    text: UNSIGNED_TYPE,
-                    skipped: None,
-                },
-            },
-        }
+        };
+        ResponseFuture { state }
     }
 }
 
@@ -254,7 +239,7 @@ pin_project! {
     #[project = StateProj]
     enum State<F> {
         Inner { #[pin] future: F },
-        Own { status: StatusCode, text: &'static str, skipped: Option<Skipped> },
+        Own { response: Option<Response<Bytes>> },
     }
 }
 
@@ -267,16 +252,9 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
             StateProj::Inner { future } => future.poll(cx).map_ok(|r| r.map(ResponseBody::inner)),
-            StateProj::Own {
-                status,
-                text,
-                skipped,
-            } => {
-                let mut response = ResponseBody::text(*status, text);
-                if let Some(skipped) = skipped {
-                    response.extensions_mut().insert(*skipped);
-                }
-                Poll::Ready(Ok(response))
+            StateProj::Own { response } => {
+                let response = response.take().expect("polled after completion");
+                Poll::Ready(Ok(response.map(ResponseBody::fixed)))
             }
         }
     }

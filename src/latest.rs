@@ -18,7 +18,7 @@
 //!
 //! Rows live in the `webhook_objects` table of `migrations/`, one per object; the stores'
 //! constructors create it. Use it in a [`transactional`](crate::inbox::Worker::transactional)
-//! inbox processor, a [`PgTx`](crate::pg_tx::PgTx) handler, or any transaction of yours.
+//! inbox processor, a [`PgTx`](crate::dedupe::PgTx) handler, or any transaction of yours.
 //!
 //! ```
 //! use std::time::{Duration, SystemTime};

@@ -76,18 +76,15 @@ mod verifier; //    the check itself: headers, signature, timestamp
 
 pub mod filter; // 2. acknowledge unwanted types and test-mode events without a handler
 
-pub mod dedupe; // 3. claim (source, id) once; duplicates get 204
+pub mod dedupe; // 3. claim (source, id) once; duplicates get 204 (or: in the handler's transaction)
 
 pub mod store; //    where claims live: memory, SQLite, PostgreSQL, Redis
-
-#[cfg(feature = "postgres")]
-pub mod pg_tx; //    or: claim in the handler's own PostgreSQL transaction
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 pub mod inbox; //    or: store the event, answer 204, process it in a worker (SQL, JetStream)
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod sql; //    the one table behind the SQL stores, the inbox and pg_tx, per dialect
+mod sql; //    the one table behind the SQL stores, the inbox and the transactional dedupe, per dialect
 
 #[cfg(all(feature = "admin", any(feature = "sqlite", feature = "postgres")))]
 pub mod admin; //    the inbox's operator endpoints, as an axum router
@@ -96,6 +93,7 @@ mod event; // 4. what the handler receives
 #[cfg(feature = "axum")]
 mod extract; //    ... as an axum extractor
 mod public_url; //    the URL a provider signs (Twilio, Square, HubSpot)
+pub mod response; //    what the layers answer themselves: one Rejection, replaceable
 
 // For the application, after the request path:
 pub mod once; // run a business action once per key ("order 7 fulfilled")
@@ -104,7 +102,6 @@ pub mod once; // run a business action once per key ("order 7 fulfilled")
 pub mod latest; // drop an event older than the last one applied to its object
 
 // What the path is configured with, and shared plumbing:
-mod body;
 mod error;
 pub mod metrics; // what is counted and timed (feature `metrics`): the names, in its docs
 pub mod scheme;
@@ -115,8 +112,6 @@ mod timestamp;
 pub use dedupe::DedupeLayer;
 pub use error::{ConfigError, ConfigErrorKind, VerifyError, VerifyErrorKind};
 pub use event::Event;
-#[cfg(feature = "axum")]
-pub use extract::MissingEvent;
 pub use public_url::PublicUrl;
 pub use scheme::Scheme;
 pub use secret::Secrets;

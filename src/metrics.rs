@@ -10,10 +10,10 @@
 //! | `tower_webhook_deliveries_verified_total` | counter | `source` | deliveries `VerifyWebhookLayer` verified (signature and timestamp), set-up handshakes that verified included |
 //! | `tower_webhook_deliveries_rejected_total` | counter | `source`, `reason` | deliveries it refused, by [`VerifyErrorKind`] (below) |
 //! | `tower_webhook_verification_duration_seconds` | histogram | `source` | the check of a collected body: signature (the MAC or public-key check) and timestamp; not the time the body took to arrive |
-//! | `tower_webhook_duplicates_total` | counter | `source` | deliveries of an event already handled (`DedupeLayer`, `PgTxDedupeLayer`: 204) or already stored (the inbox's accept) |
+//! | `tower_webhook_duplicates_total` | counter | `source` | deliveries of an event already handled (`DedupeLayer`, `TxDedupeLayer`: 204) or already stored (the inbox's accept) |
 //! | `tower_webhook_in_flight_conflicts_total` | counter | `source` | deliveries answered 409 because another attempt holds the event |
 //! | `tower_webhook_store_unavailable_total` | counter | `source` | deliveries answered 503 because the store (or the PostgreSQL transaction) could not answer |
-//! | `tower_webhook_handler_outcomes_total` | counter | `source`, `outcome` | handler runs behind `DedupeLayer` or `PgTxDedupeLayer`: `success` (2xx), `failure` (another status, or an error), `panic` |
+//! | `tower_webhook_handler_outcomes_total` | counter | `source`, `outcome` | handler runs behind `DedupeLayer` or `TxDedupeLayer`: `success` (2xx), `failure` (another status, or an error), `panic` |
 //! | `tower_webhook_store_operation_duration_seconds` | histogram | `operation` | each round trip to a store, failed ones included: `claim`, `renew`, `complete`, `release` (`DedupeLayer`, [`Once`](crate::once::Once)); `accept`, `inbox_claim`, `inbox_renew`, `inbox_finish`, `inbox_counts` (the inbox) |
 //! | `tower_webhook_inbox_attempts_total` | counter | `outcome` | the inbox worker's attempts: `processed`, `retry` (failed, due again after a backoff), `dead` (failed the last allowed attempt), `abandoned` (stopped past the shutdown grace, back in the queue), `lost` (the row was no longer this worker's when the outcome was recorded, or the store did not hear it before the lease ended) |
 //! | `tower_webhook_inbox_depth` | gauge | `state` | rows `queued` (waiting for their first or next attempt) and `processing` (claimed now) |

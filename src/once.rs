@@ -305,9 +305,9 @@ impl Once {
 impl Once {
     /// Runs `action` unless it already ran for `key`, recording the key **in `tx`**: the
     /// key is done exactly when the transaction commits, together with the action's own
-    /// writes (make them through the same [`PgTx`](crate::pg_tx::PgTx)). For a
+    /// writes (make them through the same [`PgTx`](crate::dedupe::PgTx)). For a
     /// [`Worker::transactional`](crate::inbox::Worker::transactional) processor or a
-    /// handler behind [`PgTxDedupeLayer`](crate::pg_tx::PgTxDedupeLayer).
+    /// handler behind [`TxDedupeLayer`](crate::dedupe::TxDedupeLayer).
     ///
     /// The key and the action's writes sit in a savepoint: a failed action rolls back to
     /// it (the key is not done, the transaction goes on), so the caller may still commit
@@ -326,7 +326,7 @@ impl Once {
     /// it roll back).
     pub async fn run_in<F, Fut, T, E>(
         &self,
-        tx: &crate::pg_tx::PgTx,
+        tx: &crate::dedupe::PgTx,
         key: &str,
         action: F,
     ) -> Result<Ran<T>, OnceError<E>>

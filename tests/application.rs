@@ -14,9 +14,10 @@ use common::{at, fresh_pg_url, redis_url, request, verifier, NOW};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tower::{service_fn, ServiceBuilder, ServiceExt};
-use tower_webhook::filter::{EventFilterLayer, Livemode, Skipped};
+use tower_webhook::filter::{EventFilterLayer, Livemode};
 use tower_webhook::latest::{self, Order};
 use tower_webhook::once::{Once, OnceError, Ran};
+use tower_webhook::response::{Rejection, RejectionKind};
 use tower_webhook::store::{DedupeStore, MemoryStore, PgStore, RedisStore, Retention, SqliteStore};
 use tower_webhook::{Scheme, VerifyWebhookLayer};
 
@@ -228,7 +229,7 @@ async fn filtered(
     filter: EventFilterLayer,
     event_type: &str,
     livemode: Option<bool>,
-) -> (StatusCode, Option<Skipped>, bool) {
+) -> (StatusCode, Option<RejectionKind>, bool) {
     let ran = Arc::new(AtomicUsize::new(0));
     let counter = ran.clone();
     let svc = ServiceBuilder::new()
@@ -247,7 +248,10 @@ async fn filtered(
         .sign([SECRET], "msg_f", at(NOW), body.as_bytes())
         .unwrap();
     let response = svc.oneshot(request(headers, body)).await.unwrap();
-    let skipped = response.extensions().get::<Skipped>().copied();
+    let skipped = response
+        .extensions()
+        .get::<Rejection>()
+        .map(Rejection::kind);
     (response.status(), skipped, ran.load(Ordering::SeqCst) == 1)
 }
 
@@ -267,25 +271,41 @@ async fn filter_acknowledges_unwanted_types_and_test_mode_events_without_the_han
             shop(),
             "charge.refunded.extra",
             Some(true),
-            (StatusCode::NO_CONTENT, Some(Skipped::Type), false),
+            (
+                StatusCode::NO_CONTENT,
+                Some(RejectionKind::SkippedType),
+                false,
+            ),
         ),
         (
             shop(),
             "customer.created",
             Some(true),
-            (StatusCode::NO_CONTENT, Some(Skipped::Type), false),
+            (
+                StatusCode::NO_CONTENT,
+                Some(RejectionKind::SkippedType),
+                false,
+            ),
         ),
         (
             shop(),
             "payment_intent.succeeded",
             Some(false),
-            (StatusCode::NO_CONTENT, Some(Skipped::Livemode), false),
+            (
+                StatusCode::NO_CONTENT,
+                Some(RejectionKind::SkippedLivemode),
+                false,
+            ),
         ),
         (
             shop(),
             "payment_intent.succeeded",
             None,
-            (StatusCode::NO_CONTENT, Some(Skipped::Livemode), false),
+            (
+                StatusCode::NO_CONTENT,
+                Some(RejectionKind::SkippedLivemode),
+                false,
+            ),
         ),
         (
             EventFilterLayer::new().with_livemode(Livemode::TestOnly),
@@ -297,7 +317,11 @@ async fn filter_acknowledges_unwanted_types_and_test_mode_events_without_the_han
             EventFilterLayer::new().with_livemode(Livemode::TestOnly),
             "x",
             Some(true),
-            (StatusCode::NO_CONTENT, Some(Skipped::Livemode), false),
+            (
+                StatusCode::NO_CONTENT,
+                Some(RejectionKind::SkippedLivemode),
+                false,
+            ),
         ),
         (EventFilterLayer::new(), "anything.at.all", None, ok),
     ];

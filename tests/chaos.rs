@@ -43,9 +43,9 @@ use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::task::{JoinHandle, JoinSet};
 use tower::{ServiceBuilder, ServiceExt};
+use tower_webhook::dedupe::PgTx;
 use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
 use tower_webhook::once::{Once, Ran};
-use tower_webhook::pg_tx::PgTx;
 use tower_webhook::store::{PgStore, SqliteStore};
 use tower_webhook::{Scheme, Verifier, VerifyWebhookLayer};
 

@@ -15,8 +15,8 @@ use http_body_util::{BodyExt, Full};
 use std::error::Error as _;
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
-use tower_webhook::dedupe::Deduped;
 use tower_webhook::once::{Once, Ran};
+use tower_webhook::response::{Rejection, RejectionKind};
 use tower_webhook::store::{
     Claim, Completed, DedupeStore, Delivery, MemoryStore, PgStore, RedisStore, Renewed, Retention,
     SqliteStore, StoreFuture, Token,
@@ -83,7 +83,7 @@ fn stack(store: Arc<dyn DedupeStore>, lease: Duration, calls: Calls) -> Svc {
         .service(handler);
     // Errors become 500s here, as a server would answer them; bodies are collected.
     type Body =
-        tower_webhook::dedupe::ResponseBody<tower_webhook::dedupe::ResponseBody<Full<Bytes>>>;
+        tower_webhook::response::ResponseBody<tower_webhook::response::ResponseBody<Full<Bytes>>>;
     BoxCloneSyncService::new(ServiceExt::<Request<Full<Bytes>>>::then(
         svc,
         |result: Result<Response<Body>, std::io::Error>| async move {
@@ -127,7 +127,10 @@ async fn duplicate_after_success_gets_204_without_calling_handler(store: Arc<dyn
     for _ in 0..3 {
         let again = send(&svc, "evt_dup", "ok").await;
         assert_eq!(again.status(), StatusCode::NO_CONTENT);
-        assert_eq!(again.extensions().get::<Deduped>(), Some(&Deduped::Done));
+        assert_eq!(
+            again.extensions().get::<Rejection>().map(Rejection::kind),
+            Some(RejectionKind::Duplicate)
+        );
     }
     assert_eq!(calls.of("evt_dup"), 1);
     // Another id is another event.
@@ -396,8 +399,11 @@ async fn unavailable_store_gets_503_and_the_handler_never_runs(store: Arc<dyn De
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(response.headers().contains_key("retry-after"));
     assert_eq!(
-        response.extensions().get::<Deduped>(),
-        Some(&Deduped::StoreUnavailable)
+        response
+            .extensions()
+            .get::<Rejection>()
+            .map(Rejection::kind),
+        Some(RejectionKind::StoreUnavailable)
     );
     assert_eq!(response.body(), "webhook store unavailable");
     assert_eq!(calls.of("evt_down"), 0);

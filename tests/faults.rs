@@ -45,8 +45,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
-use tower_webhook::dedupe::{ClaimLost, Deduped};
+use tower_webhook::dedupe::ClaimLost;
 use tower_webhook::once::{IdempotencyKey, Once, OnceError, Ran};
+use tower_webhook::response::{Rejection, RejectionKind};
 use tower_webhook::store::{
     Claim, Completed, DedupeStore, Delivery, MemoryStore, Renewed, Retention, StoreError,
     StoreFuture, Token,
@@ -408,8 +409,9 @@ impl Webhooks {
                     .unwrap(),
             )
             .service(handler);
-        type Body =
-            tower_webhook::dedupe::ResponseBody<tower_webhook::dedupe::ResponseBody<Full<Bytes>>>;
+        type Body = tower_webhook::response::ResponseBody<
+            tower_webhook::response::ResponseBody<Full<Bytes>>,
+        >;
         let svc = BoxCloneSyncService::new(ServiceExt::<Request<Full<Bytes>>>::then(
             svc,
             |result: Result<Response<Body>, std::io::Error>| async move {
@@ -556,7 +558,10 @@ async fn dedupe_complete_whose_ack_was_lost_is_retried_and_answers_2xx_without_c
     );
     let again = hooks.send("ok").await;
     assert_eq!(again.status(), StatusCode::NO_CONTENT);
-    assert_eq!(again.extensions().get::<Deduped>(), Some(&Deduped::Done));
+    assert_eq!(
+        again.extensions().get::<Rejection>().map(Rejection::kind),
+        Some(RejectionKind::Duplicate)
+    );
     assert_eq!(hooks.effects(), 1);
 }
 
@@ -685,8 +690,11 @@ async fn dedupe_claim_failing_is_a_503_with_retry_after_and_the_handler_never_ru
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(response.headers()["retry-after"], "5");
         assert_eq!(
-            response.extensions().get::<Deduped>(),
-            Some(&Deduped::StoreUnavailable)
+            response
+                .extensions()
+                .get::<Rejection>()
+                .map(Rejection::kind),
+            Some(RejectionKind::StoreUnavailable)
         );
     }
     assert_eq!(hooks.store.calls(Op::Claim), 3);

@@ -16,9 +16,9 @@ use common::{at, fresh_pg_url, request, verifier, NOW};
 use http::StatusCode;
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
+use tower_webhook::dedupe::PgTx;
 use tower_webhook::inbox::{Accepted, Inbox, InboxEvent, Processor, Requeue, Worker};
 use tower_webhook::once::{Once, Ran};
-use tower_webhook::pg_tx::PgTx;
 use tower_webhook::store::{Claim, DedupeStore, Delivery, PgStore, Retention, SqliteStore, Token};
 use tower_webhook::{Scheme, VerifyWebhookLayer};
 

@@ -6,7 +6,7 @@
 //! `DedupeLayer` — genuine, forged, stale, without headers, duplicates, one retry while
 //! the first attempt runs (409), one while the store is down (503), a handler that fails
 //! and one that panics — and every counter, histogram and label is checked against what
-//! was sent; likewise `PgTxDedupeLayer`'s duplicates, handler outcomes and 503, and the
+//! was sent; likewise `TxDedupeLayer`'s duplicates, handler outcomes and 503, and the
 //! inbox worker's attempts (processed, retry, dead, abandoned) and gauges (depth, dead
 //! rows, lag). A subscriber of the test's own reads the spans: the
 //! handler's and the processor's logs carry the event's source, id and type.
@@ -444,7 +444,7 @@ async fn pg_tx_dedupe_counts_duplicates_handler_outcomes_and_an_unreachable_data
     let pool = sqlx::PgPool::connect(&common::fresh_pg_url().await)
         .await
         .unwrap();
-    let layer = tower_webhook::pg_tx::PgTxDedupeLayer::new(pool.clone())
+    let layer = tower_webhook::dedupe::TxDedupeLayer::new(pool.clone())
         .await
         .unwrap();
     let svc = ServiceBuilder::new()

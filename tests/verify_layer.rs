@@ -422,7 +422,7 @@ async fn rejection_response_can_be_replaced_and_still_carries_the_reason() {
             .status(StatusCode::UNAUTHORIZED)
             .body(Bytes::from(format!(
                 "{{\"error\":\"{}\"}}",
-                err.public_message()
+                err.body_text()
             )))
             .unwrap()
     });

@@ -3,15 +3,16 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use http::{Request, Response, StatusCode};
+use bytes::Bytes;
+use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tokio::task::JoinHandle;
 use tower_service::Service;
 
 use super::layer::Config;
-use super::{ClaimLost, Deduped};
-use crate::body::ResponseBody;
+use super::ClaimLost;
 use crate::metrics;
+use crate::response::{Rejection, ResponseBody};
 use crate::span;
 use crate::store::{hold, whole_seconds, ClaimGuard, Claimed, Delivery, Held, PendingClaim, Token};
 
@@ -60,9 +61,9 @@ where
     Running {
         task: JoinHandle<Finished<S, B>>,
     },
+    /// The middleware's own answer.
     Ready {
-        status: StatusCode,
-        text: &'static str,
+        response: Option<Response<Bytes>>,
     },
 }
 
@@ -99,9 +100,11 @@ where
     }
 
     /// A response of the middleware's own, answered without calling the inner service.
-    pub(super) fn ready(status: StatusCode, text: &'static str) -> Self {
+    pub(super) fn ready(response: Response<Bytes>) -> Self {
         Self {
-            state: State::Ready { status, text },
+            state: State::Ready {
+                response: Some(response),
+            },
             config: None,
         }
     }
@@ -120,8 +123,9 @@ where
         let this = self.project();
         loop {
             let next = match this.state {
-                State::Ready { status, text } => {
-                    return Poll::Ready(Ok(ResponseBody::text(*status, text)));
+                State::Ready { response } => {
+                    let response = response.take().expect("polled after completion");
+                    return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
                 }
                 State::Claiming {
                     claim,
@@ -139,18 +143,21 @@ where
                         },
                         Claimed::Done => {
                             metrics::duplicate(source);
-                            return Poll::Ready(Ok(Deduped::Done.response(None)));
+                            let response = config.reject(Rejection::duplicate());
+                            return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
                         }
                         Claimed::InFlight(retry_after) => {
                             metrics::in_flight(source);
                             let secs = whole_seconds(retry_after).as_secs();
-                            return Poll::Ready(Ok(Deduped::InFlight.response(Some(secs))));
+                            let response = config.reject(Rejection::in_flight(secs));
+                            return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
                         }
                         Claimed::Failed(error) => {
                             metrics::store_unavailable(source);
                             log_store_error("claim", &error);
                             let secs = whole_seconds(config.unavailable_retry_after).as_secs();
-                            return Poll::Ready(Ok(Deduped::StoreUnavailable.response(Some(secs))));
+                            let response = config.reject(Rejection::store_unavailable(secs));
+                            return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
                         }
                     }
                 }
@@ -172,7 +179,8 @@ where
                         drop(guard); // released in the background
                         metrics::in_flight(source);
                         let secs = whole_seconds(config.lease.length).as_secs();
-                        return Poll::Ready(Ok(Deduped::InFlight.response(Some(secs))));
+                        let response = config.reject(Rejection::in_flight(secs));
+                        return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
                     }
                     let future = inner.call(request.take().expect("called once"));
                     let success = |r: &Result<Response<ResBody>, S::Error>| matches!(r, Ok(r) if r.status().is_success());
@@ -193,7 +201,9 @@ where
                         // The runtime is shutting down: the lease frees the claim. (Not counted
                         // as the store's: the store did nothing wrong.)
                         Err(_) => {
-                            return Poll::Ready(Ok(Deduped::StoreUnavailable.response(Some(1))))
+                            let config = this.config.as_ref().expect("ran with a config");
+                            let response = config.reject(Rejection::store_unavailable(1));
+                            return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
                         }
                     };
                     let lost = match held {

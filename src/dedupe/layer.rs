@@ -4,7 +4,11 @@ use std::time::Duration;
 use http::request::Parts;
 use tower_layer::Layer;
 
+use bytes::Bytes;
+use http::Response;
+
 use super::Dedupe;
+use crate::response::{self, RejectFn, Rejection};
 use crate::store::{DedupeStore, Delivery, Lease};
 use crate::ConfigError;
 
@@ -15,6 +19,14 @@ pub(crate) struct Config {
     pub(crate) lease: Lease,
     pub(crate) unavailable_retry_after: Duration,
     pub(crate) key: Option<Arc<KeyFn>>,
+    pub(crate) rejection: Option<Arc<RejectFn<Rejection>>>,
+}
+
+impl Config {
+    /// The middleware's own answer (see [`crate::response`]).
+    pub(crate) fn reject(&self, rejection: Rejection) -> Response<Bytes> {
+        response::respond(rejection, self.rejection.as_ref())
+    }
 }
 
 impl Clone for Config {
@@ -24,6 +36,7 @@ impl Clone for Config {
             lease: self.lease,
             unavailable_retry_after: self.unavailable_retry_after,
             key: self.key.clone(),
+            rejection: self.rejection.clone(),
         }
     }
 }
@@ -51,6 +64,7 @@ impl DedupeLayer {
                 lease: Lease::renewed_for(Duration::from_secs(600)),
                 unavailable_retry_after: Duration::from_secs(5),
                 key: None,
+                rejection: None,
             }),
         }
     }
@@ -87,6 +101,17 @@ impl DedupeLayer {
         self
     }
 
+    /// Replaces the responses the middleware gives itself (a duplicate's 204, 409, 503,
+    /// a missing event's 500, no key's 400); the [`Rejection`] is still added to the
+    /// response's extensions. See [`crate::response`].
+    pub fn with_rejection(
+        mut self,
+        rejection: impl Fn(&Rejection) -> Response<Bytes> + Send + Sync + 'static,
+    ) -> Self {
+        Arc::make_mut(&mut self.config).rejection = Some(Arc::new(rejection));
+        self
+    }
+
     /// Takes the key from the request instead of the verified [`Event`](crate::Event),
     /// for deliveries that do not pass through `VerifyWebhookLayer`. `None` is a 400.
     pub fn with_key(
@@ -111,6 +136,7 @@ impl std::fmt::Debug for DedupeLayer {
         f.debug_struct("DedupeLayer")
             .field("lease", &self.config.lease.length)
             .field("max_run", &self.config.lease.max_run)
+            .field("custom_rejection", &self.config.rejection.is_some())
             .finish_non_exhaustive()
     }
 }

@@ -21,7 +21,7 @@
 //! - a crashed process's claim frees itself when its lease runs out: the only way a
 //!   handler runs twice here is a crash (or a store outage longer than the lease) in the
 //!   middle of it. Effects in PostgreSQL can close that gap with
-//!   [`PgTxDedupeLayer`](crate::pg_tx::PgTxDedupeLayer).
+//!   [`TxDedupeLayer`] (below).
 //!
 //! When a handler's claim could not be kept (taken over after its lease ran out, or "done"
 //! not heard by the store), its response carries [`ClaimLost`].
@@ -30,11 +30,13 @@
 //! axum's, hyper's and tonic's are).
 //!
 //! Put it behind `VerifyWebhookLayer`: the key comes from the verified
-//! [`Event`](crate::Event) (a missing one is a 500 that names the fix; one without an id
-//! is a 400), or from [`DedupeLayer::with_key`].
+//! [`Event`](crate::Event) (a missing one is a 500 that names the fix), or from
+//! [`DedupeLayer::with_key`] (no key is a 400).
 //!
-//! The outcome rides in the response's extensions as [`Deduped`] when the middleware
-//! answered by itself.
+//! When the middleware answered by itself, the reason rides in the response's extensions
+//! as a [`Rejection`](crate::response::Rejection) (kind `Duplicate`, `InFlight`,
+//! `StoreUnavailable`, `MissingEvent` or `NoKey`), and
+//! [`DedupeLayer::with_rejection`] replaces the response.
 //!
 //! # Example
 //!
@@ -70,40 +72,80 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # In the handler's own transaction
+//!
+//! Exactly once without leases, for effects in PostgreSQL (feature `postgres`): the
+//! event's row is inserted in a transaction the handler writes in, committed only on a
+//! 2xx. [`TxDedupeLayer`] begins a transaction, inserts the event's row (done, with its body,
+//! type, object id and livemode) with `ON CONFLICT DO NOTHING`, and hands the transaction
+//! to the handler as a [`PgTx`] in the request's extensions (an axum extractor with the
+//! `axum` feature). On a 2xx it commits; on anything else it rolls back, and the row and
+//! the handler's writes vanish together.
+//!
+//! | the database says | response | handler called? |
+//! |---|---|---|
+//! | no row: the insert took | the handler's (committed on 2xx) | yes |
+//! | a committed row | 204 | no |
+//! | a row still being inserted by another attempt | waits on the unique index, then one of the two above | — |
+//! | … and it waited longer than [`with_max_wait`](TxDedupeLayer::with_max_wait) | 409 + `Retry-After` | no |
+//! | a row claimed by a live `PgStore` attempt | 409 + `Retry-After` | no |
+//! | unreachable, or the commit failed | 503 + `Retry-After` | — |
+//! | the handler answered 2xx but one of its statements failed | 500, rolled back | yes |
+//!
+//! The handler's effects *in this database* happen exactly once, with no lease to tune and
+//! one commit per event. Effects elsewhere (an e-mail, a call to another API) are not
+//! covered: a rollback cannot undo them. A slow handler holds its connection and makes
+//! concurrent duplicates wait; size the pool for it, or bound the wait.
+//!
+//! ```no_run
+//! use axum::{routing::post, Router};
+//! use tower::ServiceBuilder;
+//! use tower_webhook::dedupe::{PgTx, TxDedupeLayer};
+//! use tower_webhook::{Event, Scheme, Verifier, VerifyWebhookLayer};
+//!
+//! async fn fulfil(event: Event, tx: PgTx) -> http::StatusCode {
+//!     let mut tx = tx.lock().await;
+//!     let order = event.object_id().unwrap_or_default().to_owned();
+//!     match sqlx::query("UPDATE orders SET paid = true WHERE payment_id = $1")
+//!         .bind(order)
+//!         .execute(&mut **tx)
+//!         .await
+//!     {
+//!         Ok(_) => http::StatusCode::NO_CONTENT, // committed with the event's row
+//!         Err(_) => http::StatusCode::INTERNAL_SERVER_ERROR, // rolled back; the retry runs
+//!     }
+//! }
+//!
+//! # async fn app(pool: sqlx::PgPool) -> Result<Router, Box<dyn std::error::Error>> {
+//! let verifier = Verifier::new(Scheme::stripe(), ["whsec_from_the_dashboard_0123"])?;
+//! let app: Router = Router::new().route(
+//!     "/webhooks",
+//!     post(fulfil).layer(
+//!         ServiceBuilder::new()
+//!             .layer(VerifyWebhookLayer::new(verifier))
+//!             .layer(TxDedupeLayer::new(pool).await?),
+//!     ),
+//! );
+//! # Ok(app)
+//! # }
+//! ```
 
 mod future;
 mod layer;
 mod service;
-
-pub(crate) use self::service::MISSING_EVENT;
+#[cfg(feature = "postgres")]
+mod transactional; // or: the claim in the handler's own PostgreSQL transaction
+#[cfg(feature = "postgres")]
+mod tx;
 
 pub use self::future::ResponseFuture;
 pub use self::layer::DedupeLayer;
 pub use self::service::Dedupe;
-pub use crate::body::ResponseBody;
-
-impl Deduped {
-    /// The middleware's own answer for this outcome, with `Retry-After` where given and
-    /// the outcome in the extensions. Shared by `Dedupe` and `PgTxDedupe`.
-    pub(crate) fn response<T>(self, retry_after: Option<u64>) -> http::Response<ResponseBody<T>> {
-        let (status, text) = match self {
-            Deduped::Done => (http::StatusCode::NO_CONTENT, ""),
-            Deduped::InFlight => (http::StatusCode::CONFLICT, "webhook delivery in progress"),
-            Deduped::StoreUnavailable => (
-                http::StatusCode::SERVICE_UNAVAILABLE,
-                "webhook store unavailable",
-            ),
-        };
-        let mut response = ResponseBody::text(status, text);
-        if let Some(secs) = retry_after {
-            response
-                .headers_mut()
-                .insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
-        }
-        response.extensions_mut().insert(self);
-        response
-    }
-}
+#[cfg(feature = "postgres")]
+pub use self::transactional::{TxDedupe, TxDedupeLayer, TxFuture};
+#[cfg(feature = "postgres")]
+pub use self::tx::PgTx;
 
 /// In the extensions of a handler's response when its claim could not be kept: the
 /// handler's work is done, but the key is not (yet) recorded as done under this attempt,
@@ -118,16 +160,4 @@ pub enum ClaimLost {
     /// The store could not hear "done" before the lease would end: the key frees itself
     /// when the lease runs out, and a later redelivery runs again.
     Unrecorded,
-}
-
-/// Why `Dedupe` answered without calling the handler; in the response's extensions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Deduped {
-    /// The event was already handled (204).
-    Done,
-    /// Another attempt is handling it now (409).
-    InFlight,
-    /// The store could not answer (503).
-    StoreUnavailable,
 }

@@ -1,12 +1,12 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use tower_service::Service;
 
 use super::future::ResponseFuture;
 use super::layer::Config;
-use crate::body::ResponseBody;
+use crate::response::{Needs, Rejection, RejectionKind, ResponseBody};
 use crate::store::Delivery;
 use crate::Event;
 
@@ -39,9 +39,6 @@ impl<S> Dedupe<S> {
     }
 }
 
-pub(crate) const MISSING_EVENT: &str = "no verified webhook Event in the request: add \
-    tower_webhook::VerifyWebhookLayer in front of DedupeLayer, or give DedupeLayer::with_key";
-
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Dedupe<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
@@ -68,7 +65,8 @@ where
             }
             None => match req.extensions().get::<Event>() {
                 None => {
-                    return ResponseFuture::ready(StatusCode::INTERNAL_SERVER_ERROR, MISSING_EVENT)
+                    let rejection = Rejection::missing_event(Needs::Dedupe);
+                    return ResponseFuture::ready(self.config.reject(rejection));
                 }
                 Some(event) => Some(Delivery::from_event(event)),
             },
@@ -88,7 +86,8 @@ impl<S> Dedupe<S> {
         S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     {
         let Some(delivery) = delivery else {
-            return ResponseFuture::ready(StatusCode::BAD_REQUEST, "webhook event has no id");
+            let rejection = Rejection::new(RejectionKind::NoKey, "no webhook key in the request");
+            return ResponseFuture::ready(self.config.reject(rejection));
         };
         // A clone, polled ready in the future once the event is claimed.
         let inner = self.inner.clone();

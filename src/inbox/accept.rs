@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower_service::Service;
 
 use super::Accepted;
+use crate::response::{self, Needs, RejectFn, Rejection};
 use crate::store::StoreError;
 use crate::{metrics, Event};
 
@@ -27,9 +28,13 @@ pub(crate) trait Destination: Send + Sync + 'static {
 /// Stores each verified delivery and answers at once: 204 when stored (duplicates too),
 /// 503 + `Retry-After` when it could not be stored (the provider retries), 500 without
 /// `VerifyWebhookLayer` in front. Serve it with axum's `post_service`.
+///
+/// A duplicate's 204, the 503 and the 500 carry a [`Rejection`] in their extensions;
+/// [`with_rejection`](Self::with_rejection) replaces them (see [`crate::response`]).
 #[derive(Clone)]
 pub struct Accept {
     into: Arc<dyn Destination>,
+    rejection: Option<Arc<RejectFn<Rejection>>>,
 }
 
 /// Response future of [`Accept`]: boxed, as it is one database round trip.
@@ -38,26 +43,35 @@ pub type AcceptFuture =
 
 impl Accept {
     pub(super) fn new(into: Arc<dyn Destination>) -> Self {
-        Self { into }
+        Self {
+            into,
+            rejection: None,
+        }
+    }
+
+    /// Replaces the service's responses for a duplicate (204), a store that could not
+    /// store (503) and a missing event (500); the [`Rejection`] is still added to the
+    /// response's extensions. A new event's 204 is not replaced.
+    #[must_use]
+    pub fn with_rejection(
+        mut self,
+        rejection: impl Fn(&Rejection) -> Response<Bytes> + Send + Sync + 'static,
+    ) -> Self {
+        self.rejection = Some(Arc::new(rejection));
+        self
     }
 }
 
 impl std::fmt::Debug for Accept {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Accept").finish_non_exhaustive()
+        f.debug_struct("Accept")
+            .field("custom_rejection", &self.rejection.is_some())
+            .finish_non_exhaustive()
     }
 }
 
-fn text(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
-    *response.status_mut() = status;
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-    }
-    response
-}
+/// What `Retry-After` says when the event could not be stored.
+const RETRY_AFTER_SECS: u64 = 5;
 
 impl<B> Service<Request<B>> for Accept {
     type Response = Response<Full<Bytes>>;
@@ -69,28 +83,30 @@ impl<B> Service<Request<B>> for Accept {
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let into = self.into.clone();
+        let (into, custom) = (self.into.clone(), self.rejection.clone());
         let event = req.extensions().get::<Event>().cloned();
         Box::pin(async move {
+            let reject = |r| Ok(response::respond(r, custom.as_ref()).map(Full::new));
             let Some(event) = event else {
-                return Ok(text(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    crate::dedupe::MISSING_EVENT,
-                ));
+                return reject(Rejection::missing_event(Needs::Accept));
             };
-            Ok(match into.accept(&event).await {
-                Ok(Accepted::New) => text(StatusCode::NO_CONTENT, ""),
+            match into.accept(&event).await {
+                Ok(Accepted::New) => {
+                    let mut stored = Response::new(Full::new(Bytes::new()));
+                    *stored.status_mut() = StatusCode::NO_CONTENT;
+                    Ok(stored)
+                }
                 Ok(Accepted::Duplicate) => {
                     metrics::duplicate(event.metrics());
-                    text(StatusCode::NO_CONTENT, "")
+                    reject(Rejection::duplicate())
                 }
                 Err(_error) => {
                     metrics::store_unavailable(event.metrics());
                     #[cfg(feature = "tracing")]
                     tracing::error!(target: "tower_webhook", "inbox could not store an event: {_error}");
-                    text(StatusCode::SERVICE_UNAVAILABLE, "webhook store unavailable")
+                    reject(Rejection::store_unavailable(RETRY_AFTER_SECS))
                 }
-            })
+            }
         })
     }
 }

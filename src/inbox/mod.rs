@@ -19,7 +19,7 @@
 //!   back when their lease runs out, the attempt counted (a row whose every attempt
 //!   crashed goes dead); [`WorkerHandle::shutdown`] waits for running events.
 //! - On PostgreSQL, [`Worker::transactional`] hands the processor a
-//!   [`PgTx`](crate::pg_tx::PgTx): its writes and the row's `processed_at` commit
+//!   [`PgTx`](crate::dedupe::PgTx): its writes and the row's `processed_at` commit
 //!   together, so effects in the database happen exactly once, and a worker whose lease
 //!   ran out cannot commit behind the one that took over.
 //! - Operators [`requeue`](Inbox::requeue) rows (by id, type, dead, or a receipt window:

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 use super::InboxEvent;
-use crate::pg_tx::PgTx;
+use crate::dedupe::PgTx;
 use crate::store::Token;
 
 /// What a [`transactional`](super::Worker::transactional) worker runs on each event: any

@@ -17,7 +17,7 @@
 //!             │   runs out (EXPIRED)
 //!             └── claim ◄── RELEASED ──prune (old, never finished)──► (none)
 //!
-//!   in a transaction (PgTxDedupeLayer, Once::run_in): (none) or RELEASED/EXPIRED
+//!   in a transaction (TxDedupeLayer, Once::run_in): (none) or RELEASED/EXPIRED
 //!   ──► DONE, visible when the transaction commits.
 //!
 //! the inbox                                    next_attempt_at IS NOT NULL

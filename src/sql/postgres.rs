@@ -266,7 +266,7 @@ impl Pg {
 /// Marks `d` done in the caller's transaction (visible when it commits): `Claim::New` when
 /// this transaction did it, else done, or in flight (a lease-based claim still running,
 /// or `Claim::InFlight` of a second when it just ended). `Once::run_in` and
-/// `PgTxDedupeLayer` call it.
+/// `TxDedupeLayer` call it.
 pub(crate) async fn done_in(
     conn: &mut PgConnection,
     d: &Delivery,

@@ -14,8 +14,8 @@ use super::collect::{CollectBody, CollectError};
 use super::handshake;
 use super::layer::Config;
 use super::response::reject;
-use crate::body::ResponseBody;
 use crate::error::{VerifyError, VerifyErrorKind};
+use crate::response::ResponseBody;
 use crate::span::{self, Span};
 use crate::{metrics, Verifier};
 

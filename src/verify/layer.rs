@@ -8,7 +8,7 @@ use tower_layer::Layer;
 use super::{Certificates, Tenants, VerifyWebhook};
 use crate::{Secrets, Verifier, VerifyError};
 
-pub(crate) type RejectFn = dyn Fn(&VerifyError) -> Response<Bytes> + Send + Sync;
+pub(crate) type RejectFn = crate::response::RejectFn<VerifyError>;
 
 #[derive(Clone)]
 pub(crate) struct Config {
@@ -101,7 +101,7 @@ impl VerifyWebhookLayer {
     /// # use tower_webhook::{Scheme, Verifier, VerifyWebhookLayer};
     /// # let verifier = Verifier::new(Scheme::github(), ["It's a Secret to Everybody"]).unwrap();
     /// let layer = VerifyWebhookLayer::new(verifier).with_rejection(|err| {
-    ///     let body = format!(r#"{{"error":"{}"}}"#, err.public_message());
+    ///     let body = format!(r#"{{"error":"{}"}}"#, err.body_text());
     ///     Response::builder()
     ///         .status(err.status())
     ///         .header(header::CONTENT_TYPE, "application/json")

@@ -99,4 +99,3 @@ pub use self::future::ResponseFuture;
 pub use self::layer::VerifyWebhookLayer;
 pub use self::service::VerifyWebhook;
 pub use self::tenant::{SecretSource, SecretsFuture, TenantFrom, Tenants};
-pub use crate::body::ResponseBody;

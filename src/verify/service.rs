@@ -11,8 +11,8 @@ use super::collect::CollectBody;
 use super::future::ResponseFuture;
 use super::handshake;
 use super::layer::Config;
-use crate::body::ResponseBody;
 use crate::error::{VerifyError, VerifyErrorKind};
+use crate::response::ResponseBody;
 use crate::span;
 
 /// Middleware that verifies webhook deliveries. See the [module docs](crate::verify).

@@ -1,4 +1,4 @@
-//! `PgTxDedupeLayer` against a real PostgreSQL: the handler's writes and the event's row
+//! `TxDedupeLayer` against a real PostgreSQL: the handler's writes and the event's row
 //! commit together on a 2xx, or vanish together.
 
 mod common;
@@ -12,7 +12,7 @@ use axum::Router;
 use common::{fresh_pg_url, post as http_post, signed_headers};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use tower::ServiceBuilder;
-use tower_webhook::pg_tx::{PgTx, PgTxDedupeLayer};
+use tower_webhook::dedupe::{PgTx, TxDedupeLayer};
 use tower_webhook::{Event, Scheme, Verifier, VerifyWebhookLayer};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -79,12 +79,12 @@ async fn server(pool: sqlx::PgPool, calls: Arc<AtomicUsize>, max_wait: Option<Du
                     Verifier::new(Scheme::standard(), [SECRET]).unwrap(),
                 ))
                 .layer(match max_wait {
-                    Some(wait) => PgTxDedupeLayer::new(pool)
+                    Some(wait) => TxDedupeLayer::new(pool)
                         .await
                         .unwrap()
                         .with_max_wait(wait)
                         .unwrap(),
-                    None => PgTxDedupeLayer::new(pool).await.unwrap(),
+                    None => TxDedupeLayer::new(pool).await.unwrap(),
                 }),
         ),
     );
@@ -228,7 +228,7 @@ async fn unreachable_database_gets_503_and_the_handler_never_runs() {
         .connect_lazy("postgres://postgres@127.0.0.1:1/postgres")
         .unwrap();
     assert!(
-        PgTxDedupeLayer::new(pool.clone()).await.is_err(),
+        TxDedupeLayer::new(pool.clone()).await.is_err(),
         "migrating needs the server"
     );
 
@@ -245,7 +245,7 @@ async fn unreachable_database_gets_503_and_the_handler_never_runs() {
                 .layer(VerifyWebhookLayer::new(
                     Verifier::new(Scheme::standard(), [SECRET]).unwrap(),
                 ))
-                .layer(PgTxDedupeLayer::from_migrated_pool(pool)),
+                .layer(TxDedupeLayer::from_migrated_pool(pool)),
         ),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

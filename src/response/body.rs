@@ -1,18 +1,17 @@
 //! [`ResponseBody`]: the body of this crate's middleware responses — the inner service's
-//! body, or a short fixed text of the middleware's own.
+//! body, or the middleware's own answer.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use pin_project_lite::pin_project;
 
 pin_project! {
-    /// Response body of `VerifyWebhook` and `Dedupe`: the inner service's body, or a
-    /// short fixed text of the middleware's own (a rejection, a duplicate's 204).
+    /// Response body of the crate's middleware: the inner service's body, or the
+    /// middleware's own answer (see [`crate::response`]).
     pub struct ResponseBody<B> {
         #[pin]
         inner: Inner<B>,
@@ -40,19 +39,6 @@ impl<B> ResponseBody<B> {
                 body: Full::new(body),
             },
         }
-    }
-
-    /// A response of the middleware's own: `status` with a short plain-text body.
-    pub(crate) fn text(status: StatusCode, text: &'static str) -> Response<Self> {
-        let mut response = Response::new(Self::fixed(Bytes::from_static(text.as_bytes())));
-        *response.status_mut() = status;
-        if !text.is_empty() {
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-        }
-        response
     }
 }
 
