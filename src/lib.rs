@@ -106,6 +106,7 @@ pub mod latest; // drop an event older than the last one applied to its object
 // What the path is configured with, and shared plumbing:
 mod body;
 mod error;
+mod json; // a few fields of a JSON body, read without serde's derive
 pub mod metrics; // what is counted and timed (feature `metrics`): the names, in its docs
 pub mod scheme;
 mod secret;
