@@ -27,7 +27,9 @@ pub struct Event {
 
 struct Inner {
     source: Arc<str>,
-    /// The `source` label of metrics about this event (its verifier's).
+    /// The `source` label of metrics about this event (its verifier's), for the dedupe
+    /// layers' counts.
+    #[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
     metrics: crate::metrics::Source,
     header_id: Option<HeaderValue>,
     header_type: Option<HeaderValue>,
@@ -114,6 +116,7 @@ impl Event {
     }
 
     /// The `source` label of metrics about this event.
+    #[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
     pub(crate) fn metrics(&self) -> &crate::metrics::Source {
         &self.inner.metrics
     }
@@ -247,6 +250,11 @@ impl fmt::Debug for Event {
             .finish()
     }
 }
+
+/// The 500's text of a layer that needs the verified [`Event`] and finds none (the
+/// dedupe and filter layers, the inbox's accept).
+pub(crate) const MISSING_EVENT: &str = "no verified webhook Event in the request: add \
+    tower_webhook::VerifyWebhookLayer in front of DedupeLayer, or give DedupeLayer::with_key";
 
 /// A top-level string field of a JSON object body; `None` when the body is not an
 /// object, the field is absent, twice, or not a string.

@@ -212,7 +212,7 @@ where
                 return ResponseFuture {
                     state: State::Own {
                         status: StatusCode::INTERNAL_SERVER_ERROR,
-                        text: crate::dedupe::MISSING_EVENT,
+                        text: crate::event::MISSING_EVENT,
                         skipped: None,
                     },
                 }

@@ -12,7 +12,8 @@
 //!   one key list, or each tenant's), insert the [`Event`];
 //! - [`filter`]: acknowledge event types you do not handle, and test-mode events on a
 //!   live endpoint, without calling the handler;
-//! - [`dedupe`]: the layer — claim `(source, id)` in a [`store`], let each event through once;
+//! - `dedupe` (feature `dedupe`): the layer — claim `(source, id)` in a `store`, let each
+//!   event through once;
 //! - [`Verifier`]: the check itself, usable without HTTP;
 //! - [`scheme`]: what each provider signs and how, with which key (seventeen presets, or
 //!   your own scheme), and signing for tests;
@@ -21,7 +22,8 @@
 //! - `inbox` (features `sqlite`/`postgres`): or store the event, answer 204 at once, and
 //!   process it in a worker with retries;
 //! - [`Event`]: what the handler receives (an axum extractor with the `axum` feature);
-//! - [`once`]: in the handler or a worker, run a business action once per key;
+//! - `once` (feature `dedupe`): in the handler or a worker, run a business action once per
+//!   key;
 //! - `latest` (features `sqlite`/`postgres`): and drop an event older than the last one
 //!   applied to its object, so a late event never moves state back;
 //! - `admin` (feature `admin`): the inbox's operator endpoints (counts, dead and failing
@@ -76,8 +78,10 @@ mod verifier; //    the check itself: headers, signature, timestamp
 
 pub mod filter; // 2. acknowledge unwanted types and test-mode events without a handler
 
+#[cfg(feature = "dedupe")]
 pub mod dedupe; // 3. claim (source, id) once; duplicates get 204
 
+#[cfg(feature = "dedupe")]
 pub mod store; //    where claims live: memory, SQLite, PostgreSQL, Redis
 
 #[cfg(feature = "postgres")]
@@ -98,6 +102,7 @@ mod extract; //    ... as an axum extractor
 mod public_url; //    the URL a provider signs (Twilio, Square, HubSpot)
 
 // For the application, after the request path:
+#[cfg(feature = "dedupe")]
 pub mod once; // run a business action once per key ("order 7 fulfilled")
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -113,6 +118,7 @@ mod secret;
 mod span; // the `tracing` spans of a delivery and of an inbox attempt
 mod timestamp;
 
+#[cfg(feature = "dedupe")]
 pub use dedupe::DedupeLayer;
 pub use error::{ConfigError, ConfigErrorKind, VerifyError, VerifyErrorKind};
 pub use event::Event;

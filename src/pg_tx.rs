@@ -68,7 +68,8 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::body::ResponseBody;
-use crate::dedupe::{Deduped, MISSING_EVENT};
+use crate::dedupe::Deduped;
+use crate::event::MISSING_EVENT;
 use crate::store::{Claim, Delivery, StoreError, Token};
 use crate::{metrics, span, Event};
 

@@ -75,8 +75,6 @@ mod future;
 mod layer;
 mod service;
 
-pub(crate) use self::service::MISSING_EVENT;
-
 pub use self::future::ResponseFuture;
 pub use self::layer::DedupeLayer;
 pub use self::service::Dedupe;

@@ -7,6 +7,7 @@ use tower_service::Service;
 use super::future::ResponseFuture;
 use super::layer::Config;
 use crate::body::ResponseBody;
+use crate::event::MISSING_EVENT;
 use crate::store::Delivery;
 use crate::Event;
 
@@ -38,9 +39,6 @@ impl<S> Dedupe<S> {
         self.inner
     }
 }
-
-pub(crate) const MISSING_EVENT: &str = "no verified webhook Event in the request: add \
-    tower_webhook::VerifyWebhookLayer in front of DedupeLayer, or give DedupeLayer::with_key";
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Dedupe<S>
 where

@@ -75,7 +75,7 @@ impl<B> Service<Request<B>> for Accept {
             let Some(event) = event else {
                 return Ok(text(
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    crate::dedupe::MISSING_EVENT,
+                    crate::event::MISSING_EVENT,
                 ));
             };
             Ok(match into.accept(&event).await {
