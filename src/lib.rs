@@ -49,6 +49,17 @@
 //!
 //! # Features
 //!
+//! The default build verifies and nothing more: [`VerifyWebhookLayer`], [`Verifier`], every
+//! [`scheme`] and its handshake, tenants, fetched certificates, [`EventFilterLayer`] and
+//! [`Event`] — on tokio's timers and `OnceCell` only (no runtime), without uuid or serde's
+//! derive. Each integration is a feature of its own:
+//!
+//! - `dedupe`: `DedupeLayer`, `Once` and the `store` module with its `MemoryStore` (tokio's
+//!   runtime, for the handler's task and the lease renewals; uuid, for fencing tokens).
+//! - `sqlite`, `postgres`, `redis`: the stores (sqlx for the SQL ones); the SQL ones also
+//!   give the `inbox` with its `Worker` and `latest`, `postgres` gives `pg_tx`. Each
+//!   implies `dedupe`.
+//! - `nats`: `inbox::jetstream`, NATS JetStream as the inbox (implies `dedupe`).
 //! - `axum`: [`Event`] as an axum extractor (depends on `axum-core` only).
 //! - `tracing`: rejections logged at `warn` with their reason, never a secret; store
 //!   errors at `error`; the inbox's failed attempts at `warn` and dead rows at `error`,
@@ -124,6 +135,11 @@ pub use error::{ConfigError, ConfigErrorKind, VerifyError, VerifyErrorKind};
 pub use event::Event;
 #[cfg(feature = "axum")]
 pub use extract::MissingEvent;
+pub use filter::EventFilterLayer;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use inbox::{Inbox, Worker};
+#[cfg(feature = "dedupe")]
+pub use once::Once;
 pub use public_url::PublicUrl;
 pub use scheme::Scheme;
 pub use secret::Secrets;
