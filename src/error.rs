@@ -43,6 +43,7 @@ impl ConfigError {
     }
 
     /// A duration setting outside `range`: `what` names the setting.
+    #[cfg_attr(not(feature = "dedupe"), allow(dead_code))] // the dedupe layers' and the inbox's builders
     pub(crate) fn duration(what: &str, got: std::time::Duration, range: impl fmt::Display) -> Self {
         Self::new(
             ConfigErrorKind::InvalidDuration,

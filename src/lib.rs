@@ -12,7 +12,8 @@
 //!   one key list, or each tenant's), insert the [`Event`];
 //! - [`filter`]: acknowledge event types you do not handle, and test-mode events on a
 //!   live endpoint, without calling the handler;
-//! - [`dedupe`]: the layer — claim `(source, id)` in a [`store`], let each event through once;
+//! - `dedupe` (feature `dedupe`): the layer — claim `(source, id)` in a `store`, let each
+//!   event through once;
 //! - [`Verifier`]: the check itself, usable without HTTP;
 //! - [`scheme`]: what each provider signs and how, with which key (seventeen presets, or
 //!   your own scheme), and signing for tests;
@@ -21,7 +22,8 @@
 //! - `inbox` (features `sqlite`/`postgres`): or store the event, answer 204 at once, and
 //!   process it in a worker with retries;
 //! - [`Event`]: what the handler receives (an axum extractor with the `axum` feature);
-//! - [`once`]: in the handler or a worker, run a business action once per key;
+//! - `once` (feature `dedupe`): in the handler or a worker, run a business action once per
+//!   key;
 //! - `latest` (features `sqlite`/`postgres`): and drop an event older than the last one
 //!   applied to its object, so a late event never moves state back;
 //! - `admin` (feature `admin`): the inbox's operator endpoints (counts, dead and failing
@@ -47,6 +49,18 @@
 //!
 //! # Features
 //!
+//! The default build verifies and nothing more: [`VerifyWebhookLayer`], [`Verifier`], every
+//! [`scheme`] and its handshake, tenants, fetched certificates, [`EventFilterLayer`] and
+//! [`Event`] — on tokio's timers and `OnceCell` only (no runtime), without uuid or serde's
+//! derive. Each integration is a feature of its own:
+//!
+//! - `dedupe`: `DedupeLayer`, `Once` and the `store` module with its `MemoryStore` (tokio's
+//!   runtime, for the handler's task and the lease renewals; uuid, for fencing tokens).
+//! - `sqlite`, `postgres`, `redis`: the stores (sqlx for the SQL ones); the SQL ones also
+//!   give the `inbox` with its `Worker` and `latest`; `postgres` gives the transactional
+//!   `dedupe::TxDedupeLayer`. Each
+//!   implies `dedupe`.
+//! - `nats`: `inbox::jetstream`, NATS JetStream as the inbox (implies `dedupe`).
 //! - `axum`: [`Event`] as an axum extractor (depends on `axum-core` only).
 //! - `tracing`: rejections logged at `warn` with their reason, never a secret; store
 //!   errors at `error`; the inbox's failed attempts at `warn` and dead rows at `error`,
@@ -76,8 +90,10 @@ mod verifier; //    the check itself: headers, signature, timestamp
 
 pub mod filter; // 2. acknowledge unwanted types and test-mode events without a handler
 
+#[cfg(feature = "dedupe")]
 pub mod dedupe; // 3. claim (source, id) once; duplicates get 204 (or: in the handler's transaction)
 
+#[cfg(feature = "dedupe")]
 pub mod store; //    where claims live: memory, SQLite, PostgreSQL, Redis
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
@@ -96,6 +112,7 @@ mod public_url; //    the URL a provider signs (Twilio, Square, HubSpot)
 pub mod response; //    what the layers answer themselves: one Rejection, replaceable
 
 // For the application, after the request path:
+#[cfg(feature = "dedupe")]
 pub mod once; // run a business action once per key ("order 7 fulfilled")
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -103,15 +120,22 @@ pub mod latest; // drop an event older than the last one applied to its object
 
 // What the path is configured with, and shared plumbing:
 mod error;
+mod json; // a few fields of a JSON body, read without serde's derive
 pub mod metrics; // what is counted and timed (feature `metrics`): the names, in its docs
 pub mod scheme;
 mod secret;
 mod span; // the `tracing` spans of a delivery and of an inbox attempt
 mod timestamp;
 
+#[cfg(feature = "dedupe")]
 pub use dedupe::DedupeLayer;
 pub use error::{ConfigError, ConfigErrorKind, VerifyError, VerifyErrorKind};
 pub use event::Event;
+pub use filter::EventFilterLayer;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use inbox::{Inbox, Worker};
+#[cfg(feature = "dedupe")]
+pub use once::Once;
 pub use public_url::PublicUrl;
 pub use scheme::Scheme;
 pub use secret::Secrets;

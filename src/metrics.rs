@@ -175,6 +175,7 @@ impl Timer {
     /// A timer that started at `started` (an instant the caller keeps anyway).
     #[must_use]
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    #[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
     pub(crate) fn since(started: std::time::Instant) -> Self {
         Self {
             #[cfg(feature = "metrics")]
@@ -209,6 +210,7 @@ pub(crate) fn verification(_source: &Source, _started: Timer) {
 
 /// A delivery of an event already handled or stored.
 #[inline]
+#[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
 pub(crate) fn duplicate(_source: &Source) {
     #[cfg(feature = "metrics")]
     imp::increment(_source.keys.key(imp::Slot::Duplicate));
@@ -216,6 +218,7 @@ pub(crate) fn duplicate(_source: &Source) {
 
 /// A delivery answered 409: another attempt holds it.
 #[inline]
+#[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
 pub(crate) fn in_flight(_source: &Source) {
     #[cfg(feature = "metrics")]
     imp::increment(_source.keys.key(imp::Slot::InFlight));
@@ -223,6 +226,7 @@ pub(crate) fn in_flight(_source: &Source) {
 
 /// A delivery answered 503: the store could not answer.
 #[inline]
+#[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
 pub(crate) fn store_unavailable(_source: &Source) {
     #[cfg(feature = "metrics")]
     imp::increment(_source.keys.key(imp::Slot::Unavailable));
@@ -238,6 +242,7 @@ pub(crate) fn handler(_source: &Source, _outcome: Handler) {
 
 /// A store round trip of `operation` took this long (from `started`).
 #[inline]
+#[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
 pub(crate) fn store_operation(_operation: Operation, _started: Timer) {
     #[cfg(feature = "metrics")]
     imp::observe(imp::operation_key(_operation), _started.started.elapsed());
@@ -245,6 +250,7 @@ pub(crate) fn store_operation(_operation: Operation, _started: Timer) {
 
 /// `future`, a store round trip, timed as `operation`.
 #[inline]
+#[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
 pub(crate) fn timed<F: Future>(operation: Operation, future: F) -> impl Future<Output = F::Output> {
     #[cfg(feature = "metrics")]
     {
@@ -267,6 +273,7 @@ pub(crate) fn timed<F: Future>(operation: Operation, future: F) -> impl Future<O
 /// on). Counted in the future, not by its caller: a dedupe layer runs the handler to its
 /// end on a task of its own after the client hung up.
 #[inline]
+#[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
 pub(crate) fn handled<F, P>(
     source: &Source,
     handler: F,

@@ -92,6 +92,7 @@ pub(crate) fn attempt(event: &crate::inbox::InboxEvent) -> Span {
 
 /// The span the caller is in: for work it hands to a task of its own.
 #[inline]
+#[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
 pub(crate) fn current() -> Span {
     #[cfg(feature = "tracing")]
     {
@@ -120,6 +121,7 @@ pub(crate) fn enter(span: &Span) -> impl Sized + '_ {
 /// `future`, in `span` each time it is polled.
 #[inline]
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+#[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
 pub(crate) fn instrument<F: Future>(span: Span, future: F) -> impl Future<Output = F::Output> {
     #[cfg(feature = "tracing")]
     {

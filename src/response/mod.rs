@@ -88,6 +88,7 @@ pub enum RejectionKind {
 /// What a layer is, in a missing-event text: which layer to put `VerifyWebhookLayer`
 /// in front of.
 #[derive(Debug, Clone, Copy)]
+#[allow(dead_code)] // which layers exist, and so which variants are built, depends on the features
 pub(crate) enum Needs {
     Dedupe,
     TxDedupe,
@@ -106,16 +107,19 @@ impl Rejection {
     }
 
     /// A duplicate's 204.
+    #[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
     pub(crate) const fn duplicate() -> Self {
         Self::new(RejectionKind::Duplicate, "")
     }
 
     /// Another attempt runs: 409, retry after `secs`.
+    #[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
     pub(crate) const fn in_flight(secs: u64) -> Self {
         Self::new(RejectionKind::InFlight, "webhook delivery in progress").retrying_after(secs)
     }
 
     /// The store could not answer: 503, retry after `secs`.
+    #[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
     pub(crate) const fn store_unavailable(secs: u64) -> Self {
         Self::new(RejectionKind::StoreUnavailable, "webhook store unavailable").retrying_after(secs)
     }
@@ -149,6 +153,7 @@ impl Rejection {
         Self::new(RejectionKind::MissingEvent, text)
     }
 
+    #[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
     const fn retrying_after(mut self, secs: u64) -> Self {
         self.retry_after = Some(secs);
         self

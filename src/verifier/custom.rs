@@ -3,17 +3,16 @@
 //! RSA), PayPal (RSA over a CRC32 of the body) and Microsoft Graph (a shared token in
 //! each notification, no signature).
 
-use base64::Engine as _;
-use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue};
-use serde::Deserialize;
-
 use super::{one_str, Verifier};
 use crate::error::{VerifyError, VerifyErrorKind};
 use crate::event::{self, Event};
+use crate::json::{parse, Each, Field, Strings};
 use crate::scheme::template::Input;
 use crate::scheme::{signature, Algorithm, Custom, TimestampFormat};
 use crate::timestamp;
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 /// The longest RSA signature read: 4096 bits.
 const MAX_RSA_SIGNATURE: usize = 512;
@@ -124,18 +123,21 @@ impl Verifier {
     /// covers the timestamp and token only. The body is parsed before the MAC (it is
     /// where the signature is), under the layer's body limit.
     fn verify_mailgun(&self, body: Bytes) -> Result<Event, VerifyError> {
-        #[derive(Deserialize)]
-        struct Delivery {
-            signature: Signed,
-        }
-        #[derive(Deserialize)]
         struct Signed {
             timestamp: String,
             token: String,
             signature: String,
         }
-        let Delivery { signature: signed } = serde_json::from_slice(&body)
-            .map_err(|_| malformed("the body has no signature object"))?;
+        // `{"signature":{"timestamp":…,"token":…,"signature":…},…}`
+        let fields = Field("signature", Strings(["timestamp", "token", "signature"]));
+        let Ok(Some([Some(timestamp), Some(token), Some(signature)])) = parse(&body, fields) else {
+            return Err(malformed("the body has no signature object"));
+        };
+        let signed = Signed {
+            timestamp,
+            token,
+            signature,
+        };
         let ts = timestamp::parse(&signed.timestamp, TimestampFormat::Unix)?;
         self.tolerance
             .check(ts, timestamp::unix_seconds((self.clock)()))?;
@@ -189,9 +191,6 @@ impl Verifier {
     /// `Type`, no line break in any but `Message` (so the signed text splits one way
     /// only), the version, the window, the topic and the signature's length.
     fn check_sns(&self, topics: &[String], body: &[u8]) -> Result<CheckedSns, VerifyError> {
-        // Unknown fields are ignored; a field given twice is an error (serde's derive).
-        #[derive(Deserialize)]
-        #[serde(rename_all = "PascalCase")]
         struct Message {
             r#type: String,
             message_id: String,
@@ -202,11 +201,36 @@ impl Verifier {
             signature: String,
             subject: Option<String>,
             token: Option<String>,
-            #[serde(rename = "SubscribeURL")]
             subscribe_url: Option<String>,
         }
-        let m: Message =
-            serde_json::from_slice(body).map_err(|_| malformed("not an SNS message"))?;
+        // Unknown fields are ignored; a field given twice is an error.
+        let fields = Strings([
+            "Type",
+            "MessageId",
+            "TopicArn",
+            "Message",
+            "Timestamp",
+            "SignatureVersion",
+            "Signature",
+            "Subject",
+            "Token",
+            "SubscribeURL",
+        ]);
+        let not_sns = || malformed("not an SNS message");
+        let [ty, id, arn, message, time, version, signature, subject, token, url] =
+            parse(body, fields).map_err(|_| not_sns())?;
+        let m = Message {
+            r#type: ty.ok_or_else(not_sns)?,
+            message_id: id.ok_or_else(not_sns)?,
+            topic_arn: arn.ok_or_else(not_sns)?,
+            message: message.ok_or_else(not_sns)?,
+            timestamp: time.ok_or_else(not_sns)?,
+            signature_version: version.ok_or_else(not_sns)?,
+            signature: signature.ok_or_else(not_sns)?,
+            subject,
+            token,
+            subscribe_url: url,
+        };
         let algorithm = match m.signature_version.as_str() {
             "1" => Algorithm::RsaSha1,
             "2" => Algorithm::RsaSha256,
@@ -343,24 +367,18 @@ impl Verifier {
     /// carry one of the configured client states (a batch is all or nothing). No id and
     /// no timestamp are signed: deliveries are deduplicated on a digest of the body.
     fn verify_graph(&self, body: Bytes) -> Result<Event, VerifyError> {
-        #[derive(Deserialize)]
-        struct Batch {
-            value: Vec<Notification>,
-        }
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Notification {
-            client_state: Option<String>,
-        }
-        let Batch { value } = serde_json::from_slice(&body)
-            .map_err(|_| malformed("not a Microsoft Graph notification batch"))?;
+        // `{"value":[{…,"clientState":…},…]}`
+        let value = parse(&body, Field("value", Each(Strings(["clientState"]))))
+            .ok()
+            .flatten()
+            .ok_or(malformed("not a Microsoft Graph notification batch"))?;
         if value.is_empty() {
             return Err(malformed("an empty notification batch"));
         }
         let keys = self.secrets.keys();
         let mut secret_index = 0;
-        for notification in &value {
-            let state = notification.client_state.as_deref().unwrap_or("");
+        for [client_state] in &value {
+            let state = client_state.as_deref().unwrap_or("");
             secret_index = keys
                 .iter()
                 .position(|key| key.token_matches(state.as_bytes()))

@@ -19,11 +19,11 @@
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Response, StatusCode, Uri};
-use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
 use super::future::AnswerFuture;
 use super::layer::Config;
+use crate::json::{of, parse, Field};
 use crate::scheme::Handshake;
 use crate::{Event, Verifier};
 
@@ -80,34 +80,27 @@ fn meta(config: &Config, uri: &Uri) -> Option<Response<Bytes>> {
 pub(super) fn after(verifier: &Verifier, event: &Event) -> Option<Response<Bytes>> {
     match verifier.scheme().handshake? {
         Handshake::Slack if event.event_type() == Some("url_verification") => {
-            let Challenge { challenge } = event.json().ok()?;
-            Some(text(StatusCode::OK, challenge))
+            Some(text(StatusCode::OK, challenge(event)?))
         }
         // The type header is not signed: a verified body with a challenge is the
         // handshake whatever the header says, so a replay without it never reaches the
         // handler as a notification.
-        Handshake::Twitch => {
-            let Challenge { challenge } = event.json().ok()?;
-            Some(text(StatusCode::OK, challenge))
-        }
+        Handshake::Twitch => Some(text(StatusCode::OK, challenge(event)?)),
         Handshake::Discord if event.event_type() == Some("1") => {
             Some(json(Bytes::from_static(br#"{"type":1}"#)))
         }
         Handshake::Zoom if event.event_type() == Some("endpoint.url_validation") => {
-            #[derive(Deserialize)]
-            struct Validation {
-                payload: Payload,
-            }
-            #[derive(Deserialize)]
-            #[serde(rename_all = "camelCase")]
-            struct Payload {
-                plain_token: String,
-            }
-            let Validation { payload } = event.json().ok()?;
-            let encrypted =
-                verifier.mac_hex(event.secret_index(), payload.plain_token.as_bytes())?;
+            // `{"payload":{"plainToken":…}}`
+            let plain_token = parse(
+                event.body(),
+                Field("payload", Field("plainToken", of::<String>())),
+            )
+            .ok()
+            .flatten()
+            .flatten()?;
+            let encrypted = verifier.mac_hex(event.secret_index(), plain_token.as_bytes())?;
             let body = serde_json::json!({
-                "plainToken": payload.plain_token,
+                "plainToken": plain_token,
                 "encryptedToken": encrypted,
             });
             Some(json(Bytes::from(body.to_string())))
@@ -134,9 +127,11 @@ pub(super) fn confirm(config: &Config, event: &Event) -> Option<AnswerFuture> {
     }))
 }
 
-#[derive(Deserialize)]
-struct Challenge {
-    challenge: String,
+/// Slack's and Twitch's `{"challenge":…}`.
+fn challenge(event: &Event) -> Option<String> {
+    parse(event.body(), Field("challenge", of::<String>()))
+        .ok()
+        .flatten()
 }
 
 fn text(status: StatusCode, body: String) -> Response<Bytes> {
