@@ -18,7 +18,7 @@ use http::StatusCode;
 use http_body_util::Full;
 use tower::{Layer, ServiceBuilder, ServiceExt};
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
-use tower_webhook::inbox::{Accepted, InboxEvent, Processor};
+use tower_webhook::inbox::{Accepted, Attempt, Processor};
 use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::MemoryStore;
 use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
@@ -129,17 +129,17 @@ impl Seen {
         outcome: impl Fn(&str, u32) -> Result<(), String> + Send + Sync + 'static,
     ) -> impl Processor {
         let (seen, outcome) = (self.clone(), Arc::new(outcome));
-        move |e: InboxEvent| {
+        move |e: Event, a: Attempt| {
             let (seen, outcome) = (seen.clone(), outcome.clone());
             async move {
                 seen.attempts
                     .lock()
                     .unwrap()
-                    .entry(e.id.clone())
+                    .entry(e.id().unwrap().to_owned())
                     .or_default()
-                    .push(e.attempt);
+                    .push(a.number());
                 tokio::time::sleep(work).await;
-                outcome(&e.id, e.attempt)
+                outcome(e.id().unwrap(), a.number())
             }
         }
     }
@@ -521,13 +521,13 @@ async fn two_workers_and_one_killed_mid_storm_process_every_event_with_each_effe
     let once = Once::new(MemoryStore::new(), "effect");
     let ran = Arc::new(AtomicU32::new(0));
     let processor = |ledger: Arc<Mutex<HashMap<String, u32>>>, once: Once, ran: Arc<AtomicU32>| {
-        move |e: InboxEvent| {
+        move |e: Event, _: Attempt| {
             let (ledger, once, ran) = (ledger.clone(), once.clone(), ran.clone());
             async move {
                 ran.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(5)).await;
-                let id = e.id.clone();
-                let effect = once.run(&e.id, move |_| async move {
+                let id = e.id().unwrap().to_owned();
+                let effect = once.run(e.id().unwrap(), move |_| async move {
                     *ledger.lock().unwrap().entry(id).or_default() += 1;
                     Ok::<_, String>(())
                 });
