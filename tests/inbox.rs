@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use common::{at, fresh_pg_url, request, verifier, NOW};
+use common::{at, fresh_pg_url, request, verifier, Caused, NOW};
 use http::StatusCode;
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
-use tower_webhook::inbox::{Accepted, Attempt, Inbox, Processor, Requeue, Worker};
+use tower_webhook::inbox::{Accepted, Attempt, Inbox, Listing, Processor, Requeue, Worker};
 use tower_webhook::once::{Once, Ran};
 use tower_webhook::pg_tx::PgTx;
 use tower_webhook::store::{Claim, DedupeStore, Delivery, PgStore, Retention, SqliteStore, Token};
@@ -482,6 +482,65 @@ async fn concurrent_accepts_queue_each_event_once(inbox: Inbox) {
     assert!(new.values().all(|n| *n == 1), "{new:?}");
 }
 
+/// The processor gets the crate's `Event` as accepted, an `Attempt` that counts up to the
+/// policy's last, and its error's source chain becomes the row's last error.
+async fn a_processor_gets_the_accepted_event_and_its_attempts(inbox: Inbox) {
+    assert_eq!(deliver(&inbox, "evt_shape").await, StatusCode::NO_CONTENT);
+    let got: Arc<Mutex<Vec<(Event, Attempt)>>> = Arc::default();
+    let g = got.clone();
+    let worker = Worker::new(&inbox, move |e: Event, a: Attempt| {
+        g.lock().unwrap().push((e, a));
+        async { Err::<(), _>(Caused::chain()) }
+    })
+    .with_max_attempts(3)
+    .unwrap()
+    .with_backoff(Duration::from_millis(10), Duration::from_millis(10))
+    .unwrap()
+    .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
+    .spawn();
+    eventually("dead after its last attempt", async || {
+        inbox.counts().await.unwrap().dead == 1
+    })
+    .await;
+    worker.shutdown().await;
+    let got = got.lock().unwrap().clone();
+    let attempts: Vec<_> = got.iter().map(|(_, a)| (a.number(), a.is_last())).collect();
+    assert_eq!(attempts, [(1, false), (2, false), (3, true)]);
+
+    let e = &got[0].0;
+    let body = r#"{"type":"order.paid","livemode":true,"data":{"object":{"id":"pi_evt_shape"}}}"#;
+    assert_eq!(e.source(), "standard");
+    assert_eq!(e.id(), Some("evt_shape"));
+    assert_eq!(e.event_type(), Some("order.paid"));
+    assert_eq!(e.object_id(), Some("pi_evt_shape"));
+    assert_eq!(e.livemode(), Some(true));
+    assert_eq!(e.body(), body.as_bytes());
+    assert_eq!(e.json::<serde_json::Value>().unwrap()["type"], "order.paid");
+    // What the inbox does not store, said as its docs say.
+    assert_eq!(e.dedupe_id(), "evt_shape");
+    assert!(e.id_is_signed());
+    assert!(!e.type_is_signed(), "not stored, so not claimed");
+    assert_eq!((e.timestamp(), e.secret_index()), (None, 0));
+    let debug = format!("{e:?}");
+    assert!(
+        debug.contains("evt_shape") && debug.contains("body_len"),
+        "{debug}"
+    );
+    assert!(
+        !debug.contains("pi_evt_shape") && !debug.contains("livemode"),
+        "{debug}"
+    );
+
+    let row = inbox.event("standard", "evt_shape").await.unwrap().unwrap();
+    assert_eq!(row.summary.last_error.as_deref(), Some(Caused::CHAIN_TEXT));
+    let dead = inbox.list(&Listing::dead()).await.unwrap();
+    assert_eq!(
+        dead.events[0].last_error.as_deref(),
+        Some(Caused::CHAIN_TEXT)
+    );
+}
+
 macro_rules! suite {
     ($name:ident, $make:expr) => {
         mod $name {
@@ -535,6 +594,10 @@ macro_rules! suite {
             #[tokio::test]
             async fn concurrent_accepts_queue_each_event_once() {
                 super::concurrent_accepts_queue_each_event_once($make).await;
+            }
+            #[tokio::test]
+            async fn a_processor_gets_the_accepted_event_and_its_attempts() {
+                super::a_processor_gets_the_accepted_event_and_its_attempts($make).await;
             }
             #[tokio::test]
             async fn oldest_due_is_the_queues_lag() {
@@ -934,6 +997,75 @@ async fn transactional_processor_whose_lease_ran_out_cannot_commit() {
     .await;
     worker.shutdown().await;
     assert_eq!(effects(&pool, "evt_killed").await, vec![2]);
+}
+
+/// The transactional form gets the same `Event` and `Attempt`; its error rolls its writes
+/// back and is the row's last error with its source chain.
+#[tokio::test]
+async fn transactional_processor_gets_the_event_and_its_error_chain_is_kept() {
+    let (inbox, store) = postgres_with_effects().await;
+    let pool = store.pool().clone();
+    deliver(&inbox, "evt_tx_shape").await;
+    let got: Arc<Mutex<Vec<(Event, Attempt)>>> = Arc::default();
+    let g = got.clone();
+    let worker = Worker::transactional(&store, move |e: Event, a: Attempt, tx: PgTx| {
+        g.lock().unwrap().push((e.clone(), a));
+        async move {
+            sqlx::query("INSERT INTO effects VALUES ($1, $2)")
+                .bind(e.id().map(str::to_owned))
+                .bind(a.number() as i32)
+                .execute(&mut **tx.lock().await)
+                .await?;
+            Err::<(), Box<dyn std::error::Error + Send + Sync>>(Caused::chain().into())
+        }
+    })
+    .with_max_attempts(2)
+    .unwrap()
+    .with_backoff(Duration::from_millis(10), Duration::from_millis(10))
+    .unwrap()
+    .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
+    .spawn();
+    eventually("dead after its last attempt", async || {
+        inbox.counts().await.unwrap().dead == 1
+    })
+    .await;
+    worker.shutdown().await;
+    let got: Vec<_> = got
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(e, a)| {
+            (
+                e.id().map(str::to_owned),
+                e.object_id().map(str::to_owned),
+                a.number(),
+                a.is_last(),
+            )
+        })
+        .collect();
+    let (id, object) = (
+        Some("evt_tx_shape".to_owned()),
+        Some("pi_evt_tx_shape".to_owned()),
+    );
+    assert_eq!(
+        got,
+        [
+            (id.clone(), object.clone(), 1, false),
+            (id, object, 2, true)
+        ]
+    );
+    assert_eq!(
+        effects(&pool, "evt_tx_shape").await,
+        Vec::<i32>::new(),
+        "rolled back"
+    );
+    let row = inbox
+        .event("standard", "evt_tx_shape")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.summary.last_error.as_deref(), Some(Caused::CHAIN_TEXT));
 }
 
 #[tokio::test]

@@ -26,6 +26,7 @@ pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
 /// its accessors hold there.
 pub trait Processor: Send + Sync + 'static {
     /// Processes one event.
+    #[allow(clippy::type_complexity)] // spelled out: readable in the docs
     fn process(
         &self,
         event: Event,

@@ -21,6 +21,7 @@ use crate::Event;
 /// row's `processed_at`, on `Err` (or a panic) both roll back and the row is retried.
 pub trait TxProcessor: Send + Sync + 'static {
     /// Processes one event inside `tx`.
+    #[allow(clippy::type_complexity)] // spelled out: readable in the docs
     fn process(
         &self,
         event: Event,
