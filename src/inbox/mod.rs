@@ -15,7 +15,7 @@
 //!   could not store (the provider retries).
 //! - A [`Worker`] claims due rows (`FOR UPDATE SKIP LOCKED` on PostgreSQL, one writer on
 //!   SQLite) under a lease and a fencing token, runs your processor on the stored
-//!   [`Event`](crate::Event) (the type handlers get; what its accessors hold here: its
+//!   [`Event`] (the type handlers get; what its accessors hold here: its
 //!   docs, "From the inbox") and the [`Attempt`], and records the outcome: an error's
 //!   text with its source chain is the row's last error. The lease is renewed while the
 //!   processor runs; a crashed worker's rows come back when their lease runs out, the
