@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
+use tower_webhook::inbox::{Attempt, Inbox, Worker};
 use tower_webhook::store::{Claim, DedupeStore, Delivery, PgStore, Retention, SqliteStore, Token};
 use tower_webhook::{Event, Scheme, Verifier};
 
@@ -84,7 +84,7 @@ async fn measure(store: Arc<dyn DedupeStore>, inbox: Inbox, run: &str) -> Figure
     let done = Arc::new(AtomicUsize::new(0));
     let seen = done.clone();
     let started = Instant::now();
-    let worker = Worker::new(&inbox, move |_: InboxEvent| {
+    let worker = Worker::new(&inbox, move |_: Event, _: Attempt| {
         let seen = seen.clone();
         async move {
             seen.fetch_add(1, Ordering::SeqCst);

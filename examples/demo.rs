@@ -37,11 +37,11 @@ use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
-use tower_webhook::inbox::{Counts, Inbox, InboxEvent, RetryPolicy, Worker};
+use tower_webhook::inbox::{Attempt, Counts, Inbox, RetryPolicy, Worker};
 use tower_webhook::latest::{self, Order};
 use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::{DedupeStore, PgStore, SqliteStore, StoreError};
-use tower_webhook::{DedupeLayer, Scheme, Verifier, VerifyWebhookLayer};
+use tower_webhook::{DedupeLayer, Event, Scheme, Verifier, VerifyWebhookLayer};
 
 mod support;
 
@@ -270,12 +270,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let once = Once::from_arc(store.clone(), &format!("demo-effect-{source_tag}"));
     let processor = {
         let (ledger, db, tag) = (ledger.clone(), db.clone(), source_tag.clone());
-        move |event: InboxEvent| {
+        move |event: Event, attempt: Attempt| {
             let (ledger, once, db) = (ledger.clone(), once.clone(), db.clone());
-            let object = format!("demo-{tag}/{}", event.object_id.clone().unwrap_or_default());
+            let object = format!("demo-{tag}/{}", event.object_id().unwrap_or_default());
             async move {
                 // Transient trouble on one attempt in ten (deterministic per event and attempt).
-                if fastrand::Rng::with_seed(hash(&event.id) ^ u64::from(event.attempt)).u32(0..10)
+                if fastrand::Rng::with_seed(
+                    hash(event.id().unwrap_or_default()) ^ u64::from(attempt.number()),
+                )
+                .u32(0..10)
                     == 0
                 {
                     return Err("the provider's API timed out".to_owned());
@@ -284,11 +287,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let body: serde_json::Value = event.json().map_err(|e| e.to_string())?;
                 let created = body["created"].as_u64().ok_or("no created")?;
                 let at = SystemTime::UNIX_EPOCH + Duration::from_secs(created);
-                db.apply(&object, at, &event.id)
+                db.apply(&object, at, event.id().unwrap_or_default())
                     .await
                     .map_err(|e| e.to_string())?;
-                let id = event.id.clone();
-                let effect = once.run(&event.id, move |_| async move {
+                let id = event.id().unwrap_or_default().to_owned();
+                let effect = once.run(event.id().unwrap_or_default(), move |_| async move {
                     *ledger.lock().unwrap().entry(id).or_default() += 1;
                     Ok::<_, String>(())
                 });
@@ -310,7 +313,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_backoff(Duration::from_millis(50), Duration::from_millis(500))?;
     let start_worker = |queue: &Queue| {
         let p = processor.clone();
-        let processor = move |e: InboxEvent| p(e);
+        let processor = move |e: Event, a: Attempt| p(e, a);
         let lease = Duration::from_secs(2);
         let (concurrency, poll) = (8, Duration::from_millis(100));
         match queue {

@@ -32,11 +32,11 @@ use serde::{Deserialize, Serialize};
 use sqlx::SqlitePool;
 use tower::ServiceBuilder;
 use tower_webhook::filter::{EventFilterLayer, Livemode};
-use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
+use tower_webhook::inbox::{Attempt, Inbox, Worker};
 use tower_webhook::latest::{self, Order};
 use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::SqliteStore;
-use tower_webhook::{Scheme, Verifier, VerifyWebhookLayer};
+use tower_webhook::{Event, Scheme, Verifier, VerifyWebhookLayer};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -109,14 +109,14 @@ struct Shop {
 }
 
 impl Shop {
-    async fn process(&self, event: InboxEvent) -> Result<(), String> {
-        let ty = event.event_type.clone().unwrap_or_default();
+    async fn process(&self, event: Event) -> Result<(), String> {
+        let ty = event.event_type().unwrap_or_default();
         let body: Body = event.json().map_err(|e| format!("not our envelope: {e}"))?;
         if ty == "customer.updated" {
             return self.customer_updated(&body).await;
         }
         // payment_intent.*: re-read the intent, whichever event this was.
-        let id = event.object_id.as_deref().ok_or("no payment intent id")?;
+        let id = event.object_id().ok_or("no payment intent id")?;
         let pi = self.read_intent(id).await?;
         let order: Option<(bool,)> = sqlx::query_as("SELECT livemode FROM orders WHERE id = ?1")
             .bind(pi.reference)
@@ -300,7 +300,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         emails: Once::new(store.clone(), "order-email"),
         outside: outside.clone(),
     };
-    let worker = Worker::new(&inbox, move |event: InboxEvent| {
+    let worker = Worker::new(&inbox, move |event: Event, _: Attempt| {
         let shop = shop.clone();
         async move { shop.process(event).await }
     })

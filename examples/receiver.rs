@@ -63,7 +63,7 @@ use std::sync::Arc;
 use axum::routing::post_service;
 use tower::ServiceBuilder;
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
-use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
+use tower_webhook::inbox::{Attempt, Inbox, Worker};
 use tower_webhook::store::{DedupeStore, PgStore, RedisStore, SqliteStore};
 use tower_webhook::verify::Certificates;
 use tower_webhook::{DedupeLayer, Event, PublicUrl, Verifier, VerifyWebhookLayer};
@@ -227,8 +227,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     // The worker's handler in the queue modes: the same effect, once per event.
-    let handler = move |event: InboxEvent| async move {
-        print_handled(&event.id);
+    let handler = move |event: Event, _: Attempt| async move {
+        print_handled(event.id().unwrap_or(event.dedupe_id()));
         tokio::time::sleep(delay).await;
         Ok::<_, std::convert::Infallible>(())
     };

@@ -20,6 +20,34 @@ use crate::json;
 /// `livemode`, `data.object.id` or `data.id`) or the provider's headers, the first time
 /// one of them is asked for. A body that is not JSON still verified; those fields are
 /// then `None`: parsing is not authentication.
+///
+/// `Debug` prints what identifies the event (source, id, type, timestamp, the secret's
+/// index) and the body's length, never the body: it is the provider's payload, customer
+/// data, and does not belong in logs.
+///
+/// # From the inbox
+///
+/// An inbox worker's processor gets the event as [`Inbox::accept`] stored it (or
+/// [`JetStream::accept`] published it), not the request it came in:
+///
+/// - [`source`](Self::source), [`body`](Self::body), [`event_type`](Self::event_type),
+///   [`object_id`](Self::object_id) and [`livemode`](Self::livemode) are the stored
+///   values, read from the delivery when it was accepted.
+/// - [`id`](Self::id) is the key the event was stored under: the delivery's
+///   [`dedupe_id`](Self::dedupe_id), so always `Some`. Where the signature covers the
+///   provider's id that is the id; otherwise (GitHub, Shopify, schemes without an id) the
+///   `sha256:` digest of the signed content. [`id_is_signed`](Self::id_is_signed) is then
+///   `true` (a digest is of signed content too), and `dedupe_id` equals `id`.
+/// - [`type_is_signed`](Self::type_is_signed) is `false`: whether the type came from a
+///   signed body or an unsigned header is not stored, so it is not claimed.
+/// - [`timestamp`](Self::timestamp) is `None` from the SQL inbox (not stored); from
+///   JetStream it is the signed timestamp to the second (a message header).
+/// - [`secret_index`](Self::secret_index) is `0`: which secret matched is not stored (a
+///   sender still signing with an old one shows at delivery, in the verify layer's logs
+///   and metrics).
+///
+/// [`Inbox::accept`]: crate::inbox::Inbox::accept
+/// [`JetStream::accept`]: crate::inbox::jetstream::JetStream::accept
 #[derive(Clone)]
 pub struct Event {
     inner: Arc<Inner>,
@@ -47,6 +75,9 @@ struct Inner {
     body: Bytes,
     secret_index: usize,
     envelope: OnceLock<Envelope>,
+    /// From the inbox: the key the event was stored under (its delivery's dedupe id).
+    /// The envelope's fields were stored beside it and are never parsed again.
+    stored_id: Option<Box<str>>,
 }
 
 pub(crate) struct Parts {
@@ -66,6 +97,21 @@ pub(crate) struct Parts {
     pub(crate) secret_index: usize,
 }
 
+/// What the inbox stored of an accepted event (a row of `webhook_events`, or a JetStream
+/// message's headers and payload).
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+pub(crate) struct Stored {
+    pub(crate) source: String,
+    /// The key it was stored under: the accepted event's dedupe id.
+    pub(crate) id: String,
+    pub(crate) event_type: Option<String>,
+    pub(crate) object_id: Option<String>,
+    pub(crate) livemode: Option<bool>,
+    /// The signed timestamp, where the store kept it (JetStream's header).
+    pub(crate) timestamp: Option<SystemTime>,
+    pub(crate) body: Bytes,
+}
+
 impl Event {
     pub(crate) fn new(p: Parts) -> Self {
         Self {
@@ -83,6 +129,39 @@ impl Event {
                 body: p.body,
                 secret_index: p.secret_index,
                 envelope: OnceLock::new(),
+                stored_id: None,
+            }),
+        }
+    }
+
+    /// An event as the inbox stored it, for a worker's processor: the stored type, object
+    /// id and livemode stand (the body is not parsed for them again). What each accessor
+    /// then means: the type's docs, "From the inbox".
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+    pub(crate) fn stored(s: Stored) -> Self {
+        let envelope = Envelope {
+            ty: s.event_type,
+            livemode: s.livemode,
+            object_id: s.object_id,
+            ..Envelope::default()
+        };
+        Self {
+            inner: Arc::new(Inner {
+                metrics: crate::metrics::Source::new(&s.source),
+                source: Arc::from(s.source),
+                header_id: None,
+                header_type: None,
+                id_field: None,
+                type_field: "type",
+                // The key is a signed id or the digest of signed content.
+                unsigned_id: false,
+                content_digest: None,
+                digest: OnceLock::new(),
+                timestamp: s.timestamp,
+                body: s.body,
+                secret_index: 0,
+                envelope: OnceLock::from(envelope),
+                stored_id: Some(s.id.into_boxed_str()),
             }),
         }
     }
@@ -107,6 +186,12 @@ impl Event {
         })
     }
 
+    /// The key of a stored event's row (empty for one that is not from the inbox).
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+    pub(crate) fn stored_id(&self) -> &str {
+        self.inner.stored_id.as_deref().unwrap_or_default()
+    }
+
     /// Which endpoint or provider this came from: the scheme's name unless the verifier
     /// was given another with [`Verifier::with_source`](crate::Verifier::with_source).
     /// Deduplication keys are scoped by it.
@@ -126,6 +211,9 @@ impl Event {
     /// the body lacks it.
     #[must_use]
     pub fn id(&self) -> Option<&str> {
+        if let Some(id) = &self.inner.stored_id {
+            return Some(id);
+        }
         if let Some(id) = &self.inner.header_id {
             return id.to_str().ok();
         }
@@ -174,10 +262,11 @@ impl Event {
     }
 
     /// Whether the signature covers [`event_type`](Self::event_type): the body's `type`
-    /// is; a type header (`X-GitHub-Event`, `X-Shopify-Topic`) is not.
+    /// is; a type header (`X-GitHub-Event`, `X-Shopify-Topic`) is not. `false` for an event
+    /// from the inbox, which does not store where its type came from.
     #[must_use]
     pub fn type_is_signed(&self) -> bool {
-        self.inner.header_type.is_none()
+        self.inner.header_type.is_none() && self.inner.stored_id.is_none()
     }
 
     /// The event type: a header where the provider sends one (`X-GitHub-Event`,
@@ -191,7 +280,8 @@ impl Event {
         }
     }
 
-    /// The signed timestamp, for schemes that sign one.
+    /// The signed timestamp, for schemes that sign one (from the inbox: JetStream's, to the
+    /// second; the SQL inbox does not store it).
     #[must_use]
     pub fn timestamp(&self) -> Option<SystemTime> {
         self.inner.timestamp
@@ -216,13 +306,15 @@ impl Event {
     }
 
     /// The position, in the verifier's secret list, of the secret that matched: `0` is the
-    /// current one; a higher index means the sender still signs with an older secret.
+    /// current one; a higher index means the sender still signs with an older secret. `0`
+    /// for an event from the inbox, which does not store it.
     #[must_use]
     pub fn secret_index(&self) -> usize {
         self.inner.secret_index
     }
 
-    /// Deserializes the body.
+    /// Deserializes the body (to read the event's own time, say, for
+    /// [`latest::advance`](crate::latest::advance)).
     ///
     /// # Errors
     ///

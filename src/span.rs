@@ -72,16 +72,16 @@ pub(crate) fn verified(span: &Span, event: &Event) {
 #[inline]
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-pub(crate) fn attempt(event: &crate::inbox::InboxEvent) -> Span {
+pub(crate) fn attempt(event: &Event, attempt: crate::inbox::Attempt) -> Span {
     #[cfg(feature = "tracing")]
     {
         tracing::info_span!(
             target: "tower_webhook",
             "webhook.process",
-            source = event.source,
-            event_id = event.id,
-            event_type = event.event_type.as_deref(),
-            attempt = event.attempt,
+            source = event.source(),
+            event_id = event.id(),
+            event_type = event.event_type(),
+            attempt = attempt.number(),
         )
     }
     #[cfg(not(feature = "tracing"))]

@@ -16,8 +16,9 @@ use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 use tower_webhook::admin::{self, AdminError, AdminErrorKind};
-use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
+use tower_webhook::inbox::{Attempt, Inbox, Worker};
 use tower_webhook::store::{PgStore, SqliteStore};
+use tower_webhook::Event;
 
 /// What the router answered.
 struct Answer {
@@ -308,7 +309,7 @@ async fn requeued_dead_rows_are_queued_again_and_a_worker_processes_them(inbox: 
     );
     assert_eq!(get(&inbox, "/counts").await.json["dead"], 0);
 
-    let worker = Worker::new(&inbox, |_: InboxEvent| async { Ok::<_, String>(()) })
+    let worker = Worker::new(&inbox, |_: Event, _: Attempt| async { Ok::<_, String>(()) })
         .with_poll_interval(Duration::from_millis(20))
         .unwrap()
         .spawn();

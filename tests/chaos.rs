@@ -44,10 +44,10 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::task::{JoinHandle, JoinSet};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::dedupe::PgTx;
-use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
+use tower_webhook::inbox::{Attempt, Inbox, Worker};
 use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::{PgStore, SqliteStore};
-use tower_webhook::{Scheme, Verifier, VerifyWebhookLayer};
+use tower_webhook::{Event, Scheme, Verifier, VerifyWebhookLayer};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -657,7 +657,7 @@ async fn postgres_restarted_mid_run_inbox_transactional() {
     let inbox = Inbox::postgres(&store);
     let runs = Arc::new(AtomicUsize::new(0));
     let r = runs.clone();
-    let worker = Worker::transactional(&store, move |e: InboxEvent, tx: PgTx| {
+    let worker = Worker::transactional(&store, move |e: Event, a: Attempt, tx: PgTx| {
         let r = r.clone();
         async move {
             r.fetch_add(1, Ordering::SeqCst);
@@ -665,8 +665,8 @@ async fn postgres_restarted_mid_run_inbox_transactional() {
             tokio::time::sleep(Duration::from_millis(fastrand::u64(0..10))).await;
             let mut tx = tx.lock().await;
             sqlx::query("INSERT INTO chaos_effects VALUES ($1, $2)")
-                .bind(&e.id)
-                .bind(e.attempt as i32)
+                .bind(e.id().unwrap().to_owned())
+                .bind(a.number() as i32)
                 .execute(&mut **tx)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -805,12 +805,12 @@ async fn chaos_worker_process() {
         .with_lease(Duration::from_secs(1))
         .unwrap();
     let effects = PathBuf::from(effects);
-    let _worker = Worker::new(&inbox, move |e: InboxEvent| {
+    let _worker = Worker::new(&inbox, move |e: Event, _: Attempt| {
         let (once, effects) = (once.clone(), effects.clone());
         async move {
-            let id = e.id.clone();
+            let id = e.id().unwrap().to_owned();
             let ran = once
-                .run(&e.id, move |_key| async move {
+                .run(e.id().unwrap(), move |_key| async move {
                     tokio::time::sleep(Duration::from_millis(fastrand::u64(0..15))).await;
                     append_line(&effects, &id)?;
                     tokio::time::sleep(Duration::from_millis(fastrand::u64(0..15))).await;

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use common::seed::{body, eventually, seed, DEAD_ERROR};
 use serde_json::Value;
-use tower_webhook::inbox::{Inbox, InboxEvent, Listing, Worker};
+use tower_webhook::inbox::{Attempt, Inbox, Listing, Worker};
 use tower_webhook::store::{PgStore, SqliteStore};
+use tower_webhook::Event;
 
 /// What a run of the command gave.
 #[derive(Debug)]
@@ -156,7 +157,7 @@ async fn the_command_reads_and_requeues_what_the_library_sees(inbox: Inbox, db: 
         .unwrap()
         .unwrap();
     assert_eq!((row.summary.attempts, row.summary.last_error), (0, None));
-    let worker = Worker::new(&inbox, |_: InboxEvent| async { Ok::<_, String>(()) })
+    let worker = Worker::new(&inbox, |_: Event, _: Attempt| async { Ok::<_, String>(()) })
         .with_poll_interval(Duration::from_millis(20))
         .unwrap()
         .spawn();
@@ -360,7 +361,7 @@ async fn text_from_the_database_cannot_drive_the_terminal() {
         .ingest("standard", "evt_hostile", hostile)
         .await
         .unwrap();
-    let worker = Worker::new(&inbox, |_: InboxEvent| async {
+    let worker = Worker::new(&inbox, |_: Event, _: Attempt| async {
         Err::<(), _>("boom \u{1b}[2J\u{1b}[31mred")
     })
     .with_max_attempts(1)

@@ -1064,7 +1064,7 @@ async fn events_without_an_id_are_keyed_on_their_body_never_refused_or_shared() 
 
 #[test]
 fn leases_and_run_times_are_validated_when_built() {
-    use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
+    use tower_webhook::inbox::{Attempt, Inbox, Worker};
     use tower_webhook::ConfigErrorKind;
     let layer = || DedupeLayer::new(MemoryStore::new());
     for bad in [
@@ -1097,7 +1097,7 @@ fn leases_and_run_times_are_validated_when_built() {
         let path = temp_sqlite_path();
         Inbox::sqlite(&SqliteStore::open(path).await.unwrap())
     });
-    let worker = || Worker::new(&inbox, |_: InboxEvent| async { Ok::<_, String>(()) });
+    let worker = || Worker::new(&inbox, |_: Event, _: Attempt| async { Ok::<_, String>(()) });
     assert!(worker().with_lease(Duration::ZERO).is_err());
     assert!(worker().with_max_run(Duration::ZERO).is_err());
     assert!(worker().with_lease(Duration::from_secs(5)).is_ok());

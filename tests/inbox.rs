@@ -12,15 +12,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use common::{at, fresh_pg_url, request, verifier, NOW};
+use common::{at, fresh_pg_url, request, verifier, Caused, NOW};
 use http::StatusCode;
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::dedupe::PgTx;
-use tower_webhook::inbox::{Accepted, Inbox, InboxEvent, Processor, Requeue, Worker};
+use tower_webhook::inbox::{Accepted, Attempt, Inbox, Listing, Processor, Requeue, Worker};
 use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::{Claim, DedupeStore, Delivery, PgStore, Retention, SqliteStore, Token};
-use tower_webhook::{Scheme, VerifyWebhookLayer};
+use tower_webhook::{Event, Scheme, VerifyWebhookLayer};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -29,13 +29,13 @@ const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 struct Seen(Arc<Mutex<HashMap<String, Vec<u32>>>>);
 
 impl Seen {
-    fn record(&self, e: &InboxEvent) {
+    fn record(&self, e: &Event, a: Attempt) {
         self.0
             .lock()
             .unwrap()
-            .entry(e.id.clone())
+            .entry(e.id().unwrap().to_owned())
             .or_default()
-            .push(e.attempt);
+            .push(a.number());
     }
     fn of(&self, id: &str) -> Vec<u32> {
         self.0.lock().unwrap().get(id).cloned().unwrap_or_default()
@@ -44,10 +44,10 @@ impl Seen {
     /// A processor that records each attempt, works for `work`, and succeeds.
     fn processor(&self, work: Duration) -> impl Processor {
         let seen = self.clone();
-        move |e: InboxEvent| {
+        move |e: Event, a: Attempt| {
             let seen = seen.clone();
             async move {
-                seen.record(&e);
+                seen.record(&e, a);
                 tokio::time::sleep(work).await;
                 Ok::<_, std::io::Error>(())
             }
@@ -105,14 +105,14 @@ async fn accepted_events_are_processed_once_each(inbox: Inbox) {
     }
     let seen = Seen::default();
     let s = seen.clone();
-    let worker = Worker::new(&inbox, move |e: InboxEvent| {
+    let worker = Worker::new(&inbox, move |e: Event, a: Attempt| {
         let s = s.clone();
         async move {
-            assert_eq!(e.event_type.as_deref(), Some("order.paid"));
-            assert_eq!(e.object_id.as_deref(), Some(&*format!("pi_{}", e.id)));
-            assert_eq!(e.livemode, Some(true));
-            assert!(e.body.starts_with(b"{\"type\":\"order.paid\""));
-            s.record(&e);
+            assert_eq!(e.event_type(), Some("order.paid"));
+            assert_eq!(e.object_id(), Some(&*format!("pi_{}", e.id().unwrap())));
+            assert_eq!(e.livemode(), Some(true));
+            assert!(e.body().starts_with(b"{\"type\":\"order.paid\""));
+            s.record(&e, a);
             Ok::<_, std::io::Error>(())
         }
     })
@@ -151,12 +151,12 @@ async fn failures_retry_with_backoff_then_die_and_requeue_brings_them_back(inbox
     let healed = Arc::new(AtomicBool::new(false));
     let seen = Seen::default();
     let (s, h) = (seen.clone(), healed.clone());
-    let worker = Worker::new(&inbox, move |e: InboxEvent| {
+    let worker = Worker::new(&inbox, move |e: Event, a: Attempt| {
         let (s, h) = (s.clone(), h.clone());
         async move {
-            s.record(&e);
-            match e.id.as_str() {
-                "evt_flaky" if e.attempt < 3 => Err("provider API timed out".to_owned()),
+            s.record(&e, a);
+            match e.id().unwrap() {
+                "evt_flaky" if a.number() < 3 => Err("provider API timed out".to_owned()),
                 "evt_broken" if !h.load(Ordering::SeqCst) => Err("order not found".to_owned()),
                 _ => Ok(()),
             }
@@ -351,8 +351,8 @@ async fn a_row_whose_every_attempt_crashed_goes_dead(inbox: Inbox) {
 async fn prune_deletes_processed_rows_and_dead_ones_only_by_name(inbox: Inbox) {
     deliver(&inbox, "evt_fine").await;
     deliver(&inbox, "evt_doomed").await;
-    let worker = Worker::new(&inbox, |e: InboxEvent| async move {
-        if e.id == "evt_doomed" {
+    let worker = Worker::new(&inbox, |e: Event, _: Attempt| async move {
+        if e.id() == Some("evt_doomed") {
             Err("order not found")
         } else {
             Ok(())
@@ -482,6 +482,65 @@ async fn concurrent_accepts_queue_each_event_once(inbox: Inbox) {
     assert!(new.values().all(|n| *n == 1), "{new:?}");
 }
 
+/// The processor gets the crate's `Event` as accepted, an `Attempt` that counts up to the
+/// policy's last, and its error's source chain becomes the row's last error.
+async fn a_processor_gets_the_accepted_event_and_its_attempts(inbox: Inbox) {
+    assert_eq!(deliver(&inbox, "evt_shape").await, StatusCode::NO_CONTENT);
+    let got: Arc<Mutex<Vec<(Event, Attempt)>>> = Arc::default();
+    let g = got.clone();
+    let worker = Worker::new(&inbox, move |e: Event, a: Attempt| {
+        g.lock().unwrap().push((e, a));
+        async { Err::<(), _>(Caused::chain()) }
+    })
+    .with_max_attempts(3)
+    .unwrap()
+    .with_backoff(Duration::from_millis(10), Duration::from_millis(10))
+    .unwrap()
+    .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
+    .spawn();
+    eventually("dead after its last attempt", async || {
+        inbox.counts().await.unwrap().dead == 1
+    })
+    .await;
+    worker.shutdown().await;
+    let got = got.lock().unwrap().clone();
+    let attempts: Vec<_> = got.iter().map(|(_, a)| (a.number(), a.is_last())).collect();
+    assert_eq!(attempts, [(1, false), (2, false), (3, true)]);
+
+    let e = &got[0].0;
+    let body = r#"{"type":"order.paid","livemode":true,"data":{"object":{"id":"pi_evt_shape"}}}"#;
+    assert_eq!(e.source(), "standard");
+    assert_eq!(e.id(), Some("evt_shape"));
+    assert_eq!(e.event_type(), Some("order.paid"));
+    assert_eq!(e.object_id(), Some("pi_evt_shape"));
+    assert_eq!(e.livemode(), Some(true));
+    assert_eq!(e.body(), body.as_bytes());
+    assert_eq!(e.json::<serde_json::Value>().unwrap()["type"], "order.paid");
+    // What the inbox does not store, said as its docs say.
+    assert_eq!(e.dedupe_id(), "evt_shape");
+    assert!(e.id_is_signed());
+    assert!(!e.type_is_signed(), "not stored, so not claimed");
+    assert_eq!((e.timestamp(), e.secret_index()), (None, 0));
+    let debug = format!("{e:?}");
+    assert!(
+        debug.contains("evt_shape") && debug.contains("body_len"),
+        "{debug}"
+    );
+    assert!(
+        !debug.contains("pi_evt_shape") && !debug.contains("livemode"),
+        "{debug}"
+    );
+
+    let row = inbox.event("standard", "evt_shape").await.unwrap().unwrap();
+    assert_eq!(row.summary.last_error.as_deref(), Some(Caused::CHAIN_TEXT));
+    let dead = inbox.list(&Listing::dead()).await.unwrap();
+    assert_eq!(
+        dead.events[0].last_error.as_deref(),
+        Some(Caused::CHAIN_TEXT)
+    );
+}
+
 macro_rules! suite {
     ($name:ident, $make:expr) => {
         mod $name {
@@ -535,6 +594,10 @@ macro_rules! suite {
             #[tokio::test]
             async fn concurrent_accepts_queue_each_event_once() {
                 super::concurrent_accepts_queue_each_event_once($make).await;
+            }
+            #[tokio::test]
+            async fn a_processor_gets_the_accepted_event_and_its_attempts() {
+                super::a_processor_gets_the_accepted_event_and_its_attempts($make).await;
             }
             #[tokio::test]
             async fn oldest_due_is_the_queues_lag() {
@@ -660,7 +723,7 @@ async fn retries_are_scheduled_by_capped_doubling_backoff(inbox: Inbox, db: Db) 
     deliver(&inbox, "evt_backoff").await;
     let failed_at = Arc::new(Mutex::new(Vec::<SystemTime>::new()));
     let f = failed_at.clone();
-    let worker = Worker::new(&inbox, move |_: InboxEvent| {
+    let worker = Worker::new(&inbox, move |_: Event, _: Attempt| {
         let f = f.clone();
         async move {
             f.lock().unwrap().push(SystemTime::now());
@@ -819,18 +882,18 @@ async fn effects(pool: &sqlx::PgPool, id: &str) -> Vec<i32> {
 
 /// Writes the event's effect in the row's transaction, then behaves as its id says.
 fn effect_writer(seen: Seen, hold: Duration) -> impl tower_webhook::inbox::TxProcessor {
-    move |e: InboxEvent, tx: PgTx| {
+    move |e: Event, a: Attempt, tx: PgTx| {
         let seen = seen.clone();
         async move {
-            seen.record(&e);
+            seen.record(&e, a);
             let mut tx = tx.lock().await;
             sqlx::query("INSERT INTO effects VALUES ($1, $2)")
-                .bind(&e.id)
-                .bind(e.attempt as i32)
+                .bind(e.id().unwrap().to_owned())
+                .bind(a.number() as i32)
                 .execute(&mut **tx)
                 .await
                 .map_err(|e| e.to_string())?;
-            match (e.id.as_str(), e.attempt) {
+            match (e.id().unwrap(), a.number()) {
                 ("evt_fails_once", 1) => return Err("the provider's API timed out".to_owned()),
                 ("evt_swallowed", 1) => {
                     // A failed statement whose error the processor ignores.
@@ -936,6 +999,75 @@ async fn transactional_processor_whose_lease_ran_out_cannot_commit() {
     assert_eq!(effects(&pool, "evt_killed").await, vec![2]);
 }
 
+/// The transactional form gets the same `Event` and `Attempt`; its error rolls its writes
+/// back and is the row's last error with its source chain.
+#[tokio::test]
+async fn transactional_processor_gets_the_event_and_its_error_chain_is_kept() {
+    let (inbox, store) = postgres_with_effects().await;
+    let pool = store.pool().clone();
+    deliver(&inbox, "evt_tx_shape").await;
+    let got: Arc<Mutex<Vec<(Event, Attempt)>>> = Arc::default();
+    let g = got.clone();
+    let worker = Worker::transactional(&store, move |e: Event, a: Attempt, tx: PgTx| {
+        g.lock().unwrap().push((e.clone(), a));
+        async move {
+            sqlx::query("INSERT INTO effects VALUES ($1, $2)")
+                .bind(e.id().map(str::to_owned))
+                .bind(a.number() as i32)
+                .execute(&mut **tx.lock().await)
+                .await?;
+            Err::<(), Box<dyn std::error::Error + Send + Sync>>(Caused::chain().into())
+        }
+    })
+    .with_max_attempts(2)
+    .unwrap()
+    .with_backoff(Duration::from_millis(10), Duration::from_millis(10))
+    .unwrap()
+    .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
+    .spawn();
+    eventually("dead after its last attempt", async || {
+        inbox.counts().await.unwrap().dead == 1
+    })
+    .await;
+    worker.shutdown().await;
+    let got: Vec<_> = got
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(e, a)| {
+            (
+                e.id().map(str::to_owned),
+                e.object_id().map(str::to_owned),
+                a.number(),
+                a.is_last(),
+            )
+        })
+        .collect();
+    let (id, object) = (
+        Some("evt_tx_shape".to_owned()),
+        Some("pi_evt_tx_shape".to_owned()),
+    );
+    assert_eq!(
+        got,
+        [
+            (id.clone(), object.clone(), 1, false),
+            (id, object, 2, true)
+        ]
+    );
+    assert_eq!(
+        effects(&pool, "evt_tx_shape").await,
+        Vec::<i32>::new(),
+        "rolled back"
+    );
+    let row = inbox
+        .event("standard", "evt_tx_shape")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.summary.last_error.as_deref(), Some(Caused::CHAIN_TEXT));
+}
+
 #[tokio::test]
 async fn transactional_shutdown_past_its_grace_rolls_back_and_counts_the_attempt() {
     let (inbox, store) = postgres_with_effects().await;
@@ -959,10 +1091,10 @@ async fn transactional_shutdown_past_its_grace_rolls_back_and_counts_the_attempt
         Vec::<i32>::new(),
         "rolled back"
     );
-    let worker = Worker::transactional(&store, |e: InboxEvent, tx: PgTx| async move {
+    let worker = Worker::transactional(&store, |e: Event, a: Attempt, tx: PgTx| async move {
         sqlx::query("INSERT INTO effects VALUES ($1, $2)")
-            .bind(&e.id)
-            .bind(e.attempt as i32)
+            .bind(e.id().unwrap().to_owned())
+            .bind(a.number() as i32)
             .execute(&mut **tx.lock().await)
             .await
             .map(|_| ())
@@ -1011,18 +1143,23 @@ async fn worst_day_two_receivers_two_workers(a: Inbox, b: Inbox, once: Once) {
     let healed = Arc::new(AtomicBool::new(false));
     let processor = {
         let (ledger, healed) = (ledger.clone(), healed.clone());
-        move |e: InboxEvent| {
+        move |e: Event, a: Attempt| {
             let (ledger, healed, once) = (ledger.clone(), healed.clone(), once.clone());
             async move {
-                let i: usize = e.id.trim_start_matches("evt_wd_").parse().unwrap();
+                let i: usize = e
+                    .id()
+                    .unwrap()
+                    .trim_start_matches("evt_wd_")
+                    .parse()
+                    .unwrap();
                 if poison(i) && !healed.load(Ordering::SeqCst) {
                     return Err("order not found".to_owned());
                 }
-                if i.is_multiple_of(5) && e.attempt == 1 {
+                if i.is_multiple_of(5) && a.number() == 1 {
                     return Err("the provider's API timed out".to_owned());
                 }
-                let id = e.id.clone();
-                let effect = once.run(&e.id, move |_| async move {
+                let id = e.id().unwrap().to_owned();
+                let effect = once.run(e.id().unwrap(), move |_| async move {
                     *ledger.lock().unwrap().entry(id).or_default() += 1;
                     Ok::<_, String>(())
                 });
@@ -1038,7 +1175,7 @@ async fn worst_day_two_receivers_two_workers(a: Inbox, b: Inbox, once: Once) {
     let processor = Arc::new(processor);
     let start = |inbox: &Inbox| {
         let p = processor.clone();
-        Worker::new(inbox, move |e: InboxEvent| p(e))
+        Worker::new(inbox, move |e: Event, a: Attempt| p(e, a))
             .with_concurrency(3)
             .unwrap()
             .with_max_attempts(3)
@@ -1155,7 +1292,7 @@ async fn worker_process() {
         return;
     };
     let inbox = inbox_at(&place).await;
-    let _worker = Worker::new(&inbox, |_: InboxEvent| {
+    let _worker = Worker::new(&inbox, |_: Event, _: Attempt| {
         std::future::pending::<Result<(), String>>()
     })
     // One at a time: past its lease the stuck row is not claimed again by this worker.
@@ -1255,7 +1392,7 @@ async fn ingest_stores_fetched_events_once_beside_deliveries(inbox: Inbox) {
 
     let events = Arc::new(Mutex::new(Vec::new()));
     let e = events.clone();
-    let worker = Worker::new(&inbox, move |event: InboxEvent| {
+    let worker = Worker::new(&inbox, move |event: Event, _: Attempt| {
         let e = e.clone();
         async move {
             e.lock().unwrap().push(event);
@@ -1272,10 +1409,13 @@ async fn ingest_stores_fetched_events_once_beside_deliveries(inbox: Inbox) {
     worker.shutdown().await;
     let events = events.lock().unwrap();
     assert_eq!(events.len(), 2, "each once");
-    let missed = events.iter().find(|e| e.id == "evt_missed").unwrap();
-    assert_eq!(missed.event_type.as_deref(), Some("order.paid"));
-    assert_eq!(missed.object_id.as_deref(), Some("pi_evt_missed"));
-    assert_eq!(missed.livemode, Some(true));
+    let missed = events
+        .iter()
+        .find(|e| e.id() == Some("evt_missed"))
+        .unwrap();
+    assert_eq!(missed.event_type(), Some("order.paid"));
+    assert_eq!(missed.object_id(), Some("pi_evt_missed"));
+    assert_eq!(missed.livemode(), Some(true));
 }
 
 #[tokio::test]
@@ -1287,7 +1427,7 @@ async fn a_worker_runs_at_most_its_concurrency_at_once() {
     let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (r, m) = (running.clone(), most.clone());
-    let worker = Worker::new(&inbox, move |_: InboxEvent| {
+    let worker = Worker::new(&inbox, move |_: Event, _: Attempt| {
         let (r, m) = (r.clone(), m.clone());
         async move {
             let now = r.fetch_add(1, Ordering::SeqCst) + 1;
@@ -1349,7 +1489,7 @@ async fn failed_attempts_are_logged_with_the_event_and_dead_rows_as_errors() {
     let _default = tracing::subscriber::set_default(logs.clone());
     let inbox = sqlite().await;
     deliver(&inbox, "evt_logged").await;
-    let worker = Worker::new(&inbox, |_: InboxEvent| async {
+    let worker = Worker::new(&inbox, |_: Event, _: Attempt| async {
         Err::<(), _>("the provider's API said 500")
     })
     .with_max_attempts(2)
@@ -1393,12 +1533,14 @@ async fn oldest_due_is_the_queues_lag(inbox: Inbox) {
         (Duration::from_millis(140)..Duration::from_secs(10)).contains(&lag),
         "{lag:?}"
     );
-    let worker = Worker::new(&inbox, |_: InboxEvent| async { Err::<(), _>("down") })
-        .with_backoff(Duration::from_secs(600), Duration::from_secs(600))
-        .unwrap()
-        .with_poll_interval(Duration::from_millis(20))
-        .unwrap()
-        .spawn();
+    let worker = Worker::new(&inbox, |_: Event, _: Attempt| async {
+        Err::<(), _>("down")
+    })
+    .with_backoff(Duration::from_secs(600), Duration::from_secs(600))
+    .unwrap()
+    .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
+    .spawn();
     eventually("failed once, waiting out its backoff", async || {
         let c = inbox.counts().await.unwrap();
         c.queued == 1 && c.oldest_due.is_none()
@@ -1420,8 +1562,8 @@ async fn with_an_injected_clock_a_retry_comes_exactly_when_it_is_due() {
     deliver(&inbox, "evt_clock").await;
     let seen = Seen::default();
     let s = seen.clone();
-    let worker = Worker::new(&inbox, move |e: InboxEvent| {
-        s.record(&e);
+    let worker = Worker::new(&inbox, move |e: Event, a: Attempt| {
+        s.record(&e, a);
         async { Err::<(), _>("the provider's API is down") }
     })
     .with_backoff(Duration::from_secs(10), Duration::from_secs(25))
@@ -1543,18 +1685,18 @@ async fn once_in_a_transactional_processor_is_done_exactly_when_it_commits() {
     let ran: Arc<Mutex<Vec<(String, u32, String)>>> = Arc::default();
     let worker = Worker::transactional(&store, {
         let (once, ran) = (once.clone(), ran.clone());
-        move |e: InboxEvent, tx: PgTx| {
+        move |e: Event, a: Attempt, tx: PgTx| {
             let (once, ran) = (once.clone(), ran.clone());
             async move {
                 // Both events are about order 7.
                 let outcome = once
                     .run_in(&tx, "order-7", |key| {
                         let tx = tx.clone();
-                        let id = e.id.clone();
+                        let id = e.id().unwrap().to_owned();
                         async move {
                             sqlx::query("INSERT INTO effects VALUES ($1, $2)")
                                 .bind(format!("order-7 by {id} with {key}"))
-                                .bind(e.attempt as i32)
+                                .bind(a.number() as i32)
                                 .execute(&mut **tx.lock().await)
                                 .await
                                 .map(|_| ())
@@ -1562,10 +1704,12 @@ async fn once_in_a_transactional_processor_is_done_exactly_when_it_commits() {
                     })
                     .await
                     .map_err(|e| e.to_string())?;
-                ran.lock()
-                    .unwrap()
-                    .push((e.id.clone(), e.attempt, format!("{outcome:?}")));
-                if e.id == "evt_paid" && e.attempt == 1 {
+                ran.lock().unwrap().push((
+                    e.id().unwrap().to_owned(),
+                    a.number(),
+                    format!("{outcome:?}"),
+                ));
+                if e.id() == Some("evt_paid") && a.number() == 1 {
                     return Err("the provider's API timed out after the effect".to_owned());
                 }
                 Ok::<_, String>(())

@@ -12,13 +12,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{at, request, verifier, NOW};
+use common::{at, request, verifier, Caused, NOW};
 use futures_util::StreamExt;
 use http::StatusCode;
 use http_body_util::Full;
 use tower::{Layer, ServiceBuilder, ServiceExt};
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
-use tower_webhook::inbox::{Accepted, InboxEvent, Processor};
+use tower_webhook::inbox::{Accepted, Attempt, Processor};
 use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::MemoryStore;
 use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
@@ -129,17 +129,17 @@ impl Seen {
         outcome: impl Fn(&str, u32) -> Result<(), String> + Send + Sync + 'static,
     ) -> impl Processor {
         let (seen, outcome) = (self.clone(), Arc::new(outcome));
-        move |e: InboxEvent| {
+        move |e: Event, a: Attempt| {
             let (seen, outcome) = (seen.clone(), outcome.clone());
             async move {
                 seen.attempts
                     .lock()
                     .unwrap()
-                    .entry(e.id.clone())
+                    .entry(e.id().unwrap().to_owned())
                     .or_default()
-                    .push(e.attempt);
+                    .push(a.number());
                 tokio::time::sleep(work).await;
-                outcome(&e.id, e.attempt)
+                outcome(e.id().unwrap(), a.number())
             }
         }
     }
@@ -318,6 +318,54 @@ async fn a_worker_processes_each_event_once_and_counts_follow() {
     }
     let counts = jetstream.counts().await.unwrap();
     assert_eq!((counts.dead, counts.oldest_due), (0, None), "{counts:?}");
+    streams.delete().await;
+}
+
+/// The processor gets the crate's `Event` as published (its signed timestamp too, to the
+/// second), attempts that count up to the policy's last, and a dead message's error is the
+/// processor's with its source chain.
+#[tokio::test]
+async fn a_processor_gets_the_published_event_and_its_attempts() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    let accepted = event("evt_shape");
+    jetstream.accept(&accepted).await.unwrap();
+    let got: Arc<Mutex<Vec<(Event, Attempt)>>> = Arc::default();
+    let g = got.clone();
+    let worker = JetStreamWorker::new(&jetstream, move |e: Event, a: Attempt| {
+        g.lock().unwrap().push((e, a));
+        async { Err::<(), _>(Caused::chain()) }
+    })
+    .with_max_attempts(2)
+    .unwrap()
+    .with_backoff(Duration::from_millis(50), Duration::from_millis(50))
+    .unwrap()
+    .spawn();
+    eventually("dead after its last attempt", async || {
+        jetstream.counts().await.is_ok_and(|c| c.dead == 1)
+    })
+    .await;
+    worker.shutdown().await;
+    let got = got.lock().unwrap().clone();
+    let attempts: Vec<_> = got.iter().map(|(_, a)| (a.number(), a.is_last())).collect();
+    assert_eq!(attempts, [(1, false), (2, true)]);
+    let e = &got[0].0;
+    assert_eq!(e.source(), accepted.source());
+    assert_eq!(e.id(), Some("evt_shape"));
+    assert_eq!(e.event_type(), Some("payment_intent.succeeded"));
+    assert_eq!(e.object_id(), Some("pi_evt_shape"));
+    assert_eq!(e.livemode(), Some(true));
+    assert_eq!(e.body(), accepted.body());
+    assert_eq!(e.timestamp(), Some(at(NOW)));
+    let debug = format!("{e:?}");
+    assert!(debug.contains("evt_shape"), "{debug}");
+    assert!(
+        !debug.contains("pi_evt_shape") && !debug.contains("livemode"),
+        "{debug}"
+    );
+    let dead = streams.messages(true).await;
+    let error = dead[0].headers.get("Webhook-Error").unwrap().as_str();
+    assert_eq!(error, Caused::CHAIN_TEXT);
     streams.delete().await;
 }
 
@@ -521,13 +569,13 @@ async fn two_workers_and_one_killed_mid_storm_process_every_event_with_each_effe
     let once = Once::new(MemoryStore::new(), "effect");
     let ran = Arc::new(AtomicU32::new(0));
     let processor = |ledger: Arc<Mutex<HashMap<String, u32>>>, once: Once, ran: Arc<AtomicU32>| {
-        move |e: InboxEvent| {
+        move |e: Event, _: Attempt| {
             let (ledger, once, ran) = (ledger.clone(), once.clone(), ran.clone());
             async move {
                 ran.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(5)).await;
-                let id = e.id.clone();
-                let effect = once.run(&e.id, move |_| async move {
+                let id = e.id().unwrap().to_owned();
+                let effect = once.run(e.id().unwrap(), move |_| async move {
                     *ledger.lock().unwrap().entry(id).or_default() += 1;
                     Ok::<_, String>(())
                 });

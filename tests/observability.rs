@@ -28,13 +28,13 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
 use tokio::sync::Notify;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
-use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
+use tower_webhook::inbox::{Attempt, Inbox, Worker};
 use tower_webhook::store::{
     Claim, Completed, DedupeStore, Delivery, MemoryStore, Renewed, Retention, SqliteStore,
     StoreError, StoreFuture, Token,
 };
 use tower_webhook::verify::{TenantFrom, Tenants};
-use tower_webhook::{DedupeLayer, Scheme, VerifyWebhookLayer};
+use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const FORGER: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
@@ -548,8 +548,8 @@ async fn the_jetstream_inbox_counts_accepts_and_attempts_by_outcome_and_sets_the
             StatusCode::NO_CONTENT
         );
     }
-    let worker = JetStreamWorker::new(&jetstream, move |e: InboxEvent| async move {
-        match (e.id.as_str(), e.attempt) {
+    let worker = JetStreamWorker::new(&jetstream, move |e: Event, a: Attempt| async move {
+        match (e.id().unwrap(), a.number()) {
             ("evt_flaky", 1) | ("evt_broken", _) => Err("the provider's API said 500"),
             _ => Ok(()),
         }
@@ -599,11 +599,11 @@ async fn the_inbox_counts_accepts_attempts_by_outcome_and_its_worker_sets_the_ga
     }
     // evt_flaky fails its first attempt; evt_broken both of its two.
     let attempts = Arc::new(AtomicUsize::new(0));
-    let a = attempts.clone();
-    let worker = Worker::new(&inbox, move |e: InboxEvent| {
-        a.fetch_add(1, Ordering::SeqCst);
+    let counted = attempts.clone();
+    let worker = Worker::new(&inbox, move |e: Event, a: Attempt| {
+        counted.fetch_add(1, Ordering::SeqCst);
         async move {
-            match (e.id.as_str(), e.attempt) {
+            match (e.id().unwrap(), a.number()) {
                 ("evt_flaky", 1) | ("evt_broken", _) => Err("the provider's API said 500"),
                 _ => Ok(()),
             }
@@ -657,7 +657,7 @@ async fn the_inbox_counts_accepts_attempts_by_outcome_and_its_worker_sets_the_ga
     assert_eq!(accept(&inbox, "evt_stuck").await, StatusCode::NO_CONTENT);
     let started = Arc::new(Notify::new());
     let s = started.clone();
-    let stuck = Worker::new(&inbox, move |_: InboxEvent| {
+    let stuck = Worker::new(&inbox, move |_: Event, _: Attempt| {
         s.notify_one();
         std::future::pending::<Result<(), String>>()
     })
@@ -836,9 +836,9 @@ async fn a_processors_logs_carry_the_rows_source_event_id_type_and_attempt() {
     let path = sqlite_path();
     let inbox = Inbox::sqlite(&SqliteStore::open(&path).await.unwrap());
     assert_eq!(accept(&inbox, "evt_traced").await, StatusCode::NO_CONTENT);
-    let worker = Worker::new(&inbox, |e: InboxEvent| async move {
+    let worker = Worker::new(&inbox, |_: Event, a: Attempt| async move {
         tracing::info!(target: "processor", "processing");
-        match e.attempt {
+        match a.number() {
             1 => Err("not yet"),
             _ => Ok(()),
         }

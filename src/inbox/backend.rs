@@ -6,10 +6,16 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::{Accepted, Counts, EventSummary, InboxEvent, Listing, Requeue, StoredEvent};
+use super::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
 pub(crate) use crate::sql::Outcome;
 use crate::store::{StoreFuture, Token};
 use crate::Event;
+
+/// A claimed row: the event as stored, and the number of this attempt at it (from 1).
+pub(crate) struct Claimed {
+    pub(crate) event: Event,
+    pub(crate) attempt: u32,
+}
 
 pub(crate) trait Backend: Send + Sync + 'static {
     fn accept(&self, event: &Event) -> StoreFuture<Accepted>;
@@ -22,7 +28,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
         lease: Duration,
         token: Token,
         max_attempts: u32,
-    ) -> StoreFuture<Vec<InboxEvent>>;
+    ) -> StoreFuture<Vec<Claimed>>;
     /// Extends the row's lease if `token` still holds it; `false` when fenced out.
     fn renew(&self, source: String, id: String, token: Token, lease: Duration)
         -> StoreFuture<bool>;

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! request ─► VerifyWebhookLayer ─► inbox.accept() ── INSERT … ON CONFLICT DO NOTHING ─► 204
-//!                                   worker ─► claim due rows ─► your processor(event)
+//!                                   worker ─► claim due rows ─► your processor(event, attempt)
 //!                                          ├─ Ok  ─► processed_at
 //!                                          └─ Err ─► processing_error, retry with backoff,
 //!                                                    dead after N attempts
@@ -14,10 +14,12 @@
 //!   livemode, and answers 204 — duplicates too, they are already stored — or 503 when it
 //!   could not store (the provider retries).
 //! - A [`Worker`] claims due rows (`FOR UPDATE SKIP LOCKED` on PostgreSQL, one writer on
-//!   SQLite) under a lease and a fencing token, runs your processor, and records the
-//!   outcome. The lease is renewed while the processor runs; a crashed worker's rows come
-//!   back when their lease runs out, the attempt counted (a row whose every attempt
-//!   crashed goes dead); [`WorkerHandle::shutdown`] waits for running events.
+//!   SQLite) under a lease and a fencing token, runs your processor on the stored
+//!   [`Event`] (the type handlers get; what its accessors hold here: its
+//!   docs, "From the inbox") and the [`Attempt`], and records the outcome: an error's
+//!   text with its source chain is the row's last error. The lease is renewed while the
+//!   processor runs; a crashed worker's rows come back when their lease runs out, the
+//!   attempt counted (a row whose every attempt crashed goes dead); [`WorkerHandle::shutdown`] waits for running events.
 //! - On PostgreSQL, [`Worker::transactional`] hands the processor a
 //!   [`PgTx`](crate::dedupe::PgTx): its writes and the row's `processed_at` commit
 //!   together, so effects in the database happen exactly once, and a worker whose lease
@@ -59,6 +61,7 @@ use std::time::Duration;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use std::time::{SystemTime, UNIX_EPOCH};
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use bytes::Bytes;
 
 pub use self::accept::{Accept, AcceptFuture};
@@ -66,7 +69,7 @@ pub use self::accept::{Accept, AcceptFuture};
 use self::backend::Backend;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, State, StoredEvent};
-pub use self::process::{Processor, WorkerHandle};
+pub use self::process::{Attempt, Processor, WorkerHandle};
 pub use self::retry::{Jitter, RetryPolicy};
 #[cfg(feature = "postgres")]
 pub use self::transactional::TxProcessor;
@@ -85,26 +88,6 @@ use crate::Event;
 pub struct Inbox {
     backend: Arc<dyn Backend>,
     wake: Arc<tokio::sync::Notify>,
-}
-
-/// One stored event, as a worker hands it to the processor.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct InboxEvent {
-    /// Which endpoint or provider.
-    pub source: String,
-    /// The provider's event id.
-    pub id: String,
-    /// The event type, where known.
-    pub event_type: Option<String>,
-    /// The object the event is about, where known.
-    pub object_id: Option<String>,
-    /// The body's `livemode`, where the provider sends it.
-    pub livemode: Option<bool>,
-    /// The body exactly as received.
-    pub body: Bytes,
-    /// This attempt's number, from 1.
-    pub attempt: u32,
 }
 
 /// Whether [`Inbox::accept`] stored a new row.
@@ -206,18 +189,6 @@ impl Requeue {
     pub fn received_before(mut self, before: SystemTime) -> Self {
         self.received_before = Some(epoch_ms(before));
         self
-    }
-}
-
-impl InboxEvent {
-    /// Deserializes the body (to read the event's own time, say, for
-    /// [`latest::advance`](crate::latest::advance)).
-    ///
-    /// # Errors
-    ///
-    /// When the body is not JSON of that shape.
-    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
-        serde_json::from_slice(&self.body)
     }
 }
 

@@ -1,38 +1,101 @@
-//! What a worker runs ([`Processor`]) and the handle of a running one ([`WorkerHandle`]):
+//! What a worker runs ([`Processor`], told the [`Attempt`]) and the handle of a running one
+//! ([`WorkerHandle`]):
 //! shared by the SQL inbox's [`Worker`](super::Worker) and the JetStream one.
 
-use std::fmt;
+use std::error::Error as StdError;
+use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 
 use tokio::sync::watch;
 
-use super::InboxEvent;
+use super::RetryPolicy;
+use crate::Event;
 
-/// What a worker runs on each event. Any `Fn(InboxEvent) -> impl Future<Output =
-/// Result<(), E>>` with a displayable error is one. An `Err` (or a panic) is retried
-/// later with backoff; its text is kept in the row's `processing_error`.
+/// An error a processor returns: anything that converts into one (`std::io::Error`,
+/// `sqlx::Error`, `String`, `&'static str`, …), as in tower.
+pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// What a worker runs on each event. Any `Fn(Event, Attempt) -> impl Future<Output =
+/// Result<(), E>>` whose error converts into `Box<dyn Error + Send + Sync>` is one
+/// (`String` and `&'static str` do). An `Err` (or a panic) is retried later with backoff;
+/// its text, with its [`source`](std::error::Error::source) chain (`error: cause: cause`),
+/// is kept as the row's last error and logged.
+///
+/// The [`Event`] is the one the inbox stored: see its docs, "From the inbox", for what
+/// its accessors hold there.
 pub trait Processor: Send + Sync + 'static {
     /// Processes one event.
+    #[allow(clippy::type_complexity)] // spelled out: readable in the docs
     fn process(
         &self,
-        event: InboxEvent,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+        event: Event,
+        attempt: Attempt,
+    ) -> Pin<Box<dyn Future<Output = Result<(), Box<dyn StdError + Send + Sync>>> + Send>>;
 }
 
 impl<F, Fut, E> Processor for F
 where
-    F: Fn(InboxEvent) -> Fut + Send + Sync + 'static,
+    F: Fn(Event, Attempt) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), E>> + Send + 'static,
-    E: fmt::Display,
+    E: Into<Box<dyn StdError + Send + Sync>>,
 {
     fn process(
         &self,
-        event: InboxEvent,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
-        let future = self(event);
-        Box::pin(async move { future.await.map_err(|e| e.to_string()) })
+        event: Event,
+        attempt: Attempt,
+    ) -> Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send>> {
+        let future = self(event, attempt);
+        Box::pin(async move { future.await.map_err(Into::into) })
     }
+}
+
+/// Which attempt at an event a processor is running: its [`number`](Self::number), and
+/// whether it [`is_last`](Self::is_last) the worker's [`RetryPolicy`] allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    number: u32,
+    max: u32,
+}
+
+impl Attempt {
+    /// Attempt `number` (from 1) under `retry`.
+    pub(crate) fn new(number: u32, retry: &RetryPolicy) -> Self {
+        Self {
+            number,
+            max: retry.max_attempts(),
+        }
+    }
+
+    /// This attempt's number, from 1: one more for each earlier attempt, failed or
+    /// crashed (a requeue starts again at 1).
+    #[must_use]
+    pub fn number(self) -> u32 {
+        self.number
+    }
+
+    /// Whether this is the last attempt the retry policy allows: if it fails, the event is
+    /// dead (alert, or keep what an operator needs to fix it).
+    #[must_use]
+    pub fn is_last(self) -> bool {
+        self.number >= self.max
+    }
+}
+
+/// A processor's error as one line of text for the row and the log: its message, then
+/// each [`source`](std::error::Error::source)'s, joined by `: ` (a source whose text the
+/// message already holds is not repeated).
+pub(crate) fn error_chain(error: &(dyn StdError + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            let _ = write!(text, ": {cause_text}");
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// A running worker ([`Worker`](super::Worker), or the JetStream one).
@@ -125,5 +188,65 @@ pub(crate) struct AbortOnDrop<T>(pub(crate) tokio::task::JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fmt;
+
+    use super::*;
+
+    #[derive(Debug)]
+    struct Layered(&'static str, Option<Box<Layered>>);
+
+    impl fmt::Display for Layered {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl StdError for Layered {
+        fn source(&self) -> Option<&(dyn StdError + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn error_chain_joins_each_source_once() {
+        let io = Layered("connection refused", None);
+        let error = Layered(
+            "charge failed",
+            Some(Box::new(Layered("http", Some(Box::new(io))))),
+        );
+        assert_eq!(
+            error_chain(&error),
+            "charge failed: http: connection refused"
+        );
+        assert_eq!(error_chain(&Layered("alone", None)), "alone");
+        // A message that already says its cause (as some libraries' do) is not repeated.
+        let said = Layered(
+            "query failed: timeout",
+            Some(Box::new(Layered("timeout", None))),
+        );
+        assert_eq!(error_chain(&said), "query failed: timeout");
+    }
+
+    #[test]
+    fn the_last_attempt_is_the_policys_last() {
+        let retry = RetryPolicy::default().with_max_attempts(3).unwrap();
+        let attempts: Vec<_> = (1..=3).map(|n| Attempt::new(n, &retry)).collect();
+        assert_eq!(
+            attempts.iter().map(|a| a.number()).collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+        assert_eq!(
+            attempts.iter().map(|a| a.is_last()).collect::<Vec<_>>(),
+            [false, false, true]
+        );
+        assert!(
+            Attempt::new(4, &retry).is_last(),
+            "a crashed worker's extra delivery"
+        );
     }
 }

@@ -1,44 +1,49 @@
 //! The transactional processor form (PostgreSQL): the processor's writes and the row's
 //! `processed_at` commit together, or neither does.
 
-use std::fmt;
+use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use sqlx::PgPool;
 
-use super::InboxEvent;
+use super::process::{error_chain, BoxError};
+use super::Attempt;
 use crate::dedupe::PgTx;
 use crate::store::Token;
+use crate::Event;
 
 /// What a [`transactional`](super::Worker::transactional) worker runs on each event: any
-/// `Fn(InboxEvent, PgTx) -> impl Future<Output = Result<(), E>>` with a displayable error.
-/// Write through the [`PgTx`] (lock it, use `&mut **guard`); on `Ok` the writes commit
-/// with the row's `processed_at`, on `Err` (or a panic) both roll back and the row is
-/// retried.
+/// `Fn(Event, Attempt, PgTx) -> impl Future<Output = Result<(), E>>` whose error converts
+/// into `Box<dyn Error + Send + Sync>` (as for [`Processor`](super::Processor)). Write
+/// through the [`PgTx`] (lock it, use `&mut **guard`); on `Ok` the writes commit with the
+/// row's `processed_at`, on `Err` (or a panic) both roll back and the row is retried.
 pub trait TxProcessor: Send + Sync + 'static {
     /// Processes one event inside `tx`.
+    #[allow(clippy::type_complexity)] // spelled out: readable in the docs
     fn process(
         &self,
-        event: InboxEvent,
+        event: Event,
+        attempt: Attempt,
         tx: PgTx,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+    ) -> Pin<Box<dyn Future<Output = Result<(), Box<dyn StdError + Send + Sync>>> + Send>>;
 }
 
 impl<F, Fut, E> TxProcessor for F
 where
-    F: Fn(InboxEvent, PgTx) -> Fut + Send + Sync + 'static,
+    F: Fn(Event, Attempt, PgTx) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), E>> + Send + 'static,
-    E: fmt::Display,
+    E: Into<Box<dyn StdError + Send + Sync>>,
 {
     fn process(
         &self,
-        event: InboxEvent,
+        event: Event,
+        attempt: Attempt,
         tx: PgTx,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
-        let future = self(event, tx);
-        Box::pin(async move { future.await.map_err(|e| e.to_string()) })
+    ) -> Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send>> {
+        let future = self(event, attempt, tx);
+        Box::pin(async move { future.await.map_err(Into::into) })
     }
 }
 
@@ -48,15 +53,17 @@ where
 pub(super) async fn run(
     processor: Arc<dyn TxProcessor>,
     pool: PgPool,
-    event: InboxEvent,
+    event: Event,
+    attempt: Attempt,
     token: Token,
 ) -> Result<bool, String> {
-    let (source, id) = (event.source.clone(), event.id.clone());
+    let (source, id) = (event.source().to_owned(), event.stored_id().to_owned());
     let tx = PgTx::begin(&pool)
         .await
         .map_err(|e| format!("begin: {e}"))?;
     let shared = PgTx::new(tx);
-    processor.process(event, shared.clone()).await?; // Err: dropped, rolled back
+    let processed = processor.process(event, attempt, shared.clone()).await;
+    processed.map_err(|e| error_chain(&*e))?; // Err: dropped, rolled back
     let mut tx = shared
         .into_inner()
         .ok_or("the processor kept its transaction after returning")?;

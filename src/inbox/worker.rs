@@ -10,13 +10,15 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::backend::Outcome;
-use super::process::{checked_concurrency, checked_poll, hurry_up, AbortOnDrop, WorkerHandle};
-use super::{Inbox, InboxEvent, Processor, RetryPolicy};
-use crate::metrics::{self, Attempt, Operation};
+use super::backend::{Claimed, Outcome};
+use super::process::{
+    checked_concurrency, checked_poll, error_chain, hurry_up, AbortOnDrop, WorkerHandle,
+};
+use super::{Attempt, Inbox, Processor, RetryPolicy};
+use crate::metrics::{self, Operation};
 use crate::span;
 use crate::store::{retry_until, Heartbeat, Lease, StoreError, Token};
-use crate::ConfigError;
+use crate::{ConfigError, Event};
 
 /// How a worker runs a claimed row.
 #[derive(Clone)]
@@ -41,17 +43,24 @@ impl Runner {
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))] // the token fences commits
     fn run(
         &self,
-        event: InboxEvent,
+        event: Event,
+        attempt: Attempt,
         token: Token,
     ) -> Pin<Box<dyn Future<Output = Result<Done, String>> + Send>> {
         match self {
             Runner::Plain(p) => {
-                let future = p.process(event);
-                Box::pin(async move { future.await.map(|()| Done::Succeeded) })
+                let future = p.process(event, attempt);
+                Box::pin(async move {
+                    match future.await {
+                        Ok(()) => Ok(Done::Succeeded),
+                        Err(e) => Err(error_chain(&*e)),
+                    }
+                })
             }
             #[cfg(feature = "postgres")]
             Runner::InTransaction(p, pool) => {
-                let future = super::transactional::run(p.clone(), pool.clone(), event, token);
+                let future =
+                    super::transactional::run(p.clone(), pool.clone(), event, attempt, token);
                 Box::pin(async move { future.await.map(Done::Recorded) })
             }
         }
@@ -253,13 +262,17 @@ impl Worker {
                 }
             };
             let claimed = rows.len();
-            for (event, token, claimed_at) in rows {
+            for (claimed, token, claimed_at) in rows {
                 let permit = permits.clone().acquire_owned().await.expect("never closed");
                 let (worker, hurried) = (this.clone(), hurried.clone());
-                let span = span::attempt(&event);
+                let Claimed { event, attempt } = claimed;
+                let attempt = Attempt::new(attempt, &this.retry);
+                let span = span::attempt(&event, attempt);
                 running.spawn(span::instrument(span, async move {
                     let _permit = permit;
-                    worker.process(event, token, claimed_at, hurried).await;
+                    worker
+                        .process(event, attempt, token, claimed_at, hurried)
+                        .await;
                 }));
             }
             if claimed == free && free > 0 {
@@ -287,16 +300,17 @@ impl Worker {
 
     async fn process(
         &self,
-        event: InboxEvent,
+        event: Event,
+        attempt: Attempt,
         token: Token,
         claimed_at: Instant,
         mut hurried: watch::Receiver<bool>,
     ) {
-        let (source, id, attempt) = (event.source.clone(), event.id.clone(), event.attempt);
+        let (source, id) = (event.source().to_owned(), event.stored_id().to_owned());
         // Its own task: a panicking processor is a failed attempt, not a dead worker. The
         // guard stops it too when this task is stopped (a simulated crash). In this
         // attempt's span, so the processor's logs carry the event.
-        let run = span::instrument(span::current(), self.runner.run(event, token));
+        let run = span::instrument(span::current(), self.runner.run(event, attempt, token));
         let mut task = AbortOnDrop(tokio::spawn(run));
         let heartbeat = Heartbeat::new(claimed_at, self.lease);
         let renew = || {
@@ -325,32 +339,32 @@ impl Worker {
                 let abandoned =
                     self.finish_until(&source, &id, token, Outcome::Abandoned, lease_ends);
                 let _ = abandoned.await;
-                metrics::attempt(Attempt::Abandoned);
+                metrics::attempt(metrics::Attempt::Abandoned);
                 return;
             }
         };
         let outcome = match result {
             Ok(Done::Recorded(held)) => {
                 metrics::attempt(if held {
-                    Attempt::Processed
+                    metrics::Attempt::Processed
                 } else {
-                    Attempt::Lost
+                    metrics::Attempt::Lost
                 });
                 return lease_report(held);
             }
             Ok(Done::Succeeded) => Outcome::Processed,
-            Err(error) if self.retry.gives_up_after(attempt) => Outcome::Dead(error),
-            Err(error) => Outcome::Retry(error, self.retry.delay(attempt)),
+            Err(error) if attempt.is_last() => Outcome::Dead(error),
+            Err(error) => Outcome::Retry(error, self.retry.delay(attempt.number())),
         };
         // Kept for the log only when there is a failure to tell.
         #[cfg(feature = "tracing")]
         let failure =
             matches!(outcome, Outcome::Retry(..) | Outcome::Dead(_)).then(|| outcome.clone());
         let counted = match outcome {
-            Outcome::Processed => Attempt::Processed,
-            Outcome::Retry(..) => Attempt::Retry,
-            Outcome::Dead(_) => Attempt::Dead,
-            Outcome::Abandoned => Attempt::Abandoned,
+            Outcome::Processed => metrics::Attempt::Processed,
+            Outcome::Retry(..) => metrics::Attempt::Retry,
+            Outcome::Dead(_) => metrics::Attempt::Dead,
+            Outcome::Abandoned => metrics::Attempt::Abandoned,
         };
         let finished = self
             .finish_until(&source, &id, token, outcome, lease_ends)
@@ -358,14 +372,14 @@ impl Worker {
         // Fenced out or not heard: the row's next attempt is another's to count.
         metrics::attempt(match finished {
             Ok(true) => counted,
-            Ok(false) | Err(_) => Attempt::Lost,
+            Ok(false) | Err(_) => metrics::Attempt::Lost,
         });
         match finished {
             Ok(held) => {
                 // Said once recorded: a fenced-out attempt's outcome is not the row's.
                 #[cfg(feature = "tracing")]
                 if let (true, Some(outcome)) = (held, &failure) {
-                    log_failure(&source, &id, attempt, outcome);
+                    log_failure(&source, &id, attempt.number(), outcome);
                 }
                 lease_report(held)
             }

@@ -65,8 +65,10 @@ pub(crate) mod sqlite;
 
 use std::time::Duration;
 
+use crate::event::{Event, Stored};
+use crate::inbox::backend::Claimed;
 use crate::inbox::listing::{from_micros, Rows};
-use crate::inbox::{Counts, EventSummary, InboxEvent, Listing, State, StoredEvent};
+use crate::inbox::{Counts, EventSummary, Listing, State, StoredEvent};
 use crate::store::StoreError;
 
 /// What a worker does with a claimed row when it is done with it.
@@ -96,15 +98,18 @@ struct ClaimedRow {
     buried: bool,
 }
 
-impl From<ClaimedRow> for InboxEvent {
+impl From<ClaimedRow> for Claimed {
     fn from(r: ClaimedRow) -> Self {
-        InboxEvent {
-            source: r.source,
-            id: r.event_id,
-            event_type: r.event_type,
-            object_id: r.object_id,
-            livemode: r.livemode,
-            body: r.body.unwrap_or_default().into(),
+        Claimed {
+            event: Event::stored(Stored {
+                source: r.source,
+                id: r.event_id,
+                event_type: r.event_type,
+                object_id: r.object_id,
+                livemode: r.livemode,
+                timestamp: None, // not a column
+                body: r.body.unwrap_or_default().into(),
+            }),
             attempt: u32::try_from(r.attempts).unwrap_or(u32::MAX),
         }
     }
@@ -236,11 +241,11 @@ const CRASHED: &str =
     "the last attempt ended without an outcome (the worker crashed or was stopped)";
 
 /// Runs a claim's rows into events.
-fn events(rows: Result<Vec<ClaimedRow>, sqlx::Error>) -> Result<Vec<InboxEvent>, StoreError> {
+fn events(rows: Result<Vec<ClaimedRow>, sqlx::Error>) -> Result<Vec<Claimed>, StoreError> {
     rows.map(|rows| {
         rows.into_iter()
             .filter(|row| !row.buried)
-            .map(InboxEvent::from)
+            .map(Claimed::from)
             .collect()
     })
     .map_err(|e| StoreError::new("inbox claim", e))

@@ -14,8 +14,8 @@ use super::{
     after, events, listing_statement, summaries, CountsRow, Outcome, StoredRow, ABANDONED,
     CLAIM_TRIES, CRASHED,
 };
-use crate::inbox::backend::Backend;
-use crate::inbox::{Accepted, Counts, EventSummary, InboxEvent, Listing, Requeue, StoredEvent};
+use crate::inbox::backend::{Backend, Claimed};
+use crate::inbox::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
 use crate::store::{Claim, Delivery, StoreError, StoreFuture, Token};
 use crate::Event;
 
@@ -539,7 +539,7 @@ impl Backend for Pg {
         lease: Duration,
         token: Token,
         max_attempts: u32,
-    ) -> StoreFuture<Vec<InboxEvent>> {
+    ) -> StoreFuture<Vec<Claimed>> {
         let pool = self.pool.clone();
         let max_attempts = i32::try_from(max_attempts).unwrap_or(i32::MAX);
         Box::pin(async move {

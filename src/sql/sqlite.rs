@@ -14,8 +14,8 @@ use super::{
     after, events, listing_statement, summaries, CountsRow, Outcome, StoredRow, ABANDONED,
     CLAIM_TRIES, CRASHED,
 };
-use crate::inbox::backend::Backend;
-use crate::inbox::{Accepted, Counts, EventSummary, InboxEvent, Listing, Requeue, StoredEvent};
+use crate::inbox::backend::{Backend, Claimed};
+use crate::inbox::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
 use crate::store::{Claim, Delivery, StoreError, StoreFuture, Token};
 use crate::Event;
 
@@ -426,7 +426,7 @@ impl Backend for Sqlite {
         lease: Duration,
         token: Token,
         max_attempts: u32,
-    ) -> StoreFuture<Vec<InboxEvent>> {
+    ) -> StoreFuture<Vec<Claimed>> {
         let (pool, now) = (self.pool.clone(), self.now_ms());
         Box::pin(async move {
             let rows = sqlx::query_as(CLAIM_DUE)

@@ -163,3 +163,38 @@ pub async fn fresh_pg_url() -> String {
         .map_or(url.as_str(), |slash| &url[..authority + slash]);
     format!("{base}/{name}")
 }
+
+/// An error with a cause, as a processor's own libraries return them: `Caused::chain()`
+/// reads `charge failed: payment API: connection refused`.
+#[derive(Debug)]
+pub struct Caused(
+    &'static str,
+    Option<Box<dyn std::error::Error + Send + Sync>>,
+);
+
+impl Caused {
+    /// Three errors deep; the last an `io::Error`.
+    pub fn chain() -> Self {
+        let refused =
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        Caused(
+            "charge failed",
+            Some(Box::new(Caused("payment API", Some(Box::new(refused))))),
+        )
+    }
+
+    /// What [`chain`](Self::chain) is stored and logged as.
+    pub const CHAIN_TEXT: &'static str = "charge failed: payment API: connection refused";
+}
+
+impl std::fmt::Display for Caused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for Caused {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.1.as_deref().map(|e| e as _)
+    }
+}

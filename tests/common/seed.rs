@@ -8,8 +8,8 @@ use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
-use tower_webhook::inbox::{Inbox, InboxEvent, Worker};
-use tower_webhook::{Scheme, VerifyWebhookLayer};
+use tower_webhook::inbox::{Attempt, Inbox, Worker};
+use tower_webhook::{Event, Scheme, VerifyWebhookLayer};
 
 use super::{at, request, verifier, NOW};
 
@@ -66,8 +66,8 @@ pub async fn seed(inbox: &Inbox, dead: usize) {
             StatusCode::NO_CONTENT
         );
     }
-    let dying = Worker::new(inbox, |e: InboxEvent| async move {
-        match e.id.starts_with("evt_dead_") {
+    let dying = Worker::new(inbox, |e: Event, _: Attempt| async move {
+        match e.id().unwrap().starts_with("evt_dead_") {
             true => Err(DEAD_ERROR),
             false => Ok(()),
         }
@@ -87,7 +87,7 @@ pub async fn seed(inbox: &Inbox, dead: usize) {
     dying.shutdown().await;
 
     assert_eq!(deliver(inbox, "evt_failing").await, StatusCode::NO_CONTENT);
-    let failing = Worker::new(inbox, |_: InboxEvent| async { Err(FAILING_ERROR) })
+    let failing = Worker::new(inbox, |_: Event, _: Attempt| async { Err(FAILING_ERROR) })
         .with_backoff(Duration::from_secs(3600), Duration::from_secs(3600))
         .unwrap()
         .with_poll_interval(Duration::from_millis(20))

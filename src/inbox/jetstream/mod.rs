@@ -4,7 +4,7 @@
 //! ```text
 //! request ─► VerifyWebhookLayer ─► DedupeLayer ─► jetstream.accept() ── publish ─► ack ─► 204
 //!                                   (the long tail)   Nats-Msg-Id: duplicates in the window dropped
-//!            JetStreamWorker ─► fetch ─► your processor(event)
+//!            JetStreamWorker ─► fetch ─► your processor(event, attempt)
 //!                                   ├─ Ok  ─► ack (confirmed by the server)
 //!                                   └─ Err ─► nak with backoff; after N attempts, to the dead stream
 //! ```
@@ -49,9 +49,9 @@
 //! use axum::{routing::post_service, Router};
 //! use tower::ServiceBuilder;
 //! use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
-//! use tower_webhook::inbox::InboxEvent;
+//! use tower_webhook::inbox::Attempt;
 //! use tower_webhook::store::SqliteStore;
-//! use tower_webhook::{DedupeLayer, Scheme, Verifier, VerifyWebhookLayer};
+//! use tower_webhook::{DedupeLayer, Event, Scheme, Verifier, VerifyWebhookLayer};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let jetstream = JetStream::connect("nats://127.0.0.1:4222", "webhooks").await?;
@@ -64,8 +64,8 @@
 //!             .layer(DedupeLayer::new(SqliteStore::open("webhooks.db").await?)),
 //!     ),
 //! );
-//! let worker = JetStreamWorker::new(&jetstream, |event: InboxEvent| async move {
-//!     println!("handled {}", event.id);
+//! let worker = JetStreamWorker::new(&jetstream, |event: Event, _: Attempt| async move {
+//!     println!("handled {}", event.id().unwrap_or_default());
 //!     Ok::<_, std::convert::Infallible>(())
 //! })
 //! .spawn();
@@ -84,7 +84,8 @@ use async_nats::HeaderMap;
 
 pub use self::worker::JetStreamWorker;
 use super::accept::{Accept, Destination};
-use super::{Accepted, Counts, InboxEvent};
+use super::{Accepted, Counts};
+use crate::event::Stored;
 use crate::metrics::{self, Operation};
 use crate::store::StoreError;
 use crate::Event;
@@ -482,18 +483,20 @@ fn message(stream: &str, event: &Event) -> (String, HeaderMap) {
 
 /// The event a message carries, for the processor; `None` for a message this crate did not
 /// publish (no source or id).
-fn event_of(headers: Option<&HeaderMap>, body: bytes::Bytes, attempt: u32) -> Option<InboxEvent> {
+fn event_of(headers: Option<&HeaderMap>, body: bytes::Bytes) -> Option<Event> {
     let headers = headers?;
     let get = |name: &str| headers.get(name).map(|v| v.as_str().to_owned());
-    Some(InboxEvent {
+    Some(Event::stored(Stored {
         source: get(header::SOURCE)?,
         id: get(header::ID)?,
         event_type: get(header::TYPE),
         object_id: get(header::OBJECT_ID),
         livemode: get(header::LIVEMODE).and_then(|l| l.parse().ok()),
+        timestamp: get(header::TIMESTAMP)
+            .and_then(|t| t.parse().ok())
+            .and_then(|secs| SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs))),
         body,
-        attempt,
-    })
+    }))
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::{event_of, header, JetStream};
 use crate::inbox::process::{
-    checked_concurrency, checked_poll, hurry_up, AbortOnDrop, WorkerHandle,
+    checked_concurrency, checked_poll, error_chain, hurry_up, AbortOnDrop, WorkerHandle,
 };
 use crate::inbox::{Processor, RetryPolicy};
 use crate::metrics::{self, Attempt, Operation};
@@ -265,7 +265,7 @@ impl JetStreamWorker {
             u32::try_from(info.delivered.max(1)).unwrap_or(u32::MAX)
         });
         let heartbeat = Heartbeat::new(received, self.lease);
-        let event = event_of(message.headers.as_ref(), message.payload.clone(), attempt);
+        let event = event_of(message.headers.as_ref(), message.payload.clone());
         let Some(event) = event else {
             let error = "not a tower-webhook event: no Webhook-Source or Webhook-Id header";
             metrics::attempt(Attempt::Dead);
@@ -275,10 +275,15 @@ impl JetStreamWorker {
             metrics::attempt(Attempt::Dead);
             return self.bury(&message, CRASHED, attempt, &heartbeat).await;
         }
-        let (source, id) = (event.source.clone(), event.id.clone());
+        let (source, id) = (event.source().to_owned(), event.stored_id().to_owned());
+        let told = crate::inbox::Attempt::new(attempt, &self.retry);
         // Its own task: a panicking processor is a failed attempt, not a dead worker; the
         // guard stops it when this task is stopped (a simulated crash).
-        let run = span::instrument(span::attempt(&event), self.processor.process(event));
+        let span = span::attempt(&event, told);
+        let processed = self.processor.process(event, told);
+        let run = span::instrument(span, async move {
+            processed.await.map_err(|e| error_chain(&*e))
+        });
         let mut task = AbortOnDrop(tokio::spawn(run));
         let renew = || {
             let renewal = async {
@@ -333,7 +338,7 @@ impl JetStreamWorker {
                     tracing::error!(target: "tower_webhook", source, event_id = id, "jetstream worker could not acknowledge a processed event (it will be redelivered): {_error}");
                 }
             }
-            Err(error) if self.retry.gives_up_after(attempt) => {
+            Err(error) if told.is_last() => {
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", source, event_id = id, attempt, error = %error, "jetstream event failed for the last time, now dead");
                 metrics::attempt(Attempt::Dead);
