@@ -49,7 +49,7 @@ use tower_webhook::dedupe::{ClaimLost, Deduped};
 use tower_webhook::once::{IdempotencyKey, Once, OnceError, Ran};
 use tower_webhook::store::{
     Claim, Completed, DedupeStore, Delivery, MemoryStore, Renewed, Retention, StoreError,
-    StoreFuture, Token,
+    StoreErrorKind, StoreFuture, Token,
 };
 use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
 
@@ -140,6 +140,8 @@ enum Fault {
     Pass,
     /// Answered with a `StoreError`; the store is untouched.
     Fail,
+    /// Answered with a `StoreError` of kind `InvalidInput`; the store is untouched.
+    Refuse,
     /// Applied, then answered with a `StoreError`: the acknowledgement is lost.
     LoseAck,
     /// Applied and answered once the gate opens (a statement that lands late; dropped
@@ -218,6 +220,10 @@ impl FaultStore {
         match self.fault(op) {
             Fault::Pass => call(&inner),
             Fault::Fail => Box::pin(std::future::ready(Err(StoreError::message(op.failure())))),
+            Fault::Refuse => Box::pin(std::future::ready(Err(StoreError::message(
+                op.failure(),
+            )
+            .with_kind(StoreErrorKind::InvalidInput)))),
             Fault::LoseAck => {
                 let landed = call(&inner);
                 Box::pin(async move {
@@ -696,6 +702,23 @@ async fn dedupe_claim_failing_is_a_503_with_retry_after_and_the_handler_never_ru
     assert_eq!(hooks.send("ok").await.status(), StatusCode::OK);
     assert_eq!(hooks.send("ok").await.status(), StatusCode::NO_CONTENT);
     assert_eq!(hooks.effects(), 1);
+}
+
+#[tokio::test]
+async fn dedupe_claim_refused_as_invalid_input_is_a_500_without_retry_after_and_the_handler_never_runs(
+) {
+    let hooks = Webhooks::new(LONG_LEASE, Gate::opened());
+    hooks.store.always(Op::Claim, Fault::Refuse);
+    let response = hooks.send("ok").await;
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(response.headers().get("retry-after").is_none());
+    assert_eq!(
+        response.extensions().get::<Deduped>(),
+        Some(&Deduped::StoreRefused)
+    );
+    assert_eq!(response.body(), "webhook store refused the event");
+    assert_eq!(hooks.store.calls(Op::Claim), 1);
+    assert_eq!(hooks.effects(), 0);
 }
 
 #[tokio::test]

@@ -13,7 +13,9 @@ use super::{ClaimLost, Deduped};
 use crate::body::ResponseBody;
 use crate::metrics;
 use crate::span;
-use crate::store::{hold, whole_seconds, ClaimGuard, Claimed, Delivery, Held, PendingClaim, Token};
+use crate::store::{
+    hold, whole_seconds, ClaimGuard, Claimed, Delivery, Held, PendingClaim, StoreErrorKind, Token,
+};
 
 /// The handler's result and how its claim ended, from the task that ran it.
 type Finished<S, B> = (
@@ -149,6 +151,9 @@ where
                         Claimed::Failed(error) => {
                             metrics::store_unavailable(source);
                             log_store_error("claim", &error);
+                            if error.kind() == StoreErrorKind::InvalidInput {
+                                return Poll::Ready(Ok(Deduped::StoreRefused.response(None)));
+                            }
                             let secs = whole_seconds(config.unavailable_retry_after).as_secs();
                             return Poll::Ready(Ok(Deduped::StoreUnavailable.response(Some(secs))));
                         }

@@ -7,6 +7,7 @@
 //! | done | 204 | no |
 //! | claimed by a live attempt | 409 + `Retry-After` | no |
 //! | store unreachable or failing | 503 + `Retry-After` | no |
+//! | store refuses the key as invalid input | 500 | no |
 //!
 //! Once claimed, the handler runs on a task of its own, to its end: a client that hangs
 //! up (or a `TimeoutLayer` that fires) drops the response, not the work, so an effect
@@ -93,6 +94,10 @@ impl Deduped {
                 http::StatusCode::SERVICE_UNAVAILABLE,
                 "webhook store unavailable",
             ),
+            Deduped::StoreRefused => (
+                http::StatusCode::INTERNAL_SERVER_ERROR,
+                "webhook store refused the event",
+            ),
         };
         let mut response = ResponseBody::text(status, text);
         if let Some(secs) = retry_after {
@@ -130,4 +135,8 @@ pub enum Deduped {
     InFlight,
     /// The store could not answer (503).
     StoreUnavailable,
+    /// The store refused the event's key as invalid input
+    /// ([`StoreErrorKind::InvalidInput`](crate::store::StoreErrorKind::InvalidInput)):
+    /// trying again would not help (500).
+    StoreRefused,
 }

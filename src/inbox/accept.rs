@@ -13,7 +13,7 @@ use http_body_util::Full;
 use tower_service::Service;
 
 use super::Accepted;
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreErrorKind};
 use crate::{metrics, Event};
 
 /// Where [`Accept`] stores a delivery: an [`Inbox`](super::Inbox), or JetStream.
@@ -25,8 +25,8 @@ pub(crate) trait Destination: Send + Sync + 'static {
 }
 
 /// Stores each verified delivery and answers at once: 204 when stored (duplicates too),
-/// 503 + `Retry-After` when it could not be stored (the provider retries), 500 without
-/// `VerifyWebhookLayer` in front. Serve it with axum's `post_service`.
+/// 503 + `Retry-After` when it could not be stored (the provider retries), 500 when the
+/// store refused it as invalid input or without `VerifyWebhookLayer` in front. Serve it with axum's `post_service`.
 #[derive(Clone)]
 pub struct Accept {
     into: Arc<dyn Destination>,
@@ -84,11 +84,16 @@ impl<B> Service<Request<B>> for Accept {
                     metrics::duplicate(event.metrics());
                     text(StatusCode::NO_CONTENT, "")
                 }
-                Err(_error) => {
+                Err(error) => {
                     metrics::store_unavailable(event.metrics());
                     #[cfg(feature = "tracing")]
-                    tracing::error!(target: "tower_webhook", "inbox could not store an event: {_error}");
-                    text(StatusCode::SERVICE_UNAVAILABLE, "webhook store unavailable")
+                    tracing::error!(target: "tower_webhook", "inbox could not store an event: {error}");
+                    if error.kind() == StoreErrorKind::InvalidInput {
+                        // The same event would be refused again: no retry later.
+                        text(StatusCode::INTERNAL_SERVER_ERROR, "webhook store refused the event")
+                    } else {
+                        text(StatusCode::SERVICE_UNAVAILABLE, "webhook store unavailable")
+                    }
                 }
             })
         })

@@ -75,7 +75,7 @@ pub use self::worker::Worker;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::metrics::{self, Operation};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-use crate::store::{Retention, StoreError};
+use crate::store::{Retention, StoreError, StoreErrorKind};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::Event;
 
@@ -284,7 +284,8 @@ impl Inbox {
     ///
     /// # Errors
     ///
-    /// When `id` is empty or not visible ASCII, or the database could not store it.
+    /// When `id` is empty or not visible ASCII ([`StoreErrorKind::InvalidInput`]), or the
+    /// database could not store it.
     pub async fn ingest(
         &self,
         source: &str,
@@ -294,7 +295,10 @@ impl Inbox {
         let id = http::HeaderValue::from_str(id)
             .ok()
             .filter(|_| !id.is_empty() && id.bytes().all(|b| b.is_ascii_graphic()))
-            .ok_or_else(|| StoreError::message("an event id is visible ASCII, not empty"))?;
+            .ok_or_else(|| {
+                StoreError::message("an event id is visible ASCII, not empty")
+                    .with_kind(StoreErrorKind::InvalidInput)
+            })?;
         self.accept(&Event::fetched(source, id, body.into())).await
     }
 
@@ -428,5 +432,30 @@ impl accept::Destination for Inbox {
 impl std::fmt::Debug for Inbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Inbox").finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn ingest_refuses_an_id_that_is_not_visible_ascii_as_invalid_input() {
+        let path = std::env::temp_dir().join(format!(
+            "tower-webhook-ingest-{}.db",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let store = crate::store::SqliteStore::open(&path).await.unwrap();
+        let inbox = Inbox::sqlite(&store);
+        for id in ["", "evt 1", "evt_\u{e9}"] {
+            let e = inbox.ingest("stripe", id, "{}").await.unwrap_err();
+            assert_eq!(e.kind(), StoreErrorKind::InvalidInput, "{id:?}");
+        }
+        inbox.ingest("stripe", "evt_1", "{}").await.unwrap();
+        assert_eq!(inbox.counts().await.unwrap().queued, 1);
+        drop((inbox, store));
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
     }
 }
