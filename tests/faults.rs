@@ -22,7 +22,7 @@
 //!   (`ClaimLost::Unrecorded`, `Ran::Lost`), and the key frees itself with the lease;
 //! - renewals keep a claim for many leases; without them, a redelivery takes the key over
 //!   after the lease and the first attempt's response says so (`ClaimLost::TakenOver`);
-//! - a failing claim is a 503 with `Retry-After` (a `OnceError::Store`) and runs nothing;
+//! - a failing claim is a 503 with `Retry-After` (a `OnceError` of kind `Store`) and runs nothing;
 //!   a claim whose acknowledgement was lost is released at once, not left to its lease;
 //!   a failing release leaves the key to its lease;
 //! - the memory store completes idempotently under one token and fences a stale renewal.
@@ -46,7 +46,7 @@ use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_webhook::dedupe::{ClaimLost, Deduped};
-use tower_webhook::once::{IdempotencyKey, Once, OnceError, Ran};
+use tower_webhook::once::{IdempotencyKey, Once, OnceErrorKind, Ran};
 use tower_webhook::store::{
     Claim, Completed, DedupeStore, Delivery, MemoryStore, Renewed, Retention, StoreError,
     StoreErrorKind, StoreFuture, Token,
@@ -983,7 +983,10 @@ async fn once_claim_failing_is_a_store_error_and_the_action_never_runs() {
     let once = Once::new(store.clone(), "fulfil");
     let effects = Arc::new(AtomicUsize::new(0));
     let failed = once.run(ORDER, action(&effects, None)).await;
-    assert!(matches!(failed, Err(OnceError::Store(_))), "{failed:?}");
+    let failed = failed.unwrap_err();
+    assert_eq!(failed.kind(), OnceErrorKind::Store, "{failed:?}");
+    assert!(failed.action().is_none());
+    assert_eq!(failed.store_error().unwrap().kind(), StoreErrorKind::Unavailable);
     assert_eq!(effects.load(Ordering::SeqCst), 0);
     assert_eq!(
         once.run(ORDER, action(&effects, None)).await.unwrap(),
