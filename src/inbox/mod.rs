@@ -32,6 +32,51 @@
 //!   `tower-webhook` command (feature `cli`). The types they read serialize to the JSON
 //!   both answer with.
 //!
+//! A whole round on a SQLite file: a verified event accepted, a worker that processes it,
+//! and a shutdown that waits for it.
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::SystemTime;
+//! use tower_webhook::inbox::{Accepted, Inbox, Worker};
+//! use tower_webhook::store::SqliteStore;
+//! use tower_webhook::{Scheme, Verifier};
+//!
+//! let path = std::env::temp_dir().join(format!("inbox-doc-{}.db", std::process::id()));
+//! let store = SqliteStore::open(&path).await?;
+//! let inbox = Inbox::sqlite(&store);
+//!
+//! // What `VerifyWebhookLayer` hands to `accept_service`: a verified event.
+//! let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+//! let body = br#"{"type":"invoice.paid"}"#;
+//! let headers = Scheme::standard().sign([secret], "msg_1", SystemTime::now(), body)?;
+//! let event = Verifier::new(Scheme::standard(), [secret])?.verify(&headers, body.to_vec().into())?;
+//! assert_eq!(inbox.accept(&event).await?, Accepted::New);
+//! assert_eq!(inbox.accept(&event).await?, Accepted::Duplicate);
+//!
+//! let (handled, mut seen) = tokio::sync::mpsc::unbounded_channel();
+//! let worker = Worker::new(&inbox, move |_event| {
+//!     let handled = handled.clone();
+//!     async move { handled.send(()).map_err(|_| "nobody is listening") }
+//! })
+//! .spawn();
+//! let ran = tokio::time::timeout(std::time::Duration::from_secs(10), seen.recv()).await?;
+//! assert_eq!(ran, Some(())); // the processor ran
+//! worker.shutdown().await; // waits for it, and its outcome recorded
+//! assert_eq!(inbox.counts().await?.processed, 1);
+//!
+//! drop((inbox, store));
+//! for suffix in ["", "-wal", "-shm"] {
+//!     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+//! }
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "sqlite"))]
+//! # fn main() {}
+//! ```
+//!
 //! Rows live in the `webhook_events` table of `migrations/`, beside `DedupeLayer`'s (a
 //! row is the inbox's when it has a `next_attempt_at`). Use one or the other per source;
 //! when a source moves from `DedupeLayer` to the inbox, a redelivery of an event that
