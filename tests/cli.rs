@@ -353,7 +353,11 @@ async fn a_database_that_refuses_is_exit_1_without_the_password() {
 
 #[tokio::test]
 async fn a_database_url_that_does_not_parse_is_exit_2_without_the_password() {
-    let out = run("postgres://operator:s3cr3t-pw@127.0.0.1:no_port/inbox", &["counts"]).await;
+    let out = run(
+        "postgres://operator:s3cr3t-pw@127.0.0.1:no_port/inbox",
+        &["counts"],
+    )
+    .await;
     assert_eq!(out.code, 2, "{out:?}");
     assert!(
         out.stderr.starts_with("error: postgres connect: "),

@@ -220,10 +220,9 @@ impl FaultStore {
         match self.fault(op) {
             Fault::Pass => call(&inner),
             Fault::Fail => Box::pin(std::future::ready(Err(StoreError::message(op.failure())))),
-            Fault::Refuse => Box::pin(std::future::ready(Err(StoreError::message(
-                op.failure(),
-            )
-            .with_kind(StoreErrorKind::InvalidInput)))),
+            Fault::Refuse => Box::pin(std::future::ready(Err(
+                StoreError::message(op.failure()).with_kind(StoreErrorKind::InvalidInput)
+            ))),
             Fault::LoseAck => {
                 let landed = call(&inner);
                 Box::pin(async move {
@@ -986,7 +985,10 @@ async fn once_claim_failing_is_a_store_error_and_the_action_never_runs() {
     let failed = failed.unwrap_err();
     assert_eq!(failed.kind(), OnceErrorKind::Store, "{failed:?}");
     assert!(failed.action().is_none());
-    assert_eq!(failed.store_error().unwrap().kind(), StoreErrorKind::Unavailable);
+    assert_eq!(
+        failed.store_error().unwrap().kind(),
+        StoreErrorKind::Unavailable
+    );
     assert_eq!(effects.load(Ordering::SeqCst), 0);
     assert_eq!(
         once.run(ORDER, action(&effects, None)).await.unwrap(),
