@@ -90,7 +90,10 @@ impl<B> Service<Request<B>> for Accept {
                     tracing::error!(target: "tower_webhook", "inbox could not store an event: {error}");
                     if error.kind() == StoreErrorKind::InvalidInput {
                         // The same event would be refused again: no retry later.
-                        text(StatusCode::INTERNAL_SERVER_ERROR, "webhook store refused the event")
+                        text(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "webhook store refused the event",
+                        )
                     } else {
                         text(StatusCode::SERVICE_UNAVAILABLE, "webhook store unavailable")
                     }

@@ -117,16 +117,18 @@ fn transient(db: &dyn sqlx::error::DatabaseError) -> bool {
         // insufficient resources, operator intervention (shutdown, statement timeout),
         // lock not available.
         let code = pg.code();
-        return ["08", "40", "53", "57"].iter().any(|class| code.starts_with(class))
+        return ["08", "40", "53", "57"]
+            .iter()
+            .any(|class| code.starts_with(class))
             || code == "55P03";
     }
     #[cfg(feature = "sqlite")]
-    if db
-        .try_downcast_ref::<sqlx::sqlite::SqliteError>()
-        .is_some()
-    {
+    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
         // The primary result code: BUSY, LOCKED, NOMEM, IOERR, FULL.
-        let primary = db.code().and_then(|c| c.parse::<i32>().ok()).map(|c| c & 0xff);
+        let primary = db
+            .code()
+            .and_then(|c| c.parse::<i32>().ok())
+            .map(|c| c & 0xff);
         return matches!(primary, Some(5 | 6 | 7 | 10 | 13));
     }
     false
@@ -371,10 +373,7 @@ mod tests {
             .execute(&mut other)
             .await
             .unwrap_err();
-        assert_eq!(
-            store_error("insert", refused).kind(),
-            StoreErrorKind::Other
-        );
+        assert_eq!(store_error("insert", refused).kind(), StoreErrorKind::Other);
 
         drop(tx);
         drop((holder, other));

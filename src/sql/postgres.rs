@@ -11,8 +11,8 @@ use tokio::sync::Notify;
 
 use super::batch::{Batcher, Run, Write, Written, MAX_BATCH, MAX_BATCH_BYTES};
 use super::{
-    after, events, listing_statement, summaries, CountsRow, Outcome, StoredRow, ABANDONED,
-    CLAIM_TRIES, CRASHED, store_error,
+    after, events, listing_statement, store_error, summaries, CountsRow, Outcome, StoredRow,
+    ABANDONED, CLAIM_TRIES, CRASHED,
 };
 use crate::inbox::backend::Backend;
 use crate::inbox::{Accepted, Counts, EventSummary, InboxEvent, Listing, Requeue, StoredEvent};

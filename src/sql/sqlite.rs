@@ -11,8 +11,8 @@ use tokio::sync::Notify;
 
 use super::batch::{Batcher, Run, Write, Written, MAX_BATCH, MAX_BATCH_BYTES};
 use super::{
-    after, events, listing_statement, summaries, CountsRow, Outcome, StoredRow, ABANDONED,
-    CLAIM_TRIES, CRASHED, store_error,
+    after, events, listing_statement, store_error, summaries, CountsRow, Outcome, StoredRow,
+    ABANDONED, CLAIM_TRIES, CRASHED,
 };
 use crate::inbox::backend::Backend;
 use crate::inbox::{Accepted, Counts, EventSummary, InboxEvent, Listing, Requeue, StoredEvent};
@@ -602,7 +602,10 @@ async fn write_batch(
     let mut guard = conn.lock().await;
     if pool.is_closed() {
         *guard = None;
-        return all_failed(StoreErrorKind::Unavailable, "the store's pool is closed".into());
+        return all_failed(
+            StoreErrorKind::Unavailable,
+            "the store's pool is closed".into(),
+        );
     }
     if guard.is_none() {
         use sqlx::ConnectOptions as _;

@@ -144,7 +144,8 @@ impl RedisStore {
             .find_map(|line| line.strip_prefix("maxmemory_policy:"))
             .map(|policy| policy.trim().to_owned())
             .ok_or_else(|| {
-                StoreError::message("redis info: no maxmemory_policy").with_kind(StoreErrorKind::Other)
+                StoreError::message("redis info: no maxmemory_policy")
+                    .with_kind(StoreErrorKind::Other)
             })
     }
 
@@ -461,7 +462,9 @@ mod tests {
         let e = RedisStore::connect_lazy("http://127.0.0.1:6379").unwrap_err();
         assert_eq!(e.kind(), StoreErrorKind::InvalidInput, "{e:?}");
         // Nothing listens on port 1.
-        let e = RedisStore::connect("redis://127.0.0.1:1").await.unwrap_err();
+        let e = RedisStore::connect("redis://127.0.0.1:1")
+            .await
+            .unwrap_err();
         assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e:?}");
     }
 }

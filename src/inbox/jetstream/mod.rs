@@ -381,19 +381,16 @@ impl JetStreamBuilder {
             ..config(dead)
         };
         for config in [config(self.stream.clone()), dead] {
-            context
-                .get_or_create_stream(config)
-                .await
-                .map_err(|e| {
-                    // The server's answer (a stream of that name configured otherwise, a
-                    // limit) does not pass by itself; no answer in time may.
-                    use async_nats::jetstream::context::CreateStreamErrorKind as Why;
-                    let kind = match e.kind() {
-                        Why::TimedOut | Why::JetStreamUnavailable => StoreErrorKind::Unavailable,
-                        _ => StoreErrorKind::Other,
-                    };
-                    StoreError::new("jetstream stream", e).with_kind(kind)
-                })?;
+            context.get_or_create_stream(config).await.map_err(|e| {
+                // The server's answer (a stream of that name configured otherwise, a
+                // limit) does not pass by itself; no answer in time may.
+                use async_nats::jetstream::context::CreateStreamErrorKind as Why;
+                let kind = match e.kind() {
+                    Why::TimedOut | Why::JetStreamUnavailable => StoreErrorKind::Unavailable,
+                    _ => StoreErrorKind::Other,
+                };
+                StoreError::new("jetstream stream", e).with_kind(kind)
+            })?;
         }
         Ok(JetStream {
             inner: Arc::new(Inner {
