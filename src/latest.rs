@@ -49,6 +49,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::sql::store_error;
 use crate::store::StoreError;
 
 /// What [`advance`] found.
@@ -88,7 +89,7 @@ pub async fn advance<C: Connection + ?Sized>(
     match conn.advance(object, ms).await {
         Ok(true) => Ok(Order::Newest),
         Ok(false) => Ok(Order::Stale),
-        Err(e) => Err(StoreError::new("ordering guard", e)),
+        Err(e) => Err(store_error("ordering guard", e)),
     }
 }
 

@@ -87,30 +87,118 @@ pub enum Ran<T> {
     Lost(T),
 }
 
-/// Why [`Once::run`] failed.
+/// Why [`Once::run`] failed: the action's own error, or the store's;
+/// [`kind`](Self::kind) says which.
+///
+/// ```
+/// use tower_webhook::once::{OnceError, OnceErrorKind};
+///
+/// fn report(e: OnceError<std::io::Error>) {
+///     match e.kind() {
+///         // Released: a later attempt runs the action again.
+///         OnceErrorKind::Action => eprintln!("the action failed: {:?}", e.action()),
+///         // Whether the store may come back: `StoreError::kind`.
+///         OnceErrorKind::Store => eprintln!("not run: {:?}", e.store_error()),
+///         _ => eprintln!("{e}"),
+///     }
+/// }
+/// ```
+pub struct OnceError<E> {
+    repr: Repr<E>,
+}
+
 #[derive(Debug)]
-#[non_exhaustive]
-pub enum OnceError<E> {
-    /// The action failed; its claim was released, so a later attempt runs it.
+enum Repr<E> {
     Action(E),
-    /// The store could not claim the key (the action did not run).
     Store(StoreError),
+}
+
+/// The kinds of [`OnceError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OnceErrorKind {
+    /// The action failed; its claim was released, so a later attempt runs it. The error
+    /// is [`OnceError::action`].
+    Action,
+    /// The store could not claim the key (the action did not run), or, in
+    /// `Once::run_in` (feature `postgres`), a statement of the transaction failed. The error is
+    /// [`OnceError::store_error`].
+    Store,
+}
+
+impl<E> OnceError<E> {
+    fn of_action(e: E) -> Self {
+        Self {
+            repr: Repr::Action(e),
+        }
+    }
+
+    fn of_store(e: StoreError) -> Self {
+        Self {
+            repr: Repr::Store(e),
+        }
+    }
+
+    /// Whose failure this is.
+    #[must_use]
+    pub fn kind(&self) -> OnceErrorKind {
+        match self.repr {
+            Repr::Action(_) => OnceErrorKind::Action,
+            Repr::Store(_) => OnceErrorKind::Store,
+        }
+    }
+
+    /// The action's error, when the action failed.
+    #[must_use]
+    pub fn action(&self) -> Option<&E> {
+        match &self.repr {
+            Repr::Action(e) => Some(e),
+            Repr::Store(_) => None,
+        }
+    }
+
+    /// The action's error, when the action failed, by value.
+    #[must_use]
+    pub fn into_action(self) -> Option<E> {
+        match self.repr {
+            Repr::Action(e) => Some(e),
+            Repr::Store(_) => None,
+        }
+    }
+
+    /// The store's error, when the store failed.
+    #[must_use]
+    pub fn store_error(&self) -> Option<&StoreError> {
+        match &self.repr {
+            Repr::Store(e) => Some(e),
+            Repr::Action(_) => None,
+        }
+    }
+}
+
+impl<E: fmt::Debug> fmt::Debug for OnceError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.repr {
+            Repr::Action(e) => f.debug_tuple("OnceError::Action").field(e).finish(),
+            Repr::Store(e) => f.debug_tuple("OnceError::Store").field(e).finish(),
+        }
+    }
 }
 
 impl<E: fmt::Display> fmt::Display for OnceError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OnceError::Action(e) => write!(f, "action failed: {e}"),
-            OnceError::Store(e) => write!(f, "once store failed: {e}"),
+        match &self.repr {
+            Repr::Action(e) => write!(f, "action failed: {e}"),
+            Repr::Store(e) => write!(f, "once store failed: {e}"),
         }
     }
 }
 
 impl<E: std::error::Error + 'static> std::error::Error for OnceError<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            OnceError::Action(e) => Some(e),
-            OnceError::Store(e) => Some(e),
+        match &self.repr {
+            Repr::Action(e) => Some(e),
+            Repr::Store(e) => Some(e),
         }
     }
 }
@@ -214,8 +302,8 @@ impl Once {
     ///
     /// # Errors
     ///
-    /// [`OnceError::Action`] when the action fails (the key is released, so it can run
-    /// again); [`OnceError::Store`] when the store cannot claim the key (the action did
+    /// [`OnceErrorKind::Action`] when the action fails (the key is released, so it can run
+    /// again); [`OnceErrorKind::Store`] when the store cannot claim the key (the action did
     /// not run).
     ///
     /// # Panics
@@ -240,7 +328,7 @@ impl Once {
             Claimed::Granted(guard) => guard,
             Claimed::Done => return Ok(Ran::Already),
             Claimed::InFlight(retry_after) => return Ok(Ran::InProgress { retry_after }),
-            Claimed::Failed(e) => return Err(OnceError::Store(e)),
+            Claimed::Failed(e) => return Err(OnceError::of_store(e)),
         };
         let work = action(self.idempotency_key(key));
         let (result, held) = match tokio::runtime::Handle::try_current() {
@@ -251,7 +339,7 @@ impl Once {
                     Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
                     // The runtime is shutting down: the lease frees the key.
                     Err(_) => {
-                        return Err(OnceError::Store(StoreError::message(
+                        return Err(OnceError::of_store(StoreError::message(
                             "the runtime is shutting down",
                         )))
                     }
@@ -274,7 +362,7 @@ impl Once {
             },
         };
         match (result, held) {
-            (Err(e), _) => Err(OnceError::Action(e)),
+            (Err(e), _) => Err(OnceError::of_action(e)),
             (Ok(value), Held::Done) => Ok(Ran::Now(value)),
             (Ok(value), _held) => {
                 #[cfg(feature = "tracing")]
@@ -321,8 +409,8 @@ impl Once {
     ///
     /// # Errors
     ///
-    /// [`OnceError::Action`] when the action fails (rolled back to the savepoint);
-    /// [`OnceError::Store`] when a statement fails (the transaction is then aborted: let
+    /// [`OnceErrorKind::Action`] when the action fails (rolled back to the savepoint);
+    /// [`OnceErrorKind::Store`] when a statement fails (the transaction is then aborted: let
     /// it roll back).
     pub async fn run_in<F, Fut, T, E>(
         &self,
@@ -334,7 +422,7 @@ impl Once {
         F: FnOnce(IdempotencyKey) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let store = |e| OnceError::Store(StoreError::new("once in transaction", e));
+        let store = |e| OnceError::of_store(crate::sql::store_error("once in transaction", e));
         let claimed = {
             let mut conn = tx.lock().await;
             sqlx::query("SAVEPOINT tower_webhook_once")
@@ -374,7 +462,7 @@ impl Once {
             .execute(&mut **conn)
             .await
             .map_err(store)?;
-        outcome.map(Ran::Now).map_err(OnceError::Action)
+        outcome.map(Ran::Now).map_err(OnceError::of_action)
     }
 }
 

@@ -16,7 +16,7 @@ use http_body_util::{BodyExt, Full};
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_webhook::filter::{EventFilterLayer, Livemode};
 use tower_webhook::latest::{self, Order};
-use tower_webhook::once::{Once, OnceError, Ran};
+use tower_webhook::once::{Once, OnceErrorKind, Ran};
 use tower_webhook::response::{Rejection, RejectionKind};
 use tower_webhook::store::{DedupeStore, MemoryStore, PgStore, RedisStore, Retention, SqliteStore};
 use tower_webhook::{Scheme, VerifyWebhookLayer};
@@ -45,7 +45,11 @@ async fn once_runs_an_action_once_per_key(store: Arc<dyn DedupeStore>) {
             Err::<(), _>(std::io::Error::other("warehouse down"))
         })
         .await;
-    assert!(matches!(failed, Err(OnceError::Action(_))));
+    let failed = failed.unwrap_err();
+    assert_eq!(failed.kind(), OnceErrorKind::Action);
+    assert!(failed.store_error().is_none());
+    assert_eq!(failed.to_string(), "action failed: warehouse down");
+    assert_eq!(failed.into_action().unwrap().to_string(), "warehouse down");
     assert_eq!(
         fulfil.run("order-8", action()).await.unwrap(),
         Ran::Now("shipped")

@@ -353,6 +353,22 @@ async fn a_database_that_refuses_is_exit_1_without_the_password() {
 }
 
 #[tokio::test]
+async fn a_database_url_that_does_not_parse_is_exit_2_without_the_password() {
+    let out = run(
+        "postgres://operator:s3cr3t-pw@127.0.0.1:no_port/inbox",
+        &["counts"],
+    )
+    .await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(
+        out.stderr.starts_with("error: postgres connect: "),
+        "{out:?}"
+    );
+    assert!(!out.stderr.contains("s3cr3t"), "{out:?}");
+    assert_eq!(out.stdout, "");
+}
+
+#[tokio::test]
 async fn text_from_the_database_cannot_drive_the_terminal() {
     let (inbox, path) = sqlite().await;
     // A processor's error and an event type carrying escape sequences.

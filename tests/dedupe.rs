@@ -607,6 +607,24 @@ async fn postgres() -> Arc<dyn DedupeStore> {
     Arc::new(PgStore::connect(&fresh_pg_url().await).await.unwrap())
 }
 
+#[test]
+fn a_service_url_is_probed_at_its_host_and_port_and_printed_without_its_password() {
+    assert_eq!(
+        common::redact("postgres://operator:s3cr3t@db:5432/x"),
+        "postgres://operator:***@db:5432/x"
+    );
+    assert_eq!(
+        common::redact("redis://127.0.0.1:6379"),
+        "redis://127.0.0.1:6379"
+    );
+    // Nothing listens on port 1.
+    let why = common::probe("postgres://operator:s3cr3t@127.0.0.1:1/x").unwrap_err();
+    assert!(why.starts_with("127.0.0.1:1: "), "{why}");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    common::probe(&format!("redis://127.0.0.1:{port}")).unwrap();
+}
+
 /// A prefix of its own per test, on the shared server.
 async fn redis() -> Arc<dyn DedupeStore> {
     let prefix = format!("tower-webhook-test:{}:", uuid::Uuid::new_v4().simple());

@@ -373,7 +373,7 @@ async fn receiver_in_inbox_mode_answers_at_once_and_its_worker_handles_each_even
 async fn receivers_in_nats_mode_store_each_event_once_and_their_workers_handle_it_once() {
     const SECRET: &str = "whsec_receiver_nats_0123456789";
     let stream = format!("tw_test_receiver_{}", uuid::Uuid::new_v4().simple());
-    let nats = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let nats = common::nats_url();
     let env = [
         ("WEBHOOK_SCHEME", "stripe"),
         ("WEBHOOK_SECRETS", SECRET),
@@ -1442,7 +1442,7 @@ async fn demo_on_postgres_holds_exactly_once() {
 /// for the long tail), and NATS cut off for the outage.
 #[tokio::test]
 async fn demo_on_nats_jetstream_holds_exactly_once() {
-    let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let url = common::nats_url();
     demo(&["--nats", &url]).await;
 }
 

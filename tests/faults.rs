@@ -22,7 +22,7 @@
 //!   (`ClaimLost::Unrecorded`, `Ran::Lost`), and the key frees itself with the lease;
 //! - renewals keep a claim for many leases; without them, a redelivery takes the key over
 //!   after the lease and the first attempt's response says so (`ClaimLost::TakenOver`);
-//! - a failing claim is a 503 with `Retry-After` (a `OnceError::Store`) and runs nothing;
+//! - a failing claim is a 503 with `Retry-After` (a `OnceError` of kind `Store`) and runs nothing;
 //!   a claim whose acknowledgement was lost is released at once, not left to its lease;
 //!   a failing release leaves the key to its lease;
 //! - the memory store completes idempotently under one token and fences a stale renewal.
@@ -46,11 +46,11 @@ use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_webhook::dedupe::ClaimLost;
-use tower_webhook::once::{IdempotencyKey, Once, OnceError, Ran};
+use tower_webhook::once::{IdempotencyKey, Once, OnceErrorKind, Ran};
 use tower_webhook::response::{Rejection, RejectionKind};
 use tower_webhook::store::{
     Claim, Completed, DedupeStore, Delivery, MemoryStore, Renewed, Retention, StoreError,
-    StoreFuture, Token,
+    StoreErrorKind, StoreFuture, Token,
 };
 use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
 
@@ -141,6 +141,8 @@ enum Fault {
     Pass,
     /// Answered with a `StoreError`; the store is untouched.
     Fail,
+    /// Answered with a `StoreError` of kind `InvalidInput`; the store is untouched.
+    Refuse,
     /// Applied, then answered with a `StoreError`: the acknowledgement is lost.
     LoseAck,
     /// Applied and answered once the gate opens (a statement that lands late; dropped
@@ -219,6 +221,9 @@ impl FaultStore {
         match self.fault(op) {
             Fault::Pass => call(&inner),
             Fault::Fail => Box::pin(std::future::ready(Err(StoreError::message(op.failure())))),
+            Fault::Refuse => Box::pin(std::future::ready(Err(
+                StoreError::message(op.failure()).with_kind(StoreErrorKind::InvalidInput)
+            ))),
             Fault::LoseAck => {
                 let landed = call(&inner);
                 Box::pin(async move {
@@ -707,6 +712,26 @@ async fn dedupe_claim_failing_is_a_503_with_retry_after_and_the_handler_never_ru
 }
 
 #[tokio::test]
+async fn dedupe_claim_refused_as_invalid_input_is_a_500_without_retry_after_and_the_handler_never_runs(
+) {
+    let hooks = Webhooks::new(LONG_LEASE, Gate::opened());
+    hooks.store.always(Op::Claim, Fault::Refuse);
+    let response = hooks.send("ok").await;
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(response.headers().get("retry-after").is_none());
+    assert_eq!(
+        response
+            .extensions()
+            .get::<Rejection>()
+            .map(Rejection::kind),
+        Some(RejectionKind::StoreRefused)
+    );
+    assert_eq!(response.body(), "webhook store refused the event");
+    assert_eq!(hooks.store.calls(Op::Claim), 1);
+    assert_eq!(hooks.effects(), 0);
+}
+
+#[tokio::test]
 async fn dedupe_claim_whose_ack_was_lost_is_a_503_and_released_so_the_retry_runs_at_once() {
     let hooks = Webhooks::new(LONG_LEASE, Gate::opened());
     hooks.store.script(Op::Claim, [Fault::LoseAck]);
@@ -968,7 +993,13 @@ async fn once_claim_failing_is_a_store_error_and_the_action_never_runs() {
     let once = Once::new(store.clone(), "fulfil");
     let effects = Arc::new(AtomicUsize::new(0));
     let failed = once.run(ORDER, action(&effects, None)).await;
-    assert!(matches!(failed, Err(OnceError::Store(_))), "{failed:?}");
+    let failed = failed.unwrap_err();
+    assert_eq!(failed.kind(), OnceErrorKind::Store, "{failed:?}");
+    assert!(failed.action().is_none());
+    assert_eq!(
+        failed.store_error().unwrap().kind(),
+        StoreErrorKind::Unavailable
+    );
     assert_eq!(effects.load(Ordering::SeqCst), 0);
     assert_eq!(
         once.run(ORDER, action(&effects, None)).await.unwrap(),

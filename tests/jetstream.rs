@@ -26,7 +26,7 @@ use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 fn nats_url() -> String {
-    std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+    common::nats_url()
 }
 
 async fn client(url: &str) -> async_nats::Client {

@@ -534,7 +534,7 @@ async fn the_jetstream_inbox_counts_accepts_and_attempts_by_outcome_and_sets_the
     let recorder = DebuggingRecorder::new();
     let _local = metrics::set_default_local_recorder(&recorder);
     let mut recorded = Recorded::new(&recorder);
-    let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let url = common::nats_url();
     let name = format!("tw_test_{}", uuid::Uuid::new_v4().simple());
     let client = async_nats::connect(&url).await.expect("NATS is running");
     let jetstream = JetStream::builder(client, &name)

@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreErrorKind};
 
 /// Why an admin request failed. The response is `{"error": "<a fixed short message>"}`
 /// with the kind's status; this value rides in its extensions (for an outer layer's
@@ -33,6 +33,9 @@ pub enum AdminErrorKind {
     MethodNotAllowed,
     /// The database did not answer: 503 (try again).
     Unavailable,
+    /// The database answered with a failure that trying again is not known to fix (a
+    /// statement it refused, a row that does not decode): 500.
+    Internal,
 }
 
 impl AdminError {
@@ -60,7 +63,8 @@ impl AdminError {
         }
     }
 
-    /// The database failed: logged (feature `tracing`) with its cause, answered 503.
+    /// The database failed: logged (feature `tracing`) with its cause, answered by its
+    /// kind — 503 when it could not be used now, 400 when it refused the input, else 500.
     pub(super) fn store(error: StoreError) -> Self {
         #[cfg(feature = "tracing")]
         tracing::error!(
@@ -68,9 +72,20 @@ impl AdminError {
             "admin: the inbox's database failed: {error}: {:?}",
             std::error::Error::source(&error)
         );
+        let (kind, message) = match error.kind() {
+            StoreErrorKind::InvalidInput => (
+                AdminErrorKind::BadRequest,
+                "the inbox's database refused the input",
+            ),
+            StoreErrorKind::Unavailable => (
+                AdminErrorKind::Unavailable,
+                "the inbox's database is unavailable",
+            ),
+            _ => (AdminErrorKind::Internal, "the inbox's database failed"),
+        };
         Self {
-            kind: AdminErrorKind::Unavailable,
-            message: "the inbox's database is unavailable",
+            kind,
+            message,
             source: Some(Arc::new(error)),
         }
     }
@@ -89,6 +104,7 @@ impl AdminError {
             AdminErrorKind::NotFound => StatusCode::NOT_FOUND,
             AdminErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             AdminErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            AdminErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }

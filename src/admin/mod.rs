@@ -28,9 +28,10 @@
 //!
 //! Times are RFC 3339 in UTC. Failures are `{"error": "<a fixed short message>"}`: 400
 //! for input that does not parse or is out of range (unknown parameters and fields
-//! included), 404 for an unknown event or endpoint, 405 for a wrong method, 503 when the
-//! database did not answer (its error goes to `tracing`, never into the response). The
-//! response carries an [`AdminError`] in its extensions.
+//! included, and input the database refused), 404 for an unknown event or endpoint, 405
+//! for a wrong method, 503 when the database did not answer, 500 when it failed otherwise
+//! (its error goes to `tracing`, never into the response). The response carries an
+//! [`AdminError`] in its extensions.
 //!
 //! # Security
 //!

@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::{ArgGroup, CommandFactory as _, Parser, Subcommand, ValueEnum};
 use tower_webhook::inbox::{Cursor, EventSummary, Inbox, Listing, Page, Requeue, StoredEvent};
-use tower_webhook::store::{PgStore, SqliteStore, StoreError};
+use tower_webhook::store::{PgStore, SqliteStore, StoreError, StoreErrorKind};
 
 /// Operate a tower-webhook inbox: counts, dead and failing rows, one event, requeue.
 ///
@@ -129,6 +129,9 @@ enum Failure {
     Usage(String),
     /// The database could not be opened or failed: exit 1.
     Store(String),
+    /// The store refused the input (a database URL that does not parse): exit 2, as
+    /// usage, but with the URL's password redacted like a store's error.
+    Refused(String),
     /// `show` of an event the inbox does not have: exit 3.
     NotFound,
 }
@@ -145,8 +148,22 @@ impl From<StoreError> for Failure {
             }
             source = cause.source();
         }
-        Failure::Store(text)
+        if e.kind() == StoreErrorKind::InvalidInput {
+            Failure::Refused(text)
+        } else {
+            Failure::Store(text)
+        }
     }
+}
+
+/// A failed connection: a URL that does not parse is the input's fault (exit 2), the
+/// rest the server's (exit 1).
+fn connect_error(e: sqlx::Error) -> StoreError {
+    let kind = match e {
+        sqlx::Error::Configuration(_) => StoreErrorKind::InvalidInput,
+        _ => StoreErrorKind::Unavailable,
+    };
+    StoreError::new("postgres connect", e).with_kind(kind)
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -171,6 +188,10 @@ async fn main() -> ExitCode {
             // A driver's error may quote the URL it was given: never its password.
             eprintln!("error: {}", redact(&text, &url));
             ExitCode::from(1)
+        }
+        Err(Failure::Refused(text)) => {
+            eprintln!("error: {}", redact(&text, &url));
+            ExitCode::from(2)
         }
         Err(Failure::NotFound) => {
             eprintln!("error: the inbox has no such event");
@@ -285,16 +306,16 @@ async fn open(url: &str) -> Result<Inbox, Failure> {
         use sqlx::Connection as _;
         sqlx::PgConnection::connect(url)
             .await
-            .map_err(|e| StoreError::new("postgres connect", e))?
+            .map_err(connect_error)?
             .close()
             .await
-            .map_err(|e| StoreError::new("postgres connect", e))?;
+            .map_err(connect_error)?;
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(2)
             .acquire_timeout(Duration::from_secs(10))
             .connect(url)
             .await
-            .map_err(|e| StoreError::new("postgres connect", e))?;
+            .map_err(connect_error)?;
         // Migrated by the application; an operator's command changes no schema.
         return Ok(Inbox::postgres(&PgStore::from_migrated_pool(pool)));
     }

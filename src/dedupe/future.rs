@@ -14,7 +14,9 @@ use super::ClaimLost;
 use crate::metrics;
 use crate::response::{Rejection, ResponseBody};
 use crate::span;
-use crate::store::{hold, whole_seconds, ClaimGuard, Claimed, Delivery, Held, PendingClaim, Token};
+use crate::store::{
+    hold, whole_seconds, ClaimGuard, Claimed, Delivery, Held, PendingClaim, StoreErrorKind, Token,
+};
 
 /// The handler's result and how its claim ended, from the task that ran it.
 type Finished<S, B> = (
@@ -155,6 +157,10 @@ where
                         Claimed::Failed(error) => {
                             metrics::store_unavailable(source);
                             log_store_error("claim", &error);
+                            if error.kind() == StoreErrorKind::InvalidInput {
+                                let response = config.reject(Rejection::store_refused());
+                                return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
+                            }
                             let secs = whole_seconds(config.unavailable_retry_after).as_secs();
                             let response = config.reject(Rejection::store_unavailable(secs));
                             return Poll::Ready(Ok(response.map(ResponseBody::fixed)));

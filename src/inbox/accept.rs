@@ -14,7 +14,7 @@ use tower_service::Service;
 
 use super::Accepted;
 use crate::response::{self, Needs, RejectFn, Rejection};
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreErrorKind};
 use crate::{metrics, Event};
 
 /// Where [`Accept`] stores a delivery: an [`Inbox`](super::Inbox), or JetStream.
@@ -26,8 +26,8 @@ pub(crate) trait Destination: Send + Sync + 'static {
 }
 
 /// Stores each verified delivery and answers at once: 204 when stored (duplicates too),
-/// 503 + `Retry-After` when it could not be stored (the provider retries), 500 without
-/// `VerifyWebhookLayer` in front. Serve it with axum's `post_service`.
+/// 503 + `Retry-After` when it could not be stored (the provider retries), 500 when the
+/// store refused it as invalid input or without `VerifyWebhookLayer` in front. Serve it with axum's `post_service`.
 ///
 /// A duplicate's 204, the 503 and the 500 carry a [`Rejection`] in their extensions;
 /// [`with_rejection`](Self::with_rejection) replaces them (see [`crate::response`]).
@@ -100,11 +100,15 @@ impl<B> Service<Request<B>> for Accept {
                     metrics::duplicate(event.metrics());
                     reject(Rejection::duplicate())
                 }
-                Err(_error) => {
+                Err(error) => {
                     metrics::store_unavailable(event.metrics());
                     #[cfg(feature = "tracing")]
-                    tracing::error!(target: "tower_webhook", "inbox could not store an event: {_error}");
-                    reject(Rejection::store_unavailable(RETRY_AFTER_SECS))
+                    tracing::error!(target: "tower_webhook", "inbox could not store an event: {error}");
+                    // Invalid input would be refused again: no retry later.
+                    match error.kind() {
+                        StoreErrorKind::InvalidInput => reject(Rejection::store_refused()),
+                        _ => reject(Rejection::store_unavailable(RETRY_AFTER_SECS)),
+                    }
                 }
             }
         })

@@ -34,6 +34,51 @@
 //!   `tower-webhook` command (feature `cli`). The types they read serialize to the JSON
 //!   both answer with.
 //!
+//! A whole round on a SQLite file: a verified event accepted, a worker that processes it,
+//! and a shutdown that waits for it.
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::SystemTime;
+//! use tower_webhook::inbox::{Accepted, Inbox, Worker};
+//! use tower_webhook::store::SqliteStore;
+//! use tower_webhook::{Scheme, Verifier};
+//!
+//! let path = std::env::temp_dir().join(format!("inbox-doc-{}.db", std::process::id()));
+//! let store = SqliteStore::open(&path).await?;
+//! let inbox = Inbox::sqlite(&store);
+//!
+//! // What `VerifyWebhookLayer` hands to `accept_service`: a verified event.
+//! let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+//! let body = br#"{"type":"invoice.paid"}"#;
+//! let headers = Scheme::standard().sign([secret], "msg_1", SystemTime::now(), body)?;
+//! let event = Verifier::new(Scheme::standard(), [secret])?.verify(&headers, body.to_vec().into())?;
+//! assert_eq!(inbox.accept(&event).await?, Accepted::New);
+//! assert_eq!(inbox.accept(&event).await?, Accepted::Duplicate);
+//!
+//! let (handled, mut seen) = tokio::sync::mpsc::unbounded_channel();
+//! let worker = Worker::new(&inbox, move |_event, _attempt| {
+//!     let handled = handled.clone();
+//!     async move { handled.send(()).map_err(|_| "nobody is listening") }
+//! })
+//! .spawn();
+//! let ran = tokio::time::timeout(std::time::Duration::from_secs(10), seen.recv()).await?;
+//! assert_eq!(ran, Some(())); // the processor ran
+//! worker.shutdown().await; // waits for it, and its outcome recorded
+//! assert_eq!(inbox.counts().await?.processed, 1);
+//!
+//! drop((inbox, store));
+//! for suffix in ["", "-wal", "-shm"] {
+//!     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+//! }
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "sqlite"))]
+//! # fn main() {}
+//! ```
+//!
 //! Rows live in the `webhook_events` table of `migrations/`, beside `DedupeLayer`'s (a
 //! row is the inbox's when it has a `next_attempt_at`). Use one or the other per source;
 //! when a source moves from `DedupeLayer` to the inbox, a redelivery of an event that
@@ -78,7 +123,7 @@ pub use self::worker::Worker;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::metrics::{self, Operation};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-use crate::store::{Retention, StoreError};
+use crate::store::{Retention, StoreError, StoreErrorKind};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::Event;
 
@@ -255,7 +300,8 @@ impl Inbox {
     ///
     /// # Errors
     ///
-    /// When `id` is empty or not visible ASCII, or the database could not store it.
+    /// When `id` is empty or not visible ASCII ([`StoreErrorKind::InvalidInput`]), or the
+    /// database could not store it.
     pub async fn ingest(
         &self,
         source: &str,
@@ -265,7 +311,10 @@ impl Inbox {
         let id = http::HeaderValue::from_str(id)
             .ok()
             .filter(|_| !id.is_empty() && id.bytes().all(|b| b.is_ascii_graphic()))
-            .ok_or_else(|| StoreError::message("an event id is visible ASCII, not empty"))?;
+            .ok_or_else(|| {
+                StoreError::message("an event id is visible ASCII, not empty")
+                    .with_kind(StoreErrorKind::InvalidInput)
+            })?;
         self.accept(&Event::fetched(source, id, body.into())).await
     }
 
@@ -399,5 +448,30 @@ impl accept::Destination for Inbox {
 impl std::fmt::Debug for Inbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Inbox").finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn ingest_refuses_an_id_that_is_not_visible_ascii_as_invalid_input() {
+        let path = std::env::temp_dir().join(format!(
+            "tower-webhook-ingest-{}.db",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let store = crate::store::SqliteStore::open(&path).await.unwrap();
+        let inbox = Inbox::sqlite(&store);
+        for id in ["", "evt 1", "evt_\u{e9}"] {
+            let e = inbox.ingest("stripe", id, "{}").await.unwrap_err();
+            assert_eq!(e.kind(), StoreErrorKind::InvalidInput, "{id:?}");
+        }
+        inbox.ingest("stripe", "evt_1", "{}").await.unwrap();
+        assert_eq!(inbox.counts().await.unwrap().queued, 1);
+        drop((inbox, store));
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
     }
 }

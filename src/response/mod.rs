@@ -61,6 +61,10 @@ pub enum RejectionKind {
     /// The store could not answer or could not record the event (503 + `Retry-After`):
     /// the provider retries.
     StoreUnavailable,
+    /// The store refused the event's key as invalid input
+    /// ([`StoreErrorKind::InvalidInput`](crate::store::StoreErrorKind::InvalidInput)):
+    /// the same delivery would be refused again (500, no `Retry-After`).
+    StoreRefused,
     /// `EventFilterLayer` skipped the event: its type is not allowed (204).
     SkippedType,
     /// `EventFilterLayer` skipped the event: its livemode does not match the policy (204).
@@ -124,6 +128,15 @@ impl Rejection {
         Self::new(RejectionKind::StoreUnavailable, "webhook store unavailable").retrying_after(secs)
     }
 
+    /// The store refused the event as invalid input: 500.
+    #[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
+    pub(crate) const fn store_refused() -> Self {
+        Self::new(
+            RejectionKind::StoreRefused,
+            "webhook store refused the event",
+        )
+    }
+
     /// No verified event in the request, in front of `layer`.
     pub(crate) const fn missing_event(layer: Needs) -> Self {
         // One text per layer, each naming where the verify layer goes.
@@ -177,7 +190,8 @@ impl Rejection {
             RejectionKind::InFlight => StatusCode::CONFLICT,
             RejectionKind::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             RejectionKind::NoKey => StatusCode::BAD_REQUEST,
-            RejectionKind::UnsignedType
+            RejectionKind::StoreRefused
+            | RejectionKind::UnsignedType
             | RejectionKind::MissingEvent
             | RejectionKind::MissingTransaction
             | RejectionKind::TransactionKept

@@ -69,7 +69,72 @@ use crate::event::{Event, Stored};
 use crate::inbox::backend::Claimed;
 use crate::inbox::listing::{from_micros, Rows};
 use crate::inbox::{Counts, EventSummary, Listing, State, StoredEvent};
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreErrorKind};
+
+/// A failed statement as a [`StoreError`] of `context`, of the kind its cause says:
+/// [`Unavailable`](StoreErrorKind::Unavailable) when the database could not be used now
+/// (no connection, the pool exhausted or closed, a timeout; PostgreSQL's connection,
+/// resource, operator and transaction-rollback classes; SQLite busy, locked, out of memory,
+/// I/O or disk full), [`InvalidInput`](StoreErrorKind::InvalidInput) for options that do
+/// not parse, [`Other`](StoreErrorKind::Other) for the rest (a refused statement, a row
+/// that does not decode).
+pub(crate) fn store_error(context: &'static str, e: sqlx::Error) -> StoreError {
+    let kind = error_kind(&e);
+    StoreError::new(context, e).with_kind(kind)
+}
+
+/// A failed migration as a [`StoreError`] of `context`: a statement's failure of the kind
+/// [`store_error`] gives it, the rest (a migration missing, changed or dirty)
+/// [`Other`](StoreErrorKind::Other).
+pub(crate) fn migrate_error(context: &'static str, e: sqlx::migrate::MigrateError) -> StoreError {
+    use sqlx::migrate::MigrateError;
+    let kind = match &e {
+        MigrateError::Execute(e) | MigrateError::ExecuteMigration(e, _) => error_kind(e),
+        _ => StoreErrorKind::Other,
+    };
+    StoreError::new(context, e).with_kind(kind)
+}
+
+/// The kind [`store_error`] gives `e`.
+pub(crate) fn error_kind(e: &sqlx::Error) -> StoreErrorKind {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => StoreErrorKind::Unavailable,
+        sqlx::Error::Configuration(_) | sqlx::Error::InvalidArgument(_) => {
+            StoreErrorKind::InvalidInput
+        }
+        sqlx::Error::Database(db) if transient(&**db) => StoreErrorKind::Unavailable,
+        _ => StoreErrorKind::Other,
+    }
+}
+
+/// Whether a database's own error says "not now" rather than "not this".
+fn transient(db: &dyn sqlx::error::DatabaseError) -> bool {
+    #[cfg(feature = "postgres")]
+    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        // Connection exceptions, transaction rollback (serialization failure, deadlock),
+        // insufficient resources, operator intervention (shutdown, statement timeout),
+        // lock not available.
+        let code = pg.code();
+        return ["08", "40", "53", "57"]
+            .iter()
+            .any(|class| code.starts_with(class))
+            || code == "55P03";
+    }
+    #[cfg(feature = "sqlite")]
+    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+        // The primary result code: BUSY, LOCKED, NOMEM, IOERR, FULL.
+        let primary = db
+            .code()
+            .and_then(|c| c.parse::<i32>().ok())
+            .map(|c| c & 0xff);
+        return matches!(primary, Some(5 | 6 | 7 | 10 | 13));
+    }
+    false
+}
 
 /// What a worker does with a claimed row when it is done with it.
 #[derive(Debug, Clone)]
@@ -229,7 +294,7 @@ fn after(listing: &Listing) -> (Option<i64>, Option<String>, Option<String>) {
 /// Runs a listing's rows into summaries.
 fn summaries(rows: Result<Vec<ListedRow>, sqlx::Error>) -> Result<Vec<EventSummary>, StoreError> {
     rows.map(|rows| rows.into_iter().map(EventSummary::from).collect())
-        .map_err(|e| StoreError::new("inbox list", e))
+        .map_err(|e| store_error("inbox list", e))
 }
 
 /// What a row stopped past the shutdown's grace period says as its error.
@@ -248,9 +313,75 @@ fn events(rows: Result<Vec<ClaimedRow>, sqlx::Error>) -> Result<Vec<Claimed>, St
             .map(Claimed::from)
             .collect()
     })
-    .map_err(|e| StoreError::new("inbox claim", e))
+    .map_err(|e| store_error("inbox claim", e))
 }
 
 /// How many times a claim retries when the row it conflicted with was pruned between its
 /// two statements.
 const CLAIM_TRIES: usize = crate::store::CLAIM_TRIES;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_without_a_database_answer_have_the_kind_of_their_cause() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        for (e, kind) in [
+            (sqlx::Error::Io(refused), StoreErrorKind::Unavailable),
+            (sqlx::Error::PoolTimedOut, StoreErrorKind::Unavailable),
+            (sqlx::Error::PoolClosed, StoreErrorKind::Unavailable),
+            (
+                sqlx::Error::Configuration("not a URL".into()),
+                StoreErrorKind::InvalidInput,
+            ),
+            (sqlx::Error::RowNotFound, StoreErrorKind::Other),
+            (
+                sqlx::Error::ColumnNotFound("state".into()),
+                StoreErrorKind::Other,
+            ),
+        ] {
+            let text = e.to_string();
+            assert_eq!(store_error("op", e).kind(), kind, "{text}");
+        }
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn sqlite_busy_is_unavailable_and_a_refused_statement_is_other() {
+        use sqlx::{ConnectOptions as _, Connection as _};
+        let path = std::env::temp_dir().join(format!(
+            "tower-webhook-kinds-{}.db",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .busy_timeout(Duration::ZERO);
+        let mut holder = options.connect().await.unwrap();
+        sqlx::query("CREATE TABLE t (x INTEGER)")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        let tx = holder.begin_with("BEGIN IMMEDIATE").await.unwrap();
+        let mut other = options.connect().await.unwrap();
+
+        let busy = sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&mut other)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            store_error("insert", busy).kind(),
+            StoreErrorKind::Unavailable
+        );
+        let refused = sqlx::query("INSERT INTO no_such_table VALUES (1)")
+            .execute(&mut other)
+            .await
+            .unwrap_err();
+        assert_eq!(store_error("insert", refused).kind(), StoreErrorKind::Other);
+
+        drop(tx);
+        drop((holder, other));
+        std::fs::remove_file(&path).unwrap();
+    }
+}

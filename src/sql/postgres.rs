@@ -11,8 +11,8 @@ use tokio::sync::Notify;
 
 use super::batch::{Batcher, Run, Write, Written, MAX_BATCH, MAX_BATCH_BYTES};
 use super::{
-    after, events, listing_statement, summaries, CountsRow, Outcome, StoredRow, ABANDONED,
-    CLAIM_TRIES, CRASHED,
+    after, events, listing_statement, store_error, summaries, CountsRow, Outcome, StoredRow,
+    ABANDONED, CLAIM_TRIES, CRASHED,
 };
 use crate::inbox::backend::{Backend, Claimed};
 use crate::inbox::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
@@ -193,7 +193,7 @@ impl Pg {
             .bind(lease.as_secs_f64())
             .execute(&self.pool)
             .await
-            .map_err(|e| StoreError::new("postgres renew", e))?;
+            .map_err(|e| store_error("postgres renew", e))?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -235,7 +235,7 @@ impl Pg {
             .bind(token.as_uuid())
             .execute(&self.pool)
             .await
-            .map_err(|e| StoreError::new("postgres release", e))?;
+            .map_err(|e| store_error("postgres release", e))?;
         Ok(())
     }
 
@@ -244,7 +244,7 @@ impl Pg {
             .bind(older_than.as_secs_f64())
             .execute(&self.pool)
             .await
-            .map_err(|e| StoreError::new("postgres prune", e))?;
+            .map_err(|e| store_error("postgres prune", e))?;
         Ok(pruned.rows_affected())
     }
 
@@ -258,7 +258,7 @@ impl Pg {
             .bind(older_than.as_secs_f64())
             .execute(&self.pool)
             .await
-            .map_err(|e| StoreError::new("postgres prune", e))?;
+            .map_err(|e| store_error("postgres prune", e))?;
         Ok(pruned.rows_affected())
     }
 }
@@ -590,7 +590,7 @@ impl Backend for Pg {
             let done = query
                 .execute(&pool)
                 .await
-                .map_err(|e| StoreError::new("inbox finish", e))?;
+                .map_err(|e| store_error("inbox finish", e))?;
             Ok(done.rows_affected() == 1)
         })
     }
@@ -609,10 +609,10 @@ impl Backend for Pg {
                 .bind(which.received_before)
                 .fetch_one(&pool)
                 .await
-                .map_err(|e| StoreError::new("inbox requeue", e))?;
+                .map_err(|e| store_error("inbox requeue", e))?;
             let n: i64 = done
                 .try_get(0)
-                .map_err(|e| StoreError::new("inbox requeue", e))?;
+                .map_err(|e| store_error("inbox requeue", e))?;
             Ok(n.unsigned_abs())
         })
     }
@@ -625,7 +625,7 @@ impl Backend for Pg {
                 .bind(older_than.as_secs_f64())
                 .execute(&pool)
                 .await
-                .map_err(|e| StoreError::new("inbox prune", e))?;
+                .map_err(|e| store_error("inbox prune", e))?;
             if !dead {
                 // The pruned rows' -1s, and what was processed since, into one row.
                 let _ = sqlx::raw_sql(FOLD_COUNTS).execute(&pool).await;
@@ -640,7 +640,7 @@ impl Backend for Pg {
             let row = sqlx::query_as::<_, CountsWithLog>(COUNTS)
                 .fetch_one(&pool)
                 .await
-                .map_err(|e| StoreError::new("inbox counts", e))?;
+                .map_err(|e| store_error("inbox counts", e))?;
             if row.log_rows > FOLD_AFTER {
                 // Housekeeping, not the answer: a fold that fails is done by a later call.
                 let _ = sqlx::raw_sql(FOLD_COUNTS).execute(&pool).await;
@@ -683,7 +683,7 @@ impl Backend for Pg {
                 .fetch_optional(&pool)
                 .await
                 .map(|row| row.map(StoredEvent::from))
-                .map_err(|e| StoreError::new("inbox event", e))
+                .map_err(|e| store_error("inbox event", e))
         })
     }
 
@@ -847,8 +847,9 @@ fn unavailable(e: &sqlx::Error) -> bool {
 /// Every write of a kind answered with the statement's error.
 fn all_failed<T>(n: usize, context: &'static str, e: &sqlx::Error) -> Vec<Result<T, StoreError>> {
     let why = e.to_string();
+    let kind = super::error_kind(e);
     (0..n)
-        .map(|_| Err(StoreError::new(context, why.clone())))
+        .map(|_| Err(StoreError::new(context, why.clone()).with_kind(kind)))
         .collect()
 }
 
@@ -896,7 +897,7 @@ async fn claim_one(
     token: Token,
     lease: Duration,
 ) -> Result<Claim, StoreError> {
-    let err = |e| StoreError::new("postgres claim", e);
+    let err = |e| store_error("postgres claim", e);
     for _ in 0..CLAIM_TRIES {
         let inserted = bind_delivery(sqlx::query(CLAIM), d)
             .bind(lease.as_secs_f64())
@@ -958,7 +959,7 @@ async fn complete_many(
             .bind(token.as_uuid())
             .execute(pool)
             .await
-            .map_err(|e| StoreError::new("postgres complete", e));
+            .map_err(|e| store_error("postgres complete", e));
         results.push(done.map(|d| d.rows_affected() == 1));
     }
     results
@@ -1003,7 +1004,7 @@ async fn accept_many(pool: &PgPool, accepts: Vec<&Delivery>) -> Vec<Result<Accep
     }
     let mut results = Vec::with_capacity(accepts.len());
     for d in accepts {
-        let err = |e| StoreError::new("inbox accept", e);
+        let err = |e| store_error("inbox accept", e);
         let row = bind_delivery(sqlx::query(ACCEPT), d).fetch_one(pool).await;
         results.push(row.map_err(err).and_then(|row| {
             let new: bool = row.try_get(0).map_err(err)?;

@@ -11,12 +11,12 @@ use tokio::sync::Notify;
 
 use super::batch::{Batcher, Run, Write, Written, MAX_BATCH, MAX_BATCH_BYTES};
 use super::{
-    after, events, listing_statement, summaries, CountsRow, Outcome, StoredRow, ABANDONED,
-    CLAIM_TRIES, CRASHED,
+    after, events, listing_statement, store_error, summaries, CountsRow, Outcome, StoredRow,
+    ABANDONED, CLAIM_TRIES, CRASHED,
 };
 use crate::inbox::backend::{Backend, Claimed};
 use crate::inbox::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
-use crate::store::{Claim, Delivery, StoreError, StoreFuture, Token};
+use crate::store::{Claim, Delivery, StoreError, StoreErrorKind, StoreFuture, Token};
 use crate::Event;
 
 /// What the times are read from.
@@ -183,7 +183,7 @@ impl Sqlite {
             .bind(self.now_ms().saturating_add(ms(lease)))
             .execute(&self.pool)
             .await
-            .map_err(|e| StoreError::new("sqlite renew", e))?;
+            .map_err(|e| store_error("sqlite renew", e))?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -225,7 +225,7 @@ impl Sqlite {
             .bind(token.to_string())
             .execute(&self.pool)
             .await
-            .map_err(|e| StoreError::new("sqlite release", e))?;
+            .map_err(|e| store_error("sqlite release", e))?;
         Ok(())
     }
 
@@ -236,7 +236,7 @@ impl Sqlite {
             .bind(now)
             .execute(&self.pool)
             .await
-            .map_err(|e| StoreError::new("sqlite prune", e))?;
+            .map_err(|e| store_error("sqlite prune", e))?;
         Ok(pruned.rows_affected())
     }
 
@@ -250,7 +250,7 @@ impl Sqlite {
             .bind(self.now_ms().saturating_sub(ms(older_than)))
             .execute(&self.pool)
             .await
-            .map_err(|e| StoreError::new("sqlite prune", e))?;
+            .map_err(|e| store_error("sqlite prune", e))?;
         Ok(pruned.rows_affected())
     }
 }
@@ -479,7 +479,7 @@ impl Backend for Sqlite {
             let done = query
                 .execute(&pool)
                 .await
-                .map_err(|e| StoreError::new("inbox finish", e))?;
+                .map_err(|e| store_error("inbox finish", e))?;
             Ok(done.rows_affected() == 1)
         })
     }
@@ -499,7 +499,7 @@ impl Backend for Sqlite {
                 .bind(which.received_before)
                 .execute(&pool)
                 .await
-                .map_err(|e| StoreError::new("inbox requeue", e))?;
+                .map_err(|e| store_error("inbox requeue", e))?;
             Ok(done.rows_affected())
         })
     }
@@ -512,7 +512,7 @@ impl Backend for Sqlite {
                 .bind(now.saturating_sub(ms(older_than)))
                 .execute(&pool)
                 .await
-                .map_err(|e| StoreError::new("inbox prune", e))?;
+                .map_err(|e| store_error("inbox prune", e))?;
             Ok(done.rows_affected())
         })
     }
@@ -525,7 +525,7 @@ impl Backend for Sqlite {
                 .fetch_one(&pool)
                 .await
                 .map(Counts::from)
-                .map_err(|e| StoreError::new("inbox counts", e))
+                .map_err(|e| store_error("inbox counts", e))
         })
     }
 
@@ -565,7 +565,7 @@ impl Backend for Sqlite {
                 .fetch_optional(&pool)
                 .await
                 .map(|row| row.map(StoredEvent::from))
-                .map_err(|e| StoreError::new("inbox event", e))
+                .map_err(|e| store_error("inbox event", e))
         })
     }
 
@@ -593,22 +593,25 @@ async fn write_batch(
     now: i64,
     writes: Vec<Write>,
 ) -> Vec<Result<Written, StoreError>> {
-    let all_failed = |why: String| -> Vec<Result<Written, StoreError>> {
+    let all_failed = |kind: StoreErrorKind, why: String| -> Vec<Result<Written, StoreError>> {
         writes
             .iter()
-            .map(|_| Err(StoreError::new("sqlite write", why.clone())))
+            .map(|_| Err(StoreError::new("sqlite write", why.clone()).with_kind(kind)))
             .collect()
     };
     let mut guard = conn.lock().await;
     if pool.is_closed() {
         *guard = None;
-        return all_failed("the store's pool is closed".into());
+        return all_failed(
+            StoreErrorKind::Unavailable,
+            "the store's pool is closed".into(),
+        );
     }
     if guard.is_none() {
         use sqlx::ConnectOptions as _;
         match pool.connect_options().connect().await {
             Ok(opened) => *guard = Some(opened),
-            Err(e) => return all_failed(e.to_string()),
+            Err(e) => return all_failed(super::error_kind(&e), e.to_string()),
         }
     }
     let c = guard.as_mut().expect("opened above");
@@ -621,7 +624,7 @@ async fn write_batch(
         Ok(results) => results,
         Err(e) => {
             *guard = None; // whatever went wrong, the next batch starts on a fresh connection
-            all_failed(e.to_string())
+            all_failed(e.kind(), e.to_string())
         }
     }
 }
@@ -638,14 +641,14 @@ async fn write_in_one_transaction(
     let mut tx = conn
         .begin_with("BEGIN IMMEDIATE")
         .await
-        .map_err(|e| StoreError::new("sqlite begin", e))?;
+        .map_err(|e| store_error("sqlite begin", e))?;
     let mut results = Vec::with_capacity(writes.len());
     for write in writes {
         results.push(Ok(write_one(&mut tx, now, write).await?));
     }
     tx.commit()
         .await
-        .map_err(|e| StoreError::new("sqlite commit", e))?;
+        .map_err(|e| store_error("sqlite commit", e))?;
     Ok(results)
 }
 
@@ -667,7 +670,7 @@ async fn write_one(
                 .bind(now)
                 .execute(&mut *conn)
                 .await
-                .map_err(|e| StoreError::new("sqlite complete", e))?;
+                .map_err(|e| store_error("sqlite complete", e))?;
             Ok(Written::Complete(done.rows_affected() == 1))
         }
         Write::Accept(d) => {
@@ -675,7 +678,7 @@ async fn write_one(
                 .bind(now)
                 .execute(&mut *conn)
                 .await
-                .map_err(|e| StoreError::new("inbox accept", e))?;
+                .map_err(|e| store_error("inbox accept", e))?;
             Ok(Written::Accept(if done.rows_affected() == 1 {
                 Accepted::New
             } else {
@@ -693,7 +696,7 @@ async fn claim_one(
     token: Token,
     lease: Duration,
 ) -> Result<Claim, StoreError> {
-    let err = |e| StoreError::new("sqlite claim", e);
+    let err = |e| store_error("sqlite claim", e);
     for _ in 0..CLAIM_TRIES {
         let claimed = bind_delivery(sqlx::query(CLAIM), d)
             .bind(now)

@@ -8,6 +8,7 @@ use super::{
     Claim, Completed, DedupeStore, Delivery, Renewed, Retention, StoreError, StoreFuture, Token,
 };
 use crate::sql::postgres::Pg;
+use crate::sql::{migrate_error, store_error};
 
 /// Claims in PostgreSQL (feature `postgres`), in the `webhook_events` table of
 /// `migrations/postgres`. Any number of replicas share it; leases run on the database
@@ -31,7 +32,7 @@ impl PgStore {
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let pool = PgPool::connect(url)
             .await
-            .map_err(|e| StoreError::new("postgres connect", e))?;
+            .map_err(|e| store_error("postgres connect", e))?;
         Self::from_pool(pool).await
     }
 
@@ -47,7 +48,7 @@ impl PgStore {
         migrator
             .run(&pool)
             .await
-            .map_err(|e| StoreError::new("postgres migrate", e))?;
+            .map_err(|e| migrate_error("postgres migrate", e))?;
         Ok(Self::from_migrated_pool(pool))
     }
 

@@ -7,7 +7,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
 use super::{
-    Claim, Completed, DedupeStore, Delivery, Renewed, Retention, StoreError, StoreFuture, Token,
+    Claim, Completed, DedupeStore, Delivery, Renewed, Retention, StoreError, StoreErrorKind,
+    StoreFuture, Token,
 };
 
 /// Claims in Redis (feature `redis`): `SET NX PX` claims a key for the lease; Lua scripts
@@ -106,10 +107,10 @@ impl RedisStore {
     /// `maxmemory-policy noeviction`, or build the store with
     /// [`from_connection`](Self::from_connection) to accept that risk).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(|e| StoreError::new("redis url", e))?;
+        let client = redis::Client::open(url).map_err(|e| redis_error("redis url", e))?;
         let connection = ConnectionManager::new_with_config(client, Self::config())
             .await
-            .map_err(|e| StoreError::new("redis connect", e))?;
+            .map_err(|e| redis_error("redis connect", e))?;
         let store = Self::from_connection(connection);
         let policy = store.eviction_policy().await?;
         if policy != "noeviction" {
@@ -120,7 +121,8 @@ impl RedisStore {
                      claims, and duplicates would run again; set maxmemory-policy noeviction, \
                      or use RedisStore::from_connection to accept the risk"
                 ),
-            ));
+            )
+            .with_kind(StoreErrorKind::Other));
         }
         Ok(store)
     }
@@ -137,11 +139,14 @@ impl RedisStore {
             .arg("memory")
             .query_async(&mut connection)
             .await
-            .map_err(|e| StoreError::new("redis info", e))?;
+            .map_err(|e| redis_error("redis info", e))?;
         info.lines()
             .find_map(|line| line.strip_prefix("maxmemory_policy:"))
             .map(|policy| policy.trim().to_owned())
-            .ok_or_else(|| StoreError::message("redis info: no maxmemory_policy"))
+            .ok_or_else(|| {
+                StoreError::message("redis info: no maxmemory_policy")
+                    .with_kind(StoreErrorKind::Other)
+            })
     }
 
     /// Like [`connect`](Self::connect), but connects on first use: a store that is down
@@ -153,9 +158,9 @@ impl RedisStore {
     ///
     /// When the URL is invalid.
     pub fn connect_lazy(url: &str) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(|e| StoreError::new("redis url", e))?;
+        let client = redis::Client::open(url).map_err(|e| redis_error("redis url", e))?;
         let connection = ConnectionManager::new_lazy_with_config(client, Self::config())
-            .map_err(|e| StoreError::new("redis connect", e))?;
+            .map_err(|e| redis_error("redis connect", e))?;
         Ok(Self::from_connection(connection))
     }
 
@@ -246,7 +251,7 @@ async fn replicated(
         )
         .query_async(connection)
         .await
-        .map_err(|e| StoreError::new(context, e))?;
+        .map_err(|e| redis_error(context, e))?;
     if acknowledged < wanted {
         return Err(StoreError::new(
             context,
@@ -254,6 +259,29 @@ async fn replicated(
         ));
     }
     Ok(())
+}
+
+/// A failed command as a [`StoreError`] of `context`: a URL or option that does not
+/// parse is [`InvalidInput`](StoreErrorKind::InvalidInput); a connection that failed,
+/// dropped or timed out, or a server loading, failing over or read-only,
+/// [`Unavailable`](StoreErrorKind::Unavailable); the rest (a script error, an unexpected
+/// reply, refused authentication) [`Other`](StoreErrorKind::Other).
+fn redis_error(context: &'static str, e: redis::RedisError) -> StoreError {
+    use redis::{ErrorKind, ServerErrorKind};
+    let kind = match e.kind() {
+        ErrorKind::InvalidClientConfig => StoreErrorKind::InvalidInput,
+        ErrorKind::Io | ErrorKind::ClusterConnectionNotFound => StoreErrorKind::Unavailable,
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly,
+        ) => StoreErrorKind::Unavailable,
+        _ if e.is_timeout() || e.is_connection_dropped() => StoreErrorKind::Unavailable,
+        _ => StoreErrorKind::Other,
+    };
+    StoreError::new(context, e).with_kind(kind)
 }
 
 /// `s` with Redis glob characters escaped, for `SCAN MATCH`.
@@ -285,7 +313,7 @@ impl DedupeStore for RedisStore {
                 .arg(ms(lease))
                 .invoke_async(&mut connection)
                 .await
-                .map_err(|e| StoreError::new("redis claim", e))?;
+                .map_err(|e| redis_error("redis claim", e))?;
             if state == 1 {
                 replicated(&mut connection, replicas, "redis claim").await?;
             }
@@ -310,7 +338,7 @@ impl DedupeStore for RedisStore {
                 .arg(ms(lease))
                 .invoke_async(&mut connection)
                 .await
-                .map_err(|e| StoreError::new("redis renew", e))?;
+                .map_err(|e| redis_error("redis renew", e))?;
             Ok(if renewed == 1 {
                 Renewed::Held
             } else {
@@ -338,7 +366,7 @@ impl DedupeStore for RedisStore {
                 .arg(retention)
                 .invoke_async(&mut connection)
                 .await
-                .map_err(|e| StoreError::new("redis complete", e))?;
+                .map_err(|e| redis_error("redis complete", e))?;
             if done == 1 {
                 replicated(&mut connection, replicas, "redis complete").await?;
             }
@@ -360,7 +388,7 @@ impl DedupeStore for RedisStore {
                 .arg(claimed(token))
                 .invoke_async(&mut connection)
                 .await
-                .map_err(|e| StoreError::new("redis release", e))?;
+                .map_err(|e| redis_error("redis release", e))?;
             Ok(())
         })
     }
@@ -379,7 +407,7 @@ impl DedupeStore for RedisStore {
             glob_escape(&self.key(&Delivery::once_key(namespace, "")))
         );
         Box::pin(async move {
-            let err = |e| StoreError::new("redis prune", e);
+            let err = |e| redis_error("redis prune", e);
             let now: (u64, u64) = redis::cmd("TIME")
                 .query_async(&mut connection)
                 .await
@@ -422,5 +450,21 @@ impl std::fmt::Debug for RedisStore {
             .field("retention", &self.retention)
             .field("replicas", &self.replicas)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_url_that_does_not_parse_is_invalid_input_and_no_server_is_unavailable() {
+        let e = RedisStore::connect_lazy("http://127.0.0.1:6379").unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::InvalidInput, "{e:?}");
+        // Nothing listens on port 1.
+        let e = RedisStore::connect("redis://127.0.0.1:1")
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e:?}");
     }
 }

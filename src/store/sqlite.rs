@@ -14,6 +14,7 @@ use super::{
     Claim, Completed, DedupeStore, Delivery, Renewed, Retention, StoreError, StoreFuture, Token,
 };
 use crate::sql::sqlite::Sqlite;
+use crate::sql::{migrate_error, store_error};
 
 /// Claims in SQLite (feature `sqlite`), in the `webhook_events` table of
 /// `migrations/sqlite`. The embedded default: nothing to run beside the server, and done
@@ -56,7 +57,7 @@ impl SqliteStore {
     /// When the file cannot be opened or migrated.
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str("sqlite://")
-            .map_err(|e| StoreError::new("sqlite options", e))?
+            .map_err(|e| store_error("sqlite options", e))?
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -72,7 +73,7 @@ impl SqliteStore {
             .max_connections(4)
             .connect_with(options)
             .await
-            .map_err(|e| StoreError::new("sqlite open", e))?;
+            .map_err(|e| store_error("sqlite open", e))?;
         Self::from_pool(pool).await
     }
 
@@ -88,7 +89,7 @@ impl SqliteStore {
         migrator
             .run(&pool)
             .await
-            .map_err(|e| StoreError::new("sqlite migrate", e))?;
+            .map_err(|e| migrate_error("sqlite migrate", e))?;
         Ok(Self {
             sql: Sqlite::new(pool, Arc::new(SystemTime::now)),
         })

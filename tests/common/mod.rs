@@ -133,22 +133,79 @@ impl Body for Chunked {
     }
 }
 
-/// PostgreSQL's URL: `DATABASE_URL`, else the local server.
+/// PostgreSQL's URL: `DATABASE_URL`, else the local server. Panics, naming the service,
+/// the URL and how to start it, when nothing answers there.
 pub fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+    service(
+        "PostgreSQL",
+        "DATABASE_URL",
+        "postgres://postgres@127.0.0.1:5432/postgres",
+    )
 }
 
-/// Redis's URL: `REDIS_URL`, else the local server.
+/// Redis's URL: `REDIS_URL`, else the local server; panics as [`database_url`] does.
 pub fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+    service("Redis", "REDIS_URL", "redis://127.0.0.1:6379")
+}
+
+/// NATS's URL: `NATS_URL`, else the local server; panics as [`database_url`] does.
+pub fn nats_url() -> String {
+    service("NATS", "NATS_URL", "nats://127.0.0.1:4222")
+}
+
+/// The URL in `env` (else `default`), once its host's port accepts a TCP connection
+/// within 2 s. A test that needs a service fails with one message saying which is missing
+/// — never a hang, a driver's raw error, or a silent skip.
+fn service(name: &str, env: &str, default: &str) -> String {
+    let url = std::env::var(env).unwrap_or_else(|_| default.to_owned());
+    if let Err(why) = probe(&url) {
+        panic!(
+            "{name} is not reachable at {} ({why}): this test needs it. Start PostgreSQL, \
+             Redis and NATS with `bash .ci/services`, or point {env} at a running {name}.",
+            redact(&url)
+        );
+    }
+    url
+}
+
+/// Connects to the `host:port` of `scheme://[user[:password]@]host:port[/…]`.
+pub fn probe(url: &str) -> Result<(), String> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let addrs = host_port
+        .to_socket_addrs()
+        .map_err(|e| format!("{host_port}: {e}"))?;
+    let mut last = format!("{host_port}: no address");
+    for addr in addrs {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+            Ok(_) => return Ok(()),
+            Err(e) => last = format!("{addr}: {e}"),
+        }
+    }
+    Err(last)
+}
+
+/// `url` without its password.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.split_once('@') {
+        Some((user, host)) if user.contains(':') => {
+            let user = user.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}")
+        }
+        _ => url.to_owned(),
+    }
 }
 
 /// The URL of a fresh database of its own, so tests never see each other's rows.
 pub async fn fresh_pg_url() -> String {
     let admin = sqlx::PgPool::connect(&database_url())
         .await
-        .expect("PostgreSQL must be running (.ci/services starts it)");
+        .expect("PostgreSQL answers (database_url probed it)");
     let name = format!("tower_webhook_test_{}", uuid::Uuid::new_v4().simple());
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&admin)

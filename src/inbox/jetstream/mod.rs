@@ -87,7 +87,7 @@ use super::accept::{Accept, Destination};
 use super::{Accepted, Counts};
 use crate::event::Stored;
 use crate::metrics::{self, Operation};
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreErrorKind};
 use crate::Event;
 
 /// The headers an accepted event carries beside its body.
@@ -348,8 +348,8 @@ impl JetStreamBuilder {
     ///
     /// # Errors
     ///
-    /// When the stream or consumer name is not a valid JetStream name, or the stream
-    /// cannot be created.
+    /// When the stream or consumer name is not a valid JetStream name
+    /// ([`StoreErrorKind::InvalidInput`]), or the stream cannot be created.
     pub async fn build(self) -> Result<JetStream, StoreError> {
         for name in [&self.stream, &self.consumer] {
             if name.is_empty()
@@ -359,7 +359,8 @@ impl JetStreamBuilder {
             {
                 return Err(StoreError::message(
                     "a JetStream stream or consumer name: no dots, wildcards, slashes or spaces",
-                ));
+                )
+                .with_kind(StoreErrorKind::InvalidInput));
             }
         }
         let context = jetstream::ContextBuilder::new()
@@ -381,10 +382,16 @@ impl JetStreamBuilder {
             ..config(dead)
         };
         for config in [config(self.stream.clone()), dead] {
-            context
-                .get_or_create_stream(config)
-                .await
-                .map_err(|e| StoreError::new("jetstream stream", e))?;
+            context.get_or_create_stream(config).await.map_err(|e| {
+                // The server's answer (a stream of that name configured otherwise, a
+                // limit) does not pass by itself; no answer in time may.
+                use async_nats::jetstream::context::CreateStreamErrorKind as Why;
+                let kind = match e.kind() {
+                    Why::TimedOut | Why::JetStreamUnavailable => StoreErrorKind::Unavailable,
+                    _ => StoreErrorKind::Other,
+                };
+                StoreError::new("jetstream stream", e).with_kind(kind)
+            })?;
         }
         Ok(JetStream {
             inner: Arc::new(Inner {
