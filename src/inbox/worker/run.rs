@@ -1,6 +1,6 @@
-//! [`Worker`]: claims due rows and runs the processor on them, with retries.
+//! The worker's loop: claim due rows, run the processor on each under a renewed lease,
+//! record the outcome, and stop within the grace period.
 
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -10,24 +10,23 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::backend::{Claimed, Outcome};
-use super::process::{
-    checked_concurrency, checked_poll, error_chain, hurry_up, AbortOnDrop, WorkerHandle,
-};
-use super::{Attempt, Inbox, Processor, RetryPolicy};
+use super::super::backend::{Claimed, Outcome};
+use super::super::process::{error_chain, hurry_up, AbortOnDrop};
+use super::super::{Attempt, Inbox, Processor};
+use super::Worker;
 use crate::metrics::{self, Operation};
 use crate::span;
-use crate::store::{retry_until, Heartbeat, Lease, StoreError, Token};
-use crate::{ConfigError, Event};
+use crate::store::{retry_until, Heartbeat, StoreError, Token};
+use crate::Event;
 
 /// How a worker runs a claimed row.
 #[derive(Clone)]
-enum Runner {
+pub(super) enum Runner {
     /// The processor; the worker records the outcome after it.
     Plain(Arc<dyn Processor>),
     /// The processor and the row's `processed_at` in one PostgreSQL transaction.
     #[cfg(feature = "postgres")]
-    InTransaction(Arc<dyn super::TxProcessor>, sqlx::PgPool),
+    InTransaction(Arc<dyn super::super::TxProcessor>, sqlx::PgPool),
 }
 
 /// How a run ended well.
@@ -59,171 +58,21 @@ impl Runner {
             }
             #[cfg(feature = "postgres")]
             Runner::InTransaction(p, pool) => {
-                let future =
-                    super::transactional::run(p.clone(), pool.clone(), event, attempt, token);
+                let future = super::super::transactional::run(
+                    p.clone(),
+                    pool.clone(),
+                    event,
+                    attempt,
+                    token,
+                );
                 Box::pin(async move { future.await.map(Done::Recorded) })
             }
         }
     }
 }
 
-/// Processes an [`Inbox`]'s rows. Build it, then [`spawn`](Self::spawn) it.
-#[must_use]
-pub struct Worker {
-    inbox: Inbox,
-    runner: Runner,
-    concurrency: usize,
-    retry: RetryPolicy,
-    lease: Lease,
-    poll: Duration,
-    /// `None`: shutdown waits for running events however long they take.
-    grace: Option<Duration>,
-}
-
 impl Worker {
-    /// A worker running `processor`: 4 at a time, 8 attempts, backoff from 1 s doubling
-    /// to at most 10 min (with jitter), a 60 s lease renewed for up to 1 h of processing,
-    /// polling every 5 s besides wake-ups, and a shutdown that waits for running events.
-    pub fn new(inbox: &Inbox, processor: impl Processor) -> Self {
-        Self::with_runner(inbox, Runner::Plain(Arc::new(processor)))
-    }
-
-    /// A worker whose processor writes in a transaction that also marks the row processed
-    /// (PostgreSQL): the effects in this database happen exactly once — even when the
-    /// worker dies mid-event, or its lease runs out and another worker takes the row over
-    /// (the stale one's commit is refused). Defaults as for [`new`](Self::new).
-    ///
-    /// A business action inside it (fulfil order 7 once, across events) belongs in the
-    /// same transaction: [`Once::run_in`](crate::once::Once::run_in) records its key there,
-    /// so a rolled-back attempt leaves the key free and a committed one keeps it.
-    ///
-    /// Each running event holds one of the pool's connections until it commits: keep the
-    /// concurrency below the pool's size, with room for the worker's `LISTEN` (one
-    /// connection), claims, and any other connection the processor takes (a `PgStore` for
-    /// [`Once`](crate::once::Once) on the same pool, say).
-    ///
-    /// It takes the [`PgStore`](crate::store::PgStore) whose inbox it processes
-    /// ([`Inbox::postgres`] of it): only PostgreSQL has the form (SQLite has one writer, and
-    /// a transaction open for the whole processing would stall every other write).
-    #[cfg(feature = "postgres")]
-    pub fn transactional(
-        store: &crate::store::PgStore,
-        processor: impl super::TxProcessor,
-    ) -> Self {
-        let runner = Runner::InTransaction(Arc::new(processor), store.pool().clone());
-        Self::with_runner(&Inbox::postgres(store), runner)
-    }
-
-    fn with_runner(inbox: &Inbox, runner: Runner) -> Self {
-        Self {
-            inbox: inbox.clone(),
-            runner,
-            concurrency: 4,
-            retry: RetryPolicy::default(),
-            lease: Lease::renewed_for(Duration::from_secs(3600)),
-            poll: Duration::from_secs(5),
-            grace: None,
-        }
-    }
-
-    /// Replaces how many events are processed at once (default 4).
-    ///
-    /// # Errors
-    ///
-    /// When `n` is 0.
-    pub fn with_concurrency(mut self, n: usize) -> Result<Self, ConfigError> {
-        self.concurrency = checked_concurrency(n)?;
-        Ok(self)
-    }
-
-    /// Replaces how this worker retries (default: [`RetryPolicy::default`]).
-    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
-        self.retry = retry;
-        self
-    }
-
-    /// Replaces after how many failed attempts an event is dead (default 8): as
-    /// [`RetryPolicy::with_max_attempts`].
-    ///
-    /// # Errors
-    ///
-    /// When `n` is 0.
-    pub fn with_max_attempts(mut self, n: u32) -> Result<Self, ConfigError> {
-        self.retry = self.retry.with_max_attempts(n)?;
-        Ok(self)
-    }
-
-    /// Replaces the backoff: `first` after the first failure, doubling up to `cap`, each
-    /// wait drawn between half and all of that: as [`RetryPolicy::with_backoff`].
-    ///
-    /// # Errors
-    ///
-    /// When `first` is zero, or `cap` is shorter than `first`.
-    pub fn with_backoff(mut self, first: Duration, cap: Duration) -> Result<Self, ConfigError> {
-        self.retry = self.retry.with_backoff(first, cap)?;
-        Ok(self)
-    }
-
-    /// Replaces how long a claimed row stays with this worker between renewals (default
-    /// 60 s): the lease is renewed every third of it while the processor runs, so it bounds
-    /// how long a *crashed* worker's rows wait, not how long a processor may run (that is
-    /// [`with_max_run`](Self::with_max_run)).
-    ///
-    /// # Errors
-    ///
-    /// When `lease` is not between 100 ms and 1 day.
-    pub fn with_lease(mut self, lease: Duration) -> Result<Self, ConfigError> {
-        self.lease.length = Lease::checked_length(lease)?;
-        Ok(self)
-    }
-
-    /// Replaces how long a running processor keeps its row's lease renewed (default 1 h).
-    /// Past it the lease runs out and another worker may take the row over; the late
-    /// outcome is then fenced out (logged at `warn`).
-    ///
-    /// # Errors
-    ///
-    /// When `max_run` is shorter than 1 s.
-    pub fn with_max_run(mut self, max_run: Duration) -> Result<Self, ConfigError> {
-        self.lease.max_run = Lease::checked_max_run(max_run)?;
-        Ok(self)
-    }
-
-    /// Replaces how often the worker looks for due rows without a wake-up (default 5 s).
-    ///
-    /// # Errors
-    ///
-    /// When `poll` is not between 10 ms and 1 h.
-    pub fn with_poll_interval(mut self, poll: Duration) -> Result<Self, ConfigError> {
-        self.poll = checked_poll(poll)?;
-        Ok(self)
-    }
-
-    /// Bounds how long [`WorkerHandle::shutdown`] lets running events finish (by default
-    /// it waits for them). Past it they are stopped mid-attempt, as a crash would stop
-    /// them: the attempt counts, and the row is due again at once. A processor stopped
-    /// midway may have done part of its work; prefer the default where you can.
-    ///
-    /// A processor stopped while its own `PgPool::begin()` waits for the server can leave
-    /// that pool a connection stuck inside a transaction (sqlx 0.9, sqlx#4393): begin on a
-    /// task of its own (`tokio::spawn(async move { pool.begin().await })`). The
-    /// transactional worker's own transaction is begun that way.
-    pub fn with_grace(mut self, grace: Duration) -> Self {
-        self.grace = Some(grace);
-        self
-    }
-
-    /// Starts the worker on the current Tokio runtime. With the `metrics` feature, it
-    /// also reads the inbox's [`counts`](Inbox::counts) every poll interval, which sets
-    /// the inbox's gauges.
-    pub fn spawn(self) -> WorkerHandle {
-        let listener = self.inbox.backend.listen(self.inbox.wake.clone());
-        let gauges = metrics::ENABLED.then(|| tokio::spawn(gauges(self.inbox.clone(), self.poll)));
-        let beside = listener.into_iter().chain(gauges).collect();
-        WorkerHandle::spawn(|stopped| self.run(stopped), beside)
-    }
-
-    async fn run(self, mut stopped: watch::Receiver<bool>) {
+    pub(super) async fn run(self, mut stopped: watch::Receiver<bool>) {
         let this = Arc::new(self);
         let permits = Arc::new(Semaphore::new(this.concurrency));
         let mut running: JoinSet<()> = JoinSet::new();
@@ -432,7 +281,7 @@ fn log_failure(source: &str, id: &str, attempt: u32, outcome: &Outcome) {
 
 /// Reads the inbox's counts every `every`, which sets its gauges (feature `metrics`); a
 /// failed read is tried again at the next tick.
-async fn gauges(inbox: Inbox, every: Duration) {
+pub(super) async fn gauges(inbox: Inbox, every: Duration) {
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -446,16 +295,5 @@ fn lease_report(_held: bool) {
     #[cfg(feature = "tracing")]
     if !_held {
         tracing::warn!(target: "tower_webhook", "an inbox row's lease ran out while it was processed: lengthen the lease");
-    }
-}
-
-impl fmt::Debug for Worker {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Worker")
-            .field("concurrency", &self.concurrency)
-            .field("retry", &self.retry)
-            .field("lease", &self.lease.length)
-            .field("max_run", &self.lease.max_run)
-            .finish_non_exhaustive()
     }
 }
