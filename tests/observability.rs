@@ -437,7 +437,7 @@ async fn per_tenant_deliveries_are_labelled_with_the_layers_source_not_each_tena
 }
 
 #[tokio::test]
-async fn pg_tx_dedupe_counts_duplicates_handler_outcomes_and_an_unreachable_database() {
+async fn tx_dedupe_counts_duplicates_handler_outcomes_and_an_unreachable_database() {
     let recorder = DebuggingRecorder::new();
     let _local = metrics::set_default_local_recorder(&recorder);
     let mut recorded = Recorded::new(&recorder);
