@@ -3,7 +3,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use bytes::Bytes;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tokio::task::JoinHandle;
@@ -63,9 +62,9 @@ where
     Running {
         task: JoinHandle<Finished<S, B>>,
     },
-    /// The middleware's own answer.
+    /// The middleware's own answer, before anything was claimed.
     Ready {
-        response: Option<Response<Bytes>>,
+        rejection: Rejection,
     },
 }
 
@@ -102,12 +101,10 @@ where
     }
 
     /// A response of the middleware's own, answered without calling the inner service.
-    pub(super) fn ready(response: Response<Bytes>) -> Self {
+    pub(super) fn ready(rejection: Rejection, config: Arc<Config>) -> Self {
         Self {
-            state: State::Ready {
-                response: Some(response),
-            },
-            config: None,
+            state: State::Ready { rejection },
+            config: Some(config),
         }
     }
 }
@@ -125,9 +122,9 @@ where
         let this = self.project();
         loop {
             let next = match this.state {
-                State::Ready { response } => {
-                    let response = response.take().expect("polled after completion");
-                    return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
+                State::Ready { rejection } => {
+                    let config = this.config.as_ref().expect("answers with a config");
+                    return Poll::Ready(Ok(config.reject(*rejection)));
                 }
                 State::Claiming {
                     claim,
@@ -145,25 +142,23 @@ where
                         },
                         Claimed::Done => {
                             metrics::duplicate(source);
-                            let response = config.reject(Rejection::duplicate());
-                            return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
+                            return Poll::Ready(Ok(config.reject(Rejection::duplicate())));
                         }
                         Claimed::InFlight(retry_after) => {
                             metrics::in_flight(source);
                             let secs = whole_seconds(retry_after).as_secs();
-                            let response = config.reject(Rejection::in_flight(secs));
-                            return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
+                            return Poll::Ready(Ok(config.reject(Rejection::in_flight(secs))));
                         }
                         Claimed::Failed(error) => {
                             metrics::store_unavailable(source);
                             log_store_error("claim", &error);
                             if error.kind() == StoreErrorKind::InvalidInput {
-                                let response = config.reject(Rejection::store_refused());
-                                return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
+                                return Poll::Ready(Ok(config.reject(Rejection::store_refused())));
                             }
                             let secs = whole_seconds(config.unavailable_retry_after).as_secs();
-                            let response = config.reject(Rejection::store_unavailable(secs));
-                            return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
+                            return Poll::Ready(Ok(
+                                config.reject(Rejection::store_unavailable(secs))
+                            ));
                         }
                     }
                 }
@@ -185,8 +180,7 @@ where
                         drop(guard); // released in the background
                         metrics::in_flight(source);
                         let secs = whole_seconds(config.lease.length).as_secs();
-                        let response = config.reject(Rejection::in_flight(secs));
-                        return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
+                        return Poll::Ready(Ok(config.reject(Rejection::in_flight(secs))));
                     }
                     let future = inner.call(request.take().expect("called once"));
                     let success = |r: &Result<Response<ResBody>, S::Error>| matches!(r, Ok(r) if r.status().is_success());
@@ -208,8 +202,7 @@ where
                         // as the store's: the store did nothing wrong.)
                         Err(_) => {
                             let config = this.config.as_ref().expect("ran with a config");
-                            let response = config.reject(Rejection::store_unavailable(1));
-                            return Poll::Ready(Ok(response.map(ResponseBody::fixed)));
+                            return Poll::Ready(Ok(config.reject(Rejection::store_unavailable(1))));
                         }
                     };
                     let lost = match held {

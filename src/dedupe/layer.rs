@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::Response;
 
 use super::Dedupe;
-use crate::response::{self, RejectFn, Rejection};
+use crate::response::{self, RejectFn, Rejection, ResponseBody};
 use crate::store::{DedupeStore, Delivery, Lease};
 use crate::ConfigError;
 
@@ -24,8 +24,8 @@ pub(crate) struct Config {
 
 impl Config {
     /// The middleware's own answer (see [`crate::response`]).
-    pub(crate) fn reject(&self, rejection: Rejection) -> Response<Bytes> {
-        response::respond(rejection, self.rejection.as_ref())
+    pub(crate) fn reject<B>(&self, rejection: Rejection) -> Response<ResponseBody<B>> {
+        response::respond(rejection, self.rejection.as_ref()).map(ResponseBody::fixed)
     }
 }
 

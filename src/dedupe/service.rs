@@ -66,7 +66,7 @@ where
             None => match req.extensions().get::<Event>() {
                 None => {
                     let rejection = Rejection::missing_event(Needs::Dedupe);
-                    return ResponseFuture::ready(self.config.reject(rejection));
+                    return ResponseFuture::ready(rejection, self.config.clone());
                 }
                 Some(event) => Some(Delivery::from_event(event)),
             },
@@ -87,7 +87,7 @@ impl<S> Dedupe<S> {
     {
         let Some(delivery) = delivery else {
             let rejection = Rejection::new(RejectionKind::NoKey, "no webhook key in the request");
-            return ResponseFuture::ready(self.config.reject(rejection));
+            return ResponseFuture::ready(rejection, self.config.clone());
         };
         // A clone, polled ready in the future once the event is claimed.
         let inner = self.inner.clone();

@@ -289,6 +289,19 @@ pub(crate) fn from_micros(us: i64) -> SystemTime {
     }
 }
 
+/// For the dialects' tests: every id `listing` finds, read two to a page by its cursor.
+#[cfg(test)]
+pub(crate) async fn ids_page_by_page(inbox: &super::Inbox, listing: Listing) -> Vec<String> {
+    let (mut ids, mut listing) = (Vec::new(), listing.with_limit(2));
+    loop {
+        let page = inbox.list(&listing).await.unwrap();
+        assert!(page.events.len() <= 2);
+        ids.extend(page.events.into_iter().map(|e| e.id));
+        let Some(next) = page.next else { break ids };
+        listing = listing.after(next);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

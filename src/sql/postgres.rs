@@ -1214,19 +1214,7 @@ mod tests {
         drop(conn);
 
         let inbox = crate::inbox::Inbox::postgres(&crate::store::PgStore::from_migrated_pool(pool));
-        let all = |listing: crate::inbox::Listing| {
-            let inbox = inbox.clone();
-            async move {
-                let (mut ids, mut listing) = (Vec::new(), listing.with_limit(2));
-                loop {
-                    let page = inbox.list(&listing).await.unwrap();
-                    assert!(page.events.len() <= 2);
-                    ids.extend(page.events.into_iter().map(|e| e.id));
-                    let Some(next) = page.next else { break ids };
-                    listing = listing.after(next);
-                }
-            }
-        };
+        let all = |listing| crate::inbox::listing::ids_page_by_page(&inbox, listing);
         use crate::inbox::Listing;
         assert_eq!(all(Listing::dead()).await, ["d5", "d4", "d3", "d2", "d1"]);
         assert_eq!(
