@@ -7,6 +7,7 @@
 //! | done | 204 | no |
 //! | claimed by a live attempt | 409 + `Retry-After` | no |
 //! | store unreachable or failing | 503 + `Retry-After` | no |
+//! | store refuses the key as invalid input | 500, no `Retry-After` | no |
 //! | store refuses the key as invalid input | 500 | no |
 //!
 //! Once claimed, the handler runs on a task of its own, to its end: a client that hangs
