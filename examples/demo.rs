@@ -287,7 +287,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let body: serde_json::Value = event.json().map_err(|e| e.to_string())?;
                 let created = body["created"].as_u64().ok_or("no created")?;
                 let at = SystemTime::UNIX_EPOCH + Duration::from_secs(created);
-                db.apply(&object, at, event.id().unwrap_or_default())
+                db.apply(event.source(), &object, at, event.id().unwrap_or_default())
                     .await
                     .map_err(|e| e.to_string())?;
                 let id = event.id().unwrap_or_default().to_owned();
@@ -678,9 +678,11 @@ impl Db {
         }
     }
 
-    /// Sets `object`'s state to `event`'s, unless a newer event of it was applied.
+    /// Sets `object`'s state to `event`'s, unless a newer event of it (from `source`) was
+    /// applied.
     async fn apply(
         &self,
+        source: &str,
         object: &str,
         at: SystemTime,
         event: &str,
@@ -692,7 +694,7 @@ impl Db {
                 // leave a pooled connection inside a transaction (sqlx#4393).
                 let pool = $pool.clone();
                 let mut tx = tokio::spawn(async move { pool.begin().await }).await??;
-                if latest::advance(&mut *tx, object, at).await? == Order::Newest {
+                if latest::advance(&mut *tx, source, object, at).await? == Order::Newest {
                     sqlx::query(UPSERT)
                         .bind(object)
                         .bind(event)

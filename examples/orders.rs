@@ -113,7 +113,7 @@ impl Shop {
         let ty = event.event_type().unwrap_or_default();
         let body: Body = event.json().map_err(|e| format!("not our envelope: {e}"))?;
         if ty == "customer.updated" {
-            return self.customer_updated(&body).await;
+            return self.customer_updated(event.source(), &body).await;
         }
         // payment_intent.*: re-read the intent, whichever event this was.
         let id = event.object_id().ok_or("no payment intent id")?;
@@ -202,12 +202,13 @@ impl Shop {
 
     /// Applies the payload itself (no API to re-read): the ordering guard drops an update
     /// older than the one applied last.
-    async fn customer_updated(&self, body: &Body) -> Result<(), String> {
+    async fn customer_updated(&self, source: &str, body: &Body) -> Result<(), String> {
         let customer = body.data.object["id"].as_str().ok_or("no customer id")?;
         let email = body.data.object["email"].as_str().ok_or("no e-mail")?;
         let created = UNIX_EPOCH + Duration::from_secs(body.created);
         let mut tx = self.db.begin().await.map_err(|e| e.to_string())?;
-        let order = latest::advance(&mut *tx, &format!("customer:{customer}"), created)
+        let object = format!("customer:{customer}");
+        let order = latest::advance(&mut *tx, source, &object, created)
             .await
             .map_err(|e| e.to_string())?;
         if order == Order::Newest {

@@ -3,9 +3,11 @@
 //! (features `sqlite`/`postgres`).
 //!
 //! Providers deliver out of order: Monday's `customer.updated` can arrive after
-//! Wednesday's. In the transaction that applies an event, call [`advance`] with the object
-//! and the event's own time — the body's `created`, not the delivery's signed timestamp,
-//! which is the retry's:
+//! Wednesday's. In the transaction that applies an event, call [`advance`] with the
+//! object's namespace (the event's [`source`](crate::Event::source): one per provider or
+//! tenant, so two that share an object id keep a clock each), the object and the event's
+//! own time — the body's `created`, not the delivery's signed timestamp, which is the
+//! retry's:
 //!
 //! - [`Order::Newest`]: the object's time is now this event's; apply it, then commit.
 //! - [`Order::Stale`]: a newer event of this object was applied already; skip this one.
@@ -16,8 +18,8 @@
 //! with the rest. Events with *equal* times both apply (providers' times are often whole
 //! seconds); where order within a second matters, re-read the object from the provider.
 //!
-//! Rows live in the `webhook_objects` table of `migrations/`, one per object; the stores'
-//! constructors create it. Use it in a [`transactional`](crate::inbox::Worker::transactional)
+//! Rows live in the `webhook_objects` table of `migrations/`, one per namespace and
+//! object; the stores' constructors create it. Use it in a [`transactional`](crate::inbox::Worker::transactional)
 //! inbox processor, a [`PgTx`](crate::dedupe::PgTx) handler, or any transaction of yours.
 //!
 //! ```
@@ -33,12 +35,14 @@
 //! let monday = wednesday - Duration::from_secs(2 * 86_400);
 //!
 //! let mut tx = store.pool().begin().await?;
-//! assert_eq!(latest::advance(&mut *tx, "cus_1", wednesday).await?, Order::Newest);
+//! assert_eq!(latest::advance(&mut *tx, "stripe", "cus_1", wednesday).await?, Order::Newest);
 //! // … write Wednesday's state of cus_1 in `tx` …
 //! tx.commit().await?;
 //!
 //! let mut tx = store.pool().begin().await?;
-//! assert_eq!(latest::advance(&mut *tx, "cus_1", monday).await?, Order::Stale); // dropped
+//! assert_eq!(latest::advance(&mut *tx, "stripe", "cus_1", monday).await?, Order::Stale); // dropped
+//! // Another provider's (or tenant's) cus_1 is another object: its own clock.
+//! assert_eq!(latest::advance(&mut *tx, "tenant-b", "cus_1", monday).await?, Order::Newest);
 //! # drop(tx);
 //! # std::fs::remove_file(&path)?;
 //! # Ok(())
@@ -62,8 +66,13 @@ pub enum Order {
     Stale,
 }
 
-/// Moves `object`'s time forward to `at` in the transaction `conn` belongs to, unless a
-/// newer event of it was applied; locks the object's row until the transaction ends.
+/// Moves the time of `object` of `namespace` forward to `at` in the transaction `conn`
+/// belongs to, unless a newer event of it was applied; locks the object's row until the
+/// transaction ends.
+///
+/// `namespace` scopes object ids: pass the event's [`source`](crate::Event::source) (a
+/// provider's, or a tenant's), so tenants and providers whose object ids collide never
+/// share a clock. Rows written before the namespace existed are the empty namespace's.
 ///
 /// `conn` is a `&mut *tx` of a PostgreSQL or SQLite transaction (outside a transaction the
 /// lock ends with the statement, and the guard no longer orders concurrent events). Call
@@ -78,6 +87,7 @@ pub enum Order {
 /// When the database fails (the transaction is then unusable: roll it back).
 pub async fn advance<C: Connection + ?Sized>(
     conn: &mut C,
+    namespace: &str,
     object: &str,
     at: SystemTime,
 ) -> Result<Order, StoreError> {
@@ -86,7 +96,7 @@ pub async fn advance<C: Connection + ?Sized>(
         Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
         Err(e) => i64::try_from(e.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
     };
-    match conn.advance(object, ms).await {
+    match conn.advance(namespace, object, ms).await {
         Ok(true) => Ok(Order::Newest),
         Ok(false) => Ok(Order::Stale),
         Err(e) => Err(store_error("ordering guard", e)),
@@ -98,6 +108,7 @@ pub trait Connection: sealed::Sealed + Send {
     #[doc(hidden)]
     fn advance<'a>(
         &'a mut self,
+        namespace: &'a str,
         object: &'a str,
         at_ms: i64,
     ) -> Pin<Box<dyn Future<Output = Result<bool, sqlx::Error>> + Send + 'a>>;
@@ -107,23 +118,9 @@ mod sealed {
     pub trait Sealed {}
 }
 
-// `ON CONFLICT DO UPDATE … WHERE` updates only when not older, and (PostgreSQL) locks the
-// row either way; SQLite's one writer serialises the whole transaction.
-#[cfg(feature = "postgres")]
-const ADVANCE_PG: &str = "
-INSERT INTO webhook_objects (object, applied_at) VALUES ($1, to_timestamp($2 / 1000.0))
-ON CONFLICT (object) DO UPDATE SET applied_at = excluded.applied_at
-WHERE webhook_objects.applied_at <= excluded.applied_at";
-
-#[cfg(feature = "sqlite")]
-const ADVANCE_SQLITE: &str = "
-INSERT INTO webhook_objects (object, applied_at) VALUES (?1, ?2)
-ON CONFLICT (object) DO UPDATE SET applied_at = excluded.applied_at
-WHERE webhook_objects.applied_at <= excluded.applied_at";
-
-/// One implementation per database, the same but for its SQL.
+/// One implementation per database: its statement lives with the dialect's others.
 macro_rules! connection {
-    ($feature:literal, $conn:ty, $sql:ident) => {
+    ($feature:literal, $conn:ty, $dialect:ident) => {
         #[cfg(feature = $feature)]
         impl sealed::Sealed for $conn {}
 
@@ -131,21 +128,17 @@ macro_rules! connection {
         impl Connection for $conn {
             fn advance<'a>(
                 &'a mut self,
+                namespace: &'a str,
                 object: &'a str,
                 at_ms: i64,
             ) -> Pin<Box<dyn Future<Output = Result<bool, sqlx::Error>> + Send + 'a>> {
-                Box::pin(async move {
-                    let done = sqlx::query($sql)
-                        .bind(object)
-                        .bind(at_ms)
-                        .execute(self)
-                        .await?;
-                    Ok(done.rows_affected() == 1)
-                })
+                Box::pin(crate::sql::$dialect::advance(
+                    self, namespace, object, at_ms,
+                ))
             }
         }
     };
 }
 
-connection!("postgres", sqlx::PgConnection, ADVANCE_PG);
-connection!("sqlite", sqlx::SqliteConnection, ADVANCE_SQLITE);
+connection!("postgres", sqlx::PgConnection, postgres);
+connection!("sqlite", sqlx::SqliteConnection, sqlite);

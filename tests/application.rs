@@ -396,8 +396,23 @@ async fn advance_committed<DB: sqlx::Database>(
 where
     DB::Connection: latest::Connection,
 {
+    advance_in(pool, "stripe", object, at).await
+}
+
+/// `latest::advance` of `namespace`'s `object` in a transaction of its own, committed.
+async fn advance_in<DB: sqlx::Database>(
+    pool: &sqlx::Pool<DB>,
+    namespace: &str,
+    object: &str,
+    at: SystemTime,
+) -> Order
+where
+    DB::Connection: latest::Connection,
+{
     let mut tx = pool.begin().await.unwrap();
-    let order = latest::advance(&mut *tx, object, at).await.unwrap();
+    let order = latest::advance(&mut *tx, namespace, object, at)
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     order
 }
@@ -429,7 +444,9 @@ where
     // A rollback undoes the advance with the rest of the transaction.
     let mut tx = pool.begin().await.unwrap();
     assert_eq!(
-        latest::advance(&mut *tx, "cus_1", day(9)).await.unwrap(),
+        latest::advance(&mut *tx, "stripe", "cus_1", day(9))
+            .await
+            .unwrap(),
         Order::Newest
     );
     tx.rollback().await.unwrap();
@@ -441,7 +458,9 @@ where
     // A concurrent older event waits for the newer one's transaction, then is dropped.
     let mut newer = pool.begin().await.unwrap();
     assert_eq!(
-        latest::advance(&mut *newer, "cus_3", day(7)).await.unwrap(),
+        latest::advance(&mut *newer, "stripe", "cus_3", day(7))
+            .await
+            .unwrap(),
         Order::Newest
     );
     let p = pool.clone();
@@ -453,6 +472,50 @@ where
     );
     newer.commit().await.unwrap();
     assert_eq!(older.await.unwrap(), Order::Stale);
+}
+
+/// Two tenants (or providers) whose object ids collide keep a clock each: neither's first
+/// event is dropped as older than the other's.
+async fn latest_keeps_a_clock_per_namespace<DB: sqlx::Database>(pool: sqlx::Pool<DB>)
+where
+    DB::Connection: latest::Connection,
+{
+    assert_eq!(
+        advance_in(&pool, "tenant-a", "cus_1", day(3)).await,
+        Order::Newest
+    );
+    assert_eq!(
+        advance_in(&pool, "tenant-b", "cus_1", day(1)).await,
+        Order::Newest,
+        "another tenant's first event of the same object id is its own"
+    );
+    assert_eq!(
+        advance_in(&pool, "tenant-b", "cus_1", day(2)).await,
+        Order::Newest
+    );
+    assert_eq!(
+        advance_in(&pool, "tenant-a", "cus_1", day(2)).await,
+        Order::Stale,
+        "each clock still orders its own events"
+    );
+    assert_eq!(
+        advance_in(&pool, "tenant-b", "cus_1", day(1)).await,
+        Order::Stale
+    );
+}
+
+#[tokio::test]
+async fn sqlite_latest_keeps_a_clock_per_namespace() {
+    let path = std::env::temp_dir().join(format!("latest-{}.db", uuid::Uuid::new_v4()));
+    let store = SqliteStore::open(&path).await.unwrap();
+    latest_keeps_a_clock_per_namespace(store.pool().clone()).await;
+    let _ = std::fs::remove_file(path);
+}
+
+#[tokio::test]
+async fn postgres_latest_keeps_a_clock_per_namespace() {
+    let store = PgStore::connect(&fresh_pg_url().await).await.unwrap();
+    latest_keeps_a_clock_per_namespace(store.pool().clone()).await;
 }
 
 #[tokio::test]
