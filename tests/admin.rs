@@ -191,7 +191,11 @@ async fn one_event_shows_its_body_as_text_or_base64(inbox: Inbox) {
 
     // Not UTF-8, under a source and id that need percent-encoding.
     inbox
-        .ingest("tenant/a b", "evt/x", vec![0xff, 0x00, b'{'])
+        .ingest(
+            &common::seed::standard("tenant/a b"),
+            Some("evt/x"),
+            vec![0xff, 0x00, b'{'],
+        )
         .await
         .unwrap();
     let binary = get(&inbox, "/events/tenant%2Fa%20b/evt%2Fx").await;

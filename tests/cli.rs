@@ -374,7 +374,11 @@ async fn text_from_the_database_cannot_drive_the_terminal() {
     // A processor's error and an event type carrying escape sequences.
     let hostile = "{\"type\":\"order.\\u001b]0;pwned\\u0007paid\"}";
     inbox
-        .ingest("standard", "evt_hostile", hostile)
+        .ingest(
+            &common::seed::standard("standard"),
+            Some("evt_hostile"),
+            hostile,
+        )
         .await
         .unwrap();
     let worker = Worker::new(&inbox, |_: Event, _: Attempt| async {

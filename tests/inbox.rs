@@ -19,7 +19,9 @@ use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::dedupe::PgTx;
 use tower_webhook::inbox::{Accepted, Attempt, Inbox, Listing, Processor, Requeue, Worker};
 use tower_webhook::once::{Once, Ran};
-use tower_webhook::store::{Claim, DedupeStore, Delivery, PgStore, Retention, SqliteStore, Token};
+use tower_webhook::store::{
+    Claim, DedupeStore, Delivery, PgStore, Retention, SqliteStore, StoreErrorKind, Token,
+};
 use tower_webhook::{Event, Scheme, VerifyWebhookLayer};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -590,6 +592,11 @@ macro_rules! suite {
             #[tokio::test]
             async fn ingest_stores_fetched_events_once_beside_deliveries() {
                 super::ingest_stores_fetched_events_once_beside_deliveries($make).await;
+            }
+            #[tokio::test]
+            async fn an_ingested_github_event_after_its_delivery_is_one_row_processed_once() {
+                super::an_ingested_github_event_after_its_delivery_is_one_row_processed_once($make)
+                    .await;
             }
             #[tokio::test]
             async fn concurrent_accepts_queue_each_event_once() {
@@ -1370,16 +1377,17 @@ async fn ingest_stores_fetched_events_once_beside_deliveries(inbox: Inbox) {
     let fetched = |id: &str| {
         format!(r#"{{"type":"order.paid","livemode":true,"data":{{"object":{{"id":"pi_{id}"}}}}}}"#)
     };
+    let standard = verifier(Scheme::standard(), &[SECRET]);
     let seen = inbox
-        .ingest("standard", "evt_seen", fetched("evt_seen"))
+        .ingest(&standard, Some("evt_seen"), fetched("evt_seen"))
         .await;
     assert_eq!(seen.unwrap(), Accepted::Duplicate, "delivered already");
     let missed = inbox
-        .ingest("standard", "evt_missed", fetched("evt_missed"))
+        .ingest(&standard, Some("evt_missed"), fetched("evt_missed"))
         .await;
     assert_eq!(missed.unwrap(), Accepted::New);
     let again = inbox
-        .ingest("standard", "evt_missed", fetched("evt_missed"))
+        .ingest(&standard, Some("evt_missed"), fetched("evt_missed"))
         .await;
     assert_eq!(again.unwrap(), Accepted::Duplicate, "a second catch-up");
     assert_eq!(
@@ -1387,8 +1395,14 @@ async fn ingest_stores_fetched_events_once_beside_deliveries(inbox: Inbox) {
         StatusCode::NO_CONTENT,
         "a late delivery of an ingested event is a duplicate too"
     );
-    assert!(inbox.ingest("standard", "", "{}").await.is_err());
-    assert!(inbox.ingest("standard", "evt\nx", "{}").await.is_err());
+    assert!(inbox.ingest(&standard, Some(""), "{}").await.is_err());
+    assert!(inbox.ingest(&standard, Some("evt\nx"), "{}").await.is_err());
+    let no_id = inbox.ingest(&standard, None, "{}").await.unwrap_err();
+    assert_eq!(
+        no_id.kind(),
+        StoreErrorKind::InvalidInput,
+        "its deliveries are keyed on their signed id"
+    );
 
     let events = Arc::new(Mutex::new(Vec::new()));
     let e = events.clone();
@@ -1416,6 +1430,91 @@ async fn ingest_stores_fetched_events_once_beside_deliveries(inbox: Inbox) {
     assert_eq!(missed.event_type(), Some("order.paid"));
     assert_eq!(missed.object_id(), Some("pi_evt_missed"));
     assert_eq!(missed.livemode(), Some(true));
+}
+
+/// GitHub signs the body only and its `X-GitHub-Delivery` is not signed: deliveries are
+/// keyed on the body's digest. A catch-up of the same event is keyed the same way, under
+/// whatever id the operator has for it: one row, processed once; a Stripe event (keyed on
+/// its signed body `id`) is one row whatever bytes the API returned.
+async fn an_ingested_github_event_after_its_delivery_is_one_row_processed_once(inbox: Inbox) {
+    let secret = "github-ingest-secret-0123";
+    let github = verifier(Scheme::github(), &[secret]);
+    let svc = ServiceBuilder::new()
+        .layer(VerifyWebhookLayer::new(github.clone()))
+        .service(inbox.accept_service());
+    let push = br#"{"ref":"refs/heads/main","after":"abc"}"#;
+    let mut headers = Scheme::github()
+        .sign([secret], "d-1", at(NOW), push)
+        .unwrap();
+    headers.insert("x-github-event", http::HeaderValue::from_static("push"));
+    let delivered = svc.oneshot(request(headers, &push[..])).await.unwrap();
+    assert_eq!(delivered.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        inbox.ingest(&github, None, &push[..]).await.unwrap(),
+        Accepted::Duplicate,
+        "the delivery's row already holds it"
+    );
+    let by_delivery_id = inbox.ingest(&github, Some("d-1"), &push[..]).await;
+    assert_eq!(
+        by_delivery_id.unwrap_err().kind(),
+        StoreErrorKind::InvalidInput,
+        "an unsigned delivery id is not the key: refused, not stored a second time"
+    );
+    let other = br#"{"ref":"refs/heads/main","after":"def"}"#;
+    assert_eq!(
+        inbox.ingest(&github, None, &other[..]).await.unwrap(),
+        Accepted::New,
+        "an event missed during the outage"
+    );
+
+    let stripe = verifier(Scheme::stripe(), &["whsec_stripe_ingest_secret"]);
+    let evt = br#"{"id":"evt_9","type":"charge.succeeded","data":{"object":{"id":"ch_9"}}}"#;
+    let headers = Scheme::stripe()
+        .sign(["whsec_stripe_ingest_secret"], "", at(NOW), evt)
+        .unwrap();
+    let svc = ServiceBuilder::new()
+        .layer(VerifyWebhookLayer::new(stripe.clone()))
+        .service(inbox.accept_service());
+    let delivered = svc.oneshot(request(headers, &evt[..])).await.unwrap();
+    assert_eq!(delivered.status(), StatusCode::NO_CONTENT);
+    let reserialized =
+        br#"{"data":{"object":{"id":"ch_9"}},"id":"evt_9","type":"charge.succeeded"}"#;
+    assert_eq!(
+        inbox
+            .ingest(&stripe, None, &reserialized[..])
+            .await
+            .unwrap(),
+        Accepted::Duplicate
+    );
+    assert_eq!(
+        inbox
+            .ingest(&stripe, Some("evt_9"), &reserialized[..])
+            .await
+            .unwrap(),
+        Accepted::Duplicate,
+        "the body's own id may be given"
+    );
+
+    let seen = Seen::default();
+    let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
+        .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
+        .spawn();
+    eventually("all processed", async || {
+        inbox.counts().await.unwrap().processed == 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    worker.shutdown().await;
+    let counts = inbox.counts().await.unwrap();
+    assert_eq!((counts.processed, counts.queued), (3, 0), "three rows");
+    let digest = |body: &[u8]| {
+        use sha2::Digest as _;
+        format!("sha256:{}", hex::encode(sha2::Sha256::digest(body)))
+    };
+    assert_eq!(seen.of(&digest(push)), vec![1], "processed once");
+    assert_eq!(seen.of(&digest(other)), vec![1]);
+    assert_eq!(seen.of("evt_9"), vec![1]);
 }
 
 #[tokio::test]

@@ -168,26 +168,6 @@ impl Event {
         }
     }
 
-    /// An event fetched from the provider's events API (authenticated by that API, not
-    /// signed), keyed `(source, id)` as its delivery would be; type, object id and
-    /// livemode come from the body as for a delivery.
-    #[cfg(any(feature = "sqlite", feature = "postgres"))]
-    pub(crate) fn fetched(source: &str, id: HeaderValue, body: Bytes) -> Self {
-        Self::new(Parts {
-            source: Arc::from(source),
-            metrics: crate::metrics::Source::new(source),
-            header_id: Some(id),
-            header_type: None,
-            id_field: None,
-            type_field: "type",
-            unsigned_id: false,
-            content_digest: None,
-            timestamp: None,
-            body,
-            secret_index: 0,
-        })
-    }
-
     /// The key of a stored event's row (empty for one that is not from the inbox).
     #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
     pub(crate) fn stored_id(&self) -> &str {

@@ -279,20 +279,37 @@ impl Inbox {
     }
 
     /// Stores an event fetched from the provider's events API (catch-up after an outage):
-    /// the same deduplicated path as a delivery, so events already received are skipped.
-    /// `source` is the verifier's (the scheme's name, unless set with
-    /// [`Verifier::with_source`](crate::Verifier::with_source)) and `id` the id its
-    /// delivery carries (`evt_…` on Stripe, the `webhook-id` on Standard Webhooks). The
-    /// type, object id and livemode are read from the body's `type`, `data.object.id` and
-    /// `livemode`, and the body is stored as given. `EventFilterLayer` does not see
-    /// ingested events: skip unwanted types and test-mode events before ingesting.
+    /// the same deduplicated path as a delivery, keyed as `verifier`'s deliveries of it
+    /// are ([`Event::dedupe_id`]), so an event already received is skipped and one
+    /// ingested first makes its late delivery a duplicate. The source is the verifier's
+    /// (the scheme's name, unless set with [`Verifier::with_source`](crate::Verifier::with_source)).
+    ///
+    /// - `id`: the delivery's signed id header, for schemes whose deliveries carry one
+    ///   (Standard Webhooks' `webhook-id`); `None` for the others, keyed on the body as
+    ///   their deliveries are — by its id field (Stripe's `evt_…`, Slack's `event_id`), or,
+    ///   where the id is not signed or there is none (GitHub, Shopify, Zoom, Meta, …), by
+    ///   the `sha256:` digest of the body. An id given where the key comes from the body
+    ///   is refused (unless it is the body's own), as it would not be the key.
+    /// - `body`: as the provider signs it. For a scheme keyed on the body's digest, only
+    ///   the exact bytes its delivery carried give the same key (an API that returns the
+    ///   payload parsed, as GitHub's deliveries API does, gives other bytes: ask the
+    ///   provider to redeliver instead). Schemes that sign the request itself (Twilio,
+    ///   Square, HubSpot) cannot be ingested.
+    ///
+    /// The type, object id and livemode are read from the body (`type` or the scheme's
+    /// type field, `data.object.id`, `livemode`); a type sent only in a header (GitHub's
+    /// `X-GitHub-Event`) is not stored. `EventFilterLayer` does not see ingested events:
+    /// skip unwanted types and test-mode events before ingesting.
     ///
     /// ```no_run
     /// # async fn catch_up(inbox: &tower_webhook::inbox::Inbox, page: Vec<serde_json::Value>) -> Result<(), Box<dyn std::error::Error>> {
-    /// // Each event of a page from GET /v1/events, as the provider's API returned it.
+    /// use tower_webhook::{Scheme, Verifier};
+    ///
+    /// let stripe = Verifier::new(Scheme::stripe(), [std::env::var("STRIPE_WEBHOOK_SECRET")?])?;
+    /// // Each event of a page from GET /v1/events, as the provider's API returned it:
+    /// // keyed on its `id` (evt_…), as its delivery was.
     /// for event in page {
-    ///     let id = event["id"].as_str().unwrap_or_default().to_owned();
-    ///     inbox.ingest("stripe", &id, serde_json::to_vec(&event)?).await?;
+    ///     inbox.ingest(&stripe, None, serde_json::to_vec(&event)?).await?;
     /// }
     /// # Ok(())
     /// # }
@@ -300,22 +317,28 @@ impl Inbox {
     ///
     /// # Errors
     ///
-    /// When `id` is empty or not visible ASCII ([`StoreErrorKind::InvalidInput`]), or the
+    /// [`StoreErrorKind::InvalidInput`] when `id` is empty or not visible ASCII, missing
+    /// where the scheme's deliveries are keyed on it, given where they are keyed on the
+    /// body, or when the scheme's key cannot be computed from a body; otherwise when the
     /// database could not store it.
     pub async fn ingest(
         &self,
-        source: &str,
-        id: &str,
+        verifier: &crate::Verifier,
+        id: Option<&str>,
         body: impl Into<Bytes>,
     ) -> Result<Accepted, StoreError> {
-        let id = http::HeaderValue::from_str(id)
-            .ok()
-            .filter(|_| !id.is_empty() && id.bytes().all(|b| b.is_ascii_graphic()))
-            .ok_or_else(|| {
-                StoreError::message("an event id is visible ASCII, not empty")
-                    .with_kind(StoreErrorKind::InvalidInput)
-            })?;
-        self.accept(&Event::fetched(source, id, body.into())).await
+        let refused =
+            |why: &'static str| StoreError::message(why).with_kind(StoreErrorKind::InvalidInput);
+        let id = id
+            .map(|id| {
+                http::HeaderValue::from_str(id)
+                    .ok()
+                    .filter(|_| !id.is_empty() && id.bytes().all(|b| b.is_ascii_graphic()))
+                    .ok_or_else(|| refused("an event id is visible ASCII, not empty"))
+            })
+            .transpose()?;
+        let event = verifier.fetched(id, body.into()).map_err(refused)?;
+        self.accept(&event).await
     }
 
     /// A Tower service that accepts verified deliveries: 204 once stored (duplicates too),
@@ -463,11 +486,16 @@ mod tests {
         ));
         let store = crate::store::SqliteStore::open(&path).await.unwrap();
         let inbox = Inbox::sqlite(&store);
+        let standard = crate::Verifier::new(
+            crate::Scheme::standard(),
+            ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+        )
+        .unwrap();
         for id in ["", "evt 1", "evt_\u{e9}"] {
-            let e = inbox.ingest("stripe", id, "{}").await.unwrap_err();
+            let e = inbox.ingest(&standard, Some(id), "{}").await.unwrap_err();
             assert_eq!(e.kind(), StoreErrorKind::InvalidInput, "{id:?}");
         }
-        inbox.ingest("stripe", "evt_1", "{}").await.unwrap();
+        inbox.ingest(&standard, Some("evt_1"), "{}").await.unwrap();
         assert_eq!(inbox.counts().await.unwrap().queued, 1);
         drop((inbox, store));
         for suffix in ["", "-wal", "-shm"] {

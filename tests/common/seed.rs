@@ -16,6 +16,14 @@ use super::{at, request, verifier, NOW};
 pub const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// The error the dead rows' processor gave.
+/// A verifier of Standard Webhooks deliveries under `source`, to ingest fetched events as
+/// its deliveries are keyed.
+pub fn standard(source: &str) -> tower_webhook::Verifier {
+    tower_webhook::Verifier::new(tower_webhook::Scheme::standard(), [SECRET])
+        .unwrap()
+        .with_source(source)
+}
+
 pub const DEAD_ERROR: &str = "order not found";
 /// The error the failing row's processor gave.
 pub const FAILING_ERROR: &str = "provider API timed out";
