@@ -423,6 +423,8 @@ impl Once {
         Fut: Future<Output = Result<T, E>>,
     {
         let store = |e| OnceError::of_store(crate::sql::store_error("once in transaction", e));
+        // Refused before any statement: a key PostgreSQL cannot keep would abort the caller's transaction.
+        crate::store::check_key(&self.namespace, key).map_err(OnceError::of_store)?;
         let claimed = {
             let mut conn = tx.lock().await;
             sqlx::query("SAVEPOINT tower_webhook_once")

@@ -19,7 +19,7 @@ use tower_webhook::once::{Once, Ran};
 use tower_webhook::response::{Rejection, RejectionKind};
 use tower_webhook::store::{
     Claim, Completed, DedupeStore, Delivery, MemoryStore, PgStore, RedisStore, Renewed, Retention,
-    SqliteStore, StoreFuture, Token,
+    SqliteStore, StoreErrorKind, StoreFuture, Token,
 };
 use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
 
@@ -392,6 +392,86 @@ async fn a_stale_attempt_cannot_complete_a_newer_claim(store: Arc<dyn DedupeStor
     );
 }
 
+/// A claim whose lease ran out with no other attempt taking it over is still its
+/// attempt's: completing it marks the key done (the work succeeded), so the provider's
+/// retry is a duplicate rather than a second run.
+async fn a_completion_after_the_lease_ran_out_untaken_is_done(store: Arc<dyn DedupeStore>) {
+    let d = Delivery::new("standard", "evt_late_done");
+    let Claim::New(token) = store
+        .claim(d.clone(), Token::new(), Duration::from_millis(200))
+        .await
+        .unwrap()
+    else {
+        panic!("first claim is new")
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        store.complete(d.clone(), token).await.unwrap(),
+        Completed::Done,
+        "nobody took it over: the late completion lands"
+    );
+    assert_eq!(
+        store.complete(d.clone(), token).await.unwrap(),
+        Completed::Done,
+        "and is idempotent"
+    );
+    assert_eq!(
+        store.complete(d.clone(), Token::new()).await.unwrap(),
+        Completed::Fenced,
+        "another token still cannot complete it"
+    );
+    assert_eq!(
+        store
+            .claim(d, Token::new(), Duration::from_secs(30))
+            .await
+            .unwrap(),
+        Claim::Done,
+        "the retry is a duplicate"
+    );
+}
+
+/// A key no store can keep alike (an id over 1 KiB; a NUL) is invalid input: 500 without
+/// `Retry-After` (a retry would be refused again), and the handler never runs.
+async fn a_key_the_store_refuses_gets_500_and_the_handler_never_runs(store: Arc<dyn DedupeStore>) {
+    let calls = Calls::default();
+    let svc = stack(store.clone(), Duration::from_secs(30), calls.clone());
+    // Random hex: PostgreSQL's index cannot compress it under its row limit.
+    let long: String = (0..125)
+        .map(|_| uuid::Uuid::new_v4().simple().to_string())
+        .collect();
+    let response = send(&svc, &long, "ok").await;
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(!response.headers().contains_key("retry-after"));
+    assert_eq!(
+        response
+            .extensions()
+            .get::<Rejection>()
+            .map(Rejection::kind),
+        Some(RejectionKind::StoreRefused)
+    );
+    assert_eq!(calls.of(&long), 0);
+    let lease = Duration::from_secs(30);
+    for (source, id) in [
+        ("stripe", "evt_\0x"),
+        ("stripe\0", "evt_1"),
+        ("s", &long[..]),
+    ] {
+        let refused = store
+            .claim(Delivery::new(source, id), Token::new(), lease)
+            .await
+            .unwrap_err();
+        assert_eq!(refused.kind(), StoreErrorKind::InvalidInput, "{source:?}");
+    }
+    let widest = "e".repeat(1024);
+    assert!(matches!(
+        store
+            .claim(Delivery::new("s".repeat(1024), widest), Token::new(), lease)
+            .await
+            .unwrap(),
+        Claim::New(_)
+    ));
+}
+
 async fn unavailable_store_gets_503_and_the_handler_never_runs(store: Arc<dyn DedupeStore>) {
     let calls = Calls::default();
     let svc = stack(store, Duration::from_secs(30), calls.clone());
@@ -478,6 +558,14 @@ macro_rules! suite {
             #[tokio::test]
             async fn a_stale_attempt_cannot_complete_a_newer_claim() {
                 super::a_stale_attempt_cannot_complete_a_newer_claim($make).await;
+            }
+            #[tokio::test]
+            async fn a_completion_after_the_lease_ran_out_untaken_is_done() {
+                super::a_completion_after_the_lease_ran_out_untaken_is_done($make).await;
+            }
+            #[tokio::test]
+            async fn a_key_the_store_refuses_gets_500_and_the_handler_never_runs() {
+                super::a_key_the_store_refuses_gets_500_and_the_handler_never_runs($make).await;
             }
         }
     };
@@ -1097,11 +1185,14 @@ fn leases_and_run_times_are_validated_when_built() {
         assert_eq!(once.unwrap_err().kind(), ConfigErrorKind::InvalidDuration);
     }
     assert!(layer().with_lease(Duration::from_millis(100)).is_ok());
-    // Retentions: at least the longest provider retry window (3 days) unless meant.
+    // Retentions: beyond the longest provider retry window (about 75 h) unless meant.
     let two_days = Duration::from_secs(2 * 86_400);
     let err = Retention::new(two_days).unwrap_err();
     assert_eq!(err.kind(), ConfigErrorKind::InvalidDuration);
-    assert!(err.to_string().contains("3 days"), "{err}");
+    assert!(err.to_string().contains("4 days"), "{err}");
+    let standard_webhooks_window = Duration::from_secs(75 * 3600);
+    assert!(Retention::MIN > standard_webhooks_window);
+    assert!(Retention::new(standard_webhooks_window).is_err());
     assert_eq!(
         Retention::new(Retention::MIN).unwrap().get(),
         Retention::MIN

@@ -8,7 +8,6 @@
 //! | claimed by a live attempt | 409 + `Retry-After` | no |
 //! | store unreachable or failing | 503 + `Retry-After` | no |
 //! | store refuses the key as invalid input | 500, no `Retry-After` | no |
-//! | store refuses the key as invalid input | 500 | no |
 //!
 //! Once claimed, the handler runs on a task of its own, to its end: a client that hangs
 //! up (or a `TimeoutLayer` that fires) drops the response, not the work, so an effect
@@ -93,6 +92,7 @@
 //! | … and it waited longer than [`with_max_wait`](TxDedupeLayer::with_max_wait) | 409 + `Retry-After` | no |
 //! | a row claimed by a live `PgStore` attempt | 409 + `Retry-After` | no |
 //! | unreachable, or the commit failed | 503 + `Retry-After` | — |
+//! | the key is one the stores refuse ([`StoreErrorKind::InvalidInput`](crate::store::StoreErrorKind::InvalidInput)) | 500, no `Retry-After` | no |
 //! | the handler answered 2xx but one of its statements failed | 500, rolled back | yes |
 //!
 //! The handler's effects *in this database* happen exactly once, with no lease to tune and

@@ -250,6 +250,12 @@ async fn claim(
     delivery: &Delivery,
     source: &metrics::Source,
 ) -> Result<Transaction<'static, Postgres>, Rejection> {
+    if let Err(_refused) = crate::store::check_key(delivery.source(), delivery.id()) {
+        #[cfg(feature = "tracing")]
+        tracing::error!(target: "tower_webhook", "webhook key refused: {_refused}");
+        metrics::store_unavailable(source);
+        return Err(Rejection::store_refused());
+    }
     let mut tx = PgTx::begin(&config.pool)
         .await
         .map_err(|e| unavailable(e, source))?;

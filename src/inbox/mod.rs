@@ -269,8 +269,11 @@ impl Inbox {
     ///
     /// # Errors
     ///
-    /// When the event has no id, or the database could not store it.
+    /// When the event's source or id is one the stores refuse
+    /// ([`StoreErrorKind::InvalidInput`]: longer than 1 KiB, or holding a NUL), or the
+    /// database could not store it.
     pub async fn accept(&self, event: &Event) -> Result<Accepted, StoreError> {
+        crate::store::check_key(event.source(), event.dedupe_id())?;
         let accepted = metrics::timed(Operation::Accept, self.backend.accept(event)).await?;
         if accepted == Accepted::New {
             self.wake.notify_waiters();
@@ -362,7 +365,7 @@ impl Inbox {
 
     /// Deletes processed rows processed more than `older_than` ago; returns how many.
     /// Dead rows stay (they were acknowledged to the provider and never processed: only
-    /// [`prune_dead`](Self::prune_dead) deletes them). The [`Retention`] is at least 3
+    /// [`prune_dead`](Self::prune_dead) deletes them). The [`Retention`] is at least 4
     /// days unless asked for less: a redelivery after its row is gone is stored and
     /// processed again.
     ///

@@ -76,7 +76,8 @@ use crate::store::{StoreError, StoreErrorKind};
 /// (no connection, the pool exhausted or closed, a timeout; PostgreSQL's connection,
 /// resource, operator and transaction-rollback classes; SQLite busy, locked, out of memory,
 /// I/O or disk full), [`InvalidInput`](StoreErrorKind::InvalidInput) for options that do
-/// not parse, [`Other`](StoreErrorKind::Other) for the rest (a refused statement, a row
+/// not parse and values PostgreSQL refuses (data exceptions, an index row too large),
+/// [`Other`](StoreErrorKind::Other) for the rest (a refused statement, a row
 /// that does not decode).
 pub(crate) fn store_error(context: &'static str, e: sqlx::Error) -> StoreError {
     let kind = error_kind(&e);
@@ -107,8 +108,20 @@ pub(crate) fn error_kind(e: &sqlx::Error) -> StoreErrorKind {
             StoreErrorKind::InvalidInput
         }
         sqlx::Error::Database(db) if transient(&**db) => StoreErrorKind::Unavailable,
+        sqlx::Error::Database(db) if refused_value(&**db) => StoreErrorKind::InvalidInput,
         _ => StoreErrorKind::Other,
     }
+}
+
+/// Whether PostgreSQL refused a value it was given (a data exception: a NUL in text, say;
+/// an index row too large: a key too long): the same input fails again.
+fn refused_value(db: &dyn sqlx::error::DatabaseError) -> bool {
+    #[cfg(feature = "postgres")]
+    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        return pg.code().starts_with("22") || pg.code() == "54000";
+    }
+    let _ = db;
+    false
 }
 
 /// Whether a database's own error says "not now" rather than "not this".

@@ -98,6 +98,7 @@ impl MemoryStore {
     }
 
     fn claim_now(&self, d: &Delivery, token: Token, lease: Duration) -> Result<Claim, StoreError> {
+        super::check_key(&d.source, &d.id)?;
         let now = Instant::now();
         let mut map = self.lock();
         let key = (d.source.clone(), d.id.clone());
@@ -130,11 +131,17 @@ impl MemoryStore {
     }
 
     /// Marks done (or forgets, on release) a claim `token` still holds; a key `token`
-    /// already completed stays done.
+    /// already completed stays done. A key gone (our expired claim swept when the map was
+    /// full) is marked done too: no other attempt holds it, and our work succeeded.
     fn finish(&self, d: &Delivery, token: Token, done: bool) -> Completed {
         let mut map = self.lock();
         let key = (d.source.clone(), d.id.clone());
         match map.entries.get(&key) {
+            None if done => {
+                let (at, once) = (Instant::now(), d.is_once_key());
+                map.entries.insert(key, Entry::Done { token, at, once });
+                Completed::Done
+            }
             Some(Entry::Claimed { token: held, .. }) if *held == token => {
                 if done {
                     let (at, once) = (Instant::now(), d.is_once_key());

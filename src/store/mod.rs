@@ -147,6 +147,26 @@ impl Delivery {
     }
 }
 
+/// The longest source, and the longest id, the built-in stores keep (bytes): together they
+/// fit PostgreSQL's index (at most 2 704 bytes a row), and every store refuses alike.
+pub(crate) const MAX_KEY_PART: usize = 1024;
+
+/// Refuses, as [`StoreErrorKind::InvalidInput`], a key the built-in stores cannot keep
+/// alike: a source or id over [`MAX_KEY_PART`] bytes, or holding a NUL (PostgreSQL's text
+/// cannot). Checked before a claim or an accept reaches a store, so such a key is a 500 on
+/// every store — not a 503 the provider retries for days, nor one store keeping what
+/// another refuses.
+pub(crate) fn check_key(source: &str, id: &str) -> Result<(), StoreError> {
+    let fits = |part: &str| part.len() <= MAX_KEY_PART && !part.contains('\0');
+    if fits(source) && fits(id) {
+        return Ok(());
+    }
+    Err(
+        StoreError::message("a source and an id are at most 1 KiB each, without NUL")
+            .with_kind(StoreErrorKind::InvalidInput),
+    )
+}
+
 /// The audit columns of a claim row: type, object id, livemode and the raw body.
 #[derive(Default)]
 #[allow(dead_code)]
@@ -160,15 +180,17 @@ pub(crate) struct Audit<'a> {
 /// How long done event keys are kept: long enough that no redelivery of an event comes
 /// after its key is gone (a redelivery then runs the handler again).
 ///
-/// At least 3 days unless asked for less by name: Stripe retries for 3 days, Standard
-/// Webhooks senders for about 75 hours, GitHub does not retry on its own. The default is 7
-/// days.
+/// At least 4 days unless asked for less by name: the longest retry windows providers
+/// document end within it (Stripe retries for 3 days, Standard Webhooks senders for about
+/// 75 hours; GitHub does not retry on its own), with most of a day to spare for a retry
+/// that runs late. The default is 7 days.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Retention(Duration);
 
 impl Retention {
-    /// The floor [`new`](Self::new) holds: 3 days, the longest provider retry window.
-    pub const MIN: Duration = Duration::from_secs(3 * 24 * 3600);
+    /// The floor [`new`](Self::new) holds: 4 days, beyond the longest provider retry
+    /// window (about 75 hours).
+    pub const MIN: Duration = Duration::from_secs(4 * 24 * 3600);
 
     /// Keeps done keys for `keep`.
     ///
@@ -181,14 +203,14 @@ impl Retention {
             return Err(ConfigError::duration(
                 "a retention",
                 keep,
-                "at least 3 days (the longest provider retry window; Retention::shorter \
-                 to mean less)",
+                "at least 4 days (beyond the longest provider retry window, about 75 \
+                 hours; Retention::shorter to mean less)",
             ));
         }
         Ok(Self(keep))
     }
 
-    /// Keeps done keys for `keep`, below the 3-day floor too: for tests, or a provider
+    /// Keeps done keys for `keep`, below the 4-day floor too: for tests, or a provider
     /// known to stop retrying sooner. A redelivery after it runs the handler again.
     #[must_use]
     pub fn shorter(keep: Duration) -> Self {
@@ -297,7 +319,10 @@ pub trait DedupeStore: Send + Sync + 'static {
     fn renew(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed>;
 
     /// Marks the claim done, if `token` still holds it — or already completed it: a retry
-    /// whose first acknowledgement was lost answers [`Completed::Done`] again. Done event
+    /// whose first acknowledgement was lost answers [`Completed::Done`] again. A claim
+    /// whose lease ran out but that no other attempt took over is still the token's:
+    /// completing it answers [`Completed::Done`] (the work succeeded); only a claim
+    /// another attempt holds now (or completed) answers [`Completed::Fenced`]. Done event
     /// keys are kept until pruned (SQL stores) or until the store's retention runs out
     /// (memory, Redis); done [`once keys`](Delivery::is_once_key) until
     /// [`prune_once`](Self::prune_once).
@@ -357,7 +382,8 @@ pub enum StoreErrorKind {
     /// answer 503 with `Retry-After`.
     Unavailable,
     /// The store refused the input before trying: an event id, a name or a URL that does
-    /// not validate. Trying again with the same input fails again. The layers answer 500
+    /// not validate (the built-in stores refuse a source or an event id longer than
+    /// 1 KiB, or holding a NUL byte). Trying again with the same input fails again. The layers answer 500
     /// (the delivery was verified: the fault is the receiver's); the admin router 400; the
     /// command exits 2.
     InvalidInput,

@@ -74,7 +74,10 @@ impl PgStore {
 impl DedupeStore for PgStore {
     fn claim(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
         let sql = self.sql.clone();
-        Box::pin(async move { sql.claim(d, token, lease).await })
+        Box::pin(async move {
+            super::check_key(d.source(), d.id())?;
+            sql.claim(d, token, lease).await
+        })
     }
 
     fn renew(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed> {

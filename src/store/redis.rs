@@ -13,7 +13,8 @@ use super::{
 
 /// Claims in Redis (feature `redis`): `SET NX PX` claims a key for the lease; Lua scripts
 /// renew, complete or release it only if it still holds this attempt's token
-/// (compare-and-set). A done event key expires after the retention (default 7 days); a
+/// (compare-and-set) — a completion also when the key expired and no other attempt holds
+/// it (the work succeeded). A done event key expires after the retention (default 7 days); a
 /// done [`Once`](crate::once::Once) key never expires ([`prune_once`](DedupeStore::prune_once)
 /// deletes it). Every operation but `prune_once` is one round trip.
 ///
@@ -72,9 +73,12 @@ end
 return 0";
 
 /// `ARGV[1]` the claim, `ARGV[2]` the token, `ARGV[3]` the retention in ms (0: forever).
+/// An absent key is our claim whose lease ran out with no attempt taking it over (or one
+/// that did and gave it back): our work succeeded, so it is marked done, as the SQL stores
+/// do for a row still under our token.
 const COMPLETE: &str = r"
 local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
+if v == ARGV[1] or not v then
   local t = redis.call('TIME')
   local done = 'done:' .. ARGV[2] .. ':' .. (t[1] * 1000 + math.floor(t[2] / 1000))
   if ARGV[3] == '0' then redis.call('SET', KEYS[1], done)
@@ -305,7 +309,9 @@ impl DedupeStore for RedisStore {
         let (mut connection, scripts, key) =
             (self.connection.clone(), self.scripts.clone(), self.key(&d));
         let replicas = self.replicas;
+        let checked = super::check_key(d.source(), d.id());
         Box::pin(async move {
+            checked?;
             let (state, pttl): (i64, i64) = scripts
                 .claim
                 .key(key)

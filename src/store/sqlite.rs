@@ -119,7 +119,10 @@ impl SqliteStore {
 impl DedupeStore for SqliteStore {
     fn claim(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
         let sql = self.sql.clone();
-        Box::pin(async move { sql.claim(d, token, lease).await })
+        Box::pin(async move {
+            super::check_key(d.source(), d.id())?;
+            sql.claim(d, token, lease).await
+        })
     }
 
     fn renew(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed> {
