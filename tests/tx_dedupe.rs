@@ -178,6 +178,23 @@ async fn duplicate_after_commit_gets_204_and_the_effect_happened_once() {
     assert!(processed);
 }
 
+/// A key the stores refuse (an id over 1 KiB: random hex, which PostgreSQL's index cannot
+/// compress under its row limit) is a 500, not a 503 the provider would retry for days;
+/// the handler never runs.
+#[tokio::test]
+async fn a_key_the_store_refuses_gets_500_and_the_handler_never_runs() {
+    let (pool, url, calls) = setup().await;
+    let long: String = (0..125)
+        .map(|_| uuid::Uuid::new_v4().simple().to_string())
+        .collect();
+    assert_eq!(
+        deliver(&url, &long, "ok").await,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(effects(&pool, &long).await, 0);
+}
+
 #[tokio::test]
 async fn failed_or_panicking_handler_rolls_back_its_writes_and_the_retry_runs() {
     let (pool, url, calls) = setup().await;
