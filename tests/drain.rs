@@ -21,6 +21,7 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
+use tower_webhook::dedupe::TxDedupeLayer;
 use tower_webhook::once::{Once, OnceErrorKind, Ran};
 use tower_webhook::store::{DedupeStore, MemoryStore, PgStore, RedisStore, SqliteStore};
 use tower_webhook::{DedupeLayer, Drain, Scheme, VerifyWebhookLayer};
@@ -116,38 +117,77 @@ impl Runs {
 }
 
 type Svc = BoxCloneSyncService<Request<Full<Bytes>>, Response<Bytes>, std::io::Error>;
+type Body =
+    tower_webhook::response::ResponseBody<tower_webhook::response::ResponseBody<Full<Bytes>>>;
 
-/// Verify + dedupe on `store` + a handler that runs for `x-run-ms`; and the layer's drain.
-fn stack(store: Arc<dyn DedupeStore>, lease: Duration, runs: &Runs) -> (Svc, Drain) {
+/// A handler that runs for `x-run-ms`.
+fn handler(
+    runs: &Runs,
+) -> impl tower::Service<
+    Request<Full<Bytes>>,
+    Response = Response<Full<Bytes>>,
+    Error = std::io::Error,
+    Future = impl Send,
+> + Clone
+       + Send
+       + Sync
+       + 'static {
     let runs = runs.clone();
-    let handler = service_fn(move |req: Request<Full<Bytes>>| {
+    service_fn(move |req: Request<Full<Bytes>>| {
         let runs = runs.clone();
         async move {
             let ms = req.headers()["x-run-ms"].to_str().unwrap().parse().unwrap();
             runs.run(ms).await;
             Ok::<_, std::io::Error>(Response::new(Full::new(Bytes::from_static(b"handled"))))
         }
-    });
-    let dedupe = DedupeLayer::from_arc(store).with_lease(lease).unwrap();
-    let drain = dedupe.drain();
-    let svc = ServiceBuilder::new()
-        .layer(VerifyWebhookLayer::new(verifier(
-            Scheme::standard(),
-            &[SECRET],
-        )))
-        .layer(dedupe)
-        .service(handler);
-    type Body =
-        tower_webhook::response::ResponseBody<tower_webhook::response::ResponseBody<Full<Bytes>>>;
-    let svc = BoxCloneSyncService::new(ServiceExt::<Request<Full<Bytes>>>::then(
+    })
+}
+
+/// `svc` with its bodies collected.
+fn boxed<S>(svc: S) -> Svc
+where
+    S: tower::Service<Request<Full<Bytes>>, Response = Response<Body>, Error = std::io::Error>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    BoxCloneSyncService::new(ServiceExt::<Request<Full<Bytes>>>::then(
         svc,
         |result: Result<Response<Body>, std::io::Error>| async move {
             let (parts, body) = result?.into_parts();
             let bytes = body.collect().await.expect("a whole body").to_bytes();
             Ok(Response::from_parts(parts, bytes))
         },
-    ));
-    (svc, drain)
+    ))
+}
+
+fn verify() -> VerifyWebhookLayer {
+    VerifyWebhookLayer::new(verifier(Scheme::standard(), &[SECRET]))
+}
+
+/// Verify + dedupe on `store` + a handler that runs for `x-run-ms`; and the layer's drain.
+fn stack(store: Arc<dyn DedupeStore>, lease: Duration, runs: &Runs) -> (Svc, Drain) {
+    let dedupe = DedupeLayer::from_arc(store).with_lease(lease).unwrap();
+    let drain = dedupe.drain();
+    let svc = ServiceBuilder::new()
+        .layer(verify())
+        .layer(dedupe)
+        .service(handler(runs));
+    (boxed(svc), drain)
+}
+
+/// Verify + `TxDedupeLayer` on the database at `url` + the same handler; its drain.
+async fn tx_stack(url: &str, runs: &Runs) -> (Svc, Drain) {
+    let pool = sqlx::PgPool::connect(url).await.unwrap();
+    let dedupe = TxDedupeLayer::new(pool).await.unwrap();
+    let drain = dedupe.drain();
+    let svc = ServiceBuilder::new()
+        .layer(verify())
+        .layer(dedupe)
+        .service(handler(runs));
+    (boxed(svc), drain)
 }
 
 async fn send(svc: &Svc, id: &str, run_ms: u64) -> Response<Bytes> {
@@ -159,10 +199,28 @@ async fn send(svc: &Svc, id: &str, run_ms: u64) -> Response<Bytes> {
     svc.clone().oneshot(request(headers, body)).await.unwrap()
 }
 
-/// A delivery whose client hangs up 100 ms into a handler of `run_ms`.
-async fn hang_up(svc: &Svc, id: &str, run_ms: u64) {
-    let hung_up = tokio::time::timeout(Duration::from_millis(100), send(svc, id, run_ms)).await;
-    assert!(hung_up.is_err(), "the client gave up mid-handler");
+/// Polls `caller` until the handler (action) has started a run more, then drops it: the
+/// client hung up, or the caller was dropped, mid-run.
+async fn drop_once_started<F: Future>(caller: F, runs: &Runs) {
+    let before = runs.started();
+    let started = async {
+        while runs.started() == before {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let dropped = tokio::time::timeout(Duration::from_secs(5), async {
+        tokio::select! {
+            biased;
+            () = started => {}
+            _ = caller => panic!("finished before it was dropped"),
+        }
+    });
+    dropped.await.expect("the run started within 5 s");
+}
+
+/// A delivery whose client hangs up once the handler (of `run_ms`) has started.
+async fn hang_up(svc: &Svc, id: &str, run_ms: u64, runs: &Runs) {
+    drop_once_started(send(svc, id, run_ms), runs).await;
 }
 
 /// Redelivers until the key is no longer held (409), for at most a lease and 3 s.
@@ -181,7 +239,7 @@ fn dedupe_a_handler_whose_client_hung_up_is_awaited_and_its_key_is_done(backend:
     let runs = Runs::default();
     process(async {
         let (svc, drain) = stack(backend.open().await, LEASE, &runs);
-        hang_up(&svc, "evt_drain", 600).await;
+        hang_up(&svc, "evt_drain", 600, &runs).await;
         // `serve` has returned: the handler is still running, on a task nobody awaits.
         let drained = drain.wait(Duration::from_secs(10)).await;
         assert_eq!((drained.finished(), drained.released()), (1, 0));
@@ -204,7 +262,7 @@ fn dedupe_past_the_bound_the_handler_is_stopped_and_released_so_the_retry_runs_a
     let runs = Runs::default();
     process(async {
         let (svc, drain) = stack(backend.open().await, LONG_LEASE, &runs);
-        hang_up(&svc, "evt_bound", 30_000).await;
+        hang_up(&svc, "evt_bound", 30_000, &runs).await;
         let started = tokio::time::Instant::now();
         let drained = drain.wait(Duration::from_millis(300)).await;
         assert!(started.elapsed() < Duration::from_secs(2), "bounded");
@@ -225,15 +283,14 @@ fn dedupe_past_the_bound_the_handler_is_stopped_and_released_so_the_retry_runs_a
     assert_eq!(runs.started(), 2);
 }
 
-/// `once.run` of `key` with an action of `ms`, its caller dropped after 100 ms.
+/// `once.run` of `key` with an action of `ms`, its caller dropped once it has started.
 async fn once_hang_up(once: &Once, key: &str, runs: &Runs, ms: u64) {
-    let runs = runs.clone();
+    let action = runs.clone();
     let run = once.run(key, move |_| async move {
-        runs.run(ms).await;
+        action.run(ms).await;
         Ok::<_, std::io::Error>(())
     });
-    let dropped = tokio::time::timeout(Duration::from_millis(100), run).await;
-    assert!(dropped.is_err(), "the caller was dropped mid-action");
+    drop_once_started(run, runs).await;
 }
 
 async fn once_run(once: &Once, key: &str, runs: &Runs) -> Ran<()> {
@@ -337,3 +394,33 @@ suite!(memory);
 suite!(sqlite);
 suite!(postgres);
 suite!(redis);
+
+/// `TxDedupeLayer`: a handler whose client hung up is awaited and committed; past the
+/// bound it is stopped, its transaction (the event's row with it) rolled back, and the
+/// redelivery runs it.
+#[test]
+fn tx_dedupe_a_hung_up_handler_is_awaited_and_committed_and_past_the_bound_rolled_back() {
+    let url = process(fresh_pg_url());
+    let runs = Runs::default();
+    process(async {
+        let (svc, drain) = tx_stack(&url, &runs).await;
+        hang_up(&svc, "evt_tx_done", 600, &runs).await;
+        let drained = drain.wait(Duration::from_secs(10)).await;
+        assert_eq!((drained.finished(), drained.released()), (1, 0));
+    });
+    process(async {
+        let (svc, drain) = tx_stack(&url, &runs).await;
+        let again = send(&svc, "evt_tx_done", 0).await;
+        assert_eq!(again.status(), StatusCode::NO_CONTENT, "committed");
+        hang_up(&svc, "evt_tx_cut", 30_000, &runs).await;
+        let drained = drain.wait(Duration::from_millis(300)).await;
+        assert_eq!((drained.finished(), drained.released()), (0, 1));
+    });
+    assert_eq!((runs.started(), runs.ended()), (2, 1));
+    process(async {
+        let (svc, _) = tx_stack(&url, &runs).await;
+        let again = send(&svc, "evt_tx_cut", 0).await;
+        assert_eq!(again.status(), StatusCode::OK, "rolled back: runs again");
+    });
+    assert_eq!(runs.started(), 3);
+}
