@@ -343,11 +343,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let route = match &queue {
         Queue::Sql(inbox) => post_service(inbox.accept_service()).layer(verify),
         // JetStream drops duplicates within its window; the store catches the rest.
-        Queue::Nats(jetstream) => post_service(jetstream.accept_service()).layer(
-            tower::ServiceBuilder::new()
-                .layer(verify)
-                .layer(dedupe),
-        ),
+        Queue::Nats(jetstream) => post_service(jetstream.accept_service())
+            .layer(tower::ServiceBuilder::new().layer(verify).layer(dedupe)),
     };
     let app = Router::new().route("/webhooks", route);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -335,7 +335,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let drain_handlers = async {
-        if tokio::time::timeout_at(deadline, &mut server).await.is_err() {
+        if tokio::time::timeout_at(deadline, &mut server)
+            .await
+            .is_err()
+        {
             server.abort(); // clients still connected past the bound: cut off
         }
         match drain {

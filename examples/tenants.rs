@@ -127,7 +127,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     tenants.invalidate("acme");
     got.push(send("acme", rotated, "evt_4").await?);
     got.push(send("acme", acme, "evt_5").await?); // the old secret, no longer valid
-    // Shut down as a deploy does: stop accepting, then let running handlers finish.
+                                                  // Shut down as a deploy does: stop accepting, then let running handlers finish.
     server.shut_down().await?;
     let _ = drain.wait(Duration::from_secs(30)).await;
 

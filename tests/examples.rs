@@ -571,7 +571,10 @@ async fn deliver_standard(url: &str, id: &str) -> StatusCode {
 async fn receiver_on_sigterm_waits_for_the_running_handler(mode: &str, id: &'static str) {
     let (status, took, db, after) = sigterm_mid_handler(mode, id, "2000", "30").await;
     assert!(status.success(), "{status}");
-    assert!(took >= Duration::from_millis(1000), "waited for the handler: {took:?}");
+    assert!(
+        took >= Duration::from_millis(1000),
+        "waited for the handler: {took:?}"
+    );
     assert!(after.is_empty(), "{after:?}");
     let (mut child, url, mut stdout) = start_receiver(
         &db,

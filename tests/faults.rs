@@ -700,10 +700,17 @@ async fn dedupe_a_done_slower_than_the_lease_keeps_the_claim_renewed_so_no_retry
     let until = Instant::now() + lease * 4;
     while Instant::now() < until {
         let retry = hooks.send("ok").await;
-        assert_eq!(retry.status(), StatusCode::CONFLICT, "held while done lands");
+        assert_eq!(
+            retry.status(),
+            StatusCode::CONFLICT,
+            "held while done lands"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(hooks.store.calls(Op::Renew) >= 3, "renewed while done was on the wire");
+    assert!(
+        hooks.store.calls(Op::Renew) >= 3,
+        "renewed while done was on the wire"
+    );
     slow_done.open();
     let first = within("the handler's answer", first).await.unwrap();
     assert_eq!(first.status(), StatusCode::OK);
@@ -1161,7 +1168,9 @@ async fn fault_store_injects_what_it_is_told() {
 async fn once_a_done_slower_than_the_lease_keeps_the_claim_renewed_so_no_other_run_runs() {
     let lease = Duration::from_millis(300);
     let store = FaultStore::new();
-    let once = Once::new(store.clone(), "fulfil").with_lease(lease).unwrap();
+    let once = Once::new(store.clone(), "fulfil")
+        .with_lease(lease)
+        .unwrap();
     let effects = Arc::new(AtomicUsize::new(0));
     let slow_done = Gate::closed();
     store.script(Op::Complete, [Fault::LandLate(slow_done.clone())]);

@@ -1836,7 +1836,10 @@ async fn postgres_a_processed_slower_than_the_lease_keeps_the_row_renewed_so_it_
     .unwrap();
     let first = Inbox::postgres(&store);
     let other = Inbox::postgres(&PgStore::connect(&url).await.unwrap());
-    assert_eq!(deliver(&first, "evt_slow_done").await, StatusCode::NO_CONTENT);
+    assert_eq!(
+        deliver(&first, "evt_slow_done").await,
+        StatusCode::NO_CONTENT
+    );
     let seen = Seen::default();
     let worker = |inbox: &Inbox| {
         Worker::new(inbox, seen.processor(Duration::ZERO))
@@ -1860,5 +1863,9 @@ async fn postgres_a_processed_slower_than_the_lease_keeps_the_row_renewed_so_it_
     tokio::time::sleep(Duration::from_millis(300)).await;
     a.shutdown().await;
     b.shutdown().await;
-    assert_eq!(seen.of("evt_slow_done"), vec![1], "one attempt, never taken over");
+    assert_eq!(
+        seen.of("evt_slow_done"),
+        vec![1],
+        "one attempt, never taken over"
+    );
 }

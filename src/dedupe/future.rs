@@ -198,9 +198,17 @@ where
                     // Its own task: a dropped request does not stop work that started. In
                     // the delivery's span, so the handler's logs carry the event.
                     // Tracked by the layer's drain, which awaits it at shutdown.
-                    let work = hold(guard, config.lease, future, success, config.drain.stopping());
+                    let work = hold(
+                        guard,
+                        config.lease,
+                        future,
+                        success,
+                        config.drain.stopping(),
+                    );
                     let work = span::instrument(span::current(), work);
-                    let task = config.drain.spawn_on(&tokio::runtime::Handle::current(), work);
+                    let task = config
+                        .drain
+                        .spawn_on(&tokio::runtime::Handle::current(), work);
                     State::Running { task }
                 }
                 State::Running { task } => {

@@ -15,9 +15,9 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::PgTx;
+use crate::drain::Stopped;
 use crate::response::{self, Needs, RejectFn, Rejection, RejectionKind, ResponseBody};
 use crate::store::{Claim, Delivery, StoreError, Token};
-use crate::drain::Stopped;
 use crate::{metrics, span, Drain, Event};
 
 /// Applies [`TxDedupe`]. See the [module docs](super#in-the-handlers-own-transaction).
@@ -221,7 +221,9 @@ where
             }
         };
         let work = span::instrument(span::current(), work);
-        let task = config.drain.spawn_on(&tokio::runtime::Handle::current(), work);
+        let task = config
+            .drain
+            .spawn_on(&tokio::runtime::Handle::current(), work);
         Box::pin(async move {
             match task.await {
                 Ok(Ok(result)) => result,
