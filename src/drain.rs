@@ -60,7 +60,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tokio_util::task::TaskTracker;
 
 /// How long the releases of the work stopped at the bound are awaited.
-const RELEASE_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const RELEASE_WAIT: Duration = Duration::from_secs(1);
 
 /// The work one layer (or one `Once`) runs on tasks of its own, to await at shutdown.
 /// See the [module docs](self). Cloning shares it.

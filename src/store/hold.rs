@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{ClaimGuard, Completed, Renewed, StoreError};
-use crate::drain::Stopped;
+use crate::drain::{Stopped, RELEASE_WAIT};
 use crate::metrics::{self, Operation};
 use crate::ConfigError;
 
@@ -182,7 +182,7 @@ pub(crate) async fn hold<F: Future>(
     let Some(output) = output else {
         let (store, delivery, token) = guard.into_parts();
         let release = metrics::timed(Operation::Release, store.release(delivery, token));
-        let released = tokio::time::timeout(Duration::from_secs(1), release).await;
+        let released = tokio::time::timeout(RELEASE_WAIT, release).await;
         return Err(Stopped {
             released: matches!(released, Ok(Ok(()))),
         });
