@@ -550,6 +550,9 @@ async fn sigterm_mid_handler(
         .expect("exits")
         .unwrap();
     let took = signalled.elapsed();
+    eprintln!(
+        "{mode}, handler {delay_ms} ms, drain {drain_secs} s: {status} {took:?} after SIGTERM"
+    );
     let mut after = Vec::new();
     while let Some(line) = next_line(&mut stdout).await {
         after.push(line);
