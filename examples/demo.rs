@@ -268,6 +268,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // ordering guard; and its effect goes through `Once` into the ledger.
     let ledger: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
     let once = Once::from_arc(store.clone(), &format!("demo-effect-{source_tag}"));
+    let once_drain = once.drain();
     let processor = {
         let (ledger, db, tag) = (ledger.clone(), db.clone(), source_tag.clone());
         move |event: Event, attempt: Attempt| {
@@ -337,19 +338,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The receiver.
     let verifier = Verifier::new(Scheme::standard(), [SECRET])?;
     let verify = VerifyWebhookLayer::new(verifier);
+    let dedupe = DedupeLayer::from_arc(store.clone());
+    let drain = dedupe.drain(); // the accepts still running when the server stops
     let route = match &queue {
         Queue::Sql(inbox) => post_service(inbox.accept_service()).layer(verify),
         // JetStream drops duplicates within its window; the store catches the rest.
-        Queue::Nats(jetstream) => post_service(jetstream.accept_service()).layer(
-            tower::ServiceBuilder::new()
-                .layer(verify)
-                .layer(DedupeLayer::from_arc(store.clone())),
-        ),
+        Queue::Nats(jetstream) => post_service(jetstream.accept_service())
+            .layer(tower::ServiceBuilder::new().layer(verify).layer(dedupe)),
     };
     let app = Router::new().route("/webhooks", route);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/webhooks", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let server = support::serve(listener, app);
 
     let (deliveries, newest) = worst_day(o.events, &source_tag, &mut rng);
     let deliveries: Arc<[Delivery]> = deliveries.into();
@@ -468,7 +468,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         cut_off.await??;
     }
     let seconds = started.elapsed().as_secs_f64();
+    // Shut down as a deploy does: stop accepting, let running work finish (at most 30 s).
+    server.shut_down().await?;
     worker.take().unwrap().shutdown().await;
+    let _ = drain.wait(Duration::from_secs(30)).await;
+    let _ = once_drain.wait(Duration::from_secs(30)).await;
     if !o.json {
         eprintln!();
     }

@@ -276,7 +276,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // The shop: verify, filter, store, 204. Nothing slow runs in the request.
     let inbox = Inbox::sqlite(&store);
     let verifier = Verifier::new(Scheme::standard(), [SECRET])?;
-    let webhooks = serve(
+    let (webhooks, server) = serve_webhooks(
         Router::new().route(
             "/webhooks",
             post_service(inbox.accept_service()).layer(
@@ -295,10 +295,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let webhooks = format!("{webhooks}/webhooks");
 
     let outside = Outside::default();
+    let emails = Once::new(store.clone(), "order-email");
+    let emails_drain = emails.drain(); // the e-mails still being sent at shutdown
     let shop = Shop {
         db: db.clone(),
         api,
-        emails: Once::new(store.clone(), "order-email"),
+        emails,
         outside: outside.clone(),
     };
     let worker = Worker::new(&inbox, move |event: Event, _: Attempt| {
@@ -364,7 +366,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let status = deliver(&webhooks, SECRET, "evt_cus_old", update).await?;
     check(status == StatusCode::NO_CONTENT, "evt_cus_old answered 204")?;
     wait_for_empty_queue(&inbox).await?;
+    // Shut down as a deploy does: stop accepting, let the worker and the e-mails finish.
+    server.shut_down().await?;
     worker.shutdown().await;
+    let _ = emails_drain.wait(Duration::from_secs(30)).await;
 
     let orders: Vec<(i64, String)> = sqlx::query_as("SELECT id, status FROM orders ORDER BY id")
         .fetch_all(&db)
@@ -451,6 +456,13 @@ async fn serve(app: Router) -> std::io::Result<String> {
     let url = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, app).await });
     Ok(url)
+}
+
+/// Serves the webhooks on a free loopback port until shut down; returns its base URL.
+async fn serve_webhooks(app: Router) -> std::io::Result<(String, support::Serving)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    Ok((url, support::serve(listener, app)))
 }
 
 async fn wait_for_empty_queue(

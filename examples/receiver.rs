@@ -19,9 +19,11 @@
 //! - `BIND`: the address to listen on (default `127.0.0.1:3000`);
 //! - `DATABASE_URL`: where deliveries are deduplicated — a `postgres://` or `redis://`
 //!   URL; without it, the embedded SQLite file `WEBHOOK_SQLITE` (default `webhooks.db`);
-//! - `WEBHOOK_LEASE_SECS`: how long a claim holds between renewals (default 60);
+//! - `WEBHOOK_LEASE_SECS`: how long a claim holds between renewals (default 60), in every
+//!   mode: `DedupeLayer`'s claims, and the inbox's and JetStream's workers' leases;
 //! - `WEBHOOK_HANDLER_DELAY_MS`: how long the handler waits after its effect before it
-//!   answers (default 0) — a slow handler whose work is already done;
+//!   answers (default 0), in every mode — a slow handler whose work is already done;
+//! - `WEBHOOK_DRAIN_SECS`: how long a shutdown waits for running handlers (default 30);
 //! - `WEBHOOK_BODY_TIMEOUT_SECS`: how long a body may take to arrive (default 10; then 408);
 //! - `WEBHOOK_MODE`: `dedupe` (default: the handler runs in the request, behind
 //!   `DedupeLayer`), `inbox` (each verified event is stored in the inbox — SQLite or
@@ -32,6 +34,10 @@
 //!   runs the handler);
 //! - `NATS_URL` (default `nats://127.0.0.1:4222`) and `NATS_STREAM` (default `webhooks`):
 //!   where `nats` mode publishes.
+//!
+//! On SIGTERM or Ctrl-C it stops accepting, waits for the handlers still running (those
+//! whose client hung up included) and for the worker, for at most `WEBHOOK_DRAIN_SECS`,
+//! stops and releases what is left (its retry runs at once), and exits 0.
 //!
 //! It serves `POST /webhooks` (and `GET` for Meta's handshake) and prints
 //! `handled <event id>` each time its handler runs: once per event, however often the
@@ -52,6 +58,7 @@
 
 mod support;
 
+use std::future::IntoFuture;
 use std::io::Write;
 use std::time::Duration;
 
@@ -202,6 +209,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let lease = Duration::from_secs(env_number("WEBHOOK_LEASE_SECS", 60)?);
     let delay = Duration::from_millis(env_number("WEBHOOK_HANDLER_DELAY_MS", 0)?);
+    let drain_bound = Duration::from_secs(env_number("WEBHOOK_DRAIN_SECS", 30)?);
     let body_timeout = Duration::from_secs(env_number("WEBHOOK_BODY_TIMEOUT_SECS", 10)?);
     let bind = std::env::var("BIND").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let scheme_name = scheme.name().to_owned();
@@ -235,14 +243,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mode, store_name) = match std::env::var("WEBHOOK_MODE").as_deref() {
         Ok("inbox") => {
             let (inbox, name) = inbox_from_env().await?;
-            let worker = Worker::new(&inbox, handler).spawn();
+            let worker = Worker::new(&inbox, handler)
+                .with_lease(lease)?
+                .with_grace(drain_bound)
+                .spawn();
             (Mode::Inbox(inbox, worker), name)
         }
         Ok("nats") => {
             let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
             let stream = std::env::var("NATS_STREAM").unwrap_or_else(|_| "webhooks".into());
             let jetstream = JetStream::connect(&url, &stream).await?;
-            let worker = JetStreamWorker::new(&jetstream, handler).spawn();
+            let worker = JetStreamWorker::new(&jetstream, handler)
+                .with_lease(lease)?
+                .with_grace(drain_bound)
+                .spawn();
             let (store, name) = store_from_env().await?;
             let dedupe = DedupeLayer::from_arc(store).with_lease(lease)?;
             let name = format!("NATS JetStream stream {stream} at {url}, deduplicated in {name}");
@@ -282,6 +296,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Ok(token) = std::env::var("WEBHOOK_VERIFY_TOKEN") {
         verify = verify.with_verify_token(token);
     }
+    let drain = match &mode {
+        Mode::Dedupe(dedupe) | Mode::Nats(_, dedupe, _) => Some(dedupe.drain()),
+        Mode::Inbox(..) => None,
+    };
     let (router, worker) = match mode {
         Mode::Dedupe(dedupe) => (app(verify, dedupe, delay), None),
         Mode::Inbox(inbox, worker) => {
@@ -298,15 +316,69 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let router = metrics_route(router, metrics);
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
-    if let Some(worker) = worker {
-        worker.shutdown().await;
+    let (signalled, signal) = tokio::sync::oneshot::channel();
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        let _ = signalled.send(());
+    });
+    let mut server = tokio::spawn(server.into_future());
+    if signal.await.is_err() {
+        // The server ended without a signal: its error is the answer.
+        return Ok(server.await??);
+    }
+    // Stop accepting; the running handlers, the connections and the worker get the bound.
+    eprintln!("shutting down: draining for at most {drain_bound:?}");
+    let deadline = tokio::time::Instant::now() + drain_bound;
+    let stop_worker = async {
+        if let Some(worker) = worker {
+            worker.shutdown().await; // its grace is the bound
+        }
+    };
+    let drain_handlers = async {
+        if tokio::time::timeout_at(deadline, &mut server)
+            .await
+            .is_err()
+        {
+            server.abort(); // clients still connected past the bound: cut off
+        }
+        match drain {
+            Some(drain) => {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                Some(drain.wait(left).await)
+            }
+            None => None,
+        }
+    };
+    let ((), drained) = tokio::join!(stop_worker, drain_handlers);
+    if let Some(drained) = drained {
+        eprintln!(
+            "drained: {} finished, {} stopped and released, {} left to their lease",
+            drained.finished(),
+            drained.released(),
+            drained.unreleased()
+        );
     }
     Ok(())
+}
+
+/// SIGTERM (what a supervisor sends) or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                terminate.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
 }
 
 /// Where verified deliveries go.

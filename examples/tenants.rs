@@ -72,6 +72,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     )?;
     let ran = Arc::new(Mutex::new(Vec::new()));
     let log = ran.clone();
+    let dedupe = DedupeLayer::new(MemoryStore::new());
+    let drain = dedupe.drain(); // the handlers still running when the server stops
     let app = Router::new().route(
         "/webhooks/{tenant}",
         post(move |event: Event| {
@@ -83,12 +85,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .layer(
             ServiceBuilder::new()
                 .layer(VerifyWebhookLayer::per_tenant(tenants.clone()))
-                .layer(DedupeLayer::new(MemoryStore::new())),
+                .layer(dedupe),
         ),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}/webhooks", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let server = support::serve(listener, app);
 
     // Which secret signed, by name: the example prints no secret.
     let name = |secret: &str| match secret {
@@ -125,7 +127,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     tenants.invalidate("acme");
     got.push(send("acme", rotated, "evt_4").await?);
     got.push(send("acme", acme, "evt_5").await?); // the old secret, no longer valid
-    tokio::time::sleep(Duration::from_millis(50)).await;
+                                                  // Shut down as a deploy does: stop accepting, then let running handlers finish.
+    server.shut_down().await?;
+    let _ = drain.wait(Duration::from_secs(30)).await;
 
     let ran = ran.lock().unwrap().clone();
     println!("handler ran: {}", ran.join(", "));

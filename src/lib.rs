@@ -94,6 +94,8 @@ pub mod filter; // 2. acknowledge unwanted types and test-mode events without a 
 pub mod dedupe; // 3. claim (source, id) once; duplicates get 204 (or: in the handler's transaction)
 
 #[cfg(feature = "dedupe")]
+pub mod drain; //    at shutdown: wait for the work the layers detached, release what is left
+#[cfg(feature = "dedupe")]
 pub mod store; //    where claims live: memory, SQLite, PostgreSQL, Redis
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
@@ -129,6 +131,8 @@ mod timestamp;
 
 #[cfg(feature = "dedupe")]
 pub use dedupe::DedupeLayer;
+#[cfg(feature = "dedupe")]
+pub use drain::{Drain, Drained};
 pub use error::{ConfigError, ConfigErrorKind, VerifyError, VerifyErrorKind};
 pub use event::Event;
 pub use filter::EventFilterLayer;

@@ -55,14 +55,16 @@ use crate::store::Claim;
 use crate::store::{
     hold, Claimed, Completed, DedupeStore, Delivery, Held, Lease, PendingClaim, StoreError, Token,
 };
-use crate::ConfigError;
+use crate::{ConfigError, Drain};
 
-/// Runs actions at most once per key. Cloning shares the store.
+/// Runs actions at most once per key. Cloning shares the store and the
+/// [`drain`](Self::drain).
 #[derive(Clone)]
 pub struct Once {
     store: Arc<dyn DedupeStore>,
     namespace: Arc<str>,
     lease: Lease,
+    drain: Drain,
 }
 
 /// What [`Once::run`] did.
@@ -111,6 +113,7 @@ pub struct OnceError<E> {
 enum Repr<E> {
     Action(E),
     Store(StoreError),
+    Stopped,
 }
 
 /// The kinds of [`OnceError`].
@@ -124,6 +127,10 @@ pub enum OnceErrorKind {
     /// `Once::run_in` (feature `postgres`), a statement of the transaction failed. The error is
     /// [`OnceError::store_error`].
     Store,
+    /// Stopped by [`Drain::wait`] at shutdown: the action ran past the drain's bound and was
+    /// stopped midway (its key released, so a later attempt runs it again), or it came
+    /// after the drain and never started.
+    Stopped,
 }
 
 impl<E> OnceError<E> {
@@ -139,12 +146,19 @@ impl<E> OnceError<E> {
         }
     }
 
+    fn stopped() -> Self {
+        Self {
+            repr: Repr::Stopped,
+        }
+    }
+
     /// Whose failure this is.
     #[must_use]
     pub fn kind(&self) -> OnceErrorKind {
         match self.repr {
             Repr::Action(_) => OnceErrorKind::Action,
             Repr::Store(_) => OnceErrorKind::Store,
+            Repr::Stopped => OnceErrorKind::Stopped,
         }
     }
 
@@ -153,7 +167,7 @@ impl<E> OnceError<E> {
     pub fn action(&self) -> Option<&E> {
         match &self.repr {
             Repr::Action(e) => Some(e),
-            Repr::Store(_) => None,
+            Repr::Store(_) | Repr::Stopped => None,
         }
     }
 
@@ -162,7 +176,7 @@ impl<E> OnceError<E> {
     pub fn into_action(self) -> Option<E> {
         match self.repr {
             Repr::Action(e) => Some(e),
-            Repr::Store(_) => None,
+            Repr::Store(_) | Repr::Stopped => None,
         }
     }
 
@@ -171,7 +185,7 @@ impl<E> OnceError<E> {
     pub fn store_error(&self) -> Option<&StoreError> {
         match &self.repr {
             Repr::Store(e) => Some(e),
-            Repr::Action(_) => None,
+            Repr::Action(_) | Repr::Stopped => None,
         }
     }
 }
@@ -181,6 +195,7 @@ impl<E: fmt::Debug> fmt::Debug for OnceError<E> {
         match &self.repr {
             Repr::Action(e) => f.debug_tuple("OnceError::Action").field(e).finish(),
             Repr::Store(e) => f.debug_tuple("OnceError::Store").field(e).finish(),
+            Repr::Stopped => f.write_str("OnceError::Stopped"),
         }
     }
 }
@@ -190,6 +205,7 @@ impl<E: fmt::Display> fmt::Display for OnceError<E> {
         match &self.repr {
             Repr::Action(e) => write!(f, "action failed: {e}"),
             Repr::Store(e) => write!(f, "once store failed: {e}"),
+            Repr::Stopped => f.write_str("action stopped by the drain at shutdown"),
         }
     }
 }
@@ -199,6 +215,7 @@ impl<E: std::error::Error + 'static> std::error::Error for OnceError<E> {
         match &self.repr {
             Repr::Action(e) => Some(e),
             Repr::Store(e) => Some(e),
+            Repr::Stopped => None,
         }
     }
 }
@@ -259,6 +276,7 @@ impl Once {
             // (and the store's `kind` keeps their retentions apart).
             namespace: Arc::from(format!("once:{namespace}")),
             lease: Lease::renewed_for(Duration::from_secs(600)),
+            drain: Drain::new(),
         }
     }
 
@@ -287,6 +305,13 @@ impl Once {
         Ok(self)
     }
 
+    /// The actions this `Once` (and every clone of it) runs on tasks of their own: at
+    /// shutdown, wait for them with [`Drain::wait`], which stops and releases what is not
+    /// done within its bound. See [`crate::drain`].
+    pub fn drain(&self) -> Drain {
+        self.drain.clone()
+    }
+
     /// The idempotency key the action for `key` is given.
     #[must_use]
     pub fn idempotency_key(&self, key: &str) -> IdempotencyKey {
@@ -296,15 +321,16 @@ impl Once {
     /// Runs `action` unless it already ran (or is running) for `key`. The action gets the
     /// key's [`IdempotencyKey`].
     ///
-    /// On a Tokio runtime the action runs on a task of its own: dropping this future does
-    /// not stop an action that has started, and its outcome is still recorded. Without a
-    /// runtime it runs inline, without renewals.
+    /// On a Tokio runtime the action runs on a task of its own, tracked by the
+    /// [`drain`](Self::drain): dropping this future does not stop an action that has
+    /// started, and its outcome is still recorded. Without a runtime it runs inline,
+    /// without renewals.
     ///
     /// # Errors
     ///
     /// [`OnceErrorKind::Action`] when the action fails (the key is released, so it can run
     /// again); [`OnceErrorKind::Store`] when the store cannot claim the key (the action did
-    /// not run).
+    /// not run); [`OnceErrorKind::Stopped`] when the drain stopped it, or had ended before.
     ///
     /// # Panics
     ///
@@ -317,6 +343,9 @@ impl Once {
         T: Send + 'static,
         E: Send + 'static,
     {
+        if self.drain.is_stopped() {
+            return Err(OnceError::stopped());
+        }
         let delivery = Delivery::once_key(&self.namespace, key);
         let claim = PendingClaim::new(
             self.store.clone(),
@@ -333,9 +362,11 @@ impl Once {
         let work = action(self.idempotency_key(key));
         let (result, held) = match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                let task = runtime.spawn(hold(guard, self.lease, work, Result::is_ok));
-                match task.await {
-                    Ok(finished) => finished,
+                let stop = self.drain.stopping();
+                let work = hold(guard, self.lease, work, Result::is_ok, stop);
+                match self.drain.spawn_on(&runtime, work).await {
+                    Ok(Ok(finished)) => finished,
+                    Ok(Err(_stopped)) => return Err(OnceError::stopped()),
                     Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
                     // The runtime is shutting down: the lease frees the key.
                     Err(_) => {

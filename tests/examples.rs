@@ -500,6 +500,148 @@ async fn receiver_slow_handler_keeps_its_claim_and_a_hang_up_never_reruns_it() {
     let _ = std::fs::remove_file(&db);
 }
 
+/// Sends SIGTERM to `child`, as a supervisor (systemd, Kubernetes) does at a deploy.
+fn terminate(child: &tokio::process::Child) {
+    let pid = child.id().expect("still running").to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -TERM {pid}");
+}
+
+/// The receiver in `mode` with a handler of `delay_ms` and a drain of `drain_secs`: one
+/// event delivered (in dedupe mode its client hangs up mid-handler), SIGTERM once the
+/// handler runs. Returns how the process ended, how long after the signal, the SQLite
+/// file, and the lines printed after the signal.
+async fn sigterm_mid_handler(
+    mode: &str,
+    id: &'static str,
+    delay_ms: &str,
+    drain_secs: &str,
+) -> (std::process::ExitStatus, Duration, PathBuf, Vec<String>) {
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-drain-{mode}-{}-{}.db",
+        std::process::id(),
+        id
+    ));
+    let _ = std::fs::remove_file(&db);
+    let env = [
+        ("WEBHOOK_SCHEME", "standard"),
+        ("WEBHOOK_SECRETS", DRAIN_SECRET),
+        ("WEBHOOK_MODE", mode),
+        ("WEBHOOK_HANDLER_DELAY_MS", delay_ms),
+        ("WEBHOOK_DRAIN_SECS", drain_secs),
+    ];
+    let (mut child, url, mut stdout) = start_receiver(&db, &env).await;
+    let delivered = deliver_standard(&url, id);
+    if mode == "dedupe" {
+        let hung_up = tokio::time::timeout(Duration::from_millis(500), delivered).await;
+        assert!(hung_up.is_err(), "the client gave up mid-handler");
+    } else {
+        assert_eq!(delivered.await, StatusCode::NO_CONTENT, "accepted");
+    }
+    let handled = format!("handled {id}");
+    assert_eq!(next_line(&mut stdout).await, Some(handled));
+    terminate(&child);
+    let signalled = std::time::Instant::now();
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("exits")
+        .unwrap();
+    let took = signalled.elapsed();
+    eprintln!(
+        "{mode}, handler {delay_ms} ms, drain {drain_secs} s: {status} {took:?} after SIGTERM"
+    );
+    let mut after = Vec::new();
+    while let Some(line) = next_line(&mut stdout).await {
+        after.push(line);
+    }
+    (status, took, db, after)
+}
+
+const DRAIN_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// A signed delivery of `id` (standard scheme) to `url`; its status.
+async fn deliver_standard(url: &str, id: &str) -> StatusCode {
+    let body = event_body(id, "invoice.paid", "in_1");
+    let headers = signed_headers(&Scheme::standard(), DRAIN_SECRET, id, &body);
+    post(url, headers, body).await.unwrap().0
+}
+
+/// SIGTERM while a handler of 2 s runs: the receiver waits for it, exits 0, and the
+/// restarted receiver's redelivery gets 204 without running the handler again.
+async fn receiver_on_sigterm_waits_for_the_running_handler(mode: &str, id: &'static str) {
+    let (status, took, db, after) = sigterm_mid_handler(mode, id, "2000", "30").await;
+    assert!(status.success(), "{status}");
+    assert!(
+        took >= Duration::from_millis(1000),
+        "waited for the handler: {took:?}"
+    );
+    assert!(after.is_empty(), "{after:?}");
+    let (mut child, url, mut stdout) = start_receiver(
+        &db,
+        &[
+            ("WEBHOOK_SCHEME", "standard"),
+            ("WEBHOOK_SECRETS", DRAIN_SECRET),
+            ("WEBHOOK_MODE", mode),
+        ],
+    )
+    .await;
+    assert_eq!(deliver_standard(&url, id).await, StatusCode::NO_CONTENT);
+    let again = tokio::time::timeout(Duration::from_secs(2), stdout.next_line()).await;
+    assert!(again.is_err(), "the handler ran again: {again:?}");
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
+/// SIGTERM with a drain shorter than the handler: the receiver exits 0 within the bound,
+/// the handler stopped and its claim (row) released, and the restarted receiver runs it.
+async fn receiver_on_sigterm_past_the_drain_releases_the_handler_and_exits(
+    mode: &str,
+    id: &'static str,
+) {
+    let (status, took, db, _) = sigterm_mid_handler(mode, id, "6000", "1").await;
+    assert!(status.success(), "{status}");
+    assert!(took < Duration::from_secs(3), "within the bound: {took:?}");
+    let (mut child, url, mut stdout) = start_receiver(
+        &db,
+        &[
+            ("WEBHOOK_SCHEME", "standard"),
+            ("WEBHOOK_SECRETS", DRAIN_SECRET),
+            ("WEBHOOK_MODE", mode),
+        ],
+    )
+    .await;
+    // Released: runs at once, not after the 60 s lease.
+    assert_eq!(deliver_standard(&url, id).await, StatusCode::NO_CONTENT);
+    assert_eq!(next_line(&mut stdout).await, Some(format!("handled {id}")));
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
+#[tokio::test]
+async fn receiver_in_dedupe_mode_on_sigterm_waits_for_a_hung_up_handler_and_exits_0() {
+    receiver_on_sigterm_waits_for_the_running_handler("dedupe", "evt_term_dedupe").await;
+}
+
+#[tokio::test]
+async fn receiver_in_inbox_mode_on_sigterm_waits_for_the_worker_and_exits_0() {
+    receiver_on_sigterm_waits_for_the_running_handler("inbox", "evt_term_inbox").await;
+}
+
+#[tokio::test]
+async fn receiver_in_dedupe_mode_past_the_drain_releases_the_handler_and_exits_0() {
+    receiver_on_sigterm_past_the_drain_releases_the_handler_and_exits("dedupe", "evt_cut_dedupe")
+        .await;
+}
+
+#[tokio::test]
+async fn receiver_in_inbox_mode_past_the_drain_hands_the_row_back_and_exits_0() {
+    receiver_on_sigterm_past_the_drain_releases_the_handler_and_exits("inbox", "evt_cut_inbox")
+        .await;
+}
+
 /// Writes `head` (and the first `sent` bytes of `body`) on a raw connection and returns
 /// the status line the server answers with, however long the client keeps the rest back.
 async fn raw_post(url: &str, head: &str, body: &[u8], sent: usize) -> String {

@@ -687,6 +687,39 @@ async fn dedupe_a_renewal_outage_shorter_than_the_lease_never_costs_the_claim() 
 }
 
 #[tokio::test]
+async fn dedupe_a_done_slower_than_the_lease_keeps_the_claim_renewed_so_no_retry_runs_beside_it() {
+    let lease = Duration::from_millis(300);
+    let hooks = Webhooks::new(lease, Gate::opened());
+    let slow_done = Gate::closed();
+    hooks
+        .store
+        .script(Op::Complete, [Fault::LandLate(slow_done.clone())]);
+    let first = tokio::spawn(hooks.send("ok"));
+    within("done to be on the wire", slow_done.arrived(1)).await;
+    // "done" takes four leases to land; the renewals go on and hold the key meanwhile.
+    let until = Instant::now() + lease * 4;
+    while Instant::now() < until {
+        let retry = hooks.send("ok").await;
+        assert_eq!(
+            retry.status(),
+            StatusCode::CONFLICT,
+            "held while done lands"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        hooks.store.calls(Op::Renew) >= 3,
+        "renewed while done was on the wire"
+    );
+    slow_done.open();
+    let first = within("the handler's answer", first).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(first.extensions().get::<ClaimLost>(), None);
+    assert_eq!(hooks.send("ok").await.status(), StatusCode::NO_CONTENT);
+    assert_eq!(hooks.effects(), 1);
+}
+
+#[tokio::test]
 async fn dedupe_claim_failing_is_a_503_with_retry_after_and_the_handler_never_runs() {
     let hooks = Webhooks::new(LONG_LEASE, Gate::opened());
     hooks.store.always(Op::Claim, Fault::Fail);
@@ -1129,4 +1162,32 @@ async fn fault_store_injects_what_it_is_told() {
         Renewed::Fenced
     );
     assert_eq!(store.calls(Op::Renew), 3);
+}
+
+#[tokio::test]
+async fn once_a_done_slower_than_the_lease_keeps_the_claim_renewed_so_no_other_run_runs() {
+    let lease = Duration::from_millis(300);
+    let store = FaultStore::new();
+    let once = Once::new(store.clone(), "fulfil")
+        .with_lease(lease)
+        .unwrap();
+    let effects = Arc::new(AtomicUsize::new(0));
+    let slow_done = Gate::closed();
+    store.script(Op::Complete, [Fault::LandLate(slow_done.clone())]);
+    let first = tokio::spawn({
+        let (once, effects) = (once.clone(), effects.clone());
+        async move { once.run(ORDER, action(&effects, None)).await }
+    });
+    within("done to be on the wire", slow_done.arrived(1)).await;
+    let until = Instant::now() + lease * 4;
+    while Instant::now() < until {
+        let other = once.run(ORDER, action(&effects, None)).await.unwrap();
+        assert!(matches!(other, Ran::InProgress { .. }), "{other:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    slow_done.open();
+    let first = within("the first run", first).await.unwrap().unwrap();
+    assert_eq!(first, Ran::Now(()));
+    assert_eq!(settle_once(&once, &effects).await, Ran::Already);
+    assert_eq!(effects.load(Ordering::SeqCst), 1);
 }

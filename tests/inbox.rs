@@ -1910,3 +1910,61 @@ async fn postgres_counter_migration_counts_the_rows_already_processed() {
     let counts = inbox.counts().await.unwrap();
     assert_eq!((counts.queued, counts.processed), (1, 2), "{counts:?}");
 }
+
+/// A "processed" slower than the lease — PostgreSQL made to sleep 2.5 s before each one,
+/// in a statement trigger that holds no row lock — while the lease is 1 s: the renewals go
+/// on until the outcome has landed, so a second worker never takes the row over, and the
+/// processor runs once.
+#[tokio::test]
+async fn postgres_a_processed_slower_than_the_lease_keeps_the_row_renewed_so_it_runs_once() {
+    let url = fresh_pg_url().await;
+    let store = PgStore::connect(&url).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE FUNCTION slow_processed() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF current_query() LIKE '%SET processed_at = coalesce(processed_at, now())%' THEN
+                 PERFORM pg_sleep(2.5);
+             END IF;
+             RETURN NULL;
+         END $$;
+         CREATE TRIGGER slow_processed BEFORE UPDATE ON webhook_events
+             FOR EACH STATEMENT EXECUTE FUNCTION slow_processed();",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let first = Inbox::postgres(&store);
+    let other = Inbox::postgres(&PgStore::connect(&url).await.unwrap());
+    assert_eq!(
+        deliver(&first, "evt_slow_done").await,
+        StatusCode::NO_CONTENT
+    );
+    let seen = Seen::default();
+    let worker = |inbox: &Inbox| {
+        Worker::new(inbox, seen.processor(Duration::ZERO))
+            .with_lease(Duration::from_secs(1))
+            .unwrap()
+            .with_poll_interval(Duration::from_millis(50))
+            .unwrap()
+            .spawn()
+    };
+    let a = worker(&first);
+    eventually("the first attempt", async || {
+        seen.of("evt_slow_done").len() == 1
+    })
+    .await;
+    // The second worker polls while the first one's "processed" is on its way.
+    let b = worker(&other);
+    eventually("processed", async || {
+        first.counts().await.unwrap().processed == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.shutdown().await;
+    b.shutdown().await;
+    assert_eq!(
+        seen.of("evt_slow_done"),
+        vec![1],
+        "one attempt, never taken over"
+    );
+}

@@ -149,3 +149,32 @@ pub async fn post(
     let body = response.into_body().collect().await?.to_bytes();
     Ok((status, body))
 }
+
+/// A server on its own task, stopped as a deploy stops it (see [`Serving::shut_down`]).
+pub struct Serving {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+/// Serves `app` on `listener` until [`Serving::shut_down`].
+pub fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> Serving {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async {
+        let _ = stopped.await;
+    };
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+    });
+    Serving { stop, task }
+}
+
+impl Serving {
+    /// Stops accepting and returns once the open connections have closed. Handlers whose
+    /// client hung up may still run: wait for them with the layers' `drain()` after this.
+    pub async fn shut_down(self) -> std::io::Result<()> {
+        let _ = self.stop.send(());
+        self.task.await.map_err(std::io::Error::other)?
+    }
+}

@@ -10,6 +10,7 @@ use tower_service::Service;
 
 use super::layer::Config;
 use super::ClaimLost;
+use crate::drain::Stopped;
 use crate::metrics;
 use crate::response::{Rejection, ResponseBody};
 use crate::span;
@@ -18,10 +19,13 @@ use crate::store::{
 };
 
 /// The handler's result and how its claim ended, from the task that ran it.
-type Finished<S, B> = (
-    Result<<S as Service<Request<B>>>::Response, <S as Service<Request<B>>>::Error>,
-    Held,
-);
+type Finished<S, B> = Result<
+    (
+        Result<<S as Service<Request<B>>>::Response, <S as Service<Request<B>>>::Error>,
+        Held,
+    ),
+    Stopped,
+>;
 
 pin_project! {
     /// Response future of [`Dedupe`](super::Dedupe): claims the key, then runs the inner
@@ -174,6 +178,11 @@ where
                     }
                     let config = this.config.as_ref().expect("claimed with a config");
                     let guard = guard.take().expect("called once");
+                    // The drain is over (the server is shutting down): start nothing.
+                    if config.drain.is_stopped() {
+                        drop(guard); // released in the background
+                        return Poll::Ready(Ok(config.reject(Rejection::store_unavailable(1))));
+                    }
                     // Waited so long for a place that the lease may run out before its
                     // first renewal: give the claim back rather than run beside a takeover.
                     if guard.sent().elapsed() >= config.lease.length * 2 / 3 {
@@ -188,13 +197,29 @@ where
                     let future = metrics::handled(source, future, success);
                     // Its own task: a dropped request does not stop work that started. In
                     // the delivery's span, so the handler's logs carry the event.
-                    let work = hold(guard, config.lease, future, success);
-                    let task = tokio::spawn(span::instrument(span::current(), work));
+                    // Tracked by the layer's drain, which awaits it at shutdown.
+                    let work = hold(
+                        guard,
+                        config.lease,
+                        future,
+                        success,
+                        config.drain.stopping(),
+                    );
+                    let work = span::instrument(span::current(), work);
+                    let task = config
+                        .drain
+                        .spawn_on(&tokio::runtime::Handle::current(), work);
                     State::Running { task }
                 }
                 State::Running { task } => {
                     let (result, held) = match ready!(Pin::new(task).poll(cx)) {
-                        Ok(finished) => finished,
+                        Ok(Ok(finished)) => finished,
+                        // Stopped by the drain past its bound, its claim released: the
+                        // retry runs it again.
+                        Ok(Err(Stopped { .. })) => {
+                            let config = this.config.as_ref().expect("ran with a config");
+                            return Poll::Ready(Ok(config.reject(Rejection::store_unavailable(1))));
+                        }
                         // The handler panicked (its claim was released as it unwound):
                         // the panic goes on to whoever catches panics outside.
                         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),

@@ -10,7 +10,7 @@ use http::Response;
 use super::Dedupe;
 use crate::response::{self, RejectFn, Rejection, ResponseBody};
 use crate::store::{DedupeStore, Delivery, Lease};
-use crate::ConfigError;
+use crate::{ConfigError, Drain};
 
 pub(crate) type KeyFn = dyn Fn(&Parts) -> Option<Delivery> + Send + Sync;
 
@@ -20,6 +20,7 @@ pub(crate) struct Config {
     pub(crate) unavailable_retry_after: Duration,
     pub(crate) key: Option<Arc<KeyFn>>,
     pub(crate) rejection: Option<Arc<RejectFn<Rejection>>>,
+    pub(crate) drain: Drain,
 }
 
 impl Config {
@@ -37,13 +38,14 @@ impl Clone for Config {
             unavailable_retry_after: self.unavailable_retry_after,
             key: self.key.clone(),
             rejection: self.rejection.clone(),
+            drain: self.drain.clone(),
         }
     }
 }
 
 /// Applies [`Dedupe`] to a service. See the [module docs](crate::dedupe).
 ///
-/// Cloning is cheap and shares the store.
+/// Cloning is cheap and shares the store and the [`drain`](Self::drain).
 #[derive(Clone)]
 #[must_use]
 pub struct DedupeLayer {
@@ -65,6 +67,7 @@ impl DedupeLayer {
                 unavailable_retry_after: Duration::from_secs(5),
                 key: None,
                 rejection: None,
+                drain: Drain::new(),
             }),
         }
     }
@@ -110,6 +113,14 @@ impl DedupeLayer {
     ) -> Self {
         Arc::make_mut(&mut self.config).rejection = Some(Arc::new(rejection));
         self
+    }
+
+    /// The handlers this layer runs on tasks of their own (every clone of the layer, and
+    /// every service it made, shares it): after the server stops, wait for them with
+    /// [`Drain::wait`], which stops and releases what is not done within its bound. See
+    /// [`crate::drain`].
+    pub fn drain(&self) -> Drain {
+        self.config.drain.clone()
     }
 
     /// Takes the key from the request instead of the verified [`Event`](crate::Event),

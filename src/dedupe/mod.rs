@@ -24,6 +24,10 @@
 //!   middle of it. Effects in PostgreSQL can close that gap with
 //!   [`TxDedupeLayer`] (below).
 //!
+//! That task is nobody's to await: at shutdown, after `serve` returns, wait for it with
+//! [`DedupeLayer::drain`] (see [`crate::drain`]), or a process that exits mid-handler has
+//! the handler run again after the lease.
+//!
 //! When a handler's claim could not be kept (taken over after its lease ran out, or "done"
 //! not heard by the store), its response carries [`ClaimLost`].
 //!

@@ -15,12 +15,13 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::PgTx;
+use crate::drain::Stopped;
 use crate::response::{self, Needs, RejectFn, Rejection, RejectionKind, ResponseBody};
 use crate::store::{Claim, Delivery, StoreError, Token};
-use crate::{metrics, span, Event};
+use crate::{metrics, span, Drain, Event};
 
 /// Applies [`TxDedupe`]. See the [module docs](super#in-the-handlers-own-transaction).
-/// Cloning shares the pool.
+/// Cloning shares the pool and the [`drain`](Self::drain).
 #[derive(Clone)]
 #[must_use]
 pub struct TxDedupeLayer {
@@ -32,6 +33,7 @@ struct Config {
     pool: PgPool,
     max_wait: Option<Duration>,
     rejection: Option<Arc<RejectFn<Rejection>>>,
+    drain: Drain,
 }
 
 impl Config {
@@ -60,6 +62,7 @@ impl TxDedupeLayer {
                 pool,
                 max_wait: None,
                 rejection: None,
+                drain: Drain::new(),
             }),
         }
     }
@@ -86,6 +89,14 @@ impl TxDedupeLayer {
         }
         Arc::make_mut(&mut self.config).max_wait = Some(wait);
         Ok(self)
+    }
+
+    /// The handlers this layer runs on tasks of their own (shared by its clones and
+    /// services): after the server stops, wait for them with [`Drain::wait`]. A handler
+    /// stopped at its bound rolls its transaction back, the event's row with it, so the
+    /// provider's retry runs it. See [`crate::drain`].
+    pub fn drain(&self) -> Drain {
+        self.config.drain.clone()
     }
 
     /// Replaces the responses the middleware gives itself (a duplicate's 204, 409, 503,
@@ -187,17 +198,37 @@ where
             let response = config.reject(Rejection::missing_event(Needs::TxDedupe));
             return Box::pin(std::future::ready(Ok(response)));
         };
+        // The drain is over (the server is shutting down): start nothing.
+        if config.drain.is_stopped() {
+            let response = config.reject(Rejection::store_unavailable(RETRY_AFTER_SECS));
+            return Box::pin(std::future::ready(Ok(response)));
+        }
         let (delivery, source) = (Delivery::from_event(event), event.metrics().clone());
         // A clone, polled ready once the event's row is in (see `poll_ready`).
         let inner = self.inner.clone();
         // Its own task: a dropped request (the client hung up) neither rolls back nor
         // stops a handler that has started; its outcome is committed or rolled back as
         // if the client had waited. In the delivery's span, for the handler's logs.
+        // Tracked by the layer's drain; stopped past its bound, the transaction rolls back
+        // as `work` is dropped.
         let work = run(inner, req, delivery, source, config.clone());
-        let task = tokio::spawn(span::instrument(span::current(), work));
+        let stop = config.drain.stopping();
+        let work = async move {
+            tokio::select! {
+                biased;
+                result = work => Ok(result),
+                () = stop => Err(Stopped { released: true }),
+            }
+        };
+        let work = span::instrument(span::current(), work);
+        let task = config
+            .drain
+            .spawn_on(&tokio::runtime::Handle::current(), work);
         Box::pin(async move {
             match task.await {
-                Ok(result) => result,
+                Ok(Ok(result)) => result,
+                // Stopped by the drain: rolled back, the retry runs it.
+                Ok(Err(_)) => Ok(config.reject(Rejection::store_unavailable(RETRY_AFTER_SECS))),
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
                 // The runtime is shutting down: the transaction rolled back with the task.
                 Err(_) => Ok(config.reject(Rejection::store_unavailable(RETRY_AFTER_SECS))),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
-use super::{Claim, Completed, DedupeStore, Delivery, Renewed, StoreError, StoreFuture, Token};
+use super::{Claim, Completed, DedupeStore, Delivery, StoreError, StoreFuture, Token};
 use crate::metrics::{self, Operation};
 
 /// A claim this attempt holds, or has asked for. Dropped before an outcome — the work
@@ -45,22 +45,16 @@ impl ClaimGuard {
         self.sent
     }
 
+    /// The claim's parts, the guard still watching it (for renewals beside its outcome).
+    pub(crate) fn parts(&self) -> (Arc<dyn DedupeStore>, Delivery, Token) {
+        let delivery = self.delivery.clone().expect("before its outcome");
+        (self.store.clone(), delivery, self.token)
+    }
+
     /// Takes the claim apart, the guard no longer watching it.
     pub(crate) fn into_parts(mut self) -> (Arc<dyn DedupeStore>, Delivery, Token) {
         let delivery = self.delivery.take().expect("one outcome per claim");
         (self.store.clone(), delivery, self.token)
-    }
-
-    /// Extends the claim to `lease` from now (fenced on the token).
-    pub(crate) fn renew(
-        &self,
-        lease: Duration,
-    ) -> impl Future<Output = Result<Renewed, StoreError>> {
-        let delivery = self.delivery.clone().expect("renewed before its outcome");
-        metrics::timed(
-            Operation::Renew,
-            self.store.renew(delivery, self.token, lease),
-        )
     }
 
     /// Marks the key done (fenced on the token).

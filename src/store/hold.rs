@@ -9,15 +9,19 @@
 //! - success: the key is completed, retried until the lease would end (completing is
 //!   idempotent under the token, so a lost acknowledgement is not mistaken for fencing);
 //! - failure: the claim is released so the next attempt runs;
+//! - the renewals go on until the outcome has landed;
+//! - stopped by a drain past its bound: the work is dropped and the claim released;
 //! - a panic unwinds through here: the guard releases the claim as it drops.
 
 use std::future::Future;
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::{ClaimGuard, Completed, Renewed, StoreError};
+use crate::drain::{Stopped, RELEASE_WAIT};
 use crate::metrics::{self, Operation};
 use crate::ConfigError;
 
@@ -146,39 +150,67 @@ impl Heartbeat {
 }
 
 /// Runs `work` while renewing `guard`'s claim, then completes the key if `succeeded`
-/// says so, or releases it.
+/// says so, or releases it; the renewals go on until that outcome has landed (a slow
+/// "done" must not cost a lease that renewals would still have kept). When `stop`
+/// resolves first (a [`Drain`](crate::Drain) past its bound), the work is dropped where
+/// it stands and the claim released, so the next attempt runs at once.
 pub(crate) async fn hold<F: Future>(
     guard: ClaimGuard,
     lease: Lease,
     work: F,
     succeeded: impl FnOnce(&F::Output) -> bool,
-) -> (F::Output, Held) {
+    stop: impl Future<Output = ()>,
+) -> Result<(F::Output, Held), Stopped> {
     let heartbeat = Heartbeat::new(Instant::from_std(guard.sent()), lease);
-    let renew = || {
-        let renewal = guard.renew(lease.length);
+    // Owned parts, not the guard: it stays armed (a panic releases) and moves on to the
+    // outcome while the heartbeat still runs.
+    let (store, delivery, token) = guard.parts();
+    let renew = move || {
+        let renewal = store.renew(delivery.clone(), token, lease.length);
+        let renewal = metrics::timed(Operation::Renew, renewal);
         async move { renewal.await.map(|r| r == Renewed::Held) }
     };
+    let beat = heartbeat.beat(renew);
+    let mut beat = pin!(beat);
+    // `work` is moved into the select: stopped, it is dropped as the select ends.
     let output = tokio::select! {
         biased;
-        output = work => output,
-        () = heartbeat.beat(renew) => unreachable!("the heartbeat never ends"),
+        output = work => Some(output),
+        () = stop => None,
+        () = &mut beat => unreachable!("the heartbeat never ends"),
     };
-    if !succeeded(&output) {
-        // A failed release is not the work's outcome: it is retried in the background
-        // while the (renewed) lease lasts.
-        guard.release_until(heartbeat.lease_ends().into_std()).await;
-        return (output, Held::Released);
-    }
-    let (store, delivery, token) = guard.into_parts();
-    let complete = retry_until(heartbeat.lease_ends(), || {
-        metrics::timed(Operation::Complete, store.complete(delivery.clone(), token))
-    });
-    let held = match complete.await {
-        Ok(Completed::Done) => Held::Done,
-        Ok(Completed::Fenced) => Held::Lost,
-        Err(error) => Held::Unrecorded(error),
+    let Some(output) = output else {
+        let (store, delivery, token) = guard.into_parts();
+        let release = metrics::timed(Operation::Release, store.release(delivery, token));
+        let released = tokio::time::timeout(RELEASE_WAIT, release).await;
+        return Err(Stopped {
+            released: matches!(released, Ok(Ok(()))),
+        });
     };
-    (output, held)
+    let ok = succeeded(&output);
+    let record = async {
+        if !ok {
+            // A failed release is not the work's outcome: it is retried in the background
+            // while the (renewed) lease lasts.
+            guard.release_until(heartbeat.lease_ends().into_std()).await;
+            return Held::Released;
+        }
+        let (store, delivery, token) = guard.into_parts();
+        let complete = retry_until(heartbeat.lease_ends(), || {
+            metrics::timed(Operation::Complete, store.complete(delivery.clone(), token))
+        });
+        match complete.await {
+            Ok(Completed::Done) => Held::Done,
+            Ok(Completed::Fenced) => Held::Lost,
+            Err(error) => Held::Unrecorded(error),
+        }
+    };
+    let held = tokio::select! {
+        biased;
+        held = record => held,
+        () = &mut beat => unreachable!("the heartbeat never ends"),
+    };
+    Ok((output, held))
 }
 
 /// Runs `operation`, retrying while it fails until `until` (at least once): an outcome

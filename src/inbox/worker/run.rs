@@ -2,7 +2,7 @@
 //! record the outcome, and stop within the grace period.
 
 use std::future::Future;
-use std::pin::Pin;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -167,6 +167,8 @@ impl Worker {
             let renewal = backend.renew(source.clone(), id.clone(), token, self.lease.length);
             metrics::timed(Operation::InboxRenew, renewal)
         };
+        let beat = heartbeat.beat(renew);
+        let mut beat = pin!(beat);
         let joined = tokio::select! {
             biased;
             joined = &mut task.0 => joined,
@@ -176,17 +178,35 @@ impl Worker {
                 task.0.abort();
                 (&mut task.0).await
             }
-            () = heartbeat.beat(renew) => unreachable!("the heartbeat never ends"),
+            () = &mut beat => unreachable!("the heartbeat never ends"),
         };
-        let lease_ends = heartbeat.lease_ends();
+        // The renewals go on until the outcome has landed: a slow "processed" must not cost
+        // the lease that renewals would still have kept.
+        let record = self.record(joined, &source, &id, token, attempt, &heartbeat);
+        tokio::select! {
+            biased;
+            () = record => {}
+            () = &mut beat => unreachable!("the heartbeat never ends"),
+        }
+    }
+
+    /// Records how the run ended, while the heartbeat keeps the row's lease.
+    async fn record(
+        &self,
+        joined: Result<Result<Done, String>, tokio::task::JoinError>,
+        source: &str,
+        id: &str,
+        token: Token,
+        attempt: Attempt,
+        heartbeat: &Heartbeat,
+    ) {
         let result = match joined {
             Ok(result) => result,
             Err(e) if e.is_panic() => Err("the processor panicked".to_owned()),
             Err(_) => {
                 // Stopped by the hurry above: back to the queue, the attempt counted
                 // (fenced: a transactional commit that landed first keeps it processed).
-                let abandoned =
-                    self.finish_until(&source, &id, token, Outcome::Abandoned, lease_ends);
+                let abandoned = self.finish_until(source, id, token, Outcome::Abandoned, heartbeat);
                 let _ = abandoned.await;
                 metrics::attempt(metrics::Attempt::Abandoned);
                 return;
@@ -216,7 +236,7 @@ impl Worker {
             Outcome::Abandoned => metrics::Attempt::Abandoned,
         };
         let finished = self
-            .finish_until(&source, &id, token, outcome, lease_ends)
+            .finish_until(source, id, token, outcome, heartbeat)
             .await;
         // Fenced out or not heard: the row's next attempt is another's to count.
         metrics::attempt(match finished {
@@ -228,7 +248,7 @@ impl Worker {
                 // Said once recorded: a fenced-out attempt's outcome is not the row's.
                 #[cfg(feature = "tracing")]
                 if let (true, Some(outcome)) = (held, &failure) {
-                    log_failure(&source, &id, attempt.number(), outcome);
+                    log_failure(source, id, attempt.number(), outcome);
                 }
                 lease_report(held)
             }
@@ -240,16 +260,16 @@ impl Worker {
     }
 
     /// Records `outcome`, retrying a database that does not answer until the row's lease
-    /// would end: after that another worker may hold the row.
+    /// would end (renewed meanwhile): after that another worker may hold the row.
     async fn finish_until(
         &self,
         source: &str,
         id: &str,
         token: Token,
         outcome: Outcome,
-        lease_ends: Instant,
+        heartbeat: &Heartbeat,
     ) -> Result<bool, StoreError> {
-        retry_until(lease_ends, || {
+        retry_until(heartbeat.lease_ends(), || {
             let outcome = outcome.clone();
             let finish =
                 self.inbox
