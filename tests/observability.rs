@@ -548,7 +548,8 @@ async fn the_jetstream_inbox_counts_accepts_and_attempts_by_outcome_and_sets_the
             StatusCode::NO_CONTENT
         );
     }
-    let worker = JetStreamWorker::new(&jetstream, move |e: Event, a: Attempt| async move {
+    let store = tower_webhook::store::MemoryStore::new();
+    let worker = JetStreamWorker::new(&jetstream, store, move |e: Event, a: Attempt| async move {
         match (e.id().unwrap(), a.number()) {
             ("evt_flaky", 1) | ("evt_broken", _) => Err("the provider's API said 500"),
             _ => Ok(()),
