@@ -578,9 +578,10 @@ async fn the_jetstream_inbox_counts_accepts_and_attempts_by_outcome_and_sets_the
     assert_eq!(operation("accept"), 4, "each delivery published once");
     assert_eq!(
         operation("inbox_finish"),
-        2,
-        "each success acknowledged once"
+        5,
+        "each outcome recorded once: 2 acks, 2 naks, the dead one's ack"
     );
+    assert_eq!(operation("complete"), 2, "each success done in the store");
     assert!(operation("inbox_claim") >= 1);
     assert_eq!((counts.processed, counts.dead), (2, 1), "{counts:?}");
     assert_eq!(r.gauge(DEAD, &[]), Some(1.0));

@@ -204,7 +204,10 @@ impl JetStream {
     /// `jetstream/<stream>/<consumer>/<source>`, apart from `DedupeLayer`'s keys of the same
     /// events (neither name holds a `/`), and per consumer (each sees every event).
     fn claim_source(&self, source: &str) -> String {
-        format!("jetstream/{}/{}/{source}", self.inner.stream, self.inner.consumer)
+        format!(
+            "jetstream/{}/{}/{source}",
+            self.inner.stream, self.inner.consumer
+        )
     }
 
     /// The stream dead messages are published to: `<stream>-dead`.
@@ -504,7 +507,10 @@ fn message(stream: &str, event: &Event) -> Result<(String, HeaderMap), StoreErro
     let id = event.dedupe_id();
     // Refused, not encoded: the headers are plain text that the platform's own consumers
     // read too, and no provider's id holds a line break (a forged header would follow it).
-    if [event.source(), id].iter().any(|v| v.contains(['\r', '\n'])) {
+    if [event.source(), id]
+        .iter()
+        .any(|v| v.contains(['\r', '\n']))
+    {
         return Err(StoreError::message(
             "jetstream accept: a source or event id with a line break cannot be a header",
         )

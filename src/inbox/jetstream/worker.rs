@@ -234,6 +234,7 @@ impl JetStreamWorker {
         // The consumer's own lease, if it existed with another.
         let mut this = self;
         this.lease.length = consumer.cached_info().config.ack_wait;
+        let client = this.jetstream.inner.context.client();
         let this = Arc::new(this);
         let permits = Arc::new(Semaphore::new(this.concurrency));
         let mut running: JoinSet<()> = JoinSet::new();
@@ -271,9 +272,15 @@ impl JetStreamWorker {
                 }
             };
             // The whole pull, even once stopping: its messages are delivered already, and
-            // one left unprocessed would count an attempt it never had.
-            while let Some(message) = batch.next().await {
-                let Ok(message) = message else { break };
+            // one left unprocessed would count an attempt it never had. But not a pull the
+            // connection lost: left to itself it waits 5 s past its expiry.
+            let mut lost = std::pin::pin!(reconnected(client.clone(), this.poll));
+            loop {
+                let message = tokio::select! {
+                    message = batch.next() => message,
+                    () = &mut lost => break,
+                };
+                let Some(Ok(message)) = message else { break };
                 let received = Instant::now();
                 let permit = permits.clone().acquire_owned().await.expect("never closed");
                 let (worker, hurried) = (this.clone(), hurried.clone());
@@ -297,7 +304,12 @@ impl JetStreamWorker {
     /// One delivery of `message`: renewed (the message, and the event's claim while this
     /// attempt holds it) until its outcome — the acknowledgement, the nak or the dead
     /// publish — has landed, not only while the processor runs.
-    async fn process(&self, message: Message, received: Instant, mut hurried: watch::Receiver<bool>) {
+    async fn process(
+        &self,
+        message: Message,
+        received: Instant,
+        mut hurried: watch::Receiver<bool>,
+    ) {
         let heartbeat = Heartbeat::new(received, self.lease);
         let renewal = Renewal {
             message: &message,
@@ -447,8 +459,12 @@ impl JetStreamWorker {
     ) -> Claim {
         let mut backoff = Duration::from_millis(50);
         loop {
-            let pending =
-                PendingClaim::new(store.clone(), delivery.clone(), Token::new(), self.lease.length);
+            let pending = PendingClaim::new(
+                store.clone(),
+                delivery.clone(),
+                Token::new(),
+                self.lease.length,
+            );
             let claimed = tokio::select! {
                 claimed = pending => claimed,
                 () = hurry_up(hurried) => return Claim::Stopped,
@@ -473,7 +489,11 @@ impl JetStreamWorker {
     }
 
     /// Acknowledges `message`, confirmed by the server, retried while the lease lasts.
-    async fn acknowledge(&self, message: &Message, heartbeat: &Heartbeat) -> Result<(), StoreError> {
+    async fn acknowledge(
+        &self,
+        message: &Message,
+        heartbeat: &Heartbeat,
+    ) -> Result<(), StoreError> {
         let acked = retry_until(heartbeat.lease_ends(), || async {
             message
                 .double_ack()
@@ -485,7 +505,12 @@ impl JetStreamWorker {
 
     /// Hands `message` back for redelivery after `after`, confirmed by the server, retried
     /// while the lease lasts (after it, JetStream redelivers it anyway).
-    async fn nak(&self, message: &Message, after: Duration, heartbeat: &Heartbeat) -> Result<(), StoreError> {
+    async fn nak(
+        &self,
+        message: &Message,
+        after: Duration,
+        heartbeat: &Heartbeat,
+    ) -> Result<(), StoreError> {
         let naked = retry_until(heartbeat.lease_ends(), || async {
             message
                 .double_ack_with(AckKind::Nak(Some(after)))
@@ -540,7 +565,9 @@ impl JetStreamWorker {
             Err(_error) => {
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", "jetstream worker could not move a dead event to the dead stream: {_error}");
-                let _ = self.nak(message, self.retry.delay(attempts), heartbeat).await;
+                let _ = self
+                    .nak(message, self.retry.delay(attempts), heartbeat)
+                    .await;
             }
         }
     }
@@ -611,6 +638,19 @@ impl Renewal<'_> {
             guard.release_until(heartbeat.lease_ends().into_std()).await;
         }
     }
+}
+
+/// Ends once `client` lost its connection and has it again, plus `poll`: a pull request
+/// sent before survives the server at most that long, so none of its messages comes later.
+async fn reconnected(client: async_nats::Client, poll: Duration) {
+    let connected = || client.connection_state() == async_nats::connection::State::Connected;
+    while connected() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    while !connected() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(poll).await;
 }
 
 /// Reads the stream's counts every 5 s, which sets the inbox's gauges (feature `metrics`).
