@@ -325,13 +325,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .and_then(|w| w.with_poll_interval(poll))
                 .expect("a valid worker")
                 .spawn(),
-            Queue::Nats(jetstream) => JetStreamWorker::new(jetstream, processor)
-                .with_retry(retry)
-                .with_concurrency(concurrency)
-                .and_then(|w| w.with_lease(lease))
-                .and_then(|w| w.with_poll_interval(poll))
-                .expect("a valid worker")
-                .spawn(),
+            Queue::Nats(jetstream) => {
+                JetStreamWorker::from_arc(jetstream, store.clone(), processor)
+                    .with_retry(retry)
+                    .with_concurrency(concurrency)
+                    .and_then(|w| w.with_lease(lease))
+                    .and_then(|w| w.with_poll_interval(poll))
+                    .expect("a valid worker")
+                    .spawn()
+            }
         }
     };
 

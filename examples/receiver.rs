@@ -31,7 +31,7 @@
 //!   handler) or `nats` (each verified event is published to NATS JetStream and answered
 //!   204 once JetStream acknowledged it, behind `DedupeLayer` on the store above for
 //!   duplicates older than JetStream's window; a JetStream worker in the same process
-//!   runs the handler);
+//!   runs the handler, claiming each event in that store so none runs twice);
 //! - `NATS_URL` (default `nats://127.0.0.1:4222`) and `NATS_STREAM` (default `webhooks`):
 //!   where `nats` mode publishes.
 //!
@@ -253,11 +253,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
             let stream = std::env::var("NATS_STREAM").unwrap_or_else(|_| "webhooks".into());
             let jetstream = JetStream::connect(&url, &stream).await?;
-            let worker = JetStreamWorker::new(&jetstream, handler)
+            let (store, name) = store_from_env().await?;
+            // Its claims make each event's effect once, also when NATS crashed.
+            let worker = JetStreamWorker::from_arc(&jetstream, store.clone(), handler)
                 .with_lease(lease)?
                 .with_grace(drain_bound)
                 .spawn();
-            let (store, name) = store_from_env().await?;
             let dedupe = DedupeLayer::from_arc(store).with_lease(lease)?;
             let name = format!("NATS JetStream stream {stream} at {url}, deduplicated in {name}");
             (Mode::Nats(jetstream, dedupe, worker), name)

@@ -10,7 +10,7 @@
 //! | `tower_webhook_deliveries_verified_total` | counter | `source` | deliveries `VerifyWebhookLayer` verified (signature and timestamp), set-up handshakes that verified included |
 //! | `tower_webhook_deliveries_rejected_total` | counter | `source`, `reason` | deliveries it refused, by [`VerifyErrorKind`] (below) |
 //! | `tower_webhook_verification_duration_seconds` | histogram | `source` | the check of a collected body: signature (the MAC or public-key check) and timestamp; not the time the body took to arrive |
-//! | `tower_webhook_duplicates_total` | counter | `source` | deliveries of an event already handled (`DedupeLayer`, `TxDedupeLayer`: 204) or already stored (the inbox's accept) |
+//! | `tower_webhook_duplicates_total` | counter | `source` | deliveries of an event already handled (`DedupeLayer`, `TxDedupeLayer`: 204) or already stored (the inbox's accept), and JetStream messages of an event already processed (acknowledged without running) |
 //! | `tower_webhook_in_flight_conflicts_total` | counter | `source` | deliveries answered 409 because another attempt holds the event |
 //! | `tower_webhook_store_unavailable_total` | counter | `source` | deliveries answered 503 because the store (or the PostgreSQL transaction) could not answer |
 //! | `tower_webhook_handler_outcomes_total` | counter | `source`, `outcome` | handler runs behind `DedupeLayer` or `TxDedupeLayer`: `success` (2xx), `failure` (another status, or an error), `panic` |

@@ -296,14 +296,19 @@ async fn nats_cut_off_answers_503_and_the_retry_is_stored_once() {
 async fn a_worker_processes_each_event_once_and_counts_follow() {
     let streams = Streams::new();
     let jetstream = streams.jetstream().await;
+    let store = MemoryStore::new(); // the workers' claims
     for i in 0..20 {
         jetstream.accept(&event(&format!("evt_{i}"))).await.unwrap();
     }
     let seen = Seen::default();
-    let worker = JetStreamWorker::new(&jetstream, seen.processor(Duration::ZERO, succeed))
-        .with_concurrency(4)
-        .unwrap()
-        .spawn();
+    let worker = JetStreamWorker::new(
+        &jetstream,
+        store.clone(),
+        seen.processor(Duration::ZERO, succeed),
+    )
+    .with_concurrency(4)
+    .unwrap()
+    .spawn();
     eventually("20 processed", async || {
         jetstream
             .counts()
@@ -328,11 +333,12 @@ async fn a_worker_processes_each_event_once_and_counts_follow() {
 async fn a_processor_gets_the_published_event_and_its_attempts() {
     let streams = Streams::new();
     let jetstream = streams.jetstream().await;
+    let store = MemoryStore::new(); // the workers' claims
     let accepted = event("evt_shape");
     jetstream.accept(&accepted).await.unwrap();
     let got: Arc<Mutex<Vec<(Event, Attempt)>>> = Arc::default();
     let g = got.clone();
-    let worker = JetStreamWorker::new(&jetstream, move |e: Event, a: Attempt| {
+    let worker = JetStreamWorker::new(&jetstream, store.clone(), move |e: Event, a: Attempt| {
         g.lock().unwrap().push((e, a));
         async { Err::<(), _>(Caused::chain()) }
     })
@@ -375,6 +381,7 @@ async fn a_processor_gets_the_published_event_and_its_attempts() {
 async fn failures_retry_with_backoff_then_go_dead_with_their_error() {
     let streams = Streams::new();
     let jetstream = streams.jetstream().await;
+    let store = MemoryStore::new(); // the workers' claims
     for id in ["evt_flaky", "evt_doomed"] {
         jetstream.accept(&event(id)).await.unwrap();
     }
@@ -385,12 +392,16 @@ async fn failures_retry_with_backoff_then_go_dead_with_their_error() {
         _ => Ok(()),
     };
     let started = std::time::Instant::now();
-    let worker = JetStreamWorker::new(&jetstream, seen.processor(Duration::ZERO, outcome))
-        .with_max_attempts(3)
-        .unwrap()
-        .with_backoff(Duration::from_millis(200), Duration::from_millis(400))
-        .unwrap()
-        .spawn();
+    let worker = JetStreamWorker::new(
+        &jetstream,
+        store.clone(),
+        seen.processor(Duration::ZERO, outcome),
+    )
+    .with_max_attempts(3)
+    .unwrap()
+    .with_backoff(Duration::from_millis(200), Duration::from_millis(400))
+    .unwrap()
+    .spawn();
     eventually("one processed, one dead", async || {
         jetstream
             .counts()
@@ -426,18 +437,28 @@ async fn failures_retry_with_backoff_then_go_dead_with_their_error() {
 async fn a_killed_workers_message_comes_back_after_the_lease_counting_the_attempt() {
     let streams = Streams::new();
     let jetstream = streams.jetstream().await;
+    let store = MemoryStore::new(); // the workers' claims
     jetstream.accept(&event("evt_stuck")).await.unwrap();
     let seen = Seen::default();
-    let doomed = JetStreamWorker::new(&jetstream, seen.processor(Duration::from_secs(60), succeed))
-        .with_lease(Duration::from_millis(500))
-        .unwrap()
-        .spawn();
+    let doomed = JetStreamWorker::new(
+        &jetstream,
+        store.clone(),
+        seen.processor(Duration::from_secs(60), succeed),
+    )
+    .with_lease(Duration::from_millis(500))
+    .unwrap()
+    .spawn();
     eventually("first attempt running", async || {
         seen.of("evt_stuck") == [1]
     })
     .await;
     doomed.abort(); // the process died mid-event
-    let worker = JetStreamWorker::new(&jetstream, seen.processor(Duration::ZERO, succeed)).spawn();
+    let worker = JetStreamWorker::new(
+        &jetstream,
+        store.clone(),
+        seen.processor(Duration::ZERO, succeed),
+    )
+    .spawn();
     eventually("processed by the next worker", async || {
         jetstream.counts().await.is_ok_and(|c| c.processed == 1)
     })
@@ -453,23 +474,31 @@ async fn a_killed_workers_message_comes_back_after_the_lease_counting_the_attemp
 async fn a_message_whose_every_attempt_crashed_goes_dead() {
     let streams = Streams::new();
     let jetstream = streams.jetstream().await;
+    let store = MemoryStore::new(); // the workers' claims
     jetstream.accept(&event("evt_crashes")).await.unwrap();
     let seen = Seen::default();
     for attempt in 1..=2 {
-        let doomed =
-            JetStreamWorker::new(&jetstream, seen.processor(Duration::from_secs(60), succeed))
-                .with_lease(Duration::from_millis(300))
-                .unwrap()
-                .with_max_attempts(2)
-                .unwrap()
-                .spawn();
-        eventually("running", async || seen.of("evt_crashes").len() == attempt).await;
-        doomed.abort();
-    }
-    let worker = JetStreamWorker::new(&jetstream, seen.processor(Duration::ZERO, succeed))
+        let doomed = JetStreamWorker::new(
+            &jetstream,
+            store.clone(),
+            seen.processor(Duration::from_secs(60), succeed),
+        )
+        .with_lease(Duration::from_millis(300))
+        .unwrap()
         .with_max_attempts(2)
         .unwrap()
         .spawn();
+        eventually("running", async || seen.of("evt_crashes").len() == attempt).await;
+        doomed.abort();
+    }
+    let worker = JetStreamWorker::new(
+        &jetstream,
+        store.clone(),
+        seen.processor(Duration::ZERO, succeed),
+    )
+    .with_max_attempts(2)
+    .unwrap()
+    .spawn();
     eventually("dead", async || {
         jetstream.counts().await.is_ok_and(|c| c.dead == 1)
     })
@@ -488,10 +517,12 @@ async fn a_message_whose_every_attempt_crashed_goes_dead() {
 async fn a_slow_processor_keeps_its_message_by_renewing_the_lease() {
     let streams = Streams::new();
     let jetstream = streams.jetstream().await;
+    let store = MemoryStore::new(); // the workers' claims
     jetstream.accept(&event("evt_slow")).await.unwrap();
     let seen = Seen::default();
     let worker = JetStreamWorker::new(
         &jetstream,
+        store.clone(),
         seen.processor(Duration::from_millis(1500), succeed),
     )
     .with_lease(Duration::from_millis(400))
@@ -518,10 +549,12 @@ async fn a_slow_processor_keeps_its_message_by_renewing_the_lease() {
 async fn shutdown_waits_for_running_events_and_past_a_grace_hands_them_back() {
     let streams = Streams::new();
     let jetstream = streams.jetstream().await;
+    let store = MemoryStore::new(); // the workers' claims
     jetstream.accept(&event("evt_a")).await.unwrap();
     let seen = Seen::default();
     let worker = JetStreamWorker::new(
         &jetstream,
+        store.clone(),
         seen.processor(Duration::from_millis(500), succeed),
     )
     .spawn();
@@ -534,9 +567,13 @@ async fn shutdown_waits_for_running_events_and_past_a_grace_hands_them_back() {
     );
 
     jetstream.accept(&event("evt_b")).await.unwrap();
-    let worker = JetStreamWorker::new(&jetstream, seen.processor(Duration::from_secs(60), succeed))
-        .with_grace(Duration::from_millis(100))
-        .spawn();
+    let worker = JetStreamWorker::new(
+        &jetstream,
+        store.clone(),
+        seen.processor(Duration::from_secs(60), succeed),
+    )
+    .with_grace(Duration::from_millis(100))
+    .spawn();
     eventually("running", async || seen.of("evt_b") == [1]).await;
     let stopped = std::time::Instant::now();
     worker.shutdown().await;
@@ -544,7 +581,12 @@ async fn shutdown_waits_for_running_events_and_past_a_grace_hands_them_back() {
         stopped.elapsed() < Duration::from_secs(5),
         "the grace bounds it"
     );
-    let worker = JetStreamWorker::new(&jetstream, seen.processor(Duration::ZERO, succeed)).spawn();
+    let worker = JetStreamWorker::new(
+        &jetstream,
+        store.clone(),
+        seen.processor(Duration::ZERO, succeed),
+    )
+    .spawn();
     eventually("handed back and processed", async || {
         jetstream.counts().await.is_ok_and(|c| c.processed == 2)
     })
@@ -561,6 +603,7 @@ async fn shutdown_waits_for_running_events_and_past_a_grace_hands_them_back() {
 async fn two_workers_and_one_killed_mid_storm_process_every_event_with_each_effect_once() {
     let streams = Streams::new();
     let jetstream = streams.jetstream().await;
+    let store = MemoryStore::new(); // the workers' claims
     let n = 120;
     for i in 0..n {
         jetstream.accept(&event(&format!("evt_{i}"))).await.unwrap();
@@ -590,6 +633,7 @@ async fn two_workers_and_one_killed_mid_storm_process_every_event_with_each_effe
     let worker = |lease: u64| {
         JetStreamWorker::new(
             &jetstream,
+            store.clone(),
             processor(ledger.clone(), once.clone(), ran.clone()),
         )
         .with_concurrency(4)
@@ -645,4 +689,334 @@ async fn a_plain_consumer_reads_the_same_event() {
     let message = batch.next().await.unwrap().unwrap();
     assert_eq!(message.payload, event("evt_plain").body().clone());
     streams.delete().await;
+}
+
+/// The worker this file's regression tests run: it claims each event in `store`.
+fn claiming_worker(
+    jetstream: &JetStream,
+    store: MemoryStore,
+    processor: impl Processor,
+) -> JetStreamWorker {
+    JetStreamWorker::new(jetstream, store, processor)
+}
+
+/// A stored event published again after the stream's duplicate window — its first publish
+/// was stored but acknowledged late (503), and the provider retried an hour later — is a
+/// second message: the worker's claim runs the processor once, and acknowledges the
+/// second message as the duplicate it is.
+#[tokio::test]
+async fn an_event_published_again_after_the_duplicate_window_is_processed_once() {
+    let streams = Streams::new();
+    let jetstream = JetStream::builder(client(&streams.url).await, &streams.name)
+        .with_memory_storage()
+        .with_duplicate_window(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    let seen = Seen::default();
+    let worker = claiming_worker(
+        &jetstream,
+        MemoryStore::new(),
+        seen.processor(Duration::ZERO, succeed),
+    )
+    .spawn();
+    assert_eq!(
+        jetstream.accept(&event("evt_late")).await.unwrap(),
+        Accepted::New
+    );
+    eventually("processed", async || seen.of("evt_late") == [1]).await;
+    tokio::time::sleep(Duration::from_millis(400)).await; // past the window
+    assert_eq!(
+        jetstream.accept(&event("evt_late")).await.unwrap(),
+        Accepted::New,
+        "JetStream stored it again: its window is over"
+    );
+    eventually("both messages acknowledged", async || {
+        jetstream
+            .counts()
+            .await
+            .is_ok_and(|c| c.processed == 2 && c.queued + c.processing == 0)
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(seen.of("evt_late"), vec![1], "processed once");
+    streams.delete().await;
+}
+
+/// A signed id with a line break (Stripe's id is in the body, where JSON can hold one)
+/// cannot be a header value: accept refuses it as invalid input — a 500 through the
+/// layers, every retry alike — and publishes nothing; it never panics.
+#[tokio::test]
+async fn an_id_with_a_line_break_is_refused_with_500_not_a_panic() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    let secret = "whsec_stripe_test_secret_0123456789";
+    let body = r#"{"id":"evt_1\r\nWebhook-Source: forged","type":"charge.succeeded"}"#;
+    let verify = VerifyWebhookLayer::new(verifier(Scheme::stripe(), &[secret]));
+    let svc = verify.layer(jetstream.accept_service());
+    for _ in 0..2 {
+        let headers = Scheme::stripe()
+            .sign([secret], "", at(NOW), body.as_bytes())
+            .unwrap();
+        let response = svc.clone().oneshot(request(headers, body)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    let headers = Scheme::stripe()
+        .sign([secret], "", at(NOW), body.as_bytes())
+        .unwrap();
+    let event = verifier(Scheme::stripe(), &[secret])
+        .verify(&headers, body.into())
+        .unwrap();
+    assert_eq!(event.id(), Some("evt_1\r\nWebhook-Source: forged"));
+    let refused = jetstream.accept(&event).await.unwrap_err();
+    assert_eq!(
+        refused.kind(),
+        tower_webhook::store::StoreErrorKind::InvalidInput
+    );
+    assert!(
+        streams.messages(false).await.is_empty(),
+        "nothing published"
+    );
+    streams.delete().await;
+}
+
+/// A nats-server of a test's own (never the shared one): JetStream on a store directory
+/// of its own, on a free port of 127.0.0.1, killed with SIGKILL and restarted on the same
+/// port and directory. Killed and its directory removed when dropped.
+struct OwnNats {
+    port: u16,
+    dir: std::path::PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl OwnNats {
+    fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("tw-nats-{}", uuid::Uuid::new_v4().simple()));
+        let mut nats = Self {
+            port,
+            dir,
+            child: None,
+        };
+        nats.restart();
+        nats
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the server (again), and waits until it takes connections.
+    fn restart(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let child = std::process::Command::new("nats-server")
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
+            .arg(&self.dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nats-server must be installed (.ci/services uses it)");
+        self.child = Some(child);
+        let started = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "nats-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL: the server ends at once, whatever it had not written yet.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for OwnNats {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Delivers the signed event `id` through `svc` as a provider does: again after each
+/// answer that is not 204, until `deadline`. Whether it was acknowledged.
+async fn deliver_until<S, B>(svc: S, id: &str, deadline: std::time::Instant) -> bool
+where
+    S: tower::Service<http::Request<Full<Bytes>>, Response = http::Response<B>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    let body = format!(r#"{{"type":"order.paid","data":{{"object":{{"id":"o_{id}"}}}}}}"#);
+    while std::time::Instant::now() < deadline {
+        let headers = Scheme::standard()
+            .sign([SECRET], id, at(NOW), body.as_bytes())
+            .unwrap();
+        let response = svc
+            .clone()
+            .oneshot(request(headers, body.clone()))
+            .await
+            .unwrap();
+        if response.status() == StatusCode::NO_CONTENT {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// The NATS server SIGKILLed mid-storm and restarted on the same port and directory: every
+/// event answered 204 is processed, and none twice — acknowledgements the broker lost
+/// with its crash make it redeliver messages already processed, and the worker's claims
+/// (done keys in the store) acknowledge those without running them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_killed_mid_storm_loses_no_acknowledged_event_and_runs_none_twice() {
+    let mut nats = OwnNats::start();
+    let url = nats.url();
+    let jetstream = JetStream::builder(client(&url).await, "storm")
+        .with_publish_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let store = MemoryStore::new();
+    let svc = ServiceBuilder::new()
+        .layer(VerifyWebhookLayer::new(verifier(
+            Scheme::standard(),
+            &[SECRET],
+        )))
+        .layer(DedupeLayer::new(store.clone()))
+        .service(jetstream.accept_service());
+    let runs: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let r = runs.clone();
+    let worker = claiming_worker(&jetstream, store.clone(), move |e: Event, _: Attempt| {
+        let r = r.clone();
+        async move {
+            *r.lock()
+                .unwrap()
+                .entry(e.id().unwrap().to_owned())
+                .or_default() += 1;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            Ok::<_, String>(())
+        }
+    })
+    .with_concurrency(16)
+    .unwrap()
+    .with_lease(Duration::from_secs(2))
+    .unwrap()
+    .spawn();
+
+    let n = 1500;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let acknowledged = Arc::new(AtomicU32::new(0));
+    let ack = acknowledged.clone();
+    let storm = tokio::spawn(async move {
+        futures_util::stream::iter(0..n)
+            .map(|i| {
+                let (svc, ack) = (svc.clone(), ack.clone());
+                async move {
+                    let id = format!("evt_{i}");
+                    let acked = deliver_until(svc, &id, deadline).await;
+                    if acked {
+                        ack.fetch_add(1, Ordering::SeqCst);
+                    }
+                    (id, acked)
+                }
+            })
+            .buffer_unordered(32)
+            .collect::<Vec<_>>()
+            .await
+    });
+    eventually("a third acknowledged", async || {
+        acknowledged.load(Ordering::SeqCst) >= n / 3
+    })
+    .await;
+    nats.kill();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    nats.restart();
+    let delivered = storm.await.unwrap();
+    let acked: Vec<String> = delivered
+        .into_iter()
+        .filter_map(|(id, acked)| acked.then_some(id))
+        .collect();
+    assert_eq!(
+        acked.len(),
+        n as usize,
+        "every delivery acknowledged in the end"
+    );
+    let settled = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let done = acked.iter().all(|id| runs.lock().unwrap().contains_key(id));
+        let drained = jetstream
+            .counts()
+            .await
+            .is_ok_and(|c| c.queued + c.processing == 0);
+        if done && drained {
+            break;
+        }
+        assert!(std::time::Instant::now() < settled, "not drained in time");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    worker.shutdown().await;
+    let runs = runs.lock().unwrap().clone();
+    let twice: Vec<_> = runs.iter().filter(|(_, &n)| n > 1).collect();
+    assert!(twice.is_empty(), "processed more than once: {twice:?}");
+    let lost: Vec<_> = acked.iter().filter(|id| !runs.contains_key(*id)).collect();
+    assert!(lost.is_empty(), "acknowledged, never processed: {lost:?}");
+}
+
+/// Liveness: NATS cut off for a while (its server killed, restarted on the same port and
+/// directory), the worker is processing again within 5 s of its return — outages of
+/// 0.5, 1 and 3 s in a row. The event is published on a connection of its own, so the time
+/// measured is the worker's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_processes_again_within_5_s_of_nats_coming_back() {
+    let mut nats = OwnNats::start();
+    let url = nats.url();
+    let jetstream = JetStream::connect(&url, "outage").await.unwrap();
+    let seen = Seen::default();
+    let worker = claiming_worker(
+        &jetstream,
+        MemoryStore::new(),
+        seen.processor(Duration::ZERO, succeed),
+    )
+    .spawn();
+    jetstream.accept(&event("evt_before")).await.unwrap();
+    eventually("processed before the outage", async || {
+        seen.of("evt_before") == [1]
+    })
+    .await;
+    let mut took = Vec::new();
+    for (outage, millis) in [500, 1000, 3000].into_iter().enumerate() {
+        nats.kill();
+        tokio::time::sleep(Duration::from_millis(millis)).await;
+        nats.restart();
+        let back = std::time::Instant::now();
+        let publisher = JetStream::connect(&url, "outage").await.unwrap();
+        let id = format!("evt_after_{outage}");
+        publisher.accept(&event(&id)).await.unwrap();
+        while seen.of(&id).is_empty() && back.elapsed() < Duration::from_secs(90) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        took.push(back.elapsed());
+    }
+    worker.shutdown().await;
+    eprintln!("processing again after NATS came back: {took:?}");
+    assert!(
+        took.iter().all(|t| *t < Duration::from_secs(5)),
+        "not processing within 5 s of NATS's return: {took:?}"
+    );
 }

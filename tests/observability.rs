@@ -548,7 +548,8 @@ async fn the_jetstream_inbox_counts_accepts_and_attempts_by_outcome_and_sets_the
             StatusCode::NO_CONTENT
         );
     }
-    let worker = JetStreamWorker::new(&jetstream, move |e: Event, a: Attempt| async move {
+    let store = tower_webhook::store::MemoryStore::new();
+    let worker = JetStreamWorker::new(&jetstream, store, move |e: Event, a: Attempt| async move {
         match (e.id().unwrap(), a.number()) {
             ("evt_flaky", 1) | ("evt_broken", _) => Err("the provider's API said 500"),
             _ => Ok(()),
@@ -577,9 +578,10 @@ async fn the_jetstream_inbox_counts_accepts_and_attempts_by_outcome_and_sets_the
     assert_eq!(operation("accept"), 4, "each delivery published once");
     assert_eq!(
         operation("inbox_finish"),
-        2,
-        "each success acknowledged once"
+        5,
+        "each outcome recorded once: 2 acks, 2 naks, the dead one's ack"
     );
+    assert_eq!(operation("complete"), 2, "each success done in the store");
     assert!(operation("inbox_claim") >= 1);
     assert_eq!((counts.processed, counts.dead), (2, 1), "{counts:?}");
     assert_eq!(r.gauge(DEAD, &[]), Some(1.0));

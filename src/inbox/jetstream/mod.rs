@@ -4,9 +4,9 @@
 //! ```text
 //! request ─► VerifyWebhookLayer ─► DedupeLayer ─► jetstream.accept() ── publish ─► ack ─► 204
 //!                                   (the long tail)   Nats-Msg-Id: duplicates in the window dropped
-//!            JetStreamWorker ─► fetch ─► your processor(event, attempt)
-//!                                   ├─ Ok  ─► ack (confirmed by the server)
-//!                                   └─ Err ─► nak with backoff; after N attempts, to the dead stream
+//!            JetStreamWorker ─► fetch ─► claim (source, id) in a store ─► your processor(event, attempt)
+//!                                   │ done already ─► ack ├─ Ok  ─► done in the store, then ack (confirmed)
+//!                                   │                     └─ Err ─► release; nak with backoff; after N attempts, to the dead stream
 //! ```
 //!
 //! - [`JetStream::accept`] publishes the event — its raw body, with its source, id, type,
@@ -18,10 +18,20 @@
 //! - JetStream drops a second publish of the same id within the stream's duplicate window
 //!   (2 minutes unless set). Providers retry for days: put [`DedupeLayer`] with any store
 //!   in front of [`accept_service`] to catch the long tail (its claim is held while the
-//!   publish runs, released when it fails, and done when it is acknowledged).
+//!   publish runs, released when it fails, and done when it is acknowledged). A publish
+//!   stored but acknowledged late still gets 503, and its retry after the window is a
+//!   second message: the worker's claim (below) runs it once.
+//! - The worker claims each event's `(source, id)` in a [`DedupeStore`] (its own keys, so
+//!   it may be `DedupeLayer`'s store) before running the processor, and marks it done
+//!   before acknowledging the message: a redelivered message whose key is done — its
+//!   acknowledgement died with a crashed NATS server, or it is the late second message —
+//!   is acknowledged without running. The store is an argument of
+//!   [`JetStreamWorker::new`] because JetStream alone redelivers processed messages;
+//!   [`JetStreamWorker::at_least_once`] goes without one, and says so.
 //! - A [`JetStreamWorker`] pulls no more messages than it has room to run, renews each
-//!   message's lease while the processor runs (`+WPI`, every third of the consumer's
-//!   `ack_wait`), and acknowledges a success only once the server confirmed it. A failure
+//!   message's lease and its claim (`+WPI`, confirmed by the server, every third of the
+//!   consumer's `ack_wait`) until the outcome — the acknowledgement, the nak or the dead
+//!   publish — has landed, and acknowledges a success only once the server confirmed it. A failure
 //!   is redelivered after the same capped, jittered backoff as the SQL worker's; after
 //!   the last attempt the message is published to `<stream>-dead` and acknowledged. A
 //!   message delivered more times than the attempts allow (every attempt crashed its
@@ -32,17 +42,30 @@
 //!
 //! | | SQL inbox | JetStream |
 //! |---|---|---|
-//! | 2xx means stored | in the database | on the stream (its replicas) |
-//! | a duplicate delivery | one row (the primary key) | one message within the window; `DedupeLayer` beyond it |
+//! | 2xx means stored | in the database | on the stream (its replicas): on disk only with `sync_interval: always` on the servers, and R3 to survive one's loss (see below) |
+//! | a duplicate delivery | one row (the primary key) | one message within the window; `DedupeLayer` beyond it; processed once either way (the worker's claim) |
 //! | a crashed worker | its rows come back after the lease, counted | its messages are redelivered after `ack_wait`, counted |
+//! | a crashed NATS server | n/a | acknowledgements it lost: redelivered, acknowledged without running (the key is done) |
 //! | an effect outside the store | at least once (`Once` makes it once) | at least once (`Once` makes it once) |
 //! | effects in the store, exactly once | `Worker::transactional` | no: an acknowledgement cannot commit with another database |
+//!
+//! Durability: NATS acknowledges a publish before it is on disk (the server syncs every
+//! 2 minutes unless `sync_interval: always`), and Jepsen's analysis of NATS 2.12.1
+//! (December 2025) lost acknowledged writes on power loss and with one corrupted node of
+//! five. A 204 is durable only with `sync_interval: always` on every server and streams
+//! of 3 replicas ([`JetStreamBuilder::with_replicas`]); [`JetStreamBuilder::build`] logs a
+//! warning (feature `tracing`) when the stream has one.
+//!
+//! Liveness: [`JetStream::connect`] reconnects to a server that came back within a
+//! quarter of a second; a client of your own ([`JetStream::builder`]) reconnects on its
+//! own schedule (`async-nats` waits up to 4 s between tries by default).
 //!
 //! TLS to NATS (`tls://` URLs) needs a rustls crypto provider, which this crate leaves to
 //! the application (two providers in one build make rustls refuse to pick): turn on
 //! `async-nats`'s `ring` or `aws-lc-rs` feature, or install one at start-up.
 //!
 //! [`DedupeLayer`]: crate::DedupeLayer
+//! [`DedupeStore`]: crate::store::DedupeStore
 //! [`accept_service`]: JetStream::accept_service
 //!
 //! ```no_run
@@ -55,16 +78,18 @@
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let jetstream = JetStream::connect("nats://127.0.0.1:4222", "webhooks").await?;
+//! // One store for both: the worker's claim keys are apart from DedupeLayer's.
+//! let store = SqliteStore::open("webhooks.db").await?;
 //! let verifier = Verifier::new(Scheme::stripe(), ["whsec_from_the_dashboard_0123"])?;
 //! let app: Router = Router::new().route(
 //!     "/webhooks",
 //!     post_service(jetstream.accept_service()).layer(
 //!         ServiceBuilder::new()
 //!             .layer(VerifyWebhookLayer::new(verifier))
-//!             .layer(DedupeLayer::new(SqliteStore::open("webhooks.db").await?)),
+//!             .layer(DedupeLayer::new(store.clone())),
 //!     ),
 //! );
-//! let worker = JetStreamWorker::new(&jetstream, |event: Event, _: Attempt| async move {
+//! let worker = JetStreamWorker::new(&jetstream, store, |event: Event, _: Attempt| async move {
 //!     println!("handled {}", event.id().unwrap_or_default());
 //!     Ok::<_, std::convert::Infallible>(())
 //! })
@@ -134,14 +159,19 @@ pub struct JetStreamBuilder {
 
 impl JetStream {
     /// Connects to NATS at `url` and uses (or creates, with the defaults of
-    /// [`builder`](Self::builder)) the stream named `stream`.
+    /// [`builder`](Self::builder)) the stream named `stream`. The connection tries again
+    /// every quarter of a second at most while the server is away.
     ///
     /// # Errors
     ///
     /// When NATS cannot be reached, the name is not a valid stream name, or the stream
     /// cannot be created.
     pub async fn connect(url: &str, stream: &str) -> Result<Self, StoreError> {
-        let client = async_nats::connect(url)
+        let client = async_nats::ConnectOptions::new()
+            // A server that came back is found within a quarter of a second, not after
+            // async-nats's default wait of up to 4 s between tries.
+            .reconnect_delay_callback(|tries| Duration::from_millis(50) * tries.min(5) as u32)
+            .connect(url)
             .await
             .map_err(|e| StoreError::new("nats connect", e))?;
         Self::builder(client, stream).build().await
@@ -170,6 +200,16 @@ impl JetStream {
         &self.inner.stream
     }
 
+    /// The source of the workers' claim keys for events of `source`:
+    /// `jetstream/<stream>/<consumer>/<source>`, apart from `DedupeLayer`'s keys of the same
+    /// events (neither name holds a `/`), and per consumer (each sees every event).
+    fn claim_source(&self, source: &str) -> String {
+        format!(
+            "jetstream/{}/{}/{source}",
+            self.inner.stream, self.inner.consumer
+        )
+    }
+
     /// The stream dead messages are published to: `<stream>-dead`.
     #[must_use]
     pub fn dead_stream(&self) -> String {
@@ -182,9 +222,11 @@ impl JetStream {
     /// # Errors
     ///
     /// When NATS cannot be reached or does not acknowledge within the publish timeout: the
-    /// event may or may not be stored (publishing it again is harmless).
+    /// event may or may not be stored (publishing it again is harmless). When its source
+    /// or id holds a line break, which no header value can
+    /// ([`StoreErrorKind::InvalidInput`]: the layers answer 500, and nothing is published).
     pub async fn accept(&self, event: &Event) -> Result<Accepted, StoreError> {
-        let (subject, headers) = message(&self.inner.stream, event);
+        let (subject, headers) = message(&self.inner.stream, event)?;
         let publish = async {
             self.inner
                 .context
@@ -382,7 +424,7 @@ impl JetStreamBuilder {
             ..config(dead)
         };
         for config in [config(self.stream.clone()), dead] {
-            context.get_or_create_stream(config).await.map_err(|e| {
+            let stream = context.get_or_create_stream(config).await.map_err(|e| {
                 // The server's answer (a stream of that name configured otherwise, a
                 // limit) does not pass by itself; no answer in time may.
                 use async_nats::jetstream::context::CreateStreamErrorKind as Why;
@@ -392,6 +434,18 @@ impl JetStreamBuilder {
                 };
                 StoreError::new("jetstream stream", e).with_kind(kind)
             })?;
+            let _replicas = stream.cached_info().config.num_replicas;
+            #[cfg(feature = "tracing")]
+            if _replicas <= 1 {
+                tracing::warn!(
+                    target: "tower_webhook",
+                    stream = %stream.cached_info().config.name,
+                    "JetStream stream has one replica: an event answered 204 is lost if this \
+                     server loses its disk, or its power before it synced (NATS acknowledges \
+                     before fsync); in production use 3 replicas and `sync_interval: always` \
+                     (see RELIABILITY.md)"
+                );
+            }
         }
         Ok(JetStream {
             inner: Arc::new(Inner {
@@ -449,7 +503,19 @@ fn token(s: &str) -> String {
 /// The subject and headers an event is published with: `<stream>.<source>.<type>`, where
 /// the type keeps its dots as subject levels (`payment_intent.succeeded`), so consumers
 /// can filter on them; an event without a type goes to `<stream>.<source>._`.
-fn message(stream: &str, event: &Event) -> (String, HeaderMap) {
+fn message(stream: &str, event: &Event) -> Result<(String, HeaderMap), StoreError> {
+    let id = event.dedupe_id();
+    // Refused, not encoded: the headers are plain text that the platform's own consumers
+    // read too, and no provider's id holds a line break (a forged header would follow it).
+    if [event.source(), id]
+        .iter()
+        .any(|v| v.contains(['\r', '\n']))
+    {
+        return Err(StoreError::message(
+            "jetstream accept: a source or event id with a line break cannot be a header",
+        )
+        .with_kind(StoreErrorKind::InvalidInput));
+    }
     let mut subject = format!("{stream}.{}", token(event.source()));
     match event.event_type() {
         Some(ty) => {
@@ -461,7 +527,6 @@ fn message(stream: &str, event: &Event) -> (String, HeaderMap) {
         None => subject.push_str("._"),
     }
     let mut headers = HeaderMap::new();
-    let id = event.dedupe_id();
     headers.insert(
         async_nats::header::NATS_MESSAGE_ID,
         message_id(event.source(), id),
@@ -485,7 +550,7 @@ fn message(stream: &str, event: &Event) -> (String, HeaderMap) {
             .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
             .map(|d| d.as_secs().to_string()),
     );
-    (subject, headers)
+    Ok((subject, headers))
 }
 
 /// The event a message carries, for the processor; `None` for a message this crate did not

@@ -2,7 +2,7 @@
 //! the SQL worker's retries, leases and shutdown.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
@@ -19,14 +19,26 @@ use crate::inbox::process::{
 use crate::inbox::{Processor, RetryPolicy};
 use crate::metrics::{self, Attempt, Operation};
 use crate::span;
-use crate::store::{retry_until, Heartbeat, Lease, StoreError};
+use crate::store::{
+    retry_until, ClaimGuard, Claimed, Completed, DedupeStore, Delivery, Heartbeat, Lease,
+    PendingClaim, Renewed, StoreError, Token,
+};
 use crate::ConfigError;
 
 /// Processes a [`JetStream`]'s messages. Build it, then [`spawn`](Self::spawn) it. Workers
 /// in any number of processes share the stream's durable consumer.
+///
+/// Each event is claimed in a [`DedupeStore`] before its processor runs, and marked done
+/// there before its message is acknowledged: a message JetStream delivers again — its
+/// acknowledgement lost when the server crashed, or the event published again after the
+/// stream's duplicate window — is acknowledged without running again. Give it a store
+/// every worker of the consumer shares (PostgreSQL or Redis across hosts).
+/// [`at_least_once`](Self::at_least_once) builds one without a store.
 #[must_use]
 pub struct JetStreamWorker {
     jetstream: JetStream,
+    /// `None`: at least once (no claims).
+    claims: Option<Arc<dyn DedupeStore>>,
     processor: Arc<dyn Processor>,
     concurrency: usize,
     retry: RetryPolicy,
@@ -41,13 +53,40 @@ const CRASHED: &str =
     "the last attempt ended without an outcome (the worker crashed or was stopped)";
 
 impl JetStreamWorker {
-    /// A worker running `processor`: 4 at a time, 8 attempts, backoff from 1 s doubling to
-    /// at most 10 min (with jitter), a 60 s lease renewed for up to 1 h of processing, each
-    /// pull waiting up to 1 s for messages, and a shutdown that waits for running events
-    /// — as [`Worker`](crate::inbox::Worker)'s.
-    pub fn new(jetstream: &JetStream, processor: impl Processor) -> Self {
+    /// A worker running `processor` on each event once, claiming it in `store` first (see
+    /// above): 4 at a time, 8 attempts, backoff from 1 s doubling to at most 10 min (with
+    /// jitter), a 60 s lease (of the message and of the claim) renewed for up to 1 h of
+    /// processing, each pull waiting up to 1 s for messages, and a shutdown that waits for
+    /// running events — as [`Worker`](crate::inbox::Worker)'s.
+    ///
+    /// The store may be the one [`DedupeLayer`](crate::DedupeLayer) uses in front of
+    /// [`accept_service`](JetStream::accept_service): the worker's keys are its own
+    /// (`jetstream/<stream>/<consumer>/<source>`, the event's id), kept for the store's
+    /// retention as event keys are.
+    pub fn new(jetstream: &JetStream, store: impl DedupeStore, processor: impl Processor) -> Self {
+        Self::from_arc(jetstream, Arc::new(store), processor)
+    }
+
+    /// [`new`](Self::new), with a store already shared behind an `Arc`.
+    pub fn from_arc(
+        jetstream: &JetStream,
+        store: Arc<dyn DedupeStore>,
+        processor: impl Processor,
+    ) -> Self {
+        let mut worker = Self::at_least_once(jetstream, processor);
+        worker.claims = Some(store);
+        worker
+    }
+
+    /// A worker without a store: each message JetStream delivers again runs the processor
+    /// again — after a NATS server crash lost the acknowledgements of messages already
+    /// processed, or when the event was published again after the stream's duplicate
+    /// window. At least once: make the processor's effects idempotent
+    /// ([`Once`](crate::once::Once)), or use [`new`](Self::new).
+    pub fn at_least_once(jetstream: &JetStream, processor: impl Processor) -> Self {
         Self {
             jetstream: jetstream.clone(),
+            claims: None,
             processor: Arc::new(processor),
             concurrency: 4,
             retry: RetryPolicy::default(),
@@ -195,6 +234,7 @@ impl JetStreamWorker {
         // The consumer's own lease, if it existed with another.
         let mut this = self;
         this.lease.length = consumer.cached_info().config.ack_wait;
+        let client = this.jetstream.inner.context.client();
         let this = Arc::new(this);
         let permits = Arc::new(Semaphore::new(this.concurrency));
         let mut running: JoinSet<()> = JoinSet::new();
@@ -232,9 +272,15 @@ impl JetStreamWorker {
                 }
             };
             // The whole pull, even once stopping: its messages are delivered already, and
-            // one left unprocessed would count an attempt it never had.
-            while let Some(message) = batch.next().await {
-                let Ok(message) = message else { break };
+            // one left unprocessed would count an attempt it never had. But not a pull the
+            // connection lost: left to itself it waits 5 s past its expiry.
+            let mut lost = std::pin::pin!(reconnected(client.clone(), this.poll));
+            loop {
+                let message = tokio::select! {
+                    message = batch.next() => message,
+                    () = &mut lost => break,
+                };
+                let Some(Ok(message)) = message else { break };
                 let received = Instant::now();
                 let permit = permits.clone().acquire_owned().await.expect("never closed");
                 let (worker, hurried) = (this.clone(), hurried.clone());
@@ -255,27 +301,69 @@ impl JetStreamWorker {
         while running.join_next().await.is_some() {}
     }
 
+    /// One delivery of `message`: renewed (the message, and the event's claim while this
+    /// attempt holds it) until its outcome — the acknowledgement, the nak or the dead
+    /// publish — has landed, not only while the processor runs.
     async fn process(
         &self,
         message: Message,
         received: Instant,
         mut hurried: watch::Receiver<bool>,
     ) {
+        let heartbeat = Heartbeat::new(received, self.lease);
+        let renewal = Renewal {
+            message: &message,
+            lease: self.lease.length,
+            claim: Mutex::new(None),
+        };
+        tokio::select! {
+            biased;
+            () = self.attempt(&message, &renewal, &heartbeat, &mut hurried) => {}
+            () = heartbeat.beat(|| renewal.renew()) => unreachable!("the heartbeat never ends"),
+        }
+    }
+
+    async fn attempt(
+        &self,
+        message: &Message,
+        renewal: &Renewal<'_>,
+        heartbeat: &Heartbeat,
+        hurried: &mut watch::Receiver<bool>,
+    ) {
         let attempt = message.info().map_or(1, |info| {
             u32::try_from(info.delivered.max(1)).unwrap_or(u32::MAX)
         });
-        let heartbeat = Heartbeat::new(received, self.lease);
         let event = event_of(message.headers.as_ref(), message.payload.clone());
         let Some(event) = event else {
             let error = "not a tower-webhook event: no Webhook-Source or Webhook-Id header";
             metrics::attempt(Attempt::Dead);
-            return self.bury(&message, error, attempt, &heartbeat).await;
+            return self.bury(message, error, attempt, heartbeat).await;
         };
+        let (source, id) = (event.source().to_owned(), event.stored_id().to_owned());
+        if let Some(store) = &self.claims {
+            let delivery = Delivery::new(self.jetstream.claim_source(&source), id.clone());
+            match self.claim(store, delivery, hurried).await {
+                Claim::Granted(guard) => *renewal.claim.lock().expect("not poisoned") = Some(guard),
+                Claim::Done => {
+                    // Processed already: by an attempt whose acknowledgement was lost, or
+                    // as another message of the same event (published after the window).
+                    #[cfg(feature = "tracing")]
+                    tracing::debug!(target: "tower_webhook", source, event_id = id, "jetstream event already processed: acknowledged without running again");
+                    metrics::duplicate(&metrics::Source::new(&source));
+                    let _ = self.acknowledge(message, heartbeat).await;
+                    return;
+                }
+                Claim::Stopped => {
+                    let _ = message.ack_with(AckKind::Nak(None)).await;
+                    return;
+                }
+            }
+        }
         if attempt > self.retry.max_attempts() {
             metrics::attempt(Attempt::Dead);
-            return self.bury(&message, CRASHED, attempt, &heartbeat).await;
+            renewal.release(heartbeat).await;
+            return self.bury(message, CRASHED, attempt, heartbeat).await;
         }
-        let (source, id) = (event.source().to_owned(), event.stored_id().to_owned());
         let told = crate::inbox::Attempt::new(attempt, &self.retry);
         // Its own task: a panicking processor is a failed attempt, not a dead worker; the
         // guard stops it when this task is stopped (a simulated crash).
@@ -285,32 +373,22 @@ impl JetStreamWorker {
             processed.await.map_err(|e| error_chain(&*e))
         });
         let mut task = AbortOnDrop(tokio::spawn(run));
-        let renew = || {
-            let renewal = async {
-                message
-                    .ack_with(AckKind::Progress)
-                    .await
-                    .map(|()| true)
-                    .map_err(|e| StoreError::new("jetstream renew", e))
-            };
-            metrics::timed(Operation::InboxRenew, renewal)
-        };
         let joined = tokio::select! {
             biased;
             joined = &mut task.0 => joined,
-            () = hurry_up(&mut hurried) => {
+            () = hurry_up(hurried) => {
                 task.0.abort();
                 match (&mut task.0).await {
                     Ok(finished) => Ok(finished),
                     Err(_) => {
                         // Stopped past the grace period: back for redelivery at once.
                         metrics::attempt(Attempt::Abandoned);
+                        renewal.release(heartbeat).await;
                         let _ = message.ack_with(AckKind::Nak(None)).await;
                         return;
                     }
                 }
             }
-            () = heartbeat.beat(renew) => unreachable!("the heartbeat never ends"),
         };
         let result = match joined {
             Ok(result) => result,
@@ -318,21 +396,34 @@ impl JetStreamWorker {
         };
         match result {
             Ok(()) => {
-                // Confirmed by the server, retried while the lease lasts: after it the
-                // message is redelivered, and the processor runs again (`Once` keeps its
-                // effect once).
-                let acked = retry_until(heartbeat.lease_ends(), || async {
-                    message
-                        .double_ack()
-                        .await
-                        .map_err(|e| StoreError::new("jetstream ack", e))
-                });
-                let acked = metrics::timed(Operation::InboxFinish, acked).await;
-                metrics::attempt(if acked.is_ok() {
+                // Done in the store first, then acknowledged: a redelivery after a lost
+                // acknowledgement finds the key done. Both retried while the lease lasts;
+                // after it the message is redelivered (and acknowledged as processed, if
+                // the key is done).
+                let recorded = match (&self.claims, renewal.take()) {
+                    (None, _) => true,
+                    (Some(_), None) => false, // another attempt took the key over
+                    (Some(_), Some(guard)) => {
+                        let (store, delivery, token) = guard.into_parts();
+                        let complete = retry_until(heartbeat.lease_ends(), || {
+                            metrics::timed(
+                                Operation::Complete,
+                                store.complete(delivery.clone(), token),
+                            )
+                        });
+                        matches!(complete.await, Ok(Completed::Done))
+                    }
+                };
+                let acked = self.acknowledge(message, heartbeat).await;
+                metrics::attempt(if recorded && acked.is_ok() {
                     Attempt::Processed
                 } else {
                     Attempt::Lost
                 });
+                #[cfg(feature = "tracing")]
+                if !recorded {
+                    tracing::error!(target: "tower_webhook", source, event_id = id, "jetstream worker could not mark a processed event done in its store before the lease ended (another attempt may run it)");
+                }
                 if let Err(_error) = acked {
                     #[cfg(feature = "tracing")]
                     tracing::error!(target: "tower_webhook", source, event_id = id, "jetstream worker could not acknowledge a processed event (it will be redelivered): {_error}");
@@ -342,7 +433,8 @@ impl JetStreamWorker {
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", source, event_id = id, attempt, error = %error, "jetstream event failed for the last time, now dead");
                 metrics::attempt(Attempt::Dead);
-                self.bury(&message, &error, attempt, &heartbeat).await;
+                renewal.release(heartbeat).await;
+                self.bury(message, &error, attempt, heartbeat).await;
             }
             Err(error) => {
                 let after = self.retry.delay(attempt);
@@ -350,9 +442,82 @@ impl JetStreamWorker {
                 tracing::warn!(target: "tower_webhook", source, event_id = id, attempt, retry_in = ?after, error = %error, "jetstream event failed, will retry");
                 let _ = (&source, &id, &error);
                 metrics::attempt(Attempt::Retry);
-                let _ = message.ack_with(AckKind::Nak(Some(after))).await;
+                renewal.release(heartbeat).await;
+                let _ = self.nak(message, after, heartbeat).await;
             }
         }
+    }
+
+    /// Claims the event's key, asking again while another attempt holds it (a redelivery
+    /// while the first delivery still runs) or the store does not answer: a message waits
+    /// here, renewed, rather than spend one of its attempts.
+    async fn claim(
+        &self,
+        store: &Arc<dyn DedupeStore>,
+        delivery: Delivery,
+        hurried: &mut watch::Receiver<bool>,
+    ) -> Claim {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let pending = PendingClaim::new(
+                store.clone(),
+                delivery.clone(),
+                Token::new(),
+                self.lease.length,
+            );
+            let claimed = tokio::select! {
+                claimed = pending => claimed,
+                () = hurry_up(hurried) => return Claim::Stopped,
+            };
+            let pause = match claimed {
+                Claimed::Granted(guard) => return Claim::Granted(guard),
+                Claimed::Done => return Claim::Done,
+                Claimed::InFlight(after) => after.min(Duration::from_secs(1)),
+                Claimed::Failed(_error) => {
+                    #[cfg(feature = "tracing")]
+                    tracing::warn!(target: "tower_webhook", "jetstream worker could not claim an event in its store: {_error}");
+                    let pause = backoff;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    pause
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = hurry_up(hurried) => return Claim::Stopped,
+            }
+        }
+    }
+
+    /// Acknowledges `message`, confirmed by the server, retried while the lease lasts.
+    async fn acknowledge(
+        &self,
+        message: &Message,
+        heartbeat: &Heartbeat,
+    ) -> Result<(), StoreError> {
+        let acked = retry_until(heartbeat.lease_ends(), || async {
+            message
+                .double_ack()
+                .await
+                .map_err(|e| StoreError::new("jetstream ack", e))
+        });
+        metrics::timed(Operation::InboxFinish, acked).await
+    }
+
+    /// Hands `message` back for redelivery after `after`, confirmed by the server, retried
+    /// while the lease lasts (after it, JetStream redelivers it anyway).
+    async fn nak(
+        &self,
+        message: &Message,
+        after: Duration,
+        heartbeat: &Heartbeat,
+    ) -> Result<(), StoreError> {
+        let naked = retry_until(heartbeat.lease_ends(), || async {
+            message
+                .double_ack_with(AckKind::Nak(Some(after)))
+                .await
+                .map_err(|e| StoreError::new("jetstream nak", e))
+        });
+        metrics::timed(Operation::InboxFinish, naked).await
     }
 
     /// Publishes `message` to the dead stream with its error, then acknowledges it. When
@@ -387,14 +552,8 @@ impl JetStreamWorker {
         };
         match published.await {
             Ok(_) => {
-                let acked = retry_until(heartbeat.lease_ends(), || async {
-                    message
-                        .double_ack()
-                        .await
-                        .map_err(|e| StoreError::new("jetstream ack", e))
-                });
                 // Out of the stream, so it is counted once: as dead, not as processed.
-                if acked.await.is_ok() {
+                if self.acknowledge(message, heartbeat).await.is_ok() {
                     if let (Ok(info), Ok(stream)) = (
                         message.info(),
                         js.inner.context.get_stream_no_info(&*js.inner.stream).await,
@@ -406,11 +565,92 @@ impl JetStreamWorker {
             Err(_error) => {
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", "jetstream worker could not move a dead event to the dead stream: {_error}");
-                let after = self.retry.delay(attempts);
-                let _ = message.ack_with(AckKind::Nak(Some(after))).await;
+                let _ = self
+                    .nak(message, self.retry.delay(attempts), heartbeat)
+                    .await;
             }
         }
     }
+}
+
+/// What [`JetStreamWorker::claim`] came to.
+enum Claim {
+    /// This attempt holds the event's key.
+    Granted(ClaimGuard),
+    /// The event was processed already.
+    Done,
+    /// The worker is stopping past its grace.
+    Stopped,
+}
+
+/// What a delivery's heartbeat renews: its message (`+WPI`, confirmed by the server) and,
+/// while this attempt holds it, the event's claim in the store.
+struct Renewal<'a> {
+    message: &'a Message,
+    lease: Duration,
+    /// Taken out to record the outcome; dropped armed (the attempt stopped), it releases.
+    claim: Mutex<Option<ClaimGuard>>,
+}
+
+impl Renewal<'_> {
+    /// Renews both at once; `Ok(true)` once both were heard. A claim another attempt took
+    /// over is no longer renewed (and [`take`](Self::take) then finds none); the message
+    /// still is, until its outcome lands.
+    async fn renew(&self) -> Result<bool, StoreError> {
+        let claim = self
+            .claim
+            .lock()
+            .expect("not poisoned")
+            .as_ref()
+            .map(|guard| guard.renew(self.lease));
+        let claim = async {
+            match claim {
+                Some(renewal) => renewal.await.map(Some),
+                None => Ok(None),
+            }
+        };
+        // A request on the reply subject: the server answers once it has the renewal.
+        let message = metrics::timed(Operation::InboxRenew, async {
+            self.message
+                .double_ack_with(AckKind::Progress)
+                .await
+                .map_err(|e| StoreError::new("jetstream renew", e))
+        });
+        let (claim, message) = tokio::join!(claim, message);
+        if let Ok(Some(Renewed::Fenced)) = claim {
+            if let Some(lost) = self.take() {
+                let _ = lost.into_parts(); // nothing to release: it is another's
+            }
+        }
+        claim?;
+        message?;
+        Ok(true)
+    }
+
+    /// The claim, to record the outcome with; `None` once another attempt took it over.
+    fn take(&self) -> Option<ClaimGuard> {
+        self.claim.lock().expect("not poisoned").take()
+    }
+
+    /// Gives the claim up (a failed or stopped attempt), so the next delivery runs.
+    async fn release(&self, heartbeat: &Heartbeat) {
+        if let Some(guard) = self.take() {
+            guard.release_until(heartbeat.lease_ends().into_std()).await;
+        }
+    }
+}
+
+/// Ends once `client` lost its connection and has it again, plus `poll`: a pull request
+/// sent before survives the server at most that long, so none of its messages comes later.
+async fn reconnected(client: async_nats::Client, poll: Duration) {
+    let connected = || client.connection_state() == async_nats::connection::State::Connected;
+    while connected() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    while !connected() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(poll).await;
 }
 
 /// Reads the stream's counts every 5 s, which sets the inbox's gauges (feature `metrics`).
