@@ -245,6 +245,7 @@ pub struct Sut {
     accepted: [bool; KEYS],
     /// Dead rows before the step.
     dead: u64,
+    postgres: bool,
 }
 
 enum Db {
@@ -403,7 +404,7 @@ impl Sut {
                     );
                 }
                 Ok(Some(Signal::Crashed)) => {
-                    STEPS[4].fetch_add(1, Ordering::Relaxed);
+                    STEPS[usize::from(self.postgres)][4].fetch_add(1, Ordering::Relaxed);
                     // The worker running the hung processor dies; a new one takes over.
                     let crashed = workers.pop().expect("a worker");
                     crashed.abort();
@@ -466,6 +467,7 @@ impl<K: On> StateMachineTest for InboxTest<K> {
             signal,
             accepted: [false; KEYS],
             dead: 0,
+            postgres: K::POSTGRES,
         }
     }
 
@@ -477,7 +479,7 @@ impl<K: On> StateMachineTest for InboxTest<K> {
             Step::Overrun { .. } => 2,
             Step::Requeue { .. } | Step::RequeueDead => 3,
         };
-        STEPS[i].fetch_add(1, Ordering::Relaxed);
+        STEPS[usize::from(K::POSTGRES)][i].fetch_add(1, Ordering::Relaxed);
         block_on(async {
             match step {
                 Step::Accept { key } => {
@@ -558,7 +560,7 @@ impl<K: On> StateMachineTest for InboxTest<K> {
 }
 
 /// Steps run: accepts and scripts, drains, overruns, requeues; and crashes.
-static STEPS: [AtomicUsize; 5] = [const { AtomicUsize::new(0) }; 5];
+static STEPS: [[AtomicUsize; 5]; 2] = [const { [const { AtomicUsize::new(0) }; 5] }; 2];
 
 macro_rules! on {
     ($marker:ident, $pg:expr, $test:ident, $file:literal) => {
@@ -571,16 +573,16 @@ macro_rules! on {
         fn $test() {
             let started = std::time::Instant::now();
             let name = concat!("inbox::", stringify!($test));
-            let config = config(name, concat!("tests/proptest-regressions/", $file), 12);
+            let config = config(name, concat!("tests/proptest-regressions/", $file), 24);
             let mut runner = proptest::test_runner::TestRunner::new(config.clone());
             let result = runner.run(
-                &Reference::sequential_strategy(1..16),
+                &Reference::sequential_strategy(1..24),
                 |(state, steps, seen)| {
                     InboxTest::<$marker>::test_sequential(config.clone(), state, steps, seen);
                     Ok(())
                 },
             );
-            let n = |i: usize| STEPS[i].load(Ordering::Relaxed);
+            let n = |i: usize| STEPS[usize::from($pg)][i].load(Ordering::Relaxed);
             eprintln!(
                 "MODEL | inbox | {} | cases={} | accepts+scripts={} drains={} overruns={} \
                  requeues={} crashes={} | {:.1?}",
