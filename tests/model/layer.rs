@@ -177,7 +177,6 @@ pub struct Sut {
     store: FaultStore<dyn DedupeStore>,
     replicas: [Svc; 2],
     seen: Arc<Mutex<Seen>>,
-    source: String,
 }
 
 /// Builds one replica: `DedupeLayer` keyed on `x-key`, on `store`, over the handler.
@@ -480,7 +479,6 @@ impl<K: On> StateMachineTest for LayerTest<K> {
             store,
             replicas,
             seen,
-            source,
         }
     }
 
@@ -499,7 +497,6 @@ impl<K: On> StateMachineTest for LayerTest<K> {
         let i = Kind::ALL.iter().position(|k| *k == sut.kind).unwrap();
         let deliveries = sut.seen.lock().unwrap().deliveries;
         TOTALS[i].fetch_add(deliveries, std::sync::atomic::Ordering::Relaxed);
-        let _ = &sut.source;
     }
 }
 
