@@ -1,6 +1,6 @@
 //! Exactly once under every fault: deterministic fault injection around the memory store.
 //!
-//! [`FaultStore`] wraps a [`MemoryStore`] and, on a script set per operation (claim,
+//! [`FaultStore`] (in `tests/common`, generic over the store) wraps a [`MemoryStore`] here and, on a script set per operation (claim,
 //! renew, complete, release), fails a call, lets it land only once a [`Gate`] the test
 //! holds opens, answers it only once the gate opens (the effect has landed), or lets it
 //! land and loses the acknowledgement. It counts the calls per operation. Gates, not
@@ -29,19 +29,18 @@
 
 mod common;
 
-use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::fault_store::{Fault, FaultStore, Gate, Op};
 use common::{at, request, verifier, NOW};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
@@ -49,8 +48,7 @@ use tower_webhook::dedupe::ClaimLost;
 use tower_webhook::once::{IdempotencyKey, Once, OnceErrorKind, Ran};
 use tower_webhook::response::{Rejection, RejectionKind};
 use tower_webhook::store::{
-    Claim, Completed, DedupeStore, Delivery, MemoryStore, Renewed, Retention, StoreError,
-    StoreErrorKind, StoreFuture, Token,
+    Claim, Completed, DedupeStore, Delivery, MemoryStore, Renewed, StoreErrorKind, Token,
 };
 use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
 
@@ -63,210 +61,7 @@ const BOUND: Duration = Duration::from_secs(2);
 /// A lease no test outlives: a claim that is not released by hand stays put.
 const LONG_LEASE: Duration = Duration::from_secs(60);
 
-// ---- gates ----
-
-/// A door the test holds: calls that reach it wait until it opens; the test can wait for
-/// the `n`th arrival.
-#[derive(Clone)]
-struct Gate(Arc<watch::Sender<GateState>>);
-
-#[derive(Clone, Copy, Default)]
-struct GateState {
-    open: bool,
-    arrived: usize,
-}
-
-impl Gate {
-    fn closed() -> Self {
-        Self(Arc::new(watch::Sender::new(GateState::default())))
-    }
-
-    fn opened() -> Self {
-        let gate = Self::closed();
-        gate.open();
-        gate
-    }
-
-    fn open(&self) {
-        self.0.send_modify(|s| s.open = true);
-    }
-
-    /// Arrives, then waits until the gate is open.
-    async fn pass(&self) {
-        self.0.send_modify(|s| s.arrived += 1);
-        let mut state = self.0.subscribe();
-        state.wait_for(|s| s.open).await.expect("the gate lives");
-    }
-
-    /// Resolves once `n` calls have arrived (whether or not they went through).
-    async fn arrived(&self, n: usize) {
-        let mut state = self.0.subscribe();
-        state
-            .wait_for(|s| s.arrived >= n)
-            .await
-            .expect("the gate lives");
-    }
-
-    fn arrivals(&self) -> usize {
-        self.0.borrow().arrived
-    }
-}
-
-// ---- the faulty store ----
-
-/// A store operation that can be faulted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Op {
-    Claim,
-    Renew,
-    Complete,
-    Release,
-}
-
-impl Op {
-    fn failure(self) -> &'static str {
-        match self {
-            Op::Claim => "injected fault: claim",
-            Op::Renew => "injected fault: renew",
-            Op::Complete => "injected fault: complete",
-            Op::Release => "injected fault: release",
-        }
-    }
-}
-
-/// What one call meets.
-#[derive(Clone)]
-enum Fault {
-    /// Applied and answered at once.
-    Pass,
-    /// Answered with a `StoreError`; the store is untouched.
-    Fail,
-    /// Answered with a `StoreError` of kind `InvalidInput`; the store is untouched.
-    Refuse,
-    /// Applied, then answered with a `StoreError`: the acknowledgement is lost.
-    LoseAck,
-    /// Applied and answered once the gate opens (a statement that lands late; dropped
-    /// before that, it never lands).
-    LandLate(Gate),
-    /// Applied at once, answered once the gate opens (the answer comes late).
-    AnswerLate(Gate),
-}
-
-#[derive(Default)]
-struct Plan {
-    /// What the next calls meet, in order.
-    next: VecDeque<Fault>,
-    /// What every call after those meets (`None`: `Pass`).
-    then: Option<Fault>,
-}
-
-/// A [`MemoryStore`] with faults on a schedule, counting the calls per operation.
-#[derive(Clone)]
-struct FaultStore {
-    inner: MemoryStore,
-    plans: Arc<Mutex<HashMap<Op, Plan>>>,
-    calls: Arc<Mutex<HashMap<Op, usize>>>,
-}
-
-impl FaultStore {
-    fn new() -> Self {
-        Self {
-            inner: MemoryStore::new(),
-            plans: Arc::default(),
-            calls: Arc::default(),
-        }
-    }
-
-    /// The next calls of `op` meet `faults`, in order; later ones meet what they met before.
-    fn script(&self, op: Op, faults: impl IntoIterator<Item = Fault>) {
-        let mut plans = self.plans.lock().unwrap();
-        plans.entry(op).or_default().next.extend(faults);
-    }
-
-    /// Every call of `op` after its script meets `fault`.
-    fn always(&self, op: Op, fault: Fault) {
-        self.plans.lock().unwrap().entry(op).or_default().then = Some(fault);
-    }
-
-    /// Calls of `op` pass from now on.
-    fn heal(&self, op: Op) {
-        self.plans.lock().unwrap().remove(&op);
-    }
-
-    /// How many calls of `op` were made.
-    fn calls(&self, op: Op) -> usize {
-        self.calls.lock().unwrap().get(&op).copied().unwrap_or(0)
-    }
-
-    /// Counts a call of `op` and picks the fault it meets.
-    fn fault(&self, op: Op) -> Fault {
-        *self.calls.lock().unwrap().entry(op).or_default() += 1;
-        let mut plans = self.plans.lock().unwrap();
-        let Some(plan) = plans.get_mut(&op) else {
-            return Fault::Pass;
-        };
-        plan.next
-            .pop_front()
-            .or_else(|| plan.then.clone())
-            .unwrap_or(Fault::Pass)
-    }
-
-    /// Runs `call` on the memory store (which applies it when called) as the fault says.
-    fn inject<T: Send + 'static>(
-        &self,
-        op: Op,
-        call: impl FnOnce(&MemoryStore) -> StoreFuture<T> + Send + 'static,
-    ) -> StoreFuture<T> {
-        let inner = self.inner.clone();
-        match self.fault(op) {
-            Fault::Pass => call(&inner),
-            Fault::Fail => Box::pin(std::future::ready(Err(StoreError::message(op.failure())))),
-            Fault::Refuse => Box::pin(std::future::ready(Err(
-                StoreError::message(op.failure()).with_kind(StoreErrorKind::InvalidInput)
-            ))),
-            Fault::LoseAck => {
-                let landed = call(&inner);
-                Box::pin(async move {
-                    let _ = landed.await;
-                    Err(StoreError::message(op.failure()))
-                })
-            }
-            Fault::LandLate(gate) => Box::pin(async move {
-                gate.pass().await;
-                call(&inner).await
-            }),
-            Fault::AnswerLate(gate) => {
-                let landed = call(&inner);
-                Box::pin(async move {
-                    let answer = landed.await;
-                    gate.pass().await;
-                    answer
-                })
-            }
-        }
-    }
-}
-
-impl DedupeStore for FaultStore {
-    fn claim(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
-        self.inject(Op::Claim, move |s| s.claim(delivery, token, lease))
-    }
-    fn renew(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed> {
-        self.inject(Op::Renew, move |s| s.renew(delivery, token, lease))
-    }
-    fn complete(&self, delivery: Delivery, token: Token) -> StoreFuture<Completed> {
-        self.inject(Op::Complete, move |s| s.complete(delivery, token))
-    }
-    fn release(&self, delivery: Delivery, token: Token) -> StoreFuture<()> {
-        self.inject(Op::Release, move |s| s.release(delivery, token))
-    }
-    fn prune(&self, older_than: Retention) -> StoreFuture<u64> {
-        self.inner.prune(older_than)
-    }
-    fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64> {
-        self.inner.prune_once(namespace, older_than)
-    }
-}
+// The faulty store: [`common::fault_store`], around a [`MemoryStore`] here.
 
 // ---- helpers ----
 
@@ -1123,18 +918,22 @@ async fn fault_store_injects_what_it_is_told() {
         [Fault::Fail, Fault::LoseAck, Fault::LandLate(Gate::closed())],
     );
     assert!(store.claim(d("a"), Token::new(), LONG_LEASE).await.is_err());
-    assert_eq!(store.inner.len(), 0, "a failed call changes nothing");
+    assert_eq!(store.inner().len(), 0, "a failed call changes nothing");
     assert!(store.claim(d("b"), Token::new(), LONG_LEASE).await.is_err());
-    assert_eq!(store.inner.len(), 1, "a lost acknowledgement landed");
+    assert_eq!(store.inner().len(), 1, "a lost acknowledgement landed");
     let late = store.claim(d("c"), Token::new(), LONG_LEASE);
-    assert_eq!(store.inner.len(), 1, "a late call has not landed yet");
+    assert_eq!(store.inner().len(), 1, "a late call has not landed yet");
     drop(late);
-    assert_eq!(store.inner.len(), 1, "dropped before its gate: never lands");
+    assert_eq!(
+        store.inner().len(),
+        1,
+        "dropped before its gate: never lands"
+    );
     let gate = Gate::closed();
     store.script(Op::Claim, [Fault::AnswerLate(gate.clone())]);
     let mut answer = tokio::spawn(store.claim(d("e"), Token::new(), LONG_LEASE));
     within("the late answer to wait", gate.arrived(1)).await;
-    assert_eq!(store.inner.len(), 2, "a late answer's call landed");
+    assert_eq!(store.inner().len(), 2, "a late answer's call landed");
     assert!(
         tokio::time::timeout(Duration::from_millis(20), &mut answer)
             .await

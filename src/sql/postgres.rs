@@ -745,7 +745,7 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::byte
             $7::float8[], $8::uuid[], $9::text[])
     AS input(source, event_id, event_type, object_id, livemode, body, lease, token, kind)
 ON CONFLICT (source, event_id) DO NOTHING
-RETURNING lock_token";
+RETURNING source, event_id, lock_token";
 
 /// Many completions in one statement; the tokens that matched come back.
 const COMPLETE_MANY: &str = "
@@ -881,7 +881,7 @@ fn all_failed<T>(n: usize, context: &'static str, e: &sqlx::Error) -> Vec<Result
 }
 
 async fn claim_many(pool: &PgPool, claims: Vec<Claiming<'_>>) -> Vec<Result<Claim, StoreError>> {
-    let inserted = match claims.len() {
+    let mut inserted = match claims.len() {
         0 | 1 => None,
         n => match insert_claims(pool, &claims).await {
             Ok(inserted) => Some(inserted),
@@ -891,20 +891,24 @@ async fn claim_many(pool: &PgPool, claims: Vec<Claiming<'_>>) -> Vec<Result<Clai
     };
     let mut results = Vec::with_capacity(claims.len());
     for (d, token, lease) in claims {
-        results.push(match &inserted {
-            Some(tokens) if tokens.contains(&token.as_uuid()) => Ok(Claim::New(token)),
+        // Each row that went in answers one claim: the key's and the token's (two claims
+        // of one key under one token are both in the batch, and only one is new).
+        let key = (d.source().to_owned(), d.id().to_owned(), token.as_uuid());
+        let new = inserted.as_mut().is_some_and(|rows| rows.remove(&key));
+        results.push(match new {
+            true => Ok(Claim::New(token)),
             // Not new (or the statement failed): the single path, which also takes over.
-            _ => claim_one(pool, d, token, lease).await,
+            false => claim_one(pool, d, token, lease).await,
         });
     }
     results
 }
 
-/// The claims' one statement: the tokens that went in.
+/// The claims' one statement: the keys and tokens that went in.
 async fn insert_claims(
     pool: &PgPool,
     claims: &[Claiming<'_>],
-) -> Result<HashSet<uuid::Uuid>, sqlx::Error> {
+) -> Result<HashSet<(String, String, uuid::Uuid)>, sqlx::Error> {
     let mut sorted = claims.to_vec();
     sorted.sort_by_key(|(d, ..)| (d.source(), d.id()));
     let rows = Columns::of(sorted.iter().map(|c| c.0))
@@ -914,7 +918,9 @@ async fn insert_claims(
         .bind(sorted.iter().map(|c| c.0.kind()).collect::<Vec<_>>())
         .fetch_all(pool)
         .await?;
-    rows.iter().map(|row| row.try_get(0)).collect()
+    rows.iter()
+        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+        .collect()
 }
 
 /// One claim: insert, else take over or say why not.
@@ -1095,7 +1101,8 @@ mod tests {
         let inserted = insert_claims(&pool, &[(&a, t1, lease), (&b, t2, lease), (&b, t3, lease)])
             .await
             .expect("one statement");
-        assert_eq!(inserted, HashSet::from([t1.as_uuid(), t2.as_uuid()]));
+        let row = |id: &str, t: Token| ("s".to_owned(), id.to_owned(), t.as_uuid());
+        assert_eq!(inserted, HashSet::from([row("a", t1), row("b", t2)]));
         let done = update_completes(&pool, &[("s", "a", t1), ("s", "b", t3)])
             .await
             .expect("one statement");

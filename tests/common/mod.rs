@@ -5,7 +5,9 @@
 mod support;
 pub use support::*;
 
+pub mod fault_store;
 pub mod seed;
+pub mod stores;
 
 use std::convert::Infallible;
 use std::pin::Pin;
