@@ -432,8 +432,14 @@ fn sqlite_path() -> std::path::PathBuf {
     ))
 }
 
+/// Leases here are as short as 200 ms: the busy timeout a quarter of that
+/// (`DedupeStore::min_lease`).
 async fn sqlite() -> Inbox {
-    Inbox::sqlite(&SqliteStore::open(sqlite_path()).await.unwrap())
+    Inbox::sqlite(&quick(SqliteStore::open(sqlite_path()).await.unwrap()))
+}
+
+fn quick(store: SqliteStore) -> SqliteStore {
+    store.with_busy_timeout(Duration::from_millis(50))
 }
 
 async fn postgres() -> Inbox {
@@ -1258,8 +1264,8 @@ async fn worst_day_two_receivers_two_workers(a: Inbox, b: Inbox, once: Once) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_worst_day_two_receivers_two_workers_one_file() {
     let path = sqlite_path();
-    let store = SqliteStore::open(&path).await.unwrap();
-    let other = SqliteStore::open(&path).await.unwrap();
+    let store = quick(SqliteStore::open(&path).await.unwrap());
+    let other = quick(SqliteStore::open(&path).await.unwrap());
     let once = Once::new(store.clone(), "wd");
     worst_day_two_receivers_two_workers(Inbox::sqlite(&store), Inbox::sqlite(&other), once).await;
 }
@@ -1279,7 +1285,7 @@ async fn inbox_at(place: &str) -> Inbox {
     if place.starts_with("postgres://") || place.starts_with("postgresql://") {
         Inbox::postgres(&PgStore::connect(place).await.unwrap())
     } else {
-        Inbox::sqlite(&SqliteStore::open(place).await.unwrap())
+        Inbox::sqlite(&quick(SqliteStore::open(place).await.unwrap()))
     }
 }
 
