@@ -196,8 +196,8 @@ async fn claim_renew_complete(store: &dyn DedupeStore, id: &str) {
     );
 }
 
-/// One store used from a runtime, then — that runtime gone — from another: the writer's
-/// task died with the first, and the second's writes start it again.
+/// One store used from a runtime, then — that runtime gone — from others: the writer's
+/// task died with the first, and the next runtime's writes start it again.
 fn writes_go_on_from_a_second_runtime(open: impl AsyncFnOnce() -> Arc<dyn DedupeStore>) {
     let first = tokio::runtime::Runtime::new().unwrap();
     let store = first.block_on(async {
@@ -206,14 +206,31 @@ fn writes_go_on_from_a_second_runtime(open: impl AsyncFnOnce() -> Arc<dyn Dedupe
         store
     });
     drop(first);
-    let second = tokio::runtime::Runtime::new().unwrap();
-    second.block_on(claim_renew_complete(&*store, "evt_second"));
-    drop(second);
-    let third = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    third.block_on(claim_renew_complete(&*store, "evt_third"));
+    for (n, runtime) in [
+        tokio::runtime::Runtime::new().unwrap(),
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        runtime.block_on(async {
+            // sqlx's PostgreSQL pool may still hand out a connection whose socket died
+            // with the first runtime: each fails once and is dropped. The writer's own
+            // task must not be what fails (before the fix, every write failed for good).
+            for attempt in 0.. {
+                let d = Delivery::new("s", format!("evt_probe_{n}_{attempt}"));
+                match store.claim(d, Token::new(), Duration::from_secs(30)).await {
+                    Ok(_) => break,
+                    Err(e) if attempt < 20 => eprintln!("{e}: {:?}", std::error::Error::source(&e)),
+                    Err(e) => panic!("no write lands on runtime {n}: {e}"),
+                }
+            }
+            claim_renew_complete(&*store, &format!("evt_after_{n}")).await;
+        });
+    }
 }
 
 #[test]
