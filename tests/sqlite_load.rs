@@ -31,7 +31,7 @@ fn temp_path() -> PathBuf {
 
 /// A store as `SqliteStore::open` makes it, with a busy timeout of `busy` (the shortest
 /// lease the layers take is four of it).
-async fn store(path: &PathBuf, busy: Duration) -> SqliteStore {
+async fn store(path: &std::path::Path, busy: Duration) -> SqliteStore {
     let options = SqliteConnectOptions::new()
         .filename(path)
         .create_if_missing(true)
@@ -46,7 +46,7 @@ async fn store(path: &PathBuf, busy: Duration) -> SqliteStore {
     SqliteStore::from_pool(pool).await.unwrap()
 }
 
-fn remove(path: &PathBuf) {
+fn remove(path: &std::path::Path) {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }

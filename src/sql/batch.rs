@@ -316,7 +316,7 @@ mod tests {
         };
         // Even numbers are urgent.
         let lanes = |n: &usize| {
-            if n % 2 == 0 {
+            if n.is_multiple_of(2) {
                 Lane::Urgent
             } else {
                 Lane::Front
