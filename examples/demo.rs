@@ -246,7 +246,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
         }
         None => {
-            let store = SqliteStore::open(&sqlite_path).await?;
+            // 2 s leases: the floor of four busy timeouts allows them.
+            let store = SqliteStore::open(&sqlite_path)
+                .await?
+                .with_busy_timeout(Duration::from_millis(500));
             let db = Db::Sqlite(store.pool().clone());
             let name = format!("SQLite ({})", sqlite_path.display());
             let outage = Outage::WriteLock(sqlite_path.clone());

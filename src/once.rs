@@ -287,9 +287,10 @@ impl Once {
     ///
     /// # Errors
     ///
-    /// When `lease` is not between 100 ms and 1 day.
+    /// When `lease` is not between 100 ms and 1 day, or is shorter than the store keeps
+    /// safely ([`DedupeStore::min_lease`]).
     pub fn with_lease(mut self, lease: Duration) -> Result<Self, ConfigError> {
-        self.lease.length = Lease::checked_length(lease)?;
+        self.lease.length = crate::store::checked_lease(lease, self.store.min_lease())?;
         Ok(self)
     }
 

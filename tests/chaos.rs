@@ -799,7 +799,11 @@ async fn chaos_worker_process() {
     else {
         return;
     };
-    let store = SqliteStore::open(&db).await.unwrap();
+    // 1 s leases: the floor of four busy timeouts allows them.
+    let store = SqliteStore::open(&db)
+        .await
+        .unwrap()
+        .with_busy_timeout(Duration::from_millis(250));
     let inbox = Inbox::sqlite(&store);
     let once = Once::new(store.clone(), "chaos-effects")
         .with_lease(Duration::from_secs(1))

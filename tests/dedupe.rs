@@ -688,7 +688,9 @@ fn temp_sqlite_path() -> std::path::PathBuf {
 }
 
 async fn sqlite() -> Arc<dyn DedupeStore> {
-    Arc::new(SqliteStore::open(temp_sqlite_path()).await.unwrap())
+    // Leases as short as 300 ms: the busy timeout under a quarter of that.
+    let store = SqliteStore::open(temp_sqlite_path()).await.unwrap();
+    Arc::new(store.with_busy_timeout(Duration::from_millis(50)))
 }
 
 async fn postgres() -> Arc<dyn DedupeStore> {
@@ -1209,7 +1211,7 @@ fn leases_and_run_times_are_validated_when_built() {
     let worker = || Worker::new(&inbox, |_: Event, _: Attempt| async { Ok::<_, String>(()) });
     assert!(worker().with_lease(Duration::ZERO).is_err());
     assert!(worker().with_max_run(Duration::ZERO).is_err());
-    assert!(worker().with_lease(Duration::from_secs(5)).is_ok());
+    assert!(worker().with_lease(Duration::from_secs(20)).is_ok());
 }
 
 /// A Redis of its own on a free port, with the given eviction policy; stopped on drop.

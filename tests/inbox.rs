@@ -434,8 +434,11 @@ fn sqlite_path() -> std::path::PathBuf {
     ))
 }
 
+/// Leases here are as short as 200 ms: the busy timeout a quarter of that
+/// (`DedupeStore::min_lease`).
 async fn sqlite() -> Inbox {
-    Inbox::sqlite(&SqliteStore::open(sqlite_path()).await.unwrap())
+    let store = SqliteStore::open(sqlite_path()).await.unwrap();
+    Inbox::sqlite(&store.with_busy_timeout(Duration::from_millis(50)))
 }
 
 async fn postgres() -> Inbox {
@@ -1189,7 +1192,7 @@ async fn worst_day_two_receivers_two_workers(a: Inbox, b: Inbox, once: Once) {
             .unwrap()
             .with_backoff(Duration::from_millis(10), Duration::from_millis(50))
             .unwrap()
-            .with_lease(Duration::from_millis(500))
+            .with_lease(Duration::from_secs(2))
             .unwrap()
             .with_poll_interval(Duration::from_millis(20))
             .unwrap()
@@ -1265,8 +1268,17 @@ async fn worst_day_two_receivers_two_workers(a: Inbox, b: Inbox, once: Once) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_worst_day_two_receivers_two_workers_one_file() {
     let path = sqlite_path();
-    let store = SqliteStore::open(&path).await.unwrap();
-    let other = SqliteStore::open(&path).await.unwrap();
+    // Two writers on one file: a busy timeout long enough that neither answers 503 while
+    // the other commits, and a lease four times it.
+    let busy = Duration::from_millis(500);
+    let store = SqliteStore::open(&path)
+        .await
+        .unwrap()
+        .with_busy_timeout(busy);
+    let other = SqliteStore::open(&path)
+        .await
+        .unwrap()
+        .with_busy_timeout(busy);
     let once = Once::new(store.clone(), "wd");
     worst_day_two_receivers_two_workers(Inbox::sqlite(&store), Inbox::sqlite(&other), once).await;
 }
@@ -1286,7 +1298,9 @@ async fn inbox_at(place: &str) -> Inbox {
     if place.starts_with("postgres://") || place.starts_with("postgresql://") {
         Inbox::postgres(&PgStore::connect(place).await.unwrap())
     } else {
-        Inbox::sqlite(&SqliteStore::open(place).await.unwrap())
+        // A 1 s lease: the floor of four busy timeouts allows it.
+        let store = SqliteStore::open(place).await.unwrap();
+        Inbox::sqlite(&store.with_busy_timeout(Duration::from_millis(250)))
     }
 }
 

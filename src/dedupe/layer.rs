@@ -9,7 +9,7 @@ use http::Response;
 
 use super::Dedupe;
 use crate::response::{self, RejectFn, Rejection, ResponseBody};
-use crate::store::{DedupeStore, Delivery, Lease};
+use crate::store::{checked_lease, DedupeStore, Delivery, Lease};
 use crate::{ConfigError, Drain};
 
 pub(crate) type KeyFn = dyn Fn(&Parts) -> Option<Delivery> + Send + Sync;
@@ -80,9 +80,11 @@ impl DedupeLayer {
     /// # Errors
     ///
     /// When `lease` is not between 100 ms and 1 day (a renewal every third of it needs
-    /// time for a round trip; a day is what every store represents).
+    /// time for a round trip; a day is what every store represents), or is shorter than
+    /// the store keeps safely ([`DedupeStore::min_lease`]).
     pub fn with_lease(mut self, lease: Duration) -> Result<Self, ConfigError> {
-        Arc::make_mut(&mut self.config).lease.length = Lease::checked_length(lease)?;
+        let lease = checked_lease(lease, self.config.store.min_lease())?;
+        Arc::make_mut(&mut self.config).lease.length = lease;
         Ok(self)
     }
 

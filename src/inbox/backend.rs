@@ -29,6 +29,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
         token: Token,
         max_attempts: u32,
     ) -> StoreFuture<Vec<Claimed>>;
+    /// Hands rows a claim under `token` took back to the queue, due at once, their attempt
+    /// uncounted (the claim was answered too late to run them); returns how many.
+    fn give_back(&self, keys: Vec<(String, String)>, token: Token) -> StoreFuture<u64>;
+    /// The shortest lease the database keeps safely (SQLite: a multiple of its busy
+    /// timeout).
+    fn min_lease(&self) -> Duration {
+        Duration::ZERO
+    }
     /// Extends the row's lease if `token` still holds it; `false` when fenced out.
     fn renew(&self, source: String, id: String, token: Token, lease: Duration)
         -> StoreFuture<bool>;

@@ -7,10 +7,19 @@
 //! size: a batch's bodies are copied into one statement, and a database connection keeps
 //! the largest buffer it ever sent, so the size cap bounds the memory a storm of large
 //! bodies leaves behind.
+//!
+//! Two lanes: a batch takes the [`Lane::Urgent`] writes first (renewals, outcomes,
+//! releases, a worker's claim: each keeps or ends a lease already running, and there are
+//! at most as many as attempts in flight), then the [`Lane::Front`] ones (new claims and
+//! accepts: as many as a storm sends). An urgent write waits for the batch in flight and
+//! goes in the next, never behind the front door's backlog.
+//!
+//! The task that runs the batches lives on the runtime of the write that started it; when
+//! that runtime ends, the next write starts another on its own.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
@@ -19,7 +28,16 @@ use std::time::Duration;
 use crate::inbox::Accepted;
 use crate::store::{Claim, Delivery, StoreError, Token};
 
-/// A write the group commit gathers (either dialect).
+/// Which queue a write waits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// Keeps or ends a lease already running: goes in the next batch.
+    Urgent,
+    /// New work from the front door (claims, accepts): after the urgent writes.
+    Front,
+}
+
+/// A write PostgreSQL's group commit gathers.
 pub(crate) enum Write {
     Claim(Delivery, Token, Duration),
     Complete(String, String, Token),
@@ -39,6 +57,14 @@ impl Write {
         match self {
             Write::Claim(d, ..) | Write::Accept(d) => d.audit().body.map_or(0, <[u8]>::len),
             Write::Complete(..) => 0,
+        }
+    }
+
+    /// A completion ends a running lease; claims and accepts are the front door's.
+    pub(crate) fn lane(&self) -> Lane {
+        match self {
+            Write::Complete(..) => Lane::Urgent,
+            Write::Claim(..) | Write::Accept(_) => Lane::Front,
         }
     }
 }
@@ -62,11 +88,29 @@ struct Job<T, R> {
     reply: oneshot::Sender<Result<R, StoreError>>,
 }
 
+/// The two queues a writer task reads.
+struct Queues<T, R> {
+    urgent: mpsc::UnboundedSender<Job<T, R>>,
+    front: mpsc::UnboundedSender<Job<T, R>>,
+}
+
+impl<T, R> Clone for Queues<T, R> {
+    fn clone(&self) -> Self {
+        Self {
+            urgent: self.urgent.clone(),
+            front: self.front.clone(),
+        }
+    }
+}
+
 /// A queue of writes and the task that runs them in batches: at most `slots` batches in
 /// flight, each of at most `max` writes. The task starts with the first write (inside
-/// the caller's runtime) and ends when the last handle is dropped.
+/// the caller's runtime), again with the first write after its runtime ended, and ends
+/// when the last handle is dropped.
 pub(crate) struct Batcher<T, R> {
-    queue: OnceLock<mpsc::UnboundedSender<Job<T, R>>>,
+    queues: Mutex<Option<Queues<T, R>>>,
+    /// Which lane a write waits in.
+    lane: fn(&T) -> Lane,
     max: usize,
     /// A batch takes no more writes once their sizes add up to this.
     max_bytes: usize,
@@ -77,7 +121,8 @@ pub(crate) struct Batcher<T, R> {
 }
 
 impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
-    /// At most `max` writes a batch, and none added once their `size`s reach `max_bytes`.
+    /// At most `max` writes a batch, and none added once their `size`s reach `max_bytes`;
+    /// every write in the front lane.
     pub(crate) fn new(
         max: usize,
         max_bytes: usize,
@@ -86,7 +131,8 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
         run: Run<T, R>,
     ) -> Self {
         Self {
-            queue: OnceLock::new(),
+            queues: Mutex::new(None),
+            lane: |_| Lane::Front,
             max: max.max(1),
             max_bytes,
             size,
@@ -95,10 +141,21 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
         }
     }
 
+    /// The same, each write in the lane `lane` says.
+    pub(crate) fn with_lanes(mut self, lane: fn(&T) -> Lane) -> Self {
+        self.lane = lane;
+        self
+    }
+
     /// Writes `item` in the next batch and returns its own outcome.
     pub(crate) async fn write(&self, item: T) -> Result<R, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let queue = self.queue.get_or_init(|| self.start());
+        let lane = (self.lane)(&item);
+        let queues = self.queues();
+        let queue = match lane {
+            Lane::Urgent => &queues.urgent,
+            Lane::Front => &queues.front,
+        };
         queue
             .send(Job { item, reply })
             .map_err(|_| StoreError::new("batch", "the writer has stopped"))?;
@@ -107,8 +164,19 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
             .map_err(|_| StoreError::new("batch", "the writer stopped before answering"))?
     }
 
-    fn start(&self) -> mpsc::UnboundedSender<Job<T, R>> {
-        let (queue, mut jobs) = mpsc::unbounded_channel::<Job<T, R>>();
+    /// The running task's queues, or a new task's when there is none (first write) or
+    /// its runtime has ended (the task was dropped with it, and its queues closed).
+    fn queues(&self) -> Queues<T, R> {
+        let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        match &*queues {
+            Some(q) if !q.urgent.is_closed() => q.clone(),
+            _ => queues.insert(self.start()).clone(),
+        }
+    }
+
+    fn start(&self) -> Queues<T, R> {
+        let (urgent, mut urgent_jobs) = mpsc::unbounded_channel::<Job<T, R>>();
+        let (front, mut front_jobs) = mpsc::unbounded_channel::<Job<T, R>>();
         let (max, max_bytes, size, slots, run) = (
             self.max,
             self.max_bytes,
@@ -122,18 +190,24 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
                 let Ok(slot) = slots.clone().acquire_owned().await else {
                     return;
                 };
-                let Some(first) = jobs.recv().await else {
-                    return; // every handle dropped and the queue drained
+                let first = tokio::select! {
+                    biased;
+                    Some(job) = urgent_jobs.recv() => job,
+                    Some(job) = front_jobs.recv() => job,
+                    else => return, // every handle dropped and the queues drained
                 };
                 let mut bytes = size(&first.item);
                 let mut batch = vec![first];
-                while batch.len() < max && bytes < max_bytes {
-                    match jobs.try_recv() {
-                        Ok(job) => {
-                            bytes += size(&job.item);
-                            batch.push(job);
+                // The urgent writes first, then the front door's.
+                for jobs in [&mut urgent_jobs, &mut front_jobs] {
+                    while batch.len() < max && bytes < max_bytes {
+                        match jobs.try_recv() {
+                            Ok(job) => {
+                                bytes += size(&job.item);
+                                batch.push(job);
+                            }
+                            Err(_) => break,
                         }
-                        Err(_) => break,
                     }
                 }
                 let (items, replies): (Vec<T>, Vec<_>) =
@@ -150,7 +224,7 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
                 });
             }
         });
-        queue
+        Queues { urgent, front }
     }
 }
 
@@ -218,5 +292,73 @@ mod tests {
                 vec![400, 5],
             ]
         );
+    }
+
+    /// While a batch is in flight, an urgent write that arrives after a backlog of front
+    /// writes goes out first in the next batch.
+    #[tokio::test]
+    async fn urgent_writes_go_before_the_front_backlog() {
+        let batches: Arc<Mutex<Vec<Vec<usize>>>> = Arc::default();
+        let gate = Arc::new(Notify::new());
+        let run: Run<usize, usize> = {
+            let (batches, gate) = (batches.clone(), gate.clone());
+            Arc::new(move |items: Vec<usize>| {
+                let (batches, gate) = (batches.clone(), gate.clone());
+                Box::pin(async move {
+                    let first = batches.lock().unwrap().is_empty();
+                    batches.lock().unwrap().push(items.clone());
+                    if first {
+                        gate.notified().await;
+                    }
+                    items.into_iter().map(Ok).collect()
+                })
+            })
+        };
+        // Even numbers are urgent.
+        let lanes = |n: &usize| {
+            if n.is_multiple_of(2) {
+                Lane::Urgent
+            } else {
+                Lane::Front
+            }
+        };
+        let batcher = Arc::new(Batcher::new(4, 1000, |_| 1, 1, run).with_lanes(lanes));
+        let write = |n: usize| {
+            let batcher = batcher.clone();
+            tokio::spawn(async move { batcher.write(n).await.unwrap() })
+        };
+        let first = write(1);
+        while batches.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let mut rest: Vec<_> = [3, 5, 7, 9, 11].into_iter().map(write).collect();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        rest.push(write(2));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        gate.notify_one();
+        first.await.unwrap();
+        for answer in rest {
+            answer.await.unwrap();
+        }
+        assert_eq!(
+            *batches.lock().unwrap(),
+            vec![vec![1], vec![2, 3, 5, 7], vec![9, 11]]
+        );
+    }
+
+    /// The writer's task dies with the runtime it was started on; the next write, on
+    /// another runtime, starts it again there.
+    #[test]
+    fn the_writer_starts_again_on_the_next_runtime() {
+        let run: Run<usize, usize> = Arc::new(|items: Vec<usize>| {
+            Box::pin(async move { items.into_iter().map(Ok).collect() })
+        });
+        let batcher = Batcher::new(4, 1000, |_| 1, 1, run);
+        for n in 0..3 {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            assert_eq!(runtime.block_on(batcher.write(n)).unwrap(), n);
+        }
     }
 }

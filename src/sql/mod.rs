@@ -23,9 +23,10 @@
 //! the inbox                                    next_attempt_at IS NOT NULL
 //!
 //!   (none) ──accept──► QUEUED ──claim (due)──► PROCESSING ──Processed──► PROCESSED
-//!   an unfinished claim ──accept──┘ ▲            │  ▲ renew               │
-//!   (adopted: a source moved        │  Retry     │  └─┘                   │ prune
-//!    from dedupe to the inbox)      ├── (later) ◄┤                        ▼
+//!   an unfinished claim ──accept──┘ ▲ ▲          │  ▲ renew               │
+//!   (adopted, its lock dropped)     │ └─give back┤  └─┘                   │ prune
+//!                                   │  Retry     │ (answered too late:    │
+//!                                   ├── (later) ◄┤  uncounted)            ▼
 //!                                   │  lease out │                      (none)
 //!                                   │ (counted)  ├──Dead, or every attempt
 //!                                   │            │  crashed──► DEAD ──prune_dead──► (none)
@@ -48,10 +49,28 @@
 //! counter row changed a million times in one transaction, by a requeue, walks its own
 //! versions each time, and concurrent workers would queue on it).
 //!
+//! One row, one owner: an adopted claim row is the inbox's. The claim's renewal and
+//! completion then answer held and done without writing (its handler — the inbox's
+//! accept, behind `DedupeLayer` — stored the event), its release changes nothing, and a
+//! claim of an inbox row answers done (a redelivery of a stored event: 204). So
+//! `DedupeLayer` in front of `accept_service` on the same store processes each event once,
+//! the worker claiming it at once. A source moved from `DedupeLayer` to the inbox while
+//! one of its handlers still runs elsewhere may see that event processed beside it: finish
+//! the move (drain the old replicas) first.
+//!
 //! Every transition that belongs to an attempt names its fencing token: an attempt whose
 //! lease ran out and was taken over changes nothing. PostgreSQL's times are the server's
 //! (`clock_timestamp()` for leases, so a statement that waited on a lock still grants a
-//! whole one); SQLite's are milliseconds from the process's clock.
+//! whole one); SQLite's are milliseconds from the process's clock, read once the writer
+//! holds the write lock (the same guarantee).
+//!
+//! Writes go through a group commit (`batch`). PostgreSQL gathers claims, completions and
+//! accepts into one statement per kind (renewals and the worker's statements use the
+//! pool: the server takes them concurrently). SQLite has one writer per file, so every
+//! write on the table of this process goes through one writer on one connection, a batch
+//! per transaction, the writes that keep or end a running lease (renewals, completions,
+//! releases, a worker's claim and outcomes) before new claims and accepts — a renewal
+//! waits for the batch in flight, never behind a storm.
 //!
 //! Two modules, not a `Dialect` trait behind one generic store: sqlx's per-database
 //! bounds (executors, encodings, `RETURNING` and `SKIP LOCKED` differences) would be
@@ -318,15 +337,12 @@ const ABANDONED: &str = "stopped mid-attempt: the worker shut down past its grac
 const CRASHED: &str =
     "the last attempt ended without an outcome (the worker crashed or was stopped)";
 
-/// Runs a claim's rows into events.
-fn events(rows: Result<Vec<ClaimedRow>, sqlx::Error>) -> Result<Vec<Claimed>, StoreError> {
-    rows.map(|rows| {
-        rows.into_iter()
-            .filter(|row| !row.buried)
-            .map(Claimed::from)
-            .collect()
-    })
-    .map_err(|e| store_error("inbox claim", e))
+/// A claim's rows as events (the rows it buried left out).
+fn claimed(rows: Vec<ClaimedRow>) -> Vec<Claimed> {
+    rows.into_iter()
+        .filter(|row| !row.buried)
+        .map(Claimed::from)
+        .collect()
 }
 
 /// How many times a claim retries when the row it conflicted with was pruned between its

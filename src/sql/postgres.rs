@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 
 use super::batch::{Batcher, Run, Write, Written, MAX_BATCH, MAX_BATCH_BYTES};
 use super::{
-    after, events, listing_statement, store_error, summaries, CountsRow, Outcome, StoredRow,
+    after, claimed, listing_statement, store_error, summaries, CountsRow, Outcome, StoredRow,
     ABANDONED, CLAIM_TRIES, CRASHED,
 };
 use crate::inbox::backend::{Backend, Claimed};
@@ -69,29 +69,44 @@ WITH taken AS (
     UPDATE webhook_events
     SET locked_until = clock_timestamp() + make_interval(secs => $3), lock_token = $4,
         attempts = attempts + 1
-    WHERE source = $1 AND event_id = $2 AND processed_at IS NULL
+    WHERE source = $1 AND event_id = $2 AND processed_at IS NULL AND next_attempt_at IS NULL
       AND (locked_until IS NULL OR locked_until <= clock_timestamp())
     RETURNING lock_token
 )
 SELECT EXISTS (SELECT 1 FROM taken),
-       processed_at IS NOT NULL,
+       processed_at IS NOT NULL OR next_attempt_at IS NOT NULL,
        (EXTRACT(EPOCH FROM (locked_until - clock_timestamp())) * 1000)::float8
 FROM webhook_events WHERE source = $1 AND event_id = $2";
 
-/// The done row keeps its token, so a retry whose first acknowledgement was lost matches
-/// again (and changes nothing).
+/// A claim's completion: the done row keeps its token, so a retry whose first
+/// acknowledgement was lost matches again (and changes nothing). A claim row the inbox's
+/// accept adopted is the inbox's: its handler stored the event, so the attempt is done and
+/// the row left to the inbox's worker (one mechanism per event).
 const COMPLETE: &str = "
-UPDATE webhook_events SET processed_at = coalesce(processed_at, now()), processing_error = NULL,
-    locked_until = NULL
-WHERE source = $1 AND event_id = $2 AND lock_token = $3";
+WITH done AS (
+    UPDATE webhook_events SET processed_at = coalesce(processed_at, now()),
+        processing_error = NULL, locked_until = NULL
+    WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND next_attempt_at IS NULL
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM done) OR EXISTS (SELECT 1 FROM webhook_events
+    WHERE source = $1 AND event_id = $2 AND next_attempt_at IS NOT NULL)";
 
+/// A claim's renewal; held too once the inbox adopted the row (as `COMPLETE`).
 const RENEW: &str = "
-UPDATE webhook_events SET locked_until = clock_timestamp() + make_interval(secs => $4)
-WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+WITH renewed AS (
+    UPDATE webhook_events SET locked_until = clock_timestamp() + make_interval(secs => $4)
+    WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL
+      AND next_attempt_at IS NULL
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM renewed) OR EXISTS (SELECT 1 FROM webhook_events
+    WHERE source = $1 AND event_id = $2 AND next_attempt_at IS NOT NULL)";
 
 const RELEASE: &str = "
 UPDATE webhook_events SET locked_until = NULL, lock_token = NULL
-WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL
+  AND next_attempt_at IS NULL";
 
 /// Done event keys older than the cutoff, and event keys a failed attempt gave back
 /// (released, or a lease long run out) first received before it: the provider has stopped
@@ -119,13 +134,14 @@ VALUES ($1, $2, $3, $4, $5, $6, 1, now(), $7, $8)
 ON CONFLICT (source, event_id) DO UPDATE SET
     processed_at = now(), locked_until = NULL, lock_token = excluded.lock_token,
     attempts = webhook_events.attempts + 1
-WHERE webhook_events.processed_at IS NULL
+WHERE webhook_events.processed_at IS NULL AND webhook_events.next_attempt_at IS NULL
   AND (webhook_events.locked_until IS NULL OR webhook_events.locked_until <= clock_timestamp())
 RETURNING 1";
 
-/// Why a claim took nothing: done, or claimed by a live attempt (for how much longer).
+/// Why a claim took nothing: done (or the inbox's: a duplicate to `DedupeLayer`), or
+/// claimed by a live attempt (for how much longer).
 const STATE: &str = "
-SELECT processed_at IS NOT NULL,
+SELECT processed_at IS NOT NULL OR next_attempt_at IS NOT NULL,
        (EXTRACT(EPOCH FROM (locked_until - clock_timestamp())) * 1000)::float8
 FROM webhook_events WHERE source = $1 AND event_id = $2";
 
@@ -150,13 +166,10 @@ impl Pg {
         });
         Self {
             pool,
-            writer: Arc::new(Batcher::new(
-                MAX_BATCH,
-                MAX_BATCH_BYTES,
-                Write::size,
-                SLOTS,
-                run,
-            )),
+            writer: Arc::new(
+                Batcher::new(MAX_BATCH, MAX_BATCH_BYTES, Write::size, SLOTS, run)
+                    .with_lanes(Write::lane),
+            ),
         }
     }
 
@@ -186,15 +199,14 @@ impl Pg {
         token: Token,
         lease: Duration,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(RENEW)
+        sqlx::query_scalar(RENEW)
             .bind(source)
             .bind(id)
             .bind(token.as_uuid())
             .bind(lease.as_secs_f64())
-            .execute(&self.pool)
+            .fetch_one(&self.pool)
             .await
-            .map_err(|e| store_error("postgres renew", e))?;
-        Ok(done.rows_affected() == 1)
+            .map_err(|e| store_error("postgres renew", e))
     }
 
     /// Marks the row done if `token` holds it (or already did this); `false` when fenced.
@@ -298,7 +310,7 @@ pub(crate) async fn processed_in(
     id: &str,
     token: Token,
 ) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query(COMPLETE)
+    let done = sqlx::query(PROCESSED)
         .bind(source)
         .bind(id)
         .bind(token.as_uuid())
@@ -337,8 +349,10 @@ pub(crate) async fn advance(
 // ---- The inbox ----
 
 /// Stores the row and, only if it is new, notifies listening workers — one round trip.
-/// A row `DedupeLayer` left unfinished (released, or claimed) is queued instead, so a
-/// source switched from dedupe to the inbox loses no event; a duplicate of a queued row
+/// A row `DedupeLayer` left unfinished (released, or claimed) is queued instead, its
+/// claim's lock dropped (the row is the inbox's from now on, due at once: a `DedupeLayer`
+/// in front of this accept then finds it done), so a source switched from dedupe to the
+/// inbox loses no event; a duplicate of a queued row
 /// matches neither and writes nothing (`DO NOTHING` takes no row lock).
 const ACCEPT: &str = "
 WITH inserted AS (
@@ -348,7 +362,8 @@ WITH inserted AS (
     ON CONFLICT (source, event_id) DO NOTHING
     RETURNING 1
 ), adopted AS (
-    UPDATE webhook_events SET next_attempt_at = now(), attempts = 0
+    UPDATE webhook_events SET next_attempt_at = now(), attempts = 0,
+        locked_until = NULL, lock_token = NULL
     WHERE source = $1 AND event_id = $2 AND NOT EXISTS (SELECT 1 FROM inserted)
       AND next_attempt_at IS NULL AND processed_at IS NULL AND kind = 'event'
     RETURNING 1
@@ -380,6 +395,24 @@ FROM (
 WHERE w.source = due.source AND w.event_id = due.event_id
 RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body,
     w.attempts::int8 AS attempts, w.dead_at IS NOT NULL AS buried";
+
+/// Claimed rows a worker hands back unprocessed (its claim was answered too late to run
+/// them safely): due again at once, the attempt uncounted.
+const GIVE_BACK: &str = "
+UPDATE webhook_events w SET attempts = w.attempts - 1, locked_until = NULL, lock_token = NULL
+FROM unnest($1::text[], $2::text[]) AS input(source, event_id)
+WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token = $3
+  AND w.processed_at IS NULL AND w.dead_at IS NULL";
+
+const RENEW_ROW: &str = "
+UPDATE webhook_events SET locked_until = clock_timestamp() + make_interval(secs => $4)
+WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+
+/// The row processed; idempotent under its token like a claim's completion.
+const PROCESSED: &str = "
+UPDATE webhook_events SET processed_at = coalesce(processed_at, now()), processing_error = NULL,
+    locked_until = NULL
+WHERE source = $1 AND event_id = $2 AND lock_token = $3";
 
 /// The end of an attempt that did not succeed, if `$3` still holds the row.
 const RETRY: &str = "
@@ -577,8 +610,24 @@ impl Backend for Pg {
                 .bind(max_attempts)
                 .bind(CRASHED)
                 .fetch_all(&pool)
-                .await;
-            events(rows)
+                .await
+                .map_err(|e| store_error("inbox claim", e))?;
+            Ok(claimed(rows))
+        })
+    }
+
+    fn give_back(&self, keys: Vec<(String, String)>, token: Token) -> StoreFuture<u64> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let (sources, ids): (Vec<String>, Vec<String>) = keys.into_iter().unzip();
+            let done = sqlx::query(GIVE_BACK)
+                .bind(sources)
+                .bind(ids)
+                .bind(token.as_uuid())
+                .execute(&pool)
+                .await
+                .map_err(|e| store_error("inbox give back", e))?;
+            Ok(done.rows_affected())
         })
     }
 
@@ -589,8 +638,18 @@ impl Backend for Pg {
         token: Token,
         lease: Duration,
     ) -> StoreFuture<bool> {
-        let this = self.clone();
-        Box::pin(async move { this.renew(&source, &id, token, lease).await })
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let done = sqlx::query(RENEW_ROW)
+                .bind(source)
+                .bind(id)
+                .bind(token.as_uuid())
+                .bind(lease.as_secs_f64())
+                .execute(&pool)
+                .await
+                .map_err(|e| store_error("inbox renew", e))?;
+            Ok(done.rows_affected() == 1)
+        })
     }
 
     fn finish(
@@ -609,7 +668,7 @@ impl Backend for Pg {
                     .bind(token.as_uuid())
             };
             let query = match outcome {
-                Outcome::Processed => key(COMPLETE),
+                Outcome::Processed => key(PROCESSED),
                 Outcome::Retry(error, after) => key(RETRY).bind(error).bind(after.as_secs_f64()),
                 Outcome::Dead(error) => key(DEAD).bind(error),
                 Outcome::Abandoned => key(ABANDON).bind(ABANDONED),
@@ -753,6 +812,7 @@ UPDATE webhook_events w
 SET processed_at = coalesce(w.processed_at, now()), processing_error = NULL, locked_until = NULL
 FROM unnest($1::text[], $2::text[], $3::uuid[]) AS input(source, event_id, token)
 WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token = input.token
+  AND w.next_attempt_at IS NULL
 RETURNING w.lock_token";
 
 /// Many accepts in one statement (as `ACCEPT`, adoption included); the keys queued come
@@ -769,7 +829,8 @@ WITH input AS (
     ON CONFLICT (source, event_id) DO NOTHING
     RETURNING source, event_id
 ), adopted AS (
-    UPDATE webhook_events w SET next_attempt_at = now(), attempts = 0
+    UPDATE webhook_events w SET next_attempt_at = now(), attempts = 0,
+        locked_until = NULL, lock_token = NULL
     FROM input
     WHERE w.source = input.source AND w.event_id = input.event_id
       AND NOT EXISTS (SELECT 1 FROM inserted
@@ -970,14 +1031,10 @@ async fn complete_many(
     pool: &PgPool,
     completes: Vec<Completing<'_>>,
 ) -> Vec<Result<bool, StoreError>> {
+    let mut done = HashSet::new();
     if completes.len() > 1 {
         match update_completes(pool, &completes).await {
-            Ok(done) => {
-                return completes
-                    .iter()
-                    .map(|c| Ok(done.contains(&c.2.as_uuid())))
-                    .collect()
-            }
+            Ok(matched) => done = matched,
             Err(e) if unavailable(&e) => {
                 return all_failed(completes.len(), "postgres complete", &e)
             }
@@ -986,14 +1043,20 @@ async fn complete_many(
     }
     let mut results = Vec::with_capacity(completes.len());
     for (source, id, token) in completes {
-        let done = sqlx::query(COMPLETE)
+        if done.contains(&token.as_uuid()) {
+            results.push(Ok(true));
+            continue;
+        }
+        // Not matched (or the batch failed): the single statement, which also tells a
+        // row the inbox adopted from one another attempt took over.
+        let done = sqlx::query_scalar(COMPLETE)
             .bind(source)
             .bind(id)
             .bind(token.as_uuid())
-            .execute(pool)
+            .fetch_one(pool)
             .await
             .map_err(|e| store_error("postgres complete", e));
-        results.push(done.map(|d| d.rows_affected() == 1));
+        results.push(done);
     }
     results
 }

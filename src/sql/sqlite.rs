@@ -9,10 +9,10 @@ use sqlx::sqlite::{Sqlite as Db, SqliteArguments, SqlitePool};
 use sqlx::Row;
 use tokio::sync::Notify;
 
-use super::batch::{Batcher, Run, Write, Written, MAX_BATCH, MAX_BATCH_BYTES};
+use super::batch::{Batcher, Lane, Run, MAX_BATCH, MAX_BATCH_BYTES};
 use super::{
-    after, events, listing_statement, store_error, summaries, CountsRow, Outcome, StoredRow,
-    ABANDONED, CLAIM_TRIES, CRASHED,
+    after, claimed, listing_statement, store_error, summaries, ClaimedRow, CountsRow, Outcome,
+    StoredRow, ABANDONED, CLAIM_TRIES, CRASHED,
 };
 use crate::inbox::backend::{Backend, Claimed};
 use crate::inbox::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
@@ -52,9 +52,77 @@ fn bind_delivery<'q>(
 pub(crate) struct Sqlite {
     pool: SqlitePool,
     clock: Clock,
-    /// Claims, completions and inbox accepts, gathered into one transaction: SQLite has
-    /// one writer, and a commit (its fsync) is the cost to share.
-    writer: Arc<Batcher<Write, Written>>,
+    /// How long the writer waits for another process's write lock.
+    busy_timeout: Duration,
+    /// Every write on the table, gathered into one transaction per batch: SQLite has one
+    /// writer, and a commit (its fsync) is the cost to share.
+    writer: Arc<Batcher<Op, Done>>,
+}
+
+/// A write on the table: every one goes through the [writer](Sqlite::writer), so no
+/// write of this process waits on SQLite's lock behind another of this process.
+enum Op {
+    Claim(Delivery, Token, Duration),
+    Complete(String, String, Token),
+    Accept(Delivery),
+    Renew(String, String, Token, Duration),
+    Release(String, String, Token),
+    /// The inbox's: a worker's claim of up to `limit` due rows.
+    ClaimDue {
+        limit: usize,
+        lease: Duration,
+        token: Token,
+        max_attempts: u32,
+    },
+    /// The inbox's: claimed rows handed back uncounted.
+    GiveBack(Vec<(String, String)>, Token),
+    RenewRow(String, String, Token, Duration),
+    Finish(String, String, Token, Outcome),
+    Requeue(Requeue),
+    Prune(Duration),
+    PruneOnce(String, Duration),
+    /// The inbox's processed (`false`) or dead (`true`) rows older than that.
+    PruneRows(Duration, bool),
+}
+
+/// An [`Op`]'s answer.
+enum Done {
+    Claim(Claim),
+    /// Held, done or recorded (`false`: fenced out).
+    Held(bool),
+    Accept(Accepted),
+    Claimed(Vec<ClaimedRow>),
+    Count(u64),
+}
+
+impl Op {
+    /// What it adds to its batch: its body.
+    fn size(&self) -> usize {
+        match self {
+            Op::Claim(d, ..) | Op::Accept(d) => d.audit().body.map_or(0, <[u8]>::len),
+            _ => 0,
+        }
+    }
+
+    /// New work from the front door (and the operator's bulk writes) waits behind what
+    /// keeps or ends a running lease.
+    fn lane(&self) -> Lane {
+        match self {
+            Op::Claim(..)
+            | Op::Accept(_)
+            | Op::Requeue(_)
+            | Op::Prune(_)
+            | Op::PruneOnce(..)
+            | Op::PruneRows(..) => Lane::Front,
+            Op::Complete(..)
+            | Op::Renew(..)
+            | Op::Release(..)
+            | Op::ClaimDue { .. }
+            | Op::GiveBack(..)
+            | Op::RenewRow(..)
+            | Op::Finish(..) => Lane::Urgent,
+        }
+    }
 }
 
 impl std::fmt::Debug for Sqlite {
@@ -77,27 +145,39 @@ ON CONFLICT (source, event_id) DO UPDATE SET
     locked_until = excluded.locked_until,
     lock_token = excluded.lock_token,
     attempts = webhook_events.attempts + 1
-WHERE webhook_events.processed_at IS NULL
+WHERE webhook_events.processed_at IS NULL AND webhook_events.next_attempt_at IS NULL
   AND (webhook_events.locked_until IS NULL OR webhook_events.locked_until <= ?7)
 RETURNING lock_token";
 
-const STATE: &str =
-    "SELECT processed_at, locked_until FROM webhook_events WHERE source = ?1 AND event_id = ?2";
+/// Why a claim took nothing: done (or the inbox's: an accepted event is a duplicate to
+/// `DedupeLayer`), else claimed until when.
+const STATE: &str = "
+SELECT processed_at IS NOT NULL OR next_attempt_at IS NOT NULL, locked_until
+FROM webhook_events WHERE source = ?1 AND event_id = ?2";
 
-/// The done row keeps its token, so a retry whose first acknowledgement was lost matches
-/// again (and changes nothing).
+/// A claim's completion: the done row keeps its token, so a retry whose first
+/// acknowledgement was lost matches again (and changes nothing). A claim row the inbox
+/// adopted is the inbox's (`INBOX_HAS`).
 const COMPLETE: &str = "
 UPDATE webhook_events SET processed_at = coalesce(processed_at, ?4), processing_error = NULL,
     locked_until = NULL
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3";
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND next_attempt_at IS NULL";
 
 const RENEW: &str = "
 UPDATE webhook_events SET locked_until = ?4
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL
+  AND next_attempt_at IS NULL";
 
 const RELEASE: &str = "
 UPDATE webhook_events SET locked_until = NULL, lock_token = NULL
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL
+  AND next_attempt_at IS NULL";
+
+/// Whether the key is the inbox's: the claim whose completion or renewal did not match
+/// was adopted by the inbox's accept — its handler stored it. One mechanism per event: the
+/// claim leaves the row to the inbox's worker, and its attempt is done (the event stored).
+const INBOX_HAS: &str = "
+SELECT 1 FROM webhook_events WHERE source = ?1 AND event_id = ?2 AND next_attempt_at IS NOT NULL";
 
 /// Done event keys older than the cutoff, and event keys a failed attempt gave back
 /// (released, or a lease long run out) first received before it: the provider has stopped
@@ -115,29 +195,28 @@ DELETE FROM webhook_events
 WHERE kind = 'once' AND source = ?1 AND processed_at IS NOT NULL AND processed_at < ?2";
 
 impl Sqlite {
-    pub(crate) fn new(pool: SqlitePool, clock: Clock) -> Self {
-        let writer = Self::writer(pool.clone(), clock.clone());
+    /// The table in `pool`'s database, on `clock`; the writer waits up to `busy_timeout`
+    /// for another process's write lock.
+    pub(crate) fn new(pool: SqlitePool, clock: Clock, busy_timeout: Duration) -> Self {
+        let writer = Self::writer(pool.clone(), clock.clone(), busy_timeout);
         Self {
             pool,
             clock,
+            busy_timeout,
             writer,
         }
     }
 
-    /// One writer: a batch at a time (SQLite's lock would serialise more anyway).
-    fn writer(pool: SqlitePool, clock: Clock) -> Arc<Batcher<Write, Written>> {
+    /// One writer: a batch at a time (SQLite's lock would serialise more anyway), on a
+    /// connection of its own, its lease times read once it holds the lock.
+    fn writer(pool: SqlitePool, clock: Clock, busy_timeout: Duration) -> Arc<Batcher<Op, Done>> {
         let conn = WriterConnection::default();
-        let run: Run<Write, Written> = Arc::new(move |writes| {
-            let (pool, conn, now) = (pool.clone(), conn.clone(), epoch_ms(clock()));
-            Box::pin(async move { write_batch(&pool, &conn, now, writes).await })
+        let run: Run<Op, Done> = Arc::new(move |ops| {
+            let (pool, conn, clock) = (pool.clone(), conn.clone(), clock.clone());
+            Box::pin(async move { write_batch(&pool, &conn, &clock, busy_timeout, ops).await })
         });
-        Arc::new(Batcher::new(
-            MAX_BATCH,
-            MAX_BATCH_BYTES,
-            Write::size,
-            1,
-            run,
-        ))
+        let batcher = Batcher::new(MAX_BATCH, MAX_BATCH_BYTES, Op::size, 1, run);
+        Arc::new(batcher.with_lanes(Op::lane))
     }
 
     pub(crate) fn pool(&self) -> &SqlitePool {
@@ -146,12 +225,42 @@ impl Sqlite {
 
     /// This table with another clock (an inbox's, in tests).
     pub(crate) fn with_clock(&self, clock: Clock) -> Self {
-        Self::new(self.pool.clone(), clock)
+        Self::new(self.pool.clone(), clock, self.busy_timeout)
+    }
+
+    /// This table with another busy timeout (and a writer of its own).
+    pub(crate) fn with_busy_timeout(&self, busy_timeout: Duration) -> Self {
+        Self::new(self.pool.clone(), self.clock.clone(), busy_timeout)
+    }
+
+    /// The shortest lease this table keeps: a renewal sent a third into a lease may wait
+    /// for the batch ahead of it and then its own, each up to the busy timeout — at four
+    /// busy timeouts, that ends by 5/6 of the lease.
+    pub(crate) fn min_lease(&self) -> Duration {
+        self.busy_timeout.saturating_mul(4)
     }
 
     /// Milliseconds since the epoch, by this clock.
     fn now_ms(&self) -> i64 {
         epoch_ms((self.clock)())
+    }
+
+    async fn write(&self, op: Op) -> Result<Done, StoreError> {
+        self.writer.write(op).await
+    }
+
+    async fn held(&self, op: Op) -> Result<bool, StoreError> {
+        match self.write(op).await? {
+            Done::Held(held) => Ok(held),
+            _ => unreachable!("a yes or no"),
+        }
+    }
+
+    async fn count(&self, op: Op) -> Result<u64, StoreError> {
+        match self.write(op).await? {
+            Done::Count(n) => Ok(n),
+            _ => unreachable!("a count"),
+        }
     }
 
     /// Claims `d` for an attempt under `token` for `lease`: a new row, or one released or
@@ -162,13 +271,14 @@ impl Sqlite {
         token: Token,
         lease: Duration,
     ) -> Result<Claim, StoreError> {
-        match self.writer.write(Write::Claim(d, token, lease)).await? {
-            Written::Claim(claim) => Ok(claim),
+        match self.write(Op::Claim(d, token, lease)).await? {
+            Done::Claim(claim) => Ok(claim),
             _ => unreachable!("a claim's answer"),
         }
     }
 
-    /// Extends the lease if `token` still holds the claim; `false` when fenced out.
+    /// Extends the lease if `token` still holds the claim (or the inbox adopted it);
+    /// `false` when fenced out.
     pub(crate) async fn renew(
         &self,
         source: &str,
@@ -176,38 +286,25 @@ impl Sqlite {
         token: Token,
         lease: Duration,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(RENEW)
-            .bind(source)
-            .bind(id)
-            .bind(token.to_string())
-            .bind(self.now_ms().saturating_add(ms(lease)))
-            .execute(&self.pool)
+        self.held(Op::Renew(source.into(), id.into(), token, lease))
             .await
-            .map_err(|e| store_error("sqlite renew", e))?;
-        Ok(done.rows_affected() == 1)
     }
 
-    /// Marks the row done if `token` holds it (or already did this); `false` when fenced.
+    /// Marks the row done if `token` holds it (or already did this, or the inbox adopted
+    /// it); `false` when fenced.
     pub(crate) async fn complete(
         &self,
         source: String,
         id: String,
         token: Token,
     ) -> Result<bool, StoreError> {
-        match self
-            .writer
-            .write(Write::Complete(source, id, token))
-            .await?
-        {
-            Written::Complete(done) => Ok(done),
-            _ => unreachable!("a completion's answer"),
-        }
+        self.held(Op::Complete(source, id, token)).await
     }
 
     /// Queues a verified event in the inbox.
     pub(crate) async fn accept(&self, d: Delivery) -> Result<Accepted, StoreError> {
-        match self.writer.write(Write::Accept(d)).await? {
-            Written::Accept(accepted) => Ok(accepted),
+        match self.write(Op::Accept(d)).await? {
+            Done::Accept(accepted) => Ok(accepted),
             _ => unreachable!("an accept's answer"),
         }
     }
@@ -219,25 +316,13 @@ impl Sqlite {
         id: &str,
         token: Token,
     ) -> Result<(), StoreError> {
-        sqlx::query(RELEASE)
-            .bind(source)
-            .bind(id)
-            .bind(token.to_string())
-            .execute(&self.pool)
+        self.held(Op::Release(source.into(), id.into(), token))
             .await
-            .map_err(|e| store_error("sqlite release", e))?;
-        Ok(())
+            .map(|_| ())
     }
 
     pub(crate) async fn prune(&self, older_than: Duration) -> Result<u64, StoreError> {
-        let now = self.now_ms();
-        let pruned = sqlx::query(PRUNE)
-            .bind(now.saturating_sub(ms(older_than)))
-            .bind(now)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| store_error("sqlite prune", e))?;
-        Ok(pruned.rows_affected())
+        self.count(Op::Prune(older_than)).await
     }
 
     pub(crate) async fn prune_once(
@@ -245,13 +330,8 @@ impl Sqlite {
         namespace: &str,
         older_than: Duration,
     ) -> Result<u64, StoreError> {
-        let pruned = sqlx::query(PRUNE_ONCE)
-            .bind(namespace)
-            .bind(self.now_ms().saturating_sub(ms(older_than)))
-            .execute(&self.pool)
+        self.count(Op::PruneOnce(namespace.into(), older_than))
             .await
-            .map_err(|e| store_error("sqlite prune", e))?;
-        Ok(pruned.rows_affected())
     }
 }
 
@@ -283,12 +363,15 @@ pub(crate) async fn advance(
 
 // ---- The inbox ----
 
-/// A new row queued; a row `DedupeLayer` left unfinished is queued instead (adopted).
+/// A new row queued; a row `DedupeLayer` left unfinished is queued instead (adopted), its
+/// claim's lock dropped: the row is the inbox's from now on, due at once (a `DedupeLayer`
+/// in front of this accept then finds it done, `INBOX_HAS`).
 const ACCEPT: &str = "
 INSERT INTO webhook_events
     (source, event_id, event_type, object_id, livemode, body, received_at, attempts, next_attempt_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?7)
-ON CONFLICT (source, event_id) DO UPDATE SET next_attempt_at = ?7, attempts = 0
+ON CONFLICT (source, event_id) DO UPDATE SET next_attempt_at = ?7, attempts = 0,
+    locked_until = NULL, lock_token = NULL
 WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS NULL
   AND webhook_events.kind = 'event'";
 
@@ -311,6 +394,23 @@ WHERE rowid IN (
     ORDER BY next_attempt_at LIMIT ?4)
 RETURNING source, event_id, event_type, object_id, livemode, body, attempts,
     dead_at IS NOT NULL AS buried";
+
+/// Claimed rows a worker hands back unprocessed (its claim was answered too late to run
+/// them safely): due again at once, the attempt uncounted.
+const GIVE_BACK: &str = "
+UPDATE webhook_events SET attempts = attempts - 1, locked_until = NULL, lock_token = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3
+  AND processed_at IS NULL AND dead_at IS NULL";
+
+const RENEW_ROW: &str = "
+UPDATE webhook_events SET locked_until = ?4
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+
+/// The row processed; kept idempotent under its token like a claim's completion.
+const PROCESSED: &str = "
+UPDATE webhook_events SET processed_at = coalesce(processed_at, ?4), processing_error = NULL,
+    locked_until = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3";
 
 const RETRY: &str = "
 UPDATE webhook_events SET next_attempt_at = ?4, processing_error = ?5,
@@ -440,6 +540,14 @@ FROM webhook_events
 WHERE source = ?2 AND event_id = ?3 AND next_attempt_at IS NOT NULL"
 );
 
+#[cfg(test)]
+impl Sqlite {
+    /// The worker's claim, unwrapped.
+    async fn claim_due(&self, limit: usize, lease: Duration, token: Token) -> Vec<Claimed> {
+        Backend::claim(self, limit, lease, token, 8).await.unwrap()
+    }
+}
+
 impl Backend for Sqlite {
     fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
         let (this, d) = (self.clone(), Delivery::from_event(event));
@@ -453,19 +561,24 @@ impl Backend for Sqlite {
         token: Token,
         max_attempts: u32,
     ) -> StoreFuture<Vec<Claimed>> {
-        let (pool, now) = (self.pool.clone(), self.now_ms());
+        let this = self.clone();
         Box::pin(async move {
-            let rows = sqlx::query_as(CLAIM_DUE)
-                .bind(now)
-                .bind(ms(lease))
-                .bind(token.to_string())
-                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                .bind(max_attempts)
-                .bind(CRASHED)
-                .fetch_all(&pool)
-                .await;
-            events(rows)
+            let op = Op::ClaimDue {
+                limit,
+                lease,
+                token,
+                max_attempts,
+            };
+            match this.write(op).await? {
+                Done::Claimed(rows) => Ok(claimed(rows)),
+                _ => unreachable!("a claim's rows"),
+            }
         })
+    }
+
+    fn give_back(&self, keys: Vec<(String, String)>, token: Token) -> StoreFuture<u64> {
+        let this = self.clone();
+        Box::pin(async move { this.count(Op::GiveBack(keys, token)).await })
     }
 
     fn renew(
@@ -476,7 +589,7 @@ impl Backend for Sqlite {
         lease: Duration,
     ) -> StoreFuture<bool> {
         let this = self.clone();
-        Box::pin(async move { this.renew(&source, &id, token, lease).await })
+        Box::pin(async move { this.held(Op::RenewRow(source, id, token, lease)).await })
     }
 
     fn finish(
@@ -486,61 +599,22 @@ impl Backend for Sqlite {
         token: Token,
         outcome: Outcome,
     ) -> StoreFuture<bool> {
-        let (pool, now) = (self.pool.clone(), self.now_ms());
-        Box::pin(async move {
-            let key = |sql| {
-                sqlx::query(sql)
-                    .bind(source.clone())
-                    .bind(id.clone())
-                    .bind(token.to_string())
-            };
-            let query = match outcome {
-                Outcome::Processed => key(COMPLETE).bind(now),
-                Outcome::Retry(error, after) => {
-                    key(RETRY).bind(now.saturating_add(ms(after))).bind(error)
-                }
-                Outcome::Dead(error) => key(DEAD).bind(now).bind(error),
-                Outcome::Abandoned => key(ABANDON).bind(ABANDONED),
-            };
-            let done = query
-                .execute(&pool)
-                .await
-                .map_err(|e| store_error("inbox finish", e))?;
-            Ok(done.rows_affected() == 1)
-        })
+        let this = self.clone();
+        Box::pin(async move { this.held(Op::Finish(source, id, token, outcome)).await })
     }
 
     fn requeue(&self, which: &Requeue) -> StoreFuture<u64> {
-        let (pool, now) = (self.pool.clone(), self.now_ms());
-        let which = which.clone();
-        Box::pin(async move {
-            let (source, id) = which.id.unzip();
-            let done = sqlx::query(REQUEUE)
-                .bind(now)
-                .bind(source)
-                .bind(id)
-                .bind(which.dead_only)
-                .bind(which.event_type)
-                .bind(which.received_from)
-                .bind(which.received_before)
-                .execute(&pool)
-                .await
-                .map_err(|e| store_error("inbox requeue", e))?;
-            Ok(done.rows_affected())
-        })
+        let (this, which) = (self.clone(), which.clone());
+        Box::pin(async move { this.count(Op::Requeue(which)).await })
     }
 
     fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64> {
-        let (pool, now) = (self.pool.clone(), self.now_ms());
-        Box::pin(async move {
-            let sql = if dead { PRUNE_DEAD } else { PRUNE_PROCESSED };
-            let done = sqlx::query(sql)
-                .bind(now.saturating_sub(ms(older_than)))
-                .execute(&pool)
-                .await
-                .map_err(|e| store_error("inbox prune", e))?;
-            Ok(done.rows_affected())
-        })
+        let this = self.clone();
+        Box::pin(async move { this.count(Op::PruneRows(older_than, dead)).await })
+    }
+
+    fn min_lease(&self) -> Duration {
+        Sqlite::min_lease(self)
     }
 
     fn counts(&self) -> StoreFuture<Counts> {
@@ -603,25 +677,27 @@ impl Backend for Sqlite {
 
 // ---- Group commit ----
 
-/// The writer's own connection, opened with the pool's options: the pool's connections
-/// (workers, reads, renewals) never make the writer wait for a connection — only for
-/// SQLite's lock, up to the busy timeout, after which its writes answer 503.
+/// The writer's own connection, opened with the pool's options and the table's busy
+/// timeout: the pool's connections (reads) never make the writer wait for a connection —
+/// only for another process's lock on the file, up to the busy timeout, after which its
+/// writes answer 503.
 type WriterConnection = Arc<tokio::sync::Mutex<Option<sqlx::SqliteConnection>>>;
 
 /// Runs one batch of writes in one transaction (one commit, one fsync), each with its own
-/// statement and answer, at one time `now`. If the transaction fails, every write in it
-/// gets the error (503): SQLite's statements here fail together — the file locked past
-/// the busy timeout, the disk full — never for one write's values, and retrying them one
-/// by one would hold each caller through another busy timeout.
+/// statements and answer, at one time read once the write lock is held. If the
+/// transaction fails, every write in it gets the error (503): SQLite's statements here
+/// fail together — the file locked past the busy timeout, the disk full — never for one
+/// write's values, and retrying them one by one would hold each caller through another
+/// busy timeout.
 async fn write_batch(
     pool: &SqlitePool,
     conn: &WriterConnection,
-    now: i64,
-    writes: Vec<Write>,
-) -> Vec<Result<Written, StoreError>> {
-    let all_failed = |kind: StoreErrorKind, why: String| -> Vec<Result<Written, StoreError>> {
-        writes
-            .iter()
+    clock: &Clock,
+    busy_timeout: Duration,
+    ops: Vec<Op>,
+) -> Vec<Result<Done, StoreError>> {
+    let all_failed = |kind: StoreErrorKind, why: String| -> Vec<Result<Done, StoreError>> {
+        ops.iter()
             .map(|_| Err(StoreError::new("sqlite write", why.clone()).with_kind(kind)))
             .collect()
     };
@@ -635,18 +711,14 @@ async fn write_batch(
     }
     if guard.is_none() {
         use sqlx::ConnectOptions as _;
-        match pool.connect_options().connect().await {
+        let options = (*pool.connect_options()).clone().busy_timeout(busy_timeout);
+        match options.connect().await {
             Ok(opened) => *guard = Some(opened),
             Err(e) => return all_failed(super::error_kind(&e), e.to_string()),
         }
     }
     let c = guard.as_mut().expect("opened above");
-    let result = match writes.as_slice() {
-        // A lone write needs no transaction of its own: its statement commits.
-        [write] => write_one(c, now, write).await.map(|w| vec![Ok(w)]),
-        _ => write_in_one_transaction(c, now, &writes).await,
-    };
-    match result {
+    match write_in_one_transaction(c, clock, &ops).await {
         Ok(results) => results,
         Err(e) => {
             *guard = None; // whatever went wrong, the next batch starts on a fresh connection
@@ -659,18 +731,20 @@ async fn write_batch(
 /// transaction is then rolled back as it is dropped).
 async fn write_in_one_transaction(
     conn: &mut sqlx::SqliteConnection,
-    now: i64,
-    writes: &[Write],
-) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
+    clock: &Clock,
+    ops: &[Op],
+) -> Result<Vec<Result<Done, StoreError>>, StoreError> {
     use sqlx::Connection as _;
     // IMMEDIATE: take the write lock now, not at the first write (no upgrade to fail).
     let mut tx = conn
         .begin_with("BEGIN IMMEDIATE")
         .await
         .map_err(|e| store_error("sqlite begin", e))?;
-    let mut results = Vec::with_capacity(writes.len());
-    for write in writes {
-        results.push(Ok(write_one(&mut tx, now, write).await?));
+    // Read once the lock is held: a lease granted after a wait for it is still whole.
+    let now = epoch_ms(clock());
+    let mut results = Vec::with_capacity(ops.len());
+    for op in ops {
+        results.push(Ok(write_one(&mut tx, now, op).await?));
     }
     tx.commit()
         .await
@@ -678,40 +752,175 @@ async fn write_in_one_transaction(
     Ok(results)
 }
 
-/// One write's statements on `conn`.
+/// Binds a row's key and the token as `?1`…`?3`.
+fn keyed<'q>(
+    sql: &'static str,
+    source: &'q str,
+    id: &'q str,
+    token: Token,
+) -> Query<'q, Db, SqliteArguments> {
+    sqlx::query(sql)
+        .bind(source)
+        .bind(id)
+        .bind(token.to_string())
+}
+
+/// Whether the key is the inbox's ([`INBOX_HAS`]).
+async fn inbox_has(
+    conn: &mut sqlx::SqliteConnection,
+    source: &str,
+    id: &str,
+) -> Result<bool, sqlx::Error> {
+    let row = sqlx::query(INBOX_HAS)
+        .bind(source)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(row.is_some())
+}
+
+/// One write's statements on `conn`, at `now`.
 async fn write_one(
     conn: &mut sqlx::SqliteConnection,
     now: i64,
-    write: &Write,
-) -> Result<Written, StoreError> {
-    match write {
-        Write::Claim(d, token, lease) => claim_one(conn, now, d, *token, *lease)
-            .await
-            .map(Written::Claim),
-        Write::Complete(source, id, token) => {
-            let done = sqlx::query(COMPLETE)
-                .bind(source)
-                .bind(id)
-                .bind(token.to_string())
+    op: &Op,
+) -> Result<Done, StoreError> {
+    let changed = |done: sqlx::sqlite::SqliteQueryResult| done.rows_affected();
+    Ok(match op {
+        Op::Claim(d, token, lease) => Done::Claim(claim_one(conn, now, d, *token, *lease).await?),
+        Op::Complete(source, id, token) => {
+            let err = |e| store_error("sqlite complete", e);
+            let done = keyed(COMPLETE, source, id, *token)
                 .bind(now)
                 .execute(&mut *conn)
                 .await
-                .map_err(|e| store_error("sqlite complete", e))?;
-            Ok(Written::Complete(done.rows_affected() == 1))
+                .map_err(err)?;
+            Done::Held(changed(done) == 1 || inbox_has(conn, source, id).await.map_err(err)?)
         }
-        Write::Accept(d) => {
+        Op::Renew(source, id, token, lease) => {
+            let err = |e| store_error("sqlite renew", e);
+            let done = keyed(RENEW, source, id, *token)
+                .bind(now.saturating_add(ms(*lease)))
+                .execute(&mut *conn)
+                .await
+                .map_err(err)?;
+            Done::Held(changed(done) == 1 || inbox_has(conn, source, id).await.map_err(err)?)
+        }
+        Op::Release(source, id, token) => {
+            let done = keyed(RELEASE, source, id, *token)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error("sqlite release", e))?;
+            Done::Held(changed(done) == 1)
+        }
+        Op::Accept(d) => {
             let done = bind_delivery(sqlx::query(ACCEPT), d)
                 .bind(now)
                 .execute(&mut *conn)
                 .await
                 .map_err(|e| store_error("inbox accept", e))?;
-            Ok(Written::Accept(if done.rows_affected() == 1 {
+            Done::Accept(if changed(done) == 1 {
                 Accepted::New
             } else {
                 Accepted::Duplicate
-            }))
+            })
         }
-    }
+        Op::ClaimDue {
+            limit,
+            lease,
+            token,
+            max_attempts,
+        } => {
+            let rows = sqlx::query_as(CLAIM_DUE)
+                .bind(now)
+                .bind(ms(*lease))
+                .bind(token.to_string())
+                .bind(i64::try_from(*limit).unwrap_or(i64::MAX))
+                .bind(*max_attempts)
+                .bind(CRASHED)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(|e| store_error("inbox claim", e))?;
+            Done::Claimed(rows)
+        }
+        Op::GiveBack(keys, token) => {
+            let mut n = 0;
+            for (source, id) in keys {
+                let done = keyed(GIVE_BACK, source, id, *token)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|e| store_error("inbox give back", e))?;
+                n += changed(done);
+            }
+            Done::Count(n)
+        }
+        Op::RenewRow(source, id, token, lease) => {
+            let done = keyed(RENEW_ROW, source, id, *token)
+                .bind(now.saturating_add(ms(*lease)))
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error("inbox renew", e))?;
+            Done::Held(changed(done) == 1)
+        }
+        Op::Finish(source, id, token, outcome) => {
+            let key = |sql| keyed(sql, source, id, *token);
+            let query = match outcome {
+                Outcome::Processed => key(PROCESSED).bind(now),
+                Outcome::Retry(error, after) => key(RETRY)
+                    .bind(now.saturating_add(ms(*after)))
+                    .bind(error.as_str()),
+                Outcome::Dead(error) => key(DEAD).bind(now).bind(error.as_str()),
+                Outcome::Abandoned => key(ABANDON).bind(ABANDONED),
+            };
+            let done = query
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error("inbox finish", e))?;
+            Done::Held(changed(done) == 1)
+        }
+        Op::Requeue(which) => {
+            let (source, id) = which.id.clone().unzip();
+            let done = sqlx::query(REQUEUE)
+                .bind(now)
+                .bind(source)
+                .bind(id)
+                .bind(which.dead_only)
+                .bind(which.event_type.clone())
+                .bind(which.received_from)
+                .bind(which.received_before)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error("inbox requeue", e))?;
+            Done::Count(changed(done))
+        }
+        Op::Prune(older_than) => {
+            let done = sqlx::query(PRUNE)
+                .bind(now.saturating_sub(ms(*older_than)))
+                .bind(now)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error("sqlite prune", e))?;
+            Done::Count(changed(done))
+        }
+        Op::PruneOnce(namespace, older_than) => {
+            let done = sqlx::query(PRUNE_ONCE)
+                .bind(namespace.as_str())
+                .bind(now.saturating_sub(ms(*older_than)))
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error("sqlite prune", e))?;
+            Done::Count(changed(done))
+        }
+        Op::PruneRows(older_than, dead) => {
+            let sql = if *dead { PRUNE_DEAD } else { PRUNE_PROCESSED };
+            let done = sqlx::query(sql)
+                .bind(now.saturating_sub(ms(*older_than)))
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error("inbox prune", e))?;
+            Done::Count(changed(done))
+        }
+    })
 }
 
 /// One claim: a new row, or one released or expired taken over; else why not.
@@ -742,9 +951,9 @@ async fn claim_one(
             .await
             .map_err(err)?;
         let Some(row) = row else { continue };
-        let processed: Option<i64> = row.try_get(0).map_err(err)?;
+        let done: bool = row.try_get(0).map_err(err)?;
         let until: Option<i64> = row.try_get(1).map_err(err)?;
-        if processed.is_some() {
+        if done {
             return Ok(Claim::Done);
         }
         if let Some(until) = until.filter(|u| *u > now) {
@@ -838,6 +1047,11 @@ mod tests {
         let _ = std::fs::remove_file(&path);
     }
 
+    /// A clock that reads `secs` after the epoch.
+    fn at(secs: u64) -> Clock {
+        Arc::new(move || UNIX_EPOCH + Duration::from_secs(secs))
+    }
+
     /// The batch goes as one transaction, not through the write-by-write fallback.
     #[tokio::test]
     async fn a_mixed_batch_is_one_transaction_with_each_write_answered() {
@@ -850,35 +1064,62 @@ mod tests {
         let (t1, t2) = (Token::new(), Token::new());
         let lease = Duration::from_secs(30);
         let writes = vec![
-            Write::Claim(Delivery::new("s", "a"), t1, lease),
-            Write::Claim(Delivery::new("s", "a"), t2, lease),
-            Write::Accept(Delivery::new("s", "c")),
-            Write::Accept(Delivery::new("s", "c")),
+            Op::Claim(Delivery::new("s", "a"), t1, lease),
+            Op::Claim(Delivery::new("s", "a"), t2, lease),
+            Op::Accept(Delivery::new("s", "c")),
+            Op::Accept(Delivery::new("s", "c")),
         ];
-        let answers = write_in_one_transaction(&mut conn, 1_000, &writes)
+        let answers = write_in_one_transaction(&mut conn, &at(1), &writes)
             .await
             .expect("one transaction");
-        assert!(matches!(answers[0], Ok(Written::Claim(Claim::New(_)))));
+        assert!(matches!(answers[0], Ok(Done::Claim(Claim::New(_)))));
         assert!(matches!(
             answers[1],
-            Ok(Written::Claim(Claim::InFlight { .. }))
+            Ok(Done::Claim(Claim::InFlight { .. }))
         ));
-        assert!(matches!(answers[2], Ok(Written::Accept(Accepted::New))));
-        assert!(matches!(
-            answers[3],
-            Ok(Written::Accept(Accepted::Duplicate))
-        ));
+        assert!(matches!(answers[2], Ok(Done::Accept(Accepted::New))));
+        assert!(matches!(answers[3], Ok(Done::Accept(Accepted::Duplicate))));
         let writes = vec![
-            Write::Complete("s".into(), "a".into(), t1),
-            Write::Complete("s".into(), "a".into(), t2),
+            Op::Complete("s".into(), "a".into(), t1),
+            Op::Complete("s".into(), "a".into(), t2),
         ];
-        let answers = write_in_one_transaction(&mut conn, 2_000, &writes)
+        let answers = write_in_one_transaction(&mut conn, &at(2), &writes)
             .await
             .expect("one transaction");
-        assert!(matches!(answers[0], Ok(Written::Complete(true))));
-        assert!(matches!(answers[1], Ok(Written::Complete(false))));
+        assert!(matches!(answers[0], Ok(Done::Held(true))));
+        assert!(matches!(answers[1], Ok(Done::Held(false))));
         drop(conn);
         drop(store);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// A claim handed back under its token is due again with its attempt uncounted; a
+    /// hand-back under another token changes nothing.
+    #[tokio::test]
+    async fn rows_handed_back_are_due_again_uncounted_and_fenced_on_the_token() {
+        let path = std::env::temp_dir().join(format!(
+            "tower-webhook-unit-{}.db",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let store = crate::store::SqliteStore::open(&path).await.unwrap();
+        let sql = store.sql().clone();
+        let inbox = crate::inbox::Inbox::sqlite(&store);
+        inbox.ingest("s", "evt_1", "{}").await.unwrap();
+        let lease = Duration::from_secs(60);
+        let claim = |token| sql.claim_due(1, lease, token);
+        let token = Token::new();
+        let rows = claim(token).await;
+        assert_eq!(rows.iter().map(|r| r.attempt).collect::<Vec<_>>(), [1]);
+        let key = || vec![("s".to_owned(), "evt_1".to_owned())];
+        assert_eq!(
+            Backend::give_back(&sql, key(), Token::new()).await.unwrap(),
+            0
+        );
+        assert!(claim(Token::new()).await.is_empty(), "still held");
+        assert_eq!(Backend::give_back(&sql, key(), token).await.unwrap(), 1);
+        let again = claim(Token::new()).await;
+        assert_eq!(again.iter().map(|r| r.attempt).collect::<Vec<_>>(), [1]);
+        drop((inbox, sql, store));
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -341,6 +341,33 @@ pub trait DedupeStore: Send + Sync + 'static {
     /// than `older_than` ago; returns how many. Called only by name
     /// ([`Once::prune`](crate::once::Once::prune)).
     fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64>;
+
+    /// The shortest lease this store keeps safely: a renewal is sent every third of a
+    /// lease, and must land before the lease ends however long the store may keep it
+    /// waiting. `with_lease` of `DedupeLayer`, `Once` and the inbox's `Worker` refuses a
+    /// shorter one. [`SqliteStore`]: four busy timeouts (the writer may wait that long for
+    /// another process's lock, for the batch ahead and again for its own). By default no
+    /// floor beyond the layers' own 100 ms.
+    fn min_lease(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+/// `lease`, if the layers take it (100 ms to 1 day) and a store whose floor is `min`
+/// keeps it.
+pub(crate) fn checked_lease(lease: Duration, min: Duration) -> Result<Duration, ConfigError> {
+    let lease = Lease::checked_length(lease)?;
+    if lease < min {
+        return Err(ConfigError::duration(
+            "a lease",
+            lease,
+            format_args!(
+                "at least {min:?} on this store (a renewal may wait that long for the \
+                 store's write lock; SQLite: four busy timeouts)"
+            ),
+        ));
+    }
+    Ok(lease)
 }
 
 /// A store that could not do what was asked: unreachable, timed out, refusing the input,

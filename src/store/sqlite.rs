@@ -35,12 +35,23 @@ use crate::sql::{migrate_error, store_error};
 ///
 /// # Writes
 ///
-/// Concurrent claims and completions (and the inbox's accepts) are written by one writer,
-/// on a connection of its own, in one transaction per batch: one commit for many events.
+/// Every write on the table — claims, renewals, completions, releases, and the inbox's
+/// accepts, claims, outcomes, requeues and prunes — goes through one writer, on a
+/// connection of its own, in one transaction per batch: one commit for many events, and
+/// no write of this process waits on SQLite's lock behind another of this process. A
+/// batch takes the writes that keep or end a running lease (renewals, completions,
+/// releases, a worker's claim and outcomes) before new claims and accepts, so a renewal
+/// waits for at most the batch in flight, never behind a storm's backlog. Lease times are
+/// read once the batch holds the write lock, so a lease granted after a wait is whole.
+///
 /// When another process holds the file's write lock, a batch waits up to the busy timeout
-/// (5 s) and then answers each of its writes with an error (503, so the provider
-/// retries); a write queued behind it waits for its own batch in turn, so up to twice
-/// that in all.
+/// (5 s; [`with_busy_timeout`](Self::with_busy_timeout)) and then answers each of its
+/// writes with an error (503, so the provider retries); a write queued behind it waits
+/// for its own batch in turn, so up to twice that in all. Hence the shortest lease the
+/// layers accept here: four busy timeouts ([`DedupeStore::min_lease`]).
+///
+/// The writer runs on the Tokio runtime of the first write; if that runtime ends, the
+/// next write starts it again on its own.
 ///
 /// Cloning shares the pool.
 #[derive(Clone, Debug)]
@@ -90,9 +101,27 @@ impl SqliteStore {
             .run(&pool)
             .await
             .map_err(|e| migrate_error("sqlite migrate", e))?;
+        // The pool's options set it on each connection; the writer opens its own with them.
+        let busy_ms: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
+            .fetch_one(&pool)
+            .await
+            .map_err(|e| store_error("sqlite busy timeout", e))?;
+        let busy_timeout = Duration::from_millis(busy_ms.unsigned_abs());
         Ok(Self {
-            sql: Sqlite::new(pool, Arc::new(SystemTime::now)),
+            sql: Sqlite::new(pool, Arc::new(SystemTime::now), busy_timeout),
         })
+    }
+
+    /// Replaces how long a write waits for another process's lock on the file before it
+    /// answers 503 (default: the pool's, 5 s from [`open`](Self::open)). The shortest
+    /// lease the layers accept on this store is four times it
+    /// ([`DedupeStore::min_lease`]): lower it for short leases, on a file no other
+    /// process holds long.
+    #[must_use]
+    pub fn with_busy_timeout(self, busy_timeout: Duration) -> Self {
+        Self {
+            sql: self.sql.with_busy_timeout(busy_timeout),
+        }
     }
 
     /// Replaces the clock leases and times are read from (default the system's): for
@@ -160,5 +189,10 @@ impl DedupeStore for SqliteStore {
     fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64> {
         let (sql, namespace) = (self.sql.clone(), namespace.to_owned());
         Box::pin(async move { sql.prune_once(&namespace, older_than).await })
+    }
+
+    /// Four busy timeouts (20 s by default): see [`DedupeStore::min_lease`].
+    fn min_lease(&self) -> Duration {
+        self.sql.min_lease()
     }
 }

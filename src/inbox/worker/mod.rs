@@ -118,9 +118,12 @@ impl Worker {
     ///
     /// # Errors
     ///
-    /// When `lease` is not between 100 ms and 1 day.
+    /// When `lease` is not between 100 ms and 1 day, or is shorter than the database
+    /// keeps safely (SQLite: four busy timeouts, see
+    /// [`DedupeStore::min_lease`](crate::store::DedupeStore::min_lease)).
     pub fn with_lease(mut self, lease: Duration) -> Result<Self, ConfigError> {
-        self.lease.length = Lease::checked_length(lease)?;
+        let min = self.inbox.backend.min_lease();
+        self.lease.length = crate::store::checked_lease(lease, min)?;
         Ok(self)
     }
 

@@ -99,9 +99,17 @@ impl Worker {
                 let claim = metrics::timed(Operation::InboxClaim, claim);
                 match claim.await {
                     // Answered so late that the lease may run out before the first
-                    // renewal: leave the rows to their lease (they come back, counted)
-                    // rather than run beside a worker that took them over.
-                    Ok(_) if claimed_at.elapsed() >= this.lease.length * 2 / 3 => Vec::new(),
+                    // renewal: hand the rows back uncounted (fenced on the token: rows
+                    // another worker took over meanwhile stay its own) rather than run
+                    // beside a takeover. Not handed back, they come back with their lease.
+                    Ok(rows) if claimed_at.elapsed() >= this.lease.length * 2 / 3 => {
+                        let keys = rows
+                            .iter()
+                            .map(|r| (r.event.source().to_owned(), r.event.stored_id().to_owned()))
+                            .collect();
+                        let _ = this.inbox.backend.give_back(keys, token).await;
+                        Vec::new()
+                    }
                     Ok(rows) => rows.into_iter().map(|r| (r, token, claimed_at)).collect(),
                     Err(_error) => {
                         #[cfg(feature = "tracing")]
