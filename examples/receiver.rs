@@ -20,7 +20,9 @@
 //! - `DATABASE_URL`: where deliveries are deduplicated — a `postgres://` or `redis://`
 //!   URL; without it, the embedded SQLite file `WEBHOOK_SQLITE` (default `webhooks.db`);
 //! - `WEBHOOK_LEASE_SECS`: how long a claim holds between renewals (default 60), in every
-//!   mode: `DedupeLayer`'s claims, and the inbox's and JetStream's workers' leases;
+//!   mode: `DedupeLayer`'s claims, and the inbox's and JetStream's workers' leases (on
+//!   SQLite, a lease under 20 s shortens the file's busy timeout to a quarter of it, so the
+//!   lease stays one the store can keep);
 //! - `WEBHOOK_HANDLER_DELAY_MS`: how long the handler waits after its effect before it
 //!   answers (default 0), in every mode — a slow handler whose work is already done;
 //! - `WEBHOOK_DRAIN_SECS`: how long a shutdown waits for running handlers (default 30);
@@ -86,8 +88,9 @@ pub fn app(verify: VerifyWebhookLayer, dedupe: DedupeLayer, delay: Duration) -> 
 }
 
 /// The store `DATABASE_URL` names, or the embedded SQLite file; and its description.
-pub async fn store_from_env() -> Result<(Arc<dyn DedupeStore>, String), Box<dyn std::error::Error>>
-{
+pub async fn store_from_env(
+    lease: Duration,
+) -> Result<(Arc<dyn DedupeStore>, String), Box<dyn std::error::Error>> {
     Ok(match std::env::var("DATABASE_URL") {
         Ok(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
             (Arc::new(PgStore::connect(&url).await?), "PostgreSQL".into())
@@ -101,16 +104,26 @@ pub async fn store_from_env() -> Result<(Arc<dyn DedupeStore>, String), Box<dyn 
             )
         }
         _ => {
-            let path = std::env::var("WEBHOOK_SQLITE").unwrap_or_else(|_| "webhooks.db".into());
-            let description = format!("SQLite at {path}");
-            (Arc::new(SqliteStore::open(path).await?), description)
+            let (store, description) = sqlite_from_env(lease).await?;
+            (Arc::new(store), description)
         }
     })
 }
 
+/// The embedded SQLite file `WEBHOOK_SQLITE`, with a busy timeout of at most a quarter of
+/// `lease`: the store keeps only leases of four busy timeouts (a renewal may wait that long
+/// for another process's write lock), so a short lease is made safe this way — a process
+/// that holds the file's lock longer (the `tower-webhook` command) costs a 503, not a lease.
+async fn sqlite_from_env(lease: Duration) -> Result<(SqliteStore, String), Box<dyn std::error::Error>> {
+    let path = std::env::var("WEBHOOK_SQLITE").unwrap_or_else(|_| "webhooks.db".into());
+    let description = format!("SQLite at {path}");
+    let busy = (lease / 4).min(Duration::from_secs(5));
+    Ok((SqliteStore::open(path).await?.with_busy_timeout(busy), description))
+}
+
 /// The inbox `DATABASE_URL` names (PostgreSQL), or the embedded SQLite file's; and its
 /// description.
-async fn inbox_from_env() -> Result<(Inbox, String), Box<dyn std::error::Error>> {
+async fn inbox_from_env(lease: Duration) -> Result<(Inbox, String), Box<dyn std::error::Error>> {
     Ok(match std::env::var("DATABASE_URL") {
         Ok(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => (
             Inbox::postgres(&PgStore::connect(&url).await?),
@@ -123,9 +136,8 @@ async fn inbox_from_env() -> Result<(Inbox, String), Box<dyn std::error::Error>>
             .into())
         }
         _ => {
-            let path = std::env::var("WEBHOOK_SQLITE").unwrap_or_else(|_| "webhooks.db".into());
-            let description = format!("SQLite at {path}");
-            (Inbox::sqlite(&SqliteStore::open(path).await?), description)
+            let (store, description) = sqlite_from_env(lease).await?;
+            (Inbox::sqlite(&store), description)
         }
     })
 }
@@ -242,7 +254,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let (mode, store_name) = match std::env::var("WEBHOOK_MODE").as_deref() {
         Ok("inbox") => {
-            let (inbox, name) = inbox_from_env().await?;
+            let (inbox, name) = inbox_from_env(lease).await?;
             let worker = Worker::new(&inbox, handler)
                 .with_lease(lease)?
                 .with_grace(drain_bound)
@@ -253,7 +265,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
             let stream = std::env::var("NATS_STREAM").unwrap_or_else(|_| "webhooks".into());
             let jetstream = JetStream::connect(&url, &stream).await?;
-            let (store, name) = store_from_env().await?;
+            let (store, name) = store_from_env(lease).await?;
             // Its claims make each event's effect once, also when NATS crashed.
             let worker = JetStreamWorker::from_arc(&jetstream, store.clone(), handler)
                 .with_lease(lease)?
@@ -264,7 +276,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             (Mode::Nats(jetstream, dedupe, worker), name)
         }
         Ok("dedupe") | Ok("") | Err(_) => {
-            let (store, name) = store_from_env().await?;
+            let (store, name) = store_from_env(lease).await?;
             (
                 Mode::Dedupe(DedupeLayer::from_arc(store).with_lease(lease)?),
                 name,

@@ -68,7 +68,14 @@ impl Backend {
     async fn open(&self) -> Arc<dyn DedupeStore> {
         match self {
             Backend::Memory(store) => Arc::new(store.clone()),
-            Backend::Sqlite(path) => Arc::new(SqliteStore::open(path).await.unwrap()),
+            // No other process shares the file: a short busy timeout lowers the store's
+            // lease floor (four of them) below these tests' 2 s lease.
+            Backend::Sqlite(path) => Arc::new(
+                SqliteStore::open(path)
+                    .await
+                    .unwrap()
+                    .with_busy_timeout(Duration::from_millis(100)),
+            ),
             Backend::Postgres(url) => Arc::new(PgStore::connect(url).await.unwrap()),
             Backend::Redis(prefix) => Arc::new(
                 RedisStore::connect(&redis_url())

@@ -60,6 +60,12 @@ async fn accept_storm(inbox: Inbox, tasks: usize, count: usize, stop: Arc<Atomic
     let senders: Vec<_> = (0..tasks)
         .map(|_| {
             let (inbox, next, stop) = (inbox.clone(), next.clone(), stop.clone());
+            let storm = tower_webhook::Verifier::new(
+                tower_webhook::Scheme::standard(),
+                ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+            )
+            .expect("a valid secret")
+            .with_source("storm");
             tokio::spawn(async move {
                 let mut stored = 0;
                 while !stop.load(Ordering::Relaxed) {
@@ -68,7 +74,7 @@ async fn accept_storm(inbox: Inbox, tasks: usize, count: usize, stop: Arc<Atomic
                         break;
                     }
                     let id = format!("storm-{i}");
-                    while inbox.ingest("storm", &id, "{}").await.is_err() {
+                    while inbox.ingest(&storm, Some(&id), "{}").await.is_err() {
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
                     stored += 1;

@@ -1104,7 +1104,13 @@ mod tests {
         let store = crate::store::SqliteStore::open(&path).await.unwrap();
         let sql = store.sql().clone();
         let inbox = crate::inbox::Inbox::sqlite(&store);
-        inbox.ingest("s", "evt_1", "{}").await.unwrap();
+        let verifier = crate::Verifier::new(
+            crate::Scheme::standard(),
+            ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+        )
+        .unwrap()
+        .with_source("s");
+        inbox.ingest(&verifier, Some("evt_1"), "{}").await.unwrap();
         let lease = Duration::from_secs(60);
         let claim = |token| sql.claim_due(1, lease, token);
         let token = Token::new();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
-use super::{Claim, Completed, DedupeStore, Delivery, StoreError, StoreFuture, Token};
+use super::{Claim, Completed, DedupeStore, Delivery, Renewed, StoreError, StoreFuture, Token};
 use crate::metrics::{self, Operation};
 
 /// A claim this attempt holds, or has asked for. Dropped before an outcome — the work
@@ -55,6 +55,19 @@ impl ClaimGuard {
     pub(crate) fn into_parts(mut self) -> (Arc<dyn DedupeStore>, Delivery, Token) {
         let delivery = self.delivery.take().expect("one outcome per claim");
         (self.store.clone(), delivery, self.token)
+    }
+
+    /// Extends the claim to `lease` from now (fenced on the token).
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))] // the JetStream worker's heartbeat
+    pub(crate) fn renew(
+        &self,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Renewed, StoreError>> {
+        let delivery = self.delivery.clone().expect("renewed before its outcome");
+        metrics::timed(
+            Operation::Renew,
+            self.store.renew(delivery, self.token, lease),
+        )
     }
 
     /// Marks the key done (fenced on the token).

@@ -14,7 +14,9 @@ use super::{
 /// Claims in Redis (feature `redis`): `SET NX PX` claims a key for the lease; Lua scripts
 /// renew, complete or release it only if it still holds this attempt's token
 /// (compare-and-set) — a completion also when the key expired and no other attempt holds
-/// it (the work succeeded). A done event key expires after the retention (default 7 days); a
+/// it (the work succeeded). A renewal that comes after the lease ran out finds the key gone
+/// and answers [`Renewed::Fenced`] even when no attempt took it over (the SQL stores still
+/// renew a row under its token then): keep renewals well inside the lease. A done event key expires after the retention (default 7 days); a
 /// done [`Once`](crate::once::Once) key never expires ([`prune_once`](DedupeStore::prune_once)
 /// deletes it). Every operation but `prune_once` is one round trip.
 ///

@@ -289,6 +289,9 @@ impl<S: DedupeStore + ?Sized> FaultStore<S> {
 }
 
 impl<S: DedupeStore + ?Sized> DedupeStore for FaultStore<S> {
+    fn min_lease(&self) -> Duration {
+        self.inner.min_lease()
+    }
     fn claim(&self, delivery: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
         let d = delivery.clone();
         self.inject(Op::Claim, &d, move |s| s.claim(delivery, token, lease))

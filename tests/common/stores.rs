@@ -31,8 +31,13 @@ pub fn temp_sqlite_path() -> std::path::PathBuf {
     ))
 }
 
+/// A fresh file no other process opens: a 50 ms busy timeout puts the store's lease floor
+/// (four busy timeouts) at 200 ms, under the models' short leases.
 pub async fn sqlite() -> SqliteStore {
-    SqliteStore::open(temp_sqlite_path()).await.unwrap()
+    SqliteStore::open(temp_sqlite_path())
+        .await
+        .unwrap()
+        .with_busy_timeout(std::time::Duration::from_millis(50))
 }
 
 pub async fn postgres() -> PgStore {

@@ -348,6 +348,10 @@ impl Model {
                 self.keys[key] = Key::Free;
             }
             (Key::Claimed { holder, .. }, Renewed::Fenced) if holder != tok => {}
+            // Redis drops a key when its lease runs out: a late renewal finds nothing to
+            // renew (the attempt's completion still marks the key done, as below).
+            (Key::Claimed { lo, hi, .. }, Renewed::Fenced)
+                if self.kind == Kind::Redis && live(lo, hi, t0, t1) != Some(true) => {}
             (Key::Free | Key::Done { .. }, Renewed::Fenced) => {}
             (state, answer) => panic!(
                 "renew k{key} t{tok}: {answer:?}, but the key is {state:?} (a claim is \

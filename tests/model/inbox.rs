@@ -454,7 +454,10 @@ impl<K: On> StateMachineTest for InboxTest<K> {
                 (Inbox::postgres(&store), Db::Postgres(store, url))
             } else {
                 let path = stores::temp_sqlite_path();
-                let store = SqliteStore::open(&path).await.unwrap();
+                let store = SqliteStore::open(&path)
+                    .await
+                    .unwrap()
+                    .with_busy_timeout(Duration::from_millis(50)); // a lease floor of 200 ms
                 (Inbox::sqlite(&store), Db::Sqlite(path))
             }
         });
