@@ -114,11 +114,16 @@ pub async fn store_from_env(
 /// `lease`: the store keeps only leases of four busy timeouts (a renewal may wait that long
 /// for another process's write lock), so a short lease is made safe this way — a process
 /// that holds the file's lock longer (the `tower-webhook` command) costs a 503, not a lease.
-async fn sqlite_from_env(lease: Duration) -> Result<(SqliteStore, String), Box<dyn std::error::Error>> {
+async fn sqlite_from_env(
+    lease: Duration,
+) -> Result<(SqliteStore, String), Box<dyn std::error::Error>> {
     let path = std::env::var("WEBHOOK_SQLITE").unwrap_or_else(|_| "webhooks.db".into());
     let description = format!("SQLite at {path}");
     let busy = (lease / 4).min(Duration::from_secs(5));
-    Ok((SqliteStore::open(path).await?.with_busy_timeout(busy), description))
+    Ok((
+        SqliteStore::open(path).await?.with_busy_timeout(busy),
+        description,
+    ))
 }
 
 /// The inbox `DATABASE_URL` names (PostgreSQL), or the embedded SQLite file's; and its

@@ -150,7 +150,10 @@ async fn postgres_dedupe_in_front_of_the_inbox_processes_each_event_once() {
 async fn postgres_a_claim_answered_too_late_is_handed_back_uncounted() {
     let store = PgStore::connect(&fresh_pg_url().await).await.unwrap();
     let inbox = Inbox::postgres(&store);
-    let standard = verifier(Scheme::standard(), &["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]);
+    let standard = verifier(
+        Scheme::standard(),
+        &["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+    );
     inbox
         .ingest(&standard, Some("evt_late"), "{}")
         .await

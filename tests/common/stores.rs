@@ -21,6 +21,12 @@ impl Kind {
     pub fn prunes(self) -> bool {
         self != Kind::Redis
     }
+
+    /// Whether a claim whose lease ran out may be forgotten (Redis expires the key, memory
+    /// sweeps it); the SQL stores keep the row under its token until another claim.
+    pub fn forgets_lapsed_claims(self) -> bool {
+        matches!(self, Kind::Memory | Kind::Redis)
+    }
 }
 
 /// A fresh SQLite file's path.

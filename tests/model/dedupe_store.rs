@@ -348,10 +348,10 @@ impl Model {
                 self.keys[key] = Key::Free;
             }
             (Key::Claimed { holder, .. }, Renewed::Fenced) if holder != tok => {}
-            // Redis drops a key when its lease runs out: a late renewal finds nothing to
-            // renew (the attempt's completion still marks the key done, as below).
+            // Redis drops a key when its lease runs out (memory may sweep it): a late
+            // renewal finds nothing to renew (the completion still marks it done, below).
             (Key::Claimed { lo, hi, .. }, Renewed::Fenced)
-                if self.kind == Kind::Redis && live(lo, hi, t0, t1) != Some(true) => {}
+                if self.kind.forgets_lapsed_claims() && live(lo, hi, t0, t1) != Some(true) => {}
             (Key::Free | Key::Done { .. }, Renewed::Fenced) => {}
             (state, answer) => panic!(
                 "renew k{key} t{tok}: {answer:?}, but the key is {state:?} (a claim is \
@@ -387,6 +387,17 @@ impl Model {
             (Key::Done { by }, Completed::Fenced) if by != tok => {}
             (Key::Claimed { holder, .. }, Completed::Fenced) if holder != tok => {}
             (Key::Free, Completed::Fenced) => {}
+            // Memory and Redis forget a claim whose lease ran out: a completion that finds
+            // nothing takes it for its own lapsed claim and marks the key done (the layers
+            // complete only keys they claimed, so nothing else completes an absent key).
+            (Key::Free, Completed::Done) if self.kind.forgets_lapsed_claims() => {
+                self.keys[key] = Key::Done { by: tok };
+            }
+            (Key::Claimed { lo, hi, .. }, Completed::Done)
+                if self.kind.forgets_lapsed_claims() && live(lo, hi, t0, t1) != Some(true) =>
+            {
+                self.keys[key] = Key::Done { by: tok };
+            }
             (state, answer) => panic!(
                 "complete k{key} t{tok}: {answer:?}, but the key is {state:?} (completing \
                  is idempotent under the token that holds or completed the key, fenced \
