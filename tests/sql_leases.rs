@@ -224,15 +224,22 @@ fn writes_go_on_from_a_second_runtime(open: impl AsyncFnOnce() -> Arc<dyn Dedupe
     .enumerate()
     {
         runtime.block_on(async {
-            // sqlx's PostgreSQL pool may still hand out a connection whose socket died
-            // with the first runtime: each fails once and is dropped. The writer's own
-            // task must not be what fails (before the fix, every write failed for good).
+            // sqlx's PostgreSQL pool may still hand out connections whose sockets died
+            // with the first runtime: each fails once and is dropped, so the probe goes on
+            // until more writes in a row land than the pool holds connections (sqlx's
+            // default, 10). The writer's own task must not be what fails (before the fix,
+            // every write failed for good).
+            let mut in_a_row = 0;
             for attempt in 0.. {
                 let d = Delivery::new("s", format!("evt_probe_{n}_{attempt}"));
                 match store.claim(d, Token::new(), Duration::from_secs(30)).await {
-                    Ok(_) => break,
-                    Err(e) if attempt < 20 => eprintln!("{e}: {:?}", std::error::Error::source(&e)),
-                    Err(e) => panic!("no write lands on runtime {n}: {e}"),
+                    Ok(_) if in_a_row == 11 => break,
+                    Ok(_) => in_a_row += 1,
+                    Err(e) if attempt < 40 => {
+                        in_a_row = 0;
+                        eprintln!("{e}: {:?}", std::error::Error::source(&e));
+                    }
+                    Err(e) => panic!("writes do not go on on runtime {n}: {e}"),
                 }
             }
             claim_renew_complete(&*store, &format!("evt_after_{n}")).await;
