@@ -386,6 +386,80 @@ fn graph_batches_verify_only_when_every_notification_carries_a_client_state() {
     assert_eq!(scheme.name(), "microsoft-graph");
 }
 
+/// Counts the heap each thread holds and its peak, to see what a verification allocates.
+struct Counting;
+
+thread_local! {
+    /// (held now, peak) on this thread, in bytes; frees of another thread's memory may
+    /// take it below zero.
+    static HELD: std::cell::Cell<(isize, isize)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+fn count(delta: isize) {
+    let _ = HELD.try_with(|held| {
+        let (now, peak) = held.get();
+        let now = now + delta;
+        held.set((now, peak.max(now)));
+    });
+}
+
+// SAFETY: every call is passed to `System` unchanged; only sizes are counted.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        count(layout.size() as isize);
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        count(-(layout.size() as isize));
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        count(new as isize - layout.size() as isize);
+        unsafe { std::alloc::System.realloc(ptr, layout, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// The most heap `f` held at once on this thread, beyond what was held before it.
+fn peak_heap<T>(f: impl FnOnce() -> T) -> (T, isize) {
+    let start = HELD.with(|held| {
+        let (now, _) = held.get();
+        held.set((now, now));
+        now
+    });
+    let out = f();
+    (out, HELD.with(|held| held.get().1) - start)
+}
+
+#[test]
+fn a_graph_batch_is_checked_as_it_is_read_without_building_it() {
+    let v = Verifier::new(Scheme::microsoft_graph(), [CLIENT_STATE]).unwrap();
+    let batch = |state: &str| {
+        let one = format!(r#"{{"subscriptionId":"s-1","clientState":"{state}"}},"#);
+        let mut body = String::from(r#"{"value":["#);
+        while body.len() < 1024 * 1024 {
+            body.push_str(&one);
+        }
+        body.pop();
+        body.push_str("]}");
+        Bytes::from(body)
+    };
+    // A forged batch of 1 MiB is refused at its first notification.
+    let forged = batch("guessed-client-state");
+    let (out, peak) = peak_heap(|| v.verify(&HeaderMap::new(), forged.clone()));
+    assert_eq!(out.unwrap_err().kind(), VerifyErrorKind::InvalidSignature);
+    assert!(peak < 16 * 1024, "{peak} bytes held to refuse a forged batch");
+    // A genuine one is read without keeping its notifications.
+    let genuine = batch(CLIENT_STATE);
+    let (out, peak) = peak_heap(|| v.verify(&HeaderMap::new(), genuine.clone()));
+    assert!(out.is_ok(), "{out:?}");
+    assert!(peak < 16 * 1024, "{peak} bytes held to verify a batch");
+}
+
 // ---- Through the layer: certificates fetched, cached, and their URLs checked ----
 
 /// A fetcher serving `pem` for any URL, recording each URL asked for; it fails while
@@ -570,6 +644,96 @@ async fn a_fetched_certificate_of_another_key_or_a_forged_message_is_refused() {
     let out = call(&layer, post(forged.into_bytes())).await;
     assert_eq!(out.kind(), Some(VerifyErrorKind::InvalidSignature));
     assert!(out.handled.is_empty());
+}
+
+const SNS_URL: &str =
+    "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-0123456789abcdef.pem";
+
+/// A notification naming `url`, signed with the test key; `forged`: its message changed
+/// after signing, so it verifies under no certificate.
+fn naming(url: &str, id: &str, forged: bool) -> Vec<u8> {
+    let mut message = sns_notification(id, &now_rfc3339());
+    message["SigningCertURL"] = json!(url);
+    let body = String::from_utf8(sns_signed(message, "2")).unwrap();
+    match forged {
+        true => body.replace("order", "0rder").into_bytes(),
+        false => body.into_bytes(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fragment_is_refused_and_a_written_out_port_is_the_same_certificate() {
+    let server = Server::default();
+    let layer = sns_layer(&server);
+    for fragment in ["#1", "#2", "#"] {
+        let url = format!("{SNS_URL}{fragment}");
+        let out = call(&layer, post(naming(&url, "m-1", false))).await;
+        assert_eq!(out.status, StatusCode::BAD_REQUEST, "{url}");
+        assert_eq!(out.kind(), Some(VerifyErrorKind::MalformedHeader), "{url}");
+    }
+    assert!(server.asked().is_empty(), "{:?}", server.asked());
+    // `:443` or not: one certificate, one fetch, for concurrent deliveries naming either.
+    let with_port = SNS_URL.replace(".com/", ".com:443/");
+    let calls = (0..6).map(|i| {
+        let layer = layer.clone();
+        let url = if i % 2 == 0 { SNS_URL.to_owned() } else { with_port.clone() };
+        async move { call(&layer, post(naming(&url, &format!("m-{i}"), false))).await }
+    });
+    for out in futures_join_all(calls).await {
+        assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    }
+    assert_eq!(server.asked(), [SNS_URL]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_certificate_that_verified_a_delivery_is_not_evicted_by_misses() {
+    let server = Server::default();
+    let certificates = Certificates::new(Scheme::sns([TOPIC]), server.fetch(TEST_CERT))
+        .unwrap()
+        .with_fetch_limit(1000, Duration::from_secs(60));
+    let layer = VerifyWebhookLayer::from_certificates(certificates);
+    let out = call(&layer, post(naming(SNS_URL, "m-1", false))).await;
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    // 300 forged deliveries, each naming a certificate of its own: each is a fetch.
+    for i in 0..300 {
+        let url = format!("https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-{i:x}.pem");
+        let out = call(&layer, post(naming(&url, "m-x", true))).await;
+        assert_eq!(out.kind(), Some(VerifyErrorKind::InvalidSignature));
+    }
+    assert_eq!(server.asked().len(), 301);
+    // The genuine certificate is still cached: the next delivery fetches nothing.
+    let out = call(&layer, post(naming(SNS_URL, "m-2", false))).await;
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    assert_eq!(server.asked().len(), 301, "the genuine certificate was fetched again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn certificate_fetches_are_bounded_to_20_a_minute_and_cached_ones_still_verify() {
+    let server = Server::default();
+    let layer = sns_layer(&server);
+    let out = call(&layer, post(naming(SNS_URL, "m-1", false))).await;
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    let miss = |i: usize| format!("https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-{i:x}.pem");
+    let mut refused = 0;
+    for i in 1..60 {
+        let out = call(&layer, post(naming(&miss(i), "m-x", true))).await;
+        if out.status == StatusCode::SERVICE_UNAVAILABLE {
+            assert_eq!(out.kind(), Some(VerifyErrorKind::SecretsUnavailable));
+            refused += 1;
+        } else {
+            assert_eq!(out.kind(), Some(VerifyErrorKind::InvalidSignature));
+        }
+    }
+    assert_eq!(server.asked().len(), 20, "20 fetches in the minute, the first included");
+    assert_eq!(refused, 40);
+    // A certificate already cached does not wait for the window.
+    let out = call(&layer, post(naming(SNS_URL, "m-2", false))).await;
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    // The next minute, fetches start again.
+    tokio::time::advance(Duration::from_secs(61)).await;
+    let out = call(&layer, post(naming(&miss(100), "m-x", true))).await;
+    assert_eq!(out.kind(), Some(VerifyErrorKind::InvalidSignature));
+    assert_eq!(server.asked().len(), 21);
 }
 
 fn sns_confirmation(subscribe_url: &str) -> Value {

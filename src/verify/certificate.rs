@@ -77,14 +77,26 @@ where
 /// provider's own hosts — SNS: `sns.<region>.amazonaws.com` (or `.amazonaws.com.cn`),
 /// path `/SimpleNotificationService-<hex>.pem`; PayPal: `api.paypal.com`,
 /// `api-m.paypal.com` or their `sandbox.` forms, path `/v1/notifications/certs/CERT-…` —
-/// with no query, so a forged delivery cannot make the receiver fetch a key of the
-/// forger's choosing, reach an internal address, or fill the cache. Any other URL is
-/// refused with 400. The certificate's key is cached by URL (24 h by default: providers
-/// publish a new certificate under a new URL; past 256 URLs the oldest goes); concurrent
-/// deliveries under one new certificate share one fetch, and its failure. A fetch that
-/// fails, or takes over 10 s, answers 503 (so the provider retries), and its URL answers
-/// 503 without a fetch for the next 5 s. The certificate's trust comes from that HTTPS fetch from the
-/// provider's host: its chain and validity dates are not checked again.
+/// with no query, no fragment and no userinfo, so a forged delivery cannot make the
+/// receiver fetch a key of the forger's choosing or reach an internal address. Any other
+/// URL is refused with 400, without a fetch.
+///
+/// What a forger can still do is name a URL of the right shape that is not cached, and
+/// that is bounded:
+/// - The cache is keyed by the URL's one canonical form (`https://host/path`, the port
+///   `:443` dropped; a fragment is refused), so one certificate is one entry and one fetch.
+/// - Concurrent deliveries naming one URL share one fetch, and its failure. A fetch that
+///   fails, or takes over 10 s, answers 503 (so the provider retries), and its URL answers
+///   503 without a fetch for the next 5 s.
+/// - At most 20 fetches start per minute ([`with_fetch_limit`](Self::with_fetch_limit));
+///   past that, a delivery naming an uncached URL answers 503 without a fetch, so the
+///   provider retries later.
+/// - A certificate that has verified a delivery is kept for its TTL (24 h by default:
+///   providers publish a new certificate under a new URL): past 256 URLs, the oldest of
+///   those that verified nothing goes, so misses never push out a certificate in use.
+///
+/// The certificate's trust comes from that HTTPS fetch from the provider's host: its chain
+/// and validity dates are not checked again.
 ///
 /// With [`VerifyWebhookLayer::from_certificates`](crate::VerifyWebhookLayer::from_certificates),
 /// an SNS `SubscriptionConfirmation` is confirmed by the layer: it GETs the signed
@@ -114,7 +126,17 @@ struct Inner {
     prototype: Verifier,
     fetch: Box<dyn Fetch>,
     ttl: Duration,
-    cache: Mutex<HashMap<String, Slot>>,
+    /// At most this many fetches start per window.
+    fetch_limit: (u32, Duration),
+    cache: Mutex<Cache>,
+}
+
+/// The certificates by canonical URL, and the fetches started in the current window.
+#[derive(Default)]
+struct Cache {
+    slots: HashMap<String, Slot>,
+    /// When the current window began, and how many fetches started in it.
+    window: Option<(Instant, u32)>,
 }
 
 /// One URL's verifier, fetched once for all the deliveries waiting on it — and a failure
@@ -124,6 +146,8 @@ struct Inner {
 struct Slot {
     cell: Arc<OnceCell<Result<Verifier, VerifyError>>>,
     since: Instant,
+    /// It verified a delivery: only other such slots may evict it before its TTL.
+    trusted: bool,
 }
 
 impl Slot {
@@ -142,6 +166,12 @@ const MAX_CACHED: usize = 256;
 /// How long a failed fetch answers 503 for its URL before it is tried again.
 const FAILED_TTL: Duration = Duration::from_secs(5);
 
+/// At most this many fetches start per [`FETCH_WINDOW`] by default.
+const FETCH_LIMIT: u32 = 20;
+
+/// The window of the fetch limit.
+const FETCH_WINDOW: Duration = Duration::from_secs(60);
+
 /// How long a fetch may take before the delivery gets 503.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -151,6 +181,16 @@ const MAX_CERTIFICATE: usize = 64 * 1024;
 const UNAVAILABLE: VerifyError = VerifyError::new(
     VerifyErrorKind::SecretsUnavailable,
     "the signing certificate could not be fetched",
+);
+
+const TOO_MANY_FETCHES: VerifyError = VerifyError::new(
+    VerifyErrorKind::SecretsUnavailable,
+    "too many certificate fetches: try again later",
+);
+
+const OFF_HOSTS: VerifyError = VerifyError::new(
+    VerifyErrorKind::MalformedHeader,
+    "the certificate URL is not on the provider's hosts",
 );
 
 impl Certificates {
@@ -177,7 +217,8 @@ impl Certificates {
                 prototype: Verifier::without_secrets(scheme)?,
                 fetch: Box::new(fetch),
                 ttl: Duration::from_secs(24 * 3600),
-                cache: Mutex::new(HashMap::new()),
+                fetch_limit: (FETCH_LIMIT, FETCH_WINDOW),
+                cache: Mutex::new(Cache::default()),
             }),
         })
     }
@@ -186,6 +227,15 @@ impl Certificates {
     #[must_use]
     pub fn with_ttl(self, ttl: Duration) -> Self {
         self.map(|inner| inner.ttl = ttl.min(Duration::from_secs(365 * 24 * 3600)))
+    }
+
+    /// Replaces how many certificate fetches may start in a window (default 20 a
+    /// minute; at least one). Past it, a delivery naming a certificate that is not cached
+    /// answers 503 without a fetch: a flood of forged deliveries naming new URLs costs at
+    /// most this many outbound requests.
+    #[must_use]
+    pub fn with_fetch_limit(self, fetches: u32, per: Duration) -> Self {
+        self.map(|inner| inner.fetch_limit = (fetches.max(1), per))
     }
 
     /// Applies `f` to the verifier every certificate's is built from: its tolerance,
@@ -216,8 +266,10 @@ impl Certificates {
     ) -> Result<Event, VerifyError> {
         // `url` checks everything but the signature first (PayPal's headers included).
         let url = self.url(headers, &body)?;
-        let verifier = self.verifier(url).await?;
-        verifier.verify_request(method, uri, headers, body)
+        let verifier = self.verifier(url.clone()).await?;
+        let event = verifier.verify_request(method, uri, headers, body)?;
+        self.trust(&url);
+        Ok(event)
     }
 
     pub(crate) fn prototype(&self) -> &Verifier {
@@ -233,23 +285,27 @@ impl Certificates {
             .expect("checked in new")
     }
 
-    /// The certificate URL the delivery names, if it is on the provider's hosts — once
-    /// everything but the signature checked out, so a malformed, stale or foreign
-    /// delivery never causes a fetch.
+    /// The certificate URL the delivery names, in its canonical form, if it is on the
+    /// provider's hosts — once everything but the signature checked out, so a malformed,
+    /// stale or foreign delivery never causes a fetch.
     pub(crate) fn url(&self, headers: &HeaderMap, body: &[u8]) -> Result<String, VerifyError> {
         self.inner.prototype.check_before_key(headers, body)?;
         let url = crate::verifier::certificate_url(self.custom(), headers, body)?;
-        let allowed = match self.custom() {
-            Custom::Sns { .. } => sns_url(&url, true),
-            _ => paypal_url(&url),
-        };
-        if !allowed {
-            return Err(VerifyError::new(
-                VerifyErrorKind::MalformedHeader,
-                "the certificate URL is not on the provider's hosts",
-            ));
+        match self.custom() {
+            Custom::Sns { .. } => sns_certificate_url(&url),
+            _ => paypal_certificate_url(&url),
         }
-        Ok(url)
+        .ok_or(OFF_HOSTS)
+    }
+
+    /// Marks the certificate at `url` as one that verified a delivery: misses no longer
+    /// evict it before its TTL.
+    pub(crate) fn trust(&self, url: &str) {
+        if let Some(slot) = self.cache().slots.get_mut(url) {
+            if matches!(slot.cell.get(), Some(Ok(_))) {
+                slot.trusted = true;
+            }
+        }
     }
 
     /// The verifier holding the key of the certificate at `url`: cached, or fetched.
@@ -259,7 +315,7 @@ impl Certificates {
     ) -> Pin<Box<dyn Future<Output = Result<Verifier, VerifyError>> + Send>> {
         let this = self.clone();
         Box::pin(async move {
-            let slot = this.slot(&url);
+            let slot = this.slot(&url)?;
             let fetched = slot
                 .cell
                 .get_or_init(|| async {
@@ -292,7 +348,7 @@ impl Certificates {
     ) -> Pin<Box<dyn Future<Output = Result<(), VerifyError>> + Send>> {
         let this = self.clone();
         Box::pin(async move {
-            if !sns_url(&url, false) {
+            if !sns_subscribe_url(&url) {
                 return Err(VerifyError::new(
                     VerifyErrorKind::MalformedHeader,
                     "the SubscribeURL is not on SNS's hosts",
@@ -309,47 +365,75 @@ impl Certificates {
         })
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
         self.inner.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn slot(&self, url: &str) -> Slot {
+    /// The slot of `url`: cached and fresh, or new — when a fetch may still start in
+    /// this window (503 otherwise, without a fetch).
+    fn slot(&self, url: &str) -> Result<Slot, VerifyError> {
         let now = Instant::now();
         let ttl = self.inner.ttl;
         let mut cache = self.cache();
-        if let Some(slot) = cache.get(url) {
-            if slot.fresh(now, ttl) {
-                return slot.clone();
+        let renewal = match cache.slots.get(url) {
+            Some(slot) if slot.fresh(now, ttl) => return Ok(slot.clone()),
+            // A certificate in use, expired: its one refetch a TTL is not a miss.
+            Some(slot) => slot.trusted,
+            None => false,
+        };
+        if !renewal {
+            let (limit, per) = self.inner.fetch_limit;
+            let window = match cache.window {
+                Some((start, started)) if now.duration_since(start) < per => (start, started),
+                _ => (now, 0),
+            };
+            if window.1 >= limit {
+                return Err(TOO_MANY_FETCHES);
             }
+            cache.window = Some((window.0, window.1 + 1));
         }
-        if cache.len() >= MAX_CACHED {
-            cache.retain(|_, s| s.fresh(now, ttl));
-            // Still full: the oldest goes, never the whole cache.
-            while cache.len() >= MAX_CACHED {
+        if cache.slots.len() >= MAX_CACHED {
+            cache.slots.retain(|_, s| s.fresh(now, ttl));
+            // Still full: the oldest that verified nothing goes (the oldest of all only
+            // if every one did), never the whole cache.
+            while cache.slots.len() >= MAX_CACHED {
                 let oldest = cache
+                    .slots
                     .iter()
-                    .min_by_key(|(_, s)| s.since)
+                    .min_by_key(|(_, s)| (s.trusted, s.since))
                     .map(|(url, _)| url.clone())
                     .expect("not empty");
-                cache.remove(&oldest);
+                cache.slots.remove(&oldest);
             }
         }
         let slot = Slot {
             cell: Arc::new(OnceCell::new()),
             since: now,
+            trusted: false,
         };
-        cache.insert(url.to_owned(), slot.clone());
-        slot
+        cache.slots.insert(url.to_owned(), slot.clone());
+        Ok(slot)
     }
 }
 
-/// An HTTPS URL on a host that passes `host`, without userinfo or another port.
+/// An HTTPS URL on a host that passes `host`, without userinfo, another port or a
+/// fragment (which the server never sees, so each would be a new cache entry for one
+/// certificate).
 fn https_host(url: &str, host: impl Fn(&str) -> bool) -> Option<Uri> {
+    if url.contains('#') {
+        return None;
+    }
     let uri: Uri = url.parse().ok()?;
     let authority = uri.authority()?;
     let plain = authority.as_str() == authority.host()
         || authority.as_str() == format!("{}:443", authority.host());
     (uri.scheme_str() == Some("https") && plain && host(authority.host())).then_some(uri)
+}
+
+/// `https://host/path`: the one form of a certificate URL, its cache key and what is
+/// fetched (the query and fragment were refused, `:443` is dropped).
+fn canonical(uri: &Uri) -> Option<String> {
+    Some(format!("https://{}{}", uri.host()?, uri.path()))
 }
 
 /// An AWS region's name: `us-east-1`, `us-gov-west-1`, `cn-north-1` — letters in groups
@@ -372,43 +456,57 @@ fn aws_region(region: &str) -> bool {
         && number.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// `https://sns.<region>.amazonaws.com[.cn]/…`; for a certificate, exactly
-/// `/SimpleNotificationService-<hex>.pem` with no query.
-fn sns_url(url: &str, certificate: bool) -> bool {
-    let host = |host: &str| {
-        let rest = host
-            .strip_suffix(".amazonaws.com")
-            .or_else(|| host.strip_suffix(".amazonaws.com.cn"));
-        rest.and_then(|r| r.strip_prefix("sns."))
-            .is_some_and(aws_region)
-    };
-    https_host(url, host).is_some_and(|uri| {
-        let name = uri
-            .path()
-            .strip_prefix("/SimpleNotificationService-")
-            .and_then(|p| p.strip_suffix(".pem"));
-        !certificate
-            || (uri.query().is_none()
-                && name.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_hexdigit())))
-    })
+/// `sns.<region>.amazonaws.com[.cn]`.
+fn sns_host(host: &str) -> bool {
+    let rest = host
+        .strip_suffix(".amazonaws.com")
+        .or_else(|| host.strip_suffix(".amazonaws.com.cn"));
+    rest.and_then(|r| r.strip_prefix("sns."))
+        .is_some_and(aws_region)
 }
 
-/// `https://api[-m][.sandbox].paypal.com/v1/notifications/certs/CERT-…`, no query and
-/// nothing but letters, digits and `-` in the name (no `..` to climb out of it).
-fn paypal_url(url: &str) -> bool {
+/// `https://sns.<region>.amazonaws.com[.cn]/SimpleNotificationService-<hex>.pem`, no
+/// query or fragment (AWS names certificates by 32 hex digits; up to 64 are taken), in
+/// its canonical form.
+pub(crate) fn sns_certificate_url(url: &str) -> Option<String> {
+    let uri = https_host(url, sns_host)?;
+    let name = uri
+        .path()
+        .strip_prefix("/SimpleNotificationService-")
+        .and_then(|p| p.strip_suffix(".pem"))?;
+    let named = !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_hexdigit());
+    (uri.query().is_none() && named).then(|| canonical(&uri)).flatten()
+}
+
+/// An SNS `SubscribeURL`: `https://sns.<region>.amazonaws.com[.cn]/…` (with its query).
+fn sns_subscribe_url(url: &str) -> bool {
+    https_host(url, sns_host).is_some()
+}
+
+/// `https://api[-m][.sandbox].paypal.com/v1/notifications/certs/CERT-…`, no query or
+/// fragment and nothing but letters, digits and `-` in the name (no `..` to climb out of
+/// it; PayPal's are `CERT-<hex>-<hex>-<hex>`; up to 128 characters are taken), in its
+/// canonical form.
+pub(crate) fn paypal_certificate_url(url: &str) -> Option<String> {
     const HOSTS: [&str; 4] = [
         "api.paypal.com",
         "api-m.paypal.com",
         "api.sandbox.paypal.com",
         "api-m.sandbox.paypal.com",
     ];
-    https_host(url, |h| HOSTS.contains(&h)).is_some_and(|uri| {
-        let name = uri.path().strip_prefix("/v1/notifications/certs/CERT-");
-        uri.query().is_none()
-            && name.is_some_and(|n| {
-                !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            })
-    })
+    let uri = https_host(url, |h| HOSTS.contains(&h))?;
+    let name = uri.path().strip_prefix("/v1/notifications/certs/CERT-")?;
+    let named = !name.is_empty()
+        && name.len() <= 128
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    (uri.query().is_none() && named).then(|| canonical(&uri)).flatten()
+}
+
+/// Whether `url` is a certificate URL of SNS's or PayPal's shape; its canonical form if
+/// so (for the fuzz targets: never panics, and the form is itself accepted unchanged).
+#[doc(hidden)]
+pub fn certificate_url_shape(url: &str) -> Option<String> {
+    sns_certificate_url(url).or_else(|| paypal_certificate_url(url))
 }
 
 impl fmt::Debug for Certificates {
@@ -416,7 +514,7 @@ impl fmt::Debug for Certificates {
         f.debug_struct("Certificates")
             .field("scheme", &self.inner.prototype.scheme().name())
             .field("ttl", &self.inner.ttl)
-            .field("cached", &self.cache().len())
+            .field("cached", &self.cache().slots.len())
             .finish_non_exhaustive()
     }
 }
@@ -433,7 +531,7 @@ mod tests {
             "https://sns.eu-west-1.amazonaws.com:443/SimpleNotificationService-01.pem",
             "https://sns.us-gov-west-1.amazonaws.com/SimpleNotificationService-01.pem",
         ] {
-            assert!(sns_url(ok, true), "{ok}");
+            assert!(sns_certificate_url(ok).is_some(), "{ok}");
         }
         for bad in [
             "http://sns.us-east-1.amazonaws.com/x.pem",
@@ -453,24 +551,28 @@ mod tests {
             // Another path, or a query that would make a new cache entry per request.
             "https://sns.us-east-1.amazonaws.com/other/SimpleNotificationService-01.pem",
             "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-01.pem?1",
+            // A fragment: never sent, so each one would be a new cache key.
+            "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-01.pem#1",
+            "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-01.pem#",
             "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-.pem",
             "https://sns.a/b.amazonaws.com/x.pem",
             "//sns.us-east-1.amazonaws.com/x.pem",
             "not a url",
         ] {
-            assert!(!sns_url(bad, true), "{bad}");
+            assert!(sns_certificate_url(bad).is_none(), "{bad}");
         }
         // A SubscribeURL has a query, not a `.pem` path.
-        assert!(sns_url(
-            "https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription&Token=t",
-            false
+        assert!(sns_subscribe_url(
+            "https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription&Token=t"
         ));
-        assert!(paypal_url(
+        assert!(paypal_certificate_url(
             "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-1d93a270"
-        ));
-        assert!(paypal_url(
+        )
+        .is_some());
+        assert!(paypal_certificate_url(
             "https://api-m.sandbox.paypal.com/v1/notifications/certs/CERT-1"
-        ));
+        )
+        .is_some());
         for bad in [
             "http://api.paypal.com/v1/notifications/certs/CERT-1",
             "https://api.paypal.com.evil.com/v1/notifications/certs/CERT-1",
@@ -480,8 +582,22 @@ mod tests {
             "https://api.paypal.com/v1/notifications/certs/CERT-1/../../../v2/checkout/orders/1",
             "https://api.paypal.com/v1/notifications/certs/%2e%2e/%2e%2e/oauth2/token",
             "https://api.paypal.com/v1/notifications/certs/CERT-1?x",
+            "https://api.paypal.com/v1/notifications/certs/CERT-1#x",
+            "https://api.paypal.com/v1/notifications/certs/CERT-1#",
         ] {
-            assert!(!paypal_url(bad), "{bad}");
+            assert!(paypal_certificate_url(bad).is_none(), "{bad}");
         }
+    }
+
+    #[test]
+    fn one_certificate_has_one_canonical_url() {
+        let url = "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-01.pem";
+        let with_port = "https://sns.eu-west-1.amazonaws.com:443/SimpleNotificationService-01.pem";
+        assert_eq!(sns_certificate_url(url).as_deref(), Some(url));
+        assert_eq!(sns_certificate_url(with_port).as_deref(), Some(url));
+        let url = "https://api.paypal.com/v1/notifications/certs/CERT-1";
+        let with_port = "https://api.paypal.com:443/v1/notifications/certs/CERT-1";
+        assert_eq!(paypal_certificate_url(with_port).as_deref(), Some(url));
+        assert_eq!(certificate_url_shape(url).as_deref(), Some(url));
     }
 }

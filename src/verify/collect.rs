@@ -3,8 +3,9 @@
 //! Written here rather than taken from `http_body_util::Collect`: that one keeps every
 //! frame until the end and then copies them all into one buffer, so a body is held twice
 //! at its peak. Here a body of one frame is kept as it is (no copy), and a body of several
-//! is copied frame by frame into one buffer sized from its `Content-Length`, each frame
-//! freed as soon as it is copied: a body costs its own size once, plus one frame.
+//! is copied frame by frame into one buffer grown with what arrives (never reserved from
+//! its `Content-Length`, which a stalled sender need not honour), each frame freed as soon
+//! as it is copied: a body costs at most twice what was received, plus one frame.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -82,15 +83,11 @@ where
                 continue;
             }
             if let Some(first) = this.first.take() {
-                // A second frame: one buffer for the whole body, as large as it says it is.
-                // (The hint is what is still to come.)
-                let hint = this.body.size_hint();
-                let to_come = usize::try_from(hint.exact().unwrap_or(hint.lower()));
-                let capacity = this
-                    .received
-                    .saturating_add(to_come.unwrap_or(usize::MAX))
-                    .min(*this.limit);
-                this.joined.reserve(capacity);
+                // A second frame: one buffer, sized from what arrived, never from what the
+                // body says is to come — a declared length is a promise a stalled sender
+                // need not keep (200 stalled requests declaring 25 MiB held 5 GiB). The
+                // buffer then doubles as frames arrive: at most twice what was received.
+                this.joined.reserve(first.len() + len);
                 this.joined.put(first);
             }
             this.joined.put(data);
@@ -154,7 +151,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn frames_are_joined_into_one_buffer_of_the_declared_size() {
+    async fn frames_are_joined_into_one_buffer() {
         let collected = CollectBody::new(frames(&[b"ab", b"", b"cd", b"ef"], true), 100)
             .await
             .unwrap();
@@ -183,5 +180,42 @@ mod tests {
         let mut body = frames(&[b"abc"], false);
         body.frames.push_back(Err(()));
         assert_eq!(CollectBody::new(body, 100).await, Err(CollectError::Read));
+    }
+
+    /// Two small frames, then nothing: the body says 25 MiB are still to come.
+    struct Stalled {
+        frames: VecDeque<Bytes>,
+    }
+
+    impl Body for Stalled {
+        type Data = Bytes;
+        type Error = &'static str;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            match self.frames.pop_front() {
+                Some(frame) => Poll::Ready(Some(Ok(Frame::data(frame)))),
+                None => Poll::Pending,
+            }
+        }
+
+        fn size_hint(&self) -> SizeHint {
+            SizeHint::with_exact(25 * 1024 * 1024)
+        }
+    }
+
+    #[test]
+    fn a_stalled_body_holds_what_arrived_not_what_it_declared() {
+        let body = Stalled {
+            frames: [Bytes::from_static(b"{\"a\""), Bytes::from_static(b":1")].into(),
+        };
+        let mut collect = Box::pin(CollectBody::new(body, 25 * 1024 * 1024 + 10));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(collect.as_mut().poll(&mut cx).is_pending());
+        let held = collect.joined.capacity();
+        assert_eq!(collect.joined.len(), 6);
+        assert!(held < 1024, "{held} bytes held for 6 received");
     }
 }

@@ -65,6 +65,8 @@ pin_project! {
         Lookup {
             future: LookupFuture,
             delivery: Option<(request::Parts, Bytes, S)>,
+            // The certificate URL looked up, kept once it verifies a delivery.
+            certificate: Option<String>,
         },
         Ready {
             inner: S,
@@ -198,8 +200,9 @@ where
                 let next = match (&config.certificates, &config.tenants) {
                     (Some(certificates), _) => match certificates.url(&parts.headers, &bytes) {
                         Ok(url) => Next::State(Box::new(State::Lookup {
-                            future: certificates.verifier(url),
+                            future: certificates.verifier(url.clone()),
                             delivery: Some((parts, bytes, inner)),
+                            certificate: Some(url),
                         })),
                         Err(error) => Next::Reject(error),
                     },
@@ -217,6 +220,7 @@ where
                         Next::State(Box::new(State::Lookup {
                             future,
                             delivery: Some((parts, bytes, inner)),
+                            certificate: None,
                         }))
                     }
                 };
@@ -228,13 +232,28 @@ where
                     Next::Reject(error) => return Poll::Ready(Ok(reject(config, error))),
                 }
             }
-            StateProj::Lookup { future, delivery } => {
+            StateProj::Lookup {
+                future,
+                delivery,
+                certificate,
+            } => {
                 let verifier = match ready!(future.as_mut().poll(cx)) {
                     Ok(verifier) => verifier,
-                    Err(error) => return Poll::Ready(Ok(reject(config, error))),
+                    Err(error) => {
+                        if let (Some(tenants), Some((parts, bytes, _))) = (&config.tenants, &delivery) {
+                            tenants.refused(&error, parts, bytes);
+                        }
+                        return Poll::Ready(Ok(reject(config, error)));
+                    }
                 };
                 let (parts, bytes, inner) = delivery.take().expect("polled after completion");
-                match verify(config, &verifier, span, parts, bytes, inner) {
+                let next = verify(config, &verifier, span, parts, bytes, inner);
+                if let (Some(certificates), Some(url)) = (&config.certificates, certificate) {
+                    if !matches!(next, Next::Reject(_)) {
+                        certificates.trust(url);
+                    }
+                }
+                match next {
                     Next::State(next) => state.set(*next),
                     Next::Answer(answer) => {
                         return Poll::Ready(Ok(answer.map(ResponseBody::fixed)))

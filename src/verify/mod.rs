@@ -95,6 +95,8 @@ mod service;
 mod tenant;
 
 pub use self::certificate::{Certificates, Fetch, FetchFuture};
+#[doc(hidden)]
+pub use self::certificate::certificate_url_shape;
 pub use self::future::ResponseFuture;
 pub use self::layer::VerifyWebhookLayer;
 pub use self::service::VerifyWebhook;

@@ -7,7 +7,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderName, Uri};
+use bytes::Bytes;
+use http::{request, HeaderMap, HeaderName, Uri};
+use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::error::{VerifyError, VerifyErrorKind};
@@ -109,7 +111,8 @@ impl TenantFrom {
 /// | the request | response |
 /// |---|---|
 /// | no tenant where the tenant is read | 400 |
-/// | a tenant the source does not know | 400 (cached like an answer: random names do not reach the source each time) |
+/// | a tenant the source does not know | 400, as a bad signature (cached like an answer: random names do not reach the source each time) |
+/// | a tenant whose secrets do not decode | 500 (cached for at most 10 s, so a broken row is not read again on every delivery) |
 /// | the source fails | 503, so the provider retries |
 /// | otherwise | as for one verifier |
 ///
@@ -123,8 +126,14 @@ impl TenantFrom {
 /// two names that reach the same secrets verify the same delivery under two sources,
 /// that is two dedupe keys, so a captured delivery could run once per name. Unknown
 /// names are cached apart from known tenants, so a flood of invented names never evicts
-/// a real tenant; each new name still costs the source one lookup. A lookup that takes
+/// a real tenant; each new name still costs the source one lookup, and concurrent
+/// deliveries naming one name share that lookup (and its failure). A lookup that takes
 /// over 10 s gets 503.
+///
+/// An unknown name is answered as a bad signature is (400, the same text), and after the
+/// same work: once a tenant's secrets were looked up, a delivery naming an unknown tenant
+/// is verified under them too and the outcome thrown away, so its time does not tell
+/// whether the name exists.
 ///
 /// ```
 /// use std::collections::HashMap;
@@ -162,14 +171,27 @@ struct Inner {
 #[derive(Default)]
 struct Cache {
     known: HashMap<String, (Verifier, Instant)>,
-    unknown: HashMap<String, Instant>,
+    /// Names without a verifier until the instant: unknown to the source, or whose
+    /// secrets do not decode — and the error each answers.
+    unknown: HashMap<String, (Instant, VerifyError)>,
+    /// The lookups under way, one per name, shared by the deliveries that wait on it.
+    pending: HashMap<String, Lookup>,
+    /// The verifier of the last tenant built: an unknown name's delivery is verified
+    /// under it too, result discarded, so it costs what a known tenant's does.
+    decoy: Option<Verifier>,
     /// Bumped by `invalidate`: an answer read before it is not stored after it.
     generation: u64,
 }
 
+/// One name's lookup, shared by every delivery naming it meanwhile.
+type Lookup = Arc<OnceCell<Result<Verifier, VerifyError>>>;
+
 /// At most this many known tenants, and as many unknown names, are cached; past it,
 /// expired entries go, then (unknown names only) all of them.
 const MAX_CACHED: usize = 10_000;
+
+/// The longest a tenant whose secrets do not decode is answered 500 from the cache.
+const BROKEN_TTL: Duration = Duration::from_secs(10);
 
 /// How long the secret source may take before the delivery gets 503.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -225,6 +247,7 @@ impl Tenants {
         let mut cache = self.cache();
         cache.known.remove(tenant);
         cache.unknown.remove(tenant);
+        cache.pending.remove(tenant);
         cache.generation += 1;
     }
 
@@ -236,7 +259,8 @@ impl Tenants {
         &self.inner.from
     }
 
-    /// The verifier of `tenant`: cached, or built from the source's answer.
+    /// The verifier of `tenant`: cached, or built from the source's answer — one lookup
+    /// for all the deliveries naming it meanwhile.
     pub(crate) fn verifier(
         &self,
         tenant: String,
@@ -244,41 +268,77 @@ impl Tenants {
         let this = self.clone();
         Box::pin(async move {
             let now = Instant::now();
-            let (cached, generation) = {
-                let cache = this.cache();
-                let cached = match cache.known.get(&tenant) {
-                    Some((verifier, until)) if *until > now => Some(Some(verifier.clone())),
-                    _ => match cache.unknown.get(&tenant) {
-                        Some(until) if *until > now => Some(None),
-                        _ => None,
-                    },
-                };
-                (cached, cache.generation)
-            };
-            let verifier = match cached {
-                Some(cached) => cached,
-                None => {
-                    let lookup = this.inner.source.secrets(tenant.clone());
-                    let answer = tokio::time::timeout(LOOKUP_TIMEOUT, lookup).await;
-                    let verifier = match answer {
-                        Ok(Ok(Some(secrets))) => Some(this.build(&tenant, &secrets)?),
-                        Ok(Ok(None)) => None,
-                        Ok(Err(_error)) => {
-                            #[cfg(feature = "tracing")]
-                            tracing::error!(target: "tower_webhook", "tenant secrets unavailable: {_error}");
-                            return Err(UNAVAILABLE);
-                        }
-                        Err(_elapsed) => return Err(UNAVAILABLE),
-                    };
-                    this.store(tenant, verifier.clone(), now, generation);
-                    verifier
+            let (lookup, generation) = {
+                let mut cache = this.cache();
+                if let Some((verifier, until)) = cache.known.get(&tenant) {
+                    if *until > now {
+                        return Ok(verifier.clone());
+                    }
                 }
+                if let Some((until, error)) = cache.unknown.get(&tenant) {
+                    if *until > now {
+                        return Err(error.clone());
+                    }
+                }
+                let lookup = cache.pending.entry(tenant.clone()).or_default().clone();
+                (lookup, cache.generation)
             };
-            verifier.ok_or(VerifyError::new(
-                VerifyErrorKind::UnknownTenant,
-                "no secrets for this tenant",
-            ))
+            let answer = lookup
+                .get_or_init(|| this.look_up(&tenant, now, generation))
+                .await;
+            // Whoever comes first clears the shared lookup (the cache holds its answer).
+            let mut cache = this.cache();
+            if cache
+                .pending
+                .get(&tenant)
+                .is_some_and(|l| Arc::ptr_eq(l, &lookup))
+            {
+                cache.pending.remove(&tenant);
+            }
+            answer.clone()
         })
+    }
+
+    /// Asks the source for `tenant`'s secrets and caches the outcome (but a failure to
+    /// answer, which the next delivery retries).
+    async fn look_up(
+        &self,
+        tenant: &str,
+        now: Instant,
+        generation: u64,
+    ) -> Result<Verifier, VerifyError> {
+        let lookup = self.inner.source.secrets(tenant.to_owned());
+        let answer = tokio::time::timeout(LOOKUP_TIMEOUT, lookup).await;
+        let outcome = match answer {
+            Ok(Ok(Some(secrets))) => self.build(tenant, &secrets),
+            Ok(Ok(None)) => Err(UNKNOWN),
+            Ok(Err(_error)) => {
+                #[cfg(feature = "tracing")]
+                tracing::error!(target: "tower_webhook", "tenant secrets unavailable: {_error}");
+                return Err(UNAVAILABLE);
+            }
+            Err(_elapsed) => return Err(UNAVAILABLE),
+        };
+        self.store(tenant, &outcome, now, generation);
+        outcome
+    }
+
+    /// After `error` refused a delivery: an unknown tenant's is verified under the decoy,
+    /// result discarded. Why: an unknown name answers exactly as a bad signature does, so
+    /// it must cost the same time too, or the time would tell which tenants exist.
+    pub(crate) fn refused(&self, error: &VerifyError, parts: &request::Parts, body: &Bytes) {
+        if error.kind() != VerifyErrorKind::UnknownTenant {
+            return;
+        }
+        let decoy = self.cache().decoy.clone();
+        if let Some(decoy) = decoy {
+            let _ = std::hint::black_box(decoy.verify_request(
+                &parts.method,
+                &parts.uri,
+                &parts.headers,
+                body.clone(),
+            ));
+        }
     }
 
     fn build(&self, tenant: &str, secrets: &[String]) -> Result<Verifier, VerifyError> {
@@ -299,33 +359,51 @@ impl Tenants {
         self.inner.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn store(&self, tenant: String, verifier: Option<Verifier>, now: Instant, generation: u64) {
+    fn store(
+        &self,
+        tenant: &str,
+        outcome: &Result<Verifier, VerifyError>,
+        now: Instant,
+        generation: u64,
+    ) {
         let mut cache = self.cache();
+        if let Ok(verifier) = outcome {
+            cache.decoy = Some(verifier.clone());
+        }
         if cache.generation != generation {
             return; // invalidated while the source answered: that answer may be stale
         }
         let until = now + self.inner.ttl;
-        match verifier {
-            Some(verifier) => {
+        match outcome {
+            Ok(verifier) => {
                 if cache.known.len() >= MAX_CACHED {
                     cache.known.retain(|_, (_, until)| *until > now);
                 }
                 if cache.known.len() < MAX_CACHED {
-                    cache.known.insert(tenant, (verifier, until));
+                    cache
+                        .known
+                        .insert(tenant.to_owned(), (verifier.clone(), until));
                 }
             }
-            None => {
+            Err(error) => {
+                let until = match error.kind() {
+                    VerifyErrorKind::UnknownTenant => until,
+                    _ => now + self.inner.ttl.min(BROKEN_TTL),
+                };
                 if cache.unknown.len() >= MAX_CACHED {
-                    cache.unknown.retain(|_, until| *until > now);
+                    cache.unknown.retain(|_, (until, _)| *until > now);
                     if cache.unknown.len() >= MAX_CACHED {
                         cache.unknown.clear();
                     }
                 }
-                cache.unknown.insert(tenant, until);
+                cache.unknown.insert(tenant.to_owned(), (until, error.clone()));
             }
         }
     }
 }
+
+const UNKNOWN: VerifyError =
+    VerifyError::new(VerifyErrorKind::UnknownTenant, "no secrets for this tenant");
 
 const UNAVAILABLE: VerifyError = VerifyError::new(
     VerifyErrorKind::SecretsUnavailable,
