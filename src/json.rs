@@ -10,9 +10,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
-use serde::de::{
-    self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor,
-};
+use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
 /// Reads all of `body` with `seed`.
 pub(crate) fn parse<'de, S: DeserializeSeed<'de>>(
@@ -106,33 +104,6 @@ impl<'de, const N: usize> Visitor<'de> for Strings<'_, N> {
     }
 }
 
-/// An array, each element read with the seed.
-pub(crate) struct Each<S>(pub(crate) S);
-
-impl<'de, S: DeserializeSeed<'de> + Clone> DeserializeSeed<'de> for Each<S> {
-    type Value = Vec<S::Value>;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'de, S: DeserializeSeed<'de> + Clone> Visitor<'de> for Each<S> {
-    type Value = Vec<S::Value>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON array")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut all = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
-        while let Some(one) = seq.next_element_seed(self.0.clone())? {
-            all.push(one);
-        }
-        Ok(all)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,18 +184,5 @@ mod tests {
         assert!(read(r#"{"a":null,"a":"2"}"#).is_err());
         assert!(read(r#"{"a":1}"#).is_err());
         assert!(read(r#"["1","2","3"]"#).is_err());
-    }
-
-    #[test]
-    fn each_reads_every_element() {
-        let read = |body: &str| parse(body.as_bytes(), Field("value", Each(Strings(["s"]))));
-        let all = read(r#"{"value":[{"s":"1"},{},{"s":null,"t":2}]}"#)
-            .unwrap()
-            .unwrap();
-        assert_eq!(all, vec![[Some("1".to_owned())], [None], [None]]);
-        assert_eq!(read(r#"{"value":[]}"#).unwrap(), Some(vec![]));
-        assert!(read(r#"{"value":null}"#).is_err());
-        assert!(read(r#"{"value":[{"s":1}]}"#).is_err());
-        assert!(read(r#"{"value":["s"]}"#).is_err());
     }
 }

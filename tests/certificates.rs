@@ -386,8 +386,6 @@ fn graph_batches_verify_only_when_every_notification_carries_a_client_state() {
     assert_eq!(scheme.name(), "microsoft-graph");
 }
 
-use std::alloc::GlobalAlloc as _;
-
 /// Counts the heap each thread holds and its peak, to see what a verification allocates.
 struct Counting;
 
@@ -454,7 +452,10 @@ fn a_graph_batch_is_checked_as_it_is_read_without_building_it() {
     let forged = batch("guessed-client-state");
     let (out, peak) = peak_heap(|| v.verify(&HeaderMap::new(), forged.clone()));
     assert_eq!(out.unwrap_err().kind(), VerifyErrorKind::InvalidSignature);
-    assert!(peak < 16 * 1024, "{peak} bytes held to refuse a forged batch");
+    assert!(
+        peak < 16 * 1024,
+        "{peak} bytes held to refuse a forged batch"
+    );
     // A genuine one is read without keeping its notifications.
     let genuine = batch(CLIENT_STATE);
     let (out, peak) = peak_heap(|| v.verify(&HeaderMap::new(), genuine.clone()));
@@ -682,7 +683,11 @@ async fn a_fragment_is_refused_and_a_written_out_port_is_the_same_certificate() 
     let with_port = SNS_URL.replace(".com/", ".com:443/");
     let calls = (0..6).map(|i| {
         let layer = layer.clone();
-        let url = if i % 2 == 0 { SNS_URL.to_owned() } else { with_port.clone() };
+        let url = if i % 2 == 0 {
+            SNS_URL.to_owned()
+        } else {
+            with_port.clone()
+        };
         async move { call(&layer, post(naming(&url, &format!("m-{i}"), false))).await }
     });
     for out in futures_join_all(calls).await {
@@ -702,7 +707,8 @@ async fn a_certificate_that_verified_a_delivery_is_not_evicted_by_misses() {
     assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
     // 300 forged deliveries, each naming a certificate of its own: each is a fetch.
     for i in 0..300 {
-        let url = format!("https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-{i:x}.pem");
+        let url =
+            format!("https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-{i:x}.pem");
         let out = call(&layer, post(naming(&url, "m-x", true))).await;
         assert_eq!(out.kind(), Some(VerifyErrorKind::InvalidSignature));
     }
@@ -710,7 +716,11 @@ async fn a_certificate_that_verified_a_delivery_is_not_evicted_by_misses() {
     // The genuine certificate is still cached: the next delivery fetches nothing.
     let out = call(&layer, post(naming(SNS_URL, "m-2", false))).await;
     assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
-    assert_eq!(server.asked().len(), 301, "the genuine certificate was fetched again");
+    assert_eq!(
+        server.asked().len(),
+        301,
+        "the genuine certificate was fetched again"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -719,7 +729,9 @@ async fn certificate_fetches_are_bounded_to_20_a_minute_and_cached_ones_still_ve
     let layer = sns_layer(&server);
     let out = call(&layer, post(naming(SNS_URL, "m-1", false))).await;
     assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
-    let miss = |i: usize| format!("https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-{i:x}.pem");
+    let miss = |i: usize| {
+        format!("https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-{i:x}.pem")
+    };
     let mut refused = 0;
     for i in 1..60 {
         let out = call(&layer, post(naming(&miss(i), "m-x", true))).await;
@@ -730,7 +742,11 @@ async fn certificate_fetches_are_bounded_to_20_a_minute_and_cached_ones_still_ve
             assert_eq!(out.kind(), Some(VerifyErrorKind::InvalidSignature));
         }
     }
-    assert_eq!(server.asked().len(), 20, "20 fetches in the minute, the first included");
+    assert_eq!(
+        server.asked().len(),
+        20,
+        "20 fetches in the minute, the first included"
+    );
     assert_eq!(refused, 40);
     // A certificate already cached does not wait for the window.
     let out = call(&layer, post(naming(SNS_URL, "m-2", false))).await;

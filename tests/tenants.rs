@@ -278,13 +278,13 @@ async fn a_body_naming_two_tenants_names_none_and_unknown_tenants_look_like_bad_
 }
 
 /// A source that takes 50 ms to answer, counting how often it is asked.
-fn slow_source(
-    asked: Arc<AtomicUsize>,
-    rows: Rows,
-) -> impl tower_webhook::verify::SecretSource {
+fn slow_source(asked: Arc<AtomicUsize>, rows: Rows) -> impl tower_webhook::verify::SecretSource {
     move |tenant: String| {
         let asked = asked.clone();
-        let secrets = rows.iter().find(|(t, _)| *t == tenant).map(|(_, s)| s.clone());
+        let secrets = rows
+            .iter()
+            .find(|(t, _)| *t == tenant)
+            .map(|(_, s)| s.clone());
         async move {
             asked.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -340,7 +340,11 @@ async fn a_tenant_whose_secrets_do_not_decode_gets_500_from_the_cache_for_10_s()
         assert_eq!(&out.body[..], b"webhook endpoint misconfigured");
         assert!(out.handled.is_empty());
     }
-    assert_eq!(table.asked.load(Ordering::SeqCst), 1, "the broken row is cached");
+    assert_eq!(
+        table.asked.load(Ordering::SeqCst),
+        1,
+        "the broken row is cached"
+    );
     // Repaired: picked up after at most 10 s (not the 60 s TTL of an answer).
     table.set("acme", &[ACME]);
     tokio::time::advance(Duration::from_secs(11)).await;
@@ -356,7 +360,12 @@ fn large_forgery(path: &str) -> Request<Full<Bytes>> {
         .body(Full::new(Bytes::from(body.clone())))
         .unwrap();
     *request.headers_mut() = Scheme::stripe()
-        .sign(["whsec_nobody_secret_0123456789"], "", at(NOW), body.as_bytes())
+        .sign(
+            ["whsec_nobody_secret_0123456789"],
+            "",
+            at(NOW),
+            body.as_bytes(),
+        )
         .unwrap();
     request
 }
@@ -375,7 +384,10 @@ async fn an_unknown_tenant_costs_what_a_known_one_does() {
     assert_eq!((known.status, &known.body), (unknown.status, &unknown.body));
     let (mut known, mut unknown) = (Vec::new(), Vec::new());
     for _ in 0..15 {
-        for (path, times) in [("/webhooks/acme", &mut known), ("/webhooks/initech", &mut unknown)] {
+        for (path, times) in [
+            ("/webhooks/acme", &mut known),
+            ("/webhooks/initech", &mut unknown),
+        ] {
             let request = large_forgery(path);
             let started = std::time::Instant::now();
             call(&layer, request).await;

@@ -475,7 +475,9 @@ pub(crate) fn sns_certificate_url(url: &str) -> Option<String> {
         .strip_prefix("/SimpleNotificationService-")
         .and_then(|p| p.strip_suffix(".pem"))?;
     let named = !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_hexdigit());
-    (uri.query().is_none() && named).then(|| canonical(&uri)).flatten()
+    (uri.query().is_none() && named)
+        .then(|| canonical(&uri))
+        .flatten()
 }
 
 /// An SNS `SubscribeURL`: `https://sns.<region>.amazonaws.com[.cn]/…` (with its query).
@@ -499,7 +501,9 @@ pub(crate) fn paypal_certificate_url(url: &str) -> Option<String> {
     let named = !name.is_empty()
         && name.len() <= 128
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-    (uri.query().is_none() && named).then(|| canonical(&uri)).flatten()
+    (uri.query().is_none() && named)
+        .then(|| canonical(&uri))
+        .flatten()
 }
 
 /// Whether `url` is a certificate URL of SNS's or PayPal's shape; its canonical form if

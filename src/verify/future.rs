@@ -240,7 +240,9 @@ where
                 let verifier = match ready!(future.as_mut().poll(cx)) {
                     Ok(verifier) => verifier,
                     Err(error) => {
-                        if let (Some(tenants), Some((parts, bytes, _))) = (&config.tenants, &delivery) {
+                        if let (Some(tenants), Some((parts, bytes, _))) =
+                            (&config.tenants, &delivery)
+                        {
                             tenants.refused(&error, parts, bytes);
                         }
                         return Poll::Ready(Ok(reject(config, error)));

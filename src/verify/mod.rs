@@ -27,8 +27,9 @@
 //! | a URL-signing scheme without a [`PublicUrl`](crate::PublicUrl) | 500 | yes | no |
 //! | per tenant: no tenant, or one the source does not know | 400 | path/header: no | no |
 //! | per tenant: the secret source fails | 503 | yes | no |
+//! | per tenant: the tenant's secrets do not decode | 500 | yes | no |
 //! | SNS, PayPal: a certificate URL off the provider's HTTPS hosts | 400, nothing fetched | yes (PayPal: no) | no |
-//! | SNS, PayPal: the certificate cannot be fetched now | 503 | yes | no |
+//! | SNS, PayPal: the certificate cannot be fetched now, or 20 fetches started this minute | 503 | yes | no |
 //! | Microsoft Graph's `POST ?validationToken=…` | 200, the token as text | no | no |
 //! | SNS `SubscriptionConfirmation`, with [`Certificates`] | 200 once its `SubscribeURL` is visited; 503 if that fails | yes | no |
 //!
@@ -94,9 +95,9 @@ mod response;
 mod service;
 mod tenant;
 
-pub use self::certificate::{Certificates, Fetch, FetchFuture};
 #[doc(hidden)]
 pub use self::certificate::certificate_url_shape;
+pub use self::certificate::{Certificates, Fetch, FetchFuture};
 pub use self::future::ResponseFuture;
 pub use self::layer::VerifyWebhookLayer;
 pub use self::service::VerifyWebhook;

@@ -396,7 +396,9 @@ impl Tenants {
                         cache.unknown.clear();
                     }
                 }
-                cache.unknown.insert(tenant.to_owned(), (until, error.clone()));
+                cache
+                    .unknown
+                    .insert(tenant.to_owned(), (until, error.clone()));
             }
         }
     }
