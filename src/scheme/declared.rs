@@ -2,8 +2,8 @@
 //! `X-Twilio-Webhooks-Signature-Settings: key=<SharedKey sid>,algorithm=HMAC_SHA256`.
 //!
 //! Read as Twilio's SDKs read it (node `twilio` 6.x `getSignatureAlgorithm`, Python
-//! `twilio` 9.x): comma-separated `name=value` parts, the first `algorithm` part counts,
-//! its value compared without case; no header, or none with an algorithm, is the legacy
+//! `twilio` 9.x): comma-separated `name=value` parts, the first `algorithm` part with a
+//! value counts, compared without case; no header, or none with an algorithm, is the legacy
 //! auth-token signature, HMAC-SHA1. Which declared hashes are accepted is the scheme's
 //! choice (its formats), so a sender cannot pick one the receiver did not allow.
 
@@ -16,9 +16,9 @@ pub(crate) fn algorithm(value: Option<&str>) -> Option<Algorithm> {
         .unwrap_or("")
         .split(',')
         .filter_map(|part| part.split_once('='))
-        .find(|(name, _)| name.trim() == "algorithm")
-        .map(|(_, algorithm)| algorithm.trim())
-        .filter(|algorithm| !algorithm.is_empty());
+        .map(|(name, value)| (name.trim(), value.trim()))
+        .find(|&(name, value)| name == "algorithm" && !value.is_empty())
+        .map(|(_, algorithm)| algorithm);
     match declared {
         None => Some(Algorithm::HmacSha1),
         Some(a) if a.eq_ignore_ascii_case("HMAC_SHA1") => Some(Algorithm::HmacSha1),
@@ -57,6 +57,7 @@ mod tests {
             (Some(" algorithm = hmac_sha256 , key=KS1"), Some(Algorithm::HmacSha256)),
             (Some("algorithm=HMAC_SHA1"), Some(Algorithm::HmacSha1)),
             (Some("algorithm="), Some(Algorithm::HmacSha1)),
+            (Some("algorithm=,algorithm=HMAC_SHA256"), Some(Algorithm::HmacSha256)),
             (Some("algorithm=HMAC_SHA512"), None),
             (Some("algorithm=HMAC_SHA256=x"), None),
         ];
