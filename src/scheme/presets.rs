@@ -33,8 +33,11 @@ impl Scheme {
     /// [Standard Webhooks](https://www.standardwebhooks.com/) and Svix: `webhook-id`,
     /// `webhook-timestamp` and `webhook-signature` (or their `svix-*` aliases); the
     /// signature header holds space-separated entries over `{id}.{timestamp}.{body}`:
-    /// `v1,<base64>` (HMAC-SHA256, secrets `whsec_` + base64 of at least 24 bytes) and
-    /// `v1a,<base64>` (Ed25519, public keys `whpk_` + base64). A key list may mix both.
+    /// `v1,<base64>` (HMAC-SHA256, secrets `whsec_` + base64 of at least 24 bytes, its `=`
+    /// padding optional as in the Standard Webhooks SDKs) and `v1a,<base64>` (Ed25519,
+    /// public keys `whpk_` + base64). A key list may mix both; a bare 32-byte key, in
+    /// base64 or hex, is refused until its prefix says which it is (as a secret, a public
+    /// key would let anyone sign).
     #[must_use]
     pub fn standard() -> Self {
         let mut ed25519 = Format::new("v1a,", Encoding::Base64, Algorithm::Ed25519);
