@@ -1014,7 +1014,15 @@ fn twilio_settings(sig: &str, settings: Option<&str>) -> HeaderMap {
 
 fn twilio_at(scheme: Scheme, h: &HeaderMap) -> Result<tower_webhook::Event, VerifyErrorKind> {
     let public = PublicUrl::exact("https://mycompany.com/myapp.php?foo=1&bar=2").unwrap();
-    verify_at_url(scheme, SHARED_KEY, public, "/myapp.php?foo=1&bar=2", h, TWILIO_FORM, 0)
+    verify_at_url(
+        scheme,
+        SHARED_KEY,
+        public,
+        "/myapp.php?foo=1&bar=2",
+        h,
+        TWILIO_FORM,
+        0,
+    )
 }
 
 #[test]
@@ -1038,7 +1046,11 @@ fn twilio_shared_key_sha256_is_accepted_as_its_settings_header_declares() {
     );
     // The legacy SHA-1 signature still verifies with the generic preset, undeclared or
     // declared…
-    twilio_at(Scheme::twilio(), &twilio_settings(TWILIO_SHA1_SAME_KEY, None)).unwrap();
+    twilio_at(
+        Scheme::twilio(),
+        &twilio_settings(TWILIO_SHA1_SAME_KEY, None),
+    )
+    .unwrap();
     twilio_at(
         Scheme::twilio(),
         &twilio_settings(TWILIO_SHA1_SAME_KEY, Some("key=KS1,algorithm=HMAC_SHA1")),
@@ -1082,8 +1094,16 @@ fn twilio_shared_key_sha256_is_accepted_as_its_settings_header_declares() {
     );
     let public = PublicUrl::exact("https://mycompany.com/myapp.php?foo=1&bar=2").unwrap();
     assert_eq!(
-        verify_at_url(Scheme::twilio(), SHARED_KEY, public, "/", &declared, b"Digits=1", 0)
-            .unwrap_err(),
+        verify_at_url(
+            Scheme::twilio(),
+            SHARED_KEY,
+            public,
+            "/",
+            &declared,
+            b"Digits=1",
+            0
+        )
+        .unwrap_err(),
         VerifyErrorKind::InvalidSignature
     );
     // What the preset signs with SHA-256 it declares, and verifies.

@@ -91,7 +91,12 @@ fn verify(f: &Fixture, body: &[u8]) -> Result<tower_webhook::Event, VerifyErrorK
         None => "/webhooks".parse().unwrap(),
     };
     verifier
-        .verify_request(&Method::POST, &uri, &f.headers, Bytes::copy_from_slice(body))
+        .verify_request(
+            &Method::POST,
+            &uri,
+            &f.headers,
+            Bytes::copy_from_slice(body),
+        )
         .map_err(|e| e.kind())
 }
 
@@ -118,8 +123,8 @@ fn every_sdk_fixture_verifies_through_its_preset_and_a_tampered_copy_does_not() 
         assert!(names.contains(&expected), "missing fixture {expected}");
     }
     for f in &all {
-        let event = verify(f, &f.body)
-            .unwrap_or_else(|e| panic!("{} ({}): refused: {e:?}", f.name, f.sdk));
+        let event =
+            verify(f, &f.body).unwrap_or_else(|e| panic!("{} ({}): refused: {e:?}", f.name, f.sdk));
         assert!(!event.dedupe_id().is_empty(), "{}", f.name);
         let mut tampered = f.body.clone();
         let i = tampered.len() / 2;
@@ -167,7 +172,9 @@ fn twilio_sha256_fixtures_are_refused_when_their_declaration_is_stripped() {
         };
         assert!(verify(&stripped, &stripped.body).is_ok(), "{name}");
         // Without the settings header the delivery claims SHA-1: its SHA-256 tag is not one.
-        stripped.headers.remove("x-twilio-webhooks-signature-settings");
+        stripped
+            .headers
+            .remove("x-twilio-webhooks-signature-settings");
         assert_eq!(
             verify(&stripped, &stripped.body).map(drop),
             Err(VerifyErrorKind::InvalidSignature),

@@ -281,7 +281,9 @@ fn shopify_published_examples() {
         let mut forged = body.to_vec();
         forged[2] ^= 1;
         assert_eq!(
-            v.verify(&unprefixed, Bytes::from(forged)).unwrap_err().kind(),
+            v.verify(&unprefixed, Bytes::from(forged))
+                .unwrap_err()
+                .kind(),
             VerifyErrorKind::InvalidSignature
         );
     }
@@ -296,7 +298,12 @@ fn standard_webhooks_whsec_without_its_padding_is_the_same_secret() {
     let unpadded = padded.trim_end_matches('=');
     let body = br#"{"type":"invoice.paid"}"#;
     let signed = Scheme::standard()
-        .sign([padded], "msg_1", UNIX_EPOCH + Duration::from_secs(1_700_000_000), body)
+        .sign(
+            [padded],
+            "msg_1",
+            UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            body,
+        )
         .unwrap();
     for secret in [padded, unpadded] {
         let v = at_vector(Scheme::standard(), secret, 1_700_000_000);

@@ -28,7 +28,10 @@ pub(crate) fn algorithm(value: Option<&str>) -> Option<Algorithm> {
 }
 
 /// The algorithm `value` declares, if the scheme accepts it (one of its formats').
-pub(crate) fn accepted(value: Option<&str>, accepts: &[Algorithm]) -> Result<Algorithm, VerifyError> {
+pub(crate) fn accepted(
+    value: Option<&str>,
+    accepts: &[Algorithm],
+) -> Result<Algorithm, VerifyError> {
     let algorithm = algorithm(value).ok_or(VerifyError::new(
         VerifyErrorKind::MalformedHeader,
         "the signature settings declare an unknown algorithm",
@@ -53,11 +56,20 @@ mod tests {
             (None, Some(Algorithm::HmacSha1)),
             (Some(""), Some(Algorithm::HmacSha1)),
             (Some("key=KS123"), Some(Algorithm::HmacSha1)),
-            (Some("key=KS123,algorithm=HMAC_SHA256"), Some(Algorithm::HmacSha256)),
-            (Some(" algorithm = hmac_sha256 , key=KS1"), Some(Algorithm::HmacSha256)),
+            (
+                Some("key=KS123,algorithm=HMAC_SHA256"),
+                Some(Algorithm::HmacSha256),
+            ),
+            (
+                Some(" algorithm = hmac_sha256 , key=KS1"),
+                Some(Algorithm::HmacSha256),
+            ),
             (Some("algorithm=HMAC_SHA1"), Some(Algorithm::HmacSha1)),
             (Some("algorithm="), Some(Algorithm::HmacSha1)),
-            (Some("algorithm=,algorithm=HMAC_SHA256"), Some(Algorithm::HmacSha256)),
+            (
+                Some("algorithm=,algorithm=HMAC_SHA256"),
+                Some(Algorithm::HmacSha256),
+            ),
             (Some("algorithm=HMAC_SHA512"), None),
             (Some("algorithm=HMAC_SHA256=x"), None),
         ];

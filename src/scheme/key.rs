@@ -137,7 +137,9 @@ impl Key {
     /// itself (whose algorithm then decides whether it matches).
     pub(crate) fn as_declared(&self, algorithm: Algorithm) -> Self {
         match (self, algorithm) {
-            (Self::HmacSha1OrSha256(pair), Algorithm::HmacSha256) => Self::HmacSha256(pair.1.clone()),
+            (Self::HmacSha1OrSha256(pair), Algorithm::HmacSha256) => {
+                Self::HmacSha256(pair.1.clone())
+            }
             (Self::HmacSha1OrSha256(pair), _) => Self::HmacSha1(pair.0.clone()),
             (key, _) => key.clone(),
         }
@@ -611,7 +613,10 @@ mod tests {
         // The same public key in hex (64 hex digits are valid base64 of 48 bytes): refused
         // too, with a message that names the two prefixes and not the key.
         let hex_bare = "d52880e28f61caa4c2a48a82e55f4751a92289a78009ea9f6532270c16ce8abe";
-        assert!(verifying(&Scheme::discord(), hex_bare, 0).is_ok(), "the same key");
+        assert!(
+            verifying(&Scheme::discord(), hex_bare, 0).is_ok(),
+            "the same key"
+        );
         let err = verifying(&standard, hex_bare, 1).unwrap_err();
         assert!(err.to_string().contains("whpk_"), "{err}");
         assert!(!err.to_string().contains(&hex_bare[..16]), "{err}");
