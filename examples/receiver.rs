@@ -2,7 +2,7 @@
 //!
 //! - `WEBHOOK_SCHEME`: `standard` (default), `stripe`, `github`, `slack`, `shopify`,
 //!   `discord`, `sendgrid`, `paddle`, `zoom`, `meta`, `intercom`, `twitch`, `twilio`,
-//!   `square`, `hubspot`, `linear`, `mailgun`, `microsoft-graph`, `sns` (with
+//!   `twilio-sha256`, `square`, `hubspot`, `linear`, `mailgun`, `microsoft-graph`, `sns` (with
 //!   `WEBHOOK_SNS_TOPICS`, the topic ARNs to accept) or `paypal` (with
 //!   `WEBHOOK_PAYPAL_WEBHOOK_ID`);
 //! - `WEBHOOK_SECRETS`: secrets and public keys in each provider's own format,

@@ -139,6 +139,35 @@ pub(crate) fn with_port_toggled(url: &str) -> Option<String> {
     }
 }
 
+/// The form of a signed URL that a delivery is keyed on: scheme and host lower-case, the
+/// scheme's default port dropped, the rest as it is. Behind
+/// [`PublicUrl::from_forwarded_headers`] the sender picks `Host: x` or `Host: x:443`
+/// (Twilio's signature verifies under both): one delivery must still be one key.
+pub(crate) fn canonical(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    // `user:pass@` is kept as it is (case matters there); only the host is folded.
+    let (userinfo, host_port) = match authority.rsplit_once('@') {
+        Some((user, host)) => (Some(user), host),
+        None => (None, authority),
+    };
+    let default = match scheme.as_str() {
+        "https" => Some(":443"),
+        "http" => Some(":80"),
+        _ => None,
+    };
+    let host_port = default
+        .and_then(|port| host_port.strip_suffix(port))
+        .unwrap_or(host_port)
+        .to_ascii_lowercase();
+    let userinfo = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
+    format!("{scheme}://{userinfo}{host_port}{tail}")
+}
+
 fn absolute(url: &str) -> Result<Uri, ConfigError> {
     let uri: Uri = url.parse().map_err(|_| invalid("not a URL"))?;
     match (uri.scheme_str(), uri.authority()) {
@@ -204,6 +233,22 @@ mod tests {
             assert!(PublicUrl::exact(bad).is_err(), "{bad}");
         }
         assert!(PublicUrl::origin("https://example.com/?a=1").is_err());
+    }
+
+    #[test]
+    fn canonical_form_folds_case_and_the_default_port_only() {
+        let cases = [
+            ("https://A.com:443/X?Y=1", "https://a.com/X?Y=1"),
+            ("HTTPS://a.com/x", "https://a.com/x"),
+            ("http://a.com:80/x", "http://a.com/x"),
+            ("http://a.com:443/x", "http://a.com:443/x"),
+            ("https://a.com:8443", "https://a.com:8443"),
+            ("https://U:P@A.com:443/x", "https://U:P@a.com/x"),
+            ("https://[::1]:443/x", "https://[::1]/x"),
+        ];
+        for (url, canonical_form) in cases {
+            assert_eq!(canonical(url), canonical_form, "{url}");
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::event::{self, Event};
 use crate::public_url::{self, PublicUrl};
 use crate::scheme::template::{self, Input, Part};
 use crate::scheme::{
-    signature, Algorithm, Custom, IdSource, Key, Scheme, TimestampFormat, TimestampSource,
+    declared, signature, Algorithm, Custom, IdSource, Key, Scheme, TimestampFormat, TimestampSource,
 };
 use crate::secret::Secrets;
 use crate::timestamp::{self, Clock, Tolerance};
@@ -277,6 +277,11 @@ impl Verifier {
         // A snapshot of the list: no lock is held while hashing, so a rotation never
         // waits for verifications in flight.
         let keys = self.secrets.keys();
+        // Where the delivery declares its hash (Twilio), each key is used as that hash only.
+        let declared: Option<Vec<Key>> = checked
+            .algorithm
+            .map(|a| keys.iter().map(|k| k.as_declared(a)).collect());
+        let keys: &[Key] = declared.as_deref().unwrap_or(&keys);
         let candidates = &checked.signatures.candidates;
         let matched = |input: &Input<'_>| {
             let pieces = template.pieces(input);
@@ -316,9 +321,10 @@ impl Verifier {
             .any(|p| template.uses(p));
         let keyed_on_content = unsigned_id || matches!(scheme.id, IdSource::None);
         let content_digest = (keyed_on_content && signs_request).then(|| {
-            let url = urls.first().map_or(&b""[..], |u| u.as_bytes());
+            // Keyed on the URL's canonical form: `Host: x` and `Host: x:443` both verify.
+            let url = urls.first().map(|u| public_url::canonical(u));
             let pieces = template.pieces(&Input {
-                url,
+                url: url.as_deref().map_or(&b""[..], str::as_bytes),
                 timestamp: b"",
                 ..input
             });
@@ -513,11 +519,17 @@ impl Verifier {
             ))?),
             IdSource::None | IdSource::BodyField(_) => None,
         };
-        let event_type = match &scheme.type_header {
-            Some(name) => one(headers, std::slice::from_ref(name))?,
+        let algorithm = match &scheme.algorithm_header {
+            Some(name) => {
+                let accepts: Vec<Algorithm> = scheme.formats.iter().map(|f| f.algorithm).collect();
+                let value = one_str(headers, std::slice::from_ref(name))?;
+                Some(declared::accepted(value, &accepts)?)
+            }
             None => None,
         };
+        let event_type = one(headers, &scheme.type_header)?;
         Ok(Checked {
+            algorithm,
             signatures,
             raw_timestamp: raw_timestamp.map(|(raw, _)| raw),
             timestamp,
@@ -599,6 +611,8 @@ fn check_scheme(scheme: Scheme) -> Result<Scheme, ConfigError> {
 
 /// A delivery's headers, checked: what [`Verifier::check_headers`] read from them.
 pub(crate) struct Checked<'h> {
+    /// The hash the delivery declares it was signed with, where the scheme reads one.
+    algorithm: Option<Algorithm>,
     signatures: signature::Parsed<'h>,
     raw_timestamp: Option<&'h str>,
     timestamp: Option<i64>,

@@ -989,3 +989,179 @@ fn mailgun_vector_verifies_its_body_signature_and_keys_on_the_token() {
         .sign([MAILGUN_KEY], "", UNIX_EPOCH, &body)
         .is_err());
 }
+
+// ---- issue 19: what real senders send ----
+
+// Twilio's SharedKey with HMAC-SHA256, signed by twilio-node 6.3.1 and twilio-python 9.13.0
+// (`getExpectedTwilioSignature(secret, url, params, "HMAC_SHA256")`, the same tag from
+// both; tests/fixtures/sdk/twilio-*-sha256.json). The SHA-1 tag of the same request under
+// the same secret is Python's `hmac`.
+const SHARED_KEY: &str = "sharedkey-secret-0123456789abcdefghij";
+const TWILIO_SHA256: &str = "Ns74m03GwQ61AUOpotFMdBTAkYQctMIXbds5oGHldtg=";
+const TWILIO_SHA1_SAME_KEY: &str = "rG3Hh6DBLvOPqwth8TFmk5sFDJ8=";
+const DECLARES_SHA256: &str = "key=KS0123456789abcdef0123456789abcdef,algorithm=HMAC_SHA256";
+
+fn twilio_settings(sig: &str, settings: Option<&str>) -> HeaderMap {
+    let mut h = twilio_sig(sig);
+    if let Some(settings) = settings {
+        h.insert(
+            "x-twilio-webhooks-signature-settings",
+            HeaderValue::from_str(settings).unwrap(),
+        );
+    }
+    h
+}
+
+fn twilio_at(scheme: Scheme, h: &HeaderMap) -> Result<tower_webhook::Event, VerifyErrorKind> {
+    let public = PublicUrl::exact("https://mycompany.com/myapp.php?foo=1&bar=2").unwrap();
+    verify_at_url(
+        scheme,
+        SHARED_KEY,
+        public,
+        "/myapp.php?foo=1&bar=2",
+        h,
+        TWILIO_FORM,
+        0,
+    )
+}
+
+#[test]
+fn twilio_shared_key_sha256_is_accepted_as_its_settings_header_declares() {
+    let declared = twilio_settings(TWILIO_SHA256, Some(DECLARES_SHA256));
+    twilio_at(Scheme::twilio(), &declared).unwrap();
+    twilio_at(Scheme::twilio_sha256(), &declared).unwrap();
+    // The declaration chooses the hash: undeclared means SHA-1, so a SHA-256 tag without
+    // it, or a SHA-1 tag under a SHA-256 declaration, is not a signature.
+    assert_eq!(
+        twilio_at(Scheme::twilio(), &twilio_settings(TWILIO_SHA256, None)).unwrap_err(),
+        VerifyErrorKind::InvalidSignature
+    );
+    assert_eq!(
+        twilio_at(
+            Scheme::twilio(),
+            &twilio_settings(TWILIO_SHA1_SAME_KEY, Some(DECLARES_SHA256))
+        )
+        .unwrap_err(),
+        VerifyErrorKind::InvalidSignature
+    );
+    // The legacy SHA-1 signature still verifies with the generic preset, undeclared or
+    // declared…
+    twilio_at(
+        Scheme::twilio(),
+        &twilio_settings(TWILIO_SHA1_SAME_KEY, None),
+    )
+    .unwrap();
+    twilio_at(
+        Scheme::twilio(),
+        &twilio_settings(TWILIO_SHA1_SAME_KEY, Some("key=KS1,algorithm=HMAC_SHA1")),
+    )
+    .unwrap();
+    // …but not with the SHA-256 preset: no downgrade to the weaker hash.
+    for settings in [None, Some("key=KS1,algorithm=HMAC_SHA1")] {
+        assert_eq!(
+            twilio_at(
+                Scheme::twilio_sha256(),
+                &twilio_settings(TWILIO_SHA1_SAME_KEY, settings)
+            )
+            .unwrap_err(),
+            VerifyErrorKind::InvalidSignature,
+            "{settings:?}"
+        );
+    }
+    // An algorithm Twilio does not define: a malformed header, refused before the body.
+    assert_eq!(
+        twilio_at(
+            Scheme::twilio(),
+            &twilio_settings(TWILIO_SHA256, Some("key=KS1,algorithm=HMAC_SHA512"))
+        )
+        .unwrap_err(),
+        VerifyErrorKind::MalformedHeader
+    );
+    // Another secret, another body: refused.
+    let public = PublicUrl::exact("https://mycompany.com/myapp.php?foo=1&bar=2").unwrap();
+    assert_eq!(
+        verify_at_url(
+            Scheme::twilio(),
+            "another-shared-key-secret-0123456789",
+            public,
+            "/",
+            &declared,
+            TWILIO_FORM,
+            0
+        )
+        .unwrap_err(),
+        VerifyErrorKind::InvalidSignature
+    );
+    let public = PublicUrl::exact("https://mycompany.com/myapp.php?foo=1&bar=2").unwrap();
+    assert_eq!(
+        verify_at_url(
+            Scheme::twilio(),
+            SHARED_KEY,
+            public,
+            "/",
+            &declared,
+            b"Digits=1",
+            0
+        )
+        .unwrap_err(),
+        VerifyErrorKind::InvalidSignature
+    );
+    // What the preset signs with SHA-256 it declares, and verifies.
+    let signed = Scheme::twilio_sha256()
+        .sign_request(
+            [SHARED_KEY],
+            &Method::POST,
+            "https://mycompany.com/myapp.php?foo=1&bar=2",
+            "",
+            UNIX_EPOCH,
+            TWILIO_FORM,
+        )
+        .unwrap();
+    assert_eq!(signed["x-twilio-signature"], TWILIO_SHA256);
+    assert_eq!(
+        signed["x-twilio-webhooks-signature-settings"],
+        "algorithm=HMAC_SHA256"
+    );
+}
+
+#[test]
+fn twilio_behind_forwarded_headers_keys_one_delivery_once_whatever_its_host_port() {
+    // Twilio's published vector for `https://mycompany.com/myapp.php?foo=1&bar=2`; the
+    // proxy passes the host as the client wrote it.
+    let mut keys = Vec::new();
+    for host in ["mycompany.com", "mycompany.com:443"] {
+        let mut h = twilio_sig("RSOYDt4T1cUTdK1PDd93/VVr8B8=");
+        h.insert("host", HeaderValue::from_static("internal:8080"));
+        h.insert("x-forwarded-host", HeaderValue::from_str(host).unwrap());
+        h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        let event = verify_at_url(
+            twilio(),
+            "12345",
+            PublicUrl::from_forwarded_headers(),
+            "/myapp.php?foo=1&bar=2",
+            &h,
+            TWILIO_FORM,
+            0,
+        )
+        .unwrap_or_else(|e| panic!("{host}: {e:?}"));
+        keys.push(event.dedupe_id().to_owned());
+    }
+    assert_eq!(keys[0], keys[1], "one delivery, one dedupe key");
+}
+
+#[test]
+fn a_standard_webhooks_public_key_in_hex_is_not_taken_as_a_shared_secret() {
+    // SW_PK's 32 bytes in hex: valid base64 too (48 bytes), so it used to become an HMAC
+    // secret that anyone holding the public key could sign `v1,` with.
+    let hex_pk = "d52880e28f61caa4c2a48a82e55f4751a92289a78009ea9f6532270c16ce8abe";
+    let err = Verifier::new(Scheme::standard(), [hex_pk]).unwrap_err();
+    assert_eq!(err.kind(), tower_webhook::ConfigErrorKind::InvalidSecret);
+    assert!(err.to_string().contains("whpk_"), "{err}");
+    assert!(!err.to_string().contains(hex_pk), "{err}");
+    // As a public key it is one: the svix vector verifies under it with its prefix.
+    let b64 = SW_PK.trim_start_matches("whpk_");
+    assert!(Verifier::new(Scheme::standard(), [b64]).is_err());
+    at(Scheme::standard(), &[SW_PK], SW_TS)
+        .verify(&sw_headers(SW_V1A), Bytes::from_static(SW_BODY))
+        .unwrap();
+}

@@ -268,6 +268,55 @@ fn shopify_published_examples() {
         assert_eq!(event.id(), Some("b54557e4-bdd9-4b37-8a5f-bf7d70bcd043"));
         let signed = scheme.sign([secret], "id", UNIX_EPOCH, body).unwrap();
         assert_eq!(signed["x-shopify-hmac-sha256"], sig);
+        // The same delivery with the headers `@shopify/shopify-api` 15 sends and reads
+        // (no `x-`): the same event.
+        let unprefixed = headers(&[
+            ("shopify-hmac-sha256", sig),
+            ("shopify-webhook-id", "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043"),
+            ("shopify-topic", "orders/create"),
+        ]);
+        let event = v.verify(&unprefixed, Bytes::copy_from_slice(body)).unwrap();
+        assert_eq!(event.event_type(), Some("orders/create"));
+        assert_eq!(event.id(), Some("b54557e4-bdd9-4b37-8a5f-bf7d70bcd043"));
+        let mut forged = body.to_vec();
+        forged[2] ^= 1;
+        assert_eq!(
+            v.verify(&unprefixed, Bytes::from(forged))
+                .unwrap_err()
+                .kind(),
+            VerifyErrorKind::InvalidSignature
+        );
+    }
+}
+
+#[test]
+fn standard_webhooks_whsec_without_its_padding_is_the_same_secret() {
+    // The Standard Webhooks vector's secret, 24 bytes, needs no padding; these 32 bytes
+    // (base64 ends in `=`) are written both ways, as the node and Python SDKs accept them
+    // (tests/sdk_fixtures.rs verifies deliveries they signed with the unpadded form).
+    let padded = "whsec_BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
+    let unpadded = padded.trim_end_matches('=');
+    let body = br#"{"type":"invoice.paid"}"#;
+    let signed = Scheme::standard()
+        .sign(
+            [padded],
+            "msg_1",
+            UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            body,
+        )
+        .unwrap();
+    for secret in [padded, unpadded] {
+        let v = at_vector(Scheme::standard(), secret, 1_700_000_000);
+        v.verify(&signed, Bytes::from_static(body))
+            .unwrap_or_else(|e| panic!("{secret}: {e}"));
+    }
+    // Still strict otherwise: a stray character or a wrong tail is no secret.
+    for bad in [
+        "whsec_BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwd",
+        "whsec_BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBw*",
+        "whsec_BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc==",
+    ] {
+        assert!(Verifier::new(Scheme::standard(), [bad]).is_err(), "{bad}");
     }
 }
 

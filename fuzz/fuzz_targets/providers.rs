@@ -5,8 +5,9 @@
 //! chosen fields of the JSON body, under pinned certificates), PayPal (RSA over its
 //! headers and a CRC32 of the body) and Microsoft Graph (client states in the body).
 //! Input: a scheme, then every header in `NAMES`, the request's path and query, the body,
-//! and PayPal's headers (`PAYPAL_NAMES`, after the body so that the inputs written before
-//! PayPal keep their meaning), separated by 0xFF. It must answer (Ok or a `VerifyError`),
+//! PayPal's headers (`PAYPAL_NAMES`, after the body so that the inputs written before
+//! PayPal keep their meaning) and Twilio's signature settings (`LATE_NAMES`), separated by
+//! 0xFF. It must answer (Ok or a `VerifyError`),
 //! never panic.
 #![no_main]
 
@@ -52,6 +53,10 @@ const PAYPAL_NAMES: [&str; 5] = [
     "paypal-cert-url",
     "paypal-auth-algo",
 ];
+
+/// Read after PayPal's, for the same reason: Twilio's signature settings (the hash a
+/// delivery declares, `key=…,algorithm=HMAC_SHA256`).
+const LATE_NAMES: [&str; 1] = ["x-twilio-webhooks-signature-settings"];
 
 /// The certificate AWS's published SNS vectors are signed under, and this crate's test
 /// certificate (`tests/fixtures/rsa`).
@@ -140,7 +145,7 @@ fuzz_target!(|data: &[u8]| {
         .and_then(|p| Uri::try_from(p).ok())
         .unwrap_or_else(|| Uri::from_static("/webhooks"));
     let body = pieces.next().unwrap_or_default();
-    for name in PAYPAL_NAMES {
+    for name in PAYPAL_NAMES.iter().chain(&LATE_NAMES) {
         if let Some(value) = pieces.next() {
             common::set(&mut headers, name, value);
         }

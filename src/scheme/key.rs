@@ -106,6 +106,10 @@ pub(crate) enum Key {
     Rsa(Box<RsaKey>),
     /// A shared token, compared as it is (Microsoft Graph's `clientState`).
     Token(Zeroizing<Vec<u8>>),
+    /// One shared secret keyed for both hashes a sender may declare per delivery (Twilio:
+    /// SHA-1, or SHA-256 with a SharedKey); used as the declared one
+    /// ([`Key::as_declared`]), as HMAC-SHA1 otherwise.
+    HmacSha1OrSha256(Box<(Hmac<sha1::Sha1>, Hmac<sha2::Sha256>)>),
 }
 
 fn hmac_tag<M: Mac + Clone>(state: &M, pieces: &[&[u8]]) -> Tag {
@@ -119,13 +123,25 @@ fn hmac_tag<M: Mac + Clone>(state: &M, pieces: &[&[u8]]) -> Tag {
 impl Key {
     pub(crate) fn algorithm(&self) -> Algorithm {
         match self {
-            Self::HmacSha1(_) => Algorithm::HmacSha1,
+            Self::HmacSha1(_) | Self::HmacSha1OrSha256(_) => Algorithm::HmacSha1,
             Self::HmacSha256(_) => Algorithm::HmacSha256,
             Self::HmacSha512(_) => Algorithm::HmacSha512,
             Self::Ed25519(_) => Algorithm::Ed25519,
             Self::EcdsaP256(_) => Algorithm::EcdsaP256,
             Self::Rsa(_) => Algorithm::RsaSha256,
             Self::Token(_) => Algorithm::SharedToken,
+        }
+    }
+
+    /// This key for the hash a delivery declares: one half of a two-hash key, or the key
+    /// itself (whose algorithm then decides whether it matches).
+    pub(crate) fn as_declared(&self, algorithm: Algorithm) -> Self {
+        match (self, algorithm) {
+            (Self::HmacSha1OrSha256(pair), Algorithm::HmacSha256) => {
+                Self::HmacSha256(pair.1.clone())
+            }
+            (Self::HmacSha1OrSha256(pair), _) => Self::HmacSha1(pair.0.clone()),
+            (key, _) => key.clone(),
         }
     }
 
@@ -144,6 +160,7 @@ impl Key {
     pub(crate) fn mac(&self, pieces: &[&[u8]]) -> Option<Tag> {
         match self {
             Self::HmacSha1(k) => Some(hmac_tag(k, pieces)),
+            Self::HmacSha1OrSha256(pair) => Some(hmac_tag(&pair.0, pieces)),
             Self::HmacSha256(k) => Some(hmac_tag(k, pieces)),
             Self::HmacSha512(k) => Some(hmac_tag(k, pieces)),
             Self::Ed25519(_) | Self::EcdsaP256(_) | Self::Rsa(_) | Self::Token(_) => None,
@@ -185,7 +202,11 @@ impl Key {
                 p256::ecdsa::Signature::from_slice(signature)
                     .is_ok_and(|sig| key.multipart_verify(pieces, &sig).is_ok())
             }
-            Self::HmacSha1(_) | Self::HmacSha256(_) | Self::HmacSha512(_) | Self::Token(_) => false,
+            Self::HmacSha1(_)
+            | Self::HmacSha1OrSha256(_)
+            | Self::HmacSha256(_)
+            | Self::HmacSha512(_)
+            | Self::Token(_) => false,
         }
     }
 }
@@ -426,25 +447,27 @@ fn hmac_key(
     if public_keys_too
         && scheme.secret_encoding == SecretEncoding::Base64
         && !secret.starts_with("whsec_")
-        && decode_b64(secret).is_some_and(|b| b.len() == 32)
     {
-        // Also the length of an Ed25519 public key without its `whpk_`: as a shared
-        // secret, that key would let anyone sign. Make the kind explicit.
-        return Err(invalid(
-            index,
-            "32 bytes without a prefix: write it as whsec_… (a secret) or whpk_… (a public key)",
-        ));
+        // The length of an Ed25519 public key without its `whpk_`, in base64 or in hex (64
+        // hex digits are valid base64 too): as a shared secret, that key would let anyone
+        // sign. Make the kind explicit.
+        let hex_key = secret.len() == 64 && secret.bytes().all(|b| b.is_ascii_hexdigit());
+        if hex_key || decode_b64_unpadded(secret).is_some_and(|b| b.len() == 32) {
+            return Err(invalid(
+                index,
+                "32 bytes (base64 or hex) without a prefix: write it as whsec_… (a secret) \
+                 or whpk_… (a public key)",
+            ));
+        }
     }
     let decoded = match scheme.secret_encoding {
         SecretEncoding::Raw => Zeroizing::new(secret.as_bytes().to_vec()),
         SecretEncoding::Base64 => {
             let b64 = secret.strip_prefix("whsec_").unwrap_or(secret);
-            // Strict: a typo must not quietly become a different (or empty) key.
-            Zeroizing::new(
-                base64::engine::general_purpose::STANDARD
-                    .decode(b64)
-                    .map_err(|_| invalid(index, "not valid base64 after the `whsec_` prefix"))?,
-            )
+            // Strict but for the padding, which the Standard Webhooks SDKs do not require:
+            // a typo must not quietly become a different (or empty) key.
+            decode_b64_unpadded(b64)
+                .ok_or_else(|| invalid(index, "not valid base64 after the `whsec_` prefix"))?
         }
     };
     if decoded.is_empty() {
@@ -464,6 +487,17 @@ fn hmac_key(
         ));
     }
     let any_length = "HMAC takes keys of any length";
+    let hashes = |a| scheme.formats.iter().any(|f| f.algorithm == a);
+    if scheme.algorithm_header.is_some()
+        && hashes(Algorithm::HmacSha1)
+        && hashes(Algorithm::HmacSha256)
+    {
+        // The delivery says which hash it was signed with: key both.
+        return Ok(Key::HmacSha1OrSha256(Box::new((
+            Hmac::new_from_slice(&decoded).expect(any_length),
+            Hmac::new_from_slice(&decoded).expect(any_length),
+        ))));
+    }
     Ok(match algorithm {
         Algorithm::HmacSha1 => Key::HmacSha1(Hmac::new_from_slice(&decoded).expect(any_length)),
         Algorithm::HmacSha512 => Key::HmacSha512(Hmac::new_from_slice(&decoded).expect(any_length)),
@@ -476,6 +510,17 @@ fn decode_b64(text: &str) -> Option<Zeroizing<Vec<u8>>> {
         .decode(text)
         .ok()
         .map(Zeroizing::new)
+}
+
+/// Standard base64 with or without its `=` padding (the Standard Webhooks SDKs accept
+/// both for `whsec_` secrets); otherwise strict (no stray bits, no other alphabet).
+fn decode_b64_unpadded(text: &str) -> Option<Zeroizing<Vec<u8>>> {
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    const INDIFFERENT: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    );
+    INDIFFERENT.decode(text).ok().map(Zeroizing::new)
 }
 
 /// `len` bytes written as hex or standard base64.
@@ -565,6 +610,17 @@ mod tests {
         let bare = pk.trim_start_matches("whpk_");
         assert!(verifying(&standard, bare, 0).is_err());
         assert!(verifying(&Scheme::github(), pk, 0).is_err());
+        // The same public key in hex (64 hex digits are valid base64 of 48 bytes): refused
+        // too, with a message that names the two prefixes and not the key.
+        let hex_bare = "d52880e28f61caa4c2a48a82e55f4751a92289a78009ea9f6532270c16ce8abe";
+        assert!(
+            verifying(&Scheme::discord(), hex_bare, 0).is_ok(),
+            "the same key"
+        );
+        let err = verifying(&standard, hex_bare, 1).unwrap_err();
+        assert!(err.to_string().contains("whpk_"), "{err}");
+        assert!(!err.to_string().contains(&hex_bare[..16]), "{err}");
+        assert!(verifying(&standard, &hex_bare.to_uppercase(), 0).is_err());
         // A bare 24-byte secret (Svix's length) is still a secret.
         assert!(verifying(&standard, "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 0).is_ok());
         // Discord: hex; SendGrid: base64 DER.

@@ -52,6 +52,7 @@
 //! # Ok::<(), tower_webhook::ConfigError>(())
 //! ```
 
+pub(crate) mod declared;
 pub(crate) mod key;
 mod presets;
 mod sign;
@@ -165,7 +166,8 @@ pub struct Scheme {
     pub(crate) formats: Vec<Format>,
     pub(crate) timestamp: Option<TimestampSource>,
     pub(crate) id: IdSource,
-    pub(crate) type_header: Option<HeaderName>,
+    /// The type header (the first present of these aliases); none when empty.
+    pub(crate) type_header: Vec<HeaderName>,
     /// The body field the type is read from when there is no type header.
     pub(crate) type_field: &'static str,
     pub(crate) template: Template,
@@ -185,6 +187,10 @@ pub struct Scheme {
     /// The timestamp window the provider asks for, both ways (Twitch 10 min, Linear
     /// 1 min); the verifier's default (300 s) where `None`.
     pub(crate) tolerance: Option<std::time::Duration>,
+    /// A header in which the sender declares which HMAC hash it signed with (Twilio's
+    /// signature settings): only the formats' algorithms are accepted, and no declaration
+    /// means HMAC-SHA1 (see `declared.rs`).
+    pub(crate) algorithm_header: Option<HeaderName>,
     /// The signed URL may carry its scheme's default port or not (Twilio).
     pub(crate) url_port_variants: bool,
     /// A URL query parameter holding the hex SHA-256 of the body, checked once the URL's
@@ -262,7 +268,7 @@ impl Scheme {
             formats: vec![Format::new("", Encoding::Hex, Algorithm::HmacSha256)],
             timestamp: None,
             id: IdSource::None,
-            type_header: None,
+            type_header: Vec::new(),
             type_field: "type",
             template: Template::parse("{body}").expect("static template"),
             secret_encoding: SecretEncoding::Raw,
@@ -273,6 +279,7 @@ impl Scheme {
             unauthorized: false,
             max_body: DEFAULT_MAX_BODY,
             tolerance: None,
+            algorithm_header: None,
             url_port_variants: false,
             body_sha256_param: None,
             custom: None,
@@ -348,7 +355,7 @@ impl Scheme {
     /// Reads the event type from `header` instead of the body's `type` field.
     #[must_use]
     pub fn with_type_header(mut self, header: HeaderName) -> Self {
-        self.type_header = Some(header);
+        self.type_header = vec![header];
         self
     }
 
@@ -374,7 +381,7 @@ impl Scheme {
     #[must_use]
     pub fn with_type_field(mut self, field: &'static str) -> Self {
         self.type_field = field;
-        self.type_header = None;
+        self.type_header = Vec::new();
         self
     }
 

@@ -33,8 +33,11 @@ impl Scheme {
     /// [Standard Webhooks](https://www.standardwebhooks.com/) and Svix: `webhook-id`,
     /// `webhook-timestamp` and `webhook-signature` (or their `svix-*` aliases); the
     /// signature header holds space-separated entries over `{id}.{timestamp}.{body}`:
-    /// `v1,<base64>` (HMAC-SHA256, secrets `whsec_` + base64 of at least 24 bytes) and
-    /// `v1a,<base64>` (Ed25519, public keys `whpk_` + base64). A key list may mix both.
+    /// `v1,<base64>` (HMAC-SHA256, secrets `whsec_` + base64 of at least 24 bytes, its `=`
+    /// padding optional as in the Standard Webhooks SDKs) and `v1a,<base64>` (Ed25519,
+    /// public keys `whpk_` + base64). A key list may mix both; a bare 32-byte key, in
+    /// base64 or hex, is refused until its prefix says which it is (as a secret, a public
+    /// key would let anyone sign).
     #[must_use]
     pub fn standard() -> Self {
         let mut ed25519 = Format::new("v1a,", Encoding::Base64, Algorithm::Ed25519);
@@ -112,15 +115,26 @@ impl Scheme {
 
     /// Shopify: `X-Shopify-Hmac-Sha256: <base64>` over the body; the id is
     /// `X-Shopify-Webhook-Id` and the type `X-Shopify-Topic`, neither signed. Shopify signs
-    /// no timestamp.
+    /// no timestamp. The same headers without `X-` (`shopify-hmac-sha256`,
+    /// `shopify-webhook-id`, `shopify-topic`), which `@shopify/shopify-api` 15 sends and
+    /// reads, are accepted too; where both are present the `X-` one is read.
     #[must_use]
     pub fn shopify() -> Self {
-        Self::hmac(header("x-shopify-hmac-sha256"))
-            .with_name("shopify")
-            .with_encoding(Encoding::Base64)
-            .with_id_header(header("x-shopify-webhook-id"))
-            .allow_unsigned_id()
-            .with_type_header(header("x-shopify-topic"))
+        Self {
+            signature_headers: vec![
+                header("x-shopify-hmac-sha256"),
+                header("shopify-hmac-sha256"),
+            ],
+            id: IdSource::Header(vec![
+                header("x-shopify-webhook-id"),
+                header("shopify-webhook-id"),
+            ]),
+            type_header: vec![header("x-shopify-topic"), header("shopify-topic")],
+            ..Self::hmac(header("x-shopify-hmac-sha256"))
+                .with_name("shopify")
+                .with_encoding(Encoding::Base64)
+                .allow_unsigned_id()
+        }
     }
 
     /// Discord interactions: `X-Signature-Ed25519: <hex>`, an Ed25519 signature over
@@ -258,23 +272,54 @@ impl Scheme {
 }
 
 impl Scheme {
-    /// Twilio: `X-Twilio-Signature: <base64>`, HMAC-SHA1 with the auth token over the
-    /// public URL followed by the form fields sorted by name, each as name + value. A JSON
-    /// delivery signs its URL only, which carries `bodySHA256=<hex>` of the body; that is
-    /// checked too. The URL is signed with or without its default port (both are tried,
-    /// as Twilio's SDKs do). Twilio signs no id and no timestamp: deliveries are
-    /// deduplicated on a digest of the signed content. Needs
-    /// [`Verifier::with_public_url`](crate::Verifier::with_public_url).
+    /// Twilio: `X-Twilio-Signature: <base64>`, an HMAC over the public URL followed by the
+    /// form fields sorted by name, each as name + value. A JSON delivery signs its URL
+    /// only, which carries `bodySHA256=<hex>` of the body; that is checked too. The URL is
+    /// signed with or without its default port (both are tried, as Twilio's SDKs do).
+    /// Twilio signs no id and no timestamp: deliveries are deduplicated on a digest of the
+    /// signed content, its URL in canonical form (lower-case scheme and host, no default
+    /// port). Needs [`Verifier::with_public_url`](crate::Verifier::with_public_url).
+    ///
+    /// The hash is what the delivery declares in `X-Twilio-Webhooks-Signature-Settings`
+    /// (`key=…,algorithm=HMAC_SHA256` for a SharedKey with SHA-256, as Twilio's SDKs read
+    /// it): HMAC-SHA256 when it says so, HMAC-SHA1 (the auth token's signature) when the
+    /// header is absent or says `HMAC_SHA1`; an unknown algorithm is refused. Give the
+    /// auth token or the SharedKey secret (or both) as the secrets. Once every webhook
+    /// signs with SHA-256, use [`Scheme::twilio_sha256`], which refuses SHA-1.
+    ///
+    /// # Security
+    ///
+    /// Twilio's signed string is ambiguous by Twilio's design: fields are concatenated as
+    /// name + value with nothing between them, so `a=bc` and `ab=c` sign alike, and the
+    /// URL's query is not separated from the fields. A delivery whose fields are split
+    /// another way verifies under the same signature (and its digest is a new dedupe
+    /// key). Read fields by the names you expect and treat what you act on with that in
+    /// mind; the signature cannot tell more than Twilio put in it.
     #[must_use]
     pub fn twilio() -> Self {
         Self {
             template: Template::from_parts(vec![Part::Url, Part::SortedForm]),
             url_port_variants: true,
             body_sha256_param: Some("bodySHA256"),
-            ..Self::hmac(header("x-twilio-signature"))
-                .with_name("twilio")
-                .with_algorithm(Algorithm::HmacSha1)
-                .with_encoding(Encoding::Base64)
+            formats: vec![
+                Format::new("", Encoding::Base64, Algorithm::HmacSha1),
+                Format::new("", Encoding::Base64, Algorithm::HmacSha256),
+            ],
+            algorithm_header: Some(header("x-twilio-webhooks-signature-settings")),
+            ..Self::hmac(header("x-twilio-signature")).with_name("twilio")
+        }
+    }
+
+    /// Twilio with a SharedKey signing with HMAC-SHA256 only: as [`Scheme::twilio`], but a
+    /// delivery must declare `algorithm=HMAC_SHA256` in
+    /// `X-Twilio-Webhooks-Signature-Settings`; one that declares SHA-1 or nothing is
+    /// refused, so a captured or forged request cannot fall back to the auth token's
+    /// SHA-1 signature. The secret is the SharedKey's.
+    #[must_use]
+    pub fn twilio_sha256() -> Self {
+        Self {
+            formats: vec![Format::new("", Encoding::Base64, Algorithm::HmacSha256)],
+            ..Self::twilio()
         }
     }
 
@@ -472,7 +517,7 @@ impl Scheme {
 
 /// A preset by name — `standard` (or `svix`), `stripe`, `github`, `slack`, `shopify`,
 /// `discord`, `sendgrid`, `paddle`, `zoom`, `meta`, `intercom`, `twitch`, `twilio`,
-/// `square`, `hubspot`, `linear`, `mailgun`, `microsoft-graph` (or `graph`) — for
+/// `twilio-sha256`, `square`, `hubspot`, `linear`, `mailgun`, `microsoft-graph` (or `graph`) — for
 /// configuration read from the environment.
 ///
 /// ```
@@ -500,6 +545,7 @@ impl FromStr for Scheme {
             "intercom" => Ok(Self::intercom()),
             "twitch" => Ok(Self::twitch()),
             "twilio" => Ok(Self::twilio()),
+            "twilio-sha256" => Ok(Self::twilio_sha256()),
             "square" => Ok(Self::square()),
             "hubspot" => Ok(Self::hubspot()),
             "linear" => Ok(Self::linear()),
@@ -517,8 +563,8 @@ impl FromStr for Scheme {
                 ConfigErrorKind::InvalidValue,
                 format!(
                     "unknown scheme {name:?}: use standard, stripe, github, slack, shopify, \
-                     discord, sendgrid, paddle, zoom, meta, intercom, twitch, twilio, square, \
-                     hubspot, linear, mailgun or microsoft-graph"
+                     discord, sendgrid, paddle, zoom, meta, intercom, twitch, twilio, \
+                     twilio-sha256, square, hubspot, linear, mailgun or microsoft-graph"
                 ),
             )),
         }

@@ -169,6 +169,15 @@ impl Scheme {
         if let IdSource::Header(names) = &self.id {
             headers.insert(names[0].clone(), header_value(id.to_owned())?);
         }
+        if let Some(name) = &self.algorithm_header {
+            // Declared only where it is not the default (HMAC-SHA1), as Twilio does.
+            if self.formats[0].algorithm == crate::scheme::Algorithm::HmacSha256 {
+                headers.insert(
+                    name.clone(),
+                    HeaderValue::from_static("algorithm=HMAC_SHA256"),
+                );
+            }
+        }
         Ok(headers)
     }
 }

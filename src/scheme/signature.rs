@@ -166,11 +166,21 @@ pub(crate) fn parse<'a>(scheme: &Scheme, value: &'a str) -> Result<Parsed<'a>, V
 /// The format whose prefix the entry carries (the longest, so `v1a,` is not read as
 /// `v1,`), and the encoded signature after it.
 fn format_of<'a>(formats: &[Format], entry: &'a str) -> Option<(usize, &'a str)> {
-    formats
-        .iter()
-        .enumerate()
-        .filter_map(|(i, f)| entry.strip_prefix(f.prefix.as_ref()).map(|rest| (i, rest)))
-        .min_by_key(|(_, rest)| rest.len())
+    let matching = || {
+        formats
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| entry.strip_prefix(f.prefix.as_ref()).map(|rest| (i, rest)))
+    };
+    let best = matching().min_by_key(|(_, rest)| rest.len())?;
+    // Formats that share a prefix (Twilio's SHA-1 and SHA-256, both bare base64) are told
+    // apart by the signature's length.
+    Some(
+        matching()
+            .filter(|(_, rest)| rest.len() == best.1.len())
+            .find(|(i, rest)| plausible_len(&formats[*i], rest.len()))
+            .unwrap_or(best),
+    )
 }
 
 fn plausible_len(format: &Format, encoded: usize) -> bool {
