@@ -206,6 +206,10 @@ pub(crate) struct Audit<'a> {
 /// How long done event keys are kept: long enough that no redelivery of an event comes
 /// after its key is gone (a redelivery then runs the handler again).
 ///
+/// It is also longer than every preset's signed-time window (at most 48 hours, Square's),
+/// so a capture replayed after its key is gone is refused as stale. Keys of schemes that
+/// sign no time ([kept keys](Delivery::is_kept)) are not subject to it.
+///
 /// At least 4 days unless asked for less by name: the longest retry windows providers
 /// document end within it (Stripe retries for 3 days, Standard Webhooks senders for about
 /// 75 hours; GitHub does not retry on its own), with most of a day to spare for a retry
