@@ -513,8 +513,7 @@ impl Verifier {
             // Checked once the body is verified: it is in the body.
             None
             | Some(
-                TimestampSource::BodyFieldMillis(_)
-                | TimestampSource::BodyFieldRfc3339IfPresent(_),
+                TimestampSource::BodyFieldMillis(_) | TimestampSource::BodyFieldRfc3339IfPresent(_),
             ) => None,
             Some(TimestampSource::Header(names, format)) => Some((
                 one_str(headers, names)?.ok_or(VerifyError::new(

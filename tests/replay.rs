@@ -11,7 +11,9 @@ use common::stores::{self, Kind};
 use http::{HeaderMap, HeaderValue};
 use rsa::pkcs8::DecodePrivateKey as _;
 use rsa::signature::{SignatureEncoding as _, Signer as _};
-use tower_webhook::store::{Claim, Completed, DedupeStore, Delivery, MemoryStore, Retention, Token};
+use tower_webhook::store::{
+    Claim, Completed, DedupeStore, Delivery, MemoryStore, Retention, Token,
+};
 use tower_webhook::{Event, Scheme, Verifier, VerifyErrorKind};
 
 const TEST_KEY: &str = include_str!("fixtures/rsa/signer.key.pem");
@@ -126,7 +128,9 @@ fn paypal_a_second_body_under_a_captured_transmission_is_refused_and_genuine_ret
     // Under the captured headers the forgery verifies against a fresh verifier (this is
     // what the signature alone proves), with an id, so a dedupe key, of its own ...
     let fresh = paypal_verifier(NOW + 5);
-    let passes = fresh.verify(&captured, Bytes::from(forged.clone())).unwrap();
+    let passes = fresh
+        .verify(&captured, Bytes::from(forged.clone()))
+        .unwrap();
     assert_ne!(passes.dedupe_id(), first.dedupe_id());
     // ... but not after the genuine body came under that transmission — on any clone of
     // the verifier (the layer's, a fetched certificate's), and until twice the window.
@@ -136,7 +140,9 @@ fn paypal_a_second_body_under_a_captured_transmission_is_refused_and_genuine_ret
             .unwrap_err();
         assert_eq!(e.kind(), VerifyErrorKind::InvalidSignature, "{e}");
     }
-    let later = v.clone().with_clock(|| UNIX_EPOCH + Duration::from_secs(NOW + 299));
+    let later = v
+        .clone()
+        .with_clock(|| UNIX_EPOCH + Duration::from_secs(NOW + 299));
     assert_eq!(
         later
             .verify(&captured, Bytes::from(forged.clone()))
@@ -150,7 +156,9 @@ fn paypal_a_second_body_under_a_captured_transmission_is_refused_and_genuine_ret
     assert_eq!(again.dedupe_id(), first.dedupe_id());
     // PayPal's retry: a new transmission (id and time) of the same event — one event.
     let retry = paypal_signed("tx-2", &rfc3339(NOW + 60), genuine);
-    let v_later = v.clone().with_clock(|| UNIX_EPOCH + Duration::from_secs(NOW + 62));
+    let v_later = v
+        .clone()
+        .with_clock(|| UNIX_EPOCH + Duration::from_secs(NOW + 62));
     let retried = v_later.verify(&retry, Bytes::from_static(genuine)).unwrap();
     assert_eq!(retried.dedupe_id(), first.dedupe_id());
     assert_eq!(
@@ -237,7 +245,10 @@ async fn a_key_of_a_scheme_without_a_signed_time_outlives_the_retention_until_pr
         );
         // Pruned only by name: its source.
         assert_eq!(
-            store.prune_once(github.source(), Duration::from_millis(100)).await.unwrap(),
+            store
+                .prune_once(github.source(), Duration::from_millis(100))
+                .await
+                .unwrap(),
             1,
             "{kind:?}"
         );
@@ -253,7 +264,14 @@ const SQUARE_KEY: &str = "sq0wss-0123456789abcdefghijklmnopqrstuv";
 
 fn square_at(now: u64, body: &'static [u8]) -> Result<Event, VerifyErrorKind> {
     let h = Scheme::square()
-        .sign_request([SQUARE_KEY], &http::Method::POST, SQUARE_URL, "", UNIX_EPOCH, body)
+        .sign_request(
+            [SQUARE_KEY],
+            &http::Method::POST,
+            SQUARE_URL,
+            "",
+            UNIX_EPOCH,
+            body,
+        )
         .unwrap();
     Verifier::new(Scheme::square(), [SQUARE_KEY])
         .unwrap()

@@ -44,7 +44,10 @@ impl Transmissions {
         keep_secs: i64,
     ) -> Result<(), VerifyError> {
         let digest: [u8; 32] = sha2::Sha256::digest(body).into();
-        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let State { bodies, order } = &mut *state;
         while let Some((until, _)) = order.front() {
             if *until > now && order.len() <= MAX {
