@@ -20,6 +20,7 @@ use crate::secret::Secrets;
 use crate::timestamp::{self, Clock, Tolerance};
 
 mod custom;
+mod transmissions;
 
 pub(crate) use custom::certificate_url;
 
@@ -51,6 +52,8 @@ pub struct Verifier {
     /// The `source` label of its metrics (a tenant's verifier keeps its prototype's).
     metrics: crate::metrics::Source,
     public_url: Option<PublicUrl>,
+    /// PayPal's transmission ids seen lately, shared by clones (`Scheme::paypal`).
+    transmissions: Arc<transmissions::Transmissions>,
 }
 
 impl Verifier {
@@ -106,6 +109,7 @@ impl Verifier {
             tolerance,
             clock: timestamp::system_clock(),
             public_url: None,
+            transmissions: Arc::default(),
         }
     }
 
@@ -312,6 +316,14 @@ impl Verifier {
                 .check(secs, timestamp::unix_seconds((self.clock)()))?;
             timestamp = Some(secs);
         }
+        if let Some(TimestampSource::BodyFieldRfc3339IfPresent(field)) = scheme.timestamp {
+            if let Some(raw) = event::string_field(&body, field) {
+                let secs = timestamp::parse(&raw, TimestampFormat::Rfc3339)?;
+                self.tolerance
+                    .check(secs, timestamp::unix_seconds((self.clock)()))?;
+                timestamp = Some(secs);
+            }
+        }
         // No signed id: key on the signed content, its timestamp left out. Where that is
         // the body alone, the event hashes it when first asked (verification-only users
         // never pay for it); the URL and form are gone by then, so those schemes hash now.
@@ -353,6 +365,9 @@ impl Verifier {
             // An id header outside the signed content proves nothing: key on the body.
             unsigned_id,
             content_digest,
+            // An unsigned timestamp header bounds nothing: anyone can write a fresh one.
+            kept: timestamp.is_none()
+                || (scheme.unsigned_timestamp && !template.uses(&Part::Timestamp)),
             timestamp: timestamp.and_then(timestamp::to_system_time),
             body,
             secret_index,
@@ -382,8 +397,21 @@ impl Verifier {
             unsigned_id: false,
             content_digest: None,
             timestamp: None,
+            kept: false,
             body,
             secret_index: 0,
+        };
+        // Kept as its deliveries' keys are: where the scheme signs no time.
+        parts.kept = match (&scheme.custom, &scheme.timestamp) {
+            (Some(Custom::Graph), _) | (None, None) => true,
+            (Some(_), _) => false,
+            (None, Some(TimestampSource::Header(..))) => {
+                scheme.unsigned_timestamp && !scheme.template.uses(&Part::Timestamp)
+            }
+            (None, Some(TimestampSource::BodyFieldRfc3339IfPresent(field))) => {
+                event::string_field(&parts.body, field).is_none()
+            }
+            (None, Some(_)) => false,
         };
         let takes_id = match &scheme.custom {
             // The signed token in the body's `signature` object, as `verify_mailgun` reads it.
@@ -489,7 +517,10 @@ impl Verifier {
         }
         let raw_timestamp = match &scheme.timestamp {
             // Checked once the body is verified: it is in the body.
-            None | Some(TimestampSource::BodyFieldMillis(_)) => None,
+            None
+            | Some(
+                TimestampSource::BodyFieldMillis(_) | TimestampSource::BodyFieldRfc3339IfPresent(_),
+            ) => None,
             Some(TimestampSource::Header(names, format)) => Some((
                 one_str(headers, names)?.ok_or(VerifyError::new(
                     VerifyErrorKind::MissingHeader,

@@ -74,6 +74,9 @@ struct Inner {
     /// `sha256:` and the hex SHA-256 of the body, computed when first needed.
     digest: OnceLock<Box<str>>,
     timestamp: Option<SystemTime>,
+    /// No signed time bounds a replay of this delivery: its dedupe key is kept until
+    /// pruned by name ([`Delivery::is_kept`](crate::store::Delivery::is_kept)).
+    kept: bool,
     body: Bytes,
     secret_index: usize,
     envelope: OnceLock<Envelope>,
@@ -95,6 +98,9 @@ pub(crate) struct Parts {
     pub(crate) unsigned_id: bool,
     pub(crate) content_digest: Option<Box<str>>,
     pub(crate) timestamp: Option<SystemTime>,
+    /// The scheme signs no time for this delivery (or one it does not check): only its
+    /// dedupe key stops a replay.
+    pub(crate) kept: bool,
     pub(crate) body: Bytes,
     pub(crate) secret_index: usize,
 }
@@ -128,6 +134,7 @@ impl Event {
                 content_digest: p.content_digest,
                 digest: OnceLock::new(),
                 timestamp: p.timestamp,
+                kept: p.kept,
                 body: p.body,
                 secret_index: p.secret_index,
                 envelope: OnceLock::new(),
@@ -160,6 +167,8 @@ impl Event {
                 content_digest: None,
                 digest: OnceLock::new(),
                 timestamp: s.timestamp,
+                // JetStream carries the signed time; without one, keep the key.
+                kept: s.timestamp.is_none(),
                 body: s.body,
                 secret_index: 0,
                 envelope: OnceLock::from(envelope),
@@ -269,6 +278,13 @@ impl Event {
         self.inner.timestamp
     }
 
+    /// Whether no signed, checked time bounds a replay of this delivery, so only its
+    /// dedupe key refuses one: its key is kept until pruned by name.
+    #[allow(dead_code)] // read by the stores' `Delivery`
+    pub(crate) fn keeps_key(&self) -> bool {
+        self.inner.kept
+    }
+
     /// The body's `livemode`, where the provider sends it (Stripe: `false` for test mode).
     #[must_use]
     pub fn livemode(&self) -> Option<bool> {
@@ -340,6 +356,7 @@ mod tests {
             unsigned_id: false,
             content_digest: None,
             timestamp: None,
+            kept: true,
             body: Bytes::from_static(body),
             secret_index: 0,
         })

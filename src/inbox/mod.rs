@@ -364,7 +364,9 @@ impl Inbox {
     }
 
     /// Deletes processed rows processed more than `older_than` ago; returns how many.
-    /// Dead rows stay (they were acknowledged to the provider and never processed: only
+    /// Rows of events whose scheme signs no time stay too ([kept](crate::store::Delivery::is_kept):
+    /// only the row refuses a replay; [`DedupeStore::prune_once`](crate::store::DedupeStore::prune_once)
+    /// with the source deletes them). Dead rows stay (they were acknowledged to the provider and never processed: only
     /// [`prune_dead`](Self::prune_dead) deletes them). The [`Retention`] is at least 4
     /// days unless asked for less: a redelivery after its row is gone is stored and
     /// processed again.

@@ -140,6 +140,10 @@ pub(crate) enum TimestampSource {
     /// A top-level number of the signed JSON body, in milliseconds (Linear's
     /// `webhookTimestamp`): checked once the signature is.
     BodyFieldMillis(&'static str),
+    /// A top-level RFC 3339 string of the signed JSON body (Square's `created_at`),
+    /// checked once the signature is, when the body has it. A body without it has no
+    /// signed time: its dedupe key is kept until pruned by name.
+    BodyFieldRfc3339IfPresent(&'static str),
 }
 
 /// Where the event id comes from.

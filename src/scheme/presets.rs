@@ -325,7 +325,12 @@ impl Scheme {
 
     /// Square: `x-square-hmacsha256-signature: <base64>` over the notification URL
     /// followed by the body, with the subscription's signature key (its bytes, not
-    /// decoded). The id is the body's `event_id`. Needs
+    /// decoded). The id is the body's `event_id`. The signed body's `created_at` (RFC 3339)
+    /// is the timestamp, checked within 48 hours: Square retries a delivery for up to
+    /// 24 hours, and done keys are kept at least 4 days ([`Retention`](crate::store::Retention)),
+    /// so a replay after its key is pruned is refused as too old. A body without
+    /// `created_at` has no signed time: its key is kept until pruned by name
+    /// ([`DedupeStore::prune_once`](crate::store::DedupeStore::prune_once)). Needs
     /// [`Verifier::with_public_url`](crate::Verifier::with_public_url) with the URL exactly
     /// as entered in the Developer Console.
     ///
@@ -336,10 +341,13 @@ impl Scheme {
     pub fn square() -> Self {
         Self {
             template: adjacent("{url}{body}"),
+            timestamp: Some(TimestampSource::BodyFieldRfc3339IfPresent("created_at")),
             ..Self::hmac(header("x-square-hmacsha256-signature"))
                 .with_name("square")
                 .with_encoding(Encoding::Base64)
                 .with_id_field("event_id")
+                // Square retries for 24 hours: twice that, to spare a late retry.
+                .with_tolerance(Duration::from_secs(48 * 3600))
         }
     }
 

@@ -3,8 +3,9 @@
 //! stores, the inbox and the transactional layer call them.
 //!
 //! One row per `(source, event_id)`. `kind` says whose key it is: `'event'` (a delivery:
-//! `DedupeLayer`, the inbox, the transactional layer) or `'once'` (a business key of
-//! [`Once`](crate::once::Once), kept until pruned by name). A row belongs to the inbox
+//! `DedupeLayer`, the inbox, the transactional layer), `'kept'` (a claim of an event whose
+//! scheme signs no time, kept until pruned by name: only the key stops its replay) or
+//! `'once'` (a business key of [`Once`](crate::once::Once), kept until pruned by name). A row belongs to the inbox
 //! when `next_attempt_at` is set; otherwise it is a claim.
 //!
 //! ```text

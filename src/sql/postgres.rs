@@ -121,7 +121,7 @@ WHERE kind = 'event'
 
 const PRUNE_ONCE: &str = "
 DELETE FROM webhook_events
-WHERE kind = 'once' AND source = $1
+WHERE kind IN ('once', 'kept') AND source = $1
   AND processed_at IS NOT NULL AND processed_at < now() - make_interval(secs => $2)";
 
 /// The key's row, done, inside the caller's transaction — or a claim whose lease ran out
@@ -357,15 +357,15 @@ pub(crate) async fn advance(
 const ACCEPT: &str = "
 WITH inserted AS (
     INSERT INTO webhook_events
-        (source, event_id, event_type, object_id, livemode, body, attempts, next_attempt_at)
-    VALUES ($1, $2, $3, $4, $5, $6, 0, now())
+        (source, event_id, event_type, object_id, livemode, body, attempts, next_attempt_at, kind)
+    VALUES ($1, $2, $3, $4, $5, $6, 0, now(), $7)
     ON CONFLICT (source, event_id) DO NOTHING
     RETURNING 1
 ), adopted AS (
     UPDATE webhook_events SET next_attempt_at = now(), attempts = 0,
         locked_until = NULL, lock_token = NULL
     WHERE source = $1 AND event_id = $2 AND NOT EXISTS (SELECT 1 FROM inserted)
-      AND next_attempt_at IS NULL AND processed_at IS NULL AND kind = 'event'
+      AND next_attempt_at IS NULL AND processed_at IS NULL AND kind <> 'once'
     RETURNING 1
 ), queued AS (SELECT 1 FROM inserted UNION ALL SELECT 1 FROM adopted)
 SELECT EXISTS (SELECT 1 FROM queued) AS new,
@@ -446,12 +446,13 @@ SELECT count(*), pg_notify('webhook_events', '') FROM requeued";
 
 /// Processed inbox rows older than the cutoff, and (by name only) dead ones: two
 /// statements, each on its partial index (a `CASE` between them would use neither).
+/// Kept rows (no signed time: only the row refuses a replay) are pruned by name only.
 const PRUNE_PROCESSED: &str = "
 DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
 AND processed_at IS NOT NULL AND processed_at < now() - make_interval(secs => $1)";
 
 const PRUNE_DEAD: &str = "
-DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
+DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind <> 'once'
 AND dead_at IS NOT NULL AND dead_at < now() - make_interval(secs => $1)";
 
 /// The queue from its partial index (`webhook_events_due`), the dead rows from theirs,
@@ -820,12 +821,13 @@ RETURNING w.lock_token";
 /// transaction into one).
 const ACCEPT_MANY: &str = "
 WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::bytea[])
-        AS input(source, event_id, event_type, object_id, livemode, body)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::bytea[],
+                         $7::text[])
+        AS input(source, event_id, event_type, object_id, livemode, body, kind)
 ), inserted AS (
     INSERT INTO webhook_events
-        (source, event_id, event_type, object_id, livemode, body, attempts, next_attempt_at)
-    SELECT source, event_id, event_type, object_id, livemode, body, 0, now() FROM input
+        (source, event_id, event_type, object_id, livemode, body, attempts, next_attempt_at, kind)
+    SELECT source, event_id, event_type, object_id, livemode, body, 0, now(), kind FROM input
     ON CONFLICT (source, event_id) DO NOTHING
     RETURNING source, event_id
 ), adopted AS (
@@ -835,7 +837,7 @@ WITH input AS (
     WHERE w.source = input.source AND w.event_id = input.event_id
       AND NOT EXISTS (SELECT 1 FROM inserted
                       WHERE inserted.source = input.source AND inserted.event_id = input.event_id)
-      AND w.next_attempt_at IS NULL AND w.processed_at IS NULL AND w.kind = 'event'
+      AND w.next_attempt_at IS NULL AND w.processed_at IS NULL AND w.kind <> 'once'
     RETURNING w.source, w.event_id
 ), queued AS (SELECT * FROM inserted UNION ALL SELECT * FROM adopted)
 SELECT source, event_id, pg_notify('webhook_events', '')::text FROM queued";
@@ -1101,7 +1103,10 @@ async fn accept_many(pool: &PgPool, accepts: Vec<&Delivery>) -> Vec<Result<Accep
     let mut results = Vec::with_capacity(accepts.len());
     for d in accepts {
         let err = |e| store_error("inbox accept", e);
-        let row = bind_delivery(sqlx::query(ACCEPT), d).fetch_one(pool).await;
+        let row = bind_delivery(sqlx::query(ACCEPT), d)
+            .bind(d.kind())
+            .fetch_one(pool)
+            .await;
         results.push(row.map_err(err).and_then(|row| {
             let new: bool = row.try_get(0).map_err(err)?;
             Ok(if new {
@@ -1121,8 +1126,10 @@ async fn insert_accepts(
 ) -> Result<HashSet<(String, String)>, sqlx::Error> {
     let mut sorted = accepts.to_vec();
     sorted.sort_by_key(|d| (d.source(), d.id()));
+    let kinds: Vec<&str> = sorted.iter().map(|d| d.kind()).collect();
     let rows = Columns::of(sorted)
         .bind(sqlx::query(ACCEPT_MANY))
+        .bind(kinds)
         .fetch_all(pool)
         .await?;
     rows.iter()

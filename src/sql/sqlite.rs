@@ -192,7 +192,7 @@ WHERE kind = 'event'
 
 const PRUNE_ONCE: &str = "
 DELETE FROM webhook_events
-WHERE kind = 'once' AND source = ?1 AND processed_at IS NOT NULL AND processed_at < ?2";
+WHERE kind IN ('once', 'kept') AND source = ?1 AND processed_at IS NOT NULL AND processed_at < ?2";
 
 impl Sqlite {
     /// The table in `pool`'s database, on `clock`; the writer waits up to `busy_timeout`
@@ -368,12 +368,12 @@ pub(crate) async fn advance(
 /// in front of this accept then finds it done, `INBOX_HAS`).
 const ACCEPT: &str = "
 INSERT INTO webhook_events
-    (source, event_id, event_type, object_id, livemode, body, received_at, attempts, next_attempt_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?7)
+    (source, event_id, event_type, object_id, livemode, body, received_at, attempts, next_attempt_at, kind)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?7, ?8)
 ON CONFLICT (source, event_id) DO UPDATE SET next_attempt_at = ?7, attempts = 0,
     locked_until = NULL, lock_token = NULL
 WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS NULL
-  AND webhook_events.kind = 'event'";
+  AND webhook_events.kind <> 'once'";
 
 /// SQLite has one writer: this UPDATE is atomic, no two workers get the same row. A due
 /// row whose every attempt ended without an outcome (each crashed its worker) is marked
@@ -440,12 +440,13 @@ WHERE next_attempt_at IS NOT NULL
 
 /// Processed inbox rows older than the cutoff, and (by name only) dead ones: two
 /// statements, each on its partial index (a `CASE` between them would use neither).
+/// Kept rows (no signed time: only the row refuses a replay) are pruned by name only.
 const PRUNE_PROCESSED: &str = "
 DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
 AND processed_at IS NOT NULL AND processed_at < ?1";
 
 const PRUNE_DEAD: &str = "
-DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
+DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind <> 'once'
 AND dead_at IS NOT NULL AND dead_at < ?1";
 
 /// The queue from its partial index (`webhook_events_due`), the dead rows from theirs,
@@ -816,6 +817,7 @@ async fn write_one(
         Op::Accept(d) => {
             let done = bind_delivery(sqlx::query(ACCEPT), d)
                 .bind(now)
+                .bind(d.kind())
                 .execute(&mut *conn)
                 .await
                 .map_err(|e| store_error("inbox accept", e))?;

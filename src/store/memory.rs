@@ -11,8 +11,9 @@ use super::{
 /// Claims in memory: atomic within one process, gone at restart.
 ///
 /// Done event keys are remembered for the retention (default 7 days); done
-/// [`Once`](crate::once::Once) keys until [`prune_once`](DedupeStore::prune_once).
-/// Bounded: at `capacity` keys it first drops done event keys past their retention and
+/// [`Once`](crate::once::Once) keys and [kept keys](Delivery::is_kept) until
+/// [`prune_once`](DedupeStore::prune_once) (call it, or a receiver of a scheme that signs
+/// no time fills the map and answers 503). Bounded: at `capacity` keys it first drops done event keys past their retention and
 /// expired claims; if it is still full, claims fail (503) rather than forget a done key
 /// early, which would let a duplicate run twice. Cloning shares the map.
 #[derive(Clone, Debug)]
@@ -33,7 +34,7 @@ enum Entry {
         token: Token,
         until: Instant,
     },
-    /// `once`: a business key, kept until pruned by name.
+    /// `once`: a business key or a kept event key, kept until pruned by name.
     Done {
         token: Token,
         at: Instant,
@@ -138,13 +139,13 @@ impl MemoryStore {
         let key = (d.source.clone(), d.id.clone());
         match map.entries.get(&key) {
             None if done => {
-                let (at, once) = (Instant::now(), d.is_once_key());
+                let (at, once) = (Instant::now(), d.kept_until_pruned());
                 map.entries.insert(key, Entry::Done { token, at, once });
                 Completed::Done
             }
             Some(Entry::Claimed { token: held, .. }) if *held == token => {
                 if done {
-                    let (at, once) = (Instant::now(), d.is_once_key());
+                    let (at, once) = (Instant::now(), d.kept_until_pruned());
                     map.entries.insert(key, Entry::Done { token, at, once });
                 } else {
                     map.entries.remove(&key);

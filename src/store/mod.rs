@@ -14,10 +14,14 @@
 //! by an insert. Completing is idempotent under its token: a retried completion whose
 //! first acknowledgement was lost answers [`Completed::Done`], not [`Completed::Fenced`].
 //!
-//! Two kinds of keys share a store: event keys (`DedupeLayer`, pruned after the retention)
-//! and [`Once`](crate::once::Once)'s business keys ("order 7 fulfilled"), which never
+//! Three kinds of keys share a store: event keys (`DedupeLayer`, pruned after the
+//! retention), [`Once`](crate::once::Once)'s business keys ("order 7 fulfilled"), and
+//! **kept** event keys: those of events whose scheme signs no time (GitHub, Shopify,
+//! Twilio, Meta, Intercom, Microsoft Graph, …). Nothing but the key stops a replay of such
+//! a delivery, so it must outlive every capture of it. Business keys and kept keys never
 //! expire with event keys: they are kept until pruned by name
-//! ([`DedupeStore::prune_once`]).
+//! ([`DedupeStore::prune_once`], which takes the business keys' namespace or the kept
+//! keys' source).
 
 mod guard;
 mod hold;
@@ -61,6 +65,8 @@ pub struct Delivery {
     id: String,
     event: Option<Event>,
     once: bool,
+    /// An event key kept until pruned by name: its scheme signs no time.
+    kept: bool,
 }
 
 impl Delivery {
@@ -72,6 +78,7 @@ impl Delivery {
             id: id.into(),
             event: None,
             once: false,
+            kept: false,
         }
     }
 
@@ -85,7 +92,8 @@ impl Delivery {
 
     /// The delivery of a verified event, keyed on its
     /// [`dedupe_id`](Event::dedupe_id): the id when the signature covers it, else a digest
-    /// of the body.
+    /// of the body. An event of a scheme that signs no time gives a [kept](Self::is_kept)
+    /// key.
     #[must_use]
     pub fn from_event(event: &Event) -> Self {
         Self {
@@ -93,6 +101,8 @@ impl Delivery {
             id: event.dedupe_id().to_owned(),
             event: Some(event.clone()),
             once: false,
+            // No signed time: a replay passes every check but the key, however late.
+            kept: event.keeps_key(),
         }
     }
 
@@ -122,11 +132,27 @@ impl Delivery {
         self.once
     }
 
+    /// Whether this is the key of an event whose scheme signs no time (GitHub, Shopify,
+    /// Twilio, Meta, Intercom, Microsoft Graph, …): only the key stops a replay of it, at
+    /// any age. A store keeps such a key, once done, until
+    /// [`DedupeStore::prune_once`] names its source — never by the retention.
+    #[must_use]
+    pub fn is_kept(&self) -> bool {
+        self.kept
+    }
+
+    /// Whether a done key outlives the retention: a business key or a kept event key.
+    pub(crate) fn kept_until_pruned(&self) -> bool {
+        self.once || self.kept
+    }
+
     /// The `kind` column of the key's row in SQL stores.
     #[allow(dead_code)]
     pub(crate) fn kind(&self) -> &'static str {
         if self.once {
             "once"
+        } else if self.kept {
+            "kept"
         } else {
             "event"
         }
@@ -179,6 +205,10 @@ pub(crate) struct Audit<'a> {
 
 /// How long done event keys are kept: long enough that no redelivery of an event comes
 /// after its key is gone (a redelivery then runs the handler again).
+///
+/// It is also longer than every preset's signed-time window (at most 48 hours, Square's),
+/// so a capture replayed after its key is gone is refused as stale. Keys of schemes that
+/// sign no time ([kept keys](Delivery::is_kept)) are not subject to it.
 ///
 /// At least 4 days unless asked for less by name: the longest retry windows providers
 /// document end within it (Stripe retries for 3 days, Standard Webhooks senders for about
@@ -324,8 +354,8 @@ pub trait DedupeStore: Send + Sync + 'static {
     /// completing it answers [`Completed::Done`] (the work succeeded); only a claim
     /// another attempt holds now (or completed) answers [`Completed::Fenced`]. Done event
     /// keys are kept until pruned (SQL stores) or until the store's retention runs out
-    /// (memory, Redis); done [`once keys`](Delivery::is_once_key) until
-    /// [`prune_once`](Self::prune_once).
+    /// (memory, Redis); done [`once keys`](Delivery::is_once_key) and
+    /// [kept keys](Delivery::is_kept) until [`prune_once`](Self::prune_once).
     fn complete(&self, delivery: Delivery, token: Token) -> StoreFuture<Completed>;
 
     /// Gives the claim up, if `token` still holds it, so the next attempt runs.
@@ -334,12 +364,14 @@ pub trait DedupeStore: Send + Sync + 'static {
     /// Deletes done event keys completed more than `older_than` ago, and event keys that
     /// failed attempts gave back, first received that long ago; returns how many (stores
     /// that expire keys by themselves answer 0). Never touches
-    /// [`once keys`](Delivery::is_once_key).
+    /// [`once keys`](Delivery::is_once_key) nor [kept keys](Delivery::is_kept).
     fn prune(&self, older_than: Retention) -> StoreFuture<u64>;
 
-    /// Deletes the done [`once keys`](Delivery::is_once_key) of `namespace` completed more
-    /// than `older_than` ago; returns how many. Called only by name
-    /// ([`Once::prune`](crate::once::Once::prune)).
+    /// Deletes the done [`once keys`](Delivery::is_once_key) of `namespace`, and the done
+    /// [kept keys](Delivery::is_kept) of the source `namespace`, completed more than
+    /// `older_than` ago; returns how many. Called only by name
+    /// ([`Once::prune`](crate::once::Once::prune), or yourself with a source): pruning
+    /// a kept key lets a captured delivery of its event run the handler again.
     fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64>;
 
     /// The shortest lease this store keeps safely: a renewal is sent every third of a

@@ -17,8 +17,8 @@ use super::{
 /// it (the work succeeded). A renewal that comes after the lease ran out finds the key gone
 /// and answers [`Renewed::Fenced`] even when no attempt took it over (the SQL stores still
 /// renew a row under its token then): keep renewals well inside the lease. A done event key expires after the retention (default 7 days); a
-/// done [`Once`](crate::once::Once) key never expires ([`prune_once`](DedupeStore::prune_once)
-/// deletes it). Every operation but `prune_once` is one round trip.
+/// done [`Once`](crate::once::Once) key or [kept key](Delivery::is_kept) never expires
+/// ([`prune_once`](DedupeStore::prune_once) deletes it). Every operation but `prune_once` is one round trip.
 ///
 /// # Durability
 ///
@@ -359,8 +359,8 @@ impl DedupeStore for RedisStore {
         let (mut connection, scripts, key) =
             (self.connection.clone(), self.scripts.clone(), self.key(&d));
         let replicas = self.replicas;
-        // A once key never expires (0); an event key after the retention.
-        let retention = if d.is_once_key() {
+        // A once key or a kept key never expires (0); an event key after the retention.
+        let retention = if d.kept_until_pruned() {
             0
         } else {
             ms(self.retention)

@@ -114,6 +114,8 @@ impl Verifier {
             unsigned_id: false,
             content_digest: None,
             timestamp: timestamp.and_then(timestamp::to_system_time),
+            // Graph signs no time; the others' is checked.
+            kept: timestamp.is_none(),
             body,
             secret_index,
         }
@@ -357,6 +359,15 @@ impl Verifier {
             .iter()
             .position(|key| key.verifies_as(Algorithm::RsaSha256, &pieces, &signature))
             .ok_or(NO_MATCH)?;
+        // Keyed on the body's `id`: PayPal retries an event as new transmissions (new id
+        // and time), which must dedupe as one event. A CRC-32 is forced with four bytes,
+        // so a transmission id is accepted with one body only, remembered while its
+        // headers could still pass the time check (twice the window, past + future).
+        let window = self.tolerance.past.as_secs() + self.tolerance.future.as_secs();
+        let keep = i64::try_from(window.saturating_mul(2)).unwrap_or(i64::MAX);
+        let id = id.to_str().expect("checked by `one`");
+        let now = timestamp::unix_seconds((self.clock)());
+        self.transmissions.admit(id, &body, now, keep)?;
         Ok(Event::new(event::Parts {
             id_field: Some("id"),
             ..self.event(body, Some(ts), secret_index)
