@@ -21,11 +21,23 @@
 
 mod common;
 
+#[path = "model/clock.rs"]
+mod clock;
+#[path = "model/crash.rs"]
+mod crash;
 #[path = "model/dedupe_store.rs"]
 mod dedupe_store;
 #[path = "model/inbox.rs"]
 mod inbox;
+#[path = "model/jetstream.rs"]
+mod jetstream;
+#[path = "model/latest.rs"]
+mod latest;
 #[path = "model/layer.rs"]
 mod layer;
+#[path = "model/once.rs"]
+mod once;
+#[path = "model/once_in.rs"]
+mod once_in;
 #[path = "model/run.rs"]
 mod run;
