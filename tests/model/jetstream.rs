@@ -324,10 +324,13 @@ impl Sut {
                 accepted.iter().all(|k| s.effects.get(k).copied().unwrap_or(0) >= 1)
                     && s.running.values().all(|n| *n == 0)
             };
-            let counts = self.jetstream.counts().await.expect("NATS answers");
-            if all_ran && counts.queued == 0 && counts.processing == 0 {
-                assert_eq!(counts.dead, 0, "an event went dead: {counts:?}");
-                break;
+            // An error until the worker has created its consumer (as `counts` documents).
+            let counts = self.jetstream.counts().await;
+            if let (true, Ok(counts)) = (all_ran, &counts) {
+                if counts.queued == 0 && counts.processing == 0 {
+                    assert_eq!(counts.dead, 0, "an event went dead: {counts:?}");
+                    break;
+                }
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
@@ -341,10 +344,13 @@ impl Sut {
         let exempt = self.exempt();
         for key in &accepted {
             let n = self.seen.lock().unwrap().effects[key];
+            // An exempt event may be acknowledged with its "done" never landed: the worker
+            // retries "done" until the lease it read when the processor ended, then logs
+            // and acknowledges (a republish after the window would run it again).
             if !exempt.contains(key) {
                 assert_eq!(n, 1, "{key}: processed successfully {n} times");
+                assert!(self.done(key).await, "{key}: processed, but not done in the store");
             }
-            assert!(self.done(key).await, "{key}: processed, but not done in the store");
         }
         self.check_once("settled");
     }
