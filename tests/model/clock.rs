@@ -37,12 +37,26 @@ const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 #[derive(Clone, Debug)]
 pub enum Step {
-    Claim { key: usize, tok: usize },
-    Renew { key: usize, tok: usize },
-    Complete { key: usize, tok: usize },
-    Release { key: usize, tok: usize },
+    Claim {
+        key: usize,
+        tok: usize,
+    },
+    Renew {
+        key: usize,
+        tok: usize,
+    },
+    Complete {
+        key: usize,
+        tok: usize,
+    },
+    Release {
+        key: usize,
+        tok: usize,
+    },
     /// The clock moves by `ms` (negative: back).
-    Clock { ms: i64 },
+    Clock {
+        ms: i64,
+    },
 }
 
 pub struct Reference;
@@ -100,7 +114,11 @@ impl Sut {
             }
             Step::Claim { key, tok } => {
                 let token = self.tokens[key][tok];
-                let answer = self.store.claim(self.delivery(key), token, lease).await.unwrap();
+                let answer = self
+                    .store
+                    .claim(self.delivery(key), token, lease)
+                    .await
+                    .unwrap();
                 let state = self.keys[key];
                 match (state, answer) {
                     (Key::Free, Claim::New(t)) => assert_eq!(t, token),
@@ -120,7 +138,9 @@ impl Sut {
                              the store's clock ({state:?}): granted twice"
                         );
                     }
-                    (state, answer) => panic!("claim k{key} t{tok} at {now}: {answer:?}, but the key is {state:?}"),
+                    (state, answer) => {
+                        panic!("claim k{key} t{tok} at {now}: {answer:?}, but the key is {state:?}")
+                    }
                 }
                 if let Claim::New(_) = answer {
                     self.keys[key] = Key::Claimed {
@@ -131,7 +151,11 @@ impl Sut {
             }
             Step::Renew { key, tok } => {
                 let token = self.tokens[key][tok];
-                let answer = self.store.renew(self.delivery(key), token, lease).await.unwrap();
+                let answer = self
+                    .store
+                    .renew(self.delivery(key), token, lease)
+                    .await
+                    .unwrap();
                 let state = self.keys[key];
                 match (state, answer) {
                     (Key::Claimed { holder, .. }, Renewed::Held) if holder == tok => {
@@ -142,12 +166,18 @@ impl Sut {
                     }
                     (Key::Claimed { holder, .. }, Renewed::Fenced) if holder != tok => {}
                     (Key::Free | Key::Done { .. }, Renewed::Fenced) => {}
-                    (state, answer) => panic!("renew k{key} t{tok} at {now}: {answer:?}, but the key is {state:?}"),
+                    (state, answer) => {
+                        panic!("renew k{key} t{tok} at {now}: {answer:?}, but the key is {state:?}")
+                    }
                 }
             }
             Step::Complete { key, tok } => {
                 let token = self.tokens[key][tok];
-                let answer = self.store.complete(self.delivery(key), token).await.unwrap();
+                let answer = self
+                    .store
+                    .complete(self.delivery(key), token)
+                    .await
+                    .unwrap();
                 let state = self.keys[key];
                 match (state, answer) {
                     (Key::Claimed { holder, .. }, Completed::Done) if holder == tok => {
@@ -157,7 +187,9 @@ impl Sut {
                     (Key::Done { by }, Completed::Fenced) if by != tok => {}
                     (Key::Claimed { holder, .. }, Completed::Fenced) if holder != tok => {}
                     (Key::Free, Completed::Fenced) => {}
-                    (state, answer) => panic!("complete k{key} t{tok} at {now}: {answer:?}, but the key is {state:?}"),
+                    (state, answer) => panic!(
+                        "complete k{key} t{tok} at {now}: {answer:?}, but the key is {state:?}"
+                    ),
                 }
             }
             Step::Release { key, tok } => {
@@ -185,9 +217,9 @@ impl StateMachineTest for SqliteClockTest {
         let now = Arc::new(AtomicI64::new(1_700_000_000_000));
         let clock = now.clone();
         let store = block_on(async {
-            crate::common::stores::sqlite()
-                .await
-                .with_clock(move || UNIX_EPOCH + Duration::from_millis(clock.load(Ordering::SeqCst) as u64))
+            crate::common::stores::sqlite().await.with_clock(move || {
+                UNIX_EPOCH + Duration::from_millis(clock.load(Ordering::SeqCst) as u64)
+            })
         });
         Sut {
             store,
@@ -213,12 +245,19 @@ impl StateMachineTest for SqliteClockTest {
 fn sqlite_leases() {
     let started = std::time::Instant::now();
     let name = "clock::sqlite_leases";
-    let config = config(name, "tests/proptest-regressions/model-clock-sqlite.txt", 24);
+    let config = config(
+        name,
+        "tests/proptest-regressions/model-clock-sqlite.txt",
+        24,
+    );
     let mut runner = proptest::test_runner::TestRunner::new(config.clone());
-    let result = runner.run(&Reference::sequential_strategy(1..40), |(state, steps, seen)| {
-        SqliteClockTest::test_sequential(config.clone(), state, steps, seen);
-        Ok(())
-    });
+    let result = runner.run(
+        &Reference::sequential_strategy(1..40),
+        |(state, steps, seen)| {
+            SqliteClockTest::test_sequential(config.clone(), state, steps, seen);
+            Ok(())
+        },
+    );
     eprintln!(
         "MODEL | clock jumps | SQLite leases | cases={} | ops={} | {:.1?}",
         config.cases,
@@ -236,13 +275,22 @@ fn sqlite_leases() {
 fn verifier_clock() {
     let started = std::time::Instant::now();
     let name = "clock::verifier_clock";
-    let config = config(name, "tests/proptest-regressions/model-clock-verifier.txt", 64);
+    let config = config(
+        name,
+        "tests/proptest-regressions/model-clock-verifier.txt",
+        64,
+    );
     let tolerance = 300i64;
     let mut runner = proptest::test_runner::TestRunner::new(config.clone());
     let steps = prop::collection::vec(
         (
             prop_oneof![Just(0i64), -3_600..3_600i64, -400..400i64],
-            prop_oneof![-400..400i64, Just(-tolerance), Just(tolerance), Just(tolerance + 1)],
+            prop_oneof![
+                -400..400i64,
+                Just(-tolerance),
+                Just(tolerance),
+                Just(tolerance + 1)
+            ],
         ),
         1..20,
     );

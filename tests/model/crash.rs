@@ -271,7 +271,11 @@ impl Sut {
     /// Whether `key` is done in the store (a claim granted to look is released).
     async fn done(&self, key: &str) -> bool {
         let delivery = Delivery::new(self.source.clone(), key);
-        match self.store.claim(delivery.clone(), Token::new(), LEASE).await {
+        match self
+            .store
+            .claim(delivery.clone(), Token::new(), LEASE)
+            .await
+        {
             Ok(Claim::Done) => true,
             Ok(Claim::New(token)) => {
                 let _ = self.store.release(delivery, token).await;
@@ -304,7 +308,9 @@ impl Sut {
             } => {
                 let key = format!("k{key}");
                 self.seen.lock().unwrap().deliveries += copies;
-                let calls: Vec<_> = (0..copies).map(|_| self.send(&key, succeed, work)).collect();
+                let calls: Vec<_> = (0..copies)
+                    .map(|_| self.send(&key, succeed, work))
+                    .collect();
                 if wait {
                     for status in futures_util::future::join_all(calls).await {
                         self.record(&key, status.expect("the process lives"));
@@ -312,7 +318,11 @@ impl Sut {
                 }
             }
             Step::Crash => {
-                self.process.take().expect("a process").runtime.shutdown_background();
+                self.process
+                    .take()
+                    .expect("a process")
+                    .runtime
+                    .shutdown_background();
                 // The dropped tasks end on the runtime's threads; a statement already sent
                 // may still land.
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -335,7 +345,10 @@ impl Sut {
     async fn settle(&self) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while self.seen.lock().unwrap().running.values().any(|n| *n > 0) {
-            assert!(tokio::time::Instant::now() < deadline, "handlers still running after 10 s");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "handlers still running after 10 s"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         tokio::time::sleep(LEASE + Duration::from_millis(100)).await;
@@ -353,7 +366,14 @@ impl Sut {
                     "{key}: no 2xx"
                 );
             }
-            let n = self.seen.lock().unwrap().effects.get(&key).copied().unwrap_or(0);
+            let n = self
+                .seen
+                .lock()
+                .unwrap()
+                .effects
+                .get(&key)
+                .copied()
+                .unwrap_or(0);
             assert!(n >= 1, "{key}: answered 2xx, never ran successfully");
             if !self.crashed_between.contains(&key) {
                 assert_eq!(n, 1, "{key}: succeeded {n} times");
@@ -459,5 +479,10 @@ macro_rules! on {
 
 on!(OnMemory, Kind::Memory, memory, "model-crash-memory.txt");
 on!(OnSqlite, Kind::Sqlite, sqlite, "model-crash-sqlite.txt");
-on!(OnPostgres, Kind::Postgres, postgres, "model-crash-postgres.txt");
+on!(
+    OnPostgres,
+    Kind::Postgres,
+    postgres,
+    "model-crash-postgres.txt"
+);
 on!(OnRedis, Kind::Redis, redis, "model-crash-redis.txt");

@@ -161,14 +161,23 @@ pub struct Sut {
 fn event(id: &str) -> Event {
     let body = format!(r#"{{"type":"order.paid","data":{{"object":{{"id":"pi_{id}"}}}}}}"#);
     let headers = Scheme::standard()
-        .sign([SECRET], id, crate::common::at(crate::common::NOW), body.as_bytes())
+        .sign(
+            [SECRET],
+            id,
+            crate::common::at(crate::common::NOW),
+            body.as_bytes(),
+        )
         .unwrap();
     crate::common::verifier(Scheme::standard(), &[SECRET])
         .verify(&headers, body.into())
         .unwrap()
 }
 
-fn worker(jetstream: &JetStream, store: &FaultStore<dyn DedupeStore>, seen: &Arc<Mutex<Seen>>) -> WorkerHandle {
+fn worker(
+    jetstream: &JetStream,
+    store: &FaultStore<dyn DedupeStore>,
+    seen: &Arc<Mutex<Seen>>,
+) -> WorkerHandle {
     let seen = seen.clone();
     let processor = move |e: Event, _: Attempt| {
         let seen = seen.clone();
@@ -176,7 +185,11 @@ fn worker(jetstream: &JetStream, store: &FaultStore<dyn DedupeStore>, seen: &Arc
             let key = e.id().unwrap().to_owned();
             let (behave, work, guard) = {
                 let mut s = seen.lock().unwrap();
-                let run = *s.runs.entry(key.clone()).and_modify(|n| *n += 1).or_insert(1);
+                let run = *s
+                    .runs
+                    .entry(key.clone())
+                    .and_modify(|n| *n += 1)
+                    .or_insert(1);
                 let (script, work) = s.scripts[&key].clone();
                 let behave = script.get(run - 1).copied().unwrap_or(Behave::Succeed);
                 let n = s.running.entry(key.clone()).or_default();
@@ -217,7 +230,11 @@ impl Sut {
     /// the settle checks it is the one, by finding every processed key done).
     fn claim_key(&self, key: &str) -> Delivery {
         Delivery::new(
-            format!("jetstream/{}/tower-webhook/{}", self.jetstream.stream(), event(key).source()),
+            format!(
+                "jetstream/{}/tower-webhook/{}",
+                self.jetstream.stream(),
+                event(key).source()
+            ),
             key,
         )
     }
@@ -226,7 +243,12 @@ impl Sut {
     async fn done(&self, key: &str) -> bool {
         let delivery = self.claim_key(key);
         let token = Token::new();
-        match self.store.inner().claim(delivery.clone(), token, LEASE).await {
+        match self
+            .store
+            .inner()
+            .claim(delivery.clone(), token, LEASE)
+            .await
+        {
             Ok(Claim::Done) => true,
             Ok(Claim::New(token)) => {
                 let _ = self.store.inner().release(delivery, token).await;
@@ -275,7 +297,9 @@ impl Sut {
                 {
                     let mut s = self.seen.lock().unwrap();
                     s.accepts += 1;
-                    s.scripts.entry(key.clone()).or_insert((script.clone(), *work));
+                    s.scripts
+                        .entry(key.clone())
+                        .or_insert((script.clone(), *work));
                 }
                 self.jetstream
                     .accept(&event(&key))
@@ -321,7 +345,9 @@ impl Sut {
         loop {
             let all_ran = {
                 let s = self.seen.lock().unwrap();
-                accepted.iter().all(|k| s.effects.get(k).copied().unwrap_or(0) >= 1)
+                accepted
+                    .iter()
+                    .all(|k| s.effects.get(k).copied().unwrap_or(0) >= 1)
                     && s.running.values().all(|n| *n == 0)
             };
             // An error until the worker has created its consumer (as `counts` documents).
@@ -349,7 +375,10 @@ impl Sut {
             // and acknowledges (a republish after the window would run it again).
             if !exempt.contains(key) {
                 assert_eq!(n, 1, "{key}: processed successfully {n} times");
-                assert!(self.done(key).await, "{key}: processed, but not done in the store");
+                assert!(
+                    self.done(key).await,
+                    "{key}: processed, but not done in the store"
+                );
             }
         }
         self.check_once("settled");
@@ -408,7 +437,11 @@ impl<K: On> StateMachineTest for JetStreamTest<K> {
     fn teardown(mut sut: Sut, _: ()) {
         block_on(async {
             sut.settle().await;
-            sut.jetstream.clone().delete().await.expect("the streams deleted");
+            sut.jetstream
+                .clone()
+                .delete()
+                .await
+                .expect("the streams deleted");
         });
         let i = Kind::ALL.iter().position(|k| *k == sut.kind).unwrap();
         let s = sut.seen.lock().unwrap();
@@ -433,10 +466,13 @@ macro_rules! on {
             let name = concat!("jetstream::", stringify!($test));
             let config = config(name, concat!("tests/proptest-regressions/", $file), 4);
             let mut runner = proptest::test_runner::TestRunner::new(config.clone());
-            let result = runner.run(&Reference::sequential_strategy(1..12), |(state, steps, seen)| {
-                JetStreamTest::<$marker>::test_sequential(config.clone(), state, steps, seen);
-                Ok(())
-            });
+            let result = runner.run(
+                &Reference::sequential_strategy(1..12),
+                |(state, steps, seen)| {
+                    JetStreamTest::<$marker>::test_sequential(config.clone(), state, steps, seen);
+                    Ok(())
+                },
+            );
             let i = Kind::ALL.iter().position(|k| *k == $kind).unwrap();
             eprintln!(
                 "MODEL | jetstream worker | {:?} | cases={} | accepts={} | crashes={} | {:.1?}",
@@ -455,5 +491,10 @@ macro_rules! on {
 
 on!(OnMemory, Kind::Memory, memory, "model-jetstream-memory.txt");
 on!(OnSqlite, Kind::Sqlite, sqlite, "model-jetstream-sqlite.txt");
-on!(OnPostgres, Kind::Postgres, postgres, "model-jetstream-postgres.txt");
+on!(
+    OnPostgres,
+    Kind::Postgres,
+    postgres,
+    "model-jetstream-postgres.txt"
+);
 on!(OnRedis, Kind::Redis, redis, "model-jetstream-redis.txt");

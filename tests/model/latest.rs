@@ -242,8 +242,7 @@ impl On for OnSqlite {
         Db::Sqlite(
             SQLITE
                 .get_or_init(|| {
-                    block_on(SqliteStore::open(crate::common::stores::temp_sqlite_path()))
-                        .unwrap()
+                    block_on(SqliteStore::open(crate::common::stores::temp_sqlite_path())).unwrap()
                 })
                 .clone(),
         )
@@ -270,10 +269,13 @@ macro_rules! on {
             let name = concat!("latest::", stringify!($test));
             let config = config(name, concat!("tests/proptest-regressions/", $file), 32);
             let mut runner = proptest::test_runner::TestRunner::new(config.clone());
-            let result = runner.run(&Reference::sequential_strategy(1..30), |(state, steps, seen)| {
-                LatestTest::<$marker>::test_sequential(config.clone(), state, steps, seen);
-                Ok(())
-            });
+            let result = runner.run(
+                &Reference::sequential_strategy(1..30),
+                |(state, steps, seen)| {
+                    LatestTest::<$marker>::test_sequential(config.clone(), state, steps, seen);
+                    Ok(())
+                },
+            );
             eprintln!(
                 "MODEL | ordering guard | {} | cases={} | advances={} | {:.1?}",
                 $what,
@@ -289,4 +291,9 @@ macro_rules! on {
 }
 
 on!(OnSqlite, "SQLite", sqlite, "model-latest-sqlite.txt");
-on!(OnPostgres, "PostgreSQL", postgres, "model-latest-postgres.txt");
+on!(
+    OnPostgres,
+    "PostgreSQL",
+    postgres,
+    "model-latest-postgres.txt"
+);

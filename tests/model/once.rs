@@ -212,7 +212,9 @@ async fn run(
         }
     };
     match hang_up {
-        Some(ms) => tokio::time::timeout(Duration::from_millis(ms), call).await.ok(),
+        Some(ms) => tokio::time::timeout(Duration::from_millis(ms), call)
+            .await
+            .ok(),
         None => Some(call.await),
     }
 }
@@ -233,18 +235,34 @@ impl Sut {
     }
 
     fn met(&self, op: Op, key: &str) -> bool {
-        self.store.met().iter().any(|m| m.op == op && m.id.ends_with(key))
+        self.store
+            .met()
+            .iter()
+            .any(|m| m.op == op && m.id.ends_with(key))
     }
 
     fn record(&self, key: &str, behave: Behave, answer: Option<Answer>) {
         let Some(answer) = answer else { return };
-        let effects = self.seen.lock().unwrap().effects.get(key).copied().unwrap_or(0);
+        let effects = self
+            .seen
+            .lock()
+            .unwrap()
+            .effects
+            .get(key)
+            .copied()
+            .unwrap_or(0);
         match answer {
             Answer::Now => {
-                assert!(behave == Behave::Succeed && effects >= 1, "{key}: Now, {behave:?}")
+                assert!(
+                    behave == Behave::Succeed && effects >= 1,
+                    "{key}: Now, {behave:?}"
+                )
             }
             Answer::Already => {
-                assert!(effects >= 1, "{key}: Already, but its action never succeeded")
+                assert!(
+                    effects >= 1,
+                    "{key}: Already, but its action never succeeded"
+                )
             }
             Answer::InProgress => {}
             Answer::Lost => assert!(
@@ -287,7 +305,14 @@ impl Sut {
                 let key = format!("order-{key}");
                 self.seen.lock().unwrap().runs += callers;
                 let calls = (0..callers).map(|_| {
-                    run(self.once.clone(), self.seen.clone(), key.clone(), behave, work, hang_up)
+                    run(
+                        self.once.clone(),
+                        self.seen.clone(),
+                        key.clone(),
+                        behave,
+                        work,
+                        hang_up,
+                    )
                 });
                 for answer in futures_util::future::join_all(calls).await {
                     self.record(&key, behave, answer);
@@ -313,7 +338,10 @@ impl Sut {
         self.store.heal_all();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while self.seen.lock().unwrap().running.values().any(|n| *n > 0) {
-            assert!(tokio::time::Instant::now() < deadline, "actions still running after 10 s");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "actions still running after 10 s"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         // "Done" or the release lands right after the action; a release that failed leaves
@@ -347,10 +375,20 @@ impl Sut {
                 if !again {
                     break;
                 }
-                assert!(tokio::time::Instant::now() < deadline + Duration::from_secs(5), "{key}: in progress for good");
+                assert!(
+                    tokio::time::Instant::now() < deadline + Duration::from_secs(5),
+                    "{key}: in progress for good"
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            let n = self.seen.lock().unwrap().effects.get(&key).copied().unwrap_or(0);
+            let n = self
+                .seen
+                .lock()
+                .unwrap()
+                .effects
+                .get(&key)
+                .copied()
+                .unwrap_or(0);
             assert!(n >= 1, "{key}: its effect never happened");
             if !exempt.contains(&key) {
                 assert_eq!(n, 1, "{key}: its effect happened {n} times");
@@ -419,10 +457,13 @@ macro_rules! on {
             let name = concat!("once::", stringify!($test));
             let config = config(name, concat!("tests/proptest-regressions/", $file), 8);
             let mut runner = proptest::test_runner::TestRunner::new(config.clone());
-            let result = runner.run(&Reference::sequential_strategy(1..15), |(state, steps, seen)| {
-                OnceTest::<$marker>::test_sequential(config.clone(), state, steps, seen);
-                Ok(())
-            });
+            let result = runner.run(
+                &Reference::sequential_strategy(1..15),
+                |(state, steps, seen)| {
+                    OnceTest::<$marker>::test_sequential(config.clone(), state, steps, seen);
+                    Ok(())
+                },
+            );
             let i = Kind::ALL.iter().position(|k| *k == $kind).unwrap();
             eprintln!(
                 "MODEL | once | {:?} | cases={} | runs={} | {:.1?}",
@@ -440,5 +481,10 @@ macro_rules! on {
 
 on!(OnMemory, Kind::Memory, memory, "model-once-memory.txt");
 on!(OnSqlite, Kind::Sqlite, sqlite, "model-once-sqlite.txt");
-on!(OnPostgres, Kind::Postgres, postgres, "model-once-postgres.txt");
+on!(
+    OnPostgres,
+    Kind::Postgres,
+    postgres,
+    "model-once-postgres.txt"
+);
 on!(OnRedis, Kind::Redis, redis, "model-once-redis.txt");

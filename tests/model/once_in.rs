@@ -139,10 +139,7 @@ fn shared() -> &'static Shared {
                             Ok(_) => "other",
                             Err(_) => "error",
                         };
-                        answers
-                            .lock()
-                            .unwrap()
-                            .push((ns, key, answer.to_owned()));
+                        answers.lock().unwrap().push((ns, key, answer.to_owned()));
                         match (ran.is_ok(), commit) {
                             (true, true) => StatusCode::NO_CONTENT,
                             _ => StatusCode::INTERNAL_SERVER_ERROR,
@@ -196,7 +193,8 @@ impl Sut {
         hang_up: Option<u64>,
     ) -> Option<StatusCode> {
         let body = format!(r#"{{"type":"order.paid","data":{{"id":"{event}"}}}}"#);
-        let mut headers = crate::common::signed_headers(&Scheme::standard(), SECRET, event, body.as_bytes());
+        let mut headers =
+            crate::common::signed_headers(&Scheme::standard(), SECRET, event, body.as_bytes());
         for (name, value) in [
             ("x-ns", self.ns.clone()),
             ("x-key", key.to_owned()),
@@ -209,7 +207,9 @@ impl Sut {
         let req = crate::common::request(headers, Bytes::from(body));
         let call = shared().app.clone().oneshot(req);
         let response = match hang_up {
-            Some(ms) => tokio::time::timeout(Duration::from_millis(ms), call).await.ok()?,
+            Some(ms) => tokio::time::timeout(Duration::from_millis(ms), call)
+                .await
+                .ok()?,
             None => call.await,
         };
         Some(response.expect("infallible").status())
@@ -228,7 +228,10 @@ impl Sut {
                 .iter()
                 .any(|(ns, kk, a)| *ns == self.ns && *kk == key && a == "already");
             if already {
-                assert_eq!(n, 1, "{when}: {key} answered Already, but no effect is committed");
+                assert_eq!(
+                    n, 1,
+                    "{when}: {key} answered Already, but no effect is committed"
+                );
             }
         }
     }
@@ -253,7 +256,11 @@ impl Sut {
                 "{id}: status {status}"
             );
             if status.is_success() {
-                assert_eq!(self.effects(&key).await, 1, "{id}: 2xx, but {key} has no effect committed");
+                assert_eq!(
+                    self.effects(&key).await,
+                    1,
+                    "{id}: 2xx, but {key} has no effect committed"
+                );
             }
         }
     }
@@ -267,11 +274,17 @@ impl Sut {
             loop {
                 self.fresh += 1;
                 let id = format!("{}-settle{}", self.ns, self.fresh);
-                let status = self.deliver(&id, &key, true, true, 0, None).await.expect("no hang-up");
+                let status = self
+                    .deliver(&id, &key, true, true, 0, None)
+                    .await
+                    .expect("no hang-up");
                 if status.is_success() {
                     break;
                 }
-                assert!(tokio::time::Instant::now() < deadline, "{key}: no 2xx ({status})");
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{key}: no 2xx ({status})"
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             assert_eq!(self.effects(&key).await, 1, "{key}: settled");
@@ -317,12 +330,19 @@ impl StateMachineTest for OnceInTest {
 fn postgres_in_transaction() {
     let started = std::time::Instant::now();
     let name = "once_in::postgres_in_transaction";
-    let config = config(name, "tests/proptest-regressions/model-once-in-postgres.txt", 8);
+    let config = config(
+        name,
+        "tests/proptest-regressions/model-once-in-postgres.txt",
+        8,
+    );
     let mut runner = proptest::test_runner::TestRunner::new(config.clone());
-    let result = runner.run(&Reference::sequential_strategy(1..12), |(state, steps, seen)| {
-        OnceInTest::test_sequential(config.clone(), state, steps, seen);
-        Ok(())
-    });
+    let result = runner.run(
+        &Reference::sequential_strategy(1..12),
+        |(state, steps, seen)| {
+            OnceInTest::test_sequential(config.clone(), state, steps, seen);
+            Ok(())
+        },
+    );
     eprintln!(
         "MODEL | once in a transaction | PostgreSQL | cases={} | deliveries={} | {:.1?}",
         config.cases,
