@@ -464,7 +464,7 @@ macro_rules! on {
         fn $test() {
             let started = std::time::Instant::now();
             let name = concat!("jetstream::", stringify!($test));
-            let config = config(name, concat!("tests/proptest-regressions/", $file), 4);
+            let config = config(name, concat!("tests/proptest-regressions/", $file), 6);
             let mut runner = proptest::test_runner::TestRunner::new(config.clone());
             let result = runner.run(
                 &Reference::sequential_strategy(1..12),
