@@ -7,7 +7,22 @@
 //!   attempts, backoff, dead rows, requeue, a late outcome fenced out — on SQLite and
 //!   PostgreSQL;
 //! - [`layer`] (model C): `DedupeLayer` end to end behind a fault wrapper over every
-//!   store, checked against README's Guarantees table, and a storm per store.
+//!   store, checked against README's Guarantees table, and a storm per store;
+//! - [`crash`] (model C′): `DedupeLayer` across process crashes (a runtime of its own
+//!   shut down mid-handler, a new one on the same store), on every store;
+//! - [`jetstream`] (model D): `JetStreamWorker` on the real NATS server, its
+//!   consumer-side claim on every store behind the fault wrapper: duplicates inside and
+//!   past the stream's duplicate window, processors that fail, panic or outlive the
+//!   lease, store faults, workers aborted mid-event and replaced;
+//! - [`once`] (model E): `Once::run` on every store behind the fault wrapper: concurrent
+//!   callers, actions that fail, panic or outlive the lease, callers dropped mid-run;
+//!   [`once_in`] (model E′): `Once::run_in` in the event's PostgreSQL transaction;
+//! - [`latest`] (model F): the ordering guard `latest::advance` on SQLite and PostgreSQL,
+//!   sequential and concurrent, commits and rollbacks, against the newest time per
+//!   (namespace, object);
+//! - [`clock`] (model G): clock jumps where the crate's clock can be replaced — SQLite's
+//!   leases and the verifier's timestamp tolerance (PostgreSQL and Redis lease on the
+//!   server's clock, which a test cannot step).
 //!
 //! `proptest-state-machine` drives them: a reference state machine beside the system
 //! under test, random operation sequences, and shrinking to a minimal failing sequence
@@ -21,11 +36,23 @@
 
 mod common;
 
+#[path = "model/clock.rs"]
+mod clock;
+#[path = "model/crash.rs"]
+mod crash;
 #[path = "model/dedupe_store.rs"]
 mod dedupe_store;
 #[path = "model/inbox.rs"]
 mod inbox;
+#[path = "model/jetstream.rs"]
+mod jetstream;
+#[path = "model/latest.rs"]
+mod latest;
 #[path = "model/layer.rs"]
 mod layer;
+#[path = "model/once.rs"]
+mod once;
+#[path = "model/once_in.rs"]
+mod once_in;
 #[path = "model/run.rs"]
 mod run;
