@@ -28,7 +28,7 @@ use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 use tower_webhook::store::{Claim, Completed, DedupeStore, Delivery, Renewed, SqliteStore, Token};
 use tower_webhook::Scheme;
 
-use crate::run::{block_on, config};
+use crate::run::{block_on, check, config};
 
 const KEYS: usize = 2;
 const TOKENS: usize = 3;
@@ -243,30 +243,13 @@ impl StateMachineTest for SqliteClockTest {
 
 #[test]
 fn sqlite_leases() {
-    let started = std::time::Instant::now();
-    let name = "clock::sqlite_leases";
-    let config = config(
-        name,
+    check::<SqliteClockTest>(
+        "clock::sqlite_leases",
         "tests/proptest-regressions/model-clock-sqlite.txt",
-        24,
+        (24, 1..40),
+        "clock jumps | SQLite leases",
+        || format!("ops={}", OPS.load(Ordering::Relaxed)),
     );
-    let mut runner = proptest::test_runner::TestRunner::new(config.clone());
-    let result = runner.run(
-        &Reference::sequential_strategy(1..40),
-        |(state, steps, seen)| {
-            SqliteClockTest::test_sequential(config.clone(), state, steps, seen);
-            Ok(())
-        },
-    );
-    eprintln!(
-        "MODEL | clock jumps | SQLite leases | cases={} | ops={} | {:.1?}",
-        config.cases,
-        OPS.load(Ordering::Relaxed),
-        started.elapsed()
-    );
-    if let Err(e) = result {
-        panic!("{name}: {e}");
-    }
 }
 
 /// The verifier on a clock that jumps: each delivery signed `signed` s from the tests'

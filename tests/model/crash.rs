@@ -35,7 +35,7 @@ use tower_webhook::store::{
 use tower_webhook::DedupeLayer;
 
 use crate::common::stores::Kind;
-use crate::run::{block_on, config};
+use crate::run::{block_on, check};
 
 const KEYS: usize = 3;
 const LEASE: Duration = Duration::from_millis(300);
@@ -453,26 +453,20 @@ macro_rules! on {
 
         #[test]
         fn $test() {
-            let started = std::time::Instant::now();
-            let name = concat!("crash::", stringify!($test));
-            let config = config(name, concat!("tests/proptest-regressions/", $file), 6);
-            let mut runner = proptest::test_runner::TestRunner::new(config.clone());
-            let result = runner.run(&Reference::sequential_strategy(1..12), |(state, steps, seen)| {
-                CrashTest::<$marker>::test_sequential(config.clone(), state, steps, seen);
-                Ok(())
-            });
             let i = Kind::ALL.iter().position(|k| *k == $kind).unwrap();
-            eprintln!(
-                "MODEL | dedupe layer crashes | {:?} | cases={} | deliveries={} | crashes={} | {:.1?}",
-                $kind,
-                config.cases,
-                TOTALS[i].load(std::sync::atomic::Ordering::Relaxed),
-                CRASHES[i].load(std::sync::atomic::Ordering::Relaxed),
-                started.elapsed()
+            check::<CrashTest<$marker>>(
+                concat!("crash::", stringify!($test)),
+                concat!("tests/proptest-regressions/", $file),
+                (6, 1..12),
+                &format!("dedupe layer crashes | {:?}", $kind),
+                || {
+                    format!(
+                        "deliveries={} | crashes={}",
+                        TOTALS[i].load(std::sync::atomic::Ordering::Relaxed),
+                        CRASHES[i].load(std::sync::atomic::Ordering::Relaxed)
+                    )
+                },
             );
-            if let Err(e) = result {
-                panic!("{name}: {e}");
-            }
         }
     };
 }

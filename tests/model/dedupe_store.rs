@@ -29,7 +29,7 @@ use tower_webhook::once::{Once, OnceErrorKind, Ran};
 use tower_webhook::store::{Claim, Completed, DedupeStore, Delivery, Renewed, Retention, Token};
 
 use crate::common::stores::Kind;
-use crate::run::{block_on, config, shared_store};
+use crate::run::{block_on, check, shared_store};
 
 const KEYS: usize = 3;
 const TOKENS: usize = 4;
@@ -547,28 +547,14 @@ macro_rules! on {
 
         #[test]
         fn $test() {
-            let started = std::time::Instant::now();
-            let name = concat!("dedupe_store::", stringify!($test));
-            let config = config(name, concat!("tests/proptest-regressions/", $file), 48);
-            let mut runner = proptest::test_runner::TestRunner::new(config.clone());
-            let result = runner.run(
-                &Reference::sequential_strategy(1..40),
-                |(state, steps, seen)| {
-                    ContractTest::<$marker>::test_sequential(config.clone(), state, steps, seen);
-                    Ok(())
-                },
-            );
             let i = Kind::ALL.iter().position(|k| *k == $kind).unwrap();
-            eprintln!(
-                "MODEL | dedupe store | {:?} | cases={} | ops={} | {:.1?}",
-                $kind,
-                config.cases,
-                OPS[i].load(std::sync::atomic::Ordering::Relaxed),
-                started.elapsed()
+            check::<ContractTest<$marker>>(
+                concat!("dedupe_store::", stringify!($test)),
+                concat!("tests/proptest-regressions/", $file),
+                (48, 1..40),
+                &format!("dedupe store | {:?}", $kind),
+                || format!("ops={}", OPS[i].load(std::sync::atomic::Ordering::Relaxed)),
             );
-            if let Err(e) = result {
-                panic!("{name}: {e}");
-            }
         }
     };
 }

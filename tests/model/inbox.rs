@@ -28,7 +28,7 @@ use tower_webhook::store::{PgStore, SqliteStore};
 use tower_webhook::{Event, Scheme};
 
 use crate::common::{self, at, stores, verifier, NOW};
-use crate::run::{block_on, config};
+use crate::run::{block_on, check};
 
 const KEYS: usize = 3;
 const MAX_ATTEMPTS: u32 = 3;
@@ -574,33 +574,23 @@ macro_rules! on {
 
         #[test]
         fn $test() {
-            let started = std::time::Instant::now();
-            let name = concat!("inbox::", stringify!($test));
-            let config = config(name, concat!("tests/proptest-regressions/", $file), 24);
-            let mut runner = proptest::test_runner::TestRunner::new(config.clone());
-            let result = runner.run(
-                &Reference::sequential_strategy(1..24),
-                |(state, steps, seen)| {
-                    InboxTest::<$marker>::test_sequential(config.clone(), state, steps, seen);
-                    Ok(())
+            let n = |i: usize| STEPS[usize::from($pg)][i].load(Ordering::Relaxed);
+            check::<InboxTest<$marker>>(
+                concat!("inbox::", stringify!($test)),
+                concat!("tests/proptest-regressions/", $file),
+                (24, 1..24),
+                &format!("inbox | {}", stringify!($test)),
+                || {
+                    format!(
+                        "accepts+scripts={} drains={} overruns={} requeues={} crashes={}",
+                        n(0),
+                        n(1),
+                        n(2),
+                        n(3),
+                        n(4)
+                    )
                 },
             );
-            let n = |i: usize| STEPS[usize::from($pg)][i].load(Ordering::Relaxed);
-            eprintln!(
-                "MODEL | inbox | {} | cases={} | accepts+scripts={} drains={} overruns={} \
-                 requeues={} crashes={} | {:.1?}",
-                stringify!($test),
-                config.cases,
-                n(0),
-                n(1),
-                n(2),
-                n(3),
-                n(4),
-                started.elapsed()
-            );
-            if let Err(e) = result {
-                panic!("{name}: {e}");
-            }
         }
     };
 }

@@ -34,7 +34,7 @@ use tower_webhook::{Event, Scheme};
 
 use crate::common::fault_store::{Fault, FaultStore, Op};
 use crate::common::stores::Kind;
-use crate::run::{block_on, config, shared_store};
+use crate::run::{block_on, check, shared_store};
 
 const KEYS: usize = 3;
 const LEASE: Duration = Duration::from_millis(300);
@@ -462,29 +462,20 @@ macro_rules! on {
 
         #[test]
         fn $test() {
-            let started = std::time::Instant::now();
-            let name = concat!("jetstream::", stringify!($test));
-            let config = config(name, concat!("tests/proptest-regressions/", $file), 6);
-            let mut runner = proptest::test_runner::TestRunner::new(config.clone());
-            let result = runner.run(
-                &Reference::sequential_strategy(1..12),
-                |(state, steps, seen)| {
-                    JetStreamTest::<$marker>::test_sequential(config.clone(), state, steps, seen);
-                    Ok(())
+            let i = Kind::ALL.iter().position(|k| *k == $kind).unwrap();
+            check::<JetStreamTest<$marker>>(
+                concat!("jetstream::", stringify!($test)),
+                concat!("tests/proptest-regressions/", $file),
+                (6, 1..12),
+                &format!("jetstream worker | {:?}", $kind),
+                || {
+                    format!(
+                        "accepts={} | crashes={}",
+                        TOTALS[i].load(std::sync::atomic::Ordering::Relaxed),
+                        CRASHES[i].load(std::sync::atomic::Ordering::Relaxed)
+                    )
                 },
             );
-            let i = Kind::ALL.iter().position(|k| *k == $kind).unwrap();
-            eprintln!(
-                "MODEL | jetstream worker | {:?} | cases={} | accepts={} | crashes={} | {:.1?}",
-                $kind,
-                config.cases,
-                TOTALS[i].load(std::sync::atomic::Ordering::Relaxed),
-                CRASHES[i].load(std::sync::atomic::Ordering::Relaxed),
-                started.elapsed()
-            );
-            if let Err(e) = result {
-                panic!("{name}: {e}");
-            }
         }
     };
 }

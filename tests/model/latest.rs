@@ -23,7 +23,7 @@ use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 use tower_webhook::latest::{self, Order};
 use tower_webhook::store::{PgStore, SqliteStore};
 
-use crate::run::{block_on, config};
+use crate::run::{block_on, check};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Advance {
@@ -265,27 +265,18 @@ macro_rules! on {
     ($marker:ident, $what:literal, $test:ident, $file:literal) => {
         #[test]
         fn $test() {
-            let started = std::time::Instant::now();
-            let name = concat!("latest::", stringify!($test));
-            let config = config(name, concat!("tests/proptest-regressions/", $file), 32);
-            let mut runner = proptest::test_runner::TestRunner::new(config.clone());
-            let result = runner.run(
-                &Reference::sequential_strategy(1..30),
-                |(state, steps, seen)| {
-                    LatestTest::<$marker>::test_sequential(config.clone(), state, steps, seen);
-                    Ok(())
+            check::<LatestTest<$marker>>(
+                concat!("latest::", stringify!($test)),
+                concat!("tests/proptest-regressions/", $file),
+                (32, 1..30),
+                &format!("ordering guard | {}", $what),
+                || {
+                    format!(
+                        "advances={}",
+                        TOTALS[<$marker as On>::I].load(std::sync::atomic::Ordering::Relaxed)
+                    )
                 },
             );
-            eprintln!(
-                "MODEL | ordering guard | {} | cases={} | advances={} | {:.1?}",
-                $what,
-                config.cases,
-                TOTALS[<$marker as On>::I].load(std::sync::atomic::Ordering::Relaxed),
-                started.elapsed()
-            );
-            if let Err(e) = result {
-                panic!("{name}: {e}");
-            }
         }
     };
 }

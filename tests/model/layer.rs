@@ -48,7 +48,7 @@ use tower_webhook::DedupeLayer;
 
 use crate::common::fault_store::{Fault, FaultStore, Op};
 use crate::common::stores::Kind;
-use crate::run::{block_on, config, shared_store, spawn};
+use crate::run::{block_on, check, shared_store, spawn};
 
 const KEYS: usize = 3;
 const LEASE: Duration = Duration::from_millis(300);
@@ -605,25 +605,14 @@ macro_rules! on {
 
         #[test]
         fn $test() {
-            let started = std::time::Instant::now();
-            let name = concat!("layer::", stringify!($test));
-            let config = config(name, concat!("tests/proptest-regressions/", $file), 16);
-            let mut runner = proptest::test_runner::TestRunner::new(config.clone());
-            let result = runner.run(&Reference::sequential_strategy(1..20), |(state, steps, seen)| {
-                LayerTest::<$marker>::test_sequential(config.clone(), state, steps, seen);
-                Ok(())
-            });
             let i = Kind::ALL.iter().position(|k| *k == $kind).unwrap();
-            eprintln!(
-                "MODEL | dedupe layer | {:?} | cases={} | deliveries={} | {:.1?}",
-                $kind,
-                config.cases,
-                TOTALS[i].load(std::sync::atomic::Ordering::Relaxed),
-                started.elapsed()
+            check::<LayerTest::<$marker>>(
+                concat!("layer::", stringify!($test)),
+                concat!("tests/proptest-regressions/", $file),
+                (16, 1..20),
+                &format!("dedupe layer | {:?}", $kind),
+                || format!("deliveries={}", TOTALS[i].load(std::sync::atomic::Ordering::Relaxed)),
             );
-            if let Err(e) = result {
-                panic!("{name}: {e}");
-            }
         }
 
         #[test]

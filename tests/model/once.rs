@@ -30,7 +30,7 @@ use tower_webhook::store::DedupeStore;
 
 use crate::common::fault_store::{Fault, FaultStore, Op};
 use crate::common::stores::Kind;
-use crate::run::{block_on, config, shared_store};
+use crate::run::{block_on, check, shared_store};
 
 const KEYS: usize = 3;
 const LEASE: Duration = Duration::from_millis(300);
@@ -453,28 +453,19 @@ macro_rules! on {
 
         #[test]
         fn $test() {
-            let started = std::time::Instant::now();
-            let name = concat!("once::", stringify!($test));
-            let config = config(name, concat!("tests/proptest-regressions/", $file), 8);
-            let mut runner = proptest::test_runner::TestRunner::new(config.clone());
-            let result = runner.run(
-                &Reference::sequential_strategy(1..15),
-                |(state, steps, seen)| {
-                    OnceTest::<$marker>::test_sequential(config.clone(), state, steps, seen);
-                    Ok(())
+            let i = Kind::ALL.iter().position(|k| *k == $kind).unwrap();
+            check::<OnceTest<$marker>>(
+                concat!("once::", stringify!($test)),
+                concat!("tests/proptest-regressions/", $file),
+                (8, 1..15),
+                &format!("once | {:?}", $kind),
+                || {
+                    format!(
+                        "runs={}",
+                        TOTALS[i].load(std::sync::atomic::Ordering::Relaxed)
+                    )
                 },
             );
-            let i = Kind::ALL.iter().position(|k| *k == $kind).unwrap();
-            eprintln!(
-                "MODEL | once | {:?} | cases={} | runs={} | {:.1?}",
-                $kind,
-                config.cases,
-                TOTALS[i].load(std::sync::atomic::Ordering::Relaxed),
-                started.elapsed()
-            );
-            if let Err(e) = result {
-                panic!("{name}: {e}");
-            }
         }
     };
 }

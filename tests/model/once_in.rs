@@ -30,7 +30,7 @@ use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::PgStore;
 use tower_webhook::{Event, Scheme, VerifyWebhookLayer};
 
-use crate::run::{block_on, config};
+use crate::run::{block_on, check};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const EVENTS: usize = 4;
@@ -328,28 +328,16 @@ impl StateMachineTest for OnceInTest {
 
 #[test]
 fn postgres_in_transaction() {
-    let started = std::time::Instant::now();
-    let name = "once_in::postgres_in_transaction";
-    let config = config(
-        name,
+    check::<OnceInTest>(
+        "once_in::postgres_in_transaction",
         "tests/proptest-regressions/model-once-in-postgres.txt",
-        8,
-    );
-    let mut runner = proptest::test_runner::TestRunner::new(config.clone());
-    let result = runner.run(
-        &Reference::sequential_strategy(1..12),
-        |(state, steps, seen)| {
-            OnceInTest::test_sequential(config.clone(), state, steps, seen);
-            Ok(())
+        (8, 1..12),
+        "once in a transaction | PostgreSQL",
+        || {
+            format!(
+                "deliveries={}",
+                DELIVERIES.load(std::sync::atomic::Ordering::Relaxed)
+            )
         },
     );
-    eprintln!(
-        "MODEL | once in a transaction | PostgreSQL | cases={} | deliveries={} | {:.1?}",
-        config.cases,
-        DELIVERIES.load(std::sync::atomic::Ordering::Relaxed),
-        started.elapsed()
-    );
-    if let Err(e) = result {
-        panic!("{name}: {e}");
-    }
 }

@@ -3,9 +3,11 @@
 //! is printed and replays, and the regression files kept under `tests/proptest-regressions`.
 
 use std::future::Future;
+use std::ops::Range;
 use std::sync::{Arc, LazyLock, OnceLock};
 
 use proptest::test_runner::{Config, FileFailurePersistence, RngSeed};
+use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 use tower_webhook::store::DedupeStore;
 
 use crate::common::stores::{self, Kind};
@@ -55,6 +57,38 @@ pub fn cases(ci: u32) -> u32 {
     match std::env::var("TOWER_WEBHOOK_SOAK").as_deref() {
         Ok("1") => ci * 10,
         _ => ci,
+    }
+}
+
+/// Runs model `T` as the test `name`: [`config`]'s cases (`ci` in CI) of `steps`
+/// operations each, against its real store; then prints `MODEL | <what> | cases=… |
+/// <counts()> | <time>` (RELIABILITY.md's figures) and fails with the minimal failing
+/// sequence, if one was found.
+pub fn check<T: StateMachineTest>(
+    name: &str,
+    regressions: &'static str,
+    (ci, steps): (u32, Range<usize>),
+    what: &str,
+    counts: impl FnOnce() -> String,
+) {
+    let started = std::time::Instant::now();
+    let config = config(name, regressions, ci);
+    let mut runner = proptest::test_runner::TestRunner::new(config.clone());
+    let result = runner.run(
+        &T::Reference::sequential_strategy(steps),
+        |(state, transitions, seen)| {
+            T::test_sequential(config.clone(), state, transitions, seen);
+            Ok(())
+        },
+    );
+    eprintln!(
+        "MODEL | {what} | cases={} | {} | {:.1?}",
+        config.cases,
+        counts(),
+        started.elapsed()
+    );
+    if let Err(e) = result {
+        panic!("{name}: {e}");
     }
 }
 
