@@ -18,14 +18,20 @@
 //! | `square` | `square` (npm 46.0.0, `WebhooksHelper.verifySignature` accepts it) |
 //! | `paddle` | `@paddle/paddle-node-sdk` (npm 3.10.0, `WebhooksValidator.isValidSignature` accepts it) |
 //! | `discord` | `discord-interactions` (npm 4.4.0, `verifyKey` accepts it) |
+//! | `slack` | `@slack/bolt` (npm 5.1.0, `verifySlackRequest` accepts it) |
+//! | `hubspot` | `@hubspot/api-client` (npm 14.0.1, `Signature.isValid` v3 accepts it) |
+//! | `linear` | `@linear/sdk` (npm 98.0.0, `LinearWebhookClient.verify` accepts it) |
+//! | `sendgrid` | `@sendgrid/eventwebhook` (npm 8.0.0, `EventWebhook.verifySignature` accepts it): a fixed P-256 key pair |
 //!
-//! Shopify's, Square's, Paddle's and Discord's SDKs verify but do not sign (the provider
-//! signs on its servers): those deliveries are signed by the script as the provider
-//! documents and written only once the SDK's verifier accepts them.
+//! Shopify's, Square's, Paddle's, Discord's, Slack's, HubSpot's, Linear's and SendGrid's
+//! SDKs verify but do not sign (the provider signs on its servers): those deliveries are
+//! signed by the script as the provider documents and written only once the SDK's
+//! verifier accepts them. ECDSA signatures are randomised: the SendGrid fixture keeps its
+//! signature across re-runs as long as the SDK still accepts it.
 //!
-//! No SDK fixtures yet, and why: Slack, HubSpot, Linear, SendGrid and Twitch publish
-//! verifying SDKs too and are next in line (today they are pinned by the vectors from
-//! those SDKs' own test suites in `providers.rs` and `vectors.rs`); Zoom, Meta, Intercom
+//! No SDK fixtures, and why: Twitch publishes no official SDK that verifies EventSub
+//! (the libraries that do, such as Twurple, are community projects; the preset is pinned
+//! by twitch-rs's `verify_request` vector in `providers.rs`); Zoom, Meta, Intercom
 //! and Mailgun publish no signing or verifying SDK for webhooks (vectors computed
 //! independently, or mailgun-php's); SNS and PayPal sign with the provider's private key
 //! (their SDKs' vectors are in `tests/fixtures/sns` and `tests/fixtures/paypal`);
@@ -116,8 +122,12 @@ fn every_sdk_fixture_verifies_through_its_preset_and_a_tampered_copy_does_not() 
     for expected in [
         "discord",
         "github",
+        "hubspot",
+        "linear",
         "paddle",
+        "sendgrid",
         "shopify-unprefixed",
+        "slack",
         "square",
         "standardwebhooks-node",
         "standardwebhooks-node-unpadded",
