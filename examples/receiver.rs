@@ -128,12 +128,18 @@ async fn sqlite_from_env(
 
 /// The inbox `DATABASE_URL` names (PostgreSQL), or the embedded SQLite file's; and its
 /// description.
-async fn inbox_from_env(lease: Duration) -> Result<(Inbox, String), Box<dyn std::error::Error>> {
+async fn inbox_from_env(
+    lease: Duration,
+) -> Result<(Inbox, Arc<dyn DedupeStore>, String), Box<dyn std::error::Error>> {
     Ok(match std::env::var("DATABASE_URL") {
-        Ok(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => (
-            Inbox::postgres(&PgStore::connect(&url).await?),
-            "PostgreSQL".into(),
-        ),
+        Ok(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            let store = PgStore::connect(&url).await?;
+            (
+                Inbox::postgres(&store),
+                Arc::new(store),
+                "PostgreSQL".into(),
+            )
+        }
         Ok(url) if !url.is_empty() => {
             return Err(format!(
                 "DATABASE_URL: the inbox lives in SQL: use a postgres:// URL, not {url:?}"
@@ -142,7 +148,7 @@ async fn inbox_from_env(lease: Duration) -> Result<(Inbox, String), Box<dyn std:
         }
         _ => {
             let (store, description) = sqlite_from_env(lease).await?;
-            (Inbox::sqlite(&store), description)
+            (Inbox::sqlite(&store), Arc::new(store), description)
         }
     })
 }
@@ -257,14 +263,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tokio::time::sleep(delay).await;
         Ok::<_, std::convert::Infallible>(())
     };
-    let (mode, store_name) = match std::env::var("WEBHOOK_MODE").as_deref() {
+    // Each mode's store also remembers PayPal's transmissions for every replica on it.
+    let (mode, store, store_name) = match std::env::var("WEBHOOK_MODE").as_deref() {
         Ok("inbox") => {
-            let (inbox, name) = inbox_from_env(lease).await?;
+            let (inbox, store, name) = inbox_from_env(lease).await?;
             let worker = Worker::new(&inbox, handler)
                 .with_lease(lease)?
                 .with_grace(drain_bound)
                 .spawn();
-            (Mode::Inbox(inbox, worker), name)
+            (Mode::Inbox(inbox, worker), store, name)
         }
         Ok("nats") => {
             let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
@@ -276,16 +283,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .with_lease(lease)?
                 .with_grace(drain_bound)
                 .spawn();
-            let dedupe = DedupeLayer::from_arc(store).with_lease(lease)?;
+            let dedupe = DedupeLayer::from_arc(store.clone()).with_lease(lease)?;
             let name = format!("NATS JetStream stream {stream} at {url}, deduplicated in {name}");
-            (Mode::Nats(jetstream, dedupe, worker), name)
+            (Mode::Nats(jetstream, dedupe, worker), store, name)
         }
         Ok("dedupe") | Ok("") | Err(_) => {
             let (store, name) = store_from_env(lease).await?;
-            (
-                Mode::Dedupe(DedupeLayer::from_arc(store).with_lease(lease)?),
-                name,
-            )
+            let dedupe = DedupeLayer::from_arc(store.clone()).with_lease(lease)?;
+            (Mode::Dedupe(dedupe), store, name)
         }
         Ok(other) => {
             return Err(format!("WEBHOOK_MODE: dedupe, inbox or nats, not {other:?}").into())
@@ -310,7 +315,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("fetching {scheme_name} signing certificates from the provider's hosts");
     }
     eprintln!("metrics on http://{addr}/metrics");
-    let mut verify = verify.with_body_timeout(body_timeout);
+    let mut verify = verify
+        .with_body_timeout(body_timeout)
+        .with_transmission_store_arc(store);
     if let Ok(token) = std::env::var("WEBHOOK_VERIFY_TOKEN") {
         verify = verify.with_verify_token(token);
     }

@@ -124,6 +124,9 @@ pub enum VerifyErrorKind {
     UnknownTenant,
     /// The tenant's secrets could not be read now (503, so the provider retries).
     SecretsUnavailable,
+    /// The store that remembers PayPal's transmissions across replicas could not be
+    /// reached (503, so the provider retries).
+    StoreUnavailable,
 }
 
 impl VerifyError {
@@ -145,6 +148,7 @@ impl VerifyError {
                 | VerifyErrorKind::BodyTimeout
                 | VerifyErrorKind::Misconfigured
                 | VerifyErrorKind::SecretsUnavailable
+                | VerifyErrorKind::StoreUnavailable
         );
         self
     }
@@ -168,7 +172,9 @@ impl VerifyError {
             VerifyErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             VerifyErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             VerifyErrorKind::Misconfigured => StatusCode::INTERNAL_SERVER_ERROR,
-            VerifyErrorKind::SecretsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            VerifyErrorKind::SecretsUnavailable | VerifyErrorKind::StoreUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             _ => StatusCode::BAD_REQUEST,
         }
     }
@@ -192,6 +198,7 @@ impl VerifyError {
             // exist (the kind, in the extensions, does).
             VerifyErrorKind::UnknownTenant => "invalid webhook signature",
             VerifyErrorKind::SecretsUnavailable => "webhook secrets unavailable",
+            VerifyErrorKind::StoreUnavailable => "webhook store unavailable",
         }
     }
 }
@@ -214,6 +221,7 @@ impl VerifyErrorKind {
             VerifyErrorKind::Misconfigured => "misconfigured",
             VerifyErrorKind::UnknownTenant => "unknown_tenant",
             VerifyErrorKind::SecretsUnavailable => "secrets_unavailable",
+            VerifyErrorKind::StoreUnavailable => "store_unavailable",
         }
     }
 }

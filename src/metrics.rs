@@ -28,7 +28,8 @@
 //!   tenant. `DedupeLayer::with_key` labels the key's source.
 //! - `reason`: `missing_header`, `malformed_header`, `invalid_signature`,
 //!   `timestamp_too_old`, `timestamp_in_future`, `body_too_large`, `body_read`,
-//!   `body_timeout`, `misconfigured`, `unknown_tenant`, `secrets_unavailable`.
+//!   `body_timeout`, `misconfigured`, `unknown_tenant`, `secrets_unavailable`,
+//!   `store_unavailable`.
 //! - `outcome`, `operation`, `state`: the values above.
 //!
 //! Durations are in seconds, counts are plain numbers, and every metric is described once
@@ -539,7 +540,7 @@ mod imp {
 
     /// How many rejection reasons have a slot of their own (every kind there is: see
     /// the test below).
-    const REASONS: usize = 11;
+    const REASONS: usize = 12;
     const SLOTS: usize = 9 + REASONS;
 
     impl Slot {
@@ -670,6 +671,7 @@ mod imp {
             VerifyErrorKind::Misconfigured,
             VerifyErrorKind::UnknownTenant,
             VerifyErrorKind::SecretsUnavailable,
+            VerifyErrorKind::StoreUnavailable,
         ];
 
         #[test]

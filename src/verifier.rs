@@ -52,8 +52,9 @@ pub struct Verifier {
     /// The `source` label of its metrics (a tenant's verifier keeps its prototype's).
     metrics: crate::metrics::Source,
     public_url: Option<PublicUrl>,
-    /// PayPal's transmission ids seen lately, shared by clones (`Scheme::paypal`).
-    transmissions: Arc<transmissions::Transmissions>,
+    /// PayPal's transmission ids seen lately, shared by clones (`Scheme::paypal`); `None`
+    /// where the layer's shared store remembers them instead.
+    transmissions: Option<Arc<transmissions::Transmissions>>,
 }
 
 impl Verifier {
@@ -89,6 +90,16 @@ impl Verifier {
         })
     }
 
+    /// This verifier without its own memory of PayPal's transmissions: the layer's shared
+    /// store decides alone (a body this process saw first must not overrule it).
+    #[cfg(feature = "dedupe")]
+    pub(crate) fn deferring_transmissions(&self) -> Self {
+        Self {
+            transmissions: None,
+            ..self.clone()
+        }
+    }
+
     /// This verifier with one key, unshared (a fetched certificate's).
     pub(crate) fn with_key(&self, key: Key) -> Self {
         Self {
@@ -109,7 +120,7 @@ impl Verifier {
             tolerance,
             clock: timestamp::system_clock(),
             public_url: None,
-            transmissions: Arc::default(),
+            transmissions: Some(Arc::default()),
         }
     }
 

@@ -14,7 +14,7 @@ use rsa::signature::{SignatureEncoding as _, Signer as _};
 use tower_webhook::store::{
     Claim, Completed, DedupeStore, Delivery, MemoryStore, Retention, Token,
 };
-use tower_webhook::{Event, Scheme, Verifier, VerifyErrorKind};
+use tower_webhook::{Event, Scheme, Verifier, VerifyErrorKind, VerifyWebhookLayer};
 
 const TEST_KEY: &str = include_str!("fixtures/rsa/signer.key.pem");
 const TEST_CERT: &str = include_str!("fixtures/rsa/signer.cert.pem");
@@ -165,6 +165,115 @@ fn paypal_a_second_body_under_a_captured_transmission_is_refused_and_genuine_ret
         Delivery::from_event(&retried).id(),
         Delivery::from_event(&first).id()
     );
+}
+
+/// A replica: its own verifier (so its own in-process memory of transmissions), and the
+/// shared transmission store when there is one.
+fn replica(store: Option<std::sync::Arc<dyn DedupeStore>>) -> VerifyWebhookLayer {
+    let layer = VerifyWebhookLayer::new(paypal_verifier(NOW + 5));
+    match store {
+        Some(store) => layer.with_transmission_store_arc(store),
+        None => layer,
+    }
+}
+
+#[tokio::test]
+async fn paypal_a_forged_body_sent_to_another_replica_is_refused_through_the_shared_store() {
+    let genuine = br#"{"id":"WH-1","event_type":"PAYMENT.CAPTURE.REFUNDED","resource":{"amount":{"value":"1.00","currency_code":"USD"}}}"#;
+    let forged = forged_with_crc_of(genuine);
+    let captured = paypal_signed("tx-1", &rfc3339(NOW), genuine);
+    let send = |layer: &VerifyWebhookLayer, body: Vec<u8>| {
+        let request = common::request(captured.clone(), body);
+        let layer = layer.clone();
+        async move { common::call(&layer, request).await }
+    };
+    // Without a shared store, a second replica (or a restarted process) has not seen the
+    // transmission: the forgery reaches its handler.
+    let (a, b) = (replica(None), replica(None));
+    assert_eq!(send(&a, genuine.to_vec()).await.handled.len(), 1);
+    let out = send(&b, forged.clone()).await;
+    assert_eq!(out.handled.len(), 1, "per process: {:?}", out.status);
+
+    for kind in Kind::ALL {
+        let store = stores::open(kind).await;
+        let (a, b) = (replica(Some(store.clone())), replica(Some(store.clone())));
+        let first = send(&a, genuine.to_vec()).await;
+        assert_eq!(first.handled.len(), 1, "{kind:?}: {:?}", first.status);
+        // Another replica, and a process started after the first one's delivery.
+        for other in [&b, &replica(Some(store.clone()))] {
+            let out = send(other, forged.clone()).await;
+            assert_eq!(out.status, 400, "{kind:?}");
+            assert_eq!(
+                out.kind(),
+                Some(VerifyErrorKind::InvalidSignature),
+                "{kind:?}"
+            );
+            assert!(out.handled.is_empty(), "{kind:?}: the forgery ran");
+            // The genuine body under the same transmission still verifies there (the
+            // dedupe layer, not this one, answers it as a duplicate).
+            let again = send(other, genuine.to_vec()).await;
+            assert_eq!(again.handled.len(), 1, "{kind:?}: {:?}", again.status);
+        }
+        // Concurrent replicas, each with another body under one fresh transmission: one
+        // body wins everywhere.
+        let racing = paypal_signed("tx-race", &rfc3339(NOW), genuine);
+        let replicas: Vec<_> = (0..6).map(|_| replica(Some(store.clone()))).collect();
+        let outs = futures_util::future::join_all(replicas.iter().enumerate().map(|(i, r)| {
+            let body = if i % 2 == 0 {
+                genuine.to_vec()
+            } else {
+                forged.clone()
+            };
+            let request = common::request(racing.clone(), body);
+            let r = r.clone();
+            async move { common::call(&r, request).await }
+        }))
+        .await;
+        let bodies: std::collections::HashSet<_> = outs
+            .iter()
+            .flat_map(|o| o.handled.iter().map(|(_, body)| body.clone()))
+            .collect();
+        assert_eq!(
+            bodies.len(),
+            1,
+            "{kind:?}: two bodies passed under one transmission"
+        );
+        assert_eq!(
+            outs.iter().filter(|o| o.handled.len() == 1).count(),
+            3,
+            "{kind:?}: every replica with the winning body passes"
+        );
+    }
+}
+
+#[tokio::test]
+async fn paypal_a_transmission_store_that_fails_answers_503_and_the_resend_passes() {
+    use common::fault_store::{Fault, FaultStore, Op};
+    let genuine = br#"{"id":"WH-2","event_type":"PAYMENT.CAPTURE.COMPLETED"}"#;
+    let forged = forged_with_crc_of(genuine);
+    let captured = paypal_signed("tx-2", &rfc3339(NOW), genuine);
+    for kind in Kind::ALL {
+        let faults = FaultStore::from_arc(stores::open(kind).await);
+        let layer = replica(Some(std::sync::Arc::new(faults.clone())));
+        let send = |body: Vec<u8>| common::call(&layer, common::request(captured.clone(), body));
+        faults.script(Op::Claim, [Fault::Fail]);
+        let out = send(genuine.to_vec()).await;
+        assert_eq!(out.status, 503, "{kind:?}");
+        assert_eq!(out.kind(), Some(VerifyErrorKind::StoreUnavailable));
+        assert!(out.handled.is_empty());
+        // The completion landed but its answer was lost: the same body again passes,
+        // and the id is held for that body.
+        faults.script(Op::Complete, [Fault::LoseAck]);
+        assert_eq!(send(genuine.to_vec()).await.status, 503, "{kind:?}");
+        let again = send(genuine.to_vec()).await;
+        assert_eq!(again.handled.len(), 1, "{kind:?}: {:?}", again.status);
+        let out = send(forged.clone()).await;
+        assert_eq!(
+            out.kind(),
+            Some(VerifyErrorKind::InvalidSignature),
+            "{kind:?}"
+        );
+    }
 }
 
 /// A verified GitHub delivery (no signed time) and a Standard Webhooks one (signed time).

@@ -13,6 +13,7 @@ use crate::timestamp;
 use base64::Engine as _;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
+use std::time::Duration;
 
 /// The longest RSA signature read: 4096 bits.
 const MAX_RSA_SIGNATURE: usize = 512;
@@ -362,16 +363,36 @@ impl Verifier {
         // Keyed on the body's `id`: PayPal retries an event as new transmissions (new id
         // and time), which must dedupe as one event. A CRC-32 is forced with four bytes,
         // so a transmission id is accepted with one body only, remembered while its
-        // headers could still pass the time check (twice the window, past + future).
-        let window = self.tolerance.past.as_secs() + self.tolerance.future.as_secs();
-        let keep = i64::try_from(window.saturating_mul(2)).unwrap_or(i64::MAX);
-        let id = id.to_str().expect("checked by `one`");
-        let now = timestamp::unix_seconds((self.clock)());
-        self.transmissions.admit(id, &body, now, keep)?;
+        // headers could still pass the time check.
+        if let Some(transmissions) = &self.transmissions {
+            let keep = i64::try_from(self.transmission_keep().as_secs()).unwrap_or(i64::MAX);
+            let id = id.to_str().expect("checked by `one`");
+            let now = timestamp::unix_seconds((self.clock)());
+            transmissions.admit(id, &body, now, keep)?;
+        }
         Ok(Event::new(event::Parts {
             id_field: Some("id"),
             ..self.event(body, Some(ts), secret_index)
         }))
+    }
+
+    /// How long a PayPal transmission is remembered: twice the window (past + future),
+    /// past which its headers fail the time check anyway.
+    fn transmission_keep(&self) -> Duration {
+        (self.tolerance.past + self.tolerance.future).saturating_mul(2)
+    }
+
+    /// A verified PayPal delivery's transmission id and how long to remember it; `None`
+    /// for every other scheme. For `VerifyWebhookLayer::with_transmission_store`.
+    #[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
+    pub(crate) fn transmission<'h>(&self, headers: &'h HeaderMap) -> Option<(&'h str, Duration)> {
+        match &self.scheme.custom {
+            Some(Custom::PayPal { .. }) => {
+                let id = headers.get(&TRANSMISSION_ID)?.to_str().ok()?;
+                Some((id, self.transmission_keep()))
+            }
+            _ => None,
+        }
     }
 
     /// Microsoft Graph: `{"value":[{…,"clientState":…},…]}`; every notification must

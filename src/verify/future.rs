@@ -24,6 +24,12 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// A tenant's verifier, or a certificate's, being looked up.
 type LookupFuture = Pin<Box<dyn Future<Output = Result<Verifier, VerifyError>> + Send>>;
 
+/// A PayPal transmission being recorded in the shared store.
+#[cfg(feature = "dedupe")]
+type AdmitFuture = super::transmission::AdmitFuture;
+#[cfg(not(feature = "dedupe"))]
+type AdmitFuture = Pin<Box<dyn Future<Output = Result<(), VerifyError>> + Send>>;
+
 /// A handshake the layer answers once an outbound call completes (SNS's confirmation).
 pub(super) type AnswerFuture =
     Pin<Box<dyn Future<Output = Result<Response<Bytes>, VerifyError>> + Send>>;
@@ -67,6 +73,11 @@ pin_project! {
             delivery: Option<(request::Parts, Bytes, S)>,
             // The certificate URL looked up, kept once it verifies a delivery.
             certificate: Option<String>,
+        },
+        // PayPal: the transmission recorded in the shared store before the handler runs.
+        Admit {
+            future: AdmitFuture,
+            delivery: Option<(Request<Full<Bytes>>, S)>,
         },
         Ready {
             inner: S,
@@ -263,6 +274,16 @@ where
                     Next::Reject(error) => return Poll::Ready(Ok(reject(config, error))),
                 }
             }
+            StateProj::Admit { future, delivery } => {
+                if let Err(error) = ready!(future.as_mut().poll(cx)) {
+                    return Poll::Ready(Ok(reject(config, error)));
+                }
+                let (request, inner) = delivery.take().expect("polled after completion");
+                state.set(State::Ready {
+                    inner,
+                    request: Some(request),
+                });
+            }
             StateProj::Ready { inner, request } => {
                 // Verified: now, and only now, a place in the inner service.
                 ready!(inner.poll_ready(cx))?;
@@ -317,6 +338,16 @@ where
     B: Body,
     B::Error: Into<BoxError>,
 {
+    // With a shared transmission store, it alone remembers PayPal's transmissions.
+    #[cfg(feature = "dedupe")]
+    let deferring;
+    #[cfg(feature = "dedupe")]
+    let verifier = if config.transmissions.is_some() {
+        deferring = verifier.deferring_transmissions();
+        &deferring
+    } else {
+        verifier
+    };
     // `Bytes` clones share one buffer: the event and the body are the same bytes.
     let started = metrics::Timer::start();
     let verified =
@@ -334,11 +365,31 @@ where
             if let Some(future) = handshake::confirm(config, &event) {
                 return Next::State(Box::new(State::Answering { future }));
             }
+            #[cfg(feature = "dedupe")]
+            let admit = config.transmissions.as_ref().and_then(|store| {
+                let (id, keep) = verifier.transmission(&parts.headers)?;
+                let source = event.source();
+                Some(super::transmission::admit(
+                    store.clone(),
+                    source,
+                    id,
+                    &bytes,
+                    keep,
+                ))
+            });
+            #[cfg(not(feature = "dedupe"))]
+            let admit: Option<AdmitFuture> = None;
             let mut request = Request::from_parts(parts, Full::new(bytes));
             request.extensions_mut().insert(event);
-            Next::State(Box::new(State::Ready {
-                inner,
-                request: Some(request),
+            Next::State(Box::new(match admit {
+                Some(future) => State::Admit {
+                    future,
+                    delivery: Some((request, inner)),
+                },
+                None => State::Ready {
+                    inner,
+                    request: Some(request),
+                },
             }))
         }
         Err(error) => Next::Reject(error),

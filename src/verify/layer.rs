@@ -22,6 +22,9 @@ pub(crate) struct Config {
     pub(crate) tenants: Option<Tenants>,
     /// Keys fetched from the provider: `verifier` is then their prototype.
     pub(crate) certificates: Option<Certificates>,
+    /// Where PayPal's transmissions are remembered across replicas (else per process).
+    #[cfg(feature = "dedupe")]
+    pub(crate) transmissions: Option<Arc<dyn crate::store::DedupeStore>>,
 }
 
 /// Applies [`VerifyWebhook`] to a service. See the [module docs](crate::verify).
@@ -47,6 +50,8 @@ impl VerifyWebhookLayer {
                 verify_token: None,
                 tenants: None,
                 certificates: None,
+                #[cfg(feature = "dedupe")]
+                transmissions: None,
             }),
         }
     }
@@ -66,6 +71,33 @@ impl VerifyWebhookLayer {
         let mut layer = Self::new(certificates.prototype().clone());
         Arc::make_mut(&mut layer.config).certificates = Some(certificates);
         layer
+    }
+
+    /// Remembers PayPal's transmissions in `store` — the dedupe store the replicas
+    /// share — so a transmission id is accepted with one body only across every replica
+    /// and restart, not only within this process (see [`Scheme::paypal`]'s `# Security`).
+    /// Each verified PayPal delivery then costs two store calls (a claim keyed by
+    /// `{source}/transmission` and the transmission id, completed at once, kept like an
+    /// event key); a store that cannot be reached answers 503
+    /// ([`VerifyErrorKind::StoreUnavailable`](crate::VerifyErrorKind::StoreUnavailable)),
+    /// so PayPal retries. Other schemes ignore it.
+    ///
+    /// [`Scheme::paypal`]: crate::Scheme::paypal
+    #[cfg(feature = "dedupe")]
+    pub fn with_transmission_store(mut self, store: impl crate::store::DedupeStore) -> Self {
+        Arc::make_mut(&mut self.config).transmissions = Some(Arc::new(store));
+        self
+    }
+
+    /// [`with_transmission_store`](Self::with_transmission_store) with a store already
+    /// shared, such as the one a [`DedupeLayer`](crate::DedupeLayer) was built with.
+    #[cfg(feature = "dedupe")]
+    pub fn with_transmission_store_arc(
+        mut self,
+        store: Arc<dyn crate::store::DedupeStore>,
+    ) -> Self {
+        Arc::make_mut(&mut self.config).transmissions = Some(store);
+        self
     }
 
     /// Sets the verify token Meta's `GET ?hub.mode=subscribe&hub.verify_token=…` handshake
