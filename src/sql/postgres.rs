@@ -1173,6 +1173,54 @@ mod tests {
         store.pool().clone()
     }
 
+    /// The key-list joins are never kept as a prepared statement (whose generic plan,
+    /// made while the table was small, would scan the whole table for every batch after
+    /// it grew); the other batch statements are, which shows the check sees them.
+    #[tokio::test]
+    async fn key_list_joins_are_planned_for_each_call_not_kept_prepared() {
+        let options = fresh_pool().await.connect_options().as_ref().clone();
+        // One connection: its session's prepared statements are the ones listed below.
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .unwrap();
+        let lease = Duration::from_secs(30);
+        for i in 0..8 {
+            let (a, b) = (
+                Delivery::new("s", format!("a{i}")),
+                Delivery::new("s", format!("b{i}")),
+            );
+            let (t1, t2) = (Token::new(), Token::new());
+            insert_claims(&pool, &[(&a, t1, lease), (&b, t2, lease)])
+                .await
+                .unwrap();
+            let ids = (format!("a{i}"), format!("b{i}"));
+            let done = update_completes(&pool, &[("s", &ids.0, t1), ("s", &ids.1, t2)])
+                .await
+                .unwrap();
+            assert_eq!(done.len(), 2);
+        }
+        let prepared = |sql: &'static str| {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT count(*) FROM pg_prepared_statements WHERE statement = $1",
+                )
+                .bind(sql)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+            }
+        };
+        assert_eq!(
+            prepared(CLAIM_MANY).await,
+            1,
+            "the check sees sqlx's statements"
+        );
+        assert_eq!(prepared(COMPLETE_MANY).await, 0, "planned for each call");
+    }
+
     /// Each kind's batch statement runs (not the write-by-write fallback, which would
     /// answer the same, only slower), and a mixed batch answers each write.
     #[tokio::test]
