@@ -90,14 +90,16 @@ impl Verifier {
         })
     }
 
-    /// This verifier without its own memory of PayPal's transmissions: the layer's shared
-    /// store decides alone (a body this process saw first must not overrule it).
+    /// This verifier without its own memory of PayPal's transmissions, where it has one
+    /// (a PayPal verifier not yet deferring): the layer's shared store decides alone (a
+    /// body this process saw first must not overrule it). `None`: nothing to change.
     #[cfg(feature = "dedupe")]
-    pub(crate) fn deferring_transmissions(&self) -> Self {
-        Self {
+    pub(crate) fn deferring_transmissions(&self) -> Option<Self> {
+        let remembers = matches!(self.scheme.custom, Some(Custom::PayPal { .. }));
+        (remembers && self.transmissions.is_some()).then(|| Self {
             transmissions: None,
             ..self.clone()
-        }
+        })
     }
 
     /// This verifier with one key, unshared (a fetched certificate's).

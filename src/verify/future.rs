@@ -338,16 +338,15 @@ where
     B: Body,
     B::Error: Into<BoxError>,
 {
-    // With a shared transmission store, it alone remembers PayPal's transmissions.
+    // With a shared transmission store, it alone remembers PayPal's transmissions (the
+    // layer's own verifier already defers; a looked-up certificate's is cloned here).
     #[cfg(feature = "dedupe")]
-    let deferring;
+    let deferring = config
+        .transmissions
+        .as_ref()
+        .and_then(|_| verifier.deferring_transmissions());
     #[cfg(feature = "dedupe")]
-    let verifier = if config.transmissions.is_some() {
-        deferring = verifier.deferring_transmissions();
-        &deferring
-    } else {
-        verifier
-    };
+    let verifier = deferring.as_ref().unwrap_or(verifier);
     // `Bytes` clones share one buffer: the event and the body are the same bytes.
     let started = metrics::Timer::start();
     let verified =

@@ -84,9 +84,8 @@ impl VerifyWebhookLayer {
     ///
     /// [`Scheme::paypal`]: crate::Scheme::paypal
     #[cfg(feature = "dedupe")]
-    pub fn with_transmission_store(mut self, store: impl crate::store::DedupeStore) -> Self {
-        Arc::make_mut(&mut self.config).transmissions = Some(Arc::new(store));
-        self
+    pub fn with_transmission_store(self, store: impl crate::store::DedupeStore) -> Self {
+        self.with_transmission_store_arc(Arc::new(store))
     }
 
     /// [`with_transmission_store`](Self::with_transmission_store) with a store already
@@ -96,7 +95,12 @@ impl VerifyWebhookLayer {
         mut self,
         store: Arc<dyn crate::store::DedupeStore>,
     ) -> Self {
-        Arc::make_mut(&mut self.config).transmissions = Some(store);
+        let config = Arc::make_mut(&mut self.config);
+        config.transmissions = Some(store);
+        // Once here, not on every request.
+        if let Some(verifier) = config.verifier.deferring_transmissions() {
+            config.verifier = verifier;
+        }
         self
     }
 
