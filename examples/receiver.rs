@@ -35,7 +35,10 @@
 //!   duplicates older than JetStream's window; a JetStream worker in the same process
 //!   runs the handler, claiming each event in that store so none runs twice);
 //! - `NATS_URL` (default `nats://127.0.0.1:4222`) and `NATS_STREAM` (default `webhooks`):
-//!   where `nats` mode publishes.
+//!   where `nats` mode publishes;
+//! - `WEBHOOK_WORKER_CONCURRENCY`: in `inbox` and `nats` mode, how many events the worker
+//!   processes at once (default 8); `0` runs no worker in this process (it only accepts,
+//!   and a worker elsewhere processes).
 //!
 //! On SIGTERM or Ctrl-C it stops accepting, waits for the handlers still running (those
 //! whose client hung up included) and for the worker, for at most `WEBHOOK_DRAIN_SECS`,
@@ -263,14 +266,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tokio::time::sleep(delay).await;
         Ok::<_, std::convert::Infallible>(())
     };
+    let workers = usize::try_from(env_number("WEBHOOK_WORKER_CONCURRENCY", 8)?)?;
     // Each mode's store also remembers PayPal's transmissions for every replica on it.
     let (mode, store, store_name) = match std::env::var("WEBHOOK_MODE").as_deref() {
         Ok("inbox") => {
             let (inbox, store, name) = inbox_from_env(lease).await?;
-            let worker = Worker::new(&inbox, handler)
-                .with_lease(lease)?
-                .with_grace(drain_bound)
-                .spawn();
+            let worker = match workers {
+                0 => None,
+                n => Some(
+                    Worker::new(&inbox, handler)
+                        .with_concurrency(n)?
+                        .with_lease(lease)?
+                        .with_grace(drain_bound)
+                        .spawn(),
+                ),
+            };
             (Mode::Inbox(inbox, worker), store, name)
         }
         Ok("nats") => {
@@ -279,10 +289,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let jetstream = JetStream::connect(&url, &stream).await?;
             let (store, name) = store_from_env(lease).await?;
             // Its claims make each event's effect once, also when NATS crashed.
-            let worker = JetStreamWorker::from_arc(&jetstream, store.clone(), handler)
-                .with_lease(lease)?
-                .with_grace(drain_bound)
-                .spawn();
+            let worker = match workers {
+                0 => None,
+                n => Some(
+                    JetStreamWorker::from_arc(&jetstream, store.clone(), handler)
+                        .with_concurrency(n)?
+                        .with_lease(lease)?
+                        .with_grace(drain_bound)
+                        .spawn(),
+                ),
+            };
             let dedupe = DedupeLayer::from_arc(store.clone()).with_lease(lease)?;
             let name = format!("NATS JetStream stream {stream} at {url}, deduplicated in {name}");
             (Mode::Nats(jetstream, dedupe, worker), store, name)
@@ -302,8 +318,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     eprintln!("receiving {scheme_name} webhooks on http://{addr}/webhooks");
     match &mode {
         Mode::Dedupe(_) => eprintln!("deduplicating in {store_name}"),
-        Mode::Inbox(..) => eprintln!("storing in the inbox in {store_name}; a worker handles"),
-        Mode::Nats(..) => eprintln!("publishing to {store_name}; a worker handles"),
+        Mode::Inbox(_, Some(_)) => {
+            eprintln!("storing in the inbox in {store_name}; a worker handles")
+        }
+        Mode::Nats(_, _, Some(_)) => eprintln!("publishing to {store_name}; a worker handles"),
+        Mode::Inbox(_, None) | Mode::Nats(_, _, None) => {
+            eprintln!("accepting into {store_name}; no worker in this process")
+        }
     }
     if dev {
         eprintln!(
@@ -331,13 +352,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let route = post_service(inbox.accept_service())
                 .get(|| async { http::StatusCode::METHOD_NOT_ALLOWED })
                 .layer(verify);
-            (Router::new().route("/webhooks", route), Some(worker))
+            (Router::new().route("/webhooks", route), worker)
         }
         Mode::Nats(jetstream, dedupe, worker) => {
             let route = post_service(jetstream.accept_service())
                 .get(|| async { http::StatusCode::METHOD_NOT_ALLOWED })
                 .layer(ServiceBuilder::new().layer(verify).layer(dedupe));
-            (Router::new().route("/webhooks", route), Some(worker))
+            (Router::new().route("/webhooks", route), worker)
         }
     };
     let router = metrics_route(router, metrics);
@@ -410,6 +431,11 @@ async fn shutdown_signal() {
 #[allow(clippy::large_enum_variant)] // one value, built once
 enum Mode {
     Dedupe(DedupeLayer),
-    Inbox(Inbox, tower_webhook::inbox::WorkerHandle),
-    Nats(JetStream, DedupeLayer, tower_webhook::inbox::WorkerHandle),
+    /// The worker: `None` where this process only accepts.
+    Inbox(Inbox, Option<tower_webhook::inbox::WorkerHandle>),
+    Nats(
+        JetStream,
+        DedupeLayer,
+        Option<tower_webhook::inbox::WorkerHandle>,
+    ),
 }

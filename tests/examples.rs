@@ -366,6 +366,53 @@ async fn receiver_in_inbox_mode_answers_at_once_and_its_worker_handles_each_even
     let _ = std::fs::remove_file(&db);
 }
 
+/// `WEBHOOK_WORKER_CONCURRENCY=0`: a receiver that only accepts (a front-door replica)
+/// stores each event and handles none; a second receiver on the same file, with its worker
+/// processing 2 at a time, handles each once.
+#[tokio::test]
+async fn receiver_in_inbox_mode_with_no_worker_only_accepts_and_another_handles() {
+    const SECRET: &str = "whsec_receiver_inbox_0123456789";
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-front-{}.db",
+        std::process::id()
+    ));
+    let env = |workers| {
+        [
+            ("WEBHOOK_SCHEME", "stripe"),
+            ("WEBHOOK_SECRETS", SECRET),
+            ("WEBHOOK_MODE", "inbox"),
+            ("WEBHOOK_WORKER_CONCURRENCY", workers),
+        ]
+    };
+    let (mut front, url, mut front_out) = start_receiver(&db, &env("0")).await;
+    let ids: Vec<String> = (0..6).map(|i| format!("evt_front_{i}")).collect();
+    for id in &ids {
+        let body = event_body(id, "payment_intent.succeeded", "pi_1");
+        let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+        assert_eq!(
+            post(&url, headers, body).await.unwrap().0,
+            StatusCode::NO_CONTENT
+        );
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1000), next_line(&mut front_out))
+            .await
+            .is_err(),
+        "the front door handled an event"
+    );
+    let (mut back, _, mut back_out) = start_receiver(&db, &env("2")).await;
+    let mut handled = Vec::new();
+    for _ in 0..ids.len() {
+        handled.push(next_line(&mut back_out).await.unwrap());
+    }
+    handled.sort();
+    let expected: Vec<String> = ids.iter().map(|id| format!("handled {id}")).collect();
+    assert_eq!(handled, expected);
+    front.kill().await.unwrap();
+    back.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
 /// Two receivers in `nats` mode on one stream, each deduplicating in a SQLite file of its
 /// own: each event is stored in the stream once, whichever receiver got it and however
 /// often, and handled once by one of the two workers.

@@ -675,6 +675,76 @@ async fn postgres_accept_in_one_replica_wakes_a_worker_in_another() {
     worker.shutdown().await;
 }
 
+/// A processor that has ended goes on to the next due event while its outcome is still
+/// being written (issue 20): here the first event's "processed" waits for a row lock this
+/// test holds, and the worker's only processor runs the second event meanwhile. Then the
+/// lock goes, and the first is recorded processed, once.
+#[tokio::test]
+async fn postgres_a_processor_goes_on_while_its_outcome_is_written() {
+    let store = PgStore::connect(&fresh_pg_url().await).await.unwrap();
+    let inbox = Inbox::postgres(&store);
+    let (pool, seen) = (store.pool().clone(), Seen::default());
+    let (locked, release) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let processor = {
+        let (seen, locked, release) = (seen.clone(), locked.clone(), release.clone());
+        move |e: Event, a: Attempt| {
+            let (seen, pool) = (seen.clone(), pool.clone());
+            let (locked, release) = (locked.clone(), release.clone());
+            async move {
+                seen.record(&e, a);
+                if e.id() == Some("evt_first") {
+                    // Lock the row until told, from a task of its own: the worker's
+                    // "processed" for it then waits.
+                    let (id, held) = (e.id().unwrap().to_owned(), locked.clone());
+                    tokio::spawn(async move {
+                        let mut tx = pool.begin().await.unwrap();
+                        sqlx::query("SELECT 1 FROM webhook_events WHERE event_id = $1 FOR UPDATE")
+                            .bind(id)
+                            .execute(&mut *tx)
+                            .await
+                            .unwrap();
+                        held.notify_one();
+                        release.notified().await;
+                        tx.rollback().await.unwrap();
+                    });
+                    locked.notified().await;
+                }
+                Ok::<_, std::io::Error>(())
+            }
+        }
+    };
+    let worker = Worker::new(&inbox, processor)
+        .with_concurrency(1)
+        .unwrap()
+        .spawn();
+    assert_eq!(deliver(&inbox, "evt_first").await, StatusCode::NO_CONTENT);
+    eventually("the first processed", async || {
+        seen.of("evt_first") == vec![1]
+    })
+    .await;
+    assert_eq!(deliver(&inbox, "evt_second").await, StatusCode::NO_CONTENT);
+    eventually(
+        "the second run while the first's outcome waits",
+        async || seen.of("evt_second") == vec![1],
+    )
+    .await;
+    let counts = inbox.counts().await.unwrap();
+    assert_eq!(
+        counts.processing, 1,
+        "the first still held, its outcome unwritten"
+    );
+    release.notify_one();
+    eventually("both recorded processed", async || {
+        inbox.counts().await.unwrap().processed == 2
+    })
+    .await;
+    assert_eq!(seen.of("evt_first"), vec![1], "run once");
+    worker.shutdown().await;
+}
+
 /// The row's `(next_attempt_at, lock_token IS NULL)` in milliseconds since the epoch.
 async fn due_at(db: &Db, id: &str) -> (i64, bool) {
     match db {

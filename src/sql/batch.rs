@@ -42,11 +42,14 @@ pub(crate) enum Write {
     Claim(Delivery, Token, Duration),
     Complete(String, String, Token),
     Accept(Delivery),
+    /// The inbox worker's: the row processed, if the token still holds it.
+    Processed(String, String, Token),
 }
 
 /// Its outcome.
 pub(crate) enum Written {
     Claim(Claim),
+    /// A completion or a processed row: `false` when fenced out.
     Complete(bool),
     Accept(Accepted),
 }
@@ -56,14 +59,15 @@ impl Write {
     pub(crate) fn size(&self) -> usize {
         match self {
             Write::Claim(d, ..) | Write::Accept(d) => d.audit().body.map_or(0, <[u8]>::len),
-            Write::Complete(..) => 0,
+            Write::Complete(..) | Write::Processed(..) => 0,
         }
     }
 
-    /// A completion ends a running lease; claims and accepts are the front door's.
+    /// A completion or an outcome ends a running lease; claims and accepts are the front
+    /// door's.
     pub(crate) fn lane(&self) -> Lane {
         match self {
-            Write::Complete(..) => Lane::Urgent,
+            Write::Complete(..) | Write::Processed(..) => Lane::Urgent,
             Write::Claim(..) | Write::Accept(_) => Lane::Front,
         }
     }

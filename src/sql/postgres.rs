@@ -42,15 +42,16 @@ fn bind_delivery<'q>(
 #[derive(Clone, Debug)]
 pub(crate) struct Pg {
     pool: PgPool,
-    /// Claims, completions and inbox accepts, gathered into one statement per kind.
+    /// Claims, completions, inbox accepts and the worker's "processed", gathered into one
+    /// statement per kind.
     writer: Arc<Batcher<Write, Written>>,
 }
 
 /// `persistent(false)` for the updates that join the table to a list of keys
-/// (`COMPLETE_MANY`, `GIVE_BACK`): each is planned for its own arrays and the table as it
-/// is now. Prepared, a connection keeps the generic plan it made at its sixth run; one made
-/// while the table was small (a new database, before autovacuum's first ANALYZE) is a hash
-/// join over a sequential scan, kept as the table grows: every batch of completions read
+/// (`COMPLETE_MANY`, `PROCESSED_MANY`, `GIVE_BACK`): each is planned for its own arrays and
+/// the table as it is now. Prepared, a connection keeps the generic plan it made at its
+/// sixth run; one made while the table was small (a new database, before autovacuum's
+/// first ANALYZE) is a hash join over a sequential scan, kept as the table grows: every batch of completions read
 /// the whole table, and small bodies, more rows to a page, looked like a small table longer
 /// (issue 20: `DedupeLayer` on PostgreSQL ran at half the rate on 100-byte bodies than on
 /// 1 KiB ones). `ACCEPT_MANY` and `CLAIM_DUE` keep their prepared plans: theirs go through
@@ -673,25 +674,20 @@ impl Backend for Pg {
         token: Token,
         outcome: Outcome,
     ) -> StoreFuture<bool> {
-        let pool = self.pool.clone();
+        let this = self.clone();
         Box::pin(async move {
-            let key = |sql| {
-                sqlx::query(sql)
-                    .bind(source.clone())
-                    .bind(id.clone())
-                    .bind(token.as_uuid())
-            };
-            let query = match outcome {
-                Outcome::Processed => key(PROCESSED),
-                Outcome::Retry(error, after) => key(RETRY).bind(error).bind(after.as_secs_f64()),
-                Outcome::Dead(error) => key(DEAD).bind(error),
-                Outcome::Abandoned => key(ABANDON).bind(ABANDONED),
-            };
-            let done = query
-                .execute(&pool)
-                .await
-                .map_err(|e| store_error("inbox finish", e))?;
-            Ok(done.rows_affected() == 1)
+            match outcome {
+                // The common outcome, gathered with others into one statement.
+                Outcome::Processed => match this
+                    .writer
+                    .write(Write::Processed(source, id, token))
+                    .await?
+                {
+                    Written::Complete(held) => Ok(held),
+                    _ => unreachable!("an outcome's answer"),
+                },
+                outcome => finish_one(&this.pool, &source, &id, token, outcome).await,
+            }
         })
     }
 
@@ -827,7 +823,16 @@ SET processed_at = coalesce(w.processed_at, now()), processing_error = NULL, loc
 FROM unnest($1::text[], $2::text[], $3::uuid[]) AS input(source, event_id, token)
 WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token = input.token
   AND w.next_attempt_at IS NULL
-RETURNING w.lock_token";
+RETURNING w.source, w.event_id, w.lock_token";
+
+/// Many inbox rows processed in one statement (as `PROCESSED`): the worker's outcomes,
+/// gathered by the group commit.
+const PROCESSED_MANY: &str = "
+UPDATE webhook_events w
+SET processed_at = coalesce(w.processed_at, now()), processing_error = NULL, locked_until = NULL
+FROM unnest($1::text[], $2::text[], $3::uuid[]) AS input(source, event_id, token)
+WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token = input.token
+RETURNING w.source, w.event_id, w.lock_token";
 
 /// Many accepts in one statement (as `ACCEPT`, adoption included); the keys queued come
 /// back, and workers are notified (once: PostgreSQL folds identical notifications of a
@@ -904,6 +909,7 @@ type Completing<'a> = (&'a str, &'a str, Token);
 /// statement.
 async fn write_batch(pool: &PgPool, writes: Vec<Write>) -> Vec<Result<Written, StoreError>> {
     let (mut claims, mut completes, mut accepts) = (Vec::new(), Vec::new(), Vec::new());
+    let mut processed = Vec::new();
     for (i, write) in writes.iter().enumerate() {
         match write {
             Write::Claim(d, token, lease) => claims.push((i, (d, *token, *lease))),
@@ -911,12 +917,16 @@ async fn write_batch(pool: &PgPool, writes: Vec<Write>) -> Vec<Result<Written, S
                 completes.push((i, (source.as_str(), id.as_str(), *token)));
             }
             Write::Accept(d) => accepts.push((i, d)),
+            Write::Processed(source, id, token) => {
+                processed.push((i, (source.as_str(), id.as_str(), *token)));
+            }
         }
     }
-    let (claimed, completed, accepted) = tokio::join!(
+    let (claimed, completed, accepted, recorded) = tokio::join!(
         claim_many(pool, claims.iter().map(|c| c.1).collect()),
         complete_many(pool, completes.iter().map(|c| c.1).collect()),
         accept_many(pool, accepts.iter().map(|c| c.1).collect()),
+        processed_many(pool, processed.iter().map(|c| c.1).collect()),
     );
     let mut results: Vec<Option<Result<Written, StoreError>>> =
         std::iter::repeat_with(|| None).take(writes.len()).collect();
@@ -928,6 +938,9 @@ async fn write_batch(pool: &PgPool, writes: Vec<Write>) -> Vec<Result<Written, S
     }
     for ((i, _), r) in accepts.iter().zip(accepted) {
         results[*i] = Some(r.map(Written::Accept));
+    }
+    for ((i, _), r) in processed.iter().zip(recorded) {
+        results[*i] = Some(r.map(Written::Complete));
     }
     results
         .into_iter()
@@ -1048,7 +1061,7 @@ async fn complete_many(
 ) -> Vec<Result<bool, StoreError>> {
     let mut done = HashSet::new();
     if completes.len() > 1 {
-        match update_completes(pool, &completes).await {
+        match update_done(pool, COMPLETE_MANY, &completes).await {
             Ok(matched) => done = matched,
             Err(e) if unavailable(&e) => {
                 return all_failed(completes.len(), "postgres complete", &e)
@@ -1058,7 +1071,7 @@ async fn complete_many(
     }
     let mut results = Vec::with_capacity(completes.len());
     for (source, id, token) in completes {
-        if done.contains(&token.as_uuid()) {
+        if done.contains(&done_key(source, id, token)) {
             results.push(Ok(true));
             continue;
         }
@@ -1076,21 +1089,77 @@ async fn complete_many(
     results
 }
 
-/// The completions' one statement: the tokens that matched.
-async fn update_completes(
+/// A row marked done by [`update_done`]: its key and token.
+type DoneKey = (String, String, uuid::Uuid);
+
+fn done_key(source: &str, id: &str, token: Token) -> DoneKey {
+    (source.to_owned(), id.to_owned(), token.as_uuid())
+}
+
+/// Records one attempt's outcome if `token` still holds the row; `false` when fenced out.
+async fn finish_one(
     pool: &PgPool,
-    completes: &[Completing<'_>],
-) -> Result<HashSet<uuid::Uuid>, sqlx::Error> {
-    let mut sorted = completes.to_vec();
+    source: &str,
+    id: &str,
+    token: Token,
+    outcome: Outcome,
+) -> Result<bool, StoreError> {
+    let key = |sql| sqlx::query(sql).bind(source).bind(id).bind(token.as_uuid());
+    let query = match outcome {
+        Outcome::Processed => key(PROCESSED),
+        Outcome::Retry(error, after) => key(RETRY).bind(error).bind(after.as_secs_f64()),
+        Outcome::Dead(error) => key(DEAD).bind(error),
+        Outcome::Abandoned => key(ABANDON).bind(ABANDONED),
+    };
+    let done = query
+        .execute(pool)
+        .await
+        .map_err(|e| store_error("inbox finish", e))?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The inbox worker's outcomes "processed" in one statement; a row not matched was fenced
+/// out. A statement the server refused is retried row by row, as `complete_many`.
+async fn processed_many(pool: &PgPool, rows: Vec<Completing<'_>>) -> Vec<Result<bool, StoreError>> {
+    if rows.is_empty() {
+        return Vec::new();
+    }
+    match update_done(pool, PROCESSED_MANY, &rows).await {
+        Ok(done) => rows
+            .iter()
+            .map(|&(source, id, token)| Ok(done.contains(&done_key(source, id, token))))
+            .collect(),
+        Err(e) if unavailable(&e) => all_failed(rows.len(), "inbox finish", &e),
+        Err(_) => {
+            let mut results = Vec::with_capacity(rows.len());
+            for (source, id, token) in rows {
+                let outcome = Outcome::Processed;
+                results.push(finish_one(pool, source, id, token, outcome).await);
+            }
+            results
+        }
+    }
+}
+
+/// Marks done, in one statement (`COMPLETE_MANY` or `PROCESSED_MANY`), the rows `token`
+/// still holds: the keys and tokens that matched.
+async fn update_done(
+    pool: &PgPool,
+    sql: &'static str,
+    rows: &[Completing<'_>],
+) -> Result<HashSet<DoneKey>, sqlx::Error> {
+    let mut sorted = rows.to_vec();
     sorted.sort_by_key(|c| (c.0, c.1));
-    let rows = sqlx::query(COMPLETE_MANY)
+    let rows = sqlx::query(sql)
         .persistent(PLANNED_EACH_TIME)
         .bind(sorted.iter().map(|c| c.0).collect::<Vec<_>>())
         .bind(sorted.iter().map(|c| c.1).collect::<Vec<_>>())
         .bind(sorted.iter().map(|c| c.2.as_uuid()).collect::<Vec<_>>())
         .fetch_all(pool)
         .await?;
-    rows.iter().map(|row| row.try_get(0)).collect()
+    rows.iter()
+        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+        .collect()
 }
 
 /// The inbox accepts: for a key given twice in a batch, the first is new.
@@ -1196,9 +1265,10 @@ mod tests {
                 .await
                 .unwrap();
             let ids = (format!("a{i}"), format!("b{i}"));
-            let done = update_completes(&pool, &[("s", &ids.0, t1), ("s", &ids.1, t2)])
-                .await
-                .unwrap();
+            let keys = [("s", ids.0.as_str(), t1), ("s", ids.1.as_str(), t2)];
+            let done = update_done(&pool, COMPLETE_MANY, &keys).await.unwrap();
+            assert_eq!(done.len(), 2);
+            let done = update_done(&pool, PROCESSED_MANY, &keys).await.unwrap();
             assert_eq!(done.len(), 2);
         }
         let prepared = |sql: &'static str| {
@@ -1219,6 +1289,7 @@ mod tests {
             "the check sees sqlx's statements"
         );
         assert_eq!(prepared(COMPLETE_MANY).await, 0, "planned for each call");
+        assert_eq!(prepared(PROCESSED_MANY).await, 0, "planned for each call");
     }
 
     /// Each kind's batch statement runs (not the write-by-write fallback, which would
@@ -1235,15 +1306,18 @@ mod tests {
             .expect("one statement");
         let row = |id: &str, t: Token| ("s".to_owned(), id.to_owned(), t.as_uuid());
         assert_eq!(inserted, HashSet::from([row("a", t1), row("b", t2)]));
-        let done = update_completes(&pool, &[("s", "a", t1), ("s", "b", t3)])
+        let done = update_done(&pool, COMPLETE_MANY, &[("s", "a", t1), ("s", "b", t3)])
             .await
             .expect("one statement");
-        assert_eq!(done, HashSet::from([t1.as_uuid()]));
+        assert_eq!(done, HashSet::from([row("a", t1)]));
         let c = Delivery::new("s", "c");
         let queued = insert_accepts(&pool, &[&c, &c])
             .await
             .expect("one statement");
         assert_eq!(queued, HashSet::from([("s".to_owned(), "c".to_owned())]));
+        let t4 = Token::new();
+        let claimed = Backend::claim(&Pg::new(pool.clone()), 1, lease, t4, 8).await;
+        assert_eq!(claimed.unwrap().len(), 1, "the worker's claim of c");
 
         let answers = write_batch(
             &pool,
@@ -1253,6 +1327,9 @@ mod tests {
                 Write::Complete("s".into(), "b".into(), t2),
                 Write::Accept(Delivery::new("s", "e")),
                 Write::Accept(Delivery::new("s", "e")),
+                // The inbox's row `c`, claimed by a worker under t4, and a stale token.
+                Write::Processed("s".into(), "c".into(), t4),
+                Write::Processed("s".into(), "c".into(), Token::new()),
             ],
         )
         .await;
@@ -1267,6 +1344,15 @@ mod tests {
             answers[4],
             Ok(Written::Accept(Accepted::Duplicate))
         ));
+        assert!(matches!(answers[5], Ok(Written::Complete(true))));
+        assert!(matches!(answers[6], Ok(Written::Complete(false))));
+        let processed: bool = sqlx::query_scalar(
+            "SELECT processed_at IS NOT NULL FROM webhook_events WHERE event_id = 'c'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert!(processed);
     }
 
     /// The processed count the triggers log is folded once it grows, and stays exact

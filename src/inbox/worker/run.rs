@@ -6,7 +6,7 @@ use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -71,10 +71,20 @@ impl Runner {
     }
 }
 
+/// Rows whose processor has ended may wait for their outcome to be written, at most this
+/// many per processor: the outcomes go out together (group commit) while the processors
+/// go on with the next rows, and a database slower than the processors still bounds how
+/// many rows this worker holds.
+const RECORDING_PER_PROCESSOR: usize = 8;
+
 impl Worker {
     pub(super) async fn run(self, mut stopped: watch::Receiver<bool>) {
         let this = Arc::new(self);
-        let permits = Arc::new(Semaphore::new(this.concurrency));
+        // A row holds a processor from its claim until its processor ends, and a slot
+        // until its outcome is written.
+        let processors = Arc::new(Semaphore::new(this.concurrency));
+        let slots = Arc::new(Semaphore::new(this.concurrency * RECORDING_PER_PROCESSOR));
+        let freed = Arc::new(Notify::new());
         let mut running: JoinSet<()> = JoinSet::new();
         // Set when the grace period is over: each running event stops and hands its row
         // back itself, so its hand-back can never race its own "processed".
@@ -84,7 +94,10 @@ impl Worker {
                 break;
             }
             while running.try_join_next().is_some() {}
-            let free = permits.available_permits();
+            let free = processors
+                .available_permits()
+                .min(slots.available_permits());
+            let freed_meanwhile = freed.notified();
             let wake = this.inbox.wake.notified();
             let rows = if free == 0 {
                 Vec::new()
@@ -120,16 +133,21 @@ impl Worker {
             };
             let claimed = rows.len();
             for (claimed, token, claimed_at) in rows {
-                let permit = permits.clone().acquire_owned().await.expect("never closed");
+                let processor = processors
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .expect("never closed");
+                let slot = slots.clone().acquire_owned().await.expect("never closed");
                 let (worker, hurried) = (this.clone(), hurried.clone());
+                let freed = Freed(Some(processor), freed.clone());
                 let Claimed { event, attempt } = claimed;
                 let attempt = Attempt::new(attempt, &this.retry);
                 let span = span::attempt(&event, attempt);
                 running.spawn(span::instrument(span, async move {
-                    let _permit = permit;
-                    worker
-                        .process(event, attempt, token, claimed_at, hurried)
-                        .await;
+                    let _slot = slot;
+                    let run = (event, attempt, token, claimed_at);
+                    worker.process(run, freed, hurried).await;
                 }));
             }
             if claimed == free && free > 0 {
@@ -137,6 +155,7 @@ impl Worker {
             }
             tokio::select! {
                 () = wake => {}
+                () = freed_meanwhile => {}
                 () = tokio::time::sleep(this.poll) => {}
                 _ = stopped.changed() => {}
                 Some(_) = running.join_next(), if !running.is_empty() => {}
@@ -157,10 +176,8 @@ impl Worker {
 
     async fn process(
         &self,
-        event: Event,
-        attempt: Attempt,
-        token: Token,
-        claimed_at: Instant,
+        (event, attempt, token, claimed_at): (Event, Attempt, Token, Instant),
+        mut freed: Freed,
         mut hurried: watch::Receiver<bool>,
     ) {
         let (source, id) = (event.source().to_owned(), event.stored_id().to_owned());
@@ -188,6 +205,8 @@ impl Worker {
             }
             () = &mut beat => unreachable!("the heartbeat never ends"),
         };
+        // The processor is free for the next row while this one's outcome is written.
+        freed.free();
         // The renewals go on until the outcome has landed: a slow "processed" must not cost
         // the lease that renewals would still have kept.
         let record = self.record(joined, &source, &id, token, attempt, &heartbeat);
@@ -286,6 +305,24 @@ impl Worker {
             metrics::timed(Operation::InboxFinish, finish)
         })
         .await
+    }
+}
+
+/// A row's hold on a processor, given back (and the claim loop told) when its processor
+/// ends — or when its task is stopped.
+struct Freed(Option<OwnedSemaphorePermit>, Arc<Notify>);
+
+impl Freed {
+    fn free(&mut self) {
+        if self.0.take().is_some() {
+            self.1.notify_one();
+        }
+    }
+}
+
+impl Drop for Freed {
+    fn drop(&mut self) {
+        self.free();
     }
 }
 

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The inbox's worker against its front door, in one run:
+#
+#   benches/throughput/drain.sh [postgres|sqlite|both]     (default both)
+#
+# The `receiver` example in inbox mode, its processor printing `handled <id>` (no other
+# work), driven by wrk as in run.sh ($CONNECTIONS connections, $DURATION s, unique
+# pre-signed deliveries of $BODY bytes):
+#   accept alone   the receiver with no worker (WEBHOOK_WORKER_CONCURRENCY=0);
+#   drain alone    the same inbox, the receiver started again with its worker and no
+#                  load: the time until every accepted event is handled;
+#   both at once   a fresh inbox, the worker running while wrk sends: what was processed
+#                  while the load ran, and how long the rest took after it;
+#   latency        a fresh inbox, pace.py sending at half the accept-alone rate for
+#                  $DURATION s: accept (its 2xx) -> processed (its `handled` line), p50/p99;
+#   bare loop      run.sh's: pgbench's one-row inserts, or sqlite3's one row per commit.
+# Every rate is also printed as a ratio to the bare loop. $WORKERS: the worker's
+# concurrency (default 8, the receiver's). Needs wrk, pgbench, sqlite3, python3 and
+# PostgreSQL on 127.0.0.1:5432 (`bash .ci/services`).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+WHICH=${1:-both}
+DURATION=${DURATION:-6}
+CONNECTIONS=${CONNECTIONS:-32}
+THREADS=${THREADS:-2}
+BODY=${BODY:-1024}
+WORKERS=${WORKERS:-8}
+PG=${PG_URL:-postgres://postgres@127.0.0.1:5432}
+SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
+WORK=$(mktemp -d /tmp/tw-drain.XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+if [ -z "${RECEIVER:-}" ]; then
+  cargo build --release --all-features --example receiver >&2
+  RECEIVER=target/release/examples/receiver
+fi
+COUNT=${COUNT:-$((DURATION * 20000))}
+python3 benches/throughput/presign.py "$SECRET" "$COUNT" "$BODY" "$WORK/deliveries.tsv"
+
+now() { date +%s.%N; }
+handled() { grep -c '^handled ' "$WORK/handled.txt" || true; }
+
+start_receiver() { # concurrency, then env assignments; sets PID and URL
+  local workers=$1; shift
+  rm -f "$WORK/receiver.err"
+  env "$@" WEBHOOK_SECRETS="$SECRET" WEBHOOK_MODE=inbox WEBHOOK_WORKER_CONCURRENCY="$workers" \
+    BIND=127.0.0.1:0 "$RECEIVER" >"${OUT:-$WORK/handled.txt}" 2>"$WORK/receiver.err" &
+  PID=$!
+  URL=""
+  for _ in $(seq 1 100); do
+    URL=$(grep -o 'http://127.0.0.1:[0-9]*/webhooks' "$WORK/receiver.err" 2>/dev/null | head -1 || true)
+    [ -n "$URL" ] && break
+    sleep 0.1
+  done
+  [ -n "$URL" ] || { cat "$WORK/receiver.err" >&2; exit 1; }
+}
+stop_receiver() { kill "$PID"; wait "$PID" 2>/dev/null || true; }
+load() { # prints wrk's RESULT line as "<label> <fields>"
+  WRK_THREADS=$THREADS wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --timeout 10s \
+    -s benches/throughput/replay.lua "$URL" -- "$WORK/deliveries.tsv" | grep RESULT | sed "s/^RESULT/$1/"
+}
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
+until_handled() { # n, timeout s: waits until n lines; prints the seconds it took
+  local n=$1 limit=$2 t0; t0=$(now)
+  while [ "$(handled)" -lt "$n" ]; do
+    if python3 -c "import sys; sys.exit(0 if $(now) - $t0 > $limit else 1)"; then break; fi
+    sleep 0.05
+  done
+  python3 -c "print(f'{$(now) - $t0:.2f}')"
+}
+
+measure() { # db label, then env assignments naming a fresh store; sets ACCEPT
+  local db=$1; shift
+  # Accept alone.
+  start_receiver 0 "$@"
+  load "$db accept alone:" | tee "$WORK/accept.txt"
+  stop_receiver
+  ACCEPT=$(field rps <"$WORK/accept.txt")
+  local accepted; accepted=$(( $(field requests <"$WORK/accept.txt" | cut -d. -f1) - $(field non2xx <"$WORK/accept.txt") ))
+  # Drain alone: the same inbox, with the worker.
+  : >"$WORK/handled.txt"
+  start_receiver "$WORKERS" "$@"
+  local took; took=$(until_handled "$accepted" 300)
+  echo "$db drain alone: processed=$(handled)/$accepted seconds=$took rps=$(python3 -c "print(f'{$(handled) / $took:.1f}')")" | tee "$WORK/drain.txt"
+  stop_receiver
+}
+
+both() { # db label, then env assignments naming a fresh store
+  local db=$1; shift
+  : >"$WORK/handled.txt"
+  start_receiver "$WORKERS" "$@"
+  load "$db both at once:" | tee "$WORK/both.txt"
+  local during; during=$(handled)
+  local accepted; accepted=$(( $(field requests <"$WORK/both.txt" | cut -d. -f1) - $(field non2xx <"$WORK/both.txt") ))
+  local after; after=$(until_handled "$accepted" 300)
+  echo "$db both at once: processed_during_load=$during/$accepted processed_rps_during_load=$(python3 -c "print(f'{$during / $DURATION:.1f}')") drained_after_s=$after"
+  stop_receiver
+}
+
+latency() { # db label, then env assignments naming a fresh store
+  local db=$1; shift
+  mkfifo "$WORK/handled.fifo"
+  exec 3<>"$WORK/handled.fifo" # held open, so the receiver's open of it does not wait
+  OUT="$WORK/handled.fifo" start_receiver "$WORKERS" "$@"
+  python3 benches/throughput/pace.py "$URL" "$WORK/deliveries.tsv" "$(python3 -c "print($ACCEPT / 2)")" \
+    "$DURATION" 16 "$WORK/handled.fifo" | sed "s/^RESULT/$db latency at half the accept rate:/"
+  stop_receiver
+  exec 3>&-
+  rm -f "$WORK/handled.fifo"
+}
+
+ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
+
+if [ "$WHICH" = postgres ] || [ "$WHICH" = both ]; then
+  for n in 1 2 3; do psql "$PG/postgres" -qc "CREATE DATABASE tw_drain_$$_$n" >/dev/null; done
+  measure postgres DATABASE_URL="$PG/tw_drain_$$_1"
+  both postgres DATABASE_URL="$PG/tw_drain_$$_2"
+  cat >"$WORK/insert.sql" <<SQL
+\\set n random(1, 9000000000000000)
+INSERT INTO bench_events (source, event_id, event_type, body, attempts, locked_until, lock_token)
+VALUES ('bench', 'evt_' || :n, 'bench.event', convert_to(repeat('x', $BODY), 'UTF8'), 1,
+        clock_timestamp() + interval '60 s', gen_random_uuid())
+ON CONFLICT (source, event_id) DO NOTHING;
+SQL
+  psql "$PG/tw_drain_$$_1" -qc "CREATE TABLE bench_events (LIKE webhook_events INCLUDING ALL)" >/dev/null
+  BARE_RPS=$(pgbench -n -c "$CONNECTIONS" -j "$THREADS" -T "$DURATION" -f "$WORK/insert.sql" "$PG/tw_drain_$$_1" 2>/dev/null | awk '/^tps/ {print $3}')
+  echo "postgres bare pgbench insert: rps=$BARE_RPS"
+  echo "postgres ratios to the bare loop: accept_alone=$(ratio "$ACCEPT" "$BARE_RPS") drain_alone=$(ratio "$(field rps <"$WORK/drain.txt")" "$BARE_RPS")"
+  latency postgres DATABASE_URL="$PG/tw_drain_$$_3"
+  for n in 1 2 3; do psql "$PG/postgres" -qc "DROP DATABASE tw_drain_$$_$n WITH (FORCE)" >/dev/null; done
+fi
+
+if [ "$WHICH" = sqlite ] || [ "$WHICH" = both ]; then
+  measure sqlite WEBHOOK_SQLITE="$WORK/one.db" DATABASE_URL=
+  both sqlite WEBHOOK_SQLITE="$WORK/two.db" DATABASE_URL=
+  N=$((DURATION * 1000))
+  sqlite3 "$WORK/one.db" "SELECT sql || ';' FROM sqlite_master WHERE name = 'webhook_events'" \
+    | sed 's/webhook_events/bench_events/' >"$WORK/schema.sql"
+  python3 - "$WORK/loop.sql" "$N" "$BODY" <<'PY'
+import sys
+out, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with open(out, "w") as f:
+    f.write("PRAGMA journal_mode=WAL;\nPRAGMA synchronous=FULL;\n")
+    for i in range(n):
+        f.write(f"INSERT INTO bench_events (source, event_id, event_type, body, received_at, attempts, locked_until, lock_token) "
+                f"VALUES ('bench', 'evt_{i}', 'bench.event', zeroblob({size}), 0, 1, 60000, 'token-{i}') "
+                f"ON CONFLICT (source, event_id) DO NOTHING;\n")
+PY
+  sqlite3 "$WORK/bare.db" <"$WORK/schema.sql"
+  START=$(now); sqlite3 "$WORK/bare.db" <"$WORK/loop.sql" >/dev/null; END=$(now)
+  BARE_RPS=$(python3 -c "print(f'{$N / ($END - $START):.1f}')")
+  echo "sqlite bare sqlite3 loop: rps=$BARE_RPS"
+  echo "sqlite ratios to the bare loop: accept_alone=$(ratio "$ACCEPT" "$BARE_RPS") drain_alone=$(ratio "$(field rps <"$WORK/drain.txt")" "$BARE_RPS")"
+  latency sqlite WEBHOOK_SQLITE="$WORK/three.db" DATABASE_URL=
+fi
