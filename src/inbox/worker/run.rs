@@ -77,6 +77,22 @@ impl Runner {
 /// many rows this worker holds.
 const RECORDING_PER_PROCESSOR: usize = 8;
 
+/// At most this many claims are out at once: a processor freed while one is out need not
+/// wait for it to come back, and more would spread the free processors over more
+/// claims (a commit each) for no more rows.
+const CLAIMS_IN_FLIGHT: usize = 2;
+
+/// A claim's answer: its rows, how many it asked for, and the processors and slots held
+/// for them.
+struct Batch {
+    rows: Vec<Claimed>,
+    asked: usize,
+    token: Token,
+    claimed_at: Instant,
+    processors: OwnedSemaphorePermit,
+    slots: OwnedSemaphorePermit,
+}
+
 impl Worker {
     pub(super) async fn run(self, mut stopped: watch::Receiver<bool>) {
         let this = Arc::new(self);
@@ -85,10 +101,17 @@ impl Worker {
         let processors = Arc::new(Semaphore::new(this.concurrency));
         let slots = Arc::new(Semaphore::new(this.concurrency * RECORDING_PER_PROCESSOR));
         let freed = Arc::new(Notify::new());
+        let mut claims: JoinSet<Batch> = JoinSet::new();
         let mut running: JoinSet<()> = JoinSet::new();
         // Set when the grace period is over: each running event stops and hands its row
         // back itself, so its hand-back can never race its own "processed".
         let (hurry, hurried) = watch::channel(false);
+        // Whether a claim may find due rows: not after one came back short, until a
+        // wake-up, a poll or a processor ending says there may be more.
+        let mut due = true;
+        let wake = this.inbox.wake.clone();
+        let mut woken = pin!(wake.notified());
+        woken.as_mut().enable(); // an accept while a claim is out is not missed
         loop {
             if *stopped.borrow() {
                 break;
@@ -97,68 +120,52 @@ impl Worker {
             let free = processors
                 .available_permits()
                 .min(slots.available_permits());
-            let freed_meanwhile = freed.notified();
-            let wake = this.inbox.wake.notified();
-            let rows = if free == 0 {
-                Vec::new()
-            } else {
-                let (token, claimed_at) = (Token::new(), Instant::now());
-                let claim = this.inbox.backend.claim(
-                    free,
-                    this.lease.length,
-                    token,
-                    this.retry.max_attempts(),
+            if due && free > 0 && claims.len() < CLAIMS_IN_FLIGHT {
+                let n = u32::try_from(free).unwrap_or(u32::MAX);
+                let held = (
+                    processors.clone().try_acquire_many_owned(n),
+                    slots.clone().try_acquire_many_owned(n),
                 );
-                let claim = metrics::timed(Operation::InboxClaim, claim);
-                match claim.await {
-                    // Answered so late that the lease may run out before the first
-                    // renewal: hand the rows back uncounted (fenced on the token: rows
-                    // another worker took over meanwhile stay its own) rather than run
-                    // beside a takeover. Not handed back, they come back with their lease.
-                    Ok(rows) if claimed_at.elapsed() >= this.lease.length * 2 / 3 => {
-                        let keys = rows
-                            .iter()
-                            .map(|r| (r.event.source().to_owned(), r.event.stored_id().to_owned()))
-                            .collect();
-                        let _ = this.inbox.backend.give_back(keys, token).await;
-                        Vec::new()
-                    }
-                    Ok(rows) => rows.into_iter().map(|r| (r, token, claimed_at)).collect(),
-                    Err(_error) => {
-                        #[cfg(feature = "tracing")]
-                        tracing::error!(target: "tower_webhook", "inbox worker could not claim: {_error}");
-                        Vec::new()
-                    }
+                if let (Ok(processors), Ok(slots)) = held {
+                    claims.spawn(this.clone().claim(free, processors, slots));
+                    continue;
                 }
-            };
-            let claimed = rows.len();
-            for (claimed, token, claimed_at) in rows {
-                let processor = processors
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .expect("never closed");
-                let slot = slots.clone().acquire_owned().await.expect("never closed");
-                let (worker, hurried) = (this.clone(), hurried.clone());
-                let freed = Freed(Some(processor), freed.clone());
-                let Claimed { event, attempt } = claimed;
-                let attempt = Attempt::new(attempt, &this.retry);
-                let span = span::attempt(&event, attempt);
-                running.spawn(span::instrument(span, async move {
-                    let _slot = slot;
-                    let run = (event, attempt, token, claimed_at);
-                    worker.process(run, freed, hurried).await;
-                }));
             }
-            if claimed == free && free > 0 {
-                continue; // there may be more due rows
-            }
+            let freed_meanwhile = freed.notified();
             tokio::select! {
-                () = wake => {}
-                () = freed_meanwhile => {}
-                () = tokio::time::sleep(this.poll) => {}
+                Some(batch) = claims.join_next(), if !claims.is_empty() => {
+                    let Ok(mut batch) = batch else { continue }; // a panic: its rows come back with their lease
+                    due = batch.rows.len() == batch.asked; // there may be more due rows
+                    for Claimed { event, attempt } in std::mem::take(&mut batch.rows) {
+                        let processor = batch.processors.split(1).expect("one held per row");
+                        let slot = batch.slots.split(1).expect("one held per row");
+                        let (worker, hurried) = (this.clone(), hurried.clone());
+                        let freed = Freed(Some(processor), freed.clone());
+                        let attempt = Attempt::new(attempt, &this.retry);
+                        let span = span::attempt(&event, attempt);
+                        let run = (event, attempt, batch.token, batch.claimed_at);
+                        running.spawn(span::instrument(span, async move {
+                            let _slot = slot;
+                            worker.process(run, freed, hurried).await;
+                        }));
+                    }
+                    // What the claim did not use is free again as `batch` drops.
+                }
+                () = &mut woken => {
+                    due = true;
+                    woken.set(wake.notified());
+                    woken.as_mut().enable();
+                }
+                () = freed_meanwhile => due = true,
+                () = tokio::time::sleep(this.poll) => due = true,
                 _ = stopped.changed() => {}
                 Some(_) = running.join_next(), if !running.is_empty() => {}
+            }
+        }
+        // Claims still out: their rows go back uncounted, as a claim answered too late.
+        while let Some(batch) = claims.join_next().await {
+            if let Ok(batch) = batch {
+                this.give_back(&batch.rows, batch.token).await;
             }
         }
         // Graceful: let running events finish; past a grace period, stop the rest, which
@@ -172,6 +179,56 @@ impl Worker {
         }
         let _ = hurry.send(true);
         while running.join_next().await.is_some() {}
+    }
+
+    /// Claims up to `n` due rows, for which it holds `processors` and `slots`.
+    async fn claim(
+        self: Arc<Self>,
+        n: usize,
+        processors: OwnedSemaphorePermit,
+        slots: OwnedSemaphorePermit,
+    ) -> Batch {
+        let (token, claimed_at) = (Token::new(), Instant::now());
+        let claim =
+            self.inbox
+                .backend
+                .claim(n, self.lease.length, token, self.retry.max_attempts());
+        let rows = match metrics::timed(Operation::InboxClaim, claim).await {
+            // Answered so late that the lease may run out before the first renewal: hand
+            // the rows back uncounted (fenced on the token: rows another worker took over
+            // meanwhile stay its own) rather than run beside a takeover. Not handed back,
+            // they come back with their lease.
+            Ok(rows) if claimed_at.elapsed() >= self.lease.length * 2 / 3 => {
+                self.give_back(&rows, token).await;
+                Vec::new()
+            }
+            Ok(rows) => rows,
+            Err(_error) => {
+                #[cfg(feature = "tracing")]
+                tracing::error!(target: "tower_webhook", "inbox worker could not claim: {_error}");
+                Vec::new()
+            }
+        };
+        Batch {
+            rows,
+            asked: n,
+            token,
+            claimed_at,
+            processors,
+            slots,
+        }
+    }
+
+    /// Hands claimed rows back to the queue unrun, their attempt uncounted.
+    async fn give_back(&self, rows: &[Claimed], token: Token) {
+        if rows.is_empty() {
+            return;
+        }
+        let keys = rows
+            .iter()
+            .map(|r| (r.event.source().to_owned(), r.event.stored_id().to_owned()))
+            .collect();
+        let _ = self.inbox.backend.give_back(keys, token).await;
     }
 
     async fn process(
