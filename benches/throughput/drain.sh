@@ -29,6 +29,7 @@ PG=${PG_URL:-postgres://postgres@127.0.0.1:5432}
 SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 WORK=$(mktemp -d /tmp/tw-drain.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+. benches/throughput/bare.sh
 
 if [ -z "${RECEIVER:-}" ]; then
   cargo build --release --all-features --example receiver >&2
@@ -115,15 +116,7 @@ if [ "$WHICH" = postgres ] || [ "$WHICH" = both ]; then
   for n in 1 2 3; do psql "$PG/postgres" -qc "CREATE DATABASE tw_drain_$$_$n" >/dev/null; done
   measure postgres DATABASE_URL="$PG/tw_drain_$$_1"
   both postgres DATABASE_URL="$PG/tw_drain_$$_2"
-  cat >"$WORK/insert.sql" <<SQL
-\\set n random(1, 9000000000000000)
-INSERT INTO bench_events (source, event_id, event_type, body, attempts, locked_until, lock_token)
-VALUES ('bench', 'evt_' || :n, 'bench.event', convert_to(repeat('x', $BODY), 'UTF8'), 1,
-        clock_timestamp() + interval '60 s', gen_random_uuid())
-ON CONFLICT (source, event_id) DO NOTHING;
-SQL
-  psql "$PG/tw_drain_$$_1" -qc "CREATE TABLE bench_events (LIKE webhook_events INCLUDING ALL)" >/dev/null
-  BARE_RPS=$(pgbench -n -c "$CONNECTIONS" -j "$THREADS" -T "$DURATION" -f "$WORK/insert.sql" "$PG/tw_drain_$$_1" 2>/dev/null | awk '/^tps/ {print $3}')
+  BARE_RPS=$(bare_postgres "$PG/tw_drain_$$_1")
   echo "postgres bare pgbench insert: rps=$BARE_RPS"
   echo "postgres ratios to the bare loop: accept_alone=$(ratio "$ACCEPT" "$BARE_RPS") drain_alone=$(ratio "$(field rps <"$WORK/drain.txt")" "$BARE_RPS")"
   latency postgres DATABASE_URL="$PG/tw_drain_$$_3"
@@ -133,22 +126,7 @@ fi
 if [ "$WHICH" = sqlite ] || [ "$WHICH" = both ]; then
   measure sqlite WEBHOOK_SQLITE="$WORK/one.db" DATABASE_URL=
   both sqlite WEBHOOK_SQLITE="$WORK/two.db" DATABASE_URL=
-  N=$((DURATION * 1000))
-  sqlite3 "$WORK/one.db" "SELECT sql || ';' FROM sqlite_master WHERE name = 'webhook_events'" \
-    | sed 's/webhook_events/bench_events/' >"$WORK/schema.sql"
-  python3 - "$WORK/loop.sql" "$N" "$BODY" <<'PY'
-import sys
-out, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-with open(out, "w") as f:
-    f.write("PRAGMA journal_mode=WAL;\nPRAGMA synchronous=FULL;\n")
-    for i in range(n):
-        f.write(f"INSERT INTO bench_events (source, event_id, event_type, body, received_at, attempts, locked_until, lock_token) "
-                f"VALUES ('bench', 'evt_{i}', 'bench.event', zeroblob({size}), 0, 1, 60000, 'token-{i}') "
-                f"ON CONFLICT (source, event_id) DO NOTHING;\n")
-PY
-  sqlite3 "$WORK/bare.db" <"$WORK/schema.sql"
-  START=$(now); sqlite3 "$WORK/bare.db" <"$WORK/loop.sql" >/dev/null; END=$(now)
-  BARE_RPS=$(python3 -c "print(f'{$N / ($END - $START):.1f}')")
+  BARE_RPS=$(bare_sqlite "$WORK/one.db")
   echo "sqlite bare sqlite3 loop: rps=$BARE_RPS"
   echo "sqlite ratios to the bare loop: accept_alone=$(ratio "$ACCEPT" "$BARE_RPS") drain_alone=$(ratio "$(field rps <"$WORK/drain.txt")" "$BARE_RPS")"
   latency sqlite WEBHOOK_SQLITE="$WORK/three.db" DATABASE_URL=

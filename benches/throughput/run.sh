@@ -23,6 +23,7 @@ PG=${PG_URL:-postgres://postgres@127.0.0.1:5432}
 SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 WORK=$(mktemp -d /tmp/tw-throughput.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+. benches/throughput/bare.sh
 
 # RECEIVER: another build of the receiver to measure (an earlier commit's, say).
 if [ -z "${RECEIVER:-}" ]; then
@@ -66,16 +67,7 @@ if [ "$WHICH" = postgres ] || [ "$WHICH" = both ]; then
   psql "$PG/postgres" -qc "CREATE DATABASE $DB" >/dev/null
   receiver_run postgres DATABASE_URL="$PG/$DB"
   if [ "$BARE" = 1 ]; then
-  psql "$PG/$DB" -qc "CREATE TABLE bench_events (LIKE webhook_events INCLUDING ALL)" >/dev/null
-  cat >"$WORK/insert.sql" <<SQL
-\\set n random(1, 9000000000000000)
-INSERT INTO bench_events (source, event_id, event_type, body, attempts, locked_until, lock_token)
-VALUES ('bench', 'evt_' || :n, 'bench.event', convert_to(repeat('x', $BODY), 'UTF8'), 1,
-        clock_timestamp() + interval '60 s', gen_random_uuid())
-ON CONFLICT (source, event_id) DO NOTHING;
-SQL
-  pgbench -n -c "$CONNECTIONS" -j "$THREADS" -T "$DURATION" -f "$WORK/insert.sql" "$PG/$DB" \
-    2>/dev/null | awk '/^tps/ {printf "postgres bare pgbench insert: rps=%s\n", $3} /latency average/ {print "postgres bare pgbench latency_avg_ms=" $4}'
+    echo "postgres bare pgbench insert: rps=$(bare_postgres "$PG/$DB")"
   fi
   psql "$PG/postgres" -qc "DROP DATABASE $DB WITH (FORCE)" >/dev/null
 fi
@@ -83,23 +75,5 @@ fi
 if [ "$WHICH" = sqlite ] || [ "$WHICH" = both ]; then
   receiver_run sqlite WEBHOOK_SQLITE="$WORK/receiver.db" DATABASE_URL=
   [ "$BARE" = 1 ] || exit 0
-  N=$((DURATION * 1000))
-  # The table as the receiver's migrations left it (its primary key; no other index).
-  sqlite3 "$WORK/receiver.db" "SELECT sql || ';' FROM sqlite_master WHERE name = 'webhook_events'" \
-    | sed 's/webhook_events/bench_events/' >"$WORK/schema.sql"
-  python3 - "$WORK/loop.sql" "$N" "$BODY" <<'PY'
-import sys
-out, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-with open(out, "w") as f:
-    f.write("PRAGMA journal_mode=WAL;\nPRAGMA synchronous=FULL;\n")
-    for i in range(n):
-        f.write(f"INSERT INTO bench_events (source, event_id, event_type, body, received_at, attempts, locked_until, lock_token) "
-                f"VALUES ('bench', 'evt_{i}', 'bench.event', zeroblob({size}), 0, 1, 60000, 'token-{i}') "
-                f"ON CONFLICT (source, event_id) DO NOTHING;\n")
-PY
-  sqlite3 "$WORK/bare.db" <"$WORK/schema.sql"
-  START=$(date +%s.%N)
-  sqlite3 "$WORK/bare.db" <"$WORK/loop.sql" >/dev/null
-  END=$(date +%s.%N)
-  python3 -c "print(f'sqlite bare sqlite3 loop: rps={$N / ($END - $START):.1f}')"
+  echo "sqlite bare sqlite3 loop: rps=$(bare_sqlite "$WORK/receiver.db")"
 fi
