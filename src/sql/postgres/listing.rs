@@ -1,0 +1,197 @@
+//! What operators read: the inbox's counts, its listings of failing and dead rows, and
+//! one event with its body.
+
+use sqlx::postgres::PgPool;
+
+use super::super::{after, listing_statement, store_error, summaries, CountsRow, StoredRow};
+use crate::inbox::{Counts, EventSummary, Listing, StoredEvent};
+use crate::store::StoreFuture;
+
+/// The queue from its partial index (`webhook_events_due`), the dead rows from theirs,
+/// and the processed ones from the log the triggers keep (`webhook_counts`): the answer
+/// costs the size of the queue, not of the history kept.
+const COUNTS: &str = "
+SELECT q.queued, q.processing, l.processed, l.log_rows,
+    (SELECT count(*) FROM webhook_events
+     WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL) AS dead,
+    q.oldest_due_ms
+FROM (
+    SELECT
+        count(*) FILTER (WHERE locked_until IS NULL OR locked_until <= now()) AS queued,
+        count(*) FILTER (WHERE locked_until > now()) AS processing,
+        (extract(epoch FROM now() - min(next_attempt_at) FILTER (WHERE
+            (locked_until IS NULL OR locked_until <= now()) AND next_attempt_at <= now()))
+            * 1000)::int8 AS oldest_due_ms
+    FROM webhook_events
+    WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+) q, (SELECT coalesce(sum(delta), 0)::int8 AS processed, count(*) AS log_rows
+      FROM webhook_counts) l";
+
+/// `counts` folds the log into one row once it holds more than this many.
+const FOLD_AFTER: i64 = 4096;
+
+/// The log summed into one row, in a file of its own: `TRUNCATE` gives the space back at
+/// once, where deleted rows would leave pages every later sum reads through. It needs
+/// the table to itself for a moment: a fold that cannot have it within 50 ms gives up
+/// (the next one folds), rather than hold the processed rows' writes queued behind it. A
+/// role without `TRUNCATE` on the table deletes the rows instead.
+pub(super) const FOLD_COUNTS: &str = "
+DO $$
+DECLARE
+    total BIGINT;
+    entries BIGINT;
+BEGIN
+    PERFORM set_config('lock_timeout', '50ms', true);
+    LOCK TABLE webhook_counts IN ACCESS EXCLUSIVE MODE;
+    SELECT coalesce(sum(delta), 0), count(*) INTO total, entries FROM webhook_counts;
+    IF entries > 1 THEN
+        BEGIN
+            TRUNCATE webhook_counts;
+        EXCEPTION WHEN insufficient_privilege THEN
+            DELETE FROM webhook_counts;
+        END;
+        INSERT INTO webhook_counts (delta) VALUES (total);
+    END IF;
+END $$";
+
+/// What a listing and an event read of a row: times as microseconds since the epoch, and
+/// whether a worker holds it now.
+macro_rules! listed_columns {
+    () => {
+        "source, event_id, event_type, object_id, attempts::int8 AS attempts,
+    (extract(epoch FROM received_at) * 1000000)::int8 AS received_us,
+    (extract(epoch FROM next_attempt_at) * 1000000)::int8 AS next_attempt_us,
+    (extract(epoch FROM processed_at) * 1000000)::int8 AS processed_us,
+    (extract(epoch FROM dead_at) * 1000000)::int8 AS dead_us,
+    coalesce(locked_until > now(), false) AS locked, processing_error"
+    };
+}
+
+/// The listings, one statement per row set and order, each a range of its partial index
+/// (`webhook_events_dead`, `webhook_events_failing`, on the time and the key) read in the
+/// index's order from the position `$1`, `$2`, `$3` (the time in microseconds, the source
+/// and id that break ties in time; `NULL` for the first page: before or after every row).
+/// The position is one row comparison on the index's columns, always bound, so a generic
+/// plan starts the scan there too: a page reads its own rows, not the ones before it.
+pub(super) const LIST_DEAD_NEWEST: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    "
+FROM webhook_events
+WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL
+  AND (dead_at, source, event_id) <
+      (coalesce(to_timestamp($1::int8 / 1000000.0), 'infinity'), coalesce($2::text, ''), coalesce($3::text, ''))
+ORDER BY dead_at DESC, source DESC, event_id DESC
+LIMIT $4"
+);
+
+pub(super) const LIST_DEAD_OLDEST: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    "
+FROM webhook_events
+WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL
+  AND (dead_at, source, event_id) >
+      (coalesce(to_timestamp($1::int8 / 1000000.0), '-infinity'), coalesce($2::text, ''), coalesce($3::text, ''))
+ORDER BY dead_at, source, event_id
+LIMIT $4"
+);
+
+pub(super) const LIST_FAILING_NEWEST: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    "
+FROM webhook_events
+WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+  AND processing_error IS NOT NULL
+  AND (received_at, source, event_id) <
+      (coalesce(to_timestamp($1::int8 / 1000000.0), 'infinity'), coalesce($2::text, ''), coalesce($3::text, ''))
+ORDER BY received_at DESC, source DESC, event_id DESC
+LIMIT $4"
+);
+
+pub(super) const LIST_FAILING_OLDEST: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    "
+FROM webhook_events
+WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+  AND processing_error IS NOT NULL
+  AND (received_at, source, event_id) >
+      (coalesce(to_timestamp($1::int8 / 1000000.0), '-infinity'), coalesce($2::text, ''), coalesce($3::text, ''))
+ORDER BY received_at, source, event_id
+LIMIT $4"
+);
+
+/// One inbox row by its key, body included.
+const EVENT: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    ", livemode, body
+FROM webhook_events
+WHERE source = $1 AND event_id = $2 AND next_attempt_at IS NOT NULL"
+);
+
+/// [`COUNTS`]' row: the counts, and how long the log has grown.
+#[derive(sqlx::FromRow)]
+struct CountsWithLog {
+    #[sqlx(flatten)]
+    counts: CountsRow,
+    log_rows: i64,
+}
+
+/// The inbox's counts; folds the log of processed rows once it has grown.
+pub(super) fn counts(pool: &PgPool) -> StoreFuture<Counts> {
+    let pool = pool.clone();
+    Box::pin(async move {
+        let row = sqlx::query_as::<_, CountsWithLog>(COUNTS)
+            .fetch_one(&pool)
+            .await
+            .map_err(|e| store_error("inbox counts", e))?;
+        if row.log_rows > FOLD_AFTER {
+            // Housekeeping, not the answer: a fold that fails is done by a later call.
+            let _ = sqlx::raw_sql(FOLD_COUNTS).execute(&pool).await;
+        }
+        Ok(Counts::from(row.counts))
+    })
+}
+
+/// A page of failing or dead rows (one more than asked: whether a next page exists).
+pub(super) fn list(pool: &PgPool, listing: &Listing) -> StoreFuture<Vec<EventSummary>> {
+    let pool = pool.clone();
+    let sql = listing_statement(
+        listing,
+        [
+            LIST_DEAD_NEWEST,
+            LIST_DEAD_OLDEST,
+            LIST_FAILING_NEWEST,
+            LIST_FAILING_OLDEST,
+        ],
+    );
+    let (at_us, source, id) = after(listing);
+    let limit = i64::try_from(listing.limit + 1).unwrap_or(i64::MAX);
+    Box::pin(async move {
+        let rows = sqlx::query_as(sql)
+            .bind(at_us)
+            .bind(source)
+            .bind(id)
+            .bind(limit)
+            .fetch_all(&pool)
+            .await;
+        summaries(rows)
+    })
+}
+
+/// One row of the inbox, its body included.
+pub(super) fn event(pool: &PgPool, source: String, id: String) -> StoreFuture<Option<StoredEvent>> {
+    let pool = pool.clone();
+    Box::pin(async move {
+        sqlx::query_as::<_, StoredRow>(EVENT)
+            .bind(source)
+            .bind(id)
+            .fetch_optional(&pool)
+            .await
+            .map(|row| row.map(StoredEvent::from))
+            .map_err(|e| store_error("inbox event", e))
+    })
+}

@@ -1,0 +1,86 @@
+//! Every PostgreSQL statement on `webhook_events` (see the [state diagram](super)), one
+//! file per concern; `Pg` itself and what they share here.
+
+mod claims; // `DedupeLayer`'s claims, and keys done in the caller's transaction
+mod group_commit; // the writer's batches: claims, completions, accepts, "processed"
+mod latest; // the ordering guard (`webhook_objects`)
+mod listing; // the inbox's counts, listings and one event, for operators
+mod queue; // the inbox: accept, and the worker's claims, renewals and outcomes
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use sqlx::postgres::{PgArguments, PgPool, Postgres};
+use sqlx::query::Query;
+
+use super::batch::{Batcher, Run, Write, Written, MAX_BATCH, MAX_BATCH_BYTES};
+use crate::store::Delivery;
+pub(crate) use claims::done_in;
+pub(crate) use latest::advance;
+pub(crate) use queue::processed_in;
+
+/// The channel `accept` and `requeue` notify, for workers in other processes.
+const CHANNEL: &str = "webhook_events";
+
+/// Binds a delivery's key and audit columns as `$1`…`$6`: source, event id, type, object
+/// id, livemode, body.
+fn bind_delivery<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    d: &'q Delivery,
+) -> Query<'q, Postgres, PgArguments> {
+    let audit = d.audit();
+    query
+        .bind(d.source())
+        .bind(d.id())
+        .bind(audit.event_type)
+        .bind(audit.object_id)
+        .bind(audit.livemode)
+        .bind(audit.body)
+}
+
+/// The table in one PostgreSQL database. Cloning shares the pool and the writer.
+#[derive(Clone, Debug)]
+pub(crate) struct Pg {
+    pool: PgPool,
+    /// Claims, completions, inbox accepts and the worker's "processed", gathered into one
+    /// statement per kind.
+    writer: Arc<Batcher<Write, Written>>,
+}
+
+/// `persistent(false)` for the updates that join the table to a list of keys
+/// (`COMPLETE_MANY`, `PROCESSED_MANY`, `GIVE_BACK`): each is planned for its own arrays and
+/// the table as it is now. Prepared, a connection keeps the generic plan it made at its
+/// sixth run; one made while the table was small (a new database, before autovacuum's
+/// first ANALYZE) is a hash join over a sequential scan, kept as the table grows: every batch of completions read
+/// the whole table, and small bodies, more rows to a page, looked like a small table longer
+/// (issue 20: `DedupeLayer` on PostgreSQL ran at half the rate on 100-byte bodies than on
+/// 1 KiB ones). `ACCEPT_MANY` and `CLAIM_DUE` keep their prepared plans: theirs go through
+/// partial indexes however small the table (seen with `auto_explain`), and planning
+/// `ACCEPT_MANY` each time cost a third of the inbox's accept rate.
+const PLANNED_EACH_TIME: bool = false;
+
+/// At most this many batches are in flight at once: enough to keep the server's disk
+/// busy while a batch commits, few enough to leave the pool to workers and renewals.
+const SLOTS: usize = 4;
+
+impl Pg {
+    pub(crate) fn new(pool: PgPool) -> Self {
+        let for_writer = pool.clone();
+        let run: Run<Write, Written> = Arc::new(move |writes| {
+            let pool = for_writer.clone();
+            Box::pin(async move { group_commit::write_batch(&pool, writes).await })
+        });
+        Self {
+            pool,
+            writer: Arc::new(
+                Batcher::new(MAX_BATCH, MAX_BATCH_BYTES, Write::size, SLOTS, run)
+                    .with_lanes(Write::lane),
+            ),
+        }
+    }
+
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}

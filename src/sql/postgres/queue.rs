@@ -1,0 +1,323 @@
+//! The inbox: accept, and the worker's claims, renewals and outcomes (see the
+//! [state diagram](super::super)).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgListener, PgPool};
+use sqlx::{PgConnection, Row};
+use tokio::sync::Notify;
+
+use super::super::batch::{Write, Written};
+use super::super::{claimed, store_error, Outcome, ABANDONED, CRASHED};
+use super::listing::FOLD_COUNTS;
+use super::{Pg, CHANNEL, PLANNED_EACH_TIME};
+use crate::inbox::backend::{Backend, Claimed};
+use crate::inbox::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
+use crate::store::{Delivery, StoreError, StoreFuture, Token};
+use crate::Event;
+
+/// Stores the row and, only if it is new, notifies listening workers — one round trip.
+/// A row `DedupeLayer` left unfinished (released, or claimed) is queued instead, its
+/// claim's lock dropped (the row is the inbox's from now on, due at once: a `DedupeLayer`
+/// in front of this accept then finds it done), so a source switched from dedupe to the
+/// inbox loses no event; a duplicate of a queued row
+/// matches neither and writes nothing (`DO NOTHING` takes no row lock).
+pub(super) const ACCEPT: &str = "
+WITH inserted AS (
+    INSERT INTO webhook_events
+        (source, event_id, event_type, object_id, livemode, body, attempts, next_attempt_at, kind)
+    VALUES ($1, $2, $3, $4, $5, $6, 0, now(), $7)
+    ON CONFLICT (source, event_id) DO NOTHING
+    RETURNING 1
+), adopted AS (
+    UPDATE webhook_events SET next_attempt_at = now(), attempts = 0,
+        locked_until = NULL, lock_token = NULL
+    WHERE source = $1 AND event_id = $2 AND NOT EXISTS (SELECT 1 FROM inserted)
+      AND next_attempt_at IS NULL AND processed_at IS NULL AND kind <> 'once'
+    RETURNING 1
+), queued AS (SELECT 1 FROM inserted UNION ALL SELECT 1 FROM adopted)
+SELECT EXISTS (SELECT 1 FROM queued) AS new,
+       CASE WHEN EXISTS (SELECT 1 FROM queued) THEN pg_notify('webhook_events', '') END";
+
+/// `SKIP LOCKED`: concurrent workers (in any replica) each take different rows. A due
+/// row whose every attempt ended without an outcome (each crashed its worker) is
+/// marked dead in the same statement instead of claimed again.
+const CLAIM_DUE: &str = "
+UPDATE webhook_events w
+SET attempts = w.attempts + (w.attempts < $4)::int,
+    dead_at = CASE WHEN w.attempts >= $4 THEN now() END,
+    processing_error = CASE WHEN w.attempts >= $4
+        THEN coalesce(w.processing_error || '; then ', '') || $5 ELSE w.processing_error END,
+    locked_until = CASE WHEN w.attempts < $4
+        THEN clock_timestamp() + make_interval(secs => $1) END,
+    lock_token = CASE WHEN w.attempts < $4 THEN $2 END
+FROM (
+    SELECT source, event_id FROM webhook_events
+    WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= now()
+      AND processed_at IS NULL AND dead_at IS NULL
+      AND (locked_until IS NULL OR locked_until <= clock_timestamp())
+    ORDER BY next_attempt_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+) due
+WHERE w.source = due.source AND w.event_id = due.event_id
+RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body,
+    w.attempts::int8 AS attempts, w.dead_at IS NOT NULL AS buried";
+
+/// Claimed rows a worker hands back unprocessed (its claim was answered too late to run
+/// them safely): due again at once, the attempt uncounted.
+const GIVE_BACK: &str = "
+UPDATE webhook_events w SET attempts = w.attempts - 1, locked_until = NULL, lock_token = NULL
+FROM unnest($1::text[], $2::text[]) AS input(source, event_id)
+WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token = $3
+  AND w.processed_at IS NULL AND w.dead_at IS NULL";
+
+const RENEW_ROW: &str = "
+UPDATE webhook_events SET locked_until = clock_timestamp() + make_interval(secs => $4)
+WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+
+/// The row processed; idempotent under its token like a claim's completion.
+pub(super) const PROCESSED: &str = "
+UPDATE webhook_events SET processed_at = coalesce(processed_at, now()), processing_error = NULL,
+    locked_until = NULL
+WHERE source = $1 AND event_id = $2 AND lock_token = $3";
+
+/// The end of an attempt that did not succeed, if `$3` still holds the row.
+pub(super) const RETRY: &str = "
+UPDATE webhook_events SET next_attempt_at = now() + make_interval(secs => $5),
+    processing_error = $4, locked_until = NULL, lock_token = NULL
+WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+
+pub(super) const DEAD: &str = "
+UPDATE webhook_events SET dead_at = now(), processing_error = $4,
+    locked_until = NULL, lock_token = NULL
+WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+
+pub(super) const ABANDON: &str = "
+UPDATE webhook_events SET processing_error = $4, locked_until = NULL, lock_token = NULL
+WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+
+const REQUEUE: &str = "
+WITH requeued AS (
+    UPDATE webhook_events
+    SET next_attempt_at = now(), attempts = 0, processed_at = NULL, dead_at = NULL,
+        processing_error = NULL, locked_until = NULL, lock_token = NULL
+    WHERE next_attempt_at IS NOT NULL
+      AND (locked_until IS NULL OR locked_until <= now())
+      AND ($1::text IS NULL OR (source = $1 AND event_id = $2))
+      AND (NOT $3 OR dead_at IS NOT NULL)
+      AND ($4::text IS NULL OR event_type = $4)
+      AND ($5::int8 IS NULL OR received_at >= to_timestamp($5 / 1000.0))
+      AND ($6::int8 IS NULL OR received_at < to_timestamp($6 / 1000.0))
+    RETURNING 1)
+SELECT count(*), pg_notify('webhook_events', '') FROM requeued";
+
+/// Processed inbox rows older than the cutoff, and (by name only) dead ones: two
+/// statements, each on its partial index (a `CASE` between them would use neither).
+/// Kept rows (no signed time: only the row refuses a replay) are pruned by name only.
+const PRUNE_PROCESSED: &str = "
+DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
+AND processed_at IS NOT NULL AND processed_at < now() - make_interval(secs => $1)";
+
+const PRUNE_DEAD: &str = "
+DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind <> 'once'
+AND dead_at IS NOT NULL AND dead_at < now() - make_interval(secs => $1)";
+
+impl Backend for Pg {
+    fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
+        let (this, d) = (self.clone(), Delivery::from_event(event));
+        Box::pin(async move { this.accept(d).await })
+    }
+
+    fn claim(
+        &self,
+        limit: usize,
+        lease: Duration,
+        token: Token,
+        max_attempts: u32,
+    ) -> StoreFuture<Vec<Claimed>> {
+        let pool = self.pool.clone();
+        let max_attempts = i32::try_from(max_attempts).unwrap_or(i32::MAX);
+        Box::pin(async move {
+            let rows = sqlx::query_as(CLAIM_DUE)
+                .bind(lease.as_secs_f64())
+                .bind(token.as_uuid())
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .bind(max_attempts)
+                .bind(CRASHED)
+                .fetch_all(&pool)
+                .await
+                .map_err(|e| store_error("inbox claim", e))?;
+            Ok(claimed(rows))
+        })
+    }
+
+    fn give_back(&self, keys: Vec<(String, String)>, token: Token) -> StoreFuture<u64> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let (sources, ids): (Vec<String>, Vec<String>) = keys.into_iter().unzip();
+            let done = sqlx::query(GIVE_BACK)
+                .persistent(PLANNED_EACH_TIME)
+                .bind(sources)
+                .bind(ids)
+                .bind(token.as_uuid())
+                .execute(&pool)
+                .await
+                .map_err(|e| store_error("inbox give back", e))?;
+            Ok(done.rows_affected())
+        })
+    }
+
+    fn renew(
+        &self,
+        source: String,
+        id: String,
+        token: Token,
+        lease: Duration,
+    ) -> StoreFuture<bool> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let done = sqlx::query(RENEW_ROW)
+                .bind(source)
+                .bind(id)
+                .bind(token.as_uuid())
+                .bind(lease.as_secs_f64())
+                .execute(&pool)
+                .await
+                .map_err(|e| store_error("inbox renew", e))?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    fn finish(
+        &self,
+        source: String,
+        id: String,
+        token: Token,
+        outcome: Outcome,
+    ) -> StoreFuture<bool> {
+        let this = self.clone();
+        Box::pin(async move {
+            match outcome {
+                // The common outcome, gathered with others into one statement.
+                Outcome::Processed => match this
+                    .writer
+                    .write(Write::Processed(source, id, token))
+                    .await?
+                {
+                    Written::Complete(held) => Ok(held),
+                    _ => unreachable!("an outcome's answer"),
+                },
+                outcome => finish_one(&this.pool, &source, &id, token, outcome).await,
+            }
+        })
+    }
+
+    fn requeue(&self, which: &Requeue) -> StoreFuture<u64> {
+        let pool = self.pool.clone();
+        let which = which.clone();
+        Box::pin(async move {
+            let (source, id) = which.id.unzip();
+            let done = sqlx::query(REQUEUE)
+                .bind(source)
+                .bind(id)
+                .bind(which.dead_only)
+                .bind(which.event_type)
+                .bind(which.received_from)
+                .bind(which.received_before)
+                .fetch_one(&pool)
+                .await
+                .map_err(|e| store_error("inbox requeue", e))?;
+            let n: i64 = done
+                .try_get(0)
+                .map_err(|e| store_error("inbox requeue", e))?;
+            Ok(n.unsigned_abs())
+        })
+    }
+
+    fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let sql = if dead { PRUNE_DEAD } else { PRUNE_PROCESSED };
+            let done = sqlx::query(sql)
+                .bind(older_than.as_secs_f64())
+                .execute(&pool)
+                .await
+                .map_err(|e| store_error("inbox prune", e))?;
+            if !dead {
+                // The pruned rows' -1s, and what was processed since, into one row.
+                let _ = sqlx::raw_sql(FOLD_COUNTS).execute(&pool).await;
+            }
+            Ok(done.rows_affected())
+        })
+    }
+
+    fn counts(&self) -> StoreFuture<Counts> {
+        super::listing::counts(&self.pool)
+    }
+
+    fn list(&self, listing: &Listing) -> StoreFuture<Vec<EventSummary>> {
+        super::listing::list(&self.pool, listing)
+    }
+
+    fn event(&self, source: String, id: String) -> StoreFuture<Option<StoredEvent>> {
+        super::listing::event(&self.pool, source, id)
+    }
+
+    fn listen(&self, wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>> {
+        let pool = self.pool.clone();
+        Some(tokio::spawn(async move {
+            // Reconnects after a failure; the worker's polling covers the gap.
+            loop {
+                if let Ok(mut listener) = PgListener::connect_with(&pool).await {
+                    if listener.listen(CHANNEL).await.is_ok() {
+                        while listener.recv().await.is_ok() {
+                            wake.notify_waiters();
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }))
+    }
+}
+
+/// Marks an inbox row processed in the processor's own transaction; `false` when `token`
+/// was fenced out (its lease ran out and another worker took the row).
+pub(crate) async fn processed_in(
+    conn: &mut PgConnection,
+    source: &str,
+    id: &str,
+    token: Token,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(PROCESSED)
+        .bind(source)
+        .bind(id)
+        .bind(token.as_uuid())
+        .execute(conn)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Records one attempt's outcome if `token` still holds the row; `false` when fenced out.
+pub(super) async fn finish_one(
+    pool: &PgPool,
+    source: &str,
+    id: &str,
+    token: Token,
+    outcome: Outcome,
+) -> Result<bool, StoreError> {
+    let key = |sql| sqlx::query(sql).bind(source).bind(id).bind(token.as_uuid());
+    let query = match outcome {
+        Outcome::Processed => key(PROCESSED),
+        Outcome::Retry(error, after) => key(RETRY).bind(error).bind(after.as_secs_f64()),
+        Outcome::Dead(error) => key(DEAD).bind(error),
+        Outcome::Abandoned => key(ABANDON).bind(ABANDONED),
+    };
+    let done = query
+        .execute(pool)
+        .await
+        .map_err(|e| store_error("inbox finish", e))?;
+    Ok(done.rows_affected() == 1)
+}

@@ -1,0 +1,305 @@
+//! The dialect's statements against PostgreSQL itself.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use super::group_commit::{
+    insert_accepts, insert_claims, update_done, write_batch, CLAIM_MANY, COMPLETE_MANY,
+    PROCESSED_MANY,
+};
+use super::listing::{
+    FOLD_COUNTS, LIST_DEAD_NEWEST, LIST_DEAD_OLDEST, LIST_FAILING_NEWEST, LIST_FAILING_OLDEST,
+};
+use super::*;
+use crate::inbox::backend::Backend;
+use crate::inbox::Accepted;
+use crate::store::{Claim, Token};
+
+/// A migrated database of its own on the local server (as the integration tests'):
+/// the batch statements are checked against PostgreSQL itself.
+async fn fresh_pool() -> PgPool {
+    let url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let admin = PgPool::connect(&url).await.expect("PostgreSQL is running");
+    let name = format!("tower_webhook_unit_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let base = &url[..url.rfind('/').expect("a database in the URL")];
+    let store = crate::store::PgStore::connect(&format!("{base}/{name}"))
+        .await
+        .unwrap();
+    store.pool().clone()
+}
+
+/// The key-list joins are never kept as a prepared statement (whose generic plan,
+/// made while the table was small, would scan the whole table for every batch after
+/// it grew); the other batch statements are, which shows the check sees them.
+#[tokio::test]
+async fn key_list_joins_are_planned_for_each_call_not_kept_prepared() {
+    let options = fresh_pool().await.connect_options().as_ref().clone();
+    // One connection: its session's prepared statements are the ones listed below.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(30);
+    for i in 0..8 {
+        let (a, b) = (
+            Delivery::new("s", format!("a{i}")),
+            Delivery::new("s", format!("b{i}")),
+        );
+        let (t1, t2) = (Token::new(), Token::new());
+        insert_claims(&pool, &[(&a, t1, lease), (&b, t2, lease)])
+            .await
+            .unwrap();
+        let ids = (format!("a{i}"), format!("b{i}"));
+        let keys = [("s", ids.0.as_str(), t1), ("s", ids.1.as_str(), t2)];
+        let done = update_done(&pool, COMPLETE_MANY, &keys).await.unwrap();
+        assert_eq!(done.len(), 2);
+        let done = update_done(&pool, PROCESSED_MANY, &keys).await.unwrap();
+        assert_eq!(done.len(), 2);
+    }
+    let prepared = |sql: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_prepared_statements WHERE statement = $1",
+            )
+            .bind(sql)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(
+        prepared(CLAIM_MANY).await,
+        1,
+        "the check sees sqlx's statements"
+    );
+    assert_eq!(prepared(COMPLETE_MANY).await, 0, "planned for each call");
+    assert_eq!(prepared(PROCESSED_MANY).await, 0, "planned for each call");
+}
+
+/// Each kind's batch statement runs (not the write-by-write fallback, which would
+/// answer the same, only slower), and a mixed batch answers each write.
+#[tokio::test]
+async fn batch_statements_run_and_a_mixed_batch_answers_each_write() {
+    let pool = fresh_pool().await;
+    let lease = Duration::from_secs(30);
+    let (a, b) = (Delivery::new("s", "a"), Delivery::new("s", "b"));
+    let (t1, t2, t3) = (Token::new(), Token::new(), Token::new());
+    // The same key twice in one statement: one token goes in.
+    let inserted = insert_claims(&pool, &[(&a, t1, lease), (&b, t2, lease), (&b, t3, lease)])
+        .await
+        .expect("one statement");
+    let row = |id: &str, t: Token| ("s".to_owned(), id.to_owned(), t.as_uuid());
+    assert_eq!(inserted, HashSet::from([row("a", t1), row("b", t2)]));
+    let done = update_done(&pool, COMPLETE_MANY, &[("s", "a", t1), ("s", "b", t3)])
+        .await
+        .expect("one statement");
+    assert_eq!(done, HashSet::from([row("a", t1)]));
+    let c = Delivery::new("s", "c");
+    let queued = insert_accepts(&pool, &[&c, &c])
+        .await
+        .expect("one statement");
+    assert_eq!(queued, HashSet::from([("s".to_owned(), "c".to_owned())]));
+    let t4 = Token::new();
+    let claimed = Backend::claim(&Pg::new(pool.clone()), 1, lease, t4, 8).await;
+    assert_eq!(claimed.unwrap().len(), 1, "the worker's claim of c");
+
+    let answers = write_batch(
+        &pool,
+        vec![
+            Write::Claim(Delivery::new("s", "d"), Token::new(), lease),
+            Write::Claim(Delivery::new("s", "b"), Token::new(), lease), // held by t2
+            Write::Complete("s".into(), "b".into(), t2),
+            Write::Accept(Delivery::new("s", "e")),
+            Write::Accept(Delivery::new("s", "e")),
+            // The inbox's row `c`, claimed by a worker under t4, and a stale token.
+            Write::Processed("s".into(), "c".into(), t4),
+            Write::Processed("s".into(), "c".into(), Token::new()),
+        ],
+    )
+    .await;
+    assert!(matches!(answers[0], Ok(Written::Claim(Claim::New(_)))));
+    assert!(matches!(
+        answers[1],
+        Ok(Written::Claim(Claim::InFlight { .. }) | Written::Claim(Claim::Done))
+    ));
+    assert!(matches!(answers[2], Ok(Written::Complete(true))));
+    assert!(matches!(answers[3], Ok(Written::Accept(Accepted::New))));
+    assert!(matches!(
+        answers[4],
+        Ok(Written::Accept(Accepted::Duplicate))
+    ));
+    assert!(matches!(answers[5], Ok(Written::Complete(true))));
+    assert!(matches!(answers[6], Ok(Written::Complete(false))));
+    let processed: bool = sqlx::query_scalar(
+        "SELECT processed_at IS NOT NULL FROM webhook_events WHERE event_id = 'c'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(processed);
+}
+
+/// The processed count the triggers log is folded once it grows, and stays exact
+/// through bulk changes (5 000 rows processed, half requeued in one statement).
+#[tokio::test]
+async fn counts_fold_the_log_and_stay_exact_through_bulk_changes() {
+    let pool = fresh_pool().await;
+    let pg = Pg::new(pool.clone());
+    sqlx::query(
+        "INSERT INTO webhook_events (source, event_id, attempts, next_attempt_at, processed_at)
+         SELECT 's', 'e' || g, 1, now(), now() FROM generate_series(1, 5000) g",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let log_rows = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM webhook_counts")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    assert!(log_rows().await > 5000, "one +1 a row");
+    assert_eq!(pg.counts().await.unwrap().processed, 5000);
+    assert_eq!(log_rows().await, 1, "folded by the count");
+    // A prune folds too, and a log of one row folds into the same one row.
+    Backend::prune(&pg, Duration::from_secs(3600), false)
+        .await
+        .unwrap();
+    assert_eq!(log_rows().await, 1);
+    assert_eq!(pg.counts().await.unwrap().processed, 5000);
+    // Any statement, the crate's or not: half requeued at once, then some pruned.
+    let bulk = |sql: &'static str| {
+        let pool = pool.clone();
+        async move { sqlx::query(sql).execute(&pool).await.unwrap() }
+    };
+    bulk("UPDATE webhook_events SET processed_at = NULL WHERE substr(event_id, 2)::int % 2 = 0")
+        .await;
+    assert_eq!(pg.counts().await.unwrap().processed, 2500);
+    bulk("DELETE FROM webhook_events WHERE substr(event_id, 2)::int <= 2000").await;
+    assert_eq!(pg.counts().await.unwrap().processed, 1500);
+    assert_eq!(pg.counts().await.unwrap().queued, 1500);
+}
+
+/// The listings read their partial index in its order, not the history (20 000
+/// processed rows here), in the plan a first page gets and in the generic plan a
+/// prepared statement settles on; and rows tied in time (to the microsecond, which
+/// the cursor keeps) page by their key, each once.
+#[tokio::test]
+async fn listings_read_their_partial_index_and_page_through_ties() {
+    let pool = fresh_pool().await;
+    sqlx::raw_sql(
+        "INSERT INTO webhook_events (source, event_id, attempts, next_attempt_at, processed_at)
+         SELECT 's', 'p' || g, 1, now(), now() FROM generate_series(1, 20000) g;
+         INSERT INTO webhook_events
+             (source, event_id, attempts, next_attempt_at, dead_at, processing_error)
+         SELECT 's', 'd' || g, 3, now(), '2026-01-01T00:00:00.987653Z', 'boom'
+         FROM generate_series(1, 5) g;
+         INSERT INTO webhook_events
+             (source, event_id, received_at, attempts, next_attempt_at, processing_error)
+         SELECT 's', 'f' || g, '2026-01-01T00:00:00.000001Z', 1, now() + interval '1 hour', 'late'
+         FROM generate_series(1, 3) g;
+         INSERT INTO webhook_events (source, event_id, attempts, next_attempt_at)
+         SELECT 's', 'q' || g, 0, now() FROM generate_series(1, 100) g;
+         ANALYZE webhook_events;",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let statements = [
+        (LIST_DEAD_NEWEST, "webhook_events_dead"),
+        (LIST_DEAD_OLDEST, "webhook_events_dead"),
+        (LIST_FAILING_NEWEST, "webhook_events_failing"),
+        (LIST_FAILING_OLDEST, "webhook_events_failing"),
+    ];
+    let mut conn = pool.acquire().await.unwrap();
+    for (i, (sql, index)) in statements.into_iter().enumerate() {
+        let custom: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}")))
+            .bind(None::<i64>)
+            .bind(None::<String>)
+            .bind(None::<String>)
+            .bind(51_i64)
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "PREPARE list_{i} (int8, text, text, int8) AS {sql}; \
+             SET plan_cache_mode = force_generic_plan"
+        )))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        let generic: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "EXPLAIN EXECUTE list_{i} (1767225600000000, 's', 'd3', 51)"
+        )))
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+        for plan in [custom, generic] {
+            let plan = plan.join("\n");
+            assert!(
+                plan.contains(&format!("Index Scan using {index}"))
+                    || plan.contains(&format!("Index Scan Backward using {index}")),
+                "{plan}"
+            );
+            assert!(!plan.contains("Sort"), "read in the index's order: {plan}");
+        }
+    }
+    drop(conn);
+
+    let inbox = crate::inbox::Inbox::postgres(&crate::store::PgStore::from_migrated_pool(pool));
+    let all = |listing| crate::inbox::listing::ids_page_by_page(&inbox, listing);
+    use crate::inbox::Listing;
+    assert_eq!(all(Listing::dead()).await, ["d5", "d4", "d3", "d2", "d1"]);
+    assert_eq!(
+        all(Listing::dead().oldest_first()).await,
+        ["d1", "d2", "d3", "d4", "d5"]
+    );
+    assert_eq!(all(Listing::failing()).await, ["f3", "f2", "f1"]);
+    assert_eq!(
+        all(Listing::failing().oldest_first()).await,
+        ["f1", "f2", "f3"]
+    );
+}
+
+/// A role that may not `TRUNCATE` the log still folds it (by deleting its rows).
+#[tokio::test]
+async fn a_role_without_truncate_still_folds_the_log() {
+    let pool = fresh_pool().await;
+    let role = format!("tower_webhook_app_{}", uuid::Uuid::new_v4().simple());
+    for sql in [
+        format!("CREATE ROLE {role} LOGIN"),
+        format!("GRANT SELECT, INSERT, UPDATE, DELETE ON webhook_events, webhook_counts TO {role}"),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let options = pool.connect_options().as_ref().clone().username(&role);
+    let app = PgPool::connect_with(options).await.unwrap();
+    for _ in 0..2 {
+        sqlx::query("INSERT INTO webhook_counts (delta) VALUES (3)")
+            .execute(&app)
+            .await
+            .unwrap();
+    }
+    sqlx::raw_sql(FOLD_COUNTS).execute(&app).await.unwrap();
+    let log: Vec<i64> = sqlx::query_scalar("SELECT delta FROM webhook_counts")
+        .fetch_all(&app)
+        .await
+        .unwrap();
+    assert_eq!(log, [6], "the backfill's 0 and two 3s, folded");
+    app.close().await;
+    let drop = format!("DROP OWNED BY {role}; DROP ROLE {role}");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
+        .execute(&pool)
+        .await
+        .unwrap();
+}
