@@ -1,0 +1,164 @@
+//! What operators read: the inbox's counts, its listings of failing and dead rows, and
+//! one event with its body.
+
+use sqlx::sqlite::SqlitePool;
+
+use super::super::{after, listing_statement, store_error, summaries, CountsRow, StoredRow};
+use crate::inbox::{Counts, EventSummary, Listing, StoredEvent};
+use crate::store::StoreFuture;
+
+/// The queue from its partial index (`webhook_events_due`), the dead rows from theirs,
+/// and the processed ones from the counter the triggers keep (`webhook_counts`): the
+/// answer costs the size of the queue, not of the history kept.
+const COUNTS: &str = "
+SELECT q.queued, q.processing,
+    (SELECT processed FROM webhook_counts) AS processed,
+    (SELECT count(*) FROM webhook_events
+     WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL) AS dead,
+    q.oldest_due_ms
+FROM (
+    SELECT
+        count(*) FILTER (WHERE locked_until IS NULL OR locked_until <= ?1) AS queued,
+        count(*) FILTER (WHERE locked_until > ?1) AS processing,
+        ?1 - min(next_attempt_at) FILTER (WHERE
+            (locked_until IS NULL OR locked_until <= ?1) AND next_attempt_at <= ?1)
+            AS oldest_due_ms
+    FROM webhook_events
+    WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+) q";
+
+/// What a listing and an event read of a row: times as microseconds since the epoch, and
+/// whether a worker holds it now (`?1`: now).
+macro_rules! listed_columns {
+    () => {
+        "source, event_id, event_type, object_id, attempts,
+    received_at * 1000 AS received_us, next_attempt_at * 1000 AS next_attempt_us,
+    processed_at * 1000 AS processed_us, dead_at * 1000 AS dead_us,
+    coalesce(locked_until > ?1, 0) AS locked, processing_error"
+    };
+}
+
+/// The listings, one statement per row set and order, each a range of its partial index
+/// (`webhook_events_dead`, `webhook_events_failing`, on the time and the key: the terms
+/// of its `WHERE` are repeated, so SQLite sees it applies) read in the index's order from
+/// the position `?2`, `?3`, `?4` (the time in milliseconds, the source and id that break
+/// ties in time; `NULL` for the first page: before or after every row), one row-value
+/// comparison on the index's columns: a page reads its own rows, not the ones before it.
+pub(super) const LIST_DEAD_NEWEST: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    "
+FROM webhook_events
+WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL
+  AND (dead_at, source, event_id) < (coalesce(?2, 9223372036854775807), coalesce(?3, ''), coalesce(?4, ''))
+ORDER BY dead_at DESC, source DESC, event_id DESC
+LIMIT ?5"
+);
+
+pub(super) const LIST_DEAD_OLDEST: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    "
+FROM webhook_events
+WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL
+  AND (dead_at, source, event_id) > (coalesce(?2, -9223372036854775808), coalesce(?3, ''), coalesce(?4, ''))
+ORDER BY dead_at, source, event_id
+LIMIT ?5"
+);
+
+pub(super) const LIST_FAILING_NEWEST: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    "
+FROM webhook_events
+WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+  AND processing_error IS NOT NULL
+  AND (received_at, source, event_id) < (coalesce(?2, 9223372036854775807), coalesce(?3, ''), coalesce(?4, ''))
+ORDER BY received_at DESC, source DESC, event_id DESC
+LIMIT ?5"
+);
+
+pub(super) const LIST_FAILING_OLDEST: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    "
+FROM webhook_events
+WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+  AND processing_error IS NOT NULL
+  AND (received_at, source, event_id) > (coalesce(?2, -9223372036854775808), coalesce(?3, ''), coalesce(?4, ''))
+ORDER BY received_at, source, event_id
+LIMIT ?5"
+);
+
+/// One inbox row by its key, body included.
+const EVENT: &str = concat!(
+    "SELECT ",
+    listed_columns!(),
+    ", livemode, body
+FROM webhook_events
+WHERE source = ?2 AND event_id = ?3 AND next_attempt_at IS NOT NULL"
+);
+
+/// The inbox's counts at `now`.
+pub(super) fn counts(pool: &SqlitePool, now: i64) -> StoreFuture<Counts> {
+    let pool = pool.clone();
+    Box::pin(async move {
+        sqlx::query_as::<_, CountsRow>(COUNTS)
+            .bind(now)
+            .fetch_one(&pool)
+            .await
+            .map(Counts::from)
+            .map_err(|e| store_error("inbox counts", e))
+    })
+}
+
+/// A page of failing or dead rows (one more than asked: whether a next page exists).
+pub(super) fn list(
+    pool: &SqlitePool,
+    now: i64,
+    listing: &Listing,
+) -> StoreFuture<Vec<EventSummary>> {
+    let pool = pool.clone();
+    let sql = listing_statement(
+        listing,
+        [
+            LIST_DEAD_NEWEST,
+            LIST_DEAD_OLDEST,
+            LIST_FAILING_NEWEST,
+            LIST_FAILING_OLDEST,
+        ],
+    );
+    let (at_us, source, id) = after(listing);
+    let limit = i64::try_from(listing.limit + 1).unwrap_or(i64::MAX);
+    Box::pin(async move {
+        let rows = sqlx::query_as(sql)
+            .bind(now)
+            .bind(at_us.map(|us| us.div_euclid(1000)))
+            .bind(source)
+            .bind(id)
+            .bind(limit)
+            .fetch_all(&pool)
+            .await;
+        summaries(rows)
+    })
+}
+
+/// One row of the inbox, its body included.
+pub(super) fn event(
+    pool: &SqlitePool,
+    now: i64,
+    source: String,
+    id: String,
+) -> StoreFuture<Option<StoredEvent>> {
+    let pool = pool.clone();
+    Box::pin(async move {
+        sqlx::query_as::<_, StoredRow>(EVENT)
+            .bind(now)
+            .bind(source)
+            .bind(id)
+            .fetch_optional(&pool)
+            .await
+            .map(|row| row.map(StoredEvent::from))
+            .map_err(|e| store_error("inbox event", e))
+    })
+}

@@ -1,0 +1,208 @@
+//! Every SQLite statement on `webhook_events` (see the [state diagram](super)), one file
+//! per concern; `Sqlite`, its writer's operations and what they share here. Times are
+//! milliseconds since the epoch from the process's clock (one host: one clock).
+
+mod claims; // `DedupeLayer`'s claims of an event key
+mod latest; // the ordering guard (`webhook_objects`)
+mod listing; // the inbox's counts, listings and one event, for operators
+mod queue; // the inbox: accept, and the worker's claims, renewals and outcomes
+#[cfg(test)]
+mod tests;
+mod writer; // the one writer: each batch of operations in one transaction
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqlx::query::Query;
+use sqlx::sqlite::{Sqlite as Db, SqliteArguments, SqlitePool};
+
+use super::batch::{Batcher, Lane, Run, MAX_BATCH, MAX_BATCH_BYTES};
+use super::{ClaimedRow, Outcome};
+use crate::inbox::{Accepted, Requeue};
+use crate::store::{Claim, Delivery, StoreError, Token};
+pub(crate) use latest::advance;
+use writer::{write_batch, WriterConnection};
+
+/// What the times are read from.
+pub(crate) type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+fn epoch_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Binds a delivery's key and audit columns as `?1`…`?6`: source, event id, type, object
+/// id, livemode, body.
+fn bind_delivery<'q>(
+    query: Query<'q, Db, SqliteArguments>,
+    d: &'q Delivery,
+) -> Query<'q, Db, SqliteArguments> {
+    let audit = d.audit();
+    query
+        .bind(d.source())
+        .bind(d.id())
+        .bind(audit.event_type)
+        .bind(audit.object_id)
+        .bind(audit.livemode)
+        .bind(audit.body)
+}
+
+/// The table in one SQLite database. Cloning shares the pool, the clock and the writer.
+#[derive(Clone)]
+pub(crate) struct Sqlite {
+    pool: SqlitePool,
+    clock: Clock,
+    /// How long the writer waits for another process's write lock.
+    busy_timeout: Duration,
+    /// Every write on the table, gathered into one transaction per batch: SQLite has one
+    /// writer, and a commit (its fsync) is the cost to share.
+    writer: Arc<Batcher<Op, Done>>,
+}
+
+/// A write on the table: every one goes through the [writer](Sqlite::writer), so no
+/// write of this process waits on SQLite's lock behind another of this process.
+enum Op {
+    Claim(Delivery, Token, Duration),
+    Complete(String, String, Token),
+    Accept(Delivery),
+    Renew(String, String, Token, Duration),
+    Release(String, String, Token),
+    /// The inbox's: a worker's claim of up to `limit` due rows.
+    ClaimDue {
+        limit: usize,
+        lease: Duration,
+        token: Token,
+        max_attempts: u32,
+    },
+    /// The inbox's: claimed rows handed back uncounted.
+    GiveBack(Vec<(String, String)>, Token),
+    RenewRow(String, String, Token, Duration),
+    Finish(String, String, Token, Outcome),
+    Requeue(Requeue),
+    Prune(Duration),
+    PruneOnce(String, Duration),
+    /// The inbox's processed (`false`) or dead (`true`) rows older than that.
+    PruneRows(Duration, bool),
+}
+
+/// An [`Op`]'s answer.
+enum Done {
+    Claim(Claim),
+    /// Held, done or recorded (`false`: fenced out).
+    Held(bool),
+    Accept(Accepted),
+    Claimed(Vec<ClaimedRow>),
+    Count(u64),
+}
+
+impl Op {
+    /// What it adds to its batch: its body.
+    fn size(&self) -> usize {
+        match self {
+            Op::Claim(d, ..) | Op::Accept(d) => d.audit().body.map_or(0, <[u8]>::len),
+            _ => 0,
+        }
+    }
+
+    /// New work from the front door (and the operator's bulk writes) waits behind what
+    /// keeps or ends a running lease.
+    fn lane(&self) -> Lane {
+        match self {
+            Op::Claim(..)
+            | Op::Accept(_)
+            | Op::Requeue(_)
+            | Op::Prune(_)
+            | Op::PruneOnce(..)
+            | Op::PruneRows(..) => Lane::Front,
+            Op::Complete(..)
+            | Op::Renew(..)
+            | Op::Release(..)
+            | Op::ClaimDue { .. }
+            | Op::GiveBack(..)
+            | Op::RenewRow(..)
+            | Op::Finish(..) => Lane::Urgent,
+        }
+    }
+}
+
+impl std::fmt::Debug for Sqlite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sqlite")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sqlite {
+    /// The table in `pool`'s database, on `clock`; the writer waits up to `busy_timeout`
+    /// for another process's write lock.
+    pub(crate) fn new(pool: SqlitePool, clock: Clock, busy_timeout: Duration) -> Self {
+        let writer = Self::writer(pool.clone(), clock.clone(), busy_timeout);
+        Self {
+            pool,
+            clock,
+            busy_timeout,
+            writer,
+        }
+    }
+
+    /// One writer: a batch at a time (SQLite's lock would serialise more anyway), on a
+    /// connection of its own, its lease times read once it holds the lock.
+    fn writer(pool: SqlitePool, clock: Clock, busy_timeout: Duration) -> Arc<Batcher<Op, Done>> {
+        let conn = WriterConnection::default();
+        let run: Run<Op, Done> = Arc::new(move |ops| {
+            let (pool, conn, clock) = (pool.clone(), conn.clone(), clock.clone());
+            Box::pin(async move { write_batch(&pool, &conn, &clock, busy_timeout, ops).await })
+        });
+        let batcher = Batcher::new(MAX_BATCH, MAX_BATCH_BYTES, Op::size, 1, run);
+        Arc::new(batcher.with_lanes(Op::lane))
+    }
+
+    pub(crate) fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// This table with another clock (an inbox's, in tests).
+    pub(crate) fn with_clock(&self, clock: Clock) -> Self {
+        Self::new(self.pool.clone(), clock, self.busy_timeout)
+    }
+
+    /// This table with another busy timeout (and a writer of its own).
+    pub(crate) fn with_busy_timeout(&self, busy_timeout: Duration) -> Self {
+        Self::new(self.pool.clone(), self.clock.clone(), busy_timeout)
+    }
+
+    /// The shortest lease this table keeps: a renewal sent a third into a lease may wait
+    /// for the batch ahead of it and then its own, each up to the busy timeout — at four
+    /// busy timeouts, that ends by 5/6 of the lease.
+    pub(crate) fn min_lease(&self) -> Duration {
+        self.busy_timeout.saturating_mul(4)
+    }
+
+    /// Milliseconds since the epoch, by this clock.
+    fn now_ms(&self) -> i64 {
+        epoch_ms((self.clock)())
+    }
+
+    async fn write(&self, op: Op) -> Result<Done, StoreError> {
+        self.writer.write(op).await
+    }
+
+    async fn held(&self, op: Op) -> Result<bool, StoreError> {
+        match self.write(op).await? {
+            Done::Held(held) => Ok(held),
+            _ => unreachable!("a yes or no"),
+        }
+    }
+
+    async fn count(&self, op: Op) -> Result<u64, StoreError> {
+        match self.write(op).await? {
+            Done::Count(n) => Ok(n),
+            _ => unreachable!("a count"),
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! The inbox: accept, and the worker's claims, renewals and outcomes (see the
+//! [state diagram](super::super)).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::super::{claimed, Outcome};
+use super::{Done, Op, Sqlite};
+use crate::inbox::backend::{Backend, Claimed};
+use crate::inbox::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
+use crate::store::{Delivery, StoreError, StoreFuture, Token};
+use crate::Event;
+
+/// A new row queued; a row `DedupeLayer` left unfinished is queued instead (adopted), its
+/// claim's lock dropped: the row is the inbox's from now on, due at once (a `DedupeLayer`
+/// in front of this accept then finds it done, `INBOX_HAS`).
+pub(super) const ACCEPT: &str = "
+INSERT INTO webhook_events
+    (source, event_id, event_type, object_id, livemode, body, received_at, attempts, next_attempt_at, kind)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?7, ?8)
+ON CONFLICT (source, event_id) DO UPDATE SET next_attempt_at = ?7, attempts = 0,
+    locked_until = NULL, lock_token = NULL
+WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS NULL
+  AND webhook_events.kind <> 'once'";
+
+/// SQLite has one writer: this UPDATE is atomic, no two workers get the same row. A due
+/// row whose every attempt ended without an outcome (each crashed its worker) is marked
+/// dead in the same statement instead of claimed again (every SET sees the old row).
+pub(super) const CLAIM_DUE: &str = "
+UPDATE webhook_events
+SET attempts = attempts + (attempts < ?5),
+    dead_at = CASE WHEN attempts >= ?5 THEN ?1 END,
+    processing_error = CASE WHEN attempts >= ?5
+        THEN coalesce(processing_error || '; then ', '') || ?6 ELSE processing_error END,
+    locked_until = CASE WHEN attempts < ?5 THEN ?1 + ?2 END,
+    lock_token = CASE WHEN attempts < ?5 THEN ?3 END
+WHERE rowid IN (
+    SELECT rowid FROM webhook_events
+    WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= ?1
+      AND processed_at IS NULL AND dead_at IS NULL
+      AND (locked_until IS NULL OR locked_until <= ?1)
+    ORDER BY next_attempt_at LIMIT ?4)
+RETURNING source, event_id, event_type, object_id, livemode, body, attempts,
+    dead_at IS NOT NULL AS buried";
+
+/// Claimed rows a worker hands back unprocessed (its claim was answered too late to run
+/// them safely): due again at once, the attempt uncounted.
+pub(super) const GIVE_BACK: &str = "
+UPDATE webhook_events SET attempts = attempts - 1, locked_until = NULL, lock_token = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3
+  AND processed_at IS NULL AND dead_at IS NULL";
+
+pub(super) const RENEW_ROW: &str = "
+UPDATE webhook_events SET locked_until = ?4
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+
+/// The row processed; kept idempotent under its token like a claim's completion.
+pub(super) const PROCESSED: &str = "
+UPDATE webhook_events SET processed_at = coalesce(processed_at, ?4), processing_error = NULL,
+    locked_until = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3";
+
+pub(super) const RETRY: &str = "
+UPDATE webhook_events SET next_attempt_at = ?4, processing_error = ?5,
+    locked_until = NULL, lock_token = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+
+pub(super) const DEAD: &str = "
+UPDATE webhook_events SET dead_at = ?4, processing_error = ?5,
+    locked_until = NULL, lock_token = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+
+pub(super) const ABANDON: &str = "
+UPDATE webhook_events SET processing_error = ?4, locked_until = NULL, lock_token = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+
+pub(super) const REQUEUE: &str = "
+UPDATE webhook_events
+SET next_attempt_at = ?1, attempts = 0, processed_at = NULL, dead_at = NULL,
+    processing_error = NULL, locked_until = NULL, lock_token = NULL
+WHERE next_attempt_at IS NOT NULL
+  AND (locked_until IS NULL OR locked_until <= ?1)
+  AND (?2 IS NULL OR (source = ?2 AND event_id = ?3))
+  AND (?4 = 0 OR dead_at IS NOT NULL)
+  AND (?5 IS NULL OR event_type = ?5)
+  AND (?6 IS NULL OR received_at >= ?6)
+  AND (?7 IS NULL OR received_at < ?7)";
+
+/// Processed inbox rows older than the cutoff, and (by name only) dead ones: two
+/// statements, each on its partial index (a `CASE` between them would use neither).
+/// Kept rows (no signed time: only the row refuses a replay) are pruned by name only.
+pub(super) const PRUNE_PROCESSED: &str = "
+DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
+AND processed_at IS NOT NULL AND processed_at < ?1";
+
+pub(super) const PRUNE_DEAD: &str = "
+DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind <> 'once'
+AND dead_at IS NOT NULL AND dead_at < ?1";
+
+impl Sqlite {
+    /// Queues a verified event in the inbox.
+    pub(crate) async fn accept(&self, d: Delivery) -> Result<Accepted, StoreError> {
+        match self.write(Op::Accept(d)).await? {
+            Done::Accept(accepted) => Ok(accepted),
+            _ => unreachable!("an accept's answer"),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Sqlite {
+    /// The worker's claim, unwrapped.
+    pub(super) async fn claim_due(
+        &self,
+        limit: usize,
+        lease: Duration,
+        token: Token,
+    ) -> Vec<Claimed> {
+        Backend::claim(self, limit, lease, token, 8).await.unwrap()
+    }
+}
+
+impl Backend for Sqlite {
+    fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
+        let (this, d) = (self.clone(), Delivery::from_event(event));
+        Box::pin(async move { this.accept(d).await })
+    }
+
+    fn claim(
+        &self,
+        limit: usize,
+        lease: Duration,
+        token: Token,
+        max_attempts: u32,
+    ) -> StoreFuture<Vec<Claimed>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let op = Op::ClaimDue {
+                limit,
+                lease,
+                token,
+                max_attempts,
+            };
+            match this.write(op).await? {
+                Done::Claimed(rows) => Ok(claimed(rows)),
+                _ => unreachable!("a claim's rows"),
+            }
+        })
+    }
+
+    fn give_back(&self, keys: Vec<(String, String)>, token: Token) -> StoreFuture<u64> {
+        let this = self.clone();
+        Box::pin(async move { this.count(Op::GiveBack(keys, token)).await })
+    }
+
+    fn renew(
+        &self,
+        source: String,
+        id: String,
+        token: Token,
+        lease: Duration,
+    ) -> StoreFuture<bool> {
+        let this = self.clone();
+        Box::pin(async move { this.held(Op::RenewRow(source, id, token, lease)).await })
+    }
+
+    fn finish(
+        &self,
+        source: String,
+        id: String,
+        token: Token,
+        outcome: Outcome,
+    ) -> StoreFuture<bool> {
+        let this = self.clone();
+        Box::pin(async move { this.held(Op::Finish(source, id, token, outcome)).await })
+    }
+
+    fn requeue(&self, which: &Requeue) -> StoreFuture<u64> {
+        let (this, which) = (self.clone(), which.clone());
+        Box::pin(async move { this.count(Op::Requeue(which)).await })
+    }
+
+    fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64> {
+        let this = self.clone();
+        Box::pin(async move { this.count(Op::PruneRows(older_than, dead)).await })
+    }
+
+    fn min_lease(&self) -> Duration {
+        Sqlite::min_lease(self)
+    }
+
+    fn counts(&self) -> StoreFuture<Counts> {
+        super::listing::counts(&self.pool, self.now_ms())
+    }
+
+    fn list(&self, listing: &Listing) -> StoreFuture<Vec<EventSummary>> {
+        super::listing::list(&self.pool, self.now_ms(), listing)
+    }
+
+    fn event(&self, source: String, id: String) -> StoreFuture<Option<StoredEvent>> {
+        super::listing::event(&self.pool, self.now_ms(), source, id)
+    }
+
+    /// Only this process writes the file's inbox: its own accepts wake its workers.
+    fn listen(&self, _wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>> {
+        None
+    }
+}

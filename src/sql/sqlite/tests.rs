@@ -1,0 +1,168 @@
+//! The dialect's statements against SQLite itself.
+
+use sqlx::Row;
+
+use super::listing::{
+    LIST_DEAD_NEWEST, LIST_DEAD_OLDEST, LIST_FAILING_NEWEST, LIST_FAILING_OLDEST,
+};
+use super::writer::write_in_one_transaction;
+use super::*;
+use crate::inbox::backend::Backend;
+
+/// The listings read their partial index in its order, not the history (20 000
+/// processed rows here), and rows tied in time page by their key, each once.
+#[tokio::test]
+async fn listings_read_their_partial_index_and_page_through_ties() {
+    let path = std::env::temp_dir().join(format!(
+        "tower-webhook-unit-{}.db",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let store = crate::store::SqliteStore::open(&path).await.unwrap();
+    sqlx::raw_sql(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
+         INSERT INTO webhook_events
+             (source, event_id, received_at, attempts, next_attempt_at, processed_at)
+         SELECT 's', 'p' || i, 1000, 1, 1000, 2000 FROM n;
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5)
+         INSERT INTO webhook_events
+             (source, event_id, received_at, attempts, next_attempt_at, dead_at, processing_error)
+         SELECT 's', 'd' || i, 1000, 3, 1000, 5000, 'boom' FROM n;
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3)
+         INSERT INTO webhook_events
+             (source, event_id, received_at, attempts, next_attempt_at, processing_error)
+         SELECT 's', 'f' || i, 3000, 1, 9000, 'late' FROM n;
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100)
+         INSERT INTO webhook_events (source, event_id, received_at, attempts, next_attempt_at)
+         SELECT 's', 'q' || i, 4000, 0, 4000 FROM n;
+         ANALYZE;",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    for (sql, index) in [
+        (LIST_DEAD_NEWEST, "webhook_events_dead"),
+        (LIST_DEAD_OLDEST, "webhook_events_dead"),
+        (LIST_FAILING_NEWEST, "webhook_events_failing"),
+        (LIST_FAILING_OLDEST, "webhook_events_failing"),
+    ] {
+        for after in [None, Some(5000_i64)] {
+            let plan: Vec<String> =
+                sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+                    .bind(10_000_i64)
+                    .bind(after)
+                    .bind(after.map(|_| "s"))
+                    .bind(after.map(|_| "d3"))
+                    .bind(51_i64)
+                    .fetch_all(store.pool())
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|row| row.get::<String, _>("detail"))
+                    .collect();
+            let plan = plan.join("\n");
+            assert!(plan.contains(&format!("USING INDEX {index}")), "{plan}");
+            assert!(
+                !plan.contains("TEMP B-TREE"),
+                "read in the index's order: {plan}"
+            );
+        }
+    }
+
+    let inbox = crate::inbox::Inbox::sqlite(&store);
+    let all = |listing| crate::inbox::listing::ids_page_by_page(&inbox, listing);
+    use crate::inbox::Listing;
+    assert_eq!(all(Listing::dead()).await, ["d5", "d4", "d3", "d2", "d1"]);
+    assert_eq!(
+        all(Listing::dead().oldest_first()).await,
+        ["d1", "d2", "d3", "d4", "d5"]
+    );
+    assert_eq!(all(Listing::failing()).await, ["f3", "f2", "f1"]);
+    assert_eq!(
+        all(Listing::failing().oldest_first()).await,
+        ["f1", "f2", "f3"]
+    );
+    drop(store);
+    let _ = std::fs::remove_file(&path);
+}
+
+/// A clock that reads `secs` after the epoch.
+fn at(secs: u64) -> Clock {
+    Arc::new(move || UNIX_EPOCH + Duration::from_secs(secs))
+}
+
+/// The batch goes as one transaction, not through the write-by-write fallback.
+#[tokio::test]
+async fn a_mixed_batch_is_one_transaction_with_each_write_answered() {
+    let path = std::env::temp_dir().join(format!(
+        "tower-webhook-unit-{}.db",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let store = crate::store::SqliteStore::open(&path).await.unwrap();
+    let mut conn = store.pool().acquire().await.unwrap();
+    let (t1, t2) = (Token::new(), Token::new());
+    let lease = Duration::from_secs(30);
+    let writes = vec![
+        Op::Claim(Delivery::new("s", "a"), t1, lease),
+        Op::Claim(Delivery::new("s", "a"), t2, lease),
+        Op::Accept(Delivery::new("s", "c")),
+        Op::Accept(Delivery::new("s", "c")),
+    ];
+    let answers = write_in_one_transaction(&mut conn, &at(1), &writes)
+        .await
+        .expect("one transaction");
+    assert!(matches!(answers[0], Ok(Done::Claim(Claim::New(_)))));
+    assert!(matches!(
+        answers[1],
+        Ok(Done::Claim(Claim::InFlight { .. }))
+    ));
+    assert!(matches!(answers[2], Ok(Done::Accept(Accepted::New))));
+    assert!(matches!(answers[3], Ok(Done::Accept(Accepted::Duplicate))));
+    let writes = vec![
+        Op::Complete("s".into(), "a".into(), t1),
+        Op::Complete("s".into(), "a".into(), t2),
+    ];
+    let answers = write_in_one_transaction(&mut conn, &at(2), &writes)
+        .await
+        .expect("one transaction");
+    assert!(matches!(answers[0], Ok(Done::Held(true))));
+    assert!(matches!(answers[1], Ok(Done::Held(false))));
+    drop(conn);
+    drop(store);
+    let _ = std::fs::remove_file(&path);
+}
+
+/// A claim handed back under its token is due again with its attempt uncounted; a
+/// hand-back under another token changes nothing.
+#[tokio::test]
+async fn rows_handed_back_are_due_again_uncounted_and_fenced_on_the_token() {
+    let path = std::env::temp_dir().join(format!(
+        "tower-webhook-unit-{}.db",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let store = crate::store::SqliteStore::open(&path).await.unwrap();
+    let sql = store.sql().clone();
+    let inbox = crate::inbox::Inbox::sqlite(&store);
+    let verifier = crate::Verifier::new(
+        crate::Scheme::standard(),
+        ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+    )
+    .unwrap()
+    .with_source("s");
+    inbox.ingest(&verifier, Some("evt_1"), "{}").await.unwrap();
+    let lease = Duration::from_secs(60);
+    let claim = |token| sql.claim_due(1, lease, token);
+    let token = Token::new();
+    let rows = claim(token).await;
+    assert_eq!(rows.iter().map(|r| r.attempt).collect::<Vec<_>>(), [1]);
+    let key = || vec![("s".to_owned(), "evt_1".to_owned())];
+    assert_eq!(
+        Backend::give_back(&sql, key(), Token::new()).await.unwrap(),
+        0
+    );
+    assert!(claim(Token::new()).await.is_empty(), "still held");
+    assert_eq!(Backend::give_back(&sql, key(), token).await.unwrap(), 1);
+    let again = claim(Token::new()).await;
+    assert_eq!(again.iter().map(|r| r.attempt).collect::<Vec<_>>(), [1]);
+    drop((inbox, sql, store));
+    let _ = std::fs::remove_file(&path);
+}

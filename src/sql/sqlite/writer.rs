@@ -1,0 +1,265 @@
+//! The one writer: each batch of operations in one transaction (see
+//! [`super::super::batch`]), every statement of the table run from here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::query::Query;
+use sqlx::sqlite::{Sqlite as Db, SqliteArguments, SqlitePool};
+
+use super::super::{store_error, Outcome, ABANDONED, CRASHED};
+use super::claims::{claim_one, COMPLETE, INBOX_HAS, PRUNE, PRUNE_ONCE, RELEASE, RENEW};
+use super::queue::{
+    ABANDON, ACCEPT, CLAIM_DUE, DEAD, GIVE_BACK, PROCESSED, PRUNE_DEAD, PRUNE_PROCESSED, RENEW_ROW,
+    REQUEUE, RETRY,
+};
+use super::{bind_delivery, epoch_ms, ms, Clock, Done, Op};
+use crate::inbox::Accepted;
+use crate::store::{StoreError, StoreErrorKind, Token};
+
+/// The writer's own connection, opened with the pool's options and the table's busy
+/// timeout: the pool's connections (reads) never make the writer wait for a connection —
+/// only for another process's lock on the file, up to the busy timeout, after which its
+/// writes answer 503.
+pub(super) type WriterConnection = Arc<tokio::sync::Mutex<Option<sqlx::SqliteConnection>>>;
+
+/// Runs one batch of writes in one transaction (one commit, one fsync), each with its own
+/// statements and answer, at one time read once the write lock is held. If the
+/// transaction fails, every write in it gets the error (503): SQLite's statements here
+/// fail together — the file locked past the busy timeout, the disk full — never for one
+/// write's values, and retrying them one by one would hold each caller through another
+/// busy timeout.
+pub(super) async fn write_batch(
+    pool: &SqlitePool,
+    conn: &WriterConnection,
+    clock: &Clock,
+    busy_timeout: Duration,
+    ops: Vec<Op>,
+) -> Vec<Result<Done, StoreError>> {
+    let all_failed = |kind: StoreErrorKind, why: String| -> Vec<Result<Done, StoreError>> {
+        ops.iter()
+            .map(|_| Err(StoreError::new("sqlite write", why.clone()).with_kind(kind)))
+            .collect()
+    };
+    let mut guard = conn.lock().await;
+    if pool.is_closed() {
+        *guard = None;
+        return all_failed(
+            StoreErrorKind::Unavailable,
+            "the store's pool is closed".into(),
+        );
+    }
+    if guard.is_none() {
+        use sqlx::ConnectOptions as _;
+        let options = (*pool.connect_options()).clone().busy_timeout(busy_timeout);
+        match options.connect().await {
+            Ok(opened) => *guard = Some(opened),
+            Err(e) => return all_failed(super::super::error_kind(&e), e.to_string()),
+        }
+    }
+    let c = guard.as_mut().expect("opened above");
+    match write_in_one_transaction(c, clock, &ops).await {
+        Ok(results) => results,
+        Err(e) => {
+            *guard = None; // whatever went wrong, the next batch starts on a fresh connection
+            all_failed(e.kind(), e.to_string())
+        }
+    }
+}
+
+/// The writes in one transaction; an error if any statement or the commit fails (the
+/// transaction is then rolled back as it is dropped).
+pub(super) async fn write_in_one_transaction(
+    conn: &mut sqlx::SqliteConnection,
+    clock: &Clock,
+    ops: &[Op],
+) -> Result<Vec<Result<Done, StoreError>>, StoreError> {
+    use sqlx::Connection as _;
+    // IMMEDIATE: take the write lock now, not at the first write (no upgrade to fail).
+    let mut tx = conn
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(|e| store_error("sqlite begin", e))?;
+    // Read once the lock is held: a lease granted after a wait for it is still whole.
+    let now = epoch_ms(clock());
+    let mut results = Vec::with_capacity(ops.len());
+    for op in ops {
+        results.push(Ok(write_one(&mut tx, now, op).await?));
+    }
+    tx.commit()
+        .await
+        .map_err(|e| store_error("sqlite commit", e))?;
+    Ok(results)
+}
+
+/// Binds a row's key and the token as `?1`…`?3`.
+fn keyed<'q>(
+    sql: &'static str,
+    source: &'q str,
+    id: &'q str,
+    token: Token,
+) -> Query<'q, Db, SqliteArguments> {
+    sqlx::query(sql)
+        .bind(source)
+        .bind(id)
+        .bind(token.to_string())
+}
+
+/// Whether the key is the inbox's ([`INBOX_HAS`]).
+async fn inbox_has(
+    conn: &mut sqlx::SqliteConnection,
+    source: &str,
+    id: &str,
+) -> Result<bool, sqlx::Error> {
+    let row = sqlx::query(INBOX_HAS)
+        .bind(source)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(row.is_some())
+}
+
+/// One write's statements on `conn`, at `now`.
+async fn write_one(
+    conn: &mut sqlx::SqliteConnection,
+    now: i64,
+    op: &Op,
+) -> Result<Done, StoreError> {
+    let changed = |done: sqlx::sqlite::SqliteQueryResult| done.rows_affected();
+    Ok(match op {
+        Op::Claim(d, token, lease) => Done::Claim(claim_one(conn, now, d, *token, *lease).await?),
+        Op::Complete(source, id, token) => {
+            let err = |e| store_error("sqlite complete", e);
+            let done = keyed(COMPLETE, source, id, *token)
+                .bind(now)
+                .execute(&mut *conn)
+                .await
+                .map_err(err)?;
+            Done::Held(changed(done) == 1 || inbox_has(conn, source, id).await.map_err(err)?)
+        }
+        Op::Renew(source, id, token, lease) => {
+            let err = |e| store_error("sqlite renew", e);
+            let done = keyed(RENEW, source, id, *token)
+                .bind(now.saturating_add(ms(*lease)))
+                .execute(&mut *conn)
+                .await
+                .map_err(err)?;
+            Done::Held(changed(done) == 1 || inbox_has(conn, source, id).await.map_err(err)?)
+        }
+        Op::Release(source, id, token) => {
+            let done = keyed(RELEASE, source, id, *token)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error("sqlite release", e))?;
+            Done::Held(changed(done) == 1)
+        }
+        Op::Accept(d) => {
+            let done = bind_delivery(sqlx::query(ACCEPT), d)
+                .bind(now)
+                .bind(d.kind())
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error("inbox accept", e))?;
+            Done::Accept(if changed(done) == 1 {
+                Accepted::New
+            } else {
+                Accepted::Duplicate
+            })
+        }
+        Op::ClaimDue {
+            limit,
+            lease,
+            token,
+            max_attempts,
+        } => {
+            let rows = sqlx::query_as(CLAIM_DUE)
+                .bind(now)
+                .bind(ms(*lease))
+                .bind(token.to_string())
+                .bind(i64::try_from(*limit).unwrap_or(i64::MAX))
+                .bind(*max_attempts)
+                .bind(CRASHED)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(|e| store_error("inbox claim", e))?;
+            Done::Claimed(rows)
+        }
+        Op::GiveBack(keys, token) => {
+            let mut n = 0;
+            for (source, id) in keys {
+                let done = keyed(GIVE_BACK, source, id, *token)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|e| store_error("inbox give back", e))?;
+                n += changed(done);
+            }
+            Done::Count(n)
+        }
+        Op::RenewRow(source, id, token, lease) => {
+            let done = keyed(RENEW_ROW, source, id, *token)
+                .bind(now.saturating_add(ms(*lease)))
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error("inbox renew", e))?;
+            Done::Held(changed(done) == 1)
+        }
+        Op::Finish(source, id, token, outcome) => {
+            let key = |sql| keyed(sql, source, id, *token);
+            let query = match outcome {
+                Outcome::Processed => key(PROCESSED).bind(now),
+                Outcome::Retry(error, after) => key(RETRY)
+                    .bind(now.saturating_add(ms(*after)))
+                    .bind(error.as_str()),
+                Outcome::Dead(error) => key(DEAD).bind(now).bind(error.as_str()),
+                Outcome::Abandoned => key(ABANDON).bind(ABANDONED),
+            };
+            let done = query
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error("inbox finish", e))?;
+            Done::Held(changed(done) == 1)
+        }
+        Op::Requeue(which) => {
+            let (source, id) = which.id.clone().unzip();
+            let done = sqlx::query(REQUEUE)
+                .bind(now)
+                .bind(source)
+                .bind(id)
+                .bind(which.dead_only)
+                .bind(which.event_type.clone())
+                .bind(which.received_from)
+                .bind(which.received_before)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error("inbox requeue", e))?;
+            Done::Count(changed(done))
+        }
+        Op::Prune(older_than) => {
+            let done = sqlx::query(PRUNE)
+                .bind(now.saturating_sub(ms(*older_than)))
+                .bind(now)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error("sqlite prune", e))?;
+            Done::Count(changed(done))
+        }
+        Op::PruneOnce(namespace, older_than) => {
+            let done = sqlx::query(PRUNE_ONCE)
+                .bind(namespace.as_str())
+                .bind(now.saturating_sub(ms(*older_than)))
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error("sqlite prune", e))?;
+            Done::Count(changed(done))
+        }
+        Op::PruneRows(older_than, dead) => {
+            let sql = if *dead { PRUNE_DEAD } else { PRUNE_PROCESSED };
+            let done = sqlx::query(sql)
+                .bind(now.saturating_sub(ms(*older_than)))
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error("inbox prune", e))?;
+            Done::Count(changed(done))
+        }
+    })
+}
