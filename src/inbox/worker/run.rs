@@ -87,6 +87,8 @@ const CLAIMS_IN_FLIGHT: usize = 2;
 struct Batch {
     rows: Vec<Claimed>,
     asked: usize,
+    /// The worker's count of signals (wake-ups, polls, processors ending) when it was sent.
+    sent_at: u64,
     token: Token,
     claimed_at: Instant,
     processors: OwnedSemaphorePermit,
@@ -107,8 +109,10 @@ impl Worker {
         // back itself, so its hand-back can never race its own "processed".
         let (hurry, hurried) = watch::channel(false);
         // Whether a claim may find due rows: not after one came back short, until a
-        // wake-up, a poll or a processor ending says there may be more.
-        let mut due = true;
+        // wake-up, a poll or a processor ending says there may be more. `signals` counts
+        // those: a claim that came back short says nothing of a signal after it was sent
+        // (a row accepted while it was out may be the one it did not see).
+        let (mut due, mut signals) = (true, 0u64);
         let wake = this.inbox.wake.clone();
         let mut woken = pin!(wake.notified());
         woken.as_mut().enable(); // an accept while a claim is out is not missed
@@ -127,7 +131,7 @@ impl Worker {
                     slots.clone().try_acquire_many_owned(n),
                 );
                 if let (Ok(processors), Ok(slots)) = held {
-                    claims.spawn(this.clone().claim(free, processors, slots));
+                    claims.spawn(this.clone().claim(free, signals, processors, slots));
                     continue;
                 }
             }
@@ -135,7 +139,7 @@ impl Worker {
             tokio::select! {
                 Some(batch) = claims.join_next(), if !claims.is_empty() => {
                     let Ok(mut batch) = batch else { continue }; // a panic: its rows come back with their lease
-                    due = batch.rows.len() == batch.asked; // there may be more due rows
+                    due = batch.rows.len() == batch.asked || batch.sent_at != signals;
                     for Claimed { event, attempt } in std::mem::take(&mut batch.rows) {
                         let processor = batch.processors.split(1).expect("one held per row");
                         let slot = batch.slots.split(1).expect("one held per row");
@@ -152,12 +156,12 @@ impl Worker {
                     // What the claim did not use is free again as `batch` drops.
                 }
                 () = &mut woken => {
-                    due = true;
+                    (due, signals) = (true, signals + 1);
                     woken.set(wake.notified());
                     woken.as_mut().enable();
                 }
-                () = freed_meanwhile => due = true,
-                () = tokio::time::sleep(this.poll) => due = true,
+                () = freed_meanwhile => (due, signals) = (true, signals + 1),
+                () = tokio::time::sleep(this.poll) => (due, signals) = (true, signals + 1),
                 _ = stopped.changed() => {}
                 Some(_) = running.join_next(), if !running.is_empty() => {}
             }
@@ -181,10 +185,12 @@ impl Worker {
         while running.join_next().await.is_some() {}
     }
 
-    /// Claims up to `n` due rows, for which it holds `processors` and `slots`.
+    /// Claims up to `n` due rows, for which it holds `processors` and `slots`; sent when
+    /// the worker had counted `sent_at` signals.
     async fn claim(
         self: Arc<Self>,
         n: usize,
+        sent_at: u64,
         processors: OwnedSemaphorePermit,
         slots: OwnedSemaphorePermit,
     ) -> Batch {
@@ -212,6 +218,7 @@ impl Worker {
         Batch {
             rows,
             asked: n,
+            sent_at,
             token,
             claimed_at,
             processors,
