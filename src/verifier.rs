@@ -7,22 +7,24 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
+use http::{HeaderMap, HeaderValue, Method, Uri};
 
 use crate::error::{ConfigError, ConfigErrorKind, VerifyError, VerifyErrorKind};
 use crate::event::{self, Event};
 use crate::public_url::{self, PublicUrl};
 use crate::scheme::template::{self, Input, Part};
-use crate::scheme::{
-    declared, signature, Algorithm, Custom, IdSource, Key, Scheme, TimestampFormat, TimestampSource,
-};
+use crate::scheme::{Algorithm, Custom, IdSource, Key, Scheme, TimestampFormat, TimestampSource};
 use crate::secret::Secrets;
 use crate::timestamp::{self, Clock, Tolerance};
 
-mod custom;
+mod custom; // the presets verified by code of their own
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod fetched; // the event a body fetched from the provider's API would have given
+mod headers; // the headers, checked before the body is read
 mod transmissions;
 
 pub(crate) use custom::certificate_url;
+use headers::{one, one_str};
 
 /// Verifies deliveries of one scheme against a list of secrets.
 ///
@@ -387,199 +389,11 @@ impl Verifier {
         }))
     }
 
-    /// The event a delivery of `body` to this verifier would give, for a body fetched from
-    /// the provider's events API (authenticated by that API, not signed): keyed as its
-    /// delivery was ([`Event::dedupe_id`]), so a delivery and its catch-up are one row.
-    /// `id` is the delivery's signed id header, for schemes that have one; the others key
-    /// on the body, as their deliveries do. `Err` says why the key cannot be the one its
-    /// delivery had.
-    #[cfg(any(feature = "sqlite", feature = "postgres"))]
-    pub(crate) fn fetched(
-        &self,
-        id: Option<HeaderValue>,
-        body: Bytes,
-    ) -> Result<Event, &'static str> {
-        let scheme = &*self.scheme;
-        let mut parts = event::Parts {
-            source: self.source.clone(),
-            metrics: self.metrics.clone(),
-            header_id: None,
-            header_type: None,
-            id_field: None,
-            type_field: scheme.type_field,
-            unsigned_id: false,
-            content_digest: None,
-            timestamp: None,
-            kept: false,
-            body,
-            secret_index: 0,
-        };
-        // Kept as its deliveries' keys are: where the scheme signs no time.
-        parts.kept = match (&scheme.custom, &scheme.timestamp) {
-            (Some(Custom::Graph), _) | (None, None) => true,
-            (Some(_), _) => false,
-            (None, Some(TimestampSource::Header(..))) => {
-                scheme.unsigned_timestamp && !scheme.template.uses(&Part::Timestamp)
-            }
-            (None, Some(TimestampSource::BodyFieldRfc3339IfPresent(field))) => {
-                event::string_field(&parts.body, field).is_none()
-            }
-            (None, Some(_)) => false,
-        };
-        let takes_id = match &scheme.custom {
-            // The signed token in the body's `signature` object, as `verify_mailgun` reads it.
-            Some(Custom::Mailgun) => {
-                use crate::json::{parse, Field, Strings};
-                let token = parse(&parts.body, Field("signature", Strings(["token"])))
-                    .ok()
-                    .flatten()
-                    .and_then(|[token]| HeaderValue::from_str(&token?).ok())
-                    .filter(|t| (1..=256).contains(&t.len()))
-                    .ok_or("Mailgun's deliveries are keyed on the body's signature token")?;
-                parts.header_id = Some(token);
-                false
-            }
-            Some(Custom::Sns { .. }) => {
-                parts.id_field = Some("MessageId");
-                false
-            }
-            Some(Custom::PayPal { .. }) => {
-                parts.id_field = Some("id");
-                false
-            }
-            Some(Custom::Graph) => false,
-            None => {
-                let template = &scheme.template;
-                let signs_request = [Part::Url, Part::Method, Part::SortedForm]
-                    .iter()
-                    .any(|p| template.uses(p));
-                match &scheme.id {
-                    IdSource::Header(_) if template.uses(&Part::Id) => true,
-                    IdSource::BodyField(field) => {
-                        parts.id_field = Some(field);
-                        false
-                    }
-                    // Keyed on the signed content: the body alone, unless the scheme signs
-                    // the request too (its URL and form are not in the body).
-                    IdSource::Header(_) | IdSource::None if signs_request => {
-                        return Err("this scheme's deliveries are keyed on the signed request \
-                                    (URL and form), which a fetched body does not hold: have \
-                                    the provider redeliver instead");
-                    }
-                    IdSource::Header(_) | IdSource::None => false,
-                }
-            }
-        };
-        match (takes_id, id) {
-            (true, Some(id)) => parts.header_id = Some(id),
-            (true, None) => {
-                return Err("this scheme's deliveries are keyed on their signed id: give it")
-            }
-            (false, None) => {}
-            (false, Some(id)) => {
-                let event = Event::new(parts);
-                // Where the id is in the body (Stripe's `id`), the same id is welcome.
-                return match event.id() {
-                    Some(own) if own.as_bytes() == id.as_bytes() && event.id_is_signed() => {
-                        Ok(event)
-                    }
-                    _ => Err(
-                        "this scheme's deliveries are keyed on their body, not on an id \
-                              given beside it: give none",
-                    ),
-                };
-            }
-        }
-        Ok(Event::new(parts))
-    }
-
     /// The hex HMAC of `data` under the secret at `index` (Zoom's handshake answers with
     /// one); `None` when that key is not an HMAC secret or no longer in the list.
     pub(crate) fn mac_hex(&self, index: usize, data: &[u8]) -> Option<String> {
         let tag = self.secrets.keys().get(index)?.mac(&[data])?;
         Some(hex::encode(tag.as_bytes()))
-    }
-
-    /// Everything that can be checked before the body is read: the headers the scheme
-    /// needs, at least one signature that could match, and the timestamp's window.
-    /// `VerifyWebhookLayer` answers 400 on these before it reads a byte of the body.
-    pub(crate) fn check_before_body(&self, headers: &HeaderMap) -> Result<(), VerifyError> {
-        match &self.scheme.custom {
-            Some(custom) => self.check_custom_headers(custom, headers),
-            None => self.check_headers(headers).map(drop),
-        }
-    }
-
-    pub(crate) fn check_headers<'h>(
-        &self,
-        headers: &'h HeaderMap,
-    ) -> Result<Checked<'h>, VerifyError> {
-        let scheme = &*self.scheme;
-        let signature_value =
-            one_str(headers, &scheme.signature_headers)?.ok_or(VerifyError::new(
-                VerifyErrorKind::MissingHeader,
-                "signature header is missing",
-            ))?;
-        let signatures = signature::parse(scheme, signature_value)?;
-        if signatures.candidates.is_empty() {
-            // `v1,` alone, a truncated MAC: nothing any key could match, so no HMAC.
-            return Err(VerifyError::new(
-                VerifyErrorKind::InvalidSignature,
-                "no signature of the scheme's length",
-            ));
-        }
-        let raw_timestamp = match &scheme.timestamp {
-            // Checked once the body is verified: it is in the body.
-            None
-            | Some(
-                TimestampSource::BodyFieldMillis(_) | TimestampSource::BodyFieldRfc3339IfPresent(_),
-            ) => None,
-            Some(TimestampSource::Header(names, format)) => Some((
-                one_str(headers, names)?.ok_or(VerifyError::new(
-                    VerifyErrorKind::MissingHeader,
-                    "timestamp header is missing",
-                ))?,
-                *format,
-            )),
-            Some(TimestampSource::SignatureEntry(_)) => Some((
-                signatures.timestamp.ok_or(VerifyError::new(
-                    VerifyErrorKind::MalformedHeader,
-                    "signature header has no timestamp",
-                ))?,
-                TimestampFormat::Unix,
-            )),
-        };
-        let timestamp = raw_timestamp
-            .map(|(raw, format)| timestamp::parse(raw, format))
-            .transpose()?;
-        if let Some(ts) = timestamp {
-            self.tolerance
-                .check(ts, timestamp::unix_seconds((self.clock)()))?;
-        }
-        let id = match &scheme.id {
-            IdSource::Header(names) => Some(one(headers, names)?.ok_or(VerifyError::new(
-                VerifyErrorKind::MissingHeader,
-                "id header is missing",
-            ))?),
-            IdSource::None | IdSource::BodyField(_) => None,
-        };
-        let algorithm = match &scheme.algorithm_header {
-            Some(name) => {
-                let accepts: Vec<Algorithm> = scheme.formats.iter().map(|f| f.algorithm).collect();
-                let value = one_str(headers, std::slice::from_ref(name))?;
-                Some(declared::accepted(value, &accepts)?)
-            }
-            None => None,
-        };
-        let event_type = one(headers, &scheme.type_header)?;
-        Ok(Checked {
-            algorithm,
-            signatures,
-            raw_timestamp: raw_timestamp.map(|(raw, _)| raw),
-            timestamp,
-            id,
-            event_type,
-        })
     }
 }
 
@@ -652,53 +466,6 @@ fn check_scheme(scheme: Scheme) -> Result<Scheme, ConfigError> {
     }
     Ok(scheme)
 }
-
-/// A delivery's headers, checked: what [`Verifier::check_headers`] read from them.
-pub(crate) struct Checked<'h> {
-    /// The hash the delivery declares it was signed with, where the scheme reads one.
-    algorithm: Option<Algorithm>,
-    signatures: signature::Parsed<'h>,
-    raw_timestamp: Option<&'h str>,
-    timestamp: Option<i64>,
-    id: Option<&'h HeaderValue>,
-    event_type: Option<&'h HeaderValue>,
-}
-
-/// The value of the first of `names` that is present. Twice the same header is ambiguous
-/// (which one was signed?), and a value must be visible ASCII.
-fn one<'h>(
-    headers: &'h HeaderMap,
-    names: &[HeaderName],
-) -> Result<Option<&'h HeaderValue>, VerifyError> {
-    // One lookup per alias: `get_all` finds the entry and its duplicates together.
-    let Some((value, mut values)) = names.iter().find_map(|name| {
-        let mut values = headers.get_all(name).into_iter();
-        values.next().map(|first| (first, values))
-    }) else {
-        return Ok(None);
-    };
-    if values.next().is_some() {
-        return Err(VerifyError::new(
-            VerifyErrorKind::MalformedHeader,
-            "a webhook header appears more than once",
-        ));
-    }
-    match value.to_str() {
-        Ok(_) => Ok(Some(value)),
-        Err(_) => Err(VerifyError::new(
-            VerifyErrorKind::MalformedHeader,
-            "a webhook header is not visible ASCII",
-        )),
-    }
-}
-
-fn one_str<'h>(
-    headers: &'h HeaderMap,
-    names: &[HeaderName],
-) -> Result<Option<&'h str>, VerifyError> {
-    Ok(one(headers, names)?.map(|v| v.to_str().expect("checked by `one`")))
-}
-
 impl fmt::Debug for Verifier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Verifier")

@@ -23,10 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use std::time::Duration;
-
-use crate::inbox::Accepted;
-use crate::store::{Claim, Delivery, StoreError, Token};
+use crate::store::StoreError;
 
 /// Which queue a write waits in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,42 +32,6 @@ pub(crate) enum Lane {
     Urgent,
     /// New work from the front door (claims, accepts): after the urgent writes.
     Front,
-}
-
-/// A write PostgreSQL's group commit gathers.
-pub(crate) enum Write {
-    Claim(Delivery, Token, Duration),
-    Complete(String, String, Token),
-    Accept(Delivery),
-    /// The inbox worker's: the row processed, if the token still holds it.
-    Processed(String, String, Token),
-}
-
-/// Its outcome.
-pub(crate) enum Written {
-    Claim(Claim),
-    /// A completion or a processed row: `false` when fenced out.
-    Complete(bool),
-    Accept(Accepted),
-}
-
-impl Write {
-    /// What it adds to its batch's statement: its body.
-    pub(crate) fn size(&self) -> usize {
-        match self {
-            Write::Claim(d, ..) | Write::Accept(d) => d.audit().body.map_or(0, <[u8]>::len),
-            Write::Complete(..) | Write::Processed(..) => 0,
-        }
-    }
-
-    /// A completion or an outcome ends a running lease; claims and accepts are the front
-    /// door's.
-    pub(crate) fn lane(&self) -> Lane {
-        match self {
-            Write::Complete(..) | Write::Processed(..) => Lane::Urgent,
-            Write::Claim(..) | Write::Accept(_) => Lane::Front,
-        }
-    }
 }
 
 /// At most this many writes go in one batch.

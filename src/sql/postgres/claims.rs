@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use sqlx::PgConnection;
 
-use super::super::batch::{Write, Written};
 use super::super::store_error;
+use super::group_commit::{Write, Written};
 use super::{bind_delivery, Pg};
 use crate::inbox::Accepted;
 use crate::store::{Claim, Delivery, StoreError, Token};

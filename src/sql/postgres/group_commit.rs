@@ -8,13 +8,49 @@ use sqlx::postgres::{PgArguments, PgPool, Postgres};
 use sqlx::query::Query;
 use sqlx::Row;
 
-use super::super::batch::{Write, Written};
+use super::super::batch::Lane;
 use super::super::{store_error, Outcome, CLAIM_TRIES};
 use super::claims::{not_claimed, CLAIM, COMPLETE, TAKE_OVER};
 use super::queue::{finish_one, ACCEPT};
 use super::{bind_delivery, PLANNED_EACH_TIME};
 use crate::inbox::Accepted;
 use crate::store::{Claim, Delivery, StoreError, Token};
+
+/// A write PostgreSQL's group commit gathers.
+pub(super) enum Write {
+    Claim(Delivery, Token, Duration),
+    Complete(String, String, Token),
+    Accept(Delivery),
+    /// The inbox worker's: the row processed, if the token still holds it.
+    Processed(String, String, Token),
+}
+
+/// Its outcome.
+pub(super) enum Written {
+    Claim(Claim),
+    /// A completion or a processed row: `false` when fenced out.
+    Complete(bool),
+    Accept(Accepted),
+}
+
+impl Write {
+    /// What it adds to its batch's statement: its body.
+    pub(super) fn size(&self) -> usize {
+        match self {
+            Write::Claim(d, ..) | Write::Accept(d) => d.audit().body.map_or(0, <[u8]>::len),
+            Write::Complete(..) | Write::Processed(..) => 0,
+        }
+    }
+
+    /// A completion or an outcome ends a running lease; claims and accepts are the front
+    /// door's.
+    pub(super) fn lane(&self) -> Lane {
+        match self {
+            Write::Complete(..) | Write::Processed(..) => Lane::Urgent,
+            Write::Claim(..) | Write::Accept(_) => Lane::Front,
+        }
+    }
+}
 
 /// Many new keys in one statement, in key order (two batches lock shared keys in the same
 /// order: no deadlock); the tokens that went in come back.

@@ -14,9 +14,10 @@ use std::sync::Arc;
 use sqlx::postgres::{PgArguments, PgPool, Postgres};
 use sqlx::query::Query;
 
-use super::batch::{Batcher, Run, Write, Written, MAX_BATCH, MAX_BATCH_BYTES};
+use super::batch::{Batcher, Run, MAX_BATCH, MAX_BATCH_BYTES};
 use crate::store::Delivery;
 pub(crate) use claims::done_in;
+use group_commit::{Write, Written};
 pub(crate) use latest::advance;
 pub(crate) use queue::processed_in;
 

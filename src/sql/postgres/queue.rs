@@ -8,8 +8,8 @@ use sqlx::postgres::{PgListener, PgPool};
 use sqlx::{PgConnection, Row};
 use tokio::sync::Notify;
 
-use super::super::batch::{Write, Written};
 use super::super::{claimed, store_error, Outcome, ABANDONED, CRASHED};
+use super::group_commit::{Write, Written};
 use super::listing::FOLD_COUNTS;
 use super::{Pg, CHANNEL, PLANNED_EACH_TIME};
 use crate::inbox::backend::{Backend, Claimed};
