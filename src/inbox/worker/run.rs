@@ -108,11 +108,11 @@ impl Worker {
         // Set when the grace period is over: each running event stops and hands its row
         // back itself, so its hand-back can never race its own "processed".
         let (hurry, hurried) = watch::channel(false);
-        // Whether a claim may find due rows: not after one came back short, until a
-        // wake-up, a poll or a processor ending says there may be more. `signals` counts
-        // those: a claim that came back short says nothing of a signal after it was sent
-        // (a row accepted while it was out may be the one it did not see).
-        let (mut due, mut signals) = (true, 0u64);
+        // `signals` counts what says there may be due rows (a wake-up, a poll, a processor
+        // ending); `drained_at`, the count when the last claim that came back short was
+        // sent. No claim goes out while they are equal: a short claim says nothing of a
+        // signal after it was sent (a row accepted meanwhile may be one it did not see).
+        let (mut signals, mut drained_at) = (0u64, None);
         let wake = this.inbox.wake.clone();
         let mut woken = pin!(wake.notified());
         woken.as_mut().enable(); // an accept while a claim is out is not missed
@@ -124,7 +124,7 @@ impl Worker {
             let free = processors
                 .available_permits()
                 .min(slots.available_permits());
-            if due && free > 0 && claims.len() < CLAIMS_IN_FLIGHT {
+            if drained_at != Some(signals) && free > 0 && claims.len() < CLAIMS_IN_FLIGHT {
                 let n = u32::try_from(free).unwrap_or(u32::MAX);
                 let held = (
                     processors.clone().try_acquire_many_owned(n),
@@ -139,7 +139,7 @@ impl Worker {
             tokio::select! {
                 Some(batch) = claims.join_next(), if !claims.is_empty() => {
                     let Ok(mut batch) = batch else { continue }; // a panic: its rows come back with their lease
-                    due = batch.rows.len() == batch.asked || batch.sent_at != signals;
+                    drained_at = (batch.rows.len() < batch.asked).then_some(batch.sent_at);
                     for Claimed { event, attempt } in std::mem::take(&mut batch.rows) {
                         let processor = batch.processors.split(1).expect("one held per row");
                         let slot = batch.slots.split(1).expect("one held per row");
@@ -156,12 +156,12 @@ impl Worker {
                     // What the claim did not use is free again as `batch` drops.
                 }
                 () = &mut woken => {
-                    (due, signals) = (true, signals + 1);
+                    signals += 1;
                     woken.set(wake.notified());
                     woken.as_mut().enable();
                 }
-                () = freed_meanwhile => (due, signals) = (true, signals + 1),
-                () = tokio::time::sleep(this.poll) => (due, signals) = (true, signals + 1),
+                () = freed_meanwhile => signals += 1,
+                () = tokio::time::sleep(this.poll) => signals += 1,
                 _ = stopped.changed() => {}
                 Some(_) = running.join_next(), if !running.is_empty() => {}
             }
