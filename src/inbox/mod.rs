@@ -94,11 +94,12 @@ mod json;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod listing;
 mod process;
+mod rate;
 mod retry;
 #[cfg(feature = "postgres")]
 mod transactional;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod worker;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+pub(crate) mod worker;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use std::sync::Arc;
@@ -115,9 +116,12 @@ use self::backend::Backend;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, State, StoredEvent};
 pub use self::process::{Attempt, Processor, WorkerHandle};
+pub use self::rate::Rate;
 pub use self::retry::{Jitter, RetryPolicy};
 #[cfg(feature = "postgres")]
 pub use self::transactional::TxProcessor;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use self::worker::Outcome;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::worker::Worker;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

@@ -169,18 +169,8 @@ fn transient(db: &dyn sqlx::error::DatabaseError) -> bool {
     false
 }
 
-/// What a worker does with a claimed row when it is done with it.
-#[derive(Debug, Clone)]
-pub(crate) enum Outcome {
-    Processed,
-    /// Failed; try again this much later.
-    Retry(String, Duration),
-    /// Failed for the last time.
-    Dead(String),
-    /// Stopped mid-attempt (shutdown past its grace period): back to the queue at once,
-    /// the attempt counted, as a crash's would be.
-    Abandoned,
-}
+/// How an attempt ended (the worker's, written once for every queue).
+pub(crate) use crate::inbox::Outcome;
 
 /// A claimed row as both databases return it (the SQL names and casts the columns).
 #[derive(sqlx::FromRow)]

@@ -4,24 +4,23 @@
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::super::backend::{Claimed, Outcome};
 use super::super::process::{error_chain, hurry_up, AbortOnDrop};
-use super::super::{Attempt, Inbox, Processor};
-use super::Worker;
+use super::super::rate::Pacing;
+use super::super::{Attempt, Processor};
+use super::{Claimed, Engine, Outcome, Queue};
 use crate::metrics::{self, Operation};
 use crate::span;
-use crate::store::{retry_until, Heartbeat, StoreError, Token};
+use crate::store::{Heartbeat, StoreError, Token};
 use crate::Event;
 
-/// How a worker runs a claimed row.
+/// How a worker runs a claimed event.
 #[derive(Clone)]
-pub(super) enum Runner {
+pub(crate) enum Runner {
     /// The processor; the worker records the outcome after it.
     Plain(Arc<dyn Processor>),
     /// The processor and the row's `processed_at` in one PostgreSQL transaction.
@@ -82,38 +81,47 @@ const RECORDING_PER_PROCESSOR: usize = 8;
 /// claims (a commit each) for no more rows.
 const CLAIMS_IN_FLIGHT: usize = 2;
 
-/// A claim's answer: its rows, how many it asked for, and the processors and slots held
-/// for them.
-struct Batch {
-    rows: Vec<Claimed>,
+/// A claim's answer: its events, how many it asked for, and the processors and slots
+/// held for them.
+struct Batch<H> {
+    rows: Vec<Claimed<H>>,
     asked: usize,
     /// The worker's count of signals (wake-ups, polls, processors ending) when it was sent.
     sent_at: u64,
+    /// It failed: the next claim waits for a signal.
+    failed: bool,
     token: Token,
-    claimed_at: Instant,
+    /// The rate's turns it took (to give back the unused ones with).
+    turns: Option<Instant>,
     processors: OwnedSemaphorePermit,
     slots: OwnedSemaphorePermit,
 }
 
-impl Worker {
-    pub(super) async fn run(self, mut stopped: watch::Receiver<bool>) {
+impl<Q: Queue> Engine<Q> {
+    pub(super) async fn run(mut self, mut stopped: watch::Receiver<bool>) {
+        let Some(lease) = self.queue.open(self.lease.length, &mut stopped).await else {
+            return;
+        };
+        self.lease.length = lease;
         let this = Arc::new(self);
-        // A row holds a processor from its claim until its processor ends, and a slot
+        // An event holds a processor from its claim until its processor ends, and a slot
         // until its outcome is written.
         let processors = Arc::new(Semaphore::new(this.concurrency));
         let slots = Arc::new(Semaphore::new(this.concurrency * RECORDING_PER_PROCESSOR));
         let freed = Arc::new(Notify::new());
-        let mut claims: JoinSet<Batch> = JoinSet::new();
+        let mut claims: JoinSet<Batch<Q::Held>> = JoinSet::new();
         let mut running: JoinSet<()> = JoinSet::new();
-        // Set when the grace period is over: each running event stops and hands its row
-        // back itself, so its hand-back can never race its own "processed".
+        // Set when the grace period is over: each running event stops and hands itself
+        // back, so its hand-back can never race its own "processed".
         let (hurry, hurried) = watch::channel(false);
-        // `signals` counts what says there may be due rows (a wake-up, a poll, a processor
-        // ending); `drained_at`, the count when the last claim that came back short was
-        // sent. No claim goes out while they are equal: a short claim says nothing of a
-        // signal after it was sent (a row accepted meanwhile may be one it did not see).
+        // `signals` counts what says there may be due events (a wake-up, a poll, a
+        // processor ending); `drained_at`, the count when the last claim that came back
+        // short was sent. No claim goes out while they are equal: a short claim says
+        // nothing of a signal after it was sent (an event accepted meanwhile may be one it
+        // did not see).
         let (mut signals, mut drained_at) = (0u64, None);
-        let wake = this.inbox.wake.clone();
+        let mut pacing = this.rate.map(Pacing::new);
+        let wake = this.queue.wake();
         let mut woken = pin!(wake.notified());
         woken.as_mut().enable(); // an accept while a claim is out is not missed
         loop {
@@ -121,38 +129,39 @@ impl Worker {
                 break;
             }
             while running.try_join_next().is_some() {}
-            let free = processors
+            let idle = processors
                 .available_permits()
                 .min(slots.available_permits());
-            if drained_at != Some(signals) && free > 0 && claims.len() < CLAIMS_IN_FLIGHT {
+            let free = pacing.as_ref().map_or(idle, |pacing| pacing.allowed(idle));
+            let due = drained_at != Some(signals) && claims.len() < CLAIMS_IN_FLIGHT;
+            if due && free > 0 {
                 let n = u32::try_from(free).unwrap_or(u32::MAX);
                 let held = (
                     processors.clone().try_acquire_many_owned(n),
                     slots.clone().try_acquire_many_owned(n),
                 );
                 if let (Ok(processors), Ok(slots)) = held {
-                    claims.spawn(this.clone().claim(free, signals, processors, slots));
+                    let turns = pacing.as_mut().map(|pacing| pacing.take(free));
+                    let claim = this
+                        .clone()
+                        .claim(free, signals, turns, (processors, slots));
+                    claims.spawn(claim);
                     continue;
                 }
             }
+            // Held back by the rate only: woken when its next turn comes.
+            let paced = due && idle > free;
+            let turn = pacing.as_ref().map_or_else(Instant::now, Pacing::next);
             let freed_meanwhile = freed.notified();
             tokio::select! {
                 Some(batch) = claims.join_next(), if !claims.is_empty() => {
-                    let Ok(mut batch) = batch else { continue }; // a panic: its rows come back with their lease
-                    drained_at = (batch.rows.len() < batch.asked).then_some(batch.sent_at);
-                    for Claimed { event, attempt } in std::mem::take(&mut batch.rows) {
-                        let processor = batch.processors.split(1).expect("one held per row");
-                        let slot = batch.slots.split(1).expect("one held per row");
-                        let (worker, hurried) = (this.clone(), hurried.clone());
-                        let freed = Freed(Some(processor), freed.clone());
-                        let attempt = Attempt::new(attempt, &this.retry);
-                        let span = span::attempt(&event, attempt);
-                        let run = (event, attempt, batch.token, batch.claimed_at);
-                        running.spawn(span::instrument(span, async move {
-                            let _slot = slot;
-                            worker.process(run, freed, hurried).await;
-                        }));
+                    let Ok(mut batch) = batch else { continue }; // a panic: its events come back with their lease
+                    let short = !Q::CLAIM_WAITS && batch.rows.len() < batch.asked;
+                    drained_at = (short || batch.failed).then_some(batch.sent_at);
+                    if let (Some(pacing), Some(turns)) = (&mut pacing, batch.turns) {
+                        pacing.give_back(turns, batch.asked - batch.rows.len());
                     }
+                    this.run_batch(&mut batch, &mut running, &freed, &hurried);
                     // What the claim did not use is free again as `batch` drops.
                 }
                 () = &mut woken => {
@@ -162,18 +171,24 @@ impl Worker {
                 }
                 () = freed_meanwhile => signals += 1,
                 () = tokio::time::sleep(this.poll) => signals += 1,
+                () = tokio::time::sleep_until(turn), if paced => {}
                 _ = stopped.changed() => {}
                 Some(_) = running.join_next(), if !running.is_empty() => {}
             }
         }
-        // Claims still out: their rows go back uncounted, as a claim answered too late.
+        // Claims still out: their events go back uncounted, as a claim answered too late —
+        // or, where the queue cannot hand them back so, they run (delivered already).
         while let Some(batch) = claims.join_next().await {
-            if let Ok(batch) = batch {
-                this.give_back(&batch.rows, batch.token).await;
+            let Ok(mut batch) = batch else { continue };
+            if Q::GIVES_BACK {
+                let held = batch.rows.drain(..).map(|row| row.held).collect();
+                this.queue.give_back(held).await;
+            } else {
+                this.run_batch(&mut batch, &mut running, &freed, &hurried);
             }
         }
         // Graceful: let running events finish; past a grace period, stop the rest, which
-        // hand their rows back as a crash would (the attempt counted).
+        // hand themselves back as a crash would (the attempt counted).
         let finish = async { while running.join_next().await.is_some() {} };
         match this.grace {
             None => finish.await,
@@ -185,79 +200,113 @@ impl Worker {
         while running.join_next().await.is_some() {}
     }
 
-    /// Claims up to `n` due rows, for which it holds `processors` and `slots`; sent when
-    /// the worker had counted `sent_at` signals.
+    /// Starts a task for each of the batch's events, each with one of its processors and
+    /// slots.
+    fn run_batch(
+        self: &Arc<Self>,
+        batch: &mut Batch<Q::Held>,
+        running: &mut JoinSet<()>,
+        freed: &Arc<Notify>,
+        hurried: &watch::Receiver<bool>,
+    ) {
+        for claimed in std::mem::take(&mut batch.rows) {
+            let processor = batch.processors.split(1).expect("one held per event");
+            let slot = batch.slots.split(1).expect("one held per event");
+            let (worker, hurried, token) = (self.clone(), hurried.clone(), batch.token);
+            let freed = Freed(Some(processor), freed.clone());
+            let span = span::attempt(&claimed.event, Attempt::new(claimed.attempt, &self.retry));
+            running.spawn(span::instrument(span, async move {
+                let _slot = slot;
+                worker.process(claimed, token, freed, hurried).await;
+            }));
+        }
+    }
+
+    /// Claims up to `n` due events, for which it holds `processors` and `slots` (and the
+    /// rate's `turns`); sent when the worker had counted `sent_at` signals.
     async fn claim(
         self: Arc<Self>,
         n: usize,
         sent_at: u64,
-        processors: OwnedSemaphorePermit,
-        slots: OwnedSemaphorePermit,
-    ) -> Batch {
-        let (token, claimed_at) = (Token::new(), Instant::now());
-        let claim =
-            self.inbox
-                .backend
-                .claim(n, self.lease.length, token, self.retry.max_attempts());
-        let rows = match metrics::timed(Operation::InboxClaim, claim).await {
+        turns: Option<Instant>,
+        (processors, slots): (OwnedSemaphorePermit, OwnedSemaphorePermit),
+    ) -> Batch<Q::Held> {
+        let (token, sent) = (Token::new(), Instant::now());
+        let claim = self
+            .queue
+            .claim(n, self.lease.length, token, self.retry.max_attempts());
+        let (rows, failed) = match metrics::timed(Operation::InboxClaim, claim).await {
             // Answered so late that the lease may run out before the first renewal: hand
-            // the rows back uncounted (fenced on the token: rows another worker took over
-            // meanwhile stay its own) rather than run beside a takeover. Not handed back,
-            // they come back with their lease.
-            Ok(rows) if claimed_at.elapsed() >= self.lease.length * 2 / 3 => {
-                self.give_back(&rows, token).await;
-                Vec::new()
+            // the events back uncounted (fenced on the token: events another worker took
+            // over meanwhile stay its own) rather than run beside a takeover. Not handed
+            // back, they come back with their lease.
+            Ok(rows) if Q::GIVES_BACK && sent.elapsed() >= self.lease.length * 2 / 3 => {
+                let held = rows.into_iter().map(|row| row.held).collect();
+                self.queue.give_back(held).await;
+                (Vec::new(), false)
             }
-            Ok(rows) => rows,
+            Ok(rows) => (rows, false),
             Err(_error) => {
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", "inbox worker could not claim: {_error}");
-                Vec::new()
+                (Vec::new(), true)
             }
         };
         Batch {
             rows,
             asked: n,
             sent_at,
+            failed,
             token,
-            claimed_at,
+            turns,
             processors,
             slots,
         }
     }
 
-    /// Hands claimed rows back to the queue unrun, their attempt uncounted.
-    async fn give_back(&self, rows: &[Claimed], token: Token) {
-        if rows.is_empty() {
-            return;
-        }
-        let keys = rows
-            .iter()
-            .map(|r| (r.event.source().to_owned(), r.event.stored_id().to_owned()))
-            .collect();
-        let _ = self.inbox.backend.give_back(keys, token).await;
-    }
-
     async fn process(
         &self,
-        (event, attempt, token, claimed_at): (Event, Attempt, Token, Instant),
+        claimed: Claimed<Q::Held>,
+        token: Token,
         mut freed: Freed,
         mut hurried: watch::Receiver<bool>,
     ) {
+        let Claimed {
+            event,
+            attempt,
+            held,
+            at,
+        } = claimed;
+        let heartbeat = Heartbeat::new(at, self.lease);
+        let renew = || {
+            let renewal = self.queue.renew(&held, self.lease.length);
+            metrics::timed(Operation::InboxRenew, renewal)
+        };
+        let beat = heartbeat.beat(renew);
+        let mut beat = pin!(beat);
+        let max_attempts = self.retry.max_attempts();
+        let start = self.queue.start(
+            &held,
+            (&event, attempt),
+            max_attempts,
+            &heartbeat,
+            &mut hurried,
+        );
+        let go = tokio::select! {
+            biased;
+            go = start => go,
+            () = &mut beat => unreachable!("the heartbeat never ends"),
+        };
+        if !go {
+            return; // settled by the queue
+        }
         let (source, id) = (event.source().to_owned(), event.stored_id().to_owned());
+        let attempt = Attempt::new(attempt, &self.retry);
         // Its own task: a panicking processor is a failed attempt, not a dead worker. The
         // guard stops it too when this task is stopped (a simulated crash). In this
         // attempt's span, so the processor's logs carry the event.
         let run = span::instrument(span::current(), self.runner.run(event, attempt, token));
         let mut task = AbortOnDrop(tokio::spawn(run));
-        let heartbeat = Heartbeat::new(claimed_at, self.lease);
-        let renew = || {
-            let backend = &self.inbox.backend;
-            let renewal = backend.renew(source.clone(), id.clone(), token, self.lease.length);
-            metrics::timed(Operation::InboxRenew, renewal)
-        };
-        let beat = heartbeat.beat(renew);
-        let mut beat = pin!(beat);
         let joined = tokio::select! {
             biased;
             joined = &mut task.0 => joined,
@@ -269,11 +318,11 @@ impl Worker {
             }
             () = &mut beat => unreachable!("the heartbeat never ends"),
         };
-        // The processor is free for the next row while this one's outcome is written.
+        // The processor is free for the next event while this one's outcome is written.
         freed.free();
         // The renewals go on until the outcome has landed: a slow "processed" must not cost
         // the lease that renewals would still have kept.
-        let record = self.record(joined, &source, &id, token, attempt, &heartbeat);
+        let record = self.record(joined, &held, (&source, &id), attempt, &heartbeat);
         tokio::select! {
             biased;
             () = record => {}
@@ -281,13 +330,12 @@ impl Worker {
         }
     }
 
-    /// Records how the run ended, while the heartbeat keeps the row's lease.
+    /// Records how the run ended, while the heartbeat keeps the event's lease.
     async fn record(
         &self,
         joined: Result<Result<Done, String>, tokio::task::JoinError>,
-        source: &str,
-        id: &str,
-        token: Token,
+        held: &Q::Held,
+        (_source, _id): (&str, &str),
         attempt: Attempt,
         heartbeat: &Heartbeat,
     ) {
@@ -297,8 +345,7 @@ impl Worker {
             Err(_) => {
                 // Stopped by the hurry above: back to the queue, the attempt counted
                 // (fenced: a transactional commit that landed first keeps it processed).
-                let abandoned = self.finish_until(source, id, token, Outcome::Abandoned, heartbeat);
-                let _ = abandoned.await;
+                let _ = self.finish(held, Outcome::Abandoned, heartbeat).await;
                 metrics::attempt(metrics::Attempt::Abandoned);
                 return;
             }
@@ -326,20 +373,18 @@ impl Worker {
             Outcome::Dead(_) => metrics::Attempt::Dead,
             Outcome::Abandoned => metrics::Attempt::Abandoned,
         };
-        let finished = self
-            .finish_until(source, id, token, outcome, heartbeat)
-            .await;
-        // Fenced out or not heard: the row's next attempt is another's to count.
+        let finished = self.finish(held, outcome, heartbeat).await;
+        // Fenced out or not heard: the event's next attempt is another's to count.
         metrics::attempt(match finished {
             Ok(true) => counted,
             Ok(false) | Err(_) => metrics::Attempt::Lost,
         });
         match finished {
             Ok(held) => {
-                // Said once recorded: a fenced-out attempt's outcome is not the row's.
+                // Said once recorded: a fenced-out attempt's outcome is not the event's.
                 #[cfg(feature = "tracing")]
                 if let (true, Some(outcome)) = (held, &failure) {
-                    log_failure(source, id, attempt.number(), outcome);
+                    log_failure(_source, _id, attempt.number(), outcome);
                 }
                 lease_report(held)
             }
@@ -350,29 +395,20 @@ impl Worker {
         }
     }
 
-    /// Records `outcome`, retrying a database that does not answer until the row's lease
-    /// would end (renewed meanwhile): after that another worker may hold the row.
-    async fn finish_until(
+    /// Records `outcome`, trying again while the queue does not answer until the event's
+    /// lease would end (renewed meanwhile): after that another worker may hold it.
+    async fn finish(
         &self,
-        source: &str,
-        id: &str,
-        token: Token,
+        held: &Q::Held,
         outcome: Outcome,
         heartbeat: &Heartbeat,
     ) -> Result<bool, StoreError> {
-        retry_until(heartbeat.lease_ends(), || {
-            let outcome = outcome.clone();
-            let finish =
-                self.inbox
-                    .backend
-                    .finish(source.to_owned(), id.to_owned(), token, outcome);
-            metrics::timed(Operation::InboxFinish, finish)
-        })
-        .await
+        let finish = self.queue.finish(held, outcome, heartbeat.lease_ends());
+        metrics::timed(Operation::InboxFinish, finish).await
     }
 }
 
-/// A row's hold on a processor, given back (and the claim loop told) when its processor
+/// An event's hold on a processor, given back (and the claim loop told) when its processor
 /// ends — or when its task is stopped.
 struct Freed(Option<OwnedSemaphorePermit>, Arc<Notify>);
 
@@ -390,7 +426,8 @@ impl Drop for Freed {
     }
 }
 
-/// A failed attempt at `warn`, a row gone dead at `error`; the processor's error as a field.
+/// A failed attempt at `warn`, an event gone dead at `error`; the processor's error as a
+/// field.
 #[cfg(feature = "tracing")]
 fn log_failure(source: &str, id: &str, attempt: u32, outcome: &Outcome) {
     match outcome {
@@ -408,21 +445,10 @@ fn log_failure(source: &str, id: &str, attempt: u32, outcome: &Outcome) {
     }
 }
 
-/// Reads the inbox's counts every `every`, which sets its gauges (feature `metrics`); a
-/// failed read is tried again at the next tick.
-pub(super) async fn gauges(inbox: Inbox, every: Duration) {
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let _ = inbox.counts().await;
-    }
-}
-
-/// Warns when the worker no longer held the row it finished.
+/// Warns when the worker no longer held the event it finished.
 fn lease_report(_held: bool) {
     #[cfg(feature = "tracing")]
     if !_held {
-        tracing::warn!(target: "tower_webhook", "an inbox row's lease ran out while it was processed: lengthen the lease");
+        tracing::warn!(target: "tower_webhook", "an inbox event's lease ran out while it was processed: lengthen the lease");
     }
 }

@@ -1,0 +1,113 @@
+//! What the worker needs of where events wait: claim a batch of due events, renew one's
+//! lease, record how its attempt ended, hand unrun ones back. Implemented by the SQL
+//! inbox (`sql.rs`) and JetStream (`inbox/jetstream/worker.rs`); the loop in `run.rs`
+//! is written once against it.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+use crate::store::{Heartbeat, StoreError, Token};
+use crate::Event;
+
+/// How an attempt ended, as the queue records it.
+#[derive(Debug, Clone)]
+pub(crate) enum Outcome {
+    Processed,
+    /// Failed; try again this much later. (JetStream keeps no error on a message: with
+    /// neither SQL nor `tracing`, nothing reads it.)
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres", feature = "tracing")),
+        allow(dead_code)
+    )]
+    Retry(String, Duration),
+    /// Failed for the last time.
+    Dead(String),
+    /// Stopped mid-attempt (shutdown past its grace period): back to the queue at once,
+    /// the attempt counted, as a crash's would be.
+    Abandoned,
+}
+
+/// A claimed event: the event, which attempt at it this is (from 1), and the queue's hold
+/// on it.
+pub(crate) struct Claimed<H> {
+    pub(crate) event: Event,
+    pub(crate) attempt: u32,
+    pub(crate) held: H,
+    /// When its lease began, or earlier: renewals count from here.
+    pub(crate) at: Instant,
+}
+
+pub(crate) trait Queue: Send + Sync + 'static {
+    /// A claimed event's hold on the queue: what renews it and records its outcome.
+    type Held: Send + Sync + 'static;
+
+    /// Whether [`claim`](Self::claim) waits for events itself (a long poll): then a claim
+    /// that came back short says nothing of what is due, and the worker claims again at
+    /// once. Otherwise it waits for a signal (a wake-up, a poll, a processor ending).
+    const CLAIM_WAITS: bool;
+
+    /// Whether [`give_back`](Self::give_back) hands events back with their attempt
+    /// uncounted. Where it cannot, the events of a claim still out at shutdown are run.
+    const GIVES_BACK: bool;
+
+    /// Notified when an event may have been queued (an accept in this process).
+    fn wake(&self) -> Arc<Notify>;
+
+    /// Tasks that run beside the worker and stop with it (a `LISTEN`, the gauges).
+    fn beside(&self, poll: Duration) -> Vec<tokio::task::JoinHandle<()>>;
+
+    /// Gets ready before the first claim, and says the lease to keep (the one asked for,
+    /// or one the queue holds to); `None` when `stopped` changed first.
+    fn open(
+        &mut self,
+        lease: Duration,
+        stopped: &mut watch::Receiver<bool>,
+    ) -> impl Future<Output = Option<Duration>> + Send;
+
+    /// Claims up to `n` due events for `lease` under `token`, each an attempt; an event
+    /// whose `max_attempts` attempts all ended without an outcome (each crashed its
+    /// worker) is dead instead, never returned.
+    fn claim(
+        &self,
+        n: usize,
+        lease: Duration,
+        token: Token,
+        max_attempts: u32,
+    ) -> impl Future<Output = Result<Vec<Claimed<Self::Held>>, StoreError>> + Send;
+
+    /// Hands claimed events back unrun.
+    fn give_back(&self, held: Vec<Self::Held>) -> impl Future<Output = ()> + Send;
+
+    /// Whether the claimed event is to run: `false` when the queue settled it itself (it
+    /// was processed already, or the worker is stopping); renewed meanwhile by
+    /// `heartbeat`.
+    fn start(
+        &self,
+        held: &Self::Held,
+        claimed: (&Event, u32),
+        max_attempts: u32,
+        heartbeat: &Heartbeat,
+        hurried: &mut watch::Receiver<bool>,
+    ) -> impl Future<Output = bool> + Send;
+
+    /// Extends the lease; `Ok(false)` once another attempt holds the event.
+    fn renew(
+        &self,
+        held: &Self::Held,
+        lease: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Records `outcome`, trying again while the queue does not answer until `until` (the
+    /// lease's end: after it the event may be another attempt's); `Ok(false)` when
+    /// another attempt holds the event.
+    fn finish(
+        &self,
+        held: &Self::Held,
+        outcome: Outcome,
+        until: Instant,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}

@@ -1,0 +1,206 @@
+//! [`Worker`]: the SQL inbox's worker — its constructors, and the inbox as the worker's
+//! [`Queue`] (its rows claimed, renewed and finished through the dialect's [`Backend`]).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+use super::super::process::{checked_poll, WorkerHandle};
+use super::super::{Inbox, Processor};
+use super::{shared_settings, Claimed, Engine, Outcome, Queue, Runner};
+use crate::metrics;
+use crate::store::{retry_until, Heartbeat, StoreError, Token};
+use crate::{ConfigError, Event};
+
+/// Processes an [`Inbox`]'s rows. Build it, then [`spawn`](Self::spawn) it.
+#[must_use]
+pub struct Worker {
+    engine: Engine<Inbox>,
+}
+
+impl Worker {
+    /// A worker running `processor`: 4 at a time, 8 attempts, backoff from 1 s doubling
+    /// to at most 10 min (with jitter), a 60 s lease renewed for up to 1 h of processing,
+    /// polling every 5 s besides wake-ups, and a shutdown that waits for running events.
+    pub fn new(inbox: &Inbox, processor: impl Processor) -> Self {
+        Self::with_runner(inbox, Runner::Plain(Arc::new(processor)))
+    }
+
+    /// A worker whose processor writes in a transaction that also marks the row processed
+    /// (PostgreSQL): the effects in this database happen exactly once — even when the
+    /// worker dies mid-event, or its lease runs out and another worker takes the row over
+    /// (the stale one's commit is refused). Defaults as for [`new`](Self::new).
+    ///
+    /// A business action inside it (fulfil order 7 once, across events) belongs in the
+    /// same transaction: [`Once::run_in`](crate::once::Once::run_in) records its key there,
+    /// so a rolled-back attempt leaves the key free and a committed one keeps it.
+    ///
+    /// Each running event holds one of the pool's connections until it commits: keep the
+    /// concurrency below the pool's size, with room for the worker's `LISTEN` (one
+    /// connection), claims, and any other connection the processor takes (a `PgStore` for
+    /// [`Once`](crate::once::Once) on the same pool, say).
+    ///
+    /// It takes the [`PgStore`](crate::store::PgStore) whose inbox it processes
+    /// ([`Inbox::postgres`] of it): only PostgreSQL has the form (SQLite has one writer, and
+    /// a transaction open for the whole processing would stall every other write).
+    #[cfg(feature = "postgres")]
+    pub fn transactional(
+        store: &crate::store::PgStore,
+        processor: impl super::super::TxProcessor,
+    ) -> Self {
+        let runner = Runner::InTransaction(Arc::new(processor), store.pool().clone());
+        Self::with_runner(&Inbox::postgres(store), runner)
+    }
+
+    fn with_runner(inbox: &Inbox, runner: Runner) -> Self {
+        Self {
+            engine: Engine::new(inbox.clone(), runner, Duration::from_secs(5)),
+        }
+    }
+
+    shared_settings!();
+
+    /// Replaces how long a claimed row stays with this worker between renewals (default
+    /// 60 s): the lease is renewed every third of it while the processor runs, so it bounds
+    /// how long a *crashed* worker's rows wait, not how long a processor may run (that is
+    /// [`with_max_run`](Self::with_max_run)).
+    ///
+    /// # Errors
+    ///
+    /// When `lease` is not between 100 ms and 1 day, or is shorter than the database
+    /// keeps safely (SQLite: four busy timeouts, see
+    /// [`DedupeStore::min_lease`](crate::store::DedupeStore::min_lease)).
+    pub fn with_lease(mut self, lease: Duration) -> Result<Self, ConfigError> {
+        let min = self.engine.queue.backend.min_lease();
+        self.engine.lease.length = crate::store::checked_lease(lease, min)?;
+        Ok(self)
+    }
+
+    /// Replaces how often the worker looks for due rows without a wake-up (default 5 s).
+    ///
+    /// # Errors
+    ///
+    /// When `poll` is not between 10 ms and 1 h.
+    pub fn with_poll_interval(mut self, poll: Duration) -> Result<Self, ConfigError> {
+        self.engine.poll = checked_poll(poll)?;
+        Ok(self)
+    }
+
+    /// Starts the worker on the current Tokio runtime. With the `metrics` feature, it
+    /// also reads the inbox's [`counts`](Inbox::counts) every poll interval, which sets
+    /// the inbox's gauges.
+    pub fn spawn(self) -> WorkerHandle {
+        self.engine.spawn()
+    }
+}
+
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut f = f.debug_struct("Worker");
+        self.engine.fields(&mut f);
+        f.finish_non_exhaustive()
+    }
+}
+
+/// A claimed row: its key, and the token its claim holds it under.
+pub(crate) struct Row {
+    source: String,
+    id: String,
+    token: Token,
+}
+
+impl Queue for Inbox {
+    type Held = Row;
+    const CLAIM_WAITS: bool = false;
+    // The claim's token fences the hand-back: rows another worker took over stay its own.
+    const GIVES_BACK: bool = true;
+
+    fn wake(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    fn beside(&self, poll: Duration) -> Vec<tokio::task::JoinHandle<()>> {
+        let listener = self.backend.listen(self.wake.clone());
+        let gauges = metrics::ENABLED.then(|| tokio::spawn(gauges(self.clone(), poll)));
+        listener.into_iter().chain(gauges).collect()
+    }
+
+    async fn open(&mut self, lease: Duration, _: &mut watch::Receiver<bool>) -> Option<Duration> {
+        Some(lease)
+    }
+
+    async fn claim(
+        &self,
+        n: usize,
+        lease: Duration,
+        token: Token,
+        max_attempts: u32,
+    ) -> Result<Vec<Claimed<Row>>, StoreError> {
+        let at = Instant::now();
+        let rows = self.backend.claim(n, lease, token, max_attempts).await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| Claimed {
+                held: Row {
+                    source: row.event.source().to_owned(),
+                    id: row.event.stored_id().to_owned(),
+                    token,
+                },
+                event: row.event,
+                attempt: row.attempt,
+                at,
+            })
+            .collect())
+    }
+
+    async fn give_back(&self, held: Vec<Row>) {
+        let Some(token) = held.first().map(|row| row.token) else {
+            return;
+        };
+        let keys = held.into_iter().map(|row| (row.source, row.id)).collect();
+        let _ = self.backend.give_back(keys, token).await;
+    }
+
+    async fn start(
+        &self,
+        _: &Row,
+        _: (&Event, u32),
+        _: u32,
+        _: &Heartbeat,
+        _: &mut watch::Receiver<bool>,
+    ) -> bool {
+        true // the claim counted the attempt, and marked dead a row that crashed too often
+    }
+
+    async fn renew(&self, row: &Row, lease: Duration) -> Result<bool, StoreError> {
+        let (source, id) = (row.source.clone(), row.id.clone());
+        self.backend.renew(source, id, row.token, lease).await
+    }
+
+    async fn finish(
+        &self,
+        row: &Row,
+        outcome: Outcome,
+        until: Instant,
+    ) -> Result<bool, StoreError> {
+        retry_until(until, || {
+            let (source, id) = (row.source.clone(), row.id.clone());
+            self.backend.finish(source, id, row.token, outcome.clone())
+        })
+        .await
+    }
+}
+
+/// Reads the inbox's counts every `every`, which sets its gauges (feature `metrics`); a
+/// failed read is tried again at the next tick.
+async fn gauges(inbox: Inbox, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let _ = inbox.counts().await;
+    }
+}
