@@ -24,7 +24,9 @@
 //!   SQLite, a lease under 20 s shortens the file's busy timeout to a quarter of it, so the
 //!   lease stays one the store can keep);
 //! - `WEBHOOK_HANDLER_DELAY_MS`: how long the handler waits after its effect before it
-//!   answers (default 0), in every mode — a slow handler whose work is already done;
+//!   answers (default 0), in every mode — a slow handler whose work is already done; in
+//!   `inbox` and `nats` mode the worker's processor prints `handled <event id>` when it
+//!   starts, sleeps that long, then prints `finished <event id>`;
 //! - `WEBHOOK_DRAIN_SECS`: how long a shutdown waits for running handlers (default 30);
 //! - `WEBHOOK_BODY_TIMEOUT_SECS`: how long a body may take to arrive (default 10; then 408);
 //! - `WEBHOOK_MODE`: `dedupe` (default: the handler runs in the request, behind
@@ -38,7 +40,10 @@
 //!   where `nats` mode publishes;
 //! - `WEBHOOK_WORKER_CONCURRENCY`: in `inbox` and `nats` mode, how many events the worker
 //!   processes at once (default 8); `0` runs no worker in this process (it only accepts,
-//!   and a worker elsewhere processes).
+//!   and a worker elsewhere processes);
+//! - `WEBHOOK_RATE`: in `inbox` and `nats` mode, at most this many events started by the
+//!   worker, `N/s` or `N/min`, evenly spaced (unset: no limit); an event waiting for its
+//!   turn is not an attempt.
 //!
 //! On SIGTERM or Ctrl-C it stops accepting, waits for the handlers still running (those
 //! whose client hung up included) and for the worker, for at most `WEBHOOK_DRAIN_SECS`,
@@ -75,7 +80,7 @@ use std::sync::Arc;
 use axum::routing::post_service;
 use tower::ServiceBuilder;
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
-use tower_webhook::inbox::{Attempt, Inbox, Worker};
+use tower_webhook::inbox::{Attempt, Inbox, Rate, Worker};
 use tower_webhook::store::{DedupeStore, PgStore, RedisStore, SqliteStore};
 use tower_webhook::verify::Certificates;
 use tower_webhook::{DedupeLayer, Event, PublicUrl, Verifier, VerifyWebhookLayer};
@@ -158,9 +163,14 @@ async fn inbox_from_env(
 
 /// The effect: one line per event.
 fn print_handled(id: &str) {
+    print_line("handled", id);
+}
+
+/// `<what> <event id>` on stdout.
+fn print_line(what: &str, id: &str) {
     let mut out = std::io::stdout().lock();
     // Flushed per line: a supervisor or test reading the pipe sees each one at once.
-    let _ = writeln!(out, "handled {id}");
+    let _ = writeln!(out, "{what} {id}");
     let _ = out.flush();
 }
 
@@ -168,6 +178,17 @@ async fn handle(event: Event, delay: Duration) -> http::StatusCode {
     print_handled(event.id().unwrap_or(event.dedupe_id()));
     tokio::time::sleep(delay).await; // the effect is done; the answer is slow
     http::StatusCode::NO_CONTENT
+}
+
+/// The worker with `WEBHOOK_RATE`'s rate, if it is set (either worker: they share the
+/// method, not a trait).
+macro_rules! with_rate {
+    ($worker:expr, $rate:expr) => {
+        match $rate {
+            Some(rate) => $worker.with_rate(rate),
+            None => $worker,
+        }
+    };
 }
 
 /// A whole number from the environment, or `default`.
@@ -260,13 +281,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         VerifyWebhookLayer::new(configure(Verifier::new(scheme, &secrets)?))
     };
 
-    // The worker's handler in the queue modes: the same effect, once per event.
+    // The worker's handler in the queue modes: the same effect, once per event, and a
+    // line when it ends.
     let handler = move |event: Event, _: Attempt| async move {
-        print_handled(event.id().unwrap_or(event.dedupe_id()));
+        let id = event.id().unwrap_or(event.dedupe_id());
+        print_handled(id);
         tokio::time::sleep(delay).await;
+        print_line("finished", id);
         Ok::<_, std::convert::Infallible>(())
     };
     let workers = usize::try_from(env_number("WEBHOOK_WORKER_CONCURRENCY", 8)?)?;
+    let rate: Option<Rate> = match std::env::var("WEBHOOK_RATE") {
+        Ok(rate) => Some(rate.parse().map_err(|e| format!("WEBHOOK_RATE: {e}"))?),
+        Err(_) => None,
+    };
     // Each mode's store also remembers PayPal's transmissions for every replica on it.
     let (mode, store, store_name) = match std::env::var("WEBHOOK_MODE").as_deref() {
         Ok("inbox") => {
@@ -274,7 +302,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let worker = match workers {
                 0 => None,
                 n => Some(
-                    Worker::new(&inbox, handler)
+                    with_rate!(Worker::new(&inbox, handler), rate)
                         .with_concurrency(n)?
                         .with_lease(lease)?
                         .with_grace(drain_bound)
@@ -292,11 +320,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let worker = match workers {
                 0 => None,
                 n => Some(
-                    JetStreamWorker::from_arc(&jetstream, store.clone(), handler)
-                        .with_concurrency(n)?
-                        .with_lease(lease)?
-                        .with_grace(drain_bound)
-                        .spawn(),
+                    with_rate!(
+                        JetStreamWorker::from_arc(&jetstream, store.clone(), handler),
+                        rate
+                    )
+                    .with_concurrency(n)?
+                    .with_lease(lease)?
+                    .with_grace(drain_bound)
+                    .spawn(),
                 ),
             };
             let dedupe = DedupeLayer::from_arc(store.clone()).with_lease(lease)?;

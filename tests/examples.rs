@@ -366,6 +366,66 @@ async fn receiver_in_inbox_mode_answers_at_once_and_its_worker_handles_each_even
     let _ = std::fs::remove_file(&db);
 }
 
+/// `WEBHOOK_RATE=5/s` with a 100 ms processor: 8 events accepted at once start a fifth of
+/// a second apart (8 starts span at least 1.4 s, less jitter; unpaced they would all start
+/// together), each printing `handled <id>` as it starts and `finished <id>` after its delay.
+#[tokio::test]
+async fn receiver_in_inbox_mode_starts_events_at_its_rate_and_says_when_each_finished() {
+    const SECRET: &str = "whsec_receiver_rate_0123456789";
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-rate-{}.db",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&db);
+    let (mut child, url, mut stdout) = start_receiver(
+        &db,
+        &[
+            ("WEBHOOK_SCHEME", "stripe"),
+            ("WEBHOOK_SECRETS", SECRET),
+            ("WEBHOOK_MODE", "inbox"),
+            ("WEBHOOK_RATE", "5/s"),
+            ("WEBHOOK_HANDLER_DELAY_MS", "100"),
+        ],
+    )
+    .await;
+    let ids: Vec<String> = (0..8).map(|i| format!("evt_rate_{i}")).collect();
+    for id in &ids {
+        let body = event_body(id, "payment_intent.succeeded", "pi_1");
+        let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+        assert_eq!(
+            post(&url, headers, body).await.unwrap().0,
+            StatusCode::NO_CONTENT
+        );
+    }
+    let (mut started, mut finished) = (Vec::new(), Vec::new());
+    while finished.len() < ids.len() {
+        let line = next_raw_line(&mut stdout).await.unwrap();
+        let at = std::time::Instant::now();
+        match line.split_once(' ') {
+            Some(("handled", id)) => started.push((at, id.to_owned())),
+            Some(("finished", id)) => {
+                assert!(
+                    started.iter().any(|(_, s)| s == id),
+                    "{id} finished before it started"
+                );
+                finished.push(id.to_owned());
+            }
+            _ => panic!("unexpected line {line:?}"),
+        }
+    }
+    let span = started.last().unwrap().0 - started[0].0;
+    assert!(span >= Duration::from_millis(1200), "8 starts in {span:?}");
+    let mut handled: Vec<String> = started.into_iter().map(|(_, id)| id).collect();
+    handled.sort();
+    finished.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(handled, expected, "each started once");
+    assert_eq!(finished, expected, "each finished once");
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
 /// `WEBHOOK_WORKER_CONCURRENCY=0`: a receiver that only accepts (a front-door replica)
 /// stores each event and handles none; a second receiver on the same file, with its worker
 /// processing 2 at a time, handles each once.
@@ -466,12 +526,18 @@ async fn receivers_in_nats_mode_store_each_event_once_and_their_workers_handle_i
         });
     }
     let mut handled = Vec::new();
+    let mut finished = Vec::new();
     while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(3), lines.recv()).await {
-        handled.push(line);
+        match line.strip_prefix("finished ") {
+            Some(id) => finished.push(format!("handled {id}")),
+            None => handled.push(line),
+        }
     }
     handled.sort();
+    finished.sort();
     let expected: Vec<String> = ids.iter().map(|id| format!("handled {id}")).collect();
     assert_eq!(handled, expected, "each event handled once, by one worker");
+    assert_eq!(finished, expected, "and each finished");
 
     let js = async_nats::jetstream::new(async_nats::connect(&nats).await.unwrap());
     let mut info = js.get_stream(&stream).await.unwrap();
@@ -1354,7 +1420,20 @@ async fn bad_command_lines_exit_2_with_clap_message_and_run_nothing() {
 }
 
 /// The receiver's next line of output, waiting at most 10 s.
+/// The receiver's next `handled` line (the `finished` lines its worker prints in the
+/// queue modes are passed over: `next_raw_line` reads them).
 async fn next_line(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) -> Option<String> {
+    loop {
+        let line = next_raw_line(lines).await;
+        if !line.as_deref().is_some_and(|l| l.starts_with("finished ")) {
+            return line;
+        }
+    }
+}
+
+async fn next_raw_line(
     lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 ) -> Option<String> {
     tokio::time::timeout(Duration::from_secs(10), lines.next_line())

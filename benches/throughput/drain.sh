@@ -3,8 +3,8 @@
 #
 #   benches/throughput/drain.sh [postgres|sqlite|both]     (default both)
 #
-# The `receiver` example in inbox mode, its processor printing `handled <id>` (no other
-# work), driven by wrk as in run.sh ($CONNECTIONS connections, $DURATION s, unique
+# The `receiver` example in inbox mode, its processor printing `handled <id>` and
+# `finished <id>` (no other work), driven by wrk as in run.sh ($CONNECTIONS connections, $DURATION s, unique
 # pre-signed deliveries of $BODY bytes):
 #   accept alone   the receiver with no worker (WEBHOOK_WORKER_CONCURRENCY=0);
 #   drain alone    the same inbox, the receiver started again with its worker and no

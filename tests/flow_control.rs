@@ -1,0 +1,193 @@
+//! Flow control into the processor, each rule on every queue the worker runs on — the SQL
+//! inbox on SQLite and on PostgreSQL, and NATS JetStream — against the real servers: a
+//! rate spaces the starts and counts no attempt for waiting.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{at, fresh_pg_url, request, verifier, NOW};
+use http::StatusCode;
+use http_body_util::Full;
+use tower::{Layer, ServiceExt};
+use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
+use tower_webhook::inbox::{Accept, Attempt, Inbox, Processor, Rate, Worker, WorkerHandle};
+use tower_webhook::store::{MemoryStore, PgStore, SqliteStore};
+use tower_webhook::{Event, Scheme, VerifyWebhookLayer};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// Where the events wait: each test runs once on each.
+enum Queue {
+    Sql(Inbox),
+    JetStream(JetStream),
+}
+
+impl Queue {
+    async fn sqlite() -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "tower-webhook-flow-{}.db",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let store = SqliteStore::open(path).await.unwrap();
+        Self::Sql(Inbox::sqlite(&store))
+    }
+
+    async fn postgres() -> Self {
+        let store = PgStore::connect(&fresh_pg_url().await).await.unwrap();
+        Self::Sql(Inbox::postgres(&store))
+    }
+
+    /// A stream of this test's own, in memory.
+    async fn jetstream() -> Self {
+        let client = async_nats::connect(common::nats_url())
+            .await
+            .expect("NATS with JetStream must be running (.ci/services starts it)");
+        let name = format!("tw_flow_{}", uuid::Uuid::new_v4().simple());
+        let jetstream = JetStream::builder(client, &name)
+            .with_memory_storage()
+            .build()
+            .await
+            .unwrap();
+        Self::JetStream(jetstream)
+    }
+
+    fn accept_service(&self) -> Accept {
+        match self {
+            Self::Sql(inbox) => inbox.accept_service(),
+            Self::JetStream(jetstream) => jetstream.accept_service(),
+        }
+    }
+
+    /// Delivers `id` (signed, verified) for the queue to store; asserts the 204.
+    async fn deliver(&self, id: &str) {
+        let verify = VerifyWebhookLayer::new(verifier(Scheme::standard(), &[SECRET]));
+        let body = format!(r#"{{"type":"order.paid","data":{{"object":{{"id":"o_{id}"}}}}}}"#);
+        let headers = Scheme::standard()
+            .sign([SECRET], id, at(NOW), body.as_bytes())
+            .unwrap();
+        let req: http::Request<Full<Bytes>> = request(headers, body);
+        let status = verify
+            .layer(self.accept_service())
+            .oneshot(req)
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, StatusCode::NO_CONTENT, "{id}");
+    }
+
+    /// A worker on this queue: `concurrency` at a time, quick polls, under `rate`.
+    fn spawn(&self, processor: impl Processor, concurrency: usize, rate: Rate) -> WorkerHandle {
+        let poll = Duration::from_millis(100);
+        match self {
+            Self::Sql(inbox) => Worker::new(inbox, processor)
+                .with_concurrency(concurrency)
+                .unwrap()
+                .with_poll_interval(poll)
+                .unwrap()
+                .with_rate(rate)
+                .spawn(),
+            Self::JetStream(jetstream) => {
+                JetStreamWorker::new(jetstream, MemoryStore::new(), processor)
+                    .with_concurrency(concurrency)
+                    .unwrap()
+                    .with_poll_interval(poll)
+                    .unwrap()
+                    .with_rate(rate)
+                    .spawn()
+            }
+        }
+    }
+}
+
+/// When each attempt started, and its number, per event id.
+#[derive(Clone, Default)]
+struct Starts(Arc<Mutex<HashMap<String, Vec<(Instant, u32)>>>>);
+
+impl Starts {
+    fn processor(&self) -> impl Processor {
+        let starts = self.clone();
+        move |e: Event, a: Attempt| {
+            let starts = starts.clone();
+            async move {
+                starts
+                    .0
+                    .lock()
+                    .unwrap()
+                    .entry(e.id().unwrap().to_owned())
+                    .or_default()
+                    .push((Instant::now(), a.number()));
+                Ok::<_, std::io::Error>(())
+            }
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.0.lock().unwrap().values().map(Vec::len).sum()
+    }
+
+    /// Every start, in order.
+    fn times(&self) -> Vec<Instant> {
+        let mut times: Vec<_> = self
+            .0
+            .lock()
+            .unwrap()
+            .values()
+            .flatten()
+            .map(|(t, _)| *t)
+            .collect();
+        times.sort();
+        times
+    }
+}
+
+async fn eventually(what: &str, within: Duration, check: impl Fn() -> bool) {
+    let deadline = Instant::now() + within;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// 12 events queued before the worker starts, 8 processors free, a rate of 10 a second:
+/// the starts are spaced by a tenth of a second (any 4 in a row span at least 0.3 s, less
+/// a claim's jitter), so the 12 take at least 1.1 s where unpaced they would take
+/// milliseconds; and each is attempt 1 — waiting for its turn counted nothing.
+async fn a_rate_spaces_starts_and_counts_no_attempt_for_waiting(queue: Queue) {
+    let ids: Vec<String> = (0..12).map(|i| format!("evt_rate_{i}")).collect();
+    for id in &ids {
+        queue.deliver(id).await;
+    }
+    let starts = Starts::default();
+    let worker = queue.spawn(starts.processor(), 8, Rate::per_second(10).unwrap());
+    eventually("12 started", Duration::from_secs(10), || {
+        starts.count() >= 12
+    })
+    .await;
+    worker.shutdown().await;
+    let times = starts.times();
+    assert_eq!(times.len(), 12, "each event started once");
+    let span = times[11] - times[0];
+    assert!(span >= Duration::from_millis(1000), "12 starts in {span:?}");
+    for four in times.windows(4) {
+        let span = four[3] - four[0];
+        assert!(span >= Duration::from_millis(240), "4 starts in {span:?}");
+    }
+    for (id, attempts) in starts.0.lock().unwrap().iter() {
+        let numbers: Vec<u32> = attempts.iter().map(|(_, n)| *n).collect();
+        assert_eq!(numbers, [1], "{id}: held back, not attempted");
+    }
+}
+
+macro_rules! on_every_queue {
+    ($($test:ident),* $(,)?) => {
+        mod sqlite { use super::*; $(#[tokio::test] async fn $test() { super::$test(Queue::sqlite().await).await; })* }
+        mod postgres { use super::*; $(#[tokio::test] async fn $test() { super::$test(Queue::postgres().await).await; })* }
+        mod jetstream { use super::*; $(#[tokio::test] async fn $test() { super::$test(Queue::jetstream().await).await; })* }
+    };
+}
+
+on_every_queue!(a_rate_spaces_starts_and_counts_no_attempt_for_waiting);
