@@ -103,9 +103,12 @@ impl Queue {
     }
 }
 
-/// When each attempt started, and its number, per event id.
+/// When an attempt started, and its number.
+type Start = (Instant, u32);
+
+/// Each event id's attempts.
 #[derive(Clone, Default)]
-struct Starts(Arc<Mutex<HashMap<String, Vec<(Instant, u32)>>>>);
+struct Starts(Arc<Mutex<HashMap<String, Vec<Start>>>>);
 
 impl Starts {
     fn processor(&self) -> impl Processor {
