@@ -43,7 +43,10 @@
 //!   and a worker elsewhere processes);
 //! - `WEBHOOK_RATE`: in `inbox` and `nats` mode, at most this many events started by the
 //!   worker, `N/s` or `N/min`, evenly spaced (unset: no limit); an event waiting for its
-//!   turn is not an attempt.
+//!   turn is not an attempt;
+//! - `WEBHOOK_MAX_LAG_SECS`: in `inbox` and `nats` mode, backpressure: while the oldest
+//!   queued event has waited longer than this, deliveries are answered 503 with
+//!   `Retry-After` and not stored (GitHub's excepted: it never retries); unset, off.
 //!
 //! On SIGTERM or Ctrl-C it stops accepting, waits for the handlers still running (those
 //! whose client hung up included) and for the worker, for at most `WEBHOOK_DRAIN_SECS`,
@@ -80,7 +83,7 @@ use std::sync::Arc;
 use axum::routing::post_service;
 use tower::ServiceBuilder;
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
-use tower_webhook::inbox::{Attempt, Inbox, Rate, Worker};
+use tower_webhook::inbox::{Accept, Attempt, Backpressure, Inbox, Rate, Worker};
 use tower_webhook::store::{DedupeStore, PgStore, RedisStore, SqliteStore};
 use tower_webhook::verify::Certificates;
 use tower_webhook::{DedupeLayer, Event, PublicUrl, Verifier, VerifyWebhookLayer};
@@ -377,16 +380,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Mode::Dedupe(dedupe) | Mode::Nats(_, dedupe, _) => Some(dedupe.drain()),
         Mode::Inbox(..) => None,
     };
+    let max_lag = match std::env::var("WEBHOOK_MAX_LAG_SECS") {
+        Ok(secs) => Some(Duration::from_secs(
+            secs.parse()
+                .map_err(|_| format!("WEBHOOK_MAX_LAG_SECS: {secs:?}"))?,
+        )),
+        Err(_) => None,
+    };
+    let pushing_back = |accept: Accept| match max_lag {
+        Some(max_lag) => accept.with_backpressure(Backpressure::max_lag(max_lag)),
+        None => accept,
+    };
     let (router, worker) = match mode {
         Mode::Dedupe(dedupe) => (app(verify, dedupe, delay), None),
         Mode::Inbox(inbox, worker) => {
-            let route = post_service(inbox.accept_service())
+            let route = post_service(pushing_back(inbox.accept_service()))
                 .get(|| async { http::StatusCode::METHOD_NOT_ALLOWED })
                 .layer(verify);
             (Router::new().route("/webhooks", route), worker)
         }
         Mode::Nats(jetstream, dedupe, worker) => {
-            let route = post_service(jetstream.accept_service())
+            let route = post_service(pushing_back(jetstream.accept_service()))
                 .get(|| async { http::StatusCode::METHOD_NOT_ALLOWED })
                 .layer(ServiceBuilder::new().layer(verify).layer(dedupe));
             (Router::new().route("/webhooks", route), worker)

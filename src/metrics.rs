@@ -13,6 +13,7 @@
 //! | `tower_webhook_duplicates_total` | counter | `source` | deliveries of an event already handled (`DedupeLayer`, `TxDedupeLayer`: 204) or already stored (the inbox's accept), and JetStream messages of an event already processed (acknowledged without running) |
 //! | `tower_webhook_in_flight_conflicts_total` | counter | `source` | deliveries answered 409 because another attempt holds the event |
 //! | `tower_webhook_store_unavailable_total` | counter | `source` | deliveries answered 503 because the store (or the PostgreSQL transaction) could not answer |
+//! | `tower_webhook_inbox_backlogged_total` | counter | `source` | deliveries the inbox's accept answered 503 without storing them, its queue lagging beyond its [`Backpressure`](crate::inbox::Backpressure) |
 //! | `tower_webhook_handler_outcomes_total` | counter | `source`, `outcome` | handler runs behind `DedupeLayer` or `TxDedupeLayer`: `success` (2xx), `failure` (another status, or an error), `panic` |
 //! | `tower_webhook_store_operation_duration_seconds` | histogram | `operation` | each round trip to a store, failed ones included: `claim`, `renew`, `complete`, `release` (`DedupeLayer`, [`Once`](crate::once::Once)); `accept`, `inbox_claim`, `inbox_renew`, `inbox_finish`, `inbox_counts` (the inbox) |
 //! | `tower_webhook_inbox_attempts_total` | counter | `outcome` | the inbox worker's attempts: `processed`, `retry` (failed, due again after a backoff), `dead` (failed the last allowed attempt), `abandoned` (stopped past the shutdown grace, back in the queue), `lost` (the row was no longer this worker's when the outcome was recorded, or the store did not hear it before the lease ended) |
@@ -233,6 +234,17 @@ pub(crate) fn store_unavailable(_source: &Source) {
     imp::increment(_source.keys.key(imp::Slot::Unavailable));
 }
 
+/// A delivery answered 503 unstored: the inbox lagged beyond its backpressure's bound.
+#[inline]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    allow(dead_code)
+)]
+pub(crate) fn backlogged(_source: &Source) {
+    #[cfg(feature = "metrics")]
+    imp::increment(_source.keys.key(imp::Slot::Backlogged));
+}
+
 /// A handler run ended so.
 #[inline]
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
@@ -342,6 +354,7 @@ mod imp {
     pub(super) const DUPLICATES: &str = "tower_webhook_duplicates_total";
     pub(super) const IN_FLIGHT: &str = "tower_webhook_in_flight_conflicts_total";
     pub(super) const UNAVAILABLE: &str = "tower_webhook_store_unavailable_total";
+    pub(super) const BACKLOGGED: &str = "tower_webhook_inbox_backlogged_total";
     pub(super) const HANDLER: &str = "tower_webhook_handler_outcomes_total";
     pub(super) const STORE: &str = "tower_webhook_store_operation_duration_seconds";
     pub(super) const ATTEMPTS: &str = "tower_webhook_inbox_attempts_total";
@@ -357,7 +370,7 @@ mod imp {
     }
 
     /// Every metric: its name, type, unit and help text (given to each recorder once).
-    pub(super) const DESCRIPTIONS: [(&str, Type, Unit, &str); 12] = [
+    pub(super) const DESCRIPTIONS: [(&str, Type, Unit, &str); 13] = [
         (
             VERIFIED,
             Type::Counter,
@@ -393,6 +406,12 @@ mod imp {
             Type::Counter,
             Unit::Count,
             "Deliveries answered 503: the store could not answer.",
+        ),
+        (
+            BACKLOGGED,
+            Type::Counter,
+            Unit::Count,
+            "Deliveries answered 503 unstored: the inbox lagged beyond its bound.",
         ),
         (
             HANDLER,
@@ -535,13 +554,14 @@ mod imp {
         Duplicate,
         InFlight,
         Unavailable,
+        Backlogged,
         Handler(Handler),
     }
 
     /// How many rejection reasons have a slot of their own (every kind there is: see
     /// the test below).
     const REASONS: usize = 12;
-    const SLOTS: usize = 9 + REASONS;
+    const SLOTS: usize = 10 + REASONS;
 
     impl Slot {
         fn index(self) -> usize {
@@ -555,7 +575,8 @@ mod imp {
                 Slot::Handler(Handler::Failure) => 6,
                 Slot::Handler(Handler::Panic) => 7,
                 // A kind added without a slot shares the last one's key: see the test.
-                Slot::Rejected(kind) => 8 + (kind as usize).min(REASONS),
+                Slot::Backlogged => 8,
+                Slot::Rejected(kind) => 9 + (kind as usize).min(REASONS),
             }
         }
 
@@ -567,6 +588,7 @@ mod imp {
                 Slot::Duplicate => (DUPLICATES, None),
                 Slot::InFlight => (IN_FLIGHT, None),
                 Slot::Unavailable => (UNAVAILABLE, None),
+                Slot::Backlogged => (BACKLOGGED, None),
                 Slot::Handler(outcome) => (
                     HANDLER,
                     Some(Label::from_static_parts(
@@ -678,7 +700,7 @@ mod imp {
         fn every_rejection_reason_has_a_slot_and_a_label_of_its_own() {
             let mut slots: Vec<usize> = KINDS.iter().map(|k| Slot::Rejected(*k).index()).collect();
             slots.sort();
-            assert_eq!(slots, (8..8 + REASONS).collect::<Vec<_>>());
+            assert_eq!(slots, (9..9 + REASONS).collect::<Vec<_>>());
             assert!(slots.iter().all(|s| *s < SLOTS));
             let mut labels: Vec<&str> = KINDS.iter().map(|k| k.as_label()).collect();
             labels.sort();

@@ -426,6 +426,77 @@ async fn receiver_in_inbox_mode_starts_events_at_its_rate_and_says_when_each_fin
     let _ = std::fs::remove_file(&db);
 }
 
+/// `WEBHOOK_MAX_LAG_SECS=1` on a receiver with no worker: once its oldest queued event has
+/// waited past a second, a delivery is answered 503 and not stored; a second receiver on
+/// the same file with a worker handles exactly the events stored.
+#[tokio::test]
+async fn receiver_in_inbox_mode_pushes_back_once_its_queue_lags() {
+    const SECRET: &str = "whsec_receiver_lag_0123456789";
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-lag-{}.db",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&db);
+    let env = |workers| {
+        [
+            ("WEBHOOK_SCHEME", "stripe"),
+            ("WEBHOOK_SECRETS", SECRET),
+            ("WEBHOOK_MODE", "inbox"),
+            ("WEBHOOK_MAX_LAG_SECS", "1"),
+            ("WEBHOOK_WORKER_CONCURRENCY", workers),
+        ]
+    };
+    let (mut front, url, _) = start_receiver(&db, &env("0")).await;
+    let deliver = |id: String| {
+        let url = url.clone();
+        async move {
+            let body = event_body(&id, "payment_intent.succeeded", "pi_1");
+            let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+            post(&url, headers, body).await.unwrap()
+        }
+    };
+    let mut stored = Vec::new();
+    for i in 0..2 {
+        let id = format!("evt_lag_{i}");
+        assert_eq!(deliver(id.clone()).await.0, StatusCode::NO_CONTENT);
+        stored.push(format!("handled {id}"));
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    for n in 0.. {
+        let id = format!("evt_late_{n}");
+        let (status, body) = deliver(id.clone()).await;
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            assert!(
+                String::from_utf8_lossy(&body).contains("backlogged"),
+                "{body:?}"
+            );
+            break;
+        }
+        assert_eq!(status, StatusCode::NO_CONTENT);
+        stored.push(format!("handled {id}"));
+        assert!(std::time::Instant::now() < deadline, "never pushed back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    front.kill().await.unwrap();
+    let (mut back, _, mut out) = start_receiver(&db, &env("4")).await;
+    let mut handled = Vec::new();
+    for _ in 0..stored.len() {
+        handled.push(next_line(&mut out).await.unwrap());
+    }
+    handled.sort();
+    stored.sort();
+    assert_eq!(handled, stored, "exactly the events stored");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1000), next_line(&mut out))
+            .await
+            .is_err(),
+        "the refused one was not stored"
+    );
+    back.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
 /// `WEBHOOK_WORKER_CONCURRENCY=0`: a receiver that only accepts (a front-door replica)
 /// stores each event and handles none; a second receiver on the same file, with its worker
 /// processing 2 at a time, handles each once.

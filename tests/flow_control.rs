@@ -1,6 +1,7 @@
 //! Flow control into the processor, each rule on every queue the worker runs on — the SQL
 //! inbox on SQLite and on PostgreSQL, and NATS JetStream — against the real servers: a
-//! rate spaces the starts and counts no attempt for waiting.
+//! rate spaces the starts and counts no attempt for waiting; backpressure refuses
+//! deliveries of retrying providers (not GitHub's) while the queue lags.
 
 mod common;
 
@@ -14,7 +15,9 @@ use http::StatusCode;
 use http_body_util::Full;
 use tower::{Layer, ServiceExt};
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
-use tower_webhook::inbox::{Accept, Attempt, Inbox, Processor, Rate, Worker, WorkerHandle};
+use tower_webhook::inbox::{
+    Accept, Attempt, Backpressure, Counts, Inbox, Processor, Rate, Worker, WorkerHandle,
+};
 use tower_webhook::store::{MemoryStore, PgStore, SqliteStore};
 use tower_webhook::{Event, Scheme, VerifyWebhookLayer};
 
@@ -64,19 +67,15 @@ impl Queue {
 
     /// Delivers `id` (signed, verified) for the queue to store; asserts the 204.
     async fn deliver(&self, id: &str) {
-        let verify = VerifyWebhookLayer::new(verifier(Scheme::standard(), &[SECRET]));
-        let body = format!(r#"{{"type":"order.paid","data":{{"object":{{"id":"o_{id}"}}}}}}"#);
-        let headers = Scheme::standard()
-            .sign([SECRET], id, at(NOW), body.as_bytes())
-            .unwrap();
-        let req: http::Request<Full<Bytes>> = request(headers, body);
-        let status = verify
-            .layer(self.accept_service())
-            .oneshot(req)
-            .await
-            .unwrap()
-            .status();
-        assert_eq!(status, StatusCode::NO_CONTENT, "{id}");
+        let response = deliver_to(&self.accept_service(), Scheme::standard(), id).await;
+        assert_eq!(response.status(), StatusCode::NO_CONTENT, "{id}");
+    }
+
+    async fn counts(&self) -> Counts {
+        match self {
+            Self::Sql(inbox) => inbox.counts().await.unwrap(),
+            Self::JetStream(jetstream) => jetstream.counts().await.unwrap(),
+        }
     }
 
     /// A worker on this queue: `concurrency` at a time, quick polls, under `rate`.
@@ -101,6 +100,17 @@ impl Queue {
             }
         }
     }
+}
+
+/// Delivers `id` signed in `scheme` (whose name is its source) through verification to
+/// `accept`.
+async fn deliver_to(accept: &Accept, scheme: Scheme, id: &str) -> http::Response<impl Sized> {
+    let verify = VerifyWebhookLayer::new(verifier(scheme.clone(), &[SECRET]));
+    let body = format!(r#"{{"type":"order.paid","data":{{"object":{{"id":"o_{id}"}}}}}}"#);
+    let mut headers = scheme.sign([SECRET], id, at(NOW), body.as_bytes()).unwrap();
+    headers.insert("x-github-event", http::HeaderValue::from_static("push"));
+    let req: http::Request<Full<Bytes>> = request(headers, body);
+    verify.layer(accept.clone()).oneshot(req).await.unwrap()
 }
 
 /// When an attempt started, and its number.
@@ -185,6 +195,62 @@ async fn a_rate_spaces_starts_and_counts_no_attempt_for_waiting(queue: Queue) {
     }
 }
 
+/// Backpressure at 1 s: 3 events queued, no worker. Once the oldest has waited past the
+/// bound, a delivery from a retrying provider is answered 503 + `Retry-After: 1` and not
+/// stored, while GitHub's (which never retries) is still stored; once a worker has
+/// drained the queue, deliveries are stored again.
+async fn backpressure_refuses_retrying_sources_while_the_queue_lags(queue: Queue) {
+    let accept = queue
+        .accept_service()
+        .with_backpressure(Backpressure::max_lag(Duration::from_secs(1)));
+    for i in 0..3 {
+        let response = deliver_to(&accept, Scheme::standard(), &format!("evt_bp_{i}")).await;
+        assert_eq!(response.status(), StatusCode::NO_CONTENT, "before any lag");
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // The lag is read in the background, every 500 ms at most: refused within a second.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut n = 0;
+    let refused = loop {
+        n += 1;
+        let response = deliver_to(&accept, Scheme::standard(), &format!("evt_late_{n}")).await;
+        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+            break response;
+        }
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+        assert!(Instant::now() < deadline, "never refused");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(refused.headers()[http::header::RETRY_AFTER], "1");
+    let stored = queue.counts().await.queued;
+    let github = deliver_to(&accept, Scheme::github(), "gh-delivery-1").await;
+    assert_eq!(
+        github.status(),
+        StatusCode::NO_CONTENT,
+        "GitHub never retries"
+    );
+    let again = deliver_to(&accept, Scheme::standard(), "evt_refused_again").await;
+    assert_eq!(again.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        queue.counts().await.queued,
+        stored + 1,
+        "the refused deliveries were not stored, GitHub's was"
+    );
+
+    let starts = Starts::default();
+    let worker = queue.spawn(starts.processor(), 8, Rate::per_second(1000).unwrap());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let response = deliver_to(&accept, Scheme::standard(), "evt_after_drain").await;
+        if response.status() == StatusCode::NO_CONTENT {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused after the drain");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    worker.shutdown().await;
+}
+
 macro_rules! on_every_queue {
     ($($test:ident),* $(,)?) => {
         mod sqlite { use super::*; $(#[tokio::test] async fn $test() { super::$test(Queue::sqlite().await).await; })* }
@@ -193,4 +259,7 @@ macro_rules! on_every_queue {
     };
 }
 
-on_every_queue!(a_rate_spaces_starts_and_counts_no_attempt_for_waiting);
+on_every_queue!(
+    a_rate_spaces_starts_and_counts_no_attempt_for_waiting,
+    backpressure_refuses_retrying_sources_while_the_queue_lags,
+);

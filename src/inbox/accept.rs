@@ -6,12 +6,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower_service::Service;
 
+use super::backpressure::{Backpressure, Gate};
 use super::Accepted;
 use crate::response::{self, Needs, RejectFn, Rejection};
 use crate::store::{StoreError, StoreErrorKind};
@@ -23,11 +25,18 @@ pub(crate) trait Destination: Send + Sync + 'static {
         &'a self,
         event: &'a Event,
     ) -> Pin<Box<dyn Future<Output = Result<Accepted, StoreError>> + Send + 'a>>;
+    /// How long the oldest due event has waited (`None`: none is due).
+    fn lag(
+        &self,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<Duration>, StoreError>> + Send + '_>>;
 }
 
 /// Stores each verified delivery and answers at once: 204 when stored (duplicates too),
 /// 503 + `Retry-After` when it could not be stored (the provider retries), 500 when the
 /// store refused it as invalid input or without `VerifyWebhookLayer` in front. Serve it with axum's `post_service`.
+///
+/// With [`with_backpressure`](Self::with_backpressure), it also answers 503 +
+/// `Retry-After` without storing while the queue lags too far behind.
 ///
 /// A duplicate's 204, the 503 and the 500 carry a [`Rejection`] in their extensions;
 /// [`with_rejection`](Self::with_rejection) replaces them (see [`crate::response`]).
@@ -35,6 +44,7 @@ pub(crate) trait Destination: Send + Sync + 'static {
 pub struct Accept {
     into: Arc<dyn Destination>,
     rejection: Option<Arc<RejectFn<Rejection>>>,
+    backpressure: Option<Arc<Gate>>,
 }
 
 /// Response future of [`Accept`]: boxed, as it is one database round trip.
@@ -46,7 +56,17 @@ impl Accept {
         Self {
             into,
             rejection: None,
+            backpressure: None,
         }
+    }
+
+    /// Refuses deliveries (503 + `Retry-After`, not stored) of the sources whose providers
+    /// retry while the queue's oldest due event has waited longer than the bound: see
+    /// [`Backpressure`].
+    #[must_use]
+    pub fn with_backpressure(mut self, backpressure: Backpressure) -> Self {
+        self.backpressure = Some(Arc::new(Gate::new(backpressure)));
+        self
     }
 
     /// Replaces the service's responses for a duplicate (204), a store that could not
@@ -66,6 +86,10 @@ impl std::fmt::Debug for Accept {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Accept")
             .field("custom_rejection", &self.rejection.is_some())
+            .field(
+                "backpressure",
+                &self.backpressure.as_ref().map(|gate| gate.rule()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -85,11 +109,16 @@ impl<B> Service<Request<B>> for Accept {
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let (into, custom) = (self.into.clone(), self.rejection.clone());
         let event = req.extensions().get::<Event>().cloned();
+        let gate = self.backpressure.clone();
         Box::pin(async move {
             let reject = |r| Ok(response::respond(r, custom.as_ref()).map(Full::new));
             let Some(event) = event else {
                 return reject(Rejection::missing_event(Needs::Accept));
             };
+            if let Some(gate) = gate.filter(|gate| gate.refuses(event.source(), &into)) {
+                metrics::backlogged(event.metrics());
+                return reject(Rejection::backlogged(gate.rule().retry_after_secs()));
+            }
             match into.accept(&event).await {
                 Ok(Accepted::New) => {
                     let mut stored = Response::new(Full::new(Bytes::new()));

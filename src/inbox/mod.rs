@@ -87,6 +87,7 @@
 mod accept;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod backend;
+mod backpressure;
 #[cfg(feature = "nats")]
 pub mod jetstream;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -113,6 +114,7 @@ use bytes::Bytes;
 pub use self::accept::{Accept, AcceptFuture};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use self::backend::Backend;
+pub use self::backpressure::Backpressure;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, State, StoredEvent};
 pub use self::process::{Attempt, Processor, WorkerHandle};
@@ -473,6 +475,14 @@ impl accept::Destination for Inbox {
         Box<dyn std::future::Future<Output = Result<Accepted, StoreError>> + Send + 'a>,
     > {
         Box::pin(Inbox::accept(self, event))
+    }
+
+    fn lag(
+        &self,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Option<Duration>, StoreError>> + Send + '_>,
+    > {
+        Box::pin(async move { Ok(self.counts().await?.oldest_due) })
     }
 }
 

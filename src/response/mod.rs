@@ -61,6 +61,10 @@ pub enum RejectionKind {
     /// The store could not answer or could not record the event (503 + `Retry-After`):
     /// the provider retries.
     StoreUnavailable,
+    /// The inbox's oldest due event has waited longer than its
+    /// [`Backpressure`](crate::inbox::Backpressure) allows (503 + `Retry-After`): the
+    /// delivery was not stored, and the provider retries later.
+    Backlogged,
     /// The store refused the event's key as invalid input
     /// ([`StoreErrorKind::InvalidInput`](crate::store::StoreErrorKind::InvalidInput)):
     /// the same delivery would be refused again (500, no `Retry-After`).
@@ -128,6 +132,15 @@ impl Rejection {
         Self::new(RejectionKind::StoreUnavailable, "webhook store unavailable").retrying_after(secs)
     }
 
+    /// The inbox lags too far behind to take more: 503, retry after `secs`.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+        allow(dead_code)
+    )]
+    pub(crate) const fn backlogged(secs: u64) -> Self {
+        Self::new(RejectionKind::Backlogged, "webhook inbox backlogged").retrying_after(secs)
+    }
+
     /// The store refused the event as invalid input: 500.
     #[cfg_attr(not(feature = "dedupe"), allow(dead_code))]
     pub(crate) const fn store_refused() -> Self {
@@ -188,7 +201,9 @@ impl Rejection {
             | RejectionKind::SkippedType
             | RejectionKind::SkippedLivemode => StatusCode::NO_CONTENT,
             RejectionKind::InFlight => StatusCode::CONFLICT,
-            RejectionKind::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            RejectionKind::StoreUnavailable | RejectionKind::Backlogged => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             RejectionKind::NoKey => StatusCode::BAD_REQUEST,
             RejectionKind::StoreRefused
             | RejectionKind::UnsignedType

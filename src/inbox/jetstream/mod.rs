@@ -256,11 +256,12 @@ impl JetStream {
     /// delivered, `processing` those delivered and not yet acknowledged (running, or
     /// waiting out a retry's backoff), `dead` the dead stream's messages (a dead message
     /// leaves the stream), `processed` the rest of the stream (kept for its `max_age`),
-    /// and `oldest_due` the age of the oldest message not yet acknowledged.
+    /// and `oldest_due` the age of the oldest message not yet acknowledged. Before a
+    /// worker has created the consumer, every message is queued.
     ///
     /// # Errors
     ///
-    /// When NATS cannot answer, or no worker has created the consumer yet.
+    /// When NATS cannot answer.
     pub async fn counts(&self) -> Result<Counts, StoreError> {
         let counts = metrics::timed(Operation::InboxCounts, self.read_counts()).await?;
         let Counts {
@@ -284,15 +285,23 @@ impl JetStream {
             .get_stream(&*self.inner.stream)
             .await
             .map_err(err)?;
-        let messages = stream.info().await.map_err(err)?.state.messages;
-        let mut consumer: jetstream::consumer::PullConsumer = stream
-            .get_consumer(&self.inner.consumer)
-            .await
-            .map_err(err)?;
-        let info = consumer.info().await.map_err(err)?;
-        let (queued, processing) = (info.num_pending, info.num_ack_pending as u64);
+        let state = stream.info().await.map_err(err)?.state.clone();
+        let consumer = stream
+            .get_consumer::<jetstream::consumer::pull::Config>(&self.inner.consumer)
+            .await;
+        // No worker has created the consumer yet: every message is queued.
+        let (queued, processing, first) = match consumer {
+            Ok(mut consumer) => {
+                let info = consumer.info().await.map_err(err)?;
+                let pending = (info.num_pending, info.num_ack_pending as u64);
+                (pending.0, pending.1, info.ack_floor.stream_sequence + 1)
+            }
+            Err(_) if state.consumer_count == 0 => (state.messages, 0, state.first_sequence),
+            Err(e) => return Err(err(e)),
+        };
+        let messages = state.messages;
         let oldest_due = if queued + processing > 0 {
-            let oldest = stream.get_raw_message(info.ack_floor.stream_sequence + 1);
+            let oldest = stream.get_raw_message(first);
             oldest.await.ok().and_then(|m| {
                 let published = SystemTime::from(m.time);
                 SystemTime::now().duration_since(published).ok()
@@ -465,6 +474,14 @@ impl Destination for JetStream {
         Box<dyn std::future::Future<Output = Result<Accepted, StoreError>> + Send + 'a>,
     > {
         Box::pin(JetStream::accept(self, event))
+    }
+
+    fn lag(
+        &self,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Option<Duration>, StoreError>> + Send + '_>,
+    > {
+        Box::pin(async move { Ok(self.counts().await?.oldest_due) })
     }
 }
 
