@@ -46,7 +46,12 @@
 //!   turn is not an attempt;
 //! - `WEBHOOK_MAX_LAG_SECS`: in `inbox` and `nats` mode, backpressure: while the oldest
 //!   queued event has waited longer than this, deliveries are answered 503 with
-//!   `Retry-After` and not stored (GitHub's excepted: it never retries); unset, off.
+//!   `Retry-After` and not stored (GitHub's excepted: it never retries); unset, off;
+//! - `WEBHOOK_ADMIN_TOKEN`: in `inbox` mode, serves the operator API
+//!   (`tower_webhook::admin::router`) under `/admin`, each request needing
+//!   `Authorization: Bearer <token>` (401 otherwise): `POST /admin/pause` and
+//!   `POST /admin/resume` take optional `source` and `type` query parameters. `nats` mode
+//!   has no operator API yet (a warning says so).
 //!
 //! On SIGTERM or Ctrl-C it stops accepting, waits for the handlers still running (those
 //! whose client hung up included) and for the worker, for at most `WEBHOOK_DRAIN_SECS`,
@@ -232,6 +237,34 @@ fn prometheus() -> Result<PrometheusHandle, Box<dyn std::error::Error>> {
 }
 
 /// `GET /metrics`: the scrape, in Prometheus's text format.
+/// The operator API under `/admin` when there is a token, behind a bearer check.
+fn with_admin(router: Router, inbox: &Inbox, token: Option<Arc<str>>) -> Router {
+    let Some(token) = token else { return router };
+    let admin = tower_webhook::admin::router(inbox.clone())
+        .layer(axum::middleware::from_fn_with_state(token, operators_only));
+    router.nest("/admin", admin)
+}
+
+/// Lets a request through only with the operators' bearer token, compared in constant time.
+async fn operators_only(
+    axum::extract::State(token): axum::extract::State<Arc<str>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    use subtle::ConstantTimeEq as _;
+    let presented = request
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "))
+        .unwrap_or_default();
+    if bool::from(presented.ct_eq(token.as_bytes())) {
+        next.run(request).await
+    } else {
+        http::StatusCode::UNAUTHORIZED.into_response()
+    }
+}
+
 fn metrics_route(router: Router, handle: PrometheusHandle) -> Router {
     router.route(
         "/metrics",
@@ -391,13 +424,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(max_lag) => accept.with_backpressure(Backpressure::max_lag(max_lag)),
         None => accept,
     };
+    let admin_token: Option<Arc<str>> = std::env::var("WEBHOOK_ADMIN_TOKEN").ok().map(Into::into);
+    if admin_token.is_some() && matches!(mode, Mode::Nats(..)) {
+        eprintln!("WEBHOOK_ADMIN_TOKEN: nats mode has no operator API yet; none is served");
+    }
     let (router, worker) = match mode {
         Mode::Dedupe(dedupe) => (app(verify, dedupe, delay), None),
         Mode::Inbox(inbox, worker) => {
             let route = post_service(pushing_back(inbox.accept_service()))
                 .get(|| async { http::StatusCode::METHOD_NOT_ALLOWED })
                 .layer(verify);
-            (Router::new().route("/webhooks", route), worker)
+            let router = Router::new().route("/webhooks", route);
+            (with_admin(router, &inbox, admin_token.clone()), worker)
         }
         Mode::Nats(jetstream, dedupe, worker) => {
             let route = post_service(pushing_back(jetstream.accept_service()))

@@ -225,6 +225,65 @@ async fn bad_usage_exits_2_and_changes_nothing(inbox: Inbox, db: &str) {
     assert_eq!(rows().await, before);
 }
 
+/// `pause`, `pauses` and `resume` change what the library sees, and say whether they
+/// changed anything.
+async fn the_command_pauses_and_resumes_what_the_library_sees(inbox: Inbox, db: &str) {
+    let out = run(
+        db,
+        &["pause", "--source", "stripe", "--type", "invoice.paid"],
+    )
+    .await;
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "paused source stripe, type invoice.paid\n")
+    );
+    let again = run(
+        db,
+        &[
+            "pause",
+            "--source",
+            "stripe",
+            "--type",
+            "invoice.paid",
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(again.json()["changed"], false);
+    assert_eq!(run(db, &["pause"]).await.code, 0, "the whole inbox");
+    let pauses = inbox.pauses().await.unwrap();
+    let named: Vec<_> = pauses
+        .iter()
+        .map(|p| (p.source.as_deref(), p.event_type.as_deref()))
+        .collect();
+    assert_eq!(
+        named,
+        [(None, None), (Some("stripe"), Some("invoice.paid"))]
+    );
+    let listed = run(db, &["pauses", "--json"]).await.json();
+    assert_eq!(listed[1]["source"], "stripe");
+    assert_eq!(listed[0]["type"], Value::Null);
+    let text = run(db, &["pauses"]).await.stdout;
+    assert!(text.contains("stripe") && text.contains("any"), "{text}");
+    let out = run(db, &["resume"]).await;
+    assert_eq!(out.stdout, "resumed source any, type any\n");
+    let out = run(db, &["resume"]).await;
+    assert_eq!(out.stdout, "not paused: source any, type any\n");
+    assert_eq!(inbox.pauses().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn sqlite_the_command_pauses_and_resumes_what_the_library_sees() {
+    let (inbox, path) = sqlite().await;
+    the_command_pauses_and_resumes_what_the_library_sees(inbox, &path).await;
+}
+
+#[tokio::test]
+async fn postgres_the_command_pauses_and_resumes_what_the_library_sees() {
+    let (inbox, url) = postgres().await;
+    the_command_pauses_and_resumes_what_the_library_sees(inbox, &url).await;
+}
+
 /// A SQLite file of its own: its path, and an inbox on it.
 async fn sqlite() -> (Inbox, String) {
     let path = std::env::temp_dir().join(format!(
@@ -290,6 +349,9 @@ async fn help_works_on_every_subcommand_and_never_shows_the_url() {
         &["list", "--help"],
         &["show", "--help"],
         &["requeue", "--help"],
+        &["pause", "--help"],
+        &["resume", "--help"],
+        &["pauses", "--help"],
         &["help", "requeue"],
     ] {
         let out = run_with(args, Some(secret_url)).await;

@@ -497,6 +497,82 @@ async fn receiver_in_inbox_mode_pushes_back_once_its_queue_lags() {
     let _ = std::fs::remove_file(&db);
 }
 
+/// `WEBHOOK_ADMIN_TOKEN`: the operator API under `/admin`, 401 without the bearer token;
+/// `POST /admin/pause?type=…` holds that type's events (accepted, not handled) while
+/// another type's is handled, and `POST /admin/resume?type=…` lets them through.
+#[tokio::test]
+async fn receiver_in_inbox_mode_serves_the_admin_api_to_pause_and_resume() {
+    const SECRET: &str = "whsec_receiver_admin_0123456789";
+    const TOKEN: &str = "operator-token-0123456789abcdef";
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-admin-{}.db",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&db);
+    let (mut child, url, mut stdout) = start_receiver(
+        &db,
+        &[
+            ("WEBHOOK_SCHEME", "stripe"),
+            ("WEBHOOK_SECRETS", SECRET),
+            ("WEBHOOK_MODE", "inbox"),
+            ("WEBHOOK_ADMIN_TOKEN", TOKEN),
+        ],
+    )
+    .await;
+    let admin = |path: &str, token: Option<&str>| {
+        let url = url.replace("/webhooks", &format!("/admin{path}"));
+        let mut headers = HeaderMap::new();
+        if let Some(token) = token {
+            let value = HeaderValue::from_str(&format!("Bearer {token}")).unwrap();
+            headers.insert(http::header::AUTHORIZATION, value);
+        }
+        async move { post(&url, headers, Vec::new()).await.unwrap() }
+    };
+    let deliver = |id: &'static str, event_type: &'static str| {
+        let url = url.clone();
+        async move {
+            let body = event_body(id, event_type, "in_1");
+            let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+            post(&url, headers, body).await.unwrap().0
+        }
+    };
+    let pause = "/pause?type=invoice.paid";
+    assert_eq!(admin(pause, None).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        admin(pause, Some("a guess")).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    let (status, body) = admin(pause, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(&body[..], br#"{"changed":true}"#);
+    assert_eq!(
+        deliver("evt_held", "invoice.paid").await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        deliver("evt_free", "charge.succeeded").await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        next_line(&mut stdout).await.as_deref(),
+        Some("handled evt_free")
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1500), next_line(&mut stdout))
+            .await
+            .is_err(),
+        "the paused type was handled"
+    );
+    let (status, _) = admin("/resume?type=invoice.paid", Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        next_line(&mut stdout).await.as_deref(),
+        Some("handled evt_held")
+    );
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
 /// `WEBHOOK_WORKER_CONCURRENCY=0`: a receiver that only accepts (a front-door replica)
 /// stores each event and handles none; a second receiver on the same file, with its worker
 /// processing 2 at a time, handles each once.

@@ -1,7 +1,8 @@
 //! Flow control into the processor, each rule on every queue the worker runs on — the SQL
 //! inbox on SQLite and on PostgreSQL, and NATS JetStream — against the real servers: a
 //! rate spaces the starts and counts no attempt for waiting; backpressure refuses
-//! deliveries of retrying providers (not GitHub's) while the queue lags.
+//! deliveries of retrying providers (not GitHub's) while the queue lags; a pause (SQL
+//! inbox) holds a type back while others run, and resume starts its events in order.
 
 mod common;
 
@@ -105,8 +106,18 @@ impl Queue {
 /// Delivers `id` signed in `scheme` (whose name is its source) through verification to
 /// `accept`.
 async fn deliver_to(accept: &Accept, scheme: Scheme, id: &str) -> http::Response<impl Sized> {
+    deliver_typed(accept, scheme, id, "order.paid").await
+}
+
+/// As [`deliver_to`], of type `event_type`.
+async fn deliver_typed(
+    accept: &Accept,
+    scheme: Scheme,
+    id: &str,
+    event_type: &str,
+) -> http::Response<impl Sized> {
     let verify = VerifyWebhookLayer::new(verifier(scheme.clone(), &[SECRET]));
-    let body = format!(r#"{{"type":"order.paid","data":{{"object":{{"id":"o_{id}"}}}}}}"#);
+    let body = format!(r#"{{"type":"{event_type}","data":{{"object":{{"id":"o_{id}"}}}}}}"#);
     let mut headers = scheme.sign([SECRET], id, at(NOW), body.as_bytes()).unwrap();
     headers.insert("x-github-event", http::HeaderValue::from_static("push"));
     let req: http::Request<Full<Bytes>> = request(headers, body);
@@ -249,6 +260,95 @@ async fn backpressure_refuses_retrying_sources_while_the_queue_lags(queue: Queue
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     worker.shutdown().await;
+}
+
+/// A pause of one type, in the whole inbox: another type's event is processed while the
+/// paused ones are accepted and wait, none started and none counted; resumed, they start
+/// in the order they came (one processor: one at a time), each as attempt 1.
+async fn a_pause_holds_a_type_back_and_resume_starts_its_events_in_order(inbox: Inbox) {
+    assert!(inbox.pause(None, Some("invoice.paid")).await.unwrap());
+    assert!(
+        !inbox.pause(None, Some("invoice.paid")).await.unwrap(),
+        "paused already"
+    );
+    let pauses = inbox.pauses().await.unwrap();
+    assert_eq!(pauses.len(), 1);
+    assert_eq!(
+        (pauses[0].source.as_deref(), pauses[0].event_type.as_deref()),
+        (None, Some("invoice.paid"))
+    );
+    let accept = inbox.accept_service();
+    let ids: Vec<String> = (0..4).map(|i| format!("evt_paused_{i}")).collect();
+    for id in &ids {
+        let response = deliver_typed(&accept, Scheme::standard(), id, "invoice.paid").await;
+        assert_eq!(response.status(), StatusCode::NO_CONTENT, "accepts go on");
+        tokio::time::sleep(Duration::from_millis(5)).await; // distinct arrival times
+    }
+    let starts = Starts::default();
+    let worker = Worker::new(&inbox, starts.processor())
+        .with_poll_interval(Duration::from_millis(100))
+        .unwrap()
+        .with_concurrency(1)
+        .unwrap()
+        .spawn();
+    let other = deliver_typed(&accept, Scheme::standard(), "evt_other", "order.paid").await;
+    assert_eq!(other.status(), StatusCode::NO_CONTENT);
+    eventually("the other type processed", Duration::from_secs(10), || {
+        starts.count() == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await; // six polls
+    assert_eq!(starts.count(), 1, "nothing paused started");
+    assert_eq!(
+        inbox.counts().await.unwrap().queued,
+        4,
+        "the paused wait, queued"
+    );
+
+    assert!(
+        !inbox
+            .resume(Some("standard"), Some("invoice.paid"))
+            .await
+            .unwrap(),
+        "not that pause"
+    );
+    assert!(inbox.resume(None, Some("invoice.paid")).await.unwrap());
+    assert!(inbox.pauses().await.unwrap().is_empty());
+    eventually("the paused ones processed", Duration::from_secs(10), || {
+        starts.count() == 5
+    })
+    .await;
+    worker.shutdown().await;
+    let all = starts.0.lock().unwrap().clone();
+    let mut order: Vec<(Instant, String)> =
+        ids.iter().map(|id| (all[id][0].0, id.clone())).collect();
+    order.sort();
+    let order: Vec<String> = order.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(order, ids, "in the order they came");
+    for (id, attempts) in all {
+        let numbers: Vec<u32> = attempts.iter().map(|(_, n)| *n).collect();
+        assert_eq!(numbers, [1], "{id}: paused, not attempted");
+    }
+}
+
+mod sql_pause {
+    use super::*;
+
+    #[tokio::test]
+    async fn sqlite_a_pause_holds_a_type_back_and_resume_starts_its_events_in_order() {
+        let Queue::Sql(inbox) = Queue::sqlite().await else {
+            unreachable!()
+        };
+        super::a_pause_holds_a_type_back_and_resume_starts_its_events_in_order(inbox).await;
+    }
+
+    #[tokio::test]
+    async fn postgres_a_pause_holds_a_type_back_and_resume_starts_its_events_in_order() {
+        let Queue::Sql(inbox) = Queue::postgres().await else {
+            unreachable!()
+        };
+        super::a_pause_holds_a_type_back_and_resume_starts_its_events_in_order(inbox).await;
+    }
 }
 
 macro_rules! on_every_queue {

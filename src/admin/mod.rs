@@ -9,6 +9,9 @@
 //! | `GET /events?state=dead` | `{"events": [{"source", "id", "type", "object_id", "state", "attempts", "received_at", "next_attempt_at", "dead_at", "last_error"}, …], "next": "<cursor>"}` ([`Inbox::list`]) |
 //! | `GET /events/{source}/{id}` | one event's row with `"livemode"`, `"processed_at"`, `"body"` and `"body_encoding"` ([`Inbox::event`]) |
 //! | `POST /requeue` | `{"requeued": 2}` ([`Inbox::requeue`]) |
+//! | `POST /pause?source=stripe&type=invoice.paid` | `{"changed": true}` ([`Inbox::pause`]) |
+//! | `POST /resume?source=stripe&type=invoice.paid` | `{"changed": true}` ([`Inbox::resume`]) |
+//! | `GET /pauses` | `[{"source": "stripe", "type": null, "paused_at": "…"}, …]` ([`Inbox::pauses`]) |
 //!
 //! - `GET /events` takes `state=dead` (newest dead first) or `state=failing` (rows queued
 //!   again after a failed attempt, newest received first), `order=oldest` for the other
@@ -25,6 +28,9 @@
 //!   every row of that type or window, processed ones included — and `{"all": true}` for
 //!   every row. An empty object names nothing and is refused. Rows a worker is processing
 //!   now are left to it.
+//! - `POST /pause` and `POST /resume` take `source` and `type`, each optional (absent:
+//!   any; neither: the whole inbox). While paused, no worker starts a matching event;
+//!   accepts go on. `changed` is `false` when it was paused (or not paused) already.
 //!
 //! Times are RFC 3339 in UTC. Failures are `{"error": "<a fixed short message>"}`: 400
 //! for input that does not parse or is out of range (unknown parameters and fields

@@ -5,9 +5,9 @@ use axum::extract::{Path, Query, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
-use super::input::{ListQuery, RequeueBody};
+use super::input::{ListQuery, PauseQuery, RequeueBody};
 use super::AdminError;
-use crate::inbox::{Counts, Inbox, Page, StoredEvent};
+use crate::inbox::{Counts, Inbox, Page, Pause, StoredEvent};
 
 pub(super) fn router(inbox: Inbox) -> Router {
     Router::new()
@@ -15,6 +15,9 @@ pub(super) fn router(inbox: Inbox) -> Router {
         .route("/events", get(list))
         .route("/events/{source}/{id}", get(event))
         .route("/requeue", post(requeue))
+        .route("/pause", post(pause))
+        .route("/resume", post(resume))
+        .route("/pauses", get(pauses))
         .fallback(|| async { AdminError::not_found("no such endpoint") })
         .method_not_allowed_fallback(|| async { AdminError::method_not_allowed() })
         .with_state(inbox)
@@ -75,4 +78,41 @@ async fn requeue(
         .await
         .map(|requeued| Json(Requeued { requeued }))
         .map_err(AdminError::store)
+}
+
+#[derive(serde::Serialize)]
+struct Changed {
+    changed: bool,
+}
+
+/// The query of `/pause` and `/resume`, checked.
+fn pause_query(query: Result<Query<PauseQuery>, QueryRejection>) -> Result<PauseQuery, AdminError> {
+    let Query(query) = query.map_err(|_| {
+        AdminError::bad_request("the query takes source and type, once each, both optional")
+    })?;
+    Ok(query)
+}
+
+async fn pause(
+    State(inbox): State<Inbox>,
+    query: Result<Query<PauseQuery>, QueryRejection>,
+) -> Result<Json<Changed>, AdminError> {
+    let query = pause_query(query)?;
+    let paused = inbox.pause(query.source.as_deref(), query.event_type.as_deref());
+    let changed = paused.await.map_err(AdminError::store)?;
+    Ok(Json(Changed { changed }))
+}
+
+async fn resume(
+    State(inbox): State<Inbox>,
+    query: Result<Query<PauseQuery>, QueryRejection>,
+) -> Result<Json<Changed>, AdminError> {
+    let query = pause_query(query)?;
+    let resumed = inbox.resume(query.source.as_deref(), query.event_type.as_deref());
+    let changed = resumed.await.map_err(AdminError::store)?;
+    Ok(Json(Changed { changed }))
+}
+
+async fn pauses(State(inbox): State<Inbox>) -> Result<Json<Vec<Pause>>, AdminError> {
+    inbox.pauses().await.map(Json).map_err(AdminError::store)
 }

@@ -95,6 +95,24 @@ enum Command {
         #[arg(long, conflicts_with_all = ["event_type", "from", "before"])]
         all: bool,
     },
+    /// Stop the workers starting events of a source, a type, or both (neither: every
+    /// event); accepts go on, and running events finish.
+    Pause(Paused),
+    /// End a pause, named as it was paused: its events start again, in order.
+    Resume(Paused),
+    /// What is paused.
+    Pauses,
+}
+
+/// What `pause` and `resume` name.
+#[derive(Debug, clap::Args)]
+struct Paused {
+    /// Only this source (default: any).
+    #[arg(long)]
+    source: Option<String>,
+    /// Only this event type (default: any).
+    #[arg(long = "type", value_name = "TYPE")]
+    event_type: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -291,6 +309,37 @@ async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
                 json(&serde_json::json!({ "requeued": n }))
             } else {
                 format!("requeued {n}\n")
+            }
+        }
+        Command::Pause(which) | Command::Resume(which) => {
+            let (source, event_type) = (which.source.as_deref(), which.event_type.as_deref());
+            let pausing = matches!(cli.command, Command::Pause(_));
+            let changed = if pausing {
+                inbox.pause(source, event_type).await?
+            } else {
+                inbox.resume(source, event_type).await?
+            };
+            let what = format!(
+                "source {}, type {}",
+                source.unwrap_or("any"),
+                event_type.unwrap_or("any")
+            );
+            match (cli.json, pausing, changed) {
+                (true, _, _) => json(&serde_json::json!({ "changed": changed })),
+                (false, true, true) => format!("paused {what}\n"),
+                (false, true, false) => format!("already paused: {what}\n"),
+                (false, false, true) => format!("resumed {what}\n"),
+                (false, false, false) => format!("not paused: {what}\n"),
+            }
+        }
+        Command::Pauses => {
+            let pauses = inbox.pauses().await?;
+            if cli.json {
+                json(&pauses)
+            } else {
+                let any = |part: &Option<String>| part.clone().unwrap_or_else(|| "any".into());
+                let rows = pauses.iter().map(|p| [any(&p.source), any(&p.event_type)]);
+                table(&["SOURCE", "TYPE"], rows)
             }
         }
     };

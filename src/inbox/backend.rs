@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
+use super::{Accepted, Counts, EventSummary, Listing, Pause, Requeue, StoredEvent};
 pub(crate) use crate::sql::Outcome;
 use crate::store::{StoreFuture, Token};
 use crate::Event;
@@ -49,6 +49,11 @@ pub(crate) trait Backend: Send + Sync + 'static {
         outcome: Outcome,
     ) -> StoreFuture<bool>;
     fn requeue(&self, which: &Requeue) -> StoreFuture<u64>;
+    /// Pauses (`true`) or resumes (`false`) a source and type (`""`: any); whether that
+    /// changed anything.
+    fn pause(&self, source: String, event_type: String, pause: bool) -> StoreFuture<bool>;
+    /// What is paused now, in order of source and type.
+    fn pauses(&self) -> StoreFuture<Vec<Pause>>;
     /// Deletes processed rows (`dead: false`) or dead rows (`dead: true`) older than that.
     fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64>;
     fn counts(&self) -> StoreFuture<Counts>;

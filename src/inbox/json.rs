@@ -10,7 +10,7 @@ use base64::Engine as _;
 use serde::ser::{Error as _, Serialize, Serializer};
 
 use super::listing::{micros, Cursor, EventSummary, Page, State, StoredEvent};
-use super::Counts;
+use super::{Counts, Pause};
 
 /// `t` as RFC 3339 in UTC, to the microsecond (what both databases keep).
 fn rfc3339(t: SystemTime) -> Option<String> {
@@ -61,6 +61,26 @@ impl Serialize for Counts {
             oldest_due_ms: self
                 .oldest_due
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        }
+        .serialize(s)
+    }
+}
+
+/// `{"source": "stripe", "type": null, "paused_at": "2026-12-02T18:00:00Z"}` (`null`:
+/// any).
+impl Serialize for Pause {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Wire<'a> {
+            source: Option<&'a str>,
+            #[serde(rename = "type")]
+            event_type: Option<&'a str>,
+            paused_at: Time,
+        }
+        Wire {
+            source: self.source.as_deref(),
+            event_type: self.event_type.as_deref(),
+            paused_at: Time(self.paused_at),
         }
         .serialize(s)
     }

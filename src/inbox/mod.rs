@@ -94,6 +94,8 @@ pub mod jetstream;
 mod json;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod listing;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) mod pause;
 mod process;
 mod rate;
 mod retry;
@@ -117,6 +119,8 @@ use self::backend::Backend;
 pub use self::backpressure::Backpressure;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, State, StoredEvent};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use self::pause::Pause;
 pub use self::process::{Attempt, Processor, WorkerHandle};
 pub use self::rate::Rate;
 pub use self::retry::{Jitter, RetryPolicy};
@@ -367,6 +371,51 @@ impl Inbox {
         let n = self.backend.requeue(&which).await?;
         self.wake.notify_waiters();
         Ok(n)
+    }
+
+    /// Pauses the events of `source` of type `event_type` (`None`: any source, any type;
+    /// both `None`: every event): no worker on this database starts one until it is
+    /// [resumed](Self::resume). Accepts go on, and events already running finish.
+    /// Returns `false` when it was paused already.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn pause(
+        &self,
+        source: Option<&str>,
+        event_type: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let (source, event_type) = (pause::key(source), pause::key(event_type));
+        self.backend.pause(source, event_type, true).await
+    }
+
+    /// Ends the pause of exactly that source and type (as [`pause`](Self::pause) took
+    /// them): its events start again, in the order they were due (a pause of the whole
+    /// source, or of the type in every source, still holds them). Returns `false` when
+    /// there was no such pause.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn resume(
+        &self,
+        source: Option<&str>,
+        event_type: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let (source, event_type) = (pause::key(source), pause::key(event_type));
+        let resumed = self.backend.pause(source, event_type, false).await?;
+        self.wake.notify_waiters();
+        Ok(resumed)
+    }
+
+    /// What is paused now.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn pauses(&self) -> Result<Vec<Pause>, StoreError> {
+        self.backend.pauses().await
     }
 
     /// Deletes processed rows processed more than `older_than` ago; returns how many.

@@ -13,6 +13,7 @@ use super::group_commit::{Write, Written};
 use super::listing::FOLD_COUNTS;
 use super::{Pg, CHANNEL, PLANNED_EACH_TIME};
 use crate::inbox::backend::{Backend, Claimed};
+use crate::inbox::pause::{self, Pause};
 use crate::inbox::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
 use crate::store::{Delivery, StoreError, StoreFuture, Token};
 use crate::Event;
@@ -57,6 +58,9 @@ FROM (
     WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= now()
       AND processed_at IS NULL AND dead_at IS NULL
       AND (locked_until IS NULL OR locked_until <= clock_timestamp())
+      AND NOT EXISTS (SELECT 1 FROM webhook_pauses p
+          WHERE p.source IN ('', webhook_events.source)
+            AND p.event_type IN ('', coalesce(webhook_events.event_type, '')))
     ORDER BY next_attempt_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -112,6 +116,20 @@ WITH requeued AS (
       AND ($6::int8 IS NULL OR received_at < to_timestamp($6 / 1000.0))
     RETURNING 1)
 SELECT count(*), pg_notify('webhook_events', '') FROM requeued";
+
+/// An operator's pause (`$1` source, `$2` type, `''`: any); a second one changes nothing.
+const PAUSE: &str = "
+INSERT INTO webhook_pauses (source, event_type) VALUES ($1, $2) ON CONFLICT DO NOTHING";
+
+/// A resume, and a wake-up for every replica's workers.
+const RESUME: &str = "
+WITH resumed AS (
+    DELETE FROM webhook_pauses WHERE source = $1 AND event_type = $2 RETURNING 1)
+SELECT count(*), pg_notify('webhook_events', '') FROM resumed";
+
+const PAUSES: &str = "
+SELECT source, event_type, (extract(epoch FROM paused_at) * 1000)::int8
+FROM webhook_pauses ORDER BY source, event_type";
 
 /// Processed inbox rows older than the cutoff, and (by name only) dead ones: two
 /// statements, each on its partial index (a `CASE` between them would use neither).
@@ -233,6 +251,33 @@ impl Backend for Pg {
                 .try_get(0)
                 .map_err(|e| store_error("inbox requeue", e))?;
             Ok(n.unsigned_abs())
+        })
+    }
+
+    fn pause(&self, source: String, event_type: String, pause: bool) -> StoreFuture<bool> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let changed = if pause {
+                let done = sqlx::query(PAUSE).bind(source).bind(event_type);
+                done.execute(&pool).await.map(|d| d.rows_affected())
+            } else {
+                let done = sqlx::query_scalar::<_, i64>(RESUME)
+                    .bind(source)
+                    .bind(event_type);
+                done.fetch_one(&pool).await.map(i64::unsigned_abs)
+            };
+            Ok(changed.map_err(|e| store_error("inbox pause", e))? > 0)
+        })
+    }
+
+    fn pauses(&self) -> StoreFuture<Vec<Pause>> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let rows: Vec<(String, String, i64)> = sqlx::query_as(PAUSES)
+                .fetch_all(&pool)
+                .await
+                .map_err(|e| store_error("inbox pauses", e))?;
+            Ok(rows.into_iter().map(pause::from_row).collect())
         })
     }
 

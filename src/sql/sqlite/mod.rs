@@ -83,6 +83,8 @@ enum Op {
     RenewRow(String, String, Token, Duration),
     Finish(String, String, Token, Outcome),
     Requeue(Requeue),
+    /// An operator's pause (`true`) or resume of a source and type.
+    Pause(String, String, bool),
     Prune(Duration),
     PruneOnce(String, Duration),
     /// The inbox's processed (`false`) or dead (`true`) rows older than that.
@@ -115,6 +117,7 @@ impl Op {
             Op::Claim(..)
             | Op::Accept(_)
             | Op::Requeue(_)
+            | Op::Pause(..)
             | Op::Prune(_)
             | Op::PruneOnce(..)
             | Op::PruneRows(..) => Lane::Front,

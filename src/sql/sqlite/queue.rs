@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::super::{claimed, Outcome};
+use super::super::{claimed, store_error, Outcome};
 use super::{Done, Op, Sqlite};
 use crate::inbox::backend::{Backend, Claimed};
+use crate::inbox::pause::{self, Pause};
 use crate::inbox::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
 use crate::store::{Delivery, StoreError, StoreFuture, Token};
 use crate::Event;
@@ -41,9 +42,22 @@ WHERE rowid IN (
     WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= ?1
       AND processed_at IS NULL AND dead_at IS NULL
       AND (locked_until IS NULL OR locked_until <= ?1)
+      AND NOT EXISTS (SELECT 1 FROM webhook_pauses p
+          WHERE p.source IN ('', webhook_events.source)
+            AND p.event_type IN ('', coalesce(webhook_events.event_type, '')))
     ORDER BY next_attempt_at LIMIT ?4)
 RETURNING source, event_id, event_type, object_id, livemode, body, attempts,
     dead_at IS NOT NULL AS buried";
+
+/// An operator's pause (`?1` source, `?2` type, `''`: any); a second one changes nothing.
+pub(super) const PAUSE: &str = "
+INSERT INTO webhook_pauses (source, event_type, paused_at) VALUES (?1, ?2, ?3)
+ON CONFLICT DO NOTHING";
+
+pub(super) const RESUME: &str = "DELETE FROM webhook_pauses WHERE source = ?1 AND event_type = ?2";
+
+const PAUSES: &str =
+    "SELECT source, event_type, paused_at FROM webhook_pauses ORDER BY source, event_type";
 
 /// Claimed rows a worker hands back unprocessed (its claim was answered too late to run
 /// them safely): due again at once, the attempt uncounted.
@@ -180,6 +194,25 @@ impl Backend for Sqlite {
     fn requeue(&self, which: &Requeue) -> StoreFuture<u64> {
         let (this, which) = (self.clone(), which.clone());
         Box::pin(async move { this.count(Op::Requeue(which)).await })
+    }
+
+    fn pause(&self, source: String, event_type: String, pause: bool) -> StoreFuture<bool> {
+        let this = self.clone();
+        Box::pin(async move {
+            let changed = this.count(Op::Pause(source, event_type, pause)).await?;
+            Ok(changed > 0)
+        })
+    }
+
+    fn pauses(&self) -> StoreFuture<Vec<Pause>> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let rows: Vec<(String, String, i64)> = sqlx::query_as(PAUSES)
+                .fetch_all(&pool)
+                .await
+                .map_err(|e| store_error("inbox pauses", e))?;
+            Ok(rows.into_iter().map(pause::from_row).collect())
+        })
     }
 
     fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64> {

@@ -10,8 +10,8 @@ use sqlx::sqlite::{Sqlite as Db, SqliteArguments, SqlitePool};
 use super::super::{store_error, Outcome, ABANDONED, CRASHED};
 use super::claims::{claim_one, COMPLETE, INBOX_HAS, PRUNE, PRUNE_ONCE, RELEASE, RENEW};
 use super::queue::{
-    ABANDON, ACCEPT, CLAIM_DUE, DEAD, GIVE_BACK, PROCESSED, PRUNE_DEAD, PRUNE_PROCESSED, RENEW_ROW,
-    REQUEUE, RETRY,
+    ABANDON, ACCEPT, CLAIM_DUE, DEAD, GIVE_BACK, PAUSE, PROCESSED, PRUNE_DEAD, PRUNE_PROCESSED,
+    RENEW_ROW, REQUEUE, RESUME, RETRY,
 };
 use super::{bind_delivery, epoch_ms, ms, Clock, Done, Op};
 use crate::inbox::Accepted;
@@ -218,6 +218,17 @@ async fn write_one(
                 .await
                 .map_err(|e| store_error("inbox finish", e))?;
             Done::Held(changed(done) == 1)
+        }
+        Op::Pause(source, event_type, pause) => {
+            let query = match pause {
+                true => sqlx::query(PAUSE).bind(source).bind(event_type).bind(now),
+                false => sqlx::query(RESUME).bind(source).bind(event_type),
+            };
+            let done = query
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error("inbox pause", e))?;
+            Done::Count(changed(done))
         }
         Op::Requeue(which) => {
             let (source, id) = which.id.clone().unzip();
