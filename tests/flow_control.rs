@@ -2,7 +2,8 @@
 //! inbox on SQLite and on PostgreSQL, and NATS JetStream — against the real servers: a
 //! rate spaces the starts and counts no attempt for waiting; backpressure refuses
 //! deliveries of retrying providers (not GitHub's) while the queue lags; a pause (SQL
-//! inbox) holds a type back while others run, and resume starts its events in order.
+//! inbox) holds a type back while others run, and resume starts its events in order; a
+//! per-object cap of 1 runs one object's events one at a time, in arrival order.
 
 mod common;
 
@@ -81,23 +82,44 @@ impl Queue {
 
     /// A worker on this queue: `concurrency` at a time, quick polls, under `rate`.
     fn spawn(&self, processor: impl Processor, concurrency: usize, rate: Rate) -> WorkerHandle {
+        self.spawn_with(processor, concurrency, Some(rate), None)
+    }
+
+    /// A worker on this queue: `concurrency` at a time, quick polls, under `rate` and
+    /// `per_object`, if given.
+    fn spawn_with(
+        &self,
+        processor: impl Processor,
+        concurrency: usize,
+        rate: Option<Rate>,
+        per_object: Option<u32>,
+    ) -> WorkerHandle {
         let poll = Duration::from_millis(100);
-        match self {
-            Self::Sql(inbox) => Worker::new(inbox, processor)
-                .with_concurrency(concurrency)
-                .unwrap()
-                .with_poll_interval(poll)
-                .unwrap()
-                .with_rate(rate)
-                .spawn(),
-            Self::JetStream(jetstream) => {
-                JetStreamWorker::new(jetstream, MemoryStore::new(), processor)
+        // The builder methods the two workers share, applied to either.
+        macro_rules! configured {
+            ($worker:expr) => {{
+                let mut worker = $worker
                     .with_concurrency(concurrency)
                     .unwrap()
                     .with_poll_interval(poll)
-                    .unwrap()
-                    .with_rate(rate)
-                    .spawn()
+                    .unwrap();
+                if let Some(rate) = rate {
+                    worker = worker.with_rate(rate);
+                }
+                if let Some(n) = per_object {
+                    worker = worker.with_per_object(n).unwrap();
+                }
+                worker.spawn()
+            }};
+        }
+        match self {
+            Self::Sql(inbox) => configured!(Worker::new(inbox, processor)),
+            Self::JetStream(jetstream) => {
+                configured!(JetStreamWorker::new(
+                    jetstream,
+                    MemoryStore::new(),
+                    processor
+                ))
             }
         }
     }
@@ -116,8 +138,19 @@ async fn deliver_typed(
     id: &str,
     event_type: &str,
 ) -> http::Response<impl Sized> {
+    deliver_about(accept, scheme, id, event_type, &format!("o_{id}")).await
+}
+
+/// As [`deliver_typed`], about `object`.
+async fn deliver_about(
+    accept: &Accept,
+    scheme: Scheme,
+    id: &str,
+    event_type: &str,
+    object: &str,
+) -> http::Response<impl Sized> {
     let verify = VerifyWebhookLayer::new(verifier(scheme.clone(), &[SECRET]));
-    let body = format!(r#"{{"type":"{event_type}","data":{{"object":{{"id":"o_{id}"}}}}}}"#);
+    let body = format!(r#"{{"type":"{event_type}","data":{{"object":{{"id":"{object}"}}}}}}"#);
     let mut headers = scheme.sign([SECRET], id, at(NOW), body.as_bytes()).unwrap();
     headers.insert("x-github-event", http::HeaderValue::from_static("push"));
     let req: http::Request<Full<Bytes>> = request(headers, body);
@@ -351,6 +384,82 @@ mod sql_pause {
     }
 }
 
+/// Per object, 1, with 8 processors: 4 events of object A and 4 of object B, each 150 ms
+/// of work. A's events never overlap and start in the order they came, as do B's; but A
+/// and B run beside each other (the cap is per object). Each is attempt 1.
+async fn a_per_object_cap_of_one_runs_an_objects_events_one_at_a_time_in_order(queue: Queue) {
+    let accept = queue.accept_service();
+    let mut arrivals: HashMap<&str, Vec<String>> = HashMap::new();
+    for i in 0..4 {
+        for object in ["o_A", "o_B"] {
+            let id = format!("evt_{object}_{i}");
+            let response = deliver_about(&accept, Scheme::standard(), &id, "order.paid", object);
+            assert_eq!(response.await.status(), StatusCode::NO_CONTENT);
+            arrivals.entry(object).or_default().push(id);
+            tokio::time::sleep(Duration::from_millis(5)).await; // distinct arrival times
+        }
+    }
+    type Runs = Arc<Mutex<Vec<(String, String, Instant, Instant, u32)>>>;
+    let runs: Runs = Arc::default();
+    let recorded = runs.clone();
+    let processor = move |e: Event, a: Attempt| {
+        let runs = recorded.clone();
+        async move {
+            let started = Instant::now();
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let object = e.object_id().unwrap().to_owned();
+            let id = e.id().unwrap().to_owned();
+            runs.lock()
+                .unwrap()
+                .push((object, id, started, Instant::now(), a.number()));
+            Ok::<_, std::io::Error>(())
+        }
+    };
+    let worker = queue.spawn_with(processor, 8, None, Some(1));
+    eventually("8 processed", Duration::from_secs(15), || {
+        runs.lock().unwrap().len() == 8
+    })
+    .await;
+    worker.shutdown().await;
+    let runs = runs.lock().unwrap().clone();
+    for object in ["o_A", "o_B"] {
+        let mut of: Vec<_> = runs.iter().filter(|r| r.0 == object).collect();
+        of.sort_by_key(|r| r.2);
+        let order: Vec<&str> = of.iter().map(|r| r.1.as_str()).collect();
+        assert_eq!(order, arrivals[object], "{object}: in arrival order");
+        for pair in of.windows(2) {
+            assert!(
+                pair[1].2 >= pair[0].3,
+                "{object}: {} began before {} ended",
+                pair[1].1,
+                pair[0].1
+            );
+        }
+    }
+    let first = |object: &str| {
+        runs.iter()
+            .filter(|r| r.0 == object)
+            .map(|r| r.2)
+            .min()
+            .unwrap()
+    };
+    let last = |object: &str| {
+        runs.iter()
+            .filter(|r| r.0 == object)
+            .map(|r| r.3)
+            .max()
+            .unwrap()
+    };
+    assert!(
+        first("o_B") < last("o_A") && first("o_A") < last("o_B"),
+        "the two objects ran beside each other"
+    );
+    assert!(
+        runs.iter().all(|r| r.4 == 1),
+        "no attempt counted for waiting"
+    );
+}
+
 macro_rules! on_every_queue {
     ($($test:ident),* $(,)?) => {
         mod sqlite { use super::*; $(#[tokio::test] async fn $test() { super::$test(Queue::sqlite().await).await; })* }
@@ -362,4 +471,5 @@ macro_rules! on_every_queue {
 on_every_queue!(
     a_rate_spaces_starts_and_counts_no_attempt_for_waiting,
     backpressure_refuses_retrying_sources_while_the_queue_lags,
+    a_per_object_cap_of_one_runs_an_objects_events_one_at_a_time_in_order,
 );

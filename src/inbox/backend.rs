@@ -21,13 +21,15 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn accept(&self, event: &Event) -> StoreFuture<Accepted>;
     /// Claims up to `limit` due rows for `lease` under `token`, counting an attempt each;
     /// a due row whose `max_attempts` attempts all ended without an outcome (each crashed
-    /// its worker) is marked dead instead, in the same statement.
+    /// its worker) is marked dead instead, in the same statement. With `per_object`, a row
+    /// of an object is due only while fewer than that many of the object's unfinished
+    /// rows are running or came before it. `limits`: `(max_attempts, per_object)`.
     fn claim(
         &self,
         limit: usize,
         lease: Duration,
         token: Token,
-        max_attempts: u32,
+        limits: (u32, Option<u32>),
     ) -> StoreFuture<Vec<Claimed>>;
     /// Hands rows a claim under `token` took back to the queue, due at once, their attempt
     /// uncounted (the claim was answered too late to run them); returns how many.

@@ -157,6 +157,17 @@ pub(crate) fn checked_concurrency(n: usize) -> Result<usize, crate::ConfigError>
     Ok(n)
 }
 
+/// A per-object cap, if it is at least 1.
+pub(crate) fn checked_per_object(n: u32) -> Result<u32, crate::ConfigError> {
+    if n == 0 {
+        return Err(crate::ConfigError::new(
+            crate::ConfigErrorKind::InvalidValue,
+            "a per-object cap must be at least 1",
+        ));
+    }
+    Ok(n)
+}
+
 /// A worker's poll interval, if it is between 10 ms and 1 h.
 pub(crate) fn checked_poll(
     poll: std::time::Duration,

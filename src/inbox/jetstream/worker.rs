@@ -1,6 +1,7 @@
 //! [`JetStreamWorker`]: the worker of `inbox/worker/` with the stream as its queue — each
 //! message pulled, claimed in a store, renewed, then acknowledged, handed back or buried.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
 use async_nats::jetstream::{AckKind, Message};
 use futures_util::StreamExt;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::{event_of, header, JetStream};
@@ -79,6 +80,7 @@ impl JetStreamWorker {
             consumer: Mutex::new(None),
             poll,
             lease: Duration::ZERO, // set by `open`
+            objects: Turns::default(),
         };
         Self {
             engine: Engine::new(stream, Runner::Plain(Arc::new(processor)), poll),
@@ -140,6 +142,8 @@ pub(crate) struct Stream {
     poll: Duration,
     /// The lease of the messages and of their claims (the consumer's, once open).
     lease: Duration,
+    /// The per-object cap's turns, in this process.
+    objects: Turns,
 }
 
 /// A pulled message: which delivery of it this is, and the event's claim in the store
@@ -149,6 +153,8 @@ pub(crate) struct Pulled {
     message: Message,
     attempt: u32,
     claim: Mutex<Option<ClaimGuard>>,
+    /// Its object's turn (a per-object cap), held until the attempt has ended.
+    turn: Mutex<Option<OwnedSemaphorePermit>>,
 }
 
 impl Queue for Stream {
@@ -200,7 +206,7 @@ impl Queue for Stream {
         n: usize,
         lease: Duration,
         _: Token,
-        _: u32,
+        _: (u32, Option<u32>),
     ) -> Result<Vec<Claimed<Pulled>>, StoreError> {
         let consumer = self.consumer.lock().expect("not poisoned").clone();
         let consumer = consumer.expect("opened before the first claim");
@@ -227,12 +233,25 @@ impl Queue for Stream {
         &self,
         pulled: &Pulled,
         (event, attempt): (&Event, u32),
-        max_attempts: u32,
+        (max_attempts, per_object): (u32, Option<u32>),
         heartbeat: &Heartbeat,
         hurried: &mut watch::Receiver<bool>,
     ) -> bool {
         let until = heartbeat.lease_ends();
         let message = &pulled.message;
+        if let (Some(cap), Some(object)) = (per_object, event.object_id()) {
+            // The object's turn, in the order this worker pulled its messages (a fair
+            // semaphore); the message is renewed meanwhile.
+            let turn = self.objects.turn(event.source(), object, cap);
+            let turn = tokio::select! {
+                turn = turn => turn,
+                () = hurry_up(hurried) => {
+                    let _ = message.ack_with(AckKind::Nak(None)).await;
+                    return false;
+                }
+            };
+            *pulled.turn.lock().expect("not poisoned") = Some(turn);
+        }
         if let Some(store) = &self.claims {
             let source = event.source();
             let delivery = Delivery::new(
@@ -432,6 +451,7 @@ impl Stream {
                     message,
                     attempt,
                     claim: Mutex::new(None),
+                    turn: Mutex::new(None),
                 },
                 at,
             });
@@ -487,6 +507,36 @@ impl Pulled {
         if let Some(guard) = self.take() {
             guard.release_until(until.into_std()).await;
         }
+    }
+}
+
+/// Each object's running events, for a per-object cap: a fair semaphore per object with
+/// events waiting or running, dropped when the last is done.
+#[derive(Default)]
+struct Turns(Mutex<HashMap<(String, String), Arc<Semaphore>>>);
+
+impl Turns {
+    /// Waits for one of the `cap` turns of `(source, object)`.
+    async fn turn(&self, source: &str, object: &str, cap: u32) -> OwnedSemaphorePermit {
+        let key = (source.to_owned(), object.to_owned());
+        let semaphore = {
+            let mut objects = self.0.lock().expect("not poisoned");
+            let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+            objects
+                .entry(key)
+                .or_insert_with(|| Arc::new(Semaphore::new(cap)))
+                .clone()
+        };
+        let permit = semaphore.acquire_owned().await.expect("never closed");
+        self.forget_idle();
+        permit
+    }
+
+    /// Drops the semaphores no event holds or waits for.
+    fn forget_idle(&self) {
+        // Only the map holds an idle one: each waiter and each permit holds a clone.
+        let mut objects = self.0.lock().expect("not poisoned");
+        objects.retain(|_, semaphore| Arc::strong_count(semaphore) > 1);
     }
 }
 

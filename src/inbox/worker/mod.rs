@@ -30,6 +30,9 @@ pub(crate) struct Engine<Q> {
     pub(crate) grace: Option<Duration>,
     /// `None`: events start as fast as processors free up.
     pub(crate) rate: Option<Rate>,
+    /// At most this many events of one object running, the first ones in arrival order
+    /// (`None`: no cap).
+    pub(crate) per_object: Option<u32>,
 }
 
 impl<Q: Queue> Engine<Q> {
@@ -44,6 +47,7 @@ impl<Q: Queue> Engine<Q> {
             poll,
             grace: None,
             rate: None,
+            per_object: None,
         }
     }
 
@@ -58,7 +62,8 @@ impl<Q: Queue> Engine<Q> {
             .field("retry", &self.retry)
             .field("lease", &self.lease.length)
             .field("max_run", &self.lease.max_run)
-            .field("rate", &self.rate);
+            .field("rate", &self.rate)
+            .field("per_object", &self.per_object);
     }
 }
 
@@ -167,6 +172,25 @@ macro_rules! shared_settings {
         pub fn with_rate(mut self, rate: $crate::inbox::Rate) -> Self {
             self.engine.rate = Some(rate);
             self
+        }
+
+        /// Runs at most `n` events of one object (an event's
+        /// [`object_id`](crate::Event::object_id), per source) at once, the first `n` of
+        /// its unfinished events in arrival order: with 1, one object's events run one at a
+        /// time, in order, and an event waiting out a retry holds the later ones back.
+        /// Events without an object id are not capped. By default, no cap.
+        ///
+        /// On the SQL inbox the cap holds across every worker on the database: an event
+        /// over it is not claimed (no attempt counted). On JetStream it holds within this
+        /// worker, in the order it pulled the messages, and a message waiting for its
+        /// object's turn holds one of the worker's processors (renewed meanwhile).
+        ///
+        /// # Errors
+        ///
+        /// When `n` is 0.
+        pub fn with_per_object(mut self, n: u32) -> Result<Self, $crate::ConfigError> {
+            self.engine.per_object = Some($crate::inbox::process::checked_per_object(n)?);
+            Ok(self)
         }
     };
 }

@@ -70,13 +70,14 @@ pub(crate) trait Queue: Send + Sync + 'static {
 
     /// Claims up to `n` due events for `lease` under `token`, each an attempt; an event
     /// whose `max_attempts` attempts all ended without an outcome (each crashed its
-    /// worker) is dead instead, never returned.
+    /// worker) is dead instead, never returned. `limits`: `max_attempts` and `per_object`, see
+    /// [`Engine::per_object`](super::Engine::per_object).
     fn claim(
         &self,
         n: usize,
         lease: Duration,
         token: Token,
-        max_attempts: u32,
+        limits: (u32, Option<u32>),
     ) -> impl Future<Output = Result<Vec<Claimed<Self::Held>>, StoreError>> + Send;
 
     /// Hands claimed events back unrun.
@@ -84,12 +85,12 @@ pub(crate) trait Queue: Send + Sync + 'static {
 
     /// Whether the claimed event is to run: `false` when the queue settled it itself (it
     /// was processed already, or the worker is stopping); renewed meanwhile by
-    /// `heartbeat`.
+    /// `heartbeat`. `limits` as for [`claim`](Self::claim).
     fn start(
         &self,
         held: &Self::Held,
         claimed: (&Event, u32),
-        max_attempts: u32,
+        limits: (u32, Option<u32>),
         heartbeat: &Heartbeat,
         hurried: &mut watch::Receiver<bool>,
     ) -> impl Future<Output = bool> + Send;

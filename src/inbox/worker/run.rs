@@ -232,9 +232,12 @@ impl<Q: Queue> Engine<Q> {
         (processors, slots): (OwnedSemaphorePermit, OwnedSemaphorePermit),
     ) -> Batch<Q::Held> {
         let (token, sent) = (Token::new(), Instant::now());
-        let claim = self
-            .queue
-            .claim(n, self.lease.length, token, self.retry.max_attempts());
+        let claim = self.queue.claim(
+            n,
+            self.lease.length,
+            token,
+            (self.retry.max_attempts(), self.per_object),
+        );
         let (rows, failed) = match metrics::timed(Operation::InboxClaim, claim).await {
             // Answered so late that the lease may run out before the first renewal: hand
             // the events back uncounted (fenced on the token: events another worker took
@@ -284,14 +287,10 @@ impl<Q: Queue> Engine<Q> {
         };
         let beat = heartbeat.beat(renew);
         let mut beat = pin!(beat);
-        let max_attempts = self.retry.max_attempts();
-        let start = self.queue.start(
-            &held,
-            (&event, attempt),
-            max_attempts,
-            &heartbeat,
-            &mut hurried,
-        );
+        let limits = (self.retry.max_attempts(), self.per_object);
+        let start = self
+            .queue
+            .start(&held, (&event, attempt), limits, &heartbeat, &mut hurried);
         let go = tokio::select! {
             biased;
             go = start => go,

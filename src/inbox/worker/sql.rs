@@ -137,10 +137,10 @@ impl Queue for Inbox {
         n: usize,
         lease: Duration,
         token: Token,
-        max_attempts: u32,
+        limits: (u32, Option<u32>),
     ) -> Result<Vec<Claimed<Row>>, StoreError> {
         let at = Instant::now();
-        let rows = self.backend.claim(n, lease, token, max_attempts).await?;
+        let rows = self.backend.claim(n, lease, token, limits).await?;
         Ok(rows
             .into_iter()
             .map(|row| Claimed {
@@ -168,11 +168,13 @@ impl Queue for Inbox {
         &self,
         _: &Row,
         _: (&Event, u32),
-        _: u32,
+        _: (u32, Option<u32>),
         _: &Heartbeat,
         _: &mut watch::Receiver<bool>,
     ) -> bool {
-        true // the claim counted the attempt, and marked dead a row that crashed too often
+        // The claim counted the attempt, marked dead a row that crashed too often, and
+        // took no more of an object's rows than its cap.
+        true
     }
 
     async fn renew(&self, row: &Row, lease: Duration) -> Result<bool, StoreError> {

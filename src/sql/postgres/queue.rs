@@ -61,6 +61,12 @@ FROM (
       AND NOT EXISTS (SELECT 1 FROM webhook_pauses p
           WHERE p.source IN ('', webhook_events.source)
             AND p.event_type IN ('', coalesce(webhook_events.event_type, '')))
+      AND ($6::int4 IS NULL OR object_id IS NULL OR (
+          SELECT count(*) FROM webhook_events o
+          WHERE o.source = webhook_events.source AND o.object_id = webhook_events.object_id
+            AND o.next_attempt_at IS NOT NULL AND o.processed_at IS NULL AND o.dead_at IS NULL
+            AND (o.locked_until > clock_timestamp() OR (o.received_at, o.event_id)
+                < (webhook_events.received_at, webhook_events.event_id))) < $6)
     ORDER BY next_attempt_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -153,10 +159,11 @@ impl Backend for Pg {
         limit: usize,
         lease: Duration,
         token: Token,
-        max_attempts: u32,
+        (max_attempts, per_object): (u32, Option<u32>),
     ) -> StoreFuture<Vec<Claimed>> {
         let pool = self.pool.clone();
         let max_attempts = i32::try_from(max_attempts).unwrap_or(i32::MAX);
+        let per_object = per_object.map(|n| i32::try_from(n).unwrap_or(i32::MAX));
         Box::pin(async move {
             let rows = sqlx::query_as(CLAIM_DUE)
                 .bind(lease.as_secs_f64())
@@ -164,6 +171,7 @@ impl Backend for Pg {
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX))
                 .bind(max_attempts)
                 .bind(CRASHED)
+                .bind(per_object)
                 .fetch_all(&pool)
                 .await
                 .map_err(|e| store_error("inbox claim", e))?;

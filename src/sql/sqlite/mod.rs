@@ -77,6 +77,8 @@ enum Op {
         lease: Duration,
         token: Token,
         max_attempts: u32,
+        /// At most this many of an object's rows running or before it (`None`: no cap).
+        per_object: Option<u32>,
     },
     /// The inbox's: claimed rows handed back uncounted.
     GiveBack(Vec<(String, String)>, Token),

@@ -45,6 +45,12 @@ WHERE rowid IN (
       AND NOT EXISTS (SELECT 1 FROM webhook_pauses p
           WHERE p.source IN ('', webhook_events.source)
             AND p.event_type IN ('', coalesce(webhook_events.event_type, '')))
+      AND (?7 IS NULL OR object_id IS NULL OR (
+          SELECT count(*) FROM webhook_events o
+          WHERE o.source = webhook_events.source AND o.object_id = webhook_events.object_id
+            AND o.next_attempt_at IS NOT NULL AND o.processed_at IS NULL AND o.dead_at IS NULL
+            AND (o.locked_until > ?1 OR (o.received_at, o.event_id)
+                < (webhook_events.received_at, webhook_events.event_id))) < ?7)
     ORDER BY next_attempt_at LIMIT ?4)
 RETURNING source, event_id, event_type, object_id, livemode, body, attempts,
     dead_at IS NOT NULL AS buried";
@@ -132,7 +138,9 @@ impl Sqlite {
         lease: Duration,
         token: Token,
     ) -> Vec<Claimed> {
-        Backend::claim(self, limit, lease, token, 8).await.unwrap()
+        Backend::claim(self, limit, lease, token, (8, None))
+            .await
+            .unwrap()
     }
 }
 
@@ -147,7 +155,7 @@ impl Backend for Sqlite {
         limit: usize,
         lease: Duration,
         token: Token,
-        max_attempts: u32,
+        (max_attempts, per_object): (u32, Option<u32>),
     ) -> StoreFuture<Vec<Claimed>> {
         let this = self.clone();
         Box::pin(async move {
@@ -156,6 +164,7 @@ impl Backend for Sqlite {
                 lease,
                 token,
                 max_attempts,
+                per_object,
             };
             match this.write(op).await? {
                 Done::Claimed(rows) => Ok(claimed(rows)),

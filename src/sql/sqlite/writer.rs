@@ -171,6 +171,7 @@ async fn write_one(
             lease,
             token,
             max_attempts,
+            per_object,
         } => {
             let rows = sqlx::query_as(CLAIM_DUE)
                 .bind(now)
@@ -179,6 +180,7 @@ async fn write_one(
                 .bind(i64::try_from(*limit).unwrap_or(i64::MAX))
                 .bind(*max_attempts)
                 .bind(CRASHED)
+                .bind(*per_object)
                 .fetch_all(&mut *conn)
                 .await
                 .map_err(|e| store_error("inbox claim", e))?;
