@@ -41,6 +41,8 @@
 //! - `WEBHOOK_WORKER_CONCURRENCY`: in `inbox` and `nats` mode, how many events the worker
 //!   processes at once (default 8); `0` runs no worker in this process (it only accepts,
 //!   and a worker elsewhere processes);
+//! - `WEBHOOK_PER_OBJECT`: in `inbox` and `nats` mode, how many events of one object the
+//!   worker runs at once, the first ones in arrival order (unset: no cap);
 //! - `WEBHOOK_RATE`: in `inbox` and `nats` mode, at most this many events started by the
 //!   worker, `N/s` or `N/min`, evenly spaced (unset: no limit); an event waiting for its
 //!   turn is not an attempt;
@@ -188,15 +190,19 @@ async fn handle(event: Event, delay: Duration) -> http::StatusCode {
     http::StatusCode::NO_CONTENT
 }
 
-/// The worker with `WEBHOOK_RATE`'s rate, if it is set (either worker: they share the
-/// method, not a trait).
-macro_rules! with_rate {
-    ($worker:expr, $rate:expr) => {
-        match $rate {
+/// The worker with `WEBHOOK_RATE`'s rate and `WEBHOOK_PER_OBJECT`'s cap, where set
+/// (either worker: they share the methods, not a trait).
+macro_rules! with_flow_control {
+    ($worker:expr, $rate:expr, $per_object:expr) => {{
+        let worker = match $rate {
             Some(rate) => $worker.with_rate(rate),
             None => $worker,
+        };
+        match $per_object {
+            Some(n) => worker.with_per_object(n)?,
+            None => worker,
         }
-    };
+    }};
 }
 
 /// A whole number from the environment, or `default`.
@@ -327,6 +333,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok::<_, std::convert::Infallible>(())
     };
     let workers = usize::try_from(env_number("WEBHOOK_WORKER_CONCURRENCY", 8)?)?;
+    let per_object = match std::env::var("WEBHOOK_PER_OBJECT") {
+        Ok(n) => Some(
+            n.parse::<u32>()
+                .map_err(|_| format!("WEBHOOK_PER_OBJECT: {n:?}"))?,
+        ),
+        Err(_) => None,
+    };
     let rate: Option<Rate> = match std::env::var("WEBHOOK_RATE") {
         Ok(rate) => Some(rate.parse().map_err(|e| format!("WEBHOOK_RATE: {e}"))?),
         Err(_) => None,
@@ -338,7 +351,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let worker = match workers {
                 0 => None,
                 n => Some(
-                    with_rate!(Worker::new(&inbox, handler), rate)
+                    with_flow_control!(Worker::new(&inbox, handler), rate, per_object)
                         .with_concurrency(n)?
                         .with_lease(lease)?
                         .with_grace(drain_bound)
@@ -356,9 +369,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let worker = match workers {
                 0 => None,
                 n => Some(
-                    with_rate!(
+                    with_flow_control!(
                         JetStreamWorker::from_arc(&jetstream, store.clone(), handler),
-                        rate
+                        rate,
+                        per_object
                     )
                     .with_concurrency(n)?
                     .with_lease(lease)?

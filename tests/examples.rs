@@ -497,6 +497,69 @@ async fn receiver_in_inbox_mode_pushes_back_once_its_queue_lags() {
     let _ = std::fs::remove_file(&db);
 }
 
+/// `WEBHOOK_PER_OBJECT=1` with a 200 ms processor: three events of one object run one at a
+/// time, in the order they came — each `finished` before the next is `handled` — while an
+/// event of another object runs beside them.
+#[tokio::test]
+async fn receiver_in_inbox_mode_runs_one_objects_events_one_at_a_time() {
+    const SECRET: &str = "whsec_receiver_object_0123456789";
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-object-{}.db",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&db);
+    let (mut child, url, mut stdout) = start_receiver(
+        &db,
+        &[
+            ("WEBHOOK_SCHEME", "stripe"),
+            ("WEBHOOK_SECRETS", SECRET),
+            ("WEBHOOK_MODE", "inbox"),
+            ("WEBHOOK_PER_OBJECT", "1"),
+            ("WEBHOOK_HANDLER_DELAY_MS", "200"),
+        ],
+    )
+    .await;
+    for (id, object) in [
+        ("evt_o1", "pi_1"),
+        ("evt_o2", "pi_1"),
+        ("evt_x", "pi_2"),
+        ("evt_o3", "pi_1"),
+    ] {
+        let body = event_body(id, "payment_intent.succeeded", object);
+        let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+        assert_eq!(
+            post(&url, headers, body).await.unwrap().0,
+            StatusCode::NO_CONTENT
+        );
+    }
+    let mut lines = Vec::new();
+    while lines.len() < 8 {
+        lines.push(next_raw_line(&mut stdout).await.unwrap());
+    }
+    let of_pi_1: Vec<&str> = lines
+        .iter()
+        .map(String::as_str)
+        .filter(|l| !l.ends_with("evt_x"))
+        .collect();
+    assert_eq!(
+        of_pi_1,
+        [
+            "handled evt_o1",
+            "finished evt_o1",
+            "handled evt_o2",
+            "finished evt_o2",
+            "handled evt_o3",
+            "finished evt_o3"
+        ],
+        "{lines:?}"
+    );
+    let x = lines.iter().position(|l| l == "handled evt_x").unwrap();
+    let o1_done = lines.iter().position(|l| l == "finished evt_o1").unwrap();
+    assert!(x < o1_done, "another object runs beside: {lines:?}");
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
 /// `WEBHOOK_ADMIN_TOKEN`: the operator API under `/admin`, 401 without the bearer token;
 /// `POST /admin/pause?type=…` holds that type's events (accepted, not handled) while
 /// another type's is handled, and `POST /admin/resume?type=…` lets them through.
