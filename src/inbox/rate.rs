@@ -1,5 +1,5 @@
 //! [`Rate`]: how many events a worker starts per second or minute, and the pacing that
-//! holds it to that (a start at most every `period / n`, none saved up for a burst).
+//! holds it to that (a start every `period / n`, at most 10 ms' worth at once).
 
 use std::fmt;
 use std::str::FromStr;
@@ -10,9 +10,12 @@ use tokio::time::Instant;
 use crate::{ConfigError, ConfigErrorKind};
 
 /// At most `n` events started per period, evenly spaced: one every `period / n`, so a
-/// downstream API that allows `n` a second never sees a burst above it. An event held
-/// back by the rate is not claimed: its attempt is not counted, it is not backed off and
-/// never goes dead; it starts when its turn comes.
+/// downstream API that allows `n` a second never sees a burst above it. Turns are not
+/// saved up while the worker idles, except 10 ms' worth (one turn below 100 a second):
+/// above that rate, starts go out in groups that one claim can take, so any window of
+/// the period holds at most `n` starts plus that group. An event held back by the rate is
+/// not claimed: its attempt is not counted, it is not backed off and never goes dead; it
+/// starts when its turn comes.
 ///
 /// The rate is per worker: with three replicas each running a worker, each starts its
 /// own `n` (give each a third).
@@ -108,20 +111,38 @@ impl FromStr for Rate {
 #[derive(Debug)]
 pub(crate) struct Pacing {
     spacing: Duration,
+    /// How many turns may be taken at once: 10 ms' worth, at least 1.
+    burst: u32,
+    /// When the turn after the last one taken comes (the theoretical arrival time of the
+    /// generic cell rate algorithm).
     next: Instant,
 }
 
+/// How far ahead of their spacing starts may go: what one claim round trip takes.
+const BURST: Duration = Duration::from_millis(10);
+
 impl Pacing {
     pub(crate) fn new(rate: Rate) -> Self {
+        let spacing = rate.spacing();
+        let burst = BURST.as_nanos() / spacing.as_nanos().max(1);
         Self {
-            spacing: rate.spacing(),
+            spacing,
+            burst: u32::try_from(burst).unwrap_or(u32::MAX).max(1),
             next: Instant::now(),
         }
     }
 
-    /// How many may start now, at most `free`: one when its turn has come, else none.
+    /// How many may start now, at most `free`: the turns come by now, counting up to
+    /// `burst - 1` ahead.
     pub(crate) fn allowed(&self, free: usize) -> usize {
-        usize::from(free > 0 && Instant::now() >= self.next)
+        let now = Instant::now();
+        let ahead = self.spacing * (self.burst - 1);
+        let Some(due) = (now + ahead).checked_duration_since(self.next) else {
+            return 0;
+        };
+        let turns = due.as_nanos() / self.spacing.as_nanos().max(1) + 1;
+        let turns = usize::try_from(turns.min(u128::from(self.burst))).unwrap_or(usize::MAX);
+        turns.min(free)
     }
 
     /// Takes `n` turns (sent in a claim); returns what to give back unused ones with.
@@ -147,7 +168,8 @@ impl Pacing {
 
     /// When the next turn comes.
     pub(crate) fn next(&self) -> Instant {
-        self.next
+        let ahead = self.spacing * (self.burst - 1);
+        self.next.checked_sub(ahead).unwrap_or(self.next)
     }
 }
 
@@ -202,5 +224,30 @@ mod tests {
         pacing.take(1);
         assert_eq!(pacing.allowed(4), 0);
         assert_eq!(pacing.next() - Instant::now(), Duration::from_millis(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_high_rate_lets_a_claim_take_10_ms_worth_at_once() {
+        // 10 000 a second: a turn every 100 µs, 100 at once.
+        let mut pacing = Pacing::new(Rate::per_second(10_000).unwrap());
+        assert_eq!(pacing.allowed(500), 100, "a claim takes 10 ms' worth");
+        assert_eq!(pacing.allowed(8), 8, "no more than there are processors");
+        pacing.take(100);
+        assert_eq!(pacing.allowed(500), 0, "the next 10 ms are taken");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(pacing.allowed(500), 10, "1 ms later, 1 ms' worth");
+        // Idle for a second: still 10 ms' worth, not a second's.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(pacing.allowed(50_000), 100);
+        // Over a second at full speed, 10 000 starts (and the first group ahead).
+        let mut started = 0;
+        let end = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < end {
+            let n = pacing.allowed(1000);
+            pacing.take(n);
+            started += n;
+            tokio::time::advance(Duration::from_millis(2)).await;
+        }
+        assert!((10_000..=10_100).contains(&started), "{started}");
     }
 }
