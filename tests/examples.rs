@@ -372,11 +372,7 @@ async fn receiver_in_inbox_mode_answers_at_once_and_its_worker_handles_each_even
 #[tokio::test]
 async fn receiver_in_inbox_mode_starts_events_at_its_rate_and_says_when_each_finished() {
     const SECRET: &str = "whsec_receiver_rate_0123456789";
-    let db = std::env::temp_dir().join(format!(
-        "tower-webhook-receiver-rate-{}.db",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&db);
+    let db = fresh_db("rate");
     let (mut child, url, mut stdout) = start_receiver(
         &db,
         &[
@@ -432,11 +428,7 @@ async fn receiver_in_inbox_mode_starts_events_at_its_rate_and_says_when_each_fin
 #[tokio::test]
 async fn receiver_in_inbox_mode_pushes_back_once_its_queue_lags() {
     const SECRET: &str = "whsec_receiver_lag_0123456789";
-    let db = std::env::temp_dir().join(format!(
-        "tower-webhook-receiver-lag-{}.db",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&db);
+    let db = fresh_db("lag");
     let env = |workers| {
         [
             ("WEBHOOK_SCHEME", "stripe"),
@@ -503,11 +495,7 @@ async fn receiver_in_inbox_mode_pushes_back_once_its_queue_lags() {
 #[tokio::test]
 async fn receiver_in_inbox_mode_runs_one_objects_events_one_at_a_time() {
     const SECRET: &str = "whsec_receiver_object_0123456789";
-    let db = std::env::temp_dir().join(format!(
-        "tower-webhook-receiver-object-{}.db",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&db);
+    let db = fresh_db("object");
     let (mut child, url, mut stdout) = start_receiver(
         &db,
         &[
@@ -567,11 +555,7 @@ async fn receiver_in_inbox_mode_runs_one_objects_events_one_at_a_time() {
 async fn receiver_in_inbox_mode_serves_the_admin_api_to_pause_and_resume() {
     const SECRET: &str = "whsec_receiver_admin_0123456789";
     const TOKEN: &str = "operator-token-0123456789abcdef";
-    let db = std::env::temp_dir().join(format!(
-        "tower-webhook-receiver-admin-{}.db",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&db);
+    let db = fresh_db("admin");
     let (mut child, url, mut stdout) = start_receiver(
         &db,
         &[
@@ -1630,6 +1614,16 @@ async fn bad_command_lines_exit_2_with_clap_message_and_run_nothing() {
 }
 
 /// The receiver's next line of output, waiting at most 10 s.
+/// A SQLite file path of this test's own (`name`), none there yet.
+fn fresh_db(name: &str) -> PathBuf {
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-{name}-{}.db",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&db);
+    db
+}
+
 /// The receiver's next `handled` line (the `finished` lines its worker prints in the
 /// queue modes are passed over: `next_raw_line` reads them).
 async fn next_line(

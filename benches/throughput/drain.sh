@@ -15,7 +15,9 @@
 #                  $DURATION s: accept (its 2xx) -> processed (its `handled` line), p50/p99;
 #   bare loop      run.sh's: pgbench's one-row inserts, or sqlite3's one row per commit.
 # Every rate is also printed as a ratio to the bare loop. $WORKERS: the worker's
-# concurrency (default 8, the receiver's). Needs wrk, pgbench, sqlite3, python3 and
+# concurrency (default 8, the receiver's). QUICK=1: accept alone, drain alone and the
+# bare loop only. The receiver's other variables (WEBHOOK_RATE, WEBHOOK_PER_OBJECT) pass
+# through from the environment. Needs wrk, pgbench, sqlite3, python3 and
 # PostgreSQL on 127.0.0.1:5432 (`bash .ci/services`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -115,19 +117,19 @@ ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
 if [ "$WHICH" = postgres ] || [ "$WHICH" = both ]; then
   for n in 1 2 3; do psql "$PG/postgres" -qc "CREATE DATABASE tw_drain_$$_$n" >/dev/null; done
   measure postgres DATABASE_URL="$PG/tw_drain_$$_1"
-  both postgres DATABASE_URL="$PG/tw_drain_$$_2"
+  [ -n "${QUICK:-}" ] || both postgres DATABASE_URL="$PG/tw_drain_$$_2"
   BARE_RPS=$(bare_postgres "$PG/tw_drain_$$_1")
   echo "postgres bare pgbench insert: rps=$BARE_RPS"
   echo "postgres ratios to the bare loop: accept_alone=$(ratio "$ACCEPT" "$BARE_RPS") drain_alone=$(ratio "$(field rps <"$WORK/drain.txt")" "$BARE_RPS")"
-  latency postgres DATABASE_URL="$PG/tw_drain_$$_3"
+  [ -n "${QUICK:-}" ] || latency postgres DATABASE_URL="$PG/tw_drain_$$_3"
   for n in 1 2 3; do psql "$PG/postgres" -qc "DROP DATABASE tw_drain_$$_$n WITH (FORCE)" >/dev/null; done
 fi
 
 if [ "$WHICH" = sqlite ] || [ "$WHICH" = both ]; then
   measure sqlite WEBHOOK_SQLITE="$WORK/one.db" DATABASE_URL=
-  both sqlite WEBHOOK_SQLITE="$WORK/two.db" DATABASE_URL=
+  [ -n "${QUICK:-}" ] || both sqlite WEBHOOK_SQLITE="$WORK/two.db" DATABASE_URL=
   BARE_RPS=$(bare_sqlite "$WORK/one.db")
   echo "sqlite bare sqlite3 loop: rps=$BARE_RPS"
   echo "sqlite ratios to the bare loop: accept_alone=$(ratio "$ACCEPT" "$BARE_RPS") drain_alone=$(ratio "$(field rps <"$WORK/drain.txt")" "$BARE_RPS")"
-  latency sqlite WEBHOOK_SQLITE="$WORK/three.db" DATABASE_URL=
+  [ -n "${QUICK:-}" ] || latency sqlite WEBHOOK_SQLITE="$WORK/three.db" DATABASE_URL=
 fi

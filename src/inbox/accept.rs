@@ -6,7 +6,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -14,7 +13,7 @@ use http_body_util::Full;
 use tower_service::Service;
 
 use super::backpressure::{Backpressure, Gate};
-use super::Accepted;
+use super::{Accepted, Counts};
 use crate::response::{self, Needs, RejectFn, Rejection};
 use crate::store::{StoreError, StoreErrorKind};
 use crate::{metrics, Event};
@@ -25,10 +24,8 @@ pub(crate) trait Destination: Send + Sync + 'static {
         &'a self,
         event: &'a Event,
     ) -> Pin<Box<dyn Future<Output = Result<Accepted, StoreError>> + Send + 'a>>;
-    /// How long the oldest due event has waited (`None`: none is due).
-    fn lag(
-        &self,
-    ) -> Pin<Box<dyn Future<Output = Result<Option<Duration>, StoreError>> + Send + '_>>;
+    /// The queue's counts (its lag: `oldest_due`).
+    fn counts(&self) -> Pin<Box<dyn Future<Output = Result<Counts, StoreError>> + Send + '_>>;
 }
 
 /// Stores each verified delivery and answers at once: 204 when stored (duplicates too),

@@ -104,8 +104,8 @@ impl Gate {
             tokio::spawn(async move {
                 // A failed read keeps the last answer: an unreachable queue refuses on its
                 // own (the accept's 503).
-                if let Ok(lag) = queue.lag().await {
-                    let beyond = lag.is_some_and(|lag| lag > gate.rule.max_lag);
+                if let Ok(counts) = queue.counts().await {
+                    let beyond = counts.oldest_due.is_some_and(|lag| lag > gate.rule.max_lag);
                     *gate.last.lock().expect("not poisoned") = Some((Instant::now(), beyond));
                 }
                 gate.reading.store(false, Ordering::Release);

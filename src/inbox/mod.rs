@@ -526,12 +526,11 @@ impl accept::Destination for Inbox {
         Box::pin(Inbox::accept(self, event))
     }
 
-    fn lag(
+    fn counts(
         &self,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Option<Duration>, StoreError>> + Send + '_>,
-    > {
-        Box::pin(async move { Ok(self.counts().await?.oldest_due) })
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Counts, StoreError>> + Send + '_>>
+    {
+        Box::pin(Inbox::counts(self))
     }
 }
 

@@ -88,7 +88,7 @@ use std::time::Duration;
 use crate::event::{Event, Stored};
 use crate::inbox::backend::Claimed;
 use crate::inbox::listing::{from_micros, Rows};
-use crate::inbox::{Counts, EventSummary, Listing, State, StoredEvent};
+use crate::inbox::{Counts, EventSummary, Listing, Pause, State, StoredEvent};
 use crate::store::{StoreError, StoreErrorKind};
 
 /// A failed statement as a [`StoreError`] of `context`, of the kind its cause says:
@@ -318,6 +318,16 @@ fn after(listing: &Listing) -> (Option<i64>, Option<String>, Option<String>) {
 fn summaries(rows: Result<Vec<ListedRow>, sqlx::Error>) -> Result<Vec<EventSummary>, StoreError> {
     rows.map(|rows| rows.into_iter().map(EventSummary::from).collect())
         .map_err(|e| store_error("inbox list", e))
+}
+
+/// `webhook_pauses`' rows (source, type, milliseconds since the epoch) as pauses.
+fn pauses(rows: Result<Vec<(String, String, i64)>, sqlx::Error>) -> Result<Vec<Pause>, StoreError> {
+    rows.map(|rows| {
+        rows.into_iter()
+            .map(crate::inbox::pause::from_row)
+            .collect()
+    })
+    .map_err(|e| store_error("inbox pauses", e))
 }
 
 /// What a row stopped past the shutdown's grace period says as its error.

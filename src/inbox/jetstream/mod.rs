@@ -476,12 +476,11 @@ impl Destination for JetStream {
         Box::pin(JetStream::accept(self, event))
     }
 
-    fn lag(
+    fn counts(
         &self,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Option<Duration>, StoreError>> + Send + '_>,
-    > {
-        Box::pin(async move { Ok(self.counts().await?.oldest_due) })
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Counts, StoreError>> + Send + '_>>
+    {
+        Box::pin(JetStream::counts(self))
     }
 }
 

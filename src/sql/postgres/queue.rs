@@ -8,12 +8,12 @@ use sqlx::postgres::{PgListener, PgPool};
 use sqlx::{PgConnection, Row};
 use tokio::sync::Notify;
 
-use super::super::{claimed, store_error, Outcome, ABANDONED, CRASHED};
+use super::super::{claimed, pauses, store_error, Outcome, ABANDONED, CRASHED};
 use super::group_commit::{Write, Written};
 use super::listing::FOLD_COUNTS;
 use super::{Pg, CHANNEL, PLANNED_EACH_TIME};
 use crate::inbox::backend::{Backend, Claimed};
-use crate::inbox::pause::{self, Pause};
+use crate::inbox::Pause;
 use crate::inbox::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
 use crate::store::{Delivery, StoreError, StoreFuture, Token};
 use crate::Event;
@@ -280,13 +280,7 @@ impl Backend for Pg {
 
     fn pauses(&self) -> StoreFuture<Vec<Pause>> {
         let pool = self.pool.clone();
-        Box::pin(async move {
-            let rows: Vec<(String, String, i64)> = sqlx::query_as(PAUSES)
-                .fetch_all(&pool)
-                .await
-                .map_err(|e| store_error("inbox pauses", e))?;
-            Ok(rows.into_iter().map(pause::from_row).collect())
-        })
+        Box::pin(async move { pauses(sqlx::query_as(PAUSES).fetch_all(&pool).await) })
     }
 
     fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64> {

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::super::{claimed, store_error, Outcome};
+use super::super::{claimed, pauses, Outcome};
 use super::{Done, Op, Sqlite};
 use crate::inbox::backend::{Backend, Claimed};
-use crate::inbox::pause::{self, Pause};
+use crate::inbox::Pause;
 use crate::inbox::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
 use crate::store::{Delivery, StoreError, StoreFuture, Token};
 use crate::Event;
@@ -215,13 +215,7 @@ impl Backend for Sqlite {
 
     fn pauses(&self) -> StoreFuture<Vec<Pause>> {
         let pool = self.pool.clone();
-        Box::pin(async move {
-            let rows: Vec<(String, String, i64)> = sqlx::query_as(PAUSES)
-                .fetch_all(&pool)
-                .await
-                .map_err(|e| store_error("inbox pauses", e))?;
-            Ok(rows.into_iter().map(pause::from_row).collect())
-        })
+        Box::pin(async move { pauses(sqlx::query_as(PAUSES).fetch_all(&pool).await) })
     }
 
     fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64> {
