@@ -51,6 +51,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
         outcome: Outcome,
     ) -> StoreFuture<bool>;
     fn requeue(&self, which: &Requeue) -> StoreFuture<u64>;
+    /// Makes the index a per-object cap reads, if it is missing.
+    fn object_index(&self) -> StoreFuture<()>;
     /// Pauses (`true`) or resumes (`false`) a source and type (`""`: any); whether that
     /// changed anything.
     fn pause(&self, source: String, event_type: String, pause: bool) -> StoreFuture<bool>;

@@ -320,6 +320,27 @@ fn summaries(rows: Result<Vec<ListedRow>, sqlx::Error>) -> Result<Vec<EventSumma
         .map_err(|e| store_error("inbox list", e))
 }
 
+/// The index a per-object cap reads: an object's unfinished rows (running, or before the
+/// one to claim). Made by the first worker with a cap, not by a migration: an index
+/// every accept and every outcome maintain would cost those who use no cap (5–10 % of
+/// the drain on SQLite, BENCHMARKS.md). The same text in both dialects, after `$create`.
+macro_rules! object_index {
+    ($create:literal) => {
+        concat!(
+            $create,
+            " IF NOT EXISTS webhook_events_object
+    ON webhook_events (source, object_id, received_at, event_id)
+    WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+      AND object_id IS NOT NULL"
+        )
+    };
+}
+#[cfg(feature = "sqlite")]
+const OBJECT_INDEX: &str = object_index!("CREATE INDEX");
+/// PostgreSQL's builds beside the writes instead of blocking them.
+#[cfg(feature = "postgres")]
+const OBJECT_INDEX_CONCURRENTLY: &str = object_index!("CREATE INDEX CONCURRENTLY");
+
 /// `webhook_pauses`' rows (source, type, milliseconds since the epoch) as pauses.
 fn pauses(rows: Result<Vec<(String, String, i64)>, sqlx::Error>) -> Result<Vec<Pause>, StoreError> {
     rows.map(|rows| {

@@ -177,7 +177,7 @@ impl Queue for Stream {
     /// again after a pause while NATS cannot answer; keeps the consumer's own lease.
     async fn open(
         &mut self,
-        lease: Duration,
+        (lease, _): (Duration, Option<u32>),
         stopped: &mut watch::Receiver<bool>,
     ) -> Option<Duration> {
         loop {

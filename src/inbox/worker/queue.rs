@@ -60,11 +60,12 @@ pub(crate) trait Queue: Send + Sync + 'static {
     /// Tasks that run beside the worker and stop with it (a `LISTEN`, the gauges).
     fn beside(&self, poll: Duration) -> Vec<tokio::task::JoinHandle<()>>;
 
-    /// Gets ready before the first claim, and says the lease to keep (the one asked for,
-    /// or one the queue holds to); `None` when `stopped` changed first.
+    /// Gets ready before the first claim (`opening`: the lease asked for, and the
+    /// per-object cap, if any), and says the lease to keep (the one asked for, or one the queue holds to); `None` when
+    /// `stopped` changed first.
     fn open(
         &mut self,
-        lease: Duration,
+        opening: (Duration, Option<u32>),
         stopped: &mut watch::Receiver<bool>,
     ) -> impl Future<Output = Option<Duration>> + Send;
 

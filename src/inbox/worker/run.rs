@@ -99,7 +99,8 @@ struct Batch<H> {
 
 impl<Q: Queue> Engine<Q> {
     pub(super) async fn run(mut self, mut stopped: watch::Receiver<bool>) {
-        let Some(lease) = self.queue.open(self.lease.length, &mut stopped).await else {
+        let opening = (self.lease.length, self.per_object);
+        let Some(lease) = self.queue.open(opening, &mut stopped).await else {
             return;
         };
         self.lease.length = lease;

@@ -128,7 +128,18 @@ impl Queue for Inbox {
         listener.into_iter().chain(gauges).collect()
     }
 
-    async fn open(&mut self, lease: Duration, _: &mut watch::Receiver<bool>) -> Option<Duration> {
+    async fn open(
+        &mut self,
+        (lease, per_object): (Duration, Option<u32>),
+        _: &mut watch::Receiver<bool>,
+    ) -> Option<Duration> {
+        if per_object.is_some() {
+            // Without it the cap still holds, reading more of the table per claim.
+            if let Err(_error) = self.backend.object_index().await {
+                #[cfg(feature = "tracing")]
+                tracing::warn!(target: "tower_webhook", "inbox worker could not make the per-object index: {_error}");
+            }
+        }
         Some(lease)
     }
 

@@ -8,7 +8,9 @@ use sqlx::postgres::{PgListener, PgPool};
 use sqlx::{PgConnection, Row};
 use tokio::sync::Notify;
 
-use super::super::{claimed, pauses, store_error, Outcome, ABANDONED, CRASHED};
+use super::super::{
+    claimed, pauses, store_error, Outcome, ABANDONED, CRASHED, OBJECT_INDEX_CONCURRENTLY,
+};
 use super::group_commit::{Write, Written};
 use super::listing::FOLD_COUNTS;
 use super::{Pg, CHANNEL, PLANNED_EACH_TIME};
@@ -275,6 +277,17 @@ impl Backend for Pg {
                 done.fetch_one(&pool).await.map(i64::unsigned_abs)
             };
             Ok(changed.map_err(|e| store_error("inbox pause", e))? > 0)
+        })
+    }
+
+    fn object_index(&self) -> StoreFuture<()> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let made = sqlx::raw_sql(OBJECT_INDEX_CONCURRENTLY)
+                .execute(&pool)
+                .await;
+            made.map(drop)
+                .map_err(|e| store_error("inbox object index", e))
         })
     }
 

@@ -303,3 +303,23 @@ async fn a_role_without_truncate_still_folds_the_log() {
         .await
         .unwrap();
 }
+
+/// The per-object index is made on demand (concurrently), once.
+#[tokio::test]
+async fn the_object_index_is_made_on_demand() {
+    let pool = fresh_pool().await;
+    let exists = || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'webhook_events_object'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        n
+    };
+    assert_eq!(exists().await, 0, "no migration makes it");
+    let pg = Pg::new(pool.clone());
+    pg.object_index().await.unwrap();
+    pg.object_index().await.unwrap(); // again: nothing to do
+    assert_eq!(exists().await, 1);
+}

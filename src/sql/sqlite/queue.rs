@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::super::{claimed, pauses, Outcome};
+use super::super::{claimed, pauses, store_error, Outcome, OBJECT_INDEX};
 use super::{Done, Op, Sqlite};
 use crate::inbox::backend::{Backend, Claimed};
 use crate::inbox::Pause;
@@ -210,6 +210,15 @@ impl Backend for Sqlite {
         Box::pin(async move {
             let changed = this.count(Op::Pause(source, event_type, pause)).await?;
             Ok(changed > 0)
+        })
+    }
+
+    fn object_index(&self) -> StoreFuture<()> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let made = sqlx::raw_sql(OBJECT_INDEX).execute(&pool).await;
+            made.map(drop)
+                .map_err(|e| store_error("inbox object index", e))
         })
     }
 

@@ -166,3 +166,50 @@ async fn rows_handed_back_are_due_again_uncounted_and_fenced_on_the_token() {
     drop((inbox, sql, store));
     let _ = std::fs::remove_file(&path);
 }
+
+/// The per-object index is made on demand, once, and a claim with a cap uses it.
+#[tokio::test]
+async fn the_object_index_is_made_on_demand_and_a_capped_claim_reads_it() {
+    let path = std::env::temp_dir().join(format!(
+        "tower-webhook-unit-{}.db",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let store = crate::store::SqliteStore::open(&path).await.unwrap();
+    let exists = || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'webhook_events_object'",
+        )
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        n
+    };
+    assert_eq!(exists().await, 0, "no migration makes it");
+    let sql = store.sql().clone();
+    sql.object_index().await.unwrap();
+    sql.object_index().await.unwrap(); // again: nothing to do
+    assert_eq!(exists().await, 1);
+    let plan: Vec<String> = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN QUERY PLAN {}",
+        super::queue::CLAIM_DUE
+    )))
+    .bind(0_i64)
+    .bind(1000_i64)
+    .bind("t")
+    .bind(10_i64)
+    .bind(8_i64)
+    .bind("crashed")
+    .bind(1_i64)
+    .fetch_all(store.pool())
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| row.get::<String, _>("detail"))
+    .collect();
+    assert!(
+        plan.iter()
+            .any(|step| step.contains("webhook_events_object")),
+        "{plan:?}"
+    );
+    let _ = std::fs::remove_file(&path);
+}
