@@ -1260,7 +1260,10 @@ async fn redis_store_refuses_a_server_that_may_evict_its_keys() {
     for _ in 0..100 {
         match RedisStore::connect(&redis.url()).await {
             // Refused for its policy; a refused connection (still starting) is not that.
-            Err(e) if e.source().is_some_and(|s| s.to_string().contains("noeviction")) => {
+            Err(e)
+                if e.source()
+                    .is_some_and(|s| s.to_string().contains("noeviction")) =>
+            {
                 refused = Some(e);
                 break;
             }
