@@ -85,32 +85,38 @@ struct Changed {
     changed: bool,
 }
 
-/// The query of `/pause` and `/resume`, checked.
-fn pause_query(query: Result<Query<PauseQuery>, QueryRejection>) -> Result<PauseQuery, AdminError> {
-    let Query(query) = query.map_err(|_| {
-        AdminError::bad_request("the query takes source and type, once each, both optional")
-    })?;
-    Ok(query)
-}
-
 async fn pause(
     State(inbox): State<Inbox>,
     query: Result<Query<PauseQuery>, QueryRejection>,
 ) -> Result<Json<Changed>, AdminError> {
-    let query = pause_query(query)?;
-    let paused = inbox.pause(query.source.as_deref(), query.event_type.as_deref());
-    let changed = paused.await.map_err(AdminError::store)?;
-    Ok(Json(Changed { changed }))
+    set_paused(&inbox, query, true).await
 }
 
 async fn resume(
     State(inbox): State<Inbox>,
     query: Result<Query<PauseQuery>, QueryRejection>,
 ) -> Result<Json<Changed>, AdminError> {
-    let query = pause_query(query)?;
-    let resumed = inbox.resume(query.source.as_deref(), query.event_type.as_deref());
-    let changed = resumed.await.map_err(AdminError::store)?;
-    Ok(Json(Changed { changed }))
+    set_paused(&inbox, query, false).await
+}
+
+/// Pauses (`true`) or resumes what the query names.
+async fn set_paused(
+    inbox: &Inbox,
+    query: Result<Query<PauseQuery>, QueryRejection>,
+    paused: bool,
+) -> Result<Json<Changed>, AdminError> {
+    let Query(query) = query.map_err(|_| {
+        AdminError::bad_request("the query takes source and type, once each, both optional")
+    })?;
+    let (source, event_type) = (query.source.as_deref(), query.event_type.as_deref());
+    let changed = if paused {
+        inbox.pause(source, event_type).await
+    } else {
+        inbox.resume(source, event_type).await
+    };
+    Ok(Json(Changed {
+        changed: changed.map_err(AdminError::store)?,
+    }))
 }
 
 async fn pauses(State(inbox): State<Inbox>) -> Result<Json<Vec<Pause>>, AdminError> {

@@ -146,23 +146,15 @@ impl WorkerHandle {
     }
 }
 
-/// A worker's concurrency, if it is at least 1.
-pub(crate) fn checked_concurrency(n: usize) -> Result<usize, crate::ConfigError> {
-    if n == 0 {
+/// A worker's count (`n`), if it is at least 1; else `why` is the error.
+pub(crate) fn at_least_one<T: Default + PartialEq>(
+    n: T,
+    why: &'static str,
+) -> Result<T, crate::ConfigError> {
+    if n == T::default() {
         return Err(crate::ConfigError::new(
             crate::ConfigErrorKind::InvalidValue,
-            "a worker's concurrency must be at least 1",
-        ));
-    }
-    Ok(n)
-}
-
-/// A per-object cap, if it is at least 1.
-pub(crate) fn checked_per_object(n: u32) -> Result<u32, crate::ConfigError> {
-    if n == 0 {
-        return Err(crate::ConfigError::new(
-            crate::ConfigErrorKind::InvalidValue,
-            "a per-object cap must be at least 1",
+            why,
         ));
     }
     Ok(n)

@@ -87,7 +87,8 @@ macro_rules! shared_settings {
         ///
         /// When `n` is 0.
         pub fn with_concurrency(mut self, n: usize) -> Result<Self, $crate::ConfigError> {
-            self.engine.concurrency = $crate::inbox::process::checked_concurrency(n)?;
+            let why = "a worker's concurrency must be at least 1";
+            self.engine.concurrency = $crate::inbox::process::at_least_one(n, why)?;
             Ok(self)
         }
 
@@ -189,7 +190,8 @@ macro_rules! shared_settings {
         ///
         /// When `n` is 0.
         pub fn with_per_object(mut self, n: u32) -> Result<Self, $crate::ConfigError> {
-            self.engine.per_object = Some($crate::inbox::process::checked_per_object(n)?);
+            let why = "a per-object cap must be at least 1";
+            self.engine.per_object = Some($crate::inbox::process::at_least_one(n, why)?);
             Ok(self)
         }
     };
