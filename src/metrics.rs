@@ -16,7 +16,8 @@
 //! | `tower_webhook_inbox_backlogged_total` | counter | `source` | deliveries the inbox's accept answered 503 without storing them, its queue lagging beyond its [`Backpressure`](crate::inbox::Backpressure) |
 //! | `tower_webhook_handler_outcomes_total` | counter | `source`, `outcome` | handler runs behind `DedupeLayer` or `TxDedupeLayer`: `success` (2xx), `failure` (another status, or an error), `panic` |
 //! | `tower_webhook_store_operation_duration_seconds` | histogram | `operation` | each round trip to a store, failed ones included: `claim`, `renew`, `complete`, `release` (`DedupeLayer`, [`Once`](crate::once::Once)); `accept`, `inbox_claim`, `inbox_renew`, `inbox_finish`, `inbox_counts` (the inbox) |
-//! | `tower_webhook_inbox_attempts_total` | counter | `outcome` | the inbox worker's attempts: `processed`, `retry` (failed, due again after a backoff), `dead` (failed the last allowed attempt), `abandoned` (stopped past the shutdown grace, back in the queue), `lost` (the row was no longer this worker's when the outcome was recorded, or the store did not hear it before the lease ended) |
+//! | `tower_webhook_inbox_parked_total` | counter | | paused events a JetStream worker parked (see [`JetStream::pause`](crate::inbox::jetstream::JetStream::pause)); not attempts |
+//! | `tower_webhook_inbox_attempts_total` | counter | `outcome` | the inbox worker's attempts: `processed`, `retry` (failed, due again after a backoff), `dead` (failed the last allowed attempt), `abandoned` (stopped past the shutdown grace, back in the queue), `snoozed` (the processor answered [`Later`](crate::inbox::Later): due again then, not counted as an attempt), `lost` (the row was no longer this worker's when the outcome was recorded, or the store did not hear it before the lease ended) |
 //! | `tower_webhook_inbox_depth` | gauge | `state` | rows `queued` (waiting for their first or next attempt) and `processing` (claimed now) |
 //! | `tower_webhook_inbox_dead_rows` | gauge | | rows that gave up after the maximum attempts |
 //! | `tower_webhook_inbox_lag_seconds` | gauge | | how long the longest-waiting due row has waited (`Counts::oldest_due`; 0 when none is due): alert on it |
@@ -128,6 +129,8 @@ pub(crate) enum Attempt {
     Dead,
     /// Stopped past the shutdown grace; the row is back in the queue, the attempt counted.
     Abandoned,
+    /// The processor said "later": the event is due again then, the attempt not counted.
+    Snoozed,
     /// Its outcome was not the row's: another worker held it by then, or the store did
     /// not hear the outcome before the lease ended.
     Lost,
@@ -318,6 +321,14 @@ pub(crate) fn attempt(_outcome: Attempt) {
     imp::increment(imp::attempt_key(_outcome));
 }
 
+/// A JetStream worker parked an event a pause holds back (not an attempt).
+#[inline]
+#[cfg_attr(not(feature = "nats"), allow(dead_code))]
+pub(crate) fn parked() {
+    #[cfg(feature = "metrics")]
+    imp::increment(imp::parked_key());
+}
+
 /// The inbox's depth as last read: rows queued and being processed, dead rows, and how
 /// long the longest-waiting due row has waited (`None`: none is due). For any queue of
 /// verified events.
@@ -358,6 +369,7 @@ mod imp {
     pub(super) const HANDLER: &str = "tower_webhook_handler_outcomes_total";
     pub(super) const STORE: &str = "tower_webhook_store_operation_duration_seconds";
     pub(super) const ATTEMPTS: &str = "tower_webhook_inbox_attempts_total";
+    pub(super) const PARKED: &str = "tower_webhook_inbox_parked_total";
     pub(super) const DEPTH: &str = "tower_webhook_inbox_depth";
     pub(super) const DEAD: &str = "tower_webhook_inbox_dead_rows";
     pub(super) const LAG: &str = "tower_webhook_inbox_lag_seconds";
@@ -370,7 +382,7 @@ mod imp {
     }
 
     /// Every metric: its name, type, unit and help text (given to each recorder once).
-    pub(super) const DESCRIPTIONS: [(&str, Type, Unit, &str); 13] = [
+    pub(super) const DESCRIPTIONS: [(&str, Type, Unit, &str); 14] = [
         (
             VERIFIED,
             Type::Counter,
@@ -429,7 +441,13 @@ mod imp {
             ATTEMPTS,
             Type::Counter,
             Unit::Count,
-            "Inbox worker attempts, by outcome (processed, retry, dead, abandoned, lost).",
+            "Inbox worker attempts, by outcome (processed, retry, dead, abandoned, snoozed, lost).",
+        ),
+        (
+            PARKED,
+            Type::Counter,
+            Unit::Count,
+            "Paused events a JetStream worker parked (not attempts).",
         ),
         (
             DEPTH,
@@ -511,6 +529,10 @@ mod imp {
         }};
     }
 
+    pub(super) fn parked_key() -> &'static Key {
+        static_key!(PARKED)
+    }
+
     pub(super) fn operation_key(operation: Operation) -> &'static Key {
         match operation {
             Operation::Claim => static_key!(STORE, "operation" => "claim"),
@@ -531,6 +553,7 @@ mod imp {
             Attempt::Retry => static_key!(ATTEMPTS, "outcome" => "retry"),
             Attempt::Dead => static_key!(ATTEMPTS, "outcome" => "dead"),
             Attempt::Abandoned => static_key!(ATTEMPTS, "outcome" => "abandoned"),
+            Attempt::Snoozed => static_key!(ATTEMPTS, "outcome" => "snoozed"),
             Attempt::Lost => static_key!(ATTEMPTS, "outcome" => "lost"),
         }
     }

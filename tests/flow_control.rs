@@ -18,7 +18,8 @@ use http_body_util::Full;
 use tower::{Layer, ServiceExt};
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
 use tower_webhook::inbox::{
-    Accept, Attempt, Backpressure, Counts, Inbox, Processor, Rate, Worker, WorkerHandle,
+    Accept, Attempt, Backpressure, Counts, Inbox, Later, Pause, Processor, Rate, Worker,
+    WorkerHandle,
 };
 use tower_webhook::store::{MemoryStore, PgStore, SqliteStore};
 use tower_webhook::{Event, Scheme, VerifyWebhookLayer};
@@ -94,20 +95,34 @@ impl Queue {
         rate: Option<Rate>,
         per_object: Option<u32>,
     ) -> WorkerHandle {
+        let settings = Settings {
+            concurrency,
+            rate,
+            per_object,
+            max_attempts: None,
+        };
+        self.spawn_set(processor, settings)
+    }
+
+    /// A worker on this queue with `settings`, polling quickly.
+    fn spawn_set(&self, processor: impl Processor, settings: Settings) -> WorkerHandle {
         let poll = Duration::from_millis(100);
         // The builder methods the two workers share, applied to either.
         macro_rules! configured {
             ($worker:expr) => {{
                 let mut worker = $worker
-                    .with_concurrency(concurrency)
+                    .with_concurrency(settings.concurrency)
                     .unwrap()
                     .with_poll_interval(poll)
                     .unwrap();
-                if let Some(rate) = rate {
+                if let Some(rate) = settings.rate {
                     worker = worker.with_rate(rate);
                 }
-                if let Some(n) = per_object {
+                if let Some(n) = settings.per_object {
                     worker = worker.with_per_object(n).unwrap();
+                }
+                if let Some(n) = settings.max_attempts {
+                    worker = worker.with_max_attempts(n).unwrap();
                 }
                 worker.spawn()
             }};
@@ -123,6 +138,48 @@ impl Queue {
             }
         }
     }
+
+    async fn pause(&self, source: Option<&str>, event_type: Option<&str>) -> bool {
+        match self {
+            Self::Sql(inbox) => inbox.pause(source, event_type).await.unwrap(),
+            Self::JetStream(js) => js.pause(source, event_type).await.unwrap(),
+        }
+    }
+
+    async fn resume(&self, source: Option<&str>, event_type: Option<&str>) -> bool {
+        match self {
+            Self::Sql(inbox) => inbox.resume(source, event_type).await.unwrap(),
+            Self::JetStream(js) => js.resume(source, event_type).await.unwrap(),
+        }
+    }
+
+    async fn pauses(&self) -> Vec<Pause> {
+        match self {
+            Self::Sql(inbox) => inbox.pauses().await.unwrap(),
+            Self::JetStream(js) => js.pauses().await.unwrap(),
+        }
+    }
+
+    /// The events a pause holds back: queued rows on SQL, parked messages on JetStream.
+    async fn held_by_pauses(&self) -> u64 {
+        match self {
+            Self::Sql(inbox) => inbox.counts().await.unwrap().queued,
+            Self::JetStream(js) => {
+                let client = async_nats::connect(common::nats_url()).await.unwrap();
+                let context = async_nats::jetstream::new(client);
+                let mut parked = context.get_stream(js.paused_stream()).await.unwrap();
+                parked.info().await.unwrap().state.messages
+            }
+        }
+    }
+}
+
+/// A worker's settings beside the quick poll every test worker has.
+struct Settings {
+    concurrency: usize,
+    rate: Option<Rate>,
+    per_object: Option<u32>,
+    max_attempts: Option<u32>,
 }
 
 /// Delivers `id` signed in `scheme` (whose name is its source) through verification to
@@ -298,19 +355,19 @@ async fn backpressure_refuses_retrying_sources_while_the_queue_lags(queue: Queue
 /// A pause of one type, in the whole inbox: another type's event is processed while the
 /// paused ones are accepted and wait, none started and none counted; resumed, they start
 /// in the order they came (one processor: one at a time), each as attempt 1.
-async fn a_pause_holds_a_type_back_and_resume_starts_its_events_in_order(inbox: Inbox) {
-    assert!(inbox.pause(None, Some("invoice.paid")).await.unwrap());
+async fn a_pause_holds_a_type_back_and_resume_starts_its_events_in_order(queue: Queue) {
+    assert!(queue.pause(None, Some("invoice.paid")).await);
     assert!(
-        !inbox.pause(None, Some("invoice.paid")).await.unwrap(),
+        !queue.pause(None, Some("invoice.paid")).await,
         "paused already"
     );
-    let pauses = inbox.pauses().await.unwrap();
+    let pauses = queue.pauses().await;
     assert_eq!(pauses.len(), 1);
     assert_eq!(
         (pauses[0].source.as_deref(), pauses[0].event_type.as_deref()),
         (None, Some("invoice.paid"))
     );
-    let accept = inbox.accept_service();
+    let accept = queue.accept_service();
     let ids: Vec<String> = (0..4).map(|i| format!("evt_paused_{i}")).collect();
     for id in &ids {
         let response = deliver_typed(&accept, Scheme::standard(), id, "invoice.paid").await;
@@ -318,12 +375,7 @@ async fn a_pause_holds_a_type_back_and_resume_starts_its_events_in_order(inbox: 
         tokio::time::sleep(Duration::from_millis(5)).await; // distinct arrival times
     }
     let starts = Starts::default();
-    let worker = Worker::new(&inbox, starts.processor())
-        .with_poll_interval(Duration::from_millis(100))
-        .unwrap()
-        .with_concurrency(1)
-        .unwrap()
-        .spawn();
+    let worker = queue.spawn_with(starts.processor(), 1, None, None);
     let other = deliver_typed(&accept, Scheme::standard(), "evt_other", "order.paid").await;
     assert_eq!(other.status(), StatusCode::NO_CONTENT);
     eventually("the other type processed", Duration::from_secs(10), || {
@@ -332,21 +384,14 @@ async fn a_pause_holds_a_type_back_and_resume_starts_its_events_in_order(inbox: 
     .await;
     tokio::time::sleep(Duration::from_millis(600)).await; // six polls
     assert_eq!(starts.count(), 1, "nothing paused started");
-    assert_eq!(
-        inbox.counts().await.unwrap().queued,
-        4,
-        "the paused wait, queued"
-    );
+    assert_eq!(queue.held_by_pauses().await, 4, "the paused wait");
 
     assert!(
-        !inbox
-            .resume(Some("standard"), Some("invoice.paid"))
-            .await
-            .unwrap(),
+        !queue.resume(Some("standard"), Some("invoice.paid")).await,
         "not that pause"
     );
-    assert!(inbox.resume(None, Some("invoice.paid")).await.unwrap());
-    assert!(inbox.pauses().await.unwrap().is_empty());
+    assert!(queue.resume(None, Some("invoice.paid")).await);
+    assert!(queue.pauses().await.is_empty());
     eventually("the paused ones processed", Duration::from_secs(10), || {
         starts.count() == 5
     })
@@ -361,26 +406,6 @@ async fn a_pause_holds_a_type_back_and_resume_starts_its_events_in_order(inbox: 
     for (id, attempts) in all {
         let numbers: Vec<u32> = attempts.iter().map(|(_, n)| *n).collect();
         assert_eq!(numbers, [1], "{id}: paused, not attempted");
-    }
-}
-
-mod sql_pause {
-    use super::*;
-
-    #[tokio::test]
-    async fn sqlite_a_pause_holds_a_type_back_and_resume_starts_its_events_in_order() {
-        let Queue::Sql(inbox) = Queue::sqlite().await else {
-            unreachable!()
-        };
-        super::a_pause_holds_a_type_back_and_resume_starts_its_events_in_order(inbox).await;
-    }
-
-    #[tokio::test]
-    async fn postgres_a_pause_holds_a_type_back_and_resume_starts_its_events_in_order() {
-        let Queue::Sql(inbox) = Queue::postgres().await else {
-            unreachable!()
-        };
-        super::a_pause_holds_a_type_back_and_resume_starts_its_events_in_order(inbox).await;
     }
 }
 
@@ -460,6 +485,58 @@ async fn a_per_object_cap_of_one_runs_an_objects_events_one_at_a_time_in_order(q
     );
 }
 
+/// A processor that answers "later" (300 ms) to each event's first start, on a worker
+/// allowed one attempt: each event runs again after the snooze, as attempt 1 both times,
+/// and none goes dead.
+async fn later_snoozes_an_event_without_counting_an_attempt(queue: Queue) {
+    let ids: Vec<String> = (0..3).map(|i| format!("evt_later_{i}")).collect();
+    for id in &ids {
+        queue.deliver(id).await;
+    }
+    let starts = Starts::default();
+    let recorded = starts.clone();
+    let processor = move |e: Event, a: Attempt| {
+        let starts = recorded.clone();
+        async move {
+            let mut all = starts.0.lock().unwrap();
+            let runs = all.entry(e.id().unwrap().to_owned()).or_default();
+            runs.push((Instant::now(), a.number()));
+            if runs.len() == 1 {
+                return Err(Later::after(Duration::from_millis(300)).into());
+            }
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+        }
+    };
+    let settings = Settings {
+        concurrency: 4,
+        rate: None,
+        per_object: None,
+        max_attempts: Some(1),
+    };
+    let worker = queue.spawn_set(processor, settings);
+    eventually("each started twice", Duration::from_secs(15), || {
+        starts.count() == 6
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while queue.counts().await.processed < 3 {
+        assert!(Instant::now() < deadline, "never all processed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    worker.shutdown().await;
+    let counts = queue.counts().await;
+    assert_eq!((counts.dead, counts.queued), (0, 0), "{counts:?}");
+    for (id, runs) in starts.0.lock().unwrap().iter() {
+        let numbers: Vec<u32> = runs.iter().map(|(_, n)| *n).collect();
+        assert_eq!(numbers, [1, 1], "{id}: the snooze was not an attempt");
+        let waited = runs[1].0 - runs[0].0;
+        assert!(
+            waited >= Duration::from_millis(280),
+            "{id}: ran again after {waited:?}"
+        );
+    }
+}
+
 macro_rules! on_every_queue {
     ($($test:ident),* $(,)?) => {
         mod sqlite { use super::*; $(#[tokio::test] async fn $test() { super::$test(Queue::sqlite().await).await; })* }
@@ -470,6 +547,8 @@ macro_rules! on_every_queue {
 
 on_every_queue!(
     a_rate_spaces_starts_and_counts_no_attempt_for_waiting,
+    a_pause_holds_a_type_back_and_resume_starts_its_events_in_order,
+    later_snoozes_an_event_without_counting_an_attempt,
     backpressure_refuses_retrying_sources_while_the_queue_lags,
     a_per_object_cap_of_one_runs_an_objects_events_one_at_a_time_in_order,
 );

@@ -92,9 +92,10 @@ mod backpressure;
 pub mod jetstream;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod json;
+mod later; // a processor's "not now"
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod listing;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 pub(crate) mod pause;
 mod process;
 mod rate;
@@ -117,9 +118,10 @@ pub use self::accept::{Accept, AcceptFuture};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use self::backend::Backend;
 pub use self::backpressure::Backpressure;
+pub use self::later::Later;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, State, StoredEvent};
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 pub use self::pause::Pause;
 pub use self::process::{Attempt, Processor, WorkerHandle};
 pub use self::rate::Rate;

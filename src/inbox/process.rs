@@ -20,7 +20,8 @@ pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
 /// Result<(), E>>` whose error converts into `Box<dyn Error + Send + Sync>` is one
 /// (`String` and `&'static str` do). An `Err` (or a panic) is retried later with backoff;
 /// its text, with its [`source`](std::error::Error::source) chain (`error: cause: cause`),
-/// is kept as the row's last error and logged.
+/// is kept as the row's last error and logged. An `Err` holding a [`Later`](super::Later)
+/// is no failure: the event is snoozed, the attempt not counted.
 ///
 /// The [`Event`] is the one the inbox stored: see its docs, "From the inbox", for what
 /// its accessors hold there.
@@ -79,6 +80,37 @@ impl Attempt {
     #[must_use]
     pub fn is_last(self) -> bool {
         self.number >= self.max
+    }
+}
+
+/// How a processor's attempt ended without success.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// An error (or a panic), as one line of text.
+    Error(String),
+    /// A [`Later`](super::Later) in its error: snoozed this long, not an attempt.
+    Later(std::time::Duration),
+}
+
+impl Failure {
+    /// The failure `error` says.
+    pub(crate) fn of(error: &(dyn StdError + 'static)) -> Self {
+        match super::Later::find(error) {
+            Some(later) => Self::Later(later.delay()),
+            None => Self::Error(error_chain(error)),
+        }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(error: String) -> Self {
+        Self::Error(error)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(error: &str) -> Self {
+        Self::Error(error.to_owned())
     }
 }
 

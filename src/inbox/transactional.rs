@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
-use super::process::{error_chain, BoxError};
+use super::process::{BoxError, Failure};
 use super::Attempt;
 use crate::dedupe::PgTx;
 use crate::store::Token;
@@ -56,14 +56,14 @@ pub(super) async fn run(
     event: Event,
     attempt: Attempt,
     token: Token,
-) -> Result<bool, String> {
+) -> Result<bool, Failure> {
     let (source, id) = (event.source().to_owned(), event.stored_id().to_owned());
     let tx = PgTx::begin(&pool)
         .await
         .map_err(|e| format!("begin: {e}"))?;
     let shared = PgTx::new(tx);
     let processed = processor.process(event, attempt, shared.clone()).await;
-    processed.map_err(|e| error_chain(&*e))?; // Err: dropped, rolled back
+    processed.map_err(|e| Failure::of(&*e))?; // Err: dropped, rolled back
     let mut tx = shared
         .into_inner()
         .ok_or("the processor kept its transaction after returning")?;

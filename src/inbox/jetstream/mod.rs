@@ -99,6 +99,9 @@
 //! # }
 //! ```
 
+mod builder; // the stream's settings, and what is made beside it
+mod held; // deliveries that were not attempts (snoozes)
+mod pause; // pauses every worker sees; paused events parked
 mod worker;
 
 use std::sync::Arc;
@@ -107,6 +110,7 @@ use std::time::{Duration, SystemTime};
 use async_nats::jetstream::{self, stream};
 use async_nats::HeaderMap;
 
+pub use self::builder::JetStreamBuilder;
 pub use self::worker::JetStreamWorker;
 use super::accept::{Accept, Destination};
 use super::{Accepted, Counts};
@@ -127,6 +131,9 @@ mod header {
     /// On a dead message: the last attempt's error, and how many attempts there were.
     pub(super) const ERROR: &str = "Webhook-Error";
     pub(super) const ATTEMPTS: &str = "Webhook-Attempts";
+    /// On a parked message, and one published back from the parked stream: the attempts
+    /// it had had.
+    pub(super) const PRIOR_ATTEMPTS: &str = "Webhook-Prior-Attempts";
 }
 
 /// A JetStream stream used as the inbox. Cloning shares the connection.
@@ -140,21 +147,10 @@ struct Inner {
     stream: String,
     /// The durable consumer the workers share.
     consumer: String,
-}
-
-/// Builds a [`JetStream`]: the stream's settings when this creates it, and the consumer
-/// its workers share.
-#[must_use]
-#[derive(Debug)]
-pub struct JetStreamBuilder {
-    client: async_nats::Client,
-    stream: String,
-    consumer: String,
-    duplicate_window: Duration,
-    max_age: Duration,
-    replicas: usize,
-    storage: stream::StorageType,
-    publish_timeout: Duration,
+    /// The pauses in force (`<stream>-pauses`).
+    pauses: async_nats::jetstream::kv::Store,
+    /// How many deliveries of a message were not attempts (`<stream>-held`).
+    held: async_nats::jetstream::kv::Store,
 }
 
 impl JetStream {
@@ -324,145 +320,28 @@ impl JetStream {
 }
 
 impl JetStream {
-    /// Deletes the stream and its dead stream, with every message in them: for tests and
-    /// demos that made streams of their own.
+    /// Deletes the stream, its dead and parked streams and its buckets, with every message
+    /// in them: for tests and demos that made streams of their own.
     ///
     /// # Errors
     ///
-    /// When NATS cannot answer, or either stream is missing.
+    /// When NATS cannot answer, or one of them is missing.
     pub async fn delete(self) -> Result<(), StoreError> {
-        for name in [self.inner.stream.clone(), self.dead_stream()] {
-            self.inner
-                .context
-                .delete_stream(name)
-                .await
-                .map_err(|e| StoreError::new("jetstream delete", e))?;
+        let context = &self.inner.context;
+        let err = |e| StoreError::new("jetstream delete", e);
+        for name in [
+            self.inner.stream.clone(),
+            self.dead_stream(),
+            self.paused_stream(),
+        ] {
+            context.delete_stream(name).await.map_err(err)?;
+        }
+        for what in ["pauses", "held"] {
+            let bucket = pause::bucket_name(&self.inner.stream, what);
+            let deleted = context.delete_key_value(bucket).await;
+            deleted.map_err(|e| StoreError::new("jetstream delete", e))?;
         }
         Ok(())
-    }
-}
-
-impl JetStreamBuilder {
-    /// Replaces the name of the durable consumer the workers share (default
-    /// `tower-webhook`): two groups of workers with two names each see every message.
-    pub fn with_consumer(mut self, name: &str) -> Self {
-        name.clone_into(&mut self.consumer);
-        self
-    }
-
-    /// Replaces how long JetStream remembers a message id to drop its duplicates (default
-    /// 2 minutes), for a stream this creates.
-    pub fn with_duplicate_window(mut self, window: Duration) -> Self {
-        self.duplicate_window = window;
-        self
-    }
-
-    /// Replaces how long the stream keeps messages (default 7 days), for a stream this
-    /// creates.
-    pub fn with_max_age(mut self, max_age: Duration) -> Self {
-        self.max_age = max_age;
-        self
-    }
-
-    /// Replaces how many servers hold each message (default 1), for a stream this
-    /// creates: a 204 then means stored on that many.
-    ///
-    /// # Errors
-    ///
-    /// When `replicas` is 0 or more than 5 (JetStream's most).
-    pub fn with_replicas(mut self, replicas: usize) -> Result<Self, crate::ConfigError> {
-        if !(1..=5).contains(&replicas) {
-            return Err(crate::ConfigError::new(
-                crate::ConfigErrorKind::InvalidValue,
-                "a stream has 1 to 5 replicas",
-            ));
-        }
-        self.replicas = replicas;
-        Ok(self)
-    }
-
-    /// Keeps a stream this creates in the servers' memory instead of on disk: for tests (a
-    /// 204 then means held by a server that loses it when it restarts).
-    pub fn with_memory_storage(mut self) -> Self {
-        self.storage = stream::StorageType::Memory;
-        self
-    }
-
-    /// Replaces how long a publish waits for JetStream's acknowledgement (default 5 s)
-    /// before the delivery gets 503.
-    pub fn with_publish_timeout(mut self, timeout: Duration) -> Self {
-        self.publish_timeout = timeout;
-        self
-    }
-
-    /// Uses the stream, creating it if it does not exist.
-    ///
-    /// # Errors
-    ///
-    /// When the stream or consumer name is not a valid JetStream name
-    /// ([`StoreErrorKind::InvalidInput`]), or the stream cannot be created.
-    pub async fn build(self) -> Result<JetStream, StoreError> {
-        for name in [&self.stream, &self.consumer] {
-            if name.is_empty()
-                || name
-                    .chars()
-                    .any(|c| matches!(c, '.' | '*' | '>' | '/' | '\\') || c.is_whitespace())
-            {
-                return Err(StoreError::message(
-                    "a JetStream stream or consumer name: no dots, wildcards, slashes or spaces",
-                )
-                .with_kind(StoreErrorKind::InvalidInput));
-            }
-        }
-        let context = jetstream::ContextBuilder::new()
-            .timeout(self.publish_timeout)
-            .build(self.client);
-        let config = |name: String| stream::Config {
-            subjects: vec![format!("{name}.>")],
-            name,
-            storage: self.storage,
-            num_replicas: self.replicas,
-            duplicate_window: self.duplicate_window,
-            max_age: self.max_age,
-            ..Default::default()
-        };
-        let dead = format!("{}-dead", self.stream);
-        // Dead messages stay until an operator deals with them, as dead rows do.
-        let dead = stream::Config {
-            max_age: Duration::ZERO,
-            ..config(dead)
-        };
-        for config in [config(self.stream.clone()), dead] {
-            let stream = context.get_or_create_stream(config).await.map_err(|e| {
-                // The server's answer (a stream of that name configured otherwise, a
-                // limit) does not pass by itself; no answer in time may.
-                use async_nats::jetstream::context::CreateStreamErrorKind as Why;
-                let kind = match e.kind() {
-                    Why::TimedOut | Why::JetStreamUnavailable => StoreErrorKind::Unavailable,
-                    _ => StoreErrorKind::Other,
-                };
-                StoreError::new("jetstream stream", e).with_kind(kind)
-            })?;
-            let _replicas = stream.cached_info().config.num_replicas;
-            #[cfg(feature = "tracing")]
-            if _replicas <= 1 {
-                tracing::warn!(
-                    target: "tower_webhook",
-                    stream = %stream.cached_info().config.name,
-                    "JetStream stream has one replica: an event answered 204 is lost if this \
-                     server loses its disk, or its power before it synced (NATS acknowledges \
-                     before fsync); in production use 3 replicas and `sync_interval: always` \
-                     (see RELIABILITY.md)"
-                );
-            }
-        }
-        Ok(JetStream {
-            inner: Arc::new(Inner {
-                context,
-                stream: self.stream,
-                consumer: self.consumer,
-            }),
-        })
     }
 }
 

@@ -12,7 +12,8 @@ use futures_util::StreamExt;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::{event_of, header, JetStream};
+use super::pause::{self, Paused};
+use super::{event_of, header, held, JetStream};
 use crate::inbox::process::{checked_poll, hurry_up, WorkerHandle};
 use crate::inbox::worker::{shared_settings, Claimed, Engine, Outcome, Queue, Runner};
 use crate::inbox::Processor;
@@ -81,6 +82,7 @@ impl JetStreamWorker {
             poll,
             lease: Duration::ZERO, // set by `open`
             objects: Turns::default(),
+            paused: Paused::default(),
         };
         Self {
             engine: Engine::new(stream, Runner::Plain(Arc::new(processor)), poll),
@@ -144,6 +146,8 @@ pub(crate) struct Stream {
     lease: Duration,
     /// The per-object cap's turns, in this process.
     objects: Turns,
+    /// The pauses in force, as this worker last heard.
+    paused: Paused,
 }
 
 /// A pulled message: which delivery of it this is, and the event's claim in the store
@@ -152,6 +156,9 @@ pub(crate) struct Stream {
 pub(crate) struct Pulled {
     message: Message,
     attempt: u32,
+    /// Its place in the stream, and how many of its deliveries were not attempts.
+    seq: u64,
+    held: u32,
     claim: Mutex<Option<ClaimGuard>>,
     /// Its object's turn (a per-object cap), held until the attempt has ended.
     turn: Mutex<Option<OwnedSemaphorePermit>>,
@@ -170,7 +177,9 @@ impl Queue for Stream {
 
     fn beside(&self, _: Duration) -> Vec<tokio::task::JoinHandle<()>> {
         let gauges = metrics::ENABLED.then(|| tokio::spawn(gauges(self.jetstream.clone())));
-        gauges.into_iter().collect()
+        let watch = tokio::spawn(self.paused.clone().watch(self.jetstream.clone()));
+        let unpark = tokio::spawn(unpark(self.paused.clone(), self.jetstream.clone()));
+        gauges.into_iter().chain([watch, unpark]).collect()
     }
 
     /// Gets the durable consumer, created with this lease if it does not exist, asking
@@ -181,7 +190,12 @@ impl Queue for Stream {
         stopped: &mut watch::Receiver<bool>,
     ) -> Option<Duration> {
         loop {
-            match self.create_consumer(lease).await {
+            // The pauses first: no paused event may start before they are known.
+            let opened = match self.paused.load(&self.jetstream).await {
+                Ok(()) => self.create_consumer(lease).await,
+                Err(error) => Err(error),
+            };
+            match opened {
                 Ok(consumer) => {
                     self.lease = consumer.cached_info().config.ack_wait;
                     *self.consumer.get_mut().expect("not poisoned") = Some(consumer);
@@ -239,6 +253,14 @@ impl Queue for Stream {
     ) -> bool {
         let until = heartbeat.lease_ends();
         let message = &pulled.message;
+        if self.paused.covers(event) {
+            self.park(pulled, until).await;
+            // Resumed meanwhile: the parked event goes back at once.
+            if !self.paused.covers(event) {
+                self.paused.ended.notify_one();
+            }
+            return false;
+        }
         if let (Some(cap), Some(object)) = (per_object, event.object_id()) {
             // The object's turn, in the order this worker pulled its messages (a fair
             // semaphore); the message is renewed meanwhile.
@@ -354,7 +376,13 @@ impl Queue for Stream {
                     tracing::error!(target: "tower_webhook", "jetstream worker could not mark a processed event done in its store before the lease ended (another attempt may run it)");
                 }
                 acknowledge(message, until).await?;
+                pulled.forget(&self.jetstream).await;
                 Ok(recorded)
+            }
+            Outcome::Later(after) => {
+                pulled.release(until).await;
+                held::add(&self.jetstream.inner.held, pulled.seq, pulled.held).await;
+                nak(message, Some(after), until).await.map(|()| true)
             }
             Outcome::Retry(_, after) => {
                 pulled.release(until).await;
@@ -363,7 +391,9 @@ impl Queue for Stream {
             Outcome::Dead(error) => {
                 pulled.release(until).await;
                 let buried = bury(&self.jetstream, message, &error, pulled.attempt, until);
-                buried.await.map(|()| true)
+                buried.await?;
+                pulled.forget(&self.jetstream).await;
+                Ok(true)
             }
             Outcome::Abandoned => {
                 pulled.release(until).await;
@@ -374,6 +404,25 @@ impl Queue for Stream {
 }
 
 impl Stream {
+    /// Parks a paused event's message (see `pause.rs`); when the parked stream does not
+    /// take it, it is handed back for a while, the delivery not counted as an attempt.
+    async fn park(&self, pulled: &Pulled, until: Instant) {
+        let message = &pulled.message;
+        let attempts = pulled.attempt.saturating_sub(1); // this delivery was none
+        match pause::park(&self.jetstream, message, attempts).await {
+            Ok(()) => {
+                metrics::parked();
+                pulled.forget(&self.jetstream).await;
+            }
+            Err(_error) => {
+                #[cfg(feature = "tracing")]
+                tracing::error!(target: "tower_webhook", "jetstream worker could not park a paused event: {_error}");
+                held::add(&self.jetstream.inner.held, pulled.seq, pulled.held).await;
+                let _ = nak(message, Some(BURY_AGAIN), until).await;
+            }
+        }
+    }
+
     async fn create_consumer(&self, lease: Duration) -> Result<PullConsumer, StoreError> {
         let err = |e| StoreError::new("jetstream consumer", e);
         let js = &self.jetstream;
@@ -431,9 +480,22 @@ impl Stream {
             };
             let Some(Ok(message)) = message else { break };
             let at = Instant::now();
-            let attempt = message.info().map_or(1, |info| {
-                u32::try_from(info.delivered.max(1)).unwrap_or(u32::MAX)
+            let (seq, delivered) = message.info().map_or((0, 1), |info| {
+                let delivered = u32::try_from(info.delivered.max(1)).unwrap_or(u32::MAX);
+                (info.stream_sequence, delivered)
             });
+            // Only a redelivery may have been snoozed.
+            let held = match delivered {
+                1 => 0,
+                _ => held::count(&self.jetstream.inner.held, seq).await,
+            };
+            let prior = message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(header::PRIOR_ATTEMPTS))
+                .and_then(|n| n.as_str().parse::<u32>().ok())
+                .unwrap_or(0);
+            let attempt = prior.saturating_add(delivered.saturating_sub(held)).max(1);
             let Some(event) = event_of(message.headers.as_ref(), message.payload.clone()) else {
                 // Not an event this crate published: dead at once, never run.
                 let error = "not a tower-webhook event: no Webhook-Source or Webhook-Id header";
@@ -450,6 +512,8 @@ impl Stream {
                 held: Pulled {
                     message,
                     attempt,
+                    seq,
+                    held,
                     claim: Mutex::new(None),
                     turn: Mutex::new(None),
                 },
@@ -497,6 +561,13 @@ impl Stream {
 }
 
 impl Pulled {
+    /// Forgets its count of deliveries that were not attempts, once it is done.
+    async fn forget(&self, js: &JetStream) {
+        if self.held > 0 {
+            held::forget(&js.inner.held, self.seq).await;
+        }
+    }
+
     /// The claim, to record the outcome with; `None` once another attempt took it over.
     fn take(&self) -> Option<ClaimGuard> {
         self.claim.lock().expect("not poisoned").take()
@@ -644,6 +715,20 @@ async fn reconnected(client: async_nats::Client, poll: Duration) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(poll).await;
+}
+
+/// Publishes parked events back into the stream when a pause ends (and once at the
+/// start, for what a stopped worker left).
+async fn unpark(paused: Paused, js: JetStream) {
+    loop {
+        if let Err(_error) = paused.unpark(&js).await {
+            #[cfg(feature = "tracing")]
+            tracing::warn!(target: "tower_webhook", "jetstream worker could not publish parked events back: {_error}");
+            tokio::time::sleep(BURY_AGAIN).await;
+            continue;
+        }
+        paused.ended.notified().await;
+    }
 }
 
 /// Reads the stream's counts every 5 s, which sets the inbox's gauges (feature `metrics`).

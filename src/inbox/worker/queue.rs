@@ -26,6 +26,9 @@ pub(crate) enum Outcome {
     Retry(String, Duration),
     /// Failed for the last time.
     Dead(String),
+    /// Not now ([`Later`](crate::inbox::Later)): due again this much later, the attempt
+    /// not counted.
+    Later(Duration),
     /// Stopped mid-attempt (shutdown past its grace period): back to the queue at once,
     /// the attempt counted, as a crash's would be.
     Abandoned,

@@ -9,7 +9,7 @@ use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::super::process::{error_chain, hurry_up, AbortOnDrop};
+use super::super::process::{hurry_up, AbortOnDrop, Failure};
 use super::super::rate::Pacing;
 use super::super::{Attempt, Processor};
 use super::{Claimed, Engine, Outcome, Queue};
@@ -44,14 +44,14 @@ impl Runner {
         event: Event,
         attempt: Attempt,
         token: Token,
-    ) -> Pin<Box<dyn Future<Output = Result<Done, String>> + Send>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Done, Failure>> + Send>> {
         match self {
             Runner::Plain(p) => {
                 let future = p.process(event, attempt);
                 Box::pin(async move {
                     match future.await {
                         Ok(()) => Ok(Done::Succeeded),
-                        Err(e) => Err(error_chain(&*e)),
+                        Err(e) => Err(Failure::of(&*e)),
                     }
                 })
             }
@@ -333,7 +333,7 @@ impl<Q: Queue> Engine<Q> {
     /// Records how the run ended, while the heartbeat keeps the event's lease.
     async fn record(
         &self,
-        joined: Result<Result<Done, String>, tokio::task::JoinError>,
+        joined: Result<Result<Done, Failure>, tokio::task::JoinError>,
         held: &Q::Held,
         (_source, _id): (&str, &str),
         attempt: Attempt,
@@ -341,7 +341,7 @@ impl<Q: Queue> Engine<Q> {
     ) {
         let result = match joined {
             Ok(result) => result,
-            Err(e) if e.is_panic() => Err("the processor panicked".to_owned()),
+            Err(e) if e.is_panic() => Err(Failure::from("the processor panicked")),
             Err(_) => {
                 // Stopped by the hurry above: back to the queue, the attempt counted
                 // (fenced: a transactional commit that landed first keeps it processed).
@@ -360,17 +360,22 @@ impl<Q: Queue> Engine<Q> {
                 return lease_report(held);
             }
             Ok(Done::Succeeded) => Outcome::Processed,
-            Err(error) if attempt.is_last() => Outcome::Dead(error),
-            Err(error) => Outcome::Retry(error, self.retry.delay(attempt.number())),
+            Err(Failure::Later(after)) => Outcome::Later(after),
+            Err(Failure::Error(error)) if attempt.is_last() => Outcome::Dead(error),
+            Err(Failure::Error(error)) => Outcome::Retry(error, self.retry.delay(attempt.number())),
         };
         // Kept for the log only when there is a failure to tell.
         #[cfg(feature = "tracing")]
-        let failure =
-            matches!(outcome, Outcome::Retry(..) | Outcome::Dead(_)).then(|| outcome.clone());
+        let failure = matches!(
+            outcome,
+            Outcome::Retry(..) | Outcome::Dead(_) | Outcome::Later(_)
+        )
+        .then(|| outcome.clone());
         let counted = match outcome {
             Outcome::Processed => metrics::Attempt::Processed,
             Outcome::Retry(..) => metrics::Attempt::Retry,
             Outcome::Dead(_) => metrics::Attempt::Dead,
+            Outcome::Later(_) => metrics::Attempt::Snoozed,
             Outcome::Abandoned => metrics::Attempt::Abandoned,
         };
         let finished = self.finish(held, outcome, heartbeat).await;
@@ -440,6 +445,11 @@ fn log_failure(source: &str, id: &str, attempt: u32, outcome: &Outcome) {
             target: "tower_webhook",
             source, event_id = id, attempt, error = %error,
             "inbox event failed for the last time, now dead (requeue it when fixed)"
+        ),
+        Outcome::Later(after) => tracing::info!(
+            target: "tower_webhook",
+            source, event_id = id, attempt, retry_in = ?after,
+            "inbox event snoozed by its processor, the attempt not counted"
         ),
         Outcome::Processed | Outcome::Abandoned => {}
     }

@@ -106,6 +106,12 @@ UPDATE webhook_events SET dead_at = now(), processing_error = $4,
     locked_until = NULL, lock_token = NULL
 WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
 
+/// Snoozed by the processor: due again after `$4` seconds, the attempt uncounted.
+pub(super) const LATER: &str = "
+UPDATE webhook_events SET next_attempt_at = now() + make_interval(secs => $4),
+    attempts = attempts - 1, locked_until = NULL, lock_token = NULL
+WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+
 pub(super) const ABANDON: &str = "
 UPDATE webhook_events SET processing_error = $4, locked_until = NULL, lock_token = NULL
 WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
@@ -373,6 +379,7 @@ pub(super) async fn finish_one(
         Outcome::Processed => key(PROCESSED),
         Outcome::Retry(error, after) => key(RETRY).bind(error).bind(after.as_secs_f64()),
         Outcome::Dead(error) => key(DEAD).bind(error),
+        Outcome::Later(after) => key(LATER).bind(after.as_secs_f64()),
         Outcome::Abandoned => key(ABANDON).bind(ABANDONED),
     };
     let done = query

@@ -92,6 +92,12 @@ UPDATE webhook_events SET dead_at = ?4, processing_error = ?5,
     locked_until = NULL, lock_token = NULL
 WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
 
+/// Snoozed by the processor: due again at `?4`, the attempt uncounted.
+pub(super) const LATER: &str = "
+UPDATE webhook_events SET next_attempt_at = ?4, attempts = attempts - 1,
+    locked_until = NULL, lock_token = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+
 pub(super) const ABANDON: &str = "
 UPDATE webhook_events SET processing_error = ?4, locked_until = NULL, lock_token = NULL
 WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";

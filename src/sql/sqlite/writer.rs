@@ -10,8 +10,8 @@ use sqlx::sqlite::{Sqlite as Db, SqliteArguments, SqlitePool};
 use super::super::{store_error, Outcome, ABANDONED, CRASHED};
 use super::claims::{claim_one, COMPLETE, INBOX_HAS, PRUNE, PRUNE_ONCE, RELEASE, RENEW};
 use super::queue::{
-    ABANDON, ACCEPT, CLAIM_DUE, DEAD, GIVE_BACK, PAUSE, PROCESSED, PRUNE_DEAD, PRUNE_PROCESSED,
-    RENEW_ROW, REQUEUE, RESUME, RETRY,
+    ABANDON, ACCEPT, CLAIM_DUE, DEAD, GIVE_BACK, LATER, PAUSE, PROCESSED, PRUNE_DEAD,
+    PRUNE_PROCESSED, RENEW_ROW, REQUEUE, RESUME, RETRY,
 };
 use super::{bind_delivery, epoch_ms, ms, Clock, Done, Op};
 use crate::inbox::Accepted;
@@ -213,6 +213,7 @@ async fn write_one(
                     .bind(now.saturating_add(ms(*after)))
                     .bind(error.as_str()),
                 Outcome::Dead(error) => key(DEAD).bind(now).bind(error.as_str()),
+                Outcome::Later(after) => key(LATER).bind(now.saturating_add(ms(*after))),
                 Outcome::Abandoned => key(ABANDON).bind(ABANDONED),
             };
             let done = query

@@ -1,0 +1,161 @@
+//! [`JetStreamBuilder`]: the stream's settings when it is created, and the streams and
+//! buckets beside it (dead, paused, the pauses, the held deliveries).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv, stream};
+
+use super::{pause, Inner, JetStream};
+use crate::store::{StoreError, StoreErrorKind};
+
+/// Builds a [`JetStream`]: the stream's settings when this creates it, and the consumer
+/// its workers share.
+#[must_use]
+#[derive(Debug)]
+pub struct JetStreamBuilder {
+    pub(super) client: async_nats::Client,
+    pub(super) stream: String,
+    pub(super) consumer: String,
+    pub(super) duplicate_window: Duration,
+    pub(super) max_age: Duration,
+    pub(super) replicas: usize,
+    pub(super) storage: stream::StorageType,
+    pub(super) publish_timeout: Duration,
+}
+
+impl JetStreamBuilder {
+    /// Replaces the name of the durable consumer the workers share (default
+    /// `tower-webhook`): two groups of workers with two names each see every message.
+    pub fn with_consumer(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.consumer);
+        self
+    }
+
+    /// Replaces how long JetStream remembers a message id to drop its duplicates (default
+    /// 2 minutes), for a stream this creates.
+    pub fn with_duplicate_window(mut self, window: Duration) -> Self {
+        self.duplicate_window = window;
+        self
+    }
+
+    /// Replaces how long the stream keeps messages (default 7 days), for a stream this
+    /// creates.
+    pub fn with_max_age(mut self, max_age: Duration) -> Self {
+        self.max_age = max_age;
+        self
+    }
+
+    /// Replaces how many servers hold each message (default 1), for a stream this
+    /// creates: a 204 then means stored on that many.
+    ///
+    /// # Errors
+    ///
+    /// When `replicas` is 0 or more than 5 (JetStream's most).
+    pub fn with_replicas(mut self, replicas: usize) -> Result<Self, crate::ConfigError> {
+        if !(1..=5).contains(&replicas) {
+            return Err(crate::ConfigError::new(
+                crate::ConfigErrorKind::InvalidValue,
+                "a stream has 1 to 5 replicas",
+            ));
+        }
+        self.replicas = replicas;
+        Ok(self)
+    }
+
+    /// Keeps a stream this creates in the servers' memory instead of on disk: for tests (a
+    /// 204 then means held by a server that loses it when it restarts).
+    pub fn with_memory_storage(mut self) -> Self {
+        self.storage = stream::StorageType::Memory;
+        self
+    }
+
+    /// Replaces how long a publish waits for JetStream's acknowledgement (default 5 s)
+    /// before the delivery gets 503.
+    pub fn with_publish_timeout(mut self, timeout: Duration) -> Self {
+        self.publish_timeout = timeout;
+        self
+    }
+
+    /// Uses the stream, creating it if it does not exist.
+    ///
+    /// # Errors
+    ///
+    /// When the stream or consumer name is not a valid JetStream name
+    /// ([`StoreErrorKind::InvalidInput`]), or the stream cannot be created.
+    pub async fn build(self) -> Result<JetStream, StoreError> {
+        for name in [&self.stream, &self.consumer] {
+            if name.is_empty()
+                || name
+                    .chars()
+                    .any(|c| matches!(c, '.' | '*' | '>' | '/' | '\\') || c.is_whitespace())
+            {
+                return Err(StoreError::message(
+                    "a JetStream stream or consumer name: no dots, wildcards, slashes or spaces",
+                )
+                .with_kind(StoreErrorKind::InvalidInput));
+            }
+        }
+        let context = jetstream::ContextBuilder::new()
+            .timeout(self.publish_timeout)
+            .build(self.client);
+        let config = |name: String| stream::Config {
+            subjects: vec![format!("{name}.>")],
+            name,
+            storage: self.storage,
+            num_replicas: self.replicas,
+            duplicate_window: self.duplicate_window,
+            max_age: self.max_age,
+            ..Default::default()
+        };
+        // Dead and parked messages stay until an operator deals with them, as dead rows do.
+        let kept = |what: &str| stream::Config {
+            max_age: Duration::ZERO,
+            ..config(format!("{}-{what}", self.stream))
+        };
+        for config in [config(self.stream.clone()), kept("dead"), kept("paused")] {
+            let stream = context.get_or_create_stream(config).await.map_err(|e| {
+                // The server's answer (a stream of that name configured otherwise, a
+                // limit) does not pass by itself; no answer in time may.
+                use async_nats::jetstream::context::CreateStreamErrorKind as Why;
+                let kind = match e.kind() {
+                    Why::TimedOut | Why::JetStreamUnavailable => StoreErrorKind::Unavailable,
+                    _ => StoreErrorKind::Other,
+                };
+                StoreError::new("jetstream stream", e).with_kind(kind)
+            })?;
+            let _replicas = stream.cached_info().config.num_replicas;
+            #[cfg(feature = "tracing")]
+            if _replicas <= 1 {
+                tracing::warn!(
+                    target: "tower_webhook",
+                    stream = %stream.cached_info().config.name,
+                    "JetStream stream has one replica: an event answered 204 is lost if this \
+                     server loses its disk, or its power before it synced (NATS acknowledges \
+                     before fsync); in production use 3 replicas and `sync_interval: always` \
+                     (see RELIABILITY.md)"
+                );
+            }
+        }
+        let bucket = |what: &str, max_age| kv::Config {
+            bucket: pause::bucket_name(&self.stream, what),
+            history: 1,
+            max_age,
+            storage: self.storage,
+            num_replicas: self.replicas,
+            ..Default::default()
+        };
+        let pauses = pause::bucket(&context, bucket("pauses", Duration::ZERO)).await?;
+        // A count outlives no message: a message is gone after the stream's `max_age`.
+        let held = pause::bucket(&context, bucket("held", self.max_age)).await?;
+        Ok(JetStream {
+            inner: Arc::new(Inner {
+                context,
+                stream: self.stream,
+                consumer: self.consumer,
+                pauses,
+                held,
+            }),
+        })
+    }
+}

@@ -1,0 +1,36 @@
+//! Deliveries that were not attempts. JetStream counts every delivery of a message, and a
+//! message the processor snoozed ([`Later`](crate::inbox::Later)) comes back as another
+//! delivery: how many of a message's deliveries were snoozes is kept in a key-value bucket
+//! (`<stream>-held`, by stream sequence) and taken off its attempt number.
+//!
+//! The count is read only for a message delivered more than once, and forgotten when the
+//! message is acknowledged or dead. When the bucket cannot be written, the snooze still
+//! happens and the next delivery counts as an attempt: an attempt too many, never one
+//! too few.
+
+use async_nats::jetstream::kv;
+
+/// How many deliveries of the message at `seq` were not attempts (0 when unknown).
+pub(super) async fn count(held: &kv::Store, seq: u64) -> u32 {
+    match held.get(seq.to_string()).await {
+        Ok(Some(value)) => std::str::from_utf8(&value)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Records that the delivery being handed back is not an attempt: the message at `seq`
+/// then has `before + 1` such deliveries. Said before the hand-back, so the next delivery
+/// reads it.
+pub(super) async fn add(held: &kv::Store, seq: u64, before: u32) {
+    let _ = held
+        .put(seq.to_string(), (before + 1).to_string().into())
+        .await;
+}
+
+/// Forgets the count of a message that is done (acknowledged or dead).
+pub(super) async fn forget(held: &kv::Store, seq: u64) {
+    let _ = held.purge(seq.to_string()).await;
+}
