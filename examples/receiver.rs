@@ -49,11 +49,11 @@
 //! - `WEBHOOK_MAX_LAG_SECS`: in `inbox` and `nats` mode, backpressure: while the oldest
 //!   queued event has waited longer than this, deliveries are answered 503 with
 //!   `Retry-After` and not stored (GitHub's excepted: it never retries); unset, off;
-//! - `WEBHOOK_ADMIN_TOKEN`: in `inbox` mode, serves the operator API
-//!   (`tower_webhook::admin::router`) under `/admin`, each request needing
-//!   `Authorization: Bearer <token>` (401 otherwise): `POST /admin/pause` and
-//!   `POST /admin/resume` take optional `source` and `type` query parameters. `nats` mode
-//!   has no operator API yet (a warning says so).
+//! - `WEBHOOK_ADMIN_TOKEN`: in `inbox` and `nats` mode, serves the operator API
+//!   (`tower_webhook::admin::router`; `admin::jetstream_router` in `nats` mode: counts and
+//!   pauses) under `/admin`, each request needing `Authorization: Bearer <token>` (401
+//!   otherwise): `POST /admin/pause` and `POST /admin/resume` take optional `source` and
+//!   `type` query parameters.
 //!
 //! On SIGTERM or Ctrl-C it stops accepting, waits for the handlers still running (those
 //! whose client hung up included) and for the worker, for at most `WEBHOOK_DRAIN_SECS`,
@@ -243,11 +243,10 @@ fn prometheus() -> Result<PrometheusHandle, Box<dyn std::error::Error>> {
 }
 
 /// `GET /metrics`: the scrape, in Prometheus's text format.
-/// The operator API under `/admin` when there is a token, behind a bearer check.
-fn with_admin(router: Router, inbox: &Inbox, token: Option<Arc<str>>) -> Router {
+/// The operator API (`admin`) under `/admin` when there is a token, behind a bearer check.
+fn with_admin(router: Router, admin: Router, token: Option<Arc<str>>) -> Router {
     let Some(token) = token else { return router };
-    let admin = tower_webhook::admin::router(inbox.clone())
-        .layer(axum::middleware::from_fn_with_state(token, operators_only));
+    let admin = admin.layer(axum::middleware::from_fn_with_state(token, operators_only));
     router.nest("/admin", admin)
 }
 
@@ -439,9 +438,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => accept,
     };
     let admin_token: Option<Arc<str>> = std::env::var("WEBHOOK_ADMIN_TOKEN").ok().map(Into::into);
-    if admin_token.is_some() && matches!(mode, Mode::Nats(..)) {
-        eprintln!("WEBHOOK_ADMIN_TOKEN: nats mode has no operator API yet; none is served");
-    }
     let (router, worker) = match mode {
         Mode::Dedupe(dedupe) => (app(verify, dedupe, delay), None),
         Mode::Inbox(inbox, worker) => {
@@ -449,13 +445,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .get(|| async { http::StatusCode::METHOD_NOT_ALLOWED })
                 .layer(verify);
             let router = Router::new().route("/webhooks", route);
-            (with_admin(router, &inbox, admin_token.clone()), worker)
+            let admin = tower_webhook::admin::router(inbox.clone());
+            (with_admin(router, admin, admin_token.clone()), worker)
         }
         Mode::Nats(jetstream, dedupe, worker) => {
             let route = post_service(pushing_back(jetstream.accept_service()))
                 .get(|| async { http::StatusCode::METHOD_NOT_ALLOWED })
                 .layer(ServiceBuilder::new().layer(verify).layer(dedupe));
-            (Router::new().route("/webhooks", route), worker)
+            let router = Router::new().route("/webhooks", route);
+            let admin = tower_webhook::admin::jetstream_router(jetstream.clone());
+            (with_admin(router, admin, admin_token.clone()), worker)
         }
     };
     let router = metrics_route(router, metrics);

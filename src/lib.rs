@@ -104,7 +104,10 @@ pub mod inbox; //    or: store the event, answer 204, process it in a worker (SQ
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql; //    the one table behind the SQL stores, the inbox and the transactional dedupe, per dialect
 
-#[cfg(all(feature = "admin", any(feature = "sqlite", feature = "postgres")))]
+#[cfg(all(
+    feature = "admin",
+    any(feature = "sqlite", feature = "postgres", feature = "nats")
+))]
 pub mod admin; //    the inbox's operator endpoints, as an axum router
 
 mod event; // 4. what the handler receives

@@ -548,24 +548,41 @@ async fn receiver_in_inbox_mode_runs_one_objects_events_one_at_a_time() {
     let _ = std::fs::remove_file(&db);
 }
 
-/// `WEBHOOK_ADMIN_TOKEN`: the operator API under `/admin`, 401 without the bearer token;
-/// `POST /admin/pause?type=…` holds that type's events (accepted, not handled) while
-/// another type's is handled, and `POST /admin/resume?type=…` lets them through.
 #[tokio::test]
 async fn receiver_in_inbox_mode_serves_the_admin_api_to_pause_and_resume() {
+    admin_api_pauses_and_resumes(&[("WEBHOOK_MODE", "inbox")]).await;
+}
+
+#[tokio::test]
+async fn receiver_in_nats_mode_serves_the_admin_api_to_pause_and_resume() {
+    let stream = format!("tw_test_admin_{}", uuid::Uuid::new_v4().simple());
+    let nats = common::nats_url();
+    let env = [
+        ("WEBHOOK_MODE", "nats"),
+        ("NATS_URL", nats.as_str()),
+        ("NATS_STREAM", stream.as_str()),
+    ];
+    admin_api_pauses_and_resumes(&env).await;
+    let client = async_nats::connect(&nats).await.unwrap();
+    let jetstream = tower_webhook::inbox::jetstream::JetStream::builder(client, &stream);
+    jetstream.build().await.unwrap().delete().await.unwrap();
+}
+
+/// `WEBHOOK_ADMIN_TOKEN` with `mode`: the operator API under `/admin`, 401 without the
+/// bearer token; `POST /admin/pause?type=…` holds that type's events (accepted, not
+/// handled) while another type's is handled, a second pause changes nothing, and
+/// `POST /admin/resume?type=…` lets them through.
+async fn admin_api_pauses_and_resumes(mode: &[(&str, &str)]) {
     const SECRET: &str = "whsec_receiver_admin_0123456789";
     const TOKEN: &str = "operator-token-0123456789abcdef";
-    let db = fresh_db("admin");
-    let (mut child, url, mut stdout) = start_receiver(
-        &db,
-        &[
-            ("WEBHOOK_SCHEME", "stripe"),
-            ("WEBHOOK_SECRETS", SECRET),
-            ("WEBHOOK_MODE", "inbox"),
-            ("WEBHOOK_ADMIN_TOKEN", TOKEN),
-        ],
-    )
-    .await;
+    let db = fresh_db(&format!("admin-{}", mode[0].1));
+    let mut env = vec![
+        ("WEBHOOK_SCHEME", "stripe"),
+        ("WEBHOOK_SECRETS", SECRET),
+        ("WEBHOOK_ADMIN_TOKEN", TOKEN),
+    ];
+    env.extend_from_slice(mode);
+    let (mut child, url, mut stdout) = start_receiver(&db, &env).await;
     let admin = |path: &str, token: Option<&str>| {
         let url = url.replace("/webhooks", &format!("/admin{path}"));
         let mut headers = HeaderMap::new();
@@ -610,6 +627,9 @@ async fn receiver_in_inbox_mode_serves_the_admin_api_to_pause_and_resume() {
             .is_err(),
         "the paused type was handled"
     );
+    let (status, body) = admin(pause, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(&body[..], br#"{"changed":false}"#, "paused already");
     let (status, _) = admin("/resume?type=invoice.paid", Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(

@@ -9,15 +9,6 @@ use serde::Deserialize;
 use super::AdminError;
 use crate::inbox::{Cursor, Listing, Requeue};
 
-/// `POST /pause` and `POST /resume`: `?source=…&type=…`, each optional (absent: any).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct PauseQuery {
-    pub(super) source: Option<String>,
-    #[serde(rename = "type")]
-    pub(super) event_type: Option<String>,
-}
-
 /// `GET /events?state=dead|failing&order=newest|oldest&limit=1..1000&after=<cursor>`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -114,8 +114,11 @@
 //! The same calls from a shell: the `tower-webhook` command (feature `cli`).
 
 mod error;
-mod input;
-mod routes;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod input; // what the SQL inbox's endpoints accept
+mod pause; // counts and pausing, for any queue
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod routes; // the SQL inbox's endpoints
 
 pub use self::error::{AdminError, AdminErrorKind};
 
@@ -130,6 +133,20 @@ use crate::inbox::Inbox;
 ///
 /// No authorization of its own, and it serves raw webhook payloads: see the
 /// [module docs](self#security).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub fn router(inbox: crate::inbox::Inbox) -> axum::Router {
     routes::router(inbox)
+}
+
+/// The operator endpoints a JetStream inbox has: `GET /counts`, `POST /pause`,
+/// `POST /resume` and `GET /pauses`, as in the table above (see
+/// [`JetStream::pause`](crate::inbox::jetstream::JetStream::pause)). Its events are
+/// listed and requeued with NATS's own tools. Mount it as [`router`]'s, behind your
+/// authorization.
+#[cfg(feature = "nats")]
+pub fn jetstream_router(jetstream: crate::inbox::jetstream::JetStream) -> axum::Router {
+    use crate::inbox::jetstream::JetStream;
+    let routes =
+        axum::Router::new().route("/counts", axum::routing::get(pause::counts::<JetStream>));
+    pause::routes(routes).with_state(jetstream)
 }

@@ -5,26 +5,18 @@ use axum::extract::{Path, Query, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
-use super::input::{ListQuery, PauseQuery, RequeueBody};
+use super::input::{ListQuery, RequeueBody};
+use super::pause::{self, counts};
 use super::AdminError;
-use crate::inbox::{Counts, Inbox, Page, Pause, StoredEvent};
+use crate::inbox::{Inbox, Page, StoredEvent};
 
 pub(super) fn router(inbox: Inbox) -> Router {
-    Router::new()
-        .route("/counts", get(counts))
+    let routes = Router::new()
+        .route("/counts", get(counts::<Inbox>))
         .route("/events", get(list))
         .route("/events/{source}/{id}", get(event))
-        .route("/requeue", post(requeue))
-        .route("/pause", post(pause))
-        .route("/resume", post(resume))
-        .route("/pauses", get(pauses))
-        .fallback(|| async { AdminError::not_found("no such endpoint") })
-        .method_not_allowed_fallback(|| async { AdminError::method_not_allowed() })
-        .with_state(inbox)
-}
-
-async fn counts(State(inbox): State<Inbox>) -> Result<Json<Counts>, AdminError> {
-    inbox.counts().await.map(Json).map_err(AdminError::store)
+        .route("/requeue", post(requeue));
+    pause::routes(routes).with_state(inbox)
 }
 
 async fn list(
@@ -78,47 +70,4 @@ async fn requeue(
         .await
         .map(|requeued| Json(Requeued { requeued }))
         .map_err(AdminError::store)
-}
-
-#[derive(serde::Serialize)]
-struct Changed {
-    changed: bool,
-}
-
-async fn pause(
-    State(inbox): State<Inbox>,
-    query: Result<Query<PauseQuery>, QueryRejection>,
-) -> Result<Json<Changed>, AdminError> {
-    set_paused(&inbox, query, true).await
-}
-
-async fn resume(
-    State(inbox): State<Inbox>,
-    query: Result<Query<PauseQuery>, QueryRejection>,
-) -> Result<Json<Changed>, AdminError> {
-    set_paused(&inbox, query, false).await
-}
-
-/// Pauses (`true`) or resumes what the query names.
-async fn set_paused(
-    inbox: &Inbox,
-    query: Result<Query<PauseQuery>, QueryRejection>,
-    paused: bool,
-) -> Result<Json<Changed>, AdminError> {
-    let Query(query) = query.map_err(|_| {
-        AdminError::bad_request("the query takes source and type, once each, both optional")
-    })?;
-    let (source, event_type) = (query.source.as_deref(), query.event_type.as_deref());
-    let changed = if paused {
-        inbox.pause(source, event_type).await
-    } else {
-        inbox.resume(source, event_type).await
-    };
-    Ok(Json(Changed {
-        changed: changed.map_err(AdminError::store)?,
-    }))
-}
-
-async fn pauses(State(inbox): State<Inbox>) -> Result<Json<Vec<Pause>>, AdminError> {
-    inbox.pauses().await.map(Json).map_err(AdminError::store)
 }

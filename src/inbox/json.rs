@@ -6,15 +6,18 @@
 
 use std::time::SystemTime;
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use base64::Engine as _;
 use serde::ser::{Error as _, Serialize, Serializer};
 
-use super::listing::{micros, Cursor, EventSummary, Page, State, StoredEvent};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use super::listing::{Cursor, EventSummary, Page, State, StoredEvent};
 use super::{Counts, Pause};
 
 /// `t` as RFC 3339 in UTC, to the microsecond (what both databases keep).
 fn rfc3339(t: SystemTime) -> Option<String> {
-    let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros(t)) * 1000).ok()?;
+    let at = time::OffsetDateTime::from(t);
+    let at = at.replace_nanosecond(at.nanosecond() / 1000 * 1000).ok()?;
     at.format(&time::format_description::well_known::Rfc3339)
         .ok()
 }
@@ -29,12 +32,14 @@ impl Serialize for Time {
     }
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl Serialize for State {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())
     }
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl Serialize for Cursor {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
@@ -86,6 +91,7 @@ impl Serialize for Pause {
     }
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[derive(serde::Serialize)]
 struct SummaryWire<'a> {
     source: &'a str,
@@ -101,6 +107,7 @@ struct SummaryWire<'a> {
     last_error: Option<&'a str>,
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl<'a> From<&'a EventSummary> for SummaryWire<'a> {
     fn from(e: &'a EventSummary) -> Self {
         Self {
@@ -120,6 +127,7 @@ impl<'a> From<&'a EventSummary> for SummaryWire<'a> {
 
 /// `{"source", "id", "type", "object_id", "state", "attempts", "received_at",
 /// "next_attempt_at", "dead_at", "last_error"}`, absent values `null`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl Serialize for EventSummary {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         SummaryWire::from(self).serialize(s)
@@ -128,6 +136,7 @@ impl Serialize for EventSummary {
 
 /// The summary's fields, and `"livemode"`, `"processed_at"`, `"body"` and
 /// `"body_encoding"`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl Serialize for StoredEvent {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         #[derive(serde::Serialize)]
@@ -160,6 +169,7 @@ impl Serialize for StoredEvent {
 }
 
 /// `{"events": [...], "next": "<cursor>"}` (`next` is `null` on the last page).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl Serialize for Page {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         #[derive(serde::Serialize)]
@@ -175,7 +185,7 @@ impl Serialize for Page {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, any(feature = "sqlite", feature = "postgres")))]
 mod tests {
     use super::*;
     use crate::inbox::listing::from_micros;

@@ -90,7 +90,11 @@ pub(crate) mod backend;
 mod backpressure;
 #[cfg(feature = "nats")]
 pub mod jetstream;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    all(feature = "nats", feature = "admin")
+))]
 mod json;
 mod later; // a processor's "not now"
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
