@@ -70,8 +70,9 @@
 //! - `metrics`: counters, gauges and histograms through the `metrics` facade — deliveries
 //!   verified and rejected, duplicates, 409s, 503s, handler outcomes, store latency, the
 //!   inbox's attempts, depth and lag — for the exporter you install (see [`metrics`]).
-//! - `admin` (with `sqlite` or `postgres`): `admin::router`, the inbox's operator
-//!   endpoints (on `axum` without its default features).
+//! - `admin` (with `sqlite` or `postgres`; with `nats`): `admin::router`, the inbox's
+//!   operator endpoints, and `admin::jetstream_router`, a stream's counts and pauses (on
+//!   `axum` without its default features).
 //! - `cli`: the `tower-webhook` command, the same operator calls over a database URL.
 //!
 //! # Security

@@ -249,7 +249,7 @@ impl Paused {
                 .map_err(|e| err(e.into()))?;
             let mut read = 0;
             while let Some(message) = batch.next().await {
-                let message = message.map_err(|e| err(e.into()))?;
+                let message = message.map_err(err)?;
                 read += 1;
                 let Some(event) = event_of(message.headers.as_ref(), message.payload.clone())
                 else {
@@ -297,7 +297,7 @@ pub(super) async fn park(
         .map_err(|e| err(e.into()))?
         .await
         .map_err(|e| err(e.into()))?;
-    message.double_ack().await.map_err(|e| err(e))?;
+    message.double_ack().await.map_err(err)?;
     if let (Ok(info), Ok(stream)) = (
         message.info(),
         js.inner.context.get_stream_no_info(&*js.inner.stream).await,
