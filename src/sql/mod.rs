@@ -80,6 +80,7 @@
 mod batch;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+mod shared;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 
@@ -87,8 +88,8 @@ use std::time::Duration;
 
 use crate::event::{Event, Stored};
 use crate::inbox::backend::Claimed;
-use crate::inbox::listing::{from_micros, Rows};
-use crate::inbox::{Counts, EventSummary, Listing, Pause, State, StoredEvent};
+use crate::inbox::listing::from_micros;
+use crate::inbox::{Counts, EventSummary, State, StoredEvent};
 use crate::store::{StoreError, StoreErrorKind};
 
 /// A failed statement as a [`StoreError`] of `context`, of the kind its cause says:
@@ -294,32 +295,6 @@ impl From<StoredRow> for StoredEvent {
     }
 }
 
-/// Which of a dialect's four listing statements reads `listing`: its rows, in its order.
-fn listing_statement<'a>(listing: &Listing, statements: [&'a str; 4]) -> &'a str {
-    let [dead_newest, dead_oldest, failing_newest, failing_oldest] = statements;
-    match (listing.rows, listing.oldest_first) {
-        (Rows::Dead, false) => dead_newest,
-        (Rows::Dead, true) => dead_oldest,
-        (Rows::Failing, false) => failing_newest,
-        (Rows::Failing, true) => failing_oldest,
-    }
-}
-
-/// The listing's position as the statements bind it: the time (microseconds), source and
-/// id of the row it continues after, all `NULL` for the first page.
-fn after(listing: &Listing) -> (Option<i64>, Option<String>, Option<String>) {
-    match &listing.after {
-        Some(c) => (Some(c.at_us), Some(c.source.clone()), Some(c.id.clone())),
-        None => (None, None, None),
-    }
-}
-
-/// Runs a listing's rows into summaries.
-fn summaries(rows: Result<Vec<ListedRow>, sqlx::Error>) -> Result<Vec<EventSummary>, StoreError> {
-    rows.map(|rows| rows.into_iter().map(EventSummary::from).collect())
-        .map_err(|e| store_error("inbox list", e))
-}
-
 /// The index a per-object cap reads: an object's unfinished rows (running, or before the
 /// one to claim). Made by the first worker with a cap, not by a migration: an index
 /// every accept and every outcome maintain would cost those who use no cap (5–10 % of
@@ -340,16 +315,6 @@ const OBJECT_INDEX: &str = object_index!("CREATE INDEX");
 /// PostgreSQL's builds beside the writes instead of blocking them.
 #[cfg(feature = "postgres")]
 const OBJECT_INDEX_CONCURRENTLY: &str = object_index!("CREATE INDEX CONCURRENTLY");
-
-/// `webhook_pauses`' rows (source, type, milliseconds since the epoch) as pauses.
-fn pauses(rows: Result<Vec<(String, String, i64)>, sqlx::Error>) -> Result<Vec<Pause>, StoreError> {
-    rows.map(|rows| {
-        rows.into_iter()
-            .map(crate::inbox::pause::from_row)
-            .collect()
-    })
-    .map_err(|e| store_error("inbox pauses", e))
-}
 
 /// What a row stopped past the shutdown's grace period says as its error.
 const ABANDONED: &str = "stopped mid-attempt: the worker shut down past its grace period";

@@ -3,7 +3,8 @@
 
 use sqlx::postgres::PgPool;
 
-use super::super::{after, listing_statement, store_error, summaries, CountsRow, StoredRow};
+use super::super::shared::{self, listing_statement, listings};
+use super::super::{store_error, CountsRow};
 use crate::inbox::{Counts, EventSummary, Listing, StoredEvent};
 use crate::store::StoreFuture;
 
@@ -67,60 +68,15 @@ macro_rules! listed_columns {
     };
 }
 
-/// The listings, one statement per row set and order, each a range of its partial index
-/// (`webhook_events_dead`, `webhook_events_failing`, on the time and the key) read in the
-/// index's order from the position `$1`, `$2`, `$3` (the time in microseconds, the source
-/// and id that break ties in time; `NULL` for the first page: before or after every row).
-/// The position is one row comparison on the index's columns, always bound, so a generic
-/// plan starts the scan there too: a page reads its own rows, not the ones before it.
-pub(super) const LIST_DEAD_NEWEST: &str = concat!(
-    "SELECT ",
-    listed_columns!(),
-    "
-FROM webhook_events
-WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL
-  AND (dead_at, source, event_id) <
-      (coalesce(to_timestamp($1::int8 / 1000000.0), 'infinity'), coalesce($2::text, ''), coalesce($3::text, ''))
-ORDER BY dead_at DESC, source DESC, event_id DESC
-LIMIT $4"
-);
-
-pub(super) const LIST_DEAD_OLDEST: &str = concat!(
-    "SELECT ",
-    listed_columns!(),
-    "
-FROM webhook_events
-WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL
-  AND (dead_at, source, event_id) >
-      (coalesce(to_timestamp($1::int8 / 1000000.0), '-infinity'), coalesce($2::text, ''), coalesce($3::text, ''))
-ORDER BY dead_at, source, event_id
-LIMIT $4"
-);
-
-pub(super) const LIST_FAILING_NEWEST: &str = concat!(
-    "SELECT ",
-    listed_columns!(),
-    "
-FROM webhook_events
-WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
-  AND processing_error IS NOT NULL
-  AND (received_at, source, event_id) <
-      (coalesce(to_timestamp($1::int8 / 1000000.0), 'infinity'), coalesce($2::text, ''), coalesce($3::text, ''))
-ORDER BY received_at DESC, source DESC, event_id DESC
-LIMIT $4"
-);
-
-pub(super) const LIST_FAILING_OLDEST: &str = concat!(
-    "SELECT ",
-    listed_columns!(),
-    "
-FROM webhook_events
-WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
-  AND processing_error IS NOT NULL
-  AND (received_at, source, event_id) >
-      (coalesce(to_timestamp($1::int8 / 1000000.0), '-infinity'), coalesce($2::text, ''), coalesce($3::text, ''))
-ORDER BY received_at, source, event_id
-LIMIT $4"
+/// The listings (see [`listings!`]): the position is `$1`, `$2`, `$3` (the time in
+/// microseconds, the source and id that break ties in time; `NULL` for the first page:
+/// before or after every row). It is always bound, so a generic plan starts the scan
+/// there too.
+pub(super) const LISTINGS: [&str; 4] = listings!(
+    columns: listed_columns,
+    newest: "(coalesce(to_timestamp($1::int8 / 1000000.0), 'infinity'), coalesce($2::text, ''), coalesce($3::text, ''))",
+    oldest: "(coalesce(to_timestamp($1::int8 / 1000000.0), '-infinity'), coalesce($2::text, ''), coalesce($3::text, ''))",
+    limit: "$4"
 );
 
 /// One inbox row by its key, body included.
@@ -158,40 +114,11 @@ pub(super) fn counts(pool: &PgPool) -> StoreFuture<Counts> {
 
 /// A page of failing or dead rows (one more than asked: whether a next page exists).
 pub(super) fn list(pool: &PgPool, listing: &Listing) -> StoreFuture<Vec<EventSummary>> {
-    let pool = pool.clone();
-    let sql = listing_statement(
-        listing,
-        [
-            LIST_DEAD_NEWEST,
-            LIST_DEAD_OLDEST,
-            LIST_FAILING_NEWEST,
-            LIST_FAILING_OLDEST,
-        ],
-    );
-    let (at_us, source, id) = after(listing);
-    let limit = i64::try_from(listing.limit + 1).unwrap_or(i64::MAX);
-    Box::pin(async move {
-        let rows = sqlx::query_as(sql)
-            .bind(at_us)
-            .bind(source)
-            .bind(id)
-            .bind(limit)
-            .fetch_all(&pool)
-            .await;
-        summaries(rows)
-    })
+    let query = sqlx::query_as(listing_statement(listing, LISTINGS));
+    shared::list(pool, query, listing, |us| us)
 }
 
 /// One row of the inbox, its body included.
 pub(super) fn event(pool: &PgPool, source: String, id: String) -> StoreFuture<Option<StoredEvent>> {
-    let pool = pool.clone();
-    Box::pin(async move {
-        sqlx::query_as::<_, StoredRow>(EVENT)
-            .bind(source)
-            .bind(id)
-            .fetch_optional(&pool)
-            .await
-            .map(|row| row.map(StoredEvent::from))
-            .map_err(|e| store_error("inbox event", e))
-    })
+    shared::event(pool, sqlx::query_as(EVENT), source, id)
 }

@@ -11,11 +11,10 @@ mod tests;
 
 use std::sync::Arc;
 
-use sqlx::postgres::{PgArguments, PgPool, Postgres};
-use sqlx::query::Query;
+use sqlx::postgres::PgPool;
 
 use super::batch::{Batcher, Run, MAX_BATCH, MAX_BATCH_BYTES};
-use crate::store::Delivery;
+use super::shared::bind_delivery;
 pub(crate) use claims::done_in;
 use group_commit::{Write, Written};
 pub(crate) use latest::advance;
@@ -23,22 +22,6 @@ pub(crate) use queue::processed_in;
 
 /// The channel `accept` and `requeue` notify, for workers in other processes.
 const CHANNEL: &str = "webhook_events";
-
-/// Binds a delivery's key and audit columns as `$1`…`$6`: source, event id, type, object
-/// id, livemode, body.
-fn bind_delivery<'q>(
-    query: Query<'q, Postgres, PgArguments>,
-    d: &'q Delivery,
-) -> Query<'q, Postgres, PgArguments> {
-    let audit = d.audit();
-    query
-        .bind(d.source())
-        .bind(d.id())
-        .bind(audit.event_type)
-        .bind(audit.object_id)
-        .bind(audit.livemode)
-        .bind(audit.body)
-}
 
 /// The table in one PostgreSQL database. Cloning shares the pool and the writer.
 #[derive(Clone, Debug)]

@@ -8,9 +8,8 @@ use sqlx::postgres::{PgListener, PgPool};
 use sqlx::{PgConnection, Row};
 use tokio::sync::Notify;
 
-use super::super::{
-    claimed, pauses, store_error, Outcome, ABANDONED, CRASHED, OBJECT_INDEX_CONCURRENTLY,
-};
+use super::super::shared::{self, changed_one};
+use super::super::{claimed, store_error, Outcome, ABANDONED, CRASHED, OBJECT_INDEX_CONCURRENTLY};
 use super::group_commit::{Write, Written};
 use super::listing::FOLD_COUNTS;
 use super::{Pg, CHANNEL, PLANNED_EACH_TIME};
@@ -287,19 +286,11 @@ impl Backend for Pg {
     }
 
     fn object_index(&self) -> StoreFuture<()> {
-        let pool = self.pool.clone();
-        Box::pin(async move {
-            let made = sqlx::raw_sql(OBJECT_INDEX_CONCURRENTLY)
-                .execute(&pool)
-                .await;
-            made.map(drop)
-                .map_err(|e| store_error("inbox object index", e))
-        })
+        shared::object_index(&self.pool, OBJECT_INDEX_CONCURRENTLY)
     }
 
     fn pauses(&self) -> StoreFuture<Vec<Pause>> {
-        let pool = self.pool.clone();
-        Box::pin(async move { pauses(sqlx::query_as(PAUSES).fetch_all(&pool).await) })
+        shared::pauses(&self.pool, PAUSES)
     }
 
     fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64> {
@@ -357,13 +348,8 @@ pub(crate) async fn processed_in(
     id: &str,
     token: Token,
 ) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query(PROCESSED)
-        .bind(source)
-        .bind(id)
-        .bind(token.as_uuid())
-        .execute(conn)
-        .await?;
-    Ok(done.rows_affected() == 1)
+    let query = sqlx::query(PROCESSED).bind(source).bind(id);
+    changed_one(query.bind(token.as_uuid()), conn).await
 }
 
 /// Records one attempt's outcome if `token` still holds the row; `false` when fenced out.

@@ -3,17 +3,16 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use super::super::shared::{assert_pages_through_ties, LISTING_INDEXES};
 use super::group_commit::{
     insert_accepts, insert_claims, update_done, write_batch, CLAIM_MANY, COMPLETE_MANY,
     PROCESSED_MANY,
 };
-use super::listing::{
-    FOLD_COUNTS, LIST_DEAD_NEWEST, LIST_DEAD_OLDEST, LIST_FAILING_NEWEST, LIST_FAILING_OLDEST,
-};
+use super::listing::{FOLD_COUNTS, LISTINGS};
 use super::*;
 use crate::inbox::backend::Backend;
 use crate::inbox::Accepted;
-use crate::store::{Claim, Token};
+use crate::store::{Claim, Delivery, Token};
 
 /// A migrated database of its own on the local server (as the integration tests'):
 /// the batch statements are checked against PostgreSQL itself.
@@ -212,14 +211,8 @@ async fn listings_read_their_partial_index_and_page_through_ties() {
     .execute(&pool)
     .await
     .unwrap();
-    let statements = [
-        (LIST_DEAD_NEWEST, "webhook_events_dead"),
-        (LIST_DEAD_OLDEST, "webhook_events_dead"),
-        (LIST_FAILING_NEWEST, "webhook_events_failing"),
-        (LIST_FAILING_OLDEST, "webhook_events_failing"),
-    ];
     let mut conn = pool.acquire().await.unwrap();
-    for (i, (sql, index)) in statements.into_iter().enumerate() {
+    for (i, (sql, index)) in LISTINGS.into_iter().zip(LISTING_INDEXES).enumerate() {
         let custom: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}")))
             .bind(None::<i64>)
             .bind(None::<String>)
@@ -254,18 +247,7 @@ async fn listings_read_their_partial_index_and_page_through_ties() {
     drop(conn);
 
     let inbox = crate::inbox::Inbox::postgres(&crate::store::PgStore::from_migrated_pool(pool));
-    let all = |listing| crate::inbox::listing::ids_page_by_page(&inbox, listing);
-    use crate::inbox::Listing;
-    assert_eq!(all(Listing::dead()).await, ["d5", "d4", "d3", "d2", "d1"]);
-    assert_eq!(
-        all(Listing::dead().oldest_first()).await,
-        ["d1", "d2", "d3", "d4", "d5"]
-    );
-    assert_eq!(all(Listing::failing()).await, ["f3", "f2", "f1"]);
-    assert_eq!(
-        all(Listing::failing().oldest_first()).await,
-        ["f1", "f2", "f3"]
-    );
+    assert_pages_through_ties(&inbox).await;
 }
 
 /// A role that may not `TRUNCATE` the log still folds it (by deleting its rows).

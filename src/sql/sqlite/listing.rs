@@ -3,7 +3,8 @@
 
 use sqlx::sqlite::SqlitePool;
 
-use super::super::{after, listing_statement, store_error, summaries, CountsRow, StoredRow};
+use super::super::shared::{self, listing_statement, listings};
+use super::super::{store_error, CountsRow};
 use crate::inbox::{Counts, EventSummary, Listing, StoredEvent};
 use crate::store::StoreFuture;
 
@@ -38,56 +39,15 @@ macro_rules! listed_columns {
     };
 }
 
-/// The listings, one statement per row set and order, each a range of its partial index
-/// (`webhook_events_dead`, `webhook_events_failing`, on the time and the key: the terms
-/// of its `WHERE` are repeated, so SQLite sees it applies) read in the index's order from
-/// the position `?2`, `?3`, `?4` (the time in milliseconds, the source and id that break
-/// ties in time; `NULL` for the first page: before or after every row), one row-value
-/// comparison on the index's columns: a page reads its own rows, not the ones before it.
-pub(super) const LIST_DEAD_NEWEST: &str = concat!(
-    "SELECT ",
-    listed_columns!(),
-    "
-FROM webhook_events
-WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL
-  AND (dead_at, source, event_id) < (coalesce(?2, 9223372036854775807), coalesce(?3, ''), coalesce(?4, ''))
-ORDER BY dead_at DESC, source DESC, event_id DESC
-LIMIT ?5"
-);
-
-pub(super) const LIST_DEAD_OLDEST: &str = concat!(
-    "SELECT ",
-    listed_columns!(),
-    "
-FROM webhook_events
-WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL
-  AND (dead_at, source, event_id) > (coalesce(?2, -9223372036854775808), coalesce(?3, ''), coalesce(?4, ''))
-ORDER BY dead_at, source, event_id
-LIMIT ?5"
-);
-
-pub(super) const LIST_FAILING_NEWEST: &str = concat!(
-    "SELECT ",
-    listed_columns!(),
-    "
-FROM webhook_events
-WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
-  AND processing_error IS NOT NULL
-  AND (received_at, source, event_id) < (coalesce(?2, 9223372036854775807), coalesce(?3, ''), coalesce(?4, ''))
-ORDER BY received_at DESC, source DESC, event_id DESC
-LIMIT ?5"
-);
-
-pub(super) const LIST_FAILING_OLDEST: &str = concat!(
-    "SELECT ",
-    listed_columns!(),
-    "
-FROM webhook_events
-WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
-  AND processing_error IS NOT NULL
-  AND (received_at, source, event_id) > (coalesce(?2, -9223372036854775808), coalesce(?3, ''), coalesce(?4, ''))
-ORDER BY received_at, source, event_id
-LIMIT ?5"
+/// The listings (see [`listings!`]; the terms of each index's `WHERE` are repeated, so
+/// SQLite sees it applies): the position is `?2`, `?3`, `?4` (the time in milliseconds,
+/// the source and id that break ties in time; `NULL` for the first page: before or
+/// after every row).
+pub(super) const LISTINGS: [&str; 4] = listings!(
+    columns: listed_columns,
+    newest: "(coalesce(?2, 9223372036854775807), coalesce(?3, ''), coalesce(?4, ''))",
+    oldest: "(coalesce(?2, -9223372036854775808), coalesce(?3, ''), coalesce(?4, ''))",
+    limit: "?5"
 );
 
 /// One inbox row by its key, body included.
@@ -118,29 +78,8 @@ pub(super) fn list(
     now: i64,
     listing: &Listing,
 ) -> StoreFuture<Vec<EventSummary>> {
-    let pool = pool.clone();
-    let sql = listing_statement(
-        listing,
-        [
-            LIST_DEAD_NEWEST,
-            LIST_DEAD_OLDEST,
-            LIST_FAILING_NEWEST,
-            LIST_FAILING_OLDEST,
-        ],
-    );
-    let (at_us, source, id) = after(listing);
-    let limit = i64::try_from(listing.limit + 1).unwrap_or(i64::MAX);
-    Box::pin(async move {
-        let rows = sqlx::query_as(sql)
-            .bind(now)
-            .bind(at_us.map(|us| us.div_euclid(1000)))
-            .bind(source)
-            .bind(id)
-            .bind(limit)
-            .fetch_all(&pool)
-            .await;
-        summaries(rows)
-    })
+    let query = sqlx::query_as(listing_statement(listing, LISTINGS)).bind(now);
+    shared::list(pool, query, listing, |us| us.div_euclid(1000))
 }
 
 /// One row of the inbox, its body included.
@@ -150,15 +89,5 @@ pub(super) fn event(
     source: String,
     id: String,
 ) -> StoreFuture<Option<StoredEvent>> {
-    let pool = pool.clone();
-    Box::pin(async move {
-        sqlx::query_as::<_, StoredRow>(EVENT)
-            .bind(now)
-            .bind(source)
-            .bind(id)
-            .fetch_optional(&pool)
-            .await
-            .map(|row| row.map(StoredEvent::from))
-            .map_err(|e| store_error("inbox event", e))
-    })
+    shared::event(pool, sqlx::query_as(EVENT).bind(now), source, id)
 }

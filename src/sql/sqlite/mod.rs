@@ -13,10 +13,10 @@ mod writer; // the one writer: each batch of operations in one transaction
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sqlx::query::Query;
-use sqlx::sqlite::{Sqlite as Db, SqliteArguments, SqlitePool};
+use sqlx::sqlite::SqlitePool;
 
 use super::batch::{Batcher, Lane, Run, MAX_BATCH, MAX_BATCH_BYTES};
+use super::shared::bind_delivery;
 use super::{ClaimedRow, Outcome};
 use crate::inbox::{Accepted, Requeue};
 use crate::store::{Claim, Delivery, StoreError, Token};
@@ -33,22 +33,6 @@ fn epoch_ms(t: SystemTime) -> i64 {
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// Binds a delivery's key and audit columns as `?1`…`?6`: source, event id, type, object
-/// id, livemode, body.
-fn bind_delivery<'q>(
-    query: Query<'q, Db, SqliteArguments>,
-    d: &'q Delivery,
-) -> Query<'q, Db, SqliteArguments> {
-    let audit = d.audit();
-    query
-        .bind(d.source())
-        .bind(d.id())
-        .bind(audit.event_type)
-        .bind(audit.object_id)
-        .bind(audit.livemode)
-        .bind(audit.body)
 }
 
 /// The table in one SQLite database. Cloning shares the pool, the clock and the writer.

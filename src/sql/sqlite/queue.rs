@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::super::{claimed, pauses, store_error, Outcome, OBJECT_INDEX};
+use super::super::shared;
+use super::super::{claimed, Outcome, OBJECT_INDEX};
 use super::{Done, Op, Sqlite};
 use crate::inbox::backend::{Backend, Claimed};
 use crate::inbox::Pause;
@@ -220,17 +221,11 @@ impl Backend for Sqlite {
     }
 
     fn object_index(&self) -> StoreFuture<()> {
-        let pool = self.pool.clone();
-        Box::pin(async move {
-            let made = sqlx::raw_sql(OBJECT_INDEX).execute(&pool).await;
-            made.map(drop)
-                .map_err(|e| store_error("inbox object index", e))
-        })
+        shared::object_index(&self.pool, OBJECT_INDEX)
     }
 
     fn pauses(&self) -> StoreFuture<Vec<Pause>> {
-        let pool = self.pool.clone();
-        Box::pin(async move { pauses(sqlx::query_as(PAUSES).fetch_all(&pool).await) })
+        shared::pauses(&self.pool, PAUSES)
     }
 
     fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64> {

@@ -1,23 +1,62 @@
 //! The dialect's statements against SQLite itself.
 
+use std::path::PathBuf;
+
+use sqlx::query::Query;
+use sqlx::sqlite::{Sqlite as Db, SqliteArguments};
 use sqlx::Row;
 
-use super::listing::{
-    LIST_DEAD_NEWEST, LIST_DEAD_OLDEST, LIST_FAILING_NEWEST, LIST_FAILING_OLDEST,
-};
+use super::super::shared::{assert_pages_through_ties, LISTING_INDEXES};
+use super::listing::LISTINGS;
 use super::writer::write_in_one_transaction;
 use super::*;
 use crate::inbox::backend::Backend;
+use crate::store::SqliteStore;
+
+/// A migrated database in a file of its own, the file removed when it is dropped.
+struct Fresh {
+    store: SqliteStore,
+    path: PathBuf,
+}
+
+impl Fresh {
+    async fn new() -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "tower-webhook-unit-{}.db",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let store = SqliteStore::open(&path).await.unwrap();
+        Self { store, path }
+    }
+}
+
+impl Drop for Fresh {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The steps of SQLite's plan for `sql`, with what `bind` binds.
+async fn plan(
+    pool: &SqlitePool,
+    sql: &str,
+    bind: impl FnOnce(Query<'_, Db, SqliteArguments>) -> Query<'_, Db, SqliteArguments>,
+) -> Vec<String> {
+    let explain = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")));
+    bind(explain)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get::<String, _>("detail"))
+        .collect()
+}
 
 /// The listings read their partial index in its order, not the history (20 000
 /// processed rows here), and rows tied in time page by their key, each once.
 #[tokio::test]
 async fn listings_read_their_partial_index_and_page_through_ties() {
-    let path = std::env::temp_dir().join(format!(
-        "tower-webhook-unit-{}.db",
-        uuid::Uuid::new_v4().simple()
-    ));
-    let store = crate::store::SqliteStore::open(&path).await.unwrap();
+    let Fresh { store, .. } = &Fresh::new().await;
     sqlx::raw_sql(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
          INSERT INTO webhook_events
@@ -39,27 +78,15 @@ async fn listings_read_their_partial_index_and_page_through_ties() {
     .execute(store.pool())
     .await
     .unwrap();
-    for (sql, index) in [
-        (LIST_DEAD_NEWEST, "webhook_events_dead"),
-        (LIST_DEAD_OLDEST, "webhook_events_dead"),
-        (LIST_FAILING_NEWEST, "webhook_events_failing"),
-        (LIST_FAILING_OLDEST, "webhook_events_failing"),
-    ] {
+    for (sql, index) in LISTINGS.into_iter().zip(LISTING_INDEXES) {
         for after in [None, Some(5000_i64)] {
-            let plan: Vec<String> =
-                sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
-                    .bind(10_000_i64)
-                    .bind(after)
-                    .bind(after.map(|_| "s"))
-                    .bind(after.map(|_| "d3"))
-                    .bind(51_i64)
-                    .fetch_all(store.pool())
-                    .await
-                    .unwrap()
-                    .iter()
-                    .map(|row| row.get::<String, _>("detail"))
-                    .collect();
-            let plan = plan.join("\n");
+            let plan = plan(store.pool(), sql, |query| {
+                let query = query.bind(10_000_i64).bind(after);
+                let key = (after.map(|_| "s"), after.map(|_| "d3"));
+                query.bind(key.0).bind(key.1).bind(51_i64)
+            })
+            .await
+            .join("\n");
             assert!(plan.contains(&format!("USING INDEX {index}")), "{plan}");
             assert!(
                 !plan.contains("TEMP B-TREE"),
@@ -68,21 +95,7 @@ async fn listings_read_their_partial_index_and_page_through_ties() {
         }
     }
 
-    let inbox = crate::inbox::Inbox::sqlite(&store);
-    let all = |listing| crate::inbox::listing::ids_page_by_page(&inbox, listing);
-    use crate::inbox::Listing;
-    assert_eq!(all(Listing::dead()).await, ["d5", "d4", "d3", "d2", "d1"]);
-    assert_eq!(
-        all(Listing::dead().oldest_first()).await,
-        ["d1", "d2", "d3", "d4", "d5"]
-    );
-    assert_eq!(all(Listing::failing()).await, ["f3", "f2", "f1"]);
-    assert_eq!(
-        all(Listing::failing().oldest_first()).await,
-        ["f1", "f2", "f3"]
-    );
-    drop(store);
-    let _ = std::fs::remove_file(&path);
+    assert_pages_through_ties(&crate::inbox::Inbox::sqlite(store)).await;
 }
 
 /// A clock that reads `secs` after the epoch.
@@ -93,11 +106,7 @@ fn at(secs: u64) -> Clock {
 /// The batch goes as one transaction, not through the write-by-write fallback.
 #[tokio::test]
 async fn a_mixed_batch_is_one_transaction_with_each_write_answered() {
-    let path = std::env::temp_dir().join(format!(
-        "tower-webhook-unit-{}.db",
-        uuid::Uuid::new_v4().simple()
-    ));
-    let store = crate::store::SqliteStore::open(&path).await.unwrap();
+    let Fresh { store, .. } = &Fresh::new().await;
     let mut conn = store.pool().acquire().await.unwrap();
     let (t1, t2) = (Token::new(), Token::new());
     let lease = Duration::from_secs(30);
@@ -126,22 +135,15 @@ async fn a_mixed_batch_is_one_transaction_with_each_write_answered() {
         .expect("one transaction");
     assert!(matches!(answers[0], Ok(Done::Held(true))));
     assert!(matches!(answers[1], Ok(Done::Held(false))));
-    drop(conn);
-    drop(store);
-    let _ = std::fs::remove_file(&path);
 }
 
 /// A claim handed back under its token is due again with its attempt uncounted; a
 /// hand-back under another token changes nothing.
 #[tokio::test]
 async fn rows_handed_back_are_due_again_uncounted_and_fenced_on_the_token() {
-    let path = std::env::temp_dir().join(format!(
-        "tower-webhook-unit-{}.db",
-        uuid::Uuid::new_v4().simple()
-    ));
-    let store = crate::store::SqliteStore::open(&path).await.unwrap();
+    let Fresh { store, .. } = &Fresh::new().await;
     let sql = store.sql().clone();
-    let inbox = crate::inbox::Inbox::sqlite(&store);
+    let inbox = crate::inbox::Inbox::sqlite(store);
     let verifier = crate::Verifier::new(
         crate::Scheme::standard(),
         ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
@@ -163,18 +165,12 @@ async fn rows_handed_back_are_due_again_uncounted_and_fenced_on_the_token() {
     assert_eq!(Backend::give_back(&sql, key(), token).await.unwrap(), 1);
     let again = claim(Token::new()).await;
     assert_eq!(again.iter().map(|r| r.attempt).collect::<Vec<_>>(), [1]);
-    drop((inbox, sql, store));
-    let _ = std::fs::remove_file(&path);
 }
 
 /// The per-object index is made on demand, once, and a claim with a cap uses it.
 #[tokio::test]
 async fn the_object_index_is_made_on_demand_and_a_capped_claim_reads_it() {
-    let path = std::env::temp_dir().join(format!(
-        "tower-webhook-unit-{}.db",
-        uuid::Uuid::new_v4().simple()
-    ));
-    let store = crate::store::SqliteStore::open(&path).await.unwrap();
+    let Fresh { store, .. } = &Fresh::new().await;
     let exists = || async {
         let n: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM sqlite_master WHERE name = 'webhook_events_object'",
@@ -189,27 +185,14 @@ async fn the_object_index_is_made_on_demand_and_a_capped_claim_reads_it() {
     sql.object_index().await.unwrap();
     sql.object_index().await.unwrap(); // again: nothing to do
     assert_eq!(exists().await, 1);
-    let plan: Vec<String> = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "EXPLAIN QUERY PLAN {}",
-        super::queue::CLAIM_DUE
-    )))
-    .bind(0_i64)
-    .bind(1000_i64)
-    .bind("t")
-    .bind(10_i64)
-    .bind(8_i64)
-    .bind("crashed")
-    .bind(1_i64)
-    .fetch_all(store.pool())
-    .await
-    .unwrap()
-    .iter()
-    .map(|row| row.get::<String, _>("detail"))
-    .collect();
+    let plan = plan(store.pool(), super::queue::CLAIM_DUE, |query| {
+        let query = query.bind(0_i64).bind(1000_i64).bind("t").bind(10_i64);
+        query.bind(8_i64).bind("crashed").bind(1_i64)
+    })
+    .await;
     assert!(
         plan.iter()
             .any(|step| step.contains("webhook_events_object")),
         "{plan:?}"
     );
-    let _ = std::fs::remove_file(&path);
 }

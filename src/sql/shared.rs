@@ -1,0 +1,287 @@
+//! What both dialects run the same way, written once over sqlx's database types: the
+//! dialects hand over their statements (and what they bind first), these bind the rest,
+//! run them and read the answer.
+
+use sqlx::query::{Query, QueryAs};
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+
+use super::{store_error, ListedRow, StoredRow};
+use crate::inbox::listing::Rows;
+use crate::inbox::{EventSummary, Listing, Pause, StoredEvent};
+use crate::store::{Delivery, StoreFuture};
+
+/// How many rows a statement changed, whichever database ran it.
+pub(crate) trait Changed {
+    fn changed(&self) -> u64;
+}
+
+#[cfg(feature = "postgres")]
+impl Changed for sqlx::postgres::PgQueryResult {
+    fn changed(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl Changed for sqlx::sqlite::SqliteQueryResult {
+    fn changed(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+/// Runs a statement on `on`: how many rows it changed.
+pub(crate) async fn changed<'q, 'c, DB, E>(
+    query: Query<'q, DB, DB::Arguments>,
+    on: E,
+) -> Result<u64, sqlx::Error>
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    DB::QueryResult: Changed,
+    E: Executor<'c, Database = DB>,
+{
+    Ok(query.execute(on).await?.changed())
+}
+
+/// Runs a statement on one row's key on `on`: whether it changed the row (`false`: the
+/// row is not there, or another token holds it).
+pub(crate) async fn changed_one<'q, 'c, DB, E>(
+    query: Query<'q, DB, DB::Arguments>,
+    on: E,
+) -> Result<bool, sqlx::Error>
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    DB::QueryResult: Changed,
+    E: Executor<'c, Database = DB>,
+{
+    Ok(changed(query, on).await? == 1)
+}
+
+/// Binds a delivery's key and audit columns as the first six parameters: source, event
+/// id, type, object id, livemode, body.
+pub(crate) fn bind_delivery<'q, DB>(
+    query: Query<'q, DB, DB::Arguments>,
+    d: &'q Delivery,
+) -> Query<'q, DB, DB::Arguments>
+where
+    DB: Database,
+    &'q str: Encode<'q, DB> + Type<DB>,
+    Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    Option<bool>: Encode<'q, DB> + Type<DB>,
+    Option<&'q [u8]>: Encode<'q, DB> + Type<DB>,
+{
+    let audit = d.audit();
+    query
+        .bind(d.source())
+        .bind(d.id())
+        .bind(audit.event_type)
+        .bind(audit.object_id)
+        .bind(audit.livemode)
+        .bind(audit.body)
+}
+
+/// The dialect's `advance` (the ordering guard, [`crate::latest`]) on its connection
+/// type `$conn`, running its `ADVANCE` statement.
+macro_rules! advance {
+    ($conn:ty) => {
+        /// Moves `(namespace, object)`'s time to `at_ms` unless a newer one was applied;
+        /// `true` when it moved (or was first seen).
+        pub(crate) async fn advance(
+            conn: &mut $conn,
+            namespace: &str,
+            object: &str,
+            at_ms: i64,
+        ) -> Result<bool, sqlx::Error> {
+            let query = sqlx::query(ADVANCE)
+                .bind(namespace)
+                .bind(object)
+                .bind(at_ms);
+            $crate::sql::shared::changed_one(query, conn).await
+        }
+    };
+}
+pub(crate) use advance;
+
+/// Makes the per-object index with the dialect's statement, if it is missing.
+pub(super) fn object_index<DB>(pool: &Pool<DB>, sql: &'static str) -> StoreFuture<()>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+{
+    let pool = pool.clone();
+    Box::pin(async move {
+        let made = sqlx::raw_sql(sql).execute(&pool).await;
+        made.map(drop)
+            .map_err(|e| store_error("inbox object index", e))
+    })
+}
+
+/// `webhook_pauses`' rows as the dialect's statement reads them (source, type,
+/// milliseconds since the epoch), as pauses.
+pub(super) fn pauses<DB>(pool: &Pool<DB>, sql: &'static str) -> StoreFuture<Vec<Pause>>
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    (String, String, i64): for<'r> FromRow<'r, DB::Row>,
+{
+    let pool = pool.clone();
+    Box::pin(async move {
+        let rows = sqlx::query_as::<DB, (String, String, i64)>(sql)
+            .fetch_all(&pool)
+            .await;
+        rows.map(|rows| {
+            rows.into_iter()
+                .map(crate::inbox::pause::from_row)
+                .collect()
+        })
+        .map_err(|e| store_error("inbox pauses", e))
+    })
+}
+
+/// Which of a dialect's four listing statements (as [`listings!`] makes them) reads
+/// `listing`: its rows, in its order.
+pub(super) fn listing_statement(listing: &Listing, statements: [&'static str; 4]) -> &'static str {
+    let [dead_newest, dead_oldest, failing_newest, failing_oldest] = statements;
+    match (listing.rows, listing.oldest_first) {
+        (Rows::Dead, false) => dead_newest,
+        (Rows::Dead, true) => dead_oldest,
+        (Rows::Failing, false) => failing_newest,
+        (Rows::Failing, true) => failing_oldest,
+    }
+}
+
+/// A page of failing or dead rows (one more than asked: whether a next page exists):
+/// `query`, the listing's statement with what the dialect binds first, bound to the
+/// position it continues after (its time in microseconds, as `at` makes it the
+/// dialect's, its source and id; all `NULL` for the first page) and the limit.
+pub(super) fn list<DB>(
+    pool: &Pool<DB>,
+    query: QueryAs<'static, DB, ListedRow, DB::Arguments>,
+    listing: &Listing,
+    at: fn(i64) -> i64,
+) -> StoreFuture<Vec<EventSummary>>
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    ListedRow: for<'r> FromRow<'r, DB::Row>,
+    Option<i64>: Encode<'static, DB> + Type<DB>,
+    Option<String>: Encode<'static, DB> + Type<DB>,
+    i64: Encode<'static, DB> + Type<DB>,
+{
+    let pool = pool.clone();
+    let (at_us, source, id) = match &listing.after {
+        Some(c) => (Some(c.at_us), Some(c.source.clone()), Some(c.id.clone())),
+        None => (None, None, None),
+    };
+    let limit = i64::try_from(listing.limit + 1).unwrap_or(i64::MAX);
+    Box::pin(async move {
+        let rows = query
+            .bind(at_us.map(at))
+            .bind(source)
+            .bind(id)
+            .bind(limit)
+            .fetch_all(&pool)
+            .await;
+        rows.map(|rows| rows.into_iter().map(EventSummary::from).collect())
+            .map_err(|e| store_error("inbox list", e))
+    })
+}
+
+/// One row of the inbox, its body included: `query`, the dialect's statement with what
+/// it binds first, bound to the row's key.
+pub(super) fn event<DB>(
+    pool: &Pool<DB>,
+    query: QueryAs<'static, DB, StoredRow, DB::Arguments>,
+    source: String,
+    id: String,
+) -> StoreFuture<Option<StoredEvent>>
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    StoredRow: for<'r> FromRow<'r, DB::Row>,
+    String: Encode<'static, DB> + Type<DB>,
+{
+    let pool = pool.clone();
+    Box::pin(async move {
+        query
+            .bind(source)
+            .bind(id)
+            .fetch_optional(&pool)
+            .await
+            .map(|row| row.map(StoredEvent::from))
+            .map_err(|e| store_error("inbox event", e))
+    })
+}
+
+/// A dialect's four listing statements, in [`listing_statement`]'s order, each a range of
+/// its partial index (`webhook_events_dead`, `webhook_events_failing`, on the time and
+/// the key) read in the index's order from a position: one row-value comparison on the
+/// index's columns, so a page reads its own rows, not the ones before it. The dialect
+/// gives what differs: the macro naming its columns, the position a newest-first page
+/// continues before and an oldest-first one after (each before or after every row when
+/// not bound: the first page), and the limit's placeholder; the rows, the comparison
+/// and the orders are the same text in both.
+macro_rules! listings {
+    (columns: $columns:ident, newest: $newest:literal, oldest: $oldest:literal, limit: $limit:literal) => {
+        [
+            $crate::sql::shared::listings!(@one $columns, $limit,
+                "dead_at IS NOT NULL AND next_attempt_at IS NOT NULL",
+                "dead_at", "<", $newest, " DESC"),
+            $crate::sql::shared::listings!(@one $columns, $limit,
+                "dead_at IS NOT NULL AND next_attempt_at IS NOT NULL",
+                "dead_at", ">", $oldest, ""),
+            $crate::sql::shared::listings!(@one $columns, $limit,
+                "next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+  AND processing_error IS NOT NULL",
+                "received_at", "<", $newest, " DESC"),
+            $crate::sql::shared::listings!(@one $columns, $limit,
+                "next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+  AND processing_error IS NOT NULL",
+                "received_at", ">", $oldest, ""),
+        ]
+    };
+    (@one $columns:ident, $limit:literal, $rows:literal, $time:literal, $cmp:literal,
+        $position:literal, $desc:literal) => {
+        concat!(
+            "SELECT ", $columns!(), "
+FROM webhook_events
+WHERE ", $rows, "
+  AND (", $time, ", source, event_id) ", $cmp, "
+      ", $position, "
+ORDER BY ", $time, $desc, ", source", $desc, ", event_id", $desc, "
+LIMIT ", $limit
+        )
+    };
+}
+pub(crate) use listings;
+
+/// The index each of [`listings!`]' statements reads, in their order.
+#[cfg(test)]
+pub(super) const LISTING_INDEXES: [&str; 4] = [
+    "webhook_events_dead",
+    "webhook_events_dead",
+    "webhook_events_failing",
+    "webhook_events_failing",
+];
+
+/// For the dialects' listing tests, on the rows they write (dead `d1`…`d5` and failing
+/// `f1`…`f3`, each set tied in time): every listing pages through its rows, each once, in
+/// its order (ties by their key).
+#[cfg(test)]
+pub(super) async fn assert_pages_through_ties(inbox: &crate::inbox::Inbox) {
+    let all = |listing| crate::inbox::listing::ids_page_by_page(inbox, listing);
+    assert_eq!(all(Listing::dead()).await, ["d5", "d4", "d3", "d2", "d1"]);
+    assert_eq!(
+        all(Listing::dead().oldest_first()).await,
+        ["d1", "d2", "d3", "d4", "d5"]
+    );
+    assert_eq!(all(Listing::failing()).await, ["f3", "f2", "f1"]);
+    assert_eq!(
+        all(Listing::failing().oldest_first()).await,
+        ["f1", "f2", "f3"]
+    );
+}
