@@ -2,13 +2,15 @@
 //! dialects hand over their statements (and what they bind first), these bind the rest,
 //! run them and read the answer.
 
+use std::time::Duration;
+
 use sqlx::query::{Query, QueryAs};
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use super::{store_error, ListedRow, StoredRow};
 use crate::inbox::listing::Rows;
 use crate::inbox::{EventSummary, Listing, Pause, StoredEvent};
-use crate::store::{Delivery, StoreFuture};
+use crate::store::{Claim, Delivery, StoreFuture};
 
 /// How many rows a statement changed, whichever database ran it.
 pub(crate) trait Changed {
@@ -29,7 +31,8 @@ impl Changed for sqlx::sqlite::SqliteQueryResult {
     }
 }
 
-/// Runs a statement on `on`: how many rows it changed.
+/// Runs a statement on `on`: how many rows it changed (a statement on one row's key:
+/// 1, or 0 when the row is not there or another token holds it).
 pub(crate) async fn changed<'q, 'c, DB, E>(
     query: Query<'q, DB, DB::Arguments>,
     on: E,
@@ -41,21 +44,6 @@ where
     E: Executor<'c, Database = DB>,
 {
     Ok(query.execute(on).await?.changed())
-}
-
-/// Runs a statement on one row's key on `on`: whether it changed the row (`false`: the
-/// row is not there, or another token holds it).
-pub(crate) async fn changed_one<'q, 'c, DB, E>(
-    query: Query<'q, DB, DB::Arguments>,
-    on: E,
-) -> Result<bool, sqlx::Error>
-where
-    DB: Database,
-    DB::Arguments: IntoArguments<DB>,
-    DB::QueryResult: Changed,
-    E: Executor<'c, Database = DB>,
-{
-    Ok(changed(query, on).await? == 1)
 }
 
 /// Binds a delivery's key and audit columns as the first six parameters: source, event
@@ -97,11 +85,21 @@ macro_rules! advance {
                 .bind(namespace)
                 .bind(object)
                 .bind(at_ms);
-            $crate::sql::shared::changed_one(query, conn).await
+            Ok($crate::sql::shared::changed(query, conn).await? == 1)
         }
     };
 }
 pub(crate) use advance;
+
+/// Why a claim took nothing, from the row it conflicted with: done (or the inbox's: a
+/// duplicate to `DedupeLayer`), or held by a live attempt for `remaining` more; `None` when
+/// neither (its lease ran out).
+pub(super) fn not_claimed(done: bool, remaining: Option<Duration>) -> Option<Claim> {
+    if done {
+        return Some(Claim::Done);
+    }
+    remaining.map(|retry_after| Claim::InFlight { retry_after })
+}
 
 /// Makes the per-object index with the dialect's statement, if it is missing.
 pub(super) fn object_index<DB>(pool: &Pool<DB>, sql: &'static str) -> StoreFuture<()>
@@ -140,7 +138,7 @@ where
     })
 }
 
-/// Which of a dialect's four listing statements (as [`listings!`] makes them) reads
+/// Which of a dialect's four listing statements (as [`listing_statements!`] makes them) reads
 /// `listing`: its rows, in its order.
 pub(super) fn listing_statement(listing: &Listing, statements: [&'static str; 4]) -> &'static str {
     let [dead_newest, dead_oldest, failing_newest, failing_oldest] = statements;
@@ -217,49 +215,82 @@ where
     })
 }
 
-/// A dialect's four listing statements, in [`listing_statement`]'s order, each a range of
-/// its partial index (`webhook_events_dead`, `webhook_events_failing`, on the time and
-/// the key) read in the index's order from a position: one row-value comparison on the
-/// index's columns, so a page reads its own rows, not the ones before it. The dialect
-/// gives what differs: the macro naming its columns, the position a newest-first page
-/// continues before and an oldest-first one after (each before or after every row when
-/// not bound: the first page), and the limit's placeholder; the rows, the comparison
-/// and the orders are the same text in both.
-macro_rules! listings {
-    (columns: $columns:ident, newest: $newest:literal, oldest: $oldest:literal, limit: $limit:literal) => {
-        [
-            $crate::sql::shared::listings!(@one $columns, $limit,
+/// A dialect's listing statements: `LISTINGS`, four in [`listing_statement`]'s order, each
+/// a range of its partial index (`webhook_events_dead`, `webhook_events_failing`, on the
+/// time and the key) read in the index's order from a position: one row-value comparison
+/// on the index's columns, so a page reads its own rows, not the ones before it; and
+/// `EVENT`, one inbox row by its key, its body included. The dialect gives what differs:
+/// the columns it reads (times as microseconds since the epoch, and whether a worker
+/// holds the row now), the position a newest-first page continues before and an
+/// oldest-first one after (each before or after every row when not bound: the first
+/// page), the limit's placeholder and the key's condition; the rows, the comparison and
+/// the orders are the same text in both.
+macro_rules! listing_statements {
+    (columns: $columns:literal, newest: $newest:literal, oldest: $oldest:literal,
+        limit: $limit:literal, key: $key:literal) => {
+        /// The listings: dead newest and oldest first, failing newest and oldest first.
+        pub(super) const LISTINGS: [&str; 4] = [
+    $crate::sql::shared::listing_statements!(@one $columns, $limit,
                 "dead_at IS NOT NULL AND next_attempt_at IS NOT NULL",
                 "dead_at", "<", $newest, " DESC"),
-            $crate::sql::shared::listings!(@one $columns, $limit,
+    $crate::sql::shared::listing_statements!(@one $columns, $limit,
                 "dead_at IS NOT NULL AND next_attempt_at IS NOT NULL",
                 "dead_at", ">", $oldest, ""),
-            $crate::sql::shared::listings!(@one $columns, $limit,
+    $crate::sql::shared::listing_statements!(@one $columns, $limit,
                 "next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
   AND processing_error IS NOT NULL",
                 "received_at", "<", $newest, " DESC"),
-            $crate::sql::shared::listings!(@one $columns, $limit,
+    $crate::sql::shared::listing_statements!(@one $columns, $limit,
                 "next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
   AND processing_error IS NOT NULL",
                 "received_at", ">", $oldest, ""),
-        ]
+        ];
+
+        /// One inbox row by its key, body included.
+        const EVENT: &str = concat!(
+            "SELECT ",
+            $columns,
+            ", livemode, body
+FROM webhook_events
+WHERE ",
+            $key,
+            " AND next_attempt_at IS NOT NULL"
+        );
     };
-    (@one $columns:ident, $limit:literal, $rows:literal, $time:literal, $cmp:literal,
+    (@one $columns:literal, $limit:literal, $rows:literal, $time:literal, $cmp:literal,
         $position:literal, $desc:literal) => {
         concat!(
-            "SELECT ", $columns!(), "
+            "SELECT ",
+            $columns,
+            "
 FROM webhook_events
-WHERE ", $rows, "
-  AND (", $time, ", source, event_id) ", $cmp, "
-      ", $position, "
-ORDER BY ", $time, $desc, ", source", $desc, ", event_id", $desc, "
-LIMIT ", $limit
+WHERE ",
+            $rows,
+            "
+  AND (",
+            $time,
+            ", source, event_id) ",
+            $cmp,
+            "
+      ",
+            $position,
+            "
+ORDER BY ",
+            $time,
+            $desc,
+            ", source",
+            $desc,
+            ", event_id",
+            $desc,
+            "
+LIMIT ",
+            $limit
         )
     };
 }
-pub(crate) use listings;
+pub(crate) use listing_statements;
 
-/// The index each of [`listings!`]' statements reads, in their order.
+/// The index each of [`listing_statements!`]' `LISTINGS` reads, in their order.
 #[cfg(test)]
 pub(super) const LISTING_INDEXES: [&str; 4] = [
     "webhook_events_dead",

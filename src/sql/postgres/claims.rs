@@ -3,8 +3,11 @@
 
 use std::time::Duration;
 
+use sqlx::postgres::{PgArguments, Postgres};
+use sqlx::query::Query;
 use sqlx::PgConnection;
 
+use super::super::shared::{changed, not_claimed};
 use super::super::store_error;
 use super::group_commit::{Write, Written};
 use super::{bind_delivery, Pg};
@@ -104,16 +107,11 @@ SELECT processed_at IS NOT NULL OR next_attempt_at IS NOT NULL,
        (EXTRACT(EPOCH FROM (locked_until - clock_timestamp())) * 1000)::float8
 FROM webhook_events WHERE source = $1 AND event_id = $2";
 
-/// Claimed, or why not, from the `STATE` of a row.
-pub(super) fn not_claimed(done: bool, remaining_ms: Option<f64>) -> Option<Claim> {
-    if done {
-        return Some(Claim::Done);
-    }
-    remaining_ms
-        .filter(|ms| *ms > 0.0)
-        .map(|ms| Claim::InFlight {
-            retry_after: Duration::from_secs_f64(ms / 1000.0),
-        })
+/// How much longer a claim is held, from the milliseconds `STATE` reads (`None`: its lease
+/// ran out, or it was released).
+pub(super) fn remaining(ms: Option<f64>) -> Option<Duration> {
+    ms.filter(|ms| *ms > 0.0)
+        .map(|ms| Duration::from_secs_f64(ms / 1000.0))
 }
 
 impl Pg {
@@ -192,12 +190,8 @@ impl Pg {
     }
 
     pub(crate) async fn prune(&self, older_than: Duration) -> Result<u64, StoreError> {
-        let pruned = sqlx::query(PRUNE)
-            .bind(older_than.as_secs_f64())
-            .execute(&self.pool)
+        self.pruned(sqlx::query(PRUNE).bind(older_than.as_secs_f64()))
             .await
-            .map_err(|e| store_error("postgres prune", e))?;
-        Ok(pruned.rows_affected())
     }
 
     pub(crate) async fn prune_once(
@@ -205,13 +199,15 @@ impl Pg {
         namespace: &str,
         older_than: Duration,
     ) -> Result<u64, StoreError> {
-        let pruned = sqlx::query(PRUNE_ONCE)
-            .bind(namespace)
-            .bind(older_than.as_secs_f64())
-            .execute(&self.pool)
+        let query = sqlx::query(PRUNE_ONCE).bind(namespace);
+        self.pruned(query.bind(older_than.as_secs_f64())).await
+    }
+
+    /// Runs a prune: how many rows it deleted.
+    async fn pruned(&self, query: Query<'_, Postgres, PgArguments>) -> Result<u64, StoreError> {
+        changed(query, &self.pool)
             .await
-            .map_err(|e| store_error("postgres prune", e))?;
-        Ok(pruned.rows_affected())
+            .map_err(|e| store_error("postgres prune", e))
     }
 }
 
@@ -237,7 +233,9 @@ pub(crate) async fn done_in(
         .bind(d.id())
         .fetch_one(&mut *conn)
         .await?;
-    Ok(not_claimed(done, remaining_ms).unwrap_or(Claim::InFlight {
-        retry_after: Duration::from_secs(1),
-    }))
+    Ok(
+        not_claimed(done, remaining(remaining_ms)).unwrap_or(Claim::InFlight {
+            retry_after: Duration::from_secs(1),
+        }),
+    )
 }

@@ -9,8 +9,9 @@ use sqlx::query::Query;
 use sqlx::Row;
 
 use super::super::batch::Lane;
+use super::super::shared::not_claimed;
 use super::super::{store_error, Outcome, CLAIM_TRIES};
-use super::claims::{not_claimed, CLAIM, COMPLETE, TAKE_OVER};
+use super::claims::{remaining, CLAIM, COMPLETE, TAKE_OVER};
 use super::queue::{finish_one, ACCEPT};
 use super::{bind_delivery, PLANNED_EACH_TIME};
 use crate::inbox::Accepted;
@@ -297,8 +298,8 @@ async fn claim_one(
         if taken {
             return Ok(Claim::New(token));
         }
-        if let Some(claim) = not_claimed(row.try_get(1).map_err(err)?, row.try_get(2).map_err(err)?)
-        {
+        let held = remaining(row.try_get(2).map_err(err)?);
+        if let Some(claim) = not_claimed(row.try_get(1).map_err(err)?, held) {
             return Ok(claim);
         }
     }

@@ -3,7 +3,7 @@
 
 use sqlx::postgres::PgPool;
 
-use super::super::shared::{self, listing_statement, listings};
+use super::super::shared::{self, listing_statement, listing_statements};
 use super::super::{store_error, CountsRow};
 use crate::inbox::{Counts, EventSummary, Listing, StoredEvent};
 use crate::store::StoreFuture;
@@ -55,37 +55,20 @@ BEGIN
     END IF;
 END $$";
 
-/// What a listing and an event read of a row: times as microseconds since the epoch, and
-/// whether a worker holds it now.
-macro_rules! listed_columns {
-    () => {
-        "source, event_id, event_type, object_id, attempts::int8 AS attempts,
+// The listings' position is `$1`, `$2`, `$3` (the time in microseconds, the source and
+// id that break ties in time; `NULL` for the first page: before or after every row),
+// always bound, so a generic plan starts the scan there too.
+listing_statements!(
+    columns: "source, event_id, event_type, object_id, attempts::int8 AS attempts,
     (extract(epoch FROM received_at) * 1000000)::int8 AS received_us,
     (extract(epoch FROM next_attempt_at) * 1000000)::int8 AS next_attempt_us,
     (extract(epoch FROM processed_at) * 1000000)::int8 AS processed_us,
     (extract(epoch FROM dead_at) * 1000000)::int8 AS dead_us,
-    coalesce(locked_until > now(), false) AS locked, processing_error"
-    };
-}
-
-/// The listings (see [`listings!`]): the position is `$1`, `$2`, `$3` (the time in
-/// microseconds, the source and id that break ties in time; `NULL` for the first page:
-/// before or after every row). It is always bound, so a generic plan starts the scan
-/// there too.
-pub(super) const LISTINGS: [&str; 4] = listings!(
-    columns: listed_columns,
+    coalesce(locked_until > now(), false) AS locked, processing_error",
     newest: "(coalesce(to_timestamp($1::int8 / 1000000.0), 'infinity'), coalesce($2::text, ''), coalesce($3::text, ''))",
     oldest: "(coalesce(to_timestamp($1::int8 / 1000000.0), '-infinity'), coalesce($2::text, ''), coalesce($3::text, ''))",
-    limit: "$4"
-);
-
-/// One inbox row by its key, body included.
-const EVENT: &str = concat!(
-    "SELECT ",
-    listed_columns!(),
-    ", livemode, body
-FROM webhook_events
-WHERE source = $1 AND event_id = $2 AND next_attempt_at IS NOT NULL"
+    limit: "$4",
+    key: "source = $1 AND event_id = $2"
 );
 
 /// [`COUNTS`]' row: the counts, and how long the log has grown.

@@ -8,7 +8,7 @@ use sqlx::postgres::{PgListener, PgPool};
 use sqlx::{PgConnection, Row};
 use tokio::sync::Notify;
 
-use super::super::shared::{self, changed_one};
+use super::super::shared::{self, changed};
 use super::super::{claimed, store_error, Outcome, ABANDONED, CRASHED, OBJECT_INDEX_CONCURRENTLY};
 use super::group_commit::{Write, Written};
 use super::listing::FOLD_COUNTS;
@@ -349,7 +349,7 @@ pub(crate) async fn processed_in(
     token: Token,
 ) -> Result<bool, sqlx::Error> {
     let query = sqlx::query(PROCESSED).bind(source).bind(id);
-    changed_one(query.bind(token.as_uuid()), conn).await
+    Ok(changed(query.bind(token.as_uuid()), conn).await? == 1)
 }
 
 /// Records one attempt's outcome if `token` still holds the row; `false` when fenced out.

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use sqlx::Row;
 
+use super::super::shared::not_claimed;
 use super::super::{store_error, CLAIM_TRIES};
 use super::{bind_delivery, ms, Done, Op, Sqlite};
 use crate::store::{Claim, Delivery, StoreError, Token};
@@ -160,15 +161,12 @@ pub(super) async fn claim_one(
             .await
             .map_err(err)?;
         let Some(row) = row else { continue };
-        let done: bool = row.try_get(0).map_err(err)?;
         let until: Option<i64> = row.try_get(1).map_err(err)?;
-        if done {
-            return Ok(Claim::Done);
-        }
-        if let Some(until) = until.filter(|u| *u > now) {
-            return Ok(Claim::InFlight {
-                retry_after: Duration::from_millis((until - now).unsigned_abs()),
-            });
+        let held = until
+            .filter(|until| *until > now)
+            .map(|until| Duration::from_millis((until - now).unsigned_abs()));
+        if let Some(claim) = not_claimed(row.try_get(0).map_err(err)?, held) {
+            return Ok(claim);
         }
     }
     Ok(Claim::InFlight {

@@ -3,7 +3,7 @@
 
 use sqlx::sqlite::SqlitePool;
 
-use super::super::shared::{self, listing_statement, listings};
+use super::super::shared::{self, listing_statement, listing_statements};
 use super::super::{store_error, CountsRow};
 use crate::inbox::{Counts, EventSummary, Listing, StoredEvent};
 use crate::store::StoreFuture;
@@ -28,35 +28,19 @@ FROM (
     WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
 ) q";
 
-/// What a listing and an event read of a row: times as microseconds since the epoch, and
-/// whether a worker holds it now (`?1`: now).
-macro_rules! listed_columns {
-    () => {
-        "source, event_id, event_type, object_id, attempts,
+// `?1` is now (whether a worker holds the row). The terms of each index's `WHERE` are
+// repeated, so SQLite sees it applies. The listings' position is `?2`, `?3`, `?4` (the
+// time in milliseconds, the source and id that break ties in time; `NULL` for the first
+// page: before or after every row).
+listing_statements!(
+    columns: "source, event_id, event_type, object_id, attempts,
     received_at * 1000 AS received_us, next_attempt_at * 1000 AS next_attempt_us,
     processed_at * 1000 AS processed_us, dead_at * 1000 AS dead_us,
-    coalesce(locked_until > ?1, 0) AS locked, processing_error"
-    };
-}
-
-/// The listings (see [`listings!`]; the terms of each index's `WHERE` are repeated, so
-/// SQLite sees it applies): the position is `?2`, `?3`, `?4` (the time in milliseconds,
-/// the source and id that break ties in time; `NULL` for the first page: before or
-/// after every row).
-pub(super) const LISTINGS: [&str; 4] = listings!(
-    columns: listed_columns,
+    coalesce(locked_until > ?1, 0) AS locked, processing_error",
     newest: "(coalesce(?2, 9223372036854775807), coalesce(?3, ''), coalesce(?4, ''))",
     oldest: "(coalesce(?2, -9223372036854775808), coalesce(?3, ''), coalesce(?4, ''))",
-    limit: "?5"
-);
-
-/// One inbox row by its key, body included.
-const EVENT: &str = concat!(
-    "SELECT ",
-    listed_columns!(),
-    ", livemode, body
-FROM webhook_events
-WHERE source = ?2 AND event_id = ?3 AND next_attempt_at IS NOT NULL"
+    limit: "?5",
+    key: "source = ?2 AND event_id = ?3"
 );
 
 /// The inbox's counts at `now`.
