@@ -100,6 +100,7 @@ impl Queue {
             rate,
             per_object,
             max_attempts: None,
+            per_source: None,
         };
         self.spawn_set(processor, settings)
     }
@@ -123,6 +124,9 @@ impl Queue {
                 }
                 if let Some(n) = settings.max_attempts {
                     worker = worker.with_max_attempts(n).unwrap();
+                }
+                if let Some(n) = settings.per_source {
+                    worker = worker.with_per_source(n).unwrap();
                 }
                 worker.spawn()
             }};
@@ -180,6 +184,7 @@ struct Settings {
     rate: Option<Rate>,
     per_object: Option<u32>,
     max_attempts: Option<u32>,
+    per_source: Option<u32>,
 }
 
 /// Delivers `id` signed in `scheme` (whose name is its source) through verification to
@@ -512,6 +517,7 @@ async fn later_snoozes_an_event_without_counting_an_attempt(queue: Queue) {
         rate: None,
         per_object: None,
         max_attempts: Some(1),
+        per_source: None,
     };
     let worker = queue.spawn_set(processor, settings);
     eventually("each started twice", Duration::from_secs(15), || {
@@ -537,6 +543,70 @@ async fn later_snoozes_an_event_without_counting_an_attempt(queue: Queue) {
     }
 }
 
+/// A cap of 2 per source, 4 processors: 12 events of one source queued before 2 of
+/// another, each 150 ms of work. The big source never has more than 2 running; on the SQL
+/// inbox, whose claim leaves a source at its cap where it is, the small source's events
+/// start before the first of the big one's has ended (JetStream delivers in order: there
+/// they wait their turn in the stream). Each is attempt 1: an event left or handed back
+/// for its source's cap counted nothing.
+async fn a_per_source_cap_bounds_a_source_and_lets_another_through(queue: Queue) {
+    let accept = queue.accept_service();
+    for i in 0..12 {
+        let response = deliver_to(&accept, Scheme::standard(), &format!("evt_big_{i}")).await;
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    }
+    for i in 0..2 {
+        let response = deliver_to(&accept, Scheme::github(), &format!("gh-small-{i}")).await;
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    }
+    type Runs = Arc<Mutex<Vec<(String, Instant, Instant, u32)>>>;
+    let runs: Runs = Arc::default();
+    let recorded = runs.clone();
+    let processor = move |e: Event, a: Attempt| {
+        let runs = recorded.clone();
+        async move {
+            let started = Instant::now();
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let source = e.source().to_owned();
+            runs.lock()
+                .unwrap()
+                .push((source, started, Instant::now(), a.number()));
+            Ok::<_, std::io::Error>(())
+        }
+    };
+    let settings = Settings {
+        concurrency: 4,
+        rate: None,
+        per_object: None,
+        max_attempts: None,
+        per_source: Some(2),
+    };
+    let worker = queue.spawn_set(processor, settings);
+    eventually("14 processed", Duration::from_secs(20), || {
+        runs.lock().unwrap().len() == 14
+    })
+    .await;
+    worker.shutdown().await;
+    let runs = runs.lock().unwrap().clone();
+    let big: Vec<_> = runs.iter().filter(|r| r.0 == "standard").collect();
+    for run in &big {
+        let beside = big.iter().filter(|o| o.1 < run.2 && run.1 < o.2).count();
+        assert!(beside <= 2, "{beside} of the big source ran at once");
+    }
+    if let Queue::Sql(_) = queue {
+        let first_end = big.iter().map(|r| r.2).min().unwrap();
+        let small = runs.iter().filter(|r| r.0 == "github");
+        assert!(
+            small.clone().all(|r| r.1 < first_end),
+            "the small source waited behind the big one"
+        );
+    }
+    assert!(
+        runs.iter().all(|r| r.3 == 1),
+        "no attempt counted for a cap"
+    );
+}
+
 macro_rules! on_every_queue {
     ($($test:ident),* $(,)?) => {
         mod sqlite { use super::*; $(#[tokio::test] async fn $test() { super::$test(Queue::sqlite().await).await; })* }
@@ -549,6 +619,7 @@ on_every_queue!(
     a_rate_spaces_starts_and_counts_no_attempt_for_waiting,
     a_pause_holds_a_type_back_and_resume_starts_its_events_in_order,
     later_snoozes_an_event_without_counting_an_attempt,
+    a_per_source_cap_bounds_a_source_and_lets_another_through,
     backpressure_refuses_retrying_sources_while_the_queue_lags,
     a_per_object_cap_of_one_runs_an_objects_events_one_at_a_time_in_order,
 );

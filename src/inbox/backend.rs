@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::{Accepted, Counts, EventSummary, Listing, Pause, Requeue, StoredEvent};
+use crate::inbox::worker::caps::Skip;
 pub(crate) use crate::sql::Outcome;
 use crate::store::{StoreFuture, Token};
 use crate::Event;
@@ -23,13 +24,15 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// a due row whose `max_attempts` attempts all ended without an outcome (each crashed
     /// its worker) is marked dead instead, in the same statement. With `per_object`, a row
     /// of an object is due only while fewer than that many of the object's unfinished
-    /// rows are running or came before it. `limits`: `(max_attempts, per_object)`.
+    /// rows are running or came before it. `limits`: `(max_attempts, per_object)`. Rows
+    /// of the sources and types in `skip` are not claimed (their caps are reached).
     fn claim(
         &self,
         limit: usize,
         lease: Duration,
         token: Token,
         limits: (u32, Option<u32>),
+        skip: Skip,
     ) -> StoreFuture<Vec<Claimed>>;
     /// Hands rows a claim under `token` took back to the queue, due at once, their attempt
     /// uncounted (the claim was answered too late to run them); returns how many.

@@ -1,7 +1,6 @@
 //! [`JetStreamWorker`]: the worker of `inbox/worker/` with the stream as its queue — each
 //! message pulled, claimed in a store, renewed, then acknowledged, handed back or buried.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,12 +8,13 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
 use async_nats::jetstream::{AckKind, Message};
 use futures_util::StreamExt;
-use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
 use super::pause::{self, Paused};
 use super::{event_of, header, held, JetStream};
 use crate::inbox::process::{checked_poll, hurry_up, WorkerHandle};
+use crate::inbox::worker::caps::{Skip, Turns};
 use crate::inbox::worker::{shared_settings, Claimed, Engine, Outcome, Queue, Runner};
 use crate::inbox::Processor;
 use crate::metrics::{self, Attempt, Operation};
@@ -81,7 +81,7 @@ impl JetStreamWorker {
             consumer: Mutex::new(None),
             poll,
             lease: Duration::ZERO, // set by `open`
-            objects: Turns::default(),
+            objects: None,
             paused: Paused::default(),
         };
         Self {
@@ -144,8 +144,8 @@ pub(crate) struct Stream {
     poll: Duration,
     /// The lease of the messages and of their claims (the consumer's, once open).
     lease: Duration,
-    /// The per-object cap's turns, in this process.
-    objects: Turns,
+    /// The per-object cap's turns, in this process (`None` until `open` knows the cap).
+    objects: Option<Turns<(String, String)>>,
     /// The pauses in force, as this worker last heard.
     paused: Paused,
 }
@@ -186,9 +186,10 @@ impl Queue for Stream {
     /// again after a pause while NATS cannot answer; keeps the consumer's own lease.
     async fn open(
         &mut self,
-        (lease, _): (Duration, Option<u32>),
+        (lease, per_object): (Duration, Option<u32>),
         stopped: &mut watch::Receiver<bool>,
     ) -> Option<Duration> {
+        self.objects = per_object.map(Turns::new);
         loop {
             // The pauses first: no paused event may start before they are known.
             let opened = match self.paused.load(&self.jetstream).await {
@@ -221,6 +222,7 @@ impl Queue for Stream {
         lease: Duration,
         _: Token,
         _: (u32, Option<u32>),
+        _: Skip, // a stream is read in order: capped events wait in the worker instead
     ) -> Result<Vec<Claimed<Pulled>>, StoreError> {
         let consumer = self.consumer.lock().expect("not poisoned").clone();
         let consumer = consumer.expect("opened before the first claim");
@@ -247,7 +249,7 @@ impl Queue for Stream {
         &self,
         pulled: &Pulled,
         (event, attempt): (&Event, u32),
-        (max_attempts, per_object): (u32, Option<u32>),
+        (max_attempts, _): (u32, Option<u32>),
         heartbeat: &Heartbeat,
         hurried: &mut watch::Receiver<bool>,
     ) -> bool {
@@ -261,10 +263,11 @@ impl Queue for Stream {
             }
             return false;
         }
-        if let (Some(cap), Some(object)) = (per_object, event.object_id()) {
+        if let (Some(objects), Some(object)) = (&self.objects, event.object_id()) {
             // The object's turn, in the order this worker pulled its messages (a fair
             // semaphore); the message is renewed meanwhile.
-            let turn = self.objects.turn(event.source(), object, cap);
+            let key = (event.source().to_owned(), object.to_owned());
+            let turn = objects.turn(&key);
             let turn = tokio::select! {
                 turn = turn => turn,
                 () = hurry_up(hurried) => {
@@ -578,36 +581,6 @@ impl Pulled {
         if let Some(guard) = self.take() {
             guard.release_until(until.into_std()).await;
         }
-    }
-}
-
-/// Each object's running events, for a per-object cap: a fair semaphore per object with
-/// events waiting or running, dropped when the last is done.
-#[derive(Default)]
-struct Turns(Mutex<HashMap<(String, String), Arc<Semaphore>>>);
-
-impl Turns {
-    /// Waits for one of the `cap` turns of `(source, object)`.
-    async fn turn(&self, source: &str, object: &str, cap: u32) -> OwnedSemaphorePermit {
-        let key = (source.to_owned(), object.to_owned());
-        let semaphore = {
-            let mut objects = self.0.lock().expect("not poisoned");
-            let cap = usize::try_from(cap).unwrap_or(usize::MAX);
-            objects
-                .entry(key)
-                .or_insert_with(|| Arc::new(Semaphore::new(cap)))
-                .clone()
-        };
-        let permit = semaphore.acquire_owned().await.expect("never closed");
-        self.forget_idle();
-        permit
-    }
-
-    /// Drops the semaphores no event holds or waits for.
-    fn forget_idle(&self) {
-        // Only the map holds an idle one: each waiter and each permit holds a clone.
-        let mut objects = self.0.lock().expect("not poisoned");
-        objects.retain(|_, semaphore| Arc::strong_count(semaphore) > 1);
     }
 }
 

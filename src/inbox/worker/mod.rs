@@ -2,6 +2,7 @@
 //! both public workers share), the queue it needs in `queue.rs`, the loop in `run.rs`.
 //! The SQL inbox's [`Worker`] is in `sql.rs`; the JetStream one beside its stream.
 
+pub(crate) mod caps; // at most n running per source, per type
 pub(crate) mod queue; // what the worker needs of where events wait
 mod run; // the loop: claim, process under a renewed lease, record, stop in time
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -33,6 +34,11 @@ pub(crate) struct Engine<Q> {
     /// At most this many events of one object running, the first ones in arrival order
     /// (`None`: no cap).
     pub(crate) per_object: Option<u32>,
+    /// At most this many events of one source, and of one type, running in this worker.
+    pub(crate) per_source: Option<u32>,
+    pub(crate) per_type: Option<u32>,
+    /// Their turns, made as the worker starts.
+    pub(crate) caps: caps::Caps,
 }
 
 impl<Q: Queue> Engine<Q> {
@@ -48,6 +54,9 @@ impl<Q: Queue> Engine<Q> {
             grace: None,
             rate: None,
             per_object: None,
+            per_source: None,
+            per_type: None,
+            caps: caps::Caps::default(),
         }
     }
 
@@ -63,7 +72,9 @@ impl<Q: Queue> Engine<Q> {
             .field("lease", &self.lease.length)
             .field("max_run", &self.lease.max_run)
             .field("rate", &self.rate)
-            .field("per_object", &self.per_object);
+            .field("per_object", &self.per_object)
+            .field("per_source", &self.per_source)
+            .field("per_type", &self.per_type);
     }
 }
 
@@ -192,6 +203,40 @@ macro_rules! shared_settings {
         pub fn with_per_object(mut self, n: u32) -> Result<Self, $crate::ConfigError> {
             let why = "a per-object cap must be at least 1";
             self.engine.per_object = Some($crate::inbox::process::at_least_one(n, why)?);
+            Ok(self)
+        }
+
+        /// Runs at most `n` events of one source (a tenant, a provider) at once in this
+        /// worker. By default, no cap.
+        ///
+        /// On the SQL inbox a claim leaves the events of a source at its cap where they
+        /// are (no attempt counted), so the worker's other processors take other sources'
+        /// events: one source's backlog of 10 000 does not hold back another's 10, whose
+        /// events start as soon as a processor is free. On JetStream, which delivers in
+        /// the stream's order, a message over its source's cap waits in the worker for its
+        /// turn, holding a processor (renewed meanwhile).
+        ///
+        /// The cap is this worker's: workers in other processes run their own.
+        ///
+        /// # Errors
+        ///
+        /// When `n` is 0.
+        pub fn with_per_source(mut self, n: u32) -> Result<Self, $crate::ConfigError> {
+            let why = "a per-source cap must be at least 1";
+            self.engine.per_source = Some($crate::inbox::process::at_least_one(n, why)?);
+            Ok(self)
+        }
+
+        /// Runs at most `n` events of one event type at once in this worker (events
+        /// without a type share one cap), as [`with_per_source`](Self::with_per_source)
+        /// does per source. By default, no cap.
+        ///
+        /// # Errors
+        ///
+        /// When `n` is 0.
+        pub fn with_per_type(mut self, n: u32) -> Result<Self, $crate::ConfigError> {
+            let why = "a per-type cap must be at least 1";
+            self.engine.per_type = Some($crate::inbox::process::at_least_one(n, why)?);
             Ok(self)
         }
     };

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
+use super::caps::Skip;
 use crate::store::{Heartbeat, StoreError, Token};
 use crate::Event;
 
@@ -75,13 +76,15 @@ pub(crate) trait Queue: Send + Sync + 'static {
     /// Claims up to `n` due events for `lease` under `token`, each an attempt; an event
     /// whose `max_attempts` attempts all ended without an outcome (each crashed its
     /// worker) is dead instead, never returned. `limits`: `max_attempts` and `per_object`, see
-    /// [`Engine::per_object`](super::Engine::per_object).
+    /// [`Engine::per_object`](super::Engine::per_object). Events of the sources and types
+    /// in `skip` (their caps reached) are left, where the queue can leave them.
     fn claim(
         &self,
         n: usize,
         lease: Duration,
         token: Token,
         limits: (u32, Option<u32>),
+        skip: Skip,
     ) -> impl Future<Output = Result<Vec<Claimed<Self::Held>>, StoreError>> + Send;
 
     /// Hands claimed events back unrun.

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::super::process::{hurry_up, AbortOnDrop, Failure};
 use super::super::rate::Pacing;
 use super::super::{Attempt, Processor};
+use super::caps::{Caps, Turn};
 use super::{Claimed, Engine, Outcome, Queue};
 use crate::metrics::{self, Operation};
 use crate::span;
@@ -84,8 +85,12 @@ const CLAIMS_IN_FLIGHT: usize = 2;
 /// A claim's answer: its events, how many it asked for, and the processors and slots
 /// held for them.
 struct Batch<H> {
-    rows: Vec<Claimed<H>>,
+    /// Each event, with its turns under the caps where it took them at once.
+    rows: Vec<(Claimed<H>, Option<Turn>)>,
     asked: usize,
+    /// How many the queue answered with (some may have been handed back since: their
+    /// caps were full).
+    answered: usize,
     /// The worker's count of signals (wake-ups, polls, processors ending) when it was sent.
     sent_at: u64,
     /// It failed: the next claim waits for a signal.
@@ -100,6 +105,7 @@ struct Batch<H> {
 impl<Q: Queue> Engine<Q> {
     pub(super) async fn run(mut self, mut stopped: watch::Receiver<bool>) {
         let opening = (self.lease.length, self.per_object);
+        self.caps = Caps::new(self.per_source, self.per_type);
         let Some(lease) = self.queue.open(opening, &mut stopped).await else {
             return;
         };
@@ -157,7 +163,7 @@ impl<Q: Queue> Engine<Q> {
             tokio::select! {
                 Some(batch) = claims.join_next(), if !claims.is_empty() => {
                     let Ok(mut batch) = batch else { continue }; // a panic: its events come back with their lease
-                    let short = !Q::CLAIM_WAITS && batch.rows.len() < batch.asked;
+                    let short = !Q::CLAIM_WAITS && batch.answered < batch.asked;
                     drained_at = (short || batch.failed).then_some(batch.sent_at);
                     if let (Some(pacing), Some(turns)) = (&mut pacing, batch.turns) {
                         pacing.give_back(turns, batch.asked - batch.rows.len());
@@ -182,7 +188,7 @@ impl<Q: Queue> Engine<Q> {
         while let Some(batch) = claims.join_next().await {
             let Ok(mut batch) = batch else { continue };
             if Q::GIVES_BACK {
-                let held = batch.rows.drain(..).map(|row| row.held).collect();
+                let held = batch.rows.drain(..).map(|(row, _)| row.held).collect();
                 this.queue.give_back(held).await;
             } else {
                 this.run_batch(&mut batch, &mut running, &freed, &hurried);
@@ -210,7 +216,7 @@ impl<Q: Queue> Engine<Q> {
         freed: &Arc<Notify>,
         hurried: &watch::Receiver<bool>,
     ) {
-        for claimed in std::mem::take(&mut batch.rows) {
+        for (claimed, turn) in std::mem::take(&mut batch.rows) {
             let processor = batch.processors.split(1).expect("one held per event");
             let slot = batch.slots.split(1).expect("one held per event");
             let (worker, hurried, token) = (self.clone(), hurried.clone(), batch.token);
@@ -218,7 +224,7 @@ impl<Q: Queue> Engine<Q> {
             let span = span::attempt(&claimed.event, Attempt::new(claimed.attempt, &self.retry));
             running.spawn(span::instrument(span, async move {
                 let _slot = slot;
-                worker.process(claimed, token, freed, hurried).await;
+                worker.process((claimed, turn), token, freed, hurried).await;
             }));
         }
     }
@@ -238,6 +244,7 @@ impl<Q: Queue> Engine<Q> {
             self.lease.length,
             token,
             (self.retry.max_attempts(), self.per_object),
+            self.caps.skip(),
         );
         let (rows, failed) = match metrics::timed(Operation::InboxClaim, claim).await {
             // Answered so late that the lease may run out before the first renewal: hand
@@ -256,9 +263,12 @@ impl<Q: Queue> Engine<Q> {
                 (Vec::new(), true)
             }
         };
+        let answered = rows.len();
+        let rows = self.take_turns(rows).await;
         Batch {
             rows,
             asked: n,
+            answered,
             sent_at,
             failed,
             token,
@@ -268,9 +278,33 @@ impl<Q: Queue> Engine<Q> {
         }
     }
 
+    /// Takes each event's turns under the caps where they are free; where they are not,
+    /// hands the event back uncounted — or, where the queue cannot, keeps it to wait for
+    /// its turns in `process`.
+    async fn take_turns(
+        &self,
+        rows: Vec<Claimed<Q::Held>>,
+    ) -> Vec<(Claimed<Q::Held>, Option<Turn>)> {
+        if !self.caps.any() {
+            return rows.into_iter().map(|row| (row, None)).collect();
+        }
+        let (mut taken, mut back) = (Vec::new(), Vec::new());
+        for row in rows {
+            match self.caps.try_turn(&row.event) {
+                Some(turn) => taken.push((row, Some(turn))),
+                None if Q::GIVES_BACK => back.push(row.held),
+                None => taken.push((row, None)),
+            }
+        }
+        if !back.is_empty() {
+            self.queue.give_back(back).await;
+        }
+        taken
+    }
+
     async fn process(
         &self,
-        claimed: Claimed<Q::Held>,
+        (claimed, turn): (Claimed<Q::Held>, Option<Turn>),
         token: Token,
         mut freed: Freed,
         mut hurried: watch::Receiver<bool>,
@@ -288,6 +322,23 @@ impl<Q: Queue> Engine<Q> {
         };
         let beat = heartbeat.beat(renew);
         let mut beat = pin!(beat);
+        // Its turns under the caps, held until its processor ends; waited for (renewed
+        // meanwhile) where the claim could not leave it.
+        let turn = match turn {
+            Some(turn) => turn,
+            None if self.caps.any() => {
+                tokio::select! {
+                    biased;
+                    turn = self.caps.turn(&event) => turn,
+                    () = hurry_up(&mut hurried) => {
+                        let _ = self.finish(&held, Outcome::Abandoned, &heartbeat).await;
+                        return;
+                    }
+                    () = &mut beat => unreachable!("the heartbeat never ends"),
+                }
+            }
+            None => Vec::new(),
+        };
         let limits = (self.retry.max_attempts(), self.per_object);
         let start = self
             .queue
@@ -318,7 +369,9 @@ impl<Q: Queue> Engine<Q> {
             }
             () = &mut beat => unreachable!("the heartbeat never ends"),
         };
-        // The processor is free for the next event while this one's outcome is written.
+        // The processor (and its turns) are free for the next event while this one's
+        // outcome is written.
+        drop(turn);
         freed.free();
         // The renewals go on until the outcome has landed: a slow "processed" must not cost
         // the lease that renewals would still have kept.

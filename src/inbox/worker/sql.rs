@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::super::process::{checked_poll, WorkerHandle};
 use super::super::{Inbox, Processor};
+use super::caps::Skip;
 use super::{shared_settings, Claimed, Engine, Outcome, Queue, Runner};
 use crate::metrics;
 use crate::store::{retry_until, Heartbeat, StoreError, Token};
@@ -149,9 +150,10 @@ impl Queue for Inbox {
         lease: Duration,
         token: Token,
         limits: (u32, Option<u32>),
+        skip: Skip,
     ) -> Result<Vec<Claimed<Row>>, StoreError> {
         let at = Instant::now();
-        let rows = self.backend.claim(n, lease, token, limits).await?;
+        let rows = self.backend.claim(n, lease, token, limits, skip).await?;
         Ok(rows
             .into_iter()
             .map(|row| Claimed {

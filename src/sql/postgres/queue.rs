@@ -14,6 +14,7 @@ use super::group_commit::{Write, Written};
 use super::listing::FOLD_COUNTS;
 use super::{Pg, CHANNEL, PLANNED_EACH_TIME};
 use crate::inbox::backend::{Backend, Claimed};
+use crate::inbox::worker::caps::Skip;
 use crate::inbox::Pause;
 use crate::inbox::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
 use crate::store::{Delivery, StoreError, StoreFuture, Token};
@@ -68,6 +69,7 @@ FROM (
             AND o.next_attempt_at IS NOT NULL AND o.processed_at IS NULL AND o.dead_at IS NULL
             AND (o.locked_until > clock_timestamp() OR (o.received_at, o.event_id)
                 < (webhook_events.received_at, webhook_events.event_id))) < $6)
+      AND NOT (source = ANY($7::text[])) AND NOT (coalesce(event_type, '') = ANY($8::text[]))
     ORDER BY next_attempt_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -167,6 +169,7 @@ impl Backend for Pg {
         lease: Duration,
         token: Token,
         (max_attempts, per_object): (u32, Option<u32>),
+        skip: Skip,
     ) -> StoreFuture<Vec<Claimed>> {
         let pool = self.pool.clone();
         let max_attempts = i32::try_from(max_attempts).unwrap_or(i32::MAX);
@@ -179,6 +182,8 @@ impl Backend for Pg {
                 .bind(max_attempts)
                 .bind(CRASHED)
                 .bind(per_object)
+                .bind(skip.sources)
+                .bind(skip.types)
                 .fetch_all(&pool)
                 .await
                 .map_err(|e| store_error("inbox claim", e))?;

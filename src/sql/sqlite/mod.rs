@@ -63,6 +63,8 @@ enum Op {
         max_attempts: u32,
         /// At most this many of an object's rows running or before it (`None`: no cap).
         per_object: Option<u32>,
+        /// The sources and types whose caps are reached.
+        skip: crate::inbox::worker::caps::Skip,
     },
     /// The inbox's: claimed rows handed back uncounted.
     GiveBack(Vec<(String, String)>, Token),

@@ -10,6 +10,7 @@ use super::super::shared;
 use super::super::{claimed, Outcome, OBJECT_INDEX};
 use super::{Done, Op, Sqlite};
 use crate::inbox::backend::{Backend, Claimed};
+use crate::inbox::worker::caps::Skip;
 use crate::inbox::Pause;
 use crate::inbox::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
 use crate::store::{Delivery, StoreError, StoreFuture, Token};
@@ -52,6 +53,8 @@ WHERE rowid IN (
             AND o.next_attempt_at IS NOT NULL AND o.processed_at IS NULL AND o.dead_at IS NULL
             AND (o.locked_until > ?1 OR (o.received_at, o.event_id)
                 < (webhook_events.received_at, webhook_events.event_id))) < ?7)
+      AND source NOT IN (SELECT value FROM json_each(?8))
+      AND coalesce(event_type, '') NOT IN (SELECT value FROM json_each(?9))
     ORDER BY next_attempt_at LIMIT ?4)
 RETURNING source, event_id, event_type, object_id, livemode, body, attempts,
     dead_at IS NOT NULL AS buried";
@@ -145,7 +148,7 @@ impl Sqlite {
         lease: Duration,
         token: Token,
     ) -> Vec<Claimed> {
-        Backend::claim(self, limit, lease, token, (8, None))
+        Backend::claim(self, limit, lease, token, (8, None), Skip::default())
             .await
             .unwrap()
     }
@@ -163,6 +166,7 @@ impl Backend for Sqlite {
         lease: Duration,
         token: Token,
         (max_attempts, per_object): (u32, Option<u32>),
+        skip: Skip,
     ) -> StoreFuture<Vec<Claimed>> {
         let this = self.clone();
         Box::pin(async move {
@@ -172,6 +176,7 @@ impl Backend for Sqlite {
                 token,
                 max_attempts,
                 per_object,
+                skip,
             };
             match this.write(op).await? {
                 Done::Claimed(rows) => Ok(claimed(rows)),

@@ -172,7 +172,9 @@ async fn write_one(
             token,
             max_attempts,
             per_object,
+            skip,
         } => {
+            let json = |keys: &[String]| serde_json::to_string(keys).expect("strings");
             let rows = sqlx::query_as(CLAIM_DUE)
                 .bind(now)
                 .bind(ms(*lease))
@@ -181,6 +183,8 @@ async fn write_one(
                 .bind(*max_attempts)
                 .bind(CRASHED)
                 .bind(*per_object)
+                .bind(json(&skip.sources))
+                .bind(json(&skip.types))
                 .fetch_all(&mut *conn)
                 .await
                 .map_err(|e| store_error("inbox claim", e))?;

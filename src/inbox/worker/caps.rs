@@ -1,0 +1,169 @@
+//! Caps per key: at most `n` events of one source, or of one event type, running at once
+//! in a worker. Each key with events running has a fair semaphore, dropped when the last
+//! is done; the keys at their cap are what a claim skips.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::Event;
+
+/// Each key's running events: a fair semaphore per key with events waiting or running.
+pub(crate) struct Turns<K> {
+    cap: usize,
+    keys: Mutex<HashMap<K, Arc<Semaphore>>>,
+}
+
+impl<K: Hash + Eq + Clone> Turns<K> {
+    pub(crate) fn new(cap: u32) -> Self {
+        Self {
+            cap: usize::try_from(cap).unwrap_or(usize::MAX),
+            keys: Mutex::default(),
+        }
+    }
+
+    fn semaphore(&self, key: &K) -> Arc<Semaphore> {
+        let mut keys = self.keys.lock().expect("not poisoned");
+        let cap = self.cap;
+        keys.entry(key.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(cap)))
+            .clone()
+    }
+
+    /// Waits for one of `key`'s turns, in the order asked.
+    pub(crate) async fn turn(&self, key: &K) -> OwnedSemaphorePermit {
+        let permit = self
+            .semaphore(key)
+            .acquire_owned()
+            .await
+            .expect("never closed");
+        self.forget_idle();
+        permit
+    }
+
+    /// One of `key`'s turns if one is free now.
+    fn try_turn(&self, key: &K) -> Option<OwnedSemaphorePermit> {
+        let permit = self.semaphore(key).try_acquire_owned().ok();
+        self.forget_idle();
+        permit
+    }
+
+    /// The keys with no turn free.
+    fn full(&self) -> Vec<K> {
+        let keys = self.keys.lock().expect("not poisoned");
+        let full = keys.iter().filter(|(_, s)| s.available_permits() == 0);
+        full.map(|(key, _)| key.clone()).collect()
+    }
+
+    /// Drops the semaphores no event holds or waits for.
+    fn forget_idle(&self) {
+        // Only the map holds an idle one: each waiter and each permit holds a clone.
+        let mut keys = self.keys.lock().expect("not poisoned");
+        keys.retain(|_, semaphore| Arc::strong_count(semaphore) > 1);
+    }
+}
+
+/// The sources and event types a claim skips: their caps are reached in this worker.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Skip {
+    pub(crate) sources: Vec<String>,
+    /// `""`: events without a type.
+    pub(crate) types: Vec<String>,
+}
+
+/// A worker's caps per source and per event type.
+#[derive(Default)]
+pub(crate) struct Caps {
+    sources: Option<Turns<String>>,
+    types: Option<Turns<String>>,
+}
+
+/// An event's turns under the caps, held until its processor ends.
+pub(crate) type Turn = Vec<OwnedSemaphorePermit>;
+
+impl Caps {
+    pub(crate) fn new(per_source: Option<u32>, per_type: Option<u32>) -> Self {
+        Self {
+            sources: per_source.map(Turns::new),
+            types: per_type.map(Turns::new),
+        }
+    }
+
+    pub(crate) fn any(&self) -> bool {
+        self.sources.is_some() || self.types.is_some()
+    }
+
+    /// What a claim skips now.
+    pub(crate) fn skip(&self) -> Skip {
+        Skip {
+            sources: self.sources.as_ref().map(Turns::full).unwrap_or_default(),
+            types: self.types.as_ref().map(Turns::full).unwrap_or_default(),
+        }
+    }
+
+    /// `event`'s turns if both are free now (none taken otherwise).
+    pub(crate) fn try_turn(&self, event: &Event) -> Option<Turn> {
+        let mut turn = Vec::new();
+        if let Some(sources) = &self.sources {
+            turn.push(sources.try_turn(&event.source().to_owned())?);
+        }
+        if let Some(types) = &self.types {
+            turn.push(types.try_turn(&type_key(event))?);
+        }
+        Some(turn)
+    }
+
+    /// Waits for `event`'s turns: its source's first, then its type's (one order for
+    /// every event: no two wait for each other's).
+    pub(crate) async fn turn(&self, event: &Event) -> Turn {
+        let mut turn = Vec::new();
+        if let Some(sources) = &self.sources {
+            turn.push(sources.turn(&event.source().to_owned()).await);
+        }
+        if let Some(types) = &self.types {
+            turn.push(types.turn(&type_key(event)).await);
+        }
+        turn
+    }
+}
+
+/// The type's key: `""` for an event without one.
+fn type_key(event: &Event) -> String {
+    event.event_type().unwrap_or_default().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(source: &str, ty: &str) -> Event {
+        Event::stored(crate::event::Stored {
+            source: source.to_owned(),
+            id: "evt_1".to_owned(),
+            event_type: Some(ty.to_owned()),
+            object_id: None,
+            livemode: None,
+            timestamp: None,
+            body: bytes::Bytes::new(),
+        })
+    }
+
+    #[test]
+    fn a_full_key_is_skipped_until_a_turn_is_given_back() {
+        let caps = Caps::new(Some(2), Some(3));
+        let a = caps.try_turn(&event("a", "x")).unwrap();
+        let b = caps.try_turn(&event("a", "y")).unwrap();
+        assert!(caps.try_turn(&event("a", "z")).is_none(), "a is at its cap");
+        assert_eq!(caps.skip().sources, ["a"]);
+        let c = caps.try_turn(&event("b", "x")).unwrap();
+        let d = caps.try_turn(&event("c", "x")).unwrap();
+        assert!(caps.skip().types.contains(&"x".to_owned()));
+        assert!(caps.try_turn(&event("d", "x")).is_none(), "x is at its cap");
+        assert!(caps.skip().sources == ["a"], "a refused turn takes nothing");
+        drop((a, b, c, d));
+        let skip = caps.skip();
+        assert!(skip.sources.is_empty() && skip.types.is_empty());
+    }
+}
