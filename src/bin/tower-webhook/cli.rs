@@ -1,0 +1,127 @@
+//! The command line: the global options, the commands and their arguments.
+
+use std::time::SystemTime;
+
+use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
+use tower_webhook::inbox::Cursor;
+
+/// Operate a tower-webhook inbox: counts, dead and failing rows, one event, requeue.
+///
+/// The database is a PostgreSQL URL (postgres://user@host/db) or a SQLite file
+/// (a path, or sqlite://path) the application already uses. The command creates no
+/// file and runs no migration on PostgreSQL (a SQLite file gets the crate's migrations,
+/// as the application's start would).
+#[derive(Debug, Parser)]
+#[command(name = "tower-webhook", version)]
+pub(crate) struct Cli {
+    /// The inbox's database: postgres://… or a SQLite path (sqlite://… too).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
+    pub(crate) database_url: Option<String>,
+
+    /// Print JSON (the admin router's) instead of tables.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// How many rows are in each state, and the queue's lag.
+    Counts,
+    /// A page of the dead or failing rows, with their last error.
+    List {
+        /// dead: gave up after the maximum attempts; failing: queued again after a failed
+        /// attempt.
+        #[arg(long, value_enum)]
+        state: Rows,
+        /// At most this many rows (1 to 1000).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        limit: u16,
+        /// The oldest first (default: the newest).
+        #[arg(long)]
+        oldest: bool,
+        /// The page after this cursor (the previous page's "next").
+        #[arg(long, value_parser = parse_cursor)]
+        after: Option<Cursor>,
+    },
+    /// One event's row and its body (the provider's raw payload: customer data).
+    Show {
+        /// The event's source (the verifier's: the scheme's name unless set).
+        source: String,
+        /// The provider's event id.
+        id: String,
+    },
+    /// Put rows back in the queue now, attempts reset; prints how many.
+    ///
+    /// Name the rows: one event (--id), the dead ones (--dead), or narrow by type and
+    /// receipt window — alone, those match processed rows too (a replay). Rows a worker is
+    /// processing now are left to it.
+    #[command(group(ArgGroup::new("rows").required(true).multiple(true)
+        .args(["id", "dead", "event_type", "from", "before", "all"])))]
+    Requeue {
+        /// One event, as SOURCE/ID (split at the first '/').
+        #[arg(long, value_name = "SOURCE/ID", value_parser = parse_key, conflicts_with_all = ["dead", "all"])]
+        id: Option<(String, String)>,
+        /// Every dead row.
+        #[arg(long, conflicts_with = "all")]
+        dead: bool,
+        /// Only rows of this event type.
+        #[arg(long = "type", value_name = "TYPE")]
+        event_type: Option<String>,
+        /// Only rows received at or after this RFC 3339 time.
+        #[arg(long, value_name = "RFC3339", value_parser = parse_time)]
+        from: Option<SystemTime>,
+        /// Only rows received before this RFC 3339 time.
+        #[arg(long, value_name = "RFC3339", value_parser = parse_time)]
+        before: Option<SystemTime>,
+        /// Every row, processed ones too: replay everything.
+        #[arg(long, conflicts_with_all = ["event_type", "from", "before"])]
+        all: bool,
+    },
+    /// Stop the workers starting events of a source, a type, or both (neither: every
+    /// event); accepts go on, and running events finish.
+    Pause(Paused),
+    /// End a pause, named as it was paused: its events start again, in order.
+    Resume(Paused),
+    /// What is paused.
+    Pauses,
+}
+
+/// What `pause` and `resume` name.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Paused {
+    /// Only this source (default: any).
+    #[arg(long)]
+    pub(crate) source: Option<String>,
+    /// Only this event type (default: any).
+    #[arg(long = "type", value_name = "TYPE")]
+    pub(crate) event_type: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum Rows {
+    Dead,
+    Failing,
+}
+
+fn parse_cursor(s: &str) -> Result<Cursor, String> {
+    s.parse()
+        .map_err(|_| "not a cursor this command printed".to_owned())
+}
+
+pub(crate) fn parse_key(s: &str) -> Result<(String, String), String> {
+    match s.split_once('/') {
+        Some((source, id)) if !source.is_empty() && !id.is_empty() => {
+            Ok((source.to_owned(), id.to_owned()))
+        }
+        _ => Err("expected SOURCE/ID, such as stripe/evt_1".to_owned()),
+    }
+}
+
+fn parse_time(s: &str) -> Result<SystemTime, String> {
+    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map(SystemTime::from)
+        .map_err(|_| "expected an RFC 3339 time, such as 2026-12-01T09:30:00Z".to_owned())
+}

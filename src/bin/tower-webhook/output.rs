@@ -1,0 +1,177 @@
+//! What the commands print: JSON, or tables of text made safe for a terminal.
+
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use tower_webhook::inbox::{EventSummary, Page, StoredEvent};
+
+pub(crate) fn json(value: &impl serde::Serialize) -> String {
+    let mut text = serde_json::to_string_pretty(value).expect("the inbox's types serialize");
+    text.push('\n');
+    text
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    let us = match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => i128::try_from(d.as_micros()).unwrap_or(i128::MAX),
+        Err(e) => -i128::try_from(e.duration().as_micros()).unwrap_or(i128::MAX),
+    };
+    time::OffsetDateTime::from_unix_timestamp_nanos(us.saturating_mul(1000))
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| "?".to_owned())
+}
+
+fn or_dash(t: Option<SystemTime>) -> String {
+    t.map_or_else(|| "-".to_owned(), rfc3339)
+}
+
+/// Text from the database made safe for a terminal: control characters (an escape
+/// sequence in a processor's error, say) shown escaped, not run. `keep_lines` keeps line
+/// breaks and tabs (a body).
+pub(crate) fn printable(text: &str, keep_lines: bool) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let keep = !c.is_control() || (keep_lines && matches!(c, '\n' | '\t'));
+            let shown: Box<dyn Iterator<Item = char>> = if keep {
+                Box::new(std::iter::once(c))
+            } else {
+                Box::new(c.escape_default())
+            };
+            shown
+        })
+        .collect()
+}
+
+/// At most `max` characters, an ellipsis for the rest.
+fn cut(text: String, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text;
+    }
+    let mut cut: String = text.chars().take(max - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// Rows under a header, each column as wide as its widest cell.
+pub(crate) fn table<const N: usize>(
+    header: &[&str; N],
+    rows: impl IntoIterator<Item = [String; N]>,
+) -> String {
+    let rows: Vec<[String; N]> = rows.into_iter().collect();
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: Vec<&str>| {
+        let mut text = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            let pad = w.saturating_sub(cell.chars().count());
+            text.push_str(cell);
+            if i + 1 < N {
+                text.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&mut out, header.to_vec());
+    for row in &rows {
+        line(&mut out, row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+pub(crate) fn listed(page: &Page) -> String {
+    let cells = |e: &EventSummary| {
+        let when = match e.dead_at {
+            Some(dead) => rfc3339(dead),
+            None => or_dash(e.next_attempt_at),
+        };
+        [
+            printable(&e.source, false),
+            printable(&e.id, false),
+            printable(e.event_type.as_deref().unwrap_or("-"), false),
+            e.state.to_string(),
+            e.attempts.to_string(),
+            rfc3339(e.received_at),
+            when,
+            cut(printable(e.last_error.as_deref().unwrap_or("-"), false), 80),
+        ]
+    };
+    let mut out = table(
+        &[
+            "SOURCE",
+            "ID",
+            "TYPE",
+            "STATE",
+            "ATTEMPTS",
+            "RECEIVED",
+            "DEAD / NEXT ATTEMPT",
+            "LAST ERROR",
+        ],
+        page.events.iter().map(cells),
+    );
+    match &page.next {
+        Some(next) => {
+            let _ = writeln!(out, "more: --after {next}");
+        }
+        None => {
+            let n = page.events.len();
+            let rows = if n == 1 { "row" } else { "rows" };
+            let _ = writeln!(out, "({n} {rows}, the last page)");
+        }
+    }
+    out
+}
+
+pub(crate) fn shown(event: &StoredEvent) -> String {
+    let e = &event.summary;
+    let text = |t: Option<&str>| printable(t.unwrap_or("-"), false);
+    let livemode = event
+        .livemode
+        .map_or_else(|| "-".to_owned(), |l| l.to_string());
+    let mut out = table(
+        &["FIELD", "VALUE"],
+        [
+            ["source".to_owned(), printable(&e.source, false)],
+            ["id".to_owned(), printable(&e.id, false)],
+            ["type".to_owned(), text(e.event_type.as_deref())],
+            ["object id".to_owned(), text(e.object_id.as_deref())],
+            ["livemode".to_owned(), livemode],
+            ["state".to_owned(), e.state.to_string()],
+            ["attempts".to_owned(), e.attempts.to_string()],
+            ["received".to_owned(), rfc3339(e.received_at)],
+            ["next attempt".to_owned(), or_dash(e.next_attempt_at)],
+            ["processed".to_owned(), or_dash(event.processed_at)],
+            ["dead".to_owned(), or_dash(e.dead_at)],
+            ["last error".to_owned(), text(e.last_error.as_deref())],
+        ],
+    );
+    match std::str::from_utf8(&event.body) {
+        Ok(body) => {
+            let _ = writeln!(
+                out,
+                "\nbody ({} bytes):\n{}",
+                body.len(),
+                printable(body, true)
+            );
+        }
+        Err(_) => {
+            use base64::Engine as _;
+            let body = base64::engine::general_purpose::STANDARD.encode(&event.body);
+            let _ = writeln!(
+                out,
+                "\nbody ({} bytes, not UTF-8, as base64):\n{body}",
+                event.body.len()
+            );
+        }
+    }
+    out
+}
