@@ -1,6 +1,5 @@
 //! Keys fetched from the provider: see [`Certificates`].
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -9,64 +8,21 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Uri};
-use tokio::sync::OnceCell;
-use tokio::time::Instant;
 
 use crate::error::{VerifyError, VerifyErrorKind};
 use crate::scheme::{key, Custom};
 use crate::{ConfigError, ConfigErrorKind, Event, Scheme, Verifier};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+mod cache; // each certificate fetched once, kept for its TTL; the misses bounded
+mod fetch; // the application's HTTPS GET
+mod hosts; // the provider's hosts, and each URL's canonical form
+#[cfg(test)]
+mod tests;
 
-/// The future a [`Fetch`] returns: the response body of a successful (2xx) GET.
-pub type FetchFuture = Pin<Box<dyn Future<Output = Result<Bytes, BoxError>> + Send>>;
-
-/// An HTTPS GET to a provider's host, made by your HTTP client: fetching a signing
-/// certificate, visiting an SNS `SubscribeURL`. Only URLs that passed the provider's host
-/// check are given to it. Answer `Err` for anything but a 2xx response.
-///
-/// **Do not follow redirects** — the host check covers the URL given, not where a
-/// redirect leads — and bound what you read (a certificate is a few KiB; more than
-/// 64 KiB is refused anyway). Implemented for closures
-/// `Fn(String) -> impl Future<Output = Result<Bytes, E>>`; with `reqwest`, for example:
-///
-/// ```text
-/// let client = reqwest::Client::builder()
-///     .redirect(reqwest::redirect::Policy::none())
-///     .https_only(true)
-///     .build()?;
-/// let fetch = move |url: String| {
-///     let client = client.clone();
-///     async move {
-///         let mut response = client.get(url).send().await?.error_for_status()?;
-///         let mut body = Vec::new();
-///         while let Some(chunk) = response.chunk().await? {
-///             body.extend_from_slice(&chunk);
-///             if body.len() > 64 * 1024 { return Err("too large".into()); }
-///         }
-///         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(bytes::Bytes::from(body))
-///     }
-/// };
-/// ```
-///
-/// (The receiver example's, on `hyper-rustls`, follows no redirect and reads at most
-/// 64 KiB.)
-pub trait Fetch: Send + Sync + 'static {
-    /// GETs `url`.
-    fn get(&self, url: String) -> FetchFuture;
-}
-
-impl<F, Fut, E> Fetch for F
-where
-    F: Fn(String) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Bytes, E>> + Send + 'static,
-    E: Into<BoxError>,
-{
-    fn get(&self, url: String) -> FetchFuture {
-        let future = self(url);
-        Box::pin(async move { future.await.map_err(Into::into) })
-    }
-}
+use cache::Cache;
+pub use fetch::{Fetch, FetchFuture};
+pub use hosts::certificate_url_shape;
+use hosts::{paypal_certificate_url, sns_certificate_url, sns_subscribe_url};
 
 /// Keys fetched from the provider, for the schemes whose deliveries name the certificate
 /// they were signed under: [AWS SNS](Scheme::sns) (`SigningCertURL`) and
@@ -131,41 +87,6 @@ struct Inner {
     cache: Mutex<Cache>,
 }
 
-/// The certificates by canonical URL, and the fetches started in the current window.
-#[derive(Default)]
-struct Cache {
-    slots: HashMap<String, Slot>,
-    /// When the current window began, and how many fetches started in it.
-    window: Option<(Instant, u32)>,
-}
-
-/// One URL's verifier, fetched once for all the deliveries waiting on it — and a failure
-/// shared the same way, and remembered briefly, so a slow or failing provider host costs
-/// one fetch per URL at a time, not one per delivery.
-#[derive(Clone)]
-struct Slot {
-    cell: Arc<OnceCell<Result<Verifier, VerifyError>>>,
-    since: Instant,
-    /// It verified a delivery: only other such slots may evict it before its TTL.
-    trusted: bool,
-}
-
-impl Slot {
-    fn fresh(&self, now: Instant, ttl: Duration) -> bool {
-        let ttl = match self.cell.get() {
-            Some(Err(_)) => FAILED_TTL,
-            _ => ttl,
-        };
-        now.duration_since(self.since) < ttl
-    }
-}
-
-/// At most this many certificate URLs are cached (providers use a handful).
-const MAX_CACHED: usize = 256;
-
-/// How long a failed fetch answers 503 for its URL before it is tried again.
-const FAILED_TTL: Duration = Duration::from_secs(5);
-
 /// At most this many fetches start per [`FETCH_WINDOW`] by default.
 const FETCH_LIMIT: u32 = 20;
 
@@ -181,11 +102,6 @@ const MAX_CERTIFICATE: usize = 64 * 1024;
 const UNAVAILABLE: VerifyError = VerifyError::new(
     VerifyErrorKind::SecretsUnavailable,
     "the signing certificate could not be fetched",
-);
-
-const TOO_MANY_FETCHES: VerifyError = VerifyError::new(
-    VerifyErrorKind::SecretsUnavailable,
-    "too many certificate fetches: try again later",
 );
 
 const OFF_HOSTS: VerifyError = VerifyError::new(
@@ -298,16 +214,6 @@ impl Certificates {
         .ok_or(OFF_HOSTS)
     }
 
-    /// Marks the certificate at `url` as one that verified a delivery: misses no longer
-    /// evict it before its TTL.
-    pub(crate) fn trust(&self, url: &str) {
-        if let Some(slot) = self.cache().slots.get_mut(url) {
-            if matches!(slot.cell.get(), Some(Ok(_))) {
-                slot.trusted = true;
-            }
-        }
-    }
-
     /// The verifier holding the key of the certificate at `url`: cached, or fetched.
     pub(crate) fn verifier(
         &self,
@@ -364,153 +270,6 @@ impl Certificates {
             }
         })
     }
-
-    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
-        self.inner.cache.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The slot of `url`: cached and fresh, or new — when a fetch may still start in
-    /// this window (503 otherwise, without a fetch).
-    fn slot(&self, url: &str) -> Result<Slot, VerifyError> {
-        let now = Instant::now();
-        let ttl = self.inner.ttl;
-        let mut cache = self.cache();
-        let renewal = match cache.slots.get(url) {
-            Some(slot) if slot.fresh(now, ttl) => return Ok(slot.clone()),
-            // A certificate in use, expired: its one refetch a TTL is not a miss.
-            Some(slot) => slot.trusted,
-            None => false,
-        };
-        if !renewal {
-            let (limit, per) = self.inner.fetch_limit;
-            let window = match cache.window {
-                Some((start, started)) if now.duration_since(start) < per => (start, started),
-                _ => (now, 0),
-            };
-            if window.1 >= limit {
-                return Err(TOO_MANY_FETCHES);
-            }
-            cache.window = Some((window.0, window.1 + 1));
-        }
-        if cache.slots.len() >= MAX_CACHED {
-            cache.slots.retain(|_, s| s.fresh(now, ttl));
-            // Still full: the oldest that verified nothing goes (the oldest of all only
-            // if every one did), never the whole cache.
-            while cache.slots.len() >= MAX_CACHED {
-                let oldest = cache
-                    .slots
-                    .iter()
-                    .min_by_key(|(_, s)| (s.trusted, s.since))
-                    .map(|(url, _)| url.clone())
-                    .expect("not empty");
-                cache.slots.remove(&oldest);
-            }
-        }
-        let slot = Slot {
-            cell: Arc::new(OnceCell::new()),
-            since: now,
-            trusted: false,
-        };
-        cache.slots.insert(url.to_owned(), slot.clone());
-        Ok(slot)
-    }
-}
-
-/// An HTTPS URL on a host that passes `host`, without userinfo, another port or a
-/// fragment (which the server never sees, so each would be a new cache entry for one
-/// certificate).
-fn https_host(url: &str, host: impl Fn(&str) -> bool) -> Option<Uri> {
-    if url.contains('#') {
-        return None;
-    }
-    let uri: Uri = url.parse().ok()?;
-    let authority = uri.authority()?;
-    let plain = authority.as_str() == authority.host()
-        || authority.as_str() == format!("{}:443", authority.host());
-    (uri.scheme_str() == Some("https") && plain && host(authority.host())).then_some(uri)
-}
-
-/// `https://host/path`: the one form of a certificate URL, its cache key and what is
-/// fetched (the query and fragment were refused, `:443` is dropped).
-fn canonical(uri: &Uri) -> Option<String> {
-    Some(format!("https://{}{}", uri.host()?, uri.path()))
-}
-
-/// An AWS region's name: `us-east-1`, `us-gov-west-1`, `cn-north-1` — letters in groups
-/// and a number, never `s3-…` (`sns.s3-….amazonaws.com` is an S3 bucket named `sns`).
-fn aws_region(region: &str) -> bool {
-    let mut parts = region.split('-');
-    let first = parts.next().unwrap_or("");
-    let mut rest: Vec<&str> = parts.collect();
-    let Some(number) = rest.pop() else {
-        return false;
-    };
-    first.len() == 2
-        && first.bytes().all(|b| b.is_ascii_lowercase())
-        && !rest.is_empty()
-        && rest
-            .iter()
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase()))
-        && !number.is_empty()
-        && number.len() <= 2
-        && number.bytes().all(|b| b.is_ascii_digit())
-}
-
-/// `sns.<region>.amazonaws.com[.cn]`.
-fn sns_host(host: &str) -> bool {
-    let rest = host
-        .strip_suffix(".amazonaws.com")
-        .or_else(|| host.strip_suffix(".amazonaws.com.cn"));
-    rest.and_then(|r| r.strip_prefix("sns."))
-        .is_some_and(aws_region)
-}
-
-/// `https://sns.<region>.amazonaws.com[.cn]/SimpleNotificationService-<hex>.pem`, no
-/// query or fragment (AWS names certificates by 32 hex digits; up to 64 are taken), in
-/// its canonical form.
-pub(crate) fn sns_certificate_url(url: &str) -> Option<String> {
-    let uri = https_host(url, sns_host)?;
-    let name = uri
-        .path()
-        .strip_prefix("/SimpleNotificationService-")
-        .and_then(|p| p.strip_suffix(".pem"))?;
-    let named = !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_hexdigit());
-    (uri.query().is_none() && named)
-        .then(|| canonical(&uri))
-        .flatten()
-}
-
-/// An SNS `SubscribeURL`: `https://sns.<region>.amazonaws.com[.cn]/…` (with its query).
-fn sns_subscribe_url(url: &str) -> bool {
-    https_host(url, sns_host).is_some()
-}
-
-/// `https://api[-m][.sandbox].paypal.com/v1/notifications/certs/CERT-…`, no query or
-/// fragment and nothing but letters, digits and `-` in the name (no `..` to climb out of
-/// it; PayPal's are `CERT-<hex>-<hex>-<hex>`; up to 128 characters are taken), in its
-/// canonical form.
-pub(crate) fn paypal_certificate_url(url: &str) -> Option<String> {
-    const HOSTS: [&str; 4] = [
-        "api.paypal.com",
-        "api-m.paypal.com",
-        "api.sandbox.paypal.com",
-        "api-m.sandbox.paypal.com",
-    ];
-    let uri = https_host(url, |h| HOSTS.contains(&h))?;
-    let name = uri.path().strip_prefix("/v1/notifications/certs/CERT-")?;
-    let named = !name.is_empty()
-        && name.len() <= 128
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-    (uri.query().is_none() && named)
-        .then(|| canonical(&uri))
-        .flatten()
-}
-
-/// Whether `url` is a certificate URL of SNS's or PayPal's shape; its canonical form if
-/// so (for the fuzz targets: never panics, and the form is itself accepted unchanged).
-#[doc(hidden)]
-pub fn certificate_url_shape(url: &str) -> Option<String> {
-    sns_certificate_url(url).or_else(|| paypal_certificate_url(url))
 }
 
 impl fmt::Debug for Certificates {
@@ -520,88 +279,5 @@ impl fmt::Debug for Certificates {
             .field("ttl", &self.inner.ttl)
             .field("cached", &self.cache().slots.len())
             .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_providers_https_hosts_are_fetched_from() {
-        for ok in [
-            "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-abc.pem",
-            "https://sns.cn-north-1.amazonaws.com.cn/SimpleNotificationService-abc.pem",
-            "https://sns.eu-west-1.amazonaws.com:443/SimpleNotificationService-01.pem",
-            "https://sns.us-gov-west-1.amazonaws.com/SimpleNotificationService-01.pem",
-        ] {
-            assert!(sns_certificate_url(ok).is_some(), "{ok}");
-        }
-        for bad in [
-            "http://sns.us-east-1.amazonaws.com/x.pem",
-            "https://sns.us-east-1.amazonaws.com.evil.com/x.pem",
-            "https://evil.com/sns.us-east-1.amazonaws.com/x.pem",
-            "https://sns.evil.amazonaws.com@evil.com/x.pem",
-            "https://user@sns.us-east-1.amazonaws.com/x.pem",
-            "https://sns.us-east-1.amazonaws.com:8443/x.pem",
-            "https://s3.us-east-1.amazonaws.com/x.pem",
-            "https://sns.US-EAST-1.amazonaws.com/x.pem",
-            "https://sns..amazonaws.com/x.pem",
-            "https://sns.us-east-1.amazonaws.com/x.crt",
-            // Old-style S3 addresses of a bucket named `sns`: not SNS.
-            "https://sns.s3-us-west-2.amazonaws.com/SimpleNotificationService-01.pem",
-            "https://sns.s3-accelerate.amazonaws.com/SimpleNotificationService-01.pem",
-            "https://sns.s3-external-1.amazonaws.com/SimpleNotificationService-01.pem",
-            // Another path, or a query that would make a new cache entry per request.
-            "https://sns.us-east-1.amazonaws.com/other/SimpleNotificationService-01.pem",
-            "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-01.pem?1",
-            // A fragment: never sent, so each one would be a new cache key.
-            "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-01.pem#1",
-            "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-01.pem#",
-            "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-.pem",
-            "https://sns.a/b.amazonaws.com/x.pem",
-            "//sns.us-east-1.amazonaws.com/x.pem",
-            "not a url",
-        ] {
-            assert!(sns_certificate_url(bad).is_none(), "{bad}");
-        }
-        // A SubscribeURL has a query, not a `.pem` path.
-        assert!(sns_subscribe_url(
-            "https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription&Token=t"
-        ));
-        assert!(paypal_certificate_url(
-            "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-1d93a270"
-        )
-        .is_some());
-        assert!(paypal_certificate_url(
-            "https://api-m.sandbox.paypal.com/v1/notifications/certs/CERT-1"
-        )
-        .is_some());
-        for bad in [
-            "http://api.paypal.com/v1/notifications/certs/CERT-1",
-            "https://api.paypal.com.evil.com/v1/notifications/certs/CERT-1",
-            "https://evil.paypal.com/v1/notifications/certs/CERT-1",
-            "https://api.paypal.com/v1/oauth2/token",
-            "https://api.paypal.com/v1/notifications/certs/../../oauth2/token",
-            "https://api.paypal.com/v1/notifications/certs/CERT-1/../../../v2/checkout/orders/1",
-            "https://api.paypal.com/v1/notifications/certs/%2e%2e/%2e%2e/oauth2/token",
-            "https://api.paypal.com/v1/notifications/certs/CERT-1?x",
-            "https://api.paypal.com/v1/notifications/certs/CERT-1#x",
-            "https://api.paypal.com/v1/notifications/certs/CERT-1#",
-        ] {
-            assert!(paypal_certificate_url(bad).is_none(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn one_certificate_has_one_canonical_url() {
-        let url = "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-01.pem";
-        let with_port = "https://sns.eu-west-1.amazonaws.com:443/SimpleNotificationService-01.pem";
-        assert_eq!(sns_certificate_url(url).as_deref(), Some(url));
-        assert_eq!(sns_certificate_url(with_port).as_deref(), Some(url));
-        let url = "https://api.paypal.com/v1/notifications/certs/CERT-1";
-        let with_port = "https://api.paypal.com:443/v1/notifications/certs/CERT-1";
-        assert_eq!(paypal_certificate_url(with_port).as_deref(), Some(url));
-        assert_eq!(certificate_url_shape(url).as_deref(), Some(url));
     }
 }
