@@ -48,14 +48,20 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
-#[cfg(feature = "postgres")]
-use crate::store::Claim;
 use crate::store::{
     hold, Claimed, Completed, DedupeStore, Delivery, Held, Lease, PendingClaim, StoreError, Token,
 };
 use crate::{ConfigError, Drain};
+
+mod error; // why a run failed
+mod idempotency_key; // the key for an external API's own deduplication
+#[cfg(feature = "postgres")]
+mod in_transaction; // `run_in`: the key recorded in the caller's transaction
+#[cfg(test)]
+mod tests;
+
+pub use error::{OnceError, OnceErrorKind};
+pub use idempotency_key::IdempotencyKey;
 
 /// Runs actions at most once per key. Cloning shares the store and the
 /// [`drain`](Self::drain).
@@ -87,175 +93,6 @@ pub enum Ran<T> {
     /// [`IdempotencyKey`] makes harmless where the effect's API honours it. Logged at
     /// `warn` (feature `tracing`).
     Lost(T),
-}
-
-/// Why [`Once::run`] failed: the action's own error, or the store's;
-/// [`kind`](Self::kind) says which.
-///
-/// ```
-/// use tower_webhook::once::{OnceError, OnceErrorKind};
-///
-/// fn report(e: OnceError<std::io::Error>) {
-///     match e.kind() {
-///         // Released: a later attempt runs the action again.
-///         OnceErrorKind::Action => eprintln!("the action failed: {:?}", e.action()),
-///         // Whether the store may come back: `StoreError::kind`.
-///         OnceErrorKind::Store => eprintln!("not run: {:?}", e.store_error()),
-///         _ => eprintln!("{e}"),
-///     }
-/// }
-/// ```
-pub struct OnceError<E> {
-    repr: Repr<E>,
-}
-
-#[derive(Debug)]
-enum Repr<E> {
-    Action(E),
-    Store(StoreError),
-    Stopped,
-}
-
-/// The kinds of [`OnceError`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum OnceErrorKind {
-    /// The action failed; its claim was released, so a later attempt runs it. The error
-    /// is [`OnceError::action`].
-    Action,
-    /// The store could not claim the key (the action did not run), or, in
-    /// `Once::run_in` (feature `postgres`), a statement of the transaction failed. The error is
-    /// [`OnceError::store_error`].
-    Store,
-    /// Stopped by [`Drain::wait`] at shutdown: the action ran past the drain's bound and was
-    /// stopped midway (its key released, so a later attempt runs it again), or it came
-    /// after the drain and never started.
-    Stopped,
-}
-
-impl<E> OnceError<E> {
-    fn of_action(e: E) -> Self {
-        Self {
-            repr: Repr::Action(e),
-        }
-    }
-
-    fn of_store(e: StoreError) -> Self {
-        Self {
-            repr: Repr::Store(e),
-        }
-    }
-
-    fn stopped() -> Self {
-        Self {
-            repr: Repr::Stopped,
-        }
-    }
-
-    /// Whose failure this is.
-    #[must_use]
-    pub fn kind(&self) -> OnceErrorKind {
-        match self.repr {
-            Repr::Action(_) => OnceErrorKind::Action,
-            Repr::Store(_) => OnceErrorKind::Store,
-            Repr::Stopped => OnceErrorKind::Stopped,
-        }
-    }
-
-    /// The action's error, when the action failed.
-    #[must_use]
-    pub fn action(&self) -> Option<&E> {
-        match &self.repr {
-            Repr::Action(e) => Some(e),
-            Repr::Store(_) | Repr::Stopped => None,
-        }
-    }
-
-    /// The action's error, when the action failed, by value.
-    #[must_use]
-    pub fn into_action(self) -> Option<E> {
-        match self.repr {
-            Repr::Action(e) => Some(e),
-            Repr::Store(_) | Repr::Stopped => None,
-        }
-    }
-
-    /// The store's error, when the store failed.
-    #[must_use]
-    pub fn store_error(&self) -> Option<&StoreError> {
-        match &self.repr {
-            Repr::Store(e) => Some(e),
-            Repr::Action(_) | Repr::Stopped => None,
-        }
-    }
-}
-
-impl<E: fmt::Debug> fmt::Debug for OnceError<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.repr {
-            Repr::Action(e) => f.debug_tuple("OnceError::Action").field(e).finish(),
-            Repr::Store(e) => f.debug_tuple("OnceError::Store").field(e).finish(),
-            Repr::Stopped => f.write_str("OnceError::Stopped"),
-        }
-    }
-}
-
-impl<E: fmt::Display> fmt::Display for OnceError<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.repr {
-            Repr::Action(e) => write!(f, "action failed: {e}"),
-            Repr::Store(e) => write!(f, "once store failed: {e}"),
-            Repr::Stopped => f.write_str("action stopped by the drain at shutdown"),
-        }
-    }
-}
-
-impl<E: std::error::Error + 'static> std::error::Error for OnceError<E> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.repr {
-            Repr::Action(e) => Some(e),
-            Repr::Store(e) => Some(e),
-            Repr::Stopped => None,
-        }
-    }
-}
-
-/// A key for an external API's own deduplication (Stripe's `Idempotency-Key` header, say),
-/// derived from a [`Once`]'s namespace and key: the same for every attempt at one action,
-/// in every process, and different for every other action. 37 ASCII characters:
-/// `once_` and 32 hex digits of a SHA-256 of the namespace and the key.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct IdempotencyKey(String);
-
-impl IdempotencyKey {
-    fn derive(namespace: &str, key: &str) -> Self {
-        // Lengths first, so no namespace and key can spell another pair's input.
-        let mut digest = Sha256::new();
-        digest.update(b"tower-webhook once v1\0");
-        digest.update((namespace.len() as u64).to_be_bytes());
-        digest.update(namespace.as_bytes());
-        digest.update(key.as_bytes());
-        let hash = digest.finalize();
-        Self(format!("once_{}", hex::encode(&hash[..16])))
-    }
-
-    /// The key, to put in a header.
-    #[must_use]
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for IdempotencyKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for IdempotencyKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("IdempotencyKey").field(&self.0).finish()
-    }
 }
 
 impl Once {
@@ -421,85 +258,6 @@ impl Once {
     }
 }
 
-#[cfg(feature = "postgres")]
-impl Once {
-    /// Runs `action` unless it already ran for `key`, recording the key **in `tx`**: the
-    /// key is done exactly when the transaction commits, together with the action's own
-    /// writes (make them through the same [`PgTx`](crate::dedupe::PgTx)). For a
-    /// [`Worker::transactional`](crate::inbox::Worker::transactional) processor or a
-    /// handler behind [`TxDedupeLayer`](crate::dedupe::TxDedupeLayer).
-    ///
-    /// The key and the action's writes sit in a savepoint: a failed action rolls back to
-    /// it (the key is not done, the transaction goes on), so the caller may still commit
-    /// its other work. A transaction that rolls back later takes the key with it, and the
-    /// retry runs the action again — its writes were rolled back too. A concurrent
-    /// transaction with the same key waits for this one to end.
-    ///
-    /// The keys live in the same table as [`run`](Self::run)'s, on the transaction's
-    /// database: use one `Once` namespace with a [`PgStore`](crate::store::PgStore) on the
-    /// same database to mix the two.
-    ///
-    /// # Errors
-    ///
-    /// [`OnceErrorKind::Action`] when the action fails (rolled back to the savepoint);
-    /// [`OnceErrorKind::Store`] when a statement fails (the transaction is then aborted: let
-    /// it roll back).
-    pub async fn run_in<F, Fut, T, E>(
-        &self,
-        tx: &crate::dedupe::PgTx,
-        key: &str,
-        action: F,
-    ) -> Result<Ran<T>, OnceError<E>>
-    where
-        F: FnOnce(IdempotencyKey) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-    {
-        let store = |e| OnceError::of_store(crate::sql::store_error("once in transaction", e));
-        // Refused before any statement: a key PostgreSQL cannot keep would abort the caller's transaction.
-        crate::store::check_key(&self.namespace, key).map_err(OnceError::of_store)?;
-        let claimed = {
-            let mut conn = tx.lock().await;
-            sqlx::query("SAVEPOINT tower_webhook_once")
-                .execute(&mut **conn)
-                .await
-                .map_err(store)?;
-            let once_key = Delivery::once_key(&self.namespace, key);
-            let claim = crate::sql::postgres::done_in(&mut conn, &once_key, Token::new())
-                .await
-                .map_err(store)?;
-            match claim {
-                Claim::New(_) => None,
-                Claim::Done | Claim::InFlight { .. } => {
-                    sqlx::query("RELEASE SAVEPOINT tower_webhook_once")
-                        .execute(&mut **conn)
-                        .await
-                        .map_err(store)?;
-                    Some(match claim {
-                        Claim::InFlight { retry_after } => Ran::InProgress { retry_after },
-                        _ => Ran::Already,
-                    })
-                }
-            }
-        };
-        if let Some(answer) = claimed {
-            return Ok(answer);
-        }
-        let outcome = action(self.idempotency_key(key)).await;
-        let mut conn = tx.lock().await;
-        if outcome.is_err() {
-            sqlx::query("ROLLBACK TO SAVEPOINT tower_webhook_once")
-                .execute(&mut **conn)
-                .await
-                .map_err(store)?;
-        }
-        sqlx::query("RELEASE SAVEPOINT tower_webhook_once")
-            .execute(&mut **conn)
-            .await
-            .map_err(store)?;
-        outcome.map(Ran::Now).map_err(OnceError::of_action)
-    }
-}
-
 impl fmt::Debug for Once {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Once")
@@ -507,30 +265,5 @@ impl fmt::Debug for Once {
             .field("lease", &self.lease.length)
             .field("max_run", &self.lease.max_run)
             .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn idempotency_keys_are_stable_and_apart() {
-        let a = IdempotencyKey::derive("once:fulfil", "order-7");
-        assert_eq!(a, IdempotencyKey::derive("once:fulfil", "order-7"));
-        assert_eq!(a.as_str().len(), 37);
-        assert!(a.as_str().starts_with("once_"));
-        assert_ne!(a, IdempotencyKey::derive("once:fulfil", "order-8"));
-        assert_ne!(a, IdempotencyKey::derive("once:refund", "order-7"));
-        // No namespace and key spell another pair's input.
-        assert_ne!(
-            IdempotencyKey::derive("once:a", "bc"),
-            IdempotencyKey::derive("once:ab", "c")
-        );
-        // Pinned: a change would give every pending action a new key.
-        assert_eq!(
-            a.as_str(),
-            IdempotencyKey::derive("once:fulfil", "order-7").as_str()
-        );
     }
 }
