@@ -1,0 +1,153 @@
+//! What a claim is about: a delivery's key (source and id), its kind, and the audit
+//! columns of its event.
+
+use super::{StoreError, StoreErrorKind};
+use crate::Event;
+
+/// What a claim is about: the key, and the verified event when there is one (SQL stores
+/// keep its body, type, object id and livemode as the audit trail).
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub(super) source: String,
+    pub(super) id: String,
+    event: Option<Event>,
+    once: bool,
+    /// An event key kept until pruned by name: its scheme signs no time.
+    kept: bool,
+}
+
+impl Delivery {
+    /// A delivery keyed by `(source, id)`, without an event.
+    #[must_use]
+    pub fn new(source: impl Into<String>, id: impl Into<String>) -> Self {
+        Self {
+            source: source.into(),
+            id: id.into(),
+            event: None,
+            once: false,
+            kept: false,
+        }
+    }
+
+    /// A [`Once`](crate::once::Once) business key: `id` within the namespace `source`.
+    pub(crate) fn once_key(source: &str, id: &str) -> Self {
+        Self {
+            once: true,
+            ..Self::new(source, id)
+        }
+    }
+
+    /// The delivery of a verified event, keyed on its
+    /// [`dedupe_id`](Event::dedupe_id): the id when the signature covers it, else a digest
+    /// of the body. An event of a scheme that signs no time gives a [kept](Self::is_kept)
+    /// key.
+    #[must_use]
+    pub fn from_event(event: &Event) -> Self {
+        Self {
+            source: event.source().to_owned(),
+            id: event.dedupe_id().to_owned(),
+            event: Some(event.clone()),
+            once: false,
+            // No signed time: a replay passes every check but the key, however late.
+            kept: event.keeps_key(),
+        }
+    }
+
+    /// Which endpoint or provider.
+    #[must_use]
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The provider's event id.
+    #[must_use]
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The verified event, when the delivery came through `VerifyWebhookLayer`.
+    #[must_use]
+    pub fn event(&self) -> Option<&Event> {
+        self.event.as_ref()
+    }
+
+    /// Whether this is a [`Once`](crate::once::Once) business key rather than an event
+    /// key. A store keeps done business keys until
+    /// [`DedupeStore::prune_once`](super::DedupeStore::prune_once) names their namespace:
+    /// they must outlive every event that could trigger the action again.
+    #[must_use]
+    pub fn is_once_key(&self) -> bool {
+        self.once
+    }
+
+    /// Whether this is the key of an event whose scheme signs no time (GitHub, Shopify,
+    /// Twilio, Meta, Intercom, Microsoft Graph, …): only the key stops a replay of it, at
+    /// any age. A store keeps such a key, once done, until
+    /// [`DedupeStore::prune_once`](super::DedupeStore::prune_once) names its source — never
+    /// by the retention.
+    #[must_use]
+    pub fn is_kept(&self) -> bool {
+        self.kept
+    }
+
+    /// Whether a done key outlives the retention: a business key or a kept event key.
+    pub(crate) fn kept_until_pruned(&self) -> bool {
+        self.once || self.kept
+    }
+
+    /// The `kind` column of the key's row in SQL stores.
+    #[allow(dead_code)]
+    pub(crate) fn kind(&self) -> &'static str {
+        if self.once {
+            "once"
+        } else if self.kept {
+            "kept"
+        } else {
+            "event"
+        }
+    }
+
+    /// What SQL stores record beside the key.
+    #[allow(dead_code)]
+    pub(crate) fn audit(&self) -> Audit<'_> {
+        match &self.event {
+            Some(e) => Audit {
+                event_type: e.event_type(),
+                object_id: e.object_id(),
+                livemode: e.livemode(),
+                body: Some(e.body()),
+            },
+            None => Audit::default(),
+        }
+    }
+}
+
+/// The longest source, and the longest id, the built-in stores keep (bytes): together they
+/// fit PostgreSQL's index (at most 2 704 bytes a row), and every store refuses alike.
+pub(crate) const MAX_KEY_PART: usize = 1024;
+
+/// Refuses, as [`StoreErrorKind::InvalidInput`], a key the built-in stores cannot keep
+/// alike: a source or id over [`MAX_KEY_PART`] bytes, or holding a NUL (PostgreSQL's text
+/// cannot). Checked before a claim or an accept reaches a store, so such a key is a 500 on
+/// every store — not a 503 the provider retries for days, nor one store keeping what
+/// another refuses.
+pub(crate) fn check_key(source: &str, id: &str) -> Result<(), StoreError> {
+    let fits = |part: &str| part.len() <= MAX_KEY_PART && !part.contains('\0');
+    if fits(source) && fits(id) {
+        return Ok(());
+    }
+    Err(
+        StoreError::message("a source and an id are at most 1 KiB each, without NUL")
+            .with_kind(StoreErrorKind::InvalidInput),
+    )
+}
+
+/// The audit columns of a claim row: type, object id, livemode and the raw body.
+#[derive(Default)]
+#[allow(dead_code)]
+pub(crate) struct Audit<'a> {
+    pub(crate) event_type: Option<&'a str>,
+    pub(crate) object_id: Option<&'a str>,
+    pub(crate) livemode: Option<bool>,
+    pub(crate) body: Option<&'a [u8]>,
+}
