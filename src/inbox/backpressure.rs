@@ -71,22 +71,60 @@ impl Backpressure {
 }
 
 /// How often the lag is read, at most.
-const READ_EVERY: Duration = Duration::from_millis(500);
+pub(crate) const READ_EVERY: Duration = Duration::from_millis(500);
+
+/// The queue's lag (how long its oldest due event has waited), read in the background at
+/// most every [`READ_EVERY`]: the gate's, and the alerts' lag watcher's.
+pub(crate) struct LagReader {
+    /// When the lag was last read, and what it was.
+    last: Mutex<Option<(Instant, Option<Duration>)>>,
+    reading: AtomicBool,
+}
+
+impl LagReader {
+    pub(crate) fn new() -> Self {
+        Self {
+            last: Mutex::new(None),
+            reading: AtomicBool::new(false),
+        }
+    }
+
+    /// The lag last read (`None` before the first read; `Some(None)` when nothing was
+    /// due); reads it again, in the background, when that read is older than
+    /// [`READ_EVERY`].
+    pub(crate) fn latest(
+        self: &Arc<Self>,
+        queue: &Arc<dyn Destination>,
+    ) -> Option<Option<Duration>> {
+        let last = *self.last.lock().expect("not poisoned");
+        let stale = last.is_none_or(|(at, _)| at.elapsed() >= READ_EVERY);
+        if stale && !self.reading.swap(true, Ordering::AcqRel) {
+            let (reader, queue) = (self.clone(), queue.clone());
+            tokio::spawn(async move {
+                // A failed read keeps the last answer: an unreachable queue refuses on its
+                // own (the accept's 503).
+                if let Ok(counts) = queue.counts().await {
+                    *reader.last.lock().expect("not poisoned") =
+                        Some((Instant::now(), counts.oldest_due));
+                }
+                reader.reading.store(false, Ordering::Release);
+            });
+        }
+        last.map(|(_, lag)| lag)
+    }
+}
 
 /// The backpressure of one accept service, with the last lag read.
 pub(crate) struct Gate {
     rule: Backpressure,
-    /// When the lag was last read, and whether it was beyond the bound.
-    last: Mutex<Option<(Instant, bool)>>,
-    reading: AtomicBool,
+    lag: Arc<LagReader>,
 }
 
 impl Gate {
     pub(crate) fn new(rule: Backpressure) -> Self {
         Self {
             rule,
-            last: Mutex::new(None),
-            reading: AtomicBool::new(false),
+            lag: Arc::new(LagReader::new()),
         }
     }
 
@@ -96,21 +134,12 @@ impl Gate {
 
     /// Whether a delivery of `source` is refused now; reads the lag again, in the
     /// background, when the last read is older than [`READ_EVERY`].
-    pub(crate) fn refuses(self: &Arc<Self>, source: &str, queue: &Arc<dyn Destination>) -> bool {
-        let last = *self.last.lock().expect("not poisoned");
-        let stale = last.is_none_or(|(at, _)| at.elapsed() >= READ_EVERY);
-        if stale && !self.reading.swap(true, Ordering::AcqRel) {
-            let (gate, queue) = (self.clone(), queue.clone());
-            tokio::spawn(async move {
-                // A failed read keeps the last answer: an unreachable queue refuses on its
-                // own (the accept's 503).
-                if let Ok(counts) = queue.counts().await {
-                    let beyond = counts.oldest_due.is_some_and(|lag| lag > gate.rule.max_lag);
-                    *gate.last.lock().expect("not poisoned") = Some((Instant::now(), beyond));
-                }
-                gate.reading.store(false, Ordering::Release);
-            });
-        }
-        last.is_some_and(|(_, beyond)| beyond) && !self.rule.spared.contains(source)
+    pub(crate) fn refuses(&self, source: &str, queue: &Arc<dyn Destination>) -> bool {
+        let beyond = self
+            .lag
+            .latest(queue)
+            .flatten()
+            .is_some_and(|lag| lag > self.rule.max_lag);
+        beyond && !self.rule.spared.contains(source)
     }
 }

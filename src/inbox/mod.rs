@@ -84,10 +84,10 @@
 //! when a source moves from `DedupeLayer` to the inbox, a redelivery of an event that
 //! dedupe left unfinished (released after a failure, or claimed) queues it.
 
-mod accept;
+pub(crate) mod accept;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod backend;
-mod backpressure;
+pub(crate) mod backpressure;
 #[cfg(feature = "nats")]
 pub mod jetstream;
 #[cfg(any(
