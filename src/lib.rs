@@ -27,7 +27,10 @@
 //! - `latest` (features `sqlite`/`postgres`): and drop an event older than the last one
 //!   applied to its object, so a late event never moves state back;
 //! - `admin` (feature `admin`): the inbox's operator endpoints (counts, dead and failing
-//!   rows, one event, requeue) as an axum router to mount behind your own authorization.
+//!   rows, one event, requeue) as an axum router to mount behind your own authorization;
+//! - `alerts` (feature `alerts`): a hook called when a source starts failing or
+//!   recovers, an event goes dead, the queue lags or rejections spike — each at most
+//!   once per interval — with a ready Slack-compatible JSON POST.
 //!
 //! ```
 //! use axum::{routing::post, Router};
@@ -74,6 +77,8 @@
 //!   operator endpoints, and `admin::jetstream_router`, a stream's counts and pauses (on
 //!   `axum` without its default features).
 //! - `cli`: the `tower-webhook` command, the same operator calls over a database URL.
+//! - `alerts`: the `alerts` module, and `VerifyWebhookLayer::with_alerts` (implies
+//!   `dedupe`; hyper's client, and rustls on ring for `https://`).
 //!
 //! # Security
 //!
@@ -123,6 +128,9 @@ pub mod once; // run a business action once per key ("order 7 fulfilled")
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod latest; // drop an event older than the last one applied to its object
+
+#[cfg(feature = "alerts")]
+pub mod alerts; // be told of failing sources, dead events, lag and rejection spikes
 
 // What the path is configured with, and shared plumbing:
 mod error;
