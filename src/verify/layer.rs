@@ -25,6 +25,9 @@ pub(crate) struct Config {
     /// Where PayPal's transmissions are remembered across replicas (else per process).
     #[cfg(feature = "dedupe")]
     pub(crate) transmissions: Option<Arc<dyn crate::store::DedupeStore>>,
+    /// Told of every rejection, for the spikes.
+    #[cfg(feature = "alerts")]
+    pub(crate) alerts: Option<crate::alerts::Alerts>,
 }
 
 /// Applies [`VerifyWebhook`] to a service. See the [module docs](crate::verify).
@@ -52,6 +55,8 @@ impl VerifyWebhookLayer {
                 certificates: None,
                 #[cfg(feature = "dedupe")]
                 transmissions: None,
+                #[cfg(feature = "alerts")]
+                alerts: None,
             }),
         }
     }
@@ -101,6 +106,17 @@ impl VerifyWebhookLayer {
         if let Some(verifier) = config.verifier.deferring_transmissions() {
             config.verifier = verifier;
         }
+        self
+    }
+
+    /// Reports every rejected delivery to `alerts`, which raises
+    /// [`AlertKind::Rejections`](crate::alerts::AlertKind::Rejections) when a source's
+    /// rejections within a window reach the threshold (default 20 within a minute): forged
+    /// or replayed requests, or a secret out of step with the provider's. Each rejection
+    /// costs a lock and a counter; the alert is sent on a task of its own.
+    #[cfg(feature = "alerts")]
+    pub fn with_alerts(mut self, alerts: crate::alerts::Alerts) -> Self {
+        Arc::make_mut(&mut self.config).alerts = Some(alerts);
         self
     }
 
@@ -170,7 +186,8 @@ impl<S> Layer<S> for VerifyWebhookLayer {
 
 impl std::fmt::Debug for VerifyWebhookLayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VerifyWebhookLayer")
+        let mut debug = f.debug_struct("VerifyWebhookLayer");
+        debug
             .field("verifier", &self.config.verifier)
             .field("max_body", &self.config.max_body)
             .field("body_timeout", &self.config.body_timeout)
@@ -180,7 +197,9 @@ impl std::fmt::Debug for VerifyWebhookLayer {
                 &self.config.verify_token.as_ref().map(|_| "<redacted>"),
             )
             .field("tenants", &self.config.tenants)
-            .field("certificates", &self.config.certificates)
-            .finish()
+            .field("certificates", &self.config.certificates);
+        #[cfg(feature = "alerts")]
+        debug.field("alerts", &self.config.alerts.is_some());
+        debug.finish()
     }
 }

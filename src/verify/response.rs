@@ -12,6 +12,10 @@ pub(super) fn reject<B>(config: &Config, error: VerifyError) -> Response<Respons
         false => error,
     };
     metrics::rejected(config.verifier.metrics(), error.kind());
+    #[cfg(feature = "alerts")]
+    if let Some(alerts) = &config.alerts {
+        alerts.rejected(config.verifier.source(), &format!("{:?}", error.kind()));
+    }
     #[cfg(feature = "tracing")]
     tracing::warn!(
         target: "tower_webhook",
