@@ -78,7 +78,7 @@
 //!   `axum` without its default features).
 //! - `cli`: the `tower-webhook` command, the same operator calls over a database URL.
 //! - `alerts`: the `alerts` module, and `VerifyWebhookLayer::with_alerts` (implies
-//!   `dedupe`; hyper's client, and rustls on ring for `https://`).
+//!   `dedupe`; hyper's client, and rustls on aws-lc-rs for `https://`).
 //!
 //! # Security
 //!

@@ -43,7 +43,7 @@ pub struct Alerts {
 pub(super) struct Config {
     interval: Duration,
     rejections: (u32, Duration),
-    pub(super) max_lag: Duration,
+    max_lag: Duration,
 }
 
 /// What every clone shares: the alerter and the bookkeeping.
@@ -279,10 +279,13 @@ impl Alerts {
             .fetch_add(1 + alert.dropped(), Ordering::AcqRel);
     }
 
+    /// What the lag watcher holds: the settings, and the state weakly.
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
     pub(super) fn parts(&self) -> (&Arc<Config>, &Arc<Shared>) {
         (&self.config, &self.shared)
     }
 
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
     pub(super) fn from_parts(config: Arc<Config>, shared: Arc<Shared>) -> Self {
         Self { config, shared }
     }

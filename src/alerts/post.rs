@@ -29,8 +29,9 @@ use crate::{ConfigError, ConfigErrorKind};
 /// at once. A failure is logged (feature `tracing`) and otherwise dropped: alerts are best
 /// effort.
 ///
-/// `https://` goes over rustls (on ring) checked against the system's root certificates,
-/// read once when the `JsonPost` is built; `http://` is plain, for a relay on the same host
+/// `https://` goes over rustls — on the application's installed
+/// [`CryptoProvider`](rustls::crypto::CryptoProvider) if there is one, else aws-lc-rs —
+/// checked against the system's root certificates, read once when the `JsonPost` is built; `http://` is plain, for a relay on the same host
 /// or network. HTTP/1.1, connections kept and reused.
 ///
 /// ```
@@ -105,9 +106,11 @@ impl JsonPost {
                 authority.host()
             ),
         };
-        // An explicit provider: rustls cannot pick one itself when another crate in the
-        // build enables aws-lc-rs as well.
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        // The application's provider if it installed one; else ours, named: rustls picks
+        // none itself when another crate in the build enables a second one.
+        let provider = rustls::crypto::CryptoProvider::get_default()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
         let builder = if https {
             HttpsConnectorBuilder::new()
                 .with_provider_and_native_roots(provider)
@@ -276,6 +279,15 @@ mod tests {
         assert!(
             shown.contains(r#"url: "http://relay.internal/…""#),
             "{shown}"
+        );
+    }
+
+    #[test]
+    fn https_builds_on_the_system_roots_and_shows_its_host_only() {
+        let post = JsonPost::new("https://hooks.slack.com/services/T0/B0/sEcReT").unwrap();
+        assert_eq!(
+            format!("{post:?}"),
+            r#"JsonPost { url: "https://hooks.slack.com/…", timeout: 10s, retries: 2 }"#
         );
     }
 
