@@ -272,3 +272,110 @@ async fn an_old_due_event_in_a_sqlite_inbox_raises_one_lagging_alert() {
     drop((alerts, inbox, store));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A verified event of `event_type`, signed by the standard scheme.
+fn event(id: &str, event_type: &str) -> tower_webhook::Event {
+    let body = common::event_body(id, event_type, "in_1");
+    let headers = signed_headers(&Scheme::standard(), SECRET, id, &body);
+    Verifier::new(Scheme::standard(), [SECRET])
+        .unwrap()
+        .verify(&headers, body.into())
+        .unwrap()
+}
+
+/// A processor failing every event of type `bad`.
+async fn fail_bad(
+    e: tower_webhook::Event,
+    _: tower_webhook::inbox::Attempt,
+) -> Result<(), &'static str> {
+    match e.event_type() {
+        Some("bad") => Err("the CRM answered 500"),
+        _ => Ok(()),
+    }
+}
+
+/// A worker with alerts, 2 attempts: an event that always fails raises `Failing` on its
+/// first attempt and `Dead` on its second; the next success raises `Recovered`.
+async fn a_worker_tells_alerts_of_failing_dead_and_recovered(queue: Queue) {
+    let (alerts, mut rx) = recording();
+    let worker = queue.spawn(alerts);
+    queue.accept(&event("evt_bad", "bad")).await;
+    let first = received(&mut rx, Duration::from_secs(3)).await;
+    let kinds: Vec<AlertKind> = first.iter().map(Alert::kind).collect();
+    assert_eq!(kinds, [AlertKind::Failing, AlertKind::Dead], "{first:?}");
+    assert_eq!(first[1].event_id(), Some("evt_bad"));
+    assert!(first[1]
+        .details()
+        .is_some_and(|d| d.contains("the CRM answered 500")));
+    queue.accept(&event("evt_good", "good")).await;
+    let then = received(&mut rx, Duration::from_secs(3)).await;
+    let kinds: Vec<AlertKind> = then.iter().map(Alert::kind).collect();
+    assert_eq!(kinds, [AlertKind::Recovered], "{then:?}");
+    worker.shutdown().await;
+}
+
+enum Queue {
+    Sql(Inbox),
+    JetStream(tower_webhook::inbox::jetstream::JetStream),
+}
+
+impl Queue {
+    async fn accept(&self, event: &tower_webhook::Event) {
+        let accepted = match self {
+            Self::Sql(inbox) => inbox.accept(event).await,
+            Self::JetStream(js) => js.accept(event).await,
+        };
+        assert_eq!(accepted.unwrap(), Accepted::New);
+    }
+
+    fn spawn(&self, alerts: Alerts) -> tower_webhook::inbox::WorkerHandle {
+        let backoff = (Duration::from_millis(10), Duration::from_millis(20));
+        macro_rules! configured {
+            ($worker:expr) => {
+                $worker
+                    .with_max_attempts(2)
+                    .unwrap()
+                    .with_backoff(backoff.0, backoff.1)
+                    .unwrap()
+                    .with_poll_interval(Duration::from_millis(50))
+                    .unwrap()
+                    .with_alerts(alerts)
+                    .spawn()
+            };
+        }
+        match self {
+            Self::Sql(inbox) => configured!(tower_webhook::Worker::new(inbox, fail_bad)),
+            Self::JetStream(js) => {
+                configured!(tower_webhook::inbox::jetstream::JetStreamWorker::new(
+                    js,
+                    tower_webhook::store::MemoryStore::new(),
+                    fail_bad
+                ))
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn sqlite_a_worker_tells_alerts_of_failing_dead_and_recovered() {
+    let path = std::env::temp_dir().join(format!(
+        "tower-webhook-alerts-worker-{}.db",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let store = SqliteStore::open(&path).await.unwrap();
+    a_worker_tells_alerts_of_failing_dead_and_recovered(Queue::Sql(Inbox::sqlite(&store))).await;
+    let _ = std::fs::remove_file(path);
+}
+
+#[tokio::test]
+async fn jetstream_a_worker_tells_alerts_of_failing_dead_and_recovered() {
+    let client = async_nats::connect(common::nats_url()).await.unwrap();
+    let name = format!("tw_alerts_{}", uuid::Uuid::new_v4().simple());
+    let js = tower_webhook::inbox::jetstream::JetStream::builder(client, &name)
+        .with_memory_storage()
+        .build()
+        .await
+        .unwrap();
+    a_worker_tells_alerts_of_failing_dead_and_recovered(Queue::JetStream(js.clone())).await;
+    js.delete().await.unwrap();
+}

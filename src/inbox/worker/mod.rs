@@ -39,6 +39,9 @@ pub(crate) struct Engine<Q> {
     pub(crate) per_type: Option<u32>,
     /// Their turns, made as the worker starts.
     pub(crate) caps: caps::Caps,
+    /// Told of each recorded failure, success and dead event.
+    #[cfg(feature = "alerts")]
+    pub(crate) alerts: Option<crate::alerts::Alerts>,
 }
 
 impl<Q: Queue> Engine<Q> {
@@ -57,6 +60,8 @@ impl<Q: Queue> Engine<Q> {
             per_source: None,
             per_type: None,
             caps: caps::Caps::default(),
+            #[cfg(feature = "alerts")]
+            alerts: None,
         }
     }
 
@@ -238,6 +243,15 @@ macro_rules! shared_settings {
             let why = "a per-type cap must be at least 1";
             self.engine.per_type = Some($crate::inbox::process::at_least_one(n, why)?);
             Ok(self)
+        }
+
+        /// Tells `alerts` of each attempt's recorded outcome (feature `alerts`): a source
+        /// starting to fail, recovering, and each dead event (each alert at most once per
+        /// its interval). A snoozed or stopped attempt tells nothing.
+        #[cfg(feature = "alerts")]
+        pub fn with_alerts(mut self, alerts: $crate::alerts::Alerts) -> Self {
+            self.engine.alerts = Some(alerts);
+            self
         }
     };
 }

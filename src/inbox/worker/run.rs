@@ -352,6 +352,7 @@ impl<Q: Queue> Engine<Q> {
             return; // settled by the queue
         }
         let (source, id) = (event.source().to_owned(), event.stored_id().to_owned());
+        let ty = event.event_type().map(str::to_owned);
         let attempt = Attempt::new(attempt, &self.retry);
         // Its own task: a panicking processor is a failed attempt, not a dead worker. The
         // guard stops it too when this task is stopped (a simulated crash). In this
@@ -375,7 +376,7 @@ impl<Q: Queue> Engine<Q> {
         freed.free();
         // The renewals go on until the outcome has landed: a slow "processed" must not cost
         // the lease that renewals would still have kept.
-        let record = self.record(joined, &held, (&source, &id), attempt, &heartbeat);
+        let record = self.record(joined, &held, (&source, &id, &ty), attempt, &heartbeat);
         tokio::select! {
             biased;
             () = record => {}
@@ -388,7 +389,7 @@ impl<Q: Queue> Engine<Q> {
         &self,
         joined: Result<Result<Done, Failure>, tokio::task::JoinError>,
         held: &Q::Held,
-        (_source, _id): (&str, &str),
+        (_source, _id, _ty): (&str, &str, &Option<String>),
         attempt: Attempt,
         heartbeat: &Heartbeat,
     ) {
@@ -405,6 +406,10 @@ impl<Q: Queue> Engine<Q> {
         };
         let outcome = match result {
             Ok(Done::Recorded(held)) => {
+                #[cfg(feature = "alerts")]
+                if let (true, Some(alerts)) = (held, &self.alerts) {
+                    alerts.succeeded(_source);
+                }
                 metrics::attempt(if held {
                     metrics::Attempt::Processed
                 } else {
@@ -424,6 +429,8 @@ impl<Q: Queue> Engine<Q> {
             Outcome::Retry(..) | Outcome::Dead(_) | Outcome::Later(_)
         )
         .then(|| outcome.clone());
+        #[cfg(feature = "alerts")]
+        let alerted = outcome.clone();
         let counted = match outcome {
             Outcome::Processed => metrics::Attempt::Processed,
             Outcome::Retry(..) => metrics::Attempt::Retry,
@@ -443,6 +450,18 @@ impl<Q: Queue> Engine<Q> {
                 #[cfg(feature = "tracing")]
                 if let (true, Some(outcome)) = (held, &failure) {
                     log_failure(_source, _id, attempt.number(), outcome);
+                }
+                #[cfg(feature = "alerts")]
+                if let (true, Some(alerts)) = (held, &self.alerts) {
+                    let ty = _ty.as_deref();
+                    match &alerted {
+                        Outcome::Processed => alerts.succeeded(_source),
+                        Outcome::Retry(error, _) => {
+                            alerts.failed(_source, _id, ty, attempt.number(), error);
+                        }
+                        Outcome::Dead(error) => alerts.dead(_source, _id, ty, error),
+                        Outcome::Later(_) | Outcome::Abandoned => {}
+                    }
                 }
                 lease_report(held)
             }

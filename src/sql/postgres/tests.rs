@@ -106,7 +106,8 @@ async fn batch_statements_run_and_a_mixed_batch_answers_each_write() {
         .expect("one statement");
     assert_eq!(queued, HashSet::from([("s".to_owned(), "c".to_owned())]));
     let t4 = Token::new();
-    let claimed = Backend::claim(&Pg::new(pool.clone()), 1, lease, t4, (8, None)).await;
+    let pg = Pg::new(pool.clone());
+    let claimed = Backend::claim(&pg, 1, lease, t4, (8, None), Default::default()).await;
     assert_eq!(claimed.unwrap().len(), 1, "the worker's claim of c");
 
     let answers = write_batch(
