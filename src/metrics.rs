@@ -16,9 +16,9 @@
 //! | `tower_webhook_inbox_backlogged_total` | counter | `source` | deliveries the inbox's accept answered 503 without storing them, its queue lagging beyond its [`Backpressure`](crate::inbox::Backpressure) |
 //! | `tower_webhook_handler_outcomes_total` | counter | `source`, `outcome` | handler runs behind `DedupeLayer` or `TxDedupeLayer`: `success` (2xx), `failure` (another status, or an error), `panic` |
 //! | `tower_webhook_store_operation_duration_seconds` | histogram | `operation` | each round trip to a store, failed ones included: `claim`, `renew`, `complete`, `release` (`DedupeLayer`, [`Once`](crate::once::Once)); `accept`, `inbox_claim`, `inbox_renew`, `inbox_finish`, `inbox_counts` (the inbox) |
-//! | `tower_webhook_inbox_parked_total` | counter | | paused events a JetStream worker parked (see [`JetStream::pause`](crate::inbox::jetstream::JetStream::pause)); not attempts |
+//! | `tower_webhook_inbox_held_back_total` | counter | `rule` | events a worker held back by a rule, none an attempt: `paused` (parked by a JetStream worker, see [`JetStream::pause`](crate::inbox::jetstream::JetStream::pause); a paused SQL row is not claimed, see the `paused` depth), `per_source` and `per_type` (handed back by a SQL worker, or waiting in a JetStream one, for its cap), `per_object` (waiting in a JetStream worker for its object's turn) |
 //! | `tower_webhook_inbox_attempts_total` | counter | `outcome` | the inbox worker's attempts: `processed`, `retry` (failed, due again after a backoff), `dead` (failed the last allowed attempt), `abandoned` (stopped past the shutdown grace, back in the queue), `snoozed` (the processor answered [`Later`](crate::inbox::Later): due again then, not counted as an attempt), `lost` (the row was no longer this worker's when the outcome was recorded, or the store did not hear it before the lease ended) |
-//! | `tower_webhook_inbox_depth` | gauge | `state` | rows `queued` (waiting for their first or next attempt) and `processing` (claimed now) |
+//! | `tower_webhook_inbox_depth` | gauge | `state` | rows `queued` (waiting for their first or next attempt), `processing` (claimed now) and `paused` (held back by a pause: see [`Counts::paused`](crate::inbox::Counts::paused)) |
 //! | `tower_webhook_inbox_dead_rows` | gauge | | rows that gave up after the maximum attempts |
 //! | `tower_webhook_inbox_lag_seconds` | gauge | | how long the longest-waiting due row has waited (`Counts::oldest_due`; 0 when none is due): alert on it |
 //!
@@ -321,12 +321,25 @@ pub(crate) fn attempt(_outcome: Attempt) {
     imp::increment(imp::attempt_key(_outcome));
 }
 
-/// A JetStream worker parked an event a pause holds back (not an attempt).
-#[inline]
+/// The rules that hold events back.
+#[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "nats"), allow(dead_code))]
-pub(crate) fn parked() {
+pub(crate) enum HeldBack {
+    Paused,
+    PerSource,
+    PerType,
+    PerObject,
+}
+
+/// A worker held an event back by `rule` (not an attempt).
+#[inline]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    allow(dead_code)
+)]
+pub(crate) fn held_back(_rule: HeldBack) {
     #[cfg(feature = "metrics")]
-    imp::increment(imp::parked_key());
+    imp::increment(imp::held_back_key(_rule));
 }
 
 /// The inbox's depth as last read: rows queued and being processed, dead rows, and how
@@ -337,9 +350,13 @@ pub(crate) fn parked() {
     not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
     allow(dead_code)
 )]
-pub(crate) fn inbox_gauges(_queued: u64, _processing: u64, _dead: u64, _lag: Option<Duration>) {
+pub(crate) fn inbox_gauges(
+    (_queued, _processing, _paused): (u64, u64, u64),
+    _dead: u64,
+    _lag: Option<Duration>,
+) {
     #[cfg(feature = "metrics")]
-    imp::inbox_gauges(_queued, _processing, _dead, _lag);
+    imp::inbox_gauges((_queued, _processing, _paused), _dead, _lag);
 }
 
 /// The implementation over the `metrics` facade.

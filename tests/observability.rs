@@ -691,6 +691,62 @@ async fn the_inbox_counts_accepts_attempts_by_outcome_and_its_worker_sets_the_ga
     let _ = std::fs::remove_file(path);
 }
 
+/// The flow-control rules in the metrics: a paused row in the `paused` depth, events a
+/// per-source cap handed back in `held_back_total{rule="per_source"}`, and a processor's
+/// `Later` as the attempt outcome `snoozed`.
+#[tokio::test]
+async fn the_flow_control_rules_are_counted() {
+    const HELD_BACK: &str = "tower_webhook_inbox_held_back_total";
+    let recorder = DebuggingRecorder::new();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let mut recorded = Recorded::new(&recorder);
+    let path = sqlite_path();
+    let inbox = Inbox::sqlite(&SqliteStore::open(&path).await.unwrap());
+    inbox.pause(Some("standard"), None).await.unwrap();
+    for id in ["evt_a", "evt_b", "evt_c"] {
+        assert_eq!(accept(&inbox, id).await, StatusCode::NO_CONTENT);
+    }
+    inbox.counts().await.unwrap();
+    assert_eq!(
+        recorded.take().gauge(DEPTH, &[("state", "paused")]),
+        Some(3.0)
+    );
+    inbox.resume(Some("standard"), None).await.unwrap();
+    // One at a time per source, three processors: a claim of three hands two back.
+    let snoozed = Arc::new(AtomicBool::new(false));
+    let worker = Worker::new(&inbox, move |_: Event, _: Attempt| {
+        let first = !snoozed.swap(true, Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            match first {
+                true => Err(tower_webhook::inbox::Later::after(Duration::from_millis(10)).into()),
+                false => Ok::<_, Box<dyn std::error::Error + Send + Sync>>(()),
+            }
+        }
+    })
+    .with_concurrency(3)
+    .unwrap()
+    .with_per_source(1)
+    .unwrap()
+    .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
+    .spawn();
+    until(&mut recorded, "three processed", |r| {
+        r.counter(ATTEMPTS, &[("outcome", "processed")]) == 3
+    })
+    .await;
+    worker.shutdown().await;
+    let r = recorded.take();
+    assert_eq!(r.counter(ATTEMPTS, &[("outcome", "snoozed")]), 1);
+    assert!(r.counter(HELD_BACK, &[("rule", "per_source")]) >= 2);
+    inbox.counts().await.unwrap();
+    assert_eq!(
+        recorded.take().gauge(DEPTH, &[("state", "paused")]),
+        Some(0.0)
+    );
+    let _ = std::fs::remove_file(path);
+}
+
 // ---- spans ----
 
 /// Every log event with the fields of the spans it was logged in, innermost first:

@@ -5,7 +5,7 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `GET /counts` | `{"queued": 3, "processing": 1, "processed": 1200, "dead": 2, "oldest_due_ms": 850}` ([`Inbox::counts`]) |
+//! | `GET /counts` | `{"queued": 3, "processing": 1, "processed": 1200, "dead": 2, "paused": 0, "oldest_due_ms": 850}` ([`Inbox::counts`]) |
 //! | `GET /events?state=dead` | `{"events": [{"source", "id", "type", "object_id", "state", "attempts", "received_at", "next_attempt_at", "dead_at", "last_error"}, …], "next": "<cursor>"}` ([`Inbox::list`]) |
 //! | `GET /events/{source}/{id}` | one event's row with `"livemode"`, `"processed_at"`, `"body"` and `"body_encoding"` ([`Inbox::event`]) |
 //! | `POST /requeue` | `{"requeued": 2}` ([`Inbox::requeue`]) |

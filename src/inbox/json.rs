@@ -46,7 +46,8 @@ impl Serialize for Cursor {
     }
 }
 
-/// `{"queued": 1, "processing": 0, "processed": 12, "dead": 1, "oldest_due_ms": 350}`
+/// `{"queued": 1, "processing": 0, "processed": 12, "dead": 1, "paused": 0,
+/// "oldest_due_ms": 350}`
 /// (`oldest_due_ms` is `null` when no row is due).
 impl Serialize for Counts {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -56,6 +57,7 @@ impl Serialize for Counts {
             processing: u64,
             processed: u64,
             dead: u64,
+            paused: u64,
             oldest_due_ms: Option<u64>,
         }
         Wire {
@@ -63,6 +65,7 @@ impl Serialize for Counts {
             processing: self.processing,
             processed: self.processed,
             dead: self.dead,
+            paused: self.paused,
             oldest_due_ms: self
                 .oldest_due
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
@@ -247,7 +250,7 @@ mod tests {
         };
         assert_eq!(
             serde_json::to_value(counts).unwrap(),
-            serde_json::json!({"queued": 3, "processing": 0, "processed": 0, "dead": 0, "oldest_due_ms": 2500})
+            serde_json::json!({"queued": 3, "processing": 0, "processed": 0, "dead": 0, "paused": 0, "oldest_due_ms": 2500})
         );
     }
 }

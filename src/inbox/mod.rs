@@ -173,6 +173,10 @@ pub struct Counts {
     pub processed: u64,
     /// Gave up after the maximum attempts.
     pub dead: u64,
+    /// Held back by a [pause](Inbox::pause): on the SQL inbox the queued rows a pause
+    /// covers (counted in `queued` too); on JetStream the messages parked while paused
+    /// (out of the stream, so not in `queued`).
+    pub paused: u64,
     /// How long the longest-waiting due row has waited (`None` when none is due): the
     /// queue's lag, the number to alert on when workers fall behind or stop.
     pub oldest_due: Option<Duration>,
@@ -462,10 +466,11 @@ impl Inbox {
             queued,
             processing,
             dead,
+            paused,
             oldest_due,
             ..
         } = counts;
-        metrics::inbox_gauges(queued, processing, dead, oldest_due);
+        metrics::inbox_gauges((queued, processing, paused), dead, oldest_due);
         Ok(counts)
     }
 

@@ -211,6 +211,7 @@ struct CountsRow {
     processing: i64,
     processed: i64,
     dead: i64,
+    paused: i64,
     oldest_due_ms: Option<i64>,
 }
 
@@ -221,6 +222,7 @@ impl From<CountsRow> for Counts {
             processing: r.processing.unsigned_abs(),
             processed: r.processed.unsigned_abs(),
             dead: r.dead.unsigned_abs(),
+            paused: r.paused.unsigned_abs(),
             oldest_due: r
                 .oldest_due_ms
                 .map(|ms| Duration::from_millis(ms.unsigned_abs())),

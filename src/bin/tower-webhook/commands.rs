@@ -35,6 +35,7 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
                         ["processing".to_owned(), counts.processing.to_string()],
                         ["processed".to_owned(), counts.processed.to_string()],
                         ["dead".to_owned(), counts.dead.to_string()],
+                        ["paused".to_owned(), counts.paused.to_string()],
                     ],
                 ) + &format!("oldest due: {lag}\n")
             }

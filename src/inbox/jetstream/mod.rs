@@ -264,10 +264,11 @@ impl JetStream {
             queued,
             processing,
             dead,
+            paused,
             oldest_due,
             ..
         } = counts;
-        metrics::inbox_gauges(queued, processing, dead, oldest_due);
+        metrics::inbox_gauges((queued, processing, paused), dead, oldest_due);
         Ok(counts)
     }
 
@@ -309,11 +310,16 @@ impl JetStream {
             Ok(mut dead) => dead.info().await.map_err(err)?.state.messages,
             Err(_) => 0, // no message has gone dead yet
         };
+        let paused = match self.inner.context.get_stream(self.paused_stream()).await {
+            Ok(mut parked) => parked.info().await.map_err(err)?.state.messages,
+            Err(_) => 0,
+        };
         Ok(Counts {
             queued,
             processing,
             processed: messages.saturating_sub(queued + processing),
             dead,
+            paused,
             oldest_due,
         })
     }

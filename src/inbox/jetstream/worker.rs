@@ -267,6 +267,9 @@ impl Queue for Stream {
             // The object's turn, in the order this worker pulled its messages (a fair
             // semaphore); the message is renewed meanwhile.
             let key = (event.source().to_owned(), object.to_owned());
+            if !objects.free(&key) {
+                metrics::held_back(metrics::HeldBack::PerObject);
+            }
             let turn = objects.turn(&key);
             let turn = tokio::select! {
                 turn = turn => turn,
@@ -414,7 +417,7 @@ impl Stream {
         let attempts = pulled.attempt.saturating_sub(1); // this delivery was none
         match pause::park(&self.jetstream, message, attempts).await {
             Ok(()) => {
-                metrics::parked();
+                metrics::held_back(metrics::HeldBack::Paused);
                 pulled.forget(&self.jetstream).await;
             }
             Err(_error) => {

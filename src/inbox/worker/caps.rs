@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::metrics::{self, HeldBack};
 use crate::Event;
 
 /// Each key's running events: a fair semaphore per key with events waiting or running.
@@ -41,6 +42,12 @@ impl<K: Hash + Eq + Clone> Turns<K> {
             .expect("never closed");
         self.forget_idle();
         permit
+    }
+
+    /// Whether one of `key`'s turns is free now.
+    pub(crate) fn free(&self, key: &K) -> bool {
+        let keys = self.keys.lock().expect("not poisoned");
+        keys.get(key).is_none_or(|s| s.available_permits() > 0)
     }
 
     /// One of `key`'s turns if one is free now.
@@ -103,14 +110,23 @@ impl Caps {
         }
     }
 
-    /// `event`'s turns if both are free now (none taken otherwise).
+    /// `event`'s turns if both are free now (none taken otherwise, and the rule that
+    /// held it back counted).
     pub(crate) fn try_turn(&self, event: &Event) -> Option<Turn> {
         let mut turn = Vec::new();
         if let Some(sources) = &self.sources {
-            turn.push(sources.try_turn(&event.source().to_owned())?);
+            let Some(taken) = sources.try_turn(&event.source().to_owned()) else {
+                metrics::held_back(HeldBack::PerSource);
+                return None;
+            };
+            turn.push(taken);
         }
         if let Some(types) = &self.types {
-            turn.push(types.try_turn(&type_key(event))?);
+            let Some(taken) = types.try_turn(&type_key(event)) else {
+                metrics::held_back(HeldBack::PerType);
+                return None;
+            };
+            turn.push(taken);
         }
         Some(turn)
     }

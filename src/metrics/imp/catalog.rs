@@ -12,7 +12,7 @@ pub(super) const BACKLOGGED: &str = "tower_webhook_inbox_backlogged_total";
 pub(super) const HANDLER: &str = "tower_webhook_handler_outcomes_total";
 pub(super) const STORE: &str = "tower_webhook_store_operation_duration_seconds";
 pub(super) const ATTEMPTS: &str = "tower_webhook_inbox_attempts_total";
-pub(super) const PARKED: &str = "tower_webhook_inbox_parked_total";
+pub(super) const HELD_BACK: &str = "tower_webhook_inbox_held_back_total";
 pub(super) const DEPTH: &str = "tower_webhook_inbox_depth";
 pub(super) const DEAD: &str = "tower_webhook_inbox_dead_rows";
 pub(super) const LAG: &str = "tower_webhook_inbox_lag_seconds";
@@ -87,10 +87,10 @@ pub(super) const DESCRIPTIONS: [(&str, Type, Unit, &str); 14] = [
         "Inbox worker attempts, by outcome (processed, retry, dead, abandoned, snoozed, lost).",
     ),
     (
-        PARKED,
+        HELD_BACK,
         Type::Counter,
         Unit::Count,
-        "Paused events a JetStream worker parked (not attempts).",
+        "Events a worker held back, by rule (paused, per_source, per_type, per_object).",
     ),
     (
         DEPTH,

@@ -7,11 +7,11 @@ use std::time::Duration;
 use ::metrics::{Key, Label, SharedString};
 
 use super::catalog::{
-    ATTEMPTS, BACKLOGGED, DEAD, DEPTH, DUPLICATES, HANDLER, IN_FLIGHT, LAG, PARKED, REJECTED,
+    ATTEMPTS, BACKLOGGED, DEAD, DEPTH, DUPLICATES, HANDLER, HELD_BACK, IN_FLIGHT, LAG, REJECTED,
     STORE, UNAVAILABLE, VERIFICATION, VERIFIED,
 };
 use super::set;
-use crate::metrics::{Attempt, Handler, Operation};
+use crate::metrics::{Attempt, Handler, HeldBack, Operation};
 use crate::VerifyErrorKind;
 
 /// A key of static parts: built at compile time.
@@ -41,8 +41,13 @@ pub(in crate::metrics) fn operation_key(operation: Operation) -> &'static Key {
     }
 }
 
-pub(in crate::metrics) fn parked_key() -> &'static Key {
-    static_key!(PARKED)
+pub(in crate::metrics) fn held_back_key(rule: HeldBack) -> &'static Key {
+    match rule {
+        HeldBack::Paused => static_key!(HELD_BACK, "rule" => "paused"),
+        HeldBack::PerSource => static_key!(HELD_BACK, "rule" => "per_source"),
+        HeldBack::PerType => static_key!(HELD_BACK, "rule" => "per_type"),
+        HeldBack::PerObject => static_key!(HELD_BACK, "rule" => "per_object"),
+    }
 }
 
 pub(in crate::metrics) fn attempt_key(outcome: Attempt) -> &'static Key {
@@ -57,12 +62,12 @@ pub(in crate::metrics) fn attempt_key(outcome: Attempt) -> &'static Key {
 }
 
 pub(in crate::metrics) fn inbox_gauges(
-    queued: u64,
-    processing: u64,
+    (queued, processing, paused): (u64, u64, u64),
     dead: u64,
     lag: Option<Duration>,
 ) {
     set(static_key!(DEPTH, "state" => "queued"), queued as f64);
+    set(static_key!(DEPTH, "state" => "paused"), paused as f64);
     set(
         static_key!(DEPTH, "state" => "processing"),
         processing as f64,

@@ -15,6 +15,13 @@ const COUNTS: &str = "
 SELECT q.queued, q.processing, l.processed, l.log_rows,
     (SELECT count(*) FROM webhook_events
      WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL) AS dead,
+    CASE WHEN EXISTS (SELECT 1 FROM webhook_pauses) THEN (
+        SELECT count(*) FROM webhook_events e
+        WHERE e.next_attempt_at IS NOT NULL AND e.processed_at IS NULL AND e.dead_at IS NULL
+          AND (e.locked_until IS NULL OR e.locked_until <= now())
+          AND EXISTS (SELECT 1 FROM webhook_pauses p WHERE p.source IN ('', e.source)
+              AND p.event_type IN ('', coalesce(e.event_type, ''))))
+    ELSE 0 END AS paused,
     q.oldest_due_ms
 FROM (
     SELECT
