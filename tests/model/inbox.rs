@@ -3,7 +3,7 @@
 //!
 //! A case is a fresh database and a random sequence of: accepts of three event ids
 //! (duplicates included), what the processor does at a key's next attempts (succeed,
-//! fail, panic, or hang until its worker is killed: a crash), a drain (workers run until
+//! fail, panic, say "later", or hang until its worker is killed: a crash), a drain (workers run until
 //! every row is processed or dead; a worker whose processor hangs is aborted as a crash
 //! and another takes over after the lease), an overrun (a worker's processor runs past
 //! its max run time, a second worker takes the row over after the lease, and the first
@@ -23,12 +23,14 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 use tokio::sync::mpsc;
-use tower_webhook::inbox::{Accepted, Attempt, Inbox, Requeue, State, Worker};
+use tower_webhook::inbox::{Accepted, Attempt, Inbox, Later, Requeue, State, Worker};
 use tower_webhook::store::{PgStore, SqliteStore};
 use tower_webhook::{Event, Scheme};
 
 use crate::common::{self, at, stores, verifier, NOW};
 use crate::run::{block_on, check};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const KEYS: usize = 3;
 const MAX_ATTEMPTS: u32 = 3;
@@ -45,6 +47,9 @@ pub enum Behave {
     Panic,
     /// Hangs until its worker is aborted (a crash): no outcome, the attempt counted.
     Crash,
+    /// Answers `Later` (a millisecond): snoozed, the attempt not counted, so the next
+    /// call is told the same attempt number.
+    Later,
 }
 
 #[derive(Clone, Debug)]
@@ -118,6 +123,7 @@ impl Queue {
                     continue;
                 }
                 match self.scripts[k].pop_front().unwrap_or(Behave::Succeed) {
+                    Behave::Later => row.attempts -= 1, // snoozed: not an attempt
                     Behave::Succeed => {
                         row.state = RowState::Processed;
                         self.effects[k] += 1;
@@ -159,6 +165,7 @@ impl ReferenceStateMachine for Reference {
             2 => Just(Behave::Fail),
             1 => Just(Behave::Panic),
             1 => Just(Behave::Crash),
+            1 => Just(Behave::Later),
             1 => Just(Behave::Succeed),
         ];
         prop_oneof![
@@ -267,7 +274,7 @@ fn event(key: usize) -> Event {
 impl Sut {
     fn processor(
         &self,
-    ) -> impl Fn(Event, Attempt) -> futures_util::future::BoxFuture<'static, Result<(), String>>
+    ) -> impl Fn(Event, Attempt) -> futures_util::future::BoxFuture<'static, Result<(), BoxError>>
            + Send
            + Sync
            + 'static {
@@ -295,11 +302,12 @@ impl Sut {
                     // Past the max run time (1 s) and the lease after it.
                     tokio::time::sleep(Duration::from_millis(1800)).await;
                     let _ = signal.send(Signal::SlowEnded);
-                    return Err("the overrun attempt failed late".to_owned());
+                    return Err("the overrun attempt failed late".into());
                 }
                 match behave {
                     Behave::Succeed => Ok(()),
-                    Behave::Fail => Err("the processor failed".to_owned()),
+                    Behave::Later => Err(Later::after(Duration::from_millis(1)).into()),
+                    Behave::Fail => Err("the processor failed".into()),
                     Behave::Panic => panic!("the processor panicked (the model asked it to)"),
                     Behave::Crash => {
                         let _ = signal.send(Signal::Crashed);

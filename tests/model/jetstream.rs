@@ -28,7 +28,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
-use tower_webhook::inbox::{Attempt, WorkerHandle};
+use tower_webhook::inbox::{Attempt, Later, WorkerHandle};
 use tower_webhook::store::{Claim, DedupeStore, Delivery, Token};
 use tower_webhook::{Event, Scheme};
 
@@ -46,6 +46,8 @@ pub enum Behave {
     Succeed,
     Fail,
     Panic,
+    /// `Later` (10 ms): snoozed, not an attempt.
+    Later,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -92,6 +94,7 @@ impl ReferenceStateMachine for Reference {
         let behave = prop_oneof![
             2 => Just(Behave::Fail),
             1 => Just(Behave::Panic),
+            1 => Just(Behave::Later),
         ];
         let accept = (
             0..KEYS,
@@ -204,9 +207,10 @@ fn worker(
             match behave {
                 Behave::Succeed => {
                     *seen.lock().unwrap().effects.entry(key).or_default() += 1;
-                    Ok(())
+                    Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
                 }
-                Behave::Fail => Err("the processor failed (the model asked it to)"),
+                Behave::Fail => Err("the processor failed (the model asked it to)".into()),
+                Behave::Later => Err(Later::after(Duration::from_millis(10)).into()),
                 Behave::Panic => panic!("the processor panicked (the model asked it to)"),
             }
         }
