@@ -102,6 +102,7 @@
 mod builder; // the stream's settings, and what is made beside it
 mod held; // deliveries that were not attempts (snoozes)
 mod pause; // pauses every worker sees; paused events parked
+mod settle; // a message acknowledged, handed back, or moved to another stream
 mod worker;
 
 use std::sync::Arc;

@@ -20,7 +20,7 @@ use base64::Engine as _;
 use futures_util::StreamExt;
 use tokio::sync::Notify;
 
-use super::{event_of, header, JetStream};
+use super::{event_of, header, settle, JetStream};
 use crate::inbox::Pause;
 use crate::store::{StoreError, StoreErrorKind};
 use crate::Event;
@@ -272,48 +272,22 @@ impl Paused {
     }
 }
 
-/// Parks `message` (its event paused): published to the parked stream with the attempts
-/// it has had, then acknowledged and taken out of the stream.
+/// Parks `message` (its event paused): moved to the parked stream with the attempts it
+/// has had.
 pub(super) async fn park(
     js: &JetStream,
     message: &Message,
     attempts: u32,
+    until: tokio::time::Instant,
 ) -> Result<(), StoreError> {
-    let rest = message
-        .subject
-        .strip_prefix(&*js.inner.stream)
-        .map_or_else(|| format!(".{}", message.subject), str::to_owned);
     let mut headers = message.headers.clone().unwrap_or_default();
     headers.insert(header::PRIOR_ATTEMPTS, attempts.to_string());
-    let err = |e: Box<dyn std::error::Error + Send + Sync>| StoreError::new("jetstream park", e);
-    js.inner
-        .context
-        .publish_with_headers(
-            format!("{}{rest}", js.paused_stream()),
-            headers,
-            message.payload.clone(),
-        )
-        .await
-        .map_err(|e| err(e.into()))?
-        .await
-        .map_err(|e| err(e.into()))?;
-    message.double_ack().await.map_err(err)?;
-    if let (Ok(info), Ok(stream)) = (
-        message.info(),
-        js.inner.context.get_stream_no_info(&*js.inner.stream).await,
-    ) {
-        let _ = stream.delete_message(info.stream_sequence).await;
-    }
-    Ok(())
+    settle::move_out(js, message, &js.paused_stream(), headers, until).await
 }
 
 /// Publishes a parked message back into the stream, named after its place in the parked
 /// stream (`parked_seq`).
 async fn back(js: &JetStream, message: &Message, parked_seq: u64) -> Result<(), StoreError> {
-    let rest = message
-        .subject
-        .strip_prefix(&*js.paused_stream())
-        .map_or_else(|| format!(".{}", message.subject), str::to_owned);
     let mut headers = message.headers.clone().unwrap_or_default();
     let id = headers
         .get(async_nats::header::NATS_MESSAGE_ID)
@@ -323,19 +297,8 @@ async fn back(js: &JetStream, message: &Message, parked_seq: u64) -> Result<(), 
         async_nats::header::NATS_MESSAGE_ID,
         format!("{id}:parked:{parked_seq}"),
     );
-    let err = |e: Box<dyn std::error::Error + Send + Sync>| StoreError::new("jetstream unpark", e);
-    js.inner
-        .context
-        .publish_with_headers(
-            format!("{}{rest}", js.inner.stream),
-            headers,
-            message.payload.clone(),
-        )
-        .await
-        .map_err(|e| err(e.into()))?
-        .await
-        .map_err(|e| err(e.into()))?;
-    Ok(())
+    let from = js.paused_stream();
+    settle::publish(js, message, (&from, &js.inner.stream), headers).await
 }
 
 /// The bucket `config` names, made when it is missing. Its stream is made here as

@@ -45,6 +45,7 @@ impl<K: Hash + Eq + Clone> Turns<K> {
     }
 
     /// Whether one of `key`'s turns is free now.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))] // JetStream's per-object wait
     pub(crate) fn free(&self, key: &K) -> bool {
         let keys = self.keys.lock().expect("not poisoned");
         keys.get(key).is_none_or(|s| s.available_permits() > 0)
@@ -74,6 +75,7 @@ impl<K: Hash + Eq + Clone> Turns<K> {
 
 /// The sources and event types a claim skips: their caps are reached in this worker.
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))] // JetStream reads in order
 pub(crate) struct Skip {
     pub(crate) sources: Vec<String>,
     /// `""`: events without a type.

@@ -5,6 +5,7 @@
 pub(crate) mod caps; // at most n running per source, per type
 pub(crate) mod queue; // what the worker needs of where events wait
 mod run; // the loop: claim, process under a renewed lease, record, stop in time
+mod runner; // what runs an event: the processor, or it and the row in one transaction
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql; // the SQL inbox as a queue, and `Worker`
 
@@ -12,7 +13,7 @@ use std::fmt;
 use std::time::Duration;
 
 pub(crate) use self::queue::{Claimed, Outcome, Queue};
-pub(crate) use self::run::Runner;
+pub(crate) use self::runner::Runner;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::sql::Worker;
 use super::process::WorkerHandle;

@@ -1,8 +1,7 @@
 //! The worker's loop: claim due rows, run the processor on each under a renewed lease,
 //! record the outcome, and stop within the grace period.
 
-use std::future::Future;
-use std::pin::{pin, Pin};
+use std::pin::pin;
 use std::sync::Arc;
 
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
@@ -11,65 +10,13 @@ use tokio::time::Instant;
 
 use super::super::process::{hurry_up, AbortOnDrop, Failure};
 use super::super::rate::Pacing;
-use super::super::{Attempt, Processor};
+use super::super::Attempt;
 use super::caps::{Caps, Turn};
+use super::runner::Done;
 use super::{Claimed, Engine, Outcome, Queue};
 use crate::metrics::{self, Operation};
 use crate::span;
 use crate::store::{Heartbeat, StoreError, Token};
-use crate::Event;
-
-/// How a worker runs a claimed event.
-#[derive(Clone)]
-pub(crate) enum Runner {
-    /// The processor; the worker records the outcome after it.
-    Plain(Arc<dyn Processor>),
-    /// The processor and the row's `processed_at` in one PostgreSQL transaction.
-    #[cfg(feature = "postgres")]
-    InTransaction(Arc<dyn super::super::TxProcessor>, sqlx::PgPool),
-}
-
-/// How a run ended well.
-enum Done {
-    /// The processor succeeded; the worker records it.
-    Succeeded,
-    /// Already recorded in the processor's transaction (`false`: fenced out, rolled back).
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    Recorded(bool),
-}
-
-impl Runner {
-    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))] // the token fences commits
-    fn run(
-        &self,
-        event: Event,
-        attempt: Attempt,
-        token: Token,
-    ) -> Pin<Box<dyn Future<Output = Result<Done, Failure>> + Send>> {
-        match self {
-            Runner::Plain(p) => {
-                let future = p.process(event, attempt);
-                Box::pin(async move {
-                    match future.await {
-                        Ok(()) => Ok(Done::Succeeded),
-                        Err(e) => Err(Failure::of(&*e)),
-                    }
-                })
-            }
-            #[cfg(feature = "postgres")]
-            Runner::InTransaction(p, pool) => {
-                let future = super::super::transactional::run(
-                    p.clone(),
-                    pool.clone(),
-                    event,
-                    attempt,
-                    token,
-                );
-                Box::pin(async move { future.await.map(Done::Recorded) })
-            }
-        }
-    }
-}
 
 /// Rows whose processor has ended may wait for their outcome to be written, at most this
 /// many per processor: the outcomes go out together (group commit) while the processors

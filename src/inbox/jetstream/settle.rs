@@ -1,0 +1,117 @@
+//! How a pulled message ends beside being processed: acknowledged, handed back, or moved
+//! to another stream — buried in `<stream>-dead`, parked in `<stream>-paused` — and
+//! published back from one.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{AckKind, Message};
+use async_nats::HeaderMap;
+use tokio::time::Instant;
+
+use super::{header, JetStream};
+use crate::store::{retry_until, StoreError};
+
+/// Acknowledges `message`, confirmed by the server, retried until `until`.
+pub(super) async fn acknowledge(message: &Message, until: Instant) -> Result<(), StoreError> {
+    retry_until(until, || async {
+        message
+            .double_ack()
+            .await
+            .map_err(|e| StoreError::new("jetstream ack", e))
+    })
+    .await
+}
+
+/// Hands `message` back for redelivery after `after` (at once: `None`), confirmed by the
+/// server, retried until `until` (the lease's end: after it, JetStream redelivers it
+/// anyway).
+pub(super) async fn nak(
+    message: &Message,
+    after: Option<Duration>,
+    until: Instant,
+) -> Result<(), StoreError> {
+    retry_until(until, || async {
+        message
+            .double_ack_with(AckKind::Nak(after))
+            .await
+            .map_err(|e| StoreError::new("jetstream nak", e))
+    })
+    .await
+}
+
+/// How long a message waits to be moved again when the other stream did not take it.
+pub(super) const BURY_AGAIN: Duration = Duration::from_secs(5);
+
+/// Publishes `message` to the dead stream with its error, then acknowledges it. When
+/// the dead stream does not take it, it is handed back (and buried at its next delivery).
+pub(super) async fn bury(
+    js: &JetStream,
+    message: &Message,
+    error: &str,
+    attempts: u32,
+    until: Instant,
+) -> Result<(), StoreError> {
+    let mut headers = message.headers.clone().unwrap_or_default();
+    // One line of text: the processor's error may hold anything.
+    let error: String = error
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(1024)
+        .collect();
+    headers.insert(header::ERROR, error);
+    headers.insert(header::ATTEMPTS, attempts.to_string());
+    let moved = move_out(js, message, &js.dead_stream(), headers, until).await;
+    if let Err(_error) = &moved {
+        #[cfg(feature = "tracing")]
+        tracing::error!(target: "tower_webhook", "jetstream worker could not move a dead event to the dead stream: {_error}");
+    }
+    moved
+}
+
+/// Moves `message` out of the stream into `to` (a stream beside it), with `headers`:
+/// published there (confirmed), then acknowledged and deleted from the stream, so the
+/// stream's counts no longer hold it. When `to` does not take it, it is handed back for
+/// [`BURY_AGAIN`].
+pub(super) async fn move_out(
+    js: &JetStream,
+    message: &Message,
+    to: &str,
+    headers: HeaderMap,
+    until: Instant,
+) -> Result<(), StoreError> {
+    if let Err(error) = publish(js, message, (&js.inner.stream, to), headers).await {
+        let _ = nak(message, Some(BURY_AGAIN), until).await;
+        return Err(error);
+    }
+    acknowledge(message, until).await?;
+    if let (Ok(info), Ok(stream)) = (
+        message.info(),
+        js.inner.context.get_stream_no_info(&*js.inner.stream).await,
+    ) {
+        let _ = stream.delete_message(info.stream_sequence).await;
+    }
+    Ok(())
+}
+
+/// Publishes `message`, read from the stream `from`, to the same subject under `to`,
+/// with `headers`; returns once JetStream stored it.
+pub(super) async fn publish(
+    js: &JetStream,
+    message: &Message,
+    (from, to): (&str, &str),
+    headers: HeaderMap,
+) -> Result<(), StoreError> {
+    let rest = message
+        .subject
+        .strip_prefix(from)
+        .map_or_else(|| format!(".{}", message.subject), str::to_owned);
+    let err = |e: Box<dyn std::error::Error + Send + Sync>| StoreError::new("jetstream publish", e);
+    js.inner
+        .context
+        .publish_with_headers(format!("{to}{rest}"), headers, message.payload.clone())
+        .await
+        .map_err(|e| err(e.into()))?
+        .await
+        .map_err(|e| err(e.into()))?;
+    Ok(())
+}

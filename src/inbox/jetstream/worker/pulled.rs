@@ -1,0 +1,225 @@
+//! The stream's messages as the worker holds them: the durable consumer, pulls, each
+//! event's claim in the store, parking a paused one, and giving the claim up.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
+use futures_util::StreamExt;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::super::pause;
+use super::super::settle::bury;
+use super::super::{event_of, header, held, JetStream};
+use super::{Pulled, Stream};
+use crate::inbox::process::hurry_up;
+use crate::inbox::worker::Claimed;
+use crate::metrics::{self, Attempt};
+use crate::store::{
+    ClaimGuard, Claimed as Key, DedupeStore, Delivery, PendingClaim, StoreError, Token,
+};
+
+impl Stream {
+    /// Parks a paused event's message (see `pause.rs`); when the parked stream does not
+    /// take it, it is handed back for a while, the delivery not counted as an attempt.
+    pub(super) async fn park(&self, pulled: &Pulled, until: Instant) {
+        let message = &pulled.message;
+        let attempts = pulled.attempt.saturating_sub(1); // this delivery was none
+        match pause::park(&self.jetstream, message, attempts, until).await {
+            Ok(()) => {
+                metrics::held_back(metrics::HeldBack::Paused);
+                pulled.forget(&self.jetstream).await;
+            }
+            Err(_error) => {
+                // Handed back for a while (`move_out`): that delivery is no attempt either.
+                #[cfg(feature = "tracing")]
+                tracing::error!(target: "tower_webhook", "jetstream worker could not park a paused event: {_error}");
+                held::add(&self.jetstream.inner.held, pulled.seq, pulled.held).await;
+            }
+        }
+    }
+
+    pub(super) async fn create_consumer(
+        &self,
+        lease: Duration,
+    ) -> Result<PullConsumer, StoreError> {
+        let err = |e| StoreError::new("jetstream consumer", e);
+        let js = &self.jetstream;
+        let stream = js
+            .inner
+            .context
+            .get_stream(&*js.inner.stream)
+            .await
+            .map_err(err)?;
+        let config = pull::Config {
+            durable_name: Some(js.inner.consumer.clone()),
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: lease,
+            // Dead messages are moved by the worker, with their error: never dropped.
+            max_deliver: -1,
+            ..Default::default()
+        };
+        stream
+            .get_or_create_consumer(&js.inner.consumer, config)
+            .await
+            .map_err(|e| StoreError::new("jetstream consumer", e))
+    }
+
+    /// Pulls up to `n` messages: those there now, or (`wait`) as they arrive within it.
+    /// The whole pull is read: its messages are delivered already, and one left unread
+    /// would count an attempt it never had. But not a pull the connection lost: left to
+    /// itself it waits 5 s past its expiry.
+    pub(super) async fn pull(
+        &self,
+        consumer: &PullConsumer,
+        n: usize,
+        wait: Option<Duration>,
+        lease: Duration,
+    ) -> Result<Vec<Claimed<Pulled>>, StoreError> {
+        let err = |e| StoreError::new("jetstream pull", e);
+        let mut batch = match wait {
+            None => consumer
+                .fetch()
+                .max_messages(n)
+                .messages()
+                .await
+                .map_err(err)?,
+            Some(wait) => {
+                let pull = consumer.batch().max_messages(n).expires(wait);
+                pull.messages().await.map_err(err)?
+            }
+        };
+        let client = self.jetstream.inner.context.client();
+        let mut lost = std::pin::pin!(reconnected(client, wait.unwrap_or(self.poll)));
+        let mut rows = Vec::new();
+        loop {
+            let message = tokio::select! {
+                message = batch.next() => message,
+                () = &mut lost => break,
+            };
+            let Some(Ok(message)) = message else { break };
+            let at = Instant::now();
+            let (seq, delivered) = message.info().map_or((0, 1), |info| {
+                let delivered = u32::try_from(info.delivered.max(1)).unwrap_or(u32::MAX);
+                (info.stream_sequence, delivered)
+            });
+            // Only a redelivery may have been snoozed.
+            let held = match delivered {
+                1 => 0,
+                _ => held::count(&self.jetstream.inner.held, seq).await,
+            };
+            let prior = message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(header::PRIOR_ATTEMPTS))
+                .and_then(|n| n.as_str().parse::<u32>().ok())
+                .unwrap_or(0);
+            let attempt = prior.saturating_add(delivered.saturating_sub(held)).max(1);
+            let Some(event) = event_of(message.headers.as_ref(), message.payload.clone()) else {
+                // Not an event this crate published: dead at once, never run.
+                let error = "not a tower-webhook event: no Webhook-Source or Webhook-Id header";
+                metrics::attempt(Attempt::Dead);
+                let jetstream = self.jetstream.clone();
+                tokio::spawn(async move {
+                    let _ = bury(&jetstream, &message, error, attempt, at + lease).await;
+                });
+                continue;
+            };
+            rows.push(Claimed {
+                event,
+                attempt,
+                held: Pulled {
+                    message,
+                    attempt,
+                    seq,
+                    held,
+                    claim: Mutex::new(None),
+                    turn: Mutex::new(None),
+                },
+                at,
+            });
+        }
+        Ok(rows)
+    }
+
+    /// Claims the event's key, asking again while another attempt holds it (a redelivery
+    /// while the first delivery still runs) or the store does not answer: a message waits
+    /// here, renewed, rather than spend one of its attempts.
+    pub(super) async fn claim_key(
+        &self,
+        store: &Arc<dyn DedupeStore>,
+        delivery: Delivery,
+        hurried: &mut watch::Receiver<bool>,
+    ) -> Claim {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let pending =
+                PendingClaim::new(store.clone(), delivery.clone(), Token::new(), self.lease);
+            let claimed = tokio::select! {
+                claimed = pending => claimed,
+                () = hurry_up(hurried) => return Claim::Stopped,
+            };
+            let pause = match claimed {
+                Key::Granted(guard) => return Claim::Granted(guard),
+                Key::Done => return Claim::Done,
+                Key::InFlight(after) => after.min(Duration::from_secs(1)),
+                Key::Failed(_error) => {
+                    #[cfg(feature = "tracing")]
+                    tracing::warn!(target: "tower_webhook", "jetstream worker could not claim an event in its store: {_error}");
+                    let pause = backoff;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    pause
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = hurry_up(hurried) => return Claim::Stopped,
+            }
+        }
+    }
+}
+
+impl Pulled {
+    /// Forgets its count of deliveries that were not attempts, once it is done.
+    pub(super) async fn forget(&self, js: &JetStream) {
+        if self.held > 0 {
+            held::forget(&js.inner.held, self.seq).await;
+        }
+    }
+
+    /// The claim, to record the outcome with; `None` once another attempt took it over.
+    pub(super) fn take(&self) -> Option<ClaimGuard> {
+        self.claim.lock().expect("not poisoned").take()
+    }
+
+    /// Gives the claim up (a failed or stopped attempt), so the next delivery runs.
+    pub(super) async fn release(&self, until: Instant) {
+        if let Some(guard) = self.take() {
+            guard.release_until(until.into_std()).await;
+        }
+    }
+}
+
+/// What [`Stream::claim_key`] came to.
+pub(super) enum Claim {
+    /// This attempt holds the event's key.
+    Granted(ClaimGuard),
+    /// The event was processed already.
+    Done,
+    /// The worker is stopping past its grace.
+    Stopped,
+}
+
+/// Ends once `client` lost its connection and has it again, plus `poll`: a pull request
+/// sent before survives the server at most that long, so none of its messages comes later.
+async fn reconnected(client: async_nats::Client, poll: Duration) {
+    let connected = || client.connection_state() == async_nats::connection::State::Connected;
+    while connected() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    while !connected() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(poll).await;
+}
