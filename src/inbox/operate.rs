@@ -1,0 +1,236 @@
+//! What an operator does with the SQL inbox, beside accepting: count, list and look at
+//! its rows, requeue them, pause and resume, prune.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::{pause, Counts, Cursor, Inbox, Listing, Page, Pause, StoredEvent};
+use crate::metrics::{self, Operation};
+use crate::store::{Retention, StoreError};
+
+/// Which rows [`Inbox::requeue`] puts back in the queue.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Requeue {
+    pub(crate) id: Option<(String, String)>,
+    pub(crate) dead_only: bool,
+    pub(crate) event_type: Option<String>,
+    /// Received at or after, in milliseconds since the epoch.
+    pub(crate) received_from: Option<i64>,
+    /// Received before, in milliseconds since the epoch.
+    pub(crate) received_before: Option<i64>,
+}
+
+/// Milliseconds since the epoch (0 before it: no row is older).
+fn epoch_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl Requeue {
+    /// Every row, processed ones too (replay all; narrow it with the methods below).
+    #[must_use]
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// One event, whatever its state (processed ones too: replay).
+    #[must_use]
+    pub fn id(source: &str, id: &str) -> Self {
+        Self {
+            id: Some((source.to_owned(), id.to_owned())),
+            ..Self::default()
+        }
+    }
+
+    /// Every dead row.
+    #[must_use]
+    pub fn dead() -> Self {
+        Self {
+            dead_only: true,
+            ..Self::default()
+        }
+    }
+
+    /// Narrows to one event type.
+    #[must_use]
+    pub fn with_type(mut self, event_type: &str) -> Self {
+        self.event_type = Some(event_type.to_owned());
+        self
+    }
+
+    /// Narrows to rows received in `from..before` (an outage's window, say).
+    #[must_use]
+    pub fn received_between(self, from: SystemTime, before: SystemTime) -> Self {
+        self.received_since(from).received_before(before)
+    }
+
+    /// Narrows to rows received at or after `from`.
+    #[must_use]
+    pub fn received_since(mut self, from: SystemTime) -> Self {
+        self.received_from = Some(epoch_ms(from));
+        self
+    }
+
+    /// Narrows to rows received before `before`.
+    #[must_use]
+    pub fn received_before(mut self, before: SystemTime) -> Self {
+        self.received_before = Some(epoch_ms(before));
+        self
+    }
+}
+
+impl Inbox {
+    /// Puts matching rows back in the queue now, with their attempts reset; returns how
+    /// many. Rows a worker is processing now are left to it (requeue them once it is done).
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn requeue(&self, which: Requeue) -> Result<u64, StoreError> {
+        let n = self.backend.requeue(&which).await?;
+        self.wake.notify_waiters();
+        Ok(n)
+    }
+
+    /// Pauses the events of `source` of type `event_type` (`None`: any source, any type;
+    /// both `None`: every event): no worker on this database starts one until it is
+    /// [resumed](Self::resume). Accepts go on, and events already running finish.
+    /// Returns `false` when it was paused already.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn pause(
+        &self,
+        source: Option<&str>,
+        event_type: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let (source, event_type) = (pause::key(source), pause::key(event_type));
+        self.backend.pause(source, event_type, true).await
+    }
+
+    /// Ends the pause of exactly that source and type (as [`pause`](Self::pause) took
+    /// them): its events start again, in the order they were due (a pause of the whole
+    /// source, or of the type in every source, still holds them). Returns `false` when
+    /// there was no such pause.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn resume(
+        &self,
+        source: Option<&str>,
+        event_type: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let (source, event_type) = (pause::key(source), pause::key(event_type));
+        let resumed = self.backend.pause(source, event_type, false).await?;
+        self.wake.notify_waiters();
+        Ok(resumed)
+    }
+
+    /// What is paused now.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn pauses(&self) -> Result<Vec<Pause>, StoreError> {
+        self.backend.pauses().await
+    }
+
+    /// Deletes processed rows processed more than `older_than` ago; returns how many.
+    /// Rows of events whose scheme signs no time stay too ([kept](crate::store::Delivery::is_kept):
+    /// only the row refuses a replay; [`DedupeStore::prune_once`](crate::store::DedupeStore::prune_once)
+    /// with the source deletes them). Dead rows stay (they were acknowledged to the provider and never processed: only
+    /// [`prune_dead`](Self::prune_dead) deletes them). The [`Retention`] is at least 4
+    /// days unless asked for less: a redelivery after its row is gone is stored and
+    /// processed again.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn prune(&self, older_than: Retention) -> Result<u64, StoreError> {
+        self.backend.prune(older_than.get(), false).await
+    }
+
+    /// Deletes dead rows that went dead more than `older_than` ago; returns how many. Their
+    /// events were acknowledged and never processed: requeue or export them first.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn prune_dead(&self, older_than: Duration) -> Result<u64, StoreError> {
+        self.backend.prune(older_than, true).await
+    }
+
+    /// How many rows are in each state. With the `metrics` feature, this also sets the
+    /// inbox's gauges (depth, dead rows, lag: see [`crate::metrics`]); a running
+    /// [`Worker`](super::Worker) calls it every poll interval for them.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn counts(&self) -> Result<Counts, StoreError> {
+        let counts = metrics::timed(Operation::InboxCounts, self.backend.counts()).await?;
+        let Counts {
+            queued,
+            processing,
+            dead,
+            paused,
+            oldest_due,
+            ..
+        } = counts;
+        metrics::inbox_gauges((queued, processing, paused), dead, oldest_due);
+        Ok(counts)
+    }
+
+    /// One page of the dead or failing rows, with their last error (not their bodies:
+    /// [`event`](Self::event)). A page costs its own size, read from the partial index of
+    /// its rows, however long the queue or the history.
+    ///
+    /// ```no_run
+    /// use tower_webhook::inbox::{Inbox, Listing};
+    ///
+    /// # async fn dead_rows(inbox: &Inbox) -> Result<(), tower_webhook::store::StoreError> {
+    /// let mut listing = Listing::dead().with_limit(100);
+    /// loop {
+    ///     let page = inbox.list(&listing).await?;
+    ///     for row in &page.events {
+    ///         println!("{} {} {:?}", row.source, row.id, row.last_error);
+    ///     }
+    ///     let Some(next) = page.next else { break };
+    ///     listing = listing.after(next);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn list(&self, listing: &Listing) -> Result<Page, StoreError> {
+        let mut events = self.backend.list(listing).await?;
+        let next = (events.len() > listing.limit).then(|| {
+            events.truncate(listing.limit);
+            let last = events.last().expect("a limit is at least 1");
+            Cursor::of(last, listing.rows)
+        });
+        Ok(Page { events, next })
+    }
+
+    /// The inbox's row of `(source, id)` with its body, whatever its state; `None` when the
+    /// inbox has no such event (pruned, never received, or a `DedupeLayer` key).
+    ///
+    /// # Security
+    ///
+    /// The body is the provider's payload: customer data.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn event(&self, source: &str, id: &str) -> Result<Option<StoredEvent>, StoreError> {
+        if source.contains('\0') || id.contains('\0') {
+            return Ok(None); // no row has such a key, and databases refuse the text
+        }
+        self.backend.event(source.to_owned(), id.to_owned()).await
+    }
+}
