@@ -99,8 +99,7 @@ impl Queue {
             concurrency,
             rate,
             per_object,
-            max_attempts: None,
-            per_source: None,
+            ..Settings::default()
         };
         self.spawn_set(processor, settings)
     }
@@ -166,6 +165,7 @@ impl Queue {
 }
 
 /// A worker's settings beside the quick poll every test worker has.
+#[derive(Default)]
 struct Settings {
     concurrency: usize,
     rate: Option<Rate>,
@@ -247,6 +247,50 @@ impl Starts {
             .collect();
         times.sort();
         times
+    }
+}
+
+/// One run of the processor: its event, when it began and ended, which attempt.
+#[derive(Clone)]
+struct Run {
+    event: Event,
+    start: Instant,
+    end: Instant,
+    attempt: u32,
+}
+
+/// Every run, as it ended.
+#[derive(Clone, Default)]
+struct Runs(Arc<Mutex<Vec<Run>>>);
+
+impl Runs {
+    /// A processor that works `work` on each event and records the run.
+    fn processor(&self, work: Duration) -> impl Processor {
+        let runs = self.clone();
+        move |event: Event, a: Attempt| {
+            let runs = runs.clone();
+            async move {
+                let start = Instant::now();
+                tokio::time::sleep(work).await;
+                let (end, attempt) = (Instant::now(), a.number());
+                let run = Run {
+                    event,
+                    start,
+                    end,
+                    attempt,
+                };
+                runs.0.lock().unwrap().push(run);
+                Ok::<_, std::io::Error>(())
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    fn all(&self) -> Vec<Run> {
+        self.0.lock().unwrap().clone()
     }
 }
 
@@ -417,29 +461,25 @@ async fn a_per_object_cap_of_one_runs_an_objects_events_one_at_a_time_in_order(q
             tokio::time::sleep(Duration::from_millis(5)).await; // distinct arrival times
         }
     }
-    type Runs = Arc<Mutex<Vec<(String, String, Instant, Instant, u32)>>>;
-    let runs: Runs = Arc::default();
-    let recorded = runs.clone();
-    let processor = move |e: Event, a: Attempt| {
-        let runs = recorded.clone();
-        async move {
-            let started = Instant::now();
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            let object = e.object_id().unwrap().to_owned();
-            let id = e.id().unwrap().to_owned();
-            runs.lock()
-                .unwrap()
-                .push((object, id, started, Instant::now(), a.number()));
-            Ok::<_, std::io::Error>(())
-        }
-    };
+    let runs = Runs::default();
+    let processor = runs.processor(Duration::from_millis(150));
     let worker = queue.spawn_with(processor, 8, None, Some(1));
-    eventually("8 processed", Duration::from_secs(15), || {
-        runs.lock().unwrap().len() == 8
-    })
-    .await;
+    eventually("8 processed", Duration::from_secs(15), || runs.len() == 8).await;
     worker.shutdown().await;
-    let runs = runs.lock().unwrap().clone();
+    let runs: Vec<(String, String, Instant, Instant, u32)> = runs
+        .all()
+        .into_iter()
+        .map(|r| {
+            let object = r.event.object_id().unwrap().to_owned();
+            (
+                object,
+                r.event.id().unwrap().to_owned(),
+                r.start,
+                r.end,
+                r.attempt,
+            )
+        })
+        .collect();
     for object in ["o_A", "o_B"] {
         let mut of: Vec<_> = runs.iter().filter(|r| r.0 == object).collect();
         of.sort_by_key(|r| r.2);
@@ -502,10 +542,8 @@ async fn later_snoozes_an_event_without_counting_an_attempt(queue: Queue) {
     };
     let settings = Settings {
         concurrency: 4,
-        rate: None,
-        per_object: None,
         max_attempts: Some(1),
-        per_source: None,
+        ..Settings::default()
     };
     let worker = queue.spawn_set(processor, settings);
     eventually("each started twice", Duration::from_secs(15), || {
@@ -547,35 +585,21 @@ async fn a_per_source_cap_bounds_a_source_and_lets_another_through(queue: Queue)
         let response = deliver_to(&accept, Scheme::github(), &format!("gh-small-{i}")).await;
         assert_eq!(response.status(), StatusCode::NO_CONTENT);
     }
-    type Runs = Arc<Mutex<Vec<(String, Instant, Instant, u32)>>>;
-    let runs: Runs = Arc::default();
-    let recorded = runs.clone();
-    let processor = move |e: Event, a: Attempt| {
-        let runs = recorded.clone();
-        async move {
-            let started = Instant::now();
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            let source = e.source().to_owned();
-            runs.lock()
-                .unwrap()
-                .push((source, started, Instant::now(), a.number()));
-            Ok::<_, std::io::Error>(())
-        }
-    };
+    let runs = Runs::default();
+    let processor = runs.processor(Duration::from_millis(150));
     let settings = Settings {
         concurrency: 4,
-        rate: None,
-        per_object: None,
-        max_attempts: None,
         per_source: Some(2),
+        ..Settings::default()
     };
     let worker = queue.spawn_set(processor, settings);
-    eventually("14 processed", Duration::from_secs(20), || {
-        runs.lock().unwrap().len() == 14
-    })
-    .await;
+    eventually("14 processed", Duration::from_secs(20), || runs.len() == 14).await;
     worker.shutdown().await;
-    let runs = runs.lock().unwrap().clone();
+    let runs: Vec<(String, Instant, Instant, u32)> = runs
+        .all()
+        .into_iter()
+        .map(|r| (r.event.source().to_owned(), r.start, r.end, r.attempt))
+        .collect();
     let big: Vec<_> = runs.iter().filter(|r| r.0 == "standard").collect();
     for run in &big {
         let beside = big.iter().filter(|o| o.1 < run.2 && run.1 < o.2).count();

@@ -143,6 +143,20 @@ impl Event {
         }
     }
 
+    /// A stored event of `source` and `event_type`, for unit tests.
+    #[cfg(all(test, any(feature = "sqlite", feature = "postgres", feature = "nats")))]
+    pub(crate) fn of_type(source: &str, event_type: &str) -> Self {
+        Self::stored(Stored {
+            source: source.to_owned(),
+            id: "evt_1".to_owned(),
+            event_type: Some(event_type.to_owned()),
+            object_id: None,
+            livemode: None,
+            timestamp: None,
+            body: Bytes::new(),
+        })
+    }
+
     /// An event as the inbox stored it, for a worker's processor: the stored type, object
     /// id and livemode stand (the body is not parsed for them again). What each accessor
     /// then means: the type's docs, "From the inbox".

@@ -184,6 +184,15 @@ pub struct Counts {
     pub oldest_due: Option<Duration>,
 }
 
+impl Counts {
+    /// Sets the inbox's gauges to these counts (feature `metrics`).
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+    pub(crate) fn set_gauges(&self) {
+        let depth = (self.queued, self.processing, self.paused);
+        crate::metrics::inbox_gauges(depth, self.dead, self.oldest_due);
+    }
+}
+
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl Inbox {
     /// An inbox in the SQLite store's database, on the store's clock: receipt times,

@@ -171,15 +171,7 @@ impl Inbox {
     /// When the database fails.
     pub async fn counts(&self) -> Result<Counts, StoreError> {
         let counts = metrics::timed(Operation::InboxCounts, self.backend.counts()).await?;
-        let Counts {
-            queued,
-            processing,
-            dead,
-            paused,
-            oldest_due,
-            ..
-        } = counts;
-        metrics::inbox_gauges((queued, processing, paused), dead, oldest_due);
+        counts.set_gauges();
         Ok(counts)
     }
 

@@ -261,15 +261,7 @@ impl JetStream {
     /// When NATS cannot answer.
     pub async fn counts(&self) -> Result<Counts, StoreError> {
         let counts = metrics::timed(Operation::InboxCounts, self.read_counts()).await?;
-        let Counts {
-            queued,
-            processing,
-            dead,
-            paused,
-            oldest_due,
-            ..
-        } = counts;
-        metrics::inbox_gauges((queued, processing, paused), dead, oldest_due);
+        counts.set_gauges();
         Ok(counts)
     }
 

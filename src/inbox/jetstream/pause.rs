@@ -374,17 +374,7 @@ mod tests {
     #[test]
     fn a_pause_covers_its_source_its_type_or_both() {
         let paused = Paused::default();
-        let event = |source: &str, ty: &str| {
-            Event::stored(crate::event::Stored {
-                source: source.to_owned(),
-                id: "evt_1".to_owned(),
-                event_type: Some(ty.to_owned()),
-                object_id: None,
-                livemode: None,
-                timestamp: None,
-                body: bytes::Bytes::new(),
-            })
-        };
+        let event = Event::of_type;
         assert!(!paused.covers(&event("stripe", "a")));
         paused
             .rules

@@ -157,15 +157,7 @@ mod tests {
     use super::*;
 
     fn event(source: &str, ty: &str) -> Event {
-        Event::stored(crate::event::Stored {
-            source: source.to_owned(),
-            id: "evt_1".to_owned(),
-            event_type: Some(ty.to_owned()),
-            object_id: None,
-            livemode: None,
-            timestamp: None,
-            body: bytes::Bytes::new(),
-        })
+        Event::of_type(source, ty)
     }
 
     #[test]
