@@ -388,6 +388,47 @@ async fn backpressure_refuses_retrying_sources_while_the_queue_lags(queue: Queue
     worker.shutdown().await;
 }
 
+/// Backpressure by depth, 2: three events queued, no worker. Once the depth was read, a
+/// retrying provider's delivery is answered 503 + `Retry-After: 60` and not stored (a
+/// depth bound alone), GitHub's is stored; drained, deliveries are stored again.
+async fn backpressure_by_depth_refuses_beyond_the_bound(queue: Queue) {
+    let accept = queue
+        .accept_service()
+        .with_backpressure(Backpressure::max_depth(2));
+    for i in 0..3 {
+        let response = deliver_to(&accept, Scheme::standard(), &format!("evt_deep_{i}")).await;
+        assert_eq!(response.status(), StatusCode::NO_CONTENT, "before any read");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let refused = loop {
+        let response = deliver_to(&accept, Scheme::standard(), "evt_too_deep").await;
+        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+            break response;
+        }
+        assert!(Instant::now() < deadline, "never refused");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(refused.headers()[http::header::RETRY_AFTER], "60");
+    let github = deliver_to(&accept, Scheme::github(), "gh-deep-1").await;
+    assert_eq!(
+        github.status(),
+        StatusCode::NO_CONTENT,
+        "GitHub never retries"
+    );
+    let starts = Starts::default();
+    let worker = queue.spawn_with(starts.processor(), 8, None, None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let response = deliver_to(&accept, Scheme::standard(), "evt_after_depth").await;
+        if response.status() == StatusCode::NO_CONTENT {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused after the drain");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    worker.shutdown().await;
+}
+
 /// A pause of one type, in the whole inbox: another type's event is processed while the
 /// paused ones are accepted and wait, none started and none counted; resumed, they start
 /// in the order they came (one processor: one at a time), each as attempt 1.
@@ -633,5 +674,6 @@ on_every_queue!(
     later_snoozes_an_event_without_counting_an_attempt,
     a_per_source_cap_bounds_a_source_and_lets_another_through,
     backpressure_refuses_retrying_sources_while_the_queue_lags,
+    backpressure_by_depth_refuses_beyond_the_bound,
     a_per_object_cap_of_one_runs_an_objects_events_one_at_a_time_in_order,
 );

@@ -1,6 +1,7 @@
 //! [`Backpressure`]: the accept service refuses new deliveries (503 + `Retry-After`) while
-//! the queue's oldest due event has waited longer than a bound — for the sources whose
-//! providers retry — so a backlog the workers cannot work off stops growing.
+//! the queue's oldest due event has waited longer than a bound, or its depth is above one
+//! — for the sources whose providers retry — so a backlog the workers cannot work off
+//! stops growing.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,11 +11,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::accept::Destination;
+use super::Counts;
 
 /// When [`Accept`](super::Accept) pushes back: while the oldest due event (queued and not
 /// yet started, [`Counts::oldest_due`](super::Counts::oldest_due)) has waited longer than
-/// `max_lag`, a delivery of a source that retries is answered 503 with `Retry-After` and
-/// not stored — the provider delivers it again later, when the workers have caught up.
+/// `max_lag`, or more than `max_depth` events are queued
+/// ([`Counts::queued`](super::Counts::queued)), a delivery of a source that retries is
+/// answered 503 with `Retry-After` and not stored — the provider delivers it again later,
+/// when the workers have caught up.
 ///
 /// Providers that never retry a failed delivery must not be refused: their event would
 /// be lost. Their sources are *spared* (always accepted, the backlog grows for them):
@@ -31,13 +35,16 @@ use super::accept::Destination;
 /// use std::time::Duration;
 /// use tower_webhook::inbox::Backpressure;
 ///
-/// let backpressure = Backpressure::max_lag(Duration::from_secs(300)).spare("legacy-crm");
+/// let backpressure = Backpressure::max_lag(Duration::from_secs(300))
+///     .with_max_depth(100_000)
+///     .spare("legacy-crm");
 /// # let _ = backpressure;
 /// ```
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct Backpressure {
-    max_lag: Duration,
+    max_lag: Option<Duration>,
+    max_depth: Option<u64>,
     spared: HashSet<String>,
 }
 
@@ -46,9 +53,32 @@ impl Backpressure {
     /// `max_lag`; spares `github`.
     pub fn max_lag(max_lag: Duration) -> Self {
         Self {
-            max_lag,
+            max_lag: Some(max_lag),
+            max_depth: None,
             spared: HashSet::from(["github".to_owned()]),
         }
+    }
+
+    /// Refuses deliveries of retrying sources while more than `max_depth` events are
+    /// queued; spares `github`.
+    pub fn max_depth(max_depth: u64) -> Self {
+        Self {
+            max_lag: None,
+            max_depth: Some(max_depth),
+            spared: HashSet::from(["github".to_owned()]),
+        }
+    }
+
+    /// Refuses also while more than `max_depth` events are queued.
+    pub fn with_max_depth(mut self, max_depth: u64) -> Self {
+        self.max_depth = Some(max_depth);
+        self
+    }
+
+    /// Refuses also while the oldest due event is older than `max_lag`.
+    pub fn with_max_lag(mut self, max_lag: Duration) -> Self {
+        self.max_lag = Some(max_lag);
+        self
     }
 
     /// Always accepts deliveries of `source` (its provider never retries).
@@ -63,10 +93,18 @@ impl Backpressure {
         self
     }
 
-    /// The `Retry-After` of a refusal: the bound itself, from 1 s to 5 min — by then the
-    /// workers have had as long as the bound allows a wait to be.
+    /// The `Retry-After` of a refusal: the lag bound itself, from 1 s to 5 min — by then
+    /// the workers have had as long as the bound allows a wait to be; a minute with a
+    /// depth bound alone.
     pub(crate) fn retry_after_secs(&self) -> u64 {
-        self.max_lag.as_secs().clamp(1, 300)
+        self.max_lag.map_or(60, |lag| lag.as_secs().clamp(1, 300))
+    }
+
+    /// Whether `counts` are beyond a bound.
+    fn beyond(&self, counts: &Counts) -> bool {
+        let lagging =
+            matches!((self.max_lag, counts.oldest_due), (Some(max), Some(lag)) if lag > max);
+        lagging || self.max_depth.is_some_and(|max| counts.queued > max)
     }
 }
 
@@ -76,8 +114,8 @@ pub(crate) const READ_EVERY: Duration = Duration::from_millis(500);
 /// The queue's lag (how long its oldest due event has waited), read in the background at
 /// most every [`READ_EVERY`]: the gate's, and the alerts' lag watcher's.
 pub(crate) struct LagReader {
-    /// When the lag was last read, and what it was.
-    last: Mutex<Option<(Instant, Option<Duration>)>>,
+    /// When the counts were last read, and what they were.
+    last: Mutex<Option<(Instant, Counts)>>,
     reading: AtomicBool,
 }
 
@@ -96,6 +134,11 @@ impl LagReader {
         self: &Arc<Self>,
         queue: &Arc<dyn Destination>,
     ) -> Option<Option<Duration>> {
+        self.latest_counts(queue).map(|counts| counts.oldest_due)
+    }
+
+    /// The counts last read (`None` before the first read), as [`latest`](Self::latest).
+    pub(crate) fn latest_counts(self: &Arc<Self>, queue: &Arc<dyn Destination>) -> Option<Counts> {
         let last = *self.last.lock().expect("not poisoned");
         let stale = last.is_none_or(|(at, _)| at.elapsed() >= READ_EVERY);
         if stale && !self.reading.swap(true, Ordering::AcqRel) {
@@ -104,13 +147,12 @@ impl LagReader {
                 // A failed read keeps the last answer: an unreachable queue refuses on its
                 // own (the accept's 503).
                 if let Ok(counts) = queue.counts().await {
-                    *reader.last.lock().expect("not poisoned") =
-                        Some((Instant::now(), counts.oldest_due));
+                    *reader.last.lock().expect("not poisoned") = Some((Instant::now(), counts));
                 }
                 reader.reading.store(false, Ordering::Release);
             });
         }
-        last.map(|(_, lag)| lag)
+        last.map(|(_, counts)| counts)
     }
 }
 
@@ -135,11 +177,8 @@ impl Gate {
     /// Whether a delivery of `source` is refused now; reads the lag again, in the
     /// background, when the last read is older than [`READ_EVERY`].
     pub(crate) fn refuses(&self, source: &str, queue: &Arc<dyn Destination>) -> bool {
-        let beyond = self
-            .lag
-            .latest(queue)
-            .flatten()
-            .is_some_and(|lag| lag > self.rule.max_lag);
+        let counts = self.lag.latest_counts(queue);
+        let beyond = counts.is_some_and(|counts| self.rule.beyond(&counts));
         beyond && !self.rule.spared.contains(source)
     }
 }
