@@ -127,6 +127,9 @@ impl Queue {
                 if let Some(n) = settings.per_source {
                     worker = worker.with_per_source(n).unwrap();
                 }
+                if let Some(rate) = settings.rate_per_source {
+                    worker = worker.with_rate_per_source(rate);
+                }
                 worker.spawn()
             }};
         }
@@ -172,6 +175,7 @@ struct Settings {
     per_object: Option<u32>,
     max_attempts: Option<u32>,
     per_source: Option<u32>,
+    rate_per_source: Option<Rate>,
 }
 
 /// Delivers `id` signed in `scheme` (whose name is its source) through verification to
@@ -660,6 +664,52 @@ async fn a_per_source_cap_bounds_a_source_and_lets_another_through(queue: Queue)
     );
 }
 
+/// A rate of 5 a second per source, 8 processors: 6 events of one source, then 2 of
+/// another. One source's starts are spaced by a fifth of a second (the 6 span at least
+/// 0.9 s), and the other's first start does not wait behind them: it comes before the
+/// first source's second. Each is attempt 1.
+async fn a_rate_per_source_spaces_each_source_on_its_own(queue: Queue) {
+    let accept = queue.accept_service();
+    for i in 0..6 {
+        let response = deliver_to(&accept, Scheme::standard(), &format!("evt_paced_{i}")).await;
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    }
+    for i in 0..2 {
+        let response = deliver_to(&accept, Scheme::github(), &format!("gh-paced-{i}")).await;
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    }
+    let runs = Runs::default();
+    let settings = Settings {
+        concurrency: 8,
+        rate_per_source: Some(Rate::per_second(5).unwrap()),
+        ..Settings::default()
+    };
+    let worker = queue.spawn_set(runs.processor(Duration::ZERO), settings);
+    eventually("8 processed", Duration::from_secs(15), || runs.len() == 8).await;
+    worker.shutdown().await;
+    let starts = |source: &str| {
+        let mut starts: Vec<Instant> = runs
+            .all()
+            .iter()
+            .filter(|r| r.event.source() == source)
+            .map(|r| r.start)
+            .collect();
+        starts.sort();
+        starts
+    };
+    let (paced, other) = (starts("standard"), starts("github"));
+    let span = paced[5] - paced[0];
+    assert!(span >= Duration::from_millis(900), "6 starts in {span:?}");
+    assert!(
+        other[0] < paced[1],
+        "the other source waited behind the first"
+    );
+    assert!(
+        runs.all().iter().all(|r| r.attempt == 1),
+        "no attempt counted for the rate"
+    );
+}
+
 macro_rules! on_every_queue {
     ($($test:ident),* $(,)?) => {
         mod sqlite { use super::*; $(#[tokio::test] async fn $test() { super::$test(Queue::sqlite().await).await; })* }
@@ -673,6 +723,7 @@ on_every_queue!(
     a_pause_holds_a_type_back_and_resume_starts_its_events_in_order,
     later_snoozes_an_event_without_counting_an_attempt,
     a_per_source_cap_bounds_a_source_and_lets_another_through,
+    a_rate_per_source_spaces_each_source_on_its_own,
     backpressure_refuses_retrying_sources_while_the_queue_lags,
     backpressure_by_depth_refuses_beyond_the_bound,
     a_per_object_cap_of_one_runs_an_objects_events_one_at_a_time_in_order,

@@ -1,12 +1,17 @@
 //! Caps per key: at most `n` events of one source, or of one event type, running at once
-//! in a worker. Each key with events running has a fair semaphore, dropped when the last
-//! is done; the keys at their cap are what a claim skips.
+//! in a worker, and at most a [`Rate`] of one source's events started. Each key with
+//! events running has a fair semaphore, dropped when the last is done, and each paced
+//! source its own pacing; the keys at their cap or out of turns are what a claim skips.
 
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use super::super::rate::Pacing;
+use super::super::Rate;
 
 use crate::metrics::{self, HeldBack};
 use crate::Event;
@@ -82,34 +87,100 @@ pub(crate) struct Skip {
     pub(crate) types: Vec<String>,
 }
 
-/// A worker's caps per source and per event type.
+/// A worker's caps per source and per event type, and its rate per source.
 #[derive(Default)]
 pub(crate) struct Caps {
     sources: Option<Turns<String>>,
     types: Option<Turns<String>>,
+    paced: Option<Paced>,
+}
+
+/// Each source's pacing under one rate.
+struct Paced {
+    rate: Rate,
+    sources: Mutex<HashMap<String, Pacing>>,
+}
+
+/// Past this many sources paced, the idle ones are forgotten as others come.
+const PACED_SOURCES: usize = 1024;
+
+impl Paced {
+    /// Takes one of `source`'s turns if one is due now.
+    fn try_take(&self, source: &str) -> bool {
+        let mut sources = self.sources.lock().expect("not poisoned");
+        if sources.len() >= PACED_SOURCES && !sources.contains_key(source) {
+            // A source whose turns are all due again is as good as new: forgotten.
+            let now = Instant::now();
+            sources.retain(|_, pacing| pacing.next() > now);
+        }
+        let pacing = sources
+            .entry(source.to_owned())
+            .or_insert_with(|| Pacing::new(self.rate));
+        if pacing.allowed(1) == 0 {
+            return false;
+        }
+        pacing.take(1);
+        true
+    }
+
+    /// When `source` has a turn again.
+    fn next(&self, source: &str) -> Instant {
+        let sources = self.sources.lock().expect("not poisoned");
+        sources.get(source).map_or_else(Instant::now, Pacing::next)
+    }
+
+    /// When the first source with no turn now has one again.
+    fn next_turn(&self) -> Option<Instant> {
+        let sources = self.sources.lock().expect("not poisoned");
+        let out = sources.values().filter(|pacing| pacing.allowed(1) == 0);
+        out.map(Pacing::next).min()
+    }
+
+    /// The sources with no turn now.
+    fn out_of_turns(&self) -> Vec<String> {
+        let sources = self.sources.lock().expect("not poisoned");
+        let out = sources.iter().filter(|(_, pacing)| pacing.allowed(1) == 0);
+        out.map(|(source, _)| source.clone()).collect()
+    }
 }
 
 /// An event's turns under the caps, held until its processor ends.
 pub(crate) type Turn = Vec<OwnedSemaphorePermit>;
 
 impl Caps {
-    pub(crate) fn new(per_source: Option<u32>, per_type: Option<u32>) -> Self {
+    pub(crate) fn new(
+        (per_source, per_type): (Option<u32>, Option<u32>),
+        rate_per_source: Option<Rate>,
+    ) -> Self {
         Self {
             sources: per_source.map(Turns::new),
             types: per_type.map(Turns::new),
+            paced: rate_per_source.map(|rate| Paced {
+                rate,
+                sources: Mutex::default(),
+            }),
         }
     }
 
     pub(crate) fn any(&self) -> bool {
-        self.sources.is_some() || self.types.is_some()
+        self.sources.is_some() || self.types.is_some() || self.paced.is_some()
     }
 
     /// What a claim skips now.
     pub(crate) fn skip(&self) -> Skip {
+        let mut sources = self.sources.as_ref().map(Turns::full).unwrap_or_default();
+        if let Some(paced) = &self.paced {
+            sources.extend(paced.out_of_turns());
+        }
         Skip {
-            sources: self.sources.as_ref().map(Turns::full).unwrap_or_default(),
+            sources,
             types: self.types.as_ref().map(Turns::full).unwrap_or_default(),
         }
+    }
+
+    /// When a source out of turns under its rate has one again (`None`: none is).
+    pub(crate) fn next_turn(&self) -> Option<Instant> {
+        self.paced.as_ref().and_then(Paced::next_turn)
     }
 
     /// `event`'s turns if both are free now (none taken otherwise, and the rule that
@@ -130,6 +201,13 @@ impl Caps {
             };
             turn.push(taken);
         }
+        // Last: a turn of the rate taken is never given back.
+        if let Some(paced) = &self.paced {
+            if !paced.try_take(event.source()) {
+                metrics::held_back(HeldBack::Rate);
+                return None;
+            }
+        }
         Some(turn)
     }
 
@@ -142,6 +220,11 @@ impl Caps {
         }
         if let Some(types) = &self.types {
             turn.push(types.turn(&type_key(event)).await);
+        }
+        if let Some(paced) = &self.paced {
+            while !paced.try_take(event.source()) {
+                tokio::time::sleep_until(paced.next(event.source())).await;
+            }
         }
         turn
     }
@@ -162,7 +245,7 @@ mod tests {
 
     #[test]
     fn a_full_key_is_skipped_until_a_turn_is_given_back() {
-        let caps = Caps::new(Some(2), Some(3));
+        let caps = Caps::new((Some(2), Some(3)), None);
         let a = caps.try_turn(&event("a", "x")).unwrap();
         let b = caps.try_turn(&event("a", "y")).unwrap();
         assert!(caps.try_turn(&event("a", "z")).is_none(), "a is at its cap");

@@ -38,6 +38,8 @@ pub(crate) struct Engine<Q> {
     /// At most this many events of one source, and of one type, running in this worker.
     pub(crate) per_source: Option<u32>,
     pub(crate) per_type: Option<u32>,
+    /// At most this many events of one source started, in this worker.
+    pub(crate) rate_per_source: Option<super::Rate>,
     /// Their turns, made as the worker starts.
     pub(crate) caps: caps::Caps,
     /// Told of each recorded failure, success and dead event.
@@ -60,6 +62,7 @@ impl<Q: Queue> Engine<Q> {
             per_object: None,
             per_source: None,
             per_type: None,
+            rate_per_source: None,
             caps: caps::Caps::default(),
             #[cfg(feature = "alerts")]
             alerts: None,
@@ -80,7 +83,8 @@ impl<Q: Queue> Engine<Q> {
             .field("rate", &self.rate)
             .field("per_object", &self.per_object)
             .field("per_source", &self.per_source)
-            .field("per_type", &self.per_type);
+            .field("per_type", &self.per_type)
+            .field("rate_per_source", &self.rate_per_source);
     }
 }
 
@@ -244,6 +248,22 @@ macro_rules! shared_settings {
             let why = "a per-type cap must be at least 1";
             self.engine.per_type = Some($crate::inbox::process::at_least_one(n, why)?);
             Ok(self)
+        }
+
+        /// Starts at most `rate` events of each source (see [`Rate`]), evenly spaced, in
+        /// this worker: one source's storm does not use up the API calls another's need.
+        /// By default, no limit per source ([`with_rate`](Self::with_rate) bounds them
+        /// all together).
+        ///
+        /// On the SQL inbox a claim leaves the events of a source out of turns where they
+        /// are (no attempt counted), so other sources' events start meanwhile. On
+        /// JetStream, which delivers in the stream's order, a message waits in the worker
+        /// for its source's turn, holding a processor.
+        ///
+        /// [`Rate`]: crate::inbox::Rate
+        pub fn with_rate_per_source(mut self, rate: $crate::inbox::Rate) -> Self {
+            self.engine.rate_per_source = Some(rate);
+            self
         }
 
         /// Tells `alerts` of each attempt's recorded outcome (feature `alerts`): a source

@@ -52,7 +52,7 @@ struct Batch<H> {
 impl<Q: Queue> Engine<Q> {
     pub(super) async fn run(mut self, mut stopped: watch::Receiver<bool>) {
         let opening = (self.lease.length, self.per_object);
-        self.caps = Caps::new(self.per_source, self.per_type);
+        self.caps = Caps::new((self.per_source, self.per_type), self.rate_per_source);
         let Some(lease) = self.queue.open(opening, &mut stopped).await else {
             return;
         };
@@ -106,6 +106,9 @@ impl<Q: Queue> Engine<Q> {
             // Held back by the rate only: woken when its next turn comes.
             let paced = due && idle > free;
             let turn = pacing.as_ref().map_or_else(Instant::now, Pacing::next);
+            // A source out of turns under its own rate: a signal when its next turn comes
+            // (a claim skipped its events).
+            let source_turn = this.caps.next_turn();
             let freed_meanwhile = freed.notified();
             tokio::select! {
                 Some(batch) = claims.join_next(), if !claims.is_empty() => {
@@ -126,6 +129,9 @@ impl<Q: Queue> Engine<Q> {
                 () = freed_meanwhile => signals += 1,
                 () = tokio::time::sleep(this.poll) => signals += 1,
                 () = tokio::time::sleep_until(turn), if paced => {}
+                () = tokio::time::sleep_until(source_turn.unwrap_or(turn)), if source_turn.is_some() => {
+                    signals += 1;
+                }
                 _ = stopped.changed() => {}
                 Some(_) = running.join_next(), if !running.is_empty() => {}
             }

@@ -47,6 +47,7 @@ pub(in crate::metrics) fn held_back_key(rule: HeldBack) -> &'static Key {
         HeldBack::PerSource => static_key!(HELD_BACK, "rule" => "per_source"),
         HeldBack::PerType => static_key!(HELD_BACK, "rule" => "per_type"),
         HeldBack::PerObject => static_key!(HELD_BACK, "rule" => "per_object"),
+        HeldBack::Rate => static_key!(HELD_BACK, "rule" => "rate"),
     }
 }
 
