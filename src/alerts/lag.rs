@@ -76,7 +76,7 @@ impl Alerts {
                 let Some(shared) = Weak::upgrade(&shared) else {
                     return; // every `Alerts` is gone
                 };
-                if let Some(Some(lag)) = reader.latest(&destination) {
+                if let Some(Some(lag)) = reader.latest_counts(&destination).map(|c| c.oldest_due) {
                     Alerts::from_parts(config.clone(), shared).lagging(lag);
                 }
             }

@@ -127,17 +127,8 @@ impl LagReader {
         }
     }
 
-    /// The lag last read (`None` before the first read; `Some(None)` when nothing was
-    /// due); reads it again, in the background, when that read is older than
-    /// [`READ_EVERY`].
-    pub(crate) fn latest(
-        self: &Arc<Self>,
-        queue: &Arc<dyn Destination>,
-    ) -> Option<Option<Duration>> {
-        self.latest_counts(queue).map(|counts| counts.oldest_due)
-    }
-
-    /// The counts last read (`None` before the first read), as [`latest`](Self::latest).
+    /// The counts last read (`None` before the first read); reads them again, in the
+    /// background, when that read is older than [`READ_EVERY`].
     pub(crate) fn latest_counts(self: &Arc<Self>, queue: &Arc<dyn Destination>) -> Option<Counts> {
         let last = *self.last.lock().expect("not poisoned");
         let stale = last.is_none_or(|(at, _)| at.elapsed() >= READ_EVERY);
