@@ -728,3 +728,64 @@ on_every_queue!(
     backpressure_by_depth_refuses_beyond_the_bound,
     a_per_object_cap_of_one_runs_an_objects_events_one_at_a_time_in_order,
 );
+
+/// JetStream, workers crashing while they park and publish back: 30 events accepted while
+/// everything is paused, three workers each aborted 60 ms after they start, the pause
+/// ended during the second; a last worker then runs every event (at least once: a crash
+/// mid-run runs it again), none dead, none left parked or queued.
+#[tokio::test]
+async fn jetstream_crashes_while_parking_and_publishing_back_lose_nothing() {
+    let Queue::JetStream(js) = Queue::jetstream().await else {
+        unreachable!()
+    };
+    assert!(js.pause(None, None).await.unwrap());
+    let queue = Queue::JetStream(js.clone());
+    let ids: Vec<String> = (0..30).map(|i| format!("evt_crash_{i}")).collect();
+    for id in &ids {
+        queue.deliver(id).await;
+    }
+    let store: Arc<dyn tower_webhook::store::DedupeStore> = Arc::new(MemoryStore::new());
+    let runs = Runs::default();
+    let spawn = || {
+        let processor = runs.processor(Duration::from_millis(5));
+        JetStreamWorker::from_arc(&js, store.clone(), processor)
+            .with_lease(Duration::from_millis(500))
+            .unwrap()
+            .with_poll_interval(Duration::from_millis(100))
+            .unwrap()
+            .spawn()
+    };
+    for round in 0..3 {
+        let worker = spawn();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        if round == 1 {
+            assert!(js.resume(None, None).await.unwrap());
+        }
+        worker.abort();
+    }
+    let worker = spawn();
+    let ran = |runs: &Runs| {
+        let all = runs.all();
+        let ran: std::collections::HashSet<String> = all
+            .iter()
+            .map(|r| r.event.id().unwrap().to_owned())
+            .collect();
+        ran.len()
+    };
+    eventually("every event run", Duration::from_secs(30), || {
+        ran(&runs) == ids.len()
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let counts = queue.counts().await;
+        if (counts.queued, counts.processing, counts.paused) == (0, 0, 0) {
+            assert_eq!(counts.dead, 0, "{counts:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "left over: {counts:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    worker.shutdown().await;
+    js.delete().await.unwrap();
+}
