@@ -18,7 +18,8 @@ use crate::Event;
 /// `Fn(Event, Attempt, PgTx) -> impl Future<Output = Result<(), E>>` whose error converts
 /// into `Box<dyn Error + Send + Sync>` (as for [`Processor`](super::Processor)). Write
 /// through the [`PgTx`] (lock it, use `&mut **guard`); on `Ok` the writes commit with the
-/// row's `processed_at`, on `Err` (or a panic) both roll back and the row is retried.
+/// row's `processed_at`, on `Err` (or a panic) both roll back and the row is retried — or,
+/// for an `Err` holding a [`Later`](super::Later), snoozed without counting the attempt.
 pub trait TxProcessor: Send + Sync + 'static {
     /// Processes one event inside `tx`.
     #[allow(clippy::type_complexity)] // spelled out: readable in the docs
