@@ -136,11 +136,11 @@ impl Queue {
         match self {
             Self::Sql(inbox) => configured!(Worker::new(inbox, processor)),
             Self::JetStream(jetstream) => {
-                configured!(JetStreamWorker::new(
-                    jetstream,
-                    MemoryStore::new(),
-                    processor
-                ))
+                let worker = JetStreamWorker::new(jetstream, MemoryStore::new(), processor);
+                let lookahead = settings.lookahead;
+                configured!(lookahead
+                    .into_iter()
+                    .fold(worker, JetStreamWorker::with_lookahead))
             }
         }
     }
@@ -176,6 +176,8 @@ struct Settings {
     max_attempts: Option<u32>,
     per_source: Option<u32>,
     rate_per_source: Option<Rate>,
+    /// JetStream's only (the SQL claim skips capped sources at any depth).
+    lookahead: Option<usize>,
 }
 
 /// Delivers `id` signed in `scheme` (whose name is its source) through verification to
@@ -617,8 +619,9 @@ async fn later_snoozes_an_event_without_counting_an_attempt(queue: Queue) {
 /// A cap of 2 per source, 4 processors: 12 events of one source queued before 2 of
 /// another, each 150 ms of work. The big source never has more than 2 running; on the SQL
 /// inbox, whose claim leaves a source at its cap where it is, the small source's events
-/// start before the first of the big one's has ended (JetStream delivers in order: there
-/// they wait their turn in the stream). Each is attempt 1: an event left or handed back
+/// start before the first of the big one's has ended — on JetStream too, which delivers
+/// in order: the big source's messages over its cap wait in the worker without a
+/// processor, and the worker reads on. Each is attempt 1: an event left or handed back
 /// for its source's cap counted nothing.
 async fn a_per_source_cap_bounds_a_source_and_lets_another_through(queue: Queue) {
     let accept = queue.accept_service();
@@ -652,14 +655,12 @@ async fn a_per_source_cap_bounds_a_source_and_lets_another_through(queue: Queue)
         let running = big.iter().filter(|o| o.1 <= at && at < o.2).count();
         assert!(running <= 2, "{running} of the big source ran at once");
     }
-    if let Queue::Sql(_) = queue {
-        let first_end = big.iter().map(|r| r.2).min().unwrap();
-        let small = runs.iter().filter(|r| r.0 == "github");
-        assert!(
-            small.clone().all(|r| r.1 < first_end),
-            "the small source waited behind the big one"
-        );
-    }
+    let first_end = big.iter().map(|r| r.2).min().unwrap();
+    let small = runs.iter().filter(|r| r.0 == "github");
+    assert!(
+        small.clone().all(|r| r.1 < first_end),
+        "the small source waited behind the big one"
+    );
     assert!(
         runs.iter().all(|r| r.3 == 1),
         "no attempt counted for a cap"
@@ -712,6 +713,80 @@ async fn a_rate_per_source_spaces_each_source_on_its_own(queue: Queue) {
     );
 }
 
+/// The fair share: one source's backlog of 1 000 queued before another's 10, a cap of 2
+/// per source, 4 processors, 20 ms of work each (the big source alone needs 10 s). Every
+/// event of the small source has started within 3 s, while fewer than 100 of the big
+/// one's have run. On JetStream the worker reads that far ahead (a lookahead of 2 000).
+/// Then the worker shuts down with the big source's backlog waiting, and a worker without
+/// caps runs what is left: every event ran once, each as attempt 1 — waiting in the first
+/// worker, and being handed back by its shutdown, counted nothing.
+async fn a_small_source_is_not_starved_behind_a_big_backlog(queue: Queue) {
+    let accept = queue.accept_service();
+    let ids: Vec<(Scheme, String)> = (0..1000)
+        .map(|i| (Scheme::standard(), format!("evt_backlog_{i}")))
+        .chain((0..10).map(|i| (Scheme::github(), format!("gh-few-{i}"))))
+        .collect();
+    // In order (the stream's order is the test), a few at a time.
+    for chunk in ids.chunks(50) {
+        let sent = chunk
+            .iter()
+            .map(|(scheme, id)| deliver_to(&accept, scheme.clone(), id));
+        for response in futures_util::future::join_all(sent).await {
+            assert_eq!(response.status(), StatusCode::NO_CONTENT);
+        }
+    }
+    let runs = Runs::default();
+    let settings = Settings {
+        concurrency: 4,
+        per_source: Some(2),
+        lookahead: Some(2000),
+        ..Settings::default()
+    };
+    let started = Instant::now();
+    let worker = queue.spawn_set(runs.processor(Duration::from_millis(20)), settings);
+    let small = |runs: &Runs| {
+        runs.all()
+            .iter()
+            .filter(|r| r.event.source() == "github")
+            .count()
+    };
+    eventually("the small source's 10 ran", Duration::from_secs(3), || {
+        small(&runs) == 10
+    })
+    .await;
+    let big_done = runs.len() - 10;
+    assert!(
+        big_done < 100,
+        "{big_done} of the big source ran first ({:?})",
+        started.elapsed()
+    );
+    worker.shutdown().await;
+    let left = runs.clone();
+    let uncapped = Settings {
+        concurrency: 16,
+        ..Settings::default()
+    };
+    let worker = queue.spawn_set(runs.processor(Duration::ZERO), uncapped);
+    eventually("every event ran", Duration::from_secs(60), || {
+        left.len() >= ids.len()
+    })
+    .await;
+    worker.shutdown().await;
+    let all = runs.all();
+    let mut seen: Vec<&str> = all.iter().map(|r| r.event.id().unwrap()).collect();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(
+        (all.len(), seen.len()),
+        (ids.len(), ids.len()),
+        "each ran once"
+    );
+    assert!(
+        all.iter().all(|r| r.attempt == 1),
+        "no attempt counted for waiting"
+    );
+}
+
 macro_rules! on_every_queue {
     ($($test:ident),* $(,)?) => {
         mod sqlite { use super::*; $(#[tokio::test] async fn $test() { super::$test(Queue::sqlite().await).await; })* }
@@ -725,6 +800,7 @@ on_every_queue!(
     a_pause_holds_a_type_back_and_resume_starts_its_events_in_order,
     later_snoozes_an_event_without_counting_an_attempt,
     a_per_source_cap_bounds_a_source_and_lets_another_through,
+    a_small_source_is_not_starved_behind_a_big_backlog,
     a_rate_per_source_spaces_each_source_on_its_own,
     backpressure_refuses_retrying_sources_while_the_queue_lags,
     backpressure_by_depth_refuses_beyond_the_bound,

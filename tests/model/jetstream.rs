@@ -226,6 +226,10 @@ fn worker(
         // failures and a dozen crashes).
         .with_max_attempts(30)
         .unwrap()
+        // Flow control must not break the guarantee: of the three events, the third to
+        // come waits for its source's turn in the lookahead (renewed, no processor).
+        .with_per_source(2)
+        .unwrap()
         .spawn()
 }
 

@@ -39,7 +39,9 @@
 //!   consumer, so each message is delivered to one of them at a time.
 //! - Flow control is the SQL worker's ([`JetStreamWorker`] shares its builder): a rate,
 //!   caps per object, source and type (a message over a cap waits in the worker, renewed:
-//!   the stream is read in order), a processor's [`Later`](crate::inbox::Later) (the
+//!   the stream is read in order; one over its source's or type's cap waits without a
+//!   processor while the worker reads on, up to
+//!   [`with_lookahead`](JetStreamWorker::with_lookahead)), a processor's [`Later`](crate::inbox::Later) (the
 //!   snoozed delivery is counted in the bucket `<stream>-held` and not as an attempt), and
 //!   [`JetStream::pause`]: the pauses are kept in the bucket `<stream>-pauses` every
 //!   worker watches, and a paused message is parked in `<stream>-paused` until its pause

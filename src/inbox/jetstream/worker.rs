@@ -120,6 +120,24 @@ impl JetStreamWorker {
         Ok(self)
     }
 
+    /// Replaces how many messages may wait in this worker for their turns under its caps
+    /// and rates per source or type, without a processor (default 256): the worker pulls
+    /// on past them, so another source's messages further along the stream start
+    /// meanwhile — the fair share a stream read in order can give. A source whose
+    /// messages are more than `n` behind another's backlog waits until the worker has
+    /// read that close (the SQL inbox's claim skips at any depth). Past `n`, a message
+    /// waits holding a processor, as it does with 0.
+    ///
+    /// Each waiting message is renewed (`+WPI`) every third of the lease, and all of them
+    /// count toward the consumer's `max_ack_pending` (NATS's default: 1 000, shared by
+    /// every worker of the consumer): a pull beyond it gets nothing until some are done.
+    /// A worker that crashes while messages wait has counted each a delivery, as it would
+    /// a message it was running; one that shuts down hands them back uncounted.
+    pub fn with_lookahead(mut self, n: usize) -> Self {
+        self.engine.lookahead = n;
+        self
+    }
+
     /// Starts the worker on the current Tokio runtime; with the `metrics` feature, it also
     /// refreshes the inbox's gauges from [`JetStream::counts`] every 5 s.
     pub fn spawn(self) -> WorkerHandle {

@@ -20,6 +20,10 @@ use super::process::WorkerHandle;
 use super::{Rate, RetryPolicy};
 use crate::store::Lease;
 
+/// The default [`Engine::lookahead`]: a quarter of NATS's default `max_ack_pending`
+/// (1 000, shared by every worker of a consumer).
+pub(crate) const DEFAULT_LOOKAHEAD: usize = 256;
+
 /// A worker's settings and its queue: what [`Worker`] and the JetStream worker each wrap.
 pub(crate) struct Engine<Q> {
     pub(crate) queue: Q,
@@ -42,6 +46,9 @@ pub(crate) struct Engine<Q> {
     pub(crate) rate_per_source: Option<super::Rate>,
     /// Their turns, made as the worker starts.
     pub(crate) caps: caps::Caps,
+    /// How many events may wait for their turns under the caps without a processor (a
+    /// queue that cannot leave them: JetStream).
+    pub(crate) lookahead: usize,
     /// Told of each recorded failure, success and dead event.
     #[cfg(feature = "alerts")]
     pub(crate) alerts: Option<crate::alerts::Alerts>,
@@ -64,6 +71,8 @@ impl<Q: Queue> Engine<Q> {
             per_type: None,
             rate_per_source: None,
             caps: caps::Caps::default(),
+            // A queue that leaves capped events where they are never has one waiting.
+            lookahead: if Q::GIVES_BACK { 0 } else { DEFAULT_LOOKAHEAD },
             #[cfg(feature = "alerts")]
             alerts: None,
         }
@@ -84,7 +93,8 @@ impl<Q: Queue> Engine<Q> {
             .field("per_object", &self.per_object)
             .field("per_source", &self.per_source)
             .field("per_type", &self.per_type)
-            .field("rate_per_source", &self.rate_per_source);
+            .field("rate_per_source", &self.rate_per_source)
+            .field("lookahead", &self.lookahead);
     }
 }
 
@@ -224,7 +234,9 @@ macro_rules! shared_settings {
         /// events: one source's backlog of 10 000 does not hold back another's 10, whose
         /// events start as soon as a processor is free. On JetStream, which delivers in
         /// the stream's order, a message over its source's cap waits in the worker for its
-        /// turn, holding a processor (renewed meanwhile).
+        /// turn (renewed meanwhile) without holding a processor, while the worker reads on
+        /// — as far as its lookahead (`JetStreamWorker::with_lookahead`, default 256
+        /// messages) reaches.
         ///
         /// The cap is this worker's: workers in other processes run their own.
         ///
@@ -258,7 +270,7 @@ macro_rules! shared_settings {
         /// On the SQL inbox a claim leaves the events of a source out of turns where they
         /// are (no attempt counted), so other sources' events start meanwhile. On
         /// JetStream, which delivers in the stream's order, a message waits in the worker
-        /// for its source's turn, holding a processor.
+        /// for its source's turn, as under [`with_per_source`](Self::with_per_source).
         ///
         /// [`Rate`]: crate::inbox::Rate
         pub fn with_rate_per_source(mut self, rate: $crate::inbox::Rate) -> Self {

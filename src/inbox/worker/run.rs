@@ -3,6 +3,7 @@
 
 use std::pin::pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -61,8 +62,16 @@ impl<Q: Queue> Engine<Q> {
         // An event holds a processor from its claim until its processor ends, and a slot
         // until its outcome is written.
         let processors = Arc::new(Semaphore::new(this.concurrency));
-        let slots = Arc::new(Semaphore::new(this.concurrency * RECORDING_PER_PROCESSOR));
-        let freed = Arc::new(Notify::new());
+        // An event waiting for its turns under the caps (a queue that cannot leave it)
+        // holds a slot but no processor, up to the lookahead: beside the slots outcomes use.
+        let slots = this.concurrency * RECORDING_PER_PROCESSOR + this.lookahead;
+        let slots = Arc::new(Semaphore::new(slots));
+        let waiting = Arc::new(Semaphore::new(this.lookahead));
+        let freed = Freeing {
+            processors: processors.clone(),
+            waiting,
+            told: Arc::new(Notify::new()),
+        };
         let mut claims: JoinSet<Batch<Q::Held>> = JoinSet::new();
         let mut running: JoinSet<()> = JoinSet::new();
         // Set when the grace period is over: each running event stops and hands itself
@@ -109,7 +118,7 @@ impl<Q: Queue> Engine<Q> {
             // A source out of turns under its own rate: a signal when its next turn comes
             // (a claim skipped its events).
             let source_turn = this.caps.next_turn();
-            let freed_meanwhile = freed.notified();
+            let freed_meanwhile = freed.told.notified();
             tokio::select! {
                 Some(batch) = claims.join_next(), if !claims.is_empty() => {
                     let Ok(mut batch) = batch else { continue }; // a panic: its events come back with their lease
@@ -118,7 +127,7 @@ impl<Q: Queue> Engine<Q> {
                     if let (Some(pacing), Some(turns)) = (&mut pacing, batch.turns) {
                         pacing.give_back(turns, batch.asked - batch.rows.len());
                     }
-                    this.run_batch(&mut batch, &mut running, &freed, &hurried);
+                    this.run_batch(&mut batch, &mut running, (&freed, &stopped), &hurried);
                     // What the claim did not use is free again as `batch` drops.
                 }
                 () = &mut woken => {
@@ -144,7 +153,7 @@ impl<Q: Queue> Engine<Q> {
                 let held = batch.rows.drain(..).map(|(row, _)| row.held).collect();
                 this.queue.give_back(held).await;
             } else {
-                this.run_batch(&mut batch, &mut running, &freed, &hurried);
+                this.run_batch(&mut batch, &mut running, (&freed, &stopped), &hurried);
             }
         }
         // Graceful: let running events finish; past a grace period, stop the rest, which
@@ -166,18 +175,21 @@ impl<Q: Queue> Engine<Q> {
         self: &Arc<Self>,
         batch: &mut Batch<Q::Held>,
         running: &mut JoinSet<()>,
-        freed: &Arc<Notify>,
+        (freeing, stopped): (&Freeing, &watch::Receiver<bool>),
         hurried: &watch::Receiver<bool>,
     ) {
         for (claimed, turn) in std::mem::take(&mut batch.rows) {
             let processor = batch.processors.split(1).expect("one held per event");
             let slot = batch.slots.split(1).expect("one held per event");
             let (worker, hurried, token) = (self.clone(), hurried.clone(), batch.token);
-            let freed = Freed(Some(processor), freed.clone());
+            let freed = Freed(Some(processor), freeing.clone());
+            let stopped = stopped.clone();
             let span = span::attempt(&claimed.event, Attempt::new(claimed.attempt, &self.retry));
             running.spawn(span::instrument(span, async move {
                 let _slot = slot;
-                worker.process((claimed, turn), token, freed, hurried).await;
+                worker
+                    .process((claimed, turn), token, freed, (stopped, hurried))
+                    .await;
             }));
         }
     }
@@ -260,7 +272,7 @@ impl<Q: Queue> Engine<Q> {
         (claimed, turn): (Claimed<Q::Held>, Option<Turn>),
         token: Token,
         mut freed: Freed,
-        mut hurried: watch::Receiver<bool>,
+        (mut stopped, mut hurried): (watch::Receiver<bool>, watch::Receiver<bool>),
     ) {
         let Claimed {
             event,
@@ -276,15 +288,26 @@ impl<Q: Queue> Engine<Q> {
         let beat = heartbeat.beat(renew);
         let mut beat = pin!(beat);
         // Its turns under the caps, held until its processor ends; waited for (renewed
-        // meanwhile) where the claim could not leave it.
+        // meanwhile) where the claim could not leave it — without a processor, within
+        // the lookahead, so the worker reads on and other sources' events start meanwhile
+        // (the fair share a queue read in order can give).
         let turn = match turn {
             Some(turn) => turn,
             None if self.caps.any() => {
+                let lent = freed.lend();
+                let wait = async {
+                    let turn = self.caps.turn(&event).await;
+                    if let Some(waited) = lent {
+                        freed.take_back(waited).await;
+                    }
+                    turn
+                };
                 tokio::select! {
                     biased;
-                    turn = self.caps.turn(&event) => turn,
-                    () = hurry_up(&mut hurried) => {
-                        let _ = self.finish(&held, Outcome::Abandoned, &heartbeat).await;
+                    turn = wait => turn,
+                    // Never started: handed back with no attempt counted.
+                    () = hurry_up(&mut stopped) => {
+                        let _ = self.finish(&held, Outcome::Later(Duration::ZERO), &heartbeat).await;
                         return;
                     }
                     () = &mut beat => unreachable!("the heartbeat never ends"),
@@ -438,15 +461,40 @@ impl<Q: Queue> Engine<Q> {
     }
 }
 
+/// What an event's processor goes back to: the worker's processors, the lookahead's
+/// places, and the claim loop to tell.
+#[derive(Clone)]
+struct Freeing {
+    processors: Arc<Semaphore>,
+    waiting: Arc<Semaphore>,
+    told: Arc<Notify>,
+}
+
 /// An event's hold on a processor, given back (and the claim loop told) when its processor
 /// ends — or when its task is stopped.
-struct Freed(Option<OwnedSemaphorePermit>, Arc<Notify>);
+struct Freed(Option<OwnedSemaphorePermit>, Freeing);
 
 impl Freed {
     fn free(&mut self) {
         if self.0.take().is_some() {
-            self.1.notify_one();
+            self.1.told.notify_one();
         }
+    }
+
+    /// Gives the processor back while the event waits for its turns, if the lookahead has
+    /// a place for it (else it keeps the processor): the place, held until it has one again.
+    fn lend(&mut self) -> Option<OwnedSemaphorePermit> {
+        let place = self.1.waiting.clone().try_acquire_owned().ok()?;
+        self.free();
+        Some(place)
+    }
+
+    /// Takes a processor again (before the claims the loop would send: the semaphore is
+    /// fair), then leaves the lookahead's place.
+    async fn take_back(&mut self, place: OwnedSemaphorePermit) {
+        let processors = self.1.processors.clone();
+        self.0 = Some(processors.acquire_owned().await.expect("never closed"));
+        drop(place);
     }
 }
 
