@@ -46,6 +46,9 @@ SELECT EXISTS (SELECT 1 FROM queued) AS new,
 /// `SKIP LOCKED`: concurrent workers (in any replica) each take different rows. A due
 /// row whose every attempt ended without an outcome (each crashed its worker) is
 /// marked dead in the same statement instead of claimed again.
+/// Under a per-object cap of n, a row is claimed while fewer than n of its object's other
+/// unfinished rows run or came before it: counted up to n and no further, so an object
+/// with a backlog of thousands costs a claim n rows of it, not its whole backlog.
 const CLAIM_DUE: &str = "
 UPDATE webhook_events w
 SET attempts = w.attempts + (w.attempts < $4)::int,
@@ -64,11 +67,13 @@ FROM (
           WHERE p.source IN ('', webhook_events.source)
             AND p.event_type IN ('', coalesce(webhook_events.event_type, '')))
       AND ($6::int4 IS NULL OR object_id IS NULL OR (
-          SELECT count(*) FROM webhook_events o
-          WHERE o.source = webhook_events.source AND o.object_id = webhook_events.object_id
+          SELECT count(*) FROM (SELECT 1 FROM webhook_events o
+          WHERE o.object_id = webhook_events.object_id AND o.source = webhook_events.source
+            AND o.event_id <> webhook_events.event_id
             AND o.next_attempt_at IS NOT NULL AND o.processed_at IS NULL AND o.dead_at IS NULL
             AND (o.locked_until > clock_timestamp() OR (o.received_at, o.event_id)
-                < (webhook_events.received_at, webhook_events.event_id))) < $6)
+                < (webhook_events.received_at, webhook_events.event_id))
+          LIMIT $6) earlier) < $6)
       AND NOT (source = ANY($7::text[])) AND NOT (coalesce(event_type, '') = ANY($8::text[]))
     ORDER BY next_attempt_at
     LIMIT $3

@@ -31,6 +31,9 @@ WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS 
 /// SQLite has one writer: this UPDATE is atomic, no two workers get the same row. A due
 /// row whose every attempt ended without an outcome (each crashed its worker) is marked
 /// dead in the same statement instead of claimed again (every SET sees the old row).
+/// Under a per-object cap of n, a row is claimed while fewer than n of its object's other
+/// unfinished rows run or came before it: counted up to n and no further, so an object
+/// with a backlog of thousands costs a claim n rows of it, not its whole backlog.
 pub(super) const CLAIM_DUE: &str = "
 UPDATE webhook_events
 SET attempts = attempts + (attempts < ?5),
@@ -48,11 +51,13 @@ WHERE rowid IN (
           WHERE p.source IN ('', webhook_events.source)
             AND p.event_type IN ('', coalesce(webhook_events.event_type, '')))
       AND (?7 IS NULL OR object_id IS NULL OR (
-          SELECT count(*) FROM webhook_events o
-          WHERE o.source = webhook_events.source AND o.object_id = webhook_events.object_id
+          SELECT count(*) FROM (SELECT 1 FROM webhook_events o
+          WHERE o.object_id = webhook_events.object_id AND o.rowid <> webhook_events.rowid
+            AND o.source = webhook_events.source
             AND o.next_attempt_at IS NOT NULL AND o.processed_at IS NULL AND o.dead_at IS NULL
             AND (o.locked_until > ?1 OR (o.received_at, o.event_id)
-                < (webhook_events.received_at, webhook_events.event_id))) < ?7)
+                < (webhook_events.received_at, webhook_events.event_id))
+          LIMIT ?7)) < ?7)
       AND source NOT IN (SELECT value FROM json_each(?8))
       AND coalesce(event_type, '') NOT IN (SELECT value FROM json_each(?9))
     ORDER BY next_attempt_at LIMIT ?4)
