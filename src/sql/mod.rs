@@ -302,15 +302,16 @@ impl From<StoredRow> for StoredEvent {
 /// every accept and every outcome maintain would cost those who use no cap (5–10 % of
 /// the drain on SQLite, BENCHMARKS.md). The object id alone: an object has few unfinished
 /// rows, and the narrow index costs each write about half what one of the claim's whole
-/// order did. The same text in both dialects, after `$create`.
+/// order did. Its predicate leaves out `next_attempt_at` (the claim tests it apart, see
+/// PostgreSQL's `CLAIM_DUE`); rows with none are few (`DedupeLayer`'s unfinished claims).
+/// The same text in both dialects, after `$create`.
 macro_rules! object_index {
     ($create:literal) => {
         concat!(
             $create,
-            " IF NOT EXISTS webhook_events_object
+            " IF NOT EXISTS webhook_events_by_object
     ON webhook_events (object_id)
-    WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
-      AND object_id IS NOT NULL"
+    WHERE processed_at IS NULL AND dead_at IS NULL AND object_id IS NOT NULL"
         )
     };
 }

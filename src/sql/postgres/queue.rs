@@ -48,8 +48,11 @@ SELECT EXISTS (SELECT 1 FROM queued) AS new,
 /// marked dead in the same statement instead of claimed again.
 /// Under a per-object cap of n, a row is claimed while fewer than n of its object's other
 /// unfinished rows run or came before it: counted up to n and no further, so an object
-/// with a backlog of thousands costs a claim n rows of it, not its whole backlog.
-const CLAIM_DUE: &str = "
+/// with a backlog of thousands costs a claim n rows of it, not its whole backlog. Its
+/// "queued" test is a `coalesce` so that it does not imply `webhook_events_due`'s predicate:
+/// that index, made on an empty table, says it is empty until the first vacuum, and the
+/// planner would scan all of it for every candidate (1.2 s a claim at 20 000 queued).
+pub(super) const CLAIM_DUE: &str = "
 UPDATE webhook_events w
 SET attempts = w.attempts + (w.attempts < $4)::int,
     dead_at = CASE WHEN w.attempts >= $4 THEN now() END,
@@ -70,7 +73,8 @@ FROM (
           SELECT count(*) FROM (SELECT 1 FROM webhook_events o
           WHERE o.object_id = webhook_events.object_id AND o.source = webhook_events.source
             AND o.event_id <> webhook_events.event_id
-            AND o.next_attempt_at IS NOT NULL AND o.processed_at IS NULL AND o.dead_at IS NULL
+            AND o.processed_at IS NULL AND o.dead_at IS NULL
+            AND coalesce(o.next_attempt_at, '-infinity') <> '-infinity'
             AND (o.locked_until > clock_timestamp() OR (o.received_at, o.event_id)
                 < (webhook_events.received_at, webhook_events.event_id))
           LIMIT $6) earlier) < $6)

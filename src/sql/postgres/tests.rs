@@ -293,7 +293,7 @@ async fn the_object_index_is_made_on_demand() {
     let pool = fresh_pool().await;
     let exists = || async {
         let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_indexes WHERE indexname = 'webhook_events_object'",
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'webhook_events_by_object'",
         )
         .fetch_one(&pool)
         .await
@@ -305,4 +305,57 @@ async fn the_object_index_is_made_on_demand() {
     pg.object_index().await.unwrap();
     pg.object_index().await.unwrap(); // again: nothing to do
     assert_eq!(exists().await, 1);
+}
+
+/// A capped claim reads an object's rows from the object index, not from a scan of every
+/// queued row — also while `webhook_events_due` still says it is empty, as it does from
+/// the migration (made on an empty table) until the first vacuum: the planner would
+/// otherwise scan that "empty" index for each candidate (1.2 s a claim at 20 000 queued).
+#[tokio::test]
+async fn a_capped_claim_reads_the_object_index_while_the_due_index_looks_empty() {
+    let pool = fresh_pool().await;
+    sqlx::raw_sql(
+        "ALTER TABLE webhook_events SET (autovacuum_enabled = false);
+         INSERT INTO webhook_events (source, event_id, object_id, body, next_attempt_at)
+         SELECT 's', 'evt_' || i, 'o_' || i, '\\x00', now() - interval '1 hour'
+         FROM generate_series(1, 5000) i",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let pg = Pg::new(pool.clone());
+    pg.object_index().await.unwrap();
+    let stats: f32 =
+        sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE relname = 'webhook_events_due'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(
+        stats <= 0.0,
+        "the due index's stats are its migration's ({stats})"
+    );
+    let explain = format!("EXPLAIN {}", super::queue::CLAIM_DUE);
+    let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
+        .bind(60.0_f64)
+        .bind(Token::new().as_uuid())
+        .bind(64_i64)
+        .bind(8_i32)
+        .bind("crashed")
+        .bind(Some(1_i32))
+        .bind(Vec::<String>::new())
+        .bind(Vec::<String>::new())
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    let object = plan
+        .iter()
+        .position(|l| l.contains("webhook_events_by_object"));
+    assert!(object.is_some(), "the object index is read: {plan:#?}");
+    let subplan = plan.iter().position(|l| l.contains("SubPlan")).unwrap();
+    assert!(
+        !plan[subplan..]
+            .iter()
+            .any(|l| l.contains("webhook_events_due")),
+        "the object's rows are not read from the due index: {plan:#?}"
+    );
 }

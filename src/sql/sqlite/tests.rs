@@ -173,7 +173,7 @@ async fn the_object_index_is_made_on_demand_and_a_capped_claim_reads_it() {
     let Fresh { store, .. } = &Fresh::new().await;
     let exists = || async {
         let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM sqlite_master WHERE name = 'webhook_events_object'",
+            "SELECT count(*) FROM sqlite_master WHERE name = 'webhook_events_by_object'",
         )
         .fetch_one(store.pool())
         .await
@@ -192,7 +192,7 @@ async fn the_object_index_is_made_on_demand_and_a_capped_claim_reads_it() {
     .await;
     assert!(
         plan.iter()
-            .any(|step| step.contains("webhook_events_object")),
+            .any(|step| step.contains("webhook_events_by_object")),
         "{plan:?}"
     );
 }
