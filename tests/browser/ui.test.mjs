@@ -1,6 +1,8 @@
 // The operator's page (`tower_webhook::admin::ui`) in headless Chromium, against the
 // receiver example in inbox mode: sign in, counts, search, an event with markup in its
-// body shown as text, requeue a dead event and see it processed, pause and resume a source.
+// body shown as text, lists filtered, pause and resume a source, forms posted from other
+// pages refused, requeue a dead event (one, then a type after a confirmation) and see it
+// processed.
 //
 // Run by tests/browser.rs (`cargo test --all-features --test browser -- --ignored`), which
 // builds the receiver and gives each run a fresh database. By hand:
@@ -201,6 +203,27 @@ test("the operator's page in Chromium", async (t) => {
     assert.ok((await page.locator(".flash").innerText()).startsWith("Resumed"));
     await printed(receiver, "handled evt_held");
     assert.equal(await page.locator("#pauses tbody tr").count(), 0);
+  });
+
+  await t.test("a form on another page cannot pause a source", async () => {
+    // Another site (attacker.test) and another origin of the same site (127.0.0.1 on
+    // another port), each a page that posts the pause form to the receiver at once.
+    const attack = `<form method="post" action="${ui}/pause"><input name="source" value="stripe"></form>` +
+      "<script>document.forms[0].submit()</script>";
+    for (const [origin, status, why] of [
+      ["http://attacker.test", 401, "the SameSite=Strict cookie is not sent from another site"],
+      ["http://127.0.0.1:9", 403, "the page refuses a POST whose Sec-Fetch-Site is not same-origin"],
+    ]) {
+      await page.route(`${origin}/`, (route) => route.fulfill({ contentType: "text/html", body: attack }));
+      const [response] = await Promise.all([
+        page.waitForResponse((r) => r.url() === `${ui}/pause`),
+        page.goto(`${origin}/`),
+      ]);
+      assert.equal(response.status(), status, why);
+      await page.unroute(`${origin}/`);
+    }
+    await page.goto(ui);
+    assert.equal(await page.locator("#pauses tbody tr").count(), 0, "nothing was paused");
   });
 
   const dead1 = () => `${ui}/event?source=stripe&id=evt_dead_1`;
