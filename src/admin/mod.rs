@@ -111,7 +111,8 @@
 //! cross-site form cannot send without a CORS preflight; even so, if your authorization
 //! is a cookie, add CSRF protection.
 //!
-//! The same calls from a shell: the `tower-webhook` command (feature `cli`).
+//! The same calls from a shell: the `tower-webhook` command (feature `cli`); in a
+//! browser: [`ui`] (feature `admin-ui`), a web page to mount beside this router.
 
 mod error;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

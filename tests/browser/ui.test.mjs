@@ -121,6 +121,9 @@ test("the operator's page in Chromium", async (t) => {
   const page = await context.newPage();
   const errors = [];
   page.on("pageerror", (error) => errors.push(error));
+  page.on("console", (message) => {
+    if (message.text().includes("Content Security Policy")) errors.push(message.text());
+  });
   let ui = `${receiver.base}/admin/ui`;
 
   await deliver(receiver, "evt_ok_1", "charge.succeeded");
@@ -143,6 +146,8 @@ test("the operator's page in Chromium", async (t) => {
     assert.equal(cookie.httpOnly, true);
     assert.equal(cookie.sameSite, "Strict");
     assert.equal(await page.evaluate(() => document.cookie), "", "no script reads the cookie");
+    const script = await page.evaluate(() => fetch(document.scripts[0].src).then((r) => r.status));
+    assert.equal(script, 200, "the page's own script loads");
   });
 
   await t.test("shows the counts by state and the dead by source", async () => {

@@ -406,6 +406,9 @@ fn requeue_matching_form(base: &str, typed: &Typed<'_>) -> Markup {
                 button type="submit" { "Count…" }
             }
             p.note { "Shows how many match and asks before it requeues. Not dead only: processed events of that type or window run again too (a replay)." }
+            @if !typed.source.is_empty() {
+                p.note { "It covers every source, not only " code { (typed.source) } "." }
+            }
         }
     }
 }
