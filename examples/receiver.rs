@@ -287,7 +287,13 @@ fn with_operators_page(router: Router, inbox: &Inbox, token: Option<Arc<str>>) -
     let Some(token) = token else { return router };
     let page = tower_webhook::admin::ui(inbox.clone())
         .layer(axum::middleware::from_fn_with_state(token, signed_in));
-    router.nest("/admin/ui", page)
+    router
+        .nest("/admin/ui", page)
+        // A nested router answers `/admin/ui`, not `/admin/ui/`: send a typed slash there.
+        .route(
+            "/admin/ui/",
+            get(|| async { axum::response::Redirect::permanent("/admin/ui") }),
+        )
 }
 
 /// The cookie that keeps the operator's token in the browser.

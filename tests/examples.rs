@@ -732,6 +732,9 @@ async fn receiver_in_inbox_mode_signs_a_browser_in_to_the_operators_page() {
     }
     let (_, headers, _) = get(&format!("/admin/ui?token={TOKEN}"), None).await;
     assert_eq!(headers[http::header::LOCATION], "/admin/ui");
+    let (status, headers, _) = get("/admin/ui/", None).await;
+    assert_eq!(status, StatusCode::PERMANENT_REDIRECT, "a typed slash");
+    assert_eq!(headers[http::header::LOCATION], "/admin/ui");
 
     let cookie = attributes[0];
     for path in [
