@@ -187,6 +187,7 @@ test("the operator's page in Chromium", async (t) => {
     await page.click("form.filters button");
     assert.equal(await page.locator("tbody tr").count(), 2);
     assert.ok((await page.locator("td.error").first().innerText()).includes("WEBHOOK_FAIL_TYPES"));
+    await screenshot(page, "operators-page-dead.png");
   });
 
   await t.test("pauses and resumes a source", async () => {
