@@ -53,7 +53,18 @@
 //!   (`tower_webhook::admin::router`; `admin::jetstream_router` in `nats` mode: counts and
 //!   pauses) under `/admin`, each request needing `Authorization: Bearer <token>` (401
 //!   otherwise): `POST /admin/pause` and `POST /admin/resume` take optional `source` and
-//!   `type` query parameters.
+//!   `type` query parameters. In `inbox` mode it also serves the operator's web page
+//!   (`tower_webhook::admin::ui`) at `/admin/ui`: a browser signs in by opening
+//!   `/admin/ui?token=<token>` once (typed or pasted, not from a link on another site),
+//!   which keeps the token in an `HttpOnly`, `SameSite=Strict` cookie (path `/admin/ui`) and
+//!   redirects (303) to the same URL without it; without a valid cookie or token, 401.
+//!   Tokens are compared in constant time;
+//! - `WEBHOOK_FAIL_TYPES`: in `inbox` and `nats` mode, event types (comma-separated) whose
+//!   every attempt fails: the worker's processor prints `failed <event id>` and returns an
+//!   error instead of handling it, so a dead event can be made on purpose (a requeued one
+//!   fails again; restart without the type to have it handled);
+//! - `WEBHOOK_MAX_ATTEMPTS`: in `inbox` and `nats` mode, the attempts before an event is
+//!   dead (default 5; the first retry after 1 s, each wait doubling).
 //!
 //! On SIGTERM or Ctrl-C it stops accepting, waits for the handlers still running (those
 //! whose client hung up included) and for the worker, for at most `WEBHOOK_DRAIN_SECS`,
@@ -270,6 +281,95 @@ async fn operators_only(
     }
 }
 
+/// The operator's web page (`admin::ui`) under `/admin/ui` when there is a token, behind
+/// the sign-in cookie.
+fn with_operators_page(router: Router, inbox: &Inbox, token: Option<Arc<str>>) -> Router {
+    let Some(token) = token else { return router };
+    let page = tower_webhook::admin::ui(inbox.clone())
+        .layer(axum::middleware::from_fn_with_state(token, signed_in));
+    router
+        .nest("/admin/ui", page)
+        // A nested router answers `/admin/ui`, not `/admin/ui/`: send a typed slash there.
+        .route(
+            "/admin/ui/",
+            get(|| async { axum::response::Redirect::permanent("/admin/ui") }),
+        )
+}
+
+/// The cookie that keeps the operator's token in the browser.
+const SIGN_IN_COOKIE: &str = "tower_webhook_admin";
+
+/// Lets a browser through with the token in its sign-in cookie. `?token=<token>` signs it
+/// in: the cookie is set (`HttpOnly`: no script reads it; `SameSite=Strict`: no other
+/// site's page sends it) and the answer redirects to the same URL without the token, so it
+/// leaves the address bar and the history. Anything else: 401. Compared in constant time.
+async fn signed_in(
+    axum::extract::State(token): axum::extract::State<Arc<str>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    use base64::Engine as _;
+    use subtle::ConstantTimeEq as _;
+    let matches = |presented: &[u8]| bool::from(presented.ct_eq(token.as_bytes()));
+    let unauthorized = || {
+        let text = "sign in: open /admin/ui?token=<WEBHOOK_ADMIN_TOKEN> once\n";
+        (http::StatusCode::UNAUTHORIZED, text).into_response()
+    };
+    // The whole URL: inside the nested page the path has lost its `/admin/ui`.
+    let uri = request
+        .extensions()
+        .get::<axum::extract::OriginalUri>()
+        .map_or_else(|| request.uri().clone(), |original| original.0.clone());
+    let query = uri.query().unwrap_or_default();
+    let presented = form_urlencoded::parse(query.as_bytes()).find(|(name, _)| name == "token");
+    if let Some((_, presented)) = presented {
+        if !matches(presented.as_bytes()) {
+            return unauthorized();
+        }
+        let rest: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+            .filter(|(name, _)| name != "token")
+            .map(|(name, value)| (name.into_owned(), value.into_owned()))
+            .collect();
+        let mut to = uri.path().to_owned();
+        if !rest.is_empty() {
+            to.push('?');
+            to.push_str(
+                &form_urlencoded::Serializer::new(String::new())
+                    .extend_pairs(rest)
+                    .finish(),
+            );
+        }
+        let value = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token.as_bytes());
+        let cookie = format!("{SIGN_IN_COOKIE}={value}; Path=/admin/ui; HttpOnly; SameSite=Strict");
+        return (
+            http::StatusCode::SEE_OTHER,
+            [
+                (http::header::LOCATION, to),
+                (http::header::SET_COOKIE, cookie),
+            ],
+        )
+            .into_response();
+    }
+    let cookie = request
+        .headers()
+        .get_all(http::header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == SIGN_IN_COOKIE)
+        .and_then(|(_, value)| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(value)
+                .ok()
+        });
+    match cookie {
+        Some(presented) if matches(&presented) => next.run(request).await,
+        _ => unauthorized(),
+    }
+}
+
 fn metrics_route(router: Router, handle: PrometheusHandle) -> Router {
     router.route(
         "/metrics",
@@ -324,12 +424,36 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The worker's handler in the queue modes: the same effect, once per event, and a
     // line when it ends.
-    let handler = move |event: Event, _: Attempt| async move {
-        let id = event.id().unwrap_or(event.dedupe_id());
-        print_handled(id);
-        tokio::time::sleep(delay).await;
-        print_line("finished", id);
-        Ok::<_, std::convert::Infallible>(())
+    // `WEBHOOK_FAIL_TYPES`' types fail every attempt instead.
+    let fail_types: Arc<Vec<String>> = Arc::new(
+        std::env::var("WEBHOOK_FAIL_TYPES")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect(),
+    );
+    let max_attempts = u32::try_from(env_number("WEBHOOK_MAX_ATTEMPTS", 5)?)
+        .map_err(|_| "WEBHOOK_MAX_ATTEMPTS: too large")?;
+    let handler = move |event: Event, _: Attempt| {
+        let fails = event
+            .event_type()
+            .is_some_and(|t| fail_types.iter().any(|f| f == t));
+        async move {
+            let id = event.id().unwrap_or(event.dedupe_id());
+            if fails {
+                print_line("failed", id);
+                return Err(format!(
+                    "type {} fails every attempt (WEBHOOK_FAIL_TYPES)",
+                    event.event_type().unwrap_or_default()
+                ));
+            }
+            print_handled(id);
+            tokio::time::sleep(delay).await;
+            print_line("finished", id);
+            Ok(())
+        }
     };
     let workers = usize::try_from(env_number("WEBHOOK_WORKER_CONCURRENCY", 8)?)?;
     let per_object = match std::env::var("WEBHOOK_PER_OBJECT") {
@@ -352,6 +476,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 n => Some(
                     with_flow_control!(Worker::new(&inbox, handler), rate, per_object)
                         .with_concurrency(n)?
+                        .with_max_attempts(max_attempts)?
                         .with_lease(lease)?
                         .with_grace(drain_bound)
                         .spawn(),
@@ -374,6 +499,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         per_object
                     )
                     .with_concurrency(n)?
+                    .with_max_attempts(max_attempts)?
                     .with_lease(lease)?
                     .with_grace(drain_bound)
                     .spawn(),
@@ -446,6 +572,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .layer(verify);
             let router = Router::new().route("/webhooks", route);
             let admin = tower_webhook::admin::router(inbox.clone());
+            let router = with_operators_page(router, &inbox, admin_token.clone());
             (with_admin(router, admin, admin_token.clone()), worker)
         }
         Mode::Nats(jetstream, dedupe, worker) => {

@@ -27,7 +27,8 @@
 //! - `latest` (features `sqlite`/`postgres`): and drop an event older than the last one
 //!   applied to its object, so a late event never moves state back;
 //! - `admin` (feature `admin`): the inbox's operator endpoints (counts, dead and failing
-//!   rows, one event, requeue) as an axum router to mount behind your own authorization;
+//!   rows, one event, requeue) as an axum router to mount behind your own authorization,
+//!   and (feature `admin-ui`) `admin::ui`, the same as a web page for the person on call;
 //! - `alerts` (feature `alerts`): a hook called when a source starts failing or
 //!   recovers, an event goes dead, the queue lags or rejections spike — each at most
 //!   once per interval — with a ready Slack-compatible JSON POST.
@@ -76,6 +77,8 @@
 //! - `admin` (with `sqlite` or `postgres`; with `nats`): `admin::router`, the inbox's
 //!   operator endpoints, and `admin::jetstream_router`, a stream's counts and pauses (on
 //!   `axum` without its default features).
+//! - `admin-ui` (with `sqlite` or `postgres`): `admin::ui`, the operator's web page
+//!   (server-rendered with maud; implies `admin`).
 //! - `cli`: the `tower-webhook` command, the same operator calls over a database URL.
 //! - `alerts`: the `alerts` module, and `VerifyWebhookLayer::with_alerts` (implies
 //!   `dedupe`; hyper's client, and rustls on aws-lc-rs for `https://`).

@@ -640,6 +640,212 @@ async fn admin_api_pauses_and_resumes(mode: &[(&str, &str)]) {
     let _ = std::fs::remove_file(&db);
 }
 
+/// Sends a request to `url` with `headers` (`method` GET or POST, `body` JSON when
+/// given); returns the status, the headers and the body.
+async fn ask(
+    method: http::Method,
+    url: &str,
+    headers: &[(http::HeaderName, &str)],
+    body: Option<&str>,
+) -> (StatusCode, HeaderMap, String) {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<bytes::Bytes>>();
+    let mut request = http::Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        request = request.header(name, *value);
+    }
+    if body.is_some() {
+        request = request.header(http::header::CONTENT_TYPE, "application/json");
+    }
+    let body = Full::new(bytes::Bytes::from(body.unwrap_or_default().to_owned()));
+    let response = client.request(request.body(body).unwrap()).await.unwrap();
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
+}
+
+/// `WEBHOOK_ADMIN_TOKEN` in inbox mode: the operator's page at `/admin/ui` answers 401
+/// without a sign-in (and with a wrong token); `?token=<token>` sets an `HttpOnly`,
+/// `SameSite=Strict` cookie and redirects to the same URL without the token; the cookie
+/// then opens every page; it does not open the JSON API, which still takes the bearer.
+#[tokio::test]
+async fn receiver_in_inbox_mode_signs_a_browser_in_to_the_operators_page() {
+    const TOKEN: &str = "operator-ui-token-0123456789abcdef";
+    let db = fresh_db("ui-sign-in");
+    let env = [
+        ("WEBHOOK_SCHEME", "stripe"),
+        ("WEBHOOK_SECRETS", "whsec_receiver_ui_0123456789"),
+        ("WEBHOOK_MODE", "inbox"),
+        ("WEBHOOK_ADMIN_TOKEN", TOKEN),
+    ];
+    let (mut child, url, _stdout) = start_receiver(&db, &env).await;
+    let base = url.replace("/webhooks", "");
+    let get = |path: &str, cookie: Option<&str>| {
+        let url = format!("{base}{path}");
+        let cookie = cookie.map(str::to_owned);
+        async move {
+            let headers: Vec<(http::HeaderName, &str)> = match &cookie {
+                Some(cookie) => vec![(http::header::COOKIE, cookie.as_str())],
+                None => Vec::new(),
+            };
+            ask(http::Method::GET, &url, &headers, None).await
+        }
+    };
+    for path in [
+        "/admin/ui",
+        "/admin/ui/events?state=dead",
+        "/admin/ui?token=a-guess",
+    ] {
+        let (status, _, text) = get(path, None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+        assert!(
+            text.contains("/admin/ui?token="),
+            "says how to sign in: {text}"
+        );
+    }
+    let (status, _, _) = get("/admin/ui", Some("tower_webhook_admin=YS1ndWVzcw")).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "a cookie of another token"
+    );
+
+    let (status, headers, _) =
+        get(&format!("/admin/ui/events?state=dead&token={TOKEN}"), None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        headers[http::header::LOCATION],
+        "/admin/ui/events?state=dead"
+    );
+    let set = headers[http::header::SET_COOKIE].to_str().unwrap();
+    let attributes: Vec<&str> = set.split("; ").collect();
+    assert!(attributes[0].starts_with("tower_webhook_admin="), "{set}");
+    assert!(!set.contains(TOKEN), "the token is encoded: {set}");
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/admin/ui"] {
+        assert!(attributes.contains(&attribute), "{attribute}: {set}");
+    }
+    let (_, headers, _) = get(&format!("/admin/ui?token={TOKEN}"), None).await;
+    assert_eq!(headers[http::header::LOCATION], "/admin/ui");
+    let (status, headers, _) = get("/admin/ui/", None).await;
+    assert_eq!(status, StatusCode::PERMANENT_REDIRECT, "a typed slash");
+    assert_eq!(headers[http::header::LOCATION], "/admin/ui");
+
+    let cookie = attributes[0];
+    for path in [
+        "/admin/ui",
+        "/admin/ui/events?state=dead",
+        "/admin/ui/events?state=failing",
+    ] {
+        let (status, headers, html) = get(path, Some(cookie)).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        assert!(html.contains("Webhook inbox"), "{html}");
+        assert!(headers.contains_key(http::header::CONTENT_SECURITY_POLICY));
+    }
+    let (status, _, _) = get("/admin/counts", Some(cookie)).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "the JSON API takes the bearer only"
+    );
+    let bearer = format!("Bearer {TOKEN}");
+    let (status, _, _) = ask(
+        http::Method::GET,
+        &format!("{base}/admin/counts"),
+        &[(http::header::AUTHORIZATION, &bearer)],
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
+/// `WEBHOOK_FAIL_TYPES` and `WEBHOOK_MAX_ATTEMPTS` in inbox mode: every attempt at an
+/// event of a listed type fails (`failed <id>`) until it is dead after the maximum, while
+/// other types are handled; requeued, it fails again.
+#[tokio::test]
+async fn receiver_in_inbox_mode_fails_the_fail_types_until_dead_and_again_when_requeued() {
+    const SECRET: &str = "whsec_receiver_fails_0123456789";
+    const TOKEN: &str = "operator-fails-token-0123456789";
+    let db = fresh_db("fail-types");
+    let env = [
+        ("WEBHOOK_SCHEME", "stripe"),
+        ("WEBHOOK_SECRETS", SECRET),
+        ("WEBHOOK_MODE", "inbox"),
+        ("WEBHOOK_ADMIN_TOKEN", TOKEN),
+        (
+            "WEBHOOK_FAIL_TYPES",
+            "invoice.payment_failed, charge.disputed",
+        ),
+        ("WEBHOOK_MAX_ATTEMPTS", "2"),
+    ];
+    let (mut child, url, mut stdout) = start_receiver(&db, &env).await;
+    for (id, event_type) in [
+        ("evt_fails", "invoice.payment_failed"),
+        ("evt_fine", "charge.succeeded"),
+    ] {
+        let body = event_body(id, event_type, "in_1");
+        let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+        assert_eq!(
+            post(&url, headers, body).await.unwrap().0,
+            StatusCode::NO_CONTENT
+        );
+    }
+    let mut lines = Vec::new();
+    for _ in 0..3 {
+        lines.push(next_line(&mut stdout).await.unwrap());
+    }
+    lines.sort();
+    assert_eq!(
+        lines,
+        ["failed evt_fails", "failed evt_fails", "handled evt_fine"]
+    );
+    let bearer = format!("Bearer {TOKEN}");
+    let auth = [(http::header::AUTHORIZATION, bearer.as_str())];
+    let admin = url.replace("/webhooks", "/admin");
+    let event = format!("{admin}/events/stripe/evt_fails");
+    let mut row = serde_json::Value::Null;
+    for _ in 0..50 {
+        let (_, _, json) = ask(http::Method::GET, &event, &auth, None).await;
+        row = serde_json::from_str(&json).unwrap();
+        if row["state"] == "dead" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(row["state"], "dead", "{row}");
+    assert_eq!(row["attempts"], 2, "{row}");
+    assert!(
+        row["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("WEBHOOK_FAIL_TYPES"),
+        "{row}"
+    );
+
+    let requeue = r#"{"source": "stripe", "id": "evt_fails"}"#;
+    let (status, _, _) = ask(
+        http::Method::POST,
+        &format!("{admin}/requeue"),
+        &auth,
+        Some(requeue),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        next_line(&mut stdout).await.as_deref(),
+        Some("failed evt_fails")
+    );
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
 /// `WEBHOOK_WORKER_CONCURRENCY=0`: a receiver that only accepts (a front-door replica)
 /// stores each event and handles none; a second receiver on the same file, with its worker
 /// processing 2 at a time, handles each once.

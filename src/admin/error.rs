@@ -27,6 +27,9 @@ pub enum AdminErrorKind {
     /// A query parameter, path segment or body that does not parse or is out of range:
     /// 400.
     BadRequest,
+    /// A form posted from another site (the operator's page refuses cross-site
+    /// requests): 403.
+    Forbidden,
     /// No such event, or no such endpoint: 404.
     NotFound,
     /// An endpoint asked with a method it does not answer: 405.
@@ -50,6 +53,15 @@ impl AdminError {
     pub(super) fn not_found(message: &'static str) -> Self {
         Self {
             kind: AdminErrorKind::NotFound,
+            message,
+            source: None,
+        }
+    }
+
+    #[cfg(feature = "admin-ui")]
+    pub(super) fn forbidden(message: &'static str) -> Self {
+        Self {
+            kind: AdminErrorKind::Forbidden,
             message,
             source: None,
         }
@@ -101,6 +113,7 @@ impl AdminError {
     pub fn status(&self) -> StatusCode {
         match self.kind {
             AdminErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+            AdminErrorKind::Forbidden => StatusCode::FORBIDDEN,
             AdminErrorKind::NotFound => StatusCode::NOT_FOUND,
             AdminErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             AdminErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,

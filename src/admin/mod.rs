@@ -111,7 +111,8 @@
 //! cross-site form cannot send without a CORS preflight; even so, if your authorization
 //! is a cookie, add CSRF protection.
 //!
-//! The same calls from a shell: the `tower-webhook` command (feature `cli`).
+//! The same calls from a shell: the `tower-webhook` command (feature `cli`); in a
+//! browser: [`ui`] (feature `admin-ui`), a web page to mount beside this router.
 
 mod error;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -119,6 +120,8 @@ mod input; // what the SQL inbox's endpoints accept
 mod pause; // counts and pausing, for any queue
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod routes; // the SQL inbox's endpoints
+#[cfg(all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres")))]
+mod ui; // the operator's web page
 
 pub use self::error::{AdminError, AdminErrorKind};
 
@@ -136,6 +139,69 @@ use crate::inbox::Inbox;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub fn router(inbox: crate::inbox::Inbox) -> axum::Router {
     routes::router(inbox)
+}
+
+/// The operator's web page over `inbox` (feature `admin-ui`): HTML to browse and fix the
+/// inbox, mounted beside [`router`] with [`Router::nest`](axum::Router::nest), behind
+/// your authorization.
+///
+/// It answers, under wherever you mount it (`/admin/ui` below):
+///
+/// | page | what it shows or does |
+/// |---|---|
+/// | `GET /` | counts by state, the oldest due event's wait, failing and dead events by source, the processing rate, what is paused (resume buttons) and a form to pause a source or type |
+/// | `GET /events?state=failing\|dead` | failing or dead events, filtered by `source`, `type` and a receipt window (`from`, `before`), 50 a page (`after`: the next page) |
+/// | `GET /event?source=…&id=…` | one event: its state, fields, last error, and its body as text (JSON indented; `view=raw` as received, `view=base64`); `id` alone looks in the sources with failing, dead or paused events |
+/// | `POST /requeue` | requeues one event (`source`, `id`) |
+/// | `POST /requeue-matching` | requeues a `type`, a window (`from`, `before`), `dead` only: first a count, then `confirm=yes` |
+/// | `POST /pause`, `POST /resume` | pauses or resumes a `source`, a `type`, or both |
+/// | `POST /delete-dead` | deletes events dead for more than `hours` ([`Inbox::prune_dead`]): first a count, then `confirm=yes` |
+///
+/// The pages, their stylesheet and a small script (it refreshes the overview's counts
+/// every 10 s; everything works without it) are compiled into the crate: nothing is
+/// fetched from elsewhere. Times are shown and read in UTC.
+///
+/// ```
+/// use axum::Router;
+/// use tower_webhook::admin;
+/// use tower_webhook::inbox::Inbox;
+/// use tower_webhook::store::SqliteStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let path = std::env::temp_dir().join(format!("tower-webhook-ui-doc-{}.db", std::process::id()));
+/// let inbox = Inbox::sqlite(&SqliteStore::open(&path).await?);
+/// let operators: Router = Router::new()
+///     .nest("/admin/ui", admin::ui(inbox.clone()))
+///     .nest("/admin", admin::router(inbox));
+/// // .layer(your authorization): see the module docs' example.
+/// # let _ = std::fs::remove_file(&path);
+/// # let _ = operators;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Security
+///
+/// **No authorization of its own**: it shows raw webhook payloads and requeues events,
+/// as [`router`] does (see the [module docs](self#security)); mount it behind your own.
+/// Beyond that it is safe in a browser by default:
+///
+/// - every POST is refused (403) when the browser says it came from another site
+///   (`Sec-Fetch-Site`, else `Origin` against `Host`): a page elsewhere cannot make an
+///   operator's browser requeue, pause or delete, whatever cookie authorizes it;
+/// - every value is escaped, and a body is shown as text: a stored body holding
+///   `<script>` is printed, never run; and every response carries a strict
+///   `Content-Security-Policy` (the page's own stylesheet and script only, no inline
+///   script, no framing), `X-Content-Type-Options: nosniff`, `Referrer-Policy:
+///   no-referrer` and `Cache-Control: no-store`;
+/// - it shows no secret: the inbox keeps none (signing secrets stay in the verifier).
+///
+/// Failures are pages with the status [`router`] would answer (a 403 for a cross-site
+/// POST), with an [`AdminError`] in the response's extensions.
+#[cfg(all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres")))]
+pub fn ui(inbox: crate::inbox::Inbox) -> axum::Router {
+    ui::router(inbox)
 }
 
 /// The operator endpoints a JetStream inbox has: `GET /counts`, `POST /pause`,

@@ -1,0 +1,379 @@
+//! `admin::ui`, the operator's web page, over a real inbox on SQLite, mounted at
+//! `/admin/ui`: every answer HTML with a strict Content-Security-Policy, a stored body with
+//! markup printed as escaped text, cross-site POSTs refused without effect, lists filtered
+//! and paged by the inbox's cursor, search by id alone, and the bulk actions counting
+//! first and acting only once confirmed. (tests/browser.rs drives it in Chromium.)
+
+mod common;
+
+use axum::body::Body;
+use axum::Router;
+use bytes::Bytes;
+use common::seed::{seed, SECRET};
+use http::{header, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use tower::{ServiceBuilder, ServiceExt};
+use tower_webhook::admin::{self, AdminError, AdminErrorKind};
+use tower_webhook::inbox::Inbox;
+use tower_webhook::{Scheme, VerifyWebhookLayer};
+
+/// What the page answered.
+struct Answer {
+    status: StatusCode,
+    headers: http::HeaderMap,
+    html: String,
+    error: Option<AdminError>,
+}
+
+fn page(inbox: &Inbox) -> Router {
+    Router::new().nest("/admin/ui", admin::ui(inbox.clone()))
+}
+
+async fn send(inbox: &Inbox, request: Request<Body>) -> Answer {
+    let response = page(inbox).oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let error = response.extensions().get::<AdminError>().cloned();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let html = String::from_utf8(bytes.to_vec()).unwrap();
+    Answer {
+        status,
+        headers,
+        html,
+        error,
+    }
+}
+
+async fn get(inbox: &Inbox, uri: &str) -> Answer {
+    send(inbox, Request::get(uri).body(Body::empty()).unwrap()).await
+}
+
+/// A form POST as a browser sends it from the page itself (`Sec-Fetch-Site: same-origin`),
+/// with `extra` headers on top.
+async fn post_form(inbox: &Inbox, uri: &str, form: &str, extra: &[(&str, &str)]) -> Answer {
+    let mut request = Request::post(uri)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::HOST, "ops.internal:8080");
+    if !extra
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("sec-fetch-site"))
+    {
+        request = request.header("sec-fetch-site", "same-origin");
+    }
+    for (name, value) in extra {
+        request = request.header(*name, *value);
+    }
+    send(inbox, request.body(Body::from(form.to_owned())).unwrap()).await
+}
+
+async fn inbox() -> Inbox {
+    Inbox::sqlite(&common::stores::sqlite().await)
+}
+
+/// Delivers `body` as event `id` (source `standard`) through verify + accept.
+async fn deliver_body(inbox: &Inbox, id: &str, body: &str) {
+    let svc = ServiceBuilder::new()
+        .layer(VerifyWebhookLayer::new(common::verifier(
+            Scheme::standard(),
+            &[SECRET],
+        )))
+        .service(inbox.accept_service());
+    let headers = Scheme::standard()
+        .sign([SECRET], id, common::at(common::NOW), body.as_bytes())
+        .unwrap();
+    let request: Request<Full<Bytes>> = common::request(headers, body.to_owned());
+    let status = svc.oneshot(request).await.unwrap().status();
+    assert_eq!(status, StatusCode::NO_CONTENT);
+}
+
+#[tokio::test]
+async fn every_page_is_html_with_a_strict_content_security_policy() {
+    let inbox = inbox().await;
+    seed(&inbox, 2).await;
+    for uri in [
+        "/admin/ui",
+        "/admin/ui/events?state=dead",
+        "/admin/ui/events?state=failing",
+        "/admin/ui/event?source=standard&id=evt_dead_1",
+        "/admin/ui/event?source=standard&id=evt_dead_1&view=base64",
+        "/admin/ui/no-such-page",
+    ] {
+        let answer = get(&inbox, uri).await;
+        let expected = match uri.ends_with("no-such-page") {
+            true => StatusCode::NOT_FOUND,
+            false => StatusCode::OK,
+        };
+        assert_eq!(answer.status, expected, "{uri}: {}", answer.html);
+        assert_eq!(
+            answer.headers[header::CONTENT_TYPE],
+            "text/html; charset=utf-8",
+            "{uri}"
+        );
+        let csp = answer.headers[header::CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap();
+        assert!(csp.starts_with("default-src 'none';"), "{uri}: {csp}");
+        assert!(
+            csp.contains("script-src 'self';") && !csp.contains("unsafe"),
+            "{csp}"
+        );
+        assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+        assert_eq!(answer.headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+        assert_eq!(answer.headers[header::CACHE_CONTROL], "no-store");
+        assert!(answer.html.starts_with("<!DOCTYPE html>"), "{uri}");
+        // Links start at the mount point, wherever that is.
+        assert!(
+            answer.html.contains(r#"href="/admin/ui/style.css""#),
+            "{uri}"
+        );
+    }
+    let overview = get(&inbox, "/admin/ui").await.html;
+    for shown in [
+        r#"<div class="dead"><dt>dead</dt><dd>2</dd></div>"#,
+        r#"<div class="queued"><dt>queued</dt><dd>2</dd></div>"#,
+        "<code>standard</code>",
+    ] {
+        assert!(overview.contains(shown), "{shown} in {overview}");
+    }
+    let dead = get(&inbox, "/admin/ui/events?state=dead").await.html;
+    assert!(
+        dead.contains("order not found") && dead.contains("evt_dead_2"),
+        "{dead}"
+    );
+    let css = get(&inbox, "/admin/ui/style.css").await;
+    assert_eq!(css.headers[header::CONTENT_TYPE], "text/css; charset=utf-8");
+}
+
+#[tokio::test]
+async fn a_stored_body_with_markup_is_shown_as_escaped_text() {
+    let inbox = inbox().await;
+    let body = r#"{"type":"<b>order.paid</b>","note":"</pre><script>alert(1)</script>"}"#;
+    deliver_body(&inbox, "evt_<i>markup</i>", body).await;
+    for view in ["pretty", "raw"] {
+        let uri =
+            format!("/admin/ui/event?source=standard&id=evt_%3Ci%3Emarkup%3C%2Fi%3E&view={view}");
+        let answer = get(&inbox, &uri).await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.html);
+        let html = answer.html;
+        assert!(
+            html.contains("&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{view}: {html}"
+        );
+        assert!(html.contains("&lt;b&gt;order.paid&lt;/b&gt;"), "{html}");
+        assert!(html.contains("evt_&lt;i&gt;markup&lt;/i&gt;"), "{html}");
+        assert!(!html.contains("<script>alert") && !html.contains("<b>") && !html.contains("<i>"));
+        // The one script element is the page's own.
+        assert_eq!(html.matches("<script").count(), 1, "{html}");
+    }
+}
+
+#[tokio::test]
+async fn a_cross_site_post_is_refused_and_changes_nothing() {
+    let inbox = inbox().await;
+    seed(&inbox, 1).await;
+    for extra in [
+        &[("sec-fetch-site", "cross-site")][..],
+        &[("sec-fetch-site", "same-site")],
+        &[
+            ("sec-fetch-site", "cross-site"),
+            ("origin", "http://ops.internal:8080"),
+        ],
+        &[("sec-fetch-site", ""), ("origin", "https://evil.example")],
+    ] {
+        for (uri, form) in [
+            ("/admin/ui/pause", "source=standard"),
+            ("/admin/ui/requeue", "source=standard&id=evt_dead_1"),
+            ("/admin/ui/requeue-matching", "dead=yes&confirm=yes"),
+            ("/admin/ui/delete-dead", "hours=0&confirm=yes"),
+        ] {
+            let answer = post_form(&inbox, uri, form, extra).await;
+            assert_eq!(answer.status, StatusCode::FORBIDDEN, "{uri} {extra:?}");
+            assert_eq!(answer.error.unwrap().kind(), AdminErrorKind::Forbidden);
+            assert!(answer.html.contains("cross-site"), "{}", answer.html);
+        }
+    }
+    assert!(inbox.pauses().await.unwrap().is_empty());
+    assert_eq!(
+        inbox.counts().await.unwrap().dead,
+        1,
+        "nothing requeued or deleted"
+    );
+
+    // Without Sec-Fetch-Site (an older browser), the Origin decides: another's is refused,
+    // the page's own passes.
+    let from = |origin: &str| {
+        Request::post("/admin/ui/pause")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::HOST, "ops.internal:8080")
+            .header(header::ORIGIN, origin)
+            .body(Body::from("source=standard"))
+            .unwrap()
+    };
+    let answer = send(&inbox, from("http://evil.example")).await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    assert!(inbox.pauses().await.unwrap().is_empty());
+    let answer = send(&inbox, from("http://ops.internal:8080")).await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER);
+    assert_eq!(answer.headers[header::LOCATION], "/admin/ui?done=paused");
+    assert_eq!(inbox.pauses().await.unwrap().len(), 1);
+    let answer = post_form(&inbox, "/admin/ui/resume", "source=standard&type=", &[]).await;
+    assert_eq!(answer.headers[header::LOCATION], "/admin/ui?done=resumed");
+    assert!(inbox.pauses().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn lists_are_filtered_and_paged_by_the_inbox_cursor() {
+    let inbox = inbox().await;
+    seed(&inbox, 55).await;
+    let first = get(&inbox, "/admin/ui/events?state=dead&type=order.paid")
+        .await
+        .html;
+    assert_eq!(
+        first.matches("<tr>").count(),
+        1 + 50,
+        "a header row and 50: {first}"
+    );
+    let next = first
+        .split("href=\"")
+        .find(|s| s.contains("after="))
+        .and_then(|s| s.split('"').next())
+        .expect("a next page link")
+        .replace("&amp;", "&");
+    let second = get(&inbox, &next).await.html;
+    assert_eq!(second.matches("<tr>").count(), 1 + 5, "{second}");
+    assert!(!second.contains("after="), "the last page");
+    let none = get(&inbox, "/admin/ui/events?state=dead&source=stripe")
+        .await
+        .html;
+    assert!(none.contains("No dead event matches."), "{none}");
+    let later = get(
+        &inbox,
+        "/admin/ui/events?state=failing&from=2999-01-01T00:00",
+    )
+    .await
+    .html;
+    assert!(later.contains("No failing event matches."), "{later}");
+    let failing = get(
+        &inbox,
+        "/admin/ui/events?state=failing&before=2999-01-01T00:00",
+    )
+    .await;
+    assert!(failing.html.contains("evt_failing"), "{}", failing.html);
+    let bad = get(&inbox, "/admin/ui/events?state=dead&from=yesterday").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn an_id_alone_is_found_in_the_sources_the_page_knows() {
+    let inbox = inbox().await;
+    seed(&inbox, 1).await;
+    let found = get(&inbox, "/admin/ui/event?id=evt_done").await;
+    assert_eq!(found.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        found.headers[header::LOCATION],
+        "/admin/ui/event?source=standard&id=evt_done"
+    );
+    let missing = get(&inbox, "/admin/ui/event?id=evt_never").await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert!(
+        missing.html.contains("Give its source too"),
+        "{}",
+        missing.html
+    );
+    let unknown = get(&inbox, "/admin/ui/event?source=standard&id=evt_never").await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn bulk_actions_count_first_and_act_only_once_confirmed() {
+    let inbox = inbox().await;
+    seed(&inbox, 3).await;
+    let count = post_form(
+        &inbox,
+        "/admin/ui/requeue-matching",
+        "type=order.paid&dead=yes",
+        &[],
+    )
+    .await;
+    assert_eq!(count.status, StatusCode::OK);
+    assert!(
+        count.html.contains("<strong>3</strong> dead events match"),
+        "{}",
+        count.html
+    );
+    assert!(count.html.contains(r#"name="confirm" value="yes""#));
+    assert_eq!(
+        inbox.counts().await.unwrap().dead,
+        3,
+        "nothing before the confirmation"
+    );
+
+    let nothing = post_form(
+        &inbox,
+        "/admin/ui/requeue-matching",
+        "type=&from=&before=",
+        &[],
+    )
+    .await;
+    assert_eq!(
+        nothing.status,
+        StatusCode::BAD_REQUEST,
+        "every event at once is refused"
+    );
+
+    let count = post_form(&inbox, "/admin/ui/delete-dead", "hours=0", &[]).await;
+    assert!(
+        count.html.contains("<strong>3</strong> dead events"),
+        "{}",
+        count.html
+    );
+    assert_eq!(inbox.counts().await.unwrap().dead, 3);
+    let kept = post_form(&inbox, "/admin/ui/delete-dead", "hours=48&confirm=yes", &[]).await;
+    assert!(
+        kept.html.contains("Deleted 0 dead events."),
+        "{}",
+        kept.html
+    );
+
+    let one = post_form(
+        &inbox,
+        "/admin/ui/requeue",
+        "source=standard&id=evt_dead_1",
+        &[],
+    )
+    .await;
+    assert_eq!(one.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        one.headers[header::LOCATION],
+        "/admin/ui/event?source=standard&id=evt_dead_1&done=requeued"
+    );
+    let requeued = post_form(
+        &inbox,
+        "/admin/ui/requeue-matching",
+        "type=order.paid&dead=yes&confirm=yes",
+        &[],
+    )
+    .await;
+    assert!(
+        requeued.html.contains("Requeued 2 events."),
+        "{}",
+        requeued.html
+    );
+    let c = inbox.counts().await.unwrap();
+    assert_eq!((c.dead, c.queued), (0, 5), "{c:?}");
+
+    let other = self::inbox().await;
+    seed(&other, 2).await;
+    let deleted = post_form(&other, "/admin/ui/delete-dead", "hours=0&confirm=yes", &[]).await;
+    assert!(
+        deleted.html.contains("Deleted 2 dead events."),
+        "{}",
+        deleted.html
+    );
+    let c = other.counts().await.unwrap();
+    assert_eq!(
+        (c.dead, c.processed, c.queued),
+        (0, 1, 2),
+        "only the dead: {c:?}"
+    );
+}
