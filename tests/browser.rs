@@ -16,29 +16,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use tokio::process::Command;
-
-/// The receiver example's binary, built beside this test's.
-fn receiver_binary() -> PathBuf {
-    // target/<profile>/deps/browser-<hash> → target/<profile>/examples/receiver
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join("receiver");
-    assert!(
-        path.exists(),
-        "{} is missing: build it first with `cargo build --all-features --examples`",
-        path.display()
-    );
-    path
-}
 
 /// Runs the browser test with `env` (the database), failing with its report.
 async fn browser_test(name: &str, env: &[(&str, &str)]) {
@@ -57,7 +38,7 @@ async fn browser_test(name: &str, env: &[(&str, &str)]) {
     command
         .args(["--test", "--test-reporter=spec", "ui.test.mjs"])
         .current_dir(&folder)
-        .env("RECEIVER_BIN", receiver_binary())
+        .env("RECEIVER_BIN", common::example_binary("receiver"))
         .env("CHROMIUM", &chromium)
         .env_remove("DATABASE_URL")
         .env_remove("WEBHOOK_SQLITE")

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{event_body, get, post, signed_headers};
+use common::{event_body, example_binary, get, post, signed_headers};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpListener;
@@ -27,24 +27,6 @@ async fn listener() -> (TcpListener, String) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     (listener, format!("http://{addr}"))
-}
-
-fn example_binary(name: &str) -> PathBuf {
-    // target/<profile>/deps/examples-<hash> → target/<profile>/examples/<name>
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run the tests with `cargo test`, which builds the examples",
-        path.display()
-    );
-    path
 }
 
 /// The receiver example on the SQLite file `db`, configured by `env`: the child, its URL

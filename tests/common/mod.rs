@@ -257,3 +257,23 @@ impl std::error::Error for Caused {
         self.1.as_deref().map(|e| e as _)
     }
 }
+
+/// An example's binary, built beside the running test's (`cargo test` builds the examples;
+/// `cargo test --test X` alone does not: `cargo build --all-features --examples` first).
+pub fn example_binary(name: &str) -> std::path::PathBuf {
+    // target/<profile>/deps/<test>-<hash> → target/<profile>/examples/<name>
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build --all-features --examples`",
+        path.display()
+    );
+    path
+}
