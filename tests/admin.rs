@@ -177,6 +177,24 @@ async fn one_event_shows_its_body_as_text_or_base64(inbox: Inbox) {
     assert_eq!(dead.json["processed_at"], Value::Null);
     assert_eq!(dead.json["body"], body("evt_dead_1"));
     assert_eq!(dead.json["body_encoding"], "utf-8");
+    // Its request headers as stored, and its attempts beside their count.
+    let headers = dead.json["headers"].as_array().unwrap();
+    assert!(
+        headers
+            .iter()
+            .any(|h| h[0] == "webhook-id" && h[1] == "evt_dead_1"),
+        "{headers:?}"
+    );
+    assert_eq!(dead.json["attempts"], 2);
+    let history = dead.json["history"].as_array().unwrap();
+    assert_eq!(history.len(), 2, "{history:?}");
+    for (record, (n, outcome)) in history.iter().zip([(1, "failed"), (2, "dead")]) {
+        assert_eq!(record["attempt"], n);
+        assert_eq!(record["outcome"], outcome);
+        assert_eq!(record["error"], DEAD_ERROR);
+        assert!(record["duration_ms"].as_f64().unwrap() >= 0.0);
+        assert!(time(&record["finished_at"]) >= time(&record["started_at"]));
+    }
 
     let done = get(&inbox, "/events/standard/evt_done").await;
     assert_eq!(done.json["state"], "processed");
@@ -205,6 +223,8 @@ async fn one_event_shows_its_body_as_text_or_base64(inbox: Inbox) {
     assert_eq!(binary.json["body"], "/wB7");
     assert_eq!(binary.json["body_encoding"], "base64");
     assert_eq!(binary.json["type"], Value::Null);
+    assert_eq!(binary.json["headers"], json!([]), "ingested: no request");
+    assert_eq!(binary.json["history"], json!([]));
 
     for unknown in [
         "/events/standard/evt_never",
