@@ -50,6 +50,16 @@
 //! counter row changed a million times in one transaction, by a requeue, walks its own
 //! versions each time, and concurrent workers would queue on it).
 //!
+//! `webhook_attempts` keeps the inbox's history: one row per attempt that ended, written
+//! by the statement (PostgreSQL: a CTE beside the row's update; the batch of "processed"
+//! outcomes, one insert for the batch) or the transaction (SQLite: one insert per writer
+//! batch) that records the outcome, so a row's state and its history never disagree. The
+//! claim sets `attempt_started_at`; an attempt that never ended (its token still on the
+//! row when the next claim takes it) is recorded as crashed by a trigger, whose `WHEN`
+//! costs the claims of other rows nothing. Another trigger deletes an event's attempts
+//! with its row, whichever prune deletes it. The accept stores the delivery's request
+//! headers (`headers`, as [`crate::inbox::headers`] keeps them) in the row itself.
+//!
 //! One row, one owner: an adopted claim row is the inbox's. The claim's renewal and
 //! completion then answer held and done without writing (its handler — the inbox's
 //! accept, behind `DedupeLayer` — stored the event), its release changes nothing, and a
