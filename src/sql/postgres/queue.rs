@@ -107,9 +107,9 @@ WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL
 /// attempt number and start) as `$outcome` with `$error`, in the same statement; a row
 /// without a start (claimed before the history, or processed already) records nothing.
 /// With `cap:` (the placeholder of `MAX_ATTEMPT_RECORDS - 1`), the event's older attempts
-/// past the newest that many are deleted too: a row snoozed or failing again and again keeps a bounded
-/// history (processed and dead end a run of attempts, so they need no cap). The answer is
-/// how many rows the finish changed.
+/// past the newest that many are deleted too: a row snoozed or failing again and again
+/// keeps a bounded history (processed and dead end a run of attempts, so they need no
+/// cap). The answer is how many rows the finish changed.
 macro_rules! recorded {
     ($body:literal, $outcome:literal, $error:literal) => {
         concat!(
