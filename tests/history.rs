@@ -189,6 +189,40 @@ async fn a_dead_events_attempts_end_with_dead(inbox: Inbox) {
     assert_in_order(&event.attempts);
 }
 
+async fn a_replay_of_a_processed_event_keeps_its_first_processed_attempt(inbox: Inbox) {
+    deliver(&inbox, "evt_replayed").await;
+    let running = worker(&inbox, |_: Event, _: Attempt| async move {
+        Ok::<_, std::io::Error>(())
+    })
+    .spawn();
+    eventually("processed", async || {
+        inbox.counts().await.unwrap().processed == 1
+    })
+    .await;
+    let first = stored(&inbox, "evt_replayed").await;
+    assert_eq!(outcomes(&first), [(1, AttemptOutcome::Processed, None)]);
+    let requeued = inbox.requeue(Requeue::id("standard", "evt_replayed"));
+    assert_eq!(requeued.await.unwrap(), 1);
+    let queued = stored(&inbox, "evt_replayed").await;
+    assert_eq!(queued.attempts, first.attempts, "kept through the requeue");
+    eventually("processed again", async || {
+        inbox.counts().await.unwrap().processed == 1
+            && stored(&inbox, "evt_replayed").await.attempts.len() == 2
+    })
+    .await;
+    running.shutdown().await;
+    let event = stored(&inbox, "evt_replayed").await;
+    assert_eq!(
+        outcomes(&event),
+        [
+            (1, AttemptOutcome::Processed, None),
+            (1, AttemptOutcome::Processed, None),
+        ]
+    );
+    assert_eq!(event.attempts[0], first.attempts[0]);
+    assert_in_order(&event.attempts);
+}
+
 async fn a_snoozed_attempt_is_recorded_as_snoozed(inbox: Inbox) {
     deliver(&inbox, "evt_busy").await;
     let calls = Arc::new(AtomicU32::new(0));
@@ -459,8 +493,13 @@ async fn prune_removes_an_events_attempts_with_it((inbox, db): (Inbox, Db)) {
     })
     .await;
     running.shutdown().await;
-    assert_eq!(records(&db, "evt_fine").await, 2);
+    assert_eq!(
+        records(&db, "evt_fine").await,
+        1,
+        "the failed attempt (the processed one is the row's own)"
+    );
     assert_eq!(records(&db, "evt_doomed").await, 2);
+    assert_eq!(stored(&inbox, "evt_fine").await.attempts.len(), 2);
     tokio::time::sleep(Duration::from_millis(50)).await;
     let pruned = inbox.prune(Retention::shorter(Duration::from_millis(10)));
     assert_eq!(pruned.await.unwrap(), 1);
@@ -523,8 +562,8 @@ async fn a_failing_attempt_keeps_the_history_at_100_records((inbox, db): (Inbox,
     running.shutdown().await;
     assert_eq!(
         records(&db, "evt_snoozer").await,
-        101,
-        "the failure cut it to 100; the processed attempt added its own"
+        100,
+        "the failure cut it to 100 (the processed attempt is the row's own)"
     );
     let event = stored(&inbox, "evt_snoozer").await;
     assert_eq!(event.attempts.len(), 100, "the newest 100 are read");
@@ -546,13 +585,18 @@ macro_rules! suite {
             async fn an_event_that_fails_twice_then_succeeds_has_three_attempts_with_their_errors()
             {
                 super::an_event_that_fails_twice_then_succeeds_has_three_attempts_with_their_errors(
-                                    $make.0,
-                                )
-                                .await;
+                                            $make.0,
+                                        )
+                                        .await;
             }
             #[tokio::test]
             async fn a_dead_events_attempts_end_with_dead() {
                 super::a_dead_events_attempts_end_with_dead($make.0).await;
+            }
+            #[tokio::test]
+            async fn a_replay_of_a_processed_event_keeps_its_first_processed_attempt() {
+                super::a_replay_of_a_processed_event_keeps_its_first_processed_attempt($make.0)
+                    .await;
             }
             #[tokio::test]
             async fn a_snoozed_attempt_is_recorded_as_snoozed() {

@@ -10,7 +10,10 @@ ALTER TABLE webhook_events ADD COLUMN IF NOT EXISTS headers TEXT;
 ALTER TABLE webhook_events ADD COLUMN IF NOT EXISTS attempt_started_at TIMESTAMPTZ;
 
 -- One row per finished attempt, written by the statement that records its outcome (the
--- worker's finish statements; a crashed attempt by the claim that takes its row over).
+-- worker's finish statements; a crashed attempt by the claim that takes its row over) —
+-- but the attempt that processed the event: its row's `attempt_started_at` and
+-- `processed_at` are that record (the drain writes no row here), copied here when a
+-- requeue clears them.
 -- outcome: 'processed', 'failed' (retried later), 'dead', 'snoozed' (the processor's
 -- `Later`), 'abandoned' (stopped by a shutdown past its grace period) or 'crashed' (its
 -- lease ran out without an outcome; `finished_at` is the lease's end). No key: the
@@ -46,6 +49,23 @@ CREATE TRIGGER webhook_attempts_crashed AFTER UPDATE OF attempts ON webhook_even
     WHEN (OLD.lock_token IS NOT NULL AND OLD.attempt_started_at IS NOT NULL
           AND NEW.attempt_started_at IS DISTINCT FROM OLD.attempt_started_at)
     EXECUTE FUNCTION webhook_attempts_crashed();
+
+-- A requeue of a processed row keeps its processed attempt: the row's own record of it is
+-- copied here before the requeue clears it.
+CREATE OR REPLACE FUNCTION webhook_attempts_requeued() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO webhook_attempts (source, event_id, attempt, started_at, finished_at, outcome)
+    VALUES (OLD.source, OLD.event_id, OLD.attempts, OLD.attempt_started_at,
+            greatest(OLD.processed_at, OLD.attempt_started_at), 'processed');
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER webhook_attempts_requeued AFTER UPDATE OF processed_at ON webhook_events
+    FOR EACH ROW
+    WHEN (OLD.processed_at IS NOT NULL AND NEW.processed_at IS NULL
+          AND OLD.next_attempt_at IS NOT NULL AND OLD.attempt_started_at IS NOT NULL)
+    EXECUTE FUNCTION webhook_attempts_requeued();
 
 -- An inbox row's history goes with it, whichever statement deletes it (the inbox's
 -- prunes, the dedupe prunes of processed and kept rows).

@@ -10,7 +10,10 @@ ALTER TABLE webhook_events ADD COLUMN headers TEXT;
 ALTER TABLE webhook_events ADD COLUMN attempt_started_at INTEGER;
 
 -- One row per finished attempt, written in the transaction that records its outcome (the
--- writer's batch; a crashed attempt by the claim that takes its row over). outcome:
+-- writer's batch; a crashed attempt by the claim that takes its row over) — but the
+-- attempt that processed the event: its row's `attempt_started_at` and `processed_at` are
+-- that record (the drain writes no row here), copied here when a requeue clears them.
+-- outcome:
 -- 'processed', 'failed' (retried later), 'dead', 'snoozed' (the processor's `Later`),
 -- 'abandoned' (stopped by a shutdown past its grace period) or 'crashed' (its lease ran
 -- out without an outcome; `finished_at` is the lease's end). Times in milliseconds since
@@ -39,6 +42,17 @@ BEGIN
     VALUES (OLD.source, OLD.event_id, OLD.attempts, OLD.attempt_started_at,
             max(OLD.attempt_started_at, coalesce(OLD.locked_until, OLD.attempt_started_at)),
             'crashed');
+END;
+
+-- A requeue of a processed row keeps its processed attempt: the row's own record of it is
+-- copied here before the requeue clears it.
+CREATE TRIGGER IF NOT EXISTS webhook_attempts_requeued AFTER UPDATE OF processed_at ON webhook_events
+WHEN OLD.processed_at IS NOT NULL AND NEW.processed_at IS NULL
+  AND OLD.next_attempt_at IS NOT NULL AND OLD.attempt_started_at IS NOT NULL
+BEGIN
+    INSERT INTO webhook_attempts (source, event_id, attempt, started_at, finished_at, outcome)
+    VALUES (OLD.source, OLD.event_id, OLD.attempts, OLD.attempt_started_at,
+            max(OLD.processed_at, OLD.attempt_started_at), 'processed');
 END;
 
 -- An inbox row's history goes with it, whichever statement deletes it (the inbox's

@@ -75,26 +75,14 @@ WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token =
   AND w.next_attempt_at IS NULL
 RETURNING w.source, w.event_id, w.lock_token";
 
-/// Many inbox rows processed in one statement (as `PROCESSED`, each attempt's record
-/// included): the worker's outcomes, gathered by the group commit. The records are one
-/// set-based insert in the batch's own statement (a trigger would call PL/pgSQL once per
-/// row).
+/// Many inbox rows processed in one statement (as `PROCESSED`, each row its attempt's
+/// record): the worker's outcomes, gathered by the group commit.
 pub(super) const PROCESSED_MANY: &str = "
-WITH done AS (
-    UPDATE webhook_events w
-    SET processed_at = coalesce(w.processed_at, now()), processing_error = NULL,
-        locked_until = NULL,
-        attempt_started_at = CASE WHEN w.processed_at IS NULL THEN w.attempt_started_at END
-    FROM unnest($1::text[], $2::text[], $3::uuid[]) AS input(source, event_id, token)
-    WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token = input.token
-    RETURNING w.source, w.event_id, w.lock_token, w.attempts, w.attempt_started_at
-), recorded AS (
-    INSERT INTO webhook_attempts (source, event_id, attempt, started_at, finished_at, outcome)
-    SELECT source, event_id, attempts, attempt_started_at,
-        greatest(clock_timestamp(), attempt_started_at), 'processed'
-    FROM done WHERE attempt_started_at IS NOT NULL
-)
-SELECT source, event_id, lock_token FROM done";
+UPDATE webhook_events w
+SET processed_at = coalesce(w.processed_at, now()), processing_error = NULL, locked_until = NULL
+FROM unnest($1::text[], $2::text[], $3::uuid[]) AS input(source, event_id, token)
+WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token = input.token
+RETURNING w.source, w.event_id, w.lock_token";
 
 /// Many accepts in one statement (as `ACCEPT`, adoption included); the keys queued come
 /// back, and workers are notified (once: PostgreSQL folds identical notifications of a

@@ -108,13 +108,25 @@ pub(super) fn list(pool: &PgPool, listing: &Listing) -> StoreFuture<Vec<EventSum
     shared::list(pool, query, listing, |us| us)
 }
 
-/// An event's newest `$3` attempt records, oldest first.
+/// An event's newest `$3` attempt records, oldest first: `webhook_attempts`' rows, and
+/// the processed attempt the row itself records (its start and `processed_at`).
 const ATTEMPTS: &str = "
 SELECT attempt::int8 AS attempt,
     (extract(epoch FROM started_at) * 1000000)::int8 AS started_us,
     (extract(epoch FROM finished_at) * 1000000)::int8 AS finished_us, outcome, error
-FROM (SELECT * FROM webhook_attempts WHERE source = $1 AND event_id = $2
-      ORDER BY started_at DESC, finished_at DESC LIMIT $3) newest
+FROM (
+    SELECT * FROM (
+        SELECT attempt, started_at, finished_at, outcome, error FROM webhook_attempts
+        WHERE source = $1 AND event_id = $2
+        UNION ALL
+        SELECT attempts, attempt_started_at, greatest(processed_at, attempt_started_at),
+            'processed', NULL
+        FROM webhook_events
+        WHERE source = $1 AND event_id = $2 AND next_attempt_at IS NOT NULL
+          AND processed_at IS NOT NULL AND attempt_started_at IS NOT NULL
+    ) every
+    ORDER BY started_at DESC, finished_at DESC LIMIT $3
+) newest
 ORDER BY started_at, finished_at";
 
 /// How many inbox rows were processed in each of the last `$1` minutes that had any, by

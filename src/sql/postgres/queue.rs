@@ -8,7 +8,7 @@ use sqlx::postgres::{PgListener, PgPool};
 use sqlx::{PgConnection, Row};
 use tokio::sync::Notify;
 
-use super::super::shared;
+use super::super::shared::{self, changed};
 use super::super::{
     claimed, store_error, Outcome, ABANDONED, CRASHED, MAX_ATTEMPT_RECORDS,
     OBJECT_INDEX_CONCURRENTLY,
@@ -105,7 +105,7 @@ WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL
 
 /// Records the attempt the statement `$body` finished (its rows in `done`, with their
 /// attempt number and start) as `$outcome` with `$error`, in the same statement; a row
-/// without a start (claimed before the history, or processed already) records nothing.
+/// without a start (claimed before the history) records nothing.
 /// With `cap:` (the placeholder of `MAX_ATTEMPT_RECORDS - 1`), the event's older attempts
 /// past the newest that many are deleted too: a row snoozed or failing again and again
 /// keeps a bounded history (processed and dead end a run of attempts, so they need no
@@ -141,19 +141,16 @@ SELECT count(*) FROM done")
     };
 }
 
-/// The row processed; idempotent under its token like a claim's completion (a second
-/// time records no attempt: the first cleared the start).
-pub(super) const PROCESSED: &str = recorded!(
-    "
-    UPDATE webhook_events SET processed_at = coalesce(processed_at, now()),
-        processing_error = NULL, locked_until = NULL,
-        attempt_started_at = CASE WHEN processed_at IS NULL THEN attempt_started_at END
-    WHERE source = $1 AND event_id = $2 AND lock_token = $3
-    RETURNING source, event_id, attempts AS attempt, attempt_started_at",
-    "processed",
-    "NULL",
-    end
-);
+/// The row processed; idempotent under its token like a claim's completion. Its attempt
+/// is no row of `webhook_attempts`: the row's own `attempt_started_at` and `processed_at`
+/// are its record (read back as one by `ATTEMPTS`; a requeue copies it into the table),
+/// so the drain's outcomes write nothing more than before. The time is the statement's
+/// (`clock_timestamp()`): in a transactional processor's transaction, `now()` would be
+/// when the processor started.
+pub(super) const PROCESSED: &str = "
+UPDATE webhook_events SET processed_at = coalesce(processed_at, clock_timestamp()),
+    processing_error = NULL, locked_until = NULL
+WHERE source = $1 AND event_id = $2 AND lock_token = $3";
 
 /// The end of an attempt that did not succeed, if `$3` still holds the row.
 pub(super) const RETRY: &str = recorded!(
@@ -442,10 +439,8 @@ pub(crate) async fn processed_in(
     id: &str,
     token: Token,
 ) -> Result<bool, sqlx::Error> {
-    let query = sqlx::query_scalar::<_, i64>(PROCESSED)
-        .bind(source)
-        .bind(id);
-    Ok(query.bind(token.as_uuid()).fetch_one(conn).await? == 1)
+    let query = sqlx::query(PROCESSED).bind(source).bind(id);
+    Ok(changed(query.bind(token.as_uuid()), conn).await? == 1)
 }
 
 /// Records one attempt's outcome if `token` still holds the row; `false` when fenced out.
@@ -464,7 +459,12 @@ pub(super) async fn finish_one(
     };
     let kept = KEPT_BEFORE_A_NEW_RECORD;
     let query = match outcome {
-        Outcome::Processed => key(PROCESSED),
+        Outcome::Processed => {
+            let query = sqlx::query(PROCESSED).bind(source).bind(id);
+            let done = query.bind(token.as_uuid()).execute(pool).await;
+            let done = done.map_err(|e| store_error("inbox finish", e))?;
+            return Ok(done.rows_affected() == 1);
+        }
         Outcome::Retry(error, after) => key(RETRY).bind(error).bind(after.as_secs_f64()).bind(kept),
         Outcome::Dead(error) => key(DEAD).bind(error),
         Outcome::Later(after) => key(LATER).bind(after.as_secs_f64()).bind(kept),

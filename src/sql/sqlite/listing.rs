@@ -74,12 +74,24 @@ pub(super) fn list(
 }
 
 /// An event's newest `?3` attempt records, oldest first (ties in time in the order
-/// they were written).
+/// they were written): `webhook_attempts`' rows, and the processed attempt the row
+/// itself records (its start and `processed_at`; after every other).
 const ATTEMPTS: &str = "
 SELECT attempt, started_at * 1000 AS started_us, finished_at * 1000 AS finished_us,
     outcome, error
-FROM (SELECT rowid AS n, * FROM webhook_attempts WHERE source = ?1 AND event_id = ?2
-      ORDER BY started_at DESC, finished_at DESC, rowid DESC LIMIT ?3)
+FROM (
+    SELECT * FROM (
+        SELECT rowid AS n, attempt, started_at, finished_at, outcome, error
+        FROM webhook_attempts WHERE source = ?1 AND event_id = ?2
+        UNION ALL
+        SELECT 9223372036854775807, attempts, attempt_started_at,
+            max(processed_at, attempt_started_at), 'processed', NULL
+        FROM webhook_events
+        WHERE source = ?1 AND event_id = ?2 AND next_attempt_at IS NOT NULL
+          AND processed_at IS NOT NULL AND attempt_started_at IS NOT NULL
+    )
+    ORDER BY started_at DESC, finished_at DESC, n DESC LIMIT ?3
+)
 ORDER BY started_at, finished_at, n";
 
 /// How many inbox rows were processed in each minute since `?1` (a minute's start, in

@@ -90,15 +90,15 @@ pub(super) const RENEW_ROW: &str = "
 UPDATE webhook_events SET locked_until = ?4
 WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
 
-/// The row processed; kept idempotent under its token like a claim's completion. Each
-/// finish returns the attempt's number and start, for the writer to record (a second
-/// "processed" returns no start: the first cleared it).
+/// The row processed; kept idempotent under its token like a claim's completion. Its
+/// attempt is no row of `webhook_attempts`: the row's own `attempt_started_at` and
+/// `processed_at` are its record (read back as one by `ATTEMPTS`; a requeue copies it into
+/// the table), so the drain's outcomes write nothing more than before. The other finishes
+/// return the attempt's number and start, for the writer to record.
 pub(super) const PROCESSED: &str = "
 UPDATE webhook_events SET processed_at = coalesce(processed_at, ?4), processing_error = NULL,
-    locked_until = NULL,
-    attempt_started_at = CASE WHEN processed_at IS NULL THEN attempt_started_at END
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3
-RETURNING attempts, attempt_started_at";
+    locked_until = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3";
 
 pub(super) const RETRY: &str = "
 UPDATE webhook_events SET next_attempt_at = ?4, processing_error = ?5,

@@ -132,9 +132,9 @@ struct Finished<'a> {
     error: Option<&'a str>,
 }
 
-/// The batch's finished attempts in `webhook_attempts` ([`RECORD_ATTEMPTS`]), and the
-/// history of each event whose attempt did not end its run cut to the newest
-/// [`MAX_ATTEMPT_RECORDS`].
+/// The batch's finished attempts (but the processed ones, which their rows record) in
+/// `webhook_attempts` ([`RECORD_ATTEMPTS`]), and the history of each event whose attempt
+/// did not end its run cut to the newest [`MAX_ATTEMPT_RECORDS`].
 async fn record(
     conn: &mut sqlx::SqliteConnection,
     attempts: &[Finished<'_>],
@@ -159,10 +159,7 @@ async fn record(
         .await
         .map_err(err)?;
     let kept = i64::try_from(MAX_ATTEMPT_RECORDS).unwrap_or(i64::MAX);
-    for a in attempts
-        .iter()
-        .filter(|a| !matches!(a.outcome, "processed" | "dead"))
-    {
+    for a in attempts.iter().filter(|a| a.outcome != "dead") {
         sqlx::query(CAP_ATTEMPTS)
             .bind(a.source)
             .bind(a.id)
@@ -275,7 +272,15 @@ async fn write_one<'a>(
                     .bind(token.to_string())
             };
             let (query, name, error) = match outcome {
-                Outcome::Processed => (key(PROCESSED).bind(now), "processed", None),
+                Outcome::Processed => {
+                    // Its record is the row's own columns: nothing more to write.
+                    let done = keyed(PROCESSED, source, id, *token)
+                        .bind(now)
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(|e| store_error("inbox finish", e))?;
+                    return Ok(Done::Held(changed(done) == 1));
+                }
                 Outcome::Retry(error, after) => (
                     key(RETRY)
                         .bind(now.saturating_add(ms(*after)))
