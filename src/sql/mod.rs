@@ -51,13 +51,16 @@
 //! versions each time, and concurrent workers would queue on it).
 //!
 //! `webhook_attempts` keeps the inbox's history: one row per attempt that ended, written
-//! by the statement (PostgreSQL: a CTE beside the row's update; the batch of "processed"
-//! outcomes, one insert for the batch) or the transaction (SQLite: one insert per writer
-//! batch) that records the outcome, so a row's state and its history never disagree. The
-//! claim sets `attempt_started_at`; an attempt that never ended (its token still on the
-//! row when the next claim takes it) is recorded as crashed by a trigger, whose `WHEN`
-//! costs the claims of other rows nothing. Another trigger deletes an event's attempts
-//! with its row, whichever prune deletes it. The accept stores the delivery's request
+//! by the statement (PostgreSQL: a CTE beside the row's update) or the transaction
+//! (SQLite: one insert per writer batch) that records the outcome, so a row's state and
+//! its history never disagree. The claim sets `attempt_started_at`. The attempt that
+//! processed the row is no row there: `attempt_started_at` and `processed_at` are its
+//! record, read back beside the table's, and a trigger copies it into the table when a
+//! requeue clears them — so the drain (claims and "processed") writes no more rows than
+//! before. An attempt that never ended (its token still on the row when the next claim
+//! takes it) is recorded as crashed by a trigger, whose `WHEN` costs the claims of other
+//! rows nothing. Another trigger deletes an event's attempts with its row, whichever
+//! prune deletes it. The accept stores the delivery's request
 //! headers (`headers`, as [`crate::inbox::headers`] keeps them) in the row itself.
 //!
 //! One row, one owner: an adopted claim row is the inbox's. The claim's renewal and
@@ -342,8 +345,8 @@ impl StoredRow {
 /// The most attempt records an event keeps: a failing, snoozed or abandoned attempt
 /// deletes the event's oldest past this many as it adds its own (a processor that snoozes
 /// an event every second for days would otherwise grow it without end). Processed and
-/// dead attempts end a run, and add theirs without a check: the drain's statements pay
-/// nothing for the cap. [`Inbox::event`](crate::inbox::Inbox::event) reads the newest
+/// dead attempts end a run, and add theirs without a check (a processed one is its row's
+/// own columns until a requeue): the drain's statements pay nothing for the cap. [`Inbox::event`](crate::inbox::Inbox::event) reads the newest
 /// this many.
 pub(crate) const MAX_ATTEMPT_RECORDS: usize = 100;
 
