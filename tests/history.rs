@@ -585,9 +585,9 @@ macro_rules! suite {
             async fn an_event_that_fails_twice_then_succeeds_has_three_attempts_with_their_errors()
             {
                 super::an_event_that_fails_twice_then_succeeds_has_three_attempts_with_their_errors(
-                                            $make.0,
-                                        )
-                                        .await;
+                                                    $make.0,
+                                                )
+                                                .await;
             }
             #[tokio::test]
             async fn a_dead_events_attempts_end_with_dead() {
