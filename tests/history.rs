@@ -112,9 +112,7 @@ fn worker(inbox: &Inbox, processor: impl tower_webhook::inbox::Processor) -> Wor
         .unwrap()
 }
 
-async fn an_event_that_fails_twice_then_succeeds_has_three_attempts_with_their_errors(
-    inbox: Inbox,
-) {
+async fn an_event_failing_twice_then_succeeding_has_three_attempts_and_errors(inbox: Inbox) {
     assert_eq!(deliver(&inbox, "evt_flaky").await, StatusCode::NO_CONTENT);
     let running = worker(&inbox, |_: Event, a: Attempt| async move {
         tokio::time::sleep(Duration::from_millis(30)).await;
@@ -582,12 +580,11 @@ macro_rules! suite {
             use super::*;
 
             #[tokio::test]
-            async fn an_event_that_fails_twice_then_succeeds_has_three_attempts_with_their_errors()
-            {
-                super::an_event_that_fails_twice_then_succeeds_has_three_attempts_with_their_errors(
-                                                    $make.0,
-                                                )
-                                                .await;
+            async fn an_event_failing_twice_then_succeeding_has_three_attempts_and_errors() {
+                super::an_event_failing_twice_then_succeeding_has_three_attempts_and_errors(
+                    $make.0,
+                )
+                .await;
             }
             #[tokio::test]
             async fn a_dead_events_attempts_end_with_dead() {
