@@ -197,12 +197,17 @@ async fn a_replay_of_a_processed_event_keeps_its_first_processed_attempt(inbox: 
         inbox.counts().await.unwrap().processed == 1
     })
     .await;
+    running.shutdown().await; // no worker takes the requeued row before it is read
     let first = stored(&inbox, "evt_replayed").await;
     assert_eq!(outcomes(&first), [(1, AttemptOutcome::Processed, None)]);
     let requeued = inbox.requeue(Requeue::id("standard", "evt_replayed"));
     assert_eq!(requeued.await.unwrap(), 1);
     let queued = stored(&inbox, "evt_replayed").await;
     assert_eq!(queued.attempts, first.attempts, "kept through the requeue");
+    let running = worker(&inbox, |_: Event, _: Attempt| async move {
+        Ok::<_, std::io::Error>(())
+    })
+    .spawn();
     eventually("processed again", async || {
         inbox.counts().await.unwrap().processed == 1
             && stored(&inbox, "evt_replayed").await.attempts.len() == 2
