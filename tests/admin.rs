@@ -196,6 +196,21 @@ async fn one_event_shows_its_body_as_text_or_base64(inbox: Inbox) {
         assert!(time(&record["finished_at"]) >= time(&record["started_at"]));
     }
 
+    // The rate: evt_done processed in the last minutes (this one, or the one before if it
+    // just turned).
+    let rate = get(&inbox, "/processed?minutes=3").await;
+    assert_eq!(rate.status, StatusCode::OK);
+    let minutes = rate.json["minutes"].as_array().unwrap();
+    assert_eq!(minutes.len(), 3, "{minutes:?}");
+    let counted: u64 = minutes
+        .iter()
+        .map(|m| m["processed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, 1, "{minutes:?}");
+    assert!(time(&minutes[2]["start"]) > time(&minutes[1]["start"]));
+    let default = get(&inbox, "/processed").await;
+    assert_eq!(default.json["minutes"].as_array().unwrap().len(), 15);
+
     let done = get(&inbox, "/events/standard/evt_done").await;
     assert_eq!(done.json["state"], "processed");
     assert_eq!(done.json["attempts"], 1);
@@ -259,6 +274,11 @@ async fn bad_input_is_a_400_with_a_fixed_json_error_and_changes_nothing(inbox: I
         "/events?state=dead&limt=5",
         "/events?state=dead&state=failing",
         "/events/standard/%FF",
+        "/processed?minutes=0",
+        "/processed?minutes=1441",
+        "/processed?minutes=many",
+        "/processed?minutes=5&minutes=6",
+        "/processed?limt=5",
     ] {
         let answer = get(&inbox, uri).await;
         assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{uri}");

@@ -8,6 +8,7 @@
 //! | `GET /counts` | `{"queued": 3, "processing": 1, "processed": 1200, "dead": 2, "paused": 0, "oldest_due_ms": 850}` ([`Inbox::counts`]) |
 //! | `GET /events?state=dead` | `{"events": [{"source", "id", "type", "object_id", "state", "attempts", "received_at", "next_attempt_at", "dead_at", "last_error"}, …], "next": "<cursor>"}` ([`Inbox::list`]) |
 //! | `GET /events/{source}/{id}` | one event's row with `"livemode"`, `"processed_at"`, `"body"`, `"body_encoding"`, `"headers"` and `"history"` ([`Inbox::event`]) |
+//! | `GET /processed?minutes=15` | `{"minutes": [{"start": "2026-12-03T15:04:00Z", "processed": 12}, …]}` ([`Inbox::processed_per_minute`]) |
 //! | `POST /requeue` | `{"requeued": 2}` ([`Inbox::requeue`]) |
 //! | `POST /pause?source=stripe&type=invoice.paid` | `{"changed": true}` ([`Inbox::pause`]) |
 //! | `POST /resume?source=stripe&type=invoice.paid` | `{"changed": true}` ([`Inbox::resume`]) |
@@ -28,6 +29,9 @@
 //!   `dead`, `snoozed`, `abandoned` or `crashed`; the newest 100 at most) — beside
 //!   `"attempts"`, the count since the last requeue. Any state; 404 when the inbox has
 //!   no such event.
+//! - `GET /processed` counts the events processed in each of the last `minutes` minutes
+//!   (`1..1440`, default 15), the oldest first, each by its start; the last is the
+//!   current minute, still counting. For a chart of the rate.
 //! - `POST /requeue` takes a JSON object (`Content-Type: application/json`):
 //!   `{"source": "stripe", "id": "evt_1"}` for one event (processed ones too: replay),
 //!   `{"dead": true}` for every dead row, `"type"` and an RFC 3339 receipt window

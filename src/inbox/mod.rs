@@ -97,7 +97,7 @@ pub mod jetstream;
     feature = "postgres",
     all(feature = "nats", feature = "admin")
 ))]
-mod json;
+pub(crate) mod json;
 mod later; // a processor's "not now"
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod listing;
