@@ -26,6 +26,7 @@ pub(crate) trait Destination: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = Result<Accepted, StoreError>> + Send + 'a>>;
     /// Whether [`accept_with`](Self::accept_with) stores the request's headers (the SQL
     /// inbox does), so `Accept` prepares them only for a destination that keeps them.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     fn keeps_headers(&self) -> bool {
         false
     }

@@ -209,10 +209,10 @@ impl Serialize for StoredEvent {
 /// [`Inbox::processed_per_minute`](super::Inbox::processed_per_minute)'s counts as
 /// `{"minutes": [{"start": "2026-12-03T15:04:00Z", "processed": 12}, …]}`, the oldest
 /// first, the last the current minute.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(all(feature = "admin", any(feature = "sqlite", feature = "postgres")))]
 pub(crate) struct PerMinute(pub(crate) Vec<(SystemTime, u64)>);
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(all(feature = "admin", any(feature = "sqlite", feature = "postgres")))]
 impl Serialize for PerMinute {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         #[derive(serde::Serialize)]
