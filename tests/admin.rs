@@ -177,6 +177,39 @@ async fn one_event_shows_its_body_as_text_or_base64(inbox: Inbox) {
     assert_eq!(dead.json["processed_at"], Value::Null);
     assert_eq!(dead.json["body"], body("evt_dead_1"));
     assert_eq!(dead.json["body_encoding"], "utf-8");
+    // Its request headers as stored, and its attempts beside their count.
+    let headers = dead.json["headers"].as_array().unwrap();
+    assert!(
+        headers
+            .iter()
+            .any(|h| h[0] == "webhook-id" && h[1] == "evt_dead_1"),
+        "{headers:?}"
+    );
+    assert_eq!(dead.json["attempts"], 2);
+    let history = dead.json["history"].as_array().unwrap();
+    assert_eq!(history.len(), 2, "{history:?}");
+    for (record, (n, outcome)) in history.iter().zip([(1, "failed"), (2, "dead")]) {
+        assert_eq!(record["attempt"], n);
+        assert_eq!(record["outcome"], outcome);
+        assert_eq!(record["error"], DEAD_ERROR);
+        assert!(record["duration_ms"].as_f64().unwrap() >= 0.0);
+        assert!(time(&record["finished_at"]) >= time(&record["started_at"]));
+    }
+
+    // The rate: evt_done processed in the last minutes (this one, or the one before if it
+    // just turned).
+    let rate = get(&inbox, "/processed?minutes=3").await;
+    assert_eq!(rate.status, StatusCode::OK);
+    let minutes = rate.json["minutes"].as_array().unwrap();
+    assert_eq!(minutes.len(), 3, "{minutes:?}");
+    let counted: u64 = minutes
+        .iter()
+        .map(|m| m["processed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, 1, "{minutes:?}");
+    assert!(time(&minutes[2]["start"]) > time(&minutes[1]["start"]));
+    let default = get(&inbox, "/processed").await;
+    assert_eq!(default.json["minutes"].as_array().unwrap().len(), 15);
 
     let done = get(&inbox, "/events/standard/evt_done").await;
     assert_eq!(done.json["state"], "processed");
@@ -205,6 +238,8 @@ async fn one_event_shows_its_body_as_text_or_base64(inbox: Inbox) {
     assert_eq!(binary.json["body"], "/wB7");
     assert_eq!(binary.json["body_encoding"], "base64");
     assert_eq!(binary.json["type"], Value::Null);
+    assert_eq!(binary.json["headers"], json!([]), "ingested: no request");
+    assert_eq!(binary.json["history"], json!([]));
 
     for unknown in [
         "/events/standard/evt_never",
@@ -239,6 +274,11 @@ async fn bad_input_is_a_400_with_a_fixed_json_error_and_changes_nothing(inbox: I
         "/events?state=dead&limt=5",
         "/events?state=dead&state=failing",
         "/events/standard/%FF",
+        "/processed?minutes=0",
+        "/processed?minutes=1441",
+        "/processed?minutes=many",
+        "/processed?minutes=5&minutes=6",
+        "/processed?limt=5",
     ] {
         let answer = get(&inbox, uri).await;
         assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{uri}");

@@ -140,6 +140,16 @@ async fn the_command_reads_and_requeues_what_the_library_sees(inbox: Inbox, db: 
         "{}",
         table.stdout
     );
+    assert!(
+        table.stdout.contains("ATTEMPT") && table.stdout.contains("dead"),
+        "every attempt: {}",
+        table.stdout
+    );
+    assert!(
+        table.stdout.contains("webhook-id: evt_dead_1"),
+        "the stored headers: {}",
+        table.stdout
+    );
     let missing = run(db, &["show", "standard", "evt_never"]).await;
     assert_eq!(missing.code, 3, "{missing:?}");
     assert_eq!(missing.stderr, "error: the inbox has no such event\n");

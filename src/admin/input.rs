@@ -49,6 +49,27 @@ impl ListQuery {
     }
 }
 
+/// `GET /processed?minutes=1..1440` (default 15).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ProcessedQuery {
+    minutes: Option<String>,
+}
+
+impl ProcessedQuery {
+    /// How many minutes to count.
+    pub(super) fn minutes(self) -> Result<u32, AdminError> {
+        match self.minutes {
+            None => Ok(15),
+            Some(minutes) => minutes
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=1440).contains(n))
+                .ok_or(AdminError::bad_request("minutes must be 1 to 1440")),
+        }
+    }
+}
+
 /// `POST /requeue`: which rows, by the fields of [`Requeue`]. `source` and `id` name one
 /// event; `dead` every dead row; `type` and the receipt window narrow either (or every
 /// row, processed ones included: replay); `all` alone every row. An empty body names

@@ -7,7 +7,8 @@
 //! |---|---|
 //! | `GET /counts` | `{"queued": 3, "processing": 1, "processed": 1200, "dead": 2, "paused": 0, "oldest_due_ms": 850}` ([`Inbox::counts`]) |
 //! | `GET /events?state=dead` | `{"events": [{"source", "id", "type", "object_id", "state", "attempts", "received_at", "next_attempt_at", "dead_at", "last_error"}, …], "next": "<cursor>"}` ([`Inbox::list`]) |
-//! | `GET /events/{source}/{id}` | one event's row with `"livemode"`, `"processed_at"`, `"body"` and `"body_encoding"` ([`Inbox::event`]) |
+//! | `GET /events/{source}/{id}` | one event's row with `"livemode"`, `"processed_at"`, `"body"`, `"body_encoding"`, `"headers"` and `"history"` ([`Inbox::event`]) |
+//! | `GET /processed?minutes=15` | `{"minutes": [{"start": "2026-12-03T15:04:00Z", "processed": 12}, …]}` ([`Inbox::processed_per_minute`]) |
 //! | `POST /requeue` | `{"requeued": 2}` ([`Inbox::requeue`]) |
 //! | `POST /pause?source=stripe&type=invoice.paid` | `{"changed": true}` ([`Inbox::pause`]) |
 //! | `POST /resume?source=stripe&type=invoice.paid` | `{"changed": true}` ([`Inbox::resume`]) |
@@ -20,7 +21,17 @@
 //!   it costs its own size, not the history's.
 //! - `GET /events/{source}/{id}`: percent-encode each segment (`/` as `%2F`). The body is
 //!   its text when it is UTF-8 (`"body_encoding": "utf-8"`), else base64
-//!   (`"body_encoding": "base64"`). Any state; 404 when the inbox has no such event.
+//!   (`"body_encoding": "base64"`). `"headers"` are the request headers the inbox's
+//!   accept stored, as `[name, value]` pairs in the request's order (`[]` when none
+//!   were: credentials are never stored, see [`Accept`](crate::inbox::Accept));
+//!   `"history"` is every attempt, oldest first, as `{"attempt", "started_at",
+//!   "finished_at", "duration_ms", "outcome", "error"}` (outcome `processed`, `failed`,
+//!   `dead`, `snoozed`, `abandoned` or `crashed`; the newest 100 at most) — beside
+//!   `"attempts"`, the count since the last requeue. Any state; 404 when the inbox has
+//!   no such event.
+//! - `GET /processed` counts the events processed in each of the last `minutes` minutes
+//!   (`1..1440`, default 15), the oldest first, each by its start; the last is the
+//!   current minute, still counting. For a chart of the rate.
 //! - `POST /requeue` takes a JSON object (`Content-Type: application/json`):
 //!   `{"source": "stripe", "id": "evt_1"}` for one event (processed ones too: replay),
 //!   `{"dead": true}` for every dead row, `"type"` and an RFC 3339 receipt window

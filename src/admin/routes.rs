@@ -5,9 +5,10 @@ use axum::extract::{Path, Query, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
-use super::input::{ListQuery, RequeueBody};
+use super::input::{ListQuery, ProcessedQuery, RequeueBody};
 use super::pause::{self, counts};
 use super::AdminError;
+use crate::inbox::json::PerMinute;
 use crate::inbox::{Inbox, Page, StoredEvent};
 
 pub(super) fn router(inbox: Inbox) -> Router {
@@ -15,6 +16,7 @@ pub(super) fn router(inbox: Inbox) -> Router {
         .route("/counts", get(counts::<Inbox>))
         .route("/events", get(list))
         .route("/events/{source}/{id}", get(event))
+        .route("/processed", get(processed))
         .route("/requeue", post(requeue));
     pause::routes(routes).with_state(inbox)
 }
@@ -45,6 +47,20 @@ async fn event(
         Ok(None) => Err(AdminError::not_found("no such event")),
         Err(e) => Err(AdminError::store(e)),
     }
+}
+
+async fn processed(
+    State(inbox): State<Inbox>,
+    query: Result<Query<ProcessedQuery>, QueryRejection>,
+) -> Result<Json<PerMinute>, AdminError> {
+    let Query(query) =
+        query.map_err(|_| AdminError::bad_request("the query takes minutes, once"))?;
+    let minutes = query.minutes()?;
+    inbox
+        .processed_per_minute(minutes)
+        .await
+        .map(|counts| Json(PerMinute(counts)))
+        .map_err(AdminError::store)
 }
 
 #[derive(serde::Serialize)]

@@ -24,6 +24,22 @@ pub(crate) trait Destination: Send + Sync + 'static {
         &'a self,
         event: &'a Event,
     ) -> Pin<Box<dyn Future<Output = Result<Accepted, StoreError>> + Send + 'a>>;
+    /// Whether [`accept_with`](Self::accept_with) stores the request's headers (the SQL
+    /// inbox does), so `Accept` prepares them only for a destination that keeps them.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+    fn keeps_headers(&self) -> bool {
+        false
+    }
+    /// [`accept`](Self::accept), with the delivery's request headers as the SQL inbox
+    /// stores them (`None` where the destination does not keep them).
+    fn accept_with<'a>(
+        &'a self,
+        event: &'a Event,
+        headers: Option<String>,
+    ) -> Pin<Box<dyn Future<Output = Result<Accepted, StoreError>> + Send + 'a>> {
+        let _ = headers;
+        self.accept(event)
+    }
     /// The queue's counts (its lag: `oldest_due`).
     fn counts(&self) -> Pin<Box<dyn Future<Output = Result<Counts, StoreError>> + Send + '_>>;
 }
@@ -34,6 +50,15 @@ pub(crate) trait Destination: Send + Sync + 'static {
 ///
 /// With [`with_backpressure`](Self::with_backpressure), it also answers 503 +
 /// `Retry-After` without storing while the queue lags too far behind.
+///
+/// The SQL inbox's `Accept` stores the delivery's request headers with the event, for
+/// operators ([`StoredEvent::headers`](super::StoredEvent::headers)), **never its
+/// credentials**: `Authorization`, `Proxy-Authorization`, `Cookie`, `Set-Cookie`,
+/// `X-Api-Key`, `X-Auth-Token` and any value marked
+/// [sensitive](http::HeaderValue::set_sensitive) before it (as
+/// `tower_http::sensitive_headers` marks them) are left out; at most 8 KiB of headers are
+/// kept, and one that would go over is left out. Signature headers are kept (a MAC over
+/// what the provider sent in the clear). JetStream's keeps none.
 ///
 /// A duplicate's 204, the 503 and the 500 carry a [`Rejection`] in their extensions;
 /// [`with_rejection`](Self::with_rejection) replaces them (see [`crate::response`]).
@@ -106,6 +131,12 @@ impl<B> Service<Request<B>> for Accept {
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let (into, custom) = (self.into.clone(), self.rejection.clone());
         let event = req.extensions().get::<Event>().cloned();
+        // Only what the destination keeps, and only for a verified delivery.
+        #[cfg(any(feature = "sqlite", feature = "postgres"))]
+        let headers = (event.is_some() && self.into.keeps_headers())
+            .then(|| super::headers::stored(req.headers()));
+        #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+        let headers = None;
         let gate = self.backpressure.clone();
         Box::pin(async move {
             let reject = |r| Ok(response::respond(r, custom.as_ref()).map(Full::new));
@@ -116,7 +147,7 @@ impl<B> Service<Request<B>> for Accept {
                 metrics::backlogged(event.metrics());
                 return reject(Rejection::backlogged(gate.rule().retry_after_secs()));
             }
-            match into.accept(&event).await {
+            match into.accept_with(&event, headers).await {
                 Ok(Accepted::New) => {
                     let mut stored = Response::new(Full::new(Bytes::new()));
                     *stored.status_mut() = StatusCode::NO_CONTENT;

@@ -19,7 +19,9 @@ pub(crate) struct Claimed {
 }
 
 pub(crate) trait Backend: Send + Sync + 'static {
-    fn accept(&self, event: &Event) -> StoreFuture<Accepted>;
+    /// Stores `event` with its delivery's request `headers` as
+    /// [`headers::stored`](super::headers) made them (`None`: none kept).
+    fn accept(&self, event: &Event, headers: Option<String>) -> StoreFuture<Accepted>;
     /// Claims up to `limit` due rows for `lease` under `token`, counting an attempt each;
     /// a due row whose `max_attempts` attempts all ended without an outcome (each crashed
     /// its worker) is marked dead instead, in the same statement. With `per_object`, a row
@@ -67,7 +69,11 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Up to `listing.limit + 1` rows of the listing (one more than a page: whether there
     /// is a next one), from its partial index.
     fn list(&self, listing: &Listing) -> StoreFuture<Vec<EventSummary>>;
-    /// The inbox's row of `(source, id)`, body included.
+    /// How many inbox rows were processed in each of the last `minutes` minutes (from 1):
+    /// the current minute's start (milliseconds since the epoch, by the database's clock)
+    /// and the minutes that had any, each by its start.
+    fn processed_per_minute(&self, minutes: u32) -> StoreFuture<(i64, Vec<(i64, i64)>)>;
+    /// The inbox's row of `(source, id)`, body, headers and attempts included.
     fn event(&self, source: String, id: String) -> StoreFuture<Option<StoredEvent>>;
     /// Wakes `wake` whenever another process queues a row (PostgreSQL `LISTEN`); `None`
     /// where only this process writes (SQLite).

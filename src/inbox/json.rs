@@ -11,7 +11,7 @@ use base64::Engine as _;
 use serde::ser::{Error as _, Serialize, Serializer};
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-use super::listing::{Cursor, EventSummary, Page, State, StoredEvent};
+use super::listing::{AttemptRecord, Cursor, EventSummary, Page, State, StoredEvent};
 use super::{Counts, Pause};
 
 /// `t` as RFC 3339 in UTC, to the microsecond (what both databases keep).
@@ -137,8 +137,39 @@ impl Serialize for EventSummary {
     }
 }
 
-/// The summary's fields, and `"livemode"`, `"processed_at"`, `"body"` and
-/// `"body_encoding"`.
+/// `{"attempt": 2, "started_at": "…", "finished_at": "…", "duration_ms": 12.5,
+/// "outcome": "failed", "error": "order not found"}` (`error` is `null` unless it failed,
+/// went dead or was abandoned).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl Serialize for AttemptRecord {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Wire<'a> {
+            attempt: u32,
+            started_at: Time,
+            finished_at: Time,
+            duration_ms: f64,
+            outcome: &'static str,
+            error: Option<&'a str>,
+        }
+        // To the microsecond, as the times.
+        #[allow(clippy::cast_precision_loss)] // exact below 2^53 µs (285 years)
+        let us = self.duration().as_micros() as f64;
+        Wire {
+            attempt: self.attempt,
+            started_at: Time(self.started_at),
+            finished_at: Time(self.finished_at),
+            duration_ms: us / 1000.0,
+            outcome: self.outcome.as_str(),
+            error: self.error.as_deref(),
+        }
+        .serialize(s)
+    }
+}
+
+/// The summary's fields, and `"livemode"`, `"processed_at"`, `"body"`, `"body_encoding"`,
+/// `"headers"` (`[["content-type", "application/json"], …]`, in the request's order) and
+/// `"history"` (its [`AttemptRecord`]s, oldest first: `"attempts"` is the summary's count).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl Serialize for StoredEvent {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -150,6 +181,8 @@ impl Serialize for StoredEvent {
             processed_at: Option<Time>,
             body: std::borrow::Cow<'a, str>,
             body_encoding: &'static str,
+            headers: &'a [(String, String)],
+            history: &'a [AttemptRecord],
         }
         let (body, body_encoding) = match std::str::from_utf8(&self.body) {
             Ok(text) => (text.into(), "utf-8"),
@@ -166,6 +199,37 @@ impl Serialize for StoredEvent {
             processed_at: self.processed_at.map(Time),
             body,
             body_encoding,
+            headers: &self.headers,
+            history: &self.attempts,
+        }
+        .serialize(s)
+    }
+}
+
+/// [`Inbox::processed_per_minute`](super::Inbox::processed_per_minute)'s counts as
+/// `{"minutes": [{"start": "2026-12-03T15:04:00Z", "processed": 12}, …]}`, the oldest
+/// first, the last the current minute.
+#[cfg(all(feature = "admin", any(feature = "sqlite", feature = "postgres")))]
+pub(crate) struct PerMinute(pub(crate) Vec<(SystemTime, u64)>);
+
+#[cfg(all(feature = "admin", any(feature = "sqlite", feature = "postgres")))]
+impl Serialize for PerMinute {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Minute {
+            start: Time,
+            processed: u64,
+        }
+        #[derive(serde::Serialize)]
+        struct Wire {
+            minutes: Vec<Minute>,
+        }
+        let minutes = self.0.iter().map(|&(start, processed)| Minute {
+            start: Time(start),
+            processed,
+        });
+        Wire {
+            minutes: minutes.collect(),
         }
         .serialize(s)
     }
@@ -230,6 +294,8 @@ mod tests {
             livemode: Some(false),
             processed_at: None,
             body: body.into(),
+            headers: Vec::new(),
+            attempts: Vec::new(),
         };
         let json = serde_json::to_value(event(b"{\"id\":\"evt_1\"}")).unwrap();
         assert_eq!(json["body"], "{\"id\":\"evt_1\"}");
@@ -239,6 +305,50 @@ mod tests {
         let json = serde_json::to_value(event(b"\xff\x00a")).unwrap();
         assert_eq!(json["body"], "/wBh");
         assert_eq!(json["body_encoding"], "base64");
+    }
+
+    #[test]
+    fn headers_are_pairs_and_attempts_a_history_beside_the_count() {
+        use crate::inbox::{AttemptOutcome, AttemptRecord};
+        let attempt = |n, outcome, error: Option<&str>| AttemptRecord {
+            attempt: n,
+            started_at: from_micros(1_700_000_000_000_000),
+            finished_at: from_micros(1_700_000_000_012_500),
+            outcome,
+            error: error.map(Into::into),
+        };
+        let event = StoredEvent {
+            summary: summary(),
+            livemode: None,
+            processed_at: None,
+            body: "{}".into(),
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                ("webhook-id".into(), "msg_1".into()),
+            ],
+            attempts: vec![
+                attempt(1, AttemptOutcome::Failed, Some("order not found")),
+                attempt(2, AttemptOutcome::Dead, Some("order not found")),
+            ],
+        };
+        let json = serde_json::to_value(event).unwrap();
+        assert_eq!(
+            json["headers"],
+            serde_json::json!([
+                ["content-type", "application/json"],
+                ["webhook-id", "msg_1"]
+            ])
+        );
+        assert_eq!(json["attempts"], 8, "the summary's count stays");
+        assert_eq!(
+            json["history"][0],
+            serde_json::json!({
+                "attempt": 1, "started_at": "2023-11-14T22:13:20Z",
+                "finished_at": "2023-11-14T22:13:20.0125Z", "duration_ms": 12.5,
+                "outcome": "failed", "error": "order not found",
+            })
+        );
+        assert_eq!(json["history"][1]["outcome"], "dead");
     }
 
     #[test]

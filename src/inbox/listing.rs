@@ -246,7 +246,9 @@ pub struct EventSummary {
 ///
 /// `body` is the provider's payload as received: customer data (names, addresses,
 /// payment details). Show it only to whoever may read that. `Debug` prints its length,
-/// not its bytes, so a log line of the value does not copy the payload.
+/// not its bytes, so a log line of the value does not copy the payload, and the headers'
+/// names, not their values. No credential is among the headers: the inbox never stores
+/// them (see [`Accept`](super::Accept)).
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StoredEvent {
@@ -258,16 +260,121 @@ pub struct StoredEvent {
     pub processed_at: Option<SystemTime>,
     /// The body exactly as received.
     pub body: Bytes,
+    /// The delivery's request headers as the inbox's [`Accept`](super::Accept) stored
+    /// them, in the request's order (names in lower case; a name sent twice, twice):
+    /// credentials left out (`Authorization`, `Proxy-Authorization`, `Cookie`,
+    /// `Set-Cookie`, `X-Api-Key`, `X-Auth-Token`, values marked sensitive), at most 8 KiB
+    /// (a header that would go over is left out), values that are not UTF-8 decoded with
+    /// replacement characters. Empty when none were stored: an event
+    /// [ingested](super::Inbox::ingest) or given to [`Inbox::accept`](super::Inbox::accept)
+    /// directly, or accepted before this version.
+    pub headers: Vec<(String, String)>,
+    /// Its attempts, the oldest first: each one the worker finished (or that ended
+    /// without an outcome), since it was received, across requeues — the newest 100 at
+    /// most. Not [`summary.attempts`](EventSummary::attempts), which counts the attempts
+    /// since the last requeue, snoozes uncounted.
+    pub attempts: Vec<AttemptRecord>,
 }
 
 impl fmt::Debug for StoredEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
         f.debug_struct("StoredEvent")
             .field("summary", &self.summary)
             .field("livemode", &self.livemode)
             .field("processed_at", &self.processed_at)
             .field("body", &format_args!("<{} bytes>", self.body.len()))
+            .field("headers", &names)
+            .field("attempts", &self.attempts)
             .finish()
+    }
+}
+
+/// One attempt at an event, as the inbox recorded it when the attempt ended
+/// ([`StoredEvent::attempts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AttemptRecord {
+    /// Its number, from 1 since the event was received or last requeued (a snoozed
+    /// attempt is not counted: the attempt after it has the same number).
+    pub attempt: u32,
+    /// When the worker claimed the event for it (the database's clock).
+    pub started_at: SystemTime,
+    /// When its outcome was recorded; for a [crashed](AttemptOutcome::Crashed) attempt,
+    /// when its lease ran out. Never before `started_at`.
+    pub finished_at: SystemTime,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// The processor's error (its `Display`) for a failed or dead attempt, or why it was
+    /// abandoned; `None` otherwise.
+    pub error: Option<String>,
+}
+
+impl AttemptRecord {
+    /// How long it ran: from its start to its outcome (to its lease's end when it
+    /// crashed).
+    #[must_use]
+    pub fn duration(&self) -> Duration {
+        self.finished_at
+            .duration_since(self.started_at)
+            .unwrap_or_default()
+    }
+}
+
+/// How an [`AttemptRecord`]'s attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AttemptOutcome {
+    /// The processor succeeded: the event is processed.
+    Processed,
+    /// The processor failed; the event was queued for a retry.
+    Failed,
+    /// The processor failed (or gave up) on the last attempt allowed: the event is dead.
+    Dead,
+    /// The processor said "not now" ([`Later`](super::Later)): the event was queued
+    /// again, the attempt uncounted.
+    Snoozed,
+    /// The worker shut down past its grace period while it ran.
+    Abandoned,
+    /// It ended without an outcome (its worker crashed, or was stopped): its lease ran
+    /// out, and the next claim of the event recorded it.
+    Crashed,
+}
+
+impl AttemptOutcome {
+    /// Its name in lower case: `processed`, `failed`, `dead`, `snoozed`, `abandoned`,
+    /// `crashed` (as the `webhook_attempts` table stores it).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Processed => "processed",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::Dead => "dead",
+            AttemptOutcome::Snoozed => "snoozed",
+            AttemptOutcome::Abandoned => "abandoned",
+            AttemptOutcome::Crashed => "crashed",
+        }
+    }
+
+    /// The outcome a `webhook_attempts` row names; `None` for a name this version does
+    /// not know.
+    pub(crate) fn from_column(name: &str) -> Option<Self> {
+        [
+            AttemptOutcome::Processed,
+            AttemptOutcome::Failed,
+            AttemptOutcome::Dead,
+            AttemptOutcome::Snoozed,
+            AttemptOutcome::Abandoned,
+            AttemptOutcome::Crashed,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == name)
+    }
+}
+
+impl fmt::Display for AttemptOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -352,7 +459,7 @@ mod tests {
     }
 
     #[test]
-    fn debug_shows_a_bodys_length_not_its_bytes() {
+    fn debug_shows_a_bodys_length_and_its_headers_names_not_their_values() {
         let event = StoredEvent {
             summary: EventSummary {
                 source: "stripe".into(),
@@ -369,13 +476,31 @@ mod tests {
             livemode: None,
             processed_at: None,
             body: Bytes::from_static(b"{\"email\":\"ada@example.com\"}"),
+            headers: vec![("x-customer".into(), "ada@example.com".into())],
+            attempts: Vec::new(),
         };
         let debug = format!("{event:?}");
         assert!(
             debug.contains("body: <27 bytes>") && debug.contains("evt_1"),
             "{debug}"
         );
+        assert!(debug.contains("x-customer"), "{debug}");
         assert!(!debug.contains("ada@"), "{debug}");
+    }
+
+    #[test]
+    fn an_attempt_outcome_reads_back_from_its_name() {
+        for outcome in [
+            AttemptOutcome::Processed,
+            AttemptOutcome::Failed,
+            AttemptOutcome::Dead,
+            AttemptOutcome::Snoozed,
+            AttemptOutcome::Abandoned,
+            AttemptOutcome::Crashed,
+        ] {
+            assert_eq!(AttemptOutcome::from_column(outcome.as_str()), Some(outcome));
+        }
+        assert_eq!(AttemptOutcome::from_column("exploded"), None);
     }
 
     #[test]

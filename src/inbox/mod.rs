@@ -88,6 +88,8 @@ pub(crate) mod accept;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod backend;
 pub(crate) mod backpressure;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) mod headers; // what of a delivery's request headers the SQL inbox stores
 #[cfg(feature = "nats")]
 pub mod jetstream;
 #[cfg(any(
@@ -95,7 +97,7 @@ pub mod jetstream;
     feature = "postgres",
     all(feature = "nats", feature = "admin")
 ))]
-mod json;
+pub(crate) mod json;
 mod later; // a processor's "not now"
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod listing;
@@ -124,7 +126,10 @@ use self::backend::Backend;
 pub use self::backpressure::Backpressure;
 pub use self::later::Later;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, State, StoredEvent};
+pub use self::listing::{
+    AttemptOutcome, AttemptRecord, Cursor, EventSummary, InvalidCursor, Listing, Page, State,
+    StoredEvent,
+};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::operate::Requeue;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
@@ -221,7 +226,9 @@ impl Inbox {
         }
     }
 
-    /// Stores a verified event for processing; a duplicate stores nothing.
+    /// Stores a verified event for processing; a duplicate stores nothing. No request
+    /// headers are stored with it ([`accept_service`](Self::accept_service) stores the
+    /// delivery's, credentials left out).
     ///
     /// # Errors
     ///
@@ -229,8 +236,19 @@ impl Inbox {
     /// ([`StoreErrorKind::InvalidInput`]: longer than 1 KiB, or holding a NUL), or the
     /// database could not store it.
     pub async fn accept(&self, event: &Event) -> Result<Accepted, StoreError> {
+        self.accept_with_headers(event, None).await
+    }
+
+    /// [`accept`](Self::accept), the delivery's request headers stored beside the event
+    /// (as [`headers`] keeps them).
+    async fn accept_with_headers(
+        &self,
+        event: &Event,
+        headers: Option<String>,
+    ) -> Result<Accepted, StoreError> {
         crate::store::check_key(event.source(), event.dedupe_id())?;
-        let accepted = metrics::timed(Operation::Accept, self.backend.accept(event)).await?;
+        let stored = self.backend.accept(event, headers);
+        let accepted = metrics::timed(Operation::Accept, stored).await?;
         if accepted == Accepted::New {
             self.wake.notify_waiters();
         }
@@ -317,6 +335,20 @@ impl accept::Destination for Inbox {
         Box<dyn std::future::Future<Output = Result<Accepted, StoreError>> + Send + 'a>,
     > {
         Box::pin(Inbox::accept(self, event))
+    }
+
+    fn keeps_headers(&self) -> bool {
+        true
+    }
+
+    fn accept_with<'a>(
+        &'a self,
+        event: &'a Event,
+        headers: Option<String>,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Accepted, StoreError>> + Send + 'a>,
+    > {
+        Box::pin(Inbox::accept_with_headers(self, event, headers))
     }
 
     fn counts(

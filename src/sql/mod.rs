@@ -50,6 +50,19 @@
 //! counter row changed a million times in one transaction, by a requeue, walks its own
 //! versions each time, and concurrent workers would queue on it).
 //!
+//! `webhook_attempts` keeps the inbox's history: one row per attempt that ended, written
+//! by the statement (PostgreSQL: a CTE beside the row's update) or the transaction
+//! (SQLite: one insert per writer batch) that records the outcome, so a row's state and
+//! its history never disagree. The claim sets `attempt_started_at`. The attempt that
+//! processed the row is no row there: `attempt_started_at` and `processed_at` are its
+//! record, read back beside the table's, and a trigger copies it into the table when a
+//! requeue clears them — so the drain (claims and "processed") writes no more rows than
+//! before. An attempt that never ended (its token still on the row when the next claim
+//! takes it) is recorded as crashed by a trigger, whose `WHEN` costs the claims of other
+//! rows nothing. Another trigger deletes an event's attempts with its row, whichever
+//! prune deletes it. The accept stores the delivery's request
+//! headers (`headers`, as [`crate::inbox::headers`] keeps them) in the row itself.
+//!
 //! One row, one owner: an adopted claim row is the inbox's. The claim's renewal and
 //! completion then answer held and done without writing (its handler — the inbox's
 //! accept, behind `DedupeLayer` — stored the event), its release changes nothing, and a
@@ -84,12 +97,12 @@ mod shared;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::event::{Event, Stored};
 use crate::inbox::backend::Claimed;
 use crate::inbox::listing::from_micros;
-use crate::inbox::{Counts, EventSummary, State, StoredEvent};
+use crate::inbox::{AttemptOutcome, AttemptRecord, Counts, EventSummary, State, StoredEvent};
 use crate::store::{StoreError, StoreErrorKind};
 
 /// A failed statement as a [`StoreError`] of `context`, of the kind its cause says:
@@ -276,25 +289,84 @@ impl From<ListedRow> for EventSummary {
     }
 }
 
-/// One event's row: the listed columns, the livemode and the body.
+/// One event's row: the listed columns, the livemode, the body and the headers.
 #[derive(sqlx::FromRow)]
 struct StoredRow {
     #[sqlx(flatten)]
     listed: ListedRow,
     livemode: Option<bool>,
     body: Option<Vec<u8>>,
+    headers: Option<String>,
 }
 
-impl From<StoredRow> for StoredEvent {
-    fn from(r: StoredRow) -> Self {
-        let processed_at = r.listed.processed_us.map(from_micros);
+/// One of `webhook_attempts`' rows as both databases return it: times in microseconds
+/// since the epoch.
+#[derive(sqlx::FromRow)]
+struct AttemptRow {
+    attempt: i64,
+    started_us: i64,
+    finished_us: i64,
+    outcome: String,
+    error: Option<String>,
+}
+
+impl StoredRow {
+    /// The event, with its attempts (oldest first; a record of an outcome this version
+    /// does not know is left out).
+    fn into_event(self, attempts: Vec<AttemptRow>) -> StoredEvent {
+        let processed_at = self.listed.processed_us.map(from_micros);
+        let attempts = attempts
+            .into_iter()
+            .filter_map(|a| {
+                Some(AttemptRecord {
+                    attempt: u32::try_from(a.attempt).unwrap_or(0),
+                    started_at: from_micros(a.started_us),
+                    finished_at: from_micros(a.finished_us.max(a.started_us)),
+                    outcome: AttemptOutcome::from_column(&a.outcome)?,
+                    error: a.error,
+                })
+            })
+            .collect();
         StoredEvent {
-            summary: r.listed.into(),
-            livemode: r.livemode,
+            summary: self.listed.into(),
+            livemode: self.livemode,
             processed_at,
-            body: r.body.unwrap_or_default().into(),
+            body: self.body.unwrap_or_default().into(),
+            headers: self
+                .headers
+                .as_deref()
+                .map(crate::inbox::headers::parse)
+                .unwrap_or_default(),
+            attempts,
         }
     }
+}
+
+/// The most attempt records an event keeps: a failing, snoozed or abandoned attempt
+/// deletes the event's oldest past this many as it adds its own (a processor that snoozes
+/// an event every second for days would otherwise grow it without end). Processed and
+/// dead attempts end a run, and add theirs without a check (a processed one is its row's
+/// own columns until a requeue): the drain's statements pay nothing for the cap. [`Inbox::event`](crate::inbox::Inbox::event) reads the newest
+/// this many.
+pub(crate) const MAX_ATTEMPT_RECORDS: usize = 100;
+
+/// Each of the last `minutes` minutes' start (milliseconds since the epoch, the last the
+/// current minute's, `current_ms`) and how many rows were processed in it, oldest first,
+/// from the minutes the database counted (by their starts).
+pub(crate) fn per_minute(
+    current_ms: i64,
+    minutes: u32,
+    counted: Vec<(i64, i64)>,
+) -> Vec<(SystemTime, u64)> {
+    let counted: std::collections::HashMap<i64, i64> = counted.into_iter().collect();
+    (0..i64::from(minutes))
+        .rev()
+        .map(|ago| {
+            let start = current_ms.saturating_sub(ago * 60_000);
+            let n = counted.get(&start).copied().unwrap_or(0).unsigned_abs();
+            (from_micros(start.saturating_mul(1000)), n)
+        })
+        .collect()
 }
 
 /// The index a per-object cap reads: an object's unfinished rows (running, or before the

@@ -7,7 +7,7 @@ use std::time::Duration;
 use sqlx::query::{Query, QueryAs};
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
-use super::{store_error, ListedRow, StoredRow};
+use super::{store_error, AttemptRow, ListedRow, StoredRow, MAX_ATTEMPT_RECORDS};
 use crate::inbox::listing::Rows;
 use crate::inbox::{EventSummary, Listing, Pause, StoredEvent};
 use crate::store::{Claim, Delivery, StoreFuture};
@@ -188,11 +188,14 @@ where
     })
 }
 
-/// One row of the inbox, its body included: `query`, the dialect's statement with what
-/// it binds first, bound to the row's key.
+/// One row of the inbox, its body, headers and attempts included: `query`, the dialect's
+/// statement with what it binds first, bound to the row's key; then `attempts`, the
+/// dialect's `ATTEMPTS` with what it binds first, bound to the key and the most records
+/// read (the newest [`MAX_ATTEMPT_RECORDS`]).
 pub(super) fn event<DB>(
     pool: &Pool<DB>,
     query: QueryAs<'static, DB, StoredRow, DB::Arguments>,
+    attempts: QueryAs<'static, DB, AttemptRow, DB::Arguments>,
     source: String,
     id: String,
 ) -> StoreFuture<Option<StoredEvent>>
@@ -201,17 +204,29 @@ where
     DB::Arguments: IntoArguments<DB>,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     StoredRow: for<'r> FromRow<'r, DB::Row>,
+    AttemptRow: for<'r> FromRow<'r, DB::Row>,
     String: Encode<'static, DB> + Type<DB>,
+    i64: Encode<'static, DB> + Type<DB>,
 {
     let pool = pool.clone();
     Box::pin(async move {
-        query
-            .bind(source)
-            .bind(id)
+        let err = |e| store_error("inbox event", e);
+        let row = query
+            .bind(source.clone())
+            .bind(id.clone())
             .fetch_optional(&pool)
             .await
-            .map(|row| row.map(StoredEvent::from))
-            .map_err(|e| store_error("inbox event", e))
+            .map_err(err)?;
+        let Some(row) = row else { return Ok(None) };
+        let limit = i64::try_from(MAX_ATTEMPT_RECORDS).unwrap_or(i64::MAX);
+        let attempts = attempts
+            .bind(source)
+            .bind(id)
+            .bind(limit)
+            .fetch_all(&pool)
+            .await
+            .map_err(err)?;
+        Ok(Some(row.into_event(attempts)))
     })
 }
 
@@ -219,7 +234,7 @@ where
 /// a range of its partial index (`webhook_events_dead`, `webhook_events_failing`, on the
 /// time and the key) read in the index's order from a position: one row-value comparison
 /// on the index's columns, so a page reads its own rows, not the ones before it; and
-/// `EVENT`, one inbox row by its key, its body included. The dialect gives what differs:
+/// `EVENT`, one inbox row by its key, its body and headers included. The dialect gives what differs:
 /// the columns it reads (times as microseconds since the epoch, and whether a worker
 /// holds the row now), the position a newest-first page continues before and an
 /// oldest-first one after (each before or after every row when not bound: the first
@@ -246,11 +261,11 @@ macro_rules! listing_statements {
                 "received_at", ">", $oldest, ""),
         ];
 
-        /// One inbox row by its key, body included.
+        /// One inbox row by its key, body and headers included.
         const EVENT: &str = concat!(
             "SELECT ",
             $columns,
-            ", livemode, body
+            ", livemode, body, headers
 FROM webhook_events
 WHERE ",
             $key,

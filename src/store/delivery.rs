@@ -14,6 +14,8 @@ pub struct Delivery {
     once: bool,
     /// An event key kept until pruned by name: its scheme signs no time.
     kept: bool,
+    /// The request headers the SQL inbox stores with the row (credentials left out).
+    headers: Option<String>,
 }
 
 impl Delivery {
@@ -26,6 +28,7 @@ impl Delivery {
             event: None,
             once: false,
             kept: false,
+            headers: None,
         }
     }
 
@@ -50,6 +53,7 @@ impl Delivery {
             once: false,
             // No signed time: a replay passes every check but the key, however late.
             kept: event.keeps_key(),
+            headers: None,
         }
     }
 
@@ -107,6 +111,13 @@ impl Delivery {
         }
     }
 
+    /// The delivery with the request headers the SQL inbox stores beside it.
+    #[allow(dead_code)]
+    pub(crate) fn with_headers(mut self, headers: Option<String>) -> Self {
+        self.headers = headers;
+        self
+    }
+
     /// What SQL stores record beside the key.
     #[allow(dead_code)]
     pub(crate) fn audit(&self) -> Audit<'_> {
@@ -116,9 +127,17 @@ impl Delivery {
                 object_id: e.object_id(),
                 livemode: e.livemode(),
                 body: Some(e.body()),
+                headers: self.headers.as_deref(),
             },
             None => Audit::default(),
         }
+    }
+
+    /// What it adds to a batch of writes: its body and its headers.
+    #[allow(dead_code)]
+    pub(crate) fn size(&self) -> usize {
+        let audit = self.audit();
+        audit.body.map_or(0, <[u8]>::len) + audit.headers.map_or(0, str::len)
     }
 }
 
@@ -142,7 +161,8 @@ pub(crate) fn check_key(source: &str, id: &str) -> Result<(), StoreError> {
     )
 }
 
-/// The audit columns of a claim row: type, object id, livemode and the raw body.
+/// The audit columns of a claim row: type, object id, livemode and the raw body (and, for
+/// the inbox's accept, the request headers).
 #[derive(Default)]
 #[allow(dead_code)]
 pub(crate) struct Audit<'a> {
@@ -150,4 +170,6 @@ pub(crate) struct Audit<'a> {
     pub(crate) object_id: Option<&'a str>,
     pub(crate) livemode: Option<bool>,
     pub(crate) body: Option<&'a [u8]>,
+    /// The request headers the inbox's accept keeps (one `name: value` a line).
+    pub(crate) headers: Option<&'a str>,
 }

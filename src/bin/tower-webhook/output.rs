@@ -154,6 +154,30 @@ pub(crate) fn shown(event: &StoredEvent) -> String {
             ["last error".to_owned(), text(e.last_error.as_deref())],
         ],
     );
+    if !event.attempts.is_empty() {
+        let rows = event.attempts.iter().map(|a| {
+            [
+                a.attempt.to_string(),
+                rfc3339(a.started_at),
+                format!("{:.1} ms", a.duration().as_secs_f64() * 1000.0),
+                a.outcome.to_string(),
+                text(a.error.as_deref()),
+            ]
+        });
+        let attempts = table(&["ATTEMPT", "STARTED", "TOOK", "OUTCOME", "ERROR"], rows);
+        let _ = write!(out, "\n{attempts}");
+    }
+    if !event.headers.is_empty() {
+        let _ = writeln!(out, "\nheaders (as stored, credentials left out):");
+        for (name, value) in &event.headers {
+            let _ = writeln!(
+                out,
+                "{}: {}",
+                printable(name, false),
+                printable(value, false)
+            );
+        }
+    }
     match std::str::from_utf8(&event.body) {
         Ok(body) => {
             let _ = writeln!(

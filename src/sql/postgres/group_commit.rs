@@ -35,10 +35,10 @@ pub(super) enum Written {
 }
 
 impl Write {
-    /// What it adds to its batch's statement: its body.
+    /// What it adds to its batch's statement: its body (and an accept's headers).
     pub(super) fn size(&self) -> usize {
         match self {
-            Write::Claim(d, ..) | Write::Accept(d) => d.audit().body.map_or(0, <[u8]>::len),
+            Write::Claim(d, ..) | Write::Accept(d) => d.size(),
             Write::Complete(..) | Write::Processed(..) => 0,
         }
     }
@@ -75,8 +75,8 @@ WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token =
   AND w.next_attempt_at IS NULL
 RETURNING w.source, w.event_id, w.lock_token";
 
-/// Many inbox rows processed in one statement (as `PROCESSED`): the worker's outcomes,
-/// gathered by the group commit.
+/// Many inbox rows processed in one statement (as `PROCESSED`, each row its attempt's
+/// record): the worker's outcomes, gathered by the group commit.
 pub(super) const PROCESSED_MANY: &str = "
 UPDATE webhook_events w
 SET processed_at = coalesce(w.processed_at, now()), processing_error = NULL, locked_until = NULL
@@ -90,17 +90,19 @@ RETURNING w.source, w.event_id, w.lock_token";
 const ACCEPT_MANY: &str = "
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::bytea[],
-                         $7::text[])
-        AS input(source, event_id, event_type, object_id, livemode, body, kind)
+                         $7::text[], $8::text[])
+        AS input(source, event_id, event_type, object_id, livemode, body, kind, headers)
 ), inserted AS (
     INSERT INTO webhook_events
-        (source, event_id, event_type, object_id, livemode, body, attempts, next_attempt_at, kind)
-    SELECT source, event_id, event_type, object_id, livemode, body, 0, now(), kind FROM input
+        (source, event_id, event_type, object_id, livemode, body, attempts, next_attempt_at, kind,
+         headers)
+    SELECT source, event_id, event_type, object_id, livemode, body, 0, now(), kind, headers
+    FROM input
     ON CONFLICT (source, event_id) DO NOTHING
     RETURNING source, event_id
 ), adopted AS (
     UPDATE webhook_events w SET next_attempt_at = now(), attempts = 0,
-        locked_until = NULL, lock_token = NULL
+        locked_until = NULL, lock_token = NULL, headers = input.headers
     FROM input
     WHERE w.source = input.source AND w.event_id = input.event_id
       AND NOT EXISTS (SELECT 1 FROM inserted
@@ -419,6 +421,7 @@ async fn accept_many(pool: &PgPool, accepts: Vec<&Delivery>) -> Vec<Result<Accep
         let err = |e| store_error("inbox accept", e);
         let row = bind_delivery(sqlx::query(ACCEPT), d)
             .bind(d.kind())
+            .bind(d.audit().headers)
             .fetch_one(pool)
             .await;
         results.push(row.map_err(err).and_then(|row| {
@@ -441,9 +444,11 @@ pub(super) async fn insert_accepts(
     let mut sorted = accepts.to_vec();
     sorted.sort_by_key(|d| (d.source(), d.id()));
     let kinds: Vec<&str> = sorted.iter().map(|d| d.kind()).collect();
+    let headers: Vec<Option<&str>> = sorted.iter().map(|d| d.audit().headers).collect();
     let rows = Columns::of(sorted)
         .bind(sqlx::query(ACCEPT_MANY))
         .bind(kinds)
+        .bind(headers)
         .fetch_all(pool)
         .await?;
     rows.iter()

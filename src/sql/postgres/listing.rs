@@ -108,7 +108,63 @@ pub(super) fn list(pool: &PgPool, listing: &Listing) -> StoreFuture<Vec<EventSum
     shared::list(pool, query, listing, |us| us)
 }
 
-/// One row of the inbox, its body included.
+/// An event's newest `$3` attempt records, oldest first: `webhook_attempts`' rows, and
+/// the processed attempt the row itself records (its start and `processed_at`).
+const ATTEMPTS: &str = "
+SELECT attempt::int8 AS attempt,
+    (extract(epoch FROM started_at) * 1000000)::int8 AS started_us,
+    (extract(epoch FROM finished_at) * 1000000)::int8 AS finished_us, outcome, error
+FROM (
+    SELECT * FROM (
+        SELECT attempt, started_at, finished_at, outcome, error FROM webhook_attempts
+        WHERE source = $1 AND event_id = $2
+        UNION ALL
+        SELECT attempts, attempt_started_at, greatest(processed_at, attempt_started_at),
+            'processed', NULL
+        FROM webhook_events
+        WHERE source = $1 AND event_id = $2 AND next_attempt_at IS NOT NULL
+          AND processed_at IS NOT NULL AND attempt_started_at IS NOT NULL
+    ) every
+    ORDER BY started_at DESC, finished_at DESC LIMIT $3
+) newest
+ORDER BY started_at, finished_at";
+
+/// How many inbox rows were processed in each of the last `$1` minutes that had any, by
+/// the minute's start in milliseconds, and the current minute's start: a range of the
+/// processed rows' index (`webhook_events_processed_at`), the minutes asked for and no
+/// more.
+const PROCESSED_PER_MINUTE: &str = "
+SELECT (extract(epoch FROM date_trunc('minute', now())) * 1000)::int8 AS current_ms,
+    coalesce(array_agg(minute_ms), '{}') AS minutes, coalesce(array_agg(n), '{}') AS counts
+FROM (
+    SELECT (extract(epoch FROM date_trunc('minute', processed_at)) * 1000)::int8 AS minute_ms,
+        count(*)::int8 AS n
+    FROM webhook_events
+    WHERE processed_at >= date_trunc('minute', now()) - make_interval(mins => $1 - 1)
+      AND next_attempt_at IS NOT NULL
+    GROUP BY 1
+) m";
+
+/// One row of the inbox, its body, headers and attempts included.
 pub(super) fn event(pool: &PgPool, source: String, id: String) -> StoreFuture<Option<StoredEvent>> {
-    shared::event(pool, sqlx::query_as(EVENT), source, id)
+    let attempts = sqlx::query_as(ATTEMPTS);
+    shared::event(pool, sqlx::query_as(EVENT), attempts, source, id)
+}
+
+/// The current minute's start and the counts of the last `minutes` minutes that had any.
+pub(super) fn processed_per_minute(
+    pool: &PgPool,
+    minutes: u32,
+) -> StoreFuture<(i64, Vec<(i64, i64)>)> {
+    let pool = pool.clone();
+    let minutes = i32::try_from(minutes).unwrap_or(i32::MAX);
+    Box::pin(async move {
+        let (current, starts, counts) =
+            sqlx::query_as::<_, (i64, Vec<i64>, Vec<i64>)>(PROCESSED_PER_MINUTE)
+                .bind(minutes)
+                .fetch_one(&pool)
+                .await
+                .map_err(|e| store_error("inbox processed per minute", e))?;
+        Ok((current, starts.into_iter().zip(counts).collect()))
+    })
 }

@@ -9,7 +9,10 @@ use sqlx::{PgConnection, Row};
 use tokio::sync::Notify;
 
 use super::super::shared::{self, changed};
-use super::super::{claimed, store_error, Outcome, ABANDONED, CRASHED, OBJECT_INDEX_CONCURRENTLY};
+use super::super::{
+    claimed, store_error, Outcome, ABANDONED, CRASHED, MAX_ATTEMPT_RECORDS,
+    OBJECT_INDEX_CONCURRENTLY,
+};
 use super::group_commit::{Write, Written};
 use super::listing::FOLD_COUNTS;
 use super::{Pg, CHANNEL, PLANNED_EACH_TIME};
@@ -21,7 +24,8 @@ use crate::store::{Delivery, StoreError, StoreFuture, Token};
 use crate::Event;
 
 /// Stores the row and, only if it is new, notifies listening workers — one round trip.
-/// A row `DedupeLayer` left unfinished (released, or claimed) is queued instead, its
+/// The delivery's request headers (`$8`, credentials left out) go with it. A row
+/// `DedupeLayer` left unfinished (released, or claimed) is queued instead, its
 /// claim's lock dropped (the row is the inbox's from now on, due at once: a `DedupeLayer`
 /// in front of this accept then finds it done), so a source switched from dedupe to the
 /// inbox loses no event; a duplicate of a queued row
@@ -29,13 +33,14 @@ use crate::Event;
 pub(super) const ACCEPT: &str = "
 WITH inserted AS (
     INSERT INTO webhook_events
-        (source, event_id, event_type, object_id, livemode, body, attempts, next_attempt_at, kind)
-    VALUES ($1, $2, $3, $4, $5, $6, 0, now(), $7)
+        (source, event_id, event_type, object_id, livemode, body, attempts, next_attempt_at, kind,
+         headers)
+    VALUES ($1, $2, $3, $4, $5, $6, 0, now(), $7, $8)
     ON CONFLICT (source, event_id) DO NOTHING
     RETURNING 1
 ), adopted AS (
     UPDATE webhook_events SET next_attempt_at = now(), attempts = 0,
-        locked_until = NULL, lock_token = NULL
+        locked_until = NULL, lock_token = NULL, headers = $8
     WHERE source = $1 AND event_id = $2 AND NOT EXISTS (SELECT 1 FROM inserted)
       AND next_attempt_at IS NULL AND processed_at IS NULL AND kind <> 'once'
     RETURNING 1
@@ -45,7 +50,9 @@ SELECT EXISTS (SELECT 1 FROM queued) AS new,
 
 /// `SKIP LOCKED`: concurrent workers (in any replica) each take different rows. A due
 /// row whose every attempt ended without an outcome (each crashed its worker) is
-/// marked dead in the same statement instead of claimed again.
+/// marked dead in the same statement instead of claimed again. The attempt's start is
+/// kept for its record; a trigger records the attempt before it as crashed when it never
+/// finished (the migration `webhook_events_history`).
 /// Under a per-object cap of n, a row is claimed while fewer than n of its object's other
 /// unfinished rows run or came before it: counted up to n and no further, so an object
 /// with a backlog of thousands costs a claim n rows of it, not its whole backlog. Its
@@ -60,7 +67,8 @@ SET attempts = w.attempts + (w.attempts < $4)::int,
         THEN coalesce(w.processing_error || '; then ', '') || $5 ELSE w.processing_error END,
     locked_until = CASE WHEN w.attempts < $4
         THEN clock_timestamp() + make_interval(secs => $1) END,
-    lock_token = CASE WHEN w.attempts < $4 THEN $2 END
+    lock_token = CASE WHEN w.attempts < $4 THEN $2 END,
+    attempt_started_at = CASE WHEN w.attempts < $4 THEN clock_timestamp() END
 FROM (
     SELECT source, event_id FROM webhook_events
     WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= now()
@@ -99,32 +107,100 @@ const RENEW_ROW: &str = "
 UPDATE webhook_events SET locked_until = clock_timestamp() + make_interval(secs => $4)
 WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
 
-/// The row processed; idempotent under its token like a claim's completion.
+/// Records the attempt the statement `$body` finished (its rows in `done`, with their
+/// attempt number and start) as `$outcome` with `$error`, in the same statement; a row
+/// without a start (claimed before the history) records nothing.
+/// With `cap:` (the placeholder of `MAX_ATTEMPT_RECORDS - 1`), the event's older attempts
+/// past the newest that many are deleted too: a row snoozed or failing again and again
+/// keeps a bounded history (processed and dead end a run of attempts, so they need no
+/// cap). The answer is how many rows the finish changed.
+macro_rules! recorded {
+    ($body:literal, $outcome:literal, $error:literal) => {
+        concat!(
+            "
+WITH done AS (", $body, "
+), recorded AS (
+    INSERT INTO webhook_attempts (source, event_id, attempt, started_at, finished_at, outcome, error)
+    SELECT source, event_id, attempt, attempt_started_at,
+        greatest(clock_timestamp(), attempt_started_at), '", $outcome, "', ", $error, "
+    FROM done WHERE attempt_started_at IS NOT NULL
+)"
+        )
+    };
+    ($body:literal, $outcome:literal, $error:literal, cap: $cap:literal) => {
+        concat!(
+            recorded!($body, $outcome, $error),
+            ", capped AS (
+    DELETE FROM webhook_attempts WHERE ctid IN (
+        SELECT a.ctid FROM webhook_attempts a, done
+        WHERE a.source = done.source AND a.event_id = done.event_id
+        ORDER BY a.started_at DESC OFFSET ", $cap, "::int8)
+)
+SELECT count(*) FROM done"
+        )
+    };
+    ($body:literal, $outcome:literal, $error:literal, end) => {
+        concat!(recorded!($body, $outcome, $error), "
+SELECT count(*) FROM done")
+    };
+}
+
+/// The row processed; idempotent under its token like a claim's completion. Its attempt
+/// is no row of `webhook_attempts`: the row's own `attempt_started_at` and `processed_at`
+/// are its record (read back as one by `ATTEMPTS`; a requeue copies it into the table),
+/// so the drain's outcomes write nothing more than before. The time is the statement's
+/// (`clock_timestamp()`): in a transactional processor's transaction, `now()` would be
+/// when the processor started.
 pub(super) const PROCESSED: &str = "
-UPDATE webhook_events SET processed_at = coalesce(processed_at, now()), processing_error = NULL,
-    locked_until = NULL
+UPDATE webhook_events SET processed_at = coalesce(processed_at, clock_timestamp()),
+    processing_error = NULL, locked_until = NULL
 WHERE source = $1 AND event_id = $2 AND lock_token = $3";
 
 /// The end of an attempt that did not succeed, if `$3` still holds the row.
-pub(super) const RETRY: &str = "
-UPDATE webhook_events SET next_attempt_at = now() + make_interval(secs => $5),
-    processing_error = $4, locked_until = NULL, lock_token = NULL
-WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+pub(super) const RETRY: &str = recorded!(
+    "
+    UPDATE webhook_events SET next_attempt_at = now() + make_interval(secs => $5),
+        processing_error = $4, locked_until = NULL, lock_token = NULL
+    WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL
+    RETURNING source, event_id, attempts AS attempt, attempt_started_at",
+    "failed",
+    "$4",
+    cap: "$6"
+);
 
-pub(super) const DEAD: &str = "
-UPDATE webhook_events SET dead_at = now(), processing_error = $4,
-    locked_until = NULL, lock_token = NULL
-WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+pub(super) const DEAD: &str = recorded!(
+    "
+    UPDATE webhook_events SET dead_at = now(), processing_error = $4,
+        locked_until = NULL, lock_token = NULL
+    WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL
+    RETURNING source, event_id, attempts AS attempt, attempt_started_at",
+    "dead",
+    "$4",
+    end
+);
 
-/// Snoozed by the processor: due again after `$4` seconds, the attempt uncounted.
-pub(super) const LATER: &str = "
-UPDATE webhook_events SET next_attempt_at = now() + make_interval(secs => $4),
-    attempts = attempts - 1, locked_until = NULL, lock_token = NULL
-WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+/// Snoozed by the processor: due again after `$4` seconds, the attempt uncounted (its
+/// record keeps the number it ran as).
+pub(super) const LATER: &str = recorded!(
+    "
+    UPDATE webhook_events SET next_attempt_at = now() + make_interval(secs => $4),
+        attempts = attempts - 1, locked_until = NULL, lock_token = NULL
+    WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL
+    RETURNING source, event_id, attempts + 1 AS attempt, attempt_started_at",
+    "snoozed",
+    "NULL",
+    cap: "$5"
+);
 
-pub(super) const ABANDON: &str = "
-UPDATE webhook_events SET processing_error = $4, locked_until = NULL, lock_token = NULL
-WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+pub(super) const ABANDON: &str = recorded!(
+    "
+    UPDATE webhook_events SET processing_error = $4, locked_until = NULL, lock_token = NULL
+    WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL
+    RETURNING source, event_id, attempts AS attempt, attempt_started_at",
+    "abandoned",
+    "$4",
+    cap: "$5"
+);
 
 const REQUEUE: &str = "
 WITH requeued AS (
@@ -167,8 +243,9 @@ DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind <> 'once'
 AND dead_at IS NOT NULL AND dead_at < now() - make_interval(secs => $1)";
 
 impl Backend for Pg {
-    fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
-        let (this, d) = (self.clone(), Delivery::from_event(event));
+    fn accept(&self, event: &Event, headers: Option<String>) -> StoreFuture<Accepted> {
+        let this = self.clone();
+        let d = Delivery::from_event(event).with_headers(headers);
         Box::pin(async move { this.accept(d).await })
     }
 
@@ -332,6 +409,10 @@ impl Backend for Pg {
         super::listing::list(&self.pool, listing)
     }
 
+    fn processed_per_minute(&self, minutes: u32) -> StoreFuture<(i64, Vec<(i64, i64)>)> {
+        super::listing::processed_per_minute(&self.pool, minutes)
+    }
+
     fn event(&self, source: String, id: String) -> StoreFuture<Option<StoredEvent>> {
         super::listing::event(&self.pool, source, id)
     }
@@ -374,17 +455,32 @@ pub(super) async fn finish_one(
     token: Token,
     outcome: Outcome,
 ) -> Result<bool, StoreError> {
-    let key = |sql| sqlx::query(sql).bind(source).bind(id).bind(token.as_uuid());
+    let key = |sql| {
+        sqlx::query_scalar::<_, i64>(sql)
+            .bind(source)
+            .bind(id)
+            .bind(token.as_uuid())
+    };
+    let kept = KEPT_BEFORE_A_NEW_RECORD;
     let query = match outcome {
-        Outcome::Processed => key(PROCESSED),
-        Outcome::Retry(error, after) => key(RETRY).bind(error).bind(after.as_secs_f64()),
+        Outcome::Processed => {
+            let query = sqlx::query(PROCESSED).bind(source).bind(id);
+            let done = query.bind(token.as_uuid()).execute(pool).await;
+            let done = done.map_err(|e| store_error("inbox finish", e))?;
+            return Ok(done.rows_affected() == 1);
+        }
+        Outcome::Retry(error, after) => key(RETRY).bind(error).bind(after.as_secs_f64()).bind(kept),
         Outcome::Dead(error) => key(DEAD).bind(error),
-        Outcome::Later(after) => key(LATER).bind(after.as_secs_f64()),
-        Outcome::Abandoned => key(ABANDON).bind(ABANDONED),
+        Outcome::Later(after) => key(LATER).bind(after.as_secs_f64()).bind(kept),
+        Outcome::Abandoned => key(ABANDON).bind(ABANDONED).bind(kept),
     };
     let done = query
-        .execute(pool)
+        .fetch_one(pool)
         .await
         .map_err(|e| store_error("inbox finish", e))?;
-    Ok(done.rows_affected() == 1)
+    Ok(done == 1)
 }
+
+/// How many of an event's attempt records a failing, snoozed or abandoned attempt keeps
+/// before adding its own.
+const KEPT_BEFORE_A_NEW_RECORD: i64 = MAX_ATTEMPT_RECORDS as i64 - 1;

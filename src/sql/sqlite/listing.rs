@@ -73,12 +73,63 @@ pub(super) fn list(
     shared::list(pool, query, listing, |us| us.div_euclid(1000))
 }
 
-/// One row of the inbox, its body included.
+/// An event's newest `?3` attempt records, oldest first (ties in time in the order
+/// they were written): `webhook_attempts`' rows, and the processed attempt the row
+/// itself records (its start and `processed_at`; after every other).
+const ATTEMPTS: &str = "
+SELECT attempt, started_at * 1000 AS started_us, finished_at * 1000 AS finished_us,
+    outcome, error
+FROM (
+    SELECT * FROM (
+        SELECT rowid AS n, attempt, started_at, finished_at, outcome, error
+        FROM webhook_attempts WHERE source = ?1 AND event_id = ?2
+        UNION ALL
+        SELECT 9223372036854775807, attempts, attempt_started_at,
+            max(processed_at, attempt_started_at), 'processed', NULL
+        FROM webhook_events
+        WHERE source = ?1 AND event_id = ?2 AND next_attempt_at IS NOT NULL
+          AND processed_at IS NOT NULL AND attempt_started_at IS NOT NULL
+    )
+    ORDER BY started_at DESC, finished_at DESC, n DESC LIMIT ?3
+)
+ORDER BY started_at, finished_at, n";
+
+/// How many inbox rows were processed in each minute since `?1` (a minute's start, in
+/// milliseconds) that had any, by the minute's start: a range of the processed rows'
+/// index (`webhook_events_processed_at`), the minutes asked for and no more.
+const PROCESSED_PER_MINUTE: &str = "
+SELECT processed_at - processed_at % 60000 AS minute_ms, count(*) AS n
+FROM webhook_events
+WHERE processed_at IS NOT NULL AND processed_at >= ?1 AND next_attempt_at IS NOT NULL
+GROUP BY 1";
+
+/// One row of the inbox, its body, headers and attempts included.
 pub(super) fn event(
     pool: &SqlitePool,
     now: i64,
     source: String,
     id: String,
 ) -> StoreFuture<Option<StoredEvent>> {
-    shared::event(pool, sqlx::query_as(EVENT).bind(now), source, id)
+    let attempts = sqlx::query_as(ATTEMPTS);
+    shared::event(pool, sqlx::query_as(EVENT).bind(now), attempts, source, id)
+}
+
+/// The current minute's start (at `now`) and the counts of the last `minutes` minutes
+/// that had any.
+pub(super) fn processed_per_minute(
+    pool: &SqlitePool,
+    now: i64,
+    minutes: u32,
+) -> StoreFuture<(i64, Vec<(i64, i64)>)> {
+    let pool = pool.clone();
+    let current = now - now.rem_euclid(60_000);
+    let since = current.saturating_sub(i64::from(minutes.saturating_sub(1)) * 60_000);
+    Box::pin(async move {
+        let counted = sqlx::query_as::<_, (i64, i64)>(PROCESSED_PER_MINUTE)
+            .bind(since)
+            .fetch_all(&pool)
+            .await
+            .map_err(|e| store_error("inbox processed per minute", e))?;
+        Ok((current, counted))
+    })
 }

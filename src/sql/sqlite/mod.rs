@@ -90,10 +90,10 @@ enum Done {
 }
 
 impl Op {
-    /// What it adds to its batch: its body.
+    /// What it adds to its batch: its body (and an accept's headers).
     fn size(&self) -> usize {
         match self {
-            Op::Claim(d, ..) | Op::Accept(d) => d.audit().body.map_or(0, <[u8]>::len),
+            Op::Claim(d, ..) | Op::Accept(d) => d.size(),
             _ => 0,
         }
     }

@@ -16,21 +16,25 @@ use crate::inbox::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent
 use crate::store::{Delivery, StoreError, StoreFuture, Token};
 use crate::Event;
 
-/// A new row queued; a row `DedupeLayer` left unfinished is queued instead (adopted), its
+/// A new row queued, with the delivery's request headers (`?9`, credentials left out); a
+/// row `DedupeLayer` left unfinished is queued instead (adopted), its
 /// claim's lock dropped: the row is the inbox's from now on, due at once (a `DedupeLayer`
 /// in front of this accept then finds it done, `INBOX_HAS`).
 pub(super) const ACCEPT: &str = "
 INSERT INTO webhook_events
-    (source, event_id, event_type, object_id, livemode, body, received_at, attempts, next_attempt_at, kind)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?7, ?8)
+    (source, event_id, event_type, object_id, livemode, body, received_at, attempts, next_attempt_at, kind,
+     headers)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?7, ?8, ?9)
 ON CONFLICT (source, event_id) DO UPDATE SET next_attempt_at = ?7, attempts = 0,
-    locked_until = NULL, lock_token = NULL
+    locked_until = NULL, lock_token = NULL, headers = ?9
 WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS NULL
   AND webhook_events.kind <> 'once'";
 
 /// SQLite has one writer: this UPDATE is atomic, no two workers get the same row. A due
 /// row whose every attempt ended without an outcome (each crashed its worker) is marked
-/// dead in the same statement instead of claimed again (every SET sees the old row).
+/// dead in the same statement instead of claimed again (every SET sees the old row). The
+/// attempt's start is kept for its record; a trigger records the attempt before it as
+/// crashed when it never finished (the migration `webhook_events_history`).
 /// Under a per-object cap of n, a row is claimed while fewer than n of its object's other
 /// unfinished rows run or came before it: counted up to n and no further, so an object
 /// with a backlog of thousands costs a claim n rows of it, not its whole backlog.
@@ -41,7 +45,8 @@ SET attempts = attempts + (attempts < ?5),
     processing_error = CASE WHEN attempts >= ?5
         THEN coalesce(processing_error || '; then ', '') || ?6 ELSE processing_error END,
     locked_until = CASE WHEN attempts < ?5 THEN ?1 + ?2 END,
-    lock_token = CASE WHEN attempts < ?5 THEN ?3 END
+    lock_token = CASE WHEN attempts < ?5 THEN ?3 END,
+    attempt_started_at = CASE WHEN attempts < ?5 THEN ?1 END
 WHERE rowid IN (
     SELECT rowid FROM webhook_events
     WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= ?1
@@ -85,7 +90,11 @@ pub(super) const RENEW_ROW: &str = "
 UPDATE webhook_events SET locked_until = ?4
 WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
 
-/// The row processed; kept idempotent under its token like a claim's completion.
+/// The row processed; kept idempotent under its token like a claim's completion. Its
+/// attempt is no row of `webhook_attempts`: the row's own `attempt_started_at` and
+/// `processed_at` are its record (read back as one by `ATTEMPTS`; a requeue copies it into
+/// the table), so the drain's outcomes write nothing more than before. The other finishes
+/// return the attempt's number and start, for the writer to record.
 pub(super) const PROCESSED: &str = "
 UPDATE webhook_events SET processed_at = coalesce(processed_at, ?4), processing_error = NULL,
     locked_until = NULL
@@ -94,22 +103,43 @@ WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3";
 pub(super) const RETRY: &str = "
 UPDATE webhook_events SET next_attempt_at = ?4, processing_error = ?5,
     locked_until = NULL, lock_token = NULL
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL
+RETURNING attempts, attempt_started_at";
 
 pub(super) const DEAD: &str = "
 UPDATE webhook_events SET dead_at = ?4, processing_error = ?5,
     locked_until = NULL, lock_token = NULL
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL
+RETURNING attempts, attempt_started_at";
 
-/// Snoozed by the processor: due again at `?4`, the attempt uncounted.
+/// Snoozed by the processor: due again at `?4`, the attempt uncounted (its record keeps
+/// the number it ran as).
 pub(super) const LATER: &str = "
 UPDATE webhook_events SET next_attempt_at = ?4, attempts = attempts - 1,
     locked_until = NULL, lock_token = NULL
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL
+RETURNING attempts + 1, attempt_started_at";
 
 pub(super) const ABANDON: &str = "
 UPDATE webhook_events SET processing_error = ?4, locked_until = NULL, lock_token = NULL
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL
+RETURNING attempts, attempt_started_at";
+
+/// The attempts a batch finished, in its transaction: one statement for the batch,
+/// whatever its size (a statement per attempt would cost the drain a round trip to
+/// SQLite's thread each; a trigger could not tell the outcome). `?1`: a JSON array of
+/// `[source, id, attempt, started, finished, outcome, error]`.
+pub(super) const RECORD_ATTEMPTS: &str = "
+INSERT INTO webhook_attempts (source, event_id, attempt, started_at, finished_at, outcome, error)
+SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6
+FROM json_each(?1)";
+
+/// An event's attempt records past the newest `?3` deleted (after a failing, snoozed or
+/// abandoned attempt added its own: see `MAX_ATTEMPT_RECORDS`).
+pub(super) const CAP_ATTEMPTS: &str = "
+DELETE FROM webhook_attempts WHERE rowid IN (
+    SELECT rowid FROM webhook_attempts WHERE source = ?1 AND event_id = ?2
+    ORDER BY started_at DESC, rowid DESC LIMIT -1 OFFSET ?3)";
 
 pub(super) const REQUEUE: &str = "
 UPDATE webhook_events
@@ -160,8 +190,9 @@ impl Sqlite {
 }
 
 impl Backend for Sqlite {
-    fn accept(&self, event: &Event) -> StoreFuture<Accepted> {
-        let (this, d) = (self.clone(), Delivery::from_event(event));
+    fn accept(&self, event: &Event, headers: Option<String>) -> StoreFuture<Accepted> {
+        let this = self.clone();
+        let d = Delivery::from_event(event).with_headers(headers);
         Box::pin(async move { this.accept(d).await })
     }
 
@@ -253,6 +284,10 @@ impl Backend for Sqlite {
 
     fn list(&self, listing: &Listing) -> StoreFuture<Vec<EventSummary>> {
         super::listing::list(&self.pool, self.now_ms(), listing)
+    }
+
+    fn processed_per_minute(&self, minutes: u32) -> StoreFuture<(i64, Vec<(i64, i64)>)> {
+        super::listing::processed_per_minute(&self.pool, self.now_ms(), minutes)
     }
 
     fn event(&self, source: String, id: String) -> StoreFuture<Option<StoredEvent>> {

@@ -7,11 +7,11 @@ use std::time::Duration;
 use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite as Db, SqliteArguments, SqlitePool};
 
-use super::super::{store_error, Outcome, ABANDONED, CRASHED};
+use super::super::{store_error, Outcome, ABANDONED, CRASHED, MAX_ATTEMPT_RECORDS};
 use super::claims::{claim_one, COMPLETE, INBOX_HAS, PRUNE, PRUNE_ONCE, RELEASE, RENEW};
 use super::queue::{
-    ABANDON, ACCEPT, CLAIM_DUE, DEAD, GIVE_BACK, LATER, PAUSE, PROCESSED, PRUNE_DEAD,
-    PRUNE_PROCESSED, RENEW_ROW, REQUEUE, RESUME, RETRY,
+    ABANDON, ACCEPT, CAP_ATTEMPTS, CLAIM_DUE, DEAD, GIVE_BACK, LATER, PAUSE, PROCESSED, PRUNE_DEAD,
+    PRUNE_PROCESSED, RECORD_ATTEMPTS, RENEW_ROW, REQUEUE, RESUME, RETRY,
 };
 use super::{bind_delivery, epoch_ms, ms, Clock, Done, Op};
 use crate::inbox::Accepted;
@@ -83,9 +83,11 @@ pub(super) async fn write_in_one_transaction(
     // Read once the lock is held: a lease granted after a wait for it is still whole.
     let now = epoch_ms(clock());
     let mut results = Vec::with_capacity(ops.len());
+    let mut attempts = Vec::new();
     for op in ops {
-        results.push(Ok(write_one(&mut tx, now, op).await?));
+        results.push(Ok(write_one(&mut tx, now, op, &mut attempts).await?));
     }
+    record(&mut tx, &attempts).await?;
     tx.commit()
         .await
         .map_err(|e| store_error("sqlite commit", e))?;
@@ -119,11 +121,62 @@ async fn inbox_has(
     Ok(row.is_some())
 }
 
-/// One write's statements on `conn`, at `now`.
-async fn write_one(
+/// An attempt a batch finished, recorded in `webhook_attempts` before the batch commits.
+struct Finished<'a> {
+    source: &'a str,
+    id: &'a str,
+    attempt: i64,
+    started: i64,
+    finished: i64,
+    outcome: &'static str,
+    error: Option<&'a str>,
+}
+
+/// The batch's finished attempts (but the processed ones, which their rows record) in
+/// `webhook_attempts` ([`RECORD_ATTEMPTS`]), and the history of each event whose attempt
+/// did not end its run cut to the newest [`MAX_ATTEMPT_RECORDS`].
+async fn record(
+    conn: &mut sqlx::SqliteConnection,
+    attempts: &[Finished<'_>],
+) -> Result<(), StoreError> {
+    if attempts.is_empty() {
+        return Ok(());
+    }
+    let err = |e| store_error("inbox attempts", e);
+    let rows: Vec<_> = attempts
+        .iter()
+        .map(|a| {
+            let (source, id, outcome) = (a.source, a.id, a.outcome);
+            (
+                source, id, a.attempt, a.started, a.finished, outcome, a.error,
+            )
+        })
+        .collect();
+    let json = serde_json::to_string(&rows).expect("strings and numbers");
+    sqlx::query(RECORD_ATTEMPTS)
+        .bind(json)
+        .execute(&mut *conn)
+        .await
+        .map_err(err)?;
+    let kept = i64::try_from(MAX_ATTEMPT_RECORDS).unwrap_or(i64::MAX);
+    for a in attempts.iter().filter(|a| a.outcome != "dead") {
+        sqlx::query(CAP_ATTEMPTS)
+            .bind(a.source)
+            .bind(a.id)
+            .bind(kept)
+            .execute(&mut *conn)
+            .await
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+/// One write's statements on `conn`, at `now`; the attempts it finished go in `attempts`.
+async fn write_one<'a>(
     conn: &mut sqlx::SqliteConnection,
     now: i64,
-    op: &Op,
+    op: &'a Op,
+    attempts: &mut Vec<Finished<'a>>,
 ) -> Result<Done, StoreError> {
     let changed = |done: sqlx::sqlite::SqliteQueryResult| done.rows_affected();
     Ok(match op {
@@ -157,6 +210,7 @@ async fn write_one(
             let done = bind_delivery(sqlx::query(ACCEPT), d)
                 .bind(now)
                 .bind(d.kind())
+                .bind(d.audit().headers)
                 .execute(&mut *conn)
                 .await
                 .map_err(|e| store_error("inbox accept", e))?;
@@ -210,21 +264,58 @@ async fn write_one(
             Done::Held(changed(done) == 1)
         }
         Op::Finish(source, id, token, outcome) => {
-            let key = |sql| keyed(sql, source, id, *token);
-            let query = match outcome {
-                Outcome::Processed => key(PROCESSED).bind(now),
-                Outcome::Retry(error, after) => key(RETRY)
-                    .bind(now.saturating_add(ms(*after)))
-                    .bind(error.as_str()),
-                Outcome::Dead(error) => key(DEAD).bind(now).bind(error.as_str()),
-                Outcome::Later(after) => key(LATER).bind(now.saturating_add(ms(*after))),
-                Outcome::Abandoned => key(ABANDON).bind(ABANDONED),
+            // Each returns the attempt's number and start: the row was held.
+            let key = |sql| {
+                sqlx::query_as::<_, (i64, Option<i64>)>(sql)
+                    .bind(source.as_str())
+                    .bind(id.as_str())
+                    .bind(token.to_string())
             };
-            let done = query
-                .execute(&mut *conn)
+            let (query, name, error) = match outcome {
+                Outcome::Processed => {
+                    // Its record is the row's own columns: nothing more to write.
+                    let done = keyed(PROCESSED, source, id, *token)
+                        .bind(now)
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(|e| store_error("inbox finish", e))?;
+                    return Ok(Done::Held(changed(done) == 1));
+                }
+                Outcome::Retry(error, after) => (
+                    key(RETRY)
+                        .bind(now.saturating_add(ms(*after)))
+                        .bind(error.as_str()),
+                    "failed",
+                    Some(error.as_str()),
+                ),
+                Outcome::Dead(error) => (
+                    key(DEAD).bind(now).bind(error.as_str()),
+                    "dead",
+                    Some(error.as_str()),
+                ),
+                Outcome::Later(after) => (
+                    key(LATER).bind(now.saturating_add(ms(*after))),
+                    "snoozed",
+                    None,
+                ),
+                Outcome::Abandoned => (key(ABANDON).bind(ABANDONED), "abandoned", Some(ABANDONED)),
+            };
+            let held = query
+                .fetch_optional(&mut *conn)
                 .await
                 .map_err(|e| store_error("inbox finish", e))?;
-            Done::Held(changed(done) == 1)
+            if let Some((attempt, Some(started))) = held {
+                attempts.push(Finished {
+                    source,
+                    id,
+                    attempt,
+                    started,
+                    finished: now.max(started),
+                    outcome: name,
+                    error,
+                });
+            }
+            Done::Held(held.is_some())
         }
         Op::Pause(source, event_type, pause) => {
             let query = match pause {
