@@ -377,3 +377,57 @@ async fn bulk_actions_count_first_and_act_only_once_confirmed() {
         "only the dead: {c:?}"
     );
 }
+
+/// An event's page shows every attempt (its outcome and error) and the headers it was
+/// accepted with; the overview's chart counts the events processed in its minutes.
+#[tokio::test]
+async fn an_event_page_shows_its_attempts_and_headers_and_the_overview_its_rate() {
+    let inbox = inbox().await;
+    seed(&inbox, 1).await;
+    let answer = get(&inbox, "/admin/ui/event?source=standard&id=evt_dead_1").await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.html);
+    let attempts = section(&answer.html, "attempts");
+    assert_eq!(
+        attempts.matches("class=\"outcome failed\"").count(),
+        1,
+        "{attempts}"
+    );
+    assert_eq!(
+        attempts.matches("class=\"outcome dead\"").count(),
+        1,
+        "{attempts}"
+    );
+    assert_eq!(
+        attempts.matches(common::seed::DEAD_ERROR).count(),
+        2,
+        "{attempts}"
+    );
+    let headers = section(&answer.html, "headers");
+    assert!(headers.contains("<code>webhook-id</code>"), "{headers}");
+    assert!(headers.contains("<code>evt_dead_1</code>"), "{headers}");
+    let processed = get(&inbox, "/admin/ui/event?source=standard&id=evt_done").await;
+    let attempts = section(&processed.html, "attempts");
+    assert_eq!(
+        attempts.matches("class=\"outcome processed\"").count(),
+        1,
+        "{attempts}"
+    );
+
+    let overview = get(&inbox, "/admin/ui").await;
+    let rate = section(&overview.html, "rate");
+    assert!(
+        rate.contains("aria-label=\"1 events processed in the last 30 minutes\""),
+        "{rate}"
+    );
+}
+
+/// The HTML of `<section … id="{id}">` up to its end.
+fn section<'a>(html: &'a str, id: &str) -> &'a str {
+    let start = html
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no section {id}: {html}"));
+    let end = html[start..]
+        .find("</section>")
+        .map_or(html.len(), |e| start + e);
+    &html[start..end]
+}

@@ -104,7 +104,7 @@ async function screenshot(page, name) {
   const folder = process.env.SCREENSHOTS;
   if (!folder) return;
   mkdirSync(folder, { recursive: true });
-  await page.screenshot({ path: join(folder, name) });
+  await page.screenshot({ path: join(folder, name), fullPage: true });
 }
 
 test("the operator's page in Chromium", async (t) => {
@@ -250,6 +250,14 @@ test("the operator's page in Chromium", async (t) => {
     await page.click("#actions button");
     await printed(receiver, "handled evt_dead_1");
     await stateBecomes(page, dead1(), "processed");
+    // Its history: dead at its one attempt, requeued, dead again, requeued, processed.
+    const outcomes = await page.locator("#attempts .outcome").allInnerTexts();
+    assert.deepEqual(outcomes, ["dead", "dead", "processed"]);
+    const errors = await page.locator("#attempts td.error").allInnerTexts();
+    assert.ok(errors[0].includes("WEBHOOK_FAIL_TYPES") && errors[1].includes("WEBHOOK_FAIL_TYPES"), `${errors}`);
+    // The headers it came with, the signature among them.
+    const names = await page.locator("#headers tbody td:first-child").allInnerTexts();
+    assert.ok(names.includes("stripe-signature") && names.includes("content-type"), `${names}`);
   });
 
   await t.test("requeues the dead events of a type after a count and a confirmation", async () => {

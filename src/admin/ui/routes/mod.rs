@@ -1,5 +1,4 @@
-//! The pages and the forms' actions: each a few inbox calls, then a page (or, after an
-//! action, a redirect to the page that shows its effect).
+//! The pages: each a few inbox calls, then a page; the forms' actions in `actions.rs`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -23,6 +22,9 @@ use super::scan::{scan, Scanned};
 use crate::admin::AdminError;
 use crate::inbox::{Inbox, Requeue};
 use crate::store::StoreError;
+
+mod actions; // the forms' POSTs: requeue, pause and resume, delete dead events
+use actions::{delete_dead, pause, requeue_matching, requeue_one, resume};
 
 /// How many rows of each listing the overview reads to count by source (and the search
 /// by id alone reads for the sources it tries).
@@ -142,25 +144,24 @@ impl Done {
 async fn style() -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
-        include_str!("assets/style.css"),
+        include_str!("../assets/style.css"),
     )
 }
 
 async fn script() -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
-        include_str!("assets/ui.js"),
+        include_str!("../assets/ui.js"),
     )
 }
 
-/// The processed events of each of the last minutes, oldest first; `None` where the
-/// inbox does not count them.
-///
-/// SEAM(processed_per_minute): once `Inbox::processed_per_minute` lands, this is
-/// `inbox.processed_per_minute(30).await.map(Some)` (adapted to its return type).
-#[allow(clippy::unused_async)] // the seam's body will await
-async fn processing_rate(_inbox: &Inbox) -> Result<Option<Vec<u64>>, StoreError> {
-    Ok(None)
+/// How many minutes the overview's chart spans.
+const RATE_MINUTES: u32 = 30;
+
+/// The events processed in each of the last [`RATE_MINUTES`], oldest first.
+async fn processing_rate(inbox: &Inbox) -> Result<Vec<u64>, StoreError> {
+    let minutes = inbox.processed_per_minute(RATE_MINUTES).await?;
+    Ok(minutes.into_iter().map(|(_, n)| n).collect())
 }
 
 /// Failing and dead rows by source (`source → (failing, dead)`), from the first rows of
@@ -207,7 +208,7 @@ async fn overview(
         by_source: &by_source,
         by_source_cut: cut,
         pauses: &pauses,
-        rate: rate.as_deref(),
+        rate: &rate,
     };
     Ok(page(
         StatusCode::OK,
@@ -309,221 +310,4 @@ async fn search(inbox: &Inbox, base: &str, id: &str) -> Result<Response, UiError
         [] => Ok(page(StatusCode::NOT_FOUND, pages::found(base, id, &keys))),
         _ => Ok(page(StatusCode::OK, pages::found(base, id, &keys))),
     }
-}
-
-async fn requeue_one(
-    _: SameOrigin,
-    State(inbox): State<Inbox>,
-    Base(base): Base,
-    f: Result<Form<OneEvent>, FormRejection>,
-) -> Result<Response, UiError> {
-    let f = form(&base, f)?;
-    let (Some(source), Some(id)) = (given(&f.source), given(&f.id)) else {
-        return Err(UiError::at(
-            base,
-            AdminError::bad_request("requeue takes a source and an id"),
-        ));
-    };
-    if source.contains('\0') || id.contains('\0') {
-        return Err(UiError::at(
-            base,
-            AdminError::bad_request("source and id contain no NUL"),
-        ));
-    }
-    let n = inbox
-        .requeue(Requeue::id(source, id))
-        .await
-        .map_err(store(&base))?;
-    let done = if n == 0 { "not-requeued" } else { "requeued" };
-    let to = format!("{}&done={done}", event_href(&base, source, id));
-    Ok(Redirect::to(&to).into_response())
-}
-
-/// How many `rows` match `filter` (at most [`COUNT_ROWS`] read), and whether there may
-/// be more.
-async fn count(inbox: &Inbox, rows: Rows, filter: &Filter) -> Result<(usize, bool), StoreError> {
-    let Scanned { rows, cut, .. } = scan(inbox, rows, filter, None, usize::MAX, COUNT_ROWS).await?;
-    Ok((rows.len(), cut))
-}
-
-/// `17`, or `at least 10000` where the count stopped at its budget.
-fn how_many(n: usize, cut: bool) -> String {
-    match cut {
-        true => format!("at least {n}"),
-        false => n.to_string(),
-    }
-}
-
-async fn requeue_matching(
-    _: SameOrigin,
-    State(inbox): State<Inbox>,
-    Base(base): Base,
-    f: Result<Form<RequeueForm>, FormRejection>,
-) -> Result<Response, UiError> {
-    let f = form(&base, f)?;
-    let filter = Filter::of(&None, &f.event_type, &f.from, &f.before).map_err(failed(&base))?;
-    let narrowed = filter.event_type.is_some() || filter.from.is_some() || filter.before.is_some();
-    if !f.dead_only() && !narrowed {
-        let why = "name the rows: dead only, a type or a window (every event at once is the JSON API's `all`)";
-        return Err(UiError::at(base, AdminError::bad_request(why)));
-    }
-    if filter.event_type.as_ref().is_some_and(|t| t.contains('\0')) {
-        return Err(UiError::at(
-            base,
-            AdminError::bad_request("a type contains no NUL"),
-        ));
-    }
-    let fields = [
-        ("type", given(&f.event_type).unwrap_or_default().to_owned()),
-        ("from", given(&f.from).unwrap_or_default().to_owned()),
-        ("before", given(&f.before).unwrap_or_default().to_owned()),
-        (
-            "dead",
-            if f.dead_only() {
-                "yes".into()
-            } else {
-                String::new()
-            },
-        ),
-    ];
-    if !f.confirmed() {
-        let (dead, dead_cut) = count(&inbox, Rows::Dead, &filter)
-            .await
-            .map_err(store(&base))?;
-        let what = if f.dead_only() {
-            html! { strong { (how_many(dead, dead_cut)) } " dead events match. They will be due now, with their attempts reset." }
-        } else {
-            let (failing, failing_cut) = count(&inbox, Rows::Failing, &filter)
-                .await
-                .map_err(store(&base))?;
-            html! {
-                strong { (how_many(dead, dead_cut)) } " dead and "
-                strong { (how_many(failing, failing_cut)) } " failing events match; "
-                "queued and " strong { "processed" } " events of this type or window are requeued too (processed ones run again: a replay), and are not counted here."
-            }
-        };
-        let markup = pages::confirm(&base, "Requeue", what, "/requeue-matching", &fields, false);
-        return Ok(page(StatusCode::OK, markup));
-    }
-    let mut which = if f.dead_only() {
-        Requeue::dead()
-    } else {
-        Requeue::all()
-    };
-    if let Some(event_type) = &filter.event_type {
-        which = which.with_type(event_type);
-    }
-    if let Some(from) = filter.from {
-        which = which.received_since(from);
-    }
-    if let Some(before) = filter.before {
-        which = which.received_before(before);
-    }
-    let n = inbox.requeue(which).await.map_err(store(&base))?;
-    let message = format!("Requeued {n} event{}.", if n == 1 { "" } else { "s" });
-    let back = format!("{base}/events?state=dead");
-    Ok(page(
-        StatusCode::OK,
-        pages::done(&base, "Requeued", &message, &back),
-    ))
-}
-
-async fn delete_dead(
-    _: SameOrigin,
-    State(inbox): State<Inbox>,
-    Base(base): Base,
-    f: Result<Form<DeleteDeadForm>, FormRejection>,
-) -> Result<Response, UiError> {
-    let f = form(&base, f)?;
-    let hours = f.hours().map_err(failed(&base))?;
-    let older_than = Duration::from_secs(hours * 3600);
-    if !f.confirmed() {
-        let Scanned { rows, cut, .. } = scan(
-            &inbox,
-            Rows::Dead,
-            &Filter::default(),
-            None,
-            usize::MAX,
-            COUNT_ROWS,
-        )
-        .await
-        .map_err(store(&base))?;
-        let cutoff = SystemTime::now().checked_sub(older_than);
-        let n = rows
-            .iter()
-            .filter(|row| match (row.dead_at, cutoff) {
-                (Some(dead_at), Some(cutoff)) => dead_at <= cutoff,
-                _ => false,
-            })
-            .count();
-        let what = html! {
-            strong { (how_many(n, cut)) } " dead events went dead more than " (hours) " hours ago. "
-            "Deleting them cannot be undone: they were acknowledged to the provider and never processed."
-        };
-        let fields = [("hours", hours.to_string())];
-        let markup = pages::confirm(
-            &base,
-            "Delete dead events",
-            what,
-            "/delete-dead",
-            &fields,
-            true,
-        );
-        return Ok(page(StatusCode::OK, markup));
-    }
-    let n = inbox.prune_dead(older_than).await.map_err(store(&base))?;
-    let message = format!("Deleted {n} dead event{}.", if n == 1 { "" } else { "s" });
-    let back = format!("{base}/events?state=dead");
-    Ok(page(
-        StatusCode::OK,
-        pages::done(&base, "Deleted", &message, &back),
-    ))
-}
-
-async fn pause(
-    origin: SameOrigin,
-    State(inbox): State<Inbox>,
-    Base(base): Base,
-    f: Result<Form<PauseForm>, FormRejection>,
-) -> Result<Response, UiError> {
-    set_paused(origin, &inbox, base, f, true).await
-}
-
-async fn resume(
-    origin: SameOrigin,
-    State(inbox): State<Inbox>,
-    Base(base): Base,
-    f: Result<Form<PauseForm>, FormRejection>,
-) -> Result<Response, UiError> {
-    set_paused(origin, &inbox, base, f, false).await
-}
-
-async fn set_paused(
-    _: SameOrigin,
-    inbox: &Inbox,
-    base: String,
-    f: Result<Form<PauseForm>, FormRejection>,
-    paused: bool,
-) -> Result<Response, UiError> {
-    let f = form(&base, f)?;
-    let (source, event_type) = (given(&f.source), given(&f.event_type));
-    if source.is_some_and(|s| s.contains('\0')) || event_type.is_some_and(|t| t.contains('\0')) {
-        return Err(UiError::at(
-            base,
-            AdminError::bad_request("source and type contain no NUL"),
-        ));
-    }
-    let changed = match paused {
-        true => inbox.pause(source, event_type).await,
-        false => inbox.resume(source, event_type).await,
-    }
-    .map_err(store(&base))?;
-    let done = match (paused, changed) {
-        (true, true) => "paused",
-        (true, false) => "already-paused",
-        (false, true) => "resumed",
-        (false, false) => "not-paused",
-    };
-    let to = format!("{}?done={done}", pages::home(&base));
-    Ok(Redirect::to(&to).into_response())
 }

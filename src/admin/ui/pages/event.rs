@@ -1,0 +1,167 @@
+//! One event: its fields, the actions on it, its body, headers and attempts.
+
+use maud::{html, Markup};
+
+use super::*;
+use crate::admin::ui::body::View;
+use crate::inbox::StoredEvent;
+
+pub(in crate::admin::ui) fn event(
+    base: &str,
+    e: &StoredEvent,
+    view: View,
+    body: (String, &'static str),
+    flash_message: Option<Markup>,
+) -> Markup {
+    let s = &e.summary;
+    let main = html! {
+        @if let Some(f) = flash_message { (f) }
+        h1 { "Event " code { (s.id) } " " (state_badge(s.state)) }
+        div.columns {
+            div.stack {
+                (fields_section(e))
+                (actions_section(base, e))
+                (attempts_section(e))
+            }
+            div.stack {
+                (body_section(base, e, view, body))
+                (headers_section(e))
+            }
+        }
+    };
+    layout(base, &s.id, Here::Other, main)
+}
+
+fn fields_section(e: &StoredEvent) -> Markup {
+    let s = &e.summary;
+    let maybe_time = |t: Option<SystemTime>| match t {
+        Some(t) => html! { (at(t)) " (" (ago(t)) ")" },
+        None => html! { span.muted { "—" } },
+    };
+    let maybe_text = |t: &Option<String>| match t {
+        Some(t) => html! { code { (t) } },
+        None => html! { span.muted { "—" } },
+    };
+    html! {
+        section.card #fields {
+            h2 { "Fields" }
+            dl.fields {
+                dt { "state" } dd { (state_badge(s.state)) }
+                dt { "source" } dd { code { (s.source) } }
+                dt { "id" } dd { code { (s.id) } }
+                dt { "type" } dd { (maybe_text(&s.event_type)) }
+                dt { "object" } dd { (maybe_text(&s.object_id)) }
+                dt { "livemode" } dd {
+                    @match e.livemode { Some(true) => { "live" } Some(false) => { "test" } None => { span.muted { "—" } } }
+                }
+                dt { "received" } dd { (maybe_time(Some(s.received_at))) }
+                dt { "attempts" } dd { (s.attempts) }
+                dt { "next attempt" } dd { (maybe_time(s.next_attempt_at)) }
+                dt { "processed" } dd { (maybe_time(e.processed_at)) }
+                dt { "dead" } dd { (maybe_time(s.dead_at)) }
+                dt { "last error" } dd.error { @if let Some(error) = &s.last_error { (error) } @else { span.muted { "—" } } }
+            }
+        }
+    }
+}
+
+fn actions_section(base: &str, e: &StoredEvent) -> Markup {
+    let s = &e.summary;
+    let processing = s.state == crate::inbox::State::Processing;
+    html! {
+        section.card #actions {
+            h2 { "Actions" }
+            form.row method="post" action={ (base) "/requeue" } {
+                input type="hidden" name="source" value=(s.source);
+                input type="hidden" name="id" value=(s.id);
+                button type="submit" disabled[processing] { "Requeue" }
+                span.muted {
+                    @if processing { "A worker is processing it now." }
+                    @else if s.state == crate::inbox::State::Processed { "It was processed: requeueing runs it again (a replay)." }
+                    @else { "Due now, with its attempts reset." }
+                }
+            }
+        }
+    }
+}
+
+fn body_section(
+    base: &str,
+    e: &StoredEvent,
+    view: View,
+    (text, kind): (String, &'static str),
+) -> Markup {
+    let s = &e.summary;
+    let href = |v: &str| format!("{}&view={v}", event_href(base, &s.source, &s.id));
+    let tab = |v: View, name: &str, label: &str| {
+        html! { a class=[(view == v).then_some("here")] href=(href(name)) { (label) } }
+    };
+    html! {
+        section.card #body {
+            h2 { "Body " span.muted { "(" (e.body.len()) " bytes, shown as " (kind) ")" } }
+            div.tabs {
+                (tab(View::Pretty, "pretty", "pretty"))
+                (tab(View::Raw, "raw", "raw text"))
+                (tab(View::Base64, "base64", "base64"))
+            }
+            pre.body { (text) }
+        }
+    }
+}
+
+/// The request headers it was accepted with, as stored (credentials were never stored).
+fn headers_section(e: &StoredEvent) -> Markup {
+    html! {
+        section.card #headers {
+            h2 { "Headers" }
+            @if e.headers.is_empty() {
+                p.muted { "None stored: it came before the inbox kept them, or not through its accept service." }
+            } @else {
+                table {
+                    thead { tr { th { "name" } th { "value" } } }
+                    tbody {
+                        @for (name, value) in &e.headers {
+                            tr { td { code { (name) } } td.value { code { (value) } } }
+                        }
+                    }
+                }
+                p.note { "Credentials (Authorization, Cookie, API keys) are never stored." }
+            }
+        }
+    }
+}
+
+/// Every attempt, oldest first, with its outcome, duration and error.
+fn attempts_section(e: &StoredEvent) -> Markup {
+    html! {
+        section.card #attempts {
+            h2 { "Attempts" }
+            @if e.attempts.is_empty() {
+                p.muted { "None yet." }
+            } @else {
+                table {
+                    thead { tr { th.num { "#" } th { "started" } th.num { "took" } th { "outcome" } th { "error" } } }
+                    tbody {
+                        @for a in &e.attempts {
+                            tr {
+                                td.num { (a.attempt) }
+                                td { (time_cell(a.started_at)) }
+                                td.num { (took(a.duration())) }
+                                td { span class={ "outcome " (a.outcome.as_str()) } { (a.outcome.as_str()) } }
+                                td.error { @if let Some(error) = &a.error { (error) } @else { span.muted { "—" } } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An attempt's duration: milliseconds under 10 s, else seconds.
+fn took(d: std::time::Duration) -> String {
+    match d.as_millis() {
+        ms @ 0..10_000 => format!("{ms} ms"),
+        _ => format!("{:.1} s", d.as_secs_f64()),
+    }
+}
