@@ -11,7 +11,8 @@ use base64::Engine as _;
 use serde::ser::{Error as _, Serialize, Serializer};
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-use super::listing::{AttemptRecord, Cursor, EventSummary, Page, State, StoredEvent};
+use super::listing::{Cursor, EventSummary, Page, State, StoredEvent};
+use super::AttemptRecord;
 use super::{Counts, Pause};
 
 /// `t` as RFC 3339 in UTC, to the microsecond (what both databases keep).

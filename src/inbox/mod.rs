@@ -90,6 +90,8 @@ pub(crate) mod backend;
 pub(crate) mod backpressure;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod headers; // what of a delivery's request headers the SQL inbox stores
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod history; // each attempt's record
 #[cfg(feature = "nats")]
 pub mod jetstream;
 #[cfg(any(
@@ -124,12 +126,11 @@ pub use self::accept::{Accept, AcceptFuture};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use self::backend::Backend;
 pub use self::backpressure::Backpressure;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use self::history::{AttemptOutcome, AttemptRecord};
 pub use self::later::Later;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub use self::listing::{
-    AttemptOutcome, AttemptRecord, Cursor, EventSummary, InvalidCursor, Listing, Page, State,
-    StoredEvent,
-};
+pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, State, StoredEvent};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::operate::Requeue;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]

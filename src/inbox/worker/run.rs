@@ -13,6 +13,7 @@ use super::super::process::{hurry_up, AbortOnDrop, Failure};
 use super::super::rate::Pacing;
 use super::super::Attempt;
 use super::caps::{Caps, Turn};
+use super::freed::{Freed, Freeing};
 use super::runner::Done;
 use super::{Claimed, Engine, Outcome, Queue};
 use crate::metrics::{self, Operation};
@@ -458,49 +459,6 @@ impl<Q: Queue> Engine<Q> {
     ) -> Result<bool, StoreError> {
         let finish = self.queue.finish(held, outcome, heartbeat.lease_ends());
         metrics::timed(Operation::InboxFinish, finish).await
-    }
-}
-
-/// What an event's processor goes back to: the worker's processors, the lookahead's
-/// places, and the claim loop to tell.
-#[derive(Clone)]
-struct Freeing {
-    processors: Arc<Semaphore>,
-    waiting: Arc<Semaphore>,
-    told: Arc<Notify>,
-}
-
-/// An event's hold on a processor, given back (and the claim loop told) when its processor
-/// ends — or when its task is stopped.
-struct Freed(Option<OwnedSemaphorePermit>, Freeing);
-
-impl Freed {
-    fn free(&mut self) {
-        if self.0.take().is_some() {
-            self.1.told.notify_one();
-        }
-    }
-
-    /// Gives the processor back while the event waits for its turns, if the lookahead has
-    /// a place for it (else it keeps the processor): the place, held until it has one again.
-    fn lend(&mut self) -> Option<OwnedSemaphorePermit> {
-        let place = self.1.waiting.clone().try_acquire_owned().ok()?;
-        self.free();
-        Some(place)
-    }
-
-    /// Takes a processor again (before the claims the loop would send: the semaphore is
-    /// fair), then leaves the lookahead's place.
-    async fn take_back(&mut self, place: OwnedSemaphorePermit) {
-        let processors = self.1.processors.clone();
-        self.0 = Some(processors.acquire_owned().await.expect("never closed"));
-        drop(place);
-    }
-}
-
-impl Drop for Freed {
-    fn drop(&mut self) {
-        self.free();
     }
 }
 
