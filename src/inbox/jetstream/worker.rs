@@ -41,6 +41,12 @@ pub struct JetStreamWorker {
     engine: Engine<Stream>,
 }
 
+/// The most [`JetStreamWorker::with_lookahead`] takes (a semaphore's permits are bounded).
+const MAX_LOOKAHEAD: usize = 1_000_000;
+
+/// How long a pull waits for a new message while events wait in the worker for their turns.
+const WAITING_POLL: Duration = Duration::from_millis(50);
+
 /// What a dead message says as its error when every attempt crashed its worker.
 const CRASHED: &str =
     "the last attempt ended without an outcome (the worker crashed or was stopped)";
@@ -121,21 +127,30 @@ impl JetStreamWorker {
     }
 
     /// Replaces how many messages may wait in this worker for their turns under its caps
-    /// and rates per source or type, without a processor (default 256): the worker pulls
-    /// on past them, so another source's messages further along the stream start
-    /// meanwhile — the fair share a stream read in order can give. A source whose
-    /// messages are more than `n` behind another's backlog waits until the worker has
-    /// read that close (the SQL inbox's claim skips at any depth). Past `n`, a message
-    /// waits holding a processor, as it does with 0.
+    /// and rates per source or type (default 256, beside one per processor): they wait
+    /// without a processor, so the worker pulls on past them, and another source's
+    /// messages further along the stream start meanwhile — the fair share a stream read
+    /// in order can give. A source whose messages are further behind another's backlog
+    /// waits until the worker has read that close (the SQL inbox's claim skips at any
+    /// depth). The worker pulls no more than it has places for.
     ///
     /// Each waiting message is renewed (`+WPI`) every third of the lease, and all of them
     /// count toward the consumer's `max_ack_pending` (NATS's default: 1 000, shared by
     /// every worker of the consumer): a pull beyond it gets nothing until some are done.
-    /// A worker that crashes while messages wait has counted each a delivery, as it would
-    /// a message it was running; one that shuts down hands them back uncounted.
-    pub fn with_lookahead(mut self, n: usize) -> Self {
+    /// The wait counts toward [`with_max_run`](Self::with_max_run) (default 1 h). A worker
+    /// that crashes while messages wait has counted each a delivery, as it would a
+    /// message it was running; one that shuts down hands them back uncounted.
+    ///
+    /// # Errors
+    ///
+    /// When `n` is over 1 000 000.
+    pub fn with_lookahead(mut self, n: usize) -> Result<Self, ConfigError> {
+        if n > MAX_LOOKAHEAD {
+            let why = "a lookahead must be at most 1 000 000 messages";
+            return Err(ConfigError::new(crate::ConfigErrorKind::InvalidValue, why));
+        }
         self.engine.lookahead = n;
-        self
+        Ok(self)
     }
 
     /// Starts the worker on the current Tokio runtime; with the `metrics` feature, it also
@@ -243,13 +258,19 @@ impl Queue for Stream {
         lease: Duration,
         _: Token,
         _: (u32, Option<u32>),
-        _: Skip, // a stream is read in order: capped events wait in the worker instead
+        skip: Skip, // a stream is read in order: capped events wait in the worker instead
     ) -> Result<Vec<Claimed<Pulled>>, StoreError> {
         let consumer = self.consumer.lock().expect("not poisoned").clone();
         let consumer = consumer.expect("opened before the first claim");
         let mut pulled = self.pull(&consumer, n, None, lease).await;
         if matches!(&pulled, Ok(rows) if rows.is_empty()) {
-            pulled = self.pull(&consumer, 1, Some(self.poll), lease).await;
+            // While events wait for their turns, the processors this pull holds are theirs
+            // soon: wait briefly.
+            let wait = match skip.waiting {
+                true => self.poll.min(WAITING_POLL),
+                false => self.poll,
+            };
+            pulled = self.pull(&consumer, 1, Some(wait), lease).await;
         }
         if pulled.is_err() {
             // The connection may have been replaced: ask for the consumer again.

@@ -85,6 +85,10 @@ pub(crate) struct Skip {
     pub(crate) sources: Vec<String>,
     /// `""`: events without a type.
     pub(crate) types: Vec<String>,
+    /// Events wait in the worker for their turns: a claim that would wait for new events
+    /// waits only briefly, so the processors it holds meanwhile soon serve them.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
+    pub(crate) waiting: bool,
 }
 
 /// A worker's caps per source and per event type, and its rate per source.
@@ -175,6 +179,7 @@ impl Caps {
         Skip {
             sources,
             types: self.types.as_ref().map(Turns::full).unwrap_or_default(),
+            waiting: false,
         }
     }
 

@@ -6,40 +6,53 @@ use std::sync::Arc;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-/// What an event's processor goes back to: the worker's processors, the lookahead's
-/// places, and the claim loop to tell.
+/// What an event's processor goes back to: the worker's processors, and the claim loop to
+/// tell.
 #[derive(Clone)]
 pub(super) struct Freeing {
     pub(super) processors: Arc<Semaphore>,
-    pub(super) waiting: Arc<Semaphore>,
     pub(super) told: Arc<Notify>,
 }
 
 /// An event's hold on a processor, given back (and the claim loop told) when its processor
-/// ends — or when its task is stopped.
-pub(super) struct Freed(pub(super) Option<OwnedSemaphorePermit>, pub(super) Freeing);
+/// ends — or when its task is stopped; and, where the queue cannot leave a capped event,
+/// its place in the lookahead, reserved by its claim.
+pub(super) struct Freed {
+    pub(super) processor: Option<OwnedSemaphorePermit>,
+    pub(super) place: Option<OwnedSemaphorePermit>,
+    pub(super) freeing: Freeing,
+}
 
 impl Freed {
     pub(super) fn free(&mut self) {
-        if self.0.take().is_some() {
-            self.1.told.notify_one();
+        if self.processor.take().is_some() {
+            self.freeing.told.notify_one();
         }
     }
 
-    /// Gives the processor back while the event waits for its turns, if the lookahead has
-    /// a place for it (else it keeps the processor): the place, held until it has one again.
-    pub(super) fn lend(&mut self) -> Option<OwnedSemaphorePermit> {
-        let place = self.1.waiting.clone().try_acquire_owned().ok()?;
-        self.free();
-        Some(place)
+    /// Gives the processor back while the event waits for its turns, where its claim
+    /// reserved it a place in the lookahead (else it keeps the processor). A place per
+    /// claimed event means no event ever waits for its turns holding a processor: the
+    /// processors are the running events', which end.
+    pub(super) fn lend(&mut self) -> bool {
+        let lent = self.place.is_some();
+        if lent {
+            self.free();
+        }
+        lent
     }
 
     /// Takes a processor again (before the claims the loop would send: the semaphore is
-    /// fair), then leaves the lookahead's place.
-    pub(super) async fn take_back(&mut self, place: OwnedSemaphorePermit) {
-        let processors = self.1.processors.clone();
-        self.0 = Some(processors.acquire_owned().await.expect("never closed"));
-        drop(place);
+    /// fair), then leaves the lookahead.
+    pub(super) async fn take_back(&mut self) {
+        let processors = self.freeing.processors.clone();
+        self.processor = Some(processors.acquire_owned().await.expect("never closed"));
+        self.place = None;
+    }
+
+    /// Leaves the lookahead: the event has its turns.
+    pub(super) fn placed(&mut self) {
+        self.place = None;
     }
 }
 

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::super::process::{hurry_up, AbortOnDrop, Failure};
 use super::super::rate::Pacing;
 use super::super::Attempt;
-use super::caps::{Caps, Turn};
+use super::caps::{Caps, Skip, Turn};
 use super::freed::{Freed, Freeing};
 use super::runner::Done;
 use super::{Claimed, Engine, Outcome, Queue};
@@ -49,6 +49,8 @@ struct Batch<H> {
     turns: Option<Instant>,
     processors: OwnedSemaphorePermit,
     slots: OwnedSemaphorePermit,
+    /// Its events' places in the lookahead (where the queue cannot leave capped events).
+    places: Option<OwnedSemaphorePermit>,
 }
 
 impl<Q: Queue> Engine<Q> {
@@ -63,14 +65,14 @@ impl<Q: Queue> Engine<Q> {
         // An event holds a processor from its claim until its processor ends, and a slot
         // until its outcome is written.
         let processors = Arc::new(Semaphore::new(this.concurrency));
-        // An event waiting for its turns under the caps (a queue that cannot leave it)
-        // holds a slot but no processor, up to the lookahead: beside the slots outcomes use.
+        // Where the queue cannot leave a capped event (JetStream), each claimed event has a
+        // place in the lookahead: it waits there for its turns without a processor.
+        let places = (!Q::GIVES_BACK && this.caps.any())
+            .then(|| Arc::new(Semaphore::new(this.concurrency + this.lookahead)));
         let slots = this.concurrency * RECORDING_PER_PROCESSOR + this.lookahead;
         let slots = Arc::new(Semaphore::new(slots));
-        let waiting = Arc::new(Semaphore::new(this.lookahead));
         let freed = Freeing {
             processors: processors.clone(),
-            waiting,
             told: Arc::new(Notify::new()),
         };
         let mut claims: JoinSet<Batch<Q::Held>> = JoinSet::new();
@@ -95,20 +97,36 @@ impl<Q: Queue> Engine<Q> {
             while running.try_join_next().is_some() {}
             let idle = processors
                 .available_permits()
-                .min(slots.available_permits());
+                .min(slots.available_permits())
+                .min(
+                    places
+                        .as_ref()
+                        .map_or(usize::MAX, |p| p.available_permits()),
+                );
             let free = pacing.as_ref().map_or(idle, |pacing| pacing.allowed(idle));
             let due = drained_at != Some(signals) && claims.len() < CLAIMS_IN_FLIGHT;
             if due && free > 0 {
                 let n = u32::try_from(free).unwrap_or(u32::MAX);
+                // Events in the lookahead, not counting this claim's.
+                let waiting = places
+                    .as_ref()
+                    .is_some_and(|p| p.available_permits() < this.concurrency + this.lookahead);
                 let held = (
                     processors.clone().try_acquire_many_owned(n),
                     slots.clone().try_acquire_many_owned(n),
+                    places
+                        .as_ref()
+                        .map(|p| p.clone().try_acquire_many_owned(n))
+                        .transpose(),
                 );
-                if let (Ok(processors), Ok(slots)) = held {
+                if let (Ok(processors), Ok(slots), Ok(places)) = held {
                     let turns = pacing.as_mut().map(|pacing| pacing.take(free));
-                    let claim = this
-                        .clone()
-                        .claim(free, signals, turns, (processors, slots));
+                    let claim = this.clone().claim(
+                        (free, waiting),
+                        signals,
+                        turns,
+                        (processors, slots, places),
+                    );
                     claims.spawn(claim);
                     continue;
                 }
@@ -183,7 +201,15 @@ impl<Q: Queue> Engine<Q> {
             let processor = batch.processors.split(1).expect("one held per event");
             let slot = batch.slots.split(1).expect("one held per event");
             let (worker, hurried, token) = (self.clone(), hurried.clone(), batch.token);
-            let freed = Freed(Some(processor), freeing.clone());
+            let place = batch
+                .places
+                .as_mut()
+                .map(|p| p.split(1).expect("one held per event"));
+            let freed = Freed {
+                processor: Some(processor),
+                place,
+                freeing: freeing.clone(),
+            };
             let stopped = stopped.clone();
             let span = span::attempt(&claimed.event, Attempt::new(claimed.attempt, &self.retry));
             running.spawn(span::instrument(span, async move {
@@ -199,10 +225,14 @@ impl<Q: Queue> Engine<Q> {
     /// rate's `turns`); sent when the worker had counted `sent_at` signals.
     async fn claim(
         self: Arc<Self>,
-        n: usize,
+        (n, waiting): (usize, bool),
         sent_at: u64,
         turns: Option<Instant>,
-        (processors, slots): (OwnedSemaphorePermit, OwnedSemaphorePermit),
+        (processors, slots, places): (
+            OwnedSemaphorePermit,
+            OwnedSemaphorePermit,
+            Option<OwnedSemaphorePermit>,
+        ),
     ) -> Batch<Q::Held> {
         let (token, sent) = (Token::new(), Instant::now());
         let claim = self.queue.claim(
@@ -210,7 +240,10 @@ impl<Q: Queue> Engine<Q> {
             self.lease.length,
             token,
             (self.retry.max_attempts(), self.per_object),
-            self.caps.skip(),
+            Skip {
+                waiting,
+                ..self.caps.skip()
+            },
         );
         let (rows, failed) = match metrics::timed(Operation::InboxClaim, claim).await {
             // Answered so late that the lease may run out before the first renewal: hand
@@ -241,6 +274,7 @@ impl<Q: Queue> Engine<Q> {
             turns,
             processors,
             slots,
+            places,
         }
     }
 
@@ -293,13 +327,16 @@ impl<Q: Queue> Engine<Q> {
         // the lookahead, so the worker reads on and other sources' events start meanwhile
         // (the fair share a queue read in order can give).
         let turn = match turn {
-            Some(turn) => turn,
+            Some(turn) => {
+                freed.placed();
+                turn
+            }
             None if self.caps.any() => {
                 let lent = freed.lend();
                 let wait = async {
                     let turn = self.caps.turn(&event).await;
-                    if let Some(waited) = lent {
-                        freed.take_back(waited).await;
+                    if lent {
+                        freed.take_back().await;
                     }
                     turn
                 };
