@@ -17,7 +17,9 @@ use http::StatusCode;
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::dedupe::PgTx;
-use tower_webhook::inbox::{Accepted, Attempt, Inbox, Listing, Processor, Requeue, Worker};
+use tower_webhook::inbox::{
+    Accepted, Attempt, DeadRows, Inbox, Listing, Processor, Requeue, Worker,
+};
 use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::{
     Claim, DedupeStore, Delivery, PgStore, Retention, SqliteStore, StoreErrorKind, Token,
@@ -2053,4 +2055,79 @@ async fn postgres_a_processed_slower_than_the_lease_keeps_the_row_renewed_so_it_
         vec![1],
         "one attempt, never taken over"
     );
+}
+
+/// Dead rows of two sources and two types: `delete_dead` deletes those of the source or
+/// type it names and leaves the others dead; with no name, every one.
+async fn delete_dead_deletes_only_the_source_and_type_named(inbox: Inbox) {
+    for (source, ty, id) in [
+        ("shop", "order.paid", "evt_1"),
+        ("shop", "order.failed", "evt_2"),
+        ("billing", "order.paid", "evt_3"),
+        ("billing", "invoice.paid", "evt_4"),
+    ] {
+        let verify = verifier(Scheme::standard(), &[SECRET]).with_source(source);
+        let svc = ServiceBuilder::new()
+            .layer(VerifyWebhookLayer::new(verify))
+            .service(inbox.accept_service());
+        let body = format!(r#"{{"type":"{ty}","data":{{"object":{{"id":"o_{id}"}}}}}}"#);
+        let headers = Scheme::standard()
+            .sign([SECRET], id, at(NOW), body.as_bytes())
+            .unwrap();
+        let status = svc.oneshot(request(headers, body)).await.unwrap().status();
+        assert_eq!(status, StatusCode::NO_CONTENT);
+    }
+    let worker = Worker::new(&inbox, |_: Event, _: Attempt| async { Err("gone") })
+        .with_max_attempts(1)
+        .unwrap()
+        .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
+        .spawn();
+    eventually("four dead", async || {
+        inbox.counts().await.unwrap().dead == 4
+    })
+    .await;
+    worker.shutdown().await;
+    let dead = |source: &str, id: &str| {
+        let (inbox, source, id) = (inbox.clone(), source.to_owned(), id.to_owned());
+        async move { inbox.event(&source, &id).await.unwrap().is_some() }
+    };
+    let shop_paid = DeadRows::all().with_source("shop").with_type("order.paid");
+    assert_eq!(
+        inbox.delete_dead(Duration::ZERO, &shop_paid).await.unwrap(),
+        1
+    );
+    assert!(!dead("shop", "evt_1").await && dead("shop", "evt_2").await);
+    let paid = DeadRows::all().with_type("order.paid");
+    assert_eq!(
+        inbox.delete_dead(Duration::ZERO, &paid).await.unwrap(),
+        1,
+        "billing's"
+    );
+    assert!(!dead("billing", "evt_3").await && dead("billing", "evt_4").await);
+    let not_yet = DeadRows::all().with_source("billing");
+    let hour = Duration::from_secs(3600);
+    assert_eq!(
+        inbox.delete_dead(hour, &not_yet).await.unwrap(),
+        0,
+        "dead just now"
+    );
+    assert_eq!(
+        inbox
+            .delete_dead(Duration::ZERO, &DeadRows::all())
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(inbox.counts().await.unwrap().dead, 0);
+}
+
+#[tokio::test]
+async fn sqlite_delete_dead_deletes_only_the_source_and_type_named() {
+    delete_dead_deletes_only_the_source_and_type_named(sqlite().await).await;
+}
+
+#[tokio::test]
+async fn postgres_delete_dead_deletes_only_the_source_and_type_named() {
+    delete_dead_deletes_only_the_source_and_type_named(postgres().await).await;
 }

@@ -166,7 +166,7 @@ pub fn router(inbox: crate::inbox::Inbox) -> axum::Router {
 /// | `POST /requeue` | requeues one event (`source`, `id`) |
 /// | `POST /requeue-matching` | requeues a `type`, a window (`from`, `before`), `dead` only: first a count, then `confirm=yes` |
 /// | `POST /pause`, `POST /resume` | pauses or resumes a `source`, a `type`, or both |
-/// | `POST /delete-dead` | deletes events dead for more than `hours` ([`Inbox::prune_dead`]): first a count, then `confirm=yes` |
+/// | `POST /delete-dead` | deletes events dead for more than `hours`, of `source` and `type` where given ([`Inbox::delete_dead`]): first a count, then `confirm=yes` |
 ///
 /// The pages, their stylesheet and a small script (it refreshes the overview's counts
 /// every 10 s; everything works without it) are compiled into the crate: nothing is

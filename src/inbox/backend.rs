@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::{Accepted, Counts, EventSummary, Listing, Pause, Requeue, StoredEvent};
+use super::{Accepted, Counts, DeadRows, EventSummary, Listing, Pause, Requeue, StoredEvent};
 use crate::inbox::worker::caps::Skip;
 pub(crate) use crate::sql::Outcome;
 use crate::store::{StoreFuture, Token};
@@ -64,7 +64,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// What is paused now, in order of source and type.
     fn pauses(&self) -> StoreFuture<Vec<Pause>>;
     /// Deletes processed rows (`dead: false`) or dead rows (`dead: true`) older than that.
-    fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64>;
+    /// Deletes the processed rows older than `older_than` (`None`), or the dead rows `dead`
+    /// names that went dead before it.
+    fn prune(&self, older_than: Duration, dead: Option<&DeadRows>) -> StoreFuture<u64>;
     fn counts(&self) -> StoreFuture<Counts>;
     /// Up to `listing.limit + 1` rows of the listing (one more than a page: whether there
     /// is a next one), from its partial index.

@@ -12,6 +12,7 @@ use serde::ser::{Error as _, Serialize, Serializer};
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use super::listing::{Cursor, EventSummary, Page, State, StoredEvent};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use super::AttemptRecord;
 use super::{Counts, Pause};
 

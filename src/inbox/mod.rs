@@ -132,7 +132,7 @@ pub use self::later::Later;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, State, StoredEvent};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub use self::operate::Requeue;
+pub use self::operate::{DeadRows, Requeue};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 pub use self::pause::Pause;
 pub use self::process::{Attempt, Processor, WorkerHandle};

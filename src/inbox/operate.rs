@@ -23,6 +23,36 @@ pub struct Requeue {
 /// The most minutes [`Inbox::processed_per_minute`] counts: a day.
 const MAX_RATE_MINUTES: u32 = 1440;
 
+/// Which dead rows [`Inbox::delete_dead`] deletes: every one, or a source's, a type's.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct DeadRows {
+    pub(crate) source: Option<String>,
+    pub(crate) event_type: Option<String>,
+}
+
+impl DeadRows {
+    /// Every dead row (narrow it with the methods below).
+    #[must_use]
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// Narrows to one source.
+    #[must_use]
+    pub fn with_source(mut self, source: &str) -> Self {
+        self.source = Some(source.to_owned());
+        self
+    }
+
+    /// Narrows to one event type.
+    #[must_use]
+    pub fn with_type(mut self, event_type: &str) -> Self {
+        self.event_type = Some(event_type.to_owned());
+        self
+    }
+}
+
 /// Milliseconds since the epoch (0 before it: no row is older).
 fn epoch_ms(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH)
@@ -152,7 +182,7 @@ impl Inbox {
     ///
     /// When the database fails.
     pub async fn prune(&self, older_than: Retention) -> Result<u64, StoreError> {
-        self.backend.prune(older_than.get(), false).await
+        self.backend.prune(older_than.get(), None).await
     }
 
     /// Deletes dead rows that went dead more than `older_than` ago; returns how many. Their
@@ -162,7 +192,22 @@ impl Inbox {
     ///
     /// When the database fails.
     pub async fn prune_dead(&self, older_than: Duration) -> Result<u64, StoreError> {
-        self.backend.prune(older_than, true).await
+        self.delete_dead(older_than, &DeadRows::all()).await
+    }
+
+    /// Deletes the dead rows `rows` names (a source, a type) that went dead more than
+    /// `older_than` ago; returns how many. As [`prune_dead`](Self::prune_dead): requeue
+    /// or export them first.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn delete_dead(
+        &self,
+        older_than: Duration,
+        rows: &DeadRows,
+    ) -> Result<u64, StoreError> {
+        self.backend.prune(older_than, Some(rows)).await
     }
 
     /// How many rows are in each state. With the `metrics` feature, this also sets the

@@ -24,6 +24,7 @@ import { chromium } from "playwright-core";
 const SECRET = "whsec_browser_test_0123456789abcdef";
 const TOKEN = "operator-browser-token-0123456789";
 const FAILS = "invoice.payment_failed";
+const DOOMED = "charge.disputed"; // fails too: its dead event is deleted
 const MARKUP = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">';
 
 /** The receiver example in inbox mode on the test's database, with `env` on top. */
@@ -108,7 +109,7 @@ async function screenshot(page, name) {
 }
 
 test("the operator's page in Chromium", async (t) => {
-  let receiver = await startReceiver({ WEBHOOK_FAIL_TYPES: FAILS, WEBHOOK_MAX_ATTEMPTS: "1" });
+  let receiver = await startReceiver({ WEBHOOK_FAIL_TYPES: `${FAILS},${DOOMED}`, WEBHOOK_MAX_ATTEMPTS: "1" });
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
     args: ["--no-sandbox"],
@@ -239,6 +240,23 @@ test("the operator's page in Chromium", async (t) => {
     assert.ok((await page.locator(".flash").innerText()).startsWith("Requeued"));
     await eventually("evt_dead_1 failed twice", () => times(receiver, "failed evt_dead_1") === 2);
     await stateBecomes(page, dead1(), "dead");
+  });
+
+  await t.test("deletes the dead events of a type after a count and a confirmation", async () => {
+    await deliver(receiver, "evt_doomed", DOOMED);
+    await printed(receiver, "failed evt_doomed");
+    const doomed = `${ui}/event?source=stripe&id=evt_doomed`;
+    await stateBecomes(page, doomed, "dead");
+    await page.goto(`${ui}/events?state=dead`);
+    const form = page.locator("form[action$='/delete-dead']");
+    await form.locator("input[name=type]").fill(DOOMED);
+    await form.locator("button").click();
+    const counted = await page.locator("main p").first().innerText();
+    assert.ok(counted.startsWith(`1 dead events of type ${DOOMED}`), counted);
+    await page.click("main form button");
+    assert.equal(await page.locator(".flash").innerText(), "Deleted 1 dead event.");
+    assert.equal((await page.goto(doomed)).status(), 404, "deleted");
+    await stateBecomes(page, dead1(), "dead"); // another type's dead event stays
   });
 
   await t.test("after a restart without the failing type, a requeued dead event is processed", async () => {

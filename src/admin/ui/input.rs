@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use serde::Deserialize;
 
 use crate::admin::AdminError;
-use crate::inbox::{Cursor, EventSummary, Listing};
+use crate::inbox::{Cursor, DeadRows, EventSummary, Listing};
 
 /// A field's text, `None` when empty.
 pub(super) fn given(field: &Option<String>) -> Option<&str> {
@@ -179,15 +179,34 @@ pub(super) struct PauseForm {
     pub(super) event_type: Option<String>,
 }
 
-/// `POST /delete-dead`: dead rows dead for more than `hours` (0: every dead row);
+/// `POST /delete-dead`: dead rows (of `source` and `type`, where given) dead for more than
+/// `hours` (0: every dead row);
 /// `confirm=yes` once the operator saw the count.
 #[derive(Debug, Deserialize)]
 pub(super) struct DeleteDeadForm {
+    pub(super) source: Option<String>,
+    #[serde(rename = "type")]
+    pub(super) event_type: Option<String>,
     pub(super) hours: Option<String>,
     pub(super) confirm: Option<String>,
 }
 
 impl DeleteDeadForm {
+    /// The source and type it names, as a listing's filter and as the inbox's.
+    pub(super) fn rows(&self) -> (Filter, DeadRows) {
+        let (source, event_type) = (given(&self.source), given(&self.event_type));
+        let filter = Filter {
+            source: source.map(str::to_owned),
+            event_type: event_type.map(str::to_owned),
+            ..Filter::default()
+        };
+        let rows = source
+            .into_iter()
+            .fold(DeadRows::all(), DeadRows::with_source);
+        let rows = event_type.into_iter().fold(rows, DeadRows::with_type);
+        (filter, rows)
+    }
+
     /// Hours, whole, 0 to ten years'.
     pub(super) fn hours(&self) -> Result<u64, AdminError> {
         given(&self.hours)

@@ -19,7 +19,7 @@ use super::{Pg, CHANNEL, PLANNED_EACH_TIME};
 use crate::inbox::backend::{Backend, Claimed};
 use crate::inbox::worker::caps::Skip;
 use crate::inbox::Pause;
-use crate::inbox::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
+use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, StoredEvent};
 use crate::store::{Delivery, StoreError, StoreFuture, Token};
 use crate::Event;
 
@@ -238,9 +238,12 @@ const PRUNE_PROCESSED: &str = "
 DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
 AND processed_at IS NOT NULL AND processed_at < now() - make_interval(secs => $1)";
 
+/// Dead rows that went dead more than `$1` seconds ago, of source `$2` and type `$3`
+/// where given.
 const PRUNE_DEAD: &str = "
 DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind <> 'once'
-AND dead_at IS NOT NULL AND dead_at < now() - make_interval(secs => $1)";
+AND dead_at IS NOT NULL AND dead_at < now() - make_interval(secs => $1)
+AND ($2::text IS NULL OR source = $2) AND ($3::text IS NULL OR event_type = $3)";
 
 impl Backend for Pg {
     fn accept(&self, event: &Event, headers: Option<String>) -> StoreFuture<Accepted> {
@@ -384,16 +387,22 @@ impl Backend for Pg {
         shared::pauses(&self.pool, PAUSES)
     }
 
-    fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64> {
+    fn prune(&self, older_than: Duration, dead: Option<&DeadRows>) -> StoreFuture<u64> {
         let pool = self.pool.clone();
+        let dead = dead.cloned();
         Box::pin(async move {
-            let sql = if dead { PRUNE_DEAD } else { PRUNE_PROCESSED };
-            let done = sqlx::query(sql)
-                .bind(older_than.as_secs_f64())
+            let query = match &dead {
+                Some(rows) => sqlx::query(PRUNE_DEAD)
+                    .bind(older_than.as_secs_f64())
+                    .bind(rows.source.as_deref())
+                    .bind(rows.event_type.as_deref()),
+                None => sqlx::query(PRUNE_PROCESSED).bind(older_than.as_secs_f64()),
+            };
+            let done = query
                 .execute(&pool)
                 .await
                 .map_err(|e| store_error("inbox prune", e))?;
-            if !dead {
+            if dead.is_none() {
                 // The pruned rows' -1s, and what was processed since, into one row.
                 let _ = sqlx::raw_sql(FOLD_COUNTS).execute(&pool).await;
             }

@@ -169,7 +169,7 @@ async fn counts_fold_the_log_and_stay_exact_through_bulk_changes() {
     assert_eq!(pg.counts().await.unwrap().processed, 5000);
     assert_eq!(log_rows().await, 1, "folded by the count");
     // A prune folds too, and a log of one row folds into the same one row.
-    Backend::prune(&pg, Duration::from_secs(3600), false)
+    Backend::prune(&pg, Duration::from_secs(3600), None)
         .await
         .unwrap();
     assert_eq!(log_rows().await, 1);

@@ -76,7 +76,8 @@ enum Op {
     Prune(Duration),
     PruneOnce(String, Duration),
     /// The inbox's processed (`false`) or dead (`true`) rows older than that.
-    PruneRows(Duration, bool),
+    /// Processed rows (`None`), or the dead rows named.
+    PruneRows(Duration, Option<crate::inbox::DeadRows>),
 }
 
 /// An [`Op`]'s answer.

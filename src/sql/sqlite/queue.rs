@@ -12,7 +12,7 @@ use super::{Done, Op, Sqlite};
 use crate::inbox::backend::{Backend, Claimed};
 use crate::inbox::worker::caps::Skip;
 use crate::inbox::Pause;
-use crate::inbox::{Accepted, Counts, EventSummary, Listing, Requeue, StoredEvent};
+use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, StoredEvent};
 use crate::store::{Delivery, StoreError, StoreFuture, Token};
 use crate::Event;
 
@@ -162,7 +162,8 @@ AND processed_at IS NOT NULL AND processed_at < ?1";
 
 pub(super) const PRUNE_DEAD: &str = "
 DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind <> 'once'
-AND dead_at IS NOT NULL AND dead_at < ?1";
+AND dead_at IS NOT NULL AND dead_at < ?1
+AND (?2 IS NULL OR source = ?2) AND (?3 IS NULL OR event_type = ?3)";
 
 impl Sqlite {
     /// Queues a verified event in the inbox.
@@ -269,8 +270,8 @@ impl Backend for Sqlite {
         shared::pauses(&self.pool, PAUSES)
     }
 
-    fn prune(&self, older_than: Duration, dead: bool) -> StoreFuture<u64> {
-        let this = self.clone();
+    fn prune(&self, older_than: Duration, dead: Option<&DeadRows>) -> StoreFuture<u64> {
+        let (this, dead) = (self.clone(), dead.cloned());
         Box::pin(async move { this.count(Op::PruneRows(older_than, dead)).await })
     }
 

@@ -362,9 +362,15 @@ async fn write_one<'a>(
             Done::Count(changed(done))
         }
         Op::PruneRows(older_than, dead) => {
-            let sql = if *dead { PRUNE_DEAD } else { PRUNE_PROCESSED };
-            let done = sqlx::query(sql)
-                .bind(now.saturating_sub(ms(*older_than)))
+            let before = now.saturating_sub(ms(*older_than));
+            let query = match dead {
+                Some(rows) => sqlx::query(PRUNE_DEAD)
+                    .bind(before)
+                    .bind(rows.source.as_deref())
+                    .bind(rows.event_type.as_deref()),
+                None => sqlx::query(PRUNE_PROCESSED).bind(before),
+            };
+            let done = query
                 .execute(&mut *conn)
                 .await
                 .map_err(|e| store_error("inbox prune", e))?;

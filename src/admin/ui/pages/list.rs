@@ -66,7 +66,7 @@ pub(in crate::admin::ui) fn list(
         @if rows == Rows::Dead {
             div.grid {
                 (requeue_matching_form(base, typed))
-                (delete_dead_form(base))
+                (delete_dead_form(base, typed))
             }
         } @else {
             (requeue_matching_form(base, typed))
@@ -124,11 +124,13 @@ fn requeue_matching_form(base: &str, typed: &Typed<'_>) -> Markup {
     }
 }
 
-fn delete_dead_form(base: &str) -> Markup {
+fn delete_dead_form(base: &str, typed: &Typed<'_>) -> Markup {
     html! {
-        section.card {
+        section.card #delete-dead {
             h2 { "Delete dead events" }
             form.row method="post" action={ (base) "/delete-dead" } {
+                label { "source" input type="text" name="source" value=(typed.source) placeholder="any"; }
+                label { "type" input type="text" name="type" value=(typed.event_type) placeholder="any"; }
                 label { "dead for more than (hours)" input type="number" name="hours" min="0" value="0"; }
                 button.danger type="submit" { "Count…" }
             }

@@ -129,17 +129,12 @@ pub(super) async fn delete_dead(
     let f = form(&base, f)?;
     let hours = f.hours().map_err(failed(&base))?;
     let older_than = Duration::from_secs(hours * 3600);
+    let (filter, named) = f.rows();
     if !f.confirmed() {
-        let Scanned { rows, cut, .. } = scan(
-            &inbox,
-            Rows::Dead,
-            &Filter::default(),
-            None,
-            usize::MAX,
-            COUNT_ROWS,
-        )
-        .await
-        .map_err(store(&base))?;
+        let Scanned { rows, cut, .. } =
+            scan(&inbox, Rows::Dead, &filter, None, usize::MAX, COUNT_ROWS)
+                .await
+                .map_err(store(&base))?;
         let cutoff = SystemTime::now().checked_sub(older_than);
         let n = rows
             .iter()
@@ -149,10 +144,17 @@ pub(super) async fn delete_dead(
             })
             .count();
         let what = html! {
-            strong { (how_many(n, cut)) } " dead events went dead more than " (hours) " hours ago. "
+            strong { (how_many(n, cut)) } " dead events"
+            @if let Some(source) = &filter.source { " of " code { (source) } }
+            @if let Some(event_type) = &filter.event_type { " of type " code { (event_type) } }
+            " went dead more than " (hours) " hours ago. "
             "Deleting them cannot be undone: they were acknowledged to the provider and never processed."
         };
-        let fields = [("hours", hours.to_string())];
+        let fields = [
+            ("hours", hours.to_string()),
+            ("source", filter.source.clone().unwrap_or_default()),
+            ("type", filter.event_type.clone().unwrap_or_default()),
+        ];
         let markup = pages::confirm(
             &base,
             "Delete dead events",
@@ -163,7 +165,10 @@ pub(super) async fn delete_dead(
         );
         return Ok(page(StatusCode::OK, markup));
     }
-    let n = inbox.prune_dead(older_than).await.map_err(store(&base))?;
+    let n = inbox
+        .delete_dead(older_than, &named)
+        .await
+        .map_err(store(&base))?;
     let message = format!("Deleted {n} dead event{}.", if n == 1 { "" } else { "s" });
     let back = format!("{base}/events?state=dead");
     Ok(page(
