@@ -5,6 +5,7 @@
 pub(crate) mod caps; // at most n running per source, per type
 mod freed; // an event's hold on a processor, lent while it waits for its turns
 pub(crate) mod queue; // what the worker needs of where events wait
+mod record; // an attempt's outcome: written under the lease, counted, logged, alerted
 mod run; // the loop: claim, process under a renewed lease, record, stop in time
 mod runner; // what runs an event: the processor, or it and the row in one transaction
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
