@@ -7,9 +7,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::{Accepted, Counts, DeadRows, EventSummary, Listing, Pause, Requeue, StoredEvent};
-use crate::inbox::worker::caps::Skip;
+use crate::inbox::worker::ClaimDue;
 pub(crate) use crate::sql::Outcome;
-use crate::store::{StoreFuture, Token};
+use crate::store::{Delivery, StoreFuture, Token};
 use crate::Event;
 
 /// A claimed row: the event as stored, and the number of this attempt at it (from 1).
@@ -18,24 +18,25 @@ pub(crate) struct Claimed {
     pub(crate) attempt: u32,
 }
 
+/// A claimed row: its key, and the token its claim holds it under.
+#[derive(Clone)]
+pub(crate) struct HeldRow {
+    pub(crate) source: String,
+    pub(crate) id: String,
+    pub(crate) token: Token,
+}
+
 pub(crate) trait Backend: Send + Sync + 'static {
-    /// Stores `event` with its delivery's request `headers` as
-    /// [`headers::stored`](super::headers) made them (`None`: none kept).
-    fn accept(&self, event: &Event, headers: Option<String>) -> StoreFuture<Accepted>;
-    /// Claims up to `limit` due rows for `lease` under `token`, counting an attempt each;
-    /// a due row whose `max_attempts` attempts all ended without an outcome (each crashed
-    /// its worker) is marked dead instead, in the same statement. With `per_object`, a row
-    /// of an object is due only while fewer than that many of the object's unfinished
-    /// rows are running or came before it. `limits`: `(max_attempts, per_object)`. Rows
-    /// of the sources and types in `skip` are not claimed (their caps are reached).
-    fn claim(
-        &self,
-        limit: usize,
-        lease: Duration,
-        token: Token,
-        limits: (u32, Option<u32>),
-        skip: Skip,
-    ) -> StoreFuture<Vec<Claimed>>;
+    /// Stores the delivery's event with its request headers as
+    /// [`headers::stored`](super::headers) made them (none: none kept).
+    fn accept(&self, d: Delivery) -> StoreFuture<Accepted>;
+    /// Claims what `due` asks for in one statement, counting an attempt each; a due row
+    /// whose `max_attempts` attempts all ended without an outcome (each crashed its
+    /// worker) is marked dead instead, in the same statement. With `per_object`, a row of
+    /// an object is due only while fewer than that many of the object's unfinished rows
+    /// are running or came before it. Rows of the sources and types in `skip` are not
+    /// claimed (their caps are reached).
+    fn claim(&self, due: ClaimDue) -> StoreFuture<Vec<Claimed>>;
     /// Hands rows a claim under `token` took back to the queue, due at once, their attempt
     /// uncounted (the claim was answered too late to run them); returns how many.
     fn give_back(&self, keys: Vec<(String, String)>, token: Token) -> StoreFuture<u64>;
@@ -44,17 +45,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn min_lease(&self) -> Duration {
         Duration::ZERO
     }
-    /// Extends the row's lease if `token` still holds it; `false` when fenced out.
-    fn renew(&self, source: String, id: String, token: Token, lease: Duration)
-        -> StoreFuture<bool>;
-    /// Records `outcome` if `token` still holds the row; `false` when fenced out.
-    fn finish(
-        &self,
-        source: String,
-        id: String,
-        token: Token,
-        outcome: Outcome,
-    ) -> StoreFuture<bool>;
+    /// Extends the row's lease if its token still holds it; `false` when fenced out.
+    fn renew(&self, row: HeldRow, lease: Duration) -> StoreFuture<bool>;
+    /// Records `outcome` if the row's token still holds it; `false` when fenced out.
+    fn finish(&self, row: HeldRow, outcome: Outcome) -> StoreFuture<bool>;
     fn requeue(&self, which: &Requeue) -> StoreFuture<u64>;
     /// Makes the index a per-object cap reads, if it is missing.
     fn object_index(&self) -> StoreFuture<()>;
@@ -63,7 +57,6 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn pause(&self, source: String, event_type: String, pause: bool) -> StoreFuture<bool>;
     /// What is paused now, in order of source and type.
     fn pauses(&self) -> StoreFuture<Vec<Pause>>;
-    /// Deletes processed rows (`dead: false`) or dead rows (`dead: true`) older than that.
     /// Deletes the processed rows older than `older_than` (`None`), or the dead rows `dead`
     /// names that went dead before it.
     fn prune(&self, older_than: Duration, dead: Option<&DeadRows>) -> StoreFuture<u64>;

@@ -248,7 +248,8 @@ impl Inbox {
         headers: Option<String>,
     ) -> Result<Accepted, StoreError> {
         crate::store::check_key(event.source(), event.dedupe_id())?;
-        let stored = self.backend.accept(event, headers);
+        let d = crate::store::Delivery::from_event(event).with_headers(headers);
+        let stored = self.backend.accept(d);
         let accepted = metrics::timed(Operation::Accept, stored).await?;
         if accepted == Accepted::New {
             self.wake.notify_waiters();

@@ -33,6 +33,8 @@ mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
 mod retention; // how long done event keys are kept
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql; // the dedupe store over a dialect's table, for both
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod token; // the fencing token of a claim

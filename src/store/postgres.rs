@@ -1,12 +1,8 @@
 //! [`PgStore`]: claims in PostgreSQL, shared by every replica of a service.
 
-use std::time::Duration;
-
 use sqlx::postgres::PgPool;
 
-use super::{
-    Claim, Completed, DedupeStore, Delivery, Renewed, Retention, StoreError, StoreFuture, Token,
-};
+use super::StoreError;
 use crate::sql::postgres::Pg;
 use crate::sql::{migrate_error, store_error};
 
@@ -71,49 +67,4 @@ impl PgStore {
     }
 }
 
-impl DedupeStore for PgStore {
-    fn claim(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
-        let sql = self.sql.clone();
-        Box::pin(async move {
-            super::check_key(d.source(), d.id())?;
-            sql.claim(d, token, lease).await
-        })
-    }
-
-    fn renew(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed> {
-        let sql = self.sql.clone();
-        Box::pin(async move {
-            let held = sql.renew(d.source(), d.id(), token, lease).await?;
-            Ok(if held { Renewed::Held } else { Renewed::Fenced })
-        })
-    }
-
-    fn complete(&self, d: Delivery, token: Token) -> StoreFuture<Completed> {
-        let sql = self.sql.clone();
-        Box::pin(async move {
-            let done = sql
-                .complete(d.source().into(), d.id().into(), token)
-                .await?;
-            Ok(if done {
-                Completed::Done
-            } else {
-                Completed::Fenced
-            })
-        })
-    }
-
-    fn release(&self, d: Delivery, token: Token) -> StoreFuture<()> {
-        let sql = self.sql.clone();
-        Box::pin(async move { sql.release(d.source(), d.id(), token).await })
-    }
-
-    fn prune(&self, older_than: Retention) -> StoreFuture<u64> {
-        let sql = self.sql.clone();
-        Box::pin(async move { sql.prune(older_than.get()).await })
-    }
-
-    fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64> {
-        let (sql, namespace) = (self.sql.clone(), namespace.to_owned());
-        Box::pin(async move { sql.prune_once(&namespace, older_than).await })
-    }
-}
+super::sql::sql_dedupe_store!(PgStore);

@@ -10,9 +10,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use super::{
-    Claim, Completed, DedupeStore, Delivery, Renewed, Retention, StoreError, StoreFuture, Token,
-};
+use super::StoreError;
 use crate::sql::sqlite::Sqlite;
 use crate::sql::{migrate_error, store_error};
 
@@ -49,6 +47,8 @@ use crate::sql::{migrate_error, store_error};
 /// writes with an error (503, so the provider retries); a write queued behind it waits
 /// for its own batch in turn, so up to twice that in all. Hence the shortest lease the
 /// layers accept here: four busy timeouts ([`DedupeStore::min_lease`]).
+///
+/// [`DedupeStore::min_lease`]: super::DedupeStore::min_lease
 ///
 /// The writer runs on the Tokio runtime of the first write; if that runtime ends, the
 /// next write starts it again on its own.
@@ -115,8 +115,8 @@ impl SqliteStore {
     /// Replaces how long a write waits for another process's lock on the file before it
     /// answers 503 (default: the pool's, 5 s from [`open`](Self::open)). The shortest
     /// lease the layers accept on this store is four times it
-    /// ([`DedupeStore::min_lease`]): lower it for short leases, on a file no other
-    /// process holds long.
+    /// ([`min_lease`](super::DedupeStore::min_lease)): lower it for short leases, on a file
+    /// no other process holds long.
     #[must_use]
     pub fn with_busy_timeout(self, busy_timeout: Duration) -> Self {
         Self {
@@ -145,54 +145,10 @@ impl SqliteStore {
     }
 }
 
-impl DedupeStore for SqliteStore {
-    fn claim(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Claim> {
-        let sql = self.sql.clone();
-        Box::pin(async move {
-            super::check_key(d.source(), d.id())?;
-            sql.claim(d, token, lease).await
-        })
-    }
-
-    fn renew(&self, d: Delivery, token: Token, lease: Duration) -> StoreFuture<Renewed> {
-        let sql = self.sql.clone();
-        Box::pin(async move {
-            let held = sql.renew(d.source(), d.id(), token, lease).await?;
-            Ok(if held { Renewed::Held } else { Renewed::Fenced })
-        })
-    }
-
-    fn complete(&self, d: Delivery, token: Token) -> StoreFuture<Completed> {
-        let sql = self.sql.clone();
-        Box::pin(async move {
-            let done = sql
-                .complete(d.source().into(), d.id().into(), token)
-                .await?;
-            Ok(if done {
-                Completed::Done
-            } else {
-                Completed::Fenced
-            })
-        })
-    }
-
-    fn release(&self, d: Delivery, token: Token) -> StoreFuture<()> {
-        let sql = self.sql.clone();
-        Box::pin(async move { sql.release(d.source(), d.id(), token).await })
-    }
-
-    fn prune(&self, older_than: Retention) -> StoreFuture<u64> {
-        let sql = self.sql.clone();
-        Box::pin(async move { sql.prune(older_than.get()).await })
-    }
-
-    fn prune_once(&self, namespace: &str, older_than: Duration) -> StoreFuture<u64> {
-        let (sql, namespace) = (self.sql.clone(), namespace.to_owned());
-        Box::pin(async move { sql.prune_once(&namespace, older_than).await })
-    }
-
-    /// Four busy timeouts (20 s by default): see [`DedupeStore::min_lease`].
+super::sql::sql_dedupe_store!(SqliteStore, {
+    /// Four busy timeouts (20 s by default): see
+    /// [`DedupeStore::min_lease`](super::DedupeStore::min_lease).
     fn min_lease(&self) -> Duration {
         self.sql.min_lease()
     }
-}
+});

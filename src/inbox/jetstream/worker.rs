@@ -14,13 +14,13 @@ use super::pause::Paused;
 use super::settle::{acknowledge, bury, nak, BURY_AGAIN};
 use super::{held, JetStream};
 use crate::inbox::process::{checked_poll, hurry_up, WorkerHandle};
-use crate::inbox::worker::caps::{Skip, Turns};
-use crate::inbox::worker::{shared_settings, Claimed, Engine, Outcome, Queue, Runner};
+use crate::inbox::worker::caps::Turns;
+use crate::inbox::worker::{shared_settings, ClaimDue, Claimed, Engine, Outcome, Queue, Runner};
 use crate::inbox::Processor;
 use crate::metrics::{self, Attempt, Operation};
 use crate::store::{
     retry_until, ClaimGuard, Completed, DedupeStore, Delivery, Heartbeat, Lease, Renewed,
-    StoreError, Token,
+    StoreError,
 };
 use crate::{ConfigError, Event};
 
@@ -252,14 +252,15 @@ impl Queue for Stream {
 
     /// The messages there now; when there are none, the first to arrive within the poll
     /// interval (one: a pull's messages are delivered as they come, and each must run).
-    async fn claim(
-        &self,
-        n: usize,
-        lease: Duration,
-        _: Token,
-        _: (u32, Option<u32>),
-        skip: Skip, // a stream is read in order: capped events wait in the worker instead
-    ) -> Result<Vec<Claimed<Pulled>>, StoreError> {
+    // A stream is read in order: capped events wait in the worker instead of being skipped
+    // (`due.skip` says only whether some wait).
+    async fn claim(&self, due: ClaimDue) -> Result<Vec<Claimed<Pulled>>, StoreError> {
+        let ClaimDue {
+            limit: n,
+            lease,
+            skip,
+            ..
+        } = due;
         let consumer = self.consumer.lock().expect("not poisoned").clone();
         let consumer = consumer.expect("opened before the first claim");
         let mut pulled = self.pull(&consumer, n, None, lease).await;

@@ -14,7 +14,7 @@ mod sql; // the SQL inbox as a queue, and `Worker`
 use std::fmt;
 use std::time::Duration;
 
-pub(crate) use self::queue::{Claimed, Outcome, Queue};
+pub(crate) use self::queue::{ClaimDue, Claimed, Outcome, Queue};
 pub(crate) use self::runner::Runner;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::sql::Worker;

@@ -14,6 +14,37 @@ use super::caps::Skip;
 use crate::store::{Heartbeat, StoreError, Token};
 use crate::Event;
 
+/// A claim's question: up to `limit` due events for `lease` under `token`, each an
+/// attempt. An event whose `max_attempts` attempts all ended without an outcome (each
+/// crashed its worker) is dead instead, never returned; with `per_object`, see
+/// [`Engine::per_object`](super::Engine::per_object). Events of the sources and types in
+/// `skip` (their caps reached) are left, where the queue can leave them.
+#[derive(Debug, Clone)]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))] // JetStream counts in its claims store
+pub(crate) struct ClaimDue {
+    pub(crate) limit: usize,
+    pub(crate) lease: Duration,
+    pub(crate) token: Token,
+    pub(crate) max_attempts: u32,
+    pub(crate) per_object: Option<u32>,
+    pub(crate) skip: Skip,
+}
+
+#[cfg(test)]
+impl ClaimDue {
+    /// Up to `limit` due events: 8 attempts, no cap.
+    pub(crate) fn plain(limit: usize, lease: Duration, token: Token) -> Self {
+        Self {
+            limit,
+            lease,
+            token,
+            max_attempts: 8,
+            per_object: None,
+            skip: Skip::default(),
+        }
+    }
+}
+
 /// How an attempt ended, as the queue records it.
 #[derive(Debug, Clone)]
 pub(crate) enum Outcome {
@@ -73,18 +104,10 @@ pub(crate) trait Queue: Send + Sync + 'static {
         stopped: &mut watch::Receiver<bool>,
     ) -> impl Future<Output = Option<Duration>> + Send;
 
-    /// Claims up to `n` due events for `lease` under `token`, each an attempt; an event
-    /// whose `max_attempts` attempts all ended without an outcome (each crashed its
-    /// worker) is dead instead, never returned. `limits`: `max_attempts` and `per_object`, see
-    /// [`Engine::per_object`](super::Engine::per_object). Events of the sources and types
-    /// in `skip` (their caps reached) are left, where the queue can leave them.
+    /// Claims what `due` asks for.
     fn claim(
         &self,
-        n: usize,
-        lease: Duration,
-        token: Token,
-        limits: (u32, Option<u32>),
-        skip: Skip,
+        due: ClaimDue,
     ) -> impl Future<Output = Result<Vec<Claimed<Self::Held>>, StoreError>> + Send;
 
     /// Hands claimed events back unrun.
@@ -92,7 +115,7 @@ pub(crate) trait Queue: Send + Sync + 'static {
 
     /// Whether the claimed event is to run: `false` when the queue settled it itself (it
     /// was processed already, or the worker is stopping); renewed meanwhile by
-    /// `heartbeat`. `limits` as for [`claim`](Self::claim).
+    /// `heartbeat`. `limits`: `max_attempts` and `per_object`, as for [`ClaimDue`].
     fn start(
         &self,
         held: &Self::Held,

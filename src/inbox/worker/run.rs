@@ -14,7 +14,7 @@ use super::super::rate::Pacing;
 use super::super::Attempt;
 use super::caps::{Caps, Skip, Turn};
 use super::freed::{Freed, Freeing};
-use super::{Claimed, Engine, Outcome, Queue};
+use super::{ClaimDue, Claimed, Engine, Outcome, Queue};
 use crate::metrics::{self, Operation};
 use crate::span;
 use crate::store::{Heartbeat, Token};
@@ -234,16 +234,17 @@ impl<Q: Queue> Engine<Q> {
         ),
     ) -> Batch<Q::Held> {
         let (token, sent) = (Token::new(), Instant::now());
-        let claim = self.queue.claim(
-            n,
-            self.lease.length,
+        let claim = self.queue.claim(ClaimDue {
+            limit: n,
+            lease: self.lease.length,
             token,
-            (self.retry.max_attempts(), self.per_object),
-            Skip {
+            max_attempts: self.retry.max_attempts(),
+            per_object: self.per_object,
+            skip: Skip {
                 waiting,
                 ..self.caps.skip()
             },
-        );
+        });
         let (rows, failed) = match metrics::timed(Operation::InboxClaim, claim).await {
             // Answered so late that the lease may run out before the first renewal: hand
             // the events back uncounted (fenced on the token: events another worker took

@@ -8,12 +8,13 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
+use super::super::backend::HeldRow;
 use super::super::process::{checked_poll, WorkerHandle};
 use super::super::{Inbox, Processor};
-use super::caps::Skip;
-use super::{shared_settings, Claimed, Engine, Outcome, Queue, Runner};
+
+use super::{shared_settings, ClaimDue, Claimed, Engine, Outcome, Queue, Runner};
 use crate::metrics;
-use crate::store::{retry_until, Heartbeat, StoreError, Token};
+use crate::store::{retry_until, Heartbeat, StoreError};
 use crate::{ConfigError, Event};
 
 /// Processes an [`Inbox`]'s rows. Build it, then [`spawn`](Self::spawn) it.
@@ -106,15 +107,8 @@ impl fmt::Debug for Worker {
     }
 }
 
-/// A claimed row: its key, and the token its claim holds it under.
-pub(crate) struct Row {
-    source: String,
-    id: String,
-    token: Token,
-}
-
 impl Queue for Inbox {
-    type Held = Row;
+    type Held = HeldRow;
     const CLAIM_WAITS: bool = false;
     // The claim's token fences the hand-back: rows another worker took over stay its own.
     const GIVES_BACK: bool = true;
@@ -144,20 +138,13 @@ impl Queue for Inbox {
         Some(lease)
     }
 
-    async fn claim(
-        &self,
-        n: usize,
-        lease: Duration,
-        token: Token,
-        limits: (u32, Option<u32>),
-        skip: Skip,
-    ) -> Result<Vec<Claimed<Row>>, StoreError> {
-        let at = Instant::now();
-        let rows = self.backend.claim(n, lease, token, limits, skip).await?;
+    async fn claim(&self, due: ClaimDue) -> Result<Vec<Claimed<HeldRow>>, StoreError> {
+        let (at, token) = (Instant::now(), due.token);
+        let rows = self.backend.claim(due).await?;
         Ok(rows
             .into_iter()
             .map(|row| Claimed {
-                held: Row {
+                held: HeldRow {
                     source: row.event.source().to_owned(),
                     id: row.event.stored_id().to_owned(),
                     token,
@@ -169,7 +156,7 @@ impl Queue for Inbox {
             .collect())
     }
 
-    async fn give_back(&self, held: Vec<Row>) {
+    async fn give_back(&self, held: Vec<HeldRow>) {
         let Some(token) = held.first().map(|row| row.token) else {
             return;
         };
@@ -179,7 +166,7 @@ impl Queue for Inbox {
 
     async fn start(
         &self,
-        _: &Row,
+        _: &HeldRow,
         _: (&Event, u32),
         _: (u32, Option<u32>),
         _: &Heartbeat,
@@ -190,22 +177,17 @@ impl Queue for Inbox {
         true
     }
 
-    async fn renew(&self, row: &Row, lease: Duration) -> Result<bool, StoreError> {
-        let (source, id) = (row.source.clone(), row.id.clone());
-        self.backend.renew(source, id, row.token, lease).await
+    async fn renew(&self, row: &HeldRow, lease: Duration) -> Result<bool, StoreError> {
+        self.backend.renew(row.clone(), lease).await
     }
 
     async fn finish(
         &self,
-        row: &Row,
+        row: &HeldRow,
         outcome: Outcome,
         until: Instant,
     ) -> Result<bool, StoreError> {
-        retry_until(until, || {
-            let (source, id) = (row.source.clone(), row.id.clone());
-            self.backend.finish(source, id, row.token, outcome.clone())
-        })
-        .await
+        retry_until(until, || self.backend.finish(row.clone(), outcome.clone())).await
     }
 }
 

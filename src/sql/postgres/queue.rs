@@ -16,12 +16,11 @@ use super::super::{
 use super::group_commit::{Write, Written};
 use super::listing::FOLD_COUNTS;
 use super::{Pg, CHANNEL, PLANNED_EACH_TIME};
-use crate::inbox::backend::{Backend, Claimed};
-use crate::inbox::worker::caps::Skip;
+use crate::inbox::backend::{Backend, Claimed, HeldRow};
+use crate::inbox::worker::ClaimDue;
 use crate::inbox::Pause;
 use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, StoredEvent};
 use crate::store::{Delivery, StoreError, StoreFuture, Token};
-use crate::Event;
 
 /// Stores the row and, only if it is new, notifies listening workers — one round trip.
 /// The delivery's request headers (`$8`, credentials left out) go with it. A row
@@ -246,33 +245,25 @@ AND dead_at IS NOT NULL AND dead_at < now() - make_interval(secs => $1)
 AND ($2::text IS NULL OR source = $2) AND ($3::text IS NULL OR event_type = $3)";
 
 impl Backend for Pg {
-    fn accept(&self, event: &Event, headers: Option<String>) -> StoreFuture<Accepted> {
+    fn accept(&self, d: Delivery) -> StoreFuture<Accepted> {
         let this = self.clone();
-        let d = Delivery::from_event(event).with_headers(headers);
         Box::pin(async move { this.accept(d).await })
     }
 
-    fn claim(
-        &self,
-        limit: usize,
-        lease: Duration,
-        token: Token,
-        (max_attempts, per_object): (u32, Option<u32>),
-        skip: Skip,
-    ) -> StoreFuture<Vec<Claimed>> {
+    fn claim(&self, due: ClaimDue) -> StoreFuture<Vec<Claimed>> {
         let pool = self.pool.clone();
-        let max_attempts = i32::try_from(max_attempts).unwrap_or(i32::MAX);
-        let per_object = per_object.map(|n| i32::try_from(n).unwrap_or(i32::MAX));
+        let max_attempts = i32::try_from(due.max_attempts).unwrap_or(i32::MAX);
+        let per_object = due.per_object.map(|n| i32::try_from(n).unwrap_or(i32::MAX));
         Box::pin(async move {
             let rows = sqlx::query_as(CLAIM_DUE)
-                .bind(lease.as_secs_f64())
-                .bind(token.as_uuid())
-                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .bind(due.lease.as_secs_f64())
+                .bind(due.token.as_uuid())
+                .bind(i64::try_from(due.limit).unwrap_or(i64::MAX))
                 .bind(max_attempts)
                 .bind(CRASHED)
                 .bind(per_object)
-                .bind(skip.sources)
-                .bind(skip.types)
+                .bind(due.skip.sources)
+                .bind(due.skip.types)
                 .fetch_all(&pool)
                 .await
                 .map_err(|e| store_error("inbox claim", e))?;
@@ -296,19 +287,13 @@ impl Backend for Pg {
         })
     }
 
-    fn renew(
-        &self,
-        source: String,
-        id: String,
-        token: Token,
-        lease: Duration,
-    ) -> StoreFuture<bool> {
+    fn renew(&self, row: HeldRow, lease: Duration) -> StoreFuture<bool> {
         let pool = self.pool.clone();
         Box::pin(async move {
             let done = sqlx::query(RENEW_ROW)
-                .bind(source)
-                .bind(id)
-                .bind(token.as_uuid())
+                .bind(row.source)
+                .bind(row.id)
+                .bind(row.token.as_uuid())
                 .bind(lease.as_secs_f64())
                 .execute(&pool)
                 .await
@@ -319,9 +304,7 @@ impl Backend for Pg {
 
     fn finish(
         &self,
-        source: String,
-        id: String,
-        token: Token,
+        HeldRow { source, id, token }: HeldRow,
         outcome: Outcome,
     ) -> StoreFuture<bool> {
         let this = self.clone();

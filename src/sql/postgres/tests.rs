@@ -11,6 +11,7 @@ use super::group_commit::{
 use super::listing::{FOLD_COUNTS, LISTINGS};
 use super::*;
 use crate::inbox::backend::Backend;
+use crate::inbox::worker::ClaimDue;
 use crate::inbox::Accepted;
 use crate::store::{Claim, Delivery, Token};
 
@@ -107,7 +108,7 @@ async fn batch_statements_run_and_a_mixed_batch_answers_each_write() {
     assert_eq!(queued, HashSet::from([("s".to_owned(), "c".to_owned())]));
     let t4 = Token::new();
     let pg = Pg::new(pool.clone());
-    let claimed = Backend::claim(&pg, 1, lease, t4, (8, None), Default::default()).await;
+    let claimed = Backend::claim(&pg, ClaimDue::plain(1, lease, t4)).await;
     assert_eq!(claimed.unwrap().len(), 1, "the worker's claim of c");
 
     let answers = write_batch(

@@ -55,21 +55,12 @@ enum Op {
     Accept(Delivery),
     Renew(String, String, Token, Duration),
     Release(String, String, Token),
-    /// The inbox's: a worker's claim of up to `limit` due rows.
-    ClaimDue {
-        limit: usize,
-        lease: Duration,
-        token: Token,
-        max_attempts: u32,
-        /// At most this many of an object's rows running or before it (`None`: no cap).
-        per_object: Option<u32>,
-        /// The sources and types whose caps are reached.
-        skip: crate::inbox::worker::caps::Skip,
-    },
+    /// The inbox's: a worker's claim of due rows.
+    ClaimDue(crate::inbox::worker::ClaimDue),
     /// The inbox's: claimed rows handed back uncounted.
     GiveBack(Vec<(String, String)>, Token),
-    RenewRow(String, String, Token, Duration),
-    Finish(String, String, Token, Outcome),
+    RenewRow(crate::inbox::backend::HeldRow, Duration),
+    Finish(crate::inbox::backend::HeldRow, Outcome),
     Requeue(Requeue),
     /// An operator's pause (`true`) or resume of a source and type.
     Pause(String, String, bool),
@@ -113,7 +104,7 @@ impl Op {
             Op::Complete(..)
             | Op::Renew(..)
             | Op::Release(..)
-            | Op::ClaimDue { .. }
+            | Op::ClaimDue(_)
             | Op::GiveBack(..)
             | Op::RenewRow(..)
             | Op::Finish(..) => Lane::Urgent,

@@ -9,12 +9,11 @@ use tokio::sync::Notify;
 use super::super::shared;
 use super::super::{claimed, Outcome, OBJECT_INDEX};
 use super::{Done, Op, Sqlite};
-use crate::inbox::backend::{Backend, Claimed};
-use crate::inbox::worker::caps::Skip;
+use crate::inbox::backend::{Backend, Claimed, HeldRow};
+use crate::inbox::worker::ClaimDue;
 use crate::inbox::Pause;
 use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, StoredEvent};
 use crate::store::{Delivery, StoreError, StoreFuture, Token};
-use crate::Event;
 
 /// A new row queued, with the delivery's request headers (`?9`, credentials left out); a
 /// row `DedupeLayer` left unfinished is queued instead (adopted), its
@@ -184,38 +183,22 @@ impl Sqlite {
         lease: Duration,
         token: Token,
     ) -> Vec<Claimed> {
-        Backend::claim(self, limit, lease, token, (8, None), Skip::default())
+        Backend::claim(self, ClaimDue::plain(limit, lease, token))
             .await
             .unwrap()
     }
 }
 
 impl Backend for Sqlite {
-    fn accept(&self, event: &Event, headers: Option<String>) -> StoreFuture<Accepted> {
+    fn accept(&self, d: Delivery) -> StoreFuture<Accepted> {
         let this = self.clone();
-        let d = Delivery::from_event(event).with_headers(headers);
         Box::pin(async move { this.accept(d).await })
     }
 
-    fn claim(
-        &self,
-        limit: usize,
-        lease: Duration,
-        token: Token,
-        (max_attempts, per_object): (u32, Option<u32>),
-        skip: Skip,
-    ) -> StoreFuture<Vec<Claimed>> {
+    fn claim(&self, due: ClaimDue) -> StoreFuture<Vec<Claimed>> {
         let this = self.clone();
         Box::pin(async move {
-            let op = Op::ClaimDue {
-                limit,
-                lease,
-                token,
-                max_attempts,
-                per_object,
-                skip,
-            };
-            match this.write(op).await? {
+            match this.write(Op::ClaimDue(due)).await? {
                 Done::Claimed(rows) => Ok(claimed(rows)),
                 _ => unreachable!("a claim's rows"),
             }
@@ -227,26 +210,14 @@ impl Backend for Sqlite {
         Box::pin(async move { this.count(Op::GiveBack(keys, token)).await })
     }
 
-    fn renew(
-        &self,
-        source: String,
-        id: String,
-        token: Token,
-        lease: Duration,
-    ) -> StoreFuture<bool> {
+    fn renew(&self, row: HeldRow, lease: Duration) -> StoreFuture<bool> {
         let this = self.clone();
-        Box::pin(async move { this.held(Op::RenewRow(source, id, token, lease)).await })
+        Box::pin(async move { this.held(Op::RenewRow(row, lease)).await })
     }
 
-    fn finish(
-        &self,
-        source: String,
-        id: String,
-        token: Token,
-        outcome: Outcome,
-    ) -> StoreFuture<bool> {
+    fn finish(&self, row: HeldRow, outcome: Outcome) -> StoreFuture<bool> {
         let this = self.clone();
-        Box::pin(async move { this.held(Op::Finish(source, id, token, outcome)).await })
+        Box::pin(async move { this.held(Op::Finish(row, outcome)).await })
     }
 
     fn requeue(&self, which: &Requeue) -> StoreFuture<u64> {

@@ -14,6 +14,7 @@ use super::queue::{
     PRUNE_PROCESSED, RECORD_ATTEMPTS, RENEW_ROW, REQUEUE, RESUME, RETRY,
 };
 use super::{bind_delivery, epoch_ms, ms, Clock, Done, Op};
+use crate::inbox::backend::HeldRow;
 use crate::inbox::Accepted;
 use crate::store::{StoreError, StoreErrorKind, Token};
 
@@ -220,25 +221,18 @@ async fn write_one<'a>(
                 Accepted::Duplicate
             })
         }
-        Op::ClaimDue {
-            limit,
-            lease,
-            token,
-            max_attempts,
-            per_object,
-            skip,
-        } => {
+        Op::ClaimDue(due) => {
             let json = |keys: &[String]| serde_json::to_string(keys).expect("strings");
             let rows = sqlx::query_as(CLAIM_DUE)
                 .bind(now)
-                .bind(ms(*lease))
-                .bind(token.to_string())
-                .bind(i64::try_from(*limit).unwrap_or(i64::MAX))
-                .bind(*max_attempts)
+                .bind(ms(due.lease))
+                .bind(due.token.to_string())
+                .bind(i64::try_from(due.limit).unwrap_or(i64::MAX))
+                .bind(due.max_attempts)
                 .bind(CRASHED)
-                .bind(*per_object)
-                .bind(json(&skip.sources))
-                .bind(json(&skip.types))
+                .bind(due.per_object)
+                .bind(json(&due.skip.sources))
+                .bind(json(&due.skip.types))
                 .fetch_all(&mut *conn)
                 .await
                 .map_err(|e| store_error("inbox claim", e))?;
@@ -255,7 +249,7 @@ async fn write_one<'a>(
             }
             Done::Count(n)
         }
-        Op::RenewRow(source, id, token, lease) => {
+        Op::RenewRow(HeldRow { source, id, token }, lease) => {
             let done = keyed(RENEW_ROW, source, id, *token)
                 .bind(now.saturating_add(ms(*lease)))
                 .execute(&mut *conn)
@@ -263,7 +257,7 @@ async fn write_one<'a>(
                 .map_err(|e| store_error("inbox renew", e))?;
             Done::Held(changed(done) == 1)
         }
-        Op::Finish(source, id, token, outcome) => {
+        Op::Finish(HeldRow { source, id, token }, outcome) => {
             // Each returns the attempt's number and start: the row was held.
             let key = |sql| {
                 sqlx::query_as::<_, (i64, Option<i64>)>(sql)
