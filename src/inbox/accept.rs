@@ -18,12 +18,12 @@ use crate::response::{self, Needs, RejectFn, Rejection};
 use crate::store::{StoreError, StoreErrorKind};
 use crate::{metrics, Event};
 
+/// A [`Destination`]'s answer, borrowing it (and the event) while it runs.
+pub(crate) type Answer<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
 /// Where [`Accept`] stores a delivery: an [`Inbox`](super::Inbox), or JetStream.
 pub(crate) trait Destination: Send + Sync + 'static {
-    fn accept<'a>(
-        &'a self,
-        event: &'a Event,
-    ) -> Pin<Box<dyn Future<Output = Result<Accepted, StoreError>> + Send + 'a>>;
+    fn accept<'a>(&'a self, event: &'a Event) -> Answer<'a, Accepted>;
     /// Whether [`accept_with`](Self::accept_with) stores the request's headers (the SQL
     /// inbox does), so `Accept` prepares them only for a destination that keeps them.
     #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
@@ -36,12 +36,12 @@ pub(crate) trait Destination: Send + Sync + 'static {
         &'a self,
         event: &'a Event,
         headers: Option<String>,
-    ) -> Pin<Box<dyn Future<Output = Result<Accepted, StoreError>> + Send + 'a>> {
+    ) -> Answer<'a, Accepted> {
         let _ = headers;
         self.accept(event)
     }
     /// The queue's counts (its lag: `oldest_due`).
-    fn counts(&self) -> Pin<Box<dyn Future<Output = Result<Counts, StoreError>> + Send + '_>>;
+    fn counts(&self) -> Answer<'_, Counts>;
 }
 
 /// Stores each verified delivery and answers at once: 204 when stored (duplicates too),

@@ -330,12 +330,7 @@ impl Inbox {
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl accept::Destination for Inbox {
-    fn accept<'a>(
-        &'a self,
-        event: &'a Event,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Accepted, StoreError>> + Send + 'a>,
-    > {
+    fn accept<'a>(&'a self, event: &'a Event) -> accept::Answer<'a, Accepted> {
         Box::pin(Inbox::accept(self, event))
     }
 
@@ -347,16 +342,11 @@ impl accept::Destination for Inbox {
         &'a self,
         event: &'a Event,
         headers: Option<String>,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Accepted, StoreError>> + Send + 'a>,
-    > {
+    ) -> accept::Answer<'a, Accepted> {
         Box::pin(Inbox::accept_with_headers(self, event, headers))
     }
 
-    fn counts(
-        &self,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Counts, StoreError>> + Send + '_>>
-    {
+    fn counts(&self) -> accept::Answer<'_, Counts> {
         Box::pin(Inbox::counts(self))
     }
 }

@@ -354,19 +354,11 @@ impl JetStream {
 }
 
 impl Destination for JetStream {
-    fn accept<'a>(
-        &'a self,
-        event: &'a Event,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Accepted, StoreError>> + Send + 'a>,
-    > {
+    fn accept<'a>(&'a self, event: &'a Event) -> crate::inbox::accept::Answer<'a, Accepted> {
         Box::pin(JetStream::accept(self, event))
     }
 
-    fn counts(
-        &self,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Counts, StoreError>> + Send + '_>>
-    {
+    fn counts(&self) -> crate::inbox::accept::Answer<'_, Counts> {
         Box::pin(JetStream::counts(self))
     }
 }
