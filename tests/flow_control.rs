@@ -565,6 +565,58 @@ async fn a_per_object_cap_of_one_runs_an_objects_events_one_at_a_time_in_order(q
     );
 }
 
+/// Per object, 1, with 2 processors: 6 events of a hot object queued first, then 4 of
+/// other objects, each 150 ms of work. The hot object's events wait for their turns
+/// without holding the processors: one processor works them off one at a time while the
+/// other takes the other objects' events, which have all finished before the hot
+/// object's last starts (were the waiting ones holding both processors, the others
+/// would start only after it), and the hot ones run in arrival order.
+async fn events_waiting_for_their_objects_turn_leave_the_processors_to_others(queue: Queue) {
+    let accept = queue.accept_service();
+    let hot: Vec<String> = (0..6).map(|i| format!("evt_hot_{i}")).collect();
+    for id in &hot {
+        let response = deliver_about(&accept, Scheme::standard(), id, "order.paid", "o_hot");
+        assert_eq!(response.await.status(), StatusCode::NO_CONTENT);
+        tokio::time::sleep(Duration::from_millis(5)).await; // distinct arrival times
+    }
+    let others: Vec<String> = (0..4).map(|i| format!("evt_other_{i}")).collect();
+    for id in &others {
+        queue.deliver(id).await;
+    }
+    let runs = Runs::default();
+    let worker = queue.spawn_with(runs.processor(Duration::from_millis(150)), 2, None, Some(1));
+    eventually("10 processed", Duration::from_secs(20), || runs.len() == 10).await;
+    worker.shutdown().await;
+    let all = runs.all();
+    let mut of_hot: Vec<&Run> = all
+        .iter()
+        .filter(|r| r.event.object_id() == Some("o_hot"))
+        .collect();
+    of_hot.sort_by_key(|r| r.start);
+    let order: Vec<&str> = of_hot.iter().map(|r| r.event.id().unwrap()).collect();
+    assert_eq!(order, hot, "the hot object's events in arrival order");
+    for pair in of_hot.windows(2) {
+        assert!(
+            pair[1].start >= pair[0].end,
+            "the hot object's events overlapped"
+        );
+    }
+    let others_done = all
+        .iter()
+        .filter(|r| r.event.object_id() != Some("o_hot"))
+        .map(|r| r.end)
+        .max()
+        .unwrap();
+    assert!(
+        others_done <= of_hot[5].start,
+        "the other objects' events waited behind the hot object's"
+    );
+    assert!(
+        all.iter().all(|r| r.attempt == 1),
+        "no attempt counted for waiting"
+    );
+}
+
 /// A processor that answers "later" (300 ms) to each event's first start, on a worker
 /// allowed one attempt: each event runs again after the snooze, as attempt 1 both times,
 /// and none goes dead.
@@ -788,11 +840,12 @@ async fn a_small_source_is_not_starved_behind_a_big_backlog(queue: Queue) {
     );
 }
 
+// On a runtime of two threads, as a server's: tasks spawned in order may run out of it.
 macro_rules! on_every_queue {
     ($($test:ident),* $(,)?) => {
-        mod sqlite { use super::*; $(#[tokio::test] async fn $test() { super::$test(Queue::sqlite().await).await; })* }
-        mod postgres { use super::*; $(#[tokio::test] async fn $test() { super::$test(Queue::postgres().await).await; })* }
-        mod jetstream { use super::*; $(#[tokio::test] async fn $test() { super::$test(Queue::jetstream().await).await; })* }
+        mod sqlite { use super::*; $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $test() { super::$test(Queue::sqlite().await).await; })* }
+        mod postgres { use super::*; $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $test() { super::$test(Queue::postgres().await).await; })* }
+        mod jetstream { use super::*; $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $test() { super::$test(Queue::jetstream().await).await; })* }
     };
 }
 
@@ -806,6 +859,7 @@ on_every_queue!(
     backpressure_refuses_retrying_sources_while_the_queue_lags,
     backpressure_by_depth_refuses_beyond_the_bound,
     a_per_object_cap_of_one_runs_an_objects_events_one_at_a_time_in_order,
+    events_waiting_for_their_objects_turn_leave_the_processors_to_others,
 );
 
 /// JetStream, workers crashing while they park and publish back: 30 events accepted while

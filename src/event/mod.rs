@@ -157,6 +157,20 @@ impl Event {
         })
     }
 
+    /// A stored event of `source` about `object_id`, for unit tests.
+    #[cfg(all(test, any(feature = "sqlite", feature = "postgres", feature = "nats")))]
+    pub(crate) fn about(source: &str, object_id: &str) -> Self {
+        Self::stored(Stored {
+            source: source.to_owned(),
+            id: "evt_1".to_owned(),
+            event_type: None,
+            object_id: Some(object_id.to_owned()),
+            livemode: None,
+            timestamp: None,
+            body: Bytes::new(),
+        })
+    }
+
     /// An event as the inbox stored it, for a worker's processor: the stored type, object
     /// id and livemode stand (the body is not parsed for them again). What each accessor
     /// then means: the type's docs, "From the inbox".

@@ -7,14 +7,13 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::{AckKind, Message};
-use tokio::sync::{watch, Notify, OwnedSemaphorePermit};
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::pause::Paused;
 use super::settle::{acknowledge, bury, nak, BURY_AGAIN};
 use super::{held, JetStream};
-use crate::inbox::process::{checked_poll, hurry_up, WorkerHandle};
-use crate::inbox::worker::caps::Turns;
+use crate::inbox::process::{checked_poll, WorkerHandle};
 use crate::inbox::worker::{shared_settings, ClaimDue, Claimed, Engine, Outcome, Queue, Runner};
 use crate::inbox::Processor;
 use crate::metrics::{self, Attempt, Operation};
@@ -90,7 +89,6 @@ impl JetStreamWorker {
             consumer: Mutex::new(None),
             poll,
             lease: Duration::ZERO, // set by `open`
-            objects: None,
             paused: Paused::default(),
         };
         Self {
@@ -180,8 +178,6 @@ pub(crate) struct Stream {
     poll: Duration,
     /// The lease of the messages and of their claims (the consumer's, once open).
     lease: Duration,
-    /// The per-object cap's turns, in this process (`None` until `open` knows the cap).
-    objects: Option<Turns<(String, String)>>,
     /// The pauses in force, as this worker last heard.
     paused: Paused,
 }
@@ -196,8 +192,6 @@ pub(crate) struct Pulled {
     seq: u64,
     held: u32,
     claim: Mutex<Option<ClaimGuard>>,
-    /// Its object's turn (a per-object cap), held until the attempt has ended.
-    turn: Mutex<Option<OwnedSemaphorePermit>>,
 }
 
 impl Queue for Stream {
@@ -206,6 +200,8 @@ impl Queue for Stream {
     const CLAIM_WAITS: bool = true;
     // A message handed back counts a delivery: a pull answered at shutdown is run instead.
     const GIVES_BACK: bool = false;
+    // Read in order: an event over its object's cap waits in the worker, as over the others.
+    const CAPS_OBJECTS: bool = false;
 
     fn wake(&self) -> Arc<Notify> {
         Arc::new(Notify::new()) // never woken: pulls wait for messages themselves
@@ -222,10 +218,9 @@ impl Queue for Stream {
     /// again after a pause while NATS cannot answer; keeps the consumer's own lease.
     async fn open(
         &mut self,
-        (lease, per_object): (Duration, Option<u32>),
+        (lease, _): (Duration, Option<u32>),
         stopped: &mut watch::Receiver<bool>,
     ) -> Option<Duration> {
-        self.objects = per_object.map(Turns::new);
         loop {
             // The pauses first: no paused event may start before they are known.
             let opened = match self.paused.load(&self.jetstream).await {
@@ -292,7 +287,7 @@ impl Queue for Stream {
         &self,
         pulled: &Pulled,
         (event, attempt): (&Event, u32),
-        (max_attempts, _): (u32, Option<u32>),
+        max_attempts: u32,
         heartbeat: &Heartbeat,
         hurried: &mut watch::Receiver<bool>,
     ) -> bool {
@@ -305,23 +300,6 @@ impl Queue for Stream {
                 self.paused.ended.notify_one();
             }
             return false;
-        }
-        if let (Some(objects), Some(object)) = (&self.objects, event.object_id()) {
-            // The object's turn, in the order this worker pulled its messages (a fair
-            // semaphore); the message is renewed meanwhile.
-            let key = (event.source().to_owned(), object.to_owned());
-            if !objects.free(&key) {
-                metrics::held_back(metrics::HeldBack::PerObject);
-            }
-            let turn = objects.turn(&key);
-            let turn = tokio::select! {
-                turn = turn => turn,
-                () = hurry_up(hurried) => {
-                    let _ = message.ack_with(AckKind::Nak(None)).await;
-                    return false;
-                }
-            };
-            *pulled.turn.lock().expect("not poisoned") = Some(turn);
         }
         if let Some(store) = &self.claims {
             let source = event.source();

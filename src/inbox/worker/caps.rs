@@ -1,11 +1,15 @@
-//! Caps per key: at most `n` events of one source, or of one event type, running at once
-//! in a worker, and at most a [`Rate`] of one source's events started. Each key with
-//! events running has a fair semaphore, dropped when the last is done, and each paced
-//! source its own pacing; the keys at their cap or out of turns are what a claim skips.
+//! Caps per key: at most `n` events of one source, of one event type, or (where the
+//! queue's claim cannot cap them) of one object running at once in a worker, and at most
+//! a [`Rate`] of one source's events started. Each key with events running has a fair
+//! semaphore, dropped when the last is done, and each paced source its own pacing; the
+//! keys at their cap or out of turns are what a claim skips.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::hash::Hash;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -49,11 +53,15 @@ impl<K: Hash + Eq + Clone> Turns<K> {
         permit
     }
 
-    /// Whether one of `key`'s turns is free now.
-    #[cfg_attr(not(feature = "nats"), allow(dead_code))] // JetStream's per-object wait
-    pub(crate) fn free(&self, key: &K) -> bool {
-        let keys = self.keys.lock().expect("not poisoned");
-        keys.get(key).is_none_or(|s| s.available_permits() > 0)
+    /// Takes a place in `key`'s line now: the turn if one is free, else the place, whose
+    /// turn comes in the order the places were taken, whichever task awaits it and when.
+    fn line_up(&self, key: &K) -> Result<OwnedSemaphorePermit, InLine> {
+        let mut line = Box::pin(self.semaphore(key).acquire_owned());
+        // Polled once here, which queues it; the task that awaits it later is woken instead.
+        match line.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(turn) => Ok(turn.expect("never closed")),
+            Poll::Pending => Err(Box::pin(async move { line.await.expect("never closed") })),
+        }
     }
 
     /// One of `key`'s turns if one is free now.
@@ -91,13 +99,21 @@ pub(crate) struct Skip {
     pub(crate) waiting: bool,
 }
 
-/// A worker's caps per source and per event type, and its rate per source.
+/// A worker's caps per source, per event type and per object, and its rate per source.
 #[derive(Default)]
 pub(crate) struct Caps {
     sources: Option<Turns<String>>,
     types: Option<Turns<String>>,
+    /// Per source and object id; only where the queue's claim does not cap objects.
+    objects: Option<Turns<(String, String)>>,
     paced: Option<Paced>,
 }
+
+/// A place in a key's line (its turn, once it comes).
+type InLine = Pin<Box<dyn Future<Output = OwnedSemaphorePermit> + Send>>;
+
+/// An event's place in its object's line, kept while it waits for its turns.
+pub(crate) struct Place(Option<InLine>);
 
 /// Each source's pacing under one rate.
 struct Paced {
@@ -153,12 +169,13 @@ pub(crate) type Turn = Vec<OwnedSemaphorePermit>;
 
 impl Caps {
     pub(crate) fn new(
-        (per_source, per_type): (Option<u32>, Option<u32>),
+        (per_source, per_type, per_object): (Option<u32>, Option<u32>, Option<u32>),
         rate_per_source: Option<Rate>,
     ) -> Self {
         Self {
             sources: per_source.map(Turns::new),
             types: per_type.map(Turns::new),
+            objects: per_object.map(Turns::new),
             paced: rate_per_source.map(|rate| Paced {
                 rate,
                 sources: Mutex::default(),
@@ -167,7 +184,10 @@ impl Caps {
     }
 
     pub(crate) fn any(&self) -> bool {
-        self.sources.is_some() || self.types.is_some() || self.paced.is_some()
+        self.sources.is_some()
+            || self.types.is_some()
+            || self.objects.is_some()
+            || self.paced.is_some()
     }
 
     /// What a claim skips now.
@@ -188,21 +208,36 @@ impl Caps {
         self.paced.as_ref().and_then(Paced::next_turn)
     }
 
-    /// `event`'s turns if both are free now (none taken otherwise, and the rule that
-    /// held it back counted).
-    pub(crate) fn try_turn(&self, event: &Event) -> Option<Turn> {
+    /// `event`'s turns if all are free now; otherwise its place in its object's line
+    /// (taken now, so that an object's events run in the order they were claimed) and
+    /// no other turn, the rule that held it back counted.
+    pub(crate) fn try_turn(&self, event: &Event) -> Result<Turn, Place> {
+        let mut object = None;
+        if let (Some(objects), Some(id)) = (&self.objects, event.object_id()) {
+            match objects.line_up(&(event.source().to_owned(), id.to_owned())) {
+                Ok(turn) => object = Some(turn),
+                Err(line) => {
+                    metrics::held_back(HeldBack::PerObject);
+                    return Err(Place(Some(line)));
+                }
+            }
+        }
+        // The object's turn, taken, is kept for the wait: it was this event's in line.
+        let wait = |object: Option<OwnedSemaphorePermit>| {
+            Place(object.map(|turn| Box::pin(std::future::ready(turn)) as InLine))
+        };
         let mut turn = Vec::new();
         if let Some(sources) = &self.sources {
             let Some(taken) = sources.try_turn(&event.source().to_owned()) else {
                 metrics::held_back(HeldBack::PerSource);
-                return None;
+                return Err(wait(object));
             };
             turn.push(taken);
         }
         if let Some(types) = &self.types {
             let Some(taken) = types.try_turn(&type_key(event)) else {
                 metrics::held_back(HeldBack::PerType);
-                return None;
+                return Err(wait(object));
             };
             turn.push(taken);
         }
@@ -210,16 +245,21 @@ impl Caps {
         if let Some(paced) = &self.paced {
             if !paced.try_take(event.source()) {
                 metrics::held_back(HeldBack::Rate);
-                return None;
+                return Err(wait(object));
             }
         }
-        Some(turn)
+        turn.extend(object);
+        Ok(turn)
     }
 
-    /// Waits for `event`'s turns: its source's first, then its type's (one order for
-    /// every event: no two wait for each other's).
-    pub(crate) async fn turn(&self, event: &Event) -> Turn {
+    /// Waits for `event`'s turns: its object's first (from its `place` in line), then its
+    /// source's, then its type's (one order for every event: no two wait for each
+    /// other's).
+    pub(crate) async fn turn(&self, event: &Event, place: Place) -> Turn {
         let mut turn = Vec::new();
+        if let Some(line) = place.0 {
+            turn.push(line.await);
+        }
         if let Some(sources) = &self.sources {
             turn.push(sources.turn(&event.source().to_owned()).await);
         }
@@ -250,18 +290,51 @@ mod tests {
 
     #[test]
     fn a_full_key_is_skipped_until_a_turn_is_given_back() {
-        let caps = Caps::new((Some(2), Some(3)), None);
-        let a = caps.try_turn(&event("a", "x")).unwrap();
-        let b = caps.try_turn(&event("a", "y")).unwrap();
-        assert!(caps.try_turn(&event("a", "z")).is_none(), "a is at its cap");
+        let caps = Caps::new((Some(2), Some(3), None), None);
+        let a = caps.try_turn(&event("a", "x")).ok().unwrap();
+        let b = caps.try_turn(&event("a", "y")).ok().unwrap();
+        assert!(caps.try_turn(&event("a", "z")).is_err(), "a is at its cap");
         assert_eq!(caps.skip().sources, ["a"]);
-        let c = caps.try_turn(&event("b", "x")).unwrap();
-        let d = caps.try_turn(&event("c", "x")).unwrap();
+        let c = caps.try_turn(&event("b", "x")).ok().unwrap();
+        let d = caps.try_turn(&event("c", "x")).ok().unwrap();
         assert!(caps.skip().types.contains(&"x".to_owned()));
-        assert!(caps.try_turn(&event("d", "x")).is_none(), "x is at its cap");
+        assert!(caps.try_turn(&event("d", "x")).is_err(), "x is at its cap");
         assert!(caps.skip().sources == ["a"], "a refused turn takes nothing");
         drop((a, b, c, d));
         let skip = caps.skip();
         assert!(skip.sources.is_empty() && skip.types.is_empty());
+    }
+
+    /// An object capped at 1: its events lined up as they were claimed get their turns
+    /// in that order, though each awaits its turn in its own task, spawned in the reverse
+    /// order; another object's event is not held back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_objects_events_get_their_turns_in_the_order_they_lined_up() {
+        let caps = Arc::new(Caps::new((None, None, Some(1)), None));
+        let about = |object| Event::about("a", object);
+        let running = caps.try_turn(&about("o_1")).ok().unwrap();
+        let places: Vec<Place> = (0..6)
+            .map(|_| caps.try_turn(&about("o_1")).err().unwrap())
+            .collect();
+        assert!(caps.try_turn(&about("o_2")).is_ok(), "another object runs");
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiting = tokio::task::JoinSet::new();
+        for (i, place) in places.into_iter().enumerate().rev() {
+            let (caps, order) = (caps.clone(), order.clone());
+            waiting.spawn(async move {
+                let turn = caps.turn(&about("o_1"), place).await;
+                order.lock().unwrap().push(i);
+                tokio::task::yield_now().await;
+                drop(turn);
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(
+            order.lock().unwrap().is_empty(),
+            "none beside the running one"
+        );
+        drop(running);
+        while waiting.join_next().await.is_some() {}
+        assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4, 5]);
     }
 }

@@ -216,8 +216,10 @@ macro_rules! shared_settings {
         ///
         /// On the SQL inbox the cap holds across every worker on the database: an event
         /// over it is not claimed (no attempt counted). On JetStream it holds within this
-        /// worker, in the order it pulled the messages, and a message waiting for its
-        /// object's turn holds one of the worker's processors (renewed meanwhile).
+        /// worker, in the order it pulled the messages: a message waiting for its object's
+        /// turn waits in the worker (renewed meanwhile) without holding a processor, and
+        /// the worker reads on within its lookahead, as under
+        /// [`with_per_source`](Self::with_per_source).
         ///
         /// # Errors
         ///

@@ -89,6 +89,10 @@ pub(crate) trait Queue: Send + Sync + 'static {
     /// uncounted. Where it cannot, the events of a claim still out at shutdown are run.
     const GIVES_BACK: bool;
 
+    /// Whether [`claim`](Self::claim) holds the per-object cap itself (leaving an event
+    /// over it unclaimed). Otherwise the worker holds it, as its other caps.
+    const CAPS_OBJECTS: bool;
+
     /// Notified when an event may have been queued (an accept in this process).
     fn wake(&self) -> Arc<Notify>;
 
@@ -115,12 +119,12 @@ pub(crate) trait Queue: Send + Sync + 'static {
 
     /// Whether the claimed event is to run: `false` when the queue settled it itself (it
     /// was processed already, or the worker is stopping); renewed meanwhile by
-    /// `heartbeat`. `limits`: `max_attempts` and `per_object`, as for [`ClaimDue`].
+    /// `heartbeat`. `max_attempts`: as for [`ClaimDue`].
     fn start(
         &self,
         held: &Self::Held,
         claimed: (&Event, u32),
-        limits: (u32, Option<u32>),
+        max_attempts: u32,
         heartbeat: &Heartbeat,
         hurried: &mut watch::Receiver<bool>,
     ) -> impl Future<Output = bool> + Send;

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::super::process::{hurry_up, AbortOnDrop};
 use super::super::rate::Pacing;
 use super::super::Attempt;
-use super::caps::{Caps, Skip, Turn};
+use super::caps::{Caps, Place, Skip, Turn};
 use super::freed::{Freed, Freeing};
 use super::{ClaimDue, Claimed, Engine, Outcome, Queue};
 use crate::metrics::{self, Operation};
@@ -33,8 +33,9 @@ const CLAIMS_IN_FLIGHT: usize = 2;
 /// A claim's answer: its events, how many it asked for, and the processors and slots
 /// held for them.
 struct Batch<H> {
-    /// Each event, with its turns under the caps where it took them at once.
-    rows: Vec<(Claimed<H>, Option<Turn>)>,
+    /// Each event, with its turns under the caps where it took them at once, else its
+    /// place in line.
+    rows: Vec<(Claimed<H>, Result<Turn, Place>)>,
     asked: usize,
     /// How many the queue answered with (some may have been handed back since: their
     /// caps were full).
@@ -55,7 +56,11 @@ struct Batch<H> {
 impl<Q: Queue> Engine<Q> {
     pub(super) async fn run(mut self, mut stopped: watch::Receiver<bool>) {
         let opening = (self.lease.length, self.per_object);
-        self.caps = Caps::new((self.per_source, self.per_type), self.rate_per_source);
+        // A claim that caps objects itself (across workers) leaves them; one that cannot
+        // has them wait for their turns here, as over the other caps.
+        let per_object = self.per_object.filter(|_| !Q::CAPS_OBJECTS);
+        let caps = (self.per_source, self.per_type, per_object);
+        self.caps = Caps::new(caps, self.rate_per_source);
         let Some(lease) = self.queue.open(opening, &mut stopped).await else {
             return;
         };
@@ -284,16 +289,15 @@ impl<Q: Queue> Engine<Q> {
     async fn take_turns(
         &self,
         rows: Vec<Claimed<Q::Held>>,
-    ) -> Vec<(Claimed<Q::Held>, Option<Turn>)> {
+    ) -> Vec<(Claimed<Q::Held>, Result<Turn, Place>)> {
         if !self.caps.any() {
-            return rows.into_iter().map(|row| (row, None)).collect();
+            return rows.into_iter().map(|row| (row, Ok(Turn::new()))).collect();
         }
         let (mut taken, mut back) = (Vec::new(), Vec::new());
         for row in rows {
             match self.caps.try_turn(&row.event) {
-                Some(turn) => taken.push((row, Some(turn))),
-                None if Q::GIVES_BACK => back.push(row.held),
-                None => taken.push((row, None)),
+                Err(_) if Q::GIVES_BACK => back.push(row.held),
+                turn => taken.push((row, turn)),
             }
         }
         if !back.is_empty() {
@@ -304,7 +308,7 @@ impl<Q: Queue> Engine<Q> {
 
     async fn process(
         &self,
-        (claimed, turn): (Claimed<Q::Held>, Option<Turn>),
+        (claimed, turn): (Claimed<Q::Held>, Result<Turn, Place>),
         token: Token,
         mut freed: Freed,
         (mut stopped, mut hurried): (watch::Receiver<bool>, watch::Receiver<bool>),
@@ -327,14 +331,14 @@ impl<Q: Queue> Engine<Q> {
         // the lookahead, so the worker reads on and other sources' events start meanwhile
         // (the fair share a queue read in order can give).
         let turn = match turn {
-            Some(turn) => {
+            Ok(turn) => {
                 freed.placed();
                 turn
             }
-            None if self.caps.any() => {
+            Err(place) => {
                 let lent = freed.lend();
                 let wait = async {
-                    let turn = self.caps.turn(&event).await;
+                    let turn = self.caps.turn(&event, place).await;
                     if lent {
                         freed.take_back().await;
                     }
@@ -351,12 +355,15 @@ impl<Q: Queue> Engine<Q> {
                     () = &mut beat => unreachable!("the heartbeat never ends"),
                 }
             }
-            None => Vec::new(),
         };
-        let limits = (self.retry.max_attempts(), self.per_object);
-        let start = self
-            .queue
-            .start(&held, (&event, attempt), limits, &heartbeat, &mut hurried);
+        let max_attempts = self.retry.max_attempts();
+        let start = self.queue.start(
+            &held,
+            (&event, attempt),
+            max_attempts,
+            &heartbeat,
+            &mut hurried,
+        );
         let go = tokio::select! {
             biased;
             go = start => go,

@@ -112,6 +112,8 @@ impl Queue for Inbox {
     const CLAIM_WAITS: bool = false;
     // The claim's token fences the hand-back: rows another worker took over stay its own.
     const GIVES_BACK: bool = true;
+    // A claim leaves an object's events over the cap unclaimed, for every worker at once.
+    const CAPS_OBJECTS: bool = true;
 
     fn wake(&self) -> Arc<Notify> {
         self.wake.clone()
@@ -168,7 +170,7 @@ impl Queue for Inbox {
         &self,
         _: &HeldRow,
         _: (&Event, u32),
-        _: (u32, Option<u32>),
+        _: u32,
         _: &Heartbeat,
         _: &mut watch::Receiver<bool>,
     ) -> bool {

@@ -135,7 +135,6 @@ impl Stream {
                     seq,
                     held,
                     claim: Mutex::new(None),
-                    turn: Mutex::new(None),
                 },
                 at,
             });
