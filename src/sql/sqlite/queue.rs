@@ -30,22 +30,23 @@ WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS 
   AND webhook_events.kind <> 'once'";
 
 /// SQLite has one writer: this UPDATE is atomic, no two workers get the same row. A due
-/// row whose every attempt ended without an outcome (each crashed its worker) is marked
-/// dead in the same statement instead of claimed again (every SET sees the old row). The
-/// attempt's start is kept for its record; a trigger records the attempt before it as
-/// crashed when it never finished (the migration `webhook_events_history`).
-/// Under a per-object cap of n, a row is claimed while fewer than n of its object's other
-/// unfinished rows run or came before it: counted up to n and no further, so an object
-/// with a backlog of thousands costs a claim n rows of it, not its whole backlog.
+/// row whose every attempt ended without an outcome (each crashed its worker) is left as
+/// it was (every SET sees the old row) and returned `buried`, for `BURY_CRASHED` to mark
+/// dead in the same transaction: a claim that assigned `dead_at` or `processing_error`
+/// would rewrite every claimed row's entries in the partial indexes over them (about 6 %
+/// of the drain with a per-object cap, `benches/sql/claim.py`). The attempt's start is
+/// kept for its record; a trigger records the attempt before it as crashed when it never
+/// finished (the migration `webhook_events_history`).
+/// Under a per-object cap of n (`?6`), a row is claimed while fewer than n of its
+/// object's other unfinished rows run or came before it: counted up to n and no further,
+/// so an object with a backlog of thousands costs a claim n rows of it, not its whole
+/// backlog.
 pub(super) const CLAIM_DUE: &str = "
 UPDATE webhook_events
 SET attempts = attempts + (attempts < ?5),
-    dead_at = CASE WHEN attempts >= ?5 THEN ?1 END,
-    processing_error = CASE WHEN attempts >= ?5
-        THEN coalesce(processing_error || '; then ', '') || ?6 ELSE processing_error END,
-    locked_until = CASE WHEN attempts < ?5 THEN ?1 + ?2 END,
-    lock_token = CASE WHEN attempts < ?5 THEN ?3 END,
-    attempt_started_at = CASE WHEN attempts < ?5 THEN ?1 END
+    locked_until = CASE WHEN attempts < ?5 THEN ?1 + ?2 ELSE locked_until END,
+    lock_token = CASE WHEN attempts < ?5 THEN ?3 ELSE lock_token END,
+    attempt_started_at = CASE WHEN attempts < ?5 THEN ?1 ELSE attempt_started_at END
 WHERE rowid IN (
     SELECT rowid FROM webhook_events
     WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= ?1
@@ -54,19 +55,27 @@ WHERE rowid IN (
       AND NOT EXISTS (SELECT 1 FROM webhook_pauses p
           WHERE p.source IN ('', webhook_events.source)
             AND p.event_type IN ('', coalesce(webhook_events.event_type, '')))
-      AND (?7 IS NULL OR object_id IS NULL OR (
+      AND (?6 IS NULL OR object_id IS NULL OR (
           SELECT count(*) FROM (SELECT 1 FROM webhook_events o
           WHERE o.object_id = webhook_events.object_id AND o.rowid <> webhook_events.rowid
             AND o.source = webhook_events.source
             AND o.next_attempt_at IS NOT NULL AND o.processed_at IS NULL AND o.dead_at IS NULL
             AND (o.locked_until > ?1 OR (o.received_at, o.event_id)
                 < (webhook_events.received_at, webhook_events.event_id))
-          LIMIT ?7)) < ?7)
-      AND source NOT IN (SELECT value FROM json_each(?8))
-      AND coalesce(event_type, '') NOT IN (SELECT value FROM json_each(?9))
+          LIMIT ?6)) < ?6)
+      AND source NOT IN (SELECT value FROM json_each(?7))
+      AND coalesce(event_type, '') NOT IN (SELECT value FROM json_each(?8))
     ORDER BY next_attempt_at LIMIT ?4)
 RETURNING source, event_id, event_type, object_id, livemode, body, attempts,
-    dead_at IS NOT NULL AS buried";
+    lock_token IS NOT ?3 AS buried";
+
+/// A row the claim found crashed too often (`?1`, `?2`): dead, with `?4` after its last
+/// error. Assigning `attempts` fires the trigger that records its last attempt as crashed.
+pub(super) const BURY_CRASHED: &str = "
+UPDATE webhook_events SET attempts = attempts, dead_at = ?3,
+    processing_error = coalesce(processing_error || '; then ', '') || ?4,
+    locked_until = NULL, lock_token = NULL, attempt_started_at = NULL
+WHERE source = ?1 AND event_id = ?2";
 
 /// An operator's pause (`?1` source, `?2` type, `''`: any); a second one changes nothing.
 pub(super) const PAUSE: &str = "

@@ -10,10 +10,10 @@ use sqlx::sqlite::{Sqlite as Db, SqliteArguments, SqlitePool};
 use super::super::{store_error, Outcome, ABANDONED, CRASHED, MAX_ATTEMPT_RECORDS};
 use super::claims::{claim_one, COMPLETE, INBOX_HAS, PRUNE, PRUNE_ONCE, RELEASE, RENEW};
 use super::queue::{
-    ABANDON, ACCEPT, CAP_ATTEMPTS, CLAIM_DUE, DEAD, GIVE_BACK, LATER, PAUSE, PROCESSED, PRUNE_DEAD,
-    PRUNE_PROCESSED, RECORD_ATTEMPTS, RENEW_ROW, REQUEUE, RESUME, RETRY,
+    ABANDON, ACCEPT, BURY_CRASHED, CAP_ATTEMPTS, CLAIM_DUE, DEAD, GIVE_BACK, LATER, PAUSE,
+    PROCESSED, PRUNE_DEAD, PRUNE_PROCESSED, RECORD_ATTEMPTS, RENEW_ROW, REQUEUE, RESUME, RETRY,
 };
-use super::{bind_delivery, epoch_ms, ms, Clock, Done, Op};
+use super::{bind_delivery, epoch_ms, ms, ClaimedRow, Clock, Done, Op};
 use crate::inbox::backend::HeldRow;
 use crate::inbox::Accepted;
 use crate::store::{StoreError, StoreErrorKind, Token};
@@ -223,19 +223,28 @@ async fn write_one<'a>(
         }
         Op::ClaimDue(due) => {
             let json = |keys: &[String]| serde_json::to_string(keys).expect("strings");
-            let rows = sqlx::query_as(CLAIM_DUE)
+            let rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM_DUE)
                 .bind(now)
                 .bind(ms(due.lease))
                 .bind(due.token.to_string())
                 .bind(i64::try_from(due.limit).unwrap_or(i64::MAX))
                 .bind(due.max_attempts)
-                .bind(CRASHED)
                 .bind(due.per_object)
                 .bind(json(&due.skip.sources))
                 .bind(json(&due.skip.types))
                 .fetch_all(&mut *conn)
                 .await
                 .map_err(|e| store_error("inbox claim", e))?;
+            for row in rows.iter().filter(|row| row.buried) {
+                sqlx::query(BURY_CRASHED)
+                    .bind(&row.source)
+                    .bind(&row.event_id)
+                    .bind(now)
+                    .bind(CRASHED)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|e| store_error("inbox claim", e))?;
+            }
             Done::Claimed(rows)
         }
         Op::GiveBack(keys, token) => {
