@@ -101,7 +101,9 @@ impl JetStreamWorker {
     /// Replaces the lease (default 60 s): the consumer's `ack_wait` when this creates the
     /// consumer (an existing consumer keeps its own, and the worker renews on that), renewed
     /// every third of it while the processor runs. It bounds how long a *crashed* worker's
-    /// messages wait to be redelivered.
+    /// messages wait to be redelivered — and how late a retry's backoff or a
+    /// [`Later`](crate::inbox::Later) can end: NATS 2.9 now and then redelivers a message
+    /// handed back with a delay only once its ack wait runs out (about 1 in 100 here).
     ///
     /// # Errors
     ///
@@ -246,7 +248,7 @@ impl Queue for Stream {
     }
 
     /// The messages there now; when there are none, the first to arrive within the poll
-    /// interval (one: a pull's messages are delivered as they come, and each must run).
+    /// interval.
     // A stream is read in order: capped events wait in the worker instead of being skipped
     // (`due.skip` says only whether some wait).
     async fn claim(&self, due: ClaimDue) -> Result<Vec<Claimed<Pulled>>, StoreError> {
@@ -258,15 +260,19 @@ impl Queue for Stream {
         } = due;
         let consumer = self.consumer.lock().expect("not poisoned").clone();
         let consumer = consumer.expect("opened before the first claim");
-        let mut pulled = self.pull(&consumer, n, None, lease).await;
-        if matches!(&pulled, Ok(rows) if rows.is_empty()) {
-            // While events wait for their turns, the processors this pull holds are theirs
-            // soon: wait briefly.
-            let wait = match skip.waiting {
-                true => self.poll.min(WAITING_POLL),
-                false => self.poll,
-            };
-            pulled = self.pull(&consumer, 1, Some(wait), lease).await;
+        // While events wait for their turns, the processors this pull holds are theirs
+        // soon: wait briefly.
+        let wait = match skip.waiting {
+            true => self.poll.min(WAITING_POLL),
+            false => self.poll,
+        };
+        let sent = Instant::now();
+        let mut pulled = self.pull(&consumer, (n, wait, false), lease).await;
+        if matches!(&pulled, Ok(rows) if rows.is_empty()) && sent.elapsed() < wait / 2 {
+            // Turned away at once (the consumer's other pulls wait for what is there):
+            // wait in line with them. One: a pull's messages are delivered as they come,
+            // and each must run.
+            pulled = self.pull(&consumer, (1, wait, true), lease).await;
         }
         if pulled.is_err() {
             // The connection may have been replaced: ask for the consumer again.

@@ -66,32 +66,43 @@ impl Stream {
             .map_err(|e| StoreError::new("jetstream consumer", e))
     }
 
-    /// Pulls up to `n` messages: those there now, or (`wait`) as they arrive within it.
+    /// Pulls up to `n` messages: those there now, or the first to arrive within `wait`
+    /// (`in_line`: as many as arrive within it, waiting behind the consumer's other pulls).
     /// The whole pull is read: its messages are delivered already, and one left unread
     /// would count an attempt it never had. But not a pull the connection lost: left to
     /// itself it waits 5 s past its expiry.
+    // Never a pull without an expiry: while a redelivery is due the server keeps even a
+    // no-wait pull until a message comes, and when another pull took that one, it waited
+    // for the next accept — forever on a quiet stream, holding its processors and a
+    // shutdown with them.
     pub(super) async fn pull(
         &self,
         consumer: &PullConsumer,
-        n: usize,
-        wait: Option<Duration>,
+        (n, wait, in_line): (usize, Duration, bool),
         lease: Duration,
     ) -> Result<Vec<Claimed<Pulled>>, StoreError> {
         let err = |e| StoreError::new("jetstream pull", e);
-        let mut batch = match wait {
-            None => consumer
-                .fetch()
-                .max_messages(n)
-                .messages()
-                .await
-                .map_err(err)?,
-            Some(wait) => {
-                let pull = consumer.batch().max_messages(n).expires(wait);
-                pull.messages().await.map_err(err)?
+        let mut batch = match in_line {
+            false => {
+                consumer
+                    .fetch()
+                    .max_messages(n)
+                    .expires(wait)
+                    .messages()
+                    .await
             }
-        };
+            true => {
+                consumer
+                    .batch()
+                    .max_messages(n)
+                    .expires(wait)
+                    .messages()
+                    .await
+            }
+        }
+        .map_err(err)?;
         let client = self.jetstream.inner.context.client();
-        let mut lost = std::pin::pin!(reconnected(client, wait.unwrap_or(self.poll)));
+        let mut lost = std::pin::pin!(reconnected(client, wait));
         let mut rows = Vec::new();
         loop {
             let message = tokio::select! {
