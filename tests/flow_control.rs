@@ -130,9 +130,6 @@ impl Queue {
                 if let Some(rate) = settings.rate_per_source {
                     worker = worker.with_rate_per_source(rate);
                 }
-                if let Some(lease) = settings.lease {
-                    worker = worker.with_lease(lease).unwrap();
-                }
                 worker.spawn()
             }};
         }
@@ -181,7 +178,6 @@ struct Settings {
     rate_per_source: Option<Rate>,
     /// JetStream's only (the SQL claim skips capped sources at any depth).
     lookahead: Option<usize>,
-    lease: Option<Duration>,
 }
 
 /// Delivers `id` signed in `scheme` (whose name is its source) through verification to
@@ -646,9 +642,6 @@ async fn later_snoozes_an_event_without_counting_an_attempt(queue: Queue) {
     let settings = Settings {
         concurrency: 4,
         max_attempts: Some(1),
-        // NATS 2.9 now and then redelivers a message handed back with a delay only once
-        // its ack wait (the lease) runs out: about 1 in 100 here. A short lease bounds it.
-        lease: Some(Duration::from_secs(2)),
         ..Settings::default()
     };
     let worker = queue.spawn_set(processor, settings);

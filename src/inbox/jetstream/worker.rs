@@ -101,9 +101,7 @@ impl JetStreamWorker {
     /// Replaces the lease (default 60 s): the consumer's `ack_wait` when this creates the
     /// consumer (an existing consumer keeps its own, and the worker renews on that), renewed
     /// every third of it while the processor runs. It bounds how long a *crashed* worker's
-    /// messages wait to be redelivered — and how late a retry's backoff or a
-    /// [`Later`](crate::inbox::Later) can end: NATS 2.9 now and then redelivers a message
-    /// handed back with a delay only once its ack wait runs out (about 1 in 100 here).
+    /// messages wait to be redelivered.
     ///
     /// # Errors
     ///
