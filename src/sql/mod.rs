@@ -91,6 +91,7 @@
 //! spelled out on every method, for two implementations that share no SQL text.
 
 mod batch;
+mod keys; // what a dedupe store asks its dialect
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 mod shared;
@@ -104,6 +105,8 @@ use crate::inbox::backend::Claimed;
 use crate::inbox::listing::from_micros;
 use crate::inbox::{AttemptOutcome, AttemptRecord, Counts, EventSummary, State, StoredEvent};
 use crate::store::{StoreError, StoreErrorKind};
+
+pub(crate) use keys::{KeyOp, Keyed};
 
 /// A failed statement as a [`StoreError`] of `context`, of the kind its cause says:
 /// [`Unavailable`](StoreErrorKind::Unavailable) when the database could not be used now

@@ -1,8 +1,8 @@
 //! What [`PgStore`](super::PgStore) and [`SqliteStore`](super::SqliteStore) share: a
 //! dedupe store over a dialect's table, whose operations take the same arguments in both.
 
-/// `impl DedupeStore for $store`, each operation handed to its table, `self.sql`; the
-/// items in braces after it are added to the impl.
+/// `impl DedupeStore for $store`, each operation handed to its table, `self.sql`, as a
+/// [`KeyOp`](crate::sql::KeyOp); the items in braces after it are added to the impl.
 macro_rules! sql_dedupe_store {
     ($store:ty $(, { $($extra:tt)* })?) => {
         impl $crate::store::DedupeStore for $store {
@@ -15,7 +15,7 @@ macro_rules! sql_dedupe_store {
                 let sql = self.sql.clone();
                 Box::pin(async move {
                     $crate::store::check_key(d.source(), d.id())?;
-                    sql.claim(d, token, lease).await
+                    Ok(sql.key($crate::sql::KeyOp::Claim(d, token, lease)).await?.claim())
                 })
             }
 
@@ -27,8 +27,8 @@ macro_rules! sql_dedupe_store {
             ) -> $crate::store::StoreFuture<$crate::store::Renewed> {
                 let sql = self.sql.clone();
                 Box::pin(async move {
-                    let held = sql.renew(d.source(), d.id(), token, lease).await?;
-                    Ok(if held {
+                    let held = sql.key($crate::sql::KeyOp::Renew(d, token, lease)).await?;
+                    Ok(if held.held() {
                         $crate::store::Renewed::Held
                     } else {
                         $crate::store::Renewed::Fenced
@@ -43,10 +43,8 @@ macro_rules! sql_dedupe_store {
             ) -> $crate::store::StoreFuture<$crate::store::Completed> {
                 let sql = self.sql.clone();
                 Box::pin(async move {
-                    let done = sql
-                        .complete(d.source().into(), d.id().into(), token)
-                        .await?;
-                    Ok(if done {
+                    let done = sql.key($crate::sql::KeyOp::Complete(d, token)).await?;
+                    Ok(if done.held() {
                         $crate::store::Completed::Done
                     } else {
                         $crate::store::Completed::Fenced
@@ -60,7 +58,8 @@ macro_rules! sql_dedupe_store {
                 token: $crate::store::Token,
             ) -> $crate::store::StoreFuture<()> {
                 let sql = self.sql.clone();
-                Box::pin(async move { sql.release(d.source(), d.id(), token).await })
+                let release = $crate::sql::KeyOp::Release(d, token);
+                Box::pin(async move { sql.key(release).await.map(|_| ()) })
             }
 
             fn prune(
@@ -68,7 +67,8 @@ macro_rules! sql_dedupe_store {
                 older_than: $crate::store::Retention,
             ) -> $crate::store::StoreFuture<u64> {
                 let sql = self.sql.clone();
-                Box::pin(async move { sql.prune(older_than.get()).await })
+                let prune = $crate::sql::KeyOp::Prune(older_than.get());
+                Box::pin(async move { Ok(sql.key(prune).await?.count()) })
             }
 
             fn prune_once(
@@ -76,8 +76,9 @@ macro_rules! sql_dedupe_store {
                 namespace: &str,
                 older_than: ::std::time::Duration,
             ) -> $crate::store::StoreFuture<u64> {
-                let (sql, namespace) = (self.sql.clone(), namespace.to_owned());
-                Box::pin(async move { sql.prune_once(&namespace, older_than).await })
+                let sql = self.sql.clone();
+                let prune = $crate::sql::KeyOp::PruneOnce(namespace.to_owned(), older_than);
+                Box::pin(async move { Ok(sql.key(prune).await?.count()) })
             }
 
             $($($extra)*)?

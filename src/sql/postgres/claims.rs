@@ -9,6 +9,7 @@ use sqlx::PgConnection;
 
 use super::super::shared::{changed, not_claimed};
 use super::super::store_error;
+use super::super::{KeyOp, Keyed};
 use super::group_commit::{Write, Written};
 use super::{bind_delivery, Pg};
 use crate::inbox::Accepted;
@@ -115,53 +116,48 @@ pub(super) fn remaining(ms: Option<f64>) -> Option<Duration> {
 }
 
 impl Pg {
-    /// Claims `d` for an attempt under `token` for `lease`: a new row, or one released or
-    /// expired taken over; else done, or in flight (for how much longer).
-    pub(crate) async fn claim(
-        &self,
-        d: Delivery,
-        token: Token,
-        lease: Duration,
-    ) -> Result<Claim, StoreError> {
-        match self.writer.write(Write::Claim(d, token, lease)).await? {
-            Written::Claim(claim) => Ok(claim),
-            _ => unreachable!("a claim's answer"),
-        }
-    }
-
-    /// Extends the lease if `token` still holds the claim; `false` when fenced out.
-    pub(crate) async fn renew(
-        &self,
-        source: &str,
-        id: &str,
-        token: Token,
-        lease: Duration,
-    ) -> Result<bool, StoreError> {
-        sqlx::query_scalar(RENEW)
-            .bind(source)
-            .bind(id)
-            .bind(token.as_uuid())
-            .bind(lease.as_secs_f64())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| store_error("postgres renew", e))
-    }
-
-    /// Marks the row done if `token` holds it (or already did this); `false` when fenced.
-    pub(crate) async fn complete(
-        &self,
-        source: String,
-        id: String,
-        token: Token,
-    ) -> Result<bool, StoreError> {
-        match self
-            .writer
-            .write(Write::Complete(source, id, token))
-            .await?
-        {
-            Written::Complete(done) => Ok(done),
-            _ => unreachable!("a completion's answer"),
-        }
+    /// Answers a dedupe store's [`KeyOp`]: claims and completions through the group
+    /// commit (they are the hot path), the rest straight to the pool.
+    pub(crate) async fn key(&self, op: KeyOp) -> Result<Keyed, StoreError> {
+        let pool = &self.pool;
+        Ok(match op {
+            KeyOp::Claim(d, token, lease) => {
+                match self.writer.write(Write::Claim(d, token, lease)).await? {
+                    Written::Claim(claim) => Keyed::Claim(claim),
+                    _ => unreachable!("a claim's answer"),
+                }
+            }
+            KeyOp::Complete(d, token) => {
+                let write = Write::Complete(d.source().into(), d.id().into(), token);
+                match self.writer.write(write).await? {
+                    Written::Complete(done) => Keyed::Held(done),
+                    _ => unreachable!("a completion's answer"),
+                }
+            }
+            KeyOp::Renew(d, token, lease) => {
+                let renew = sqlx::query_scalar(RENEW).bind(d.source()).bind(d.id());
+                let renew = renew.bind(token.as_uuid()).bind(lease.as_secs_f64());
+                let held = renew.fetch_one(pool).await;
+                Keyed::Held(held.map_err(|e| store_error("postgres renew", e))?)
+            }
+            KeyOp::Release(d, token) => {
+                let release = sqlx::query(RELEASE).bind(d.source()).bind(d.id());
+                release
+                    .bind(token.as_uuid())
+                    .execute(pool)
+                    .await
+                    .map_err(|e| store_error("postgres release", e))?;
+                Keyed::Held(true)
+            }
+            KeyOp::Prune(older_than) => Keyed::Count(
+                self.pruned(sqlx::query(PRUNE).bind(older_than.as_secs_f64()))
+                    .await?,
+            ),
+            KeyOp::PruneOnce(namespace, older_than) => {
+                let query = sqlx::query(PRUNE_ONCE).bind(namespace);
+                Keyed::Count(self.pruned(query.bind(older_than.as_secs_f64())).await?)
+            }
+        })
     }
 
     /// Queues a verified event in the inbox.
@@ -170,37 +166,6 @@ impl Pg {
             Written::Accept(accepted) => Ok(accepted),
             _ => unreachable!("an accept's answer"),
         }
-    }
-
-    /// Gives the claim back, so the provider's retry runs.
-    pub(crate) async fn release(
-        &self,
-        source: &str,
-        id: &str,
-        token: Token,
-    ) -> Result<(), StoreError> {
-        sqlx::query(RELEASE)
-            .bind(source)
-            .bind(id)
-            .bind(token.as_uuid())
-            .execute(&self.pool)
-            .await
-            .map_err(|e| store_error("postgres release", e))?;
-        Ok(())
-    }
-
-    pub(crate) async fn prune(&self, older_than: Duration) -> Result<u64, StoreError> {
-        self.pruned(sqlx::query(PRUNE).bind(older_than.as_secs_f64()))
-            .await
-    }
-
-    pub(crate) async fn prune_once(
-        &self,
-        namespace: &str,
-        older_than: Duration,
-    ) -> Result<u64, StoreError> {
-        let query = sqlx::query(PRUNE_ONCE).bind(namespace);
-        self.pruned(query.bind(older_than.as_secs_f64())).await
     }
 
     /// Runs a prune: how many rows it deleted.

@@ -6,6 +6,7 @@ use sqlx::Row;
 
 use super::super::shared::not_claimed;
 use super::super::{store_error, CLAIM_TRIES};
+use super::super::{KeyOp, Keyed};
 use super::{bind_delivery, ms, Done, Op, Sqlite};
 use crate::store::{Claim, Delivery, StoreError, Token};
 
@@ -69,67 +70,32 @@ DELETE FROM webhook_events
 WHERE kind IN ('once', 'kept') AND source = ?1 AND processed_at IS NOT NULL AND processed_at < ?2";
 
 impl Sqlite {
-    /// Claims `d` for an attempt under `token` for `lease`: a new row, or one released or
-    /// expired taken over; else done, or in flight (for how much longer).
-    pub(crate) async fn claim(
-        &self,
-        d: Delivery,
-        token: Token,
-        lease: Duration,
-    ) -> Result<Claim, StoreError> {
-        match self.write(Op::Claim(d, token, lease)).await? {
-            Done::Claim(claim) => Ok(claim),
-            _ => unreachable!("a claim's answer"),
-        }
-    }
-
-    /// Extends the lease if `token` still holds the claim (or the inbox adopted it);
-    /// `false` when fenced out.
-    pub(crate) async fn renew(
-        &self,
-        source: &str,
-        id: &str,
-        token: Token,
-        lease: Duration,
-    ) -> Result<bool, StoreError> {
-        self.held(Op::Renew(source.into(), id.into(), token, lease))
-            .await
-    }
-
-    /// Marks the row done if `token` holds it (or already did this, or the inbox adopted
-    /// it); `false` when fenced.
-    pub(crate) async fn complete(
-        &self,
-        source: String,
-        id: String,
-        token: Token,
-    ) -> Result<bool, StoreError> {
-        self.held(Op::Complete(source, id, token)).await
-    }
-
-    /// Gives the claim back, so the provider's retry runs.
-    pub(crate) async fn release(
-        &self,
-        source: &str,
-        id: &str,
-        token: Token,
-    ) -> Result<(), StoreError> {
-        self.held(Op::Release(source.into(), id.into(), token))
-            .await
-            .map(|_| ())
-    }
-
-    pub(crate) async fn prune(&self, older_than: Duration) -> Result<u64, StoreError> {
-        self.count(Op::Prune(older_than)).await
-    }
-
-    pub(crate) async fn prune_once(
-        &self,
-        namespace: &str,
-        older_than: Duration,
-    ) -> Result<u64, StoreError> {
-        self.count(Op::PruneOnce(namespace.into(), older_than))
-            .await
+    /// Answers a dedupe store's [`KeyOp`]: each through the one writer.
+    pub(crate) async fn key(&self, op: KeyOp) -> Result<Keyed, StoreError> {
+        let key = |d: &Delivery| (d.source().to_owned(), d.id().to_owned());
+        let op = match op {
+            KeyOp::Claim(d, token, lease) => Op::Claim(d, token, lease),
+            KeyOp::Renew(d, token, lease) => {
+                let (source, id) = key(&d);
+                Op::Renew(source, id, token, lease)
+            }
+            KeyOp::Complete(d, token) => {
+                let (source, id) = key(&d);
+                Op::Complete(source, id, token)
+            }
+            KeyOp::Release(d, token) => {
+                let (source, id) = key(&d);
+                Op::Release(source, id, token)
+            }
+            KeyOp::Prune(older_than) => Op::Prune(older_than),
+            KeyOp::PruneOnce(namespace, older_than) => Op::PruneOnce(namespace, older_than),
+        };
+        Ok(match self.write(op).await? {
+            Done::Claim(claim) => Keyed::Claim(claim),
+            Done::Held(held) => Keyed::Held(held),
+            Done::Count(n) => Keyed::Count(n),
+            Done::Accept(_) | Done::Claimed(_) => unreachable!("a key's answer"),
+        })
     }
 }
 
