@@ -149,10 +149,10 @@ impl Pg {
                     .map_err(|e| store_error("postgres release", e))?;
                 Keyed::Held(true)
             }
-            KeyOp::Prune(older_than) => Keyed::Count(
-                self.pruned(sqlx::query(PRUNE).bind(older_than.as_secs_f64()))
-                    .await?,
-            ),
+            KeyOp::Prune(older_than) => {
+                let query = sqlx::query(PRUNE).bind(older_than.as_secs_f64());
+                Keyed::Count(self.pruned(query).await?)
+            }
             KeyOp::PruneOnce(namespace, older_than) => {
                 let query = sqlx::query(PRUNE_ONCE).bind(namespace);
                 Keyed::Count(self.pruned(query.bind(older_than.as_secs_f64())).await?)

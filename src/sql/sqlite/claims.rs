@@ -72,21 +72,13 @@ WHERE kind IN ('once', 'kept') AND source = ?1 AND processed_at IS NOT NULL AND 
 impl Sqlite {
     /// Answers a dedupe store's [`KeyOp`]: each through the one writer.
     pub(crate) async fn key(&self, op: KeyOp) -> Result<Keyed, StoreError> {
-        let key = |d: &Delivery| (d.source().to_owned(), d.id().to_owned());
         let op = match op {
             KeyOp::Claim(d, token, lease) => Op::Claim(d, token, lease),
             KeyOp::Renew(d, token, lease) => {
-                let (source, id) = key(&d);
-                Op::Renew(source, id, token, lease)
+                Op::Renew(d.source().into(), d.id().into(), token, lease)
             }
-            KeyOp::Complete(d, token) => {
-                let (source, id) = key(&d);
-                Op::Complete(source, id, token)
-            }
-            KeyOp::Release(d, token) => {
-                let (source, id) = key(&d);
-                Op::Release(source, id, token)
-            }
+            KeyOp::Complete(d, token) => Op::Complete(d.source().into(), d.id().into(), token),
+            KeyOp::Release(d, token) => Op::Release(d.source().into(), d.id().into(), token),
             KeyOp::Prune(older_than) => Op::Prune(older_than),
             KeyOp::PruneOnce(namespace, older_than) => Op::PruneOnce(namespace, older_than),
         };
