@@ -386,6 +386,7 @@ impl Verifier {
             timestamp: timestamp.and_then(timestamp::to_system_time),
             body,
             secret_index,
+            scheme: self.scheme.clone(),
         }))
     }
 

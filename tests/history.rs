@@ -15,7 +15,8 @@ use http::{HeaderValue, StatusCode};
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::inbox::{
-    Attempt, AttemptOutcome, AttemptRecord, Inbox, Later, Requeue, StoredEvent, Worker,
+    Accept, Attempt, AttemptOutcome, AttemptRecord, Inbox, Later, Requeue, StoredEvent,
+    StoredHeaders, Worker,
 };
 use tower_webhook::store::{PgStore, Retention, SqliteStore};
 use tower_webhook::{Event, Scheme, VerifyWebhookLayer};
@@ -47,12 +48,17 @@ async fn postgres() -> (Inbox, Db) {
 /// Posts a signed delivery of `id` to verify + accept, with `extra` headers beside the
 /// signature's; returns the status.
 async fn deliver_with(inbox: &Inbox, id: &str, extra: &[(&'static str, &str)]) -> StatusCode {
+    deliver_to(inbox.accept_service(), id, extra).await
+}
+
+/// [`deliver_with`] through this accept service.
+async fn deliver_to(accept: Accept, id: &str, extra: &[(&'static str, &str)]) -> StatusCode {
     let svc = ServiceBuilder::new()
         .layer(VerifyWebhookLayer::new(verifier(
             Scheme::standard(),
             &[SECRET],
         )))
-        .service(inbox.accept_service());
+        .service(accept);
     let body = format!(r#"{{"type":"order.paid","data":{{"object":{{"id":"pi_{id}"}}}}}}"#);
     let mut headers = Scheme::standard()
         .sign([SECRET], id, at(NOW), body.as_bytes())
@@ -369,6 +375,86 @@ async fn headers_are_stored_without_credentials(inbox: Inbox) {
     assert_eq!(stored(&inbox, "evt_direct").await.headers, []);
 }
 
+/// No header whose name says it carries a credential is stored, in any spelling; the
+/// application names more, or stores only what it lists; the scheme's own stay.
+async fn credential_headers_are_never_stored_whatever_their_name(inbox: Inbox) {
+    let credentials = [
+        ("x-amzn-oidc-accesstoken", "secret-1"),
+        ("x-forwarded-access-token", "secret-2"),
+        ("x-gitlab-token", "secret-3"),
+        ("cf-access-jwt-assertion", "secret-4"),
+        ("x_api_key", "secret-5"),
+        ("x-amz-security-token", "secret-6"),
+        ("x-webhook-secret", "secret-7"),
+        ("x-tenant-key", "secret-8"),
+    ];
+    let status = deliver_with(&inbox, "evt_creds", &credentials).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let event = stored(&inbox, "evt_creds").await;
+    let names: Vec<&str> = event.headers.iter().map(|(n, _)| n.as_str()).collect();
+    // The application's own name, not one that says credential: stored unless named.
+    assert!(names.contains(&"x-tenant-key"), "{names:?}");
+    for (name, _) in &credentials[..7] {
+        assert!(!names.contains(name), "{name} stored: {names:?}");
+    }
+    assert!(
+        event
+            .headers
+            .iter()
+            .all(|(_, v)| !v.starts_with("secret-") || v == "secret-8"),
+        "{:?}",
+        event.headers
+    );
+    for kept in ["webhook-id", "webhook-timestamp", "webhook-signature"] {
+        assert!(names.contains(&kept), "{kept} in {names:?}");
+    }
+
+    let named = inbox.accept_service().with_stored_headers(
+        StoredHeaders::all_but_credentials()
+            .with_excluded([http::HeaderName::from_static("x-tenant-key")]),
+    );
+    let status = deliver_to(named, "evt_named", &credentials).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let event = stored(&inbox, "evt_named").await;
+    assert!(
+        event.headers.iter().all(|(_, v)| !v.starts_with("secret-")),
+        "{:?}",
+        event.headers
+    );
+
+    let only = inbox
+        .accept_service()
+        .with_stored_headers(StoredHeaders::only([
+            http::HeaderName::from_static("x-request-id"),
+            http::HeaderName::from_static("x-gitlab-token"),
+        ]));
+    let extra = [
+        ("x-request-id", "req_1"),
+        ("x-other", "1"),
+        ("x-gitlab-token", "secret-3"),
+    ];
+    assert_eq!(
+        deliver_to(only, "evt_only", &extra).await,
+        StatusCode::NO_CONTENT
+    );
+    let mut names: Vec<String> = stored(&inbox, "evt_only")
+        .await
+        .headers
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "webhook-id",
+            "webhook-signature",
+            "webhook-timestamp",
+            "x-request-id"
+        ]
+    );
+}
+
 /// Milliseconds since the epoch.
 fn epoch_ms(t: SystemTime) -> i64 {
     i64::try_from(t.duration_since(UNIX_EPOCH).unwrap().as_millis()).unwrap()
@@ -611,6 +697,10 @@ macro_rules! suite {
             #[tokio::test]
             async fn headers_are_stored_without_credentials() {
                 super::headers_are_stored_without_credentials($make.0).await;
+            }
+            #[tokio::test]
+            async fn credential_headers_are_never_stored_whatever_their_name() {
+                super::credential_headers_are_never_stored_whatever_their_name($make.0).await;
             }
             #[tokio::test]
             async fn processed_per_minute_counts_each_of_the_last_minutes() {

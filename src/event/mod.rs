@@ -83,6 +83,8 @@ struct Inner {
     /// From the inbox: the key the event was stored under (its delivery's dedupe id).
     /// The envelope's fields were stored beside it and are never parsed again.
     stored_id: Option<Box<str>>,
+    /// The scheme that verified it (`None` from the inbox): its provider and headers.
+    scheme: Option<Arc<crate::Scheme>>,
 }
 
 pub(crate) struct Parts {
@@ -103,6 +105,7 @@ pub(crate) struct Parts {
     pub(crate) kept: bool,
     pub(crate) body: Bytes,
     pub(crate) secret_index: usize,
+    pub(crate) scheme: Arc<crate::Scheme>,
 }
 
 /// What the inbox stored of an accepted event (a row of `webhook_events`, or a JetStream
@@ -139,6 +142,7 @@ impl Event {
                 secret_index: p.secret_index,
                 envelope: OnceLock::new(),
                 stored_id: None,
+                scheme: Some(p.scheme),
             }),
         }
     }
@@ -201,6 +205,7 @@ impl Event {
                 secret_index: 0,
                 envelope: OnceLock::from(envelope),
                 stored_id: Some(s.id.into_boxed_str()),
+                scheme: None,
             }),
         }
     }
@@ -217,6 +222,12 @@ impl Event {
     #[must_use]
     pub fn source(&self) -> &str {
         &self.inner.source
+    }
+
+    /// The scheme that verified the delivery (`None` for an event from the inbox): whose
+    /// provider it is, whatever its source, and which headers are its own.
+    pub(crate) fn scheme(&self) -> Option<&crate::Scheme> {
+        self.inner.scheme.as_deref()
     }
 
     /// The `source` label of metrics about this event.
@@ -387,6 +398,7 @@ mod tests {
             kept: true,
             body: Bytes::from_static(body),
             secret_index: 0,
+            scheme: Arc::new(crate::Scheme::standard()),
         })
     }
 

@@ -53,12 +53,12 @@ pub(crate) trait Destination: Send + Sync + 'static {
 ///
 /// The SQL inbox's `Accept` stores the delivery's request headers with the event, for
 /// operators ([`StoredEvent::headers`](super::StoredEvent::headers)), **never its
-/// credentials**: `Authorization`, `Proxy-Authorization`, `Cookie`, `Set-Cookie`,
-/// `X-Api-Key`, `X-Auth-Token` and any value marked
-/// [sensitive](http::HeaderValue::set_sensitive) before it (as
-/// `tower_http::sensitive_headers` marks them) are left out; at most 8 KiB of headers are
-/// kept, and one that would go over is left out. Signature headers are kept (a MAC over
-/// what the provider sent in the clear). JetStream's keeps none.
+/// credentials**: no header whose name says it carries one (`Authorization`, `Cookie`,
+/// `X-Gitlab-Token`, `Cf-Access-Jwt-Assertion`, …), none the application names, and no
+/// value marked [sensitive](http::HeaderValue::set_sensitive) before it; at most 8 KiB.
+/// The scheme's own signature, id and timestamp headers are kept. What exactly:
+/// [`StoredHeaders`](super::StoredHeaders), set with `with_stored_headers`. JetStream's
+/// keeps none.
 ///
 /// A duplicate's 204, the 503 and the 500 carry a [`Rejection`] in their extensions;
 /// [`with_rejection`](Self::with_rejection) replaces them (see [`crate::response`]).
@@ -67,6 +67,8 @@ pub struct Accept {
     into: Arc<dyn Destination>,
     rejection: Option<Arc<RejectFn<Rejection>>>,
     backpressure: Option<Arc<Gate>>,
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    stored_headers: Arc<super::StoredHeaders>,
 }
 
 /// Response future of [`Accept`]: boxed, as it is one database round trip.
@@ -79,7 +81,19 @@ impl Accept {
             into,
             rejection: None,
             backpressure: None,
+            #[cfg(any(feature = "sqlite", feature = "postgres"))]
+            stored_headers: Arc::default(),
         }
+    }
+
+    /// Replaces which request headers the SQL inbox stores with an event (default:
+    /// [`StoredHeaders::all_but_credentials`](super::StoredHeaders::all_but_credentials));
+    /// JetStream's stores none.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    #[must_use]
+    pub fn with_stored_headers(mut self, headers: super::StoredHeaders) -> Self {
+        self.stored_headers = Arc::new(headers);
+        self
     }
 
     /// Refuses deliveries (503 + `Retry-After`, not stored) of the sources whose providers
@@ -133,8 +147,10 @@ impl<B> Service<Request<B>> for Accept {
         let event = req.extensions().get::<Event>().cloned();
         // Only what the destination keeps, and only for a verified delivery.
         #[cfg(any(feature = "sqlite", feature = "postgres"))]
-        let headers = (event.is_some() && self.into.keeps_headers())
-            .then(|| super::headers::stored(req.headers()));
+        let headers = event
+            .as_ref()
+            .filter(|_| self.into.keeps_headers())
+            .map(|event| self.stored_headers.stored(req.headers(), event.scheme()));
         #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
         let headers = None;
         let gate = self.backpressure.clone();

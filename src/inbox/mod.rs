@@ -127,6 +127,8 @@ pub use self::accept::{Accept, AcceptFuture};
 use self::backend::Backend;
 pub use self::backpressure::Backpressure;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use self::headers::StoredHeaders;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::history::{AttemptOutcome, AttemptRecord};
 pub use self::later::Later;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

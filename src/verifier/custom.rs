@@ -107,6 +107,7 @@ impl Verifier {
             kept: timestamp.is_none(),
             body,
             secret_index,
+            scheme: self.scheme.clone(),
         }
     }
 

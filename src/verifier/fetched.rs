@@ -36,6 +36,7 @@ impl Verifier {
             kept: false,
             body,
             secret_index: 0,
+            scheme: self.scheme.clone(),
         };
         // Kept as its deliveries' keys are: where the scheme signs no time.
         parts.kept = match (&scheme.custom, &scheme.timestamp) {
