@@ -27,9 +27,10 @@ use super::Counts;
 /// Stripe, Svix and Standard Webhooks senders, Shopify, Slack, Twilio and most others
 /// retry for hours or days.
 ///
-/// The lag is read from the queue's counts at most every 500 ms, in the background: an
-/// accept never waits for it, and the first accepts after a start, before the first read,
-/// are let through.
+/// The lag is read from the queue's counts in the background, at most every 250 ms while
+/// deliveries arrive: an accept never waits for it. Only a reading younger than 500 ms
+/// refuses: the first accepts after a start, before the first read, and the first after a
+/// quiet spell (the queue may have drained since) are let through, and read it again.
 ///
 /// ```
 /// use std::time::Duration;
@@ -111,6 +112,10 @@ impl Backpressure {
 /// How often the lag is read, at most.
 pub(crate) const READ_EVERY: Duration = Duration::from_millis(500);
 
+/// How old a reading may be and still refuse a delivery. The background read starts at
+/// half of it, so while deliveries keep coming the reading is renewed before it is stale.
+const FRESH_FOR: Duration = READ_EVERY;
+
 /// The queue's lag (how long its oldest due event has waited), read in the background at
 /// most every [`READ_EVERY`]: the gate's, and the alerts' lag watcher's.
 pub(crate) struct LagReader {
@@ -130,8 +135,26 @@ impl LagReader {
     /// The counts last read (`None` before the first read); reads them again, in the
     /// background, when that read is older than [`READ_EVERY`].
     pub(crate) fn latest_counts(self: &Arc<Self>, queue: &Arc<dyn Destination>) -> Option<Counts> {
+        self.reading(queue, READ_EVERY).map(|(_, counts)| counts)
+    }
+
+    /// The counts last read if younger than [`FRESH_FOR`] (`None` otherwise); reads them
+    /// again, in the background, when that read is older than half of it.
+    fn fresh_counts(self: &Arc<Self>, queue: &Arc<dyn Destination>) -> Option<Counts> {
+        self.reading(queue, FRESH_FOR / 2)
+            .filter(|(at, _)| at.elapsed() < FRESH_FOR)
+            .map(|(_, counts)| counts)
+    }
+
+    /// The last reading and when it was taken; a read in the background when it is
+    /// older than `renew_after` (one at a time).
+    fn reading(
+        self: &Arc<Self>,
+        queue: &Arc<dyn Destination>,
+        renew_after: Duration,
+    ) -> Option<(Instant, Counts)> {
         let last = *self.last.lock().expect("not poisoned");
-        let stale = last.is_none_or(|(at, _)| at.elapsed() >= READ_EVERY);
+        let stale = last.is_none_or(|(at, _)| at.elapsed() >= renew_after);
         if stale && !self.reading.swap(true, Ordering::AcqRel) {
             let (reader, queue) = (self.clone(), queue.clone());
             tokio::spawn(async move {
@@ -143,7 +166,7 @@ impl LagReader {
                 reader.reading.store(false, Ordering::Release);
             });
         }
-        last.map(|(_, counts)| counts)
+        last
     }
 }
 
@@ -165,10 +188,10 @@ impl Gate {
         &self.rule
     }
 
-    /// Whether a delivery of `source` is refused now; reads the lag again, in the
-    /// background, when the last read is older than [`READ_EVERY`].
+    /// Whether a delivery of `source` is refused now: only on a fresh reading (a stale
+    /// one may predate a drain); reads the lag again, in the background, as it ages.
     pub(crate) fn refuses(&self, source: &str, queue: &Arc<dyn Destination>) -> bool {
-        let counts = self.lag.latest_counts(queue);
+        let counts = self.lag.fresh_counts(queue);
         let beyond = counts.is_some_and(|counts| self.rule.beyond(&counts));
         beyond && !self.rule.spared.contains(source)
     }
