@@ -1020,3 +1020,171 @@ async fn the_worker_processes_again_within_5_s_of_nats_coming_back() {
         "not processing within 5 s of NATS's return: {took:?}"
     );
 }
+
+/// An event of type `order.paid` about `object` (its `data.object.id`).
+fn event_about(id: &str, object: &str) -> Event {
+    let body = format!(r#"{{"type":"order.paid","data":{{"object":{{"id":"{object}"}}}}}}"#);
+    let headers = Scheme::standard()
+        .sign([SECRET], id, at(NOW), body.as_bytes())
+        .unwrap();
+    verifier(Scheme::standard(), &[SECRET])
+        .verify(&headers, body.into())
+        .unwrap()
+}
+
+/// One run of a processor: the event's id, the attempt, when it began and ended, and
+/// whether it succeeded.
+type Run = (String, u32, std::time::Instant, std::time::Instant, bool);
+
+/// Every run, in the order they ended; `fail(id, attempt)` says which fail.
+#[derive(Clone, Default)]
+struct Runs(Arc<Mutex<Vec<Run>>>);
+
+impl Runs {
+    fn processor(
+        &self,
+        work: Duration,
+        fail: impl Fn(&str, u32) -> bool + Send + Sync + 'static,
+    ) -> impl Processor {
+        let (runs, fail) = (self.clone(), Arc::new(fail));
+        move |e: Event, a: Attempt| {
+            let (runs, fail) = (runs.clone(), fail.clone());
+            async move {
+                let start = std::time::Instant::now();
+                tokio::time::sleep(work).await;
+                let id = e.id().unwrap().to_owned();
+                let ok = !fail(&id, a.number());
+                let run = (id, a.number(), start, std::time::Instant::now(), ok);
+                runs.0.lock().unwrap().push(run);
+                if ok {
+                    Ok(())
+                } else {
+                    Err("the provider's API timed out".to_owned())
+                }
+            }
+        }
+    }
+
+    fn all(&self) -> Vec<Run> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// The ids that succeeded, in the order they started.
+    fn succeeded(&self) -> Vec<String> {
+        let mut ok: Vec<Run> = self.all().into_iter().filter(|r| r.4).collect();
+        ok.sort_by_key(|r| r.2);
+        ok.into_iter().map(|r| r.0).collect()
+    }
+}
+
+/// Shuts `worker` down, failing the test if that takes over 15 s.
+async fn shut_down(worker: tower_webhook::inbox::WorkerHandle) {
+    let shutdown = tokio::time::timeout(Duration::from_secs(15), worker.shutdown());
+    shutdown
+        .await
+        .expect("the shutdown did not end within 15 s");
+}
+
+/// Per object 1: object A's first event fails once and waits out a backoff of 300 ms; A's
+/// second event does not start until A's first has succeeded (its retry holds the
+/// object's turn, as on the SQL inbox), while object B's event is not held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_waiting_out_a_retry_holds_its_objects_later_events_back() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    for (id, object) in [("evt_a1", "o_A"), ("evt_a2", "o_A"), ("evt_b1", "o_B")] {
+        jetstream.accept(&event_about(id, object)).await.unwrap();
+    }
+    let runs = Runs::default();
+    let worker = JetStreamWorker::new(
+        &jetstream,
+        MemoryStore::new(),
+        runs.processor(Duration::from_millis(20), |id, attempt| {
+            (id, attempt) == ("evt_a1", 1)
+        }),
+    )
+    .with_concurrency(4)
+    .unwrap()
+    .with_poll_interval(Duration::from_millis(100))
+    .unwrap()
+    .with_backoff(Duration::from_millis(600), Duration::from_millis(600))
+    .unwrap()
+    .with_per_object(1)
+    .unwrap()
+    .spawn();
+    eventually("the three succeeded", async || runs.succeeded().len() == 3).await;
+    shut_down(worker).await;
+    let all = runs.all();
+    let of = |id: &str| -> Vec<Run> { all.iter().filter(|r| r.0 == id).cloned().collect() };
+    let (a1, a2, b1) = (of("evt_a1"), of("evt_a2"), of("evt_b1"));
+    let attempts = |runs: &[Run]| runs.iter().map(|r| r.1).collect::<Vec<_>>();
+    assert_eq!(
+        attempts(&a1),
+        [1, 2],
+        "A's first failed once, then succeeded"
+    );
+    assert_eq!((attempts(&a2), attempts(&b1)), (vec![1], vec![1]));
+    assert!(
+        a2[0].2 >= a1[1].3,
+        "A's second started before A's first had succeeded"
+    );
+    assert!(b1[0].2 < a1[1].2, "B's event was held back by A's retry");
+    streams.delete().await;
+}
+
+/// Per object 1: an event that failed runs again in its worker (its object's turn kept),
+/// and that attempt is counted though it was no delivery: the worker killed during it,
+/// the next worker's run is attempt 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_run_again_in_the_worker_is_counted_when_the_worker_dies() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    jetstream
+        .accept(&event_about("evt_c", "o_C"))
+        .await
+        .unwrap();
+    let store: Arc<dyn tower_webhook::store::DedupeStore> = Arc::new(MemoryStore::new());
+    let seen = Seen::default();
+    let spawn = |work: Duration| {
+        let seen = seen.clone();
+        let processor = move |e: Event, a: Attempt| {
+            let seen = seen.clone();
+            async move {
+                {
+                    let mut attempts = seen.attempts.lock().unwrap();
+                    attempts
+                        .entry(e.id().unwrap().to_owned())
+                        .or_default()
+                        .push(a.number());
+                }
+                if a.number() == 1 {
+                    return Err("the provider's API timed out".to_owned());
+                }
+                tokio::time::sleep(work).await;
+                Ok(())
+            }
+        };
+        JetStreamWorker::from_arc(&jetstream, store.clone(), processor)
+            .with_lease(Duration::from_millis(600))
+            .unwrap()
+            .with_backoff(Duration::from_millis(100), Duration::from_millis(100))
+            .unwrap()
+            .with_per_object(1)
+            .unwrap()
+            .spawn()
+    };
+    let doomed = spawn(Duration::from_secs(60));
+    eventually("its second attempt running", async || {
+        seen.of("evt_c") == [1, 2]
+    })
+    .await;
+    doomed.abort(); // the process died during the attempt run again in the worker
+    let worker = spawn(Duration::ZERO);
+    eventually("processed by the next worker", async || {
+        jetstream.counts().await.is_ok_and(|c| c.processed == 1)
+    })
+    .await;
+    shut_down(worker).await;
+    assert_eq!(seen.of("evt_c"), [1, 2, 3], "the attempts, each counted");
+    streams.delete().await;
+}

@@ -3,6 +3,9 @@
 //! delivery: how many of a message's deliveries were snoozes is kept in a key-value bucket
 //! (`<stream>-held`, by stream sequence) and taken off its attempt number.
 //!
+//! A failed event that runs again in its worker without a delivery (it kept its object's
+//! turn) is the other way round: an attempt that was no delivery, taken off the count.
+//!
 //! The count is read only for a message delivered more than once, and forgotten when the
 //! message is acknowledged or dead. When the bucket cannot be written, the snooze still
 //! happens and the next delivery counts as an attempt: an attempt too many, never one
@@ -10,8 +13,9 @@
 
 use async_nats::jetstream::kv;
 
-/// How many deliveries of the message at `seq` were not attempts (0 when unknown).
-pub(super) async fn count(held: &kv::Store, seq: u64) -> u32 {
+/// How many deliveries of the message at `seq` were not attempts, less its attempts that
+/// were not deliveries (0 when unknown).
+pub(super) async fn count(held: &kv::Store, seq: u64) -> i64 {
     match held.get(seq.to_string()).await {
         Ok(Some(value)) => std::str::from_utf8(&value)
             .ok()
@@ -24,10 +28,16 @@ pub(super) async fn count(held: &kv::Store, seq: u64) -> u32 {
 /// Records that the delivery being handed back is not an attempt: the message at `seq`
 /// then has `before + 1` such deliveries. Said before the hand-back, so the next delivery
 /// reads it.
-pub(super) async fn add(held: &kv::Store, seq: u64, before: u32) {
-    let _ = held
-        .put(seq.to_string(), (before + 1).to_string().into())
-        .await;
+pub(super) async fn add(held: &kv::Store, seq: u64, before: i64) {
+    let _ = set(held, seq, before + 1).await;
+}
+
+/// Records the count of the message at `seq` as `now`; `false` when the bucket did not
+/// take it.
+pub(super) async fn set(held: &kv::Store, seq: u64, now: i64) -> bool {
+    held.put(seq.to_string(), now.to_string().into())
+        .await
+        .is_ok()
 }
 
 /// Forgets the count of a message that is done (acknowledged or dead).

@@ -2,6 +2,7 @@
 //! message pulled, claimed in a store, renewed, then acknowledged, handed back or buried.
 
 use std::fmt;
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -187,10 +188,12 @@ pub(crate) struct Stream {
 /// attempt stopped — it releases).
 pub(crate) struct Pulled {
     message: Message,
-    attempt: u32,
-    /// Its place in the stream, and how many of its deliveries were not attempts.
+    /// Its attempt now (one more for each run again in the worker).
+    attempt: AtomicU32,
+    /// Its place in the stream, and how many of its deliveries were not attempts (less
+    /// its attempts that were not deliveries).
     seq: u64,
-    held: u32,
+    held: AtomicI64,
     claim: Mutex<Option<ClaimGuard>>,
 }
 
@@ -375,6 +378,23 @@ impl Queue for Stream {
         Ok(true)
     }
 
+    /// Runs the message again here, its claim given up (the next run claims it again): a
+    /// failed attempt's next is one more that is no delivery, said in `<stream>-held`
+    /// first, so that a crash during it counts it. `false` when the bucket did not take
+    /// it: handed back, a delivery counts the attempt.
+    async fn again(&self, pulled: &Pulled, counted: bool, until: Instant) -> bool {
+        if counted {
+            let now = pulled.held() - 1;
+            if !held::set(&self.jetstream.inner.held, pulled.seq, now).await {
+                return false;
+            }
+            pulled.held.store(now, Ordering::Relaxed);
+            pulled.attempt.fetch_add(1, Ordering::Relaxed);
+        }
+        pulled.release(until).await;
+        true
+    }
+
     /// Processed: done in the store first, then acknowledged — a redelivery after a lost
     /// acknowledgement finds the key done (after the lease the message is redelivered,
     /// and acknowledged as processed if the key is done). A failure gives the key up so
@@ -412,7 +432,7 @@ impl Queue for Stream {
             }
             Outcome::Later(after) => {
                 pulled.release(until).await;
-                held::add(&self.jetstream.inner.held, pulled.seq, pulled.held).await;
+                held::add(&self.jetstream.inner.held, pulled.seq, pulled.held()).await;
                 nak(message, Some(after), until).await.map(|()| true)
             }
             Outcome::Retry(_, after) => {
@@ -421,7 +441,7 @@ impl Queue for Stream {
             }
             Outcome::Dead(error) => {
                 pulled.release(until).await;
-                let buried = bury(&self.jetstream, message, &error, pulled.attempt, until);
+                let buried = bury(&self.jetstream, message, &error, pulled.attempt(), until);
                 buried.await?;
                 pulled.forget(&self.jetstream).await;
                 Ok(true)

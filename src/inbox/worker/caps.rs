@@ -190,6 +190,11 @@ impl Caps {
             || self.paced.is_some()
     }
 
+    /// Whether `event`'s object has a cap here (an event whose retry keeps its turn).
+    pub(crate) fn holds_object(&self, event: &Event) -> bool {
+        self.objects.is_some() && event.object_id().is_some()
+    }
+
     /// What a claim skips now.
     pub(crate) fn skip(&self) -> Skip {
         let mut sources = self.sources.as_ref().map(Turns::full).unwrap_or_default();

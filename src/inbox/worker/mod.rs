@@ -2,6 +2,7 @@
 //! both public workers share), the queue it needs in `queue.rs`, the loop in `run.rs`.
 //! The SQL inbox's [`Worker`] is in `sql.rs`; the JetStream one beside its stream.
 
+mod again; // a failed event waiting out its backoff here, its object's turn kept
 pub(crate) mod caps; // at most n running per source, per type
 mod freed; // an event's hold on a processor, lent while it waits for its turns
 pub(crate) mod queue; // what the worker needs of where events wait
@@ -219,7 +220,12 @@ macro_rules! shared_settings {
         /// worker, in the order it pulled the messages: a message waiting for its object's
         /// turn waits in the worker (renewed meanwhile) without holding a processor, and
         /// the worker reads on within its lookahead, as under
-        /// [`with_per_source`](Self::with_per_source).
+        /// [`with_per_source`](Self::with_per_source). An event of a capped object that
+        /// fails (or snoozes) waits out its backoff in the worker, its object's turn kept
+        /// and its message renewed, and runs again there (a nak would hand the turn to
+        /// the object's next event); a wait that would outlast
+        /// [`with_max_run`](Self::with_max_run) is handed back instead, and a shutdown
+        /// hands it back at once.
         ///
         /// # Errors
         ///

@@ -136,6 +136,19 @@ pub(crate) trait Queue: Send + Sync + 'static {
         lease: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
+    /// Whether the event, failed (`counted`) or snoozed, may run again in this worker
+    /// without going back to the queue: asked once it has waited out its backoff here,
+    /// holding its object's turn. Only a queue that leaves per-object caps to the worker
+    /// (`CAPS_OBJECTS` false) is asked. `false`: it is handed back instead.
+    fn again(
+        &self,
+        _held: &Self::Held,
+        _counted: bool,
+        _until: Instant,
+    ) -> impl Future<Output = bool> + Send {
+        std::future::ready(false)
+    }
+
     /// Records `outcome`, trying again while the queue does not answer until `until` (the
     /// lease's end: after it the event may be another attempt's); `Ok(false)` when
     /// another attempt holds the event.

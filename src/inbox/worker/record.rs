@@ -113,7 +113,7 @@ impl<Q: Queue> Engine<Q> {
 /// A failed attempt at `warn`, an event gone dead at `error`; the processor's error as a
 /// field.
 #[cfg(feature = "tracing")]
-fn log_failure(source: &str, id: &str, attempt: u32, outcome: &Outcome) {
+pub(super) fn log_failure(source: &str, id: &str, attempt: u32, outcome: &Outcome) {
     match outcome {
         Outcome::Retry(error, after) => tracing::warn!(
             target: "tower_webhook",

@@ -357,51 +357,94 @@ impl<Q: Queue> Engine<Q> {
             }
         };
         let max_attempts = self.retry.max_attempts();
-        let start = self.queue.start(
-            &held,
-            (&event, attempt),
-            max_attempts,
-            &heartbeat,
-            &mut hurried,
-        );
-        let go = tokio::select! {
-            biased;
-            go = start => go,
-            () = &mut beat => unreachable!("the heartbeat never ends"),
-        };
-        if !go {
-            return; // settled by the queue
-        }
         let (source, id) = (event.source().to_owned(), event.stored_id().to_owned());
         let ty = event.event_type().map(str::to_owned);
-        let attempt = Attempt::new(attempt, &self.retry);
-        // Its own task: a panicking processor is a failed attempt, not a dead worker. The
-        // guard stops it too when this task is stopped (a simulated crash). In this
-        // attempt's span, so the processor's logs carry the event.
-        let run = span::instrument(span::current(), self.runner.run(event, attempt, token));
-        let mut task = AbortOnDrop(tokio::spawn(run));
-        let joined = tokio::select! {
-            biased;
-            joined = &mut task.0 => joined,
-            () = hurry_up(&mut hurried) => {
-                // Shut down past the grace period: stop it and wait until it has stopped.
-                // Finished meanwhile: its outcome stands, as below.
-                task.0.abort();
-                (&mut task.0).await
+        let mut attempt = attempt;
+        loop {
+            let start = self.queue.start(
+                &held,
+                (&event, attempt),
+                max_attempts,
+                &heartbeat,
+                &mut hurried,
+            );
+            let go = tokio::select! {
+                biased;
+                go = start => go,
+                () = &mut beat => unreachable!("the heartbeat never ends"),
+            };
+            if !go {
+                return; // settled by the queue
             }
-            () = &mut beat => unreachable!("the heartbeat never ends"),
-        };
-        // The processor (and its turns) are free for the next event while this one's
-        // outcome is written.
-        drop(turn);
-        freed.free();
-        // The renewals go on until the outcome has landed: a slow "processed" must not cost
-        // the lease that renewals would still have kept.
-        let record = self.record(joined, &held, (&source, &id, &ty), attempt, &heartbeat);
-        tokio::select! {
-            biased;
-            () = record => {}
-            () = &mut beat => unreachable!("the heartbeat never ends"),
+            let number = Attempt::new(attempt, &self.retry);
+            // Its own task: a panicking processor is a failed attempt, not a dead worker.
+            // The guard stops it too when this task is stopped (a simulated crash). In
+            // this attempt's span, so the processor's logs carry the event.
+            let run = self.runner.run(event.clone(), number, token);
+            let mut task = AbortOnDrop(tokio::spawn(span::instrument(span::current(), run)));
+            let joined = tokio::select! {
+                biased;
+                joined = &mut task.0 => joined,
+                () = hurry_up(&mut hurried) => {
+                    // Shut down past the grace period: stop it and wait until it has
+                    // stopped. Finished meanwhile: its outcome stands, as below.
+                    task.0.abort();
+                    (&mut task.0).await
+                }
+                () = &mut beat => unreachable!("the heartbeat never ends"),
+            };
+            // The processor is free for the next event while this one's outcome is
+            // written, or while it waits here to run again.
+            freed.free();
+            if let Some(outcome) = self.waits_here(&event, &joined, number, at) {
+                let (after, counted) = self.told(&outcome, (&source, &id, &ty), number);
+                let waited = tokio::select! {
+                    biased;
+                    () = hurry_up(&mut stopped) => false,
+                    () = tokio::time::sleep(after) => true,
+                    () = &mut beat => unreachable!("the heartbeat never ends"),
+                };
+                let again = async {
+                    waited
+                        && self
+                            .queue
+                            .again(&held, counted, heartbeat.lease_ends())
+                            .await
+                };
+                let again = tokio::select! {
+                    biased;
+                    again = again => again,
+                    () = &mut beat => unreachable!("the heartbeat never ends"),
+                };
+                if again {
+                    freed.take_back().await;
+                    attempt += u32::from(counted);
+                    continue;
+                }
+                // Stopped meanwhile, or the queue could not keep it: handed back at once,
+                // a failed attempt counted, a snooze not; its turn kept until then.
+                let back = match counted {
+                    true => Outcome::Abandoned,
+                    false => Outcome::Later(Duration::ZERO),
+                };
+                tokio::select! {
+                    biased;
+                    _ = self.finish(&held, back, &heartbeat) => {}
+                    () = &mut beat => unreachable!("the heartbeat never ends"),
+                }
+                return;
+            }
+            // Its turns are free for the next event while its outcome is written.
+            drop(turn);
+            // The renewals go on until the outcome has landed: a slow "processed" must
+            // not cost the lease that renewals would still have kept.
+            let record = self.record(joined, &held, (&source, &id, &ty), number, &heartbeat);
+            tokio::select! {
+                biased;
+                () = record => {}
+                () = &mut beat => unreachable!("the heartbeat never ends"),
+            }
+            return;
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The stream's messages as the worker holds them: the durable consumer, pulls, each
 //! event's claim in the store, parking a paused one, and giving the claim up.
 
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ impl Stream {
     /// take it, it is handed back for a while, the delivery not counted as an attempt.
     pub(super) async fn park(&self, pulled: &Pulled, until: Instant) {
         let message = &pulled.message;
-        let attempts = pulled.attempt.saturating_sub(1); // this delivery was none
+        let attempts = pulled.attempt().saturating_sub(1); // this delivery was none
         match pause::park(&self.jetstream, message, attempts, until).await {
             Ok(()) => {
                 metrics::held_back(metrics::HeldBack::Paused);
@@ -35,7 +36,7 @@ impl Stream {
                 // Handed back for a while (`move_out`): that delivery is no attempt either.
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", "jetstream worker could not park a paused event: {_error}");
-                held::add(&self.jetstream.inner.held, pulled.seq, pulled.held).await;
+                held::add(&self.jetstream.inner.held, pulled.seq, pulled.held()).await;
             }
         }
     }
@@ -126,7 +127,8 @@ impl Stream {
                 .and_then(|h| h.get(header::PRIOR_ATTEMPTS))
                 .and_then(|n| n.as_str().parse::<u32>().ok())
                 .unwrap_or(0);
-            let attempt = prior.saturating_add(delivered.saturating_sub(held)).max(1);
+            let attempt = i64::from(prior) + i64::from(delivered) - held;
+            let attempt = u32::try_from(attempt.max(1)).unwrap_or(u32::MAX);
             let Some(event) = event_of(message.headers.as_ref(), message.payload.clone()) else {
                 // Not an event this crate published: dead at once, never run.
                 let error = "not a tower-webhook event: no Webhook-Source or Webhook-Id header";
@@ -142,9 +144,9 @@ impl Stream {
                 attempt,
                 held: Pulled {
                     message,
-                    attempt,
+                    attempt: AtomicU32::new(attempt),
                     seq,
-                    held,
+                    held: AtomicI64::new(held),
                     claim: Mutex::new(None),
                 },
                 at,
@@ -193,9 +195,17 @@ impl Stream {
 impl Pulled {
     /// Forgets its count of deliveries that were not attempts, once it is done.
     pub(super) async fn forget(&self, js: &JetStream) {
-        if self.held > 0 {
+        if self.held() != 0 {
             held::forget(&js.inner.held, self.seq).await;
         }
+    }
+
+    pub(super) fn attempt(&self) -> u32 {
+        self.attempt.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn held(&self) -> i64 {
+        self.held.load(Ordering::Relaxed)
     }
 
     /// The claim, to record the outcome with; `None` once another attempt took it over.
