@@ -1,7 +1,8 @@
 //! Backpressure's reading and whom it spares, on every queue the accept service stores
 //! into — the SQL inbox on SQLite and on PostgreSQL, and NATS JetStream — against the real
 //! servers: a reading taken during a storm does not refuse the first delivery after a
-//! quiet drain.
+//! quiet drain, and GitHub's deliveries are spared whatever their source (a tenant's
+//! `github/<tenant>`, or one the application named).
 
 mod common;
 
@@ -17,6 +18,7 @@ use tower::{Layer, ServiceExt};
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
 use tower_webhook::inbox::{Accept, Attempt, Backpressure, Inbox, Worker, WorkerHandle};
 use tower_webhook::store::{MemoryStore, PgStore, SqliteStore};
+use tower_webhook::verify::{TenantFrom, Tenants};
 use tower_webhook::{Event, Scheme, VerifyWebhookLayer};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -164,6 +166,75 @@ async fn the_first_delivery_after_a_quiet_drain_is_not_refused_by_a_stale_readin
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 }
 
+/// While the queue lags, GitHub's deliveries are spared whatever their source: a tenant's
+/// (`github/acme`, verified with `Tenants`) and one named by the application; `refuse`
+/// of the provider refuses them all, and `spare` of a source still spares it.
+async fn github_tenants_and_renamed_sources_are_spared_by_provider(queue: Queue) {
+    let accept = lagging(&queue, Backpressure::max_lag(Duration::from_secs(1)), "a").await;
+    let github = Scheme::github();
+    let tenants = Tenants::new(
+        Scheme::github(),
+        TenantFrom::path_segment(1),
+        |tenant: String| async move {
+            Ok::<_, std::io::Error>((tenant == "acme").then(|| vec![SECRET.to_owned()]))
+        },
+    )
+    .unwrap();
+    let per_tenant = VerifyWebhookLayer::per_tenant(tenants.clone());
+    let before = queue.queued().await;
+    let status = deliver_through(per_tenant, &accept, &github, "gh-1", "/webhooks/acme").await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "a GitHub tenant is spared");
+    let renamed = VerifyWebhookLayer::new(verifier(Scheme::github(), &[SECRET]).with_source("gh"));
+    let status = deliver_through(renamed, &accept, &github, "gh-2", "/webhooks").await;
+    assert_eq!(
+        status,
+        StatusCode::NO_CONTENT,
+        "GitHub under another source"
+    );
+    let status = deliver(&accept, Scheme::standard(), "evt_still_refused").await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "a retrying provider"
+    );
+    assert_eq!(
+        queue.queued().await,
+        before + 2,
+        "both GitHub events stored"
+    );
+
+    // `refuse("github")` refuses its tenants too; a source spared by name is spared.
+    let rule = Backpressure::max_lag(Duration::from_secs(1))
+        .refuse("github")
+        .spare("standard");
+    let accept = lagging_with_github(&queue, rule).await;
+    let per_tenant = VerifyWebhookLayer::per_tenant(tenants);
+    let status = deliver_through(per_tenant, &accept, &github, "gh-3", "/webhooks/acme").await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "refused by provider"
+    );
+    let status = deliver(&accept, Scheme::standard(), "evt_spared_by_name").await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "spared by its source");
+}
+
+/// As [`lagging`], for a rule that spares `standard` and refuses GitHub: the refusal
+/// waited for is GitHub's.
+async fn lagging_with_github(queue: &Queue, backpressure: Backpressure) -> Accept {
+    let accept = queue.accept_service().with_backpressure(backpressure);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for n in 0.. {
+        let status = deliver(&accept, Scheme::github(), &format!("gh-late-{n}")).await;
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            return accept;
+        }
+        assert!(Instant::now() < deadline, "never refused");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    unreachable!()
+}
+
 // On a runtime of two threads, as a server's.
 macro_rules! on_every_queue {
     ($($test:ident),* $(,)?) => {
@@ -173,4 +244,7 @@ macro_rules! on_every_queue {
     };
 }
 
-on_every_queue!(the_first_delivery_after_a_quiet_drain_is_not_refused_by_a_stale_reading,);
+on_every_queue!(
+    the_first_delivery_after_a_quiet_drain_is_not_refused_by_a_stale_reading,
+    github_tenants_and_renamed_sources_are_spared_by_provider,
+);

@@ -159,7 +159,7 @@ impl<B> Service<Request<B>> for Accept {
             let Some(event) = event else {
                 return reject(Rejection::missing_event(Needs::Accept));
             };
-            if let Some(gate) = gate.filter(|gate| gate.refuses(event.source(), &into)) {
+            if let Some(gate) = gate.filter(|gate| gate.refuses(&event, &into)) {
                 metrics::backlogged(event.metrics());
                 return reject(Rejection::backlogged(gate.rule().retry_after_secs()));
             }

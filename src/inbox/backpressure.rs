@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::accept::Destination;
 use super::Counts;
+use crate::{Event, Scheme};
 
 /// When [`Accept`](super::Accept) pushes back: while the oldest due event (queued and not
 /// yet started, [`Counts::oldest_due`](super::Counts::oldest_due)) has waited longer than
@@ -21,11 +22,14 @@ use super::Counts;
 /// when the workers have caught up.
 ///
 /// Providers that never retry a failed delivery must not be refused: their event would
-/// be lost. Their sources are *spared* (always accepted, the backlog grows for them):
-/// by default `github` (GitHub does not redeliver on its own). Spare others with
-/// [`spare`](Self::spare) — any provider of yours that gives up after one failure.
-/// Stripe, Svix and Standard Webhooks senders, Shopify, Slack, Twilio and most others
-/// retry for hours or days.
+/// be lost. Their deliveries are *spared* (always accepted, the backlog grows for them):
+/// by default GitHub's (GitHub does not redeliver on its own). A delivery is spared when
+/// its provider — the name of the scheme that verified it, `github` — is spared, whatever
+/// its source: a tenant's (`github/acme`) or one given with
+/// [`Verifier::with_source`](crate::Verifier::with_source). Spare others with
+/// [`spare`](Self::spare) — any provider of yours that gives up after one failure, or
+/// one source. Stripe, Svix and Standard Webhooks senders, Shopify, Slack, Twilio and
+/// most others retry for hours or days.
 ///
 /// The lag is read from the queue's counts in the background, at most every 250 ms while
 /// deliveries arrive: an accept never waits for it. Only a reading younger than 500 ms
@@ -82,16 +86,29 @@ impl Backpressure {
         self
     }
 
-    /// Always accepts deliveries of `source` (its provider never retries).
-    pub fn spare(mut self, source: &str) -> Self {
-        self.spared.insert(source.to_owned());
+    /// Always accepts deliveries of `name`: a provider (a scheme's name: all its sources
+    /// and tenants), a source, or a tenant's prototype source (`name/<tenant>`).
+    pub fn spare(mut self, name: &str) -> Self {
+        self.spared.insert(name.to_owned());
         self
     }
 
-    /// Refuses `source` too when the queue lags (its provider retries after all).
-    pub fn refuse(mut self, source: &str) -> Self {
-        self.spared.remove(source);
+    /// Refuses `name` too when the queue lags (its provider retries after all): undoes
+    /// [`spare`](Self::spare), `github`'s too.
+    pub fn refuse(mut self, name: &str) -> Self {
+        self.spared.remove(name);
         self
+    }
+
+    /// Whether `event` is spared: by its provider, its source, or its tenant's prototype.
+    fn spares(&self, event: &Event) -> bool {
+        let source = event.source();
+        let provider = event.scheme().map(Scheme::name);
+        let prototype = source.rsplit_once('/').map(|(prototype, _)| prototype);
+        [provider, Some(source), prototype]
+            .into_iter()
+            .flatten()
+            .any(|name| self.spared.contains(name))
     }
 
     /// The `Retry-After` of a refusal: the lag bound itself, from 1 s to 5 min — by then
@@ -188,11 +205,11 @@ impl Gate {
         &self.rule
     }
 
-    /// Whether a delivery of `source` is refused now: only on a fresh reading (a stale
-    /// one may predate a drain); reads the lag again, in the background, as it ages.
-    pub(crate) fn refuses(&self, source: &str, queue: &Arc<dyn Destination>) -> bool {
+    /// Whether `event`'s delivery is refused now: only on a fresh reading (a stale one
+    /// may predate a drain); reads the lag again, in the background, as it ages.
+    pub(crate) fn refuses(&self, event: &Event, queue: &Arc<dyn Destination>) -> bool {
         let counts = self.lag.fresh_counts(queue);
         let beyond = counts.is_some_and(|counts| self.rule.beyond(&counts));
-        beyond && !self.rule.spared.contains(source)
+        beyond && !self.rule.spares(event)
     }
 }
