@@ -1185,6 +1185,53 @@ async fn an_attempt_run_again_in_the_worker_is_counted_when_the_worker_dies() {
     })
     .await;
     shut_down(worker).await;
-    assert_eq!(seen.of("evt_c"), [1, 2, 3], "the attempts, each counted");
+    // At least 3: the attempt run again counted. (NATS 2.9 may count a delivery to the
+    // killed worker's last pull too: an attempt too many, never one too few.)
+    let attempts = seen.of("evt_c");
+    assert!(attempts[..2] == [1, 2] && attempts[2] >= 3, "{attempts:?}");
+    assert_eq!(attempts.len(), 3, "{attempts:?}");
+    streams.delete().await;
+}
+
+/// Per object 1: 30 events of one hot object, three graceful shutdowns mid-drain, each
+/// followed by a new worker: the events run once each, in the order they arrived — the
+/// messages a shutdown hands back run before the object's later ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_objects_order_holds_across_graceful_restarts() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    let ids: Vec<String> = (0..30).map(|i| format!("evt_hot_{i:02}")).collect();
+    for id in &ids {
+        jetstream.accept(&event_about(id, "o_hot")).await.unwrap();
+    }
+    let runs = Runs::default();
+    let store: Arc<dyn tower_webhook::store::DedupeStore> = Arc::new(MemoryStore::new());
+    let spawn = || {
+        JetStreamWorker::from_arc(
+            &jetstream,
+            store.clone(),
+            runs.processor(Duration::from_millis(30), |_, _| false),
+        )
+        .with_concurrency(4)
+        .unwrap()
+        .with_poll_interval(Duration::from_millis(100))
+        .unwrap()
+        .with_per_object(1)
+        .unwrap()
+        .spawn()
+    };
+    for round in 1..=3 {
+        let worker = spawn();
+        eventually("mid-drain", async || runs.all().len() >= round * 7).await;
+        shut_down(worker).await;
+    }
+    let worker = spawn();
+    eventually("all 30 ran", async || runs.succeeded().len() >= 30).await;
+    shut_down(worker).await;
+    assert_eq!(
+        runs.succeeded(),
+        ids,
+        "the hot object's events in arrival order"
+    );
     streams.delete().await;
 }

@@ -24,6 +24,7 @@ use crate::store::{
 };
 use crate::{ConfigError, Event};
 
+mod order; // messages handed back in the stream's order
 mod pulled; // the consumer, pulls, claims in the store, parking
 use pulled::Claim;
 
@@ -91,6 +92,7 @@ impl JetStreamWorker {
             poll,
             lease: Duration::ZERO, // set by `open`
             paused: Paused::default(),
+            holding: Arc::default(),
         };
         Self {
             engine: Engine::new(stream, Runner::Plain(Arc::new(processor)), poll),
@@ -181,6 +183,8 @@ pub(crate) struct Stream {
     lease: Duration,
     /// The pauses in force, as this worker last heard.
     paused: Paused,
+    /// The messages this worker holds, to hand back in the stream's order.
+    holding: Arc<order::Holding>,
 }
 
 /// A pulled message: which delivery of it this is, and the event's claim in the store
@@ -195,6 +199,8 @@ pub(crate) struct Pulled {
     seq: u64,
     held: AtomicI64,
     claim: Mutex<Option<ClaimGuard>>,
+    /// Its place among the messages this worker holds, given up with it.
+    _holding: order::Held,
 }
 
 impl Queue for Stream {
@@ -328,7 +334,7 @@ impl Queue for Stream {
                     return false;
                 }
                 Claim::Stopped => {
-                    let _ = message.ack_with(AckKind::Nak(None)).await;
+                    let _ = self.hand_back(pulled, Duration::ZERO, until).await;
                     return false;
                 }
             }
@@ -433,7 +439,7 @@ impl Queue for Stream {
             Outcome::Later(after) => {
                 pulled.release(until).await;
                 held::add(&self.jetstream.inner.held, pulled.seq, pulled.held()).await;
-                nak(message, Some(after), until).await.map(|()| true)
+                self.hand_back(pulled, after, until).await.map(|()| true)
             }
             Outcome::Retry(_, after) => {
                 pulled.release(until).await;
@@ -448,9 +454,29 @@ impl Queue for Stream {
             }
             Outcome::Abandoned => {
                 pulled.release(until).await;
-                nak(message, None, until).await.map(|()| true)
+                self.hand_back(pulled, Duration::ZERO, until)
+                    .await
+                    .map(|()| true)
             }
         }
+    }
+}
+
+impl Stream {
+    /// Hands the message back to be delivered again after `after`; at once (a worker
+    /// stopping, a snooze of zero) in the stream's order: once the messages before it
+    /// that this worker holds are settled (see `order.rs`), or at `until` at the latest.
+    async fn hand_back(
+        &self,
+        pulled: &Pulled,
+        after: Duration,
+        until: Instant,
+    ) -> Result<(), StoreError> {
+        if !after.is_zero() {
+            return nak(&pulled.message, Some(after), until).await;
+        }
+        self.holding.first(pulled.seq, until).await;
+        nak(&pulled.message, None, until).await
     }
 }
 

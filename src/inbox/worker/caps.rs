@@ -190,6 +190,11 @@ impl Caps {
             || self.paced.is_some()
     }
 
+    /// Whether objects are capped here (the queue's claim does not cap them).
+    pub(crate) fn lines_up_objects(&self) -> bool {
+        self.objects.is_some()
+    }
+
     /// Whether `event`'s object has a cap here (an event whose retry keeps its turn).
     pub(crate) fn holds_object(&self, event: &Event) -> bool {
         self.objects.is_some() && event.object_id().is_some()

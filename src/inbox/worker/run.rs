@@ -80,6 +80,13 @@ impl<Q: Queue> Engine<Q> {
             told: Arc::new(Notify::new()),
         };
         let mut claims: JoinSet<Batch<Q::Held>> = JoinSet::new();
+        // One claim at a time where this worker lines an object's events up itself:
+        // JetStream deals a stream's messages out in turn to the pulls it holds, and
+        // batches lined up as each came back would put an object's events out of order.
+        let in_flight = match this.caps.lines_up_objects() {
+            true => 1,
+            false => CLAIMS_IN_FLIGHT,
+        };
         let mut running: JoinSet<()> = JoinSet::new();
         // Set when the grace period is over: each running event stops and hands itself
         // back, so its hand-back can never race its own "processed".
@@ -108,7 +115,7 @@ impl<Q: Queue> Engine<Q> {
                         .map_or(usize::MAX, |p| p.available_permits()),
                 );
             let free = pacing.as_ref().map_or(idle, |pacing| pacing.allowed(idle));
-            let due = drained_at != Some(signals) && claims.len() < CLAIMS_IN_FLIGHT;
+            let due = drained_at != Some(signals) && claims.len() < in_flight;
             if due && free > 0 {
                 let n = u32::try_from(free).unwrap_or(u32::MAX);
                 // Events in the lookahead, not counting this claim's.

@@ -148,6 +148,7 @@ impl Stream {
                     seq,
                     held: AtomicI64::new(held),
                     claim: Mutex::new(None),
+                    _holding: self.holding.hold(seq),
                 },
                 at,
             });
