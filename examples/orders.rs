@@ -239,8 +239,17 @@ fn body(ty: &str, object: serde_json::Value, livemode: bool, days_ago: u64) -> V
     .into_bytes()
 }
 
+/// `--help` and `-h` say what it does and exit 0; it takes no arguments.
+#[derive(clap::Parser)]
+#[command(
+    name = "orders",
+    about = "Runs a small shop end to end over loopback: a mock provider API, the receiver and worker on a temporary SQLite file, and a day of awkward deliveries; prints the orders and checks every rule held."
+)]
+struct Args {}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    <Args as clap::Parser>::parse();
     let path = std::env::temp_dir().join(format!("tower-webhook-orders-{}.db", std::process::id()));
     let store = SqliteStore::open(&path).await?;
     let db = store.pool().clone();

@@ -1,70 +1,5 @@
-//! A webhook receiver, configured by environment:
-//!
-//! - `WEBHOOK_SCHEME`: `standard` (default), `stripe`, `github`, `slack`, `shopify`,
-//!   `discord`, `sendgrid`, `paddle`, `zoom`, `meta`, `intercom`, `twitch`, `twilio`,
-//!   `twilio-sha256`, `square`, `hubspot`, `linear`, `mailgun`, `microsoft-graph`, `sns` (with
-//!   `WEBHOOK_SNS_TOPICS`, the topic ARNs to accept) or `paypal` (with
-//!   `WEBHOOK_PAYPAL_WEBHOOK_ID`);
-//! - `WEBHOOK_SECRETS`: secrets and public keys in each provider's own format,
-//!   comma-separated, the first is current (for `standard`, `whsec_…` and `whpk_…` may be
-//!   mixed; for `microsoft-graph`, the client states; default: a development secret,
-//!   printed with how to send a test delivery). For `sns` and `paypal`, PEM certificates
-//!   to pin; without them, each delivery's certificate is fetched over HTTPS from the
-//!   provider's hosts (and SNS subscriptions are confirmed);
-//! - `WEBHOOK_VERIFY_TOKEN`: Meta's verify token, for its `GET ?hub.challenge` handshake;
-//! - `WEBHOOK_PUBLIC_URL`: the URL the provider signs (Twilio, Square, HubSpot): exactly
-//!   as configured with the provider;
-//! - `WEBHOOK_TOLERANCE_SECS`: timestamp tolerance, both ways (default: the scheme's, 300 s
-//!   for most; Twitch 10 min, Linear 1 min, SNS 1 h);
-//! - `BIND`: the address to listen on (default `127.0.0.1:3000`);
-//! - `DATABASE_URL`: where deliveries are deduplicated — a `postgres://` or `redis://`
-//!   URL; without it, the embedded SQLite file `WEBHOOK_SQLITE` (default `webhooks.db`);
-//! - `WEBHOOK_LEASE_SECS`: how long a claim holds between renewals (default 60), in every
-//!   mode: `DedupeLayer`'s claims, and the inbox's and JetStream's workers' leases (on
-//!   SQLite, a lease under 20 s shortens the file's busy timeout to a quarter of it, so the
-//!   lease stays one the store can keep);
-//! - `WEBHOOK_HANDLER_DELAY_MS`: how long the handler waits after its effect before it
-//!   answers (default 0), in every mode — a slow handler whose work is already done; in
-//!   `inbox` and `nats` mode the worker's processor prints `handled <event id>` when it
-//!   starts, sleeps that long, then prints `finished <event id>`;
-//! - `WEBHOOK_DRAIN_SECS`: how long a shutdown waits for running handlers (default 30);
-//! - `WEBHOOK_BODY_TIMEOUT_SECS`: how long a body may take to arrive (default 10; then 408);
-//! - `WEBHOOK_MODE`: `dedupe` (default: the handler runs in the request, behind
-//!   `DedupeLayer`), `inbox` (each verified event is stored in the inbox — SQLite or
-//!   PostgreSQL — and answered 204 at once; a worker in the same process runs the
-//!   handler) or `nats` (each verified event is published to NATS JetStream and answered
-//!   204 once JetStream acknowledged it, behind `DedupeLayer` on the store above for
-//!   duplicates older than JetStream's window; a JetStream worker in the same process
-//!   runs the handler, claiming each event in that store so none runs twice);
-//! - `NATS_URL` (default `nats://127.0.0.1:4222`) and `NATS_STREAM` (default `webhooks`):
-//!   where `nats` mode publishes;
-//! - `WEBHOOK_WORKER_CONCURRENCY`: in `inbox` and `nats` mode, how many events the worker
-//!   processes at once (default 8); `0` runs no worker in this process (it only accepts,
-//!   and a worker elsewhere processes);
-//! - `WEBHOOK_PER_OBJECT`: in `inbox` and `nats` mode, how many events of one object the
-//!   worker runs at once, the first ones in arrival order (unset: no cap);
-//! - `WEBHOOK_RATE`: in `inbox` and `nats` mode, at most this many events started by the
-//!   worker, `N/s` or `N/min`, evenly spaced (unset: no limit); an event waiting for its
-//!   turn is not an attempt;
-//! - `WEBHOOK_MAX_LAG_SECS`: in `inbox` and `nats` mode, backpressure: while the oldest
-//!   queued event has waited longer than this, deliveries are answered 503 with
-//!   `Retry-After` and not stored (GitHub's excepted: it never retries); unset, off;
-//! - `WEBHOOK_ADMIN_TOKEN`: in `inbox` and `nats` mode, serves the operator API
-//!   (`tower_webhook::admin::router`; `admin::jetstream_router` in `nats` mode: counts and
-//!   pauses) under `/admin`, each request needing `Authorization: Bearer <token>` (401
-//!   otherwise): `POST /admin/pause` and `POST /admin/resume` take optional `source` and
-//!   `type` query parameters. In `inbox` mode it also serves the operator's web page
-//!   (`tower_webhook::admin::ui`) at `/admin/ui`: a browser signs in by opening
-//!   `/admin/ui?token=<token>` once (typed or pasted, not from a link on another site),
-//!   which keeps the token in an `HttpOnly`, `SameSite=Strict` cookie (path `/admin/ui`) and
-//!   redirects (303) to the same URL without it; without a valid cookie or token, 401.
-//!   Tokens are compared in constant time;
-//! - `WEBHOOK_FAIL_TYPES`: in `inbox` and `nats` mode, event types (comma-separated) whose
-//!   every attempt fails: the worker's processor prints `failed <event id>` and returns an
-//!   error instead of handling it, so a dead event can be made on purpose (a requeued one
-//!   fails again; restart without the type to have it handled);
-//! - `WEBHOOK_MAX_ATTEMPTS`: in `inbox` and `nats` mode, the attempts before an event is
-//!   dead (default 5; the first retry after 1 s, each wait doubling).
+//! A webhook receiver, configured by environment: `cargo run --example receiver -- --help`
+//! lists every variable (the README has the same table).
 //!
 //! On SIGTERM or Ctrl-C it stops accepting, waits for the handlers still running (those
 //! whose client hung up included) and for the worker, for at most `WEBHOOK_DRAIN_SECS`,
@@ -89,7 +24,6 @@
 
 mod support;
 
-use std::future::IntoFuture;
 use std::io::Write;
 use std::time::Duration;
 
@@ -105,6 +39,68 @@ use tower_webhook::inbox::{Accept, Attempt, Backpressure, Inbox, Rate, Worker};
 use tower_webhook::store::{DedupeStore, PgStore, RedisStore, SqliteStore};
 use tower_webhook::verify::Certificates;
 use tower_webhook::{DedupeLayer, Event, PublicUrl, Verifier, VerifyWebhookLayer};
+
+/// A webhook receiver, configured by environment (`--help` lists it).
+#[derive(clap::Parser)]
+#[command(name = "receiver", after_help = ENVIRONMENT)]
+#[command(
+    about = "A webhook receiver: verifies each delivery, then handles each event once \
+    (in the request, or in an inbox and its worker), and drains on SIGTERM or Ctrl-C."
+)]
+struct Args {}
+
+/// The environment contract, one variable a line: default, the modes it applies to, and
+/// what it does. The README's table says the same.
+const ENVIRONMENT: &str = "\
+Environment (variable [default] (modes): what it does):
+  WEBHOOK_SCHEME [standard] (all): the provider's scheme: standard, stripe, github,
+      slack, shopify, discord, sendgrid, paddle, zoom, meta, intercom, twitch, twilio,
+      twilio-sha256, square, hubspot, linear, mailgun, microsoft-graph, sns, paypal
+  WEBHOOK_SECRETS [a development secret, printed] (all): secrets and public keys in the
+      provider's own format, comma-separated, the first current; for sns and paypal, PEM
+      certificates to pin (without them each delivery's certificate is fetched over HTTPS
+      from the provider's hosts)
+  WEBHOOK_SNS_TOPICS [-] (all, sns): the topic ARNs to accept, comma-separated
+  WEBHOOK_PAYPAL_WEBHOOK_ID [-] (all, paypal): the webhook id PayPal signs
+  WEBHOOK_VERIFY_TOKEN [-] (all): Meta's verify token, for its GET ?hub.challenge
+  WEBHOOK_PUBLIC_URL [-] (all): the URL Twilio, Square or HubSpot sign, as configured there
+  WEBHOOK_TOLERANCE_SECS [the scheme's: 300 for most] (all): timestamp tolerance, both ways
+  BIND [127.0.0.1:3000] (all): the address to listen on
+  DATABASE_URL [-] (all): a postgres:// or redis:// URL to deduplicate in (redis: not in
+      inbox mode); unset, the SQLite file WEBHOOK_SQLITE
+  WEBHOOK_SQLITE [webhooks.db] (all): the embedded SQLite file
+  WEBHOOK_LEASE_SECS [60] (all): how long a claim holds between renewals (DedupeLayer's
+      claims and the workers' leases; on SQLite, under 20 s shortens the busy timeout)
+  WEBHOOK_HANDLER_DELAY_MS [0] (all): how long the handler waits after its effect
+  WEBHOOK_DRAIN_SECS [30] (all): how long a shutdown waits for running handlers and the
+      worker before it releases what is left
+  WEBHOOK_HEADER_TIMEOUT_SECS [10] (all): a connection that has not sent a request's
+      headers within this is closed (a slow client, or an idle keep-alive connection)
+  WEBHOOK_BODY_TIMEOUT_SECS [10] (all): how long a body may take to arrive (then 408)
+  WEBHOOK_MODE [dedupe] (all): dedupe (the handler runs in the request, behind
+      DedupeLayer), inbox (stored in the SQLite or PostgreSQL inbox, 204 at once, a worker
+      handles) or nats (published to NATS JetStream, 204 once acknowledged, behind
+      DedupeLayer on the store above; a JetStream worker handles)
+  NATS_URL [nats://127.0.0.1:4222] (nats): the NATS server
+  NATS_STREAM [webhooks] (nats): the JetStream stream
+  WEBHOOK_WORKER_CONCURRENCY [8] (inbox, nats): events the worker runs at once; 0 runs
+      no worker in this process (it only accepts)
+  WEBHOOK_PER_OBJECT [no cap] (inbox, nats): events of one object run at once, the first
+      ones in arrival order
+  WEBHOOK_RATE [no limit] (inbox, nats): N/s or N/min events started, evenly spaced
+  WEBHOOK_MAX_LAG_SECS [off] (inbox, nats): backpressure: while the oldest queued event
+      is older, deliveries get 503 and Retry-After and are not stored (GitHub's spared)
+  WEBHOOK_ADMIN_TOKEN [off] (inbox, nats): at least 16 characters; serves the operator
+      API under /admin (Authorization: Bearer <token>) and, in inbox mode, the operator's
+      page at /admin/ui (open /admin/ui?token=<token> once to sign in); set but shorter
+      or empty, the receiver refuses to start
+  WEBHOOK_FAIL_TYPES [-] (inbox, nats): event types (comma-separated) whose every attempt
+      fails, to make a dead event on purpose
+  WEBHOOK_MAX_ATTEMPTS [5] (inbox, nats): attempts before an event is dead (the first
+      retry after 1 s, each wait doubling)
+
+It serves POST /webhooks and GET /metrics, and prints `handled <event id>` each time its
+handler runs; in inbox and nats mode also `finished <event id>` when it returns.";
 
 pub fn app(verify: VerifyWebhookLayer, dedupe: DedupeLayer, delay: Duration) -> Router {
     Router::new().route(
@@ -385,6 +381,7 @@ fn metrics_route(router: Router, handle: PrometheusHandle) -> Router {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    <Args as clap::Parser>::parse(); // --help and -h print the contract and exit 0
     let metrics = prometheus()?;
     let (scheme, secrets, dev) = support::scheme_and_secrets()?;
     // Only when set: the scheme's own window (Twitch, Linear, SNS) is the default.
@@ -399,6 +396,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let delay = Duration::from_millis(env_number("WEBHOOK_HANDLER_DELAY_MS", 0)?);
     let drain_bound = Duration::from_secs(env_number("WEBHOOK_DRAIN_SECS", 30)?);
     let body_timeout = Duration::from_secs(env_number("WEBHOOK_BODY_TIMEOUT_SECS", 10)?);
+    let header_timeout = match env_number("WEBHOOK_HEADER_TIMEOUT_SECS", 10)? {
+        0 => return Err("WEBHOOK_HEADER_TIMEOUT_SECS: at least 1".into()),
+        secs => Duration::from_secs(secs),
+    };
     let bind = std::env::var("BIND").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let scheme_name = scheme.name().to_owned();
     let public_url = match std::env::var("WEBHOOK_PUBLIC_URL") {
@@ -586,14 +587,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let router = metrics_route(router, metrics);
     let (signalled, signal) = tokio::sync::oneshot::channel();
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+    let server = support::connections::serve_until(listener, router, header_timeout, async move {
         shutdown_signal().await;
         let _ = signalled.send(());
     });
-    let mut server = tokio::spawn(server.into_future());
+    let mut server = tokio::spawn(server);
     if signal.await.is_err() {
-        // The server ended without a signal: its error is the answer.
-        return Ok(server.await??);
+        // The server ended without a signal: it panicked.
+        server.await?;
+        return Err("the server stopped".into());
     }
     // Stop accepting; the running handlers, the connections and the worker get the bound.
     eprintln!("shutting down: draining for at most {drain_bound:?}");

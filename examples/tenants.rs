@@ -61,8 +61,17 @@ async fn secrets_of(pool: SqlitePool, tenant: String) -> Result<Option<Vec<Strin
     Ok(secret.map(|s| vec![s]))
 }
 
+/// `--help` and `-h` say what it does and exit 0; it takes no arguments.
+#[derive(clap::Parser)]
+#[command(
+    name = "tenants",
+    about = "Runs one receiver for many tenants, each with its own Stripe secret kept in SQLite (in memory), sends each tenant's deliveries over loopback, and checks what the handler ran."
+)]
+struct Args {}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    <Args as clap::Parser>::parse();
     let pool = database().await?;
     let source = pool.clone();
     let tenants = Tenants::new(

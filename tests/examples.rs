@@ -39,7 +39,20 @@ async fn start_receiver(
     String,
     tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 ) {
-    let mut child = Command::new(example_binary("receiver"))
+    spawn_receiver(Command::new(example_binary("receiver")), db, env).await
+}
+
+/// [`start_receiver`] through `command`, which runs the receiver (a shell setting limits).
+async fn spawn_receiver(
+    mut command: Command,
+    db: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (
+    tokio::process::Child,
+    String,
+    tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) {
+    let mut child = command
         .env_remove("DATABASE_URL")
         .env("WEBHOOK_SQLITE", db)
         .env("BIND", "127.0.0.1:0")
@@ -1230,6 +1243,93 @@ async fn receiver_refuses_bad_headers_before_the_body_and_times_a_stalled_body_o
     let _ = std::fs::remove_file(&db);
 }
 
+/// Waits until the server closes `stream` (end of stream, or a reset), at most `bound`.
+async fn closed_within(stream: &mut tokio::net::TcpStream, bound: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut sink = [0; 1024];
+    tokio::time::timeout(bound, async {
+        loop {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {} // an answer (408 or 200): read on to the close
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test]
+async fn receiver_closes_connections_that_hold_their_headers_back_so_deliveries_still_get_in() {
+    use tokio::io::AsyncWriteExt;
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-slowloris-{}.db",
+        std::process::id()
+    ));
+    // 256 file descriptors, as in the review that found it; 400 connections that never
+    // finish their headers are more than it can hold at once.
+    let mut shell = Command::new("sh");
+    shell
+        .arg("-c")
+        .arg("ulimit -n 256 && exec \"$0\"")
+        .arg(example_binary("receiver"));
+    let (mut child, url, mut stdout) = spawn_receiver(
+        shell,
+        &db,
+        &[
+            ("WEBHOOK_SCHEME", "standard"),
+            ("WEBHOOK_SECRETS", SECRET),
+            ("WEBHOOK_HEADER_TIMEOUT_SECS", "1"),
+        ],
+    )
+    .await;
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+    let mut stalled = Vec::new();
+    for _ in 0..400 {
+        let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+        stream
+            .write_all(b"POST /webhooks HTTP/1.1\r\nhost: test\r\n")
+            .await
+            .unwrap();
+        stalled.push(stream);
+    }
+
+    // A signed delivery behind them gets in once the stalled ones are closed.
+    let body = event_body("evt_after_slowloris", "invoice.paid", "in_1");
+    let headers = signed_headers(&Scheme::standard(), SECRET, "evt_after_slowloris", &body);
+    let answered = tokio::time::timeout(Duration::from_secs(15), post(&url, headers, body))
+        .await
+        .expect("a signed delivery is answered while 400 connections hold their headers back")
+        .unwrap();
+    assert_eq!(answered.0, StatusCode::NO_CONTENT);
+    assert_eq!(
+        next_line(&mut stdout).await.as_deref(),
+        Some("handled evt_after_slowloris")
+    );
+    for (n, stream) in stalled.iter_mut().enumerate() {
+        assert!(
+            closed_within(stream, Duration::from_secs(10)).await,
+            "stalled connection {n} is still open"
+        );
+    }
+
+    // An idle keep-alive connection is closed after the same bound, not kept for minutes.
+    let mut idle = tokio::net::TcpStream::connect(authority).await.unwrap();
+    idle.write_all(b"GET /metrics HTTP/1.1\r\nhost: test\r\n\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    assert!(closed_within(&mut idle, Duration::from_secs(5)).await);
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "closed before the bound: {:?}",
+        started.elapsed()
+    );
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+}
+
 #[tokio::test]
 async fn receiver_runs_nothing_for_a_github_delivery_replayed_under_a_fresh_id() {
     const SECRET: &str = "github-receiver-secret-0123";
@@ -1674,6 +1774,75 @@ async fn help_on_send_demo_and_loadtest_exits_0_and_lists_every_flag() {
                 );
             }
         }
+    }
+}
+
+#[tokio::test]
+async fn help_on_every_example_exits_0_without_starting_anything() {
+    let mut names: Vec<String> = std::fs::read_dir("examples")
+        .unwrap()
+        .filter_map(|entry| {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".rs").map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    assert!(names.len() >= 9, "{names:?}");
+    for name in &names {
+        for help in ["--help", "-h"] {
+            // A receiver that started would serve until killed: run_with's bound fails it.
+            let output = run_with(name, &[help], &[("BIND", "127.0.0.1:0")]).await;
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success(),
+                "{name} {help}: {stdout}\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            assert!(
+                stdout.contains(&format!("Usage: {name}")),
+                "{name} {help}: {stdout}"
+            );
+            assert!(
+                output.stderr.is_empty(),
+                "{name} {help} started: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+}
+
+/// The names of the environment variables `source` reads (`env::var("X")`,
+/// `env_number("X", …)`, `env_list("X")`).
+fn variables_read(source: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for call in ["env::var(\"", "env_number(\"", "env_list(\""] {
+        for (at, _) in source.match_indices(call) {
+            let rest = &source[at + call.len()..];
+            names.insert(rest[..rest.find('"').unwrap()].to_owned());
+        }
+    }
+    names
+}
+
+#[tokio::test]
+async fn receiver_help_and_the_readme_table_name_every_variable_it_reads() {
+    let mut read = variables_read(&std::fs::read_to_string("examples/receiver.rs").unwrap());
+    read.extend(variables_read(
+        &std::fs::read_to_string("examples/support/mod.rs").unwrap(),
+    ));
+    assert!(read.len() >= 20, "{read:?}");
+    let output = run_with("receiver", &["--help"], &[]).await;
+    let help = String::from_utf8_lossy(&output.stdout);
+    let readme = std::fs::read_to_string("README.md").unwrap();
+    for name in &read {
+        assert!(
+            help.contains(&format!("  {name} [")),
+            "--help lacks {name}:\n{help}"
+        );
+        assert!(
+            readme.contains(&format!("| `{name}` |")),
+            "README's receiver table lacks {name}"
+        );
     }
 }
 

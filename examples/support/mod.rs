@@ -2,6 +2,7 @@
 //! environment, and a small HTTP client to post deliveries.
 #![allow(dead_code)]
 
+pub mod connections;
 pub mod proxy;
 
 use std::time::SystemTime;
@@ -153,20 +154,23 @@ pub async fn post(
 /// A server on its own task, stopped as a deploy stops it (see [`Serving::shut_down`]).
 pub struct Serving {
     stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
-/// Serves `app` on `listener` until [`Serving::shut_down`].
+/// Serves `app` on `listener` until [`Serving::shut_down`], closing connections that
+/// hold their headers back for 10 s (see [`connections::serve_until`]).
 pub fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> Serving {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async {
         let _ = stopped.await;
     };
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-    });
+    let header_timeout = std::time::Duration::from_secs(10);
+    let task = tokio::spawn(connections::serve_until(
+        listener,
+        app,
+        header_timeout,
+        shutdown,
+    ));
     Serving { stop, task }
 }
 
@@ -175,6 +179,6 @@ impl Serving {
     /// client hung up may still run: wait for them with the layers' `drain()` after this.
     pub async fn shut_down(self) -> std::io::Result<()> {
         let _ = self.stop.send(());
-        self.task.await.map_err(std::io::Error::other)?
+        self.task.await.map_err(std::io::Error::other)
     }
 }

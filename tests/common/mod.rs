@@ -163,7 +163,8 @@ fn service(name: &str, env: &str, default: &str) -> String {
     if let Err(why) = probe(&url) {
         panic!(
             "{name} is not reachable at {} ({why}): this test needs it. Start PostgreSQL, \
-             Redis and NATS with `bash .ci/services`, or point {env} at a running {name}.",
+             Redis and NATS with `bash .ci/services` (`bash scripts/test` does, then runs \
+             the tests), or point {env} at a running {name}.",
             redact(&url)
         );
     }
