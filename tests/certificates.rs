@@ -758,6 +758,197 @@ async fn certificate_fetches_are_bounded_to_20_a_minute_and_cached_ones_still_ve
     assert_eq!(server.asked().len(), 21);
 }
 
+/// A trusted certificate past its TTL, then a flood that fills the cache (256 URLs) and
+/// spends the fetch limit: the trusted one is still known, so the genuine delivery's
+/// refetch is a renewal outside the limit, not a refused miss.
+#[tokio::test(start_paused = true)]
+async fn a_trusted_certificate_survives_a_full_cache_and_its_renewal_is_not_a_miss() {
+    let server = Server::default();
+    let certificates = Certificates::new(Scheme::sns([TOPIC]), server.fetch(TEST_CERT))
+        .unwrap()
+        .with_ttl(Duration::from_secs(600))
+        .with_fetch_limit(260, Duration::from_secs(60));
+    let layer = VerifyWebhookLayer::from_certificates(certificates);
+    let out = call(&layer, post(naming(SNS_URL, "m-1", false))).await;
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    tokio::time::advance(Duration::from_secs(601)).await;
+    for i in 0..260 {
+        let out = call(&layer, post(naming(&miss(i), "m-x", true))).await;
+        assert_eq!(out.kind(), Some(VerifyErrorKind::InvalidSignature), "{i}");
+    }
+    let out = call(&layer, post(naming(&miss(260), "m-x", true))).await;
+    assert_eq!(
+        out.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the limit is spent"
+    );
+    assert_eq!(server.asked().len(), 261);
+    let out = call(&layer, post(naming(SNS_URL, "m-2", false))).await;
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    assert_eq!(server.asked().len(), 262);
+    assert_eq!(server.asked().last().map(String::as_str), Some(SNS_URL));
+}
+
+fn miss(i: usize) -> String {
+    format!("https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-f{i:x}.pem")
+}
+
+/// A flood of 200 forged deliveries at once, each naming a fresh certificate URL, spends
+/// the 20 fetches of the minute; meanwhile a genuine delivery under a certificate that
+/// verified one before is verified at once (no fetch, no wait), while one under a
+/// certificate never seen gets 503 until the window leaves a fetch (its provider retries).
+#[tokio::test]
+async fn a_delivery_under_a_trusted_certificate_is_verified_at_once_while_a_flood_spends_the_limit()
+{
+    let server = Server::default();
+    let layer = sns_layer(&server);
+    let out = call(&layer, post(naming(SNS_URL, "m-1", false))).await;
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    let flooding = layer.clone();
+    let flood = (0..200).map(move |i| {
+        let layer = flooding.clone();
+        async move {
+            call(&layer, post(naming(&miss(i), "m-x", true)))
+                .await
+                .status
+        }
+    });
+    let flood = tokio::spawn(futures_join_all(flood));
+    // Each fetch takes 20 ms: the genuine delivery lands while the flood's are under way.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let started = std::time::Instant::now();
+    let out = call(&layer, post(naming(SNS_URL, "m-2", false))).await;
+    let took = started.elapsed();
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    assert!(took < Duration::from_millis(500), "waited {took:?}");
+    let statuses = flood.await.unwrap();
+    let refused = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::SERVICE_UNAVAILABLE)
+        .count();
+    assert_eq!(refused, 181, "19 fetches left in the minute for the flood");
+    assert_eq!(server.asked().len(), 20);
+    // What the flood still does: a certificate never seen waits for the next window.
+    let first_time = SNS_URL.replace("0123456789abcdef", "fedcba9876543210");
+    let out = call(&layer, post(naming(&first_time, "m-3", false))).await;
+    assert_eq!(out.status, StatusCode::SERVICE_UNAVAILABLE);
+    let out = call(&layer, post(naming(SNS_URL, "m-4", false))).await;
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    assert_eq!(server.asked().len(), 20);
+}
+
+/// The figures SECURITY.md gives for a sustained flood (not run by default: 10 s of real
+/// time). Run: `cargo test --all-features --test certificates -- --ignored --nocapture
+/// a_sustained_certificate_flood_measured`. Four tasks send forged SNS deliveries as fast
+/// as they can, each naming a fresh certificate URL on SNS's hosts (which the host
+/// answers 404, after 20 ms); meanwhile a genuine delivery under a trusted certificate
+/// every 50 ms, and one under a certificate never seen every second (a provider retrying).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: 10 s of real time"]
+async fn a_sustained_certificate_flood_measured() {
+    const FIRST_TIME: &str =
+        "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-fedcba9876543210.pem";
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counted = asked.clone();
+    let fetch = move |url: String| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if url == SNS_URL || url == FIRST_TIME {
+                Ok(Bytes::from_static(TEST_CERT.as_bytes()))
+            } else {
+                Err(std::io::Error::other("404"))
+            }
+        }
+    };
+    let certificates = Certificates::new(Scheme::sns([TOPIC]), fetch).unwrap();
+    let layer = VerifyWebhookLayer::from_certificates(certificates);
+    let genuine = naming(SNS_URL, "m-1", false);
+    assert_eq!(
+        call(&layer, post(genuine.clone())).await.status,
+        StatusCode::OK
+    );
+    let first_time = naming(FIRST_TIME, "m-2", false);
+    // The baseline: the same delivery, 20 times, before the flood.
+    let mut quiet = Vec::new();
+    for _ in 0..20 {
+        let started = std::time::Instant::now();
+        assert_eq!(
+            call(&layer, post(genuine.clone())).await.status,
+            StatusCode::OK
+        );
+        quiet.push(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    quiet.sort();
+    // The URL is not signed: one signed body serves every forged delivery.
+    let template = String::from_utf8(naming(SNS_URL, "m-x", true)).unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    let sent = Arc::new(AtomicUsize::new(0));
+    let flood: Vec<_> = (0..4)
+        .map(|task| {
+            let (layer, template, sent) = (layer.clone(), template.clone(), sent.clone());
+            tokio::spawn(async move {
+                let mut i = 0;
+                while std::time::Instant::now() < until {
+                    let url = format!("SimpleNotificationService-{task}a{i:x}.pem");
+                    let body =
+                        template.replace("SimpleNotificationService-0123456789abcdef.pem", &url);
+                    let out = call(&layer, post(body.into_bytes())).await;
+                    assert_ne!(out.status, StatusCode::OK);
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                    // A refusal never waits: give way, as a server's connections would.
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    let (mut trusted, mut first) = (Vec::new(), Vec::new());
+    // The first try a second in, once the flood has spent the minute's fetches.
+    let mut next_first = std::time::Instant::now() + Duration::from_secs(1);
+    while std::time::Instant::now() < until {
+        let started = std::time::Instant::now();
+        let out = call(&layer, post(genuine.clone())).await;
+        trusted.push((out.status, started.elapsed()));
+        if std::time::Instant::now() >= next_first {
+            first.push(call(&layer, post(first_time.clone())).await.status);
+            next_first += Duration::from_secs(1);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for task in flood {
+        task.await.unwrap();
+    }
+    let mut latencies: Vec<Duration> = trusted.iter().map(|(_, t)| *t).collect();
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+    println!(
+        "flood: {} forged deliveries in 10 s ({}/s), {} fetches started",
+        sent.load(Ordering::Relaxed),
+        sent.load(Ordering::Relaxed) / 10,
+        asked.load(Ordering::SeqCst),
+    );
+    println!(
+        "trusted certificate: {}/{} verified (200), latency p50 {:?} p99 {:?} max {:?}",
+        trusted.iter().filter(|(s, _)| *s == StatusCode::OK).count(),
+        trusted.len(),
+        at(0.5),
+        at(0.99),
+        latencies.last().unwrap(),
+    );
+    println!(
+        "the same, before the flood: p50 {:?} p99 {:?}",
+        quiet[quiet.len() / 2],
+        quiet[quiet.len() - 1],
+    );
+    println!(
+        "first-time certificate, retried every second: {:?}",
+        first.iter().map(|s| s.as_u16()).collect::<Vec<_>>()
+    );
+    assert!(trusted.iter().all(|(s, _)| *s == StatusCode::OK));
+}
+
 fn sns_confirmation(subscribe_url: &str) -> Value {
     json!({
         "Type": "SubscriptionConfirmation",

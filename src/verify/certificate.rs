@@ -19,7 +19,7 @@ mod hosts; // the provider's hosts, and each URL's canonical form
 #[cfg(test)]
 mod tests;
 
-use cache::Cache;
+use cache::{Cache, Found};
 pub use fetch::{Fetch, FetchFuture};
 pub use hosts::certificate_url_shape;
 use hosts::{paypal_certificate_url, sns_certificate_url, sns_subscribe_url};
@@ -47,9 +47,13 @@ use hosts::{paypal_certificate_url, sns_certificate_url, sns_subscribe_url};
 /// - At most 20 fetches start per minute ([`with_fetch_limit`](Self::with_fetch_limit));
 ///   past that, a delivery naming an uncached URL answers 503 without a fetch, so the
 ///   provider retries later.
-/// - A certificate that has verified a delivery is kept for its TTL (24 h by default:
-///   providers publish a new certificate under a new URL): past 256 URLs, the oldest of
-///   those that verified nothing goes, so misses never push out a certificate in use.
+/// - A certificate that has verified a delivery is *trusted*: kept apart from the other
+///   URLs (of which at most 256 are cached, the oldest going first), so no number of
+///   misses evicts it, and a delivery under it is verified at once while a flood spends
+///   the fetch limit. Past
+///   its TTL (24 h by default: providers publish a new certificate under a new URL) its
+///   URL is fetched again outside the limit. Trust is kept in this process: after a
+///   restart, and in each replica, a certificate is a miss until it verifies again.
 ///
 /// The certificate's trust comes from that HTTPS fetch from the provider's host: its chain
 /// and validity dates are not checked again.
@@ -221,7 +225,10 @@ impl Certificates {
     ) -> Pin<Box<dyn Future<Output = Result<Verifier, VerifyError>> + Send>> {
         let this = self.clone();
         Box::pin(async move {
-            let slot = this.slot(&url)?;
+            let slot = match this.find(&url)? {
+                Found::Trusted(verifier) => return Ok(verifier),
+                Found::Slot(slot) => slot,
+            };
             let fetched = slot
                 .cell
                 .get_or_init(|| async {
@@ -274,10 +281,15 @@ impl Certificates {
 
 impl fmt::Debug for Certificates {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (trusted, cached) = {
+            let cache = self.cache();
+            (cache.trusted.len(), cache.slots.len())
+        };
         f.debug_struct("Certificates")
             .field("scheme", &self.inner.prototype.scheme().name())
             .field("ttl", &self.inner.ttl)
-            .field("cached", &self.cache().slots.len())
+            .field("trusted", &trusted)
+            .field("cached", &cached)
             .finish_non_exhaustive()
     }
 }

@@ -1,5 +1,6 @@
-//! The certificates by URL: each fetched once, kept for its TTL, the misses bounded in
-//! number and in the fetches they start.
+//! The certificates by URL: those that verified a delivery kept apart from the rest, each
+//! other URL fetched once and kept for its TTL, the misses bounded in number and in the
+//! fetches they start.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,9 +16,27 @@ use crate::Verifier;
 /// The certificates by canonical URL, and the fetches started in the current window.
 #[derive(Default)]
 pub(super) struct Cache {
+    /// The certificates that verified a delivery: apart from the misses, so no number of
+    /// fresh URLs evicts one. Past its TTL, its URL is fetched again outside the fetch
+    /// limit (a renewal, not a miss), and its entry stays until that fetch verifies
+    /// a delivery again.
+    pub(super) trusted: HashMap<String, Trusted>,
+    /// Every other URL asked for: being fetched, fetched, or failed.
     pub(super) slots: HashMap<String, Slot>,
     /// When the current window began, and how many fetches started in it.
     window: Option<(Instant, u32)>,
+}
+
+/// A certificate that verified a delivery, and when it was fetched.
+pub(super) struct Trusted {
+    verifier: Verifier,
+    since: Instant,
+}
+
+/// What a URL has: a trusted certificate's verifier, at once, or the slot its fetch fills.
+pub(super) enum Found {
+    Trusted(Verifier),
+    Slot(Slot),
 }
 
 /// One URL's verifier, fetched once for all the deliveries waiting on it — and a failure
@@ -27,8 +46,6 @@ pub(super) struct Cache {
 pub(super) struct Slot {
     pub(super) cell: Arc<OnceCell<Result<Verifier, VerifyError>>>,
     since: Instant,
-    /// It verified a delivery: only other such slots may evict it before its TTL.
-    trusted: bool,
 }
 
 impl Slot {
@@ -41,8 +58,13 @@ impl Slot {
     }
 }
 
-/// At most this many certificate URLs are cached (providers use a handful).
+/// At most this many certificate URLs are cached besides the trusted (providers use a
+/// handful; the rest are misses).
 const MAX_CACHED: usize = 256;
+
+/// At most this many trusted certificates are kept (only a genuine delivery makes one:
+/// a bound against nothing but a provider's own churn), the oldest fetched going first.
+const MAX_TRUSTED: usize = 64;
 
 /// How long a failed fetch answers 503 for its URL before it is tried again.
 const FAILED_TTL: Duration = Duration::from_secs(5);
@@ -53,32 +75,56 @@ const TOO_MANY_FETCHES: VerifyError = VerifyError::new(
 );
 
 impl Certificates {
-    /// Marks the certificate at `url` as one that verified a delivery: misses no longer
-    /// evict it before its TTL.
+    /// Keeps the certificate at `url`, which just verified a delivery, apart from the
+    /// misses (a no-op for one kept already).
     pub(crate) fn trust(&self, url: &str) {
-        if let Some(slot) = self.cache().slots.get_mut(url) {
-            if matches!(slot.cell.get(), Some(Ok(_))) {
-                slot.trusted = true;
-            }
+        let mut cache = self.cache();
+        let Some(slot) = cache.slots.get(url) else {
+            return;
+        };
+        let Some(Ok(verifier)) = slot.cell.get() else {
+            return;
+        };
+        let trusted = Trusted {
+            verifier: verifier.clone(),
+            since: slot.since,
+        };
+        cache.slots.remove(url);
+        if !cache.trusted.contains_key(url) && cache.trusted.len() >= MAX_TRUSTED {
+            let oldest = cache
+                .trusted
+                .iter()
+                .min_by_key(|(_, t)| t.since)
+                .map(|(url, _)| url.clone())
+                .expect("not empty");
+            cache.trusted.remove(&oldest);
         }
+        cache.trusted.insert(url.to_owned(), trusted);
     }
 
     pub(super) fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
         self.inner.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The slot of `url`: cached and fresh, or new — when a fetch may still start in
-    /// this window (503 otherwise, without a fetch).
-    pub(super) fn slot(&self, url: &str) -> Result<Slot, VerifyError> {
+    /// What `url` has: a trusted certificate within its TTL, a cached and fresh slot, or
+    /// a new slot — when a fetch may still start in this window, or the URL's is a
+    /// renewal (503 otherwise, without a fetch).
+    pub(super) fn find(&self, url: &str) -> Result<Found, VerifyError> {
         let now = Instant::now();
         let ttl = self.inner.ttl;
         let mut cache = self.cache();
-        let renewal = match cache.slots.get(url) {
-            Some(slot) if slot.fresh(now, ttl) => return Ok(slot.clone()),
-            // A certificate in use, expired: its one refetch a TTL is not a miss.
-            Some(slot) => slot.trusted,
+        let renewal = match cache.trusted.get(url) {
+            Some(t) if now.duration_since(t.since) < ttl => {
+                return Ok(Found::Trusted(t.verifier.clone()))
+            }
+            // A certificate in use, expired: its refetch is not a miss.
+            Some(_) => true,
             None => false,
         };
+        match cache.slots.get(url) {
+            Some(slot) if slot.fresh(now, ttl) => return Ok(Found::Slot(slot.clone())),
+            _ => {}
+        }
         if !renewal {
             let (limit, per) = self.inner.fetch_limit;
             let window = match cache.window {
@@ -92,13 +138,12 @@ impl Certificates {
         }
         if cache.slots.len() >= MAX_CACHED {
             cache.slots.retain(|_, s| s.fresh(now, ttl));
-            // Still full: the oldest that verified nothing goes (the oldest of all only
-            // if every one did), never the whole cache.
+            // Still full: the oldest goes, never the whole cache (the trusted are apart).
             while cache.slots.len() >= MAX_CACHED {
                 let oldest = cache
                     .slots
                     .iter()
-                    .min_by_key(|(_, s)| (s.trusted, s.since))
+                    .min_by_key(|(_, s)| s.since)
                     .map(|(url, _)| url.clone())
                     .expect("not empty");
                 cache.slots.remove(&oldest);
@@ -107,9 +152,8 @@ impl Certificates {
         let slot = Slot {
             cell: Arc::new(OnceCell::new()),
             since: now,
-            trusted: false,
         };
         cache.slots.insert(url.to_owned(), slot.clone());
-        Ok(slot)
+        Ok(Found::Slot(slot))
     }
 }
