@@ -837,6 +837,57 @@ async fn a_delivery_under_a_trusted_certificate_is_verified_at_once_while_a_floo
     assert_eq!(server.asked().len(), 20);
 }
 
+/// After a restart under a flood: without the URLs trusted before, the genuine delivery's
+/// certificate is a miss refused while the flood holds the limit; with them (saved from
+/// the previous run's `trusted_urls`), it is fetched outside the limit and verified.
+#[tokio::test(start_paused = true)]
+async fn urls_trusted_in_a_previous_run_are_fetched_outside_the_limit_after_a_restart() {
+    let before = Server::default();
+    let certificates = Certificates::new(Scheme::sns([TOPIC]), before.fetch(TEST_CERT)).unwrap();
+    let first = VerifyWebhookLayer::from_certificates(certificates.clone());
+    let out = call(&first, post(naming(SNS_URL, "m-1", false))).await;
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    let saved = certificates.trusted_urls();
+    assert_eq!(saved, [SNS_URL]);
+
+    for seeded in [false, true] {
+        let server = Server::default();
+        let mut certificates =
+            Certificates::new(Scheme::sns([TOPIC]), server.fetch(TEST_CERT)).unwrap();
+        if seeded {
+            certificates = certificates.with_trusted_urls(&saved).unwrap();
+        }
+        let layer = VerifyWebhookLayer::from_certificates(certificates);
+        for i in 0..25 {
+            call(&layer, post(naming(&miss(i), "m-x", true))).await;
+        }
+        assert_eq!(
+            server.asked().len(),
+            20,
+            "the flood spent the minute's fetches"
+        );
+        let out = call(&layer, post(naming(SNS_URL, "m-2", false))).await;
+        let expected = if seeded {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        assert_eq!(out.status, expected, "seeded: {seeded}");
+    }
+    // Only certificate URLs on the provider's hosts, in their canonical form.
+    let certificates = || Certificates::new(Scheme::sns([TOPIC]), before.fetch(TEST_CERT));
+    let off = certificates()
+        .unwrap()
+        .with_trusted_urls(["https://attacker.example/SimpleNotificationService-1.pem"]);
+    assert!(off.is_err());
+    let with_port = SNS_URL.replace(".com/", ".com:443/");
+    let seeded = certificates()
+        .unwrap()
+        .with_trusted_urls([with_port])
+        .unwrap();
+    assert_eq!(seeded.trusted_urls(), [SNS_URL]);
+}
+
 /// The figures SECURITY.md gives for a sustained flood (not run by default: 10 s of real
 /// time). Run: `cargo test --all-features --test certificates -- --ignored --nocapture
 /// a_sustained_certificate_flood_measured`. Four tasks send forged SNS deliveries as fast

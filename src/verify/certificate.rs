@@ -52,8 +52,11 @@ use hosts::{paypal_certificate_url, sns_certificate_url, sns_subscribe_url};
 ///   misses evicts it, and a delivery under it is verified at once while a flood spends
 ///   the fetch limit. Past
 ///   its TTL (24 h by default: providers publish a new certificate under a new URL) its
-///   URL is fetched again outside the limit. Trust is kept in this process: after a
-///   restart, and in each replica, a certificate is a miss until it verifies again.
+///   URL is fetched again outside the limit. Trust is kept in this process: carry it
+///   across a restart, or to other replicas, with [`trusted_urls`](Self::trusted_urls)
+///   saved and given back to [`with_trusted_urls`](Self::with_trusted_urls) — a URL
+///   named there is fetched outside the limit; otherwise a certificate is a miss until
+///   it verifies a delivery again.
 ///
 /// The certificate's trust comes from that HTTPS fetch from the provider's host: its chain
 /// and validity dates are not checked again.
@@ -156,6 +159,50 @@ impl Certificates {
     #[must_use]
     pub fn with_fetch_limit(self, fetches: u32, per: Duration) -> Self {
         self.map(|inner| inner.fetch_limit = (fetches.max(1), per))
+    }
+
+    /// Replaces the certificate URLs trusted before any delivery (none by default): a
+    /// delivery naming one has its certificate fetched outside the fetch limit, so a
+    /// flood cannot keep it out after a restart. Give it the
+    /// [`trusted_urls`](Self::trusted_urls) of a previous run or another replica.
+    ///
+    /// # Errors
+    ///
+    /// A URL that is not a certificate URL on the scheme's provider's hosts.
+    pub fn with_trusted_urls(
+        self,
+        urls: impl IntoIterator<Item = impl AsRef<str>>,
+    ) -> Result<Self, ConfigError> {
+        let sns = matches!(self.custom(), Custom::Sns { .. });
+        let known = urls
+            .into_iter()
+            .map(|url| {
+                let url = url.as_ref();
+                let canonical = if sns {
+                    sns_certificate_url(url)
+                } else {
+                    paypal_certificate_url(url)
+                };
+                canonical.ok_or(ConfigError::new(
+                    ConfigErrorKind::InvalidValue,
+                    "a trusted certificate URL is not on the provider's certificate hosts",
+                ))
+            })
+            .collect::<Result<_, _>>()?;
+        self.cache().known = known;
+        Ok(self)
+    }
+
+    /// The URLs of the certificates trusted now: those that verified a delivery in this
+    /// process, and those given to [`with_trusted_urls`](Self::with_trusted_urls) — to
+    /// save for the next start, or share with other replicas.
+    #[must_use]
+    pub fn trusted_urls(&self) -> Vec<String> {
+        let cache = self.cache();
+        let mut urls: Vec<String> = cache.trusted.keys().chain(&cache.known).cloned().collect();
+        urls.sort();
+        urls.dedup();
+        urls
     }
 
     /// Applies `f` to the verifier every certificate's is built from: its tolerance,

@@ -2,7 +2,7 @@
 //! other URL fetched once and kept for its TTL, the misses bounded in number and in the
 //! fetches they start.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +21,9 @@ pub(super) struct Cache {
     /// limit (a renewal, not a miss), and its entry stays until that fetch verifies
     /// a delivery again.
     pub(super) trusted: HashMap<String, Trusted>,
+    /// URLs the application trusts before any delivery (`with_trusted_urls`): their
+    /// fetch is not a miss.
+    pub(super) known: HashSet<String>,
     /// Every other URL asked for: being fetched, fetched, or failed.
     pub(super) slots: HashMap<String, Slot>,
     /// When the current window began, and how many fetches started in it.
@@ -119,7 +122,7 @@ impl Certificates {
             }
             // A certificate in use, expired: its refetch is not a miss.
             Some(_) => true,
-            None => false,
+            None => cache.known.contains(url),
         };
         match cache.slots.get(url) {
             Some(slot) if slot.fresh(now, ttl) => return Ok(Found::Slot(slot.clone())),
