@@ -535,3 +535,228 @@ async fn postgres_a_database_that_does_not_answer_is_a_503_without_its_text() {
     let inbox = Inbox::postgres(&PgStore::from_migrated_pool(pool));
     a_database_that_does_not_answer_is_a_503_without_its_text(inbox).await;
 }
+
+// The operators' door (`OperatorDoor`): the token's rules, the bearer check, the throttle.
+
+const TOKEN: &str = "operator-token-0123456789abcdef";
+
+/// A request to the door from `peer` (as axum's `ConnectInfo` gives it), with
+/// `authorization` when given.
+fn from_peer(peer: &str, uri: &str, authorization: Option<&str>) -> Request<Body> {
+    let mut request = Request::get(uri);
+    if let Some(value) = authorization {
+        request = request.header(header::AUTHORIZATION, value);
+    }
+    let mut request = request.body(Body::empty()).unwrap();
+    let peer: std::net::SocketAddr = peer.parse().unwrap();
+    request
+        .extensions_mut()
+        .insert(axum::extract::ConnectInfo(peer));
+    request
+}
+
+/// The door's answer: status, `Retry-After` and the JSON body.
+async fn through(app: &axum::Router, request: Request<Body>) -> (StatusCode, Option<u64>, Value) {
+    let response = app.clone().oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(header::RETRY_AFTER)
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (status, retry_after, json)
+}
+
+#[test]
+fn an_operator_token_under_16_bytes_is_refused_at_construction() {
+    for short in ["", " ", "fifteen-chars-x"] {
+        let error = admin::OperatorToken::new(short).unwrap_err();
+        assert_eq!(error.kind(), tower_webhook::ConfigErrorKind::InvalidSecret);
+        let error = admin::OperatorDoor::new(short).unwrap_err();
+        assert_eq!(error.kind(), tower_webhook::ConfigErrorKind::InvalidSecret);
+        assert!(error.to_string().contains("16 bytes"), "{error}");
+    }
+    let door = admin::OperatorDoor::new("sixteen-chars-xx").unwrap();
+    assert!(!format!("{door:?}").contains("sixteen"), "{door:?}");
+}
+
+/// Over the real router: without `Authorization`, with an empty or wrong bearer token or
+/// another scheme, 401 (`WWW-Authenticate: Bearer`, a JSON error, no inbox call: an unknown
+/// endpoint is 401 too, not 404); the token itself, 200.
+#[tokio::test]
+async fn the_api_refuses_a_missing_empty_or_wrong_bearer_token_with_401() {
+    let inbox = sqlite().await;
+    let door = admin::OperatorDoor::new(TOKEN).unwrap();
+    let app = axum::Router::new().nest("/admin", admin::router(inbox).layer(door.bearer()));
+    let wrong_token = format!("Bearer {TOKEN}x");
+    let short_token = format!("Bearer {}", &TOKEN[..TOKEN.len() - 1]);
+    let basic = format!("Basic {TOKEN}");
+    for authorization in [
+        None,
+        Some(""),
+        Some("Bearer"),
+        Some("Bearer "),
+        Some("Bearer a-guess"),
+        Some(wrong_token.as_str()),
+        Some(short_token.as_str()),
+        Some(basic.as_str()),
+        Some(TOKEN),
+    ] {
+        for uri in ["/admin/counts", "/admin/no-such-endpoint"] {
+            let mut request = Request::get(uri);
+            if let Some(value) = authorization {
+                request = request.header(header::AUTHORIZATION, value);
+            }
+            let response = app
+                .clone()
+                .oneshot(request.body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            assert_eq!(
+                response.status(),
+                StatusCode::UNAUTHORIZED,
+                "{authorization:?} {uri}"
+            );
+            assert_eq!(response.headers()[header::WWW_AUTHENTICATE], "Bearer");
+            let error = response.extensions().get::<AdminError>().unwrap();
+            assert_eq!(error.kind(), AdminErrorKind::Unauthorized);
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            let json: Value = serde_json::from_slice(&bytes).unwrap();
+            assert!(json["error"].is_string(), "{json}");
+            assert!(!String::from_utf8_lossy(&bytes).contains(TOKEN));
+        }
+    }
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let request = Request::get("/admin/counts")
+            .header(header::AUTHORIZATION, format!("{scheme} {TOKEN}"))
+            .body(Body::empty())
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{scheme}");
+    }
+}
+
+/// The defaults: 20 wrong tokens within a minute from one address, then 429 with
+/// `Retry-After` (at most 60 s) — for the right token too — until the minute has passed;
+/// other addresses are not held, and requests without credentials are not counted.
+#[tokio::test(start_paused = true)]
+async fn twenty_wrong_tokens_in_a_minute_from_one_address_get_429_until_it_passes() {
+    let door = admin::OperatorDoor::new(TOKEN).unwrap();
+    let app = axum::Router::new()
+        .route("/admin/counts", axum::routing::get(|| async { "{}" }))
+        .layer(door.bearer());
+    let right = format!("Bearer {TOKEN}");
+    let guesser = "10.0.0.1:5000";
+    for n in 0..20 {
+        let (status, _, _) = through(
+            &app,
+            from_peer(guesser, "/admin/counts", Some("Bearer a-guess")),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "guess {n}");
+        tokio::time::advance(Duration::from_secs(2)).await; // 20 in 40 s
+    }
+    let (status, retry_after, json) = through(
+        &app,
+        from_peer("10.0.0.1:5001", "/admin/counts", Some(&right)),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the right token is held too"
+    );
+    let retry_after = retry_after.expect("Retry-After");
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert!(
+        json["error"].as_str().unwrap().contains("too many"),
+        "{json}"
+    );
+    // Another address is not held; a client sending no credentials is not counted.
+    for _ in 0..50 {
+        let (status, _, _) = through(&app, from_peer("10.0.0.3:1", "/admin/counts", None)).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+    for peer in ["10.0.0.2:1", "10.0.0.3:1"] {
+        let (status, _, _) = through(&app, from_peer(peer, "/admin/counts", Some(&right))).await;
+        assert_eq!(status, StatusCode::OK, "{peer}");
+    }
+    tokio::time::advance(Duration::from_secs(retry_after - 1)).await;
+    let (status, _, _) = through(&app, from_peer(guesser, "/admin/counts", Some(&right))).await;
+    assert_eq!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "a second before it passes"
+    );
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let (status, _, _) = through(&app, from_peer(guesser, "/admin/counts", Some(&right))).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the right token works again once it has passed"
+    );
+    // 19 wrong a minute, for three minutes, never holds anyone.
+    for n in 0..57 {
+        let (status, _, _) = through(
+            &app,
+            from_peer(guesser, "/admin/counts", Some("Bearer a-guess")),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "guess {n}");
+        tokio::time::advance(Duration::from_millis(3200)).await;
+    }
+}
+
+/// The addresses tracked are capped: past the cap the oldest is forgotten (here its block
+/// with it), so a spray of addresses costs bounded memory.
+#[tokio::test(start_paused = true)]
+async fn more_addresses_than_the_cap_evict_the_oldest() {
+    let door = admin::OperatorDoor::new(TOKEN)
+        .unwrap()
+        .with_throttle(1, Duration::from_secs(60))
+        .unwrap()
+        .with_max_clients(2);
+    let app = axum::Router::new()
+        .route("/admin/counts", axum::routing::get(|| async { "{}" }))
+        .layer(door.bearer());
+    let right = format!("Bearer {TOKEN}");
+    let ask = |peer: &'static str, authorization: &str| {
+        through(&app, from_peer(peer, "/admin/counts", Some(authorization)))
+    };
+    assert_eq!(
+        ask("10.0.0.1:1", "Bearer x").await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        ask("10.0.0.1:1", &right).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        ask("10.0.0.2:1", "Bearer x").await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        ask("10.0.0.1:1", &right).await.0,
+        StatusCode::TOO_MANY_REQUESTS,
+        "within the cap"
+    );
+    assert_eq!(
+        ask("10.0.0.3:1", "Bearer x").await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        ask("10.0.0.1:1", &right).await.0,
+        StatusCode::OK,
+        "the oldest was evicted"
+    );
+    assert_eq!(
+        ask("10.0.0.3:1", &right).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    for bad in [(0, 60), (1, 0), (1, 61)] {
+        let door = admin::OperatorDoor::new(TOKEN).unwrap();
+        let window = Duration::from_secs(bad.1);
+        assert!(door.with_throttle(bad.0, window).is_err(), "{bad:?}");
+    }
+}

@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use axum::body::Body;
 use axum::Router;
 use bytes::Bytes;
@@ -430,4 +432,340 @@ fn section<'a>(html: &'a str, id: &str) -> &'a str {
         .find("</section>")
         .map_or(html.len(), |e| start + e);
     &html[start..end]
+}
+
+// The page behind the operators' door (`OperatorDoor::sign_in`): sign-in, the session
+// cookie, sign-out, expiry, the throttle, the trailing slash.
+
+const TOKEN: &str = "operator-ui-token-0123456789abcdef";
+
+/// The page mounted as the docs say: `nest_service`, behind the door's sign-in.
+fn behind(door: &admin::OperatorDoor, inbox: &Inbox) -> Router {
+    Router::new().nest_service("/admin/ui", admin::ui(inbox.clone()).layer(door.sign_in()))
+}
+
+/// What the door answered: status, headers and the text.
+async fn door_answer(app: &Router, request: Request<Body>) -> Answer {
+    let response = app.clone().oneshot(request).await.expect("infallible");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let error = response.extensions().get::<AdminError>().cloned();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        headers,
+        html: String::from_utf8(bytes.to_vec()).unwrap(),
+        error,
+    }
+}
+
+fn get_with(uri: &str, headers: &[(&str, &str)]) -> Request<Body> {
+    let mut request = Request::get(uri);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.body(Body::empty()).unwrap()
+}
+
+/// Signs in with `?token=`; returns the `Set-Cookie` and its `name=value`.
+async fn sign_in(app: &Router, headers: &[(&str, &str)]) -> (String, String) {
+    let answer = door_answer(app, get_with(&format!("/admin/ui?token={TOKEN}"), headers)).await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.html);
+    assert_eq!(answer.headers[header::LOCATION], "/admin/ui");
+    let set = answer.headers[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let pair = set.split("; ").next().unwrap().to_owned();
+    (set, pair)
+}
+
+#[tokio::test]
+async fn signing_in_opens_a_session_whose_cookie_is_not_the_token() {
+    use base64::Engine as _;
+    let inbox = inbox().await;
+    let door = admin::OperatorDoor::new(TOKEN).unwrap();
+    let app = behind(&door, &inbox);
+    for uri in [
+        "/admin/ui",
+        "/admin/ui/events?state=dead",
+        "/admin/ui?token=a-guess",
+        "/admin/ui?token=",
+    ] {
+        let answer = door_answer(&app, get_with(uri, &[])).await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{uri}");
+        assert!(
+            answer.html.contains("/admin/ui?token="),
+            "says how: {}",
+            answer.html
+        );
+        assert_eq!(answer.error.unwrap().kind(), AdminErrorKind::Unauthorized);
+        assert_eq!(answer.headers[header::CACHE_CONTROL], "no-store");
+    }
+    let (set, pair) = sign_in(&app, &[]).await;
+    let attributes: Vec<&str> = set.split("; ").collect();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/admin/ui"] {
+        assert!(attributes.contains(&attribute), "{attribute}: {set}");
+    }
+    let max_age: u64 = attributes
+        .iter()
+        .find_map(|a| a.strip_prefix("Max-Age="))
+        .expect("Max-Age")
+        .parse()
+        .unwrap();
+    assert!((1..=43_200).contains(&max_age), "{set}");
+    assert!(
+        !attributes.contains(&"Secure"),
+        "served over plain HTTP: {set}"
+    );
+    let value = pair.strip_prefix("tower_webhook_admin=").expect(&set);
+    let engines = [
+        &base64::engine::general_purpose::STANDARD,
+        &base64::engine::general_purpose::STANDARD_NO_PAD,
+        &base64::engine::general_purpose::URL_SAFE,
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+    ];
+    let mut encodings = vec![
+        TOKEN.to_owned(),
+        hex::encode(TOKEN),
+        hex::encode_upper(TOKEN),
+    ];
+    encodings.extend(engines.iter().map(|e| e.encode(TOKEN)));
+    for encoded in &encodings {
+        let stem = &encoded[..16]; // any 12 bytes of it, at its start
+        assert!(
+            !value.contains(stem),
+            "the cookie holds the token ({encoded}): {value}"
+        );
+    }
+    for engine in engines {
+        if let Ok(bytes) = engine.decode(value) {
+            assert!(!bytes
+                .windows(12)
+                .any(|w| TOKEN.as_bytes().windows(12).any(|t| t == w)));
+        }
+    }
+    // The cookie opens every page, each with the sign-out button.
+    for uri in [
+        "/admin/ui",
+        "/admin/ui/events?state=dead",
+        "/admin/ui/events?state=failing",
+    ] {
+        let answer = door_answer(&app, get_with(uri, &[("cookie", &pair)])).await;
+        assert_eq!(answer.status, StatusCode::OK, "{uri}: {}", answer.html);
+        assert!(
+            answer
+                .html
+                .contains(r#"<form class="logout" method="post" action="/admin/ui/logout">"#),
+            "{uri}: {}",
+            answer.html
+        );
+    }
+    // The token to another URL signs in there, and keeps its other parameters.
+    let answer = door_answer(
+        &app,
+        get_with(
+            &format!("/admin/ui/events?state=dead&token={TOKEN}&after=x"),
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(
+        answer.headers[header::LOCATION],
+        "/admin/ui/events?state=dead&after=x"
+    );
+    // A session of another token (another deployment) does not open this one; the same
+    // token's door in another process (a replica) accepts it.
+    let other = admin::OperatorDoor::new("another-token-0123456789abcdef").unwrap();
+    let other_app = behind(&other, &inbox);
+    let answer = door_answer(&other_app, get_with("/admin/ui", &[("cookie", &pair)])).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::UNAUTHORIZED,
+        "another token's door"
+    );
+    let replica = behind(&admin::OperatorDoor::new(TOKEN).unwrap(), &inbox);
+    let answer = door_answer(&replica, get_with("/admin/ui", &[("cookie", &pair)])).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::OK,
+        "a replica with the same token"
+    );
+    // The page alone (behind your own authorization) shows no sign-out button.
+    assert!(!get(&inbox, "/admin/ui").await.html.contains("logout"));
+}
+
+#[tokio::test]
+async fn the_session_cookie_is_secure_when_the_page_is_served_over_https() {
+    let inbox = inbox().await;
+    let door = admin::OperatorDoor::new(TOKEN).unwrap();
+    let app = behind(&door, &inbox);
+    for headers in [
+        &[("x-forwarded-proto", "https")][..],
+        &[("forwarded", "for=10.0.0.1;proto=https;host=ops.example")],
+    ] {
+        let (set, _) = sign_in(&app, headers).await;
+        assert!(set.ends_with("; Secure"), "{headers:?}: {set}");
+    }
+    let request = Request::get(format!("https://ops.example/admin/ui?token={TOKEN}"))
+        .body(Body::empty())
+        .unwrap();
+    let answer = door_answer(&app, request).await;
+    let set = answer.headers[header::SET_COOKIE].to_str().unwrap();
+    assert!(set.ends_with("; Secure"), "an https URI: {set}");
+    let always = behind(&door.clone().with_secure_cookies(true), &inbox);
+    let (set, _) = sign_in(&always, &[]).await;
+    assert!(
+        set.ends_with("; Secure"),
+        "with_secure_cookies(true): {set}"
+    );
+}
+
+#[tokio::test]
+async fn signing_out_clears_the_cookie_and_the_old_cookie_no_longer_opens_the_page() {
+    let inbox = inbox().await;
+    let door = admin::OperatorDoor::new(TOKEN).unwrap();
+    let app = behind(&door, &inbox);
+    let (_, pair) = sign_in(&app, &[]).await;
+    let (_, kept) = sign_in(&app, &[]).await; // another browser's session
+    let logout = |site: &'static str, cookie: String| {
+        Request::post("/admin/ui/logout")
+            .header("cookie", cookie)
+            .header("sec-fetch-site", site)
+            .header(header::HOST, "ops.internal:8080")
+            .body(Body::empty())
+            .unwrap()
+    };
+    // From another site: refused, and the session holds.
+    let answer = door_answer(&app, logout("cross-site", pair.clone())).await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    assert!(!answer.headers.contains_key(header::SET_COOKIE));
+    let answer = door_answer(&app, get_with("/admin/ui", &[("cookie", &pair)])).await;
+    assert_eq!(answer.status, StatusCode::OK);
+
+    let answer = door_answer(&app, logout("same-origin", pair.clone())).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.html);
+    assert!(answer.html.contains("signed out"), "{}", answer.html);
+    let set = answer.headers[header::SET_COOKIE].to_str().unwrap();
+    assert!(
+        set.starts_with("tower_webhook_admin=; Path=/admin/ui; Max-Age=0;"),
+        "{set}"
+    );
+    for uri in ["/admin/ui", "/admin/ui/events?state=dead"] {
+        let answer = door_answer(&app, get_with(uri, &[("cookie", &pair)])).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::UNAUTHORIZED,
+            "the old cookie replayed: {uri}"
+        );
+    }
+    let answer = door_answer(&app, get_with("/admin/ui", &[("cookie", &kept)])).await;
+    assert_eq!(answer.status, StatusCode::OK, "another session stays open");
+    // A clone of the door (the same process) knows the revocation.
+    let clone = behind(&door.clone(), &inbox);
+    let answer = door_answer(&clone, get_with("/admin/ui", &[("cookie", &pair)])).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn an_expired_session_no_longer_opens_the_page() {
+    let inbox = inbox().await;
+    let door = admin::OperatorDoor::new(TOKEN)
+        .unwrap()
+        .with_session_max_age(Duration::from_secs(1))
+        .unwrap();
+    let app = behind(&door, &inbox);
+    let (set, pair) = sign_in(&app, &[]).await;
+    assert!(set.contains("; Max-Age=1;"), "{set}");
+    let answer = door_answer(&app, get_with("/admin/ui", &[("cookie", &pair)])).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let answer = door_answer(&app, get_with("/admin/ui", &[("cookie", &pair)])).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "expired");
+    for bad in [
+        Duration::ZERO,
+        Duration::from_millis(999),
+        Duration::from_secs(12 * 3600 + 1),
+    ] {
+        let door = admin::OperatorDoor::new(TOKEN).unwrap();
+        assert!(door.with_session_max_age(bad).is_err(), "{bad:?}");
+    }
+}
+
+/// Wrong tokens at the sign-in count as guesses, as the API's do: past the limit the
+/// address gets 429 at both, its right token too, until the window has passed.
+#[tokio::test]
+async fn wrong_sign_ins_are_throttled_with_the_apis_guesses() {
+    let inbox = inbox().await;
+    let door = admin::OperatorDoor::new(TOKEN)
+        .unwrap()
+        .with_throttle(3, Duration::from_secs(1))
+        .unwrap();
+    let app =
+        behind(&door, &inbox).nest("/admin", admin::router(inbox.clone()).layer(door.bearer()));
+    let peer = |mut request: Request<Body>| {
+        let addr: std::net::SocketAddr = "10.0.0.1:4000".parse().unwrap();
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(addr));
+        request
+    };
+    for guess in ["a", "b"] {
+        let answer = door_answer(
+            &app,
+            peer(get_with(&format!("/admin/ui?token={guess}"), &[])),
+        )
+        .await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    }
+    let bearer = peer(get_with("/admin/counts", &[("authorization", "Bearer c")]));
+    assert_eq!(
+        door_answer(&app, bearer).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let answer = door_answer(
+        &app,
+        peer(get_with(&format!("/admin/ui?token={TOKEN}"), &[])),
+    )
+    .await;
+    assert_eq!(
+        answer.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        answer.html
+    );
+    assert_eq!(answer.headers[header::RETRY_AFTER], "1");
+    assert!(!answer.headers.contains_key(header::SET_COOKIE));
+    let right = format!("Bearer {TOKEN}");
+    let bearer = peer(get_with("/admin/counts", &[("authorization", &right)]));
+    assert_eq!(
+        door_answer(&app, bearer).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    tokio::time::sleep(Duration::from_millis(1050)).await;
+    let answer = door_answer(
+        &app,
+        peer(get_with(&format!("/admin/ui?token={TOKEN}"), &[])),
+    )
+    .await;
+    assert_eq!(
+        answer.status,
+        StatusCode::SEE_OTHER,
+        "once the window has passed"
+    );
+}
+
+/// Mounted as the docs say, `/admin/ui/` answers: the door sends it to `/admin/ui`, and
+/// the page alone serves its overview there.
+#[tokio::test]
+async fn the_page_answers_its_url_with_a_trailing_slash() {
+    let inbox = inbox().await;
+    let door = admin::OperatorDoor::new(TOKEN).unwrap();
+    let answer = door_answer(&behind(&door, &inbox), get_with("/admin/ui/", &[])).await;
+    assert_eq!(answer.status, StatusCode::PERMANENT_REDIRECT);
+    assert_eq!(answer.headers[header::LOCATION], "/admin/ui");
+    let alone = Router::new().nest_service("/admin/ui", admin::ui(inbox.clone()));
+    let answer = door_answer(&alone, get_with("/admin/ui/", &[])).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert!(answer.html.contains("Webhook inbox"), "{}", answer.html);
 }

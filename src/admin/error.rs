@@ -27,6 +27,11 @@ pub enum AdminErrorKind {
     /// A query parameter, path segment or body that does not parse or is out of range:
     /// 400.
     BadRequest,
+    /// No operator token, or a wrong one (the [`OperatorDoor`](super::OperatorDoor)'s
+    /// bearer check): 401.
+    Unauthorized,
+    /// Too many wrong tokens from this client lately: 429, with `Retry-After`.
+    TooManyRequests,
     /// A form posted from another site (the operator's page refuses cross-site
     /// requests): 403.
     Forbidden,
@@ -63,6 +68,22 @@ impl AdminError {
         Self {
             kind: AdminErrorKind::Forbidden,
             message,
+            source: None,
+        }
+    }
+
+    pub(super) fn unauthorized(message: &'static str) -> Self {
+        Self {
+            kind: AdminErrorKind::Unauthorized,
+            message,
+            source: None,
+        }
+    }
+
+    pub(super) fn too_many_requests() -> Self {
+        Self {
+            kind: AdminErrorKind::TooManyRequests,
+            message: "too many wrong tokens from this address: try again after Retry-After seconds",
             source: None,
         }
     }
@@ -113,6 +134,8 @@ impl AdminError {
     pub fn status(&self) -> StatusCode {
         match self.kind {
             AdminErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+            AdminErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
+            AdminErrorKind::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             AdminErrorKind::Forbidden => StatusCode::FORBIDDEN,
             AdminErrorKind::NotFound => StatusCode::NOT_FOUND,
             AdminErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,

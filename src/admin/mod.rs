@@ -1,5 +1,6 @@
 //! The inbox's operator surface over HTTP: an axum [`Router`](axum::Router) of JSON
-//! endpoints to mount in your server, **behind your own authorization**.
+//! endpoints to mount in your server, **behind the [`OperatorDoor`]** (the operators'
+//! token, checked and throttled) or your own authorization.
 //!
 //! [`router`] answers, under wherever you mount it:
 //!
@@ -55,53 +56,32 @@
 //! **The router does no authorization of its own. Never expose it unauthenticated.**
 //! `GET /events/{source}/{id}` returns raw webhook payloads: your customers' data (names,
 //! addresses, payment details). `POST /requeue` runs your processor again on events it
-//! already handled. Mount it under a prefix, behind a layer that checks who is asking —
-//! best on a listener of its own, bound to an internal interface (a second
-//! `axum::serve` on `127.0.0.1` or a private network) rather than beside the public
-//! webhook route:
+//! already handled. Mount it behind a door: the crate's [`OperatorDoor`], built from the
+//! operators' token (at least 16 bytes, compared in constant time, wrong tries
+//! throttled per address), whose [`bearer`](OperatorDoor::bearer) layer lets through
+//! `Authorization: Bearer <token>` only — best on a listener of its own, bound to an
+//! internal interface (a second `axum::serve` on `127.0.0.1` or a private network)
+//! rather than beside the public webhook route:
 //!
 //! ```
-//! use std::sync::Arc;
-//!
 //! use axum::body::Body;
-//! use axum::extract::{Request, State};
 //! use axum::http::{self, header, StatusCode};
-//! use axum::middleware::{self, Next};
-//! use axum::response::{IntoResponse, Response};
 //! use axum::Router;
-//! use subtle::ConstantTimeEq as _;
 //! use tower::ServiceExt as _;
-//! use tower_webhook::admin;
+//! use tower_webhook::admin::{self, OperatorDoor};
 //! use tower_webhook::inbox::Inbox;
 //! use tower_webhook::store::SqliteStore;
-//!
-//! /// Lets a request through only with the operators' bearer token, compared in constant
-//! /// time (a byte-by-byte `==` answers sooner the sooner a guess goes wrong).
-//! async fn operators_only(State(token): State<Arc<str>>, request: Request, next: Next) -> Response {
-//!     let presented = request
-//!         .headers()
-//!         .get(header::AUTHORIZATION)
-//!         .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "))
-//!         .unwrap_or_default();
-//!     if bool::from(presented.ct_eq(token.as_bytes())) {
-//!         next.run(request).await
-//!     } else {
-//!         StatusCode::UNAUTHORIZED.into_response()
-//!     }
-//! }
 //!
 //! # fn token_from_your_secret_store() -> String { "kX9f2c7b1e0a4d6f8e3b5a7c9d1f3e5a".into() }
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let path = std::env::temp_dir().join(format!("tower-webhook-admin-doc-{}.db", std::process::id()));
 //! let inbox = Inbox::sqlite(&SqliteStore::open(&path).await?);
-//! let token: Arc<str> = token_from_your_secret_store().into();
+//! let token = token_from_your_secret_store();
+//! let door = OperatorDoor::new(&token)?; // a ConfigError under 16 bytes
 //! let app: Router = Router::new()
 //!     // .route("/webhooks", …): the rest of your application
-//!     .nest(
-//!         "/admin",
-//!         admin::router(inbox).layer(middleware::from_fn_with_state(token.clone(), operators_only)),
-//!     );
+//!     .nest("/admin", admin::router(inbox).layer(door.bearer()));
 //!
 //! let ask = |token: &str| {
 //!     http::Request::get("/admin/counts")
@@ -115,9 +95,10 @@
 //! # }
 //! ```
 //!
-//! A layer applied to the router covers every route of it, its 404 fallback included.
-//! tower-http's `ValidateRequestHeaderLayer::bearer` also checks a token, but compares it
-//! with `==`; an identity-aware proxy or mTLS in front of an internal listener does as
+//! Serve the application with `into_make_service_with_connect_info::<SocketAddr>()`, so
+//! the door counts wrong tries per client address (without it, all clients share one
+//! count). A layer applied to the router covers every route of it, its 404 fallback
+//! included. An identity-aware proxy or mTLS in front of an internal listener does as
 //! well. `POST /requeue` requires `Content-Type: application/json`, which a browser's
 //! cross-site form cannot send without a CORS preflight; even so, if your authorization
 //! is a cookie, add CSRF protection.
@@ -125,6 +106,7 @@
 //! The same calls from a shell: the `tower-webhook` command (feature `cli`); in a
 //! browser: [`ui`] (feature `admin-ui`), a web page to mount beside this router.
 
+mod door; // who may operate: the token, the throttle, the page's sessions
 mod error;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod input; // what the SQL inbox's endpoints accept
@@ -134,14 +116,20 @@ mod routes; // the SQL inbox's endpoints
 #[cfg(all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres")))]
 mod ui; // the operator's web page
 
+pub use self::door::{
+    Bearer, BearerLayer, OperatorDoor, OperatorToken, ResponseFuture, MIN_TOKEN_BYTES,
+};
+#[cfg(all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres")))]
+pub use self::door::{SignIn, SignInLayer};
 pub use self::error::{AdminError, AdminErrorKind};
 
 #[cfg(doc)]
 use crate::inbox::Inbox;
 
 /// The operator endpoints over `inbox` (the table in the [module docs](self)), to mount
-/// under a prefix with [`Router::nest`](axum::Router::nest) behind your authorization
-/// layer. Cloning the inbox shares it: the router and your workers use one pool.
+/// under a prefix with [`Router::nest`](axum::Router::nest) behind the
+/// [`OperatorDoor`]'s [`bearer`](OperatorDoor::bearer) layer (or your own authorization).
+/// Cloning the inbox shares it: the router and your workers use one pool.
 ///
 /// # Security
 ///
@@ -153,8 +141,11 @@ pub fn router(inbox: crate::inbox::Inbox) -> axum::Router {
 }
 
 /// The operator's web page over `inbox` (feature `admin-ui`): HTML to browse and fix the
-/// inbox, mounted beside [`router`] with [`Router::nest`](axum::Router::nest), behind
-/// your authorization.
+/// inbox, mounted beside [`router`] with
+/// [`Router::nest_service`](axum::Router::nest_service), behind the
+/// [`OperatorDoor`]'s [`sign_in`](OperatorDoor::sign_in) (a browser opens
+/// `/admin/ui?token=<token>` once and holds a session cookie; every page then has a
+/// "Sign out" button) or your own authorization.
 ///
 /// It answers, under wherever you mount it (`/admin/ui` below):
 ///
@@ -174,7 +165,7 @@ pub fn router(inbox: crate::inbox::Inbox) -> axum::Router {
 ///
 /// ```
 /// use axum::Router;
-/// use tower_webhook::admin;
+/// use tower_webhook::admin::{self, OperatorDoor};
 /// use tower_webhook::inbox::Inbox;
 /// use tower_webhook::store::SqliteStore;
 ///
@@ -182,10 +173,11 @@ pub fn router(inbox: crate::inbox::Inbox) -> axum::Router {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let path = std::env::temp_dir().join(format!("tower-webhook-ui-doc-{}.db", std::process::id()));
 /// let inbox = Inbox::sqlite(&SqliteStore::open(&path).await?);
+/// let door = OperatorDoor::new("kX9f2c7b1e0a4d6f8e3b5a7c9d1f3e5a")?;
 /// let operators: Router = Router::new()
-///     .nest("/admin/ui", admin::ui(inbox.clone()))
-///     .nest("/admin", admin::router(inbox));
-/// // .layer(your authorization): see the module docs' example.
+///     // `nest_service` answers `/admin/ui/` too (`nest` does not)
+///     .nest_service("/admin/ui", admin::ui(inbox.clone()).layer(door.sign_in()))
+///     .nest("/admin", admin::router(inbox).layer(door.bearer()));
 /// # let _ = std::fs::remove_file(&path);
 /// # let _ = operators;
 /// # Ok(())
@@ -195,7 +187,8 @@ pub fn router(inbox: crate::inbox::Inbox) -> axum::Router {
 /// # Security
 ///
 /// **No authorization of its own**: it shows raw webhook payloads and requeues events,
-/// as [`router`] does (see the [module docs](self#security)); mount it behind your own.
+/// as [`router`] does (see the [module docs](self#security)); mount it behind the door's
+/// [`sign_in`](OperatorDoor::sign_in) or your own.
 /// Beyond that it is safe in a browser by default:
 ///
 /// - every POST is refused (403) when the browser says it came from another site
@@ -218,8 +211,8 @@ pub fn ui(inbox: crate::inbox::Inbox) -> axum::Router {
 /// The operator endpoints a JetStream inbox has: `GET /counts`, `POST /pause`,
 /// `POST /resume` and `GET /pauses`, as in the table above (see
 /// [`JetStream::pause`](crate::inbox::jetstream::JetStream::pause)). Its events are
-/// listed and requeued with NATS's own tools. Mount it as [`router`]'s, behind your
-/// authorization.
+/// listed and requeued with NATS's own tools. Mount it as [`router`]'s, behind the
+/// door's [`bearer`](OperatorDoor::bearer) or your own authorization.
 #[cfg(feature = "nats")]
 pub fn jetstream_router(jetstream: crate::inbox::jetstream::JetStream) -> axum::Router {
     use crate::inbox::jetstream::JetStream;

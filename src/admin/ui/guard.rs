@@ -10,7 +10,7 @@
 
 use axum::extract::{FromRequestParts, NestedPath};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderValue, Response};
+use axum::http::{header, HeaderMap, HeaderValue, Response, Uri};
 
 use super::routes::UiError;
 use crate::admin::AdminError;
@@ -29,7 +29,7 @@ impl<S: Send + Sync> FromRequestParts<S> for SameOrigin {
     type Rejection = UiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, UiError> {
-        if same_origin(parts) {
+        if same_origin(&parts.headers, &parts.uri) {
             return Ok(SameOrigin);
         }
         let Ok(Base(base)) = Base::from_request_parts(parts, state).await;
@@ -38,19 +38,19 @@ impl<S: Send + Sync> FromRequestParts<S> for SameOrigin {
     }
 }
 
-/// Whether the request came from a page of its own origin, or from no browser at all.
-fn same_origin(parts: &Parts) -> bool {
-    if let Some(site) = parts.headers.get("sec-fetch-site") {
+/// Whether the request came from a page of its own origin, or from no browser at all
+/// (the page's forms, and the door's sign-out).
+pub(in crate::admin) fn same_origin(headers: &HeaderMap, uri: &Uri) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site") {
         return matches!(site.as_bytes(), b"same-origin" | b"none");
     }
-    let Some(origin) = parts.headers.get(header::ORIGIN) else {
+    let Some(origin) = headers.get(header::ORIGIN) else {
         return true; // a browser sends Origin with every cross-origin POST
     };
-    let host = parts
-        .headers
+    let host = headers
         .get(header::HOST)
         .map(HeaderValue::as_bytes)
-        .or_else(|| parts.uri.authority().map(|a| a.as_str().as_bytes()));
+        .or_else(|| uri.authority().map(|a| a.as_str().as_bytes()));
     let Some(host) = host else { return false };
     let origin = origin.as_bytes();
     [&b"http://"[..], b"https://"]
@@ -115,7 +115,8 @@ mod tests {
             &[("host", "ops:8080")],
             &[],
         ] {
-            assert!(same_origin(&parts(headers)), "{headers:?}");
+            let parts = parts(headers);
+            assert!(same_origin(&parts.headers, &parts.uri), "{headers:?}");
         }
     }
 
@@ -141,7 +142,8 @@ mod tests {
             &[("origin", "null"), ("host", "ops:8080")],
             &[("origin", "http://ops:8080")],
         ] {
-            assert!(!same_origin(&parts(headers)), "{headers:?}");
+            let parts = parts(headers);
+            assert!(!same_origin(&parts.headers, &parts.uri), "{headers:?}");
         }
     }
 }

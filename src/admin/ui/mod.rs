@@ -16,4 +16,5 @@ mod pages;
 mod routes;
 mod scan;
 
+pub(super) use self::guard::same_origin;
 pub(super) use self::routes::router;

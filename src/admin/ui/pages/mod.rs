@@ -7,6 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use maud::{html, Markup, DOCTYPE};
 
+use crate::admin::door::signed_in; // the door let this request in: it can sign out
+
 mod event; // one event: fields, actions, body, headers, attempts
 mod list; // the failing and dead lists, and their bulk actions
 mod overview; // counts, sources, the rate, pauses
@@ -52,6 +54,11 @@ pub(super) fn layout(base: &str, title: &str, here: Here, main: Markup) -> Marku
                         input type="search" name="id" placeholder="event id" aria-label="event id" required;
                         input type="text" name="source" placeholder="source (optional)" aria-label="source";
                         button.quiet type="submit" { "Find" }
+                    }
+                    @if signed_in() {
+                        form.logout method="post" action={ (base) "/logout" } {
+                            button.quiet type="submit" { "Sign out" }
+                        }
                     }
                 }
                 main { (main) }
