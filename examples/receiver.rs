@@ -34,6 +34,7 @@ use std::sync::Arc;
 
 use axum::routing::post_service;
 use tower::ServiceBuilder;
+use tower_webhook::admin::OperatorDoor;
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
 use tower_webhook::inbox::{Accept, Attempt, Backpressure, Inbox, Rate, Worker};
 use tower_webhook::store::{DedupeStore, PgStore, RedisStore, SqliteStore};
@@ -250,119 +251,31 @@ fn prometheus() -> Result<PrometheusHandle, Box<dyn std::error::Error>> {
 }
 
 /// `GET /metrics`: the scrape, in Prometheus's text format.
-/// The operator API (`admin`) under `/admin` when there is a token, behind a bearer check.
-fn with_admin(router: Router, admin: Router, token: Option<Arc<str>>) -> Router {
-    let Some(token) = token else { return router };
-    let admin = admin.layer(axum::middleware::from_fn_with_state(token, operators_only));
-    router.nest("/admin", admin)
-}
-
-/// Lets a request through only with the operators' bearer token, compared in constant time.
-async fn operators_only(
-    axum::extract::State(token): axum::extract::State<Arc<str>>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse as _;
-    use subtle::ConstantTimeEq as _;
-    let presented = request
-        .headers()
-        .get(http::header::AUTHORIZATION)
-        .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "))
-        .unwrap_or_default();
-    if bool::from(presented.ct_eq(token.as_bytes())) {
-        next.run(request).await
-    } else {
-        http::StatusCode::UNAUTHORIZED.into_response()
-    }
+/// The operator API (`admin`) under `/admin` when there is a token, behind the door's
+/// bearer check.
+fn with_admin(router: Router, admin: Router, door: Option<&OperatorDoor>) -> Router {
+    let Some(door) = door else { return router };
+    router.nest("/admin", admin.layer(door.bearer()))
 }
 
 /// The operator's web page (`admin::ui`) under `/admin/ui` when there is a token, behind
-/// the sign-in cookie.
-fn with_operators_page(router: Router, inbox: &Inbox, token: Option<Arc<str>>) -> Router {
-    let Some(token) = token else { return router };
-    let page = tower_webhook::admin::ui(inbox.clone())
-        .layer(axum::middleware::from_fn_with_state(token, signed_in));
-    router
-        .nest("/admin/ui", page)
-        // A nested router answers `/admin/ui`, not `/admin/ui/`: send a typed slash there.
-        .route(
-            "/admin/ui/",
-            get(|| async { axum::response::Redirect::permanent("/admin/ui") }),
-        )
+/// the door's sign-in (`?token=` once, then a session cookie; `POST /admin/ui/logout`).
+fn with_operators_page(router: Router, inbox: &Inbox, door: Option<&OperatorDoor>) -> Router {
+    let Some(door) = door else { return router };
+    let page = tower_webhook::admin::ui(inbox.clone()).layer(door.sign_in());
+    // `nest_service` also answers `/admin/ui/` (the door redirects it to `/admin/ui`).
+    router.nest_service("/admin/ui", page)
 }
 
-/// The cookie that keeps the operator's token in the browser.
-const SIGN_IN_COOKIE: &str = "tower_webhook_admin";
-
-/// Lets a browser through with the token in its sign-in cookie. `?token=<token>` signs it
-/// in: the cookie is set (`HttpOnly`: no script reads it; `SameSite=Strict`: no other
-/// site's page sends it) and the answer redirects to the same URL without the token, so it
-/// leaves the address bar and the history. Anything else: 401. Compared in constant time.
-async fn signed_in(
-    axum::extract::State(token): axum::extract::State<Arc<str>>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse as _;
-    use base64::Engine as _;
-    use subtle::ConstantTimeEq as _;
-    let matches = |presented: &[u8]| bool::from(presented.ct_eq(token.as_bytes()));
-    let unauthorized = || {
-        let text = "sign in: open /admin/ui?token=<WEBHOOK_ADMIN_TOKEN> once\n";
-        (http::StatusCode::UNAUTHORIZED, text).into_response()
-    };
-    // The whole URL: inside the nested page the path has lost its `/admin/ui`.
-    let uri = request
-        .extensions()
-        .get::<axum::extract::OriginalUri>()
-        .map_or_else(|| request.uri().clone(), |original| original.0.clone());
-    let query = uri.query().unwrap_or_default();
-    let presented = form_urlencoded::parse(query.as_bytes()).find(|(name, _)| name == "token");
-    if let Some((_, presented)) = presented {
-        if !matches(presented.as_bytes()) {
-            return unauthorized();
-        }
-        let rest: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
-            .filter(|(name, _)| name != "token")
-            .map(|(name, value)| (name.into_owned(), value.into_owned()))
-            .collect();
-        let mut to = uri.path().to_owned();
-        if !rest.is_empty() {
-            to.push('?');
-            to.push_str(
-                &form_urlencoded::Serializer::new(String::new())
-                    .extend_pairs(rest)
-                    .finish(),
-            );
-        }
-        let value = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token.as_bytes());
-        let cookie = format!("{SIGN_IN_COOKIE}={value}; Path=/admin/ui; HttpOnly; SameSite=Strict");
-        return (
-            http::StatusCode::SEE_OTHER,
-            [
-                (http::header::LOCATION, to),
-                (http::header::SET_COOKIE, cookie),
-            ],
-        )
-            .into_response();
-    }
-    let cookie = request
-        .headers()
-        .get_all(http::header::COOKIE)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == SIGN_IN_COOKIE)
-        .and_then(|(_, value)| {
-            base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(value)
-                .ok()
-        });
-    match cookie {
-        Some(presented) if matches(&presented) => next.run(request).await,
-        _ => unauthorized(),
+/// `WEBHOOK_ADMIN_TOKEN`: the operators' door when it is set, refused under 16 bytes (an
+/// empty one, what `WEBHOOK_ADMIN_TOKEN=${UNSET}` gives, would otherwise open everything).
+fn admin_door_from_env() -> Result<Option<OperatorDoor>, String> {
+    match std::env::var("WEBHOOK_ADMIN_TOKEN") {
+        Ok(token) => OperatorDoor::new(token)
+            .map(Some)
+            .map_err(|e| format!("WEBHOOK_ADMIN_TOKEN: {e}")),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err("WEBHOOK_ADMIN_TOKEN: not UTF-8".into()),
     }
 }
 
@@ -468,6 +381,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(rate) => Some(rate.parse().map_err(|e| format!("WEBHOOK_RATE: {e}"))?),
         Err(_) => None,
     };
+    let admin_door = admin_door_from_env()?;
     // Each mode's store also remembers PayPal's transmissions for every replica on it.
     let (mode, store, store_name) = match std::env::var("WEBHOOK_MODE").as_deref() {
         Ok("inbox") => {
@@ -564,7 +478,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(max_lag) => accept.with_backpressure(Backpressure::max_lag(max_lag)),
         None => accept,
     };
-    let admin_token: Option<Arc<str>> = std::env::var("WEBHOOK_ADMIN_TOKEN").ok().map(Into::into);
     let (router, worker) = match mode {
         Mode::Dedupe(dedupe) => (app(verify, dedupe, delay), None),
         Mode::Inbox(inbox, worker) => {
@@ -573,8 +486,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .layer(verify);
             let router = Router::new().route("/webhooks", route);
             let admin = tower_webhook::admin::router(inbox.clone());
-            let router = with_operators_page(router, &inbox, admin_token.clone());
-            (with_admin(router, admin, admin_token.clone()), worker)
+            let router = with_operators_page(router, &inbox, admin_door.as_ref());
+            (with_admin(router, admin, admin_door.as_ref()), worker)
         }
         Mode::Nats(jetstream, dedupe, worker) => {
             let route = post_service(pushing_back(jetstream.accept_service()))
@@ -582,7 +495,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .layer(ServiceBuilder::new().layer(verify).layer(dedupe));
             let router = Router::new().route("/webhooks", route);
             let admin = tower_webhook::admin::jetstream_router(jetstream.clone());
-            (with_admin(router, admin, admin_token.clone()), worker)
+            (with_admin(router, admin, admin_door.as_ref()), worker)
         }
     };
     let router = metrics_route(router, metrics);

@@ -760,3 +760,125 @@ async fn more_addresses_than_the_cap_evict_the_oldest() {
         assert!(door.with_throttle(bad.0, window).is_err(), "{bad:?}");
     }
 }
+
+// The receiver example's door (`WEBHOOK_ADMIN_TOKEN`).
+
+/// Runs the receiver in inbox mode on a fresh SQLite file with `env`; returns the child and
+/// its URL (`http://127.0.0.1:<port>`), or its exit status and stderr when it did not start.
+async fn receiver(
+    env: &[(&str, &str)],
+) -> Result<(tokio::process::Child, String), (std::process::ExitStatus, String)> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+    let db = common::stores::temp_sqlite_path();
+    let mut child = tokio::process::Command::new(common::example_binary("receiver"))
+        .env_remove("DATABASE_URL")
+        .env("WEBHOOK_SQLITE", &db)
+        .env("BIND", "127.0.0.1:0")
+        .env("WEBHOOK_MODE", "inbox")
+        .env("WEBHOOK_SCHEME", "stripe")
+        .env("WEBHOOK_SECRETS", "whsec_receiver_door_0123456789")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    tokio::time::timeout(Duration::from_secs(30), stderr.read_line(&mut first))
+        .await
+        .expect("the receiver starts or exits within 30 s")
+        .unwrap();
+    match first.trim().strip_prefix("receiving ") {
+        Some(line) => {
+            let url = line
+                .split_whitespace()
+                .last()
+                .unwrap()
+                .replace("/webhooks", "");
+            // Read on: a closed pipe would make its next `eprintln!` end it.
+            tokio::spawn(async move {
+                let mut lines = stderr.lines();
+                while let Ok(Some(_)) = lines.next_line().await {}
+            });
+            Ok((child, url))
+        }
+        None => {
+            let mut rest = String::new();
+            let _ = tokio::time::timeout(Duration::from_secs(5), stderr.read_to_string(&mut rest))
+                .await;
+            let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+                .await
+                .expect("the receiver exits")
+                .unwrap();
+            Err((status, first + &rest))
+        }
+    }
+}
+
+/// `WEBHOOK_ADMIN_TOKEN=` (set, empty: what `${UNSET}` gives) or shorter than 16
+/// characters: the receiver refuses to start, non-zero, naming the variable.
+#[tokio::test]
+async fn receiver_refuses_to_start_with_an_empty_or_short_admin_token() {
+    for token in ["", "fifteen-chars-x"] {
+        match receiver(&[("WEBHOOK_ADMIN_TOKEN", token)]).await {
+            Ok((mut child, url)) => {
+                child.kill().await.unwrap();
+                panic!("the receiver started at {url} with WEBHOOK_ADMIN_TOKEN={token:?}");
+            }
+            Err((status, stderr)) => {
+                assert!(!status.success(), "{token:?}: {status}");
+                assert!(
+                    stderr.contains("WEBHOOK_ADMIN_TOKEN"),
+                    "{token:?}: {stderr}"
+                );
+                assert!(stderr.contains("16"), "says the rule: {stderr}");
+            }
+        }
+    }
+    let (mut child, _) = receiver(&[("WEBHOOK_ADMIN_TOKEN", "sixteen-chars-xx")])
+        .await
+        .expect("16 characters start");
+    child.kill().await.unwrap();
+}
+
+/// GET `url` from the local address `from` with a bearer token: the status and
+/// `Retry-After`.
+async fn ask_from(from: &str, url: &str, token: &str) -> (StatusCode, Option<String>) {
+    use hyper_util::client::legacy::{connect::HttpConnector, Client};
+    let mut connector = HttpConnector::new();
+    connector.set_local_address(Some(from.parse().unwrap()));
+    let client = Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, http_body_util::Empty<bytes::Bytes>>(connector);
+    let request = Request::get(url)
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    let retry_after = response
+        .headers()
+        .get(header::RETRY_AFTER)
+        .map(|v| v.to_str().unwrap().to_owned());
+    (response.status(), retry_after)
+}
+
+/// The receiver serves with each connection's address: 20 wrong tokens from 127.0.0.2
+/// hold that address (429), while the operator at 127.0.0.1 still gets in.
+#[tokio::test]
+async fn receiver_throttles_wrong_tokens_by_client_address() {
+    let (mut child, url) = receiver(&[("WEBHOOK_ADMIN_TOKEN", TOKEN)])
+        .await
+        .expect("starts");
+    let counts = format!("{url}/admin/counts");
+    for n in 0..20 {
+        let (status, _) = ask_from("127.0.0.2", &counts, "a-guess").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "guess {n}");
+    }
+    let (status, retry_after) = ask_from("127.0.0.2", &counts, TOKEN).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = retry_after.expect("Retry-After").parse().unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    let (status, _) = ask_from("127.0.0.1", &counts, TOKEN).await;
+    assert_eq!(status, StatusCode::OK, "another address is not held");
+    child.kill().await.unwrap();
+}

@@ -2,7 +2,7 @@
 // receiver example in inbox mode: sign in, counts, search, an event with markup in its
 // body shown as text, lists filtered, pause and resume a source, forms posted from other
 // pages refused, requeue a dead event (one, then a type after a confirmation) and see it
-// processed.
+// processed, and sign out.
 //
 // Run by tests/browser.rs (`cargo test --all-features --test browser -- --ignored`), which
 // builds the receiver and gives each run a fresh database. By hand:
@@ -146,6 +146,9 @@ test("the operator's page in Chromium", async (t) => {
     const [cookie] = await context.cookies(ui);
     assert.equal(cookie.httpOnly, true);
     assert.equal(cookie.sameSite, "Strict");
+    const left = cookie.expires - Date.now() / 1000;
+    assert.ok(left > 0 && left <= 12 * 3600 + 5, `expires within 12 h: ${cookie.expires}`);
+    assert.ok(!cookie.value.includes(TOKEN) && !cookie.value.includes(Buffer.from(TOKEN).toString("base64url").slice(0, 16)));
     assert.equal(await page.evaluate(() => document.cookie), "", "no script reads the cookie");
     const script = await page.evaluate(() => fetch(document.scripts[0].src).then((r) => r.status));
     assert.equal(script, 200, "the page's own script loads");
@@ -288,6 +291,20 @@ test("the operator's page in Chromium", async (t) => {
     await page.click("main form button");
     assert.equal(await page.locator(".flash").innerText(), "Requeued 1 event.");
     await printed(receiver, "handled evt_dead_2");
+  });
+
+  await t.test("signs out with the button on the page, and the old cookie no longer opens it", async () => {
+    await page.goto(`${ui}/events?state=dead`);
+    const [old] = await context.cookies(ui);
+    await page.click("header form.logout button");
+    assert.ok((await page.locator("body").innerText()).includes("signed out"));
+    assert.deepEqual(await context.cookies(ui), [], "the cookie is cleared");
+    assert.equal((await page.goto(ui)).status(), 401, "signed out");
+    await context.addCookies([old]); // the same value, replayed
+    assert.equal((await page.goto(ui)).status(), 401, "the session was revoked");
+    await context.clearCookies();
+    assert.equal((await page.goto(`${ui}?token=${TOKEN}`)).status(), 200, "signs in again");
+    assert.equal(await page.locator("header form.logout button").count(), 1);
   });
 
   assert.deepEqual(errors, [], "no script error on any page");
