@@ -1235,3 +1235,100 @@ async fn an_objects_order_holds_across_graceful_restarts() {
     );
     streams.delete().await;
 }
+
+/// Liveness with two receivers: two processes' worth (a connection, a worker and the
+/// accepts each) share one stream through a proxy that resets every connection for 3 s,
+/// three times, with work in flight (24 events accepted just before each cut). The events
+/// delivered during the outage (each delivery retried until answered) are all handled
+/// within 5 s of NATS's return: neither worker stalls. Those in flight at the cut are
+/// handled within the lease (6 s here) and 5 s: a message the server had sent when the
+/// connection was reset is lost in transit, and JetStream redelivers it only once its
+/// `ack_wait` (the lease) has run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_worker_resumes_within_5_s_of_nats_returning() {
+    let streams = Streams::new();
+    let _stream = streams.jetstream().await; // made here: in memory
+    let to = nats_url().trim_start_matches("nats://").to_owned();
+    // Cut: every connection reset, new ones reset as they come (common/proxy.rs).
+    let proxy = common::proxy::Proxy::start(to).await.unwrap();
+    let url = format!("nats://{}", proxy.authority());
+    let store: Arc<dyn tower_webhook::store::DedupeStore> = Arc::new(MemoryStore::new());
+    let runs = Runs::default();
+    let lease = Duration::from_secs(6);
+    let mut receivers = Vec::new();
+    for _ in 0..2 {
+        let jetstream = JetStream::connect(&url, &streams.name).await.unwrap();
+        let worker = JetStreamWorker::from_arc(
+            &jetstream,
+            store.clone(),
+            runs.processor(Duration::from_millis(100), |_, _| false),
+        )
+        .with_concurrency(2)
+        .unwrap()
+        .with_lease(lease)
+        .unwrap()
+        .spawn();
+        receivers.push((jetstream, worker));
+    }
+    let handled = |ids: &[String]| {
+        let done = runs.succeeded();
+        ids.iter().all(|id| done.contains(id))
+    };
+    let (mut resumed, mut in_flight) = (Vec::new(), Vec::new());
+    for round in 0..3 {
+        let busy: Vec<String> = (0..24).map(|i| format!("evt_busy_{round}_{i}")).collect();
+        for id in &busy {
+            receivers[0].0.accept(&event(id)).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        proxy.cut();
+        let sent = std::time::Instant::now();
+        let ids: Vec<String> = (0..12).map(|i| format!("evt_{round}_{i}")).collect();
+        // Delivered during the outage, as a provider does: again until answered.
+        let accepts: Vec<_> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let (jetstream, id) = (receivers[i % 2].0.clone(), id.clone());
+                tokio::spawn(async move {
+                    while jetstream.accept(&event(&id)).await.is_err() {
+                        assert!(sent.elapsed() < Duration::from_secs(30), "never accepted");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        proxy.restore();
+        let back = std::time::Instant::now();
+        for accepted in accepts {
+            tokio::time::timeout(Duration::from_secs(30), accepted)
+                .await
+                .expect("accepted within 30 s")
+                .unwrap();
+        }
+        while !handled(&ids) && back.elapsed() < Duration::from_secs(20) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        resumed.push(back.elapsed());
+        while !handled(&busy) && back.elapsed() < Duration::from_secs(30) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        in_flight.push(back.elapsed());
+    }
+    for (_, worker) in receivers {
+        shut_down(worker).await;
+    }
+    eprintln!("after NATS came back: delivered during the outage, all handled after {resumed:?}; in flight at the cut, after {in_flight:?}");
+    assert!(
+        resumed.iter().all(|t| *t < Duration::from_secs(5)),
+        "a worker did not resume within 5 s of NATS's return: {resumed:?}"
+    );
+    assert!(
+        in_flight
+            .iter()
+            .all(|t| *t < lease + Duration::from_secs(5)),
+        "events in flight at the cut not handled within the lease and 5 s: {in_flight:?}"
+    );
+    streams.delete().await;
+}

@@ -67,7 +67,9 @@
 //!
 //! Liveness: [`JetStream::connect`] reconnects to a server that came back within a
 //! quarter of a second; a client of your own ([`JetStream::builder`]) reconnects on its
-//! own schedule (`async-nats` waits up to 4 s between tries by default).
+//! own schedule (`async-nats` waits up to 4 s between tries by default). Messages the
+//! server had sent when the connection dropped are lost in transit: JetStream redelivers
+//! them once their lease ([`JetStreamWorker::with_lease`]) has run out.
 //!
 //! TLS to NATS (`tls://` URLs) needs a rustls crypto provider, which this crate leaves to
 //! the application (two providers in one build make rustls refuse to pick): turn on
