@@ -2131,3 +2131,165 @@ async fn sqlite_delete_dead_deletes_only_the_source_and_type_named() {
 async fn postgres_delete_dead_deletes_only_the_source_and_type_named() {
     delete_dead_deletes_only_the_source_and_type_named(postgres().await).await;
 }
+
+/// Posts a signed delivery of `id` about `object` to verify + accept; returns the status.
+async fn deliver_about(inbox: &Inbox, id: &str, object: &str) -> StatusCode {
+    let svc = ServiceBuilder::new()
+        .layer(VerifyWebhookLayer::new(verifier(
+            Scheme::standard(),
+            &[SECRET],
+        )))
+        .service(inbox.accept_service());
+    let body = format!(r#"{{"type":"order.paid","data":{{"object":{{"id":"{object}"}}}}}}"#);
+    let headers = Scheme::standard()
+        .sign([SECRET], id, at(NOW), body.as_bytes())
+        .unwrap();
+    svc.oneshot(request(headers, body)).await.unwrap().status()
+}
+
+/// The order the processor started events in, and a processor that records it.
+#[derive(Clone, Default)]
+struct Started(Arc<Mutex<Vec<String>>>);
+
+impl Started {
+    fn processor(&self) -> impl Processor {
+        let started = self.clone();
+        move |e: Event, _: Attempt| {
+            let started = started.clone();
+            async move {
+                started.0.lock().unwrap().push(e.id().unwrap().to_owned());
+                Ok::<_, std::io::Error>(())
+            }
+        }
+    }
+
+    fn ids(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// Holds every slot PostgreSQL's writer has for accepts and claims: a transaction of the
+/// test's own inserts a key and keeps it uncommitted, and four accepts of that key, each
+/// sent alone (a batch each), wait on it. Writes sent meanwhile wait for a slot, and go
+/// out together once it is let go.
+struct FrontDoorHeld {
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    accepts: Vec<tokio::task::JoinHandle<StatusCode>>,
+}
+
+impl FrontDoorHeld {
+    async fn hold(url: &str, inbox: &Inbox) -> Self {
+        let pool = sqlx::PgPool::connect(url).await.unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::query(
+            "INSERT INTO webhook_events (source, event_id, next_attempt_at)
+             VALUES ('standard', 'evt_held', now())",
+        )
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        let mut accepts = Vec::new();
+        for _ in 0..4 {
+            let inbox = inbox.clone();
+            accepts.push(tokio::spawn(async move {
+                deliver_about(&inbox, "evt_held", "o_held").await
+            }));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Self { tx, accepts }
+    }
+
+    /// Lets the writer go: its four accepts answer 204.
+    async fn release(self) {
+        self.tx.rollback().await.unwrap();
+        for accept in self.accepts {
+            assert_eq!(accept.await.unwrap(), StatusCode::NO_CONTENT);
+        }
+    }
+}
+
+/// Per object, 1: events of one object accepted in the same writer batch (one time for
+/// all: SQLite's millisecond, PostgreSQL's statement time), with ids that sort opposite to
+/// the order they arrived in, run in arrival order (issue 31: the claim broke the tie by
+/// id).
+async fn an_objects_events_accepted_together_run_in_arrival_order(
+    inbox: Inbox,
+    received_at: impl AsyncFnOnce() -> Vec<i64>,
+) {
+    let arrived = ["evt_e", "evt_d", "evt_c", "evt_b", "evt_a"];
+    let started = Started::default();
+    let worker = Worker::new(&inbox, started.processor())
+        .with_per_object(1)
+        .unwrap()
+        .with_concurrency(4)
+        .unwrap()
+        .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
+        .spawn();
+    let ours = || {
+        let ids = started.ids().into_iter();
+        ids.filter(|id| id != "evt_held").collect::<Vec<_>>()
+    };
+    eventually("all five run", async || ours().len() == 5).await;
+    worker.shutdown().await;
+    let times = received_at().await;
+    assert!(
+        times.len() == 5 && times.iter().all(|t| *t == times[0]),
+        "one time for all: {times:?}"
+    );
+    assert_eq!(ours(), arrived, "in arrival order, not by id");
+}
+
+#[tokio::test]
+async fn sqlite_an_objects_events_accepted_together_run_in_arrival_order() {
+    let store = SqliteStore::open(sqlite_path()).await.unwrap();
+    let pool = store.pool().clone();
+    // One millisecond for every write, as a batch's.
+    let inbox = Inbox::sqlite(&store.with_clock(|| at(NOW)));
+    for id in ["evt_e", "evt_d", "evt_c", "evt_b", "evt_a"] {
+        assert_eq!(
+            deliver_about(&inbox, id, "o_one").await,
+            StatusCode::NO_CONTENT
+        );
+    }
+    an_objects_events_accepted_together_run_in_arrival_order(inbox, async || {
+        sqlx::query_scalar("SELECT received_at FROM webhook_events WHERE object_id = 'o_one'")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn postgres_an_objects_events_accepted_together_run_in_arrival_order() {
+    let url = fresh_pg_url().await;
+    let store = PgStore::connect(&url).await.unwrap();
+    let inbox = Inbox::postgres(&store);
+    let held = FrontDoorHeld::hold(&url, &inbox).await;
+    // Sent one after another while every slot is held: they wait, in this order, and go
+    // out in one batch.
+    let mut accepts = Vec::new();
+    for id in ["evt_e", "evt_d", "evt_c", "evt_b", "evt_a"] {
+        let inbox = inbox.clone();
+        accepts.push(tokio::spawn(async move {
+            deliver_about(&inbox, id, "o_one").await
+        }));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    held.release().await;
+    for accept in accepts {
+        assert_eq!(accept.await.unwrap(), StatusCode::NO_CONTENT);
+    }
+    let pool = store.pool().clone();
+    an_objects_events_accepted_together_run_in_arrival_order(inbox, async || {
+        sqlx::query_scalar(
+            "SELECT (extract(epoch FROM received_at) * 1000000)::int8 FROM webhook_events
+             WHERE object_id = 'o_one'",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    })
+    .await;
+}

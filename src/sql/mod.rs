@@ -43,6 +43,10 @@
 //! | PROCESSING | `next_attempt_at` set, `locked_until` > now |
 //! | DEAD | `dead_at` set |
 //!
+//! An accept numbers its row in arrival order (`arrival`: SQLite's writer counts, in
+//! `webhook_arrivals`; PostgreSQL's batch takes a number of a sequence): the per-object
+//! cap ranks an object's rows by it, not by `received_at`, which a batch's rows share.
+//!
 //! `webhook_counts` counts PROCESSED inbox rows: triggers on `webhook_events` (the
 //! migrations) add to it with every change into or out of that state, in the same
 //! transaction, so `counts` never reads the history. SQLite keeps one counter row;

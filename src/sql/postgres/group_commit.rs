@@ -8,7 +8,7 @@ use sqlx::postgres::{PgArguments, PgPool, Postgres};
 use sqlx::query::Query;
 use sqlx::Row;
 
-use super::super::batch::Lane;
+use super::super::batch::{Lane, MAX_BATCH};
 use super::super::shared::not_claimed;
 use super::super::{store_error, Outcome, CLAIM_TRIES};
 use super::claims::{remaining, CLAIM, COMPLETE, TAKE_OVER};
@@ -86,23 +86,28 @@ RETURNING w.source, w.event_id, w.lock_token";
 
 /// Many accepts in one statement (as `ACCEPT`, adoption included); the keys queued come
 /// back, and workers are notified (once: PostgreSQL folds identical notifications of a
-/// transaction into one).
+/// transaction into one). The rows go in in key order (`insert_accepts`), each numbered in
+/// arrival order by its place in the batch (`$9`) after the batch's number of the sequence:
+/// one `nextval` a batch, and `received_at`, the statement's time, is the same for all.
 const ACCEPT_MANY: &str = "
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::bytea[],
-                         $7::text[], $8::text[])
-        AS input(source, event_id, event_type, object_id, livemode, body, kind, headers)
+                         $7::text[], $8::text[], $9::int8[])
+        AS input(source, event_id, event_type, object_id, livemode, body, kind, headers, place)
+), batch AS MATERIALIZED (SELECT nextval('webhook_events_arrival') * 1024 AS n
 ), inserted AS (
     INSERT INTO webhook_events
         (source, event_id, event_type, object_id, livemode, body, attempts, next_attempt_at, kind,
-         headers)
-    SELECT source, event_id, event_type, object_id, livemode, body, 0, now(), kind, headers
-    FROM input
+         headers, arrival)
+    SELECT source, event_id, event_type, object_id, livemode, body, 0, now(), kind, headers,
+        batch.n + place
+    FROM input, batch
     ON CONFLICT (source, event_id) DO NOTHING
     RETURNING source, event_id
 ), adopted AS (
     UPDATE webhook_events w SET next_attempt_at = now(), attempts = 0,
-        locked_until = NULL, lock_token = NULL, headers = input.headers
+        locked_until = NULL, lock_token = NULL, headers = input.headers,
+        arrival = (SELECT n FROM batch) + input.place
     FROM input
     WHERE w.source = input.source AND w.event_id = input.event_id
       AND NOT EXISTS (SELECT 1 FROM inserted
@@ -148,6 +153,9 @@ impl<'a> Columns<'a> {
             .bind(self.body)
     }
 }
+
+// A batch's accepts are numbered in arrival order below its number × 1024 (`ACCEPT_MANY`).
+const _: () = assert!(MAX_BATCH <= 1024);
 
 type Claiming<'a> = (&'a Delivery, Token, Duration);
 type Completing<'a> = (&'a str, &'a str, Token);
@@ -441,14 +449,17 @@ pub(super) async fn insert_accepts(
     pool: &PgPool,
     accepts: &[&Delivery],
 ) -> Result<HashSet<(String, String)>, sqlx::Error> {
-    let mut sorted = accepts.to_vec();
-    sorted.sort_by_key(|d| (d.source(), d.id()));
-    let kinds: Vec<&str> = sorted.iter().map(|d| d.kind()).collect();
-    let headers: Vec<Option<&str>> = sorted.iter().map(|d| d.audit().headers).collect();
-    let rows = Columns::of(sorted)
+    // Each with its place in the batch, the order it came in.
+    let mut sorted: Vec<(i64, &Delivery)> = (0..).zip(accepts.iter().copied()).collect();
+    sorted.sort_by_key(|(_, d)| (d.source(), d.id()));
+    let kinds: Vec<&str> = sorted.iter().map(|(_, d)| d.kind()).collect();
+    let headers: Vec<Option<&str>> = sorted.iter().map(|(_, d)| d.audit().headers).collect();
+    let places: Vec<i64> = sorted.iter().map(|(place, _)| *place).collect();
+    let rows = Columns::of(sorted.iter().map(|(_, d)| *d))
         .bind(sqlx::query(ACCEPT_MANY))
         .bind(kinds)
         .bind(headers)
+        .bind(places)
         .fetch_all(pool)
         .await?;
     rows.iter()

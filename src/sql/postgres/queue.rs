@@ -28,18 +28,21 @@ use crate::store::{Delivery, StoreError, StoreFuture, Token};
 /// claim's lock dropped (the row is the inbox's from now on, due at once: a `DedupeLayer`
 /// in front of this accept then finds it done), so a source switched from dedupe to the
 /// inbox loses no event; a duplicate of a queued row
-/// matches neither and writes nothing (`DO NOTHING` takes no row lock).
+/// matches neither and writes nothing (`DO NOTHING` takes no row lock). Its place in
+/// arrival order: a number of the sequence, × 1024 as a batch's (`ACCEPT_MANY`).
 pub(super) const ACCEPT: &str = "
-WITH inserted AS (
+WITH arrival AS MATERIALIZED (SELECT nextval('webhook_events_arrival') * 1024 AS n),
+inserted AS (
     INSERT INTO webhook_events
         (source, event_id, event_type, object_id, livemode, body, attempts, next_attempt_at, kind,
-         headers)
-    VALUES ($1, $2, $3, $4, $5, $6, 0, now(), $7, $8)
+         headers, arrival)
+    VALUES ($1, $2, $3, $4, $5, $6, 0, now(), $7, $8, (SELECT n FROM arrival))
     ON CONFLICT (source, event_id) DO NOTHING
     RETURNING 1
 ), adopted AS (
     UPDATE webhook_events SET next_attempt_at = now(), attempts = 0,
-        locked_until = NULL, lock_token = NULL, headers = $8
+        locked_until = NULL, lock_token = NULL, headers = $8,
+        arrival = (SELECT n FROM arrival)
     WHERE source = $1 AND event_id = $2 AND NOT EXISTS (SELECT 1 FROM inserted)
       AND next_attempt_at IS NULL AND processed_at IS NULL AND kind <> 'once'
     RETURNING 1
@@ -53,7 +56,8 @@ SELECT EXISTS (SELECT 1 FROM queued) AS new,
 /// kept for its record; a trigger records the attempt before it as crashed when it never
 /// finished (the migration `webhook_events_history`).
 /// Under a per-object cap of n, a row is claimed while fewer than n of its object's other
-/// unfinished rows run or came before it: counted up to n and no further, so an object
+/// unfinished rows run or came before it (in arrival order: rows no accept numbered, from
+/// before, first by time and key): counted up to n and no further, so an object
 /// with a backlog of thousands costs a claim n rows of it, not its whole backlog. Its
 /// "queued" test is a `coalesce` so that it does not imply `webhook_events_due`'s predicate:
 /// that index, made on an empty table, says it is empty until the first vacuum, and the
@@ -82,8 +86,10 @@ FROM (
             AND o.event_id <> webhook_events.event_id
             AND o.processed_at IS NULL AND o.dead_at IS NULL
             AND coalesce(o.next_attempt_at, '-infinity') <> '-infinity'
-            AND (o.locked_until > clock_timestamp() OR (o.received_at, o.event_id)
-                < (webhook_events.received_at, webhook_events.event_id))
+            AND (o.locked_until > clock_timestamp()
+                OR (coalesce(o.arrival, 0), o.received_at, o.event_id)
+                < (coalesce(webhook_events.arrival, 0), webhook_events.received_at,
+                   webhook_events.event_id))
           LIMIT $6) earlier) < $6)
       AND NOT (source = ANY($7::text[])) AND NOT (coalesce(event_type, '') = ANY($8::text[]))
     ORDER BY next_attempt_at

@@ -15,17 +15,18 @@ use crate::inbox::Pause;
 use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, StoredEvent};
 use crate::store::{Delivery, StoreError, StoreFuture, Token};
 
-/// A new row queued, with the delivery's request headers (`?9`, credentials left out); a
+/// A new row queued, with the delivery's request headers (`?9`, credentials left out) and
+/// its place in arrival order (`?10`, the writer's next number); a
 /// row `DedupeLayer` left unfinished is queued instead (adopted), its
 /// claim's lock dropped: the row is the inbox's from now on, due at once (a `DedupeLayer`
 /// in front of this accept then finds it done, `INBOX_HAS`).
 pub(super) const ACCEPT: &str = "
 INSERT INTO webhook_events
     (source, event_id, event_type, object_id, livemode, body, received_at, attempts, next_attempt_at, kind,
-     headers)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?7, ?8, ?9)
+     headers, arrival)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?7, ?8, ?9, ?10)
 ON CONFLICT (source, event_id) DO UPDATE SET next_attempt_at = ?7, attempts = 0,
-    locked_until = NULL, lock_token = NULL, headers = ?9
+    locked_until = NULL, lock_token = NULL, headers = ?9, arrival = ?10
 WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS NULL
   AND webhook_events.kind <> 'once'";
 
@@ -38,7 +39,8 @@ WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS 
 /// kept for its record; a trigger records the attempt before it as crashed when it never
 /// finished (the migration `webhook_events_history`).
 /// Under a per-object cap of n (`?6`), a row is claimed while fewer than n of its
-/// object's other unfinished rows run or came before it: counted up to n and no further,
+/// object's other unfinished rows run or came before it (in arrival order: rows no accept
+/// numbered, from before, first by time and key): counted up to n and no further,
 /// so an object with a backlog of thousands costs a claim n rows of it, not its whole
 /// backlog.
 pub(super) const CLAIM_DUE: &str = "
@@ -60,8 +62,9 @@ WHERE rowid IN (
           WHERE o.object_id = webhook_events.object_id AND o.rowid <> webhook_events.rowid
             AND o.source = webhook_events.source
             AND o.next_attempt_at IS NOT NULL AND o.processed_at IS NULL AND o.dead_at IS NULL
-            AND (o.locked_until > ?1 OR (o.received_at, o.event_id)
-                < (webhook_events.received_at, webhook_events.event_id))
+            AND (o.locked_until > ?1 OR (coalesce(o.arrival, 0), o.received_at, o.event_id)
+                < (coalesce(webhook_events.arrival, 0), webhook_events.received_at,
+                   webhook_events.event_id))
           LIMIT ?6)) < ?6)
       AND source NOT IN (SELECT value FROM json_each(?7))
       AND coalesce(event_type, '') NOT IN (SELECT value FROM json_each(?8))
@@ -76,6 +79,10 @@ UPDATE webhook_events SET attempts = attempts, dead_at = ?3,
     processing_error = coalesce(processing_error || '; then ', '') || ?4,
     locked_until = NULL, lock_token = NULL, attempt_started_at = NULL
 WHERE source = ?1 AND event_id = ?2";
+
+/// Numbers `?1` accepts in arrival order: the last of them comes back.
+pub(super) const TAKE_ARRIVALS: &str =
+    "UPDATE webhook_arrivals SET last = last + ?1 RETURNING last";
 
 /// An operator's pause (`?1` source, `?2` type, `''`: any); a second one changes nothing.
 pub(super) const PAUSE: &str = "

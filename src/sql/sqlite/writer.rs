@@ -12,6 +12,7 @@ use super::claims::{claim_one, COMPLETE, INBOX_HAS, PRUNE, PRUNE_ONCE, RELEASE, 
 use super::queue::{
     ABANDON, ACCEPT, BURY_CRASHED, CAP_ATTEMPTS, CLAIM_DUE, DEAD, GIVE_BACK, LATER, PAUSE,
     PROCESSED, PRUNE_DEAD, PRUNE_PROCESSED, RECORD_ATTEMPTS, RENEW_ROW, REQUEUE, RESUME, RETRY,
+    TAKE_ARRIVALS,
 };
 use super::{bind_delivery, epoch_ms, ms, ClaimedRow, Clock, Done, Op};
 use crate::inbox::backend::HeldRow;
@@ -83,16 +84,39 @@ pub(super) async fn write_in_one_transaction(
         .map_err(|e| store_error("sqlite begin", e))?;
     // Read once the lock is held: a lease granted after a wait for it is still whole.
     let now = epoch_ms(clock());
+    let mut arrival = arrivals(&mut tx, ops).await?;
     let mut results = Vec::with_capacity(ops.len());
     let mut attempts = Vec::new();
     for op in ops {
-        results.push(Ok(write_one(&mut tx, now, op, &mut attempts).await?));
+        results.push(Ok(write_one(
+            &mut tx,
+            now,
+            op,
+            (&mut attempts, &mut arrival),
+        )
+        .await?));
     }
     record(&mut tx, &attempts).await?;
     tx.commit()
         .await
         .map_err(|e| store_error("sqlite commit", e))?;
     Ok(results)
+}
+
+/// The first of the numbers the batch's accepts take, in the order they came (one
+/// statement for the batch: `received_at` is its one time, so this is their order).
+async fn arrivals(conn: &mut sqlx::SqliteConnection, ops: &[Op]) -> Result<i64, StoreError> {
+    let n = ops.iter().filter(|op| matches!(op, Op::Accept(_))).count();
+    if n == 0 {
+        return Ok(0);
+    }
+    let n = i64::try_from(n).unwrap_or(i64::MAX);
+    let last: i64 = sqlx::query_scalar(TAKE_ARRIVALS)
+        .bind(n)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| store_error("inbox accept", e))?;
+    Ok(last - n + 1)
 }
 
 /// Binds a row's key and the token as `?1`…`?3`.
@@ -172,12 +196,13 @@ async fn record(
     Ok(())
 }
 
-/// One write's statements on `conn`, at `now`; the attempts it finished go in `attempts`.
+/// One write's statements on `conn`, at `now`; the attempts it finished go in `attempts`,
+/// and an accept takes the number `arrival` holds (the next one left there).
 async fn write_one<'a>(
     conn: &mut sqlx::SqliteConnection,
     now: i64,
     op: &'a Op,
-    attempts: &mut Vec<Finished<'a>>,
+    (attempts, arrival): (&mut Vec<Finished<'a>>, &mut i64),
 ) -> Result<Done, StoreError> {
     let changed = |done: sqlx::sqlite::SqliteQueryResult| done.rows_affected();
     Ok(match op {
@@ -212,9 +237,11 @@ async fn write_one<'a>(
                 .bind(now)
                 .bind(d.kind())
                 .bind(d.audit().headers)
+                .bind(*arrival)
                 .execute(&mut *conn)
                 .await
                 .map_err(|e| store_error("inbox accept", e))?;
+            *arrival += 1;
             Done::Accept(if changed(done) == 1 {
                 Accepted::New
             } else {
