@@ -2293,3 +2293,46 @@ async fn postgres_an_objects_events_accepted_together_run_in_arrival_order() {
     })
     .await;
 }
+
+/// Per object, 1, and a poll interval of a minute: 24 queued events of one object run one
+/// after another, each as soon as the one before it is recorded — all in well under the
+/// poll interval (issue 31: on PostgreSQL, each waited for the next poll).
+async fn an_objects_chain_does_not_wait_for_the_poll(inbox: Inbox) {
+    let ids: Vec<String> = (0..24).map(|i| format!("evt_chain_{i:02}")).collect();
+    for id in &ids {
+        assert_eq!(
+            deliver_about(&inbox, id, "o_chain").await,
+            StatusCode::NO_CONTENT
+        );
+    }
+    let started = Started::default();
+    let begun = std::time::Instant::now();
+    let worker = Worker::new(&inbox, started.processor())
+        .with_per_object(1)
+        .unwrap()
+        .with_poll_interval(Duration::from_secs(60))
+        .unwrap()
+        .spawn();
+    for _ in 0..500 {
+        if inbox.counts().await.unwrap().processed == 24 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = begun.elapsed();
+    worker.shutdown().await;
+    let n = started.ids().len();
+    assert!(took < Duration::from_secs(10), "{n} of 24 in {took:?}");
+    assert_eq!(started.ids(), ids, "each once, in order");
+    eprintln!("24 events of one object in {took:?}");
+}
+
+#[tokio::test]
+async fn sqlite_an_objects_chain_does_not_wait_for_the_poll() {
+    an_objects_chain_does_not_wait_for_the_poll(sqlite().await).await;
+}
+
+#[tokio::test]
+async fn postgres_an_objects_chain_does_not_wait_for_the_poll() {
+    an_objects_chain_does_not_wait_for_the_poll(postgres().await).await;
+}

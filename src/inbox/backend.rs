@@ -24,6 +24,9 @@ pub(crate) struct HeldRow {
     pub(crate) source: String,
     pub(crate) id: String,
     pub(crate) token: Token,
+    /// Its object's later events wait for it (a per-object cap): an outcome that ends it
+    /// wakes the workers of other processes too.
+    pub(crate) wakes: bool,
 }
 
 pub(crate) trait Backend: Send + Sync + 'static {

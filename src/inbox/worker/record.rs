@@ -9,13 +9,14 @@ use crate::metrics::{self, Operation};
 use crate::store::{Heartbeat, StoreError};
 
 impl<Q: Queue> Engine<Q> {
-    /// Records how the run ended, while the heartbeat keeps the event's lease.
+    /// Records how the run ended, while the heartbeat keeps the event's lease; an outcome
+    /// that ends the event wakes the worker when it `frees_turn` (its object's next event).
     pub(super) async fn record(
         &self,
         joined: Result<Result<Done, Failure>, tokio::task::JoinError>,
         held: &Q::Held,
         (_source, _id, _ty): (&str, &str, &Option<String>),
-        attempt: Attempt,
+        (attempt, frees_turn): (Attempt, bool),
         heartbeat: &Heartbeat,
     ) {
         let result = match joined {
@@ -31,6 +32,9 @@ impl<Q: Queue> Engine<Q> {
         };
         let outcome = match result {
             Ok(Done::Recorded(held)) => {
+                if held && frees_turn {
+                    self.queue.wake().notify_waiters();
+                }
                 #[cfg(feature = "alerts")]
                 if let (true, Some(alerts)) = (held, &self.alerts) {
                     alerts.succeeded(_source);
@@ -63,7 +67,12 @@ impl<Q: Queue> Engine<Q> {
             Outcome::Later(_) => metrics::Attempt::Snoozed,
             Outcome::Abandoned => metrics::Attempt::Abandoned,
         };
+        let ends = matches!(outcome, Outcome::Processed | Outcome::Dead(_));
         let finished = self.finish(held, outcome, heartbeat).await;
+        if frees_turn && ends && matches!(finished, Ok(true)) {
+            // The claim sent as its processor ended found the object's turn still taken.
+            self.queue.wake().notify_waiters();
+        }
         // Fenced out or not heard: the event's next attempt is another's to count.
         metrics::attempt(match finished {
             Ok(true) => counted,

@@ -326,6 +326,10 @@ impl<Q: Queue> Engine<Q> {
             held,
             at,
         } = claimed;
+        // Its outcome frees its object's next event (a claim that caps objects): the
+        // worker is woken for it, not left to its next poll.
+        let frees_turn =
+            Q::CAPS_OBJECTS && self.per_object.is_some() && event.object_id().is_some();
         let heartbeat = Heartbeat::new(at, self.lease);
         let renew = || {
             let renewal = self.queue.renew(&held, self.lease.length);
@@ -445,7 +449,13 @@ impl<Q: Queue> Engine<Q> {
             drop(turn);
             // The renewals go on until the outcome has landed: a slow "processed" must
             // not cost the lease that renewals would still have kept.
-            let record = self.record(joined, &held, (&source, &id, &ty), number, &heartbeat);
+            let record = self.record(
+                joined,
+                &held,
+                (&source, &id, &ty),
+                (number, frees_turn),
+                &heartbeat,
+            );
             tokio::select! {
                 biased;
                 () = record => {}

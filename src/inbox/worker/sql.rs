@@ -141,7 +141,7 @@ impl Queue for Inbox {
     }
 
     async fn claim(&self, due: ClaimDue) -> Result<Vec<Claimed<HeldRow>>, StoreError> {
-        let (at, token) = (Instant::now(), due.token);
+        let (at, token, capped) = (Instant::now(), due.token, due.per_object.is_some());
         let rows = self.backend.claim(due).await?;
         Ok(rows
             .into_iter()
@@ -150,6 +150,7 @@ impl Queue for Inbox {
                     source: row.event.source().to_owned(),
                     id: row.event.stored_id().to_owned(),
                     token,
+                    wakes: capped && row.event.object_id().is_some(),
                 },
                 event: row.event,
                 attempt: row.attempt,

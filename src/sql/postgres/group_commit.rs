@@ -12,7 +12,7 @@ use super::super::batch::{Lane, MAX_BATCH};
 use super::super::shared::not_claimed;
 use super::super::{store_error, Outcome, CLAIM_TRIES};
 use super::claims::{remaining, CLAIM, COMPLETE, TAKE_OVER};
-use super::queue::{finish_one, ACCEPT};
+use super::queue::{finish_one, ACCEPT, NOTIFY};
 use super::{bind_delivery, PLANNED_EACH_TIME};
 use crate::inbox::Accepted;
 use crate::store::{Claim, Delivery, StoreError, Token};
@@ -22,8 +22,9 @@ pub(super) enum Write {
     Claim(Delivery, Token, Duration),
     Complete(String, String, Token),
     Accept(Delivery),
-    /// The inbox worker's: the row processed, if the token still holds it.
-    Processed(String, String, Token),
+    /// The inbox worker's: the row processed, if the token still holds it; waking the
+    /// workers of every process when its object's later events wait for it.
+    Processed(String, String, Token, bool),
 }
 
 /// Its outcome.
@@ -76,13 +77,22 @@ WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token =
 RETURNING w.source, w.event_id, w.lock_token";
 
 /// Many inbox rows processed in one statement (as `PROCESSED`, each row its attempt's
-/// record): the worker's outcomes, gathered by the group commit.
+/// record): the worker's outcomes, gathered by the group commit. A row whose object's
+/// later events wait for it (`$4`) wakes the workers of every process (one notification:
+/// PostgreSQL folds a transaction's identical ones).
 pub(super) const PROCESSED_MANY: &str = "
-UPDATE webhook_events w
-SET processed_at = coalesce(w.processed_at, now()), processing_error = NULL, locked_until = NULL
-FROM unnest($1::text[], $2::text[], $3::uuid[]) AS input(source, event_id, token)
-WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token = input.token
-RETURNING w.source, w.event_id, w.lock_token";
+WITH done AS (
+    UPDATE webhook_events w
+    SET processed_at = coalesce(w.processed_at, now()), processing_error = NULL,
+        locked_until = NULL
+    FROM unnest($1::text[], $2::text[], $3::uuid[], $4::bool[])
+        AS input(source, event_id, token, wakes)
+    WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token = input.token
+    RETURNING w.source, w.event_id, w.lock_token, input.wakes
+)
+SELECT source, event_id, lock_token,
+    CASE WHEN wakes THEN pg_notify('webhook_events', '')::text END
+FROM done";
 
 /// Many accepts in one statement (as `ACCEPT`, adoption included); the keys queued come
 /// back, and workers are notified (once: PostgreSQL folds identical notifications of a
@@ -180,8 +190,8 @@ pub(super) async fn write_batch(
                 completes.push((i, (source.as_str(), id.as_str(), *token)));
             }
             Write::Accept(d) => accepts.push((i, d)),
-            Write::Processed(source, id, token) => {
-                processed.push((i, (source.as_str(), id.as_str(), *token)));
+            Write::Processed(source, id, token, wakes) => {
+                processed.push((i, ((source.as_str(), id.as_str(), *token), *wakes)));
             }
         }
     }
@@ -324,7 +334,7 @@ async fn complete_many(
 ) -> Vec<Result<bool, StoreError>> {
     let mut done = HashSet::new();
     if completes.len() > 1 {
-        match update_done(pool, COMPLETE_MANY, &completes).await {
+        match update_done(pool, COMPLETE_MANY, &completes, None).await {
             Ok(matched) => done = matched,
             Err(e) if unavailable(&e) => {
                 return all_failed(completes.len(), "postgres complete", &e)
@@ -361,11 +371,16 @@ fn done_key(source: &str, id: &str, token: Token) -> DoneKey {
 
 /// The inbox worker's outcomes "processed" in one statement; a row not matched was fenced
 /// out. A statement the server refused is retried row by row, as `complete_many`.
-async fn processed_many(pool: &PgPool, rows: Vec<Completing<'_>>) -> Vec<Result<bool, StoreError>> {
+/// Each row with whether it wakes the workers of every process (see `Write::Processed`).
+async fn processed_many(
+    pool: &PgPool,
+    rows: Vec<(Completing<'_>, bool)>,
+) -> Vec<Result<bool, StoreError>> {
     if rows.is_empty() {
         return Vec::new();
     }
-    match update_done(pool, PROCESSED_MANY, &rows).await {
+    let (rows, wakes): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
+    match update_done(pool, PROCESSED_MANY, &rows, Some(&wakes)).await {
         Ok(done) => rows
             .iter()
             .map(|&(source, id, token)| Ok(done.contains(&done_key(source, id, token))))
@@ -373,31 +388,46 @@ async fn processed_many(pool: &PgPool, rows: Vec<Completing<'_>>) -> Vec<Result<
         Err(e) if unavailable(&e) => all_failed(rows.len(), "inbox finish", &e),
         Err(_) => {
             let mut results = Vec::with_capacity(rows.len());
-            for (source, id, token) in rows {
+            let mut woken = false;
+            for ((source, id, token), wakes) in rows.into_iter().zip(wakes) {
                 let outcome = Outcome::Processed;
-                results.push(finish_one(pool, source, id, token, outcome).await);
+                let held = finish_one(pool, source, id, token, outcome).await;
+                woken |= wakes && matches!(held, Ok(true));
+                results.push(held);
+            }
+            if woken {
+                let _ = sqlx::query(NOTIFY).execute(pool).await;
             }
             results
         }
     }
 }
 
-/// Marks done, in one statement (`COMPLETE_MANY` or `PROCESSED_MANY`), the rows `token`
-/// still holds: the keys and tokens that matched.
+/// Marks done, in one statement (`COMPLETE_MANY` or `PROCESSED_MANY`, which also takes
+/// whether each row `wakes`), the rows `token` still holds: the keys and tokens that
+/// matched.
 pub(super) async fn update_done(
     pool: &PgPool,
     sql: &'static str,
     rows: &[Completing<'_>],
+    wakes: Option<&[bool]>,
 ) -> Result<HashSet<DoneKey>, sqlx::Error> {
-    let mut sorted = rows.to_vec();
-    sorted.sort_by_key(|c| (c.0, c.1));
-    let rows = sqlx::query(sql)
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by_key(|&i| (rows[i].0, rows[i].1));
+    let mut query = sqlx::query(sql)
         .persistent(PLANNED_EACH_TIME)
-        .bind(sorted.iter().map(|c| c.0).collect::<Vec<_>>())
-        .bind(sorted.iter().map(|c| c.1).collect::<Vec<_>>())
-        .bind(sorted.iter().map(|c| c.2.as_uuid()).collect::<Vec<_>>())
-        .fetch_all(pool)
-        .await?;
+        .bind(order.iter().map(|&i| rows[i].0).collect::<Vec<_>>())
+        .bind(order.iter().map(|&i| rows[i].1).collect::<Vec<_>>())
+        .bind(
+            order
+                .iter()
+                .map(|&i| rows[i].2.as_uuid())
+                .collect::<Vec<_>>(),
+        );
+    if let Some(wakes) = wakes {
+        query = query.bind(order.iter().map(|&i| wakes[i]).collect::<Vec<_>>());
+    }
+    let rows = query.fetch_all(pool).await?;
     rows.iter()
         .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
         .collect()

@@ -222,6 +222,10 @@ WITH requeued AS (
     RETURNING 1)
 SELECT count(*), pg_notify('webhook_events', '') FROM requeued";
 
+/// Wakes the workers of every process: an outcome ended a row its object's later events
+/// waited for (their turn under a per-object cap is free).
+pub(super) const NOTIFY: &str = "SELECT pg_notify('webhook_events', '')";
+
 /// An operator's pause (`$1` source, `$2` type, `''`: any); a second one changes nothing.
 const PAUSE: &str = "
 INSERT INTO webhook_pauses (source, event_type) VALUES ($1, $2) ON CONFLICT DO NOTHING";
@@ -310,22 +314,36 @@ impl Backend for Pg {
 
     fn finish(
         &self,
-        HeldRow { source, id, token }: HeldRow,
+        HeldRow {
+            source,
+            id,
+            token,
+            wakes,
+        }: HeldRow,
         outcome: Outcome,
     ) -> StoreFuture<bool> {
         let this = self.clone();
         Box::pin(async move {
             match outcome {
-                // The common outcome, gathered with others into one statement.
+                // The common outcome, gathered with others into one statement (which
+                // notifies when one of them `wakes`).
                 Outcome::Processed => match this
                     .writer
-                    .write(Write::Processed(source, id, token))
+                    .write(Write::Processed(source, id, token, wakes))
                     .await?
                 {
                     Written::Complete(held) => Ok(held),
                     _ => unreachable!("an outcome's answer"),
                 },
-                outcome => finish_one(&this.pool, &source, &id, token, outcome).await,
+                outcome => {
+                    let ends = matches!(outcome, Outcome::Dead(_));
+                    let held = finish_one(&this.pool, &source, &id, token, outcome).await?;
+                    if held && ends && wakes {
+                        // Rare (dead rows): a statement of its own.
+                        let _ = sqlx::query(NOTIFY).execute(&this.pool).await;
+                    }
+                    Ok(held)
+                }
             }
         })
     }

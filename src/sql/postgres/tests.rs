@@ -57,10 +57,13 @@ async fn key_list_joins_are_planned_for_each_call_not_kept_prepared() {
             .unwrap();
         let ids = (format!("a{i}"), format!("b{i}"));
         let keys = [("s", ids.0.as_str(), t1), ("s", ids.1.as_str(), t2)];
-        let done = update_done(&pool, COMPLETE_MANY, &keys).await.unwrap();
+        let done = update_done(&pool, COMPLETE_MANY, &keys, None)
+            .await
+            .unwrap();
         assert_eq!(done.len(), 2);
-        let done = update_done(&pool, PROCESSED_MANY, &keys).await.unwrap();
-        assert_eq!(done.len(), 2);
+        let wakes = [false, true];
+        let done = update_done(&pool, PROCESSED_MANY, &keys, Some(&wakes)).await;
+        assert_eq!(done.unwrap().len(), 2);
     }
     let prepared = |sql: &'static str| {
         let pool = pool.clone();
@@ -97,9 +100,14 @@ async fn batch_statements_run_and_a_mixed_batch_answers_each_write() {
         .expect("one statement");
     let row = |id: &str, t: Token| ("s".to_owned(), id.to_owned(), t.as_uuid());
     assert_eq!(inserted, HashSet::from([row("a", t1), row("b", t2)]));
-    let done = update_done(&pool, COMPLETE_MANY, &[("s", "a", t1), ("s", "b", t3)])
-        .await
-        .expect("one statement");
+    let done = update_done(
+        &pool,
+        COMPLETE_MANY,
+        &[("s", "a", t1), ("s", "b", t3)],
+        None,
+    )
+    .await
+    .expect("one statement");
     assert_eq!(done, HashSet::from([row("a", t1)]));
     let c = Delivery::new("s", "c");
     let queued = insert_accepts(&pool, &[&c, &c])
@@ -120,8 +128,8 @@ async fn batch_statements_run_and_a_mixed_batch_answers_each_write() {
             Write::Accept(Delivery::new("s", "e")),
             Write::Accept(Delivery::new("s", "e")),
             // The inbox's row `c`, claimed by a worker under t4, and a stale token.
-            Write::Processed("s".into(), "c".into(), t4),
-            Write::Processed("s".into(), "c".into(), Token::new()),
+            Write::Processed("s".into(), "c".into(), t4, false),
+            Write::Processed("s".into(), "c".into(), Token::new(), true),
         ],
     )
     .await;

@@ -285,7 +285,12 @@ async fn write_one<'a>(
             }
             Done::Count(n)
         }
-        Op::RenewRow(HeldRow { source, id, token }, lease) => {
+        Op::RenewRow(
+            HeldRow {
+                source, id, token, ..
+            },
+            lease,
+        ) => {
             let done = keyed(RENEW_ROW, source, id, *token)
                 .bind(now.saturating_add(ms(*lease)))
                 .execute(&mut *conn)
@@ -293,7 +298,12 @@ async fn write_one<'a>(
                 .map_err(|e| store_error("inbox renew", e))?;
             Done::Held(changed(done) == 1)
         }
-        Op::Finish(HeldRow { source, id, token }, outcome) => {
+        Op::Finish(
+            HeldRow {
+                source, id, token, ..
+            },
+            outcome,
+        ) => {
             // Each returns the attempt's number and start: the row was held.
             let key = |sql| {
                 sqlx::query_as::<_, (i64, Option<i64>)>(sql)
