@@ -306,3 +306,78 @@ async fn a_lease_the_store_cannot_keep_is_refused_at_build_time() {
         .with_lease(Duration::from_millis(100))
         .is_ok());
 }
+
+/// An event whose processor finished in time runs once, though the writer's slots for
+/// accepts and claims are all taken: its "processed" has slots of its own, and the worker
+/// holding it never claims it again meanwhile. The issue's numbers (issue 31): a 0.3 s
+/// lease, a 1 s max run, a processor of 0.7 s; two accepts and two `DedupeLayer` claims
+/// wait on a key this test keeps uncommitted for 3 s (a slot each), and the event's
+/// "processed" went out only after them: its renewals stopped at the max run, its lease
+/// ran out, and the same worker ran it again, three times.
+#[tokio::test]
+async fn postgres_an_event_that_finished_in_time_runs_once_while_the_front_door_holds_the_writer() {
+    let url = fresh_pg_url().await;
+    let store = PgStore::connect(&url).await.unwrap();
+    let inbox = Inbox::postgres(&store);
+    let standard = verifier(Scheme::standard(), &[SECRET]);
+    inbox
+        .ingest(&standard, Some("evt_in_time"), "{}")
+        .await
+        .unwrap();
+    // The key the front door's writes wait on.
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let mut blocker = pool.begin().await.unwrap();
+    sqlx::query("INSERT INTO webhook_events (source, event_id) VALUES ('standard', 'evt_held')")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let held = Delivery::new("standard", "evt_held");
+    let mut front = Vec::new();
+    for i in 0..4 {
+        let (store, inbox, held) = (store.clone(), inbox.clone(), held.clone());
+        let standard = standard.clone();
+        front.push(tokio::spawn(async move {
+            if i % 2 == 0 {
+                let lease = Duration::from_secs(30);
+                let _ = store.claim(held, Token::new(), lease).await.unwrap();
+            } else {
+                let _ = inbox
+                    .ingest(&standard, Some("evt_held"), "{}")
+                    .await
+                    .unwrap();
+            }
+        }));
+        tokio::time::sleep(Duration::from_millis(50)).await; // a batch each
+    }
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let worker = Worker::new(&inbox, move |e: Event, _: Attempt| {
+        let counted = counted.clone();
+        async move {
+            if e.id() == Some("evt_in_time") {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(700)).await;
+            }
+            Ok::<_, std::io::Error>(())
+        }
+    })
+    .with_lease(Duration::from_millis(300))
+    .unwrap()
+    .with_max_run(Duration::from_secs(1))
+    .unwrap()
+    .with_poll_interval(Duration::from_millis(50))
+    .unwrap()
+    .spawn();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    blocker.rollback().await.unwrap();
+    for write in front {
+        write.await.unwrap();
+    }
+    eventually("processed", async || {
+        let row = inbox.event("standard", "evt_in_time").await.unwrap();
+        row.is_some_and(|row| row.processed_at.is_some())
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "run once");
+}

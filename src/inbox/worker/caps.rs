@@ -97,6 +97,9 @@ pub(crate) struct Skip {
     /// waits only briefly, so the processors it holds meanwhile soon serve them.
     #[cfg_attr(not(feature = "nats"), allow(dead_code))]
     pub(crate) waiting: bool,
+    /// The events (source, stored id) this worker runs or records now: never claimed
+    /// again by it, whatever their lease says.
+    pub(crate) held: Vec<(String, String)>,
 }
 
 /// A worker's caps per source, per event type and per object, and its rate per source.
@@ -210,6 +213,7 @@ impl Caps {
             sources,
             types: self.types.as_ref().map(Turns::full).unwrap_or_default(),
             waiting: false,
+            held: Vec::new(),
         }
     }
 

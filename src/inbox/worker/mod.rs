@@ -5,6 +5,7 @@
 mod again; // a failed event waiting out its backoff here, its object's turn kept
 pub(crate) mod caps; // at most n running per source, per type
 mod freed; // an event's hold on a processor, lent while it waits for its turns
+mod holding; // the events a worker holds, which its claims leave
 pub(crate) mod queue; // what the worker needs of where events wait
 mod record; // an attempt's outcome: written under the lease, counted, logged, alerted
 mod run; // the loop: claim, process under a renewed lease, record, stop in time
@@ -55,6 +56,8 @@ pub(crate) struct Engine<Q> {
     /// Told of each recorded failure, success and dead event.
     #[cfg(feature = "alerts")]
     pub(crate) alerts: Option<crate::alerts::Alerts>,
+    /// The events it runs or records now: its claims leave them.
+    pub(crate) holding: holding::Holding,
 }
 
 impl<Q: Queue> Engine<Q> {
@@ -78,6 +81,7 @@ impl<Q: Queue> Engine<Q> {
             lookahead: if Q::GIVES_BACK { 0 } else { DEFAULT_LOOKAHEAD },
             #[cfg(feature = "alerts")]
             alerts: None,
+            holding: holding::Holding::default(),
         }
     }
 

@@ -254,6 +254,7 @@ impl<Q: Queue> Engine<Q> {
             per_object: self.per_object,
             skip: Skip {
                 waiting,
+                held: self.holding.held(),
                 ..self.caps.skip()
             },
         });
@@ -326,6 +327,8 @@ impl<Q: Queue> Engine<Q> {
             held,
             at,
         } = claimed;
+        // Held until its outcome is written: this worker's claims leave it meanwhile.
+        let _hold = self.holding.hold(&event);
         // Its outcome frees its object's next event (a claim that caps objects): the
         // worker is woken for it, not left to its next poll.
         let frees_turn =

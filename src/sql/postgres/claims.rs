@@ -122,14 +122,14 @@ impl Pg {
         let pool = &self.pool;
         Ok(match op {
             KeyOp::Claim(d, token, lease) => {
-                match self.writer.write(Write::Claim(d, token, lease)).await? {
+                match self.write(Write::Claim(d, token, lease)).await? {
                     Written::Claim(claim) => Keyed::Claim(claim),
                     _ => unreachable!("a claim's answer"),
                 }
             }
             KeyOp::Complete(d, token) => {
                 let write = Write::Complete(d.source().into(), d.id().into(), token);
-                match self.writer.write(write).await? {
+                match self.write(write).await? {
                     Written::Complete(done) => Keyed::Held(done),
                     _ => unreachable!("a completion's answer"),
                 }
@@ -162,7 +162,7 @@ impl Pg {
 
     /// Queues a verified event in the inbox.
     pub(crate) async fn accept(&self, d: Delivery) -> Result<Accepted, StoreError> {
-        match self.writer.write(Write::Accept(d)).await? {
+        match self.write(Write::Accept(d)).await? {
             Written::Accept(accepted) => Ok(accepted),
             _ => unreachable!("an accept's answer"),
         }

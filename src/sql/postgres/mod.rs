@@ -13,8 +13,9 @@ use std::sync::Arc;
 
 use sqlx::postgres::PgPool;
 
-use super::batch::{Batcher, Run, MAX_BATCH, MAX_BATCH_BYTES};
+use super::batch::{Batcher, Lane, Run, MAX_BATCH, MAX_BATCH_BYTES};
 use super::shared::bind_delivery;
+use crate::store::StoreError;
 pub(crate) use claims::done_in;
 use group_commit::{Write, Written};
 pub(crate) use latest::advance;
@@ -23,13 +24,16 @@ pub(crate) use queue::processed_in;
 /// The channel `accept` and `requeue` notify, for workers in other processes.
 const CHANNEL: &str = "webhook_events";
 
-/// The table in one PostgreSQL database. Cloning shares the pool and the writer.
+/// The table in one PostgreSQL database. Cloning shares the pool and the writers.
 #[derive(Clone, Debug)]
 pub(crate) struct Pg {
     pool: PgPool,
-    /// Claims, completions, inbox accepts and the worker's "processed", gathered into one
-    /// statement per kind.
+    /// Claims and inbox accepts (the front door's), gathered into one statement per kind.
     writer: Arc<Batcher<Write, Written>>,
+    /// Completions and the worker's "processed" (what ends a running lease), likewise, in
+    /// slots of their own: behind a storm's claims and accepts, an outcome that waited
+    /// for a slot could outlive its lease, and its event run again.
+    outcomes: Arc<Batcher<Write, Written>>,
 }
 
 /// `persistent(false)` for the updates that join the table to a list of keys
@@ -44,23 +48,43 @@ pub(crate) struct Pg {
 /// `ACCEPT_MANY` each time cost a third of the inbox's accept rate.
 const PLANNED_EACH_TIME: bool = false;
 
-/// At most this many batches are in flight at once: enough to keep the server's disk
-/// busy while a batch commits, few enough to leave the pool to workers and renewals.
+/// At most this many batches of claims and accepts are in flight at once: enough to keep
+/// the server's disk busy while a batch commits, few enough to leave the pool to workers
+/// and renewals.
 const SLOTS: usize = 4;
+
+/// At most this many batches of outcomes are in flight at once, beside those.
+const OUTCOME_SLOTS: usize = 2;
 
 impl Pg {
     pub(crate) fn new(pool: PgPool) -> Self {
-        let for_writer = pool.clone();
-        let run: Run<Write, Written> = Arc::new(move |writes| {
-            let pool = for_writer.clone();
-            Box::pin(async move { group_commit::write_batch(&pool, writes).await })
-        });
+        let batcher = |slots| {
+            let for_writer = pool.clone();
+            let run: Run<Write, Written> = Arc::new(move |writes| {
+                let pool = for_writer.clone();
+                Box::pin(async move { group_commit::write_batch(&pool, writes).await })
+            });
+            Arc::new(Batcher::new(
+                MAX_BATCH,
+                MAX_BATCH_BYTES,
+                Write::size,
+                slots,
+                run,
+            ))
+        };
         Self {
+            writer: batcher(SLOTS),
+            outcomes: batcher(OUTCOME_SLOTS),
             pool,
-            writer: Arc::new(
-                Batcher::new(MAX_BATCH, MAX_BATCH_BYTES, Write::size, SLOTS, run)
-                    .with_lanes(Write::lane),
-            ),
+        }
+    }
+
+    /// Writes `write` in the next batch of its kind: an outcome in the outcomes' slots,
+    /// the front door's writes in theirs.
+    async fn write(&self, write: Write) -> Result<Written, StoreError> {
+        match write.lane() {
+            Lane::Urgent => self.outcomes.write(write).await,
+            Lane::Front => self.writer.write(write).await,
         }
     }
 

@@ -50,7 +50,9 @@ inserted AS (
 SELECT EXISTS (SELECT 1 FROM queued) AS new,
        CASE WHEN EXISTS (SELECT 1 FROM queued) THEN pg_notify('webhook_events', '') END";
 
-/// `SKIP LOCKED`: concurrent workers (in any replica) each take different rows. A due
+/// `SKIP LOCKED`: concurrent workers (in any replica) each take different rows; the rows
+/// the claiming worker holds (`$9`, `$10`: running, or their outcome not yet written) are
+/// left, whatever their lease says. A due
 /// row whose every attempt ended without an outcome (each crashed its worker) is
 /// marked dead in the same statement instead of claimed again. The attempt's start is
 /// kept for its record; a trigger records the attempt before it as crashed when it never
@@ -92,6 +94,7 @@ FROM (
                    webhook_events.event_id))
           LIMIT $6) earlier) < $6)
       AND NOT (source = ANY($7::text[])) AND NOT (coalesce(event_type, '') = ANY($8::text[]))
+      AND (source, event_id) NOT IN (SELECT * FROM unnest($9::text[], $10::text[]))
     ORDER BY next_attempt_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -264,6 +267,7 @@ impl Backend for Pg {
         let pool = self.pool.clone();
         let max_attempts = i32::try_from(due.max_attempts).unwrap_or(i32::MAX);
         let per_object = due.per_object.map(|n| i32::try_from(n).unwrap_or(i32::MAX));
+        let held: (Vec<String>, Vec<String>) = due.skip.held.iter().cloned().unzip();
         Box::pin(async move {
             let rows = sqlx::query_as(CLAIM_DUE)
                 .bind(due.lease.as_secs_f64())
@@ -274,6 +278,8 @@ impl Backend for Pg {
                 .bind(per_object)
                 .bind(due.skip.sources)
                 .bind(due.skip.types)
+                .bind(held.0)
+                .bind(held.1)
                 .fetch_all(&pool)
                 .await
                 .map_err(|e| store_error("inbox claim", e))?;
@@ -328,7 +334,6 @@ impl Backend for Pg {
                 // The common outcome, gathered with others into one statement (which
                 // notifies when one of them `wakes`).
                 Outcome::Processed => match this
-                    .writer
                     .write(Write::Processed(source, id, token, wakes))
                     .await?
                 {

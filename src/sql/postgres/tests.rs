@@ -353,6 +353,8 @@ async fn a_capped_claim_reads_the_object_index_while_the_due_index_looks_empty()
         .bind(Some(1_i32))
         .bind(Vec::<String>::new())
         .bind(Vec::<String>::new())
+        .bind(vec!["s".to_owned()])
+        .bind(vec!["evt_1".to_owned()])
         .fetch_all(&pool)
         .await
         .unwrap();

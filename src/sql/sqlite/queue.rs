@@ -30,7 +30,9 @@ ON CONFLICT (source, event_id) DO UPDATE SET next_attempt_at = ?7, attempts = 0,
 WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS NULL
   AND webhook_events.kind <> 'once'";
 
-/// SQLite has one writer: this UPDATE is atomic, no two workers get the same row. A due
+/// SQLite has one writer: this UPDATE is atomic, no two workers get the same row; the rows
+/// the claiming worker holds (`?9`: running, or their outcome not yet written) are left,
+/// whatever their lease says. A due
 /// row whose every attempt ended without an outcome (each crashed its worker) is left as
 /// it was (every SET sees the old row) and returned `buried`, for `BURY_CRASHED` to mark
 /// dead in the same transaction: a claim that assigned `dead_at` or `processing_error`
@@ -68,6 +70,7 @@ WHERE rowid IN (
           LIMIT ?6)) < ?6)
       AND source NOT IN (SELECT value FROM json_each(?7))
       AND coalesce(event_type, '') NOT IN (SELECT value FROM json_each(?8))
+      AND (source, event_id) NOT IN (SELECT value ->> 0, value ->> 1 FROM json_each(?9))
     ORDER BY next_attempt_at LIMIT ?4)
 RETURNING source, event_id, event_type, object_id, livemode, body, attempts,
     lock_token IS NOT ?3 AS buried";

@@ -259,6 +259,7 @@ async fn write_one<'a>(
                 .bind(due.per_object)
                 .bind(json(&due.skip.sources))
                 .bind(json(&due.skip.types))
+                .bind(serde_json::to_string(&due.skip.held).expect("strings"))
                 .fetch_all(&mut *conn)
                 .await
                 .map_err(|e| store_error("inbox claim", e))?;
