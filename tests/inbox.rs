@@ -2336,3 +2336,57 @@ async fn sqlite_an_objects_chain_does_not_wait_for_the_poll() {
 async fn postgres_an_objects_chain_does_not_wait_for_the_poll() {
     an_objects_chain_does_not_wait_for_the_poll(postgres().await).await;
 }
+
+/// A dead event deleted keeps its key: the captured delivery posted again is a duplicate
+/// (204, not stored, never run) until the retention has passed since; `prune` then
+/// removes the key, and the same delivery is a new event again (issue 31: deleting dead
+/// rows made their deliveries replayable).
+async fn a_deleted_dead_events_delivery_stays_a_duplicate_until_pruned(inbox: Inbox) {
+    assert_eq!(deliver(&inbox, "evt_gone").await, StatusCode::NO_CONTENT);
+    let failing = Worker::new(&inbox, |_: Event, _: Attempt| async { Err("gone") })
+        .with_max_attempts(1)
+        .unwrap()
+        .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
+        .spawn();
+    eventually("dead", async || inbox.counts().await.unwrap().dead == 1).await;
+    failing.shutdown().await;
+    let all = DeadRows::all();
+    assert_eq!(inbox.delete_dead(Duration::ZERO, &all).await.unwrap(), 1);
+    assert!(inbox.event("standard", "evt_gone").await.unwrap().is_none());
+    assert_eq!(inbox.counts().await.unwrap().dead, 0);
+
+    let seen = Seen::default();
+    let worker = Worker::new(&inbox, seen.processor(Duration::ZERO))
+        .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
+        .spawn();
+    assert_eq!(deliver(&inbox, "evt_gone").await, StatusCode::NO_CONTENT);
+    let c = inbox.counts().await.unwrap();
+    assert_eq!(
+        (c.queued, c.processing, c.processed),
+        (0, 0, 0),
+        "not stored"
+    );
+    let pruned = inbox.prune(Retention::shorter(Duration::from_secs(3600)));
+    assert_eq!(pruned.await.unwrap(), 0, "within the retention");
+    assert_eq!(deliver(&inbox, "evt_gone").await, StatusCode::NO_CONTENT);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(seen.of("evt_gone"), Vec::<u32>::new(), "never run again");
+
+    let pruned = inbox.prune(Retention::shorter(Duration::from_millis(10)));
+    assert_eq!(pruned.await.unwrap(), 1, "the key, past the retention");
+    assert_eq!(deliver(&inbox, "evt_gone").await, StatusCode::NO_CONTENT);
+    eventually("a new event again", async || seen.of("evt_gone") == vec![1]).await;
+    worker.shutdown().await;
+}
+
+#[tokio::test]
+async fn sqlite_a_deleted_dead_events_delivery_stays_a_duplicate_until_pruned() {
+    a_deleted_dead_events_delivery_stays_a_duplicate_until_pruned(sqlite().await).await;
+}
+
+#[tokio::test]
+async fn postgres_a_deleted_dead_events_delivery_stays_a_duplicate_until_pruned() {
+    a_deleted_dead_events_delivery_stays_a_duplicate_until_pruned(postgres().await).await;
+}

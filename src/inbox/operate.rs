@@ -170,7 +170,8 @@ impl Inbox {
         self.backend.pauses().await
     }
 
-    /// Deletes processed rows processed more than `older_than` ago; returns how many.
+    /// Deletes processed rows processed more than `older_than` ago, and the keys that
+    /// [`delete_dead`](Self::delete_dead) left that long ago; returns how many.
     /// Rows of events whose scheme signs no time stay too ([kept](crate::store::Delivery::is_kept):
     /// only the row refuses a replay; [`DedupeStore::prune_once`](crate::store::DedupeStore::prune_once)
     /// with the source deletes them). Dead rows stay (they were acknowledged to the provider and never processed: only
@@ -186,7 +187,11 @@ impl Inbox {
     }
 
     /// Deletes dead rows that went dead more than `older_than` ago; returns how many. Their
-    /// events were acknowledged and never processed: requeue or export them first.
+    /// events were acknowledged and never processed: requeue or export them first. Each
+    /// keeps its key (its body, headers, error and attempts go): the same delivery posted
+    /// again is a duplicate (204, not stored, not run) until [`prune`](Self::prune) past
+    /// the retention removes the key — a kept event's (no signed time) only
+    /// [`prune_once`](crate::store::DedupeStore::prune_once) by name, as a processed one's.
     ///
     /// # Errors
     ///
@@ -197,7 +202,7 @@ impl Inbox {
 
     /// Deletes the dead rows `rows` names (a source, a type) that went dead more than
     /// `older_than` ago; returns how many. As [`prune_dead`](Self::prune_dead): requeue
-    /// or export them first.
+    /// or export them first; their keys stay, so their deliveries are not run again.
     ///
     /// # Errors
     ///

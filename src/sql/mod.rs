@@ -30,8 +30,11 @@
 //!                                   ├── (later) ◄┤  uncounted)            ▼
 //!                                   │  lease out │                      (none)
 //!                                   │ (counted)  ├──Dead, or every attempt
-//!                                   │            │  crashed──► DEAD ──prune_dead──► (none)
+//!                                   │            │  crashed──► DEAD ──prune_dead──► DELETED
 //!                                   └────────── requeue (by id, type, window, dead)
+//!
+//!   DELETED: the key a deleted dead row leaves (a done claim without a token), so its
+//!   delivery posted again is a duplicate; pruned as a processed row after the retention.
 //! ```
 //!
 //! | state | columns |
@@ -42,6 +45,7 @@
 //! | QUEUED | `next_attempt_at` set, not locked, not processed or dead; due once `next_attempt_at` ≤ now |
 //! | PROCESSING | `next_attempt_at` set, `locked_until` > now |
 //! | DEAD | `dead_at` set |
+//! | DELETED | `next_attempt_at` NULL, `processed_at` set (when deleted), no token, no body |
 //!
 //! An accept numbers its row in arrival order (`arrival`: SQLite's writer counts, in
 //! `webhook_arrivals`; PostgreSQL's batch takes a number of a sequence): the per-object

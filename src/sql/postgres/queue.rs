@@ -243,17 +243,24 @@ const PAUSES: &str = "
 SELECT source, event_type, (extract(epoch FROM paused_at) * 1000)::int8
 FROM webhook_pauses ORDER BY source, event_type";
 
-/// Processed inbox rows older than the cutoff, and (by name only) dead ones: two
+/// Processed inbox rows older than the cutoff (and the keys deleted dead rows left, done
+/// that long ago: done, without a token), and (by name only) dead ones: two
 /// statements, each on its partial index (a `CASE` between them would use neither).
 /// Kept rows (no signed time: only the row refuses a replay) are pruned by name only.
 const PRUNE_PROCESSED: &str = "
-DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind = 'event'
-AND processed_at IS NOT NULL AND processed_at < now() - make_interval(secs => $1)";
+DELETE FROM webhook_events WHERE kind = 'event' AND processed_at IS NOT NULL
+AND processed_at < now() - make_interval(secs => $1)
+AND (next_attempt_at IS NOT NULL OR lock_token IS NULL)";
 
 /// Dead rows that went dead more than `$1` seconds ago, of source `$2` and type `$3`
-/// where given.
+/// where given, deleted: each leaves its key, done now (no longer the inbox's: its body,
+/// headers, error and history go), so its delivery posted again is a duplicate until the
+/// retention has passed (the migration `webhook_events_deleted`).
 const PRUNE_DEAD: &str = "
-DELETE FROM webhook_events WHERE next_attempt_at IS NOT NULL AND kind <> 'once'
+UPDATE webhook_events SET next_attempt_at = NULL, processed_at = now(), dead_at = NULL,
+    body = NULL, headers = NULL, processing_error = NULL, attempt_started_at = NULL,
+    locked_until = NULL, lock_token = NULL
+WHERE next_attempt_at IS NOT NULL AND kind <> 'once'
 AND dead_at IS NOT NULL AND dead_at < now() - make_interval(secs => $1)
 AND ($2::text IS NULL OR source = $2) AND ($3::text IS NULL OR event_type = $3)";
 

@@ -408,7 +408,8 @@ async fn write_one<'a>(
                 Some(rows) => sqlx::query(PRUNE_DEAD)
                     .bind(before)
                     .bind(rows.source.as_deref())
-                    .bind(rows.event_type.as_deref()),
+                    .bind(rows.event_type.as_deref())
+                    .bind(now),
                 None => sqlx::query(PRUNE_PROCESSED).bind(before),
             };
             let done = query

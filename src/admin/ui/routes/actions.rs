@@ -148,7 +148,7 @@ pub(super) async fn delete_dead(
             @if let Some(source) = &filter.source { " of " code { (source) } }
             @if let Some(event_type) = &filter.event_type { " of type " code { (event_type) } }
             " went dead more than " (hours) " hours ago. "
-            "Deleting them cannot be undone: they were acknowledged to the provider and never processed."
+            "Deleting them cannot be undone: they were acknowledged to the provider and never processed. Their ids are kept (for the dedupe retention), so a captured delivery of one posted again is not run."
         };
         let fields = [
             ("hours", hours.to_string()),
