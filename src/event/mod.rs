@@ -84,6 +84,10 @@ struct Inner {
     /// The envelope's fields were stored beside it and are never parsed again.
     stored_id: Option<Box<str>>,
     /// The scheme that verified it (`None` from the inbox): its provider and headers.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+        allow(dead_code)
+    )]
     scheme: Option<Arc<crate::Scheme>>,
 }
 
@@ -226,6 +230,10 @@ impl Event {
 
     /// The scheme that verified the delivery (`None` for an event from the inbox): whose
     /// provider it is, whatever its source, and which headers are its own.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+        allow(dead_code)
+    )]
     pub(crate) fn scheme(&self) -> Option<&crate::Scheme> {
         self.inner.scheme.as_deref()
     }

@@ -151,6 +151,7 @@ impl LagReader {
 
     /// The counts last read (`None` before the first read); reads them again, in the
     /// background, when that read is older than [`READ_EVERY`].
+    #[cfg_attr(not(feature = "alerts"), allow(dead_code))]
     pub(crate) fn latest_counts(self: &Arc<Self>, queue: &Arc<dyn Destination>) -> Option<Counts> {
         self.reading(queue, READ_EVERY).map(|(_, counts)| counts)
     }
