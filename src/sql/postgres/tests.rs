@@ -370,3 +370,37 @@ async fn a_capped_claim_reads_the_object_index_while_the_due_index_looks_empty()
         "the object's rows are not read from the due index: {plan:#?}"
     );
 }
+
+/// An inbox row processed whose object's later events wait for it (`wakes`) notifies the
+/// channel every replica's workers listen on; one that does not wake notifies nothing.
+#[tokio::test]
+async fn a_processed_row_that_frees_its_objects_turn_notifies_the_workers() {
+    let pool = fresh_pool().await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
+        .await
+        .unwrap();
+    listener.listen(CHANNEL).await.unwrap();
+    let lease = Duration::from_secs(30);
+    let (a, b) = (Delivery::new("s", "a"), Delivery::new("s", "b"));
+    let (t1, t2) = (Token::new(), Token::new());
+    insert_claims(&pool, &[(&a, t1, lease), (&b, t2, lease)])
+        .await
+        .unwrap();
+    let heard = async |listener: &mut sqlx::postgres::PgListener| {
+        let wait = tokio::time::timeout(Duration::from_millis(500), listener.recv());
+        wait.await.is_ok()
+    };
+    let (quiet, wakes) = ([("s", "a", t1)], [("s", "b", t2)]);
+    let done = update_done(&pool, PROCESSED_MANY, &quiet, Some(&[false])).await;
+    assert_eq!(done.unwrap().len(), 1);
+    assert!(
+        !heard(&mut listener).await,
+        "nothing freed: no notification"
+    );
+    let done = update_done(&pool, PROCESSED_MANY, &wakes, Some(&[true])).await;
+    assert_eq!(done.unwrap().len(), 1);
+    assert!(
+        heard(&mut listener).await,
+        "its object's turn freed: notified"
+    );
+}
