@@ -1,87 +1,5 @@
-//! The operators' door: who may use [`router`](super::router) and [`ui`](super::ui).
-//!
-//! An [`OperatorDoor`] is built from the operators' token ([`OperatorToken`]: at least 16
-//! bytes, compared in constant time) and hands out two layers that share its state:
-//!
-//! - [`bearer`](OperatorDoor::bearer), for the JSON API: `Authorization: Bearer <token>`,
-//!   else 401 (`{"error": …}`, `WWW-Authenticate: Bearer`);
-//! - [`sign_in`](OperatorDoor::sign_in) (feature `admin-ui`), for the page: a browser
-//!   opens `<page>?token=<token>` once and is redirected (303) to the same URL without
-//!   the token, holding a session cookie; `POST <page>/logout` (the page's "Sign out"
-//!   button) ends the session. Without a live session, 401 with how to sign in.
-//!
-//! **Throttle.** Wrong tokens are counted per client address: after 20 in a minute (by
-//! default; [`with_throttle`](OperatorDoor::with_throttle)), that address is answered
-//! 429 with `Retry-After` (at most the window, 60 s) — its right token too — until the
-//! window has passed; then the right token works again. A request with no credentials at
-//! all (a probe, a browser before sign-in) is refused without being counted. The address
-//! is the connection's peer, from axum's `ConnectInfo<SocketAddr>`: serve with
-//! `app.into_make_service_with_connect_info::<SocketAddr>()`.
-//! **Without `ConnectInfo`, every client shares one count**: a guesser then locks the
-//! operators out too (the door fails closed). Forwarded headers (`X-Forwarded-For`) are
-//! not trusted, since any client can write them; behind a proxy you trust, insert the
-//! `ConnectInfo` yourself (a layer before the door) from the address it reports. An IPv6
-//! client counts as its /64. At most 10 000 addresses are tracked
-//! ([`with_max_clients`](OperatorDoor::with_max_clients)), the oldest evicted first:
-//! memory stays bounded under a spray of addresses, at the price that a spray of more
-//! than that many addresses within the window frees a blocked one early.
-//!
-//! **Sessions.** The cookie (`tower_webhook_admin`) holds a random session id and its
-//! expiry, signed with HMAC-SHA256 under a key derived from the token: it is not the
-//! token in any encoding, and every replica built from the same token accepts it.
-//! `Max-Age` is 12 h by default (at most;
-//! [`with_session_max_age`](OperatorDoor::with_session_max_age)), the cookie is
-//! `HttpOnly` (no script reads it), `SameSite=Strict` (no other site's page sends it),
-//! on the page's path, and `Secure` when the page was reached over HTTPS (the request's
-//! URI says so, or `X-Forwarded-Proto: https` / `Forwarded: proto=https`; always with
-//! [`with_secure_cookies(true)`](OperatorDoor::with_secure_cookies)). Signing out revokes
-//! the session **in this process** (kept until it would have expired, at most 10 000):
-//! another replica still accepts a copy of the cookie until it expires. Changing the
-//! token ends every session at once.
-//!
-//! ```
-//! use axum::body::Body;
-//! use axum::http::{self, header, StatusCode};
-//! use axum::Router;
-//! use tower::ServiceExt as _;
-//! use tower_webhook::admin::{self, OperatorDoor};
-//! use tower_webhook::inbox::Inbox;
-//! use tower_webhook::store::SqliteStore;
-//!
-//! # fn token_from_your_secret_store() -> String { "kX9f2c7b1e0a4d6f8e3b5a7c9d1f3e5a".into() }
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let path = std::env::temp_dir().join(format!("tower-webhook-door-doc-{}.db", std::process::id()));
-//! let inbox = Inbox::sqlite(&SqliteStore::open(&path).await?);
-//! let token = token_from_your_secret_store();
-//! // A token under 16 bytes (an unset variable's "") is a ConfigError here.
-//! let door = OperatorDoor::new(&token)?;
-//! let app: Router = Router::new()
-//!     // .route("/webhooks", …): the rest of your application
-//!     .nest_service("/admin/ui", admin::ui(inbox.clone()).layer(door.sign_in()))
-//!     .nest("/admin", admin::router(inbox).layer(door.bearer()));
-//! // Serve it with the client's address, for the throttle:
-//! // axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
-//!
-//! let ask = |token: &str| {
-//!     http::Request::get("/admin/counts")
-//!         .header(header::AUTHORIZATION, format!("Bearer {token}"))
-//!         .body(Body::empty())
-//! };
-//! assert_eq!(app.clone().oneshot(ask("a guess")?).await?.status(), StatusCode::UNAUTHORIZED);
-//! assert_eq!(app.clone().oneshot(ask("")?).await?.status(), StatusCode::UNAUTHORIZED);
-//! assert_eq!(app.clone().oneshot(ask(&token)?).await?.status(), StatusCode::OK);
-//! let sign_in = http::Request::get(format!("/admin/ui?token={token}")).body(Body::empty())?;
-//! let answer = app.oneshot(sign_in).await?;
-//! assert_eq!(answer.status(), StatusCode::SEE_OTHER);
-//! assert_eq!(answer.headers()[header::LOCATION], "/admin/ui");
-//! # let _ = std::fs::remove_file(&path);
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! Mount the page with `nest_service`, which also answers `/admin/ui/` (redirected to
-//! `/admin/ui`); `nest` leaves that URL to your router's 404.
+//! The operators' door: [`OperatorDoor`] (its docs say how it works) and its parts, one
+//! file each.
 
 use std::fmt;
 use std::sync::Arc;
@@ -121,9 +39,90 @@ const MAX_CLIENTS: usize = 10_000;
 /// The longest session: a working day and some.
 const MAX_SESSION: Duration = Duration::from_secs(12 * 3600);
 
-/// The operators' door: the token, the throttle and the page's sessions, with a layer for
-/// the JSON API ([`bearer`](Self::bearer)) and one for the page
-/// ([`sign_in`](Self::sign_in)). See the [module docs](self).
+/// The operators' door: who may use [`router`](super::router) and [`ui`](super::ui).
+///
+/// An [`OperatorDoor`] is built from the operators' token ([`OperatorToken`]: at least 16
+/// bytes, compared in constant time) and hands out two layers that share its state:
+///
+/// - [`bearer`](OperatorDoor::bearer), for the JSON API: `Authorization: Bearer <token>`,
+///   else 401 (`{"error": …}`, `WWW-Authenticate: Bearer`);
+/// - [`sign_in`](OperatorDoor::sign_in) (feature `admin-ui`), for the page: a browser
+///   opens `<page>?token=<token>` once and is redirected (303) to the same URL without
+///   the token, holding a session cookie; `POST <page>/logout` (the page's "Sign out"
+///   button) ends the session. Without a live session, 401 with how to sign in.
+///
+/// **Throttle.** Wrong tokens are counted per client address: after 20 in a minute (by
+/// default; [`with_throttle`](OperatorDoor::with_throttle)), that address is answered
+/// 429 with `Retry-After` (at most the window, 60 s) — its right token too — until the
+/// window has passed; then the right token works again. A request with no credentials at
+/// all (a probe, a browser before sign-in) is refused without being counted. The address
+/// is the connection's peer, from axum's `ConnectInfo<SocketAddr>`: serve with
+/// `app.into_make_service_with_connect_info::<SocketAddr>()`.
+/// **Without `ConnectInfo`, every client shares one count**: a guesser then locks the
+/// operators out too (the door fails closed). Forwarded headers (`X-Forwarded-For`) are
+/// not trusted, since any client can write them; behind a proxy you trust, insert the
+/// `ConnectInfo` yourself (a layer before the door) from the address it reports. An IPv6
+/// client counts as its /64. At most 10 000 addresses are tracked
+/// ([`with_max_clients`](OperatorDoor::with_max_clients)), the oldest evicted first:
+/// memory stays bounded under a spray of addresses, at the price that a spray of more
+/// than that many addresses within the window frees a blocked one early.
+///
+/// **Sessions.** The cookie (`tower_webhook_admin`) holds a random session id and its
+/// expiry, signed with HMAC-SHA256 under a key derived from the token: it is not the
+/// token in any encoding, and every replica built from the same token accepts it.
+/// `Max-Age` is 12 h by default (at most;
+/// [`with_session_max_age`](OperatorDoor::with_session_max_age)), the cookie is
+/// `HttpOnly` (no script reads it), `SameSite=Strict` (no other site's page sends it),
+/// on the page's path, and `Secure` when the page was reached over HTTPS (the request's
+/// URI says so, or `X-Forwarded-Proto: https` / `Forwarded: proto=https`; always with
+/// [`with_secure_cookies(true)`](OperatorDoor::with_secure_cookies)). Signing out revokes
+/// the session **in this process** (kept until it would have expired, at most 10 000):
+/// another replica still accepts a copy of the cookie until it expires. Changing the
+/// token ends every session at once.
+///
+/// ```
+/// use axum::body::Body;
+/// use axum::http::{self, header, StatusCode};
+/// use axum::Router;
+/// use tower::ServiceExt as _;
+/// use tower_webhook::admin::{self, OperatorDoor};
+/// use tower_webhook::inbox::Inbox;
+/// use tower_webhook::store::SqliteStore;
+///
+/// # fn token_from_your_secret_store() -> String { "kX9f2c7b1e0a4d6f8e3b5a7c9d1f3e5a".into() }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let path = std::env::temp_dir().join(format!("tower-webhook-door-doc-{}.db", std::process::id()));
+/// let inbox = Inbox::sqlite(&SqliteStore::open(&path).await?);
+/// let token = token_from_your_secret_store();
+/// // A token under 16 bytes (an unset variable's "") is a ConfigError here.
+/// let door = OperatorDoor::new(&token)?;
+/// let app: Router = Router::new()
+///     // .route("/webhooks", …): the rest of your application
+///     .nest_service("/admin/ui", admin::ui(inbox.clone()).layer(door.sign_in()))
+///     .nest("/admin", admin::router(inbox).layer(door.bearer()));
+/// // Serve it with the client's address, for the throttle:
+/// // axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>())
+///
+/// let ask = |token: &str| {
+///     http::Request::get("/admin/counts")
+///         .header(header::AUTHORIZATION, format!("Bearer {token}"))
+///         .body(Body::empty())
+/// };
+/// assert_eq!(app.clone().oneshot(ask("a guess")?).await?.status(), StatusCode::UNAUTHORIZED);
+/// assert_eq!(app.clone().oneshot(ask("")?).await?.status(), StatusCode::UNAUTHORIZED);
+/// assert_eq!(app.clone().oneshot(ask(&token)?).await?.status(), StatusCode::OK);
+/// let sign_in = http::Request::get(format!("/admin/ui?token={token}")).body(Body::empty())?;
+/// let answer = app.oneshot(sign_in).await?;
+/// assert_eq!(answer.status(), StatusCode::SEE_OTHER);
+/// assert_eq!(answer.headers()[header::LOCATION], "/admin/ui");
+/// # let _ = std::fs::remove_file(&path);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Mount the page with `nest_service`, which also answers `/admin/ui/` (redirected to
+/// `/admin/ui`); `nest` leaves that URL to your router's 404.
 ///
 /// Cloning shares the throttle and the revoked sessions: build one door and take both
 /// layers from it, so a guess at either counts for both.
@@ -238,7 +237,7 @@ impl OperatorDoor {
 
     /// `true`: every session cookie is `Secure`, whatever the request says (set it when
     /// the page is only ever served over HTTPS). `false`, the default: `Secure` when the
-    /// request says HTTPS (see the [module docs](self)).
+    /// request says HTTPS (see [`OperatorDoor`]).
     pub fn with_secure_cookies(mut self, always: bool) -> Self {
         self.secure_cookies = always;
         self

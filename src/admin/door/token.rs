@@ -25,6 +25,11 @@ pub const MIN_TOKEN_BYTES: usize = 16;
 #[derive(Clone)]
 pub struct OperatorToken {
     digest: [u8; 32],
+    // The page's sessions' key (feature `admin-ui`).
+    #[cfg_attr(
+        not(all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres"))),
+        allow(dead_code)
+    )]
     session_key: Zeroizing<[u8; 32]>,
 }
 
@@ -68,6 +73,10 @@ impl OperatorToken {
 
     /// The key the page's session cookies are signed with: every process built from the
     /// same token derives the same key, so a session opened on one replica holds on all.
+    #[cfg_attr(
+        not(all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres"))),
+        allow(dead_code)
+    )]
     pub(super) fn session_key(&self) -> &[u8; 32] {
         &self.session_key
     }
