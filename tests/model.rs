@@ -20,6 +20,9 @@
 //! - [`latest`] (model F): the ordering guard `latest::advance` on SQLite and PostgreSQL,
 //!   sequential and concurrent, commits and rollbacks, against the newest time per
 //!   (namespace, object);
+//! - [`order`] (model H): `with_per_object(1)` — one object's events one at a time, in
+//!   arrival order — across failures, snoozes, crashes and graceful restarts, on SQLite,
+//!   PostgreSQL and JetStream;
 //! - [`clock`] (model G): clock jumps where the crate's clock can be replaced — SQLite's
 //!   leases and the verifier's timestamp tolerance (PostgreSQL and Redis lease on the
 //!   server's clock, which a test cannot step).
@@ -54,5 +57,7 @@ mod layer;
 mod once;
 #[path = "model/once_in.rs"]
 mod once_in;
+#[path = "model/order.rs"]
+mod order;
 #[path = "model/run.rs"]
 mod run;
