@@ -413,17 +413,15 @@ fn jetstream_with_restarts_and_crashes() {
 }
 
 /// A stream of its own for one case.
-fn jetstream_queue() -> impl std::future::Future<Output = (Queue, Box<dyn FnOnce() + Send>)> {
-    async {
-        let client = async_nats::connect(common::nats_url())
-            .await
-            .expect("NATS with JetStream must be running (.ci/services starts it)");
-        let name = format!("tw_order_{}", uuid::Uuid::new_v4().simple());
-        let jetstream = JetStream::builder(client, &name)
-            .with_memory_storage()
-            .build()
-            .await
-            .unwrap();
-        (Queue::JetStream(jetstream), Box::new(|| {}) as _)
-    }
+async fn jetstream_queue() -> (Queue, Box<dyn FnOnce() + Send>) {
+    let client = async_nats::connect(common::nats_url())
+        .await
+        .expect("NATS with JetStream must be running (.ci/services starts it)");
+    let name = format!("tw_order_{}", uuid::Uuid::new_v4().simple());
+    let jetstream = JetStream::builder(client, &name)
+        .with_memory_storage()
+        .build()
+        .await
+        .unwrap();
+    (Queue::JetStream(jetstream), Box::new(|| {}))
 }
