@@ -26,6 +26,7 @@ pub(crate) struct HeldRow {
     pub(crate) token: Token,
     /// Its object's later events wait for it (a per-object cap): an outcome that ends it
     /// wakes the workers of other processes too.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))] // only PostgreSQL notifies others
     pub(crate) wakes: bool,
 }
 

@@ -107,6 +107,7 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
     }
 
     /// The same, each write in the lane `lane` says.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // only SQLite's writer has lanes
     pub(crate) fn with_lanes(mut self, lane: fn(&T) -> Lane) -> Self {
         self.lane = lane;
         self

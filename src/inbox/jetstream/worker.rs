@@ -462,24 +462,6 @@ impl Queue for Stream {
     }
 }
 
-impl Stream {
-    /// Hands the message back to be delivered again after `after`; at once (a worker
-    /// stopping, a snooze of zero) in the stream's order: once the messages before it
-    /// that this worker holds are settled (see `order.rs`), or at `until` at the latest.
-    async fn hand_back(
-        &self,
-        pulled: &Pulled,
-        after: Duration,
-        until: Instant,
-    ) -> Result<(), StoreError> {
-        if !after.is_zero() {
-            return nak(&pulled.message, Some(after), until).await;
-        }
-        self.holding.first(pulled.seq, until).await;
-        nak(&pulled.message, None, until).await
-    }
-}
-
 /// Publishes parked events back into the stream when a pause ends (and once at the
 /// start, for what a stopped worker left).
 async fn unpark(paused: Paused, js: JetStream) {

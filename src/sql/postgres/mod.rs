@@ -5,6 +5,7 @@ mod claims; // `DedupeLayer`'s claims, and keys done in the caller's transaction
 mod group_commit; // the writer's batches: claims, completions, accepts, "processed"
 mod latest; // the ordering guard (`webhook_objects`)
 mod listing; // the inbox's counts, listings and one event, for operators
+mod outcome; // an attempt's outcome on its row, fenced on the token
 mod queue; // the inbox: accept, and the worker's claims, renewals and outcomes
 #[cfg(test)]
 mod tests;
@@ -19,7 +20,7 @@ use crate::store::StoreError;
 pub(crate) use claims::done_in;
 use group_commit::{Write, Written};
 pub(crate) use latest::advance;
-pub(crate) use queue::processed_in;
+pub(crate) use outcome::processed_in;
 
 /// The channel `accept` and `requeue` notify, for workers in other processes.
 const CHANNEL: &str = "webhook_events";

@@ -4,23 +4,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgListener, PgPool};
-use sqlx::{PgConnection, Row};
+use sqlx::postgres::PgListener;
+use sqlx::Row;
 use tokio::sync::Notify;
 
-use super::super::shared::{self, changed};
-use super::super::{
-    claimed, store_error, Outcome, ABANDONED, CRASHED, MAX_ATTEMPT_RECORDS,
-    OBJECT_INDEX_CONCURRENTLY,
-};
+use super::super::shared;
+use super::super::{claimed, store_error, Outcome, CRASHED, OBJECT_INDEX_CONCURRENTLY};
 use super::group_commit::{Write, Written};
 use super::listing::FOLD_COUNTS;
+use super::outcome::finish_one;
 use super::{Pg, CHANNEL, PLANNED_EACH_TIME};
 use crate::inbox::backend::{Backend, Claimed, HeldRow};
 use crate::inbox::worker::ClaimDue;
 use crate::inbox::Pause;
 use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, StoredEvent};
-use crate::store::{Delivery, StoreError, StoreFuture, Token};
+use crate::store::{Delivery, StoreFuture, Token};
 
 /// Stores the row and, only if it is new, notifies listening workers — one round trip.
 /// The delivery's request headers (`$8`, credentials left out) go with it. A row
@@ -462,53 +460,3 @@ impl Backend for Pg {
         }))
     }
 }
-
-/// Marks an inbox row processed in the processor's own transaction; `false` when `token`
-/// was fenced out (its lease ran out and another worker took the row).
-pub(crate) async fn processed_in(
-    conn: &mut PgConnection,
-    source: &str,
-    id: &str,
-    token: Token,
-) -> Result<bool, sqlx::Error> {
-    let query = sqlx::query(PROCESSED).bind(source).bind(id);
-    Ok(changed(query.bind(token.as_uuid()), conn).await? == 1)
-}
-
-/// Records one attempt's outcome if `token` still holds the row; `false` when fenced out.
-pub(super) async fn finish_one(
-    pool: &PgPool,
-    source: &str,
-    id: &str,
-    token: Token,
-    outcome: Outcome,
-) -> Result<bool, StoreError> {
-    let key = |sql| {
-        sqlx::query_scalar::<_, i64>(sql)
-            .bind(source)
-            .bind(id)
-            .bind(token.as_uuid())
-    };
-    let kept = KEPT_BEFORE_A_NEW_RECORD;
-    let query = match outcome {
-        Outcome::Processed => {
-            let query = sqlx::query(PROCESSED).bind(source).bind(id);
-            let done = query.bind(token.as_uuid()).execute(pool).await;
-            let done = done.map_err(|e| store_error("inbox finish", e))?;
-            return Ok(done.rows_affected() == 1);
-        }
-        Outcome::Retry(error, after) => key(RETRY).bind(error).bind(after.as_secs_f64()).bind(kept),
-        Outcome::Dead(error) => key(DEAD).bind(error),
-        Outcome::Later(after) => key(LATER).bind(after.as_secs_f64()).bind(kept),
-        Outcome::Abandoned => key(ABANDON).bind(ABANDONED).bind(kept),
-    };
-    let done = query
-        .fetch_one(pool)
-        .await
-        .map_err(|e| store_error("inbox finish", e))?;
-    Ok(done == 1)
-}
-
-/// How many of an event's attempt records a failing, snoozed or abandoned attempt keeps
-/// before adding its own.
-const KEPT_BEFORE_A_NEW_RECORD: i64 = MAX_ATTEMPT_RECORDS as i64 - 1;

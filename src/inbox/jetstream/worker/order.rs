@@ -7,8 +7,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use super::{Pulled, Stream};
+use crate::inbox::jetstream::settle::nak;
+use crate::store::StoreError;
 
 /// The stream sequences of the messages a worker holds (pulled, not yet settled).
 #[derive(Default)]
@@ -66,5 +72,23 @@ impl Drop for Held {
         }
         drop(seqs);
         self.holding.released.notify_waiters();
+    }
+}
+
+impl Stream {
+    /// Hands the message back to be delivered again after `after`; at once (a worker
+    /// stopping, a snooze of zero) in the stream's order: once the messages before it
+    /// that this worker holds are settled ([`Holding`]), or at `until` at the latest.
+    pub(super) async fn hand_back(
+        &self,
+        pulled: &Pulled,
+        after: Duration,
+        until: Instant,
+    ) -> Result<(), StoreError> {
+        if !after.is_zero() {
+            return nak(&pulled.message, Some(after), until).await;
+        }
+        self.holding.first(pulled.seq, until).await;
+        nak(&pulled.message, None, until).await
     }
 }
