@@ -1725,6 +1725,12 @@ async fn help_on_send_demo_and_loadtest_exits_0_and_lists_every_flag() {
                 "[URL]",
                 "[EVENT_ID]",
                 "--id <EVENT_ID>",
+                "--type <TYPE>",
+                "--body <JSON>",
+                "--body-file <PATH>",
+                "--scheme <NAME>",
+                "--secret <SECRET>",
+                "[default: demo.ping]",
                 "http://127.0.0.1:3000/webhooks",
             ][..],
         ),
@@ -1864,6 +1870,73 @@ async fn send_help_posts_nothing_even_after_a_url() {
     // Nobody connected to the URL given: nothing was posted.
     let connected = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
     assert!(connected.is_err(), "send --help connected to {url}");
+}
+
+#[tokio::test]
+async fn send_options_choose_the_type_body_scheme_and_secret() {
+    const SECRET: &str = "whsec_stripe_secret_for_send_options";
+    // The receiver verifies Stripe with this secret; send is told both by its options
+    // (its environment says another scheme and secret, which must not be used).
+    let env = [("WEBHOOK_SCHEME", "stripe"), ("WEBHOOK_SECRETS", SECRET)];
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-send-options-{}.db",
+        std::process::id()
+    ));
+    let (mut child, url, mut stdout) = start_receiver(&db, &env).await;
+    let decoy = [
+        ("WEBHOOK_SCHEME", "standard"),
+        ("WEBHOOK_SECRETS", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    ];
+    let options = ["--scheme", "stripe", "--secret", SECRET];
+    let file = db.with_extension("json");
+    std::fs::write(&file, r#"{"id":"evt_from_file","type":"invoice.paid"}"#).unwrap();
+    let file = file.to_str().unwrap();
+    for (args, id) in [
+        (
+            &["--id", "evt_typed", "--type", "invoice.paid"][..],
+            "evt_typed",
+        ),
+        (
+            &[
+                "--id",
+                "evt_body",
+                "--body",
+                r#"{"id":"evt_body","type":"x"}"#,
+            ][..],
+            "evt_body",
+        ),
+        (
+            &["--id", "evt_from_file", "--body-file", file][..],
+            "evt_from_file",
+        ),
+    ] {
+        let all: Vec<&str> = [&url[..]]
+            .into_iter()
+            .chain(options)
+            .chain(args.iter().copied())
+            .collect();
+        let output = run_with("send", &all, &decoy).await;
+        let printed = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && printed.starts_with("204"),
+            "{args:?}: {printed}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(
+            next_line(&mut stdout).await.as_deref(),
+            Some(&*format!("handled {id}"))
+        );
+    }
+    // Without the options, the environment's scheme and secret: refused by this receiver.
+    let output = run_with("send", &[&url, "--id", "evt_decoy"], &decoy).await;
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(printed.starts_with("400"), "{printed}");
+    // A body and a type together are refused by the parser, before anything is sent.
+    let output = run_with("send", &[&url, "--type", "a", "--body", "{}"], &decoy).await;
+    assert!(!output.status.success());
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
+    let _ = std::fs::remove_file(file);
 }
 
 #[tokio::test]

@@ -49,6 +49,12 @@ fn env_list(name: &str) -> Vec<String> {
 /// `WEBHOOK_SNS_TOPICS`, `paypal` its webhook id from `WEBHOOK_PAYPAL_WEBHOOK_ID`.
 pub fn scheme_from_env() -> Result<Scheme, String> {
     let name = std::env::var("WEBHOOK_SCHEME").unwrap_or_else(|_| "standard".into());
+    scheme_named(&name)
+}
+
+/// The scheme called `name` (a preset's name); `sns` and `paypal` read their settings
+/// from the environment as [`scheme_from_env`] says.
+pub fn scheme_named(name: &str) -> Result<Scheme, String> {
     match name.trim() {
         "sns" => {
             let topics = env_list("WEBHOOK_SNS_TOPICS");
@@ -79,12 +85,17 @@ pub fn uses_certificates(scheme: &Scheme) -> bool {
 /// in. SNS and PayPal without secrets get none: their certificates are fetched.
 pub fn scheme_and_secrets() -> Result<(Scheme, Vec<String>, bool), String> {
     let scheme = scheme_from_env()?;
+    let (secrets, dev) = secrets_for(&scheme);
+    Ok((scheme, secrets, dev))
+}
+
+/// `WEBHOOK_SECRETS` for `scheme`, or its development secret (the flag says which).
+pub fn secrets_for(scheme: &Scheme) -> (Vec<String>, bool) {
     let secrets = env_list("WEBHOOK_SECRETS");
-    if !secrets.is_empty() || uses_certificates(&scheme) {
-        return Ok((scheme, secrets, false));
+    if !secrets.is_empty() || uses_certificates(scheme) {
+        return (secrets, false);
     }
-    let secret = dev_secret(&scheme).to_owned();
-    Ok((scheme, vec![secret], true))
+    (vec![dev_secret(scheme).to_owned()], true)
 }
 
 /// An HTTPS GET with the system's roots, for certificates and SNS confirmations: a 2xx
