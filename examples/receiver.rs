@@ -436,6 +436,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let listener = tokio::net::TcpListener::bind(&bind).await?;
     let addr = listener.local_addr()?;
+    // Before the address is printed: whoever reads it may send SIGTERM at once.
+    let shutdown = support::signal::shutdown_signal();
     eprintln!("receiving {scheme_name} webhooks on http://{addr}/webhooks");
     match &mode {
         Mode::Dedupe(_) => eprintln!("deduplicating in {store_name}"),
@@ -501,7 +503,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let router = metrics_route(router, metrics);
     let (signalled, signal) = tokio::sync::oneshot::channel();
     let server = support::connections::serve_until(listener, router, header_timeout, async move {
-        shutdown_signal().await;
+        shutdown.await;
         let _ = signalled.send(());
     });
     let mut server = tokio::spawn(server);
@@ -543,26 +545,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     Ok(())
-}
-
-/// SIGTERM (what a supervisor sends) or Ctrl-C.
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    let terminate = async {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                terminate.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
-    }
 }
 
 /// Where verified deliveries go.

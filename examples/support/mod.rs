@@ -4,6 +4,7 @@
 
 pub mod connections;
 pub mod proxy;
+pub mod signal;
 
 use std::time::SystemTime;
 
