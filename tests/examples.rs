@@ -1030,12 +1030,17 @@ async fn receiver_slow_handler_keeps_its_claim_and_a_hang_up_never_reruns_it() {
 
 /// Sends SIGTERM to `child`, as a supervisor (systemd, Kubernetes) does at a deploy.
 fn terminate(child: &tokio::process::Child) {
+    send_signal(child, "TERM");
+}
+
+/// Sends the signal `name` (`TERM`, `INT`: what Ctrl-C sends) to `child`.
+fn send_signal(child: &tokio::process::Child, name: &str) {
     let pid = child.id().expect("still running").to_string();
     let sent = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
+        .args([&format!("-{name}"), &pid])
         .status()
         .unwrap();
-    assert!(sent.success(), "kill -TERM {pid}");
+    assert!(sent.success(), "kill -{name} {pid}");
 }
 
 /// The receiver in `mode` with a handler of `delay_ms` and a drain of `drain_secs`: one
@@ -1168,6 +1173,101 @@ async fn receiver_in_dedupe_mode_past_the_drain_releases_the_handler_and_exits_0
 async fn receiver_in_inbox_mode_past_the_drain_hands_the_row_back_and_exits_0() {
     receiver_on_sigterm_past_the_drain_releases_the_handler_and_exits("inbox", "evt_cut_inbox")
         .await;
+}
+
+const INBOX_CURRENT: &str = "whsec_inbox_example_current_0123";
+const INBOX_OLD: &str = "whsec_inbox_example_old_01234567";
+const INBOX_TOKEN: &str = "inbox-operator-token-0123456789";
+
+/// The inbox example on the SQLite file `db`, its secrets rotating (the current one, then
+/// the old): the child, its URL and its stdout, as [`start_receiver`] gives them.
+async fn start_inbox_example(
+    db: &std::path::Path,
+) -> (
+    tokio::process::Child,
+    String,
+    tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) {
+    let secrets = format!("{INBOX_CURRENT},{INBOX_OLD}");
+    let env = [
+        ("WEBHOOK_SECRETS", secrets.as_str()),
+        ("WEBHOOK_ADMIN_TOKEN", INBOX_TOKEN),
+    ];
+    spawn_receiver(Command::new(example_binary("inbox")), db, &env).await
+}
+
+/// SIGTERM (a deploy) while the inbox example's worker runs a 3 s `demo.slow` event: it
+/// stops accepting, lets the event finish and exits 0. Restarted on the same file, its
+/// admin API shows the event processed by its one attempt, and a redelivery runs nothing.
+/// An example that stopped on Ctrl-C only died of the signal mid-event (no exit code, the
+/// row still leased, to run again after its 60 s lease).
+#[tokio::test]
+async fn inbox_example_on_sigterm_finishes_the_running_event_and_exits_0() {
+    inbox_example_on_signal_finishes_the_running_event("TERM", "evt_inbox_term").await;
+}
+
+/// The same on Ctrl-C (SIGINT).
+#[tokio::test]
+async fn inbox_example_on_ctrl_c_finishes_the_running_event_and_exits_0() {
+    inbox_example_on_signal_finishes_the_running_event("INT", "evt_inbox_int").await;
+}
+
+async fn inbox_example_on_signal_finishes_the_running_event(signal: &str, id: &'static str) {
+    let db = fresh_db(&format!("inbox-example-{signal}"));
+    let (mut child, url, mut stdout) = start_inbox_example(&db).await;
+    let deliver = move |url: String, secret: &'static str| async move {
+        let body = event_body(id, "demo.slow", "obj_1");
+        let headers = signed_headers(&Scheme::stripe(), secret, "", &body);
+        post(&url, headers, body).await.unwrap().0
+    };
+    // Signed with the old secret: still verified while the rotation lasts.
+    assert_eq!(deliver(url, INBOX_OLD).await, StatusCode::NO_CONTENT);
+    let started = format!("started {id} (attempt 1)");
+    assert_eq!(next_raw_line(&mut stdout).await, Some(started));
+
+    send_signal(&child, signal);
+    let signalled = std::time::Instant::now();
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("exits")
+        .unwrap();
+    let took = signalled.elapsed();
+    eprintln!("inbox example: {status} {took:?} after SIG{signal}");
+    assert_eq!(status.code(), Some(0), "{status}");
+    assert!(
+        took >= Duration::from_secs(2),
+        "waited for the event: {took:?}"
+    );
+    let mut after = Vec::new();
+    while let Some(line) = next_raw_line(&mut stdout).await {
+        after.push(line);
+    }
+    assert_eq!(
+        after,
+        [format!("processed {id}")],
+        "finished before the exit"
+    );
+
+    let (mut child, url, mut stdout) = start_inbox_example(&db).await;
+    let bearer = format!("Bearer {INBOX_TOKEN}");
+    let auth = [(http::header::AUTHORIZATION, bearer.as_str())];
+    let event = url.replace("/webhooks", &format!("/admin/events/stripe/{id}"));
+    let (status, _, json) = ask(http::Method::GET, &event, &auth, None).await;
+    assert_eq!(status, StatusCode::OK, "{json}");
+    let row: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(row["state"], "processed", "{row}");
+    let history = row["history"].as_array().unwrap();
+    assert_eq!(history.len(), 1, "one attempt: {row}");
+    assert_eq!(history[0]["outcome"], "processed", "{row}");
+    // Without the token the API is shut.
+    let (status, _, _) = ask(http::Method::GET, &event, &[], None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    // Delivered again, with the current secret: acknowledged, and nothing runs.
+    assert_eq!(deliver(url, INBOX_CURRENT).await, StatusCode::NO_CONTENT);
+    let again = tokio::time::timeout(Duration::from_secs(2), stdout.next_line()).await;
+    assert!(again.is_err(), "the event ran again: {again:?}");
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_file(&db);
 }
 
 /// Writes `head` (and the first `sent` bytes of `body`) on a raw connection and returns
@@ -1793,7 +1893,8 @@ async fn help_on_every_example_exits_0_without_starting_anything() {
         })
         .collect();
     names.sort();
-    assert!(names.len() >= 9, "{names:?}");
+    assert!(names.len() >= 10, "{names:?}");
+    assert!(names.iter().any(|n| n == "inbox"), "{names:?}");
     for name in &names {
         for help in ["--help", "-h"] {
             // A receiver that started would serve until killed: run_with's bound fails it.
@@ -1848,6 +1949,21 @@ async fn receiver_help_and_the_readme_table_name_every_variable_it_reads() {
         assert!(
             readme.contains(&format!("| `{name}` |")),
             "README's receiver table lacks {name}"
+        );
+    }
+}
+
+/// The inbox example's `--help` names every variable its source reads.
+#[tokio::test]
+async fn inbox_help_names_every_variable_it_reads() {
+    let read = variables_read(&std::fs::read_to_string("examples/inbox.rs").unwrap());
+    assert!(read.len() >= 5, "{read:?}");
+    let output = run_with("inbox", &["--help"], &[]).await;
+    let help = String::from_utf8_lossy(&output.stdout);
+    for name in &read {
+        assert!(
+            help.contains(&format!("  {name} [")),
+            "--help lacks {name}:\n{help}"
         );
     }
 }
