@@ -25,6 +25,29 @@ pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
 ///
 /// The [`Event`] is the one the inbox stored: see its docs, "From the inbox", for what
 /// its accessors hold there.
+///
+/// The error must be `Send + Sync + 'static`, as the worker moves it between threads and
+/// keeps it: a function returning `Box<dyn Error>` is no processor (the compiler says so,
+/// and names the fix); return `Box<dyn Error + Send + Sync>` instead.
+///
+/// ```compile_fail,E0277
+/// use tower_webhook::inbox::{Attempt, Processor};
+/// use tower_webhook::Event;
+///
+/// async fn process(_: Event, _: Attempt) -> Result<(), Box<dyn std::error::Error>> {
+///     Ok(())
+/// }
+///
+/// fn worker(_: impl Processor) {}
+/// worker(process); // error: `Box<dyn Error>` is neither `Send` nor `Sync`
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an inbox processor",
+    label = "not a `Processor`",
+    note = "a processor is a `Fn(Event, Attempt) -> impl Future<Output = Result<(), E>> + Send`, itself `Send + Sync + 'static` (a `fn`, or a `move` closure)",
+    note = "its error `E` must convert into `Box<dyn Error + Send + Sync>`, so be `Send + Sync + 'static`: `Box<dyn Error>` is not; return `Box<dyn std::error::Error + Send + Sync>`, a `String`, or any `Error + Send + Sync + 'static`",
+    note = "its future must be `Send`: hold nothing that is not (an `Rc`, a `std::sync::MutexGuard`) across an `.await`"
+)]
 pub trait Processor: Send + Sync + 'static {
     /// Processes one event.
     #[allow(clippy::type_complexity)] // spelled out: readable in the docs
@@ -35,6 +58,9 @@ pub trait Processor: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = Result<(), Box<dyn StdError + Send + Sync>>> + Send>>;
 }
 
+// Not named in errors: without this, a bad error type is reported as three errors about
+// `dyn Error` (`Send`, `Sync`, `Sized`) instead of the trait's own message above.
+#[diagnostic::do_not_recommend]
 impl<F, Fut, E> Processor for F
 where
     F: Fn(Event, Attempt) -> Fut + Send + Sync + 'static,

@@ -20,6 +20,29 @@ use crate::Event;
 /// through the [`PgTx`] (lock it, use `&mut **guard`); on `Ok` the writes commit with the
 /// row's `processed_at`, on `Err` (or a panic) both roll back and the row is retried — or,
 /// for an `Err` holding a [`Later`](super::Later), snoozed without counting the attempt.
+///
+/// As for [`Processor`](super::Processor), the error must be `Send + Sync + 'static`:
+/// `Box<dyn Error>` is not, `Box<dyn Error + Send + Sync>` is.
+///
+/// ```compile_fail,E0277
+/// use tower_webhook::dedupe::PgTx;
+/// use tower_webhook::inbox::{Attempt, TxProcessor};
+/// use tower_webhook::Event;
+///
+/// async fn process(_: Event, _: Attempt, _: PgTx) -> Result<(), Box<dyn std::error::Error>> {
+///     Ok(())
+/// }
+///
+/// fn worker(_: impl TxProcessor) {}
+/// worker(process); // error: `Box<dyn Error>` is neither `Send` nor `Sync`
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a transactional inbox processor",
+    label = "not a `TxProcessor`",
+    note = "a transactional processor is a `Fn(Event, Attempt, PgTx) -> impl Future<Output = Result<(), E>> + Send`, itself `Send + Sync + 'static` (a `fn`, or a `move` closure)",
+    note = "its error `E` must convert into `Box<dyn Error + Send + Sync>`, so be `Send + Sync + 'static`: `Box<dyn Error>` is not; return `Box<dyn std::error::Error + Send + Sync>`, `sqlx::Error`, a `String`, or any `Error + Send + Sync + 'static`",
+    note = "its future must be `Send`: hold nothing that is not (an `Rc`, a `std::sync::MutexGuard`) across an `.await`"
+)]
 pub trait TxProcessor: Send + Sync + 'static {
     /// Processes one event inside `tx`.
     #[allow(clippy::type_complexity)] // spelled out: readable in the docs
@@ -31,6 +54,8 @@ pub trait TxProcessor: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = Result<(), Box<dyn StdError + Send + Sync>>> + Send>>;
 }
 
+// Not named in errors, so the trait's own message is (see `Processor`'s impl).
+#[diagnostic::do_not_recommend]
 impl<F, Fut, E> TxProcessor for F
 where
     F: Fn(Event, Attempt, PgTx) -> Fut + Send + Sync + 'static,
