@@ -46,8 +46,12 @@
 //!   anything.
 //!
 //! [`DedupeLayer`]: crate::DedupeLayer
-//! [`TxDedupeLayer`]: crate::dedupe::TxDedupeLayer
 //! [`Once`]: crate::Once
+#![cfg_attr(
+    feature = "postgres",
+    doc = "[`TxDedupeLayer`]: crate::dedupe::TxDedupeLayer"
+)]
+#![cfg_attr(not(feature = "postgres"), doc = "[`TxDedupeLayer`]: crate#features")]
 
 use std::fmt;
 use std::future::Future;

@@ -19,8 +19,8 @@
 //! seconds); where order within a second matters, re-read the object from the provider.
 //!
 //! Rows live in the `webhook_objects` table of `migrations/`, one per namespace and
-//! object; the stores' constructors create it. Use it in a [`transactional`](crate::inbox::Worker::transactional)
-//! inbox processor, a [`PgTx`](crate::dedupe::PgTx) handler, or any transaction of yours.
+//! object; the stores' constructors create it. Use it in a [`transactional`][Worker::transactional]
+//! inbox processor, a [`PgTx`] handler, or any transaction of yours.
 //!
 //! ```
 //! use std::time::{Duration, SystemTime};
@@ -48,6 +48,19 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+#![cfg_attr(
+    feature = "postgres",
+    doc = "
+[Worker::transactional]: crate::inbox::Worker::transactional
+[`PgTx`]: crate::dedupe::PgTx"
+)]
+#![cfg_attr(
+    not(feature = "postgres"),
+    doc = "
+[Worker::transactional]: crate#features
+[`PgTx`]: crate#features"
+)]
 
 use std::future::Future;
 use std::pin::Pin;

@@ -87,6 +87,9 @@
 //!
 //! Signatures are compared in constant time after a length check; secrets are validated
 //! when the verifier is built and never appear in `Debug` output, logs or responses.
+// A doc link to an item of another feature is a reference link (`[`PgTx`]`) with two
+// `cfg_attr` definitions: the item where its feature is on, else the crate's list of
+// features (`crate#features`); `.ci/run` builds the docs per feature set to keep it so.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]

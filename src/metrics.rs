@@ -1,4 +1,4 @@
-//! What the crate counts and times (feature `metrics`), through the [`metrics`] facade.
+//! What the crate counts and times (feature `metrics`), through the [`metrics`](https://docs.rs/metrics) facade.
 //!
 //! With the feature, every layer, the inbox and its worker record into whatever recorder
 //! the application installed: pick an exporter (Prometheus, OpenTelemetry, StatsD, …) and
@@ -13,12 +13,12 @@
 //! | `tower_webhook_duplicates_total` | counter | `source` | deliveries of an event already handled (`DedupeLayer`, `TxDedupeLayer`: 204) or already stored (the inbox's accept), and JetStream messages of an event already processed (acknowledged without running) |
 //! | `tower_webhook_in_flight_conflicts_total` | counter | `source` | deliveries answered 409 because another attempt holds the event |
 //! | `tower_webhook_store_unavailable_total` | counter | `source` | deliveries answered 503 because the store (or the PostgreSQL transaction) could not answer |
-//! | `tower_webhook_inbox_backlogged_total` | counter | `source` | deliveries the inbox's accept answered 503 without storing them, its queue lagging beyond its [`Backpressure`](crate::inbox::Backpressure) |
+//! | `tower_webhook_inbox_backlogged_total` | counter | `source` | deliveries the inbox's accept answered 503 without storing them, its queue lagging beyond its [`Backpressure`] |
 //! | `tower_webhook_handler_outcomes_total` | counter | `source`, `outcome` | handler runs behind `DedupeLayer` or `TxDedupeLayer`: `success` (2xx), `failure` (another status, or an error), `panic` |
-//! | `tower_webhook_store_operation_duration_seconds` | histogram | `operation` | each round trip to a store, failed ones included: `claim`, `renew`, `complete`, `release` (`DedupeLayer`, [`Once`](crate::once::Once)); `accept`, `inbox_claim`, `inbox_renew`, `inbox_finish`, `inbox_counts` (the inbox) |
-//! | `tower_webhook_inbox_held_back_total` | counter | `rule` | events a worker held back by a rule, none an attempt: `paused` (parked by a JetStream worker, see [`JetStream::pause`](crate::inbox::jetstream::JetStream::pause); a paused SQL row is not claimed, see the `paused` depth), `per_source` and `per_type` (handed back by a SQL worker, or waiting in a JetStream one, for its cap), `per_object` (waiting in a JetStream worker for its object's turn), `rate` (a source out of turns under its rate) |
-//! | `tower_webhook_inbox_attempts_total` | counter | `outcome` | the inbox worker's attempts: `processed`, `retry` (failed, due again after a backoff), `dead` (failed the last allowed attempt), `abandoned` (stopped past the shutdown grace, back in the queue), `snoozed` (the processor answered [`Later`](crate::inbox::Later): due again then, not counted as an attempt), `lost` (the row was no longer this worker's when the outcome was recorded, or the store did not hear it before the lease ended) |
-//! | `tower_webhook_inbox_depth` | gauge | `state` | rows `queued` (waiting for their first or next attempt), `processing` (claimed now) and `paused` (held back by a pause: see [`Counts::paused`](crate::inbox::Counts::paused)) |
+//! | `tower_webhook_store_operation_duration_seconds` | histogram | `operation` | each round trip to a store, failed ones included: `claim`, `renew`, `complete`, `release` (`DedupeLayer`, [`Once`]); `accept`, `inbox_claim`, `inbox_renew`, `inbox_finish`, `inbox_counts` (the inbox) |
+//! | `tower_webhook_inbox_held_back_total` | counter | `rule` | events a worker held back by a rule, none an attempt: `paused` (parked by a JetStream worker, see [`JetStream::pause`]; a paused SQL row is not claimed, see the `paused` depth), `per_source` and `per_type` (handed back by a SQL worker, or waiting in a JetStream one, for its cap), `per_object` (waiting in a JetStream worker for its object's turn), `rate` (a source out of turns under its rate) |
+//! | `tower_webhook_inbox_attempts_total` | counter | `outcome` | the inbox worker's attempts: `processed`, `retry` (failed, due again after a backoff), `dead` (failed the last allowed attempt), `abandoned` (stopped past the shutdown grace, back in the queue), `snoozed` (the processor answered [`Later`]: due again then, not counted as an attempt), `lost` (the row was no longer this worker's when the outcome was recorded, or the store did not hear it before the lease ended) |
+//! | `tower_webhook_inbox_depth` | gauge | `state` | rows `queued` (waiting for their first or next attempt), `processing` (claimed now) and `paused` (held back by a pause: see [`Counts::paused`]) |
 //! | `tower_webhook_inbox_dead_rows` | gauge | | rows that gave up after the maximum attempts |
 //! | `tower_webhook_inbox_lag_seconds` | gauge | | how long the longest-waiting due row has waited (`Counts::oldest_due`; 0 when none is due): alert on it |
 //!
@@ -36,8 +36,8 @@
 //!
 //! Durations are in seconds, counts are plain numbers, and every metric is described once
 //! per recorder (help text and unit). The inbox's gauges are set whenever
-//! [`Inbox::counts`](crate::inbox::Inbox::counts) runs, and a running
-//! [`Worker`](crate::inbox::Worker) runs it every poll interval (5 s by default; a few
+//! [`Inbox::counts`] runs, and a running
+//! [`Worker`] runs it every poll interval (5 s by default; a few
 //! tenths of a millisecond on either database): every replica's worker then reports the
 //! same rows, so aggregate them with `max`, not `sum`. A verify layer without
 //! `DedupeLayer` behind it counts deliveries, not handler outcomes.
@@ -70,6 +70,40 @@
 //!
 //! Inside the crate, a worker of another queue (a broker's) records its attempts with
 //! `attempt` and its depth with `inbox_gauges`, under the same names.
+//!
+#![cfg_attr(feature = "dedupe", doc = "[`Once`]: crate::once::Once")]
+#![cfg_attr(not(feature = "dedupe"), doc = "[`Once`]: crate#features")]
+#![cfg_attr(
+    any(feature = "sqlite", feature = "postgres", feature = "nats"),
+    doc = "
+[`Backpressure`]: crate::inbox::Backpressure
+[`Later`]: crate::inbox::Later
+[`Counts::paused`]: crate::inbox::Counts::paused"
+)]
+#![cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    doc = "
+[`Backpressure`]: crate#features
+[`Later`]: crate#features
+[`Counts::paused`]: crate#features"
+)]
+#![cfg_attr(
+    any(feature = "sqlite", feature = "postgres"),
+    doc = "
+[`Inbox::counts`]: crate::inbox::Inbox::counts
+[`Worker`]: crate::inbox::Worker"
+)]
+#![cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    doc = "
+[`Inbox::counts`]: crate#features
+[`Worker`]: crate#features"
+)]
+#![cfg_attr(
+    feature = "nats",
+    doc = "[`JetStream::pause`]: crate::inbox::jetstream::JetStream::pause"
+)]
+#![cfg_attr(not(feature = "nats"), doc = "[`JetStream::pause`]: crate#features")]
 
 use std::future::Future;
 use std::time::Duration;

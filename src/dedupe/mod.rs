@@ -93,7 +93,7 @@
 //! | no row: the insert took | the handler's (committed on 2xx) | yes |
 //! | a committed row | 204 | no |
 //! | a row still being inserted by another attempt | waits on the unique index, then one of the two above | — |
-//! | … and it waited longer than [`with_max_wait`](TxDedupeLayer::with_max_wait) | 409 + `Retry-After` | no |
+//! | … and it waited longer than [`with_max_wait`][TxDedupeLayer::with_max_wait] | 409 + `Retry-After` | no |
 //! | a row claimed by a live `PgStore` attempt | 409 + `Retry-After` | no |
 //! | unreachable, or the commit failed | 503 + `Retry-After` | — |
 //! | the key is one the stores refuse ([`StoreErrorKind::InvalidInput`](crate::store::StoreErrorKind::InvalidInput)) | 500, no `Retry-After` | no |
@@ -136,6 +136,21 @@
 //! # Ok(app)
 //! # }
 //! ```
+//!
+#![cfg_attr(
+    feature = "postgres",
+    doc = "
+[`TxDedupeLayer`]: TxDedupeLayer
+[`PgTx`]: PgTx
+[TxDedupeLayer::with_max_wait]: TxDedupeLayer::with_max_wait"
+)]
+#![cfg_attr(
+    not(feature = "postgres"),
+    doc = "
+[`TxDedupeLayer`]: crate#features
+[`PgTx`]: crate#features
+[TxDedupeLayer::with_max_wait]: crate#features"
+)]
 
 mod future;
 mod layer;

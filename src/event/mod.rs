@@ -48,8 +48,19 @@ use serde::de::DeserializeOwned;
 ///   sender still signing with an old one shows at delivery, in the verify layer's logs
 ///   and metrics).
 ///
-/// [`Inbox::accept`]: crate::inbox::Inbox::accept
-/// [`JetStream::accept`]: crate::inbox::jetstream::JetStream::accept
+#[cfg_attr(
+    any(feature = "sqlite", feature = "postgres"),
+    doc = "[`Inbox::accept`]: crate::inbox::Inbox::accept"
+)]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    doc = "[`Inbox::accept`]: crate#features"
+)]
+#[cfg_attr(
+    feature = "nats",
+    doc = "[`JetStream::accept`]: crate::inbox::jetstream::JetStream::accept"
+)]
+#[cfg_attr(not(feature = "nats"), doc = "[`JetStream::accept`]: crate#features")]
 #[derive(Clone)]
 pub struct Event {
     inner: Arc<Inner>,
@@ -359,7 +370,16 @@ impl Event {
     }
 
     /// Deserializes the body (to read the event's own time, say, for
-    /// [`latest::advance`](crate::latest::advance)).
+    /// [`latest::advance`]).
+    ///
+    #[cfg_attr(
+        any(feature = "sqlite", feature = "postgres"),
+        doc = "[`latest::advance`]: crate::latest::advance"
+    )]
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        doc = "[`latest::advance`]: crate#features"
+    )]
     ///
     /// # Errors
     ///

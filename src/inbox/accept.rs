@@ -52,16 +52,29 @@ pub(crate) trait Destination: Send + Sync + 'static {
 /// `Retry-After` without storing while the queue lags too far behind.
 ///
 /// The SQL inbox's `Accept` stores the delivery's request headers with the event, for
-/// operators ([`StoredEvent::headers`](super::StoredEvent::headers)), **never its
+/// operators ([`StoredEvent::headers`]), **never its
 /// credentials**: no header whose name says it carries one (`Authorization`, `Cookie`,
 /// `X-Gitlab-Token`, `Cf-Access-Jwt-Assertion`, …), none the application names, and no
 /// value marked [sensitive](http::HeaderValue::set_sensitive) before it; at most 8 KiB.
 /// The scheme's own signature, id and timestamp headers are kept. What exactly:
-/// [`StoredHeaders`](super::StoredHeaders), set with `with_stored_headers`. JetStream's
+/// [`StoredHeaders`], set with `with_stored_headers`. JetStream's
 /// keeps none.
 ///
 /// A duplicate's 204, the 503 and the 500 carry a [`Rejection`] in their extensions;
 /// [`with_rejection`](Self::with_rejection) replaces them (see [`crate::response`]).
+///
+#[cfg_attr(
+    any(feature = "sqlite", feature = "postgres"),
+    doc = "
+[`StoredEvent::headers`]: super::StoredEvent::headers
+[`StoredHeaders`]: super::StoredHeaders"
+)]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    doc = "
+[`StoredEvent::headers`]: crate#features
+[`StoredHeaders`]: crate#features"
+)]
 #[derive(Clone)]
 pub struct Accept {
     into: Arc<dyn Destination>,

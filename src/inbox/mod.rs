@@ -15,20 +15,20 @@
 //!   could not store (the provider retries).
 //! - A [`Worker`] claims due rows (`FOR UPDATE SKIP LOCKED` on PostgreSQL, one writer on
 //!   SQLite) under a lease and a fencing token, runs your processor on the stored
-//!   [`Event`] (the type handlers get; what its accessors hold here: its
+//!   event ([`crate::Event`], the type handlers get; what its accessors hold here: its
 //!   docs, "From the inbox") and the [`Attempt`], and records the outcome: an error's
 //!   text with its source chain is the row's last error. The lease is renewed while the
 //!   processor runs; a crashed worker's rows come back when their lease runs out, the
 //!   attempt counted (a row whose every attempt crashed goes dead); [`WorkerHandle::shutdown`] waits for running events.
 //! - On PostgreSQL, [`Worker::transactional`] hands the processor a
-//!   [`PgTx`](crate::dedupe::PgTx): its writes and the row's `processed_at` commit
+//!   [`PgTx`]: its writes and the row's `processed_at` commit
 //!   together, so effects in the database happen exactly once, and a worker whose lease
 //!   ran out cannot commit behind the one that took over.
-//! - Operators [`requeue`](Inbox::requeue) rows (by id, type, dead, or a receipt window:
-//!   replay), [`prune`](Inbox::prune) old processed ones (dead ones only by name:
-//!   [`prune_dead`](Inbox::prune_dead)), read [`counts`](Inbox::counts), page through
-//!   the dead and failing rows with their last error ([`list`](Inbox::list)) and read one
-//!   event whole ([`event`](Inbox::event)); [`ingest`](Inbox::ingest) stores events
+//! - Operators [`requeue`][Inbox::requeue] rows (by id, type, dead, or a receipt window:
+//!   replay), [`prune`][Inbox::prune] old processed ones (dead ones only by name:
+//!   [`prune_dead`][Inbox::prune_dead]), read [`counts`][Inbox::counts], page through
+//!   the dead and failing rows with their last error ([`list`][Inbox::list]) and read one
+//!   event whole ([`event`][Inbox::event]); [`ingest`][Inbox::ingest] stores events
 //!   fetched from a provider's events API through the same deduplicated path. The same
 //!   calls over HTTP: `admin::router` (feature `admin`); from a shell: the
 //!   `tower-webhook` command (feature `cli`). The types they read serialize to the JSON
@@ -83,6 +83,45 @@
 //! row is the inbox's when it has a `next_attempt_at`). Use one or the other per source;
 //! when a source moves from `DedupeLayer` to the inbox, a redelivery of an event that
 //! dedupe left unfinished (released after a failure, or claimed) queues it.
+//!
+#![cfg_attr(
+    any(feature = "sqlite", feature = "postgres"),
+    doc = "
+[`Inbox::accept_service`]: Inbox::accept_service
+[`Worker`]: Worker
+[Inbox::requeue]: Inbox::requeue
+[Inbox::prune]: Inbox::prune
+[Inbox::prune_dead]: Inbox::prune_dead
+[Inbox::counts]: Inbox::counts
+[Inbox::list]: Inbox::list
+[Inbox::event]: Inbox::event
+[Inbox::ingest]: Inbox::ingest"
+)]
+#![cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    doc = "
+[`Inbox::accept_service`]: crate#features
+[`Worker`]: crate#features
+[Inbox::requeue]: crate#features
+[Inbox::prune]: crate#features
+[Inbox::prune_dead]: crate#features
+[Inbox::counts]: crate#features
+[Inbox::list]: crate#features
+[Inbox::event]: crate#features
+[Inbox::ingest]: crate#features"
+)]
+#![cfg_attr(
+    feature = "postgres",
+    doc = "
+[`Worker::transactional`]: Worker::transactional
+[`PgTx`]: crate::dedupe::PgTx"
+)]
+#![cfg_attr(
+    not(feature = "postgres"),
+    doc = "
+[`Worker::transactional`]: crate#features
+[`PgTx`]: crate#features"
+)]
 
 pub(crate) mod accept;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -162,6 +201,15 @@ pub struct Inbox {
 }
 
 /// Whether [`Inbox::accept`] stored a new row.
+///
+#[cfg_attr(
+    any(feature = "sqlite", feature = "postgres"),
+    doc = "[`Inbox::accept`]: Inbox::accept"
+)]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    doc = "[`Inbox::accept`]: crate#features"
+)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Accepted {
@@ -183,9 +231,18 @@ pub struct Counts {
     pub processed: u64,
     /// Gave up after the maximum attempts.
     pub dead: u64,
-    /// Held back by a [pause](Inbox::pause): on the SQL inbox the queued rows a pause
+    /// Held back by a [pause][Inbox::pause]: on the SQL inbox the queued rows a pause
     /// covers (counted in `queued` too); on JetStream the messages parked while paused
     /// (out of the stream, so not in `queued`).
+    ///
+    #[cfg_attr(
+        any(feature = "sqlite", feature = "postgres"),
+        doc = "[Inbox::pause]: Inbox::pause"
+    )]
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        doc = "[Inbox::pause]: crate#features"
+    )]
     pub paused: u64,
     /// How long the longest-waiting due row has waited (`None` when none is due): the
     /// queue's lag, the number to alert on when workers fall behind or stop.

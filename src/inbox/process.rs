@@ -156,7 +156,16 @@ pub(crate) fn error_chain(error: &(dyn StdError + 'static)) -> String {
     text
 }
 
-/// A running worker ([`Worker`](super::Worker), or the JetStream one).
+/// A running worker ([`Worker`], or the JetStream one).
+///
+#[cfg_attr(
+    any(feature = "sqlite", feature = "postgres"),
+    doc = "[`Worker`]: super::Worker"
+)]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    doc = "[`Worker`]: crate#features"
+)]
 #[derive(Debug)]
 pub struct WorkerHandle {
     stop: watch::Sender<bool>,

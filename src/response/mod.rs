@@ -62,12 +62,30 @@ pub enum RejectionKind {
     /// the provider retries.
     StoreUnavailable,
     /// The inbox's oldest due event has waited longer than its
-    /// [`Backpressure`](crate::inbox::Backpressure) allows (503 + `Retry-After`): the
+    /// [`Backpressure`] allows (503 + `Retry-After`): the
     /// delivery was not stored, and the provider retries later.
+    ///
+    #[cfg_attr(
+        any(feature = "sqlite", feature = "postgres", feature = "nats"),
+        doc = "[`Backpressure`]: crate::inbox::Backpressure"
+    )]
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+        doc = "[`Backpressure`]: crate#features"
+    )]
     Backlogged,
     /// The store refused the event's key as invalid input
-    /// ([`StoreErrorKind::InvalidInput`](crate::store::StoreErrorKind::InvalidInput)):
+    /// ([`StoreErrorKind::InvalidInput`]):
     /// the same delivery would be refused again (500, no `Retry-After`).
+    ///
+    #[cfg_attr(
+        feature = "dedupe",
+        doc = "[`StoreErrorKind::InvalidInput`]: crate::store::StoreErrorKind::InvalidInput"
+    )]
+    #[cfg_attr(
+        not(feature = "dedupe"),
+        doc = "[`StoreErrorKind::InvalidInput`]: crate#features"
+    )]
     StoreRefused,
     /// `EventFilterLayer` skipped the event: its type is not allowed (204).
     SkippedType,

@@ -150,6 +150,9 @@ pub trait DedupeStore: Send + Sync + 'static {
     /// shorter one. [`SqliteStore`]: four busy timeouts (the writer may wait that long for
     /// another process's lock, for the batch ahead and again for its own). By default no
     /// floor beyond the layers' own 100 ms.
+    ///
+    #[cfg_attr(feature = "sqlite", doc = "[`SqliteStore`]: SqliteStore")]
+    #[cfg_attr(not(feature = "sqlite"), doc = "[`SqliteStore`]: crate#features")]
     fn min_lease(&self) -> Duration {
         Duration::ZERO
     }

@@ -17,7 +17,7 @@ use crate::sql::{migrate_error, store_error};
 /// Claims in SQLite (feature `sqlite`), in the `webhook_events` table of
 /// `migrations/sqlite`. The embedded default: nothing to run beside the server, and done
 /// keys survive a restart. Writes are serialized by SQLite; several processes on one host
-/// may share the file, replicas on several hosts need [`PgStore`](super::PgStore).
+/// may share the file, replicas on several hosts need [`PgStore`].
 ///
 /// # Clocks
 ///
@@ -28,7 +28,7 @@ use crate::sql::{migrate_error, store_error};
 /// remain), and a retry may then run beside it — reported as
 /// [`ClaimLost`](crate::dedupe::ClaimLost). NTP daemons slew small offsets rather than
 /// step; keep the lease longer than any step you expect (the default 60 s covers a 40 s
-/// step), or use [`PgStore`](super::PgStore), whose leases run on the database server's
+/// step), or use [`PgStore`], whose leases run on the database server's
 /// clock.
 ///
 /// # Writes
@@ -54,6 +54,9 @@ use crate::sql::{migrate_error, store_error};
 /// next write starts it again on its own.
 ///
 /// Cloning shares the pool.
+///
+#[cfg_attr(feature = "postgres", doc = "[`PgStore`]: super::PgStore")]
+#[cfg_attr(not(feature = "postgres"), doc = "[`PgStore`]: crate#features")]
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     sql: Sqlite,

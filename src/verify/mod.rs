@@ -30,7 +30,7 @@
 //! | per tenant: the tenant's secrets do not decode | 500 | yes | no |
 //! | SNS, PayPal: a certificate URL off the provider's HTTPS hosts | 400, nothing fetched | yes (PayPal: no) | no |
 //! | SNS, PayPal: the certificate cannot be fetched now, or 20 fetches started this minute | 503 | yes | no |
-//! | PayPal: a second body under a transmission id already seen (this process, or the [transmission store](VerifyWebhookLayer::with_transmission_store)) | 400 | yes | no |
+//! | PayPal: a second body under a transmission id already seen (this process, or the [transmission store][VerifyWebhookLayer::with_transmission_store]) | 400 | yes | no |
 //! | PayPal: the transmission store cannot be reached | 503 | yes | no |
 //! | Microsoft Graph's `POST ?validationToken=…` | 200, the token as text | no | no |
 //! | SNS `SubscriptionConfirmation`, with [`Certificates`] | 200 once its `SubscribeURL` is visited; 503 if that fails | yes | no |
@@ -87,6 +87,15 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+#![cfg_attr(
+    feature = "dedupe",
+    doc = "[VerifyWebhookLayer::with_transmission_store]: VerifyWebhookLayer::with_transmission_store"
+)]
+#![cfg_attr(
+    not(feature = "dedupe"),
+    doc = "[VerifyWebhookLayer::with_transmission_store]: crate#features"
+)]
 
 mod certificate;
 mod collect;

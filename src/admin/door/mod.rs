@@ -208,8 +208,17 @@ impl OperatorDoor {
 
     /// The API's layer: `Authorization: Bearer <token>`, else 401; 429 while the client
     /// is throttled. For [`router`](super::router) and
-    /// [`jetstream_router`](super::jetstream_router):
+    /// [`jetstream_router`][super::jetstream_router]:
     /// `admin::router(inbox).layer(door.bearer())`.
+    ///
+    #[cfg_attr(
+        feature = "nats",
+        doc = "[super::jetstream_router]: super::jetstream_router"
+    )]
+    #[cfg_attr(
+        not(feature = "nats"),
+        doc = "[super::jetstream_router]: crate#features"
+    )]
     pub fn bearer(&self) -> BearerLayer {
         BearerLayer::new(self.clone())
     }

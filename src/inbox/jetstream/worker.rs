@@ -57,12 +57,21 @@ impl JetStreamWorker {
     /// above): 4 at a time, 8 attempts, backoff from 1 s doubling to at most 10 min (with
     /// jitter), a 60 s lease (of the message and of the claim) renewed for up to 1 h of
     /// processing, each pull waiting up to 1 s for messages, and a shutdown that waits for
-    /// running events — as [`Worker`](crate::inbox::Worker)'s.
+    /// running events — as [`Worker`]'s.
     ///
     /// The store may be the one [`DedupeLayer`](crate::DedupeLayer) uses in front of
     /// [`accept_service`](JetStream::accept_service): the worker's keys are its own
     /// (`jetstream/<stream>/<consumer>/<source>`, the event's id), kept for the store's
     /// retention as event keys are.
+    ///
+    #[cfg_attr(
+        any(feature = "sqlite", feature = "postgres"),
+        doc = "[`Worker`]: crate::inbox::Worker"
+    )]
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        doc = "[`Worker`]: crate#features"
+    )]
     pub fn new(jetstream: &JetStream, store: impl DedupeStore, processor: impl Processor) -> Self {
         Self::from_arc(jetstream, Arc::new(store), processor)
     }

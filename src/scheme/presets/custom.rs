@@ -91,11 +91,20 @@ impl Scheme {
     /// time window under the captured transmission's headers — its content, and its `id`,
     /// so its dedupe key too. The verifier accepts a transmission id with one body only,
     /// remembered per process; across replicas and restarts, give
-    /// [`VerifyWebhookLayer::with_transmission_store`](crate::VerifyWebhookLayer::with_transmission_store)
+    /// [`VerifyWebhookLayer::with_transmission_store`]
     /// the store they share. The first body seen under an id wins, so a forgery that
     /// arrives before the genuine delivery still passes. Treat the body as a hint for
     /// anything that moves money: re-read the event (and its resource) from PayPal's API
     /// by its id before acting on it, and act on what the API says.
+    ///
+    #[cfg_attr(
+        feature = "dedupe",
+        doc = "[`VerifyWebhookLayer::with_transmission_store`]: crate::VerifyWebhookLayer::with_transmission_store"
+    )]
+    #[cfg_attr(
+        not(feature = "dedupe"),
+        doc = "[`VerifyWebhookLayer::with_transmission_store`]: crate#features"
+    )]
     #[must_use]
     pub fn paypal(webhook_id: impl AsRef<str>) -> Self {
         Self {

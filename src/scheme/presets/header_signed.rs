@@ -259,8 +259,11 @@ impl Scheme {
     /// read. The `Linear-Delivery` id header is not signed either: deliveries are
     /// deduplicated on a digest of the body — and since a retry carries a fresh
     /// `webhookTimestamp`, a retry is a new digest: deduplicate on the object and action
-    /// in the handler (for example with [`Once`](crate::once::Once)). The type is the
+    /// in the handler (for example with [`Once`]). The type is the
     /// body's `type` (`Issue`, …).
+    ///
+    #[cfg_attr(feature = "dedupe", doc = "[`Once`]: crate::once::Once")]
+    #[cfg_attr(not(feature = "dedupe"), doc = "[`Once`]: crate#features")]
     #[must_use]
     pub fn linear() -> Self {
         Self {

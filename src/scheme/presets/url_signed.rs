@@ -63,16 +63,29 @@ impl Scheme {
     /// followed by the body, with the subscription's signature key (its bytes, not
     /// decoded). The id is the body's `event_id`. The signed body's `created_at` (RFC 3339)
     /// is the timestamp, checked within 48 hours: Square retries a delivery for up to
-    /// 24 hours, and done keys are kept at least 4 days ([`Retention`](crate::store::Retention)),
+    /// 24 hours, and done keys are kept at least 4 days ([`Retention`]),
     /// so a replay after its key is pruned is refused as too old. A body without
     /// `created_at` has no signed time: its key is kept until pruned by name
-    /// ([`DedupeStore::prune_once`](crate::store::DedupeStore::prune_once)). Needs
+    /// ([`DedupeStore::prune_once`]). Needs
     /// [`Verifier::with_public_url`](crate::Verifier::with_public_url) with the URL exactly
     /// as entered in the Developer Console.
     ///
     /// The URL and the body touch; with [`PublicUrl::exact`](crate::PublicUrl::exact) the
     /// URL's path is the verifier's own setting, so bytes cannot move between the two: use
     /// it for this scheme rather than an origin.
+    ///
+    #[cfg_attr(
+        feature = "dedupe",
+        doc = "
+[`Retention`]: crate::store::Retention
+[`DedupeStore::prune_once`]: crate::store::DedupeStore::prune_once"
+    )]
+    #[cfg_attr(
+        not(feature = "dedupe"),
+        doc = "
+[`Retention`]: crate#features
+[`DedupeStore::prune_once`]: crate#features"
+    )]
     #[must_use]
     pub fn square() -> Self {
         Self {
@@ -99,7 +112,10 @@ impl Scheme {
     /// verifier's own setting, so bytes cannot move between URL and body: use it for this
     /// scheme rather than an origin. HubSpot's retries carry a new `attemptNumber` in the
     /// body, so they are new digests: deduplicate on each event's `eventId` in the handler
-    /// (for example with [`Once`](crate::once::Once)).
+    /// (for example with [`Once`]).
+    ///
+    #[cfg_attr(feature = "dedupe", doc = "[`Once`]: crate::once::Once")]
+    #[cfg_attr(not(feature = "dedupe"), doc = "[`Once`]: crate#features")]
     #[must_use]
     pub fn hubspot() -> Self {
         Self {
