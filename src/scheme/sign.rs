@@ -12,7 +12,11 @@ use crate::timestamp::unix_seconds;
 impl Scheme {
     /// The headers a provider would send with `body`: the signature header with one entry
     /// per secret (as senders do while a secret rotates), and the scheme's timestamp and id
-    /// headers. For schemes that read the id from the body (Stripe, Slack), `id` is unused.
+    /// headers. `id` goes in the scheme's id header: signed where the scheme signs it
+    /// (Standard Webhooks, Twitch), unsigned where it does not (GitHub, Shopify, whose
+    /// deliveries are deduplicated on a digest of the signed content, not on `id`). For
+    /// schemes that read the id from the body (Stripe, Slack) or have none (Meta, Zoom),
+    /// `id` is unused: pass `""`.
     ///
     /// For public-key schemes, `secrets` are private keys: Ed25519 as `whsk_` + base64 or
     /// hex of the 32-byte seed (or the 64-byte seed ‖ public key); P-256 as PKCS#8 (PEM or
