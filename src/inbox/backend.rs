@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::{Accepted, Counts, DeadRows, EventSummary, Listing, Pause, Requeue, StoredEvent};
+use crate::inbox::worker::due::DueTimes;
 use crate::inbox::worker::ClaimDue;
 pub(crate) use crate::sql::Outcome;
 use crate::store::{Delivery, StoreFuture, Token};
@@ -74,7 +75,11 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn processed_per_minute(&self, minutes: u32) -> StoreFuture<(i64, Vec<(i64, i64)>)>;
     /// The inbox's row of `(source, id)`, body, headers and attempts included.
     fn event(&self, source: String, id: String) -> StoreFuture<Option<StoredEvent>>;
-    /// Wakes `wake` whenever another process queues a row (PostgreSQL `LISTEN`); `None`
-    /// where only this process writes (SQLite).
-    fn listen(&self, wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>>;
+    /// How long until the earliest queued row that is not due yet falls due (a retry's
+    /// backoff, a snooze), by the database's clock; `None` when no row waits so.
+    fn next_due(&self) -> StoreFuture<Option<Duration>>;
+    /// Wakes `wake` whenever another process queues a row, and tells `due` when any
+    /// process's retry or snooze falls due (PostgreSQL `LISTEN`); `None` where only this
+    /// process writes (SQLite).
+    fn listen(&self, wake: Arc<Notify>, due: DueTimes) -> Option<tokio::task::JoinHandle<()>>;
 }

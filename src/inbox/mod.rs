@@ -198,6 +198,8 @@ use crate::Event;
 pub struct Inbox {
     backend: Arc<dyn Backend>,
     wake: Arc<tokio::sync::Notify>,
+    /// When its rows fall due later (retries, snoozes), for its workers to wake then.
+    due: worker::due::DueTimes,
 }
 
 /// Whether [`Inbox::accept`] stored a new row.
@@ -271,8 +273,8 @@ impl Inbox {
     }
 
     /// An inbox in the PostgreSQL store's database; workers wake on `NOTIFY` from any
-    /// replica's `accept` (each running worker keeps one of the pool's connections for its
-    /// `LISTEN`).
+    /// replica's `accept`, and for any replica's retries and snoozes when they fall due
+    /// (each running worker keeps one of the pool's connections for its `LISTEN`).
     #[cfg(feature = "postgres")]
     #[must_use]
     pub fn postgres(store: &crate::store::PgStore) -> Self {
@@ -283,6 +285,7 @@ impl Inbox {
         Self {
             backend,
             wake: Arc::new(tokio::sync::Notify::new()),
+            due: worker::due::DueTimes::new(),
         }
     }
 

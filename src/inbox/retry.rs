@@ -13,6 +13,10 @@ use crate::{ConfigError, ConfigErrorKind};
 /// The default: 8 attempts, from 1 s up to 10 min. A value: share one between workers,
 /// and test its arithmetic without a database.
 ///
+/// A retry runs at its due time, not at the worker's next poll: the worker wakes for it
+/// (on PostgreSQL, any replica's worker does). What can still wait for a poll (on SQLite,
+/// a retry another process recorded) is said at `Worker::with_backoff`.
+///
 /// ```
 /// use std::time::Duration;
 /// use tower_webhook::inbox::{Jitter, RetryPolicy};
@@ -77,7 +81,8 @@ impl RetryPolicy {
     }
 
     /// Replaces the backoff: `first` after the first failure, doubling up to `cap`
-    /// (default 1 s up to 10 min).
+    /// (default 1 s up to 10 min). Each retry starts when its wait is over, whatever the
+    /// worker's poll interval (see [`RetryPolicy`]).
     ///
     /// # Errors
     ///

@@ -4,6 +4,7 @@
 
 mod again; // a failed event waiting out its backoff here, its object's turn kept
 pub(crate) mod caps; // at most n running per source, per type
+pub(crate) mod due; // when queued events fall due: told to every worker, woken for
 mod freed; // an event's hold on a processor, lent while it waits for its turns
 mod holding; // the events a worker holds, which its claims leave
 pub(crate) mod queue; // what the worker needs of where events wait
@@ -155,7 +156,23 @@ macro_rules! shared_settings {
         /// each wait drawn between half and all of that: as
         /// [`RetryPolicy::with_backoff`].
         ///
+        /// A retry starts when it is due (within a few milliseconds), not at the worker's
+        /// next poll; so does an event a processor snoozed ([`Later`]). On the SQL inbox
+        /// the worker that recorded the failure wakes for it, and so does every worker of
+        /// the same `Inbox` (or a clone of it); on PostgreSQL the failure's `NOTIFY` tells
+        /// every replica's workers when it falls due, so whichever is free then starts
+        /// it. Whenever a claim comes back short, a worker also reads when the next
+        /// queued row falls due, so a worker just started knows too. What no worker is
+        /// told of starts at a worker's next claim (after a delivery it accepts, one of
+        /// its processors ending, or its [poll](Self::with_poll_interval)): on SQLite, a
+        /// retry recorded by another process on the same file, or through another `Inbox`
+        /// opened on it; on PostgreSQL, one notified while a worker's `LISTEN` connection
+        /// was down. On JetStream a failed message goes back to the stream with the delay
+        /// (or, under a per-object cap, waits it out in the worker) and is delivered
+        /// again when due.
+        ///
         /// [`RetryPolicy::with_backoff`]: crate::inbox::RetryPolicy::with_backoff
+        /// [`Later`]: crate::inbox::Later
         ///
         /// # Errors
         ///

@@ -11,6 +11,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::caps::Skip;
+use super::due::DueTimes;
 use crate::store::{Heartbeat, StoreError, Token};
 use crate::Event;
 
@@ -82,7 +83,8 @@ pub(crate) trait Queue: Send + Sync + 'static {
 
     /// Whether [`claim`](Self::claim) waits for events itself (a long poll): then a claim
     /// that came back short says nothing of what is due, and the worker claims again at
-    /// once. Otherwise it waits for a signal (a wake-up, a poll, a processor ending).
+    /// once. Otherwise it waits for a signal (a wake-up, a due time, a poll, a processor
+    /// ending).
     const CLAIM_WAITS: bool;
 
     /// Whether [`give_back`](Self::give_back) hands events back with their attempt
@@ -95,6 +97,13 @@ pub(crate) trait Queue: Send + Sync + 'static {
 
     /// Notified when an event may have been queued (an accept in this process).
     fn wake(&self) -> Arc<Notify>;
+
+    /// Tells when events fall due later (retries, snoozes), for the worker to claim then
+    /// rather than at its next poll; `None` where the queue hands them over when due
+    /// itself (a long poll).
+    fn due(&self) -> Option<DueTimes> {
+        None
+    }
 
     /// Tasks that run beside the worker and stop with it (a `LISTEN`, the gauges).
     fn beside(&self, poll: Duration) -> Vec<tokio::task::JoinHandle<()>>;

@@ -13,6 +13,7 @@ use super::super::process::{hurry_up, AbortOnDrop};
 use super::super::rate::Pacing;
 use super::super::Attempt;
 use super::caps::{Caps, Place, Skip, Turn};
+use super::due::{self, Earliest};
 use super::freed::{Freed, Freeing};
 use super::{ClaimDue, Claimed, Engine, Outcome, Queue};
 use crate::metrics::{self, Operation};
@@ -40,7 +41,8 @@ struct Batch<H> {
     /// How many the queue answered with (some may have been handed back since: their
     /// caps were full).
     answered: usize,
-    /// The worker's count of signals (wake-ups, polls, processors ending) when it was sent.
+    /// The worker's count of signals (wake-ups, due times, polls, processors ending) when
+    /// it was sent.
     sent_at: u64,
     /// It failed: the next claim waits for a signal.
     failed: bool,
@@ -91,13 +93,17 @@ impl<Q: Queue> Engine<Q> {
         // Set when the grace period is over: each running event stops and hands itself
         // back, so its hand-back can never race its own "processed".
         let (hurry, hurried) = watch::channel(false);
-        // `signals` counts what says there may be due events (a wake-up, a poll, a
-        // processor ending); `drained_at`, the count when the last claim that came back
-        // short was sent. No claim goes out while they are equal: a short claim says
+        // `signals` counts what says there may be due events (a wake-up, a due time, a
+        // poll, a processor ending); `drained_at`, the count when the last claim that came
+        // back short was sent. No claim goes out while they are equal: a short claim says
         // nothing of a signal after it was sent (an event accepted meanwhile may be one it
         // did not see).
         let (mut signals, mut drained_at) = (0u64, None);
         let mut pacing = this.rate.map(Pacing::new);
+        // When events fall due later (retries, snoozes: this worker's and others'), the
+        // earliest is a signal at its time, not at the next poll.
+        let mut told = this.queue.due().map(|due| due.listen());
+        let mut earliest = Earliest::default();
         let wake = this.queue.wake();
         let mut woken = pin!(wake.notified());
         woken.as_mut().enable(); // an accept while a claim is out is not missed
@@ -148,6 +154,7 @@ impl<Q: Queue> Engine<Q> {
             // A source out of turns under its own rate: a signal when its next turn comes
             // (a claim skipped its events).
             let source_turn = this.caps.next_turn();
+            let due_at = earliest.wake_at();
             let freed_meanwhile = freed.told.notified();
             tokio::select! {
                 Some(batch) = claims.join_next(), if !claims.is_empty() => {
@@ -167,6 +174,14 @@ impl<Q: Queue> Engine<Q> {
                 }
                 () = freed_meanwhile => signals += 1,
                 () = tokio::time::sleep(this.poll) => signals += 1,
+                at = due::told(&mut told) => match at {
+                    Some(at) => earliest.learn(at),
+                    None => signals += 1, // some missed: claim now (a short claim reads the next)
+                },
+                () = tokio::time::sleep_until(due_at.unwrap_or(turn)), if due_at.is_some() => {
+                    earliest.woke();
+                    signals += 1;
+                }
                 () = tokio::time::sleep_until(turn), if paced => {}
                 () = tokio::time::sleep_until(source_turn.unwrap_or(turn)), if source_turn.is_some() => {
                     signals += 1;

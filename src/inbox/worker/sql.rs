@@ -12,6 +12,7 @@ use super::super::backend::HeldRow;
 use super::super::process::{checked_poll, WorkerHandle};
 use super::super::{Inbox, Processor};
 
+use super::due::DueTimes;
 use super::{shared_settings, ClaimDue, Claimed, Engine, Outcome, Queue, Runner};
 use crate::metrics;
 use crate::store::{retry_until, Heartbeat, StoreError};
@@ -82,6 +83,9 @@ impl Worker {
     }
 
     /// Replaces how often the worker looks for due rows without a wake-up (default 5 s).
+    /// Retries and snoozes do not wait for it (see [`with_backoff`](Self::with_backoff));
+    /// it bounds how long rows no worker is told of wait: a crashed worker's rows once
+    /// their lease has run out, and on SQLite a retry another process recorded.
     ///
     /// # Errors
     ///
@@ -119,8 +123,12 @@ impl Queue for Inbox {
         self.wake.clone()
     }
 
+    fn due(&self) -> Option<DueTimes> {
+        Some(self.due.clone())
+    }
+
     fn beside(&self, poll: Duration) -> Vec<tokio::task::JoinHandle<()>> {
-        let listener = self.backend.listen(self.wake.clone());
+        let listener = self.backend.listen(self.wake.clone(), self.due.clone());
         let gauges = metrics::ENABLED.then(|| tokio::spawn(gauges(self.clone(), poll)));
         listener.into_iter().chain(gauges).collect()
     }
@@ -142,7 +150,18 @@ impl Queue for Inbox {
 
     async fn claim(&self, due: ClaimDue) -> Result<Vec<Claimed<HeldRow>>, StoreError> {
         let (at, token, capped) = (Instant::now(), due.token, due.per_object.is_some());
+        let limit = due.limit;
         let rows = self.backend.claim(due).await?;
+        if rows.len() < limit {
+            // Nothing more is due now: when the next row falls due (a retry or snooze of
+            // any worker's), read beside the claim so that its rows start meanwhile.
+            let (backend, due) = (self.backend.clone(), self.due.clone());
+            tokio::spawn(async move {
+                if let Ok(Some(after)) = backend.next_due().await {
+                    due.after(after); // a read that failed: the poll covers it
+                }
+            });
+        }
         Ok(rows
             .into_iter()
             .map(|row| Claimed {
@@ -190,7 +209,16 @@ impl Queue for Inbox {
         outcome: Outcome,
         until: Instant,
     ) -> Result<bool, StoreError> {
-        retry_until(until, || self.backend.finish(row.clone(), outcome.clone())).await
+        let after = match &outcome {
+            Outcome::Retry(_, after) | Outcome::Later(after) => Some(*after),
+            _ => None,
+        };
+        let held = retry_until(until, || self.backend.finish(row.clone(), outcome.clone())).await;
+        if let (Ok(true), Some(after)) = (&held, after) {
+            // Due `after` from when it was written, which is before now: never early.
+            self.due.after(after);
+        }
+        held
     }
 }
 

@@ -9,6 +9,7 @@ mod outcome; // an attempt's outcome on its row, fenced on the token
 mod queue; // the inbox: accept, and the worker's claims, renewals and outcomes
 #[cfg(test)]
 mod tests;
+mod wake; // the workers' `LISTEN` (accepts, due times) and the next due time
 
 use std::sync::Arc;
 
@@ -22,7 +23,8 @@ use group_commit::{Write, Written};
 pub(crate) use latest::advance;
 pub(crate) use outcome::processed_in;
 
-/// The channel `accept` and `requeue` notify, for workers in other processes.
+/// The channel `accept` and `requeue` notify, for workers in other processes (and retries
+/// and snoozes, with when they fall due).
 const CHANNEL: &str = "webhook_events";
 
 /// The table in one PostgreSQL database. Cloning shares the pool and the writers.

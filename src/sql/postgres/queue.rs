@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::PgListener;
 use sqlx::Row;
 use tokio::sync::Notify;
 
@@ -13,8 +12,9 @@ use super::super::{claimed, store_error, Outcome, CRASHED, OBJECT_INDEX_CONCURRE
 use super::group_commit::{Write, Written};
 use super::listing::FOLD_COUNTS;
 use super::outcome::finish_one;
-use super::{Pg, CHANNEL, PLANNED_EACH_TIME};
+use super::{Pg, PLANNED_EACH_TIME};
 use crate::inbox::backend::{Backend, Claimed, HeldRow};
+use crate::inbox::worker::due::DueTimes;
 use crate::inbox::worker::ClaimDue;
 use crate::inbox::Pause;
 use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, StoredEvent};
@@ -135,14 +135,31 @@ WITH done AS (", $body, "
     };
     ($body:literal, $outcome:literal, $error:literal, cap: $cap:literal) => {
         concat!(
+            recorded!(@capped $body, $outcome, $error, $cap),
+            "
+SELECT count(*) FROM done"
+        )
+    };
+    // With `due:` (the placeholder of the seconds until the row falls due again), the
+    // workers of every process are told when (the notification's payload).
+    ($body:literal, $outcome:literal, $error:literal, cap: $cap:literal, due: $after:literal) => {
+        concat!(
+            recorded!(@capped $body, $outcome, $error, $cap),
+            "
+SELECT count(*), CASE WHEN count(*) > 0
+    THEN pg_notify('webhook_events', ", $after, "::text) END
+FROM done"
+        )
+    };
+    (@capped $body:literal, $outcome:literal, $error:literal, $cap:literal) => {
+        concat!(
             recorded!($body, $outcome, $error),
             ", capped AS (
     DELETE FROM webhook_attempts WHERE ctid IN (
         SELECT a.ctid FROM webhook_attempts a, done
         WHERE a.source = done.source AND a.event_id = done.event_id
         ORDER BY a.started_at DESC OFFSET ", $cap, "::int8)
-)
-SELECT count(*) FROM done"
+)"
         )
     };
     ($body:literal, $outcome:literal, $error:literal, end) => {
@@ -171,7 +188,8 @@ pub(super) const RETRY: &str = recorded!(
     RETURNING source, event_id, attempts AS attempt, attempt_started_at",
     "failed",
     "$4",
-    cap: "$6"
+    cap: "$6",
+    due: "$5"
 );
 
 pub(super) const DEAD: &str = recorded!(
@@ -195,7 +213,8 @@ pub(super) const LATER: &str = recorded!(
     RETURNING source, event_id, attempts + 1 AS attempt, attempt_started_at",
     "snoozed",
     "NULL",
-    cap: "$5"
+    cap: "$5",
+    due: "$4"
 );
 
 pub(super) const ABANDON: &str = recorded!(
@@ -443,20 +462,11 @@ impl Backend for Pg {
         super::listing::event(&self.pool, source, id)
     }
 
-    fn listen(&self, wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>> {
-        let pool = self.pool.clone();
-        Some(tokio::spawn(async move {
-            // Reconnects after a failure; the worker's polling covers the gap.
-            loop {
-                if let Ok(mut listener) = PgListener::connect_with(&pool).await {
-                    if listener.listen(CHANNEL).await.is_ok() {
-                        while listener.recv().await.is_ok() {
-                            wake.notify_waiters();
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }))
+    fn next_due(&self) -> StoreFuture<Option<Duration>> {
+        super::wake::next_due(&self.pool)
+    }
+
+    fn listen(&self, wake: Arc<Notify>, due: DueTimes) -> Option<tokio::task::JoinHandle<()>> {
+        Some(super::wake::listen(self.pool.clone(), wake, due))
     }
 }

@@ -7,9 +7,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::super::shared;
-use super::super::{claimed, Outcome, OBJECT_INDEX};
+use super::super::{claimed, store_error, Outcome, OBJECT_INDEX};
 use super::{Done, Op, Sqlite};
 use crate::inbox::backend::{Backend, Claimed, HeldRow};
+use crate::inbox::worker::due::DueTimes;
 use crate::inbox::worker::ClaimDue;
 use crate::inbox::Pause;
 use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, StoredEvent};
@@ -82,6 +83,13 @@ UPDATE webhook_events SET attempts = attempts, dead_at = ?3,
     processing_error = coalesce(processing_error || '; then ', '') || ?4,
     locked_until = NULL, lock_token = NULL, attempt_started_at = NULL
 WHERE source = ?1 AND event_id = ?2";
+
+/// How many milliseconds after `?1` the earliest queued row not due by then falls due: on
+/// the due rows' index, one row read.
+const NEXT_DUE: &str = "
+SELECT next_attempt_at - ?1 FROM webhook_events
+WHERE next_attempt_at > ?1 AND processed_at IS NULL AND dead_at IS NULL
+ORDER BY next_attempt_at LIMIT 1";
 
 /// Numbers `?1` accepts in arrival order: the last of them comes back.
 pub(super) const TAKE_ARRIVALS: &str =
@@ -292,8 +300,21 @@ impl Backend for Sqlite {
         super::listing::event(&self.pool, self.now_ms(), source, id)
     }
 
-    /// Only this process writes the file's inbox: its own accepts wake its workers.
-    fn listen(&self, _wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>> {
+    fn next_due(&self) -> StoreFuture<Option<Duration>> {
+        let (pool, now) = (self.pool.clone(), self.now_ms());
+        Box::pin(async move {
+            let after: Option<i64> = sqlx::query_scalar(NEXT_DUE)
+                .bind(now)
+                .fetch_optional(&pool)
+                .await
+                .map_err(|e| store_error("inbox next due", e))?;
+            Ok(after.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+        })
+    }
+
+    /// No notifications: a process's own accepts wake its workers, its own retries tell
+    /// them when they fall due (another process's are read at a claim).
+    fn listen(&self, _: Arc<Notify>, _: DueTimes) -> Option<tokio::task::JoinHandle<()>> {
         None
     }
 }

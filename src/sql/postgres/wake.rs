@@ -1,0 +1,58 @@
+//! When the inbox's workers wake: the `LISTEN` that hears every process's accepts and
+//! when its retries and snoozes fall due, and the read of the next due time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgListener, PgPool};
+use tokio::sync::Notify;
+
+use super::super::store_error;
+use super::CHANNEL;
+use crate::inbox::worker::due::DueTimes;
+use crate::store::StoreFuture;
+
+/// How many seconds until the earliest queued row not due yet falls due: on the due rows'
+/// index, one row read.
+const NEXT_DUE: &str = "
+SELECT extract(epoch FROM next_attempt_at - now())::float8 FROM webhook_events
+WHERE next_attempt_at > now() AND processed_at IS NULL AND dead_at IS NULL
+ORDER BY next_attempt_at LIMIT 1";
+
+/// How long until the earliest queued row not due yet falls due, if one waits so.
+pub(super) fn next_due(pool: &PgPool) -> StoreFuture<Option<Duration>> {
+    let pool = pool.clone();
+    Box::pin(async move {
+        let after: Option<f64> = sqlx::query_scalar(NEXT_DUE)
+            .fetch_optional(&pool)
+            .await
+            .map_err(|e| store_error("inbox next due", e))?;
+        Ok(after.and_then(|secs| Duration::try_from_secs_f64(secs).ok()))
+    })
+}
+
+/// Listens on the channel: a notification that says in how many seconds a row falls due
+/// (a retry's, a snooze's) tells `due`; any other wakes `wake` now.
+pub(super) fn listen(
+    pool: PgPool,
+    wake: Arc<Notify>,
+    due: DueTimes,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        // Reconnects after a failure; the worker's polling covers the gap.
+        loop {
+            if let Ok(mut listener) = PgListener::connect_with(&pool).await {
+                if listener.listen(CHANNEL).await.is_ok() {
+                    while let Ok(told) = listener.recv().await {
+                        // Counted from the write, before it was heard: never early.
+                        match told.payload().parse().map(Duration::try_from_secs_f64) {
+                            Ok(Ok(after)) => due.after(after),
+                            _ => wake.notify_waiters(),
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+}
