@@ -94,6 +94,8 @@ pub struct VerifyError {
     detail: &'static str,
     /// A provider that wants another status for failed authentication (Discord: 401).
     unauthorized: bool,
+    /// For a 405: the endpoint takes GET as well as POST.
+    takes_get: bool,
 }
 
 /// The kinds of [`VerifyError`], each with its default status.
@@ -127,6 +129,11 @@ pub enum VerifyErrorKind {
     /// The store that remembers PayPal's transmissions across replicas could not be
     /// reached (503, so the provider retries).
     StoreUnavailable,
+    /// The request's method is not one the scheme's provider sends (405, with `Allow`):
+    /// a GET health check or a browser on a POST-only endpoint. Schemes whose provider
+    /// also sends GET (Meta's handshake, Twilio, HubSpot and schemes that sign the
+    /// method) take GET and POST.
+    MethodNotAllowed,
 }
 
 impl VerifyError {
@@ -135,6 +142,27 @@ impl VerifyError {
             kind,
             detail,
             unauthorized: false,
+            takes_get: false,
+        }
+    }
+
+    /// A method the endpoint does not take: it takes POST, and GET too if `takes_get`.
+    pub(crate) const fn method_not_allowed(takes_get: bool) -> Self {
+        Self {
+            takes_get,
+            ..Self::new(
+                VerifyErrorKind::MethodNotAllowed,
+                "the request's method is not one the provider sends",
+            )
+        }
+    }
+
+    /// The methods a 405 names in its `Allow` header.
+    pub(crate) fn allow(&self) -> Option<&'static str> {
+        match (self.kind, self.takes_get) {
+            (VerifyErrorKind::MethodNotAllowed, true) => Some("GET, POST"),
+            (VerifyErrorKind::MethodNotAllowed, false) => Some("POST"),
+            _ => None,
         }
     }
 
@@ -149,6 +177,7 @@ impl VerifyError {
                 | VerifyErrorKind::Misconfigured
                 | VerifyErrorKind::SecretsUnavailable
                 | VerifyErrorKind::StoreUnavailable
+                | VerifyErrorKind::MethodNotAllowed
         );
         self
     }
@@ -160,7 +189,9 @@ impl VerifyError {
     }
 
     /// The status of the default rejection response: 413 for [`VerifyErrorKind::BodyTooLarge`],
-    /// 408 for [`VerifyErrorKind::BodyTimeout`], 400 for everything else — except 401 for a
+    /// 408 for [`VerifyErrorKind::BodyTimeout`], 405 for
+    /// [`VerifyErrorKind::MethodNotAllowed`] (with `Allow`), 500 for a misconfiguration, 503
+    /// when secrets or the transmission store are unavailable, 400 for everything else — except 401 for a
     /// failed authentication under a scheme whose provider requires it (Discord). Never
     /// 410, which makes Standard Webhooks senders disable the endpoint.
     #[must_use]
@@ -172,6 +203,7 @@ impl VerifyError {
             VerifyErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             VerifyErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             VerifyErrorKind::Misconfigured => StatusCode::INTERNAL_SERVER_ERROR,
+            VerifyErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             VerifyErrorKind::SecretsUnavailable | VerifyErrorKind::StoreUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -199,6 +231,12 @@ impl VerifyError {
             VerifyErrorKind::UnknownTenant => "invalid webhook signature",
             VerifyErrorKind::SecretsUnavailable => "webhook secrets unavailable",
             VerifyErrorKind::StoreUnavailable => "webhook store unavailable",
+            VerifyErrorKind::MethodNotAllowed if self.takes_get => {
+                "method not allowed: this webhook endpoint takes GET and POST"
+            }
+            VerifyErrorKind::MethodNotAllowed => {
+                "method not allowed: this webhook endpoint takes POST"
+            }
         }
     }
 }
@@ -222,6 +260,7 @@ impl VerifyErrorKind {
             VerifyErrorKind::UnknownTenant => "unknown_tenant",
             VerifyErrorKind::SecretsUnavailable => "secrets_unavailable",
             VerifyErrorKind::StoreUnavailable => "store_unavailable",
+            VerifyErrorKind::MethodNotAllowed => "method_not_allowed",
         }
     }
 }

@@ -31,7 +31,7 @@
 //! - `reason`: `missing_header`, `malformed_header`, `invalid_signature`,
 //!   `timestamp_too_old`, `timestamp_in_future`, `body_too_large`, `body_read`,
 //!   `body_timeout`, `misconfigured`, `unknown_tenant`, `secrets_unavailable`,
-//!   `store_unavailable`.
+//!   `store_unavailable`, `method_not_allowed`.
 //! - `outcome`, `operation`, `state`: the values above.
 //!
 //! Durations are in seconds, counts are plain numbers, and every metric is described once

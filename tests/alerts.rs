@@ -226,6 +226,24 @@ async fn a_burst_of_forged_deliveries_raises_one_rejections_alert() {
 }
 
 #[tokio::test]
+async fn health_checks_answered_405_raise_no_rejections_alert() {
+    let (alerts, mut rx) = recording();
+    let alerts = alerts.with_rejections(5, Duration::from_secs(60)).unwrap();
+    let layer =
+        VerifyWebhookLayer::new(verifier(Scheme::standard(), &[SECRET])).with_alerts(alerts);
+    for _ in 0..30 {
+        let get = http::Request::get("/webhooks")
+            .body(http_body_util::Full::new(Bytes::new()))
+            .unwrap();
+        let out = call(&layer, get).await;
+        assert_eq!(out.status, StatusCode::METHOD_NOT_ALLOWED);
+    }
+    assert!(received(&mut rx, Duration::from_millis(300))
+        .await
+        .is_empty());
+}
+
+#[tokio::test]
 async fn a_layer_without_alerts_raises_nothing_and_a_rejection_below_the_threshold_neither() {
     let (alerts, mut rx) = recording();
     let plain = VerifyWebhookLayer::new(verifier(Scheme::standard(), &[SECRET]));

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{at, call, request, verifier, Chunked, NOW};
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::ServiceExt;
-use tower_webhook::{Scheme, VerifyErrorKind, VerifyWebhookLayer};
+use tower_webhook::verify::{TenantFrom, Tenants};
+use tower_webhook::{PublicUrl, Scheme, VerifyErrorKind, VerifyWebhookLayer};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const OLD_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
@@ -440,6 +441,175 @@ async fn default_rejection_is_short_fixed_text_and_never_410() {
     assert_eq!(out.body, "invalid webhook headers");
 }
 
+/// A request with `method` to `uri`, with `headers` and `body`.
+fn with_method(
+    method: Method,
+    uri: &str,
+    headers: HeaderMap,
+    body: &'static [u8],
+) -> Request<Full<Bytes>> {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Full::new(Bytes::from_static(body)))
+        .unwrap();
+    *request.headers_mut() = headers;
+    request
+}
+
+#[tokio::test]
+async fn a_method_the_scheme_does_not_take_gets_405_with_allow_and_never_reaches_the_handler() {
+    // A load balancer's health check, a browser, a stray PUT: not deliveries. Even with a
+    // valid signature, only POST is one (GET where the provider sends GET too).
+    for method in [
+        Method::GET,
+        Method::HEAD,
+        Method::PUT,
+        Method::DELETE,
+        Method::OPTIONS,
+    ] {
+        let out = call(
+            &layer(),
+            with_method(method.clone(), "/webhooks", signed(SECRET, NOW, BODY), BODY),
+        )
+        .await;
+        assert_eq!(out.status, StatusCode::METHOD_NOT_ALLOWED, "{method}");
+        assert_eq!(out.kind(), Some(VerifyErrorKind::MethodNotAllowed));
+        assert_eq!(out.headers["allow"], "POST", "{method}");
+        assert_eq!(
+            out.body,
+            "method not allowed: this webhook endpoint takes POST"
+        );
+        assert!(out.handled.is_empty(), "{method}");
+    }
+    let out = call(&layer(), request(signed(SECRET, NOW, BODY), BODY)).await;
+    assert_eq!(out.status, StatusCode::OK);
+    assert_eq!(out.handled.len(), 1);
+
+    // Discord answers failed authentication 401; a GET is no authentication: 405 still.
+    let discord = VerifyWebhookLayer::new(verifier(
+        Scheme::discord(),
+        &["d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"], // RFC 8032 test 1
+    ));
+    let out = call(
+        &discord,
+        with_method(Method::GET, "/", HeaderMap::new(), b""),
+    )
+    .await;
+    assert_eq!(out.status, StatusCode::METHOD_NOT_ALLOWED);
+    // Per tenant: refused before any tenant is looked up.
+    let tenants = Tenants::new(
+        Scheme::stripe(),
+        TenantFrom::path_segment(1),
+        |_: String| async {
+            panic!("no tenant is looked up for a GET");
+            #[allow(unreachable_code)]
+            Ok::<Option<Vec<String>>, Infallible>(None)
+        },
+    )
+    .unwrap();
+    let out = call(
+        &VerifyWebhookLayer::per_tenant(tenants),
+        with_method(Method::GET, "/hooks/acme", HeaderMap::new(), b""),
+    )
+    .await;
+    assert_eq!(out.status, StatusCode::METHOD_NOT_ALLOWED);
+    // A replaced rejection keeps its status, and gets the `Allow` a 405 must carry.
+    let custom = layer().with_rejection(|err| {
+        http::Response::builder()
+            .status(err.status())
+            .body(Bytes::from(format!(
+                "{{\"error\":\"{}\"}}",
+                err.body_text()
+            )))
+            .unwrap()
+    });
+    let out = call(
+        &custom,
+        with_method(Method::GET, "/webhooks", HeaderMap::new(), b""),
+    )
+    .await;
+    assert_eq!(out.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(out.headers["allow"], "POST");
+}
+
+#[tokio::test]
+async fn schemes_whose_provider_sends_get_take_get_and_allow_it() {
+    // Meta: the `GET ?hub.challenge` handshake (tests/handshakes.rs) and POSTed events.
+    let meta = VerifyWebhookLayer::new(verifier(
+        Scheme::meta(),
+        &["0123456789abcdef0123456789abcdef"],
+    ))
+    .with_verify_token("meatyhamhock");
+    let handshake = "/hooks?hub.mode=subscribe&hub.challenge=42&hub.verify_token=meatyhamhock";
+    let out = call(
+        &meta,
+        with_method(Method::GET, handshake, HeaderMap::new(), b""),
+    )
+    .await;
+    assert_eq!(out.status, StatusCode::OK);
+    assert_eq!(out.body, "42");
+    let out = call(
+        &meta,
+        with_method(Method::PUT, "/hooks", HeaderMap::new(), b""),
+    )
+    .await;
+    assert_eq!(out.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(out.headers["allow"], "GET, POST");
+    assert_eq!(
+        out.body,
+        "method not allowed: this webhook endpoint takes GET and POST"
+    );
+
+    // Twilio may be configured to send GET, its parameters in the signed URL.
+    let token = "twilio-auth-token-0123456789abcd";
+    let url = "https://hooks.example.com/sms?Body=hello&From=%2B14158675309";
+    let headers = Scheme::twilio()
+        .sign_request([token], &Method::GET, url, "", at(NOW), b"")
+        .unwrap();
+    let twilio = VerifyWebhookLayer::new(
+        verifier(Scheme::twilio(), &[token])
+            .with_public_url(PublicUrl::origin("https://hooks.example.com").unwrap()),
+    );
+    let out = call(
+        &twilio,
+        with_method(
+            Method::GET,
+            "/sms?Body=hello&From=%2B14158675309",
+            headers,
+            b"",
+        ),
+    )
+    .await;
+    assert_eq!(out.status, StatusCode::OK);
+    assert_eq!(out.handled.len(), 1);
+    let out = call(
+        &twilio,
+        with_method(Method::DELETE, "/sms", HeaderMap::new(), b""),
+    )
+    .await;
+    assert_eq!(out.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(out.headers["allow"], "GET, POST");
+
+    // HubSpot signs the method: its workflows' GET verifies.
+    let secret = "hubspot-client-secret-0123456789";
+    let url = "https://hooks.example.com/hubspot?objectId=7";
+    let headers = Scheme::hubspot()
+        .sign_request([secret], &Method::GET, url, "", at(NOW), b"")
+        .unwrap();
+    let hubspot = VerifyWebhookLayer::new(
+        verifier(Scheme::hubspot(), &[secret])
+            .with_public_url(PublicUrl::origin("https://hooks.example.com").unwrap()),
+    );
+    let out = call(
+        &hubspot,
+        with_method(Method::GET, "/hubspot?objectId=7", headers, b""),
+    )
+    .await;
+    assert_eq!(out.status, StatusCode::OK);
+    assert_eq!(out.handled.len(), 1);
+}
+
 #[test]
 fn debug_output_never_shows_a_secret() {
     let layer = layer();
@@ -575,7 +745,6 @@ async fn a_trickling_request_does_not_hold_the_inner_services_concurrency_slot()
 
 #[tokio::test]
 async fn url_signed_schemes_verify_the_public_url_not_the_host_the_request_names() {
-    use tower_webhook::PublicUrl;
     let token = "twilio-auth-token-0123456789abcd";
     let body = b"Body=hello&From=%2B14158675309";
     let signed_for = |url: &str| {

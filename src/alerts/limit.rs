@@ -224,7 +224,8 @@ impl Alerts {
 
     /// A delivery of `source` was rejected for `kind` (`InvalidSignature`, …): at the
     /// threshold within a window, raises [`AlertKind::Rejections`].
-    /// [`VerifyWebhookLayer::with_alerts`](crate::VerifyWebhookLayer::with_alerts) calls it.
+    /// [`VerifyWebhookLayer::with_alerts`](crate::VerifyWebhookLayer::with_alerts) calls it
+    /// for every rejection but a 405 (a health check's GET is no delivery).
     pub fn rejected(&self, source: &str, kind: &str) {
         let now = Instant::now();
         let Some((count, kinds)) = self.state().rejections.reject(source, kind, now) else {

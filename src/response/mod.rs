@@ -27,8 +27,8 @@
 //! # let _ = layer;
 //! ```
 //!
-//! A `Retry-After` the reason calls for (an in-flight 409, a store's 503) is added to a
-//! replaced response too, unless it sets one itself.
+//! A `Retry-After` the reason calls for (an in-flight 409, a store's 503), and the `Allow`
+//! of a 405, are added to a replaced response too, unless it sets one itself.
 
 mod body;
 
@@ -273,6 +273,10 @@ pub(crate) trait Reason: Clone + Send + Sync + 'static {
     fn status(&self) -> StatusCode;
     fn body_text(&self) -> &'static str;
     fn retry_after_secs(&self) -> Option<u64>;
+    /// The methods a 405 names in `Allow`.
+    fn allow(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 impl Reason for Rejection {
@@ -297,14 +301,17 @@ impl Reason for crate::VerifyError {
     fn retry_after_secs(&self) -> Option<u64> {
         None
     }
+    fn allow(&self) -> Option<&'static str> {
+        crate::VerifyError::allow(self)
+    }
 }
 
 /// A user's replacement for the default response of a reason `R`.
 pub(crate) type RejectFn<R> = dyn Fn(&R) -> Response<Bytes> + Send + Sync;
 
 /// The response for `reason`: the user's, or the status with the short fixed text; a
-/// `Retry-After` where the reason has one and the response sets none; the reason in the
-/// extensions. Every layer's own answer is built here.
+/// `Retry-After` (or a 405's `Allow`) where the reason has one and the response sets none;
+/// the reason in the extensions. Every layer's own answer is built here.
 pub(crate) fn respond<R: Reason>(reason: R, custom: Option<&Arc<RejectFn<R>>>) -> Response<Bytes> {
     let mut response = match custom {
         Some(f) => f(&reason),
@@ -325,6 +332,12 @@ pub(crate) fn respond<R: Reason>(reason: R, custom: Option<&Arc<RejectFn<R>>>) -
         let headers = response.headers_mut();
         if !headers.contains_key(header::RETRY_AFTER) {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+    }
+    if let Some(methods) = reason.allow() {
+        let headers = response.headers_mut();
+        if !headers.contains_key(header::ALLOW) {
+            headers.insert(header::ALLOW, HeaderValue::from_static(methods));
         }
     }
     response.extensions_mut().insert(reason);

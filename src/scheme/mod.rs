@@ -296,6 +296,16 @@ impl Scheme {
         &self.name
     }
 
+    /// Whether its provider sends GET as well as POST: Meta's handshake; Twilio, whose
+    /// webhooks may be set to GET (the form fields then in the signed URL); and schemes
+    /// that sign the method (HubSpot's workflows may GET). The verify layer answers other
+    /// methods 405.
+    pub(crate) fn takes_get(&self) -> bool {
+        self.handshake == Some(Handshake::Meta)
+            || self.template.uses(&template::Part::SortedForm)
+            || self.template.uses(&template::Part::Method)
+    }
+
     /// Replaces the scheme's name (the default event source).
     #[must_use]
     pub fn with_name(mut self, name: impl Into<Cow<'static, str>>) -> Self {

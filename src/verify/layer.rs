@@ -145,7 +145,7 @@ impl VerifyWebhookLayer {
     }
 
     /// Replaces the rejection response. The [`VerifyError`] is still added to the
-    /// response's extensions.
+    /// response's extensions, and a 405's `Allow` header unless the response sets one.
     ///
     /// ```
     /// use bytes::Bytes;

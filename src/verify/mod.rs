@@ -5,7 +5,8 @@
 //! [`Verifier`](crate::Verifier), and only then calls the inner service — with the same
 //! bytes as its body and the verified [`Event`](crate::Event) in the request's extensions.
 //!
-//! The cheapest rejections come first: a `Content-Length` over the limit, then the headers
+//! The cheapest rejections come first: a method the provider never sends (405), a
+//! `Content-Length` over the limit, then the headers
 //! (a missing, repeated or malformed one, no signature of the scheme's length, a signed
 //! timestamp outside the tolerance) are refused before a byte of the body is read; the
 //! body must arrive within a read timeout (10 s by default); only then is a MAC computed.
@@ -15,6 +16,7 @@
 //! | the request | response | body read? | inner service called? |
 //! |---|---|---|---|
 //! | authentic and fresh | the inner service's | yes | yes |
+//! | a method other than POST (a health check's GET): GET too for Meta, Twilio, HubSpot and schemes that sign the method | 405 + `Allow: POST` (or `GET, POST`) | no | no |
 //! | `Content-Length` over the limit | 413 | no | no |
 //! | a header missing, repeated or malformed | 400 | no | no |
 //! | signed timestamp outside the tolerance | 400 | no | no |
@@ -102,6 +104,7 @@ mod collect;
 mod future;
 mod handshake;
 mod layer;
+mod method;
 mod response;
 mod service;
 mod tenant;

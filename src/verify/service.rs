@@ -11,6 +11,7 @@ use super::collect::CollectBody;
 use super::future::ResponseFuture;
 use super::handshake;
 use super::layer::Config;
+use super::method;
 use crate::error::{VerifyError, VerifyErrorKind};
 use crate::response::ResponseBody;
 use crate::span;
@@ -65,6 +66,10 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // Not a delivery at all (a health check's GET): 405 before anything else.
+        if let Some(error) = method::refuse(self.config.verifier.scheme(), req.method()) {
+            return ResponseFuture::reject(error, self.config.clone());
+        }
         if let Some(response) = handshake::before(&self.config, req.method(), req.uri()) {
             return ResponseFuture::answer(response, self.config.clone());
         }

@@ -53,6 +53,7 @@ pub fn verifier<S: AsRef<str>>(scheme: Scheme, secrets: &[S]) -> Verifier {
 #[derive(Debug)]
 pub struct Outcome {
     pub status: StatusCode,
+    pub headers: http::HeaderMap,
     pub error: Option<VerifyError>,
     pub body: Bytes,
     /// Each time the handler ran: the event and the body bytes it received.
@@ -88,11 +89,13 @@ where
         .await
         .expect("infallible");
     let status = response.status();
+    let headers = response.headers().clone();
     let error = response.extensions().get::<VerifyError>().cloned();
     let body = response.into_body().collect().await.unwrap().to_bytes();
     let handled = std::mem::take(&mut *handled.lock().unwrap());
     Outcome {
         status,
+        headers,
         error,
         body,
         handled,

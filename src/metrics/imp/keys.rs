@@ -91,7 +91,7 @@ pub(in crate::metrics) enum Slot {
 
 /// How many rejection reasons have a slot of their own (every kind there is: see
 /// the tests).
-pub(super) const REASONS: usize = 12;
+pub(super) const REASONS: usize = 13;
 pub(super) const SLOTS: usize = 10 + REASONS;
 
 impl Slot {

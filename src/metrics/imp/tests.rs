@@ -17,6 +17,7 @@ const KINDS: [VerifyErrorKind; REASONS] = [
     VerifyErrorKind::UnknownTenant,
     VerifyErrorKind::SecretsUnavailable,
     VerifyErrorKind::StoreUnavailable,
+    VerifyErrorKind::MethodNotAllowed,
 ];
 
 #[test]
