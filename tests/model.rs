@@ -4,8 +4,8 @@
 //!   release, prune, fencing tokens, lease expiry, `Once` keys beside event keys — on
 //!   memory, SQLite, PostgreSQL and Redis;
 //! - [`inbox`] (model B): the SQL inbox — accept, the worker's claims and outcomes,
-//!   attempts, backoff, dead rows, requeue, a late outcome fenced out — on SQLite and
-//!   PostgreSQL;
+//!   attempts, backoff, dead rows, requeue, a late outcome fenced out, claims, renewals
+//!   and outcomes answered past two thirds of the lease — on SQLite and PostgreSQL;
 //! - [`layer`] (model C): `DedupeLayer` end to end behind a fault wrapper over every
 //!   store, checked against README's Guarantees table, and a storm per store;
 //! - [`crash`] (model C′): `DedupeLayer` across process crashes (a runtime of its own
@@ -13,7 +13,8 @@
 //! - [`jetstream`] (model D): `JetStreamWorker` on the real NATS server, its
 //!   consumer-side claim on every store behind the fault wrapper: duplicates inside and
 //!   past the stream's duplicate window, processors that fail, panic or outlive the
-//!   lease, store faults, workers aborted mid-event and replaced;
+//!   lease, store faults (answers past two thirds of the lease among them), workers
+//!   aborted mid-event and replaced;
 //! - [`once`] (model E): `Once::run` on every store behind the fault wrapper: concurrent
 //!   callers, actions that fail, panic or outlive the lease, callers dropped mid-run;
 //!   [`once_in`] (model E′): `Once::run_in` in the event's PostgreSQL transaction;

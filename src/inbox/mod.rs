@@ -139,6 +139,8 @@ pub mod jetstream;
     all(feature = "nats", feature = "admin")
 ))]
 pub(crate) mod json;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod late; // hidden, for tests: chosen calls answered late
 mod later; // a processor's "not now"
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod listing;
@@ -169,6 +171,9 @@ pub use self::backpressure::Backpressure;
 pub use self::headers::StoredHeaders;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::history::{AttemptOutcome, AttemptRecord};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[doc(hidden)] // for the crate's tests, not public API
+pub use self::late::{LateAnswers, LateCall};
 pub use self::later::Later;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, State, StoredEvent};

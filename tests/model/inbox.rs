@@ -7,7 +7,15 @@
 //! every row is processed or dead; a worker whose processor hangs is aborted as a crash
 //! and another takes over after the lease), an overrun (a worker's processor runs past
 //! its max run time, a second worker takes the row over after the lease, and the first
-//! one's late failure must be fenced out), and requeues by id and of the dead.
+//! one's late failure must be fenced out), requeues by id and of the dead, and timing
+//! faults the model injects itself (`Inbox::with_late_answers`, hidden, for tests): the
+//! worker's next claim that takes a row, its next renewal or its next outcome answered
+//! 210–350 ms late, past two thirds of the 300 ms lease, in the next drain that makes
+//! such a call (a drain has one worker) — the statement landed, its answer did not come
+//! in time. A late claim's rows are handed back uncounted (the model sees nothing of it:
+//! the processor is told the same attempt number); a renewal that landed keeps the row;
+//! an outcome that landed stands. These paths ran before only when load made a call that
+//! slow.
 //!
 //! The model is exact: rows with their state and attempts, the processor's calls per key
 //! (with the attempt numbers it was told) and its effects (successful calls). After every
@@ -23,7 +31,9 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 use tokio::sync::mpsc;
-use tower_webhook::inbox::{Accepted, Attempt, Inbox, Later, Requeue, State, Worker};
+use tower_webhook::inbox::{
+    Accepted, Attempt, Inbox, LateAnswers, LateCall, Later, Requeue, State, Worker, WorkerHandle,
+};
 use tower_webhook::store::{PgStore, SqliteStore};
 use tower_webhook::{Event, Scheme};
 
@@ -50,6 +60,9 @@ pub enum Behave {
     /// Answers `Later` (a millisecond): snoozed, the attempt not counted, so the next
     /// call is told the same attempt number.
     Later,
+    /// Succeeds after 400 ms: past a third of the lease, so its lease is renewed (a renewal
+    /// answered up to 290 ms late is heard while it still runs).
+    Slow,
 }
 
 #[derive(Clone, Debug)]
@@ -74,6 +87,13 @@ pub enum Step {
         key: usize,
     },
     RequeueDead,
+    /// The worker's next `call` (a claim: the next that takes a row) is answered `ms` late,
+    /// in the first drain that makes one — not in an overrun, whose two workers could take
+    /// a row whose lease a late answer let run out: a takeover the model does not predict.
+    Late {
+        call: LateCall,
+        ms: u64,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,7 +144,7 @@ impl Queue {
                 }
                 match self.scripts[k].pop_front().unwrap_or(Behave::Succeed) {
                     Behave::Later => row.attempts -= 1, // snoozed: not an attempt
-                    Behave::Succeed => {
+                    Behave::Succeed | Behave::Slow => {
                         row.state = RowState::Processed;
                         self.effects[k] += 1;
                         break;
@@ -167,6 +187,12 @@ impl ReferenceStateMachine for Reference {
             1 => Just(Behave::Crash),
             1 => Just(Behave::Later),
             1 => Just(Behave::Succeed),
+            1 => Just(Behave::Slow),
+        ];
+        let call = prop_oneof![
+            2 => Just(LateCall::Claim),
+            2 => Just(LateCall::Renew),
+            1 => Just(LateCall::Finish),
         ];
         prop_oneof![
             5 => (0..KEYS).prop_map(|key| Step::Accept { key }),
@@ -175,6 +201,8 @@ impl ReferenceStateMachine for Reference {
             1 => (0..KEYS).prop_map(|key| Step::Overrun { key }),
             2 => (0..KEYS).prop_map(|key| Step::Requeue { key }),
             1 => Just(Step::RequeueDead),
+            // Past two thirds of the lease (200 ms), some past the whole lease.
+            3 => (call, 210..=350u64).prop_map(|(call, ms)| Step::Late { call, ms }),
         ]
         .boxed()
     }
@@ -197,6 +225,9 @@ impl ReferenceStateMachine for Reference {
                 }
             }
             Step::Script { key, behave } => state.scripts[key].push_back(behave),
+            // Nothing the model sees: the rows of a late claim are handed back uncounted,
+            // a late renewal and a late outcome landed.
+            Step::Late { .. } => {}
             Step::Drain => state.drain(None),
             Step::Overrun { key } => state.drain(Some(key)),
             Step::Requeue { key } => {
@@ -244,6 +275,8 @@ enum Signal {
 /// The inbox on a fresh database, the processor's script, and what the model expects.
 pub struct Sut {
     inbox: Inbox,
+    /// The answers to give late in the next drains, until met.
+    late: Vec<(LateCall, Duration)>,
     db: Db,
     script: Arc<Mutex<Script>>,
     signals: mpsc::UnboundedReceiver<Signal>,
@@ -291,7 +324,7 @@ impl Sut {
                         (Behave::Fail, true)
                     } else {
                         let b = s.next[key].pop_front().unwrap_or(Behave::Succeed);
-                        if b == Behave::Succeed {
+                        if matches!(b, Behave::Succeed | Behave::Slow) {
                             s.effects[key] += 1;
                         }
                         (b, false)
@@ -306,6 +339,10 @@ impl Sut {
                 }
                 match behave {
                     Behave::Succeed => Ok(()),
+                    Behave::Slow => {
+                        tokio::time::sleep(Duration::from_millis(400)).await;
+                        Ok(())
+                    }
                     Behave::Later => Err(Later::after(Duration::from_millis(1)).into()),
                     Behave::Fail => Err("the processor failed".into()),
                     Behave::Panic => panic!("the processor panicked (the model asked it to)"),
@@ -318,8 +355,8 @@ impl Sut {
         }
     }
 
-    fn worker(&self) -> Worker {
-        Worker::new(&self.inbox, self.processor())
+    fn worker(&self, inbox: &Inbox) -> Worker {
+        Worker::new(inbox, self.processor())
             .with_concurrency(1)
             .unwrap()
             .with_max_attempts(MAX_ATTEMPTS)
@@ -382,18 +419,49 @@ impl Sut {
         Ok(())
     }
 
+    /// Whether the processor's calls so far, with the attempt numbers it was told, are the
+    /// first of those the model expects of the drain.
+    fn calls_so_far(&self, model: &Queue) -> Result<(), String> {
+        let s = self.script.lock().unwrap();
+        for (k, calls) in s.calls.iter().enumerate() {
+            if !model.calls[k].starts_with(calls) {
+                return Err(format!(
+                    "k{k}: the processor was told attempts {calls:?}, the model expects {:?}",
+                    model.calls[k]
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Runs workers until the store matches the model, aborting a worker whose processor
     /// hangs (a crash) and, for an overrun, starting a second worker beside the stuck one.
     async fn drain(&mut self, model: &Queue, slow: Option<usize>) {
         self.script.lock().unwrap().slow = slow;
         let deadline = tokio::time::Instant::now() + DRAIN_BOUND;
         let overrun = |w: Worker| w.with_max_run(Duration::from_secs(1)).unwrap();
-        let mut workers = vec![match slow {
-            Some(_) => overrun(self.worker()).spawn(),
-            None => self.worker().spawn(),
-        }];
+        // The late answers planned, in a drain of one worker.
+        let late = LateAnswers::new();
+        let inbox = match slow {
+            Some(_) => self.inbox.clone(),
+            None => {
+                for (call, after) in &self.late {
+                    late.next(*call, *after);
+                }
+                self.inbox.with_late_answers(&late)
+            }
+        };
+        let mut workers = Workers(vec![match slow {
+            Some(_) => overrun(self.worker(&inbox)).spawn(),
+            None => self.worker(&inbox).spawn(),
+        }]);
         let mut slow_running = slow.is_some();
         loop {
+            // A call the model does not expect fails at once, not at the bound (quicker to
+            // find and to shrink).
+            if let Err(why) = self.calls_so_far(model) {
+                panic!("drain: {why}");
+            }
             // A slow attempt still running may yet write: only judge once it ended.
             if !slow_running && self.matches(model).await.is_ok() {
                 break;
@@ -414,11 +482,11 @@ impl Sut {
                 Ok(Some(Signal::Crashed)) => {
                     STEPS[usize::from(self.postgres)][4].fetch_add(1, Ordering::Relaxed);
                     // The worker running the hung processor dies; a new one takes over.
-                    let crashed = workers.pop().expect("a worker");
+                    let crashed = workers.0.pop().expect("a worker");
                     crashed.abort();
-                    workers.push(self.worker().spawn());
+                    workers.0.push(self.worker(&inbox).spawn());
                 }
-                Ok(Some(Signal::SlowStarted)) => workers.push(self.worker().spawn()),
+                Ok(Some(Signal::SlowStarted)) => workers.0.push(self.worker(&inbox).spawn()),
                 Ok(Some(Signal::SlowEnded)) => {
                     // Let its fenced outcome land before judging.
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -427,8 +495,33 @@ impl Sut {
                 Ok(None) => {}
             }
         }
-        for w in workers {
+        for w in std::mem::take(&mut workers.0) {
             w.shutdown().await;
+        }
+        // Those met are spent; the rest wait for a drain that makes such a call (a claim
+        // that takes a row, a processor slow enough to be renewed).
+        let calls = [LateCall::Claim, LateCall::Renew, LateCall::Finish];
+        for (i, call) in calls.into_iter().enumerate() {
+            let mut met = late.met(call);
+            STEPS[usize::from(self.postgres)][6 + i].fetch_add(met, Ordering::Relaxed);
+            self.late.retain(|(c, _)| {
+                *c != call || met == 0 || {
+                    met -= 1;
+                    false
+                }
+            });
+        }
+    }
+}
+
+/// A drain's workers: aborted if the drain panics (a handle dropped leaves its worker
+/// running, and its pool open, through the rest of the run and its shrinking).
+struct Workers(Vec<WorkerHandle>);
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for w in self.0.drain(..) {
+            w.abort();
         }
     }
 }
@@ -472,6 +565,7 @@ impl<K: On> StateMachineTest for InboxTest<K> {
         let (signal, signals) = mpsc::unbounded_channel();
         Sut {
             inbox,
+            late: Vec::new(),
             db,
             script: Arc::default(),
             signals,
@@ -489,6 +583,7 @@ impl<K: On> StateMachineTest for InboxTest<K> {
             Step::Drain => 1,
             Step::Overrun { .. } => 2,
             Step::Requeue { .. } | Step::RequeueDead => 3,
+            Step::Late { .. } => 5,
         };
         STEPS[usize::from(K::POSTGRES)][i].fetch_add(1, Ordering::Relaxed);
         block_on(async {
@@ -521,6 +616,7 @@ impl<K: On> StateMachineTest for InboxTest<K> {
                     let n = sut.inbox.requeue(Requeue::dead()).await.unwrap();
                     assert_eq!(n, sut.dead, "requeue of the dead: rows requeued");
                 }
+                Step::Late { call, ms } => sut.late.push((call, Duration::from_millis(ms))),
             }
             if let Err(why) = sut.matches(model).await {
                 panic!("after {step:?}: {why}");
@@ -570,8 +666,9 @@ impl<K: On> StateMachineTest for InboxTest<K> {
     }
 }
 
-/// Steps run: accepts and scripts, drains, overruns, requeues; and crashes.
-static STEPS: [[AtomicUsize; 5]; 2] = [const { [const { AtomicUsize::new(0) }; 5] }; 2];
+/// Steps run: accepts and scripts, drains, overruns, requeues; crashes; late answers
+/// planned; and late answers met: claims, renewals, outcomes.
+static STEPS: [[AtomicUsize; 9]; 2] = [const { [const { AtomicUsize::new(0) }; 9] }; 2];
 
 macro_rules! on {
     ($marker:ident, $pg:expr, $test:ident, $file:literal) => {
@@ -590,12 +687,17 @@ macro_rules! on {
                 &format!("inbox | {}", stringify!($test)),
                 || {
                     format!(
-                        "accepts+scripts={} drains={} overruns={} requeues={} crashes={}",
+                        "accepts+scripts={} drains={} overruns={} requeues={} crashes={} \
+                         late planned={} met: claims={} renewals={} outcomes={}",
                         n(0),
                         n(1),
                         n(2),
                         n(3),
-                        n(4)
+                        n(4),
+                        n(5),
+                        n(6),
+                        n(7),
+                        n(8)
                     )
                 },
             );
