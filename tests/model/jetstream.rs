@@ -8,7 +8,8 @@
 //! later ones the same id again (inside the duplicate window JetStream drops it; after a
 //! sleep past it, a second message of the same event); store faults scripted on the next
 //! calls of one operation of the claim store (fail, lose the acknowledgement, answer
-//! late); healing; time passing; and a crash — the worker aborted wherever it is, its
+//! late: up to two thirds of the lease, or past them — a claim so late is given back and
+//! asked again, as `PendingClaim` does); healing; time passing; and a crash — the worker aborted wherever it is, its
 //! processor with it, and a new worker started on the same stream, consumer and store.
 //!
 //! The model is the set of accepted events, each to end processed successfully exactly
@@ -60,11 +61,13 @@ pub enum StoreFault {
 #[derive(Clone, Debug)]
 pub enum Step {
     /// Accepts event `key`; its first accept sets what its attempts do (`script`, then
-    /// success), each after `work` ms.
+    /// success), each after `work` ms. With `late`, the claim store's next call of that
+    /// operation — most likely this event's — is answered that many ms late.
     Accept {
         key: usize,
         script: Vec<Behave>,
         work: u64,
+        late: Option<(Op, u64)>,
     },
     /// The next `n` calls of `op` on the claim store meet `fault`.
     Fault {
@@ -96,23 +99,33 @@ impl ReferenceStateMachine for Reference {
             1 => Just(Behave::Panic),
             1 => Just(Behave::Later),
         ];
-        let accept = (
-            0..KEYS,
-            prop::collection::vec(behave, 0..3),
-            prop_oneof![3 => Just(0u64), 2 => 0..150u64, 1 => 400..900u64],
-        )
-            .prop_map(|(key, script, work)| Step::Accept { key, script, work });
         let op = prop_oneof![
             Just(Op::Claim),
             Just(Op::Renew),
             Just(Op::Complete),
             Just(Op::Release)
         ];
+        // Past two thirds of the lease, some past all of it: a claim answered so late is
+        // given back and asked again; a renewal or "done" so late exempts its event.
+        let late = prop_oneof![Just(None), (op.clone(), 210..400u64).prop_map(Some)];
+        let accept = (
+            0..KEYS,
+            prop::collection::vec(behave, 0..3),
+            prop_oneof![3 => Just(0u64), 2 => 0..150u64, 1 => 400..900u64],
+            late,
+        )
+            .prop_map(|(key, script, work, late)| Step::Accept {
+                key,
+                script,
+                work,
+                late,
+            });
         let fault = prop_oneof![
             Just(StoreFault::Fail),
             Just(StoreFault::LoseAck),
             (10..200u64).prop_map(StoreFault::AnswerAfter),
         ];
+
         prop_oneof![
             6 => accept,
             3 => (op, fault, 1..=3usize).prop_map(|(op, fault, n)| Step::Fault { op, fault, n }),
@@ -300,7 +313,17 @@ impl Sut {
 
     async fn step(&mut self, step: &Step) {
         match step {
-            Step::Accept { key, script, work } => {
+            Step::Accept {
+                key,
+                script,
+                work,
+                late,
+            } => {
+                let met_before = self.store.met().len();
+                if let Some((op, ms)) = late {
+                    let late = Fault::AnswerAfter(Duration::from_millis(*ms));
+                    self.store.script(*op, [late]);
+                }
                 let key = format!("evt_{key}");
                 {
                     let mut s = self.seen.lock().unwrap();
@@ -313,6 +336,15 @@ impl Sut {
                     .accept(&event(&key))
                     .await
                     .unwrap_or_else(|e| panic!("{key}: accept failed with NATS up: {e}"));
+                // Give the late answer a moment to be met before a later step heals it
+                // (the call is logged as it is made, not when it answers).
+                let deadline = tokio::time::Instant::now() + Duration::from_millis(300);
+                while late.is_some()
+                    && self.store.met().len() == met_before
+                    && tokio::time::Instant::now() < deadline
+                {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
             }
             Step::Fault { op, fault, n } => {
                 let fault = match fault {
@@ -454,11 +486,20 @@ impl<K: On> StateMachineTest for JetStreamTest<K> {
         let i = Kind::ALL.iter().position(|k| *k == sut.kind).unwrap();
         let s = sut.seen.lock().unwrap();
         TOTALS[i].fetch_add(s.accepts, std::sync::atomic::Ordering::Relaxed);
+        let late = sut
+            .store
+            .met()
+            .into_iter()
+            .filter(|m| matches!(m.fault, Fault::AnswerAfter(after) if after >= LEASE * 2 / 3));
+        LATE[i].fetch_add(late.count(), std::sync::atomic::Ordering::Relaxed);
         CRASHES[i].fetch_add(s.crashes, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
 static CRASHES: [std::sync::atomic::AtomicUsize; 4] =
+    [const { std::sync::atomic::AtomicUsize::new(0) }; 4];
+/// Store calls answered past two thirds of the lease.
+static LATE: [std::sync::atomic::AtomicUsize; 4] =
     [const { std::sync::atomic::AtomicUsize::new(0) }; 4];
 
 macro_rules! on {
@@ -478,9 +519,10 @@ macro_rules! on {
                 &format!("jetstream worker | {:?}", $kind),
                 || {
                     format!(
-                        "accepts={} | crashes={}",
+                        "accepts={} | crashes={} | answered past 2/3 of the lease={}",
                         TOTALS[i].load(std::sync::atomic::Ordering::Relaxed),
-                        CRASHES[i].load(std::sync::atomic::Ordering::Relaxed)
+                        CRASHES[i].load(std::sync::atomic::Ordering::Relaxed),
+                        LATE[i].load(std::sync::atomic::Ordering::Relaxed)
                     )
                 },
             );
