@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::backend::{Backend, Claimed, HeldRow, Outcome};
+use super::worker::due::DueTimes;
 use super::worker::ClaimDue;
 use super::StoredEvent;
 use super::{Accepted, Counts, DeadRows, EventSummary, Inbox, Listing, Pause, Requeue};
@@ -80,8 +81,8 @@ impl LateAnswers {
 }
 
 impl Inbox {
-    /// Hidden, for tests, not public API: this inbox (the same database and wake-ups) with
-    /// the claims, renewals and outcomes `late` plans answered late.
+    /// Hidden, for tests, not public API: this inbox (the same database, wake-ups and due
+    /// times) with the claims, renewals and outcomes `late` plans answered late.
     #[doc(hidden)]
     #[must_use]
     pub fn with_late_answers(&self, late: &LateAnswers) -> Self {
@@ -92,6 +93,7 @@ impl Inbox {
         Self {
             backend: Arc::new(backend),
             wake: self.wake.clone(),
+            due: self.due.clone(),
         }
     }
 }
@@ -169,7 +171,10 @@ impl Backend for Late {
     fn event(&self, source: String, id: String) -> StoreFuture<Option<StoredEvent>> {
         self.inner.event(source, id)
     }
-    fn listen(&self, wake: Arc<Notify>) -> Option<tokio::task::JoinHandle<()>> {
-        self.inner.listen(wake)
+    fn next_due(&self) -> StoreFuture<Option<Duration>> {
+        self.inner.next_due()
+    }
+    fn listen(&self, wake: Arc<Notify>, due: DueTimes) -> Option<tokio::task::JoinHandle<()>> {
+        self.inner.listen(wake, due)
     }
 }
