@@ -6,12 +6,15 @@
 //! firewall would) and, until [`Proxy::restore`], resets every new one as soon as it is
 //! accepted: a client sees a connection that dies during its handshake at once — not a
 //! refused one (which sqlx's pool retries quietly for up to its acquire timeout) and not
-//! a silent one (which only a timeout ends).
+//! a silent one (which only a timeout ends). [`Proxy::swallow`] makes the path fail one
+//! way first: what the store sends is read and dropped until the cut, so whatever it
+//! delivers meanwhile is lost in transit.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -25,6 +28,8 @@ pub struct Proxy {
 struct Shared {
     /// Set while cut: new connections are reset at once.
     cut: AtomicBool,
+    /// Set from `swallow` until the next cut: what upstream sends is dropped.
+    swallowing: AtomicBool,
     /// Bumped by each cut: every connection older than the bump resets itself.
     epoch: watch::Sender<u64>,
     /// Connections being forwarded now.
@@ -41,6 +46,7 @@ impl Proxy {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             cut: AtomicBool::new(false),
+            swallowing: AtomicBool::new(false),
             epoch: watch::channel(0).0,
             live: AtomicUsize::new(0),
             dropped: AtomicUsize::new(0),
@@ -76,9 +82,17 @@ impl Proxy {
         self.addr.to_string()
     }
 
+    /// Drops what upstream sends on every connection from now until the next
+    /// [`cut`](Self::cut), while what clients send still goes through: replies and
+    /// deliveries sent meanwhile are lost in transit.
+    pub fn swallow(&self) {
+        self.shared.swallowing.store(true, Ordering::SeqCst);
+    }
+
     /// Resets every live connection and every new one until [`restore`](Self::restore).
     pub fn cut(&self) {
         self.shared.cut.store(true, Ordering::SeqCst);
+        self.shared.swallowing.store(false, Ordering::SeqCst);
         self.shared.epoch.send_modify(|e| *e += 1);
     }
 
@@ -120,12 +134,12 @@ impl Drop for Live {
     }
 }
 
-async fn forward(mut inbound: TcpStream, upstream: String, shared: Arc<Shared>) {
+async fn forward(inbound: TcpStream, upstream: String, shared: Arc<Shared>) {
     let mut epoch = shared.epoch.subscribe();
     epoch.mark_unchanged();
     shared.live.fetch_add(1, Ordering::SeqCst);
     let _live = Live(shared.clone());
-    let mut outbound = tokio::select! {
+    let outbound = tokio::select! {
         connected = TcpStream::connect(&upstream) => match connected {
             Ok(stream) => stream,
             Err(_) => return reset(inbound),
@@ -143,13 +157,35 @@ async fn forward(mut inbound: TcpStream, upstream: String, shared: Arc<Shared>) 
     }
     let _ = inbound.set_nodelay(true);
     let _ = outbound.set_nodelay(true);
+    let (mut from_client, mut to_client) = inbound.into_split();
+    let (mut from_upstream, mut to_upstream) = outbound.into_split();
+    let up = async {
+        let _ = tokio::io::copy(&mut from_client, &mut to_upstream).await;
+        let _ = to_upstream.shutdown().await;
+    };
+    // As `copy`, but what comes while swallowing is read and dropped.
+    let down = async {
+        let mut buf = vec![0; 16 * 1024];
+        while let Ok(n @ 1..) = from_upstream.read(&mut buf).await {
+            let swallowed = shared.swallowing.load(Ordering::SeqCst);
+            if !swallowed && to_client.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        let _ = to_client.shutdown().await;
+    };
     let cut = tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => false,
+        _ = async { tokio::join!(up, down) } => false,
         _ = epoch.changed() => true,
     };
     if cut {
         shared.dropped.fetch_add(1, Ordering::SeqCst);
-        reset(outbound);
-        reset(inbound);
+        if let (Ok(inbound), Ok(outbound)) = (
+            from_client.reunite(to_client),
+            from_upstream.reunite(to_upstream),
+        ) {
+            reset(outbound);
+            reset(inbound);
+        }
     }
 }

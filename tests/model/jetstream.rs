@@ -4,7 +4,9 @@
 //! A case is a stream of its own (a uuid name, memory storage, a 400 ms duplicate
 //! window; deleted at the end) and a random sequence of: accepts of one of three events —
 //! the first with a script of what each attempt of its processor does (succeed, fail or
-//! panic, after 0–150 ms or 400–900 ms: past the 300 ms lease, living on renewals), the
+//! panic, after 0–150 ms or 400–900 ms: past the claim's 300 ms lease and the consumer's
+//! 200 ms `ack_wait`, living on renewals; a message delivered again while its claim holds
+//! goes back until the claim ends), the
 //! later ones the same id again (inside the duplicate window JetStream drops it; after a
 //! sleep past it, a second message of the same event); store faults scripted on the next
 //! calls of one operation of the claim store (fail, lose the acknowledgement, answer
@@ -39,6 +41,7 @@ use crate::run::{block_on, check, shared_store};
 
 const KEYS: usize = 3;
 const LEASE: Duration = Duration::from_millis(300);
+const ACK_WAIT: Duration = Duration::from_millis(200);
 const WINDOW: Duration = Duration::from_millis(400);
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -230,6 +233,8 @@ fn worker(
     };
     JetStreamWorker::from_arc(jetstream, Arc::new(store.clone()), processor)
         .with_lease(LEASE)
+        .unwrap()
+        .with_ack_wait(ACK_WAIT)
         .unwrap()
         .with_poll_interval(Duration::from_millis(50))
         .unwrap()

@@ -29,9 +29,11 @@
 //!   [`JetStreamWorker::new`] because JetStream alone redelivers processed messages;
 //!   [`JetStreamWorker::at_least_once`] goes without one, and says so.
 //! - A [`JetStreamWorker`] pulls no more messages than it has room to run, renews each
-//!   message's lease and its claim (`+WPI`, confirmed by the server, every third of the
-//!   consumer's `ack_wait`) until the outcome — the acknowledgement, the nak or the dead
-//!   publish — has landed, and acknowledges a success only once the server confirmed it. A failure
+//!   message (`+WPI`, confirmed by the server, every third of the consumer's `ack_wait`:
+//!   1 s) and its claim (every third of the claim's lease: 20 s) until the outcome — the
+//!   acknowledgement, the nak or the dead publish — has landed, and acknowledges a success
+//!   only once the server confirmed it. A message delivered while another attempt holds
+//!   its event's claim goes back, uncounted, until that claim ends. A failure
 //!   is redelivered after the same capped, jittered backoff as the SQL worker's; after
 //!   the last attempt the message is published to `<stream>-dead` and acknowledged. A
 //!   message delivered more times than the attempts allow (every attempt crashed its
@@ -53,7 +55,7 @@
 //! |---|---|---|
 //! | 2xx means stored | in the database | on the stream (its replicas): on disk only with `sync_interval: always` on the servers, and R3 to survive one's loss (see below) |
 //! | a duplicate delivery | one row (the primary key) | one message within the window; `DedupeLayer` beyond it; processed once either way (the worker's claim) |
-//! | a crashed worker | its rows come back after the lease, counted | its messages are redelivered after `ack_wait`, counted |
+//! | a crashed worker | its rows come back after the lease, counted | its messages are redelivered after `ack_wait` (3 s); those it was running go back until their claims' lease (60 s) ends, then run, counted |
 //! | a crashed NATS server | n/a | acknowledgements it lost: redelivered, acknowledged without running (the key is done) |
 //! | an effect outside the store | at least once (`Once` makes it once) | at least once (`Once` makes it once) |
 //! | effects in the store, exactly once | `Worker::transactional` | no: an acknowledgement cannot commit with another database |
@@ -69,7 +71,8 @@
 //! quarter of a second; a client of your own ([`JetStream::builder`]) reconnects on its
 //! own schedule (`async-nats` waits up to 4 s between tries by default). Messages the
 //! server had sent when the connection dropped are lost in transit: JetStream redelivers
-//! them once their lease ([`JetStreamWorker::with_lease`]) has run out.
+//! them once the consumer's `ack_wait` ([`JetStreamWorker::with_ack_wait`], 3 s) has run
+//! out: the worker keeps it short for that, and renews each message it holds.
 //!
 //! TLS to NATS (`tls://` URLs) needs a rustls crypto provider, which this crate leaves to
 //! the application (two providers in one build make rustls refuse to pick): turn on

@@ -2,12 +2,12 @@
 //! message pulled, claimed in a store, renewed, then acknowledged, handed back or buried.
 
 use std::fmt;
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
-use async_nats::jetstream::{AckKind, Message};
+use async_nats::jetstream::Message;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
@@ -19,13 +19,13 @@ use crate::inbox::worker::{shared_settings, ClaimDue, Claimed, Engine, Outcome, 
 use crate::inbox::Processor;
 use crate::metrics::{self, Attempt, Operation};
 use crate::store::{
-    retry_until, ClaimGuard, Completed, DedupeStore, Delivery, Heartbeat, Lease, Renewed,
-    StoreError,
+    retry_until, ClaimGuard, Completed, DedupeStore, Delivery, Heartbeat, Lease, StoreError,
 };
 use crate::{ConfigError, Event};
 
 mod order; // messages handed back in the stream's order
 mod pulled; // the consumer, pulls, claims in the store, parking
+mod renew; // messages on the consumer's ack_wait, claims on their lease
 use pulled::Claim;
 
 /// Processes a [`JetStream`]'s messages. Build it, then [`spawn`](Self::spawn) it. Workers
@@ -55,9 +55,9 @@ const CRASHED: &str =
 impl JetStreamWorker {
     /// A worker running `processor` on each event once, claiming it in `store` first (see
     /// above): 4 at a time, 8 attempts, backoff from 1 s doubling to at most 10 min (with
-    /// jitter), a 60 s lease (of the message and of the claim) renewed for up to 1 h of
-    /// processing, each pull waiting up to 1 s for messages, and a shutdown that waits for
-    /// running events — as [`Worker`]'s.
+    /// jitter), a 60 s lease of the claim and the consumer's `ack_wait` of 3 s, both
+    /// renewed for up to 1 h of processing, each pull waiting up to 1 s for messages, and a
+    /// shutdown that waits for running events — as [`Worker`]'s.
     ///
     /// The store may be the one [`DedupeLayer`](crate::DedupeLayer) uses in front of
     /// [`accept_service`](JetStream::accept_service): the worker's keys are its own
@@ -100,6 +100,7 @@ impl JetStreamWorker {
             consumer: Mutex::new(None),
             poll,
             lease: Duration::ZERO, // set by `open`
+            ack_wait: renew::ACK_WAIT,
             paused: Paused::default(),
             holding: Arc::default(),
         };
@@ -110,16 +111,33 @@ impl JetStreamWorker {
 
     shared_settings!();
 
-    /// Replaces the lease (default 60 s): the consumer's `ack_wait` when this creates the
-    /// consumer (an existing consumer keeps its own, and the worker renews on that), renewed
-    /// every third of it while the processor runs. It bounds how long a *crashed* worker's
-    /// messages wait to be redelivered.
+    /// Replaces the lease of an event's claim in the store (default 60 s), renewed every
+    /// third of it while the processor runs. It bounds how long a *crashed* worker's
+    /// running events wait to run again: their messages come back after the consumer's
+    /// `ack_wait`, and go back (not counted) until the claim has lapsed.
     ///
     /// # Errors
     ///
     /// When `lease` is not between 100 ms and 1 day.
     pub fn with_lease(mut self, lease: Duration) -> Result<Self, ConfigError> {
         self.engine.lease.length = Lease::checked_length(lease)?;
+        Ok(self)
+    }
+
+    /// Replaces the consumer's `ack_wait` (default 3 s), set on the consumer when the
+    /// worker starts (give every worker of a consumer the same). Each message the worker
+    /// holds — running, waiting for its turn, waiting out a retry — is renewed (`+WPI`)
+    /// every third of it. It bounds how long a message lost in transit (sent as the
+    /// connection to NATS dropped) and a crashed worker's waiting messages take to come
+    /// back. Shorter costs more renewals; a renewal late by two thirds of it has the
+    /// message delivered again meanwhile, which goes back while the claim holds (a worker
+    /// without a store runs it again).
+    ///
+    /// # Errors
+    ///
+    /// When `ack_wait` is not between 100 ms and 1 day.
+    pub fn with_ack_wait(mut self, ack_wait: Duration) -> Result<Self, ConfigError> {
+        self.engine.queue.ack_wait = renew::checked(ack_wait)?;
         Ok(self)
     }
 
@@ -144,9 +162,10 @@ impl JetStreamWorker {
     /// waits until the worker has read that close (the SQL inbox's claim skips at any
     /// depth). The worker pulls no more than it has places for.
     ///
-    /// Each waiting message is renewed (`+WPI`) every third of the lease, and all of them
-    /// count toward the consumer's `max_ack_pending` (NATS's default: 1 000, shared by
-    /// every worker of the consumer): a pull beyond it gets nothing until some are done.
+    /// Each waiting message is renewed (`+WPI`) every third of the consumer's `ack_wait`
+    /// (1 s by default), and all of them count toward the consumer's `max_ack_pending`
+    /// (NATS's default: 1 000, shared by every worker of the consumer): a pull beyond it
+    /// gets nothing until some are done.
     /// The wait counts toward [`with_max_run`](Self::with_max_run) (default 1 h). A worker
     /// that crashes while messages wait has counted each a delivery, as it would a
     /// message it was running; one that shuts down hands them back uncounted.
@@ -188,8 +207,10 @@ pub(crate) struct Stream {
     consumer: Mutex<Option<PullConsumer>>,
     /// How long a pull waits for a message when none is there.
     poll: Duration,
-    /// The lease of the messages and of their claims (the consumer's, once open).
+    /// The lease of the events' claims in the store.
     lease: Duration,
+    /// The consumer's `ack_wait`: asked for, then the consumer's own once open.
+    ack_wait: Duration,
     /// The pauses in force, as this worker last heard.
     paused: Paused,
     /// The messages this worker holds, to hand back in the stream's order.
@@ -208,6 +229,10 @@ pub(crate) struct Pulled {
     seq: u64,
     held: AtomicI64,
     claim: Mutex<Option<ClaimGuard>>,
+    /// When the claim's lease ends, and its renewal in flight.
+    claimed: Mutex<renew::ClaimLease>,
+    /// Handed back with a delay: no longer renewed (a renewal would undo the delay).
+    delayed: AtomicBool,
     /// Its place among the messages this worker holds, given up with it.
     _holding: order::Held,
 }
@@ -232,8 +257,9 @@ impl Queue for Stream {
         gauges.into_iter().chain([watch, unpark]).collect()
     }
 
-    /// Gets the durable consumer, created with this lease if it does not exist, asking
-    /// again after a pause while NATS cannot answer; keeps the consumer's own lease.
+    /// Gets the durable consumer, created or set with this `ack_wait`, asking again after
+    /// a pause while NATS cannot answer; the worker's heartbeat beats on the shorter of
+    /// `ack_wait` and the claim's lease.
     async fn open(
         &mut self,
         (lease, _): (Duration, Option<u32>),
@@ -242,14 +268,15 @@ impl Queue for Stream {
         loop {
             // The pauses first: no paused event may start before they are known.
             let opened = match self.paused.load(&self.jetstream).await {
-                Ok(()) => self.create_consumer(lease).await,
+                Ok(()) => self.create_consumer(self.ack_wait).await,
                 Err(error) => Err(error),
             };
             match opened {
                 Ok(consumer) => {
-                    self.lease = consumer.cached_info().config.ack_wait;
+                    self.lease = lease;
+                    self.ack_wait = consumer.cached_info().config.ack_wait;
                     *self.consumer.get_mut().expect("not poisoned") = Some(consumer);
-                    return Some(self.lease);
+                    return Some(self.ack_wait.min(self.lease));
                 }
                 Err(_error) => {
                     #[cfg(feature = "tracing")]
@@ -292,7 +319,7 @@ impl Queue for Stream {
         }
         if pulled.is_err() {
             // The connection may have been replaced: ask for the consumer again.
-            if let Ok(again) = self.create_consumer(lease).await {
+            if let Ok(again) = self.create_consumer(self.ack_wait).await {
                 *self.consumer.lock().expect("not poisoned") = Some(again);
             }
         }
@@ -330,9 +357,7 @@ impl Queue for Stream {
                 event.stored_id().to_owned(),
             );
             match self.claim_key(store, delivery, hurried).await {
-                Claim::Granted(guard) => {
-                    *pulled.claim.lock().expect("not poisoned") = Some(guard);
-                }
+                Claim::Granted(guard) => pulled.hold_claim(guard, self.lease),
                 Claim::Done => {
                     // Processed already: by an attempt whose acknowledgement was lost, or
                     // as another message of the same event (published after the window).
@@ -346,6 +371,10 @@ impl Queue for Stream {
                     let _ = self.hand_back(pulled, Duration::ZERO, until).await;
                     return false;
                 }
+                Claim::Elsewhere(after) => {
+                    self.give_way(pulled, after, until).await;
+                    return false;
+                }
             }
         }
         if attempt > max_attempts {
@@ -357,40 +386,9 @@ impl Queue for Stream {
         true
     }
 
-    /// Renews the message (`+WPI`, confirmed by the server) and the event's claim at once;
-    /// `Ok(true)` once both were heard. A claim another attempt took over is no longer
-    /// renewed (and recording then finds none); the message still is, until its outcome
-    /// lands.
-    async fn renew(&self, pulled: &Pulled, lease: Duration) -> Result<bool, StoreError> {
-        let claim = pulled
-            .claim
-            .lock()
-            .expect("not poisoned")
-            .as_ref()
-            .map(|guard| guard.renew(lease));
-        let claim = async {
-            match claim {
-                Some(renewal) => renewal.await.map(Some),
-                None => Ok(None),
-            }
-        };
-        // A request on the reply subject: the server answers once it has the renewal.
-        let message = async {
-            pulled
-                .message
-                .double_ack_with(AckKind::Progress)
-                .await
-                .map_err(|e| StoreError::new("jetstream renew", e))
-        };
-        let (claim, message) = tokio::join!(claim, message);
-        if let Ok(Some(Renewed::Fenced)) = claim {
-            if let Some(lost) = pulled.take() {
-                let _ = lost.into_parts(); // nothing to release: it is another's
-            }
-        }
-        claim?;
-        message?;
-        Ok(true)
+    /// Renews the message, and the event's claim when it is due (`renew.rs`).
+    async fn renew(&self, pulled: &Pulled, _: Duration) -> Result<bool, StoreError> {
+        self.keep(pulled).await
     }
 
     /// Runs the message again here, its claim given up (the next run claims it again): a
@@ -411,7 +409,7 @@ impl Queue for Stream {
     }
 
     /// Processed: done in the store first, then acknowledged — a redelivery after a lost
-    /// acknowledgement finds the key done (after the lease the message is redelivered,
+    /// acknowledgement finds the key done (after `ack_wait` the message is redelivered,
     /// and acknowledged as processed if the key is done). A failure gives the key up so
     /// the next delivery runs: handed back with its backoff, or buried.
     async fn finish(
@@ -421,14 +419,17 @@ impl Queue for Stream {
         until: Instant,
     ) -> Result<bool, StoreError> {
         let message = &pulled.message;
+        pulled.delays(&outcome);
         match outcome {
             Outcome::Processed => {
                 let recorded = match (&self.claims, pulled.take()) {
                     (None, _) => true,
                     (Some(_), None) => false, // another attempt took the key over
                     (Some(_), Some(guard)) => {
+                        // Tried while the claim lasts, past the message's shorter lease.
+                        let claimed = pulled.claim_ends().unwrap_or(until);
                         let (store, delivery, token) = guard.into_parts();
-                        let complete = retry_until(until, || {
+                        let complete = retry_until(claimed.max(until), || {
                             metrics::timed(
                                 Operation::Complete,
                                 store.complete(delivery.clone(), token),

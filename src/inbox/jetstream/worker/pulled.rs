@@ -1,7 +1,7 @@
 //! The stream's messages as the worker holds them: the durable consumer, pulls, each
 //! event's claim in the store, parking a paused one, and giving the claim up.
 
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::super::pause;
-use super::super::settle::bury;
+use super::super::settle::{bury, nak};
 use super::super::{event_of, header, held, JetStream};
 use super::{Pulled, Stream};
 use crate::inbox::process::hurry_up;
@@ -41,9 +41,11 @@ impl Stream {
         }
     }
 
+    /// The durable consumer, created with `ack_wait` if it does not exist, else set to it
+    /// (`renew.rs`).
     pub(super) async fn create_consumer(
         &self,
-        lease: Duration,
+        ack_wait: Duration,
     ) -> Result<PullConsumer, StoreError> {
         let err = |e| StoreError::new("jetstream consumer", e);
         let js = &self.jetstream;
@@ -56,15 +58,16 @@ impl Stream {
         let config = pull::Config {
             durable_name: Some(js.inner.consumer.clone()),
             ack_policy: AckPolicy::Explicit,
-            ack_wait: lease,
+            ack_wait,
             // Dead messages are moved by the worker, with their error: never dropped.
             max_deliver: -1,
             ..Default::default()
         };
-        stream
+        let consumer = stream
             .get_or_create_consumer(&js.inner.consumer, config)
             .await
-            .map_err(|e| StoreError::new("jetstream consumer", e))
+            .map_err(|e| StoreError::new("jetstream consumer", e))?;
+        Ok(Self::set_ack_wait(&stream, consumer, ack_wait).await)
     }
 
     /// Pulls up to `n` messages: those there now, or the first to arrive within `wait`
@@ -148,6 +151,8 @@ impl Stream {
                     seq,
                     held: AtomicI64::new(held),
                     claim: Mutex::new(None),
+                    claimed: Mutex::default(),
+                    delayed: AtomicBool::new(false),
                     _holding: self.holding.hold(seq),
                 },
                 at,
@@ -156,9 +161,21 @@ impl Stream {
         Ok(rows)
     }
 
-    /// Claims the event's key, asking again while another attempt holds it (a redelivery
-    /// while the first delivery still runs) or the store does not answer: a message waits
-    /// here, renewed, rather than spend one of its attempts.
+    /// Another attempt holds the event for `after` more (this is a redelivery while it
+    /// runs, or its worker died): back until then, holding no processor meanwhile; no
+    /// attempt, so not counted. The holder's renewals and outcome settle a redelivery of
+    /// its own message.
+    pub(super) async fn give_way(&self, pulled: &Pulled, after: Duration, until: Instant) {
+        held::add(&self.jetstream.inner.held, pulled.seq, pulled.held()).await;
+        pulled.delayed.store(true, Ordering::Relaxed);
+        let _ = nak(&pulled.message, Some(after), until).await;
+    }
+
+    /// Claims the event's key, asking again while the store does not answer, or while
+    /// another attempt holds it for at most [`WAIT_HERE`] (or a third of `ack_wait`) more:
+    /// a message waits here, renewed, rather than spend one of its attempts. Held longer
+    /// (a redelivery while the first delivery still runs, or its worker died), it goes
+    /// back until then.
     pub(super) async fn claim_key(
         &self,
         store: &Arc<dyn DedupeStore>,
@@ -176,7 +193,10 @@ impl Stream {
             let pause = match claimed {
                 Key::Granted(guard) => return Claim::Granted(guard),
                 Key::Done => return Claim::Done,
-                Key::InFlight(after) => after.min(Duration::from_secs(1)),
+                Key::InFlight(after) if after > WAIT_HERE.min(self.ack_wait / 3) => {
+                    return Claim::Elsewhere(after)
+                }
+                Key::InFlight(after) => after,
                 Key::Failed(_error) => {
                     #[cfg(feature = "tracing")]
                     tracing::warn!(target: "tower_webhook", "jetstream worker could not claim an event in its store: {_error}");
@@ -214,8 +234,10 @@ impl Pulled {
         self.claim.lock().expect("not poisoned").take()
     }
 
-    /// Gives the claim up (a failed or stopped attempt), so the next delivery runs.
+    /// Gives the claim up (a failed or stopped attempt), so the next delivery runs; tried
+    /// again in the background while the claim's lease lasts.
     pub(super) async fn release(&self, until: Instant) {
+        let until = self.claim_ends().map_or(until, |ends| ends.max(until));
         if let Some(guard) = self.take() {
             guard.release_until(until.into_std()).await;
         }
@@ -230,7 +252,13 @@ pub(super) enum Claim {
     Done,
     /// The worker is stopping past its grace.
     Stopped,
+    /// Another attempt holds the event's key for this long more.
+    Elsewhere(Duration),
 }
+
+/// The longest a message waits here, holding a processor, for another attempt's claim to
+/// end (one about to lapse, or just given up).
+const WAIT_HERE: Duration = Duration::from_secs(1);
 
 /// Ends once `client` lost its connection and has it again, plus `poll`: a pull request
 /// sent before survives the server at most that long, so none of its messages comes later.
