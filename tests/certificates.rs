@@ -18,6 +18,7 @@ use http_body_util::Full;
 use rsa::pkcs8::DecodePrivateKey as _;
 use rsa::signature::{SignatureEncoding as _, Signer as _};
 use serde_json::{json, Value};
+use tower_webhook::store::{PgStore, RedisStore, SqliteStore, StoreFuture, TrustStore};
 use tower_webhook::verify::Certificates;
 use tower_webhook::{Scheme, Verifier, VerifyErrorKind, VerifyWebhookLayer};
 
@@ -886,6 +887,230 @@ async fn urls_trusted_in_a_previous_run_are_fetched_outside_the_limit_after_a_re
         .with_trusted_urls([with_port])
         .unwrap();
     assert_eq!(seeded.trusted_urls(), [SNS_URL]);
+}
+
+// ---- Trusted URLs kept in a store: across a restart, shared by replicas ----
+
+/// A trust store that counts its reads.
+struct CountingReads<S> {
+    store: S,
+    reads: Arc<AtomicUsize>,
+}
+
+impl<S: TrustStore> TrustStore for CountingReads<S> {
+    fn load(&self) -> StoreFuture<Vec<String>> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.store.load()
+    }
+
+    fn trust(&self, url: String) -> StoreFuture<()> {
+        self.store.trust(url)
+    }
+}
+
+/// Waits until `store` holds `url`: the verifying process writes it in the background.
+async fn until_stored(store: &impl TrustStore, url: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !store.load().await.unwrap().iter().any(|u| u == url) {
+        assert!(std::time::Instant::now() < deadline, "{url} never stored");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Forged deliveries naming `misses`, signed before any is sent (an RSA signature in a
+/// debug build takes milliseconds: the timings below are the receiver's, not these).
+fn forged(misses: std::ops::Range<usize>) -> Vec<Vec<u8>> {
+    misses.map(|i| naming(&miss(i), "m-x", true)).collect()
+}
+
+/// `bodies` sent one after the other: their statuses.
+async fn flood(layer: &VerifyWebhookLayer, bodies: Vec<Vec<u8>>) -> Vec<StatusCode> {
+    let mut statuses = Vec::new();
+    for body in bodies {
+        statuses.push(call(layer, post(body)).await.status);
+    }
+    statuses
+}
+
+fn trusting(server: &Server, store: impl TrustStore) -> VerifyWebhookLayer {
+    let certificates = Certificates::new(Scheme::sns([TOPIC]), server.fetch(TEST_CERT))
+        .unwrap()
+        .with_trust_store(store);
+    VerifyWebhookLayer::from_certificates(certificates)
+}
+
+/// A certificate trusted by one process, then a restart on the same database under a
+/// flood that spends the fetch limit: the new process reads the URL from the store, so
+/// the genuine delivery is fetched outside the limit and verified at once.
+async fn trusted_across_a_restart<S: TrustStore, F: std::future::Future<Output = S>>(
+    open: impl Fn() -> F,
+) {
+    let before = Server::default();
+    let layer = trusting(&before, open().await);
+    let out = call(&layer, post(naming(SNS_URL, "m-1", false))).await;
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    until_stored(&open().await, SNS_URL).await;
+    drop(layer);
+
+    let (bodies, genuine) = (forged(0..25), naming(SNS_URL, "m-2", false));
+    let server = Server::default();
+    let layer = trusting(&server, open().await);
+    let statuses = flood(&layer, bodies).await;
+    let refused = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::SERVICE_UNAVAILABLE)
+        .count();
+    assert_eq!(refused, 5, "the flood spent the minute's 20 fetches");
+    let started = std::time::Instant::now();
+    let out = call(&layer, post(genuine)).await;
+    let took = started.elapsed();
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    assert!(took < Duration::from_millis(500), "waited {took:?}");
+    assert_eq!(server.asked().len(), 21, "one fetch outside the limit");
+    assert_eq!(server.asked().last().map(String::as_str), Some(SNS_URL));
+}
+
+#[tokio::test]
+async fn a_certificate_trusted_before_a_restart_is_read_from_sqlite_and_verified_under_a_flood() {
+    let path = common::stores::temp_sqlite_path();
+    trusted_across_a_restart(|| async { SqliteStore::open(&path).await.unwrap() }).await;
+}
+
+#[tokio::test]
+async fn a_certificate_trusted_before_a_restart_is_read_from_postgres_and_verified_under_a_flood() {
+    let url = common::fresh_pg_url().await;
+    trusted_across_a_restart(|| async { PgStore::connect(&url).await.unwrap() }).await;
+}
+
+/// Replica B runs, and a flood spends its fetch limit; then replica A verifies a delivery
+/// under a certificate B never saw. B reads the store again at most every 5 s: within
+/// 5 s of its last read, the genuine delivery is refused like the flood's (no read per
+/// delivery); after them, one read for a whole flood, and the genuine delivery is
+/// fetched outside the limit and verified.
+///
+/// `wait`: the 5 s pass in real time, not by moving Tokio's clock (Redis's client times
+/// its replies on that clock, and a moved clock times them out).
+async fn shared_by_replicas(a: impl TrustStore, b: impl TrustStore + Clone, wait: bool) {
+    let (bodies, later) = (forged(0..25), forged(100..150));
+    let genuine = [2, 3].map(|i| naming(SNS_URL, &format!("m-{i}"), false));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let b_server = Server::default();
+    let counting = CountingReads {
+        store: b.clone(),
+        reads: reads.clone(),
+    };
+    let replica_b = trusting(&b_server, counting);
+    let statuses = flood(&replica_b, bodies).await;
+    assert_eq!(b_server.asked().len(), 20);
+    assert_eq!(statuses[20..], [StatusCode::SERVICE_UNAVAILABLE; 5]);
+    assert_eq!(
+        reads.load(Ordering::SeqCst),
+        1,
+        "read once, at the first delivery"
+    );
+
+    let replica_a = trusting(&Server::default(), a);
+    let out = call(&replica_a, post(naming(SNS_URL, "m-1", false))).await;
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    until_stored(&b, SNS_URL).await;
+    let [genuine, again] = genuine;
+    let out = call(&replica_b, post(genuine)).await;
+    assert_eq!(
+        out.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "read under 5 s ago"
+    );
+    assert_eq!(reads.load(Ordering::SeqCst), 1);
+
+    // 5 s later.
+    if wait {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    } else {
+        tokio::time::pause();
+        tokio::time::advance(Duration::from_secs(6)).await;
+        tokio::time::resume();
+    }
+    let flooding = replica_b.clone();
+    let flood = later.into_iter().map(move |body| {
+        let layer = flooding.clone();
+        async move { call(&layer, post(body)).await.status }
+    });
+    let flood = tokio::spawn(futures_join_all(flood));
+    let out = call(&replica_b, post(again)).await;
+    assert_eq!(out.status, StatusCode::OK, "{:?}", out.error);
+    let statuses = flood.await.unwrap();
+    assert!(statuses
+        .iter()
+        .all(|s| *s == StatusCode::SERVICE_UNAVAILABLE));
+    assert_eq!(
+        reads.load(Ordering::SeqCst),
+        2,
+        "one read for 51 deliveries"
+    );
+    let asked = b_server.asked();
+    assert_eq!(asked.len(), 21, "{asked:?}");
+    assert_eq!(asked.iter().filter(|u| *u == SNS_URL).count(), 1);
+}
+
+#[tokio::test]
+async fn a_certificate_trusted_by_one_replica_is_verified_by_another_under_a_flood_postgres() {
+    let url = common::fresh_pg_url().await;
+    let a = PgStore::connect(&url).await.unwrap();
+    let b = PgStore::connect(&url).await.unwrap();
+    shared_by_replicas(a, b, false).await;
+}
+
+#[tokio::test]
+async fn a_certificate_trusted_by_one_replica_is_verified_by_another_under_a_flood_redis() {
+    let prefix = format!("tower-webhook-test:{}:", uuid::Uuid::new_v4().simple());
+    let connect = || async {
+        RedisStore::connect(&common::redis_url())
+            .await
+            .unwrap()
+            .with_prefix(&prefix)
+    };
+    shared_by_replicas(connect().await, connect().await, true).await;
+}
+
+/// Each store keeps the 64 URLs trusted last, the latest first; trusting one again makes
+/// it the latest.
+#[tokio::test]
+async fn a_trust_store_keeps_the_64_urls_trusted_last() {
+    async fn keeps(store: impl TrustStore) {
+        let url = |i: usize| {
+            format!("https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-{i:03}.pem")
+        };
+        for i in 0..70 {
+            store.trust(url(i)).await.unwrap();
+        }
+        // A later millisecond (ties are ordered by URL, the greater first).
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        store.trust(url(10)).await.unwrap();
+        let expected: Vec<String> = [10]
+            .into_iter()
+            .chain((11..70).rev())
+            .chain((6..10).rev())
+            .map(url)
+            .collect();
+        assert_eq!(store.load().await.unwrap(), expected);
+    }
+    const ROWS: &str = "SELECT COUNT(*) FROM webhook_trusted_certificates";
+    let sqlite = SqliteStore::open(common::stores::temp_sqlite_path())
+        .await
+        .unwrap();
+    keeps(sqlite.clone()).await;
+    let rows: i64 = sqlx::query_scalar(ROWS)
+        .fetch_one(sqlite.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 64, "the older rows are deleted");
+    let pg = PgStore::connect(&common::fresh_pg_url().await)
+        .await
+        .unwrap();
+    keeps(pg.clone()).await;
+    let rows: i64 = sqlx::query_scalar(ROWS).fetch_one(pg.pool()).await.unwrap();
+    assert_eq!(rows, 64, "the older rows are deleted");
+    keeps(common::stores::redis().await).await;
 }
 
 /// The figures SECURITY.md gives for a sustained flood (not run by default: 10 s of real

@@ -38,6 +38,7 @@ mod sql; // the dedupe store over a dialect's table, for both
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod token; // the fencing token of a claim
+mod trust; // the URLs of the certificates that verified a delivery
 
 use std::future::Future;
 use std::pin::Pin;
@@ -59,6 +60,8 @@ pub use retention::Retention;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub use token::Token;
+pub use trust::TrustStore;
+pub(crate) use trust::MAX_TRUSTED_URLS;
 
 use crate::ConfigError;
 

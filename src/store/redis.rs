@@ -40,8 +40,8 @@ use super::{
 /// Cloning shares the connection.
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: ConnectionManager,
-    prefix: Arc<str>,
+    pub(super) connection: ConnectionManager,
+    pub(super) prefix: Arc<str>,
     retention: Duration,
     /// How many replicas must acknowledge a claim or a completion, and how long to wait.
     replicas: Option<(u32, Duration)>,
@@ -272,7 +272,7 @@ async fn replicated(
 /// dropped or timed out, or a server loading, failing over or read-only,
 /// [`Unavailable`](StoreErrorKind::Unavailable); the rest (a script error, an unexpected
 /// reply, refused authentication) [`Other`](StoreErrorKind::Other).
-fn redis_error(context: &'static str, e: redis::RedisError) -> StoreError {
+pub(super) fn redis_error(context: &'static str, e: redis::RedisError) -> StoreError {
     use redis::{ErrorKind, ServerErrorKind};
     let kind = match e.kind() {
         ErrorKind::InvalidClientConfig => StoreErrorKind::InvalidInput,

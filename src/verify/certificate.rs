@@ -16,6 +16,8 @@ use crate::{ConfigError, ConfigErrorKind, Event, Scheme, Verifier};
 mod cache; // each certificate fetched once, kept for its TTL; the misses bounded
 mod fetch; // the application's HTTPS GET
 mod hosts; // the provider's hosts, and each URL's canonical form
+#[cfg(feature = "dedupe")]
+mod stored; // the trusted URLs kept in a store: across restarts, shared by replicas
 #[cfg(test)]
 mod tests;
 
@@ -50,13 +52,15 @@ use hosts::{paypal_certificate_url, sns_certificate_url, sns_subscribe_url};
 /// - A certificate that has verified a delivery is *trusted*: kept apart from the other
 ///   URLs (of which at most 256 are cached, the oldest going first), so no number of
 ///   misses evicts it, and a delivery under it is verified at once while a flood spends
-///   the fetch limit. Past
-///   its TTL (24 h by default: providers publish a new certificate under a new URL) its
-///   URL is fetched again outside the limit. Trust is kept in this process: carry it
-///   across a restart, or to other replicas, with [`trusted_urls`](Self::trusted_urls)
-///   saved and given back to [`with_trusted_urls`](Self::with_trusted_urls) — a URL
-///   named there is fetched outside the limit; otherwise a certificate is a miss until
-///   it verifies a delivery again.
+///   the fetch limit. Past its TTL (24 h by default: providers publish a new certificate
+///   under a new URL) its URL is fetched again outside the limit. With a trust store
+///   ([`with_trust_store`][with_trust_store]: `SqliteStore`, `PgStore`, `RedisStore`),
+///   the trusted URLs — URLs only, not certificates — survive a restart and are shared
+///   by the replicas on the store: a delivery under one is fetched outside the limit.
+///   Without one, trust is kept in this process (or carried by the application:
+///   [`trusted_urls`](Self::trusted_urls) saved and given back to
+///   [`with_trusted_urls`](Self::with_trusted_urls)); otherwise, after a restart, a
+///   certificate is a miss until it verifies a delivery again.
 ///
 /// The certificate's trust comes from that HTTPS fetch from the provider's host: its chain
 /// and validity dates are not checked again.
@@ -79,6 +83,9 @@ use hosts::{paypal_certificate_url, sns_certificate_url, sns_subscribe_url};
 ///
 /// Cloning shares the cache. Where no fetch is possible, pin the certificate instead:
 /// `Verifier::new(Scheme::sns(topics), [pem])`.
+///
+#[cfg_attr(feature = "dedupe", doc = "[with_trust_store]: Self::with_trust_store")]
+#[cfg_attr(not(feature = "dedupe"), doc = "[with_trust_store]: crate#features")]
 #[derive(Clone)]
 pub struct Certificates {
     inner: Arc<Inner>,
@@ -92,6 +99,9 @@ struct Inner {
     /// At most this many fetches start per window.
     fetch_limit: (u32, Duration),
     cache: Mutex<Cache>,
+    /// Where the trusted URLs are kept, if anywhere.
+    #[cfg(feature = "dedupe")]
+    stored: Option<stored::Stored>,
 }
 
 /// At most this many fetches start per [`FETCH_WINDOW`] by default.
@@ -142,6 +152,8 @@ impl Certificates {
                 ttl: Duration::from_secs(24 * 3600),
                 fetch_limit: (FETCH_LIMIT, FETCH_WINDOW),
                 cache: Mutex::new(Cache::default()),
+                #[cfg(feature = "dedupe")]
+                stored: None,
             }),
         })
     }
@@ -164,7 +176,8 @@ impl Certificates {
     /// Replaces the certificate URLs trusted before any delivery (none by default): a
     /// delivery naming one has its certificate fetched outside the fetch limit, so a
     /// flood cannot keep it out after a restart. Give it the
-    /// [`trusted_urls`](Self::trusted_urls) of a previous run or another replica.
+    /// [`trusted_urls`](Self::trusted_urls) of a previous run or another replica — or
+    /// let a trust store keep them (`with_trust_store`, feature `dedupe`).
     ///
     /// # Errors
     ///
@@ -194,12 +207,19 @@ impl Certificates {
     }
 
     /// The URLs of the certificates trusted now: those that verified a delivery in this
-    /// process, and those given to [`with_trusted_urls`](Self::with_trusted_urls) — to
-    /// save for the next start, or share with other replicas.
+    /// process, those given to [`with_trusted_urls`](Self::with_trusted_urls), and those
+    /// last read from the trust store, if any — to save for the next start, or share with
+    /// other replicas.
     #[must_use]
     pub fn trusted_urls(&self) -> Vec<String> {
         let cache = self.cache();
-        let mut urls: Vec<String> = cache.trusted.keys().chain(&cache.known).cloned().collect();
+        let mut urls: Vec<String> = cache
+            .trusted
+            .keys()
+            .chain(&cache.known)
+            .chain(&cache.stored)
+            .cloned()
+            .collect();
         urls.sort();
         urls.dedup();
         urls
@@ -272,7 +292,7 @@ impl Certificates {
     ) -> Pin<Box<dyn Future<Output = Result<Verifier, VerifyError>> + Send>> {
         let this = self.clone();
         Box::pin(async move {
-            let slot = match this.find(&url)? {
+            let slot = match this.found(&url).await? {
                 Found::Trusted(verifier) => return Ok(verifier),
                 Found::Slot(slot) => slot,
             };
@@ -299,6 +319,12 @@ impl Certificates {
                 .await;
             fetched.clone()
         })
+    }
+
+    /// What `url` has (with a trust store, `stored.rs` reads it first).
+    #[cfg(not(feature = "dedupe"))]
+    async fn found(&self, url: &str) -> Result<Found, VerifyError> {
+        self.find(url)
     }
 
     /// Visits an SNS `SubscribeURL`, if it is on SNS's hosts.

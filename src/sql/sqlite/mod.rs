@@ -8,6 +8,7 @@ mod listing; // the inbox's counts, listings and one event, for operators
 mod queue; // the inbox: accept, and the worker's claims, renewals and outcomes
 #[cfg(test)]
 mod tests;
+mod trusted; // the URLs of the certificates that verified a delivery
 mod writer; // the one writer: each batch of operations in one transaction
 
 use std::sync::Arc;
@@ -69,6 +70,8 @@ enum Op {
     /// The inbox's processed (`false`) or dead (`true`) rows older than that.
     /// Processed rows (`None`), or the dead rows named.
     PruneRows(Duration, Option<crate::inbox::DeadRows>),
+    /// A certificate URL that verified a delivery, kept as trusted now.
+    Trust(String),
 }
 
 /// An [`Op`]'s answer.
@@ -100,7 +103,8 @@ impl Op {
             | Op::Pause(..)
             | Op::Prune(_)
             | Op::PruneOnce(..)
-            | Op::PruneRows(..) => Lane::Front,
+            | Op::PruneRows(..)
+            | Op::Trust(_) => Lane::Front,
             Op::Complete(..)
             | Op::Renew(..)
             | Op::Release(..)

@@ -418,5 +418,6 @@ async fn write_one<'a>(
                 .map_err(|e| store_error("inbox prune", e))?;
             Done::Count(changed(done))
         }
+        Op::Trust(url) => super::trusted::trust(conn, now, url).await?,
     })
 }

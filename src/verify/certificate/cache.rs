@@ -24,6 +24,9 @@ pub(super) struct Cache {
     /// URLs the application trusts before any delivery (`with_trusted_urls`): their
     /// fetch is not a miss.
     pub(super) known: HashSet<String>,
+    /// URLs read from the trust store, as at its last read (at most 64): fetched outside
+    /// the limit, as the known.
+    pub(super) stored: HashSet<String>,
     /// Every other URL asked for: being fetched, fetched, or failed.
     pub(super) slots: HashMap<String, Slot>,
     /// When the current window began, and how many fetches started in it.
@@ -67,7 +70,7 @@ const MAX_CACHED: usize = 256;
 
 /// At most this many trusted certificates are kept (only a genuine delivery makes one:
 /// a bound against nothing but a provider's own churn), the oldest fetched going first.
-const MAX_TRUSTED: usize = 64;
+pub(super) const MAX_TRUSTED: usize = 64;
 
 /// How long a failed fetch answers 503 for its URL before it is tried again.
 const FAILED_TTL: Duration = Duration::from_secs(5);
@@ -79,14 +82,23 @@ const TOO_MANY_FETCHES: VerifyError = VerifyError::new(
 
 impl Certificates {
     /// Keeps the certificate at `url`, which just verified a delivery, apart from the
-    /// misses (a no-op for one kept already).
+    /// misses (a no-op for one kept already), and records a URL new to the trusted in the
+    /// trust store, if there is one.
     pub(crate) fn trust(&self, url: &str) {
+        if self.keep(url) {
+            #[cfg(feature = "dedupe")]
+            self.record(url);
+        }
+    }
+
+    /// Whether `url` is newly trusted.
+    fn keep(&self, url: &str) -> bool {
         let mut cache = self.cache();
         let Some(slot) = cache.slots.get(url) else {
-            return;
+            return false;
         };
         let Some(Ok(verifier)) = slot.cell.get() else {
-            return;
+            return false;
         };
         let trusted = Trusted {
             verifier: verifier.clone(),
@@ -102,7 +114,7 @@ impl Certificates {
                 .expect("not empty");
             cache.trusted.remove(&oldest);
         }
-        cache.trusted.insert(url.to_owned(), trusted);
+        cache.trusted.insert(url.to_owned(), trusted).is_none()
     }
 
     pub(super) fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
@@ -122,7 +134,7 @@ impl Certificates {
             }
             // A certificate in use, expired: its refetch is not a miss.
             Some(_) => true,
-            None => cache.known.contains(url),
+            None => cache.known.contains(url) || cache.stored.contains(url),
         };
         match cache.slots.get(url) {
             Some(slot) if slot.fresh(now, ttl) => return Ok(Found::Slot(slot.clone())),
