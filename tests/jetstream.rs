@@ -1236,6 +1236,217 @@ async fn an_objects_order_holds_across_graceful_restarts() {
     streams.delete().await;
 }
 
+/// One call of a processor: the event's id, when it began and ended, and whether it
+/// succeeded.
+type Call = (String, std::time::Instant, Option<std::time::Instant>, bool);
+
+/// Every call of a processor; `script(id, call)` says how each ends (`None`: it succeeds).
+#[derive(Clone, Default)]
+struct Calls(Arc<Mutex<Vec<Call>>>);
+
+/// How a scripted call ends, when it does not succeed.
+#[derive(Clone, Copy)]
+enum Ends {
+    Later,
+    Hangs,
+}
+
+impl Calls {
+    fn processor(
+        &self,
+        script: impl Fn(&str, usize) -> Option<Ends> + Send + Sync + 'static,
+    ) -> impl Processor {
+        let (calls, script) = (self.clone(), Arc::new(script));
+        move |e: Event, _: Attempt| {
+            let (calls, script) = (calls.clone(), script.clone());
+            async move {
+                let id = e.id().unwrap().to_owned();
+                let (i, call) = {
+                    let mut calls = calls.0.lock().unwrap();
+                    let call = calls.iter().filter(|c| c.0 == id).count() + 1;
+                    calls.push((id.clone(), std::time::Instant::now(), None, false));
+                    (calls.len() - 1, call)
+                };
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let ends = script(&id, call);
+                if let Some(Ends::Hangs) = ends {
+                    std::future::pending::<()>().await;
+                }
+                let mut calls = calls.0.lock().unwrap();
+                calls[i].2 = Some(std::time::Instant::now());
+                calls[i].3 = ends.is_none();
+                match ends {
+                    None => Ok::<(), Box<dyn std::error::Error + Send + Sync>>(()),
+                    Some(_) => {
+                        Err(tower_webhook::inbox::Later::after(Duration::from_millis(30)).into())
+                    }
+                }
+            }
+        }
+    }
+
+    fn succeeded(&self) -> usize {
+        self.0.lock().unwrap().iter().filter(|c| c.3).count()
+    }
+
+    fn of(&self, id: &str) -> usize {
+        self.0.lock().unwrap().iter().filter(|c| c.0 == id).count()
+    }
+
+    /// Fails unless every call of `later` began after `earlier` had succeeded.
+    fn assert_after(&self, later: &str, earlier: &str) {
+        let calls = self.0.lock().unwrap();
+        let done = calls
+            .iter()
+            .find(|c| c.0 == earlier && c.3)
+            .and_then(|c| c.2);
+        for call in calls.iter().filter(|c| c.0 == later) {
+            assert!(
+                done.is_some_and(|done| done <= call.1),
+                "{later} began before {earlier} had succeeded: {calls:?}"
+            );
+        }
+    }
+}
+
+/// A per-object worker of four processors on `jetstream`, claims in `store`.
+fn ordered_worker(
+    jetstream: &JetStream,
+    store: &Arc<dyn tower_webhook::store::DedupeStore>,
+    calls: &Calls,
+    script: impl Fn(&str, usize) -> Option<Ends> + Send + Sync + 'static,
+) -> tower_webhook::inbox::WorkerHandle {
+    JetStreamWorker::from_arc(jetstream, store.clone(), calls.processor(script))
+        .with_concurrency(4)
+        .unwrap()
+        .with_lease(Duration::from_millis(600))
+        .unwrap()
+        .with_ack_wait(Duration::from_millis(600))
+        .unwrap()
+        .with_poll_interval(Duration::from_millis(100))
+        .unwrap()
+        .with_per_object(1)
+        .unwrap()
+        .spawn()
+}
+
+/// Per object 1, across a graceful restart (found by model H): each object's first event
+/// snoozes while the worker shuts down. Its hand-back reached the stopping worker's own
+/// pull, still out, which ran it again and handed it back once more — now behind the
+/// object's second event, which the next worker pulled, and ran, first. The objects' lines
+/// keep each first event first, however the messages come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_snoozing_through_a_graceful_restart_keeps_its_objects_order() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    let objects: Vec<String> = (1..=4).map(|i| format!("o_{i}")).collect();
+    for object in &objects {
+        for n in 1..=2 {
+            let id = format!("evt_{object}_{n}");
+            jetstream.accept(&event_about(&id, object)).await.unwrap();
+        }
+    }
+    let store: Arc<dyn tower_webhook::store::DedupeStore> = Arc::new(MemoryStore::new());
+    let calls = Calls::default();
+    // Each first event says "later" at its first three calls.
+    let script = |id: &str, call: usize| (id.ends_with("_1") && call <= 3).then_some(Ends::Later);
+    let worker = ordered_worker(&jetstream, &store, &calls, script);
+    eventually("each first event snoozed", async || {
+        objects.iter().all(|o| calls.of(&format!("evt_{o}_1")) >= 1)
+    })
+    .await;
+    shut_down(worker).await;
+    let worker = ordered_worker(&jetstream, &store, &calls, script);
+    eventually("all eight succeeded", async || calls.succeeded() == 8).await;
+    shut_down(worker).await;
+    for object in &objects {
+        calls.assert_after(&format!("evt_{object}_2"), &format!("evt_{object}_1"));
+    }
+    streams.delete().await;
+}
+
+/// Per object 1, across a crash (found by model H): the worker running an object's first
+/// event is killed; the object's second event, accepted then, is new to JetStream, which
+/// hands it to the next worker at once, while the first waits out its lease. The
+/// object's line, written by the killed worker, holds the second back until the first
+/// has succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_workers_event_still_runs_before_its_objects_later_ones() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    jetstream
+        .accept(&event_about("evt_k1", "o_K"))
+        .await
+        .unwrap();
+    let store: Arc<dyn tower_webhook::store::DedupeStore> = Arc::new(MemoryStore::new());
+    let calls = Calls::default();
+    let script = |id: &str, call: usize| (id == "evt_k1" && call == 1).then_some(Ends::Hangs);
+    let doomed = ordered_worker(&jetstream, &store, &calls, script);
+    eventually("the first event running", async || calls.of("evt_k1") == 1).await;
+    doomed.abort(); // the process died mid-event
+    jetstream
+        .accept(&event_about("evt_k2", "o_K"))
+        .await
+        .unwrap();
+    let worker = ordered_worker(&jetstream, &store, &calls, script);
+    eventually("both succeeded", async || calls.succeeded() == 2).await;
+    shut_down(worker).await;
+    calls.assert_after("evt_k2", "evt_k1");
+    streams.delete().await;
+}
+
+/// Per object 1: a worker killed after JetStream delivered it a message and before it
+/// wrote the message in its object's line (here a bare pull on the workers' consumer,
+/// never acknowledged) — the next worker writes down what was delivered past the last
+/// pull written down before it pulls, so the object's later event, new to JetStream and
+/// handed over at once, waits for the redelivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_delivered_to_a_worker_killed_before_writing_it_down_keeps_its_place() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream().await;
+    let store: Arc<dyn tower_webhook::store::DedupeStore> = Arc::new(MemoryStore::new());
+    let calls = Calls::default();
+    let script = |_: &str, _: usize| None;
+    // A first worker with lines, so the consumer's frontier is written.
+    jetstream
+        .accept(&event_about("evt_w0", "o_W0"))
+        .await
+        .unwrap();
+    let worker = ordered_worker(&jetstream, &store, &calls, script);
+    eventually("the first event succeeded", async || calls.succeeded() == 1).await;
+    shut_down(worker).await;
+    jetstream
+        .accept(&event_about("evt_w1", "o_W"))
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(client(&nats_url()).await);
+    let consumer: async_nats::jetstream::consumer::PullConsumer = js
+        .get_consumer_from_stream("tower-webhook", &streams.name)
+        .await
+        .unwrap();
+    let mut pulled = consumer.fetch().max_messages(1).messages().await.unwrap();
+    let message = pulled.next().await.unwrap().unwrap(); // delivered, never written down
+    assert_eq!(
+        message
+            .headers
+            .as_ref()
+            .unwrap()
+            .get("Webhook-Id")
+            .unwrap()
+            .as_str(),
+        "evt_w1"
+    );
+    jetstream
+        .accept(&event_about("evt_w2", "o_W"))
+        .await
+        .unwrap();
+    let worker = ordered_worker(&jetstream, &store, &calls, script);
+    eventually("all three succeeded", async || calls.succeeded() == 3).await;
+    shut_down(worker).await;
+    calls.assert_after("evt_w2", "evt_w1");
+    streams.delete().await;
+}
+
 /// Liveness with two receivers (issue 31 item 14): two processes' worth (a connection, a
 /// worker and the accepts each, default lease and `ack_wait`) share one stream through a
 /// proxy that drops what the server sends for 300 ms, then resets every connection for

@@ -10,6 +10,9 @@
 //! message is acknowledged or dead. When the bucket cannot be written, the snooze still
 //! happens and the next delivery counts as an attempt: an attempt too many, never one
 //! too few.
+//!
+//! The bucket also keeps the objects' lines of a per-object cap of 1 (`turn.rs`), under
+//! keys of their own (`turn.…`).
 
 use async_nats::jetstream::kv;
 

@@ -44,7 +44,9 @@
 //!   the stream is read in order; one over its source's or type's cap waits without a
 //!   processor while the worker reads on, up to
 //!   [`with_lookahead`](JetStreamWorker::with_lookahead)), a processor's [`Later`](crate::inbox::Later) (the
-//!   snoozed delivery is counted in the bucket `<stream>-held` and not as an attempt), and
+//!   snoozed delivery is counted in the bucket `<stream>-held` and not as an attempt; with
+//!   a per-object cap of 1, each object's line is kept there too, so its order holds across
+//!   workers one after another: `turn.rs`), and
 //!   [`JetStream::pause`]: the pauses are kept in the bucket `<stream>-pauses` every
 //!   worker watches, and a paused message is parked in `<stream>-paused` until its pause
 //!   ends.
@@ -117,6 +119,7 @@ mod builder; // the stream's settings, and what is made beside it
 mod held; // deliveries that were not attempts (snoozes)
 mod pause; // pauses every worker sees; paused events parked
 mod settle; // a message acknowledged, handed back, or moved to another stream
+mod turn; // an object's turn across workers: its line in `<stream>-held`
 mod worker;
 
 use std::sync::Arc;

@@ -208,6 +208,20 @@ impl Paused {
         }
     }
 
+    /// Publishes parked events back into the stream whenever a pause ends (and once at
+    /// the start, for what a stopped worker left): a worker's task beside it.
+    pub(super) async fn unparking(self, js: JetStream) {
+        loop {
+            if let Err(_error) = self.unpark(&js).await {
+                #[cfg(feature = "tracing")]
+                tracing::warn!(target: "tower_webhook", "jetstream worker could not publish parked events back: {_error}");
+                tokio::time::sleep(settle::BURY_AGAIN).await;
+                continue;
+            }
+            self.ended.notified().await;
+        }
+    }
+
     /// Publishes the parked events no pause holds back any more into the stream, in the
     /// order they were parked, each taken out of the parked stream once stored. Each
     /// republish is named after its parked message, so workers doing this at once store

@@ -14,18 +14,20 @@ use tokio::time::Instant;
 use super::pause::Paused;
 use super::settle::{acknowledge, bury, nak, BURY_AGAIN};
 use super::{held, JetStream};
-use crate::inbox::process::{checked_poll, WorkerHandle};
+use crate::inbox::process::WorkerHandle;
 use crate::inbox::worker::{shared_settings, ClaimDue, Claimed, Engine, Outcome, Queue, Runner};
 use crate::inbox::Processor;
 use crate::metrics::{self, Attempt, Operation};
 use crate::store::{
-    retry_until, ClaimGuard, Completed, DedupeStore, Delivery, Heartbeat, Lease, StoreError,
+    retry_until, ClaimGuard, Completed, DedupeStore, Delivery, Heartbeat, StoreError,
 };
-use crate::{ConfigError, Event};
+use crate::Event;
 
 mod order; // messages handed back in the stream's order
 mod pulled; // the consumer, pulls, claims in the store, parking
 mod renew; // messages on the consumer's ack_wait, claims on their lease
+mod settings; // the settings only a JetStream worker has
+mod turns; // objects' turns across workers: their lines in the bucket
 use pulled::Claim;
 
 /// Processes a [`JetStream`]'s messages. Build it, then [`spawn`](Self::spawn) it. Workers
@@ -41,9 +43,6 @@ use pulled::Claim;
 pub struct JetStreamWorker {
     engine: Engine<Stream>,
 }
-
-/// The most [`JetStreamWorker::with_lookahead`] takes (a semaphore's permits are bounded).
-const MAX_LOOKAHEAD: usize = 1_000_000;
 
 /// How long a pull waits for a new message while events wait in the worker for their turns.
 const WAITING_POLL: Duration = Duration::from_millis(50);
@@ -103,6 +102,7 @@ impl JetStreamWorker {
             ack_wait: renew::ACK_WAIT,
             paused: Paused::default(),
             holding: Arc::default(),
+            lines: None,
         };
         Self {
             engine: Engine::new(stream, Runner::Plain(Arc::new(processor)), poll),
@@ -110,77 +110,6 @@ impl JetStreamWorker {
     }
 
     shared_settings!();
-
-    /// Replaces the lease of an event's claim in the store (default 60 s), renewed every
-    /// third of it while the processor runs. It bounds how long a *crashed* worker's
-    /// running events wait to run again: their messages come back after the consumer's
-    /// `ack_wait`, and go back (not counted) until the claim has lapsed.
-    ///
-    /// # Errors
-    ///
-    /// When `lease` is not between 100 ms and 1 day.
-    pub fn with_lease(mut self, lease: Duration) -> Result<Self, ConfigError> {
-        self.engine.lease.length = Lease::checked_length(lease)?;
-        Ok(self)
-    }
-
-    /// Replaces the consumer's `ack_wait` (default 3 s), set on the consumer when the
-    /// worker starts (give every worker of a consumer the same). Each message the worker
-    /// holds — running, waiting for its turn, waiting out a retry — is renewed (`+WPI`)
-    /// every third of it. It bounds how long a message lost in transit (sent as the
-    /// connection to NATS dropped) and a crashed worker's waiting messages take to come
-    /// back. Shorter costs more renewals; a renewal late by two thirds of it has the
-    /// message delivered again meanwhile, which goes back while the claim holds (a worker
-    /// without a store runs it again).
-    ///
-    /// # Errors
-    ///
-    /// When `ack_wait` is not between 100 ms and 1 day.
-    pub fn with_ack_wait(mut self, ack_wait: Duration) -> Result<Self, ConfigError> {
-        self.engine.queue.ack_wait = renew::checked(ack_wait)?;
-        Ok(self)
-    }
-
-    /// Replaces how long each pull waits for messages (default 1 s; JetStream hands a
-    /// message over as soon as it arrives). A shutdown waits for the pull in flight, whose
-    /// messages are delivered already, and processes them.
-    ///
-    /// # Errors
-    ///
-    /// When `poll` is not between 10 ms and 1 h.
-    pub fn with_poll_interval(mut self, poll: Duration) -> Result<Self, ConfigError> {
-        self.engine.poll = checked_poll(poll)?;
-        self.engine.queue.poll = self.engine.poll;
-        Ok(self)
-    }
-
-    /// Replaces how many messages may wait in this worker for their turns under its caps
-    /// and rates per source or type (default 256, beside one per processor): they wait
-    /// without a processor, so the worker pulls on past them, and another source's
-    /// messages further along the stream start meanwhile — the fair share a stream read
-    /// in order can give. A source whose messages are further behind another's backlog
-    /// waits until the worker has read that close (the SQL inbox's claim skips at any
-    /// depth). The worker pulls no more than it has places for.
-    ///
-    /// Each waiting message is renewed (`+WPI`) every third of the consumer's `ack_wait`
-    /// (1 s by default), and all of them count toward the consumer's `max_ack_pending`
-    /// (NATS's default: 1 000, shared by every worker of the consumer): a pull beyond it
-    /// gets nothing until some are done.
-    /// The wait counts toward [`with_max_run`](Self::with_max_run) (default 1 h). A worker
-    /// that crashes while messages wait has counted each a delivery, as it would a
-    /// message it was running; one that shuts down hands them back uncounted.
-    ///
-    /// # Errors
-    ///
-    /// When `n` is over 1 000 000.
-    pub fn with_lookahead(mut self, n: usize) -> Result<Self, ConfigError> {
-        if n > MAX_LOOKAHEAD {
-            let why = "a lookahead must be at most 1 000 000 messages";
-            return Err(ConfigError::new(crate::ConfigErrorKind::InvalidValue, why));
-        }
-        self.engine.lookahead = n;
-        Ok(self)
-    }
 
     /// Starts the worker on the current Tokio runtime; with the `metrics` feature, it also
     /// refreshes the inbox's gauges from [`JetStream::counts`] every 5 s.
@@ -215,6 +144,8 @@ pub(crate) struct Stream {
     paused: Paused,
     /// The messages this worker holds, to hand back in the stream's order.
     holding: Arc<order::Holding>,
+    /// The objects' lines it waits in (`with_per_object(1)`; `turns.rs`).
+    lines: Option<turns::Lines>,
 }
 
 /// A pulled message: which delivery of it this is, and the event's claim in the store
@@ -233,6 +164,11 @@ pub(crate) struct Pulled {
     claimed: Mutex<renew::ClaimLease>,
     /// Handed back with a delay: no longer renewed (a renewal would undo the delay).
     delayed: AtomicBool,
+    /// Its object's line (`with_per_object(1)`), whether it is written down there, and
+    /// whether it was the line's first as written.
+    line: Option<String>,
+    written: AtomicBool,
+    first: AtomicBool,
     /// Its place among the messages this worker holds, given up with it.
     _holding: order::Held,
 }
@@ -253,24 +189,31 @@ impl Queue for Stream {
     fn beside(&self, _: Duration) -> Vec<tokio::task::JoinHandle<()>> {
         let gauges = metrics::ENABLED.then(|| tokio::spawn(gauges(self.jetstream.clone())));
         let watch = tokio::spawn(self.paused.clone().watch(self.jetstream.clone()));
-        let unpark = tokio::spawn(unpark(self.paused.clone(), self.jetstream.clone()));
+        let unpark = tokio::spawn(self.paused.clone().unparking(self.jetstream.clone()));
         gauges.into_iter().chain([watch, unpark]).collect()
     }
 
     /// Gets the durable consumer, created or set with this `ack_wait`, asking again after
     /// a pause while NATS cannot answer; the worker's heartbeat beats on the shorter of
-    /// `ack_wait` and the claim's lease.
+    /// `ack_wait` and the claim's lease. With a per-object cap of 1, the objects' turns are
+    /// kept in their lines across workers (`turns.rs`); a greater cap is this worker's own.
     async fn open(
         &mut self,
-        (lease, _): (Duration, Option<u32>),
+        (lease, per_object): (Duration, Option<u32>),
         stopped: &mut watch::Receiver<bool>,
     ) -> Option<Duration> {
+        if per_object == Some(1) {
+            self.lines = Some(turns::Lines::new(self.jetstream.inner.held.clone()));
+        }
         loop {
-            // The pauses first: no paused event may start before they are known.
-            let opened = match self.paused.load(&self.jetstream).await {
-                Ok(()) => self.create_consumer(self.ack_wait).await,
-                Err(error) => Err(error),
+            let opened = async {
+                // The pauses first: no paused event may start before they are known.
+                self.paused.load(&self.jetstream).await?;
+                let consumer = self.create_consumer(self.ack_wait).await?;
+                self.catch_up(&consumer).await?; // with lines: before the first pull
+                Ok::<_, StoreError>(consumer)
             };
+            let opened = opened.await;
             match opened {
                 Ok(consumer) => {
                     self.lease = lease;
@@ -317,6 +260,9 @@ impl Queue for Stream {
             // and each must run.
             pulled = self.pull(&consumer, (1, wait, true), lease).await;
         }
+        if let Ok(rows) = &pulled {
+            self.write_down(rows).await; // with lines: before any of them runs
+        }
         if pulled.is_err() {
             // The connection may have been replaced: ask for the consumer again.
             if let Ok(again) = self.create_consumer(self.ack_wait).await {
@@ -328,6 +274,14 @@ impl Queue for Stream {
 
     async fn give_back(&self, _: Vec<Pulled>) {
         unreachable!("GIVES_BACK is false")
+    }
+
+    fn holds_turns(&self) -> bool {
+        self.lines.is_some()
+    }
+
+    async fn object_turn(&self, pulled: &Pulled) -> bool {
+        self.wait_in_line(pulled).await
     }
 
     /// Claims the event's key in the store (a message processed already is acknowledged
@@ -364,7 +318,11 @@ impl Queue for Stream {
                     #[cfg(feature = "tracing")]
                     tracing::debug!(target: "tower_webhook", source, event_id = event.stored_id(), "jetstream event already processed: acknowledged without running again");
                     metrics::duplicate(&metrics::Source::new(source));
-                    let _ = acknowledge(message, until).await;
+                    if self.leave_line(pulled, until).await {
+                        let _ = acknowledge(message, until).await;
+                    } else {
+                        let _ = nak(message, Some(BURY_AGAIN), until).await;
+                    }
                     return false;
                 }
                 Claim::Stopped => {
@@ -380,7 +338,12 @@ impl Queue for Stream {
         if attempt > max_attempts {
             metrics::attempt(Attempt::Dead);
             pulled.release(until).await;
-            let _ = bury(&self.jetstream, message, CRASHED, attempt, until).await;
+            if bury(&self.jetstream, message, CRASHED, attempt, until)
+                .await
+                .is_ok()
+            {
+                self.leave_line(pulled, until).await;
+            }
             return false;
         }
         true
@@ -442,6 +405,13 @@ impl Queue for Stream {
                 if !recorded {
                     tracing::error!(target: "tower_webhook", "jetstream worker could not mark a processed event done in its store before the lease ended (another attempt may run it)");
                 }
+                // Out of its object's line before it is acknowledged, or a line would wait
+                // for a message never delivered again: when the bucket does not take it,
+                // handed back, and taken out at its next delivery (the store finds it done).
+                if !self.leave_line(pulled, until).await {
+                    nak(message, Some(BURY_AGAIN), until).await?;
+                    return Ok(recorded);
+                }
                 acknowledge(message, until).await?;
                 pulled.forget(&self.jetstream).await;
                 Ok(recorded)
@@ -459,6 +429,9 @@ impl Queue for Stream {
                 pulled.release(until).await;
                 let buried = bury(&self.jetstream, message, &error, pulled.attempt(), until);
                 buried.await?;
+                // After: a dead message leaves the stream, so a line still holding it is
+                // seen to be stale (`turns.rs`); a failed burial keeps it in line.
+                self.leave_line(pulled, until).await;
                 pulled.forget(&self.jetstream).await;
                 Ok(true)
             }
@@ -469,20 +442,6 @@ impl Queue for Stream {
                     .map(|()| true)
             }
         }
-    }
-}
-
-/// Publishes parked events back into the stream when a pause ends (and once at the
-/// start, for what a stopped worker left).
-async fn unpark(paused: Paused, js: JetStream) {
-    loop {
-        if let Err(_error) = paused.unpark(&js).await {
-            #[cfg(feature = "tracing")]
-            tracing::warn!(target: "tower_webhook", "jetstream worker could not publish parked events back: {_error}");
-            tokio::time::sleep(BURY_AGAIN).await;
-            continue;
-        }
-        paused.ended.notified().await;
     }
 }
 

@@ -115,7 +115,9 @@ pub(crate) struct Caps {
 /// A place in a key's line (its turn, once it comes).
 type InLine = Pin<Box<dyn Future<Output = OwnedSemaphorePermit> + Send>>;
 
-/// An event's place in its object's line, kept while it waits for its turns.
+/// An event's place in its object's line, kept while it waits for its turns (none: its
+/// object is not lined up here).
+#[derive(Default)]
 pub(crate) struct Place(Option<InLine>);
 
 /// Each source's pacing under one rate.

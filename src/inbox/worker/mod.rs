@@ -237,16 +237,29 @@ macro_rules! shared_settings {
         /// Events without an object id are not capped. By default, no cap.
         ///
         /// On the SQL inbox the cap holds across every worker on the database: an event
-        /// over it is not claimed (no attempt counted). On JetStream it holds within this
-        /// worker, in the order it pulled the messages: a message waiting for its object's
-        /// turn waits in the worker (renewed meanwhile) without holding a processor, and
-        /// the worker reads on within its lookahead, as under
-        /// [`with_per_source`](Self::with_per_source). An event of a capped object that
-        /// fails (or snoozes) waits out its backoff in the worker, its object's turn kept
-        /// and its message renewed, and runs again there (a nak would hand the turn to
-        /// the object's next event); a wait that would outlast
-        /// [`with_max_run`](Self::with_max_run) is handed back instead, and a shutdown
-        /// hands it back at once.
+        /// over it is not claimed (no attempt counted). On JetStream, with 1, it holds
+        /// across the consumer's workers one after another, graceful restarts and killed
+        /// workers included: a worker writes each message it pulls into its object's line
+        /// (in the bucket `<stream>-held`) before any of them runs, an event runs only
+        /// while it is the first of its line, and it leaves the line only once processed,
+        /// dead or parked — so the next worker waits for an earlier event however
+        /// JetStream orders the redeliveries. It costs two bucket writes per event (a
+        /// no-op processor drains at about half the rate: BENCHMARKS.md). Workers running
+        /// at the same time on one consumer are ordered only as far as each wrote its
+        /// pulls down before the other started a later event (milliseconds): run one at a
+        /// time where the order must hold. With more than 1, the cap holds within each
+        /// worker, in the order it pulled the messages.
+        ///
+        /// On JetStream a message waiting for its object's turn waits in the worker
+        /// (renewed meanwhile) without holding a processor, and the worker reads on within
+        /// its lookahead, as under [`with_per_source`](Self::with_per_source); one that
+        /// has waited the consumer's `ack_wait` for an event this worker does not hold (a
+        /// killed worker's, not yet delivered again) is handed back, uncounted, and pulled
+        /// again. An event of a capped object that fails (or snoozes) waits out its
+        /// backoff in the worker, its object's turn kept and its message renewed, and runs
+        /// again there (a nak would hand the worker's turn to the object's next event); a
+        /// wait that would outlast [`with_max_run`](Self::with_max_run) is handed back
+        /// instead, and a shutdown hands it back at once — with 1, still first of its line.
         ///
         /// # Errors
         ///

@@ -158,6 +158,19 @@ pub(crate) trait Queue: Send + Sync + 'static {
         std::future::ready(false)
     }
 
+    /// Whether the queue keeps its objects' turns itself, across workers, once open
+    /// (JetStream with a per-object cap of 1): then the worker keeps no line of objects,
+    /// and each event with an object waits in [`object_turn`](Self::object_turn) instead.
+    fn holds_turns(&self) -> bool {
+        false
+    }
+
+    /// Waits for the event's object's turn (renewed meanwhile); `false`: hand it back
+    /// uncounted instead.
+    fn object_turn(&self, _held: &Self::Held) -> impl Future<Output = bool> + Send {
+        std::future::ready(true)
+    }
+
     /// Records `outcome`, trying again while the queue does not answer until `until` (the
     /// lease's end: after it the event may be another attempt's); `Ok(false)` when
     /// another attempt holds the event.

@@ -58,22 +58,23 @@ struct Batch<H> {
 impl<Q: Queue> Engine<Q> {
     pub(super) async fn run(mut self, mut stopped: watch::Receiver<bool>) {
         let opening = (self.lease.length, self.per_object);
-        // A claim that caps objects itself (across workers) leaves them; one that cannot
-        // has them wait for their turns here, as over the other caps.
-        let per_object = self.per_object.filter(|_| !Q::CAPS_OBJECTS);
-        let caps = (self.per_source, self.per_type, per_object);
-        self.caps = Caps::new(caps, self.rate_per_source);
         let Some(lease) = self.queue.open(opening, &mut stopped).await else {
             return;
         };
         self.lease.length = lease;
+        // A claim that caps objects itself (across workers), or a queue that keeps their
+        // turns, leaves them; otherwise they wait for their turns here, as over the others.
+        let turns = self.queue.holds_turns();
+        let per_object = self.per_object.filter(|_| !Q::CAPS_OBJECTS && !turns);
+        let caps = (self.per_source, self.per_type, per_object);
+        self.caps = Caps::new(caps, self.rate_per_source);
         let this = Arc::new(self);
         // An event holds a processor from its claim until its processor ends, and a slot
         // until its outcome is written.
         let processors = Arc::new(Semaphore::new(this.concurrency));
         // Where the queue cannot leave a capped event (JetStream), each claimed event has a
         // place in the lookahead: it waits there for its turns without a processor.
-        let places = (!Q::GIVES_BACK && this.caps.any())
+        let places = (!Q::GIVES_BACK && (this.caps.any() || turns))
             .then(|| Arc::new(Semaphore::new(this.concurrency + this.lookahead)));
         let slots = this.concurrency * RECORDING_PER_PROCESSOR + this.lookahead;
         let slots = Arc::new(Semaphore::new(slots));
@@ -82,10 +83,10 @@ impl<Q: Queue> Engine<Q> {
             told: Arc::new(Notify::new()),
         };
         let mut claims: JoinSet<Batch<Q::Held>> = JoinSet::new();
-        // One claim at a time where this worker lines an object's events up itself:
-        // JetStream deals a stream's messages out in turn to the pulls it holds, and
-        // batches lined up as each came back would put an object's events out of order.
-        let in_flight = match this.caps.lines_up_objects() {
+        // One claim at a time where objects are lined up, here or by the queue: JetStream
+        // deals a stream's messages out in turn to the pulls it holds, and batches lined up
+        // (or written down) as each came back would put an object's events out of order.
+        let in_flight = match this.caps.lines_up_objects() || turns {
             true => 1,
             false => CLAIMS_IN_FLIGHT,
         };
@@ -313,12 +314,18 @@ impl<Q: Queue> Engine<Q> {
         &self,
         rows: Vec<Claimed<Q::Held>>,
     ) -> Vec<(Claimed<Q::Held>, Result<Turn, Place>)> {
-        if !self.caps.any() {
+        let turns = self.queue.holds_turns();
+        if !self.caps.any() && !turns {
             return rows.into_iter().map(|row| (row, Ok(Turn::new()))).collect();
         }
         let (mut taken, mut back) = (Vec::new(), Vec::new());
         for row in rows {
-            match self.caps.try_turn(&row.event) {
+            // Its object's turn first, from the queue; then the others (`process`).
+            let turn = match turns && row.event.object_id().is_some() {
+                true => Err(Place::default()),
+                false => self.caps.try_turn(&row.event),
+            };
+            match turn {
                 Err(_) if Q::GIVES_BACK => back.push(row.held),
                 turn => taken.push((row, turn)),
             }
@@ -367,22 +374,29 @@ impl<Q: Queue> Engine<Q> {
             Err(place) => {
                 let lent = freed.lend();
                 let wait = async {
+                    let queued = self.queue.holds_turns() && event.object_id().is_some();
+                    if queued && !self.queue.object_turn(&held).await {
+                        return None;
+                    }
                     let turn = self.caps.turn(&event, place).await;
                     if lent {
                         freed.take_back().await;
                     }
-                    turn
+                    Some(turn)
                 };
-                tokio::select! {
+                let turn = tokio::select! {
                     biased;
                     turn = wait => turn,
-                    // Never started: handed back with no attempt counted.
-                    () = hurry_up(&mut stopped) => {
-                        let _ = self.finish(&held, Outcome::Later(Duration::ZERO), &heartbeat).await;
-                        return;
-                    }
+                    () = hurry_up(&mut stopped) => None,
                     () = &mut beat => unreachable!("the heartbeat never ends"),
-                }
+                };
+                // Never started (stopping, or no turn in sight): back, no attempt counted.
+                let Some(turn) = turn else {
+                    let later = Outcome::Later(Duration::ZERO);
+                    let _ = self.finish(&held, later, &heartbeat).await;
+                    return;
+                };
+                turn
             }
         };
         let max_attempts = self.retry.max_attempts();

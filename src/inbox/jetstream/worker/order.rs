@@ -44,6 +44,11 @@ impl Holding {
         self.seqs.lock().expect("not poisoned")
     }
 
+    /// Whether a delivery of the message at `seq` is held here.
+    pub(super) fn holds(&self, seq: u64) -> bool {
+        self.lock().contains_key(&seq)
+    }
+
     /// Waits until no message before `seq` is held, or `until`.
     pub(super) async fn first(&self, seq: u64, until: Instant) {
         let wait = async {

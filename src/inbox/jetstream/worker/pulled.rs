@@ -30,6 +30,9 @@ impl Stream {
         match pause::park(&self.jetstream, message, attempts, until).await {
             Ok(()) => {
                 metrics::held_back(metrics::HeldBack::Paused);
+                // Out of the stream: its object's later events go on (they may start before
+                // it once the pause ends, as any event accepted meanwhile).
+                self.leave_line(pulled, until).await;
                 pulled.forget(&self.jetstream).await;
             }
             Err(_error) => {
@@ -142,6 +145,7 @@ impl Stream {
                 });
                 continue;
             };
+            let line = self.line_of(&event);
             rows.push(Claimed {
                 event,
                 attempt,
@@ -153,6 +157,9 @@ impl Stream {
                     claim: Mutex::new(None),
                     claimed: Mutex::default(),
                     delayed: AtomicBool::new(false),
+                    line,
+                    written: AtomicBool::new(false),
+                    first: AtomicBool::new(false),
                     _holding: self.holding.hold(seq),
                 },
                 at,
