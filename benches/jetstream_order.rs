@@ -1,0 +1,142 @@
+//! What `with_per_object(1)` costs a JetStream worker: the drain rate of a no-op processor
+//! with the cap off, and with it on — the objects' lines kept in the stream's bucket
+//! (written at each pull, read before each event, taken out at each settle) — as a ratio
+//! in the same run.
+//!
+//! ```sh
+//! bash .ci/services                                           # NATS, if it is not running
+//! cargo bench --all-features --bench jetstream_order          # 2 000 events a round
+//! ORDER_EVENTS=5000 ORDER_ROUNDS=5 cargo bench --all-features --bench jetstream_order
+//! ORDER_WORK_MS=5 cargo bench --all-features --bench jetstream_order   # a processor of 5 ms
+//! ```
+//!
+//! Each round publishes the events to a fresh stream (file storage, as the builder's
+//! default), then times a worker of 8 processors (claims in a `MemoryStore`) from its
+//! start until every event was processed, for each setting in turn: the cap off; a cap of
+//! 2 (kept in the worker alone), each event its own object; a cap of 1, each event its own
+//! object (the lines' bookkeeping alone: no event waits); a cap of 1 over 16 objects (a
+//! hot set: an object's events one at a time). The medians of the rounds are printed
+//! with their ratio to the cap off.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
+use tower_webhook::inbox::Attempt;
+use tower_webhook::store::MemoryStore;
+use tower_webhook::{Event, Scheme, Verifier};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn event(id: &str, object: &str) -> Event {
+    let body = format!(r#"{{"type":"bench.event","data":{{"object":{{"id":"{object}"}}}}}}"#);
+    let headers = Scheme::standard()
+        .sign([SECRET], id, SystemTime::now(), body.as_bytes())
+        .unwrap();
+    Verifier::new(Scheme::standard(), [SECRET])
+        .unwrap()
+        .verify(&headers, body.into())
+        .unwrap()
+}
+
+/// A setting: its name, the per-object cap, and how many objects the events are about
+/// (`None`: each its own).
+type Setting = (&'static str, Option<u32>, Option<usize>);
+
+const SETTINGS: [Setting; 4] = [
+    ("per-object off", None, None),
+    ("per-object 2, an object per event", Some(2), None),
+    ("per-object 1, an object per event", Some(1), None),
+    ("per-object 1, 16 objects", Some(1), Some(16)),
+];
+
+/// Publishes `n` events to a fresh stream and times a worker draining them, each taking
+/// `work`.
+async fn drain(url: &str, (n, work): (usize, Duration), (_, cap, objects): Setting) -> Duration {
+    let client = async_nats::connect(url)
+        .await
+        .expect("NATS with JetStream must be running (.ci/services starts it)");
+    let name = format!("tw_bench_{}", uuid::Uuid::new_v4().simple());
+    let jetstream = JetStream::builder(client, &name).build().await.unwrap();
+    for i in 0..n {
+        let object = objects.map_or_else(|| format!("o_{i}"), |k| format!("o_{}", i % k));
+        jetstream
+            .accept(&event(&format!("evt_{i}"), &object))
+            .await
+            .unwrap();
+    }
+    let done = Arc::new(AtomicUsize::new(0));
+    let counted = done.clone();
+    let processor = move |_: Event, _: Attempt| {
+        let counted = counted.clone();
+        async move {
+            if !work.is_zero() {
+                tokio::time::sleep(work).await;
+            }
+            counted.fetch_add(1, Ordering::Relaxed);
+            Ok::<_, std::convert::Infallible>(())
+        }
+    };
+    let mut worker = JetStreamWorker::new(&jetstream, MemoryStore::new(), processor)
+        .with_concurrency(8)
+        .unwrap()
+        .with_poll_interval(Duration::from_millis(100))
+        .unwrap();
+    if let Some(cap) = cap {
+        worker = worker.with_per_object(cap).unwrap();
+    }
+    let started = Instant::now();
+    let worker = worker.spawn();
+    while done.load(Ordering::Relaxed) < n {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let took = started.elapsed();
+    worker.shutdown().await;
+    jetstream.delete().await.unwrap();
+    took
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
+    let (n, rounds) = (env("ORDER_EVENTS", 2000), env("ORDER_ROUNDS", 3));
+    let work = Duration::from_millis(env("ORDER_WORK_MS", 0) as u64);
+    let mut took: Vec<Vec<Duration>> = vec![Vec::new(); SETTINGS.len()];
+    runtime.block_on(async {
+        for round in 0..rounds {
+            // The settings in turn within each round: a machine shared with other work
+            // slows them alike.
+            for (i, setting) in SETTINGS.iter().enumerate() {
+                let t = drain(&url, (n, work), *setting).await;
+                eprintln!("round {round}: {}: {t:.2?}", setting.0);
+                took[i].push(t);
+            }
+        }
+    });
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let medians: Vec<Duration> = took.into_iter().map(median).collect();
+    println!("{n} events, {rounds} rounds, 8 processors, each event {work:?} (medians):");
+    for (setting, t) in SETTINGS.iter().zip(&medians) {
+        let rate = n as f64 / t.as_secs_f64();
+        let ratio = medians[0].as_secs_f64() / t.as_secs_f64();
+        println!(
+            "  {:<36} {rate:>8.0} events/s  ({ratio:.2} of the cap off)",
+            setting.0
+        );
+    }
+}
