@@ -32,6 +32,9 @@ pub enum ConfigErrorKind {
     InvalidValue,
     /// A lease, run time or retention outside the range it must be in.
     InvalidDuration,
+    /// An inbox's processors: a name outside its alphabet, a name twice, an empty set, an
+    /// empty type filter, or a worker for a processor the inbox lacks.
+    InvalidProcessor,
 }
 
 impl ConfigError {

@@ -149,6 +149,8 @@ mod operate; // count, list, requeue, pause, prune
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 pub(crate) mod pause;
 mod process;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+mod processors; // fan-out: which processors take an event
 mod rate;
 mod retry;
 #[cfg(feature = "postgres")]
@@ -182,6 +184,8 @@ pub use self::operate::{DeadRows, Requeue};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 pub use self::pause::Pause;
 pub use self::process::{Attempt, Processor, WorkerHandle};
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+pub use self::processors::{ProcessorSpec, DEFAULT_PROCESSOR};
 pub use self::rate::Rate;
 pub use self::retry::{Jitter, RetryPolicy};
 #[cfg(feature = "postgres")]
