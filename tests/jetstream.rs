@@ -18,7 +18,7 @@ use http::StatusCode;
 use http_body_util::Full;
 use tower::{Layer, ServiceBuilder, ServiceExt};
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
-use tower_webhook::inbox::{Accepted, Attempt, Processor};
+use tower_webhook::inbox::{Accepted, Attempt, Processor, ProcessorSpec};
 use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::MemoryStore;
 use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
@@ -1814,4 +1814,285 @@ async fn a_full_lookahead_costs_one_renewal_a_second_per_message() {
     );
     let _ = stream.info().await;
     streams.delete().await;
+}
+
+// Fan-out: one durable consumer per processor (issue 33, docs/design/fan-out.md §5).
+
+/// An event of type `event_type`.
+fn typed_event(id: &str, event_type: &str) -> Event {
+    let body = format!(r#"{{"type":"{event_type}","data":{{"object":{{"id":"obj_{id}"}}}}}}"#);
+    let headers = Scheme::standard()
+        .sign([SECRET], id, at(NOW), body.as_bytes())
+        .unwrap();
+    verifier(Scheme::standard(), &[SECRET])
+        .verify(&headers, body.into())
+        .unwrap()
+}
+
+impl Streams {
+    async fn fanned_out(&self, processors: Vec<ProcessorSpec>) -> JetStream {
+        JetStream::builder(client(&self.url).await, &self.name)
+            .with_memory_storage()
+            .with_processors(processors)
+            .unwrap()
+            .build()
+            .await
+            .unwrap()
+    }
+
+    /// How many messages the stream `name` holds.
+    async fn size(&self, name: &str) -> u64 {
+        let js = async_nats::jetstream::new(client(&self.url).await);
+        let mut stream = js.get_stream(name).await.unwrap();
+        stream.info().await.unwrap().state.messages
+    }
+}
+
+/// A processor's worker, quick to retry.
+fn processor_worker(
+    jetstream: &JetStream,
+    name: &str,
+    store: &MemoryStore,
+    processor: impl Processor,
+) -> JetStreamWorker {
+    JetStreamWorker::processor(jetstream, name, store.clone(), processor)
+        .unwrap()
+        .with_max_attempts(2)
+        .unwrap()
+        .with_backoff(Duration::from_millis(50), Duration::from_millis(100))
+        .unwrap()
+        .with_poll_interval(Duration::from_millis(100))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processors_run_each_event_they_take_once_and_a_failing_one_buries_its_own() {
+    let streams = Streams::new();
+    let jetstream = streams
+        .fanned_out(vec![
+            ProcessorSpec::default_processor(),
+            ProcessorSpec::new("billing")
+                .unwrap()
+                .with_types(["invoice.*"])
+                .unwrap(),
+            ProcessorSpec::new("flaky").unwrap(),
+        ])
+        .await;
+    // Published before any worker started: `build` made every processor's consumer.
+    let ids: Vec<String> = (0..12).map(|i| format!("evt_{i}")).collect();
+    let invoices: Vec<&String> = ids.iter().step_by(3).collect();
+    for id in &ids {
+        let ty = match invoices.contains(&id) {
+            true => "invoice.paid",
+            false => "customer.created",
+        };
+        jetstream.accept(&typed_event(id, ty)).await.unwrap();
+    }
+    let store = MemoryStore::new(); // one store: the claim keys are per processor
+    let (all, billing, flaky) = (Seen::default(), Seen::default(), Seen::default());
+    let fail = |_: &str, _: u32| Err("the mail server is down".to_owned());
+    let workers = [
+        JetStreamWorker::new(
+            &jetstream,
+            store.clone(),
+            all.processor(Duration::ZERO, succeed),
+        )
+        .with_poll_interval(Duration::from_millis(100))
+        .unwrap()
+        .spawn(),
+        processor_worker(
+            &jetstream,
+            "billing",
+            &store,
+            billing.processor(Duration::ZERO, succeed),
+        )
+        .spawn(),
+        processor_worker(
+            &jetstream,
+            "flaky",
+            &store,
+            flaky.processor(Duration::ZERO, fail),
+        )
+        .spawn(),
+    ];
+    let n = ids.len() as u64;
+    let want = |processed: u64, dead: u64| (0, 0, processed, dead, 0);
+    let wanted = [
+        ("billing", want(invoices.len() as u64, 0)),
+        ("default", want(n, 0)),
+        ("flaky", want(0, n)),
+    ];
+    eventually("every processor done", async || {
+        let by = jetstream.counts_by_processor().await.unwrap();
+        let got: Vec<_> = by
+            .iter()
+            .map(|(name, c)| {
+                let c = (c.queued, c.processing, c.processed, c.dead, c.paused);
+                (name.as_str(), c)
+            })
+            .collect();
+        got == wanted
+    })
+    .await;
+    for worker in workers {
+        worker.shutdown().await;
+    }
+    for id in &ids {
+        assert_eq!(all.of(id), [1], "default ran {id} once");
+        assert_eq!(flaky.of(id), [1, 2], "flaky tried {id} twice");
+        let billed: &[u32] = match invoices.contains(&id) {
+            true => &[1],
+            false => &[], // its filter excludes the type: acknowledged unrun
+        };
+        assert_eq!(billing.of(id), billed, "billing and {id}");
+    }
+    // The failing processor's messages are in its own dead stream only; none left the
+    // stream, which the others still read.
+    assert_eq!(
+        jetstream.dead_stream_of("flaky"),
+        format!("{}-dead-flaky", streams.name)
+    );
+    assert_eq!(streams.size(&jetstream.dead_stream_of("flaky")).await, n);
+    assert_eq!(streams.size(&jetstream.dead_stream()).await, 0);
+    assert_eq!(streams.size(&jetstream.dead_stream_of("billing")).await, 0);
+    assert_eq!(streams.size(&streams.name).await, n);
+    let sum = jetstream.counts().await.unwrap();
+    let sum = (sum.processed, sum.dead, sum.queued);
+    assert_eq!(
+        sum,
+        (n + invoices.len() as u64, n, 0),
+        "counts() is the sum"
+    );
+    // Claims are per processor: `default`'s key of an event is not `billing`'s.
+    let unknown = JetStreamWorker::processor(&jetstream, "nope", store.clone(), succeed_now);
+    let unknown = unknown.expect_err("an unknown processor");
+    assert_eq!(
+        unknown.kind(),
+        tower_webhook::ConfigErrorKind::InvalidProcessor
+    );
+    jetstream.delete().await.unwrap();
+}
+
+async fn succeed_now(_: Event, _: Attempt) -> Result<(), std::convert::Infallible> {
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_processors_pause_parks_only_its_messages_and_its_resume_brings_only_them_back() {
+    let streams = Streams::new();
+    let jetstream = streams
+        .fanned_out(vec![
+            ProcessorSpec::default_processor(),
+            ProcessorSpec::new("email").unwrap(),
+        ])
+        .await;
+    assert!(jetstream
+        .pause_processor("email", Some("standard"), None)
+        .await
+        .unwrap());
+    let refused = jetstream.pause_processor("nope", None, None).await;
+    assert_eq!(
+        refused.unwrap_err().kind(),
+        tower_webhook::store::StoreErrorKind::InvalidInput
+    );
+    let pauses = jetstream.pauses().await.unwrap();
+    assert_eq!(pauses.len(), 1);
+    assert_eq!(pauses[0].processor.as_deref(), Some("email"));
+    let ids: Vec<String> = (0..6).map(|i| format!("evt_{i}")).collect();
+    for id in &ids {
+        jetstream.accept(&event(id)).await.unwrap();
+    }
+    let store = MemoryStore::new();
+    let (all, email) = (Seen::default(), Seen::default());
+    let workers = [
+        JetStreamWorker::new(
+            &jetstream,
+            store.clone(),
+            all.processor(Duration::ZERO, succeed),
+        )
+        .with_poll_interval(Duration::from_millis(100))
+        .unwrap()
+        .spawn(),
+        processor_worker(
+            &jetstream,
+            "email",
+            &store,
+            email.processor(Duration::ZERO, succeed),
+        )
+        .spawn(),
+    ];
+    let n = ids.len() as u64;
+    let counts = async |name: &str| {
+        let by = jetstream.counts_by_processor().await.unwrap();
+        let c = by[name];
+        (c.queued, c.processing, c.processed, c.dead, c.paused)
+    };
+    eventually("email's parked, default's processed", async || {
+        counts("email").await == (0, 0, 0, 0, n) && counts("default").await == (0, 0, n, 0, 0)
+    })
+    .await;
+    assert_eq!(email.events(), 0, "paused for email: none ran");
+    assert_eq!(all.events(), ids.len(), "default ran on");
+    assert_eq!(streams.size(&jetstream.paused_stream_of("email")).await, n);
+    assert_eq!(streams.size(&jetstream.paused_stream()).await, 0);
+    assert_eq!(streams.size(&streams.name).await, n, "parked, not deleted");
+    // Resuming every processor's pause of that source does not end email's own.
+    assert!(!jetstream.resume(Some("standard"), None).await.unwrap());
+    assert!(jetstream
+        .resume_processor("email", Some("standard"), None)
+        .await
+        .unwrap());
+    eventually("email's events back and processed", async || {
+        counts("email").await == (0, 0, n, 0, 0) && counts("default").await == (0, 0, n, 0, 0)
+    })
+    .await;
+    for worker in workers {
+        worker.shutdown().await;
+    }
+    for id in &ids {
+        assert_eq!(email.of(id), [1], "email ran {id} once, after the resume");
+        assert_eq!(all.of(id), [1], "default did not run {id} again");
+    }
+    // Published back for email alone: the stream has each event twice now.
+    assert_eq!(streams.size(&streams.name).await, 2 * n);
+    assert_eq!(streams.size(&jetstream.paused_stream_of("email")).await, 0);
+    jetstream.delete().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_processor_added_later_reads_from_when_it_was_made() {
+    let streams = Streams::new();
+    let before = streams.jetstream().await;
+    before.accept(&event("evt_old")).await.unwrap();
+    let jetstream = streams
+        .fanned_out(vec![
+            ProcessorSpec::default_processor(),
+            ProcessorSpec::new("late").unwrap(),
+        ])
+        .await;
+    jetstream.accept(&event("evt_new")).await.unwrap();
+    let by = jetstream.counts_by_processor().await.unwrap();
+    assert_eq!(
+        by["default"].queued, 2,
+        "default reads the stream from its start"
+    );
+    assert_eq!(by["late"].queued, 1, "late reads from when build made it");
+    let store = MemoryStore::new();
+    let late = Seen::default();
+    let worker = processor_worker(
+        &jetstream,
+        "late",
+        &store,
+        late.processor(Duration::ZERO, succeed),
+    )
+    .spawn();
+    eventually("late processed its one", async || {
+        let by = jetstream.counts_by_processor().await.unwrap();
+        by["late"].processed == 1
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(late.of("evt_new"), [1]);
+    assert!(late.of("evt_old").is_empty());
+    jetstream.delete().await.unwrap();
 }

@@ -82,12 +82,15 @@ impl Serialize for Pause {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         #[derive(serde::Serialize)]
         struct Wire<'a> {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            processor: Option<&'a str>,
             source: Option<&'a str>,
             #[serde(rename = "type")]
             event_type: Option<&'a str>,
             paused_at: Time,
         }
         Wire {
+            processor: self.processor.as_deref(),
             source: self.source.as_deref(),
             event_type: self.event_type.as_deref(),
             paused_at: Time(self.paused_at),

@@ -10,6 +10,8 @@ use std::time::SystemTime;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Pause {
+    /// The processor paused (`None`: every processor).
+    pub processor: Option<String>,
     /// The source paused (`None`: every source).
     pub source: Option<String>,
     /// The event type paused (`None`: every type).
@@ -23,6 +25,7 @@ pub struct Pause {
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn from_row((source, event_type, at_ms): (String, String, i64)) -> Pause {
     Pause {
+        processor: None,
         source: part(source),
         event_type: part(event_type),
         paused_at: std::time::UNIX_EPOCH

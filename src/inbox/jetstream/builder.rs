@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, kv, stream};
 
+use super::processors::{self, Lane};
 use super::{pause, Inner, JetStream};
+use crate::inbox::processors::{Processors, DEFAULT_PROCESSOR};
+use crate::inbox::ProcessorSpec;
 use crate::store::{StoreError, StoreErrorKind};
 
 /// Builds a [`JetStream`]: the stream's settings when this creates it, and the consumer
@@ -22,6 +25,8 @@ pub struct JetStreamBuilder {
     pub(super) replicas: usize,
     pub(super) storage: stream::StorageType,
     pub(super) publish_timeout: Duration,
+    /// The processors (`with_processors`); `None`: `default` alone, as before fan-out.
+    pub(super) processors: Option<crate::inbox::processors::Processors>,
 }
 
 impl JetStreamBuilder {
@@ -113,7 +118,17 @@ impl JetStreamBuilder {
             max_age: Duration::ZERO,
             ..config(format!("{}-{what}", self.stream))
         };
-        for config in [config(self.stream.clone()), kept("dead"), kept("paused")] {
+        let mut configs = vec![config(self.stream.clone()), kept("dead"), kept("paused")];
+        for spec in self.processors.iter().flat_map(|p| p.iter()) {
+            if spec.name() != crate::inbox::processors::DEFAULT_PROCESSOR {
+                let name = spec.name();
+                configs.extend([
+                    kept(&format!("dead-{name}")),
+                    kept(&format!("paused-{name}")),
+                ]);
+            }
+        }
+        for config in configs {
             let stream = context.get_or_create_stream(config).await.map_err(|e| {
                 // The server's answer (a stream of that name configured otherwise, a
                 // limit) does not pass by itself; no answer in time may.
@@ -148,14 +163,34 @@ impl JetStreamBuilder {
         let pauses = pause::bucket(&context, bucket("pauses", Duration::ZERO)).await?;
         // A count outlives no message: a message is gone after the stream's `max_age`.
         let held = pause::bucket(&context, bucket("held", self.max_age)).await?;
+        let processors = self.processors.as_ref();
+        let ack_wait = super::worker::ACK_WAIT;
+        let lanes = processors::lanes(&context, &self.stream, &self.consumer, processors, ack_wait);
+        let lanes = lanes.await?;
+        let default = lanes
+            .iter()
+            .find(|l| l.name() == DEFAULT_PROCESSOR)
+            .cloned();
+        let default = default.unwrap_or_else(|| {
+            // Not configured: `JetStreamWorker::new` still runs it, on the consumer alone.
+            Arc::new(Lane::new(
+                ProcessorSpec::default_processor(),
+                &self.consumer,
+            ))
+        });
+        let fan_out = !matches!(&lanes[..], [only] if only.name() == DEFAULT_PROCESSOR);
         Ok(JetStream {
             inner: Arc::new(Inner {
                 context,
                 stream: self.stream,
                 consumer: self.consumer,
+                processors: self.processors.unwrap_or_else(Processors::single),
+                lanes,
+                fan_out,
                 pauses,
                 held,
             }),
+            lane: default,
         })
     }
 }

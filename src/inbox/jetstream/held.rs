@@ -1,7 +1,8 @@
 //! Deliveries that were not attempts. JetStream counts every delivery of a message, and a
 //! message the processor snoozed ([`Later`](crate::inbox::Later)) comes back as another
 //! delivery: how many of a message's deliveries were snoozes is kept in a key-value bucket
-//! (`<stream>-held`, by stream sequence) and taken off its attempt number.
+//! (`<stream>-held`, by stream sequence — with another processor's name before it:
+//! `processors.rs`) and taken off its attempt number.
 //!
 //! A failed event that runs again in its worker without a delivery (it kept its object's
 //! turn) is the other way round: an attempt that was no delivery, taken off the count.
@@ -14,12 +15,12 @@
 //! The bucket also keeps the objects' lines of a per-object cap of 1 (`turn.rs`), under
 //! keys of their own (`turn.…`).
 
-use async_nats::jetstream::kv;
+use super::JetStream;
 
 /// How many deliveries of the message at `seq` were not attempts, less its attempts that
 /// were not deliveries (0 when unknown).
-pub(super) async fn count(held: &kv::Store, seq: u64) -> i64 {
-    match held.get(seq.to_string()).await {
+pub(super) async fn count(js: &JetStream, seq: u64) -> i64 {
+    match js.inner.held.get(js.lane.held_key(seq)).await {
         Ok(Some(value)) => std::str::from_utf8(&value)
             .ok()
             .and_then(|v| v.parse().ok())
@@ -31,19 +32,18 @@ pub(super) async fn count(held: &kv::Store, seq: u64) -> i64 {
 /// Records that the delivery being handed back is not an attempt: the message at `seq`
 /// then has `before + 1` such deliveries. Said before the hand-back, so the next delivery
 /// reads it.
-pub(super) async fn add(held: &kv::Store, seq: u64, before: i64) {
-    let _ = set(held, seq, before + 1).await;
+pub(super) async fn add(js: &JetStream, seq: u64, before: i64) {
+    let _ = set(js, seq, before + 1).await;
 }
 
 /// Records the count of the message at `seq` as `now`; `false` when the bucket did not
 /// take it.
-pub(super) async fn set(held: &kv::Store, seq: u64, now: i64) -> bool {
-    held.put(seq.to_string(), now.to_string().into())
-        .await
-        .is_ok()
+pub(super) async fn set(js: &JetStream, seq: u64, now: i64) -> bool {
+    let key = js.lane.held_key(seq);
+    js.inner.held.put(key, now.to_string().into()).await.is_ok()
 }
 
 /// Forgets the count of a message that is done (acknowledged or dead).
-pub(super) async fn forget(held: &kv::Store, seq: u64) {
-    let _ = held.purge(seq.to_string()).await;
+pub(super) async fn forget(js: &JetStream, seq: u64) {
+    let _ = js.inner.held.purge(js.lane.held_key(seq)).await;
 }

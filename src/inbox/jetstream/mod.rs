@@ -118,6 +118,7 @@
 mod builder; // the stream's settings, and what is made beside it
 mod held; // deliveries that were not attempts (snoozes)
 mod pause; // pauses every worker sees; paused events parked
+mod processors; // fan-out: a consumer, dead and parked streams, counts per processor
 mod settle; // a message acknowledged, handed back, or moved to another stream
 mod turn; // an object's turn across workers: its line in `<stream>-held`
 mod worker;
@@ -152,19 +153,30 @@ mod header {
     /// On a parked message, and one published back from the parked stream: the attempts
     /// it had had.
     pub(super) const PRIOR_ATTEMPTS: &str = "Webhook-Prior-Attempts";
+    /// On a parked message published back with fan-out: the processor it is for.
+    pub(super) const PROCESSOR: &str = "Webhook-Processor";
 }
 
 /// A JetStream stream used as the inbox. Cloning shares the connection.
 #[derive(Clone)]
 pub struct JetStream {
     inner: Arc<Inner>,
+    /// The processor this handle's workers run: `default`, but for a processor's worker.
+    lane: Arc<processors::Lane>,
 }
 
 struct Inner {
     context: jetstream::Context,
     stream: String,
-    /// The durable consumer the workers share.
+    /// The durable consumer `default`'s workers share (another processor's is named after
+    /// it: `processors.rs`).
     consumer: String,
+    /// The processors configured (`{default}` without fan-out), and their lanes.
+    processors: crate::inbox::processors::Processors,
+    lanes: Vec<Arc<processors::Lane>>,
+    /// More than the one processor `default`: a message moved out of the stream for one
+    /// stays in it for the others.
+    fan_out: bool,
     /// The pauses in force (`<stream>-pauses`).
     pauses: async_nats::jetstream::kv::Store,
     /// How many deliveries of a message were not attempts (`<stream>-held`).
@@ -205,6 +217,7 @@ impl JetStream {
             replicas: 1,
             storage: stream::StorageType::File,
             publish_timeout: Duration::from_secs(5),
+            processors: None,
         }
     }
 
@@ -216,11 +229,13 @@ impl JetStream {
 
     /// The source of the workers' claim keys for events of `source`:
     /// `jetstream/<stream>/<consumer>/<source>`, apart from `DedupeLayer`'s keys of the same
-    /// events (neither name holds a `/`), and per consumer (each sees every event).
+    /// events (neither name holds a `/`), and per consumer (each sees every event), hence
+    /// per processor.
     fn claim_source(&self, source: &str) -> String {
         format!(
             "jetstream/{}/{}/{source}",
-            self.inner.stream, self.inner.consumer
+            self.inner.stream,
+            self.consumer()
         )
     }
 
@@ -271,7 +286,10 @@ impl JetStream {
     /// waiting out a retry's backoff), `dead` the dead stream's messages (a dead message
     /// leaves the stream), `processed` the rest of the stream (kept for its `max_age`),
     /// and `oldest_due` the age of the oldest message not yet acknowledged. Before a
-    /// worker has created the consumer, every message is queued.
+    /// worker has created the consumer, every message is queued. With
+    /// [fan-out](JetStreamBuilder::with_processors), the sum over the processors
+    /// configured (`oldest_due` the longest): [`counts_by_processor`](Self::counts_by_processor)
+    /// has each one's.
     ///
     /// # Errors
     ///
@@ -283,55 +301,15 @@ impl JetStream {
     }
 
     async fn read_counts(&self) -> Result<Counts, StoreError> {
-        fn err(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
-            StoreError::new("jetstream counts", e)
-        }
-        let mut stream = self
-            .inner
-            .context
-            .get_stream(&*self.inner.stream)
-            .await
-            .map_err(err)?;
-        let state = stream.info().await.map_err(err)?.state.clone();
-        let consumer = stream
-            .get_consumer::<jetstream::consumer::pull::Config>(&self.inner.consumer)
-            .await;
-        // No worker has created the consumer yet: every message is queued.
-        let (queued, processing, first) = match consumer {
-            Ok(mut consumer) => {
-                let info = consumer.info().await.map_err(err)?;
-                let pending = (info.num_pending, info.num_ack_pending as u64);
-                (pending.0, pending.1, info.ack_floor.stream_sequence + 1)
-            }
-            Err(_) if state.consumer_count == 0 => (state.messages, 0, state.first_sequence),
-            Err(e) => return Err(err(e)),
-        };
-        let messages = state.messages;
-        let oldest_due = if queued + processing > 0 {
-            let oldest = stream.get_raw_message(first);
-            oldest.await.ok().and_then(|m| {
-                let published = SystemTime::from(m.time);
-                SystemTime::now().duration_since(published).ok()
-            })
-        } else {
-            None
-        };
-        let dead = match self.inner.context.get_stream(self.dead_stream()).await {
-            Ok(mut dead) => dead.info().await.map_err(err)?.state.messages,
-            Err(_) => 0, // no message has gone dead yet
-        };
-        let paused = match self.inner.context.get_stream(self.paused_stream()).await {
-            Ok(mut parked) => parked.info().await.map_err(err)?.state.messages,
-            Err(_) => 0,
-        };
-        Ok(Counts {
-            queued,
-            processing,
-            processed: messages.saturating_sub(queued + processing),
-            dead,
-            paused,
-            oldest_due,
-        })
+        let by = self.counts_by_processor().await?;
+        Ok(by.values().fold(Counts::default(), |sum, c| Counts {
+            queued: sum.queued + c.queued,
+            processing: sum.processing + c.processing,
+            processed: sum.processed + c.processed,
+            dead: sum.dead + c.dead,
+            paused: sum.paused + c.paused,
+            oldest_due: sum.oldest_due.max(c.oldest_due),
+        }))
     }
 }
 
@@ -345,11 +323,23 @@ impl JetStream {
     pub async fn delete(self) -> Result<(), StoreError> {
         let context = &self.inner.context;
         let err = |e| StoreError::new("jetstream delete", e);
-        for name in [
+        // `default`'s dead and parked streams are made whether it is configured or not.
+        let mut names = vec![
             self.inner.stream.clone(),
             self.dead_stream(),
             self.paused_stream(),
-        ] {
+        ];
+        for lane in &self.inner.lanes {
+            for name in [
+                lane.dead_stream(&self.inner.stream),
+                lane.paused_stream(&self.inner.stream),
+            ] {
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+        for name in names {
             context.delete_stream(name).await.map_err(err)?;
         }
         for what in ["pauses", "held"] {
@@ -376,6 +366,7 @@ impl std::fmt::Debug for JetStream {
         f.debug_struct("JetStream")
             .field("stream", &self.inner.stream)
             .field("consumer", &self.inner.consumer)
+            .field("processor", &self.lane.name())
             .finish_non_exhaustive()
     }
 }

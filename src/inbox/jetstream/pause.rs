@@ -28,6 +28,9 @@ use crate::Event;
 /// A rule: the source and the event type it pauses (`None`: any).
 type Rule = (Option<String>, Option<String>);
 
+/// A pause: the processor it holds (`None`: every one), and its rule.
+type Held = (Option<String>, Rule);
+
 impl JetStream {
     /// The stream paused events are parked in: `<stream>-paused`.
     #[must_use]
@@ -49,7 +52,17 @@ impl JetStream {
         source: Option<&str>,
         event_type: Option<&str>,
     ) -> Result<bool, StoreError> {
-        let key = rule_key(&(part(source), part(event_type)));
+        self.hold(None, source, event_type).await
+    }
+
+    /// Pauses for `processor` alone (`None`: every processor).
+    pub(super) async fn hold(
+        &self,
+        processor: Option<&str>,
+        source: Option<&str>,
+        event_type: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let key = held_key(&(part(processor), (part(source), part(event_type))));
         let now = UNIX_EPOCH.elapsed().unwrap_or_default().as_millis();
         match self.inner.pauses.create(key, now.to_string().into()).await {
             Ok(_) => Ok(true),
@@ -71,7 +84,17 @@ impl JetStream {
         source: Option<&str>,
         event_type: Option<&str>,
     ) -> Result<bool, StoreError> {
-        let key = rule_key(&(part(source), part(event_type)));
+        self.release(None, source, event_type).await
+    }
+
+    /// Ends a pause for `processor` alone (`None`: of every processor).
+    pub(super) async fn release(
+        &self,
+        processor: Option<&str>,
+        source: Option<&str>,
+        event_type: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let key = held_key(&(part(processor), (part(source), part(event_type))));
         let err = |e| StoreError::new("jetstream resume", e);
         let held = self.inner.pauses.get(&key).await.map_err(err)?;
         if held.is_none() {
@@ -85,7 +108,8 @@ impl JetStream {
         Ok(true)
     }
 
-    /// What is paused now.
+    /// What is paused now: pauses of every processor, and of one (their
+    /// [`processor`](Pause::processor)).
     ///
     /// # Errors
     ///
@@ -98,7 +122,7 @@ impl JetStream {
         while let Some(key) = keys.next().await {
             let key = key.map_err(|e| err(e.into()))?;
             let entry = self.inner.pauses.entry(&key).await;
-            let (Some(rule), Ok(Some(entry))) = (rule_of(&key), entry) else {
+            let (Some((processor, rule)), Ok(Some(entry))) = (held_of(&key), entry) else {
                 continue;
             };
             if entry.operation != Operation::Put {
@@ -108,12 +132,14 @@ impl JetStream {
                 .ok()
                 .and_then(|v| v.parse().ok());
             pauses.push(Pause {
+                processor,
                 source: rule.0,
                 event_type: rule.1,
                 paused_at: UNIX_EPOCH + Duration::from_millis(ms.unwrap_or(0)),
             });
         }
-        pauses.sort_by(|a, b| (&a.source, &a.event_type).cmp(&(&b.source, &b.event_type)));
+        let key = |p: &Pause| (p.processor.clone(), p.source.clone(), p.event_type.clone());
+        pauses.sort_by_key(key);
         Ok(pauses)
     }
 }
@@ -133,6 +159,26 @@ fn rule_key((source, event_type): &Rule) -> String {
     format!("{}.{}", encode(source), encode(event_type))
 }
 
+/// A pause's key: its rule's, and for one processor's, `.<processor>` (a processor's name
+/// is a key's characters without the dot).
+fn held_key((processor, rule): &Held) -> String {
+    match processor {
+        Some(processor) => format!("{}.{processor}", rule_key(rule)),
+        None => rule_key(rule),
+    }
+}
+
+fn held_of(key: &str) -> Option<Held> {
+    let (processor, rule) = match key.matches('.').count() {
+        2 => {
+            let (rule, processor) = key.rsplit_once('.')?;
+            (Some(processor.to_owned()), rule)
+        }
+        _ => (None, key),
+    };
+    Some((processor, rule_of(rule)?))
+}
+
 fn rule_of(key: &str) -> Option<Rule> {
     let decode = |part: &str| match part {
         "_" => Some(None),
@@ -144,19 +190,28 @@ fn rule_of(key: &str) -> Option<Rule> {
         }
     };
     let (source, event_type) = key.split_once('.')?;
-    Some((decode(source)?, decode(event_type)?))
+    Some((decode(source)?, decode(event_type)?)).filter(|_| !event_type.contains('.'))
 }
 
 /// The pauses as a worker sees them: read when it opens, then kept by a watcher.
 #[derive(Clone, Default)]
 pub(super) struct Paused {
-    rules: Arc<RwLock<HashSet<Rule>>>,
+    rules: Arc<RwLock<HashSet<Held>>>,
+    /// The processor whose workers these are: its pauses and every processor's hold.
+    processor: Arc<str>,
     /// Told when a pause ended (or a parked event may be one no pause holds): the
     /// workers then publish what it parked back.
     pub(super) ended: Arc<Notify>,
 }
 
 impl Paused {
+    pub(super) fn of(processor: &str) -> Self {
+        Self {
+            processor: processor.into(),
+            ..Self::default()
+        }
+    }
+
     /// Whether a pause holds `event` back.
     pub(super) fn covers(&self, event: &Event) -> bool {
         let rules = self.rules.read().expect("not poisoned");
@@ -165,20 +220,25 @@ impl Paused {
         }
         let (source, ty) = (Some(event.source().to_owned()), event.event_type());
         let ty = ty.map(str::to_owned);
-        [
+        let rule = [
             (None, None),
             (source.clone(), None),
             (None, ty.clone()),
             (source, ty),
-        ]
-        .iter()
-        .any(|rule| rules.contains(rule))
+        ];
+        let mine = Some(self.processor.to_string());
+        let held = [None, mine]
+            .into_iter()
+            .flat_map(|p| rule.clone().map(|r| (p.clone(), r)));
+        held.into_iter().any(|held| rules.contains(&held))
     }
 
     /// Reads the pauses now in force.
     pub(super) async fn load(&self, js: &JetStream) -> Result<(), StoreError> {
         let rules = js.pauses().await?;
-        let rules = rules.into_iter().map(|p| (p.source, p.event_type));
+        let rules = rules
+            .into_iter()
+            .map(|p| (p.processor, (p.source, p.event_type)));
         *self.rules.write().expect("not poisoned") = rules.collect();
         Ok(())
     }
@@ -192,7 +252,7 @@ impl Paused {
                 let _ = self.load(&js).await;
                 self.ended.notify_one();
                 while let Some(Ok(change)) = changes.next().await {
-                    let Some(rule) = rule_of(&change.key) else {
+                    let Some(rule) = held_of(&change.key) else {
                         continue;
                     };
                     let mut rules = self.rules.write().expect("not poisoned");
@@ -231,7 +291,7 @@ impl Paused {
             |e: Box<dyn std::error::Error + Send + Sync>| StoreError::new("jetstream unpark", e);
         let context = &js.inner.context;
         let mut parked = context
-            .get_stream(js.paused_stream())
+            .get_stream(js.lane.paused_stream(&js.inner.stream))
             .await
             .map_err(|e| err(e.into()))?;
         if parked
@@ -275,7 +335,10 @@ impl Paused {
                 let Ok(info) = message.info().map(|i| i.stream_sequence) else {
                     continue;
                 };
-                back(js, &message, info).await?;
+                if back(js, &message, info).await? && js.inner.fan_out {
+                    // The message it was parked from stays in the stream, acknowledged.
+                    js.lane.skip(&js.inner.held).await;
+                }
                 let _ = parked.delete_message(info).await;
                 moved += 1;
             }
@@ -296,22 +359,28 @@ pub(super) async fn park(
 ) -> Result<(), StoreError> {
     let mut headers = message.headers.clone().unwrap_or_default();
     headers.insert(header::PRIOR_ATTEMPTS, attempts.to_string());
-    settle::move_out(js, message, &js.paused_stream(), headers, until).await
+    let parked = js.lane.paused_stream(&js.inner.stream);
+    settle::move_out(js, message, &parked, headers, until).await
 }
 
 /// Publishes a parked message back into the stream, named after its place in the parked
-/// stream (`parked_seq`).
-async fn back(js: &JetStream, message: &Message, parked_seq: u64) -> Result<(), StoreError> {
+/// stream (`parked_seq`) and, with fan-out, addressed to its processor alone; `false` when
+/// the stream had it already.
+async fn back(js: &JetStream, message: &Message, parked_seq: u64) -> Result<bool, StoreError> {
     let mut headers = message.headers.clone().unwrap_or_default();
     let id = headers
         .get(async_nats::header::NATS_MESSAGE_ID)
         .map(|id| id.as_str().to_owned())
         .unwrap_or_default();
-    headers.insert(
-        async_nats::header::NATS_MESSAGE_ID,
-        format!("{id}:parked:{parked_seq}"),
-    );
-    let from = js.paused_stream();
+    let id = match js.inner.fan_out {
+        false => format!("{id}:parked:{parked_seq}"),
+        true => {
+            headers.insert(header::PROCESSOR, js.lane.name());
+            format!("{id}:parked:{}:{parked_seq}", js.lane.name())
+        }
+    };
+    headers.insert(async_nats::header::NATS_MESSAGE_ID, id);
+    let from = js.lane.paused_stream(&js.inner.stream);
     settle::publish(js, message, (&from, &js.inner.stream), headers).await
 }
 
@@ -380,21 +449,24 @@ mod tests {
             assert!(key
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-/_=.".contains(c)));
-            assert_eq!(rule_of(&key), Some(rule));
+            assert_eq!(rule_of(&key), Some(rule.clone()));
+            assert_eq!(held_of(&key), Some((None, rule.clone())));
+            let mine = (Some("billing-2_x".to_owned()), rule);
+            assert_eq!(held_of(&held_key(&mine)), Some(mine));
         }
         assert_eq!(bucket_name("web.hooks+1", "pauses"), "web_hooks_1-pauses");
     }
 
     #[test]
     fn a_pause_covers_its_source_its_type_or_both() {
-        let paused = Paused::default();
+        let paused = Paused::of("default");
         let event = Event::of_type;
         assert!(!paused.covers(&event("stripe", "a")));
         paused
             .rules
             .write()
             .unwrap()
-            .insert((Some("stripe".to_owned()), Some("a".to_owned())));
+            .insert((None, (Some("stripe".to_owned()), Some("a".to_owned()))));
         assert!(paused.covers(&event("stripe", "a")));
         assert!(!paused.covers(&event("stripe", "b")));
         assert!(!paused.covers(&event("github", "a")));
@@ -402,9 +474,18 @@ mod tests {
             .rules
             .write()
             .unwrap()
-            .insert((None, Some("b".to_owned())));
+            .insert((None, (None, Some("b".to_owned()))));
         assert!(paused.covers(&event("github", "b")));
-        paused.rules.write().unwrap().insert((None, None));
+        let other = (Some("billing".to_owned()), (None, Some("c".to_owned())));
+        paused.rules.write().unwrap().insert(other);
+        assert!(
+            !paused.covers(&event("github", "c")),
+            "another processor's pause"
+        );
+        let mine = (Some("default".to_owned()), (None, Some("c".to_owned())));
+        paused.rules.write().unwrap().insert(mine);
         assert!(paused.covers(&event("github", "c")));
+        paused.rules.write().unwrap().insert((None, (None, None)));
+        assert!(paused.covers(&event("github", "d")));
     }
 }

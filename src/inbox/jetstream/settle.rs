@@ -60,7 +60,8 @@ pub(super) async fn bury(
         .collect();
     headers.insert(header::ERROR, error);
     headers.insert(header::ATTEMPTS, attempts.to_string());
-    let moved = move_out(js, message, &js.dead_stream(), headers, until).await;
+    let dead = js.lane.dead_stream(&js.inner.stream);
+    let moved = move_out(js, message, &dead, headers, until).await;
     if let Err(_error) = &moved {
         #[cfg(feature = "tracing")]
         tracing::error!(target: "tower_webhook", "jetstream worker could not move a dead event to the dead stream: {_error}");
@@ -70,8 +71,9 @@ pub(super) async fn bury(
 
 /// Moves `message` out of the stream into `to` (a stream beside it), with `headers`:
 /// published there (confirmed), then acknowledged and deleted from the stream, so the
-/// stream's counts no longer hold it. When `to` does not take it, it is handed back for
-/// [`BURY_AGAIN`].
+/// stream's counts no longer hold it — but with fan-out, where the other processors'
+/// consumers still read it, only acknowledged. When `to` does not take it, it is handed
+/// back for [`BURY_AGAIN`].
 pub(super) async fn move_out(
     js: &JetStream,
     message: &Message,
@@ -84,6 +86,9 @@ pub(super) async fn move_out(
         return Err(error);
     }
     acknowledge(message, until).await?;
+    if js.inner.fan_out {
+        return Ok(());
+    }
     if let (Ok(info), Ok(stream)) = (
         message.info(),
         js.inner.context.get_stream_no_info(&*js.inner.stream).await,
@@ -94,24 +99,26 @@ pub(super) async fn move_out(
 }
 
 /// Publishes `message`, read from the stream `from`, to the same subject under `to`,
-/// with `headers`; returns once JetStream stored it.
+/// with `headers`; returns once JetStream stored it, `false` when it had it already (a
+/// duplicate of its `Nats-Msg-Id`).
 pub(super) async fn publish(
     js: &JetStream,
     message: &Message,
     (from, to): (&str, &str),
     headers: HeaderMap,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
     let rest = message
         .subject
         .strip_prefix(from)
         .map_or_else(|| format!(".{}", message.subject), str::to_owned);
     let err = |e: Box<dyn std::error::Error + Send + Sync>| StoreError::new("jetstream publish", e);
-    js.inner
+    let ack = js
+        .inner
         .context
         .publish_with_headers(format!("{to}{rest}"), headers, message.payload.clone())
         .await
         .map_err(|e| err(e.into()))?
         .await
         .map_err(|e| err(e.into()))?;
-    Ok(())
+    Ok(!ack.duplicate)
 }

@@ -24,11 +24,13 @@ use crate::store::{
 use crate::Event;
 
 mod order; // messages handed back in the stream's order
+mod processor; // a processor's worker; messages it does not run
 mod pulled; // the consumer, pulls, claims in the store, parking
 mod renew; // messages on the consumer's ack_wait, claims on their lease
 mod settings; // the settings only a JetStream worker has
 mod turns; // objects' turns across workers: their lines in the bucket
 use pulled::Claim;
+pub(super) use renew::ACK_WAIT;
 
 /// Processes a [`JetStream`]'s messages. Build it, then [`spawn`](Self::spawn) it. Workers
 /// in any number of processes share the stream's durable consumer.
@@ -100,7 +102,7 @@ impl JetStreamWorker {
             poll,
             lease: Duration::ZERO, // set by `open`
             ack_wait: renew::ACK_WAIT,
-            paused: Paused::default(),
+            paused: Paused::of(jetstream.lane.name()),
             holding: Arc::default(),
             lines: None,
         };
@@ -153,6 +155,8 @@ pub(crate) struct Stream {
 /// attempt stopped — it releases).
 pub(crate) struct Pulled {
     message: Message,
+    /// Whether this processor runs it (its filter takes it): else acknowledged unrun.
+    taken: bool,
     /// Its attempt now (one more for each run again in the worker).
     attempt: AtomicU32,
     /// Its place in the stream, and how many of its deliveries were not attempts (less
@@ -296,6 +300,10 @@ impl Queue for Stream {
     ) -> bool {
         let until = heartbeat.lease_ends();
         let message = &pulled.message;
+        if !pulled.taken {
+            self.pass(pulled, until).await;
+            return false;
+        }
         if self.paused.covers(event) {
             self.park(pulled, until).await;
             // Resumed meanwhile: the parked event goes back at once.
@@ -361,7 +369,7 @@ impl Queue for Stream {
     async fn again(&self, pulled: &Pulled, counted: bool, until: Instant) -> bool {
         if counted {
             let now = pulled.held() - 1;
-            if !held::set(&self.jetstream.inner.held, pulled.seq, now).await {
+            if !held::set(&self.jetstream, pulled.seq, now).await {
                 return false;
             }
             pulled.held.store(now, Ordering::Relaxed);
@@ -418,7 +426,7 @@ impl Queue for Stream {
             }
             Outcome::Later(after) => {
                 pulled.release(until).await;
-                held::add(&self.jetstream.inner.held, pulled.seq, pulled.held()).await;
+                held::add(&self.jetstream, pulled.seq, pulled.held()).await;
                 self.hand_back(pulled, after, until).await.map(|()| true)
             }
             Outcome::Retry(_, after) => {

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
+use async_nats::jetstream::consumer::PullConsumer;
 use futures_util::StreamExt;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -39,7 +39,7 @@ impl Stream {
                 // Handed back for a while (`move_out`): that delivery is no attempt either.
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", "jetstream worker could not park a paused event: {_error}");
-                held::add(&self.jetstream.inner.held, pulled.seq, pulled.held()).await;
+                held::add(&self.jetstream, pulled.seq, pulled.held()).await;
             }
         }
     }
@@ -58,16 +58,11 @@ impl Stream {
             .get_stream(&*js.inner.stream)
             .await
             .map_err(err)?;
-        let config = pull::Config {
-            durable_name: Some(js.inner.consumer.clone()),
-            ack_policy: AckPolicy::Explicit,
-            ack_wait,
-            // Dead messages are moved by the worker, with their error: never dropped.
-            max_deliver: -1,
-            ..Default::default()
-        };
+        // Made by `build` with fan-out; else from here (another processor: from now).
+        let start = stream.cached_info().state.last_sequence + 1;
+        let config = js.lane.consumer_config(ack_wait, start);
         let consumer = stream
-            .get_or_create_consumer(&js.inner.consumer, config)
+            .get_or_create_consumer(js.consumer(), config)
             .await
             .map_err(|e| StoreError::new("jetstream consumer", e))?;
         Ok(Self::set_ack_wait(&stream, consumer, ack_wait).await)
@@ -125,7 +120,7 @@ impl Stream {
             // Only a redelivery may have been snoozed.
             let held = match delivered {
                 1 => 0,
-                _ => held::count(&self.jetstream.inner.held, seq).await,
+                _ => held::count(&self.jetstream, seq).await,
             };
             let prior = message
                 .headers
@@ -145,12 +140,15 @@ impl Stream {
                 });
                 continue;
             };
-            let line = self.line_of(&event);
+            // A message this processor does not run is in no line (`processor.rs`).
+            let taken = self.jetstream.lane.takes(message.headers.as_ref(), &event);
+            let line = taken.then(|| self.line_of(&event)).flatten();
             rows.push(Claimed {
                 event,
                 attempt,
                 held: Pulled {
                     message,
+                    taken,
                     attempt: AtomicU32::new(attempt),
                     seq,
                     held: AtomicI64::new(held),
@@ -173,7 +171,7 @@ impl Stream {
     /// attempt, so not counted. The holder's renewals and outcome settle a redelivery of
     /// its own message.
     pub(super) async fn give_way(&self, pulled: &Pulled, after: Duration, until: Instant) {
-        held::add(&self.jetstream.inner.held, pulled.seq, pulled.held()).await;
+        held::add(&self.jetstream, pulled.seq, pulled.held()).await;
         pulled.delayed.store(true, Ordering::Relaxed);
         let _ = nak(&pulled.message, Some(after), until).await;
     }
@@ -224,7 +222,7 @@ impl Pulled {
     /// Forgets its count of deliveries that were not attempts, once it is done.
     pub(super) async fn forget(&self, js: &JetStream) {
         if self.held() != 0 {
-            held::forget(&js.inner.held, self.seq).await;
+            held::forget(js, self.seq).await;
         }
     }
 

@@ -21,7 +21,7 @@ use crate::ConfigError;
 /// is lost in transit and redelivered only after it, so it bounds how soon the workers
 /// process again after NATS returns (issue 31: within 5 s). Each held message is renewed
 /// every third of it.
-pub(super) const ACK_WAIT: Duration = Duration::from_secs(3);
+pub(in crate::inbox::jetstream) const ACK_WAIT: Duration = Duration::from_secs(3);
 
 /// `ack_wait`, if it is between 100 ms and 1 day.
 pub(super) fn checked(ack_wait: Duration) -> Result<Duration, ConfigError> {

@@ -69,7 +69,7 @@ impl Stream {
     /// The key of `event`'s line, where this worker keeps lines and the event has an object.
     pub(super) fn line_of(&self, event: &crate::Event) -> Option<String> {
         let object = event.object_id().filter(|_| self.lines.is_some())?;
-        let consumer = &self.jetstream.inner.consumer;
+        let consumer = self.jetstream.consumer();
         Some(turn::key(consumer, event.source(), object))
     }
 
@@ -80,7 +80,7 @@ impl Stream {
         let Some(lines) = &self.lines else {
             return Ok(());
         };
-        let name = &self.jetstream.inner.consumer;
+        let name = self.jetstream.consumer();
         let info = consumer.cached_info();
         let delivered = info.delivered.stream_sequence;
         // Below the frontier every pull was written down; below the floor every message was
@@ -109,7 +109,9 @@ impl Stream {
                     Err(e) => return Err(StoreError::new("jetstream turns", e)),
                 };
                 let event = event_of(Some(&message.headers), message.payload);
-                if let Some(key) = event.as_ref().and_then(|e| self.line_of(e)) {
+                let lane = &self.jetstream.lane;
+                let taken = event.filter(|e| lane.takes(Some(&message.headers), e));
+                if let Some(key) = taken.as_ref().and_then(|e| self.line_of(e)) {
                     behind.entry(key).or_default().push(seq);
                 }
             }
@@ -164,10 +166,7 @@ impl Stream {
         };
         if due {
             let written = lines.written.load(Ordering::Relaxed);
-            let _ = lines
-                .book
-                .advance(&self.jetstream.inner.consumer, written)
-                .await;
+            let _ = lines.book.advance(self.jetstream.consumer(), written).await;
         }
     }
 

@@ -1,0 +1,52 @@
+//! A processor's worker (fan-out, `../processors.rs`), and what it does with a message its
+//! processor does not run.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::super::settle::{acknowledge, nak, BURY_AGAIN};
+use super::{JetStream, JetStreamWorker, Pulled, Stream};
+use crate::inbox::Processor;
+use crate::store::DedupeStore;
+use crate::ConfigError;
+
+impl JetStreamWorker {
+    /// A worker of the processor `name` (configured with
+    /// [`with_processors`](super::super::JetStreamBuilder::with_processors)), running
+    /// `processor` on each event its filter takes, claimed in `store` as
+    /// [`new`](Self::new)'s; a message its filter does not take is acknowledged unrun.
+    /// It reads the processor's own consumer, and buries in its own dead-letter stream.
+    /// [`new`](Self::new) is the processor `default`'s.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigErrorKind::InvalidProcessor`](crate::ConfigErrorKind::InvalidProcessor)
+    /// when `jetstream` has no processor `name`.
+    pub fn processor(
+        jetstream: &JetStream,
+        name: &str,
+        store: impl DedupeStore,
+        processor: impl Processor,
+    ) -> Result<Self, ConfigError> {
+        let jetstream = jetstream.for_processor(name)?;
+        Ok(Self::from_arc(&jetstream, Arc::new(store), processor))
+    }
+}
+
+impl Stream {
+    /// Acknowledges unrun a message this processor does not run (counted as such), out of
+    /// its object's line first; handed back for a while when the acknowledgement fails.
+    pub(super) async fn pass(&self, pulled: &Pulled, until: Instant) {
+        let message = &pulled.message;
+        if !self.leave_line(pulled, until).await {
+            let _ = nak(message, Some(BURY_AGAIN), until).await;
+            return;
+        }
+        if acknowledge(message, until).await.is_ok() {
+            let js = &self.jetstream;
+            js.lane.skip(&js.inner.held).await;
+            pulled.forget(js).await;
+        }
+    }
+}
