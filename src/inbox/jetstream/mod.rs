@@ -50,6 +50,12 @@
 //!   [`JetStream::pause`]: the pauses are kept in the bucket `<stream>-pauses` every
 //!   worker watches, and a paused message is parked in `<stream>-paused` until its pause
 //!   ends.
+//! - Fan-out ([`JetStreamBuilder::with_processors`]): one durable consumer per processor
+//!   (`default`'s is `tower-webhook`, another's `<consumer>-<name>`), each with its own
+//!   workers ([`JetStreamWorker::processor`]), claim keys, dead and parked streams, pauses
+//!   and counts; a message its filter does not take is acknowledged unrun. With more than
+//!   one, a dead or parked message stays in the stream, acknowledged, and a parked one
+//!   comes back with `Webhook-Processor: <name>`, for that processor alone.
 //!
 //! What holds, beside the SQL inbox (see the README's Guarantees):
 //!
