@@ -726,8 +726,11 @@ impl Db {
         const SQL: &str =
             "SELECT event_id, CAST(attempts AS BIGINT), coalesce(processing_error, '')
             FROM webhook_events WHERE dead_at IS NOT NULL ORDER BY event_id";
+        // SQLite keeps an event's state on its routes (fan-out's schema).
+        const ROUTES: &str = "SELECT event_id, attempts, coalesce(processing_error, '')
+            FROM webhook_routes WHERE dead_at IS NOT NULL ORDER BY event_id";
         match self {
-            Db::Sqlite(pool) => sqlx::query_as(SQL).fetch_all(pool).await,
+            Db::Sqlite(pool) => sqlx::query_as(ROUTES).fetch_all(pool).await,
             Db::Pg(pool) => sqlx::query_as(SQL).fetch_all(pool).await,
         }
     }

@@ -467,7 +467,7 @@ async fn processed_minutes_ago(db: &Db, id: &str, minutes_ago: i64) -> SystemTim
         Db::Sqlite(pool) => {
             let now = epoch_ms(SystemTime::now());
             let start = now - now % 60_000 - minutes_ago * 60_000;
-            sqlx::query("UPDATE webhook_events SET processed_at = ?1 WHERE event_id = ?2")
+            sqlx::query("UPDATE webhook_routes SET processed_at = ?1 WHERE event_id = ?2")
                 .bind(start + 10_000)
                 .bind(id)
                 .execute(pool)

@@ -749,11 +749,12 @@ async fn postgres_a_processor_goes_on_while_its_outcome_is_written() {
     worker.shutdown().await;
 }
 
-/// The row's `(next_attempt_at, lock_token IS NULL)` in milliseconds since the epoch.
+/// The row's (SQLite: its route's) `(next_attempt_at, lock_token IS NULL)` in
+/// milliseconds since the epoch.
 async fn due_at(db: &Db, id: &str) -> (i64, bool) {
     match db {
         Db::Sqlite(pool) => sqlx::query_as(
-            "SELECT next_attempt_at, lock_token IS NULL FROM webhook_events WHERE event_id = ?1",
+            "SELECT next_attempt_at, lock_token IS NULL FROM webhook_routes WHERE event_id = ?1",
         )
         .bind(id)
         .fetch_one(pool)
@@ -774,7 +775,7 @@ async fn due_at(db: &Db, id: &str) -> (i64, bool) {
 async fn make_due(db: &Db, id: &str) {
     match db {
         Db::Sqlite(pool) => {
-            sqlx::query("UPDATE webhook_events SET next_attempt_at = 0 WHERE event_id = ?1")
+            sqlx::query("UPDATE webhook_routes SET next_attempt_at = 0 WHERE event_id = ?1")
                 .bind(id)
                 .execute(pool)
                 .await

@@ -387,7 +387,8 @@ pub(crate) fn per_minute(
 /// rows, and the narrow index costs each write about half what one of the claim's whole
 /// order did. Its predicate leaves out `next_attempt_at` (the claim tests it apart, see
 /// PostgreSQL's `CLAIM_DUE`); rows with none are few (`DedupeLayer`'s unfinished claims).
-/// The same text in both dialects, after `$create`.
+/// PostgreSQL's, after `$create` (SQLite's, on its routes, is its own: `sqlite::prune`).
+#[cfg_attr(not(feature = "postgres"), allow(unused_macros))]
 macro_rules! object_index {
     ($create:literal) => {
         concat!(
@@ -398,8 +399,6 @@ macro_rules! object_index {
         )
     };
 }
-#[cfg(feature = "sqlite")]
-const OBJECT_INDEX: &str = object_index!("CREATE INDEX");
 /// PostgreSQL's builds beside the writes instead of blocking them.
 #[cfg(feature = "postgres")]
 const OBJECT_INDEX_CONCURRENTLY: &str = object_index!("CREATE INDEX CONCURRENTLY");

@@ -243,19 +243,27 @@ where
 macro_rules! listing_statements {
     (columns: $columns:literal, newest: $newest:literal, oldest: $oldest:literal,
         limit: $limit:literal, key: $key:literal) => {
+        $crate::sql::shared::listing_statements!(from: "webhook_events",
+            stored: "livemode, body, headers", columns: $columns, newest: $newest,
+            oldest: $oldest, limit: $limit, key: $key);
+    };
+    // The rows read from `$from`, and an event's livemode, body and headers as `$stored`.
+    (from: $from:literal, stored: $stored:literal, columns: $columns:literal,
+        newest: $newest:literal, oldest: $oldest:literal, limit: $limit:literal,
+        key: $key:literal) => {
         /// The listings: dead newest and oldest first, failing newest and oldest first.
         pub(super) const LISTINGS: [&str; 4] = [
-    $crate::sql::shared::listing_statements!(@one $columns, $limit,
+    $crate::sql::shared::listing_statements!(@one $from, $columns, $limit,
                 "dead_at IS NOT NULL AND next_attempt_at IS NOT NULL",
                 "dead_at", "<", $newest, " DESC"),
-    $crate::sql::shared::listing_statements!(@one $columns, $limit,
+    $crate::sql::shared::listing_statements!(@one $from, $columns, $limit,
                 "dead_at IS NOT NULL AND next_attempt_at IS NOT NULL",
                 "dead_at", ">", $oldest, ""),
-    $crate::sql::shared::listing_statements!(@one $columns, $limit,
+    $crate::sql::shared::listing_statements!(@one $from, $columns, $limit,
                 "next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
   AND processing_error IS NOT NULL",
                 "received_at", "<", $newest, " DESC"),
-    $crate::sql::shared::listing_statements!(@one $columns, $limit,
+    $crate::sql::shared::listing_statements!(@one $from, $columns, $limit,
                 "next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
   AND processing_error IS NOT NULL",
                 "received_at", ">", $oldest, ""),
@@ -265,20 +273,26 @@ macro_rules! listing_statements {
         const EVENT: &str = concat!(
             "SELECT ",
             $columns,
-            ", livemode, body, headers
-FROM webhook_events
+            ", ",
+            $stored,
+            "
+FROM ",
+            $from,
+            "
 WHERE ",
             $key,
             " AND next_attempt_at IS NOT NULL"
         );
     };
-    (@one $columns:literal, $limit:literal, $rows:literal, $time:literal, $cmp:literal,
-        $position:literal, $desc:literal) => {
+    (@one $from:literal, $columns:literal, $limit:literal, $rows:literal, $time:literal,
+        $cmp:literal, $position:literal, $desc:literal) => {
         concat!(
             "SELECT ",
             $columns,
             "
-FROM webhook_events
+FROM ",
+            $from,
+            "
 WHERE ",
             $rows,
             "
@@ -306,7 +320,7 @@ LIMIT ",
 pub(crate) use listing_statements;
 
 /// The index each of [`listing_statements!`]' `LISTINGS` reads, in their order.
-#[cfg(test)]
+#[cfg(all(test, feature = "postgres"))]
 pub(super) const LISTING_INDEXES: [&str; 4] = [
     "webhook_events_dead",
     "webhook_events_dead",

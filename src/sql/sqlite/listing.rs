@@ -5,21 +5,23 @@ use sqlx::sqlite::SqlitePool;
 
 use super::super::shared::{self, listing_statement, listing_statements};
 use super::super::{store_error, CountsRow};
+use super::PROCESSOR;
 use crate::inbox::{Counts, EventSummary, Listing, StoredEvent};
 use crate::store::StoreFuture;
 
-/// The queue from its partial index (`webhook_events_due`), the dead rows from theirs,
-/// and the processed ones from the counter the triggers keep (`webhook_counts`): the
-/// answer costs the size of the queue, not of the history kept.
+/// Processor `?2`'s queue from the due routes' partial index (`webhook_routes_due`), its
+/// dead routes from theirs, and its processed ones from the counter the triggers keep
+/// (`webhook_route_counts`): the answer costs the size of the queue, not of the history.
 const COUNTS: &str = "
 SELECT q.queued, q.processing,
-    (SELECT processed FROM webhook_counts) AS processed,
-    (SELECT count(*) FROM webhook_events
-     WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL) AS dead,
+    coalesce((SELECT processed FROM webhook_route_counts WHERE processor = ?2), 0)
+        AS processed,
+    (SELECT count(*) FROM webhook_routes
+     WHERE processor = ?2 AND dead_at IS NOT NULL AND next_attempt_at IS NOT NULL) AS dead,
     CASE WHEN EXISTS (SELECT 1 FROM webhook_pauses) THEN (
-        SELECT count(*) FROM webhook_events e
-        WHERE e.next_attempt_at IS NOT NULL AND e.processed_at IS NULL AND e.dead_at IS NULL
-          AND (e.locked_until IS NULL OR e.locked_until <= ?1)
+        SELECT count(*) FROM webhook_routes e
+        WHERE e.processor = ?2 AND e.next_attempt_at IS NOT NULL AND e.processed_at IS NULL
+          AND e.dead_at IS NULL AND (e.locked_until IS NULL OR e.locked_until <= ?1)
           AND EXISTS (SELECT 1 FROM webhook_pauses p WHERE p.source IN ('', e.source)
               AND p.event_type IN ('', coalesce(e.event_type, ''))))
     ELSE 0 END AS paused,
@@ -31,15 +33,28 @@ FROM (
         ?1 - min(next_attempt_at) FILTER (WHERE
             (locked_until IS NULL OR locked_until <= ?1) AND next_attempt_at <= ?1)
             AS oldest_due_ms
-    FROM webhook_events
-    WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+    FROM webhook_routes
+    WHERE processor = ?2 AND next_attempt_at IS NOT NULL AND processed_at IS NULL
+      AND dead_at IS NULL
 ) q";
 
-// `?1` is now (whether a worker holds the row). The terms of each index's `WHERE` are
+// `?1` is now (whether a worker holds the route). The terms of each index's `WHERE` are
 // repeated, so SQLite sees it applies. The listings' position is `?2`, `?3`, `?4` (the
 // time in milliseconds, the source and id that break ties in time; `NULL` for the first
-// page: before or after every row).
+// page: before or after every row). The listings read every processor's routes
+// (`webhook_routes_dead`, `webhook_routes_failing`); one event is its `default` route, its
+// event's livemode and its body.
 listing_statements!(
+    from: "webhook_routes",
+    stored: "(SELECT livemode FROM webhook_events e
+        WHERE e.source = webhook_routes.source AND e.event_id = webhook_routes.event_id)
+        AS livemode,
+    (SELECT body FROM webhook_bodies b
+        WHERE b.source = webhook_routes.source AND b.event_id = webhook_routes.event_id)
+        AS body,
+    (SELECT headers FROM webhook_bodies b
+        WHERE b.source = webhook_routes.source AND b.event_id = webhook_routes.event_id)
+        AS headers",
     columns: "source, event_id, event_type, object_id, attempts,
     received_at * 1000 AS received_us, next_attempt_at * 1000 AS next_attempt_us,
     processed_at * 1000 AS processed_us, dead_at * 1000 AS dead_us,
@@ -47,8 +62,17 @@ listing_statements!(
     newest: "(coalesce(?2, 9223372036854775807), coalesce(?3, ''), coalesce(?4, ''))",
     oldest: "(coalesce(?2, -9223372036854775808), coalesce(?3, ''), coalesce(?4, ''))",
     limit: "?5",
-    key: "source = ?2 AND event_id = ?3"
+    key: "source = ?2 AND event_id = ?3 AND processor = 'default'"
 );
+
+/// The partial index each of [`LISTINGS`] reads, in their order.
+#[cfg(test)]
+pub(super) const LISTING_INDEXES: [&str; 4] = [
+    "webhook_routes_dead",
+    "webhook_routes_dead",
+    "webhook_routes_failing",
+    "webhook_routes_failing",
+];
 
 /// The inbox's counts at `now`.
 pub(super) fn counts(pool: &SqlitePool, now: i64) -> StoreFuture<Counts> {
@@ -56,6 +80,7 @@ pub(super) fn counts(pool: &SqlitePool, now: i64) -> StoreFuture<Counts> {
     Box::pin(async move {
         sqlx::query_as::<_, CountsRow>(COUNTS)
             .bind(now)
+            .bind(PROCESSOR)
             .fetch_one(&pool)
             .await
             .map(Counts::from)
@@ -74,7 +99,7 @@ pub(super) fn list(
 }
 
 /// An event's newest `?3` attempt records, oldest first (ties in time in the order
-/// they were written): `webhook_attempts`' rows, and the processed attempt the row
+/// they were written): `webhook_attempts`' rows, and the processed attempt each route
 /// itself records (its start and `processed_at`; after every other).
 const ATTEMPTS: &str = "
 SELECT attempt, started_at * 1000 AS started_us, finished_at * 1000 AS finished_us,
@@ -86,7 +111,7 @@ FROM (
         UNION ALL
         SELECT 9223372036854775807, attempts, attempt_started_at,
             max(processed_at, attempt_started_at), 'processed', NULL
-        FROM webhook_events
+        FROM webhook_routes
         WHERE source = ?1 AND event_id = ?2 AND next_attempt_at IS NOT NULL
           AND processed_at IS NOT NULL AND attempt_started_at IS NOT NULL
     )
@@ -94,12 +119,12 @@ FROM (
 )
 ORDER BY started_at, finished_at, n";
 
-/// How many inbox rows were processed in each minute since `?1` (a minute's start, in
-/// milliseconds) that had any, by the minute's start: a range of the processed rows'
-/// index (`webhook_events_processed_at`), the minutes asked for and no more.
+/// How many routes were processed in each minute since `?1` (a minute's start, in
+/// milliseconds) that had any, by the minute's start: a range of the processed routes'
+/// index (`webhook_routes_processed_at`), the minutes asked for and no more.
 const PROCESSED_PER_MINUTE: &str = "
 SELECT processed_at - processed_at % 60000 AS minute_ms, count(*) AS n
-FROM webhook_events
+FROM webhook_routes
 WHERE processed_at IS NOT NULL AND processed_at >= ?1 AND next_attempt_at IS NOT NULL
 GROUP BY 1";
 

@@ -1,11 +1,21 @@
 //! Every SQLite statement on `webhook_events` (see the [state diagram](super)), one file
 //! per concern; `Sqlite`, its writer's operations and what they share here. Times are
 //! milliseconds since the epoch from the process's clock (one host: one clock).
+//!
+//! Fan-out's schema (issue 33, the migration `webhook_routes`): an inbox event's row in
+//! `webhook_events` is its key, metadata and the marker `next_attempt_at` (its accept
+//! time, never moved; its state columns NULL); its body and headers are in
+//! `webhook_bodies`, and the states of the diagram are its routes' (`webhook_routes`, one
+//! per event and processor, all of [`PROCESSOR`] for now). A dead route deleted is a
+//! tombstone (`next_attempt_at` NULL, `processed_at` when deleted); the event stays the
+//! key until the inbox's prune deletes it with its routes, body and history.
 
 mod claims; // `DedupeLayer`'s claims of an event key
 mod latest; // the ordering guard (`webhook_objects`)
 mod listing; // the inbox's counts, listings and one event, for operators
+mod prune; // what the inbox deletes, and the per-object index
 mod queue; // the inbox: accept, and the worker's claims, renewals and outcomes
+mod routes; // the writer's statements on the inbox's routes
 #[cfg(test)]
 mod tests;
 mod trusted; // the URLs of the certificates that verified a delivery
@@ -23,6 +33,9 @@ use crate::inbox::{Accepted, Requeue};
 use crate::store::{Claim, Delivery, StoreError, Token};
 pub(crate) use latest::advance;
 use writer::{write_batch, WriterConnection};
+
+/// The processor every route is of, until an inbox configures others (issue 33).
+pub(crate) const PROCESSOR: &str = "default";
 
 /// What the times are read from.
 pub(crate) type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;

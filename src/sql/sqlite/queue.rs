@@ -1,5 +1,7 @@
-//! The inbox: accept, and the worker's claims, renewals and outcomes (see the
-//! [state diagram](super::super)).
+//! The inbox: accept, and the worker's claims, renewals and outcomes, on the events'
+//! routes (see the [state diagram](super::super) and the migration
+//! `webhook_routes`). Every route statement binds its processor; there is one for now,
+//! [`PROCESSOR`](super::PROCESSOR).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,8 +9,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::super::shared;
-use super::super::{claimed, store_error, Outcome, OBJECT_INDEX};
-use super::{Done, Op, Sqlite};
+use super::super::{claimed, store_error, Outcome};
+use super::{Done, Op, Sqlite, PROCESSOR};
 use crate::inbox::backend::{Backend, Claimed, HeldRow};
 use crate::inbox::worker::due::DueTimes;
 use crate::inbox::worker::ClaimDue;
@@ -16,79 +18,109 @@ use crate::inbox::Pause;
 use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, StoredEvent};
 use crate::store::{Delivery, StoreError, StoreFuture, Token};
 
-/// A new row queued, with the delivery's request headers (`?9`, credentials left out) and
-/// its place in arrival order (`?10`, the writer's next number); a
-/// row `DedupeLayer` left unfinished is queued instead (adopted), its
-/// claim's lock dropped: the row is the inbox's from now on, due at once (a `DedupeLayer`
-/// in front of this accept then finds it done, `INBOX_HAS`).
+/// A new event: its key and metadata, `next_attempt_at` its accept time (`?7`: the marker
+/// "the inbox's", which never moves), its place in arrival order (`?10`, the writer's next
+/// number). A row `DedupeLayer` left unfinished is the event instead (adopted): its
+/// claim's lock and inline body dropped, the row is the inbox's from now on (a
+/// `DedupeLayer` in front of this accept then finds it done, `INBOX_HAS`). The body
+/// (`?6`) and headers (`?9`), bound here as the other accepts bind them, go to
+/// `webhook_bodies` ([`ACCEPT_BODY`]), the state to the event's route ([`ACCEPT_ROUTE`]),
+/// when this changed the row.
 pub(super) const ACCEPT: &str = "
 INSERT INTO webhook_events
-    (source, event_id, event_type, object_id, livemode, body, received_at, attempts, next_attempt_at, kind,
-     headers, arrival)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?7, ?8, ?9, ?10)
+    (source, event_id, event_type, object_id, livemode, received_at, attempts, next_attempt_at, kind,
+     arrival)
+VALUES (?1, ?2, ?3, ?4, ?5, ?7, 0, ?7, ?8, ?10)
 ON CONFLICT (source, event_id) DO UPDATE SET next_attempt_at = ?7, attempts = 0,
-    locked_until = NULL, lock_token = NULL, headers = ?9, arrival = ?10
+    locked_until = NULL, lock_token = NULL, body = NULL, arrival = ?10
 WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS NULL
   AND webhook_events.kind <> 'once'";
 
-/// SQLite has one writer: this UPDATE is atomic, no two workers get the same row; the rows
-/// the claiming worker holds (`?9`: running, or their outcome not yet written) are left,
-/// whatever their lease says. A due
-/// row whose every attempt ended without an outcome (each crashed its worker) is left as
-/// it was (every SET sees the old row) and returned `buried`, for `BURY_CRASHED` to mark
-/// dead in the same transaction: a claim that assigned `dead_at` or `processing_error`
-/// would rewrite every claimed row's entries in the partial indexes over them (about 6 %
-/// of the drain with a per-object cap, `benches/sql/claim.py`). The attempt's start is
-/// kept for its record; a trigger records the attempt before it as crashed when it never
-/// finished (the migration `webhook_events_history`).
-/// Under a per-object cap of n (`?6`), a row is claimed while fewer than n of its
-/// object's other unfinished rows run or came before it (in arrival order: rows no accept
-/// numbered, from before, first by time and key): counted up to n and no further,
-/// so an object with a backlog of thousands costs a claim n rows of it, not its whole
-/// backlog.
+/// An accepted event's body and request headers (credentials left out).
+pub(super) const ACCEPT_BODY: &str = "
+INSERT INTO webhook_bodies (source, event_id, body, headers) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (source, event_id) DO UPDATE SET body = excluded.body, headers = excluded.headers";
+
+/// An accepted event's route for processor `?3`, queued and due at the accept's time, its
+/// immutable columns copied from the event (an adopted claim's own).
+pub(super) const ACCEPT_ROUTE: &str = "
+INSERT INTO webhook_routes
+    (source, event_id, processor, event_type, object_id, arrival, received_at, attempts,
+     next_attempt_at)
+SELECT source, event_id, ?3, event_type, object_id, arrival, received_at, 0, next_attempt_at
+FROM webhook_events WHERE source = ?1 AND event_id = ?2
+ON CONFLICT (source, event_id, processor) DO NOTHING";
+
+/// SQLite has one writer: this UPDATE is atomic, no two workers get the same route; the
+/// routes the claiming worker holds (`?9`: running, or their outcome not yet written) are
+/// left, whatever their lease says. A due route whose every attempt ended without an
+/// outcome (each crashed its worker) is left as it was (every SET sees the old row) and
+/// returned `buried`, for `BURY_CRASHED` to mark dead in the same transaction: a claim
+/// that assigned `dead_at` or `processing_error` would rewrite every claimed route's
+/// entries in the partial indexes over them (about 6 % of the drain with a per-object
+/// cap, `benches/sql/claim.py`). The attempt's start is kept for its record; a trigger
+/// records the attempt before it as crashed when it never finished.
+/// Under a per-object cap of n (`?6`), a route is claimed while fewer than n of its
+/// object's other unfinished routes of its processor run or came before it (in arrival
+/// order: routes no accept numbered, from before, first by time and key): counted up to n
+/// and no further, so an object with a backlog of thousands costs a claim n routes of it,
+/// not its whole backlog: on `webhook_routes_by_object`, which the count's terms must not
+/// let the due routes' index take over (with the processor leading both): it leaves out
+/// `next_attempt_at IS NOT NULL`, implied (a tombstone is processed). The processor
+/// (`?10`) leads the due routes' index. `RETURNING`
+/// cannot join: [`CLAIMED_BODIES`] reads the livemode and body after it.
 pub(super) const CLAIM_DUE: &str = "
-UPDATE webhook_events
+UPDATE webhook_routes
 SET attempts = attempts + (attempts < ?5),
     locked_until = CASE WHEN attempts < ?5 THEN ?1 + ?2 ELSE locked_until END,
     lock_token = CASE WHEN attempts < ?5 THEN ?3 ELSE lock_token END,
     attempt_started_at = CASE WHEN attempts < ?5 THEN ?1 ELSE attempt_started_at END
 WHERE rowid IN (
-    SELECT rowid FROM webhook_events
-    WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= ?1
+    SELECT rowid FROM webhook_routes
+    WHERE processor = ?10 AND next_attempt_at IS NOT NULL AND next_attempt_at <= ?1
       AND processed_at IS NULL AND dead_at IS NULL
       AND (locked_until IS NULL OR locked_until <= ?1)
       AND NOT EXISTS (SELECT 1 FROM webhook_pauses p
-          WHERE p.source IN ('', webhook_events.source)
-            AND p.event_type IN ('', coalesce(webhook_events.event_type, '')))
+          WHERE p.source IN ('', webhook_routes.source)
+            AND p.event_type IN ('', coalesce(webhook_routes.event_type, '')))
       AND (?6 IS NULL OR object_id IS NULL OR (
-          SELECT count(*) FROM (SELECT 1 FROM webhook_events o
-          WHERE o.object_id = webhook_events.object_id AND o.rowid <> webhook_events.rowid
-            AND o.source = webhook_events.source
-            AND o.next_attempt_at IS NOT NULL AND o.processed_at IS NULL AND o.dead_at IS NULL
+          SELECT count(*) FROM (SELECT 1 FROM webhook_routes o
+          WHERE o.processor = webhook_routes.processor
+            AND o.object_id = webhook_routes.object_id AND o.rowid <> webhook_routes.rowid
+            AND o.source = webhook_routes.source
+            AND o.processed_at IS NULL AND o.dead_at IS NULL
             AND (o.locked_until > ?1 OR (coalesce(o.arrival, 0), o.received_at, o.event_id)
-                < (coalesce(webhook_events.arrival, 0), webhook_events.received_at,
-                   webhook_events.event_id))
+                < (coalesce(webhook_routes.arrival, 0), webhook_routes.received_at,
+                   webhook_routes.event_id))
           LIMIT ?6)) < ?6)
       AND source NOT IN (SELECT value FROM json_each(?7))
       AND coalesce(event_type, '') NOT IN (SELECT value FROM json_each(?8))
       AND (source, event_id) NOT IN (SELECT value ->> 0, value ->> 1 FROM json_each(?9))
     ORDER BY next_attempt_at LIMIT ?4)
-RETURNING source, event_id, event_type, object_id, livemode, body, attempts,
-    lock_token IS NOT ?3 AS buried";
+RETURNING source, event_id, event_type, object_id, attempts, lock_token IS NOT ?3 AS buried";
 
-/// A row the claim found crashed too often (`?1`, `?2`): dead, with `?4` after its last
-/// error. Assigning `attempts` fires the trigger that records its last attempt as crashed.
+/// The livemode and body of the events a claim took (`?1`, a JSON array of `[source,
+/// id]`): one statement for the claim, each a lookup by key.
+pub(super) const CLAIMED_BODIES: &str = "
+SELECT e.source, e.event_id, e.livemode, b.body
+FROM json_each(?1) k
+JOIN webhook_events e ON e.source = k.value ->> 0 AND e.event_id = k.value ->> 1
+LEFT JOIN webhook_bodies b ON b.source = e.source AND b.event_id = e.event_id";
+
+/// A route the claim found crashed too often (`?1`, `?2`, processor `?5`): dead, with
+/// `?4` after its last error. Assigning `attempts` fires the trigger that records its last
+/// attempt as crashed.
 pub(super) const BURY_CRASHED: &str = "
-UPDATE webhook_events SET attempts = attempts, dead_at = ?3,
+UPDATE webhook_routes SET attempts = attempts, dead_at = ?3,
     processing_error = coalesce(processing_error || '; then ', '') || ?4,
     locked_until = NULL, lock_token = NULL, attempt_started_at = NULL
-WHERE source = ?1 AND event_id = ?2";
+WHERE source = ?1 AND event_id = ?2 AND processor = ?5";
 
-/// How many milliseconds after `?1` the earliest queued row not due by then falls due: on
-/// the due rows' index, one row read.
+/// How many milliseconds after `?1` the earliest queued route of processor `?2` not due
+/// by then falls due: on the due routes' index, one row read.
 const NEXT_DUE: &str = "
-SELECT next_attempt_at - ?1 FROM webhook_events
-WHERE next_attempt_at > ?1 AND processed_at IS NULL AND dead_at IS NULL
+SELECT next_attempt_at - ?1 FROM webhook_routes
+WHERE processor = ?2 AND next_attempt_at > ?1 AND processed_at IS NULL AND dead_at IS NULL
 ORDER BY next_attempt_at LIMIT 1";
 
 /// Numbers `?1` accepts in arrival order: the last of them comes back.
@@ -105,70 +137,82 @@ pub(super) const RESUME: &str = "DELETE FROM webhook_pauses WHERE source = ?1 AN
 const PAUSES: &str =
     "SELECT source, event_type, paused_at FROM webhook_pauses ORDER BY source, event_type";
 
-/// Claimed rows a worker hands back unprocessed (its claim was answered too late to run
+// The statements on one held route: its key `?1`, `?2`, the claim's token `?3`, its
+// processor `?4` (a claim's token is shared by all its routes), the rest from `?5`.
+
+/// Claimed routes a worker hands back unprocessed (its claim was answered too late to run
 /// them safely): due again at once, the attempt uncounted.
 pub(super) const GIVE_BACK: &str = "
-UPDATE webhook_events SET attempts = attempts - 1, locked_until = NULL, lock_token = NULL
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3
+UPDATE webhook_routes SET attempts = attempts - 1, locked_until = NULL, lock_token = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processor = ?4
   AND processed_at IS NULL AND dead_at IS NULL";
 
 pub(super) const RENEW_ROW: &str = "
-UPDATE webhook_events SET locked_until = ?4
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL";
+UPDATE webhook_routes SET locked_until = ?5
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processor = ?4
+  AND processed_at IS NULL";
 
-/// The row processed; kept idempotent under its token like a claim's completion. Its
-/// attempt is no row of `webhook_attempts`: the row's own `attempt_started_at` and
+/// The route processed; kept idempotent under its token like a claim's completion. Its
+/// attempt is no row of `webhook_attempts`: the route's own `attempt_started_at` and
 /// `processed_at` are its record (read back as one by `ATTEMPTS`; a requeue copies it into
 /// the table), so the drain's outcomes write nothing more than before. The other finishes
 /// return the attempt's number and start, for the writer to record.
 pub(super) const PROCESSED: &str = "
-UPDATE webhook_events SET processed_at = coalesce(processed_at, ?4), processing_error = NULL,
+UPDATE webhook_routes SET processed_at = coalesce(processed_at, ?5), processing_error = NULL,
     locked_until = NULL
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3";
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processor = ?4";
 
 pub(super) const RETRY: &str = "
-UPDATE webhook_events SET next_attempt_at = ?4, processing_error = ?5,
+UPDATE webhook_routes SET next_attempt_at = ?5, processing_error = ?6,
     locked_until = NULL, lock_token = NULL
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processor = ?4
+  AND processed_at IS NULL
 RETURNING attempts, attempt_started_at";
 
 pub(super) const DEAD: &str = "
-UPDATE webhook_events SET dead_at = ?4, processing_error = ?5,
+UPDATE webhook_routes SET dead_at = ?5, processing_error = ?6,
     locked_until = NULL, lock_token = NULL
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processor = ?4
+  AND processed_at IS NULL
 RETURNING attempts, attempt_started_at";
 
-/// Snoozed by the processor: due again at `?4`, the attempt uncounted (its record keeps
+/// Snoozed by the processor: due again at `?5`, the attempt uncounted (its record keeps
 /// the number it ran as).
 pub(super) const LATER: &str = "
-UPDATE webhook_events SET next_attempt_at = ?4, attempts = attempts - 1,
+UPDATE webhook_routes SET next_attempt_at = ?5, attempts = attempts - 1,
     locked_until = NULL, lock_token = NULL
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processor = ?4
+  AND processed_at IS NULL
 RETURNING attempts + 1, attempt_started_at";
 
 pub(super) const ABANDON: &str = "
-UPDATE webhook_events SET processing_error = ?4, locked_until = NULL, lock_token = NULL
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processed_at IS NULL
+UPDATE webhook_routes SET processing_error = ?5, locked_until = NULL, lock_token = NULL
+WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processor = ?4
+  AND processed_at IS NULL
 RETURNING attempts, attempt_started_at";
 
 /// The attempts a batch finished, in its transaction: one statement for the batch,
 /// whatever its size (a statement per attempt would cost the drain a round trip to
 /// SQLite's thread each; a trigger could not tell the outcome). `?1`: a JSON array of
-/// `[source, id, attempt, started, finished, outcome, error]`.
+/// `[source, id, attempt, started, finished, outcome, error, processor]`.
 pub(super) const RECORD_ATTEMPTS: &str = "
-INSERT INTO webhook_attempts (source, event_id, attempt, started_at, finished_at, outcome, error)
-SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6
+INSERT INTO webhook_attempts
+    (source, event_id, attempt, started_at, finished_at, outcome, error, processor)
+SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5,
+    value ->> 6, value ->> 7
 FROM json_each(?1)";
 
-/// An event's attempt records past the newest `?3` deleted (after a failing, snoozed or
-/// abandoned attempt added its own: see `MAX_ATTEMPT_RECORDS`).
+/// A route's attempt records past the newest `?3` deleted (after a failing, snoozed or
+/// abandoned attempt added its own: see `MAX_ATTEMPT_RECORDS`); `?4` its processor.
 pub(super) const CAP_ATTEMPTS: &str = "
 DELETE FROM webhook_attempts WHERE rowid IN (
-    SELECT rowid FROM webhook_attempts WHERE source = ?1 AND event_id = ?2
+    SELECT rowid FROM webhook_attempts
+    WHERE source = ?1 AND event_id = ?2 AND processor = ?4
     ORDER BY started_at DESC, rowid DESC LIMIT -1 OFFSET ?3)";
 
+/// Every processor's routes that match, queued again (tombstones left).
 pub(super) const REQUEUE: &str = "
-UPDATE webhook_events
+UPDATE webhook_routes
 SET next_attempt_at = ?1, attempts = 0, processed_at = NULL, dead_at = NULL,
     processing_error = NULL, locked_until = NULL, lock_token = NULL
 WHERE next_attempt_at IS NOT NULL
@@ -178,25 +222,6 @@ WHERE next_attempt_at IS NOT NULL
   AND (?5 IS NULL OR event_type = ?5)
   AND (?6 IS NULL OR received_at >= ?6)
   AND (?7 IS NULL OR received_at < ?7)";
-
-/// Processed inbox rows older than the cutoff (and the keys deleted dead rows left, done
-/// that long ago: done, without a token), and (by name only) dead ones: two
-/// statements, each on its partial index (a `CASE` between them would use neither).
-/// Kept rows (no signed time: only the row refuses a replay) are pruned by name only.
-pub(super) const PRUNE_PROCESSED: &str = "
-DELETE FROM webhook_events WHERE kind = 'event' AND processed_at IS NOT NULL
-AND processed_at < ?1 AND (next_attempt_at IS NOT NULL OR lock_token IS NULL)";
-
-/// Dead rows deleted: each leaves its key, done at `?4` (no longer the inbox's: its body,
-/// headers, error and history go), so its delivery posted again is a duplicate until the
-/// retention has passed (the migration `webhook_events_deleted`).
-pub(super) const PRUNE_DEAD: &str = "
-UPDATE webhook_events SET next_attempt_at = NULL, processed_at = ?4, dead_at = NULL,
-    body = NULL, headers = NULL, processing_error = NULL, attempt_started_at = NULL,
-    locked_until = NULL, lock_token = NULL
-WHERE next_attempt_at IS NOT NULL AND kind <> 'once'
-AND dead_at IS NOT NULL AND dead_at < ?1
-AND (?2 IS NULL OR source = ?2) AND (?3 IS NULL OR event_type = ?3)";
 
 impl Sqlite {
     /// Queues a verified event in the inbox.
@@ -268,7 +293,7 @@ impl Backend for Sqlite {
     }
 
     fn object_index(&self) -> StoreFuture<()> {
-        shared::object_index(&self.pool, OBJECT_INDEX)
+        shared::object_index(&self.pool, super::prune::OBJECT_INDEX)
     }
 
     fn pauses(&self) -> StoreFuture<Vec<Pause>> {
@@ -305,6 +330,7 @@ impl Backend for Sqlite {
         Box::pin(async move {
             let after: Option<i64> = sqlx::query_scalar(NEXT_DUE)
                 .bind(now)
+                .bind(PROCESSOR)
                 .fetch_optional(&pool)
                 .await
                 .map_err(|e| store_error("inbox next due", e))?;

@@ -6,8 +6,8 @@ use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite as Db, SqliteArguments};
 use sqlx::Row;
 
-use super::super::shared::{assert_pages_through_ties, LISTING_INDEXES};
-use super::listing::LISTINGS;
+use super::super::shared::assert_pages_through_ties;
+use super::listing::{LISTINGS, LISTING_INDEXES};
 use super::writer::write_in_one_transaction;
 use super::*;
 use crate::inbox::backend::Backend;
@@ -53,26 +53,29 @@ async fn plan(
 }
 
 /// The listings read their partial index in its order, not the history (20 000
-/// processed rows here), and rows tied in time page by their key, each once.
+/// processed routes here), and routes tied in time page by their key, each once.
 #[tokio::test]
 async fn listings_read_their_partial_index_and_page_through_ties() {
     let Fresh { store, .. } = &Fresh::new().await;
     sqlx::raw_sql(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
-         INSERT INTO webhook_events
-             (source, event_id, received_at, attempts, next_attempt_at, processed_at)
-         SELECT 's', 'p' || i, 1000, 1, 1000, 2000 FROM n;
+         INSERT INTO webhook_routes
+             (source, event_id, processor, received_at, attempts, next_attempt_at, processed_at)
+         SELECT 's', 'p' || i, 'default', 1000, 1, 1000, 2000 FROM n;
          WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5)
-         INSERT INTO webhook_events
-             (source, event_id, received_at, attempts, next_attempt_at, dead_at, processing_error)
-         SELECT 's', 'd' || i, 1000, 3, 1000, 5000, 'boom' FROM n;
+         INSERT INTO webhook_routes
+             (source, event_id, processor, received_at, attempts, next_attempt_at, dead_at,
+              processing_error)
+         SELECT 's', 'd' || i, 'default', 1000, 3, 1000, 5000, 'boom' FROM n;
          WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3)
-         INSERT INTO webhook_events
-             (source, event_id, received_at, attempts, next_attempt_at, processing_error)
-         SELECT 's', 'f' || i, 3000, 1, 9000, 'late' FROM n;
+         INSERT INTO webhook_routes
+             (source, event_id, processor, received_at, attempts, next_attempt_at,
+              processing_error)
+         SELECT 's', 'f' || i, 'default', 3000, 1, 9000, 'late' FROM n;
          WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100)
-         INSERT INTO webhook_events (source, event_id, received_at, attempts, next_attempt_at)
-         SELECT 's', 'q' || i, 4000, 0, 4000 FROM n;
+         INSERT INTO webhook_routes
+             (source, event_id, processor, received_at, attempts, next_attempt_at)
+         SELECT 's', 'q' || i, 'default', 4000, 0, 4000 FROM n;
          ANALYZE;",
     )
     .execute(store.pool())
@@ -173,7 +176,7 @@ async fn the_object_index_is_made_on_demand_and_a_capped_claim_reads_it() {
     let Fresh { store, .. } = &Fresh::new().await;
     let exists = || async {
         let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM sqlite_master WHERE name = 'webhook_events_by_object'",
+            "SELECT count(*) FROM sqlite_master WHERE name = 'webhook_routes_by_object'",
         )
         .fetch_one(store.pool())
         .await
@@ -187,12 +190,18 @@ async fn the_object_index_is_made_on_demand_and_a_capped_claim_reads_it() {
     assert_eq!(exists().await, 1);
     let plan = plan(store.pool(), super::queue::CLAIM_DUE, |query| {
         let query = query.bind(0_i64).bind(1000_i64).bind("t").bind(10_i64);
-        query.bind(8_i64).bind("crashed").bind(1_i64)
+        let query = query
+            .bind(8_i64)
+            .bind(1_i64)
+            .bind("[]")
+            .bind("[]")
+            .bind("[]");
+        query.bind(PROCESSOR)
     })
     .await;
     assert!(
         plan.iter()
-            .any(|step| step.contains("webhook_events_by_object")),
+            .any(|step| step.contains("webhook_routes_by_object")),
         "{plan:?}"
     );
 }

@@ -7,16 +7,12 @@ use std::time::Duration;
 use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite as Db, SqliteArguments, SqlitePool};
 
-use super::super::{store_error, Outcome, ABANDONED, CRASHED, MAX_ATTEMPT_RECORDS};
+use super::super::store_error;
 use super::claims::{claim_one, COMPLETE, INBOX_HAS, PRUNE, PRUNE_ONCE, RELEASE, RENEW};
-use super::queue::{
-    ABANDON, ACCEPT, BURY_CRASHED, CAP_ATTEMPTS, CLAIM_DUE, DEAD, GIVE_BACK, LATER, PAUSE,
-    PROCESSED, PRUNE_DEAD, PRUNE_PROCESSED, RECORD_ATTEMPTS, RENEW_ROW, REQUEUE, RESUME, RETRY,
-    TAKE_ARRIVALS,
-};
-use super::{bind_delivery, epoch_ms, ms, ClaimedRow, Clock, Done, Op};
-use crate::inbox::backend::HeldRow;
-use crate::inbox::Accepted;
+use super::prune::PRUNE_KEPT;
+use super::queue::{PAUSE, REQUEUE, RESUME, TAKE_ARRIVALS};
+use super::routes::{self, record, Finished};
+use super::{epoch_ms, ms, Clock, Done, Op};
 use crate::store::{StoreError, StoreErrorKind, Token};
 
 /// The writer's own connection, opened with the pool's options and the table's busy
@@ -146,56 +142,6 @@ async fn inbox_has(
     Ok(row.is_some())
 }
 
-/// An attempt a batch finished, recorded in `webhook_attempts` before the batch commits.
-struct Finished<'a> {
-    source: &'a str,
-    id: &'a str,
-    attempt: i64,
-    started: i64,
-    finished: i64,
-    outcome: &'static str,
-    error: Option<&'a str>,
-}
-
-/// The batch's finished attempts (but the processed ones, which their rows record) in
-/// `webhook_attempts` ([`RECORD_ATTEMPTS`]), and the history of each event whose attempt
-/// did not end its run cut to the newest [`MAX_ATTEMPT_RECORDS`].
-async fn record(
-    conn: &mut sqlx::SqliteConnection,
-    attempts: &[Finished<'_>],
-) -> Result<(), StoreError> {
-    if attempts.is_empty() {
-        return Ok(());
-    }
-    let err = |e| store_error("inbox attempts", e);
-    let rows: Vec<_> = attempts
-        .iter()
-        .map(|a| {
-            let (source, id, outcome) = (a.source, a.id, a.outcome);
-            (
-                source, id, a.attempt, a.started, a.finished, outcome, a.error,
-            )
-        })
-        .collect();
-    let json = serde_json::to_string(&rows).expect("strings and numbers");
-    sqlx::query(RECORD_ATTEMPTS)
-        .bind(json)
-        .execute(&mut *conn)
-        .await
-        .map_err(err)?;
-    let kept = i64::try_from(MAX_ATTEMPT_RECORDS).unwrap_or(i64::MAX);
-    for a in attempts.iter().filter(|a| a.outcome != "dead") {
-        sqlx::query(CAP_ATTEMPTS)
-            .bind(a.source)
-            .bind(a.id)
-            .bind(kept)
-            .execute(&mut *conn)
-            .await
-            .map_err(err)?;
-    }
-    Ok(())
-}
-
 /// One write's statements on `conn`, at `now`; the attempts it finished go in `attempts`,
 /// and an accept takes the number `arrival` holds (the next one left there).
 async fn write_one<'a>(
@@ -233,130 +179,17 @@ async fn write_one<'a>(
             Done::Held(changed(done) == 1)
         }
         Op::Accept(d) => {
-            let done = bind_delivery(sqlx::query(ACCEPT), d)
-                .bind(now)
-                .bind(d.kind())
-                .bind(d.audit().headers)
-                .bind(*arrival)
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| store_error("inbox accept", e))?;
+            let accepted = routes::accept(conn, now, d, *arrival).await?;
             *arrival += 1;
-            Done::Accept(if changed(done) == 1 {
-                Accepted::New
-            } else {
-                Accepted::Duplicate
-            })
+            Done::Accept(accepted)
         }
-        Op::ClaimDue(due) => {
-            let json = |keys: &[String]| serde_json::to_string(keys).expect("strings");
-            let rows: Vec<ClaimedRow> = sqlx::query_as(CLAIM_DUE)
-                .bind(now)
-                .bind(ms(due.lease))
-                .bind(due.token.to_string())
-                .bind(i64::try_from(due.limit).unwrap_or(i64::MAX))
-                .bind(due.max_attempts)
-                .bind(due.per_object)
-                .bind(json(&due.skip.sources))
-                .bind(json(&due.skip.types))
-                .bind(serde_json::to_string(&due.skip.held).expect("strings"))
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(|e| store_error("inbox claim", e))?;
-            for row in rows.iter().filter(|row| row.buried) {
-                sqlx::query(BURY_CRASHED)
-                    .bind(&row.source)
-                    .bind(&row.event_id)
-                    .bind(now)
-                    .bind(CRASHED)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(|e| store_error("inbox claim", e))?;
-            }
-            Done::Claimed(rows)
+        Op::ClaimDue(due) => Done::Claimed(routes::claim_due(conn, now, due).await?),
+        Op::GiveBack(keys, token) => Done::Count(routes::give_back(conn, keys, *token).await?),
+        Op::RenewRow(row, lease) => {
+            Done::Held(routes::renew(conn, row, now.saturating_add(ms(*lease))).await?)
         }
-        Op::GiveBack(keys, token) => {
-            let mut n = 0;
-            for (source, id) in keys {
-                let done = keyed(GIVE_BACK, source, id, *token)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(|e| store_error("inbox give back", e))?;
-                n += changed(done);
-            }
-            Done::Count(n)
-        }
-        Op::RenewRow(
-            HeldRow {
-                source, id, token, ..
-            },
-            lease,
-        ) => {
-            let done = keyed(RENEW_ROW, source, id, *token)
-                .bind(now.saturating_add(ms(*lease)))
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| store_error("inbox renew", e))?;
-            Done::Held(changed(done) == 1)
-        }
-        Op::Finish(
-            HeldRow {
-                source, id, token, ..
-            },
-            outcome,
-        ) => {
-            // Each returns the attempt's number and start: the row was held.
-            let key = |sql| {
-                sqlx::query_as::<_, (i64, Option<i64>)>(sql)
-                    .bind(source.as_str())
-                    .bind(id.as_str())
-                    .bind(token.to_string())
-            };
-            let (query, name, error) = match outcome {
-                Outcome::Processed => {
-                    // Its record is the row's own columns: nothing more to write.
-                    let done = keyed(PROCESSED, source, id, *token)
-                        .bind(now)
-                        .execute(&mut *conn)
-                        .await
-                        .map_err(|e| store_error("inbox finish", e))?;
-                    return Ok(Done::Held(changed(done) == 1));
-                }
-                Outcome::Retry(error, after) => (
-                    key(RETRY)
-                        .bind(now.saturating_add(ms(*after)))
-                        .bind(error.as_str()),
-                    "failed",
-                    Some(error.as_str()),
-                ),
-                Outcome::Dead(error) => (
-                    key(DEAD).bind(now).bind(error.as_str()),
-                    "dead",
-                    Some(error.as_str()),
-                ),
-                Outcome::Later(after) => (
-                    key(LATER).bind(now.saturating_add(ms(*after))),
-                    "snoozed",
-                    None,
-                ),
-                Outcome::Abandoned => (key(ABANDON).bind(ABANDONED), "abandoned", Some(ABANDONED)),
-            };
-            let held = query
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(|e| store_error("inbox finish", e))?;
-            if let Some((attempt, Some(started))) = held {
-                attempts.push(Finished {
-                    source,
-                    id,
-                    attempt,
-                    started,
-                    finished: now.max(started),
-                    outcome: name,
-                    error,
-                });
-            }
-            Done::Held(held.is_some())
+        Op::Finish(row, outcome) => {
+            Done::Held(routes::finish(conn, now, row, outcome, attempts).await?)
         }
         Op::Pause(source, event_type, pause) => {
             let query = match pause {
@@ -394,29 +227,22 @@ async fn write_one<'a>(
             Done::Count(changed(done))
         }
         Op::PruneOnce(namespace, older_than) => {
-            let done = sqlx::query(PRUNE_ONCE)
-                .bind(namespace.as_str())
-                .bind(now.saturating_sub(ms(*older_than)))
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| store_error("sqlite prune", e))?;
-            Done::Count(changed(done))
+            let before = now.saturating_sub(ms(*older_than));
+            let mut n = 0;
+            for sql in [PRUNE_ONCE, PRUNE_KEPT] {
+                let done = sqlx::query(sql)
+                    .bind(namespace.as_str())
+                    .bind(before)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|e| store_error("sqlite prune", e))?;
+                n += changed(done);
+            }
+            Done::Count(n)
         }
         Op::PruneRows(older_than, dead) => {
             let before = now.saturating_sub(ms(*older_than));
-            let query = match dead {
-                Some(rows) => sqlx::query(PRUNE_DEAD)
-                    .bind(before)
-                    .bind(rows.source.as_deref())
-                    .bind(rows.event_type.as_deref())
-                    .bind(now),
-                None => sqlx::query(PRUNE_PROCESSED).bind(before),
-            };
-            let done = query
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| store_error("inbox prune", e))?;
-            Done::Count(changed(done))
+            Done::Count(routes::prune(conn, now, before, dead.as_ref()).await?)
         }
         Op::Trust(url) => super::trusted::trust(conn, now, url).await?,
     })

@@ -1,0 +1,333 @@
+//! The writer's statements on the inbox's routes: an accept (the event, its body and its
+//! routes), a worker's claim and outcomes, requeues and prunes, each in the batch's
+//! transaction; and the attempts a batch finished.
+
+use sqlx::query::Query;
+use sqlx::sqlite::{Sqlite as Db, SqliteArguments, SqliteConnection};
+
+use super::super::{store_error, ClaimedRow, Outcome, ABANDONED, CRASHED, MAX_ATTEMPT_RECORDS};
+use super::prune::{PRUNE_DEAD, PRUNE_EVENTS, PRUNE_OLD_TOMBSTONES};
+use super::queue::{
+    ABANDON, ACCEPT, ACCEPT_BODY, ACCEPT_ROUTE, BURY_CRASHED, CAP_ATTEMPTS, CLAIMED_BODIES,
+    CLAIM_DUE, DEAD, GIVE_BACK, LATER, PROCESSED, RECORD_ATTEMPTS, RENEW_ROW, RETRY,
+};
+use super::{bind_delivery, ms, PROCESSOR};
+use crate::inbox::backend::HeldRow;
+use crate::inbox::worker::ClaimDue;
+use crate::inbox::{Accepted, DeadRows};
+use crate::store::{Delivery, StoreError, Token};
+
+/// An attempt a batch finished, recorded in `webhook_attempts` before the batch commits.
+pub(super) struct Finished<'a> {
+    source: &'a str,
+    id: &'a str,
+    processor: &'a str,
+    attempt: i64,
+    started: i64,
+    finished: i64,
+    outcome: &'static str,
+    error: Option<&'a str>,
+}
+
+/// Binds a held route's key, the claim's token and its processor as `?1`…`?4`.
+fn held<'q>(sql: &'static str, row: &'q HeldRow) -> Query<'q, Db, SqliteArguments> {
+    sqlx::query(sql)
+        .bind(row.source.as_str())
+        .bind(row.id.as_str())
+        .bind(row.token.to_string())
+        .bind(PROCESSOR)
+}
+
+/// The batch's finished attempts (but the processed ones, which their routes record) in
+/// `webhook_attempts` ([`RECORD_ATTEMPTS`]), and the history of each route whose attempt
+/// did not end its run cut to the newest [`MAX_ATTEMPT_RECORDS`].
+pub(super) async fn record(
+    conn: &mut SqliteConnection,
+    attempts: &[Finished<'_>],
+) -> Result<(), StoreError> {
+    if attempts.is_empty() {
+        return Ok(());
+    }
+    let err = |e| store_error("inbox attempts", e);
+    let rows: Vec<_> = attempts
+        .iter()
+        .map(|a| {
+            let (source, id, outcome) = (a.source, a.id, a.outcome);
+            let at = (a.attempt, a.started, a.finished);
+            (source, id, at.0, at.1, at.2, outcome, a.error, a.processor)
+        })
+        .collect();
+    let json = serde_json::to_string(&rows).expect("strings and numbers");
+    sqlx::query(RECORD_ATTEMPTS)
+        .bind(json)
+        .execute(&mut *conn)
+        .await
+        .map_err(err)?;
+    let kept = i64::try_from(MAX_ATTEMPT_RECORDS).unwrap_or(i64::MAX);
+    for a in attempts.iter().filter(|a| a.outcome != "dead") {
+        sqlx::query(CAP_ATTEMPTS)
+            .bind(a.source)
+            .bind(a.id)
+            .bind(kept)
+            .bind(a.processor)
+            .execute(&mut *conn)
+            .await
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+/// An accept at `now`, numbered `arrival`: the event (or the `DedupeLayer` claim it
+/// adopts), and when that changed, its body and its route, in the batch's transaction.
+pub(super) async fn accept(
+    conn: &mut SqliteConnection,
+    now: i64,
+    d: &Delivery,
+    arrival: i64,
+) -> Result<Accepted, StoreError> {
+    let err = |e| store_error("inbox accept", e);
+    let audit = d.audit();
+    let done = bind_delivery(sqlx::query(ACCEPT), d)
+        .bind(now)
+        .bind(d.kind())
+        .bind(audit.headers)
+        .bind(arrival)
+        .execute(&mut *conn)
+        .await
+        .map_err(err)?;
+    if done.rows_affected() != 1 {
+        return Ok(Accepted::Duplicate);
+    }
+    sqlx::query(ACCEPT_BODY)
+        .bind(d.source())
+        .bind(d.id())
+        .bind(audit.body)
+        .bind(audit.headers)
+        .execute(&mut *conn)
+        .await
+        .map_err(err)?;
+    sqlx::query(ACCEPT_ROUTE)
+        .bind(d.source())
+        .bind(d.id())
+        .bind(PROCESSOR)
+        .execute(&mut *conn)
+        .await
+        .map_err(err)?;
+    Ok(Accepted::New)
+}
+
+/// A claimed route as [`CLAIM_DUE`] returns it: the event's livemode and body are read
+/// after it ([`CLAIMED_BODIES`]).
+#[derive(sqlx::FromRow)]
+struct ClaimedRoute {
+    source: String,
+    event_id: String,
+    event_type: Option<String>,
+    object_id: Option<String>,
+    attempts: i64,
+    buried: bool,
+}
+
+/// A claimed route's event as [`CLAIMED_BODIES`] reads it: key, livemode, body.
+type ClaimedEvent = (String, String, Option<bool>, Option<Vec<u8>>);
+
+/// A worker's claim at `now`: the routes it took (with their events' livemode and body)
+/// and those it buried (marked dead here: every attempt crashed).
+pub(super) async fn claim_due(
+    conn: &mut SqliteConnection,
+    now: i64,
+    due: &ClaimDue,
+) -> Result<Vec<ClaimedRow>, StoreError> {
+    let err = |e| store_error("inbox claim", e);
+    let json = |keys: &[String]| serde_json::to_string(keys).expect("strings");
+    let routes: Vec<ClaimedRoute> = sqlx::query_as(CLAIM_DUE)
+        .bind(now)
+        .bind(ms(due.lease))
+        .bind(due.token.to_string())
+        .bind(i64::try_from(due.limit).unwrap_or(i64::MAX))
+        .bind(due.max_attempts)
+        .bind(due.per_object)
+        .bind(json(&due.skip.sources))
+        .bind(json(&due.skip.types))
+        .bind(serde_json::to_string(&due.skip.held).expect("strings"))
+        .bind(PROCESSOR)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(err)?;
+    for route in routes.iter().filter(|route| route.buried) {
+        sqlx::query(BURY_CRASHED)
+            .bind(&route.source)
+            .bind(&route.event_id)
+            .bind(now)
+            .bind(CRASHED)
+            .bind(PROCESSOR)
+            .execute(&mut *conn)
+            .await
+            .map_err(err)?;
+    }
+    let keys: Vec<(&str, &str)> = routes
+        .iter()
+        .filter(|route| !route.buried)
+        .map(|route| (route.source.as_str(), route.event_id.as_str()))
+        .collect();
+    let mut events = std::collections::HashMap::new();
+    if !keys.is_empty() {
+        let keys = serde_json::to_string(&keys).expect("strings");
+        let read: Vec<ClaimedEvent> = sqlx::query_as(CLAIMED_BODIES)
+            .bind(keys)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(err)?;
+        events.extend(
+            read.into_iter()
+                .map(|(s, id, live, body)| ((s, id), (live, body))),
+        );
+    }
+    Ok(routes
+        .into_iter()
+        .map(|r| {
+            let key = (r.source, r.event_id);
+            let (livemode, body) = events.remove(&key).unwrap_or_default();
+            ClaimedRow {
+                source: key.0,
+                event_id: key.1,
+                event_type: r.event_type,
+                object_id: r.object_id,
+                livemode,
+                body,
+                attempts: r.attempts,
+                buried: r.buried,
+            }
+        })
+        .collect())
+}
+
+/// Claimed routes handed back under `token`: how many were.
+pub(super) async fn give_back(
+    conn: &mut SqliteConnection,
+    keys: &[(String, String)],
+    token: Token,
+) -> Result<u64, StoreError> {
+    let mut n = 0;
+    for (source, id) in keys {
+        let done = sqlx::query(GIVE_BACK)
+            .bind(source)
+            .bind(id)
+            .bind(token.to_string())
+            .bind(PROCESSOR)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| store_error("inbox give back", e))?;
+        n += done.rows_affected();
+    }
+    Ok(n)
+}
+
+/// A held route's lease renewed until `until`: whether it was still held.
+pub(super) async fn renew(
+    conn: &mut SqliteConnection,
+    row: &HeldRow,
+    until: i64,
+) -> Result<bool, StoreError> {
+    let done = held(RENEW_ROW, row)
+        .bind(until)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| store_error("inbox renew", e))?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// A held route's outcome at `now` (whether it was still held); the attempt it ended, if
+/// its record is a row of `webhook_attempts`, goes in `attempts`.
+pub(super) async fn finish<'a>(
+    conn: &mut SqliteConnection,
+    now: i64,
+    row: &'a HeldRow,
+    outcome: &'a Outcome,
+    attempts: &mut Vec<Finished<'a>>,
+) -> Result<bool, StoreError> {
+    let err = |e| store_error("inbox finish", e);
+    // Each returns the attempt's number and start: the route was held.
+    let key = |sql| {
+        sqlx::query_as::<_, (i64, Option<i64>)>(sql)
+            .bind(row.source.as_str())
+            .bind(row.id.as_str())
+            .bind(row.token.to_string())
+            .bind(PROCESSOR)
+    };
+    let (query, name, error) = match outcome {
+        Outcome::Processed => {
+            // Its record is the route's own columns: nothing more to write.
+            let done = held(PROCESSED, row)
+                .bind(now)
+                .execute(&mut *conn)
+                .await
+                .map_err(err)?;
+            return Ok(done.rows_affected() == 1);
+        }
+        Outcome::Retry(error, after) => (
+            key(RETRY)
+                .bind(now.saturating_add(ms(*after)))
+                .bind(error.as_str()),
+            "failed",
+            Some(error.as_str()),
+        ),
+        Outcome::Dead(error) => (
+            key(DEAD).bind(now).bind(error.as_str()),
+            "dead",
+            Some(error.as_str()),
+        ),
+        Outcome::Later(after) => (
+            key(LATER).bind(now.saturating_add(ms(*after))),
+            "snoozed",
+            None,
+        ),
+        Outcome::Abandoned => (key(ABANDON).bind(ABANDONED), "abandoned", Some(ABANDONED)),
+    };
+    let ended = query.fetch_optional(&mut *conn).await.map_err(err)?;
+    if let Some((attempt, Some(started))) = ended {
+        attempts.push(Finished {
+            source: &row.source,
+            id: &row.id,
+            processor: PROCESSOR,
+            attempt,
+            started,
+            finished: now.max(started),
+            outcome: name,
+            error,
+        });
+    }
+    Ok(ended.is_some())
+}
+
+/// The inbox's prune at `now`: the events whose routes all finished before `before`
+/// (`None`), or the dead routes named, each left a tombstone. How many went.
+pub(super) async fn prune(
+    conn: &mut SqliteConnection,
+    now: i64,
+    before: i64,
+    dead: Option<&DeadRows>,
+) -> Result<u64, StoreError> {
+    let err = |e| store_error("inbox prune", e);
+    let Some(rows) = dead else {
+        let mut n = 0;
+        for sql in [PRUNE_EVENTS, PRUNE_OLD_TOMBSTONES] {
+            let done = sqlx::query(sql)
+                .bind(before)
+                .execute(&mut *conn)
+                .await
+                .map_err(err)?;
+            n += done.rows_affected();
+        }
+        return Ok(n);
+    };
+    let done = sqlx::query(PRUNE_DEAD)
+        .bind(before)
+        .bind(rows.source.as_deref())
+        .bind(rows.event_type.as_deref())
+        .bind(now)
+        .execute(&mut *conn)
+        .await
+        .map_err(err)?;
+    Ok(done.rows_affected())
+}
