@@ -135,9 +135,24 @@ const FILL_SQLITE: &str = "
 WITH RECURSIVE g(n) AS (SELECT 1 WHERE ?1 > 0 UNION ALL SELECT n + 1 FROM g WHERE n < ?1)
 INSERT INTO webhook_events
     (source, event_id, event_type, body, received_at, attempts, next_attempt_at, processed_at, kind)
-SELECT 'history', 'evt_' || n, 'bench.event', x'7b7d', ?2, 1,
-       CASE WHEN n % 10 = 0 THEN NULL ELSE ?2 END, ?2, 'event'
+SELECT 'history', 'evt_' || n, 'bench.event', CASE WHEN n % 10 = 0 THEN x'7b7d' END, ?2,
+       CASE WHEN n % 10 = 0 THEN 1 ELSE 0 END,
+       CASE WHEN n % 10 = 0 THEN NULL ELSE ?2 END, CASE WHEN n % 10 = 0 THEN ?2 END, 'event'
 FROM g";
+
+/// SQLite keeps an inbox event's body and state apart (fan-out's schema): each filled
+/// inbox event's body and its processed route.
+const FILL_SQLITE_ROUTES: [&str; 2] = [
+    "INSERT INTO webhook_bodies (source, event_id, body)
+     SELECT source, event_id, x'7b7d' FROM webhook_events
+     WHERE source = 'history' AND next_attempt_at IS NOT NULL",
+    "INSERT INTO webhook_routes
+         (source, event_id, processor, event_type, received_at, attempts, next_attempt_at,
+          processed_at)
+     SELECT source, event_id, 'default', event_type, received_at, 1, next_attempt_at,
+         next_attempt_at
+     FROM webhook_events WHERE source = 'history' AND next_attempt_at IS NOT NULL",
+];
 
 async fn postgres(rows: i64, admin_url: &str) -> Figures {
     let admin = sqlx::PgPool::connect(admin_url).await.unwrap();
@@ -192,6 +207,9 @@ async fn sqlite(rows: i64) -> Figures {
         .execute(store.pool())
         .await
         .unwrap();
+    for fill in FILL_SQLITE_ROUTES {
+        sqlx::query(fill).execute(store.pool()).await.unwrap();
+    }
     sqlx::query("ANALYZE").execute(store.pool()).await.unwrap();
     let inbox = Inbox::sqlite(&store);
     filled(&inbox, rows, "SQLite").await;

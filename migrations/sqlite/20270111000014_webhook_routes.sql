@@ -114,18 +114,21 @@ CREATE INDEX webhook_routes_failing_by
 CREATE INDEX webhook_events_inbox ON webhook_events (received_at, source, event_id)
     WHERE next_attempt_at IS NOT NULL;
 
--- The processed count, kept by every change of a route into or out of that state.
+-- The processed count, kept by every change of a route into or out of that state. A
+-- processor's row is made by its first route (one probe of the tiny table an accept).
 CREATE TRIGGER webhook_route_counts_known AFTER INSERT ON webhook_routes
 WHEN NOT EXISTS (SELECT 1 FROM webhook_route_counts WHERE processor = NEW.processor)
 BEGIN
     INSERT INTO webhook_route_counts (processor, processed) VALUES (NEW.processor, 0);
 END;
 
+-- A route inserted processed (none is, but by hand) counts whichever of the two fires
+-- first.
 CREATE TRIGGER webhook_route_counts_inserted AFTER INSERT ON webhook_routes
 WHEN NEW.next_attempt_at IS NOT NULL AND NEW.processed_at IS NOT NULL
 BEGIN
-    UPDATE webhook_route_counts SET processed = processed + 1
-    WHERE processor = NEW.processor;
+    INSERT INTO webhook_route_counts (processor, processed) VALUES (NEW.processor, 1)
+    ON CONFLICT (processor) DO UPDATE SET processed = processed + 1;
 END;
 
 CREATE TRIGGER webhook_route_counts_changed

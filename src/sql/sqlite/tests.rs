@@ -98,7 +98,13 @@ async fn listings_read_their_partial_index_and_page_through_ties() {
         }
     }
 
-    assert_pages_through_ties(&crate::inbox::Inbox::sqlite(store)).await;
+    let inbox = crate::inbox::Inbox::sqlite(store);
+    let counts = inbox.counts().await.unwrap();
+    assert_eq!(
+        counts.processed, 20_000,
+        "routes inserted processed are counted"
+    );
+    assert_pages_through_ties(&inbox).await;
 }
 
 /// A clock that reads `secs` after the epoch.
