@@ -476,7 +476,7 @@ async fn processed_minutes_ago(db: &Db, id: &str, minutes_ago: i64) -> SystemTim
             start
         }
         Db::Pg(pool) => sqlx::query_scalar(
-            "UPDATE webhook_events
+            "UPDATE webhook_routes
              SET processed_at = date_trunc('minute', now()) - make_interval(mins => $1)
                  + interval '10 seconds'
              WHERE event_id = $2

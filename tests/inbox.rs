@@ -703,7 +703,7 @@ async fn postgres_a_processor_goes_on_while_its_outcome_is_written() {
                     let (id, held) = (e.id().unwrap().to_owned(), locked.clone());
                     tokio::spawn(async move {
                         let mut tx = pool.begin().await.unwrap();
-                        sqlx::query("SELECT 1 FROM webhook_events WHERE event_id = $1 FOR UPDATE")
+                        sqlx::query("SELECT 1 FROM webhook_routes WHERE event_id = $1 FOR UPDATE")
                             .bind(id)
                             .execute(&mut *tx)
                             .await
@@ -762,7 +762,7 @@ async fn due_at(db: &Db, id: &str) -> (i64, bool) {
         .unwrap(),
         Db::Pg(pool) => sqlx::query_as(
             "SELECT (extract(epoch FROM next_attempt_at) * 1000)::int8, lock_token IS NULL
-             FROM webhook_events WHERE event_id = $1",
+             FROM webhook_routes WHERE event_id = $1",
         )
         .bind(id)
         .fetch_one(pool)
@@ -782,7 +782,7 @@ async fn make_due(db: &Db, id: &str) {
                 .unwrap();
         }
         Db::Pg(pool) => {
-            sqlx::query("UPDATE webhook_events SET next_attempt_at = now() WHERE event_id = $1")
+            sqlx::query("UPDATE webhook_routes SET next_attempt_at = now() WHERE event_id = $1")
                 .bind(id)
                 .execute(pool)
                 .await

@@ -380,29 +380,6 @@ pub(crate) fn per_minute(
         .collect()
 }
 
-/// The index a per-object cap reads: an object's unfinished rows (running, or before the
-/// one to claim). Made by the first worker with a cap, not by a migration: an index
-/// every accept and every outcome maintain would cost those who use no cap (5–10 % of
-/// the drain on SQLite, BENCHMARKS.md). The object id alone: an object has few unfinished
-/// rows, and the narrow index costs each write about half what one of the claim's whole
-/// order did. Its predicate leaves out `next_attempt_at` (the claim tests it apart, see
-/// PostgreSQL's `CLAIM_DUE`); rows with none are few (`DedupeLayer`'s unfinished claims).
-/// PostgreSQL's, after `$create` (SQLite's, on its routes, is its own: `sqlite::prune`).
-#[cfg_attr(not(feature = "postgres"), allow(unused_macros))]
-macro_rules! object_index {
-    ($create:literal) => {
-        concat!(
-            $create,
-            " IF NOT EXISTS webhook_events_by_object
-    ON webhook_events (object_id)
-    WHERE processed_at IS NULL AND dead_at IS NULL AND object_id IS NOT NULL"
-        )
-    };
-}
-/// PostgreSQL's builds beside the writes instead of blocking them.
-#[cfg(feature = "postgres")]
-const OBJECT_INDEX_CONCURRENTLY: &str = object_index!("CREATE INDEX CONCURRENTLY");
-
 /// What a row stopped past the shutdown's grace period says as its error.
 const ABANDONED: &str = "stopped mid-attempt: the worker shut down past its grace period";
 

@@ -87,6 +87,18 @@ DELETE FROM webhook_events
 WHERE kind IN ('once', 'kept') AND source = $1
   AND processed_at IS NOT NULL AND processed_at < now() - make_interval(secs => $2)";
 
+/// The inbox's kept events of source `$1` (no signed time: pruned by name only) whose
+/// every route finished (processed, or deleted dead) more than `$2` seconds ago: what
+/// `PRUNE_ONCE` deletes of claims, for events whose state is their routes' (a trigger
+/// takes routes, body and history).
+const PRUNE_KEPT_EVENTS: &str = "
+DELETE FROM webhook_events e
+WHERE e.kind = 'kept' AND e.source = $1 AND e.next_attempt_at IS NOT NULL
+  AND e.received_at < now() - make_interval(secs => $2)
+  AND NOT EXISTS (SELECT 1 FROM webhook_routes r
+      WHERE r.source = e.source AND r.event_id = e.event_id
+        AND (r.processed_at IS NULL OR r.processed_at >= now() - make_interval(secs => $2)))";
+
 /// The key's row, done, inside the caller's transaction — or a claim whose lease ran out
 /// (or that was released) taken over. A concurrent transaction inserting the same key
 /// waits on the unique index, then sees the committed row (already) or nothing (it runs).
@@ -154,8 +166,11 @@ impl Pg {
                 Keyed::Count(self.pruned(query).await?)
             }
             KeyOp::PruneOnce(namespace, older_than) => {
-                let query = sqlx::query(PRUNE_ONCE).bind(namespace);
-                Keyed::Count(self.pruned(query.bind(older_than.as_secs_f64())).await?)
+                let secs = older_than.as_secs_f64();
+                let query = sqlx::query(PRUNE_ONCE).bind(namespace.as_str());
+                let keys = self.pruned(query.bind(secs)).await?;
+                let query = sqlx::query(PRUNE_KEPT_EVENTS).bind(namespace.as_str());
+                Keyed::Count(keys + self.pruned(query.bind(secs)).await?)
             }
         })
     }

@@ -11,10 +11,11 @@ use sqlx::Row;
 use super::super::batch::{Lane, MAX_BATCH};
 use super::super::shared::not_claimed;
 use super::super::{store_error, Outcome, CLAIM_TRIES};
+use super::accept::accept_many;
 use super::claims::{remaining, CLAIM, COMPLETE, TAKE_OVER};
 use super::outcome::finish_one;
-use super::queue::{ACCEPT, NOTIFY};
-use super::{bind_delivery, PLANNED_EACH_TIME};
+use super::queue::NOTIFY;
+use super::{bind_delivery, DEFAULT_PROCESSOR, PLANNED_EACH_TIME};
 use crate::inbox::Accepted;
 use crate::store::{Claim, Delivery, StoreError, Token};
 
@@ -77,60 +78,28 @@ WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token =
   AND w.next_attempt_at IS NULL
 RETURNING w.source, w.event_id, w.lock_token";
 
-/// Many inbox rows processed in one statement (as `PROCESSED`, each row its attempt's
-/// record): the worker's outcomes, gathered by the group commit. A row whose object's
+/// Many inbox routes processed in one statement (as `PROCESSED`, each route its attempt's
+/// record; the processor `$5`): the worker's outcomes, gathered by the group commit. A row whose object's
 /// later events wait for it (`$4`) wakes the workers of every process (one notification:
 /// PostgreSQL folds a transaction's identical ones).
 pub(super) const PROCESSED_MANY: &str = "
 WITH done AS (
-    UPDATE webhook_events w
+    UPDATE webhook_routes w
     SET processed_at = coalesce(w.processed_at, now()), processing_error = NULL,
         locked_until = NULL
-    FROM unnest($1::text[], $2::text[], $3::uuid[], $4::bool[])
-        AS input(source, event_id, token, wakes)
-    WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token = input.token
+    FROM unnest($1::text[], $2::text[], $3::uuid[], $4::bool[], $5::text[])
+        AS input(source, event_id, token, wakes, processor)
+    WHERE w.source = input.source AND w.event_id = input.event_id
+      AND w.processor = input.processor AND w.lock_token = input.token
     RETURNING w.source, w.event_id, w.lock_token, input.wakes
 )
 SELECT source, event_id, lock_token,
     CASE WHEN wakes THEN pg_notify('webhook_events', '')::text END
 FROM done";
 
-/// Many accepts in one statement (as `ACCEPT`, adoption included); the keys queued come
-/// back, and workers are notified (once: PostgreSQL folds identical notifications of a
-/// transaction into one). The rows go in in key order (`insert_accepts`), each numbered in
-/// arrival order by its place in the batch (`$9`) after the batch's number of the sequence:
-/// one `nextval` a batch, and `received_at`, the statement's time, is the same for all.
-const ACCEPT_MANY: &str = "
-WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::bytea[],
-                         $7::text[], $8::text[], $9::int8[])
-        AS input(source, event_id, event_type, object_id, livemode, body, kind, headers, place)
-), batch AS MATERIALIZED (SELECT nextval('webhook_events_arrival') * 1024 AS n
-), inserted AS (
-    INSERT INTO webhook_events
-        (source, event_id, event_type, object_id, livemode, body, attempts, next_attempt_at, kind,
-         headers, arrival)
-    SELECT source, event_id, event_type, object_id, livemode, body, 0, now(), kind, headers,
-        batch.n + place
-    FROM input, batch
-    ON CONFLICT (source, event_id) DO NOTHING
-    RETURNING source, event_id
-), adopted AS (
-    UPDATE webhook_events w SET next_attempt_at = now(), attempts = 0,
-        locked_until = NULL, lock_token = NULL, headers = input.headers,
-        arrival = (SELECT n FROM batch) + input.place
-    FROM input
-    WHERE w.source = input.source AND w.event_id = input.event_id
-      AND NOT EXISTS (SELECT 1 FROM inserted
-                      WHERE inserted.source = input.source AND inserted.event_id = input.event_id)
-      AND w.next_attempt_at IS NULL AND w.processed_at IS NULL AND w.kind <> 'once'
-    RETURNING w.source, w.event_id
-), queued AS (SELECT * FROM inserted UNION ALL SELECT * FROM adopted)
-SELECT source, event_id, pg_notify('webhook_events', '')::text FROM queued";
-
 /// A delivery's columns, as arrays for `unnest`.
 #[derive(Default)]
-struct Columns<'a> {
+pub(super) struct Columns<'a> {
     source: Vec<&'a str>,
     event_id: Vec<&'a str>,
     event_type: Vec<Option<&'a str>>,
@@ -140,7 +109,7 @@ struct Columns<'a> {
 }
 
 impl<'a> Columns<'a> {
-    fn of(deliveries: impl IntoIterator<Item = &'a Delivery>) -> Self {
+    pub(super) fn of(deliveries: impl IntoIterator<Item = &'a Delivery>) -> Self {
         let mut columns = Self::default();
         for d in deliveries {
             let audit = d.audit();
@@ -154,7 +123,10 @@ impl<'a> Columns<'a> {
         columns
     }
 
-    fn bind(self, query: Query<'a, Postgres, PgArguments>) -> Query<'a, Postgres, PgArguments> {
+    pub(super) fn bind(
+        self,
+        query: Query<'a, Postgres, PgArguments>,
+    ) -> Query<'a, Postgres, PgArguments> {
         query
             .bind(self.source)
             .bind(self.event_id)
@@ -165,7 +137,8 @@ impl<'a> Columns<'a> {
     }
 }
 
-// A batch's accepts are numbered in arrival order below its number × 1024 (`ACCEPT_MANY`).
+// A batch's accepts are numbered in arrival order below its number × 1024
+// (`accept::ACCEPT_MANY`).
 const _: () = assert!(MAX_BATCH <= 1024);
 
 type Claiming<'a> = (&'a Delivery, Token, Duration);
@@ -224,7 +197,7 @@ pub(super) async fn write_batch(
 
 /// Whether a failed statement says the server cannot be used now (no connection, the
 /// pool exhausted, the server shutting down), not that one write's values were refused.
-fn unavailable(e: &sqlx::Error) -> bool {
+pub(super) fn unavailable(e: &sqlx::Error) -> bool {
     match e {
         // Connection exceptions, insufficient resources, operator intervention.
         sqlx::Error::Database(db) => db
@@ -235,7 +208,11 @@ fn unavailable(e: &sqlx::Error) -> bool {
 }
 
 /// Every write of a kind answered with the statement's error.
-fn all_failed<T>(n: usize, context: &'static str, e: &sqlx::Error) -> Vec<Result<T, StoreError>> {
+pub(super) fn all_failed<T>(
+    n: usize,
+    context: &'static str,
+    e: &sqlx::Error,
+) -> Vec<Result<T, StoreError>> {
     let why = e.to_string();
     let kind = super::super::error_kind(e);
     (0..n)
@@ -427,73 +404,11 @@ pub(super) async fn update_done(
         );
     if let Some(wakes) = wakes {
         query = query.bind(order.iter().map(|&i| wakes[i]).collect::<Vec<_>>());
+        // Every route the worker's: the processor `default`'s.
+        query = query.bind(vec![DEFAULT_PROCESSOR; order.len()]);
     }
     let rows = query.fetch_all(pool).await?;
     rows.iter()
         .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
-        .collect()
-}
-
-/// The inbox accepts: for a key given twice in a batch, the first is new.
-async fn accept_many(pool: &PgPool, accepts: Vec<&Delivery>) -> Vec<Result<Accepted, StoreError>> {
-    if accepts.len() > 1 {
-        match insert_accepts(pool, &accepts).await {
-            Ok(mut queued) => {
-                return accepts
-                    .iter()
-                    .map(|d| {
-                        let key = (d.source().to_owned(), d.id().to_owned());
-                        Ok(if queued.remove(&key) {
-                            Accepted::New
-                        } else {
-                            Accepted::Duplicate
-                        })
-                    })
-                    .collect()
-            }
-            Err(e) if unavailable(&e) => return all_failed(accepts.len(), "inbox accept", &e),
-            Err(_) => {}
-        }
-    }
-    let mut results = Vec::with_capacity(accepts.len());
-    for d in accepts {
-        let err = |e| store_error("inbox accept", e);
-        let row = bind_delivery(sqlx::query(ACCEPT), d)
-            .bind(d.kind())
-            .bind(d.audit().headers)
-            .fetch_one(pool)
-            .await;
-        results.push(row.map_err(err).and_then(|row| {
-            let new: bool = row.try_get(0).map_err(err)?;
-            Ok(if new {
-                Accepted::New
-            } else {
-                Accepted::Duplicate
-            })
-        }));
-    }
-    results
-}
-
-/// The accepts' one statement: the keys queued.
-pub(super) async fn insert_accepts(
-    pool: &PgPool,
-    accepts: &[&Delivery],
-) -> Result<HashSet<(String, String)>, sqlx::Error> {
-    // Each with its place in the batch, the order it came in.
-    let mut sorted: Vec<(i64, &Delivery)> = (0..).zip(accepts.iter().copied()).collect();
-    sorted.sort_by_key(|(_, d)| (d.source(), d.id()));
-    let kinds: Vec<&str> = sorted.iter().map(|(_, d)| d.kind()).collect();
-    let headers: Vec<Option<&str>> = sorted.iter().map(|(_, d)| d.audit().headers).collect();
-    let places: Vec<i64> = sorted.iter().map(|(place, _)| *place).collect();
-    let rows = Columns::of(sorted.iter().map(|(_, d)| *d))
-        .bind(sqlx::query(ACCEPT_MANY))
-        .bind(kinds)
-        .bind(headers)
-        .bind(places)
-        .fetch_all(pool)
-        .await?;
-    rows.iter()
-        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
         .collect()
 }

@@ -1,23 +1,81 @@
-//! What operators read: the inbox's counts, its listings of failing and dead rows, and
+//! What operators read: the inbox's counts, its listings of failing and dead routes, and
 //! one event with its body.
+
+/// PostgreSQL's listing statements on `webhook_routes` (the shape of
+/// `shared::listing_statements!`, whose tables are SQLite's too): `LISTINGS`, four in
+/// `listing_statement`'s order, each a range of its partial index (`webhook_routes_dead`,
+/// `webhook_routes_failing`, on the time and the key, then the processor) read in the
+/// index's order from a position; and `EVENT`, one event by its key: its body, headers
+/// and livemode, and its route (the most urgent: dead, failing, processing, queued, then
+/// processed; one processor: its route), none once its body is gone.
+macro_rules! listings {
+    (columns: $columns:literal, newest: $newest:literal, oldest: $oldest:literal) => {
+        /// The listings: dead newest and oldest first, failing newest and oldest first.
+        pub(super) const LISTINGS: [&str; 4] = [
+            listings!(@one $columns, "dead_at IS NOT NULL AND next_attempt_at IS NOT NULL",
+                "dead_at", "<", $newest, " DESC"),
+            listings!(@one $columns, "dead_at IS NOT NULL AND next_attempt_at IS NOT NULL",
+                "dead_at", ">", $oldest, ""),
+            listings!(@one $columns, FAILING, "received_at", "<", $newest, " DESC"),
+            listings!(@one $columns, FAILING, "received_at", ">", $oldest, ""),
+        ];
+
+        /// One event by its key (`$1`, `$2`), its body, headers and route.
+        const EVENT: &str = concat!(
+            "SELECT ",
+            $columns,
+            ", livemode, body, headers
+FROM (SELECT r.*, e.livemode, b.body, b.headers
+    FROM webhook_events e
+    JOIN webhook_bodies b ON b.source = e.source AND b.event_id = e.event_id
+    CROSS JOIN LATERAL (SELECT * FROM webhook_routes r
+        WHERE r.source = e.source AND r.event_id = e.event_id
+          AND r.next_attempt_at IS NOT NULL
+        ORDER BY r.dead_at IS NULL, r.processed_at IS NOT NULL, r.processing_error IS NULL,
+            r.locked_until IS NULL, r.processor
+        LIMIT 1) r
+    WHERE e.source = $1 AND e.event_id = $2 AND e.next_attempt_at IS NOT NULL) event"
+        );
+    };
+    (@one $columns:literal, FAILING, $time:literal, $cmp:literal, $position:literal,
+        $desc:literal) => {
+        listings!(@one $columns, "next_attempt_at IS NOT NULL AND processed_at IS NULL
+  AND dead_at IS NULL AND processing_error IS NOT NULL", $time, $cmp, $position, $desc)
+    };
+    (@one $columns:literal, $rows:literal, $time:literal, $cmp:literal, $position:literal,
+        $desc:literal) => {
+        concat!(
+            "SELECT ", $columns, "
+FROM webhook_routes
+WHERE ", $rows, "
+  AND (", $time, ", source, event_id) ", $cmp, "
+      ", $position, "
+ORDER BY ", $time, $desc, ", source", $desc, ", event_id", $desc, ", processor", $desc, "
+LIMIT $4"
+        )
+    };
+}
 
 use sqlx::postgres::PgPool;
 
-use super::super::shared::{self, listing_statement, listing_statements};
+use super::super::shared::{self, listing_statement};
 use super::super::{store_error, CountsRow};
+use super::DEFAULT_PROCESSOR;
 use crate::inbox::{Counts, EventSummary, Listing, StoredEvent};
 use crate::store::StoreFuture;
 
-/// The queue from its partial index (`webhook_events_due`), the dead rows from theirs,
-/// and the processed ones from the log the triggers keep (`webhook_counts`): the answer
-/// costs the size of the queue, not of the history kept.
+/// The processors `$1`'s routes, summed: the queue from its partial index
+/// (`webhook_routes_due`), the dead routes from theirs, and the processed ones from the
+/// log the triggers keep (`webhook_counts`): the answer costs the size of the queue, not
+/// of the history kept.
 const COUNTS: &str = "
 SELECT q.queued, q.processing, l.processed, l.log_rows,
-    (SELECT count(*) FROM webhook_events
-     WHERE dead_at IS NOT NULL AND next_attempt_at IS NOT NULL) AS dead,
+    (SELECT count(*) FROM webhook_routes
+     WHERE processor = ANY($1) AND dead_at IS NOT NULL AND next_attempt_at IS NOT NULL) AS dead,
     CASE WHEN EXISTS (SELECT 1 FROM webhook_pauses) THEN (
-        SELECT count(*) FROM webhook_events e
-        WHERE e.next_attempt_at IS NOT NULL AND e.processed_at IS NULL AND e.dead_at IS NULL
+        SELECT count(*) FROM webhook_routes e
+        WHERE e.processor = ANY($1)
+          AND e.next_attempt_at IS NOT NULL AND e.processed_at IS NULL AND e.dead_at IS NULL
           AND (e.locked_until IS NULL OR e.locked_until <= now())
           AND EXISTS (SELECT 1 FROM webhook_pauses p WHERE p.source IN ('', e.source)
               AND p.event_type IN ('', coalesce(e.event_type, ''))))
@@ -30,15 +88,17 @@ FROM (
         (extract(epoch FROM now() - min(next_attempt_at) FILTER (WHERE
             (locked_until IS NULL OR locked_until <= now()) AND next_attempt_at <= now()))
             * 1000)::int8 AS oldest_due_ms
-    FROM webhook_events
-    WHERE next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
-) q, (SELECT coalesce(sum(delta), 0)::int8 AS processed, count(*) AS log_rows
+    FROM webhook_routes
+    WHERE processor = ANY($1)
+      AND next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+) q, (SELECT coalesce(sum(delta) FILTER (WHERE processor = ANY($1)), 0)::int8 AS processed,
+          count(*) AS log_rows
       FROM webhook_counts) l";
 
 /// `counts` folds the log into one row once it holds more than this many.
 const FOLD_AFTER: i64 = 4096;
 
-/// The log summed into one row, in a file of its own: `TRUNCATE` gives the space back at
+/// The log summed into one row a processor, in a file of its own: `TRUNCATE` gives the space back at
 /// once, where deleted rows would leave pages every later sum reads through. It needs
 /// the table to itself for a moment: a fold that cannot have it within 50 ms gives up
 /// (the next one folds), rather than hold the processed rows' writes queued behind it. A
@@ -46,26 +106,30 @@ const FOLD_AFTER: i64 = 4096;
 pub(super) const FOLD_COUNTS: &str = "
 DO $$
 DECLARE
-    total BIGINT;
+    processors TEXT[];
+    totals BIGINT[];
     entries BIGINT;
 BEGIN
     PERFORM set_config('lock_timeout', '50ms', true);
     LOCK TABLE webhook_counts IN ACCESS EXCLUSIVE MODE;
-    SELECT coalesce(sum(delta), 0), count(*) INTO total, entries FROM webhook_counts;
-    IF entries > 1 THEN
+    SELECT coalesce(array_agg(processor), '{}'), coalesce(array_agg(total), '{}'), sum(n)
+    INTO processors, totals, entries
+    FROM (SELECT processor, coalesce(sum(delta), 0)::int8 AS total, count(*) AS n
+          FROM webhook_counts GROUP BY processor) every;
+    IF entries > cardinality(processors) THEN
         BEGIN
             TRUNCATE webhook_counts;
         EXCEPTION WHEN insufficient_privilege THEN
             DELETE FROM webhook_counts;
         END;
-        INSERT INTO webhook_counts (delta) VALUES (total);
+        INSERT INTO webhook_counts (processor, delta) SELECT * FROM unnest(processors, totals);
     END IF;
 END $$";
 
 // The listings' position is `$1`, `$2`, `$3` (the time in microseconds, the source and
 // id that break ties in time; `NULL` for the first page: before or after every row),
 // always bound, so a generic plan starts the scan there too.
-listing_statements!(
+listings!(
     columns: "source, event_id, event_type, object_id, attempts::int8 AS attempts,
     (extract(epoch FROM received_at) * 1000000)::int8 AS received_us,
     (extract(epoch FROM next_attempt_at) * 1000000)::int8 AS next_attempt_us,
@@ -73,9 +137,7 @@ listing_statements!(
     (extract(epoch FROM dead_at) * 1000000)::int8 AS dead_us,
     coalesce(locked_until > now(), false) AS locked, processing_error",
     newest: "(coalesce(to_timestamp($1::int8 / 1000000.0), 'infinity'), coalesce($2::text, ''), coalesce($3::text, ''))",
-    oldest: "(coalesce(to_timestamp($1::int8 / 1000000.0), '-infinity'), coalesce($2::text, ''), coalesce($3::text, ''))",
-    limit: "$4",
-    key: "source = $1 AND event_id = $2"
+    oldest: "(coalesce(to_timestamp($1::int8 / 1000000.0), '-infinity'), coalesce($2::text, ''), coalesce($3::text, ''))"
 );
 
 /// [`COUNTS`]' row: the counts, and how long the log has grown.
@@ -91,6 +153,7 @@ pub(super) fn counts(pool: &PgPool) -> StoreFuture<Counts> {
     let pool = pool.clone();
     Box::pin(async move {
         let row = sqlx::query_as::<_, CountsWithLog>(COUNTS)
+            .bind([DEFAULT_PROCESSOR])
             .fetch_one(&pool)
             .await
             .map_err(|e| store_error("inbox counts", e))?;
@@ -109,7 +172,7 @@ pub(super) fn list(pool: &PgPool, listing: &Listing) -> StoreFuture<Vec<EventSum
 }
 
 /// An event's newest `$3` attempt records, oldest first: `webhook_attempts`' rows, and
-/// the processed attempt the row itself records (its start and `processed_at`).
+/// the processed attempt each route itself records (its start and `processed_at`).
 const ATTEMPTS: &str = "
 SELECT attempt::int8 AS attempt,
     (extract(epoch FROM started_at) * 1000000)::int8 AS started_us,
@@ -121,7 +184,7 @@ FROM (
         UNION ALL
         SELECT attempts, attempt_started_at, greatest(processed_at, attempt_started_at),
             'processed', NULL
-        FROM webhook_events
+        FROM webhook_routes
         WHERE source = $1 AND event_id = $2 AND next_attempt_at IS NOT NULL
           AND processed_at IS NOT NULL AND attempt_started_at IS NOT NULL
     ) every
@@ -131,7 +194,7 @@ ORDER BY started_at, finished_at";
 
 /// How many inbox rows were processed in each of the last `$1` minutes that had any, by
 /// the minute's start in milliseconds, and the current minute's start: a range of the
-/// processed rows' index (`webhook_events_processed_at`), the minutes asked for and no
+/// processed routes' index (`webhook_routes_processed_at`), the minutes asked for and no
 /// more.
 const PROCESSED_PER_MINUTE: &str = "
 SELECT (extract(epoch FROM date_trunc('minute', now())) * 1000)::int8 AS current_ms,
@@ -139,7 +202,7 @@ SELECT (extract(epoch FROM date_trunc('minute', now())) * 1000)::int8 AS current
 FROM (
     SELECT (extract(epoch FROM date_trunc('minute', processed_at)) * 1000)::int8 AS minute_ms,
         count(*)::int8 AS n
-    FROM webhook_events
+    FROM webhook_routes
     WHERE processed_at >= date_trunc('minute', now()) - make_interval(mins => $1 - 1)
       AND next_attempt_at IS NOT NULL
     GROUP BY 1

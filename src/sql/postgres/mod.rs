@@ -1,12 +1,15 @@
-//! Every PostgreSQL statement on `webhook_events` (see the [state diagram](super)), one
-//! file per concern; `Pg` itself and what they share here.
+//! Every PostgreSQL statement on `webhook_events` (see the [state diagram](super)) and on
+//! the inbox's `webhook_bodies` and `webhook_routes` (the migration
+//! `webhook_routes`), one file per concern; `Pg` itself and what they share here.
 
+mod accept; // the inbox's accepts: events, bodies and routes, a batch in one statement
 mod claims; // `DedupeLayer`'s claims, and keys done in the caller's transaction
 mod group_commit; // the writer's batches: claims, completions, accepts, "processed"
 mod latest; // the ordering guard (`webhook_objects`)
 mod listing; // the inbox's counts, listings and one event, for operators
 mod outcome; // an attempt's outcome on its row, fenced on the token
-mod queue; // the inbox: accept, and the worker's claims, renewals and outcomes
+mod prune; // the inbox's prunes: finished events, old keys, dead routes
+mod queue; // the inbox: the worker's claims, renewals and outcomes, on routes
 #[cfg(test)]
 mod tests;
 mod wake; // the workers' `LISTEN` (accepts, due times) and the next due time
@@ -26,6 +29,10 @@ pub(crate) use outcome::processed_in;
 /// The channel `accept` and `requeue` notify, for workers in other processes (and retries
 /// and snoozes, with when they fall due).
 const CHANNEL: &str = "webhook_events";
+
+/// The processor whose routes every accept creates and every worker claims: the only
+/// one until an inbox names its processors (issue 33).
+const DEFAULT_PROCESSOR: &str = "default";
 
 /// The table in one PostgreSQL database. Cloning shares the pool and the writers.
 #[derive(Clone, Debug)]

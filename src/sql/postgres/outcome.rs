@@ -7,10 +7,12 @@ use sqlx::PgConnection;
 use super::super::shared::changed;
 use super::super::{store_error, Outcome, ABANDONED, MAX_ATTEMPT_RECORDS};
 use super::queue::{ABANDON, DEAD, LATER, PROCESSED, RETRY};
+use super::DEFAULT_PROCESSOR;
 use crate::store::{StoreError, Token};
 
-/// Marks an inbox row processed in the processor's own transaction; `false` when `token`
-/// was fenced out (its lease ran out and another worker took the row).
+/// Marks an inbox route (the processor `default`'s) processed in the processor's own
+/// transaction; `false` when `token` was fenced out (its lease ran out and another worker
+/// took the route).
 pub(crate) async fn processed_in(
     conn: &mut PgConnection,
     source: &str,
@@ -18,10 +20,11 @@ pub(crate) async fn processed_in(
     token: Token,
 ) -> Result<bool, sqlx::Error> {
     let query = sqlx::query(PROCESSED).bind(source).bind(id);
-    Ok(changed(query.bind(token.as_uuid()), conn).await? == 1)
+    let query = query.bind(token.as_uuid()).bind(DEFAULT_PROCESSOR);
+    Ok(changed(query, conn).await? == 1)
 }
 
-/// Records one attempt's outcome if `token` still holds the row; `false` when fenced out.
+/// Records one attempt's outcome if `token` still holds the route; `false` when fenced out.
 pub(super) async fn finish_one(
     pool: &PgPool,
     source: &str,
@@ -39,7 +42,8 @@ pub(super) async fn finish_one(
     let query = match outcome {
         Outcome::Processed => {
             let query = sqlx::query(PROCESSED).bind(source).bind(id);
-            let done = query.bind(token.as_uuid()).execute(pool).await;
+            let query = query.bind(token.as_uuid()).bind(DEFAULT_PROCESSOR);
+            let done = query.execute(pool).await;
             let done = done.map_err(|e| store_error("inbox finish", e))?;
             return Ok(done.rows_affected() == 1);
         }
@@ -48,6 +52,8 @@ pub(super) async fn finish_one(
         Outcome::Later(after) => key(LATER).bind(after.as_secs_f64()).bind(kept),
         Outcome::Abandoned => key(ABANDON).bind(ABANDONED).bind(kept),
     };
+    // Each statement's last placeholder: the route's processor.
+    let query = query.bind(DEFAULT_PROCESSOR);
     let done = query
         .fetch_one(pool)
         .await

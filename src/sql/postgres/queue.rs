@@ -8,11 +8,10 @@ use sqlx::Row;
 use tokio::sync::Notify;
 
 use super::super::shared;
-use super::super::{claimed, store_error, Outcome, CRASHED, OBJECT_INDEX_CONCURRENTLY};
+use super::super::{claimed, store_error, Outcome, CRASHED};
 use super::group_commit::{Write, Written};
-use super::listing::FOLD_COUNTS;
 use super::outcome::finish_one;
-use super::{Pg, PLANNED_EACH_TIME};
+use super::{Pg, DEFAULT_PROCESSOR, PLANNED_EACH_TIME};
 use crate::inbox::backend::{Backend, Claimed, HeldRow};
 use crate::inbox::worker::due::DueTimes;
 use crate::inbox::worker::ClaimDue;
@@ -20,34 +19,7 @@ use crate::inbox::Pause;
 use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, StoredEvent};
 use crate::store::{Delivery, StoreFuture, Token};
 
-/// Stores the row and, only if it is new, notifies listening workers — one round trip.
-/// The delivery's request headers (`$8`, credentials left out) go with it. A row
-/// `DedupeLayer` left unfinished (released, or claimed) is queued instead, its
-/// claim's lock dropped (the row is the inbox's from now on, due at once: a `DedupeLayer`
-/// in front of this accept then finds it done), so a source switched from dedupe to the
-/// inbox loses no event; a duplicate of a queued row
-/// matches neither and writes nothing (`DO NOTHING` takes no row lock). Its place in
-/// arrival order: a number of the sequence, × 1024 as a batch's (`ACCEPT_MANY`).
-pub(super) const ACCEPT: &str = "
-WITH arrival AS MATERIALIZED (SELECT nextval('webhook_events_arrival') * 1024 AS n),
-inserted AS (
-    INSERT INTO webhook_events
-        (source, event_id, event_type, object_id, livemode, body, attempts, next_attempt_at, kind,
-         headers, arrival)
-    VALUES ($1, $2, $3, $4, $5, $6, 0, now(), $7, $8, (SELECT n FROM arrival))
-    ON CONFLICT (source, event_id) DO NOTHING
-    RETURNING 1
-), adopted AS (
-    UPDATE webhook_events SET next_attempt_at = now(), attempts = 0,
-        locked_until = NULL, lock_token = NULL, headers = $8,
-        arrival = (SELECT n FROM arrival)
-    WHERE source = $1 AND event_id = $2 AND NOT EXISTS (SELECT 1 FROM inserted)
-      AND next_attempt_at IS NULL AND processed_at IS NULL AND kind <> 'once'
-    RETURNING 1
-), queued AS (SELECT 1 FROM inserted UNION ALL SELECT 1 FROM adopted)
-SELECT EXISTS (SELECT 1 FROM queued) AS new,
-       CASE WHEN EXISTS (SELECT 1 FROM queued) THEN pg_notify('webhook_events', '') END";
-
+/// The processor `$11`'s due routes, claimed, with their events' livemode and bodies.
 /// `SKIP LOCKED`: concurrent workers (in any replica) each take different rows; the rows
 /// the claiming worker holds (`$9`, `$10`: running, or their outcome not yet written) are
 /// left, whatever their lease says. A due
@@ -62,56 +34,67 @@ SELECT EXISTS (SELECT 1 FROM queued) AS new,
 /// "queued" test is a `coalesce` so that it does not imply `webhook_events_due`'s predicate:
 /// that index, made on an empty table, says it is empty until the first vacuum, and the
 /// planner would scan all of it for every candidate (1.2 s a claim at 20 000 queued).
+/// Routes of one object count per processor: one processor's backlog never holds
+/// another's turn.
 pub(super) const CLAIM_DUE: &str = "
-UPDATE webhook_events w
-SET attempts = w.attempts + (w.attempts < $4)::int,
-    dead_at = CASE WHEN w.attempts >= $4 THEN now() END,
-    processing_error = CASE WHEN w.attempts >= $4
-        THEN coalesce(w.processing_error || '; then ', '') || $5 ELSE w.processing_error END,
-    locked_until = CASE WHEN w.attempts < $4
-        THEN clock_timestamp() + make_interval(secs => $1) END,
-    lock_token = CASE WHEN w.attempts < $4 THEN $2 END,
-    attempt_started_at = CASE WHEN w.attempts < $4 THEN clock_timestamp() END
-FROM (
-    SELECT source, event_id FROM webhook_events
-    WHERE next_attempt_at IS NOT NULL AND next_attempt_at <= now()
-      AND processed_at IS NULL AND dead_at IS NULL
-      AND (locked_until IS NULL OR locked_until <= clock_timestamp())
-      AND NOT EXISTS (SELECT 1 FROM webhook_pauses p
-          WHERE p.source IN ('', webhook_events.source)
-            AND p.event_type IN ('', coalesce(webhook_events.event_type, '')))
-      AND ($6::int4 IS NULL OR object_id IS NULL OR (
-          SELECT count(*) FROM (SELECT 1 FROM webhook_events o
-          WHERE o.object_id = webhook_events.object_id AND o.source = webhook_events.source
-            AND o.event_id <> webhook_events.event_id
-            AND o.processed_at IS NULL AND o.dead_at IS NULL
-            AND coalesce(o.next_attempt_at, '-infinity') <> '-infinity'
-            AND (o.locked_until > clock_timestamp()
-                OR (coalesce(o.arrival, 0), o.received_at, o.event_id)
-                < (coalesce(webhook_events.arrival, 0), webhook_events.received_at,
-                   webhook_events.event_id))
-          LIMIT $6) earlier) < $6)
-      AND NOT (source = ANY($7::text[])) AND NOT (coalesce(event_type, '') = ANY($8::text[]))
-      AND (source, event_id) NOT IN (SELECT * FROM unnest($9::text[], $10::text[]))
-    ORDER BY next_attempt_at
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED
-) due
-WHERE w.source = due.source AND w.event_id = due.event_id
-RETURNING w.source, w.event_id, w.event_type, w.object_id, w.livemode, w.body,
-    w.attempts::int8 AS attempts, w.dead_at IS NOT NULL AS buried";
+WITH claimed AS (
+    UPDATE webhook_routes w
+    SET attempts = w.attempts + (w.attempts < $4)::int,
+        dead_at = CASE WHEN w.attempts >= $4 THEN now() END,
+        processing_error = CASE WHEN w.attempts >= $4
+            THEN coalesce(w.processing_error || '; then ', '') || $5 ELSE w.processing_error END,
+        locked_until = CASE WHEN w.attempts < $4
+            THEN clock_timestamp() + make_interval(secs => $1) END,
+        lock_token = CASE WHEN w.attempts < $4 THEN $2 END,
+        attempt_started_at = CASE WHEN w.attempts < $4 THEN clock_timestamp() END
+    FROM (
+        SELECT source, event_id, processor FROM webhook_routes
+        WHERE processor = $11 AND next_attempt_at IS NOT NULL AND next_attempt_at <= now()
+          AND processed_at IS NULL AND dead_at IS NULL
+          AND (locked_until IS NULL OR locked_until <= clock_timestamp())
+          AND NOT EXISTS (SELECT 1 FROM webhook_pauses p
+              WHERE p.source IN ('', webhook_routes.source)
+                AND p.event_type IN ('', coalesce(webhook_routes.event_type, '')))
+          AND ($6::int4 IS NULL OR object_id IS NULL OR (
+              SELECT count(*) FROM (SELECT 1 FROM webhook_routes o
+              WHERE o.processor = webhook_routes.processor
+                AND o.object_id = webhook_routes.object_id AND o.source = webhook_routes.source
+                AND o.event_id <> webhook_routes.event_id
+                AND o.processed_at IS NULL AND o.dead_at IS NULL
+                AND coalesce(o.next_attempt_at, '-infinity') <> '-infinity'
+                AND (o.locked_until > clock_timestamp()
+                    OR (coalesce(o.arrival, 0), o.received_at, o.event_id)
+                    < (coalesce(webhook_routes.arrival, 0), webhook_routes.received_at,
+                       webhook_routes.event_id))
+              LIMIT $6) earlier) < $6)
+          AND NOT (source = ANY($7::text[])) AND NOT (coalesce(event_type, '') = ANY($8::text[]))
+          AND (source, event_id) NOT IN (SELECT * FROM unnest($9::text[], $10::text[]))
+        ORDER BY next_attempt_at
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED
+    ) due
+    WHERE w.source = due.source AND w.event_id = due.event_id AND w.processor = due.processor
+    RETURNING w.source, w.event_id, w.event_type, w.object_id, w.attempts::int8 AS attempts,
+        w.dead_at IS NOT NULL AS buried
+)
+SELECT c.source, c.event_id, c.event_type, c.object_id, e.livemode, b.body, c.attempts,
+    c.buried
+FROM claimed c
+JOIN webhook_events e ON e.source = c.source AND e.event_id = c.event_id
+LEFT JOIN webhook_bodies b ON b.source = c.source AND b.event_id = c.event_id";
 
 /// Claimed rows a worker hands back unprocessed (its claim was answered too late to run
 /// them safely): due again at once, the attempt uncounted.
 const GIVE_BACK: &str = "
-UPDATE webhook_events w SET attempts = w.attempts - 1, locked_until = NULL, lock_token = NULL
+UPDATE webhook_routes w SET attempts = w.attempts - 1, locked_until = NULL, lock_token = NULL
 FROM unnest($1::text[], $2::text[]) AS input(source, event_id)
-WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token = $3
-  AND w.processed_at IS NULL AND w.dead_at IS NULL";
+WHERE w.source = input.source AND w.event_id = input.event_id AND w.processor = $4
+  AND w.lock_token = $3 AND w.processed_at IS NULL AND w.dead_at IS NULL";
 
 const RENEW_ROW: &str = "
-UPDATE webhook_events SET locked_until = clock_timestamp() + make_interval(secs => $4)
-WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL";
+UPDATE webhook_routes SET locked_until = clock_timestamp() + make_interval(secs => $4)
+WHERE source = $1 AND event_id = $2 AND processor = $5 AND lock_token = $3
+  AND processed_at IS NULL";
 
 /// Records the attempt the statement `$body` finished (its rows in `done`, with their
 /// attempt number and start) as `$outcome` with `$error`, in the same statement; a row
@@ -126,8 +109,9 @@ macro_rules! recorded {
             "
 WITH done AS (", $body, "
 ), recorded AS (
-    INSERT INTO webhook_attempts (source, event_id, attempt, started_at, finished_at, outcome, error)
-    SELECT source, event_id, attempt, attempt_started_at,
+    INSERT INTO webhook_attempts
+        (source, event_id, processor, attempt, started_at, finished_at, outcome, error)
+    SELECT source, event_id, processor, attempt, attempt_started_at,
         greatest(clock_timestamp(), attempt_started_at), '", $outcome, "', ", $error, "
     FROM done WHERE attempt_started_at IS NOT NULL
 )"
@@ -158,6 +142,7 @@ FROM done"
     DELETE FROM webhook_attempts WHERE ctid IN (
         SELECT a.ctid FROM webhook_attempts a, done
         WHERE a.source = done.source AND a.event_id = done.event_id
+          AND a.processor = done.processor
         ORDER BY a.started_at DESC OFFSET ", $cap, "::int8)
 )"
         )
@@ -175,17 +160,18 @@ SELECT count(*) FROM done")
 /// (`clock_timestamp()`): in a transactional processor's transaction, `now()` would be
 /// when the processor started.
 pub(super) const PROCESSED: &str = "
-UPDATE webhook_events SET processed_at = coalesce(processed_at, clock_timestamp()),
+UPDATE webhook_routes SET processed_at = coalesce(processed_at, clock_timestamp()),
     processing_error = NULL, locked_until = NULL
-WHERE source = $1 AND event_id = $2 AND lock_token = $3";
+WHERE source = $1 AND event_id = $2 AND processor = $4 AND lock_token = $3";
 
 /// The end of an attempt that did not succeed, if `$3` still holds the row.
 pub(super) const RETRY: &str = recorded!(
     "
-    UPDATE webhook_events SET next_attempt_at = now() + make_interval(secs => $5),
+    UPDATE webhook_routes SET next_attempt_at = now() + make_interval(secs => $5),
         processing_error = $4, locked_until = NULL, lock_token = NULL
-    WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL
-    RETURNING source, event_id, attempts AS attempt, attempt_started_at",
+    WHERE source = $1 AND event_id = $2 AND processor = $7 AND lock_token = $3
+      AND processed_at IS NULL
+    RETURNING source, event_id, processor, attempts AS attempt, attempt_started_at",
     "failed",
     "$4",
     cap: "$6",
@@ -194,10 +180,11 @@ pub(super) const RETRY: &str = recorded!(
 
 pub(super) const DEAD: &str = recorded!(
     "
-    UPDATE webhook_events SET dead_at = now(), processing_error = $4,
+    UPDATE webhook_routes SET dead_at = now(), processing_error = $4,
         locked_until = NULL, lock_token = NULL
-    WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL
-    RETURNING source, event_id, attempts AS attempt, attempt_started_at",
+    WHERE source = $1 AND event_id = $2 AND processor = $5 AND lock_token = $3
+      AND processed_at IS NULL
+    RETURNING source, event_id, processor, attempts AS attempt, attempt_started_at",
     "dead",
     "$4",
     end
@@ -207,10 +194,11 @@ pub(super) const DEAD: &str = recorded!(
 /// record keeps the number it ran as).
 pub(super) const LATER: &str = recorded!(
     "
-    UPDATE webhook_events SET next_attempt_at = now() + make_interval(secs => $4),
+    UPDATE webhook_routes SET next_attempt_at = now() + make_interval(secs => $4),
         attempts = attempts - 1, locked_until = NULL, lock_token = NULL
-    WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL
-    RETURNING source, event_id, attempts + 1 AS attempt, attempt_started_at",
+    WHERE source = $1 AND event_id = $2 AND processor = $6 AND lock_token = $3
+      AND processed_at IS NULL
+    RETURNING source, event_id, processor, attempts + 1 AS attempt, attempt_started_at",
     "snoozed",
     "NULL",
     cap: "$5",
@@ -219,9 +207,10 @@ pub(super) const LATER: &str = recorded!(
 
 pub(super) const ABANDON: &str = recorded!(
     "
-    UPDATE webhook_events SET processing_error = $4, locked_until = NULL, lock_token = NULL
-    WHERE source = $1 AND event_id = $2 AND lock_token = $3 AND processed_at IS NULL
-    RETURNING source, event_id, attempts AS attempt, attempt_started_at",
+    UPDATE webhook_routes SET processing_error = $4, locked_until = NULL, lock_token = NULL
+    WHERE source = $1 AND event_id = $2 AND processor = $6 AND lock_token = $3
+      AND processed_at IS NULL
+    RETURNING source, event_id, processor, attempts AS attempt, attempt_started_at",
     "abandoned",
     "$4",
     cap: "$5"
@@ -229,7 +218,7 @@ pub(super) const ABANDON: &str = recorded!(
 
 const REQUEUE: &str = "
 WITH requeued AS (
-    UPDATE webhook_events
+    UPDATE webhook_routes
     SET next_attempt_at = now(), attempts = 0, processed_at = NULL, dead_at = NULL,
         processing_error = NULL, locked_until = NULL, lock_token = NULL
     WHERE next_attempt_at IS NOT NULL
@@ -246,6 +235,17 @@ SELECT count(*), pg_notify('webhook_events', '') FROM requeued";
 /// waited for (their turn under a per-object cap is free).
 pub(super) const NOTIFY: &str = "SELECT pg_notify('webhook_events', '')";
 
+/// The index a per-object cap reads: a processor's unfinished routes of an object
+/// (running, or before the one to claim). Made by the first worker with a cap, not by a
+/// migration: an index every accept and every outcome maintain would cost those who use
+/// no cap (BENCHMARKS.md). The processor and object id alone: an object has few
+/// unfinished routes. Its predicate leaves out `next_attempt_at` (the claim tests it
+/// apart, see `CLAIM_DUE`). Made concurrently, beside the writes instead of blocking them.
+const OBJECT_INDEX: &str = "
+CREATE INDEX CONCURRENTLY IF NOT EXISTS webhook_routes_by_object
+    ON webhook_routes (processor, object_id)
+    WHERE processed_at IS NULL AND dead_at IS NULL AND object_id IS NOT NULL";
+
 /// An operator's pause (`$1` source, `$2` type, `''`: any); a second one changes nothing.
 const PAUSE: &str = "
 INSERT INTO webhook_pauses (source, event_type) VALUES ($1, $2) ON CONFLICT DO NOTHING";
@@ -259,27 +259,6 @@ SELECT count(*), pg_notify('webhook_events', '') FROM resumed";
 const PAUSES: &str = "
 SELECT source, event_type, (extract(epoch FROM paused_at) * 1000)::int8
 FROM webhook_pauses ORDER BY source, event_type";
-
-/// Processed inbox rows older than the cutoff (and the keys deleted dead rows left, done
-/// that long ago: done, without a token), and (by name only) dead ones: two
-/// statements, each on its partial index (a `CASE` between them would use neither).
-/// Kept rows (no signed time: only the row refuses a replay) are pruned by name only.
-const PRUNE_PROCESSED: &str = "
-DELETE FROM webhook_events WHERE kind = 'event' AND processed_at IS NOT NULL
-AND processed_at < now() - make_interval(secs => $1)
-AND (next_attempt_at IS NOT NULL OR lock_token IS NULL)";
-
-/// Dead rows that went dead more than `$1` seconds ago, of source `$2` and type `$3`
-/// where given, deleted: each leaves its key, done now (no longer the inbox's: its body,
-/// headers, error and history go), so its delivery posted again is a duplicate until the
-/// retention has passed (the migration `webhook_events_deleted`).
-const PRUNE_DEAD: &str = "
-UPDATE webhook_events SET next_attempt_at = NULL, processed_at = now(), dead_at = NULL,
-    body = NULL, headers = NULL, processing_error = NULL, attempt_started_at = NULL,
-    locked_until = NULL, lock_token = NULL
-WHERE next_attempt_at IS NOT NULL AND kind <> 'once'
-AND dead_at IS NOT NULL AND dead_at < now() - make_interval(secs => $1)
-AND ($2::text IS NULL OR source = $2) AND ($3::text IS NULL OR event_type = $3)";
 
 impl Backend for Pg {
     fn accept(&self, d: Delivery) -> StoreFuture<Accepted> {
@@ -304,6 +283,7 @@ impl Backend for Pg {
                 .bind(due.skip.types)
                 .bind(held.0)
                 .bind(held.1)
+                .bind(DEFAULT_PROCESSOR)
                 .fetch_all(&pool)
                 .await
                 .map_err(|e| store_error("inbox claim", e))?;
@@ -320,6 +300,7 @@ impl Backend for Pg {
                 .bind(sources)
                 .bind(ids)
                 .bind(token.as_uuid())
+                .bind(DEFAULT_PROCESSOR)
                 .execute(&pool)
                 .await
                 .map_err(|e| store_error("inbox give back", e))?;
@@ -335,6 +316,7 @@ impl Backend for Pg {
                 .bind(row.id)
                 .bind(row.token.as_uuid())
                 .bind(lease.as_secs_f64())
+                .bind(DEFAULT_PROCESSOR)
                 .execute(&pool)
                 .await
                 .map_err(|e| store_error("inbox renew", e))?;
@@ -416,7 +398,7 @@ impl Backend for Pg {
     }
 
     fn object_index(&self) -> StoreFuture<()> {
-        shared::object_index(&self.pool, OBJECT_INDEX_CONCURRENTLY)
+        shared::object_index(&self.pool, OBJECT_INDEX)
     }
 
     fn pauses(&self) -> StoreFuture<Vec<Pause>> {
@@ -424,26 +406,7 @@ impl Backend for Pg {
     }
 
     fn prune(&self, older_than: Duration, dead: Option<&DeadRows>) -> StoreFuture<u64> {
-        let pool = self.pool.clone();
-        let dead = dead.cloned();
-        Box::pin(async move {
-            let query = match &dead {
-                Some(rows) => sqlx::query(PRUNE_DEAD)
-                    .bind(older_than.as_secs_f64())
-                    .bind(rows.source.as_deref())
-                    .bind(rows.event_type.as_deref()),
-                None => sqlx::query(PRUNE_PROCESSED).bind(older_than.as_secs_f64()),
-            };
-            let done = query
-                .execute(&pool)
-                .await
-                .map_err(|e| store_error("inbox prune", e))?;
-            if dead.is_none() {
-                // The pruned rows' -1s, and what was processed since, into one row.
-                let _ = sqlx::raw_sql(FOLD_COUNTS).execute(&pool).await;
-            }
-            Ok(done.rows_affected())
-        })
+        super::prune::prune(&self.pool, older_than, dead)
     }
 
     fn counts(&self) -> StoreFuture<Counts> {

@@ -3,10 +3,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::super::shared::{assert_pages_through_ties, LISTING_INDEXES};
+use super::super::shared::assert_pages_through_ties;
+use super::accept::insert_accepts;
 use super::group_commit::{
-    insert_accepts, insert_claims, update_done, write_batch, CLAIM_MANY, COMPLETE_MANY,
-    PROCESSED_MANY,
+    insert_claims, update_done, write_batch, CLAIM_MANY, COMPLETE_MANY, PROCESSED_MANY,
 };
 use super::listing::{FOLD_COUNTS, LISTINGS};
 use super::*;
@@ -31,6 +31,26 @@ async fn fresh_pool() -> PgPool {
         .await
         .unwrap();
     store.pool().clone()
+}
+
+/// Inbox routes of `default` held by a worker's claim under `token`, as a claim leaves
+/// them (the event without a body).
+async fn held_routes(pool: &PgPool, ids: &[&str], token: Token) {
+    sqlx::query(
+        "WITH events AS (
+             INSERT INTO webhook_events (source, event_id, next_attempt_at)
+             SELECT 's', id, now() FROM unnest($1::text[]) id)
+         INSERT INTO webhook_routes
+             (source, event_id, processor, received_at, attempts, next_attempt_at,
+              locked_until, lock_token, attempt_started_at)
+         SELECT 's', id, 'default', now(), 1, now(), now() + interval '1 minute', $2, now()
+         FROM unnest($1::text[]) id",
+    )
+    .bind(ids)
+    .bind(token.as_uuid())
+    .execute(pool)
+    .await
+    .unwrap();
 }
 
 /// The key-list joins are never kept as a prepared statement (whose generic plan,
@@ -61,6 +81,9 @@ async fn key_list_joins_are_planned_for_each_call_not_kept_prepared() {
             .await
             .unwrap();
         assert_eq!(done.len(), 2);
+        let ids = (format!("c{i}"), format!("d{i}"));
+        held_routes(&pool, &[&ids.0, &ids.1], t1).await;
+        let keys = [("s", ids.0.as_str(), t1), ("s", ids.1.as_str(), t1)];
         let wakes = [false, true];
         let done = update_done(&pool, PROCESSED_MANY, &keys, Some(&wakes)).await;
         assert_eq!(done.unwrap().len(), 2);
@@ -147,7 +170,7 @@ async fn batch_statements_run_and_a_mixed_batch_answers_each_write() {
     assert!(matches!(answers[5], Ok(Written::Complete(true))));
     assert!(matches!(answers[6], Ok(Written::Complete(false))));
     let processed: bool = sqlx::query_scalar(
-        "SELECT processed_at IS NOT NULL FROM webhook_events WHERE event_id = 'c'",
+        "SELECT processed_at IS NOT NULL FROM webhook_routes WHERE event_id = 'c'",
     )
     .fetch_one(&pool)
     .await
@@ -162,8 +185,9 @@ async fn counts_fold_the_log_and_stay_exact_through_bulk_changes() {
     let pool = fresh_pool().await;
     let pg = Pg::new(pool.clone());
     sqlx::query(
-        "INSERT INTO webhook_events (source, event_id, attempts, next_attempt_at, processed_at)
-         SELECT 's', 'e' || g, 1, now(), now() FROM generate_series(1, 5000) g",
+        "INSERT INTO webhook_routes
+             (source, event_id, processor, received_at, attempts, next_attempt_at, processed_at)
+         SELECT 's', 'e' || g, 'default', now(), 1, now(), now() FROM generate_series(1, 5000) g",
     )
     .execute(&pool)
     .await
@@ -188,10 +212,10 @@ async fn counts_fold_the_log_and_stay_exact_through_bulk_changes() {
         let pool = pool.clone();
         async move { sqlx::query(sql).execute(&pool).await.unwrap() }
     };
-    bulk("UPDATE webhook_events SET processed_at = NULL WHERE substr(event_id, 2)::int % 2 = 0")
+    bulk("UPDATE webhook_routes SET processed_at = NULL WHERE substr(event_id, 2)::int % 2 = 0")
         .await;
     assert_eq!(pg.counts().await.unwrap().processed, 2500);
-    bulk("DELETE FROM webhook_events WHERE substr(event_id, 2)::int <= 2000").await;
+    bulk("DELETE FROM webhook_routes WHERE substr(event_id, 2)::int <= 2000").await;
     assert_eq!(pg.counts().await.unwrap().processed, 1500);
     assert_eq!(pg.counts().await.unwrap().queued, 1500);
 }
@@ -204,25 +228,37 @@ async fn counts_fold_the_log_and_stay_exact_through_bulk_changes() {
 async fn listings_read_their_partial_index_and_page_through_ties() {
     let pool = fresh_pool().await;
     sqlx::raw_sql(
-        "INSERT INTO webhook_events (source, event_id, attempts, next_attempt_at, processed_at)
-         SELECT 's', 'p' || g, 1, now(), now() FROM generate_series(1, 20000) g;
-         INSERT INTO webhook_events
-             (source, event_id, attempts, next_attempt_at, dead_at, processing_error)
-         SELECT 's', 'd' || g, 3, now(), '2026-01-01T00:00:00.987653Z', 'boom'
+        "INSERT INTO webhook_routes
+             (source, event_id, processor, received_at, attempts, next_attempt_at, processed_at)
+         SELECT 's', 'p' || g, 'default', now(), 1, now(), now()
+         FROM generate_series(1, 20000) g;
+         INSERT INTO webhook_routes
+             (source, event_id, processor, received_at, attempts, next_attempt_at, dead_at,
+              processing_error)
+         SELECT 's', 'd' || g, 'default', now(), 3, now(), '2026-01-01T00:00:00.987653Z', 'boom'
          FROM generate_series(1, 5) g;
-         INSERT INTO webhook_events
-             (source, event_id, received_at, attempts, next_attempt_at, processing_error)
-         SELECT 's', 'f' || g, '2026-01-01T00:00:00.000001Z', 1, now() + interval '1 hour', 'late'
+         INSERT INTO webhook_routes
+             (source, event_id, processor, received_at, attempts, next_attempt_at,
+              processing_error)
+         SELECT 's', 'f' || g, 'default', '2026-01-01T00:00:00.000001Z', 1,
+             now() + interval '1 hour', 'late'
          FROM generate_series(1, 3) g;
-         INSERT INTO webhook_events (source, event_id, attempts, next_attempt_at)
-         SELECT 's', 'q' || g, 0, now() FROM generate_series(1, 100) g;
-         ANALYZE webhook_events;",
+         INSERT INTO webhook_routes
+             (source, event_id, processor, received_at, attempts, next_attempt_at)
+         SELECT 's', 'q' || g, 'default', now(), 0, now() FROM generate_series(1, 100) g;
+         ANALYZE webhook_routes;",
     )
     .execute(&pool)
     .await
     .unwrap();
     let mut conn = pool.acquire().await.unwrap();
-    for (i, (sql, index)) in LISTINGS.into_iter().zip(LISTING_INDEXES).enumerate() {
+    let indexes = [
+        "webhook_routes_dead",
+        "webhook_routes_dead",
+        "webhook_routes_failing",
+        "webhook_routes_failing",
+    ];
+    for (i, (sql, index)) in LISTINGS.into_iter().zip(indexes).enumerate() {
         let custom: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}")))
             .bind(None::<i64>)
             .bind(None::<String>)
@@ -302,7 +338,7 @@ async fn the_object_index_is_made_on_demand() {
     let pool = fresh_pool().await;
     let exists = || async {
         let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_indexes WHERE indexname = 'webhook_events_by_object'",
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'webhook_routes_by_object'",
         )
         .fetch_one(&pool)
         .await
@@ -316,17 +352,18 @@ async fn the_object_index_is_made_on_demand() {
     assert_eq!(exists().await, 1);
 }
 
-/// A capped claim reads an object's rows from the object index, not from a scan of every
-/// queued row — also while `webhook_events_due` still says it is empty, as it does from
+/// A capped claim reads an object's routes from the object index, not from a scan of every
+/// queued route — also while `webhook_routes_due` still says it is empty, as it does from
 /// the migration (made on an empty table) until the first vacuum: the planner would
 /// otherwise scan that "empty" index for each candidate (1.2 s a claim at 20 000 queued).
 #[tokio::test]
 async fn a_capped_claim_reads_the_object_index_while_the_due_index_looks_empty() {
     let pool = fresh_pool().await;
     sqlx::raw_sql(
-        "ALTER TABLE webhook_events SET (autovacuum_enabled = false);
-         INSERT INTO webhook_events (source, event_id, object_id, body, next_attempt_at)
-         SELECT 's', 'evt_' || i, 'o_' || i, '\\x00', now() - interval '1 hour'
+        "ALTER TABLE webhook_routes SET (autovacuum_enabled = false);
+         INSERT INTO webhook_routes
+             (source, event_id, processor, object_id, received_at, next_attempt_at)
+         SELECT 's', 'evt_' || i, 'default', 'o_' || i, now(), now() - interval '1 hour'
          FROM generate_series(1, 5000) i",
     )
     .execute(&pool)
@@ -335,7 +372,7 @@ async fn a_capped_claim_reads_the_object_index_while_the_due_index_looks_empty()
     let pg = Pg::new(pool.clone());
     pg.object_index().await.unwrap();
     let stats: f32 =
-        sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE relname = 'webhook_events_due'")
+        sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE relname = 'webhook_routes_due'")
             .fetch_one(&pool)
             .await
             .unwrap();
@@ -355,23 +392,24 @@ async fn a_capped_claim_reads_the_object_index_while_the_due_index_looks_empty()
         .bind(Vec::<String>::new())
         .bind(vec!["s".to_owned()])
         .bind(vec!["evt_1".to_owned()])
+        .bind(DEFAULT_PROCESSOR)
         .fetch_all(&pool)
         .await
         .unwrap();
     let object = plan
         .iter()
-        .position(|l| l.contains("webhook_events_by_object"));
+        .position(|l| l.contains("webhook_routes_by_object"));
     assert!(object.is_some(), "the object index is read: {plan:#?}");
     let subplan = plan.iter().position(|l| l.contains("SubPlan")).unwrap();
     assert!(
         !plan[subplan..]
             .iter()
-            .any(|l| l.contains("webhook_events_due")),
+            .any(|l| l.contains("webhook_routes_due")),
         "the object's rows are not read from the due index: {plan:#?}"
     );
 }
 
-/// An inbox row processed whose object's later events wait for it (`wakes`) notifies the
+/// An inbox route processed whose object's later events wait for it (`wakes`) notifies the
 /// channel every replica's workers listen on; one that does not wake notifies nothing.
 #[tokio::test]
 async fn a_processed_row_that_frees_its_objects_turn_notifies_the_workers() {
@@ -380,12 +418,9 @@ async fn a_processed_row_that_frees_its_objects_turn_notifies_the_workers() {
         .await
         .unwrap();
     listener.listen(CHANNEL).await.unwrap();
-    let lease = Duration::from_secs(30);
-    let (a, b) = (Delivery::new("s", "a"), Delivery::new("s", "b"));
     let (t1, t2) = (Token::new(), Token::new());
-    insert_claims(&pool, &[(&a, t1, lease), (&b, t2, lease)])
-        .await
-        .unwrap();
+    held_routes(&pool, &["a"], t1).await;
+    held_routes(&pool, &["b"], t2).await;
     let heard = async |listener: &mut sqlx::postgres::PgListener| {
         let wait = tokio::time::timeout(Duration::from_millis(500), listener.recv());
         wait.await.is_ok()

@@ -8,15 +8,15 @@ use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::Notify;
 
 use super::super::store_error;
-use super::CHANNEL;
+use super::{CHANNEL, DEFAULT_PROCESSOR};
 use crate::inbox::worker::due::DueTimes;
 use crate::store::StoreFuture;
 
-/// How many seconds until the earliest queued row not due yet falls due: on the due rows'
-/// index, one row read.
+/// How many seconds until the processor `$1`'s earliest queued route not due yet falls
+/// due: on the due routes' index, one row read.
 const NEXT_DUE: &str = "
-SELECT extract(epoch FROM next_attempt_at - now())::float8 FROM webhook_events
-WHERE next_attempt_at > now() AND processed_at IS NULL AND dead_at IS NULL
+SELECT extract(epoch FROM next_attempt_at - now())::float8 FROM webhook_routes
+WHERE processor = $1 AND next_attempt_at > now() AND processed_at IS NULL AND dead_at IS NULL
 ORDER BY next_attempt_at LIMIT 1";
 
 /// How long until the earliest queued row not due yet falls due, if one waits so.
@@ -24,6 +24,7 @@ pub(super) fn next_due(pool: &PgPool) -> StoreFuture<Option<Duration>> {
     let pool = pool.clone();
     Box::pin(async move {
         let after: Option<f64> = sqlx::query_scalar(NEXT_DUE)
+            .bind(DEFAULT_PROCESSOR)
             .fetch_optional(&pool)
             .await
             .map_err(|e| store_error("inbox next due", e))?;

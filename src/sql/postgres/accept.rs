@@ -1,0 +1,143 @@
+//! The inbox's accepts, a batch in one statement: each new event (or `DedupeLayer` claim
+//! adopted) with its body and its routes, or nothing for a duplicate.
+
+use std::collections::HashSet;
+
+use sqlx::postgres::PgPool;
+use sqlx::Row;
+
+use super::group_commit::{all_failed, unavailable, Columns};
+use super::DEFAULT_PROCESSOR;
+use crate::inbox::Accepted;
+use crate::store::{Delivery, StoreError};
+
+/// Many accepts in one statement; the keys queued come back, and workers are notified
+/// (once: PostgreSQL folds identical notifications of a transaction into one).
+///
+/// The events go in in key order (`insert_accepts`), each numbered in arrival order by
+/// its place in the batch (`$9`) after the batch's number of the sequence: one `nextval`
+/// a batch, and `received_at`, the statement's time, is the same for all. An event
+/// `DedupeLayer` left unfinished (released, or claimed) is adopted instead: queued, its
+/// claim's lock dropped and its inline body cleared (the body is `webhook_bodies`' from
+/// now on; a `DedupeLayer` in front of this accept then finds it done), so a source
+/// switched from dedupe to the inbox loses no event. A duplicate of an inbox event
+/// matches neither and writes nothing (`DO NOTHING` takes no row lock).
+///
+/// Each event queued (inserted or adopted, once per key: by the place its `arrival`
+/// says) gets its body and headers (`$8`) in `webhook_bodies`, and a route per processor
+/// `$11` names for its place `$10`, with the event's type, object, arrival and receipt.
+const ACCEPT_MANY: &str = "
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::bytea[],
+                         $7::text[], $8::text[], $9::int8[])
+        AS input(source, event_id, event_type, object_id, livemode, body, kind, headers, place)
+), batch AS MATERIALIZED (SELECT nextval('webhook_events_arrival') * 1024 AS n
+), inserted AS (
+    INSERT INTO webhook_events
+        (source, event_id, event_type, object_id, livemode, attempts, next_attempt_at, kind,
+         arrival)
+    SELECT source, event_id, event_type, object_id, livemode, 0, now(), kind, batch.n + place
+    FROM input, batch
+    ON CONFLICT (source, event_id) DO NOTHING
+    RETURNING source, event_id, arrival, received_at
+), adopted AS (
+    UPDATE webhook_events w SET next_attempt_at = now(), attempts = 0,
+        locked_until = NULL, lock_token = NULL, body = NULL,
+        arrival = (SELECT n FROM batch) + first.place
+    FROM (SELECT DISTINCT ON (source, event_id) * FROM input ORDER BY source, event_id, place)
+        AS first
+    WHERE w.source = first.source AND w.event_id = first.event_id
+      AND NOT EXISTS (SELECT 1 FROM inserted
+                      WHERE inserted.source = first.source AND inserted.event_id = first.event_id)
+      AND w.next_attempt_at IS NULL AND w.processed_at IS NULL AND w.kind <> 'once'
+    RETURNING w.source, w.event_id, w.arrival, w.received_at
+), queued AS (
+    SELECT input.*, q.arrival, q.received_at
+    FROM (SELECT * FROM inserted UNION ALL SELECT * FROM adopted) q
+    JOIN input ON input.source = q.source AND input.event_id = q.event_id
+      AND input.place = q.arrival - (SELECT n FROM batch)
+), bodies AS (
+    INSERT INTO webhook_bodies (source, event_id, body, headers)
+    SELECT source, event_id, body, headers FROM queued
+    ON CONFLICT (source, event_id) DO NOTHING
+), routes AS (
+    INSERT INTO webhook_routes
+        (source, event_id, processor, event_type, object_id, arrival, received_at, attempts,
+         next_attempt_at)
+    SELECT queued.source, queued.event_id, r.processor, queued.event_type, queued.object_id,
+        queued.arrival, queued.received_at, 0, now()
+    FROM unnest($10::int8[], $11::text[]) AS r(place, processor)
+    JOIN queued USING (place)
+    ON CONFLICT (source, event_id, processor) DO NOTHING
+)
+SELECT source, event_id, pg_notify('webhook_events', '')::text FROM queued";
+
+/// The inbox accepts: for a key given twice in a batch, the first is new. One accept
+/// alone, and each of a batch the server refused (a value one of them carries), runs the
+/// same statement by itself.
+pub(super) async fn accept_many(
+    pool: &PgPool,
+    accepts: Vec<&Delivery>,
+) -> Vec<Result<Accepted, StoreError>> {
+    if accepts.len() > 1 {
+        match insert_accepts(pool, &accepts).await {
+            Ok(queued) => return answers(&accepts, queued),
+            Err(e) if unavailable(&e) => return all_failed(accepts.len(), "inbox accept", &e),
+            Err(_) => {}
+        }
+    }
+    let mut results = Vec::with_capacity(accepts.len());
+    for d in accepts {
+        let queued = insert_accepts(pool, &[d]).await;
+        let queued = queued.map_err(|e| super::super::store_error("inbox accept", e));
+        results.push(queued.map(|queued| match queued.is_empty() {
+            true => Accepted::Duplicate,
+            false => Accepted::New,
+        }));
+    }
+    results
+}
+
+/// Each accept's answer from the keys queued: the first of a key is new.
+fn answers(
+    accepts: &[&Delivery],
+    mut queued: HashSet<(String, String)>,
+) -> Vec<Result<Accepted, StoreError>> {
+    accepts
+        .iter()
+        .map(|d| {
+            let key = (d.source().to_owned(), d.id().to_owned());
+            Ok(match queued.remove(&key) {
+                true => Accepted::New,
+                false => Accepted::Duplicate,
+            })
+        })
+        .collect()
+}
+
+/// The accepts' one statement: the keys queued.
+pub(super) async fn insert_accepts(
+    pool: &PgPool,
+    accepts: &[&Delivery],
+) -> Result<HashSet<(String, String)>, sqlx::Error> {
+    // Each with its place in the batch, the order it came in.
+    let mut sorted: Vec<(i64, &Delivery)> = (0..).zip(accepts.iter().copied()).collect();
+    sorted.sort_by_key(|(_, d)| (d.source(), d.id()));
+    let kinds: Vec<&str> = sorted.iter().map(|(_, d)| d.kind()).collect();
+    let headers: Vec<Option<&str>> = sorted.iter().map(|(_, d)| d.audit().headers).collect();
+    let places: Vec<i64> = sorted.iter().map(|(place, _)| *place).collect();
+    // One route each, the processor `default`'s.
+    let processors = vec![DEFAULT_PROCESSOR; places.len()];
+    let rows = Columns::of(sorted.iter().map(|(_, d)| *d))
+        .bind(sqlx::query(ACCEPT_MANY))
+        .bind(kinds)
+        .bind(headers)
+        .bind(places.clone())
+        .bind(places)
+        .bind(processors)
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+        .collect()
+}
