@@ -5,6 +5,9 @@
 //! the old row's state and history; every other row as it was — and used through the API.
 
 mod common;
+#[cfg(feature = "postgres")]
+#[path = "migration/postgres.rs"]
+mod postgres; // the PostgreSQL half
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
