@@ -19,7 +19,9 @@ use crate::inbox::Pause;
 use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, StoredEvent};
 use crate::store::{Delivery, StoreFuture, Token};
 
-/// The processor `$11`'s due routes, claimed, with their events' livemode and bodies.
+/// The processor `$11`'s due routes, claimed, with their events' livemode and bodies
+/// (each read by its key: a subquery a row, which no generic plan made on a small table
+/// turns into a scan of the table).
 /// `SKIP LOCKED`: concurrent workers (in any replica) each take different rows; the rows
 /// the claiming worker holds (`$9`, `$10`: running, or their outcome not yet written) are
 /// left, whatever their lease says. A due
@@ -31,7 +33,7 @@ use crate::store::{Delivery, StoreFuture, Token};
 /// unfinished rows run or came before it (in arrival order: rows no accept numbered, from
 /// before, first by time and key): counted up to n and no further, so an object
 /// with a backlog of thousands costs a claim n rows of it, not its whole backlog. Its
-/// "queued" test is a `coalesce` so that it does not imply `webhook_events_due`'s predicate:
+/// "queued" test is a `coalesce` so that it does not imply `webhook_routes_due`'s predicate:
 /// that index, made on an empty table, says it is empty until the first vacuum, and the
 /// planner would scan all of it for every candidate (1.2 s a claim at 20 000 queued).
 /// Routes of one object count per processor: one processor's backlog never holds
@@ -77,11 +79,13 @@ WITH claimed AS (
     RETURNING w.source, w.event_id, w.event_type, w.object_id, w.attempts::int8 AS attempts,
         w.dead_at IS NOT NULL AS buried
 )
-SELECT c.source, c.event_id, c.event_type, c.object_id, e.livemode, b.body, c.attempts,
-    c.buried
-FROM claimed c
-JOIN webhook_events e ON e.source = c.source AND e.event_id = c.event_id
-LEFT JOIN webhook_bodies b ON b.source = c.source AND b.event_id = c.event_id";
+SELECT c.source, c.event_id, c.event_type, c.object_id,
+    (SELECT e.livemode FROM webhook_events e
+     WHERE e.source = c.source AND e.event_id = c.event_id) AS livemode,
+    (SELECT b.body FROM webhook_bodies b
+     WHERE b.source = c.source AND b.event_id = c.event_id) AS body,
+    c.attempts, c.buried
+FROM claimed c";
 
 /// Claimed rows a worker hands back unprocessed (its claim was answered too late to run
 /// them safely): due again at once, the attempt uncounted.
