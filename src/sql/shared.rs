@@ -319,15 +319,6 @@ LIMIT ",
 }
 pub(crate) use listing_statements;
 
-/// The index each of [`listing_statements!`]' `LISTINGS` reads, in their order.
-#[cfg(all(test, feature = "postgres"))]
-pub(super) const LISTING_INDEXES: [&str; 4] = [
-    "webhook_events_dead",
-    "webhook_events_dead",
-    "webhook_events_failing",
-    "webhook_events_failing",
-];
-
 /// For the dialects' listing tests, on the rows they write (dead `d1`…`d5` and failing
 /// `f1`…`f3`, each set tied in time): every listing pages through its rows, each once, in
 /// its order (ties by their key).
