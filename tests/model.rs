@@ -11,10 +11,12 @@
 //! - [`crash`] (model C′): `DedupeLayer` across process crashes (a runtime of its own
 //!   shut down mid-handler, a new one on the same store), on every store;
 //! - [`jetstream`] (model D): `JetStreamWorker` on the real NATS server, its
-//!   consumer-side claim on every store behind the fault wrapper: duplicates inside and
-//!   past the stream's duplicate window, processors that fail, panic or outlive the
-//!   lease, store faults (answers past two thirds of the lease among them), workers
-//!   aborted mid-event and replaced;
+//!   consumer-side claim on every store behind the fault wrapper, with one processor or
+//!   three (fan-out, one with a type filter; a route per admitted event and processor):
+//!   duplicates inside and past the stream's duplicate window, processors that fail,
+//!   panic or outlive the lease, store faults (answers past two thirds of the lease among
+//!   them), pauses of one processor or all, one processor's worker aborted mid-event and
+//!   replaced, `counts_by_processor`;
 //! - [`once`] (model E): `Once::run` on every store behind the fault wrapper: concurrent
 //!   callers, actions that fail, panic or outlive the lease, callers dropped mid-run;
 //!   [`once_in`] (model E′): `Once::run_in` in the event's PostgreSQL transaction;
