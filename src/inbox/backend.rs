@@ -24,6 +24,8 @@ pub(crate) struct Claimed {
 pub(crate) struct HeldRow {
     pub(crate) source: String,
     pub(crate) id: String,
+    /// Whose route it is.
+    pub(crate) processor: Arc<str>,
     pub(crate) token: Token,
     /// Its object's later events wait for it (a per-object cap): an outcome that ends it
     /// wakes the workers of other processes too.
@@ -33,18 +35,24 @@ pub(crate) struct HeldRow {
 
 pub(crate) trait Backend: Send + Sync + 'static {
     /// Stores the delivery's event with its request headers as
-    /// [`headers::stored`](super::headers) made them (none: none kept).
+    /// [`headers::stored`](super::headers) made them (none: none kept), and a route for
+    /// each of its processors ([`Delivery::routes`]), in one transaction.
     fn accept(&self, d: Delivery) -> StoreFuture<Accepted>;
     /// Claims what `due` asks for in one statement, counting an attempt each; a due row
     /// whose `max_attempts` attempts all ended without an outcome (each crashed its
     /// worker) is marked dead instead, in the same statement. With `per_object`, a row of
     /// an object is due only while fewer than that many of the object's unfinished rows
     /// are running or came before it. Rows of the sources and types in `skip` are not
-    /// claimed (their caps are reached).
-    fn claim(&self, due: ClaimDue) -> StoreFuture<Vec<Claimed>>;
+    /// claimed (their caps are reached). Only `processor`'s routes.
+    fn claim(&self, processor: Arc<str>, due: ClaimDue) -> StoreFuture<Vec<Claimed>>;
     /// Hands rows a claim under `token` took back to the queue, due at once, their attempt
     /// uncounted (the claim was answered too late to run them); returns how many.
-    fn give_back(&self, keys: Vec<(String, String)>, token: Token) -> StoreFuture<u64>;
+    fn give_back(
+        &self,
+        processor: Arc<str>,
+        keys: Vec<(String, String)>,
+        token: Token,
+    ) -> StoreFuture<u64>;
     /// The shortest lease the database keeps safely (SQLite: a multiple of its busy
     /// timeout).
     fn min_lease(&self) -> Duration {
@@ -65,7 +73,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Deletes the processed rows older than `older_than` (`None`), or the dead rows `dead`
     /// names that went dead before it.
     fn prune(&self, older_than: Duration, dead: Option<&DeadRows>) -> StoreFuture<u64>;
-    fn counts(&self) -> StoreFuture<Counts>;
+    /// How many of `processor`'s routes are in each state.
+    fn counts(&self, processor: Arc<str>) -> StoreFuture<Counts>;
     /// Up to `listing.limit + 1` rows of the listing (one more than a page: whether there
     /// is a next one), from its partial index.
     fn list(&self, listing: &Listing) -> StoreFuture<Vec<EventSummary>>;
@@ -76,8 +85,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// The inbox's row of `(source, id)`, body, headers and attempts included.
     fn event(&self, source: String, id: String) -> StoreFuture<Option<StoredEvent>>;
     /// How long until the earliest queued row that is not due yet falls due (a retry's
-    /// backoff, a snooze), by the database's clock; `None` when no row waits so.
-    fn next_due(&self) -> StoreFuture<Option<Duration>>;
+    /// backoff, a snooze) of `processor`'s routes, by the database's clock; `None` when
+    /// none waits so.
+    fn next_due(&self, processor: Arc<str>) -> StoreFuture<Option<Duration>>;
     /// Wakes `wake` whenever another process queues a row, and tells `due` when any
     /// process's retry or snooze falls due (PostgreSQL `LISTEN`); `None` where only this
     /// process writes (SQLite).

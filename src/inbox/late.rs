@@ -92,6 +92,7 @@ impl Inbox {
         };
         Self {
             backend: Arc::new(backend),
+            processors: self.processors.clone(),
             wake: self.wake.clone(),
             due: self.due.clone(),
         }
@@ -128,12 +129,17 @@ impl Backend for Late {
     fn accept(&self, d: Delivery) -> StoreFuture<Accepted> {
         self.inner.accept(d)
     }
-    fn claim(&self, due: ClaimDue) -> StoreFuture<Vec<Claimed>> {
-        let rows = self.inner.claim(due);
+    fn claim(&self, processor: Arc<str>, due: ClaimDue) -> StoreFuture<Vec<Claimed>> {
+        let rows = self.inner.claim(processor, due);
         self.delayed(LateCall::Claim, rows, |rows| !rows.is_empty())
     }
-    fn give_back(&self, keys: Vec<(String, String)>, token: Token) -> StoreFuture<u64> {
-        self.inner.give_back(keys, token)
+    fn give_back(
+        &self,
+        processor: Arc<str>,
+        keys: Vec<(String, String)>,
+        token: Token,
+    ) -> StoreFuture<u64> {
+        self.inner.give_back(processor, keys, token)
     }
     fn min_lease(&self) -> Duration {
         self.inner.min_lease()
@@ -159,8 +165,8 @@ impl Backend for Late {
     fn prune(&self, older_than: Duration, dead: Option<&DeadRows>) -> StoreFuture<u64> {
         self.inner.prune(older_than, dead)
     }
-    fn counts(&self) -> StoreFuture<Counts> {
-        self.inner.counts()
+    fn counts(&self, processor: Arc<str>) -> StoreFuture<Counts> {
+        self.inner.counts(processor)
     }
     fn list(&self, listing: &Listing) -> StoreFuture<Vec<EventSummary>> {
         self.inner.list(listing)
@@ -171,8 +177,8 @@ impl Backend for Late {
     fn event(&self, source: String, id: String) -> StoreFuture<Option<StoredEvent>> {
         self.inner.event(source, id)
     }
-    fn next_due(&self) -> StoreFuture<Option<Duration>> {
-        self.inner.next_due()
+    fn next_due(&self, processor: Arc<str>) -> StoreFuture<Option<Duration>> {
+        self.inner.next_due(processor)
     }
     fn listen(&self, wake: Arc<Notify>, due: DueTimes) -> Option<tokio::task::JoinHandle<()>> {
         self.inner.listen(wake, due)

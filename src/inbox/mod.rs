@@ -127,6 +127,7 @@ pub(crate) mod accept;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod backend;
 pub(crate) mod backpressure;
+mod counts; // how many rows in each state
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod headers; // what of a delivery's request headers the SQL inbox stores
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -160,7 +161,6 @@ pub(crate) mod worker;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use std::sync::Arc;
-use std::time::Duration;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use bytes::Bytes;
@@ -169,6 +169,7 @@ pub use self::accept::{Accept, AcceptFuture};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use self::backend::Backend;
 pub use self::backpressure::Backpressure;
+pub use self::counts::Counts;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::headers::StoredHeaders;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -206,6 +207,8 @@ use crate::Event;
 #[derive(Clone)]
 pub struct Inbox {
     backend: Arc<dyn Backend>,
+    /// Who gets a route of each accepted event.
+    processors: processors::Processors,
     wake: Arc<tokio::sync::Notify>,
     /// When its rows fall due later (retries, snoozes), for its workers to wake then.
     due: worker::due::DueTimes,
@@ -228,45 +231,6 @@ pub enum Accepted {
     New,
     /// Already stored (a duplicate delivery).
     Duplicate,
-}
-
-/// How many rows are in each state, for dashboards.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Counts {
-    /// Waiting for their first or next attempt.
-    pub queued: u64,
-    /// Claimed by a worker now.
-    pub processing: u64,
-    /// Processed.
-    pub processed: u64,
-    /// Gave up after the maximum attempts.
-    pub dead: u64,
-    /// Held back by a [pause][Inbox::pause]: on the SQL inbox the queued rows a pause
-    /// covers (counted in `queued` too); on JetStream the messages parked while paused
-    /// (out of the stream, so not in `queued`).
-    ///
-    #[cfg_attr(
-        any(feature = "sqlite", feature = "postgres"),
-        doc = "[Inbox::pause]: Inbox::pause"
-    )]
-    #[cfg_attr(
-        not(any(feature = "sqlite", feature = "postgres")),
-        doc = "[Inbox::pause]: crate#features"
-    )]
-    pub paused: u64,
-    /// How long the longest-waiting due row has waited (`None` when none is due): the
-    /// queue's lag, the number to alert on when workers fall behind or stop.
-    pub oldest_due: Option<Duration>,
-}
-
-impl Counts {
-    /// Sets the inbox's gauges to these counts (feature `metrics`).
-    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
-    pub(crate) fn set_gauges(&self) {
-        let depth = (self.queued, self.processing, self.paused);
-        crate::metrics::inbox_gauges(depth, self.dead, self.oldest_due);
-    }
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -293,9 +257,59 @@ impl Inbox {
     fn new(backend: Arc<dyn Backend>) -> Self {
         Self {
             backend,
+            processors: processors::Processors::single(),
             wake: Arc::new(tokio::sync::Notify::new()),
             due: worker::due::DueTimes::new(),
         }
+    }
+
+    /// The inbox with these processors (fan-out): each accepted event gets a route for
+    /// every processor whose filter takes it, created with the event in the same
+    /// transaction, each with its own attempts, state and replay; a
+    /// [`Worker::processor`] runs one processor's routes. Without it the inbox has one
+    /// processor, [`default`](DEFAULT_PROCESSOR), taking every event (what
+    /// [`Worker::new`] runs).
+    ///
+    /// Set it before anything is accepted or any worker runs, the same on every replica
+    /// sharing the database: routes are made for the processors configured when an event
+    /// is accepted, and a later change never rewrites them. An event no processor takes is
+    /// stored (its key, metadata and body: a redelivery stays a duplicate) with no route,
+    /// so no worker runs it. Deploy a processor's workers before adding it to the set:
+    /// until they run, its routes wait, and count in the queue's lag.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")]
+    /// # async fn run(store: &tower_webhook::store::SqliteStore) -> Result<(), Box<dyn std::error::Error>> {
+    /// use tower_webhook::inbox::{Inbox, ProcessorSpec, Worker};
+    ///
+    /// let inbox = Inbox::sqlite(store).with_processors([
+    ///     ProcessorSpec::new("billing")?.with_types(["invoice.*"])?,
+    ///     ProcessorSpec::new("email")?,
+    /// ])?;
+    /// let billing = Worker::processor(&inbox, "billing", |_event, _attempt| async { Ok::<_, std::io::Error>(()) })?;
+    /// let email = Worker::processor(&inbox, "email", |_event, _attempt| async { Ok::<_, std::io::Error>(()) })?;
+    /// let (billing, email) = (billing.spawn(), email.spawn());
+    /// # billing.shutdown().await; email.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigErrorKind::InvalidProcessor`](crate::ConfigErrorKind::InvalidProcessor)
+    /// for an empty set (an inbox that routes nothing is a queue nobody drains) or a name
+    /// given twice.
+    pub fn with_processors(
+        mut self,
+        processors: impl IntoIterator<Item = ProcessorSpec>,
+    ) -> Result<Self, crate::ConfigError> {
+        self.processors = processors::Processors::new(processors)?;
+        Ok(self)
+    }
+
+    /// The processors this inbox routes events to, in the order configured.
+    pub fn processors(&self) -> impl Iterator<Item = &ProcessorSpec> {
+        self.processors.iter()
     }
 
     /// Stores a verified event for processing; a duplicate stores nothing. No request
@@ -319,7 +333,9 @@ impl Inbox {
         headers: Option<String>,
     ) -> Result<Accepted, StoreError> {
         crate::store::check_key(event.source(), event.dedupe_id())?;
-        let d = crate::store::Delivery::from_event(event).with_headers(headers);
+        let d = crate::store::Delivery::from_event(event)
+            .with_headers(headers)
+            .with_routes(self.processors.routes(event));
         let stored = self.backend.accept(d);
         let accepted = metrics::timed(Operation::Accept, stored).await?;
         if accepted == Accepted::New {

@@ -1,6 +1,7 @@
 //! What an operator does with the SQL inbox, beside accepting: count, list and look at
 //! its rows, requeue them, pause and resume, prune.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{pause, Counts, Cursor, Inbox, Listing, Page, Pause, StoredEvent};
@@ -215,17 +216,37 @@ impl Inbox {
         self.backend.prune(older_than, Some(rows)).await
     }
 
-    /// How many rows are in each state. With the `metrics` feature, this also sets the
-    /// inbox's gauges (depth, dead rows, lag: see [`crate::metrics`]); a running
-    /// [`Worker`](super::Worker) calls it every poll interval for them.
+    /// How many rows are in each state: with [processors](Inbox::with_processors), the
+    /// sum of their routes' counts (`oldest_due` the longest wait of any). With the
+    /// `metrics` feature, this also sets the inbox's gauges (depth, dead rows, lag: see
+    /// [`crate::metrics`]); a running [`Worker`](super::Worker) calls it every poll
+    /// interval for them.
     ///
     /// # Errors
     ///
     /// When the database fails.
     pub async fn counts(&self) -> Result<Counts, StoreError> {
-        let counts = metrics::timed(Operation::InboxCounts, self.backend.counts()).await?;
+        let by = self.counts_by_processor().await?;
+        let counts = by.into_values().fold(Counts::default(), Counts::plus);
         counts.set_gauges();
         Ok(counts)
+    }
+
+    /// [`counts`](Self::counts) of each configured processor's routes, by name.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn counts_by_processor(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, Counts>, StoreError> {
+        let mut by = std::collections::BTreeMap::new();
+        for spec in self.processors.iter() {
+            let read = self.backend.counts(Arc::from(spec.name()));
+            let counts = metrics::timed(Operation::InboxCounts, read).await?;
+            by.insert(spec.name().to_owned(), counts);
+        }
+        Ok(by)
     }
 
     /// One page of the dead or failing rows, with their last error (not their bodies:

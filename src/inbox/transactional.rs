@@ -78,7 +78,7 @@ where
 /// another worker has the row), so nothing was committed.
 pub(super) async fn run(
     processor: Arc<dyn TxProcessor>,
-    pool: PgPool,
+    (pool, route): (PgPool, Arc<str>),
     event: Event,
     attempt: Attempt,
     token: Token,
@@ -95,7 +95,7 @@ pub(super) async fn run(
         .ok_or("the processor kept its transaction after returning")?;
     // Fails too when one of the processor's statements failed and it returned Ok anyway
     // (the transaction is aborted): retried, never a silent rollback counted as done.
-    let held = crate::sql::postgres::processed_in(&mut tx, &source, &id, token)
+    let held = crate::sql::postgres::processed_in(&mut tx, (&source, &id, &route), token)
         .await
         .map_err(|e| format!("mark processed: {e}"))?;
     if !held {

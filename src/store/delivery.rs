@@ -16,6 +16,9 @@ pub struct Delivery {
     kept: bool,
     /// The request headers the SQL inbox stores with the row (credentials left out).
     headers: Option<String>,
+    /// The processors the SQL inbox makes a route for (none: stored unrouted).
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+    routes: Vec<std::sync::Arc<str>>,
 }
 
 impl Delivery {
@@ -29,6 +32,7 @@ impl Delivery {
             once: false,
             kept: false,
             headers: None,
+            routes: Vec::new(),
         }
     }
 
@@ -54,6 +58,7 @@ impl Delivery {
             // No signed time: a replay passes every check but the key, however late.
             kept: event.keeps_key(),
             headers: None,
+            routes: Vec::new(),
         }
     }
 
@@ -116,6 +121,19 @@ impl Delivery {
     pub(crate) fn with_headers(mut self, headers: Option<String>) -> Self {
         self.headers = headers;
         self
+    }
+
+    /// The processors the SQL inbox makes a route for, in the accept's transaction.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub(crate) fn with_routes(mut self, routes: Vec<std::sync::Arc<str>>) -> Self {
+        self.routes = routes;
+        self
+    }
+
+    /// The processors the SQL inbox makes a route for (none: stored unrouted).
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub(crate) fn routes(&self) -> &[std::sync::Arc<str>] {
+        &self.routes
     }
 
     /// What SQL stores record beside the key.

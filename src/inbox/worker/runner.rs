@@ -17,7 +17,7 @@ pub(crate) enum Runner {
     Plain(Arc<dyn Processor>),
     /// The processor and the row's `processed_at` in one PostgreSQL transaction.
     #[cfg(feature = "postgres")]
-    InTransaction(Arc<dyn super::super::TxProcessor>, sqlx::PgPool),
+    InTransaction(Arc<dyn super::super::TxProcessor>, sqlx::PgPool, Arc<str>),
 }
 
 /// How a run ended well.
@@ -48,10 +48,10 @@ impl Runner {
                 })
             }
             #[cfg(feature = "postgres")]
-            Runner::InTransaction(p, pool) => {
+            Runner::InTransaction(p, pool, route) => {
                 let future = super::super::transactional::run(
                     p.clone(),
-                    pool.clone(),
+                    (pool.clone(), route.clone()),
                     event,
                     attempt,
                     token,

@@ -1,5 +1,6 @@
-//! [`Worker`]: the SQL inbox's worker — its constructors, and the inbox as the worker's
-//! [`Queue`] (its rows claimed, renewed and finished through the dialect's [`Backend`]).
+//! [`Worker`]: the SQL inbox's worker — its constructors, and one processor's routes as
+//! the worker's [`Queue`] (claimed, renewed and finished through the dialect's
+//! [`Backend`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -18,18 +19,62 @@ use crate::metrics;
 use crate::store::{retry_until, Heartbeat, StoreError};
 use crate::{ConfigError, Event};
 
-/// Processes an [`Inbox`]'s rows. Build it, then [`spawn`](Self::spawn) it.
+/// Processes an [`Inbox`]'s rows: one processor's routes. Build it, then
+/// [`spawn`](Self::spawn) it.
 #[must_use]
 pub struct Worker {
-    engine: Engine<Inbox>,
+    engine: Engine<Routes>,
+}
+
+/// One processor's routes of an inbox: what a [`Worker`] claims.
+#[derive(Clone)]
+pub(crate) struct Routes {
+    inbox: Inbox,
+    processor: Arc<str>,
 }
 
 impl Worker {
     /// A worker running `processor`: 4 at a time, 8 attempts, backoff from 1 s doubling
     /// to at most 10 min (with jitter), a 60 s lease renewed for up to 1 h of processing,
     /// polling every 5 s besides wake-ups, and a shutdown that waits for running events.
+    ///
+    /// It runs the processor [`default`](crate::inbox::DEFAULT_PROCESSOR)'s routes: every
+    /// event of an inbox without [`with_processors`](Inbox::with_processors) (and, on one
+    /// with them, the routes stored before fan-out, if `default` is not configured: the
+    /// way to drain them).
     pub fn new(inbox: &Inbox, processor: impl Processor) -> Self {
-        Self::with_runner(inbox, Runner::Plain(Arc::new(processor)))
+        let name = Arc::from(crate::inbox::DEFAULT_PROCESSOR);
+        Self::with_runner(inbox, name, Runner::Plain(Arc::new(processor)))
+    }
+
+    /// A worker running `processor` on the routes of the inbox's processor `name` (one of
+    /// [`with_processors`](Inbox::with_processors)'): its own attempts, retries and flow
+    /// control, never held by another processor's backlog or failures. Defaults as for
+    /// [`new`](Self::new); run as many as you like, in any replica.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigErrorKind::InvalidProcessor`](crate::ConfigErrorKind::InvalidProcessor)
+    /// when the inbox has no processor `name`.
+    pub fn processor(
+        inbox: &Inbox,
+        name: &str,
+        processor: impl Processor,
+    ) -> Result<Self, ConfigError> {
+        let name = Self::known(inbox, name)?;
+        Ok(Self::with_runner(
+            inbox,
+            name,
+            Runner::Plain(Arc::new(processor)),
+        ))
+    }
+
+    /// `name` if `inbox` has that processor.
+    fn known(inbox: &Inbox, name: &str) -> Result<Arc<str>, ConfigError> {
+        match inbox.processors.get(name) {
+            Some(spec) => Ok(Arc::from(spec.name())),
+            None => Err(inbox.processors.unknown(name)),
+        }
     }
 
     /// A worker whose processor writes in a transaction that also marks the row processed
@@ -54,13 +99,38 @@ impl Worker {
         store: &crate::store::PgStore,
         processor: impl super::super::TxProcessor,
     ) -> Self {
-        let runner = Runner::InTransaction(Arc::new(processor), store.pool().clone());
-        Self::with_runner(&Inbox::postgres(store), runner)
+        let name: Arc<str> = Arc::from(crate::inbox::DEFAULT_PROCESSOR);
+        let runner = Runner::InTransaction(Arc::new(processor), store.pool().clone(), name.clone());
+        Self::with_runner(&Inbox::postgres(store), name, runner)
     }
 
-    fn with_runner(inbox: &Inbox, runner: Runner) -> Self {
+    /// [`transactional`](Self::transactional) on the routes of the processor `name` of
+    /// `inbox` (an [`Inbox::postgres`] with [`with_processors`](Inbox::with_processors)):
+    /// each route's writes and its `processed_at` commit together.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigErrorKind::InvalidProcessor`](crate::ConfigErrorKind::InvalidProcessor)
+    /// when the inbox has no processor `name`.
+    #[cfg(feature = "postgres")]
+    pub fn transactional_processor(
+        store: &crate::store::PgStore,
+        inbox: &Inbox,
+        name: &str,
+        processor: impl super::super::TxProcessor,
+    ) -> Result<Self, ConfigError> {
+        let name = Self::known(inbox, name)?;
+        let runner = Runner::InTransaction(Arc::new(processor), store.pool().clone(), name.clone());
+        Ok(Self::with_runner(inbox, name, runner))
+    }
+
+    fn with_runner(inbox: &Inbox, processor: Arc<str>, runner: Runner) -> Self {
+        let routes = Routes {
+            inbox: inbox.clone(),
+            processor,
+        };
         Self {
-            engine: Engine::new(inbox.clone(), runner, Duration::from_secs(5)),
+            engine: Engine::new(routes, runner, Duration::from_secs(5)),
         }
     }
 
@@ -77,7 +147,7 @@ impl Worker {
     /// keeps safely (SQLite: four busy timeouts, see
     /// [`DedupeStore::min_lease`](crate::store::DedupeStore::min_lease)).
     pub fn with_lease(mut self, lease: Duration) -> Result<Self, ConfigError> {
-        let min = self.engine.queue.backend.min_lease();
+        let min = self.engine.queue.inbox.backend.min_lease();
         self.engine.lease.length = crate::store::checked_lease(lease, min)?;
         Ok(self)
     }
@@ -111,7 +181,7 @@ impl fmt::Debug for Worker {
     }
 }
 
-impl Queue for Inbox {
+impl Queue for Routes {
     type Held = HeldRow;
     const CLAIM_WAITS: bool = false;
     // The claim's token fences the hand-back: rows another worker took over stay its own.
@@ -120,16 +190,19 @@ impl Queue for Inbox {
     const CAPS_OBJECTS: bool = true;
 
     fn wake(&self) -> Arc<Notify> {
-        self.wake.clone()
+        self.inbox.wake.clone()
     }
 
+    // One for every processor: a retry falling due wakes the others' workers too, whose
+    // claim then finds nothing (a short claim at most).
     fn due(&self) -> Option<DueTimes> {
-        Some(self.due.clone())
+        Some(self.inbox.due.clone())
     }
 
     fn beside(&self, poll: Duration) -> Vec<tokio::task::JoinHandle<()>> {
-        let listener = self.backend.listen(self.wake.clone(), self.due.clone());
-        let gauges = metrics::ENABLED.then(|| tokio::spawn(gauges(self.clone(), poll)));
+        let inbox = &self.inbox;
+        let listener = inbox.backend.listen(inbox.wake.clone(), inbox.due.clone());
+        let gauges = metrics::ENABLED.then(|| tokio::spawn(gauges(inbox.clone(), poll)));
         listener.into_iter().chain(gauges).collect()
     }
 
@@ -140,7 +213,7 @@ impl Queue for Inbox {
     ) -> Option<Duration> {
         if per_object.is_some() {
             // Without it the cap still holds, reading more of the table per claim.
-            if let Err(_error) = self.backend.object_index().await {
+            if let Err(_error) = self.inbox.backend.object_index().await {
                 #[cfg(feature = "tracing")]
                 tracing::warn!(target: "tower_webhook", "inbox worker could not make the per-object index: {_error}");
             }
@@ -151,13 +224,18 @@ impl Queue for Inbox {
     async fn claim(&self, due: ClaimDue) -> Result<Vec<Claimed<HeldRow>>, StoreError> {
         let (at, token, capped) = (Instant::now(), due.token, due.per_object.is_some());
         let limit = due.limit;
-        let rows = self.backend.claim(due).await?;
+        let rows = self
+            .inbox
+            .backend
+            .claim(self.processor.clone(), due)
+            .await?;
         if rows.len() < limit {
             // Nothing more is due now: when the next row falls due (a retry or snooze of
             // any worker's), read beside the claim so that its rows start meanwhile.
-            let (backend, due) = (self.backend.clone(), self.due.clone());
+            let (backend, due) = (self.inbox.backend.clone(), self.inbox.due.clone());
+            let processor = self.processor.clone();
             tokio::spawn(async move {
-                if let Ok(Some(after)) = backend.next_due().await {
+                if let Ok(Some(after)) = backend.next_due(processor).await {
                     due.after(after); // a read that failed: the poll covers it
                 }
             });
@@ -168,6 +246,7 @@ impl Queue for Inbox {
                 held: HeldRow {
                     source: row.event.source().to_owned(),
                     id: row.event.stored_id().to_owned(),
+                    processor: self.processor.clone(),
                     token,
                     wakes: capped && row.event.object_id().is_some(),
                 },
@@ -183,7 +262,8 @@ impl Queue for Inbox {
             return;
         };
         let keys = held.into_iter().map(|row| (row.source, row.id)).collect();
-        let _ = self.backend.give_back(keys, token).await;
+        let processor = self.processor.clone();
+        let _ = self.inbox.backend.give_back(processor, keys, token).await;
     }
 
     async fn start(
@@ -200,7 +280,7 @@ impl Queue for Inbox {
     }
 
     async fn renew(&self, row: &HeldRow, lease: Duration) -> Result<bool, StoreError> {
-        self.backend.renew(row.clone(), lease).await
+        self.inbox.backend.renew(row.clone(), lease).await
     }
 
     async fn finish(
@@ -213,10 +293,11 @@ impl Queue for Inbox {
             Outcome::Retry(_, after) | Outcome::Later(after) => Some(*after),
             _ => None,
         };
-        let held = retry_until(until, || self.backend.finish(row.clone(), outcome.clone())).await;
+        let finish = || self.inbox.backend.finish(row.clone(), outcome.clone());
+        let held = retry_until(until, finish).await;
         if let (Ok(true), Some(after)) = (&held, after) {
             // Due `after` from when it was written, which is before now: never early.
-            self.due.after(after);
+            self.inbox.due.after(after);
         }
         held
     }

@@ -7,7 +7,6 @@ use sqlx::postgres::PgPool;
 use sqlx::Row;
 
 use super::group_commit::{all_failed, unavailable, Columns};
-use super::DEFAULT_PROCESSOR;
 use crate::inbox::Accepted;
 use crate::store::{Delivery, StoreError};
 
@@ -126,14 +125,17 @@ pub(super) async fn insert_accepts(
     let kinds: Vec<&str> = sorted.iter().map(|(_, d)| d.kind()).collect();
     let headers: Vec<Option<&str>> = sorted.iter().map(|(_, d)| d.audit().headers).collect();
     let places: Vec<i64> = sorted.iter().map(|(place, _)| *place).collect();
-    // One route each, the processor `default`'s.
-    let processors = vec![DEFAULT_PROCESSOR; places.len()];
+    // A route per processor each names, by its place.
+    let (route_places, processors): (Vec<i64>, Vec<&str>) = sorted
+        .iter()
+        .flat_map(|(place, d)| d.routes().iter().map(move |p| (*place, &**p)))
+        .unzip();
     let rows = Columns::of(sorted.iter().map(|(_, d)| *d))
         .bind(sqlx::query(ACCEPT_MANY))
         .bind(kinds)
         .bind(headers)
-        .bind(places.clone())
         .bind(places)
+        .bind(route_places)
         .bind(processors)
         .fetch_all(pool)
         .await?;

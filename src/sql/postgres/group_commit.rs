@@ -15,7 +15,7 @@ use super::accept::accept_many;
 use super::claims::{remaining, CLAIM, COMPLETE, TAKE_OVER};
 use super::outcome::finish_one;
 use super::queue::NOTIFY;
-use super::{bind_delivery, DEFAULT_PROCESSOR, PLANNED_EACH_TIME};
+use super::{bind_delivery, PLANNED_EACH_TIME};
 use crate::inbox::Accepted;
 use crate::store::{Claim, Delivery, StoreError, Token};
 
@@ -26,7 +26,7 @@ pub(super) enum Write {
     Accept(Delivery),
     /// The inbox worker's: the row processed, if the token still holds it; waking the
     /// workers of every process when its object's later events wait for it.
-    Processed(String, String, Token, bool),
+    Processed(String, String, Token, bool, std::sync::Arc<str>),
 }
 
 /// Its outcome.
@@ -164,8 +164,9 @@ pub(super) async fn write_batch(
                 completes.push((i, (source.as_str(), id.as_str(), *token)));
             }
             Write::Accept(d) => accepts.push((i, d)),
-            Write::Processed(source, id, token, wakes) => {
-                processed.push((i, ((source.as_str(), id.as_str(), *token), *wakes)));
+            Write::Processed(source, id, token, wakes, processor) => {
+                let key = (source.as_str(), id.as_str(), *token);
+                processed.push((i, (key, *wakes, &**processor)));
             }
         }
     }
@@ -352,13 +353,15 @@ fn done_key(source: &str, id: &str, token: Token) -> DoneKey {
 /// Each row with whether it wakes the workers of every process (see `Write::Processed`).
 async fn processed_many(
     pool: &PgPool,
-    rows: Vec<(Completing<'_>, bool)>,
+    rows: Vec<(Completing<'_>, bool, &str)>,
 ) -> Vec<Result<bool, StoreError>> {
     if rows.is_empty() {
         return Vec::new();
     }
-    let (rows, wakes): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
-    match update_done(pool, PROCESSED_MANY, &rows, Some(&wakes)).await {
+    let wakes: Vec<bool> = rows.iter().map(|r| r.1).collect();
+    let processors: Vec<&str> = rows.iter().map(|r| r.2).collect();
+    let rows: Vec<Completing<'_>> = rows.into_iter().map(|r| r.0).collect();
+    match update_done(pool, PROCESSED_MANY, &rows, Some((&wakes, &processors))).await {
         Ok(done) => rows
             .iter()
             .map(|&(source, id, token)| Ok(done.contains(&done_key(source, id, token))))
@@ -367,9 +370,11 @@ async fn processed_many(
         Err(_) => {
             let mut results = Vec::with_capacity(rows.len());
             let mut woken = false;
-            for ((source, id, token), wakes) in rows.into_iter().zip(wakes) {
+            for (((source, id, token), wakes), processor) in
+                rows.into_iter().zip(wakes).zip(processors)
+            {
                 let outcome = Outcome::Processed;
-                let held = finish_one(pool, source, id, token, outcome).await;
+                let held = finish_one(pool, (source, id, processor), token, outcome).await;
                 woken |= wakes && matches!(held, Ok(true));
                 results.push(held);
             }
@@ -388,7 +393,7 @@ pub(super) async fn update_done(
     pool: &PgPool,
     sql: &'static str,
     rows: &[Completing<'_>],
-    wakes: Option<&[bool]>,
+    wakes: Option<(&[bool], &[&str])>,
 ) -> Result<HashSet<DoneKey>, sqlx::Error> {
     let mut order: Vec<usize> = (0..rows.len()).collect();
     order.sort_by_key(|&i| (rows[i].0, rows[i].1));
@@ -402,10 +407,9 @@ pub(super) async fn update_done(
                 .map(|&i| rows[i].2.as_uuid())
                 .collect::<Vec<_>>(),
         );
-    if let Some(wakes) = wakes {
+    if let Some((wakes, processors)) = wakes {
         query = query.bind(order.iter().map(|&i| wakes[i]).collect::<Vec<_>>());
-        // Every route the worker's: the processor `default`'s.
-        query = query.bind(vec![DEFAULT_PROCESSOR; order.len()]);
+        query = query.bind(order.iter().map(|&i| processors[i]).collect::<Vec<_>>());
     }
     let rows = query.fetch_all(pool).await?;
     rows.iter()

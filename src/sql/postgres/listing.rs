@@ -56,11 +56,12 @@ LIMIT $4"
     };
 }
 
+use std::sync::Arc;
+
 use sqlx::postgres::PgPool;
 
 use super::super::shared::{self, listing_statement};
 use super::super::{store_error, CountsRow};
-use super::DEFAULT_PROCESSOR;
 use crate::inbox::{Counts, EventSummary, Listing, StoredEvent};
 use crate::store::StoreFuture;
 
@@ -149,11 +150,11 @@ struct CountsWithLog {
 }
 
 /// The inbox's counts; folds the log of processed rows once it has grown.
-pub(super) fn counts(pool: &PgPool) -> StoreFuture<Counts> {
+pub(super) fn counts(pool: &PgPool, processor: Arc<str>) -> StoreFuture<Counts> {
     let pool = pool.clone();
     Box::pin(async move {
         let row = sqlx::query_as::<_, CountsWithLog>(COUNTS)
-            .bind([DEFAULT_PROCESSOR])
+            .bind([&*processor])
             .fetch_one(&pool)
             .await
             .map_err(|e| store_error("inbox counts", e))?;

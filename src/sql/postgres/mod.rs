@@ -30,9 +30,8 @@ pub(crate) use outcome::processed_in;
 /// and snoozes, with when they fall due).
 const CHANNEL: &str = "webhook_events";
 
-/// The processor whose routes every accept creates and every worker claims: the only
-/// one until an inbox names its processors (issue 33).
-const DEFAULT_PROCESSOR: &str = "default";
+#[cfg(test)]
+use crate::inbox::DEFAULT_PROCESSOR;
 
 /// The table in one PostgreSQL database. Cloning shares the pool and the writers.
 #[derive(Clone, Debug)]

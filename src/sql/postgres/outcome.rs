@@ -7,28 +7,25 @@ use sqlx::PgConnection;
 use super::super::shared::changed;
 use super::super::{store_error, Outcome, ABANDONED, MAX_ATTEMPT_RECORDS};
 use super::queue::{ABANDON, DEAD, LATER, PROCESSED, RETRY};
-use super::DEFAULT_PROCESSOR;
 use crate::store::{StoreError, Token};
 
-/// Marks an inbox route (the processor `default`'s) processed in the processor's own
+/// Marks an inbox route (`source`, `id`, `processor`) processed in the processor's own
 /// transaction; `false` when `token` was fenced out (its lease ran out and another worker
 /// took the route).
 pub(crate) async fn processed_in(
     conn: &mut PgConnection,
-    source: &str,
-    id: &str,
+    (source, id, processor): (&str, &str, &str),
     token: Token,
 ) -> Result<bool, sqlx::Error> {
     let query = sqlx::query(PROCESSED).bind(source).bind(id);
-    let query = query.bind(token.as_uuid()).bind(DEFAULT_PROCESSOR);
+    let query = query.bind(token.as_uuid()).bind(processor);
     Ok(changed(query, conn).await? == 1)
 }
 
 /// Records one attempt's outcome if `token` still holds the route; `false` when fenced out.
 pub(super) async fn finish_one(
     pool: &PgPool,
-    source: &str,
-    id: &str,
+    (source, id, processor): (&str, &str, &str),
     token: Token,
     outcome: Outcome,
 ) -> Result<bool, StoreError> {
@@ -42,7 +39,7 @@ pub(super) async fn finish_one(
     let query = match outcome {
         Outcome::Processed => {
             let query = sqlx::query(PROCESSED).bind(source).bind(id);
-            let query = query.bind(token.as_uuid()).bind(DEFAULT_PROCESSOR);
+            let query = query.bind(token.as_uuid()).bind(processor);
             let done = query.execute(pool).await;
             let done = done.map_err(|e| store_error("inbox finish", e))?;
             return Ok(done.rows_affected() == 1);
@@ -53,7 +50,7 @@ pub(super) async fn finish_one(
         Outcome::Abandoned => key(ABANDON).bind(ABANDONED).bind(kept),
     };
     // Each statement's last placeholder: the route's processor.
-    let query = query.bind(DEFAULT_PROCESSOR);
+    let query = query.bind(processor);
     let done = query
         .fetch_one(pool)
         .await

@@ -11,7 +11,7 @@ use super::super::shared;
 use super::super::{claimed, store_error, Outcome, CRASHED};
 use super::group_commit::{Write, Written};
 use super::outcome::finish_one;
-use super::{Pg, DEFAULT_PROCESSOR, PLANNED_EACH_TIME};
+use super::{Pg, PLANNED_EACH_TIME};
 use crate::inbox::backend::{Backend, Claimed, HeldRow};
 use crate::inbox::worker::due::DueTimes;
 use crate::inbox::worker::ClaimDue;
@@ -270,7 +270,7 @@ impl Backend for Pg {
         Box::pin(async move { this.accept(d).await })
     }
 
-    fn claim(&self, due: ClaimDue) -> StoreFuture<Vec<Claimed>> {
+    fn claim(&self, processor: Arc<str>, due: ClaimDue) -> StoreFuture<Vec<Claimed>> {
         let pool = self.pool.clone();
         let max_attempts = i32::try_from(due.max_attempts).unwrap_or(i32::MAX);
         let per_object = due.per_object.map(|n| i32::try_from(n).unwrap_or(i32::MAX));
@@ -287,7 +287,7 @@ impl Backend for Pg {
                 .bind(due.skip.types)
                 .bind(held.0)
                 .bind(held.1)
-                .bind(DEFAULT_PROCESSOR)
+                .bind(&*processor)
                 .fetch_all(&pool)
                 .await
                 .map_err(|e| store_error("inbox claim", e))?;
@@ -295,7 +295,12 @@ impl Backend for Pg {
         })
     }
 
-    fn give_back(&self, keys: Vec<(String, String)>, token: Token) -> StoreFuture<u64> {
+    fn give_back(
+        &self,
+        processor: Arc<str>,
+        keys: Vec<(String, String)>,
+        token: Token,
+    ) -> StoreFuture<u64> {
         let pool = self.pool.clone();
         Box::pin(async move {
             let (sources, ids): (Vec<String>, Vec<String>) = keys.into_iter().unzip();
@@ -304,7 +309,7 @@ impl Backend for Pg {
                 .bind(sources)
                 .bind(ids)
                 .bind(token.as_uuid())
-                .bind(DEFAULT_PROCESSOR)
+                .bind(&*processor)
                 .execute(&pool)
                 .await
                 .map_err(|e| store_error("inbox give back", e))?;
@@ -320,7 +325,7 @@ impl Backend for Pg {
                 .bind(row.id)
                 .bind(row.token.as_uuid())
                 .bind(lease.as_secs_f64())
-                .bind(DEFAULT_PROCESSOR)
+                .bind(&*row.processor)
                 .execute(&pool)
                 .await
                 .map_err(|e| store_error("inbox renew", e))?;
@@ -333,6 +338,7 @@ impl Backend for Pg {
         HeldRow {
             source,
             id,
+            processor,
             token,
             wakes,
         }: HeldRow,
@@ -344,7 +350,7 @@ impl Backend for Pg {
                 // The common outcome, gathered with others into one statement (which
                 // notifies when one of them `wakes`).
                 Outcome::Processed => match this
-                    .write(Write::Processed(source, id, token, wakes))
+                    .write(Write::Processed(source, id, token, wakes, processor))
                     .await?
                 {
                     Written::Complete(held) => Ok(held),
@@ -352,7 +358,8 @@ impl Backend for Pg {
                 },
                 outcome => {
                     let ends = matches!(outcome, Outcome::Dead(_));
-                    let held = finish_one(&this.pool, &source, &id, token, outcome).await?;
+                    let key = (source.as_str(), id.as_str(), &*processor);
+                    let held = finish_one(&this.pool, key, token, outcome).await?;
                     if held && ends && wakes {
                         // Rare (dead rows): a statement of its own.
                         let _ = sqlx::query(NOTIFY).execute(&this.pool).await;
@@ -413,8 +420,8 @@ impl Backend for Pg {
         super::prune::prune(&self.pool, older_than, dead)
     }
 
-    fn counts(&self) -> StoreFuture<Counts> {
-        super::listing::counts(&self.pool)
+    fn counts(&self, processor: Arc<str>) -> StoreFuture<Counts> {
+        super::listing::counts(&self.pool, processor)
     }
 
     fn list(&self, listing: &Listing) -> StoreFuture<Vec<EventSummary>> {
@@ -429,8 +436,8 @@ impl Backend for Pg {
         super::listing::event(&self.pool, source, id)
     }
 
-    fn next_due(&self) -> StoreFuture<Option<Duration>> {
-        super::wake::next_due(&self.pool)
+    fn next_due(&self, processor: Arc<str>) -> StoreFuture<Option<Duration>> {
+        super::wake::next_due(&self.pool, processor)
     }
 
     fn listen(&self, wake: Arc<Notify>, due: DueTimes) -> Option<tokio::task::JoinHandle<()>> {

@@ -85,7 +85,8 @@ async fn key_list_joins_are_planned_for_each_call_not_kept_prepared() {
         held_routes(&pool, &[&ids.0, &ids.1], t1).await;
         let keys = [("s", ids.0.as_str(), t1), ("s", ids.1.as_str(), t1)];
         let wakes = [false, true];
-        let done = update_done(&pool, PROCESSED_MANY, &keys, Some(&wakes)).await;
+        let routes = [DEFAULT_PROCESSOR; 2];
+        let done = update_done(&pool, PROCESSED_MANY, &keys, Some((&wakes, &routes))).await;
         assert_eq!(done.unwrap().len(), 2);
     }
     let prepared = |sql: &'static str| {
@@ -132,14 +133,15 @@ async fn batch_statements_run_and_a_mixed_batch_answers_each_write() {
     .await
     .expect("one statement");
     assert_eq!(done, HashSet::from([row("a", t1)]));
-    let c = Delivery::new("s", "c");
+    let c = Delivery::new("s", "c").with_routes(vec![DEFAULT_PROCESSOR.into()]);
     let queued = insert_accepts(&pool, &[&c, &c])
         .await
         .expect("one statement");
     assert_eq!(queued, HashSet::from([("s".to_owned(), "c".to_owned())]));
     let t4 = Token::new();
     let pg = Pg::new(pool.clone());
-    let claimed = Backend::claim(&pg, ClaimDue::plain(1, lease, t4)).await;
+    let route: std::sync::Arc<str> = DEFAULT_PROCESSOR.into();
+    let claimed = Backend::claim(&pg, route.clone(), ClaimDue::plain(1, lease, t4)).await;
     assert_eq!(claimed.unwrap().len(), 1, "the worker's claim of c");
 
     let answers = write_batch(
@@ -151,8 +153,8 @@ async fn batch_statements_run_and_a_mixed_batch_answers_each_write() {
             Write::Accept(Delivery::new("s", "e")),
             Write::Accept(Delivery::new("s", "e")),
             // The inbox's row `c`, claimed by a worker under t4, and a stale token.
-            Write::Processed("s".into(), "c".into(), t4, false),
-            Write::Processed("s".into(), "c".into(), Token::new(), true),
+            Write::Processed("s".into(), "c".into(), t4, false, route.clone()),
+            Write::Processed("s".into(), "c".into(), Token::new(), true, route),
         ],
     )
     .await;
@@ -199,14 +201,20 @@ async fn counts_fold_the_log_and_stay_exact_through_bulk_changes() {
             .unwrap()
     };
     assert!(log_rows().await > 5000, "one +1 a row");
-    assert_eq!(pg.counts().await.unwrap().processed, 5000);
+    assert_eq!(
+        pg.counts(DEFAULT_PROCESSOR.into()).await.unwrap().processed,
+        5000
+    );
     assert_eq!(log_rows().await, 1, "folded by the count");
     // A prune folds too, and a log of one row folds into the same one row.
     Backend::prune(&pg, Duration::from_secs(3600), None)
         .await
         .unwrap();
     assert_eq!(log_rows().await, 1);
-    assert_eq!(pg.counts().await.unwrap().processed, 5000);
+    assert_eq!(
+        pg.counts(DEFAULT_PROCESSOR.into()).await.unwrap().processed,
+        5000
+    );
     // Any statement, the crate's or not: half requeued at once, then some pruned.
     let bulk = |sql: &'static str| {
         let pool = pool.clone();
@@ -214,10 +222,19 @@ async fn counts_fold_the_log_and_stay_exact_through_bulk_changes() {
     };
     bulk("UPDATE webhook_routes SET processed_at = NULL WHERE substr(event_id, 2)::int % 2 = 0")
         .await;
-    assert_eq!(pg.counts().await.unwrap().processed, 2500);
+    assert_eq!(
+        pg.counts(DEFAULT_PROCESSOR.into()).await.unwrap().processed,
+        2500
+    );
     bulk("DELETE FROM webhook_routes WHERE substr(event_id, 2)::int <= 2000").await;
-    assert_eq!(pg.counts().await.unwrap().processed, 1500);
-    assert_eq!(pg.counts().await.unwrap().queued, 1500);
+    assert_eq!(
+        pg.counts(DEFAULT_PROCESSOR.into()).await.unwrap().processed,
+        1500
+    );
+    assert_eq!(
+        pg.counts(DEFAULT_PROCESSOR.into()).await.unwrap().queued,
+        1500
+    );
 }
 
 /// The listings read their partial index in its order, not the history (20 000
@@ -426,13 +443,14 @@ async fn a_processed_row_that_frees_its_objects_turn_notifies_the_workers() {
         wait.await.is_ok()
     };
     let (quiet, wakes) = ([("s", "a", t1)], [("s", "b", t2)]);
-    let done = update_done(&pool, PROCESSED_MANY, &quiet, Some(&[false])).await;
+    let route = [DEFAULT_PROCESSOR];
+    let done = update_done(&pool, PROCESSED_MANY, &quiet, Some((&[false], &route))).await;
     assert_eq!(done.unwrap().len(), 1);
     assert!(
         !heard(&mut listener).await,
         "nothing freed: no notification"
     );
-    let done = update_done(&pool, PROCESSED_MANY, &wakes, Some(&[true])).await;
+    let done = update_done(&pool, PROCESSED_MANY, &wakes, Some((&[true], &route))).await;
     assert_eq!(done.unwrap().len(), 1);
     assert!(
         heard(&mut listener).await,

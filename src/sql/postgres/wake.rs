@@ -8,7 +8,7 @@ use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::Notify;
 
 use super::super::store_error;
-use super::{CHANNEL, DEFAULT_PROCESSOR};
+use super::CHANNEL;
 use crate::inbox::worker::due::DueTimes;
 use crate::store::StoreFuture;
 
@@ -20,11 +20,11 @@ WHERE processor = $1 AND next_attempt_at > now() AND processed_at IS NULL AND de
 ORDER BY next_attempt_at LIMIT 1";
 
 /// How long until the earliest queued row not due yet falls due, if one waits so.
-pub(super) fn next_due(pool: &PgPool) -> StoreFuture<Option<Duration>> {
+pub(super) fn next_due(pool: &PgPool, processor: Arc<str>) -> StoreFuture<Option<Duration>> {
     let pool = pool.clone();
     Box::pin(async move {
         let after: Option<f64> = sqlx::query_scalar(NEXT_DUE)
-            .bind(DEFAULT_PROCESSOR)
+            .bind(&*processor)
             .fetch_optional(&pool)
             .await
             .map_err(|e| store_error("inbox next due", e))?;

@@ -5,9 +5,9 @@ use sqlx::sqlite::SqlitePool;
 
 use super::super::shared::{self, listing_statement, listing_statements};
 use super::super::{store_error, CountsRow};
-use super::PROCESSOR;
 use crate::inbox::{Counts, EventSummary, Listing, StoredEvent};
 use crate::store::StoreFuture;
+use std::sync::Arc;
 
 /// Processor `?2`'s queue from the due routes' partial index (`webhook_routes_due`), its
 /// dead routes from theirs, and its processed ones from the counter the triggers keep
@@ -75,12 +75,12 @@ pub(super) const LISTING_INDEXES: [&str; 4] = [
 ];
 
 /// The inbox's counts at `now`.
-pub(super) fn counts(pool: &SqlitePool, now: i64) -> StoreFuture<Counts> {
+pub(super) fn counts(pool: &SqlitePool, now: i64, processor: Arc<str>) -> StoreFuture<Counts> {
     let pool = pool.clone();
     Box::pin(async move {
         sqlx::query_as::<_, CountsRow>(COUNTS)
             .bind(now)
-            .bind(PROCESSOR)
+            .bind(&*processor)
             .fetch_one(&pool)
             .await
             .map(Counts::from)

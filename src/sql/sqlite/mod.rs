@@ -6,7 +6,7 @@
 //! `webhook_events` is its key, metadata and the marker `next_attempt_at` (its accept
 //! time, never moved; its state columns NULL); its body and headers are in
 //! `webhook_bodies`, and the states of the diagram are its routes' (`webhook_routes`, one
-//! per event and processor, all of [`PROCESSOR`] for now). A dead route deleted is a
+//! per event and processor). A dead route deleted is a
 //! tombstone (`next_attempt_at` NULL, `processed_at` when deleted); the event stays the
 //! key until the inbox's prune deletes it with its routes, body and history.
 
@@ -34,8 +34,8 @@ use crate::store::{Claim, Delivery, StoreError, Token};
 pub(crate) use latest::advance;
 use writer::{write_batch, WriterConnection};
 
-/// The processor every route is of, until an inbox configures others (issue 33).
-pub(crate) const PROCESSOR: &str = "default";
+#[cfg(test)]
+use crate::inbox::DEFAULT_PROCESSOR as PROCESSOR;
 
 /// What the times are read from.
 pub(crate) type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
@@ -70,9 +70,9 @@ enum Op {
     Renew(String, String, Token, Duration),
     Release(String, String, Token),
     /// The inbox's: a worker's claim of due rows.
-    ClaimDue(crate::inbox::worker::ClaimDue),
+    ClaimDue(Arc<str>, crate::inbox::worker::ClaimDue),
     /// The inbox's: claimed rows handed back uncounted.
-    GiveBack(Vec<(String, String)>, Token),
+    GiveBack(Arc<str>, Vec<(String, String)>, Token),
     RenewRow(crate::inbox::backend::HeldRow, Duration),
     Finish(crate::inbox::backend::HeldRow, Outcome),
     Requeue(Requeue),
@@ -121,7 +121,7 @@ impl Op {
             Op::Complete(..)
             | Op::Renew(..)
             | Op::Release(..)
-            | Op::ClaimDue(_)
+            | Op::ClaimDue(..)
             | Op::GiveBack(..)
             | Op::RenewRow(..)
             | Op::Finish(..) => Lane::Urgent,

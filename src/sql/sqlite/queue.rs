@@ -1,7 +1,6 @@
 //! The inbox: accept, and the worker's claims, renewals and outcomes, on the events'
 //! routes (see the [state diagram](super::super) and the migration
-//! `webhook_routes`). Every route statement binds its processor; there is one for now,
-//! [`PROCESSOR`](super::PROCESSOR).
+//! `webhook_routes`). Every route statement binds its processor.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +9,9 @@ use tokio::sync::Notify;
 
 use super::super::shared;
 use super::super::{claimed, store_error, Outcome};
-use super::{Done, Op, Sqlite, PROCESSOR};
+#[cfg(test)]
+use super::PROCESSOR;
+use super::{Done, Op, Sqlite};
 use crate::inbox::backend::{Backend, Claimed, HeldRow};
 use crate::inbox::worker::due::DueTimes;
 use crate::inbox::worker::ClaimDue;
@@ -242,7 +243,8 @@ impl Sqlite {
         lease: Duration,
         token: Token,
     ) -> Vec<Claimed> {
-        Backend::claim(self, ClaimDue::plain(limit, lease, token))
+        let processor = std::sync::Arc::from(PROCESSOR);
+        Backend::claim(self, processor, ClaimDue::plain(limit, lease, token))
             .await
             .unwrap()
     }
@@ -254,19 +256,24 @@ impl Backend for Sqlite {
         Box::pin(async move { this.accept(d).await })
     }
 
-    fn claim(&self, due: ClaimDue) -> StoreFuture<Vec<Claimed>> {
+    fn claim(&self, processor: Arc<str>, due: ClaimDue) -> StoreFuture<Vec<Claimed>> {
         let this = self.clone();
         Box::pin(async move {
-            match this.write(Op::ClaimDue(due)).await? {
+            match this.write(Op::ClaimDue(processor, due)).await? {
                 Done::Claimed(rows) => Ok(claimed(rows)),
                 _ => unreachable!("a claim's rows"),
             }
         })
     }
 
-    fn give_back(&self, keys: Vec<(String, String)>, token: Token) -> StoreFuture<u64> {
+    fn give_back(
+        &self,
+        processor: Arc<str>,
+        keys: Vec<(String, String)>,
+        token: Token,
+    ) -> StoreFuture<u64> {
         let this = self.clone();
-        Box::pin(async move { this.count(Op::GiveBack(keys, token)).await })
+        Box::pin(async move { this.count(Op::GiveBack(processor, keys, token)).await })
     }
 
     fn renew(&self, row: HeldRow, lease: Duration) -> StoreFuture<bool> {
@@ -309,8 +316,8 @@ impl Backend for Sqlite {
         Sqlite::min_lease(self)
     }
 
-    fn counts(&self) -> StoreFuture<Counts> {
-        super::listing::counts(&self.pool, self.now_ms())
+    fn counts(&self, processor: Arc<str>) -> StoreFuture<Counts> {
+        super::listing::counts(&self.pool, self.now_ms(), processor)
     }
 
     fn list(&self, listing: &Listing) -> StoreFuture<Vec<EventSummary>> {
@@ -325,12 +332,12 @@ impl Backend for Sqlite {
         super::listing::event(&self.pool, self.now_ms(), source, id)
     }
 
-    fn next_due(&self) -> StoreFuture<Option<Duration>> {
+    fn next_due(&self, processor: Arc<str>) -> StoreFuture<Option<Duration>> {
         let (pool, now) = (self.pool.clone(), self.now_ms());
         Box::pin(async move {
             let after: Option<i64> = sqlx::query_scalar(NEXT_DUE)
                 .bind(now)
-                .bind(PROCESSOR)
+                .bind(&*processor)
                 .fetch_optional(&pool)
                 .await
                 .map_err(|e| store_error("inbox next due", e))?;

@@ -11,7 +11,7 @@ use super::queue::{
     ABANDON, ACCEPT, ACCEPT_BODY, ACCEPT_ROUTE, BURY_CRASHED, CAP_ATTEMPTS, CLAIMED_BODIES,
     CLAIM_DUE, DEAD, GIVE_BACK, LATER, PROCESSED, RECORD_ATTEMPTS, RENEW_ROW, RETRY,
 };
-use super::{bind_delivery, ms, PROCESSOR};
+use super::{bind_delivery, ms};
 use crate::inbox::backend::HeldRow;
 use crate::inbox::worker::ClaimDue;
 use crate::inbox::{Accepted, DeadRows};
@@ -35,7 +35,7 @@ fn held<'q>(sql: &'static str, row: &'q HeldRow) -> Query<'q, Db, SqliteArgument
         .bind(row.source.as_str())
         .bind(row.id.as_str())
         .bind(row.token.to_string())
-        .bind(PROCESSOR)
+        .bind(&*row.processor)
 }
 
 /// The batch's finished attempts (but the processed ones, which their routes record) in
@@ -78,7 +78,7 @@ pub(super) async fn record(
 }
 
 /// An accept at `now`, numbered `arrival`: the event (or the `DedupeLayer` claim it
-/// adopts), and when that changed, its body and its route, in the batch's transaction.
+/// adopts), and when that changed, its body and its routes, in the batch's transaction.
 pub(super) async fn accept(
     conn: &mut SqliteConnection,
     now: i64,
@@ -106,13 +106,15 @@ pub(super) async fn accept(
         .execute(&mut *conn)
         .await
         .map_err(err)?;
-    sqlx::query(ACCEPT_ROUTE)
-        .bind(d.source())
-        .bind(d.id())
-        .bind(PROCESSOR)
-        .execute(&mut *conn)
-        .await
-        .map_err(err)?;
+    for processor in d.routes() {
+        sqlx::query(ACCEPT_ROUTE)
+            .bind(d.source())
+            .bind(d.id())
+            .bind(&**processor)
+            .execute(&mut *conn)
+            .await
+            .map_err(err)?;
+    }
     Ok(Accepted::New)
 }
 
@@ -136,6 +138,7 @@ type ClaimedEvent = (String, String, Option<bool>, Option<Vec<u8>>);
 pub(super) async fn claim_due(
     conn: &mut SqliteConnection,
     now: i64,
+    processor: &str,
     due: &ClaimDue,
 ) -> Result<Vec<ClaimedRow>, StoreError> {
     let err = |e| store_error("inbox claim", e);
@@ -150,7 +153,7 @@ pub(super) async fn claim_due(
         .bind(json(&due.skip.sources))
         .bind(json(&due.skip.types))
         .bind(serde_json::to_string(&due.skip.held).expect("strings"))
-        .bind(PROCESSOR)
+        .bind(processor)
         .fetch_all(&mut *conn)
         .await
         .map_err(err)?;
@@ -160,7 +163,7 @@ pub(super) async fn claim_due(
             .bind(&route.event_id)
             .bind(now)
             .bind(CRASHED)
-            .bind(PROCESSOR)
+            .bind(processor)
             .execute(&mut *conn)
             .await
             .map_err(err)?;
@@ -205,6 +208,7 @@ pub(super) async fn claim_due(
 /// Claimed routes handed back under `token`: how many were.
 pub(super) async fn give_back(
     conn: &mut SqliteConnection,
+    processor: &str,
     keys: &[(String, String)],
     token: Token,
 ) -> Result<u64, StoreError> {
@@ -214,7 +218,7 @@ pub(super) async fn give_back(
             .bind(source)
             .bind(id)
             .bind(token.to_string())
-            .bind(PROCESSOR)
+            .bind(processor)
             .execute(&mut *conn)
             .await
             .map_err(|e| store_error("inbox give back", e))?;
@@ -253,7 +257,7 @@ pub(super) async fn finish<'a>(
             .bind(row.source.as_str())
             .bind(row.id.as_str())
             .bind(row.token.to_string())
-            .bind(PROCESSOR)
+            .bind(&*row.processor)
     };
     let (query, name, error) = match outcome {
         Outcome::Processed => {
@@ -289,7 +293,7 @@ pub(super) async fn finish<'a>(
         attempts.push(Finished {
             source: &row.source,
             id: &row.id,
-            processor: PROCESSOR,
+            processor: &row.processor,
             attempt,
             started,
             finished: now.max(started),

@@ -167,11 +167,14 @@ async fn rows_handed_back_are_due_again_uncounted_and_fenced_on_the_token() {
     assert_eq!(rows.iter().map(|r| r.attempt).collect::<Vec<_>>(), [1]);
     let key = || vec![("s".to_owned(), "evt_1".to_owned())];
     assert_eq!(
-        Backend::give_back(&sql, key(), Token::new()).await.unwrap(),
+        Backend::give_back(&sql, PROCESSOR.into(), key(), Token::new())
+            .await
+            .unwrap(),
         0
     );
     assert!(claim(Token::new()).await.is_empty(), "still held");
-    assert_eq!(Backend::give_back(&sql, key(), token).await.unwrap(), 1);
+    let given = Backend::give_back(&sql, PROCESSOR.into(), key(), token).await;
+    assert_eq!(given.unwrap(), 1);
     let again = claim(Token::new()).await;
     assert_eq!(again.iter().map(|r| r.attempt).collect::<Vec<_>>(), [1]);
 }

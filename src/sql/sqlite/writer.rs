@@ -183,8 +183,12 @@ async fn write_one<'a>(
             *arrival += 1;
             Done::Accept(accepted)
         }
-        Op::ClaimDue(due) => Done::Claimed(routes::claim_due(conn, now, due).await?),
-        Op::GiveBack(keys, token) => Done::Count(routes::give_back(conn, keys, *token).await?),
+        Op::ClaimDue(processor, due) => {
+            Done::Claimed(routes::claim_due(conn, now, processor, due).await?)
+        }
+        Op::GiveBack(processor, keys, token) => {
+            Done::Count(routes::give_back(conn, processor, keys, *token).await?)
+        }
         Op::RenewRow(row, lease) => {
             Done::Held(routes::renew(conn, row, now.saturating_add(ms(*lease))).await?)
         }

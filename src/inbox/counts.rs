@@ -1,0 +1,55 @@
+//! [`Counts`]: how many of an inbox's rows are in each state.
+
+use std::time::Duration;
+
+/// How many rows are in each state, for dashboards.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Counts {
+    /// Waiting for their first or next attempt.
+    pub queued: u64,
+    /// Claimed by a worker now.
+    pub processing: u64,
+    /// Processed.
+    pub processed: u64,
+    /// Gave up after the maximum attempts.
+    pub dead: u64,
+    /// Held back by a [pause][Inbox::pause]: on the SQL inbox the queued rows a pause
+    /// covers (counted in `queued` too); on JetStream the messages parked while paused
+    /// (out of the stream, so not in `queued`).
+    ///
+    #[cfg_attr(
+        any(feature = "sqlite", feature = "postgres"),
+        doc = "[Inbox::pause]: Inbox::pause"
+    )]
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        doc = "[Inbox::pause]: crate#features"
+    )]
+    pub paused: u64,
+    /// How long the longest-waiting due row has waited (`None` when none is due): the
+    /// queue's lag, the number to alert on when workers fall behind or stop.
+    pub oldest_due: Option<Duration>,
+}
+
+impl Counts {
+    /// Both counts together: each number summed, the longer wait.
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+    pub(crate) fn plus(self, other: Counts) -> Counts {
+        Counts {
+            queued: self.queued + other.queued,
+            processing: self.processing + other.processing,
+            processed: self.processed + other.processed,
+            dead: self.dead + other.dead,
+            paused: self.paused + other.paused,
+            oldest_due: self.oldest_due.max(other.oldest_due),
+        }
+    }
+
+    /// Sets the inbox's gauges to these counts (feature `metrics`).
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+    pub(crate) fn set_gauges(&self) {
+        let depth = (self.queued, self.processing, self.paused);
+        crate::metrics::inbox_gauges(depth, self.dead, self.oldest_due);
+    }
+}
