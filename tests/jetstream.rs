@@ -2096,3 +2096,92 @@ async fn a_processor_added_later_reads_from_when_it_was_made() {
     assert!(late.of("evt_old").is_empty());
     jetstream.delete().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_processor_added_later_backfills_its_window_once_and_a_second_backfill_runs_nothing() {
+    let streams = Streams::new();
+    let only_default = streams
+        .fanned_out(vec![ProcessorSpec::default_processor()])
+        .await;
+    let accept = |id: &str, ty: &str| {
+        let (js, event) = (only_default.clone(), typed_event(id, ty));
+        async move { js.accept(&event).await.unwrap() }
+    };
+    let pause = || tokio::time::sleep(Duration::from_millis(50));
+    accept("old", "invoice.paid").await;
+    pause().await;
+    let from = std::time::SystemTime::now();
+    accept("in_1", "invoice.paid").await;
+    accept("in_other", "customer.created").await;
+    accept("in_2", "invoice.paid").await;
+    pause().await;
+    let before = std::time::SystemTime::now();
+    accept("late", "invoice.paid").await;
+    // `billing` is added: its consumer reads what is published from now on.
+    let billing = ProcessorSpec::new("billing")
+        .unwrap()
+        .with_types(["invoice.*"])
+        .unwrap();
+    let jetstream = streams
+        .fanned_out(vec![ProcessorSpec::default_processor(), billing])
+        .await;
+    jetstream
+        .accept(&typed_event("after", "invoice.paid"))
+        .await
+        .unwrap();
+    let store = MemoryStore::new();
+    let seen = Seen::default();
+    let worker = processor_worker(
+        &jetstream,
+        "billing",
+        &store,
+        seen.processor(Duration::ZERO, succeed),
+    )
+    .spawn();
+    let created = jetstream.backfill("billing", Some(from), Some(before));
+    assert_eq!(created.await.unwrap(), 2, "the window's two invoices");
+    let processed = async |n: u64| {
+        let by = jetstream.counts_by_processor().await.unwrap();
+        let c = by["billing"];
+        (c.queued, c.processing, c.processed, c.dead) == (0, 0, n, 0)
+    };
+    eventually("the window and the later event run", async || {
+        processed(3).await
+    })
+    .await;
+    for (id, runs) in [
+        ("in_1", 1),
+        ("in_2", 1),
+        ("after", 1),
+        ("in_other", 0),
+        ("old", 0),
+        ("late", 0),
+    ] {
+        assert_eq!(seen.of(id).len(), runs, "billing ran {id}");
+    }
+    // The same window again: nothing copied, nothing run.
+    let again = jetstream.backfill("billing", Some(from), Some(before));
+    assert_eq!(again.await.unwrap(), 0, "a second backfill creates nothing");
+    // Everything before its start: only what the first window left (its filter applied).
+    let rest = jetstream.backfill("billing", None, None).await.unwrap();
+    assert_eq!(rest, 2, "the invoices before and after the window");
+    eventually("the rest runs", async || processed(5).await).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for id in ["in_1", "in_2", "after", "old", "late"] {
+        assert_eq!(seen.of(id), [1], "billing ran {id} once");
+    }
+    assert!(
+        seen.of("in_other").is_empty(),
+        "its filter excludes the type"
+    );
+    assert_eq!(jetstream.backfill("billing", None, None).await.unwrap(), 0);
+    // `default` reads the stream from its start; an unknown processor is refused.
+    assert_eq!(jetstream.backfill("default", None, None).await.unwrap(), 0);
+    let unknown = jetstream.backfill("nope", None, None).await.unwrap_err();
+    assert_eq!(
+        unknown.kind(),
+        tower_webhook::store::StoreErrorKind::InvalidInput
+    );
+    worker.shutdown().await;
+    jetstream.delete().await.unwrap();
+}

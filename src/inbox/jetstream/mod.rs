@@ -56,6 +56,7 @@
 //!   and counts; a message its filter does not take is acknowledged unrun. With more than
 //!   one, a dead or parked message stays in the stream, acknowledged, and a parked one
 //!   comes back with `Webhook-Processor: <name>`, for that processor alone.
+//!   [`JetStream::backfill`] gives a processor added later a window received before it.
 //!
 //! What holds, beside the SQL inbox (see the README's Guarantees):
 //!
@@ -121,6 +122,7 @@
 //! # }
 //! ```
 
+mod backfill; // fan-out: a processor added later runs a window of the stream
 mod builder; // the stream's settings, and what is made beside it
 mod held; // deliveries that were not attempts (snoozes)
 mod pause; // pauses every worker sees; paused events parked
