@@ -882,3 +882,173 @@ async fn receiver_throttles_wrong_tokens_by_client_address() {
     assert_eq!(status, StatusCode::OK, "another address is not held");
     child.kill().await.unwrap();
 }
+
+/// `admin::jetstream_router` over a real NATS server: counts per processor, pauses of one
+/// processor, and a processor's backfill.
+#[cfg(feature = "nats")]
+mod jetstream {
+    use super::*;
+    use tower_webhook::inbox::jetstream::JetStream;
+    use tower_webhook::inbox::ProcessorSpec;
+    use tower_webhook::Scheme;
+
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+    fn typed_event(id: &str, event_type: &str) -> Event {
+        let body = format!(r#"{{"type":"{event_type}"}}"#);
+        let headers = Scheme::standard()
+            .sign([SECRET], id, common::at(common::NOW), body.as_bytes())
+            .unwrap();
+        common::verifier(Scheme::standard(), &[SECRET])
+            .verify(&headers, body.into())
+            .unwrap()
+    }
+
+    async fn jetstream(name: &str, processors: Option<Vec<ProcessorSpec>>) -> JetStream {
+        let client = async_nats::connect(common::nats_url()).await.unwrap();
+        let builder = JetStream::builder(client, name).with_memory_storage();
+        let builder = match processors {
+            Some(processors) => builder.with_processors(processors).unwrap(),
+            None => builder,
+        };
+        builder.build().await.unwrap()
+    }
+
+    async fn send(jetstream: &JetStream, method: &str, uri: &str, body: &str) -> Answer {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_owned()))
+            .unwrap();
+        let response = admin::jetstream_router(jetstream.clone())
+            .oneshot(request)
+            .await
+            .expect("infallible");
+        let status = response.status();
+        let error = response.extensions().get::<AdminError>().cloned();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        Answer {
+            status,
+            json: serde_json::from_slice(&bytes).expect("a JSON body"),
+            error,
+        }
+    }
+
+    #[tokio::test]
+    async fn counts_show_processors_only_with_fan_out_and_pauses_take_a_processor() {
+        let name = format!("tw_admin_{}", uuid::Uuid::new_v4().simple());
+        let single = jetstream(&name, None).await;
+        let counts = send(&single, "GET", "/counts", "").await;
+        assert_eq!(counts.status, StatusCode::OK);
+        assert_eq!(counts.json["queued"], 0);
+        assert!(counts.json.get("processors").is_none(), "{}", counts.json);
+        let billing = ProcessorSpec::new("billing")
+            .unwrap()
+            .with_types(["invoice.*"])
+            .unwrap();
+        let js = jetstream(
+            &name,
+            Some(vec![ProcessorSpec::default_processor(), billing]),
+        )
+        .await;
+        js.accept(&typed_event("evt_1", "invoice.paid"))
+            .await
+            .unwrap();
+        let counts = send(&js, "GET", "/counts", "").await;
+        assert_eq!(counts.status, StatusCode::OK);
+        let processors = counts.json["processors"].as_object().unwrap();
+        let names: Vec<&String> = processors.keys().collect();
+        assert_eq!(names, ["billing", "default"]);
+        assert_eq!(counts.json["processors"]["billing"]["queued"], 1);
+        assert_eq!(counts.json["processors"]["default"]["queued"], 1);
+        assert_eq!(counts.json["queued"], 2, "the sum");
+        assert_eq!(counts.json["processors"]["billing"]["dead"], 0);
+
+        let paused = send(
+            &js,
+            "POST",
+            "/pause?processor=billing&type=invoice.paid",
+            "",
+        )
+        .await;
+        assert_eq!(
+            (paused.status, &paused.json),
+            (StatusCode::OK, &json!({"changed": true}))
+        );
+        let pauses = send(&js, "GET", "/pauses", "").await;
+        assert_eq!(pauses.json[0]["processor"], "billing");
+        assert_eq!(pauses.json[0]["type"], "invoice.paid");
+        let unknown = send(&js, "POST", "/pause?processor=nope", "").await;
+        assert_eq!(unknown.status, StatusCode::BAD_REQUEST);
+        assert_eq!(unknown.error.unwrap().kind(), AdminErrorKind::BadRequest);
+        let everyone = send(&js, "POST", "/resume?type=invoice.paid", "").await;
+        assert_eq!(
+            everyone.json,
+            json!({"changed": false}),
+            "billing's own pause stays"
+        );
+        let resumed = send(
+            &js,
+            "POST",
+            "/resume?processor=billing&type=invoice.paid",
+            "",
+        )
+        .await;
+        assert_eq!(resumed.json, json!({"changed": true}));
+        assert_eq!(send(&js, "GET", "/pauses", "").await.json, json!([]));
+        js.delete().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn backfill_copies_a_processors_window_once_and_refuses_an_unknown_processor() {
+        let name = format!("tw_admin_{}", uuid::Uuid::new_v4().simple());
+        let before_billing = jetstream(&name, Some(vec![ProcessorSpec::default_processor()])).await;
+        for (id, ty) in [("evt_1", "invoice.paid"), ("evt_2", "customer.created")] {
+            before_billing.accept(&typed_event(id, ty)).await.unwrap();
+        }
+        let billing = ProcessorSpec::new("billing")
+            .unwrap()
+            .with_types(["invoice.*"])
+            .unwrap();
+        let js = jetstream(
+            &name,
+            Some(vec![ProcessorSpec::default_processor(), billing]),
+        )
+        .await;
+        let created = send(&js, "POST", "/backfill", r#"{"processor": "billing"}"#).await;
+        assert_eq!(
+            (created.status, &created.json),
+            (StatusCode::OK, &json!({"created": 1}))
+        );
+        let counts = send(&js, "GET", "/counts", "").await;
+        assert_eq!(
+            counts.json["processors"]["billing"]["queued"], 1,
+            "the copy"
+        );
+        let again = send(&js, "POST", "/backfill", r#"{"processor": "billing"}"#).await;
+        assert_eq!(again.json, json!({"created": 0}));
+        let window = r#"{"processor": "billing", "received_from": "2000-01-01T00:00:00Z",
+            "received_before": "2000-01-02T00:00:00Z"}"#;
+        assert_eq!(
+            send(&js, "POST", "/backfill", window).await.json,
+            json!({"created": 0})
+        );
+        for bad in [
+            r#"{"processor": "nope"}"#,
+            r#"{}"#,
+            r#"{"processor": "billing", "received_from": "yesterday"}"#,
+            r#"{"processor": "billing", "received_from": "2000-01-02T00:00:00Z",
+                "received_before": "2000-01-01T00:00:00Z"}"#,
+        ] {
+            let refused = send(&js, "POST", "/backfill", bad).await;
+            assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{bad}");
+        }
+        let counts = send(&js, "GET", "/counts", "").await;
+        assert_eq!(
+            counts.json["processors"]["billing"]["queued"], 1,
+            "nothing more"
+        );
+        js.delete().await.unwrap();
+    }
+}

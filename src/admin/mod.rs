@@ -110,7 +110,10 @@ mod door; // who may operate: the token, the throttle, the page's sessions
 mod error;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod input; // what the SQL inbox's endpoints accept
-mod pause; // counts and pausing, for any queue
+#[cfg(feature = "nats")]
+mod jetstream; // a JetStream inbox's endpoints
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod pause; // counts and pausing of the SQL inbox
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod routes; // the SQL inbox's endpoints
 #[cfg(all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres")))]
@@ -210,13 +213,17 @@ pub fn ui(inbox: crate::inbox::Inbox) -> axum::Router {
 
 /// The operator endpoints a JetStream inbox has: `GET /counts`, `POST /pause`,
 /// `POST /resume` and `GET /pauses`, as in the table above (see
-/// [`JetStream::pause`](crate::inbox::jetstream::JetStream::pause)). Its events are
-/// listed and requeued with NATS's own tools. Mount it as [`router`]'s, behind the
-/// door's [`bearer`](OperatorDoor::bearer) or your own authorization.
+/// [`JetStream::pause`](crate::inbox::jetstream::JetStream::pause)), and for fan-out
+/// ([`with_processors`](crate::inbox::jetstream::JetStreamBuilder::with_processors)):
+/// `/counts` adds `"processors": {"<name>": {…the same counts…}}` when more than one is
+/// configured, `/pause` and `/resume` take `processor` (absent: every processor; one not
+/// configured is a 400), and `POST /backfill` with the JSON body `{"processor": name,
+/// "received_from"?, "received_before"?}` (RFC 3339) runs
+/// [`JetStream::backfill`](crate::inbox::jetstream::JetStream::backfill) and answers
+/// `{"created": n}` (400 for a processor not configured). Its events are listed and
+/// requeued with NATS's own tools. Mount it as [`router`]'s, behind the door's
+/// [`bearer`](OperatorDoor::bearer) or your own authorization.
 #[cfg(feature = "nats")]
 pub fn jetstream_router(jetstream: crate::inbox::jetstream::JetStream) -> axum::Router {
-    use crate::inbox::jetstream::JetStream;
-    let routes =
-        axum::Router::new().route("/counts", axum::routing::get(pause::counts::<JetStream>));
-    pause::routes(routes).with_state(jetstream)
+    jetstream::router(jetstream)
 }

@@ -1,5 +1,5 @@
-//! The endpoints every queue answers — its counts, and pausing — written once for the SQL
-//! inbox and JetStream, and the fallbacks every router ends with.
+//! The SQL inbox's counts and pausing endpoints, and the fallbacks its router ends with
+//! (JetStream's, with processors and backfill, are in `jetstream.rs`).
 
 use std::future::Future;
 
@@ -50,10 +50,7 @@ macro_rules! operated {
     };
 }
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
 operated!(crate::inbox::Inbox);
-#[cfg(feature = "nats")]
-operated!(crate::inbox::jetstream::JetStream);
 
 /// `routes` with `/pause`, `/resume` and `/pauses`, and the fallbacks.
 pub(super) fn routes<Q: Operated>(routes: Router<Q>) -> Router<Q> {
