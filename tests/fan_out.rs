@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use common::seed::{eventually, standard};
 use common::stores;
-use tower_webhook::inbox::{Accepted, Attempt, Counts, Inbox, ProcessorSpec, Worker};
+use tower_webhook::inbox::{
+    Accepted, Attempt, AttemptOutcome, Counts, Inbox, ProcessorSpec, State, StoredEvent, Worker,
+};
 use tower_webhook::{ConfigErrorKind, Event};
 
 /// Each (processor, event id) run, with how many times.
@@ -179,6 +181,14 @@ async fn an_event_no_processor_takes_is_kept_as_a_key_and_runs_nowhere(inbox: In
     worker.shutdown().await;
     assert!(runs.of("billing").is_empty());
     assert_eq!(inbox.counts().await.unwrap(), Counts::default());
+    let event = inbox.event("shop", "evt_x").await.unwrap().expect("kept");
+    assert_eq!(event.summary.state, State::Unrouted);
+    assert!(event.routes.is_empty() && event.attempts.is_empty());
+    assert_eq!(
+        event.summary.event_type.as_deref(),
+        Some("customer.created")
+    );
+    assert_eq!(event.body, body("customer.created").as_bytes());
 }
 
 #[tokio::test]
@@ -206,4 +216,112 @@ async fn a_worker_for_a_processor_the_inbox_lacks_and_an_empty_set_are_refused()
     assert!(unknown.to_string().contains("shipping"), "{unknown}");
     let names: Vec<&str> = inbox.processors().map(|p| p.name()).collect();
     assert_eq!(names, ["billing", "email", "flaky"]);
+}
+
+/// Each route's state, attempts and error, by processor.
+fn routes(event: &StoredEvent) -> Vec<(String, State, u32, Option<String>, bool)> {
+    let routes = event.routes.iter();
+    routes
+        .map(|r| {
+            let error = r.last_error.clone();
+            (r.processor.clone(), r.state, r.attempts, error, r.orphaned)
+        })
+        .collect()
+}
+
+/// Each attempt record's processor and outcome, in the history's order, by processor.
+fn history(event: &StoredEvent) -> BTreeMap<String, Vec<AttemptOutcome>> {
+    let mut by: BTreeMap<String, Vec<AttemptOutcome>> = BTreeMap::new();
+    for a in &event.attempts {
+        by.entry(a.processor.clone()).or_default().push(a.outcome);
+    }
+    by
+}
+
+/// Drives `ids` (invoices: every processor takes them) through billing and email, which
+/// succeed, and flaky, which fails both its attempts: every route processed or dead.
+async fn run_to_the_end(inbox: &Inbox, ids: &[&str], runs: &Runs) {
+    let source = standard("shop");
+    for id in ids {
+        let accepted = inbox.ingest(&source, Some(id), body("invoice.paid"));
+        assert_eq!(accepted.await.unwrap(), Accepted::New);
+    }
+    let workers = [
+        runs.worker(inbox, "billing", false).spawn(),
+        runs.worker(inbox, "email", false).spawn(),
+        runs.worker(inbox, "flaky", true).spawn(),
+    ];
+    let n = ids.len() as u64;
+    let done = BTreeMap::from([
+        ("billing".to_owned(), (0, n, 0)),
+        ("email".to_owned(), (0, n, 0)),
+        ("flaky".to_owned(), (0, 0, n)),
+    ]);
+    eventually("every route processed or dead", async || {
+        counts(inbox).await == done
+    })
+    .await;
+    for worker in workers {
+        worker.shutdown().await;
+    }
+}
+
+/// `Inbox::event` shows each processor's route with its own state, attempts and error;
+/// the event's own state is the most urgent route's (dead), its history each route's,
+/// and a route of a processor the answering inbox lacks is orphaned.
+async fn the_event_view_shows_each_route_and_the_most_urgent_state(inbox: Inbox) {
+    let other = inbox.clone();
+    let inbox = inbox.with_processors(processors()).unwrap();
+    run_to_the_end(&inbox, &["evt_a"], &Runs::default()).await;
+
+    let event = inbox.event("shop", "evt_a").await.unwrap().expect("stored");
+    let error = Some("flaky fails every attempt".to_owned());
+    assert_eq!(
+        routes(&event),
+        [
+            ("billing".into(), State::Processed, 1, None, false),
+            ("email".into(), State::Processed, 1, None, false),
+            ("flaky".into(), State::Dead, 2, error.clone(), false),
+        ]
+    );
+    assert!(event.routes[0].processed_at.is_some() && event.routes[2].dead_at.is_some());
+    assert_eq!(event.summary.state, State::Dead, "the most urgent route's");
+    assert_eq!(event.summary.processor, "flaky");
+    assert_eq!(
+        (event.summary.attempts, event.summary.last_error.clone()),
+        (2, error)
+    );
+    assert_eq!(event.processed_at, None);
+    use AttemptOutcome::{Dead, Failed, Processed};
+    assert_eq!(
+        history(&event),
+        BTreeMap::from([
+            ("billing".to_owned(), vec![Processed]),
+            ("email".to_owned(), vec![Processed]),
+            ("flaky".to_owned(), vec![Failed, Dead]),
+        ])
+    );
+
+    // An inbox without flaky: its route is kept and shown orphaned.
+    let fewer = other
+        .with_processors([
+            ProcessorSpec::new("billing").unwrap(),
+            ProcessorSpec::new("email").unwrap(),
+        ])
+        .unwrap();
+    let event = fewer.event("shop", "evt_a").await.unwrap().expect("stored");
+    let orphaned: Vec<bool> = event.routes.iter().map(|r| r.orphaned).collect();
+    assert_eq!(orphaned, [false, false, true]);
+}
+
+#[tokio::test]
+async fn sqlite_the_event_view_shows_each_route_and_the_most_urgent_state() {
+    let store = stores::sqlite().await;
+    the_event_view_shows_each_route_and_the_most_urgent_state(Inbox::sqlite(&store)).await;
+}
+
+#[tokio::test]
+async fn postgres_the_event_view_shows_each_route_and_the_most_urgent_state() {
+    let store = stores::postgres().await;
+    the_event_view_shows_each_route_and_the_most_urgent_state(Inbox::postgres(&store)).await;
 }

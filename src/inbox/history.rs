@@ -9,6 +9,8 @@ use std::time::{Duration, SystemTime};
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct AttemptRecord {
+    /// Whose route's attempt it was (the processor's name).
+    pub processor: String,
     /// Its number, from 1 since the event was received or last requeued (a snoozed
     /// attempt is not counted: the attempt after it has the same number).
     pub attempt: u32,

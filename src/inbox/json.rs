@@ -11,9 +11,9 @@ use base64::Engine as _;
 use serde::ser::{Error as _, Serialize, Serializer};
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-use super::listing::{Cursor, EventSummary, Page, State, StoredEvent};
+use super::listing::{Cursor, EventSummary, Page, State};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-use super::AttemptRecord;
+use super::{AttemptRecord, StoredEvent};
 use super::{Counts, Pause};
 
 /// `t` as RFC 3339 in UTC, to the microsecond (what both databases keep).
@@ -267,6 +267,7 @@ mod tests {
         EventSummary {
             source: "stripe".into(),
             id: "evt_1".into(),
+            processor: "default".into(),
             event_type: Some("invoice.paid".into()),
             object_id: None,
             state: State::Dead,
@@ -301,6 +302,7 @@ mod tests {
             body: body.into(),
             headers: Vec::new(),
             attempts: Vec::new(),
+            routes: Vec::new(),
         };
         let json = serde_json::to_value(event(b"{\"id\":\"evt_1\"}")).unwrap();
         assert_eq!(json["body"], "{\"id\":\"evt_1\"}");
@@ -316,6 +318,7 @@ mod tests {
     fn headers_are_pairs_and_attempts_a_history_beside_the_count() {
         use crate::inbox::{AttemptOutcome, AttemptRecord};
         let attempt = |n, outcome, error: Option<&str>| AttemptRecord {
+            processor: "default".into(),
             attempt: n,
             started_at: from_micros(1_700_000_000_000_000),
             finished_at: from_micros(1_700_000_000_012_500),
@@ -335,6 +338,7 @@ mod tests {
                 attempt(1, AttemptOutcome::Failed, Some("order not found")),
                 attempt(2, AttemptOutcome::Dead, Some("order not found")),
             ],
+            routes: Vec::new(),
         };
         let json = serde_json::to_value(event).unwrap();
         assert_eq!(

@@ -6,9 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::AttemptRecord;
 use base64::Engine as _;
-use bytes::Bytes;
 
 /// Where an inbox row is in its life (the [state diagram](super)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -22,10 +20,13 @@ pub enum State {
     Processed,
     /// Gave up after the maximum attempts.
     Dead,
+    /// Stored with no route: no processor's filter took it when it was accepted (an
+    /// event's state only, never a route's).
+    Unrouted,
 }
 
 impl State {
-    /// Its name in lower case: `queued`, `processing`, `processed`, `dead`.
+    /// Its name in lower case: `queued`, `processing`, `processed`, `dead`, `unrouted`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -33,6 +34,7 @@ impl State {
             State::Processing => "processing",
             State::Processed => "processed",
             State::Dead => "dead",
+            State::Unrouted => "unrouted",
         }
     }
 }
@@ -221,6 +223,8 @@ pub struct EventSummary {
     pub source: String,
     /// The provider's event id.
     pub id: String,
+    /// Whose route it is (the processor's name; an unrouted event's: empty).
+    pub processor: String,
     /// The event type, where known.
     pub event_type: Option<String>,
     /// The object the event is about, where known.
@@ -239,56 +243,6 @@ pub struct EventSummary {
     /// The last failed attempt's error (the processor's `Display`), kept until the row is
     /// processed or requeued.
     pub last_error: Option<String>,
-}
-
-/// One event whole, as [`Inbox::event`](super::Inbox::event) reads it.
-///
-/// # Security
-///
-/// `body` is the provider's payload as received: customer data (names, addresses,
-/// payment details). Show it only to whoever may read that. `Debug` prints its length,
-/// not its bytes, so a log line of the value does not copy the payload, and the headers'
-/// names, not their values. No credential is among the headers: the inbox never stores
-/// them (see [`Accept`](super::Accept)).
-#[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct StoredEvent {
-    /// The row, as a listing shows it.
-    pub summary: EventSummary,
-    /// The body's `livemode`, where the provider sends it.
-    pub livemode: Option<bool>,
-    /// When it was processed.
-    pub processed_at: Option<SystemTime>,
-    /// The body exactly as received.
-    pub body: Bytes,
-    /// The delivery's request headers as the inbox's [`Accept`](super::Accept) stored
-    /// them, in the request's order (names in lower case; a name sent twice, twice):
-    /// credentials left out (`Authorization`, `Proxy-Authorization`, `Cookie`,
-    /// `Set-Cookie`, `X-Api-Key`, `X-Auth-Token`, values marked sensitive), at most 8 KiB
-    /// (a header that would go over is left out), values that are not UTF-8 decoded with
-    /// replacement characters. Empty when none were stored: an event
-    /// [ingested](super::Inbox::ingest) or given to [`Inbox::accept`](super::Inbox::accept)
-    /// directly, or accepted before this version.
-    pub headers: Vec<(String, String)>,
-    /// Its attempts, the oldest first: each one the worker finished (or that ended
-    /// without an outcome), since it was received, across requeues — the newest 100 at
-    /// most. Not [`summary.attempts`](EventSummary::attempts), which counts the attempts
-    /// since the last requeue, snoozes uncounted.
-    pub attempts: Vec<AttemptRecord>,
-}
-
-impl fmt::Debug for StoredEvent {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
-        f.debug_struct("StoredEvent")
-            .field("summary", &self.summary)
-            .field("livemode", &self.livemode)
-            .field("processed_at", &self.processed_at)
-            .field("body", &format_args!("<{} bytes>", self.body.len()))
-            .field("headers", &names)
-            .field("attempts", &self.attempts)
-            .finish()
-    }
 }
 
 /// Microseconds since the epoch (negative before it), saturating.
@@ -369,36 +323,6 @@ mod tests {
         for us in [0, 1, -1, 1_700_000_000_123_456, -62_135_596_800_000_000] {
             assert_eq!(micros(from_micros(us)), us);
         }
-    }
-
-    #[test]
-    fn debug_shows_a_bodys_length_and_its_headers_names_not_their_values() {
-        let event = StoredEvent {
-            summary: EventSummary {
-                source: "stripe".into(),
-                id: "evt_1".into(),
-                event_type: None,
-                object_id: None,
-                state: State::Queued,
-                attempts: 0,
-                received_at: UNIX_EPOCH,
-                next_attempt_at: Some(UNIX_EPOCH),
-                dead_at: None,
-                last_error: None,
-            },
-            livemode: None,
-            processed_at: None,
-            body: Bytes::from_static(b"{\"email\":\"ada@example.com\"}"),
-            headers: vec![("x-customer".into(), "ada@example.com".into())],
-            attempts: Vec::new(),
-        };
-        let debug = format!("{event:?}");
-        assert!(
-            debug.contains("body: <27 bytes>") && debug.contains("evt_1"),
-            "{debug}"
-        );
-        assert!(debug.contains("x-customer"), "{debug}");
-        assert!(!debug.contains("ada@"), "{debug}");
     }
 
     #[test]

@@ -154,6 +154,8 @@ mod process;
 mod processors; // fan-out: which processors take an event
 mod rate;
 mod retry;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod stored; // one event whole: its body, routes and history
 #[cfg(feature = "postgres")]
 mod transactional;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
@@ -179,7 +181,7 @@ pub use self::history::{AttemptOutcome, AttemptRecord};
 pub use self::late::{LateAnswers, LateCall};
 pub use self::later::Later;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, State, StoredEvent};
+pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, State};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::operate::{DeadRows, Requeue};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
@@ -189,6 +191,8 @@ pub use self::process::{Attempt, Processor, WorkerHandle};
 pub use self::processors::{ProcessorSpec, DEFAULT_PROCESSOR};
 pub use self::rate::Rate;
 pub use self::retry::{Jitter, RetryPolicy};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use self::stored::{RouteState, StoredEvent};
 #[cfg(feature = "postgres")]
 pub use self::transactional::TxProcessor;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

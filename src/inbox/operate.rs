@@ -314,10 +314,13 @@ impl Inbox {
         Ok(crate::sql::per_minute(current, minutes, counted))
     }
 
-    /// The inbox's row of `(source, id)` with its body, whatever its state; `None` when the
-    /// inbox has no such event (pruned, never received, or a `DedupeLayer` key). With it,
-    /// the request headers it was accepted with (credentials left out) and its attempts,
-    /// each with its outcome, error and duration: see [`StoredEvent`].
+    /// The inbox's event `(source, id)` with its body, whatever its state; `None` when the
+    /// inbox has no such event (pruned, never received, a `DedupeLayer` key, or every route
+    /// of it dead and deleted). With it, the request headers it was accepted with
+    /// (credentials left out), each processor's route with its state (a processor this
+    /// inbox lacks marked [`orphaned`](super::RouteState::orphaned)), and its attempts,
+    /// each with its processor, outcome, error and duration: see [`StoredEvent`]. An event
+    /// no processor took answers with no route, in [`State::Unrouted`](super::State).
     ///
     /// # Security
     ///
@@ -330,6 +333,10 @@ impl Inbox {
         if source.contains('\0') || id.contains('\0') {
             return Ok(None); // no row has such a key, and databases refuse the text
         }
-        self.backend.event(source.to_owned(), id.to_owned()).await
+        let mut event = self.backend.event(source.to_owned(), id.to_owned()).await?;
+        for route in event.iter_mut().flat_map(|e| e.routes.iter_mut()) {
+            route.orphaned = self.processors.get(&route.processor).is_none();
+        }
+        Ok(event)
     }
 }

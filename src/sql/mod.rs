@@ -105,13 +105,14 @@ pub(crate) mod postgres;
 mod shared;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
+mod stored; // one event whole: its row, body, routes and history
 
 use std::time::{Duration, SystemTime};
 
 use crate::event::{Event, Stored};
 use crate::inbox::backend::Claimed;
 use crate::inbox::listing::from_micros;
-use crate::inbox::{AttemptOutcome, AttemptRecord, Counts, EventSummary, State, StoredEvent};
+use crate::inbox::{Counts, EventSummary, State};
 use crate::store::{StoreError, StoreErrorKind};
 
 pub(crate) use keys::{KeyOp, Keyed};
@@ -260,6 +261,7 @@ impl From<CountsRow> for Counts {
 struct ListedRow {
     source: String,
     event_id: String,
+    processor: String,
     event_type: Option<String>,
     object_id: Option<String>,
     attempts: i64,
@@ -288,6 +290,7 @@ impl From<ListedRow> for EventSummary {
         EventSummary {
             source: r.source,
             id: r.event_id,
+            processor: r.processor,
             event_type: r.event_type,
             object_id: r.object_id,
             state,
@@ -296,59 +299,6 @@ impl From<ListedRow> for EventSummary {
             next_attempt_at: r.next_attempt_us.filter(|_| pending).map(from_micros),
             dead_at: r.dead_us.map(from_micros),
             last_error: r.processing_error,
-        }
-    }
-}
-
-/// One event's row: the listed columns, the livemode, the body and the headers.
-#[derive(sqlx::FromRow)]
-struct StoredRow {
-    #[sqlx(flatten)]
-    listed: ListedRow,
-    livemode: Option<bool>,
-    body: Option<Vec<u8>>,
-    headers: Option<String>,
-}
-
-/// One of `webhook_attempts`' rows as both databases return it: times in microseconds
-/// since the epoch.
-#[derive(sqlx::FromRow)]
-struct AttemptRow {
-    attempt: i64,
-    started_us: i64,
-    finished_us: i64,
-    outcome: String,
-    error: Option<String>,
-}
-
-impl StoredRow {
-    /// The event, with its attempts (oldest first; a record of an outcome this version
-    /// does not know is left out).
-    fn into_event(self, attempts: Vec<AttemptRow>) -> StoredEvent {
-        let processed_at = self.listed.processed_us.map(from_micros);
-        let attempts = attempts
-            .into_iter()
-            .filter_map(|a| {
-                Some(AttemptRecord {
-                    attempt: u32::try_from(a.attempt).unwrap_or(0),
-                    started_at: from_micros(a.started_us),
-                    finished_at: from_micros(a.finished_us.max(a.started_us)),
-                    outcome: AttemptOutcome::from_column(&a.outcome)?,
-                    error: a.error,
-                })
-            })
-            .collect();
-        StoredEvent {
-            summary: self.listed.into(),
-            livemode: self.livemode,
-            processed_at,
-            body: self.body.unwrap_or_default().into(),
-            headers: self
-                .headers
-                .as_deref()
-                .map(crate::inbox::headers::parse)
-                .unwrap_or_default(),
-            attempts,
         }
     }
 }

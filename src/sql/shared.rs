@@ -7,9 +7,9 @@ use std::time::Duration;
 use sqlx::query::{Query, QueryAs};
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
-use super::{store_error, AttemptRow, ListedRow, StoredRow, MAX_ATTEMPT_RECORDS};
+use super::{store_error, ListedRow};
 use crate::inbox::listing::Rows;
-use crate::inbox::{EventSummary, Listing, Pause, StoredEvent};
+use crate::inbox::{EventSummary, Listing, Pause};
 use crate::store::{Claim, Delivery, StoreFuture};
 
 /// How many rows a statement changed, whichever database ran it.
@@ -188,67 +188,19 @@ where
     })
 }
 
-/// One row of the inbox, its body, headers and attempts included: `query`, the dialect's
-/// statement with what it binds first, bound to the row's key; then `attempts`, the
-/// dialect's `ATTEMPTS` with what it binds first, bound to the key and the most records
-/// read (the newest [`MAX_ATTEMPT_RECORDS`]).
-pub(super) fn event<DB>(
-    pool: &Pool<DB>,
-    query: QueryAs<'static, DB, StoredRow, DB::Arguments>,
-    attempts: QueryAs<'static, DB, AttemptRow, DB::Arguments>,
-    source: String,
-    id: String,
-) -> StoreFuture<Option<StoredEvent>>
-where
-    DB: Database,
-    DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    StoredRow: for<'r> FromRow<'r, DB::Row>,
-    AttemptRow: for<'r> FromRow<'r, DB::Row>,
-    String: Encode<'static, DB> + Type<DB>,
-    i64: Encode<'static, DB> + Type<DB>,
-{
-    let pool = pool.clone();
-    Box::pin(async move {
-        let err = |e| store_error("inbox event", e);
-        let row = query
-            .bind(source.clone())
-            .bind(id.clone())
-            .fetch_optional(&pool)
-            .await
-            .map_err(err)?;
-        let Some(row) = row else { return Ok(None) };
-        let limit = i64::try_from(MAX_ATTEMPT_RECORDS).unwrap_or(i64::MAX);
-        let attempts = attempts
-            .bind(source)
-            .bind(id)
-            .bind(limit)
-            .fetch_all(&pool)
-            .await
-            .map_err(err)?;
-        Ok(Some(row.into_event(attempts)))
-    })
-}
-
 /// A dialect's listing statements: `LISTINGS`, four in [`listing_statement`]'s order, each
 /// a range of its partial index (`webhook_events_dead`, `webhook_events_failing`, on the
 /// time and the key) read in the index's order from a position: one row-value comparison
 /// on the index's columns, so a page reads its own rows, not the ones before it; and
-/// `EVENT`, one inbox row by its key, its body and headers included. The dialect gives what differs:
+/// `ROUTES`, one event's routes by its key. The dialect gives what differs:
 /// the columns it reads (times as microseconds since the epoch, and whether a worker
 /// holds the row now), the position a newest-first page continues before and an
 /// oldest-first one after (each before or after every row when not bound: the first
 /// page), the limit's placeholder and the key's condition; the rows, the comparison and
 /// the orders are the same text in both.
 macro_rules! listing_statements {
-    (columns: $columns:literal, newest: $newest:literal, oldest: $oldest:literal,
-        limit: $limit:literal, key: $key:literal) => {
-        $crate::sql::shared::listing_statements!(from: "webhook_events",
-            stored: "livemode, body, headers", columns: $columns, newest: $newest,
-            oldest: $oldest, limit: $limit, key: $key);
-    };
-    // The rows read from `$from`, and an event's livemode, body and headers as `$stored`.
-    (from: $from:literal, stored: $stored:literal, columns: $columns:literal,
+    // The rows read from `$from`; one event's routes by `$key`.
+    (from: $from:literal, columns: $columns:literal,
         newest: $newest:literal, oldest: $oldest:literal, limit: $limit:literal,
         key: $key:literal) => {
         /// The listings: dead newest and oldest first, failing newest and oldest first.
@@ -269,19 +221,18 @@ macro_rules! listing_statements {
                 "received_at", ">", $oldest, ""),
         ];
 
-        /// One inbox row by its key, body and headers included.
-        const EVENT: &str = concat!(
+        /// One event's routes by its key, by processor name (tombstones left out).
+        const ROUTES: &str = concat!(
             "SELECT ",
             $columns,
-            ", ",
-            $stored,
             "
 FROM ",
             $from,
             "
 WHERE ",
             $key,
-            " AND next_attempt_at IS NOT NULL"
+            " AND next_attempt_at IS NOT NULL
+ORDER BY processor"
         );
     };
     (@one $from:literal, $columns:literal, $limit:literal, $rows:literal, $time:literal,

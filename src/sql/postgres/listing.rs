@@ -5,9 +5,7 @@
 /// `shared::listing_statements!`, whose tables are SQLite's too): `LISTINGS`, four in
 /// `listing_statement`'s order, each a range of its partial index (`webhook_routes_dead`,
 /// `webhook_routes_failing`, on the time and the key, then the processor) read in the
-/// index's order from a position; and `EVENT`, one event by its key: its body, headers
-/// and livemode, and its route (the most urgent: dead, failing, processing, queued, then
-/// processed; one processor: its route), none once its body is gone.
+/// index's order from a position; and `ROUTES`, one event's routes by its key.
 macro_rules! listings {
     (columns: $columns:literal, newest: $newest:literal, oldest: $oldest:literal) => {
         /// The listings: dead newest and oldest first, failing newest and oldest first.
@@ -20,21 +18,15 @@ macro_rules! listings {
             listings!(@one $columns, FAILING, "received_at", ">", $oldest, ""),
         ];
 
-        /// One event by its key (`$1`, `$2`), its body, headers and route.
-        const EVENT: &str = concat!(
+        /// One event's routes by its key (`$1`, `$2`), by processor name (tombstones
+        /// left out).
+        const ROUTES: &str = concat!(
             "SELECT ",
             $columns,
-            ", livemode, body, headers
-FROM (SELECT r.*, e.livemode, b.body, b.headers
-    FROM webhook_events e
-    JOIN webhook_bodies b ON b.source = e.source AND b.event_id = e.event_id
-    CROSS JOIN LATERAL (SELECT * FROM webhook_routes r
-        WHERE r.source = e.source AND r.event_id = e.event_id
-          AND r.next_attempt_at IS NOT NULL
-        ORDER BY r.dead_at IS NULL, r.processed_at IS NOT NULL, r.processing_error IS NULL,
-            r.locked_until IS NULL, r.processor
-        LIMIT 1) r
-    WHERE e.source = $1 AND e.event_id = $2 AND e.next_attempt_at IS NOT NULL) event"
+            "
+FROM webhook_routes
+WHERE source = $1 AND event_id = $2 AND next_attempt_at IS NOT NULL
+ORDER BY processor"
         );
     };
     (@one $columns:literal, FAILING, $time:literal, $cmp:literal, $position:literal,
@@ -61,6 +53,7 @@ use std::sync::Arc;
 use sqlx::postgres::PgPool;
 
 use super::super::shared::{self, listing_statement};
+use super::super::stored::{self, EventStatements};
 use super::super::{store_error, CountsRow};
 use crate::inbox::{Counts, EventSummary, Listing, StoredEvent};
 use crate::store::StoreFuture;
@@ -131,7 +124,7 @@ END $$";
 // id that break ties in time; `NULL` for the first page: before or after every row),
 // always bound, so a generic plan starts the scan there too.
 listings!(
-    columns: "source, event_id, event_type, object_id, attempts::int8 AS attempts,
+    columns: "source, event_id, processor, event_type, object_id, attempts::int8 AS attempts,
     (extract(epoch FROM received_at) * 1000000)::int8 AS received_us,
     (extract(epoch FROM next_attempt_at) * 1000000)::int8 AS next_attempt_us,
     (extract(epoch FROM processed_at) * 1000000)::int8 AS processed_us,
@@ -175,15 +168,15 @@ pub(super) fn list(pool: &PgPool, listing: &Listing) -> StoreFuture<Vec<EventSum
 /// An event's newest `$3` attempt records, oldest first: `webhook_attempts`' rows, and
 /// the processed attempt each route itself records (its start and `processed_at`).
 const ATTEMPTS: &str = "
-SELECT attempt::int8 AS attempt,
+SELECT processor, attempt::int8 AS attempt,
     (extract(epoch FROM started_at) * 1000000)::int8 AS started_us,
     (extract(epoch FROM finished_at) * 1000000)::int8 AS finished_us, outcome, error
 FROM (
     SELECT * FROM (
-        SELECT attempt, started_at, finished_at, outcome, error FROM webhook_attempts
-        WHERE source = $1 AND event_id = $2
+        SELECT processor, attempt, started_at, finished_at, outcome, error
+        FROM webhook_attempts WHERE source = $1 AND event_id = $2
         UNION ALL
-        SELECT attempts, attempt_started_at, greatest(processed_at, attempt_started_at),
+        SELECT processor, attempts, attempt_started_at, greatest(processed_at, attempt_started_at),
             'processed', NULL
         FROM webhook_routes
         WHERE source = $1 AND event_id = $2 AND next_attempt_at IS NOT NULL
@@ -209,10 +202,24 @@ FROM (
     GROUP BY 1
 ) m";
 
-/// One row of the inbox, its body, headers and attempts included.
+/// An inbox event by its key (`$1`, `$2`) with its body and headers; none once its body
+/// is gone (every route of it a tombstone).
+const EVENT: &str = "
+SELECT e.source, e.event_id, e.event_type, e.object_id,
+    (extract(epoch FROM e.received_at) * 1000000)::int8 AS received_us,
+    e.livemode, b.body, b.headers
+FROM webhook_events e
+JOIN webhook_bodies b ON b.source = e.source AND b.event_id = e.event_id
+WHERE e.source = $1 AND e.event_id = $2 AND e.next_attempt_at IS NOT NULL";
+
+/// One event of the inbox, its body, headers, routes and attempts included.
 pub(super) fn event(pool: &PgPool, source: String, id: String) -> StoreFuture<Option<StoredEvent>> {
-    let attempts = sqlx::query_as(ATTEMPTS);
-    shared::event(pool, sqlx::query_as(EVENT), attempts, source, id)
+    let statements = EventStatements {
+        event: sqlx::query_as(EVENT),
+        routes: sqlx::query_as(ROUTES),
+        attempts: sqlx::query_as(ATTEMPTS),
+    };
+    stored::event(pool, statements, source, id)
 }
 
 /// The current minute's start and the counts of the last `minutes` minutes that had any.

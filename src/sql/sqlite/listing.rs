@@ -4,6 +4,7 @@
 use sqlx::sqlite::SqlitePool;
 
 use super::super::shared::{self, listing_statement, listing_statements};
+use super::super::stored::{self, EventStatements};
 use super::super::{store_error, CountsRow};
 use crate::inbox::{Counts, EventSummary, Listing, StoredEvent};
 use crate::store::StoreFuture;
@@ -42,28 +43,27 @@ FROM (
 // repeated, so SQLite sees it applies. The listings' position is `?2`, `?3`, `?4` (the
 // time in milliseconds, the source and id that break ties in time; `NULL` for the first
 // page: before or after every row). The listings read every processor's routes
-// (`webhook_routes_dead`, `webhook_routes_failing`); one event is its `default` route, its
-// event's livemode and its body.
+// (`webhook_routes_dead`, `webhook_routes_failing`); one event's routes are `ROUTES`.
 listing_statements!(
     from: "webhook_routes",
-    stored: "(SELECT livemode FROM webhook_events e
-        WHERE e.source = webhook_routes.source AND e.event_id = webhook_routes.event_id)
-        AS livemode,
-    (SELECT body FROM webhook_bodies b
-        WHERE b.source = webhook_routes.source AND b.event_id = webhook_routes.event_id)
-        AS body,
-    (SELECT headers FROM webhook_bodies b
-        WHERE b.source = webhook_routes.source AND b.event_id = webhook_routes.event_id)
-        AS headers",
-    columns: "source, event_id, event_type, object_id, attempts,
+    columns: "source, event_id, processor, event_type, object_id, attempts,
     received_at * 1000 AS received_us, next_attempt_at * 1000 AS next_attempt_us,
     processed_at * 1000 AS processed_us, dead_at * 1000 AS dead_us,
     coalesce(locked_until > ?1, 0) AS locked, processing_error",
     newest: "(coalesce(?2, 9223372036854775807), coalesce(?3, ''), coalesce(?4, ''))",
     oldest: "(coalesce(?2, -9223372036854775808), coalesce(?3, ''), coalesce(?4, ''))",
     limit: "?5",
-    key: "source = ?2 AND event_id = ?3 AND processor = 'default'"
+    key: "source = ?2 AND event_id = ?3"
 );
+
+/// An inbox event by its key (`?1`, `?2`) with its body and headers; none once its body
+/// is gone (every route of it a tombstone).
+const EVENT: &str = "
+SELECT e.source, e.event_id, e.event_type, e.object_id, e.received_at * 1000 AS received_us,
+    e.livemode, b.body, b.headers
+FROM webhook_events e
+JOIN webhook_bodies b ON b.source = e.source AND b.event_id = e.event_id
+WHERE e.source = ?1 AND e.event_id = ?2 AND e.next_attempt_at IS NOT NULL";
 
 /// The partial index each of [`LISTINGS`] reads, in their order.
 #[cfg(test)]
@@ -102,14 +102,14 @@ pub(super) fn list(
 /// they were written): `webhook_attempts`' rows, and the processed attempt each route
 /// itself records (its start and `processed_at`; after every other).
 const ATTEMPTS: &str = "
-SELECT attempt, started_at * 1000 AS started_us, finished_at * 1000 AS finished_us,
+SELECT processor, attempt, started_at * 1000 AS started_us, finished_at * 1000 AS finished_us,
     outcome, error
 FROM (
     SELECT * FROM (
-        SELECT rowid AS n, attempt, started_at, finished_at, outcome, error
+        SELECT rowid AS n, processor, attempt, started_at, finished_at, outcome, error
         FROM webhook_attempts WHERE source = ?1 AND event_id = ?2
         UNION ALL
-        SELECT 9223372036854775807, attempts, attempt_started_at,
+        SELECT 9223372036854775807, processor, attempts, attempt_started_at,
             max(processed_at, attempt_started_at), 'processed', NULL
         FROM webhook_routes
         WHERE source = ?1 AND event_id = ?2 AND next_attempt_at IS NOT NULL
@@ -128,15 +128,19 @@ FROM webhook_routes
 WHERE processed_at IS NOT NULL AND processed_at >= ?1 AND next_attempt_at IS NOT NULL
 GROUP BY 1";
 
-/// One row of the inbox, its body, headers and attempts included.
+/// One event of the inbox, its body, headers, routes and attempts included.
 pub(super) fn event(
     pool: &SqlitePool,
     now: i64,
     source: String,
     id: String,
 ) -> StoreFuture<Option<StoredEvent>> {
-    let attempts = sqlx::query_as(ATTEMPTS);
-    shared::event(pool, sqlx::query_as(EVENT).bind(now), attempts, source, id)
+    let statements = EventStatements {
+        event: sqlx::query_as(EVENT),
+        routes: sqlx::query_as(ROUTES).bind(now),
+        attempts: sqlx::query_as(ATTEMPTS),
+    };
+    stored::event(pool, statements, source, id)
 }
 
 /// The current minute's start (at `now`) and the counts of the last `minutes` minutes
