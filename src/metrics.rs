@@ -16,11 +16,11 @@
 //! | `tower_webhook_inbox_backlogged_total` | counter | `source` | deliveries the inbox's accept answered 503 without storing them, its queue lagging beyond its [`Backpressure`] |
 //! | `tower_webhook_handler_outcomes_total` | counter | `source`, `outcome` | handler runs behind `DedupeLayer` or `TxDedupeLayer`: `success` (2xx), `failure` (another status, or an error), `panic` |
 //! | `tower_webhook_store_operation_duration_seconds` | histogram | `operation` | each round trip to a store, failed ones included: `claim`, `renew`, `complete`, `release` (`DedupeLayer`, [`Once`]); `accept`, `inbox_claim`, `inbox_renew`, `inbox_finish`, `inbox_counts` (the inbox) |
-//! | `tower_webhook_inbox_held_back_total` | counter | `rule` | events a worker held back by a rule, none an attempt: `paused` (parked by a JetStream worker, see [`JetStream::pause`]; a paused SQL row is not claimed, see the `paused` depth), `per_source` and `per_type` (handed back by a SQL worker, or waiting in a JetStream one, for its cap), `per_object` (waiting in a JetStream worker for its object's turn), `rate` (a source out of turns under its rate) |
-//! | `tower_webhook_inbox_attempts_total` | counter | `outcome` | the inbox worker's attempts: `processed`, `retry` (failed, due again after a backoff), `dead` (failed the last allowed attempt), `abandoned` (stopped past the shutdown grace, back in the queue), `snoozed` (the processor answered [`Later`]: due again then, not counted as an attempt), `lost` (the row was no longer this worker's when the outcome was recorded, or the store did not hear it before the lease ended) |
-//! | `tower_webhook_inbox_depth` | gauge | `state` | rows `queued` (waiting for their first or next attempt), `processing` (claimed now) and `paused` (held back by a pause: see [`Counts::paused`]) |
-//! | `tower_webhook_inbox_dead_rows` | gauge | | rows that gave up after the maximum attempts |
-//! | `tower_webhook_inbox_lag_seconds` | gauge | | how long the longest-waiting due row has waited (`Counts::oldest_due`; 0 when none is due): alert on it |
+//! | `tower_webhook_inbox_held_back_total` | counter | `processor`, `rule` | events a worker held back by a rule, none an attempt: `paused` (parked by a JetStream worker, see [`JetStream::pause`]; a paused SQL row is not claimed, see the `paused` depth), `per_source` and `per_type` (handed back by a SQL worker, or waiting in a JetStream one, for its cap), `per_object` (waiting in a JetStream worker for its object's turn), `rate` (a source out of turns under its rate) |
+//! | `tower_webhook_inbox_attempts_total` | counter | `processor`, `outcome` | the inbox worker's attempts: `processed`, `retry` (failed, due again after a backoff), `dead` (failed the last allowed attempt), `abandoned` (stopped past the shutdown grace, back in the queue), `snoozed` (the processor answered [`Later`]: due again then, not counted as an attempt), `lost` (the row was no longer this worker's when the outcome was recorded, or the store did not hear it before the lease ended) |
+//! | `tower_webhook_inbox_depth` | gauge | `processor`, `state` | rows `queued` (waiting for their first or next attempt), `processing` (claimed now) and `paused` (held back by a pause: see [`Counts::paused`]) |
+//! | `tower_webhook_inbox_dead_rows` | gauge | `processor` | rows that gave up after the maximum attempts |
+//! | `tower_webhook_inbox_lag_seconds` | gauge | `processor` | how long the longest-waiting due row has waited (`Counts::oldest_due`; 0 when none is due): alert on it |
 //!
 //! Labels are few and bounded, never an event id:
 //!
@@ -344,15 +344,49 @@ where
     }
 }
 
-/// An inbox worker's attempt ended so. For any worker of a queue of verified events.
+/// The `processor` label of one inbox processor's metrics (fan-out), with their keys
+/// built once, so recording allocates nothing. Cloning shares them. A zero-sized no-op
+/// without the feature.
+#[derive(Clone)]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    allow(dead_code)
+)]
+pub(crate) struct Processor {
+    #[cfg(feature = "metrics")]
+    keys: std::sync::Arc<imp::ProcessorKeys>,
+}
+
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    allow(dead_code)
+)]
+impl Processor {
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn new(name: &str) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            keys: std::sync::Arc::new(imp::ProcessorKeys::new(name)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Processor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Processor").finish_non_exhaustive()
+    }
+}
+
+/// An inbox worker's attempt for `processor` ended so. For any worker of a queue of
+/// verified events.
 #[inline]
 #[cfg_attr(
     not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
     allow(dead_code)
 )]
-pub(crate) fn attempt(_outcome: Attempt) {
+pub(crate) fn attempt(_processor: &Processor, _outcome: Attempt) {
     #[cfg(feature = "metrics")]
-    imp::increment(imp::attempt_key(_outcome));
+    imp::increment(_processor.keys.attempt(_outcome));
 }
 
 /// The rules that hold events back.
@@ -366,15 +400,15 @@ pub(crate) enum HeldBack {
     Rate,
 }
 
-/// A worker held an event back by `rule` (not an attempt).
+/// A worker of `processor` held an event back by `rule` (not an attempt).
 #[inline]
 #[cfg_attr(
     not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
     allow(dead_code)
 )]
-pub(crate) fn held_back(_rule: HeldBack) {
+pub(crate) fn held_back(_processor: &Processor, _rule: HeldBack) {
     #[cfg(feature = "metrics")]
-    imp::increment(imp::held_back_key(_rule));
+    imp::increment(_processor.keys.held_back(_rule));
 }
 
 /// The inbox's depth as last read: rows queued and being processed, dead rows, and how
@@ -386,12 +420,15 @@ pub(crate) fn held_back(_rule: HeldBack) {
     allow(dead_code)
 )]
 pub(crate) fn inbox_gauges(
+    _processor: &Processor,
     (_queued, _processing, _paused): (u64, u64, u64),
     _dead: u64,
     _lag: Option<Duration>,
 ) {
     #[cfg(feature = "metrics")]
-    imp::inbox_gauges((_queued, _processing, _paused), _dead, _lag);
+    _processor
+        .keys
+        .gauges((_queued, _processing, _paused), _dead, _lag);
 }
 
 /// The implementation over the `metrics` facade.

@@ -343,7 +343,7 @@ async fn receiver_in_inbox_mode_answers_at_once_and_its_worker_handles_each_even
         "{text}"
     );
     assert_eq!(
-        of("tower_webhook_inbox_attempts_total{outcome=processed}"),
+        of("tower_webhook_inbox_attempts_total{outcome=processed,processor=default}"),
         5.0,
         "{text}"
     );
@@ -354,7 +354,8 @@ async fn receiver_in_inbox_mode_answers_at_once_and_its_worker_handles_each_even
     );
     // The worker's refresh serves the gauges too.
     assert!(
-        text.lines().any(|l| l == "tower_webhook_inbox_dead_rows 0"),
+        text.lines()
+            .any(|l| l == r#"tower_webhook_inbox_dead_rows{processor="default"} 0"#),
         "{text}"
     );
     child.kill().await.unwrap();

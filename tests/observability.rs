@@ -28,7 +28,7 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
 use tokio::sync::Notify;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
-use tower_webhook::inbox::{Attempt, Inbox, Worker};
+use tower_webhook::inbox::{Attempt, Inbox, ProcessorSpec, Worker};
 use tower_webhook::store::{
     Claim, Completed, DedupeStore, Delivery, MemoryStore, Renewed, Retention, SqliteStore,
     StoreError, StoreFuture, Token,
@@ -567,7 +567,7 @@ async fn the_jetstream_inbox_counts_accepts_and_attempts_by_outcome_and_sets_the
     worker.shutdown().await;
     let counts = jetstream.counts().await.unwrap();
     let r = recorded.take();
-    let outcome = |o| r.counter(ATTEMPTS, &[("outcome", o)]);
+    let outcome = |o| r.counter(ATTEMPTS, &[("processor", "default"), ("outcome", o)]);
     assert_eq!(
         (outcome("processed"), outcome("retry"), outcome("dead")),
         (2, 2, 1)
@@ -584,8 +584,11 @@ async fn the_jetstream_inbox_counts_accepts_and_attempts_by_outcome_and_sets_the
     assert_eq!(operation("complete"), 2, "each success done in the store");
     assert!(operation("inbox_claim") >= 1);
     assert_eq!((counts.processed, counts.dead), (2, 1), "{counts:?}");
-    assert_eq!(r.gauge(DEAD, &[]), Some(1.0));
-    assert_eq!(r.gauge(DEPTH, &[("state", "queued")]), Some(0.0));
+    assert_eq!(r.gauge(DEAD, &[("processor", "default")]), Some(1.0));
+    assert_eq!(
+        r.gauge(DEPTH, &[("processor", "default"), ("state", "queued")]),
+        Some(0.0)
+    );
     jetstream.delete().await.unwrap();
 }
 
@@ -625,13 +628,13 @@ async fn the_inbox_counts_accepts_attempts_by_outcome_and_its_worker_sets_the_ga
     })
     .await;
     until(&mut recorded, "the worker to refresh the gauges", |r| {
-        r.gauge(DEAD, &[]) == Some(1.0)
+        r.gauge(DEAD, &[("processor", "default")]) == Some(1.0)
     })
     .await;
     worker.shutdown().await;
     let r = recorded.take();
     assert_eq!(attempts.load(Ordering::SeqCst), 5);
-    let outcome = |o| r.counter(ATTEMPTS, &[("outcome", o)]);
+    let outcome = |o| r.counter(ATTEMPTS, &[("processor", "default"), ("outcome", o)]);
     assert_eq!(
         (outcome("processed"), outcome("retry"), outcome("dead")),
         (2, 2, 1)
@@ -670,9 +673,10 @@ async fn the_inbox_counts_accepts_attempts_by_outcome_and_its_worker_sets_the_ga
     started.notified().await;
     stuck.shutdown().await;
     assert_eq!(
-        recorded
-            .take()
-            .counter(ATTEMPTS, &[("outcome", "abandoned")]),
+        recorded.take().counter(
+            ATTEMPTS,
+            &[("processor", "default"), ("outcome", "abandoned")]
+        ),
         1
     );
     assert_eq!(recorded.counter_total(ATTEMPTS), 6);
@@ -684,10 +688,71 @@ async fn the_inbox_counts_accepts_attempts_by_outcome_and_its_worker_sets_the_ga
     let lag = counts.oldest_due.expect("evt_stuck is due").as_secs_f64();
     assert!(lag >= 0.1, "{lag}");
     let r = recorded.take();
-    assert_eq!(r.gauge(DEPTH, &[("state", "queued")]), Some(1.0));
-    assert_eq!(r.gauge(DEPTH, &[("state", "processing")]), Some(0.0));
-    assert_eq!(r.gauge(DEAD, &[]), Some(1.0));
-    assert_eq!(r.gauge(LAG, &[]), Some(lag));
+    assert_eq!(
+        r.gauge(DEPTH, &[("processor", "default"), ("state", "queued")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        r.gauge(DEPTH, &[("processor", "default"), ("state", "processing")]),
+        Some(0.0)
+    );
+    assert_eq!(r.gauge(DEAD, &[("processor", "default")]), Some(1.0));
+    assert_eq!(r.gauge(LAG, &[("processor", "default")]), Some(lag));
+    let _ = std::fs::remove_file(path);
+}
+
+/// With fan-out, each processor's attempts and gauges carry its name (`processor`): one
+/// failing every attempt leaves the other's series clean.
+#[tokio::test]
+async fn each_processors_attempts_and_gauges_are_labelled_with_its_name() {
+    let recorder = DebuggingRecorder::new();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let mut recorded = Recorded::new(&recorder);
+    let path = sqlite_path();
+    let inbox = Inbox::sqlite(&SqliteStore::open(&path).await.unwrap())
+        .with_processors([
+            ProcessorSpec::new("ledger").unwrap(),
+            ProcessorSpec::new("email").unwrap(),
+        ])
+        .unwrap();
+    for id in ["evt_1", "evt_2"] {
+        assert_eq!(accept(&inbox, id).await, StatusCode::NO_CONTENT);
+    }
+    let worker = |name, fails: bool| {
+        Worker::processor(&inbox, name, move |_: Event, _: Attempt| async move {
+            match fails {
+                true => Err("the mail server said 500"),
+                false => Ok(()),
+            }
+        })
+        .unwrap()
+        .with_max_attempts(1)
+        .unwrap()
+        .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
+        .spawn()
+    };
+    let (ledger, email) = (worker("ledger", false), worker("email", true));
+    until(&mut recorded, "four attempts recorded", |r| {
+        r.counter_total(ATTEMPTS) == 4
+    })
+    .await;
+    ledger.shutdown().await;
+    email.shutdown().await;
+    let by = inbox.counts_by_processor().await.unwrap();
+    assert_eq!((by["ledger"].processed, by["email"].dead), (2, 2));
+    let r = recorded.take();
+    let attempts = |p, o| r.counter(ATTEMPTS, &[("processor", p), ("outcome", o)]);
+    assert_eq!(
+        [attempts("ledger", "processed"), attempts("ledger", "dead")],
+        [2, 0]
+    );
+    assert_eq!(
+        [attempts("email", "processed"), attempts("email", "dead")],
+        [0, 2]
+    );
+    assert_eq!(r.gauge(DEAD, &[("processor", "ledger")]), Some(0.0));
+    assert_eq!(r.gauge(DEAD, &[("processor", "email")]), Some(2.0));
     let _ = std::fs::remove_file(path);
 }
 
@@ -708,7 +773,9 @@ async fn the_flow_control_rules_are_counted() {
     }
     inbox.counts().await.unwrap();
     assert_eq!(
-        recorded.take().gauge(DEPTH, &[("state", "paused")]),
+        recorded
+            .take()
+            .gauge(DEPTH, &[("processor", "default"), ("state", "paused")]),
         Some(3.0)
     );
     inbox.resume(Some("standard"), None).await.unwrap();
@@ -732,16 +799,32 @@ async fn the_flow_control_rules_are_counted() {
     .unwrap()
     .spawn();
     until(&mut recorded, "three processed", |r| {
-        r.counter(ATTEMPTS, &[("outcome", "processed")]) == 3
+        r.counter(
+            ATTEMPTS,
+            &[("processor", "default"), ("outcome", "processed")],
+        ) == 3
     })
     .await;
     worker.shutdown().await;
     let r = recorded.take();
-    assert_eq!(r.counter(ATTEMPTS, &[("outcome", "snoozed")]), 1);
-    assert!(r.counter(HELD_BACK, &[("rule", "per_source")]) >= 2);
+    assert_eq!(
+        r.counter(
+            ATTEMPTS,
+            &[("processor", "default"), ("outcome", "snoozed")]
+        ),
+        1
+    );
+    assert!(
+        r.counter(
+            HELD_BACK,
+            &[("processor", "default"), ("rule", "per_source")]
+        ) >= 2
+    );
     inbox.counts().await.unwrap();
     assert_eq!(
-        recorded.take().gauge(DEPTH, &[("state", "paused")]),
+        recorded
+            .take()
+            .gauge(DEPTH, &[("processor", "default"), ("state", "paused")]),
         Some(0.0)
     );
     let _ = std::fs::remove_file(path);

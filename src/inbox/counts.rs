@@ -20,7 +20,7 @@ pub struct Counts {
     ///
     #[cfg_attr(
         any(feature = "sqlite", feature = "postgres"),
-        doc = "[Inbox::pause]: Inbox::pause"
+        doc = "[Inbox::pause]: crate::inbox::Inbox::pause"
     )]
     #[cfg_attr(
         not(any(feature = "sqlite", feature = "postgres")),
@@ -48,8 +48,8 @@ impl Counts {
 
     /// Sets the inbox's gauges to these counts (feature `metrics`).
     #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
-    pub(crate) fn set_gauges(&self) {
+    pub(crate) fn set_gauges(&self, processor: &crate::metrics::Processor) {
         let depth = (self.queued, self.processing, self.paused);
-        crate::metrics::inbox_gauges(depth, self.dead, self.oldest_due);
+        crate::metrics::inbox_gauges(processor, depth, self.dead, self.oldest_due);
     }
 }

@@ -227,12 +227,11 @@ impl Inbox {
     /// When the database fails.
     pub async fn counts(&self) -> Result<Counts, StoreError> {
         let by = self.counts_by_processor().await?;
-        let counts = by.into_values().fold(Counts::default(), Counts::plus);
-        counts.set_gauges();
-        Ok(counts)
+        Ok(by.into_values().fold(Counts::default(), Counts::plus))
     }
 
-    /// [`counts`](Self::counts) of each configured processor's routes, by name.
+    /// [`counts`](Self::counts) of each configured processor's routes, by name. With the
+    /// `metrics` feature, this sets each processor's gauges (`processor` label).
     ///
     /// # Errors
     ///
@@ -244,6 +243,7 @@ impl Inbox {
         for spec in self.processors.iter() {
             let read = self.backend.counts(Arc::from(spec.name()));
             let counts = metrics::timed(Operation::InboxCounts, read).await?;
+            counts.set_gauges(spec.metrics());
             by.insert(spec.name().to_owned(), counts);
         }
         Ok(by)

@@ -42,6 +42,8 @@ type Predicate = Arc<dyn Fn(&Event) -> bool + Send + Sync>;
 #[derive(Clone)]
 pub struct ProcessorSpec {
     name: Arc<str>,
+    /// Its workers' and counts' metrics, labelled with its name.
+    metrics: crate::metrics::Processor,
     types: Vec<Box<str>>,
     predicate: Option<Predicate>,
 }
@@ -68,6 +70,7 @@ impl ProcessorSpec {
             ));
         }
         Ok(Self {
+            metrics: crate::metrics::Processor::new(&name),
             name: name.into(),
             types: Vec::new(),
             predicate: None,
@@ -78,6 +81,7 @@ impl ProcessorSpec {
     #[must_use]
     pub fn default_processor() -> Self {
         Self {
+            metrics: crate::metrics::Processor::new(DEFAULT_PROCESSOR),
             name: DEFAULT_PROCESSOR.into(),
             types: Vec::new(),
             predicate: None,
@@ -154,6 +158,13 @@ impl ProcessorSpec {
     #[must_use]
     pub fn matches(&self, event: &Event) -> bool {
         self.matches_type(event.event_type()) && self.predicate.as_ref().is_none_or(|p| p(event))
+    }
+}
+
+impl ProcessorSpec {
+    /// Its metrics' keys (`processor` label).
+    pub(crate) fn metrics(&self) -> &crate::metrics::Processor {
+        &self.metrics
     }
 }
 

@@ -12,7 +12,7 @@ mod keys; // the keys values are recorded under: fixed ones, and each source's
 mod tests;
 
 pub(super) use handled::Handled;
-pub(super) use keys::{attempt_key, held_back_key, inbox_gauges, operation_key, Slot, SourceKeys};
+pub(super) use keys::{operation_key, ProcessorKeys, Slot, SourceKeys};
 
 /// Who recorded (the crate's target; the facade lets recorders filter on it).
 static METADATA: Metadata<'static> =

@@ -303,21 +303,12 @@ impl JetStream {
     ///
     /// When NATS cannot answer.
     pub async fn counts(&self) -> Result<Counts, StoreError> {
-        let counts = metrics::timed(Operation::InboxCounts, self.read_counts()).await?;
-        counts.set_gauges();
-        Ok(counts)
+        metrics::timed(Operation::InboxCounts, self.read_counts()).await
     }
 
     async fn read_counts(&self) -> Result<Counts, StoreError> {
         let by = self.counts_by_processor().await?;
-        Ok(by.values().fold(Counts::default(), |sum, c| Counts {
-            queued: sum.queued + c.queued,
-            processing: sum.processing + c.processing,
-            processed: sum.processed + c.processed,
-            dead: sum.dead + c.dead,
-            paused: sum.paused + c.paused,
-            oldest_due: sum.oldest_due.max(c.oldest_due),
-        }))
+        Ok(by.into_values().fold(Counts::default(), Counts::plus))
     }
 }
 

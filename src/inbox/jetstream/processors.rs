@@ -55,6 +55,11 @@ impl Lane {
         }
     }
 
+    /// Its metrics' keys (`processor` label).
+    pub(super) fn metrics(&self) -> &crate::metrics::Processor {
+        self.spec.metrics()
+    }
+
     pub(super) fn name(&self) -> &str {
         self.spec.name()
     }
@@ -326,6 +331,7 @@ impl JetStream {
         let mut counts = BTreeMap::new();
         for lane in self.inner.lanes.iter() {
             let lane_counts = self.lane_counts(&stream, &state, lane).await?;
+            lane_counts.set_gauges(lane.spec.metrics());
             counts.insert(lane.name().to_owned(), lane_counts);
         }
         Ok(counts)

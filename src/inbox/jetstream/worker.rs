@@ -190,6 +190,10 @@ impl Queue for Stream {
         Arc::new(Notify::new()) // never woken: pulls wait for messages themselves
     }
 
+    fn metrics(&self) -> &metrics::Processor {
+        self.jetstream.lane.metrics()
+    }
+
     fn beside(&self, _: Duration) -> Vec<tokio::task::JoinHandle<()>> {
         let gauges = metrics::ENABLED.then(|| tokio::spawn(gauges(self.jetstream.clone())));
         let watch = tokio::spawn(self.paused.clone().watch(self.jetstream.clone()));
@@ -344,7 +348,7 @@ impl Queue for Stream {
             }
         }
         if attempt > max_attempts {
-            metrics::attempt(Attempt::Dead);
+            metrics::attempt(self.jetstream.lane.metrics(), Attempt::Dead);
             pulled.release(until).await;
             if bury(&self.jetstream, message, CRASHED, attempt, until)
                 .await

@@ -65,7 +65,7 @@ impl<Q: Queue> Engine<Q> {
         let _ = attempt;
         match outcome {
             Outcome::Retry(_error, after) => {
-                metrics::attempt(metrics::Attempt::Retry);
+                metrics::attempt(self.queue.metrics(), metrics::Attempt::Retry);
                 #[cfg(feature = "alerts")]
                 if let Some(alerts) = &self.alerts {
                     let ty = _ty.as_deref();
@@ -74,7 +74,7 @@ impl<Q: Queue> Engine<Q> {
                 (*after, true)
             }
             Outcome::Later(after) => {
-                metrics::attempt(metrics::Attempt::Snoozed);
+                metrics::attempt(self.queue.metrics(), metrics::Attempt::Snoozed);
                 (*after, false)
             }
             _ => unreachable!("only retries and snoozes wait here"),

@@ -227,13 +227,17 @@ impl Caps {
     /// `event`'s turns if all are free now; otherwise its place in its object's line
     /// (taken now, so that an object's events run in the order they were claimed) and
     /// no other turn, the rule that held it back counted.
-    pub(crate) fn try_turn(&self, event: &Event) -> Result<Turn, Place> {
+    pub(crate) fn try_turn(
+        &self,
+        event: &Event,
+        metrics: &metrics::Processor,
+    ) -> Result<Turn, Place> {
         let mut object = None;
         if let (Some(objects), Some(id)) = (&self.objects, event.object_id()) {
             match objects.line_up(&(event.source().to_owned(), id.to_owned())) {
                 Ok(turn) => object = Some(turn),
                 Err(line) => {
-                    metrics::held_back(HeldBack::PerObject);
+                    metrics::held_back(metrics, HeldBack::PerObject);
                     return Err(Place(Some(line)));
                 }
             }
@@ -245,14 +249,14 @@ impl Caps {
         let mut turn = Vec::new();
         if let Some(sources) = &self.sources {
             let Some(taken) = sources.try_turn(&event.source().to_owned()) else {
-                metrics::held_back(HeldBack::PerSource);
+                metrics::held_back(metrics, HeldBack::PerSource);
                 return Err(wait(object));
             };
             turn.push(taken);
         }
         if let Some(types) = &self.types {
             let Some(taken) = types.try_turn(&type_key(event)) else {
-                metrics::held_back(HeldBack::PerType);
+                metrics::held_back(metrics, HeldBack::PerType);
                 return Err(wait(object));
             };
             turn.push(taken);
@@ -260,7 +264,7 @@ impl Caps {
         // Last: a turn of the rate taken is never given back.
         if let Some(paced) = &self.paced {
             if !paced.try_take(event.source()) {
-                metrics::held_back(HeldBack::Rate);
+                metrics::held_back(metrics, HeldBack::Rate);
                 return Err(wait(object));
             }
         }
@@ -307,14 +311,21 @@ mod tests {
     #[test]
     fn a_full_key_is_skipped_until_a_turn_is_given_back() {
         let caps = Caps::new((Some(2), Some(3), None), None);
-        let a = caps.try_turn(&event("a", "x")).ok().unwrap();
-        let b = caps.try_turn(&event("a", "y")).ok().unwrap();
-        assert!(caps.try_turn(&event("a", "z")).is_err(), "a is at its cap");
+        let counted = || metrics::Processor::new("test");
+        let a = caps.try_turn(&event("a", "x"), &counted()).ok().unwrap();
+        let b = caps.try_turn(&event("a", "y"), &counted()).ok().unwrap();
+        assert!(
+            caps.try_turn(&event("a", "z"), &counted()).is_err(),
+            "a is at its cap"
+        );
         assert_eq!(caps.skip().sources, ["a"]);
-        let c = caps.try_turn(&event("b", "x")).ok().unwrap();
-        let d = caps.try_turn(&event("c", "x")).ok().unwrap();
+        let c = caps.try_turn(&event("b", "x"), &counted()).ok().unwrap();
+        let d = caps.try_turn(&event("c", "x"), &counted()).ok().unwrap();
         assert!(caps.skip().types.contains(&"x".to_owned()));
-        assert!(caps.try_turn(&event("d", "x")).is_err(), "x is at its cap");
+        assert!(
+            caps.try_turn(&event("d", "x"), &counted()).is_err(),
+            "x is at its cap"
+        );
         assert!(caps.skip().sources == ["a"], "a refused turn takes nothing");
         drop((a, b, c, d));
         let skip = caps.skip();
@@ -327,12 +338,16 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_objects_events_get_their_turns_in_the_order_they_lined_up() {
         let caps = Arc::new(Caps::new((None, None, Some(1)), None));
+        let counted = || metrics::Processor::new("test");
         let about = |object| Event::about("a", object);
-        let running = caps.try_turn(&about("o_1")).ok().unwrap();
+        let running = caps.try_turn(&about("o_1"), &counted()).ok().unwrap();
         let places: Vec<Place> = (0..6)
-            .map(|_| caps.try_turn(&about("o_1")).err().unwrap())
+            .map(|_| caps.try_turn(&about("o_1"), &counted()).err().unwrap())
             .collect();
-        assert!(caps.try_turn(&about("o_2")).is_ok(), "another object runs");
+        assert!(
+            caps.try_turn(&about("o_2"), &counted()).is_ok(),
+            "another object runs"
+        );
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut waiting = tokio::task::JoinSet::new();
         for (i, place) in places.into_iter().enumerate().rev() {

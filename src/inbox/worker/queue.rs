@@ -98,6 +98,9 @@ pub(crate) trait Queue: Send + Sync + 'static {
     /// Notified when an event may have been queued (an accept in this process).
     fn wake(&self) -> Arc<Notify>;
 
+    /// The metrics of the processor whose events it holds (`processor` label).
+    fn metrics(&self) -> &crate::metrics::Processor;
+
     /// Tells when events fall due later (retries, snoozes), for the worker to claim then
     /// rather than at its next poll; `None` where the queue hands them over when due
     /// itself (a long poll).

@@ -26,7 +26,7 @@ impl<Q: Queue> Engine<Q> {
                 // Stopped by the hurry above: back to the queue, the attempt counted
                 // (fenced: a transactional commit that landed first keeps it processed).
                 let _ = self.finish(held, Outcome::Abandoned, heartbeat).await;
-                metrics::attempt(metrics::Attempt::Abandoned);
+                metrics::attempt(self.queue.metrics(), metrics::Attempt::Abandoned);
                 return;
             }
         };
@@ -39,11 +39,15 @@ impl<Q: Queue> Engine<Q> {
                 if let (true, Some(alerts)) = (held, &self.alerts) {
                     alerts.succeeded(_source);
                 }
-                metrics::attempt(if held {
-                    metrics::Attempt::Processed
-                } else {
-                    metrics::Attempt::Lost
-                });
+                let metrics = self.queue.metrics();
+                metrics::attempt(
+                    metrics,
+                    if held {
+                        metrics::Attempt::Processed
+                    } else {
+                        metrics::Attempt::Lost
+                    },
+                );
                 return lease_report(held);
             }
             Ok(Done::Succeeded) => Outcome::Processed,
@@ -74,10 +78,13 @@ impl<Q: Queue> Engine<Q> {
             self.queue.wake().notify_waiters();
         }
         // Fenced out or not heard: the event's next attempt is another's to count.
-        metrics::attempt(match finished {
-            Ok(true) => counted,
-            Ok(false) | Err(_) => metrics::Attempt::Lost,
-        });
+        metrics::attempt(
+            self.queue.metrics(),
+            match finished {
+                Ok(true) => counted,
+                Ok(false) | Err(_) => metrics::Attempt::Lost,
+            },
+        );
         match finished {
             Ok(held) => {
                 // Said once recorded: a fenced-out attempt's outcome is not the event's.

@@ -323,7 +323,7 @@ impl<Q: Queue> Engine<Q> {
             // Its object's turn first, from the queue; then the others (`process`).
             let turn = match turns && row.event.object_id().is_some() {
                 true => Err(Place::default()),
-                false => self.caps.try_turn(&row.event),
+                false => self.caps.try_turn(&row.event, self.queue.metrics()),
             };
             match turn {
                 Err(_) if Q::GIVES_BACK => back.push(row.held),

@@ -31,6 +31,7 @@ pub struct Worker {
 pub(crate) struct Routes {
     inbox: Inbox,
     processor: Arc<str>,
+    metrics: metrics::Processor,
 }
 
 impl Worker {
@@ -125,9 +126,15 @@ impl Worker {
     }
 
     fn with_runner(inbox: &Inbox, processor: Arc<str>, runner: Runner) -> Self {
+        // An unconfigured `default` (draining routes from before fan-out) counts as itself.
+        let metrics = match inbox.processors.get(&processor) {
+            Some(spec) => spec.metrics().clone(),
+            None => metrics::Processor::new(&processor),
+        };
         let routes = Routes {
             inbox: inbox.clone(),
             processor,
+            metrics,
         };
         Self {
             engine: Engine::new(routes, runner, Duration::from_secs(5)),
@@ -191,6 +198,10 @@ impl Queue for Routes {
 
     fn wake(&self) -> Arc<Notify> {
         self.inbox.wake.clone()
+    }
+
+    fn metrics(&self) -> &metrics::Processor {
+        &self.metrics
     }
 
     // One for every processor: a retry falling due wakes the others' workers too, whose

@@ -1,5 +1,5 @@
-//! The keys values are recorded under: the fixed ones, built at compile time, and each
-//! source's, built once on first use.
+//! The keys values are recorded under: the fixed ones, built at compile time, each
+//! source's, built once on first use, and each inbox processor's, built with it.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -41,41 +41,74 @@ pub(in crate::metrics) fn operation_key(operation: Operation) -> &'static Key {
     }
 }
 
-pub(in crate::metrics) fn held_back_key(rule: HeldBack) -> &'static Key {
-    match rule {
-        HeldBack::Paused => static_key!(HELD_BACK, "rule" => "paused"),
-        HeldBack::PerSource => static_key!(HELD_BACK, "rule" => "per_source"),
-        HeldBack::PerType => static_key!(HELD_BACK, "rule" => "per_type"),
-        HeldBack::PerObject => static_key!(HELD_BACK, "rule" => "per_object"),
-        HeldBack::Rate => static_key!(HELD_BACK, "rule" => "rate"),
+/// One processor's inbox keys (`processor` label), built together: a worker records
+/// them from its first event on.
+pub(in crate::metrics) struct ProcessorKeys {
+    attempts: [Key; 6],
+    held_back: [Key; 5],
+    /// `queued`, `processing`, `paused`.
+    depth: [Key; 3],
+    dead: Key,
+    lag: Key,
+}
+
+impl ProcessorKeys {
+    pub(in crate::metrics) fn new(name: &str) -> Self {
+        let name = SharedString::from_shared(std::sync::Arc::<str>::from(name));
+        let key = |metric: &'static str, other: Option<(&'static str, &'static str)>| {
+            let processor = Label::new("processor", name.clone());
+            let other = other.map(|(k, v)| Label::from_static_parts(k, v));
+            Key::from_parts(
+                metric,
+                [processor].into_iter().chain(other).collect::<Vec<_>>(),
+            )
+        };
+        let outcomes = ["processed", "retry", "dead", "abandoned", "snoozed", "lost"];
+        let rules = ["paused", "per_source", "per_type", "per_object", "rate"];
+        Self {
+            attempts: outcomes.map(|o| key(ATTEMPTS, Some(("outcome", o)))),
+            held_back: rules.map(|r| key(HELD_BACK, Some(("rule", r)))),
+            depth: ["queued", "processing", "paused"].map(|s| key(DEPTH, Some(("state", s)))),
+            dead: key(DEAD, None),
+            lag: key(LAG, None),
+        }
+    }
+
+    pub(in crate::metrics) fn attempt(&self, outcome: Attempt) -> &Key {
+        &self.attempts[match outcome {
+            Attempt::Processed => 0,
+            Attempt::Retry => 1,
+            Attempt::Dead => 2,
+            Attempt::Abandoned => 3,
+            Attempt::Snoozed => 4,
+            Attempt::Lost => 5,
+        }]
+    }
+
+    pub(in crate::metrics) fn held_back(&self, rule: HeldBack) -> &Key {
+        &self.held_back[match rule {
+            HeldBack::Paused => 0,
+            HeldBack::PerSource => 1,
+            HeldBack::PerType => 2,
+            HeldBack::PerObject => 3,
+            HeldBack::Rate => 4,
+        }]
+    }
+
+    pub(in crate::metrics) fn gauges(
+        &self,
+        (queued, processing, paused): (u64, u64, u64),
+        dead: u64,
+        lag: Option<Duration>,
+    ) {
+        set(&self.depth[0], queued as f64);
+        set(&self.depth[1], processing as f64);
+        set(&self.depth[2], paused as f64);
+        set(&self.dead, dead as f64);
+        set(&self.lag, lag.map_or(0.0, |d| d.as_secs_f64()));
     }
 }
 
-pub(in crate::metrics) fn attempt_key(outcome: Attempt) -> &'static Key {
-    match outcome {
-        Attempt::Processed => static_key!(ATTEMPTS, "outcome" => "processed"),
-        Attempt::Retry => static_key!(ATTEMPTS, "outcome" => "retry"),
-        Attempt::Dead => static_key!(ATTEMPTS, "outcome" => "dead"),
-        Attempt::Abandoned => static_key!(ATTEMPTS, "outcome" => "abandoned"),
-        Attempt::Snoozed => static_key!(ATTEMPTS, "outcome" => "snoozed"),
-        Attempt::Lost => static_key!(ATTEMPTS, "outcome" => "lost"),
-    }
-}
-
-pub(in crate::metrics) fn inbox_gauges(
-    (queued, processing, paused): (u64, u64, u64),
-    dead: u64,
-    lag: Option<Duration>,
-) {
-    set(static_key!(DEPTH, "state" => "queued"), queued as f64);
-    set(static_key!(DEPTH, "state" => "paused"), paused as f64);
-    set(
-        static_key!(DEPTH, "state" => "processing"),
-        processing as f64,
-    );
-    set(static_key!(DEAD), dead as f64);
-    set(static_key!(LAG), lag.map_or(0.0, |d| d.as_secs_f64()));
-}
 /// A metric labelled with a source.
 #[derive(Clone, Copy)]
 pub(in crate::metrics) enum Slot {

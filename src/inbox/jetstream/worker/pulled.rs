@@ -29,7 +29,7 @@ impl Stream {
         let attempts = pulled.attempt().saturating_sub(1); // this delivery was none
         match pause::park(&self.jetstream, message, attempts, until).await {
             Ok(()) => {
-                metrics::held_back(metrics::HeldBack::Paused);
+                metrics::held_back(self.jetstream.lane.metrics(), metrics::HeldBack::Paused);
                 // Out of the stream: its object's later events go on (they may start before
                 // it once the pause ends, as any event accepted meanwhile).
                 self.leave_line(pulled, until).await;
@@ -133,7 +133,7 @@ impl Stream {
             let Some(event) = event_of(message.headers.as_ref(), message.payload.clone()) else {
                 // Not an event this crate published: dead at once, never run.
                 let error = "not a tower-webhook event: no Webhook-Source or Webhook-Id header";
-                metrics::attempt(Attempt::Dead);
+                metrics::attempt(self.jetstream.lane.metrics(), Attempt::Dead);
                 let jetstream = self.jetstream.clone();
                 tokio::spawn(async move {
                     let _ = bury(&jetstream, &message, error, attempt, at + lease).await;

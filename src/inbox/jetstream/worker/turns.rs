@@ -223,7 +223,7 @@ impl Stream {
                 _ => {}
             }
             if !counted {
-                metrics::held_back(HeldBack::PerObject);
+                metrics::held_back(self.jetstream.lane.metrics(), HeldBack::PerObject);
                 counted = true;
             }
             tokio::select! {
