@@ -24,7 +24,6 @@
 
 mod support;
 
-use std::io::Write;
 use std::time::Duration;
 
 use axum::routing::{get, post};
@@ -36,7 +35,7 @@ use axum::routing::post_service;
 use tower::ServiceBuilder;
 use tower_webhook::admin::OperatorDoor;
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
-use tower_webhook::inbox::{Accept, Attempt, Backpressure, Inbox, Rate, Worker};
+use tower_webhook::inbox::{Accept, Backpressure, Inbox, Rate, Worker, WorkerHandle};
 use tower_webhook::store::{DedupeStore, PgStore, RedisStore, SqliteStore};
 use tower_webhook::verify::Certificates;
 use tower_webhook::{DedupeLayer, Event, PublicUrl, Verifier, VerifyWebhookLayer};
@@ -84,11 +83,21 @@ Environment (variable [default] (modes): what it does):
       DedupeLayer on the store above; a JetStream worker handles)
   NATS_URL [nats://127.0.0.1:4222] (nats): the NATS server
   NATS_STREAM [webhooks] (nats): the JetStream stream
-  WEBHOOK_WORKER_CONCURRENCY [8] (inbox, nats): events the worker runs at once; 0 runs
-      no worker in this process (it only accepts)
-  WEBHOOK_PER_OBJECT [no cap] (inbox, nats): events of one object run at once, the first
-      ones in arrival order
-  WEBHOOK_RATE [no limit] (inbox, nats): N/s or N/min events started, evenly spaced
+  WEBHOOK_PROCESSORS [default] (inbox, nats): the processors each event fans out to,
+      comma-separated, each `name` or `name=glob|glob` (event types; `*` matches any run
+      of characters), e.g. billing=invoice.*,email: a worker each, printing
+      `handled <event id> <processor>`; unset, one processor (default) of every type,
+      printing `handled <event id>`
+  WEBHOOK_FAIL_PROCESSORS [-] (inbox, nats): processors (comma-separated) whose every
+      attempt fails; a name that is not a processor refuses to start
+  WEBHOOK_PROCESSOR_DELAY_MS [-] (inbox, nats): name:ms,... how much longer the named
+      processors take, on top of WEBHOOK_HANDLER_DELAY_MS
+  WEBHOOK_WORKER_CONCURRENCY [8] (inbox, nats): events each processor's worker runs at
+      once; 0 runs no worker in this process (it only accepts)
+  WEBHOOK_PER_OBJECT [no cap] (inbox, nats): events of one object each processor runs at
+      once, the first ones in arrival order
+  WEBHOOK_RATE [no limit] (inbox, nats): N/s or N/min events each processor starts,
+      evenly spaced
   WEBHOOK_MAX_LAG_SECS [off] (inbox, nats): backpressure: while the oldest queued event
       is older, deliveries get 503 and Retry-After and are not stored (GitHub's spared)
   WEBHOOK_ADMIN_TOKEN [off] (inbox, nats): at least 16 characters; serves the operator
@@ -96,12 +105,13 @@ Environment (variable [default] (modes): what it does):
       page at /admin/ui (open /admin/ui?token=<token> once to sign in); set but shorter
       or empty, the receiver refuses to start
   WEBHOOK_FAIL_TYPES [-] (inbox, nats): event types (comma-separated) whose every attempt
-      fails, to make a dead event on purpose
-  WEBHOOK_MAX_ATTEMPTS [5] (inbox, nats): attempts before an event is dead (the first
-      retry after 1 s, each wait doubling)
+      fails, in every processor, to make a dead event on purpose
+  WEBHOOK_MAX_ATTEMPTS [5] (inbox, nats): attempts before an event is dead for a processor
+      (the first retry after 1 s, each wait doubling)
 
 It serves POST /webhooks and GET /metrics, and prints `handled <event id>` each time its
-handler runs; in inbox and nats mode also `finished <event id>` when it returns.";
+handler runs; in inbox and nats mode also `finished <event id>` when it returns, and
+`failed <event id>` when it fails (with WEBHOOK_PROCESSORS, ` <processor>` after the id).";
 
 pub fn app(verify: VerifyWebhookLayer, dedupe: DedupeLayer, delay: Duration) -> Router {
     Router::new().route(
@@ -179,21 +189,9 @@ async fn inbox_from_env(
     })
 }
 
-/// The effect: one line per event.
-fn print_handled(id: &str) {
-    print_line("handled", id);
-}
-
-/// `<what> <event id>` on stdout.
-fn print_line(what: &str, id: &str) {
-    let mut out = std::io::stdout().lock();
-    // Flushed per line: a supervisor or test reading the pipe sees each one at once.
-    let _ = writeln!(out, "{what} {id}");
-    let _ = out.flush();
-}
-
 async fn handle(event: Event, delay: Duration) -> http::StatusCode {
-    print_handled(event.id().unwrap_or(event.dedupe_id()));
+    // The effect: one line per event.
+    support::processors::print_line("handled", event.id().unwrap_or(event.dedupe_id()));
     tokio::time::sleep(delay).await; // the effect is done; the answer is slow
     http::StatusCode::NO_CONTENT
 }
@@ -336,39 +334,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         VerifyWebhookLayer::new(configure(Verifier::new(scheme, &secrets)?))
     };
 
-    // The worker's handler in the queue modes: the same effect, once per event, and a
-    // line when it ends.
+    // The workers' handler in the queue modes, one worker per processor: the same effect,
+    // once per event and processor, and a line when it ends (`support::processors`).
     // `WEBHOOK_FAIL_TYPES`' types fail every attempt instead.
-    let fail_types: Arc<Vec<String>> = Arc::new(
-        std::env::var("WEBHOOK_FAIL_TYPES")
-            .unwrap_or_default()
-            .split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(str::to_owned)
-            .collect(),
-    );
+    let shared = support::processors::Shared {
+        fail_types: Arc::new(
+            std::env::var("WEBHOOK_FAIL_TYPES")
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        ),
+        delay,
+    };
+    let plan = support::processors::Plan::from_env()?;
     let max_attempts = u32::try_from(env_number("WEBHOOK_MAX_ATTEMPTS", 5)?)
         .map_err(|_| "WEBHOOK_MAX_ATTEMPTS: too large")?;
-    let handler = move |event: Event, _: Attempt| {
-        let fails = event
-            .event_type()
-            .is_some_and(|t| fail_types.iter().any(|f| f == t));
-        async move {
-            let id = event.id().unwrap_or(event.dedupe_id());
-            if fails {
-                print_line("failed", id);
-                return Err(format!(
-                    "type {} fails every attempt (WEBHOOK_FAIL_TYPES)",
-                    event.event_type().unwrap_or_default()
-                ));
-            }
-            print_handled(id);
-            tokio::time::sleep(delay).await;
-            print_line("finished", id);
-            Ok(())
-        }
-    };
     let workers = usize::try_from(env_number("WEBHOOK_WORKER_CONCURRENCY", 8)?)?;
     let per_object = match std::env::var("WEBHOOK_PER_OBJECT") {
         Ok(n) => Some(
@@ -386,43 +369,66 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mode, store, store_name) = match std::env::var("WEBHOOK_MODE").as_deref() {
         Ok("inbox") => {
             let (inbox, store, name) = inbox_from_env(lease).await?;
-            let worker = match workers {
-                0 => None,
-                n => Some(
-                    with_flow_control!(Worker::new(&inbox, handler), rate, per_object)
-                        .with_concurrency(n)?
+            let inbox = match &plan.specs {
+                Some(specs) => inbox.with_processors(specs.iter().cloned())?,
+                None => inbox,
+            };
+            let mut running = Vec::new();
+            for processor in plan.names().iter().filter(|_| workers > 0) {
+                let handler = plan.handler(processor, &shared);
+                let worker = Worker::processor(&inbox, processor, handler)?;
+                running.push(
+                    with_flow_control!(worker, rate, per_object)
+                        .with_concurrency(workers)?
                         .with_max_attempts(max_attempts)?
                         .with_lease(lease)?
                         .with_grace(drain_bound)
                         .spawn(),
-                ),
-            };
-            (Mode::Inbox(inbox, worker), store, name)
+                );
+            }
+            (Mode::Inbox(inbox, running), store, name)
         }
         Ok("nats") => {
             let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
             let stream = std::env::var("NATS_STREAM").unwrap_or_else(|_| "webhooks".into());
-            let jetstream = JetStream::connect(&url, &stream).await?;
+            let jetstream = match &plan.specs {
+                None => JetStream::connect(&url, &stream).await?,
+                Some(specs) => {
+                    let client = async_nats::ConnectOptions::new()
+                        // As `JetStream::connect`: a server that came back is found soon.
+                        .reconnect_delay_callback(|n| Duration::from_millis(50) * n.min(5) as u32)
+                        .connect(&url)
+                        .await?;
+                    JetStream::builder(client, &stream)
+                        .with_processors(specs.iter().cloned())?
+                        .build()
+                        .await?
+                }
+            };
             let (store, name) = store_from_env(lease).await?;
             // Its claims make each event's effect once, also when NATS crashed.
-            let worker = match workers {
-                0 => None,
-                n => Some(
-                    with_flow_control!(
-                        JetStreamWorker::from_arc(&jetstream, store.clone(), handler),
-                        rate,
-                        per_object
-                    )
-                    .with_concurrency(n)?
-                    .with_max_attempts(max_attempts)?
-                    .with_lease(lease)?
-                    .with_grace(drain_bound)
-                    .spawn(),
-                ),
-            };
+            let mut running = Vec::new();
+            for processor in plan.names().iter().filter(|_| workers > 0) {
+                let handler = plan.handler(processor, &shared);
+                let worker = match plan.specs {
+                    None => JetStreamWorker::from_arc(&jetstream, store.clone(), handler),
+                    Some(_) => {
+                        let claims = support::processors::SharedStore(store.clone());
+                        JetStreamWorker::processor(&jetstream, processor, claims, handler)?
+                    }
+                };
+                running.push(
+                    with_flow_control!(worker, rate, per_object)
+                        .with_concurrency(workers)?
+                        .with_max_attempts(max_attempts)?
+                        .with_lease(lease)?
+                        .with_grace(drain_bound)
+                        .spawn(),
+                );
+            }
             let dedupe = DedupeLayer::from_arc(store.clone()).with_lease(lease)?;
             let name = format!("NATS JetStream stream {stream} at {url}, deduplicated in {name}");
-            (Mode::Nats(jetstream, dedupe, worker), store, name)
+            (Mode::Nats(jetstream, dedupe, running), store, name)
         }
         Ok("dedupe") | Ok("") | Err(_) => {
             let (store, name) = store_from_env(lease).await?;
@@ -439,13 +445,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Before the address is printed: whoever reads it may send SIGTERM at once.
     let shutdown = support::signal::shutdown_signal();
     eprintln!("receiving {scheme_name} webhooks on http://{addr}/webhooks");
+    let handles = match &plan.specs {
+        None => "a worker handles".to_owned(),
+        Some(_) => format!(
+            "a worker per processor handles: {}",
+            plan.names().join(", ")
+        ),
+    };
     match &mode {
         Mode::Dedupe(_) => eprintln!("deduplicating in {store_name}"),
-        Mode::Inbox(_, Some(_)) => {
-            eprintln!("storing in the inbox in {store_name}; a worker handles")
+        Mode::Inbox(_, running) if !running.is_empty() => {
+            eprintln!("storing in the inbox in {store_name}; {handles}")
         }
-        Mode::Nats(_, _, Some(_)) => eprintln!("publishing to {store_name}; a worker handles"),
-        Mode::Inbox(_, None) | Mode::Nats(_, _, None) => {
+        Mode::Nats(_, _, running) if !running.is_empty() => {
+            eprintln!("publishing to {store_name}; {handles}")
+        }
+        Mode::Inbox(..) | Mode::Nats(..) => {
             eprintln!("accepting into {store_name}; no worker in this process")
         }
     }
@@ -480,24 +495,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(max_lag) => accept.with_backpressure(Backpressure::max_lag(max_lag)),
         None => accept,
     };
-    let (router, worker) = match mode {
-        Mode::Dedupe(dedupe) => (app(verify, dedupe, delay), None),
-        Mode::Inbox(inbox, worker) => {
+    let (router, running) = match mode {
+        Mode::Dedupe(dedupe) => (app(verify, dedupe, delay), Vec::new()),
+        Mode::Inbox(inbox, running) => {
             let route = post_service(pushing_back(inbox.accept_service()))
                 .get(|| async { http::StatusCode::METHOD_NOT_ALLOWED })
                 .layer(verify);
             let router = Router::new().route("/webhooks", route);
             let admin = tower_webhook::admin::router(inbox.clone());
             let router = with_operators_page(router, &inbox, admin_door.as_ref());
-            (with_admin(router, admin, admin_door.as_ref()), worker)
+            (with_admin(router, admin, admin_door.as_ref()), running)
         }
-        Mode::Nats(jetstream, dedupe, worker) => {
+        Mode::Nats(jetstream, dedupe, running) => {
             let route = post_service(pushing_back(jetstream.accept_service()))
                 .get(|| async { http::StatusCode::METHOD_NOT_ALLOWED })
                 .layer(ServiceBuilder::new().layer(verify).layer(dedupe));
             let router = Router::new().route("/webhooks", route);
             let admin = tower_webhook::admin::jetstream_router(jetstream.clone());
-            (with_admin(router, admin, admin_door.as_ref()), worker)
+            (with_admin(router, admin, admin_door.as_ref()), running)
         }
     };
     let router = metrics_route(router, metrics);
@@ -515,9 +530,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Stop accepting; the running handlers, the connections and the worker get the bound.
     eprintln!("shutting down: draining for at most {drain_bound:?}");
     let deadline = tokio::time::Instant::now() + drain_bound;
-    let stop_worker = async {
-        if let Some(worker) = worker {
-            worker.shutdown().await; // its grace is the bound
+    let stop_workers = async {
+        // All at once, each with the bound as its grace.
+        let stopping: Vec<_> = running
+            .into_iter()
+            .map(|worker| tokio::spawn(worker.shutdown()))
+            .collect();
+        for worker in stopping {
+            let _ = worker.await;
         }
     };
     let drain_handlers = async {
@@ -535,7 +555,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             None => None,
         }
     };
-    let ((), drained) = tokio::join!(stop_worker, drain_handlers);
+    let ((), drained) = tokio::join!(stop_workers, drain_handlers);
     if let Some(drained) = drained {
         eprintln!(
             "drained: {} finished, {} stopped and released, {} left to their lease",
@@ -551,11 +571,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 #[allow(clippy::large_enum_variant)] // one value, built once
 enum Mode {
     Dedupe(DedupeLayer),
-    /// The worker: `None` where this process only accepts.
-    Inbox(Inbox, Option<tower_webhook::inbox::WorkerHandle>),
-    Nats(
-        JetStream,
-        DedupeLayer,
-        Option<tower_webhook::inbox::WorkerHandle>,
-    ),
+    /// A worker per processor: none where this process only accepts.
+    Inbox(Inbox, Vec<WorkerHandle>),
+    Nats(JetStream, DedupeLayer, Vec<WorkerHandle>),
 }

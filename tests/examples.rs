@@ -1935,9 +1935,9 @@ fn variables_read(source: &str) -> std::collections::BTreeSet<String> {
 #[tokio::test]
 async fn receiver_help_and_the_readme_table_name_every_variable_it_reads() {
     let mut read = variables_read(&std::fs::read_to_string("examples/receiver.rs").unwrap());
-    read.extend(variables_read(
-        &std::fs::read_to_string("examples/support/mod.rs").unwrap(),
-    ));
+    for support in ["examples/support/mod.rs", "examples/support/processors.rs"] {
+        read.extend(variables_read(&std::fs::read_to_string(support).unwrap()));
+    }
     assert!(read.len() >= 20, "{read:?}");
     let output = run_with("receiver", &["--help"], &[]).await;
     let help = String::from_utf8_lossy(&output.stdout);
@@ -2182,6 +2182,134 @@ async fn bad_command_lines_exit_2_with_clap_message_and_run_nothing() {
 
 /// The receiver's next line of output, waiting at most 10 s.
 /// A SQLite file path of this test's own (`name`), none there yet.
+/// `WEBHOOK_PROCESSORS` with a type filter, and a processor failing every attempt: each
+/// event runs once in each processor whose filter takes it, and `flaky` fails it twice
+/// (`WEBHOOK_MAX_ATTEMPTS=2`) without holding the others.
+#[tokio::test]
+async fn receiver_in_inbox_mode_runs_each_event_once_per_processor_its_filter_takes() {
+    let db = fresh_db("processors");
+    receiver_fans_out(&db, &[("WEBHOOK_MODE", "inbox")]).await;
+    let _ = std::fs::remove_file(&db);
+}
+
+#[tokio::test]
+async fn receiver_in_nats_mode_runs_each_event_once_per_processor_its_filter_takes() {
+    let stream = format!("tw_test_processors_{}", uuid::Uuid::new_v4().simple());
+    let nats = common::nats_url();
+    let db = fresh_db("processors-nats");
+    let env = [
+        ("WEBHOOK_MODE", "nats"),
+        ("NATS_URL", nats.as_str()),
+        ("NATS_STREAM", stream.as_str()),
+    ];
+    receiver_fans_out(&db, &env).await;
+    let js = async_nats::jetstream::new(async_nats::connect(&nats).await.unwrap());
+    let _ = js.delete_stream(&stream).await;
+    for processor in ["billing", "email", "flaky"] {
+        let _ = js.delete_stream(format!("{stream}-dead-{processor}")).await;
+        let _ = js
+            .delete_stream(format!("{stream}-paused-{processor}"))
+            .await;
+    }
+    let _ = std::fs::remove_file(&db);
+}
+
+/// Two invoices and two payments, to `billing=invoice.*`, `email` and `flaky`: the lines
+/// printed are exactly one `handled` and `finished` per (event, processor) the filters
+/// take, and two `failed` per event from `flaky`.
+async fn receiver_fans_out(db: &std::path::Path, mode: &[(&str, &str)]) {
+    const SECRET: &str = "whsec_receiver_processors_012345";
+    let mut env = vec![
+        ("WEBHOOK_SCHEME", "stripe"),
+        ("WEBHOOK_SECRETS", SECRET),
+        ("WEBHOOK_PROCESSORS", "billing=invoice.*,email,flaky"),
+        ("WEBHOOK_FAIL_PROCESSORS", "flaky"),
+        ("WEBHOOK_MAX_ATTEMPTS", "2"),
+    ];
+    env.extend_from_slice(mode);
+    let (mut child, url, mut stdout) = start_receiver(db, &env).await;
+    let events = [
+        ("evt_fan_in_1", "invoice.paid"),
+        ("evt_fan_in_2", "invoice.payment_failed"),
+        ("evt_fan_pi_1", "payment_intent.succeeded"),
+        ("evt_fan_pi_2", "payment_intent.created"),
+    ];
+    for (id, event_type) in events {
+        let body = event_body(id, event_type, "obj_1");
+        let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+        assert_eq!(
+            post(&url, headers, body).await.unwrap().0,
+            StatusCode::NO_CONTENT
+        );
+    }
+    let mut expected = Vec::new();
+    for (id, event_type) in events {
+        let mut processors = vec!["email"];
+        if event_type.starts_with("invoice.") {
+            processors.push("billing");
+        }
+        for processor in processors {
+            expected.push(format!("handled {id} {processor}"));
+            expected.push(format!("finished {id} {processor}"));
+        }
+        expected.extend([format!("failed {id} flaky"), format!("failed {id} flaky")]);
+    }
+    expected.sort();
+    // Every line expected (the retries come after 1 s), then a quiet while: nothing more.
+    let mut lines = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while lines.len() < expected.len() {
+        match tokio::time::timeout_at(deadline, stdout.next_line()).await {
+            Ok(Ok(Some(line))) => lines.push(line),
+            _ => break,
+        }
+    }
+    while let Ok(Ok(Some(line))) =
+        tokio::time::timeout(Duration::from_millis(2500), stdout.next_line()).await
+    {
+        lines.push(line);
+    }
+    lines.sort();
+    assert_eq!(lines, expected);
+    child.kill().await.unwrap();
+}
+
+/// A processor named in `WEBHOOK_FAIL_PROCESSORS` or `WEBHOOK_PROCESSOR_DELAY_MS` that
+/// `WEBHOOK_PROCESSORS` does not configure is a typo that would test nothing: refused.
+#[tokio::test]
+async fn receiver_refuses_to_start_with_a_name_that_is_not_a_processor() {
+    for (mode, variable, value) in [
+        ("inbox", "WEBHOOK_FAIL_PROCESSORS", "emial"),
+        ("nats", "WEBHOOK_FAIL_PROCESSORS", "emial"),
+        ("inbox", "WEBHOOK_PROCESSOR_DELAY_MS", "emial:100"),
+        ("inbox", "WEBHOOK_FAIL_PROCESSORS", "billing"),
+    ] {
+        let processors = if value == "billing" {
+            ""
+        } else {
+            "billing,email"
+        };
+        let db = fresh_db("processors-refused");
+        let env = [
+            ("WEBHOOK_MODE", mode),
+            ("WEBHOOK_SQLITE", db.to_str().unwrap()),
+            ("BIND", "127.0.0.1:0"),
+            ("WEBHOOK_PROCESSORS", processors),
+            (variable, value),
+        ];
+        let output = run_with("receiver", &[], &env).await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let name = value.split(':').next().unwrap();
+        assert!(!output.status.success(), "{env:?} started: {stderr}");
+        assert!(
+            stderr.contains(&format!("{variable}: '{name}' is not a processor")),
+            "{env:?}: {stderr}"
+        );
+        assert!(!stderr.contains("receiving"), "{env:?} listened: {stderr}");
+        let _ = std::fs::remove_file(&db);
+    }
+}
+
 fn fresh_db(name: &str) -> PathBuf {
     let db = std::env::temp_dir().join(format!(
         "tower-webhook-receiver-{name}-{}.db",
