@@ -16,7 +16,7 @@ use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 use tower_webhook::admin::{self, AdminError, AdminErrorKind};
-use tower_webhook::inbox::{Attempt, Inbox, Worker};
+use tower_webhook::inbox::{Attempt, Inbox, ProcessorSpec, Worker};
 use tower_webhook::store::{PgStore, SqliteStore};
 use tower_webhook::Event;
 
@@ -85,6 +85,10 @@ async fn counts_and_listings_show_each_state_with_its_last_error(inbox: Inbox) {
     assert_eq!(counts.json["processed"], 1);
     assert_eq!(counts.json["dead"], 3);
     assert!(counts.json["oldest_due_ms"].is_u64(), "evt_queued is due");
+    assert!(
+        counts.json.get("processors").is_none(),
+        "one processor: as before"
+    );
 
     let dead = get(&inbox, "/events?state=dead").await;
     assert_eq!(dead.status, StatusCode::OK);
@@ -417,6 +421,28 @@ async fn requeue_by_id_type_and_receipt_window(inbox: Inbox) {
     assert_eq!((c.queued, c.processed, c.dead), (5, 0, 0), "{c:?}");
 }
 
+/// With fan-out, the counts are the sum and each processor's, by name.
+async fn counts_show_each_processor_with_fan_out(inbox: Inbox) {
+    let inbox = inbox
+        .with_processors([
+            ProcessorSpec::new("ledger").unwrap(),
+            ProcessorSpec::new("refunds")
+                .unwrap()
+                .with_types(["charge.refunded"])
+                .unwrap(),
+        ])
+        .unwrap();
+    for id in ["evt_1", "evt_2"] {
+        assert_eq!(deliver(&inbox, id).await, StatusCode::NO_CONTENT);
+    }
+    let counts = get(&inbox, "/counts").await;
+    assert_eq!(counts.status, StatusCode::OK);
+    assert_eq!(counts.json["queued"], 2, "{}", counts.json);
+    let of = |name: &str| counts.json["processors"][name]["queued"].clone();
+    assert_eq!((of("ledger"), of("refunds")), (json!(2), json!(0)));
+    assert_eq!(counts.json["processors"]["ledger"]["processed"], 0);
+}
+
 /// A fresh SQLite inbox of its own.
 async fn sqlite() -> Inbox {
     let path = std::env::temp_dir().join(format!(
@@ -463,6 +489,11 @@ macro_rules! suite {
             #[tokio::test]
             async fn requeued_dead_rows_are_queued_again_and_a_worker_processes_them() {
                 super::requeued_dead_rows_are_queued_again_and_a_worker_processes_them($make).await;
+            }
+
+            #[tokio::test]
+            async fn counts_show_each_processor_with_fan_out() {
+                super::counts_show_each_processor_with_fan_out($make).await;
             }
 
             #[tokio::test]

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::AdminError;
 use crate::inbox::jetstream::JetStream;
-use crate::inbox::{Counts, Pause};
+use crate::inbox::Pause;
 
 pub(super) fn router(jetstream: JetStream) -> Router {
     Router::new()
@@ -30,13 +30,9 @@ pub(super) fn router(jetstream: JetStream) -> Router {
 /// each one's counts by name.
 async fn counts(State(jetstream): State<JetStream>) -> Result<Json<Value>, AdminError> {
     let by = jetstream.counts_by_processor();
-    let by = by.await.map_err(AdminError::store)?;
-    let sum = by.values().fold(Counts::default(), |sum, c| sum.plus(*c));
-    let mut json = serde_json::to_value(sum).expect("counts serialize");
-    if by.len() > 1 {
-        json["processors"] = serde_json::to_value(&by).expect("counts serialize");
-    }
-    Ok(Json(json))
+    Ok(Json(super::counts::answer(
+        by.await.map_err(AdminError::store)?,
+    )))
 }
 
 /// `POST /pause` and `POST /resume`: `?source=…&type=…&processor=…`, each optional

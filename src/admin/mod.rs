@@ -106,6 +106,8 @@
 //! The same calls from a shell: the `tower-webhook` command (feature `cli`); in a
 //! browser: [`ui`] (feature `admin-ui`), a web page to mount beside this router.
 
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+mod counts; // `GET /counts`: the sum, and each processor's
 mod door; // who may operate: the token, the throttle, the page's sessions
 mod error;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

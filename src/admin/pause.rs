@@ -1,6 +1,7 @@
 //! The SQL inbox's counts and pausing endpoints, and the fallbacks its router ends with
 //! (JetStream's, with processors and backfill, are in `jetstream.rs`).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 
 use axum::extract::rejection::QueryRejection;
@@ -8,6 +9,7 @@ use axum::extract::{Query, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::AdminError;
 use crate::inbox::{Counts, Pause};
@@ -15,7 +17,9 @@ use crate::store::StoreError;
 
 /// What the shared endpoints call on a queue.
 pub(super) trait Operated: Clone + Send + Sync + 'static {
-    fn counts(&self) -> impl Future<Output = Result<Counts, StoreError>> + Send;
+    fn counts_by_processor(
+        &self,
+    ) -> impl Future<Output = Result<BTreeMap<String, Counts>, StoreError>> + Send;
     fn pause(
         &self,
         source: Option<&str>,
@@ -29,8 +33,8 @@ pub(super) trait Operated: Clone + Send + Sync + 'static {
 macro_rules! operated {
     ($queue:ty) => {
         impl Operated for $queue {
-            async fn counts(&self) -> Result<Counts, StoreError> {
-                <$queue>::counts(self).await
+            async fn counts_by_processor(&self) -> Result<BTreeMap<String, Counts>, StoreError> {
+                <$queue>::counts_by_processor(self).await
             }
             async fn pause(
                 &self,
@@ -76,10 +80,9 @@ struct Changed {
     changed: bool,
 }
 
-pub(super) async fn counts<Q: Operated>(
-    State(queue): State<Q>,
-) -> Result<Json<Counts>, AdminError> {
-    queue.counts().await.map(Json).map_err(AdminError::store)
+pub(super) async fn counts<Q: Operated>(State(queue): State<Q>) -> Result<Json<Value>, AdminError> {
+    let by = queue.counts_by_processor().await;
+    Ok(Json(super::counts::answer(by.map_err(AdminError::store)?)))
 }
 
 async fn pause<Q: Operated>(
