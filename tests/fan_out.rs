@@ -12,7 +12,8 @@ use std::time::Duration;
 use common::seed::{eventually, standard};
 use common::stores;
 use tower_webhook::inbox::{
-    Accepted, Attempt, AttemptOutcome, Counts, Inbox, ProcessorSpec, State, StoredEvent, Worker,
+    Accepted, Attempt, AttemptOutcome, Counts, Inbox, Listing, ProcessorSpec, Requeue, State,
+    StoredEvent, Worker,
 };
 use tower_webhook::{ConfigErrorKind, Event};
 
@@ -241,22 +242,27 @@ fn history(event: &StoredEvent) -> BTreeMap<String, Vec<AttemptOutcome>> {
 /// Drives `ids` (invoices: every processor takes them) through billing and email, which
 /// succeed, and flaky, which fails both its attempts: every route processed or dead.
 async fn run_to_the_end(inbox: &Inbox, ids: &[&str], runs: &Runs) {
+    run_failing(inbox, ids, runs, &["flaky"]).await;
+}
+
+/// [`run_to_the_end`] with the processors `failing` failing every attempt.
+async fn run_failing(inbox: &Inbox, ids: &[&str], runs: &Runs, failing: &[&str]) {
     let source = standard("shop");
     for id in ids {
         let accepted = inbox.ingest(&source, Some(id), body("invoice.paid"));
         assert_eq!(accepted.await.unwrap(), Accepted::New);
     }
-    let workers = [
-        runs.worker(inbox, "billing", false).spawn(),
-        runs.worker(inbox, "email", false).spawn(),
-        runs.worker(inbox, "flaky", true).spawn(),
-    ];
+    let names = ["billing", "email", "flaky"];
+    let fails = |name| failing.contains(&name);
+    let workers = names.map(|name| runs.worker(inbox, name, fails(name)).spawn());
     let n = ids.len() as u64;
-    let done = BTreeMap::from([
-        ("billing".to_owned(), (0, n, 0)),
-        ("email".to_owned(), (0, n, 0)),
-        ("flaky".to_owned(), (0, 0, n)),
-    ]);
+    let done: BTreeMap<String, (u64, u64, u64)> = names
+        .iter()
+        .map(|&name| match fails(name) {
+            true => (name.to_owned(), (0, 0, n)),
+            false => (name.to_owned(), (0, n, 0)),
+        })
+        .collect();
     eventually("every route processed or dead", async || {
         counts(inbox).await == done
     })
@@ -324,4 +330,140 @@ async fn sqlite_the_event_view_shows_each_route_and_the_most_urgent_state() {
 async fn postgres_the_event_view_shows_each_route_and_the_most_urgent_state() {
     let store = stores::postgres().await;
     the_event_view_shows_each_route_and_the_most_urgent_state(Inbox::postgres(&store)).await;
+}
+
+/// A requeue of one processor's dead route reruns that processor alone; a requeue of the
+/// event without a processor is a replay for every processor.
+async fn a_requeue_of_one_processors_route_reruns_it_alone(inbox: Inbox) {
+    let inbox = inbox.with_processors(processors()).unwrap();
+    let runs = Runs::default();
+    run_to_the_end(&inbox, &["evt_a", "evt_b"], &runs).await;
+
+    let one = Requeue::id("shop", "evt_a").with_processor("flaky");
+    assert_eq!(inbox.requeue(one).await.unwrap(), 1);
+    let none = Requeue::dead().with_processor("email");
+    assert_eq!(
+        inbox.requeue(none).await.unwrap(),
+        0,
+        "email has no dead route"
+    );
+    let workers = [
+        runs.worker(&inbox, "billing", false).spawn(),
+        runs.worker(&inbox, "email", false).spawn(),
+        runs.worker(&inbox, "flaky", false).spawn(), // fixed
+    ];
+    let fixed = BTreeMap::from([
+        ("billing".to_owned(), (0, 2, 0)),
+        ("email".to_owned(), (0, 2, 0)),
+        ("flaky".to_owned(), (0, 1, 1)),
+    ]);
+    eventually("flaky's requeued route processed", async || {
+        counts(&inbox).await == fixed
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let flaky = BTreeMap::from([("evt_a".to_owned(), 3), ("evt_b".to_owned(), 2)]);
+    assert_eq!(runs.of("flaky"), flaky, "evt_a once more, evt_b not");
+    let once = BTreeMap::from([("evt_a".to_owned(), 1), ("evt_b".to_owned(), 1)]);
+    assert_eq!(runs.of("billing"), once, "the others' routes not run again");
+    assert_eq!(runs.of("email"), once);
+    let event = inbox.event("shop", "evt_a").await.unwrap().unwrap();
+    let states: Vec<State> = event.routes.iter().map(|r| r.state).collect();
+    assert_eq!(states, [State::Processed; 3]);
+
+    // Without a processor: every route of the event, a replay for all.
+    assert_eq!(
+        inbox.requeue(Requeue::id("shop", "evt_a")).await.unwrap(),
+        3
+    );
+    eventually("the replay processed", async || {
+        let by = inbox.counts_by_processor().await.unwrap();
+        by.values().map(|c| c.processed).sum::<u64>() == 5
+    })
+    .await;
+    for worker in workers {
+        worker.shutdown().await;
+    }
+    assert_eq!(runs.of("billing")["evt_a"], 2);
+    assert_eq!(runs.of("email")["evt_a"], 2);
+    assert_eq!(runs.of("flaky")["evt_a"], 4);
+}
+
+#[tokio::test]
+async fn sqlite_a_requeue_of_one_processors_route_reruns_it_alone() {
+    let store = stores::sqlite().await;
+    a_requeue_of_one_processors_route_reruns_it_alone(Inbox::sqlite(&store)).await;
+}
+
+#[tokio::test]
+async fn postgres_a_requeue_of_one_processors_route_reruns_it_alone() {
+    let store = stores::postgres().await;
+    a_requeue_of_one_processors_route_reruns_it_alone(Inbox::postgres(&store)).await;
+}
+
+/// Every (id, processor) `listing` finds, a page of one row at a time.
+async fn listed(inbox: &Inbox, listing: Listing) -> Vec<(String, String)> {
+    let (mut rows, mut listing) = (Vec::new(), listing.with_limit(1));
+    loop {
+        let page = inbox.list(&listing).await.unwrap();
+        rows.extend(page.events.into_iter().map(|e| (e.id, e.processor)));
+        let Some(next) = page.next else { break rows };
+        listing = listing.after(next);
+    }
+}
+
+/// Each dead route is a row of the listing, paged once each (an event's routes tied in
+/// time by their processor); a listing of one processor has its routes alone.
+async fn a_listing_shows_each_route_and_filters_by_processor(inbox: Inbox) {
+    let inbox = inbox.with_processors(processors()).unwrap();
+    run_failing(
+        &inbox,
+        &["evt_a", "evt_b"],
+        &Runs::default(),
+        &["email", "flaky"],
+    )
+    .await;
+
+    let mut all = listed(&inbox, Listing::dead()).await;
+    let oldest = listed(&inbox, Listing::dead().oldest_first()).await;
+    assert_eq!(all.iter().rev().cloned().collect::<Vec<_>>(), oldest);
+    all.sort();
+    let route = |id: &str, p: &str| (id.to_owned(), p.to_owned());
+    assert_eq!(
+        all,
+        [
+            route("evt_a", "email"),
+            route("evt_a", "flaky"),
+            route("evt_b", "email"),
+            route("evt_b", "flaky"),
+        ]
+    );
+    let mut email = listed(&inbox, Listing::dead().with_processor("email")).await;
+    email.sort();
+    assert_eq!(email, [route("evt_a", "email"), route("evt_b", "email")]);
+    let oldest = listed(
+        &inbox,
+        Listing::dead().with_processor("flaky").oldest_first(),
+    )
+    .await;
+    assert_eq!(oldest.len(), 2);
+    assert!(oldest.iter().all(|(_, p)| p == "flaky"), "{oldest:?}");
+    assert!(listed(&inbox, Listing::dead().with_processor("billing"))
+        .await
+        .is_empty());
+    assert!(listed(&inbox, Listing::failing().with_processor("email"))
+        .await
+        .is_empty());
+}
+
+#[tokio::test]
+async fn sqlite_a_listing_shows_each_route_and_filters_by_processor() {
+    let store = stores::sqlite().await;
+    a_listing_shows_each_route_and_filters_by_processor(Inbox::sqlite(&store)).await;
+}
+
+#[tokio::test]
+async fn postgres_a_listing_shows_each_route_and_filters_by_processor() {
+    let store = stores::postgres().await;
+    a_listing_shows_each_route_and_filters_by_processor(Inbox::postgres(&store)).await;
 }

@@ -58,9 +58,10 @@ pub(crate) enum Rows {
 /// Which rows [`Inbox::list`](super::Inbox::list) reads, in which order, from where, and
 /// how many.
 ///
-/// Both row sets are read through partial indexes of their own (`webhook_events_dead`,
-/// `webhook_events_failing`): a page costs the size of the page, not of the queue or of
-/// the history kept.
+/// Each processor's route is a row of its own. Both row sets are read through partial
+/// indexes of their own (`webhook_routes_dead`, `webhook_routes_failing`, and `_by` ones
+/// for [one processor's](Self::with_processor)): a page costs the size of the page, not
+/// of the queue or of the history kept.
 ///
 /// ```
 /// use tower_webhook::inbox::Listing;
@@ -77,6 +78,8 @@ pub struct Listing {
     pub(crate) oldest_first: bool,
     pub(crate) limit: usize,
     pub(crate) after: Option<Cursor>,
+    /// Only this processor's routes.
+    pub(crate) processor: Option<String>,
 }
 
 impl Listing {
@@ -92,6 +95,7 @@ impl Listing {
             oldest_first: false,
             limit: Self::DEFAULT_LIMIT,
             after: None,
+            processor: None,
         }
     }
 
@@ -124,6 +128,14 @@ impl Listing {
         self
     }
 
+    /// Only the routes of the processor `name` (by default every processor's, each route
+    /// a row).
+    #[must_use]
+    pub fn with_processor(mut self, name: &str) -> Self {
+        self.processor = Some(name.to_owned());
+        self
+    }
+
     /// The page after `cursor`: the [`next`](Page::next) of the page before.
     #[must_use]
     pub fn after(mut self, cursor: Cursor) -> Self {
@@ -144,6 +156,9 @@ pub struct Cursor {
     pub(crate) at_us: i64,
     pub(crate) source: String,
     pub(crate) id: String,
+    /// The route's processor, which breaks ties between an event's routes (`''` in a
+    /// cursor given out before fan-out).
+    pub(crate) processor: String,
 }
 
 /// The earliest and latest times a cursor may name (years 1 to 9999): any database can
@@ -162,14 +177,15 @@ impl Cursor {
             at_us: micros(at),
             source: row.source.clone(),
             id: row.id.clone(),
+            processor: row.processor.clone(),
         }
     }
 }
 
 impl fmt::Display for Cursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let json =
-            serde_json::to_vec(&(self.at_us, &self.source, &self.id)).map_err(|_| fmt::Error)?;
+        let key = (self.at_us, &self.source, &self.id, &self.processor);
+        let json = serde_json::to_vec(&key).map_err(|_| fmt::Error)?;
         f.write_str(&base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json))
     }
 }
@@ -181,14 +197,26 @@ impl FromStr for Cursor {
         let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(s)
             .map_err(|_| InvalidCursor(()))?;
-        let (at_us, source, id): (i64, String, String) =
-            serde_json::from_slice(&json).map_err(|_| InvalidCursor(()))?;
+        // Three parts: a cursor given out before fan-out (no processor).
+        let (at_us, source, id, processor) =
+            serde_json::from_slice::<(i64, String, String, String)>(&json)
+                .or_else(|_| {
+                    serde_json::from_slice::<(i64, String, String)>(&json)
+                        .map(|(at_us, source, id)| (at_us, source, id, String::new()))
+                })
+                .map_err(|_| InvalidCursor(()))?;
         // A key no row can have (a NUL, a time past any database's range) is not a
         // position, and would be a database error rather than an empty page.
-        if !CURSOR_RANGE_US.contains(&at_us) || source.contains('\0') || id.contains('\0') {
+        let nul = [&source, &id, &processor].iter().any(|s| s.contains('\0'));
+        if !CURSOR_RANGE_US.contains(&at_us) || nul {
             return Err(InvalidCursor(()));
         }
-        Ok(Self { at_us, source, id })
+        Ok(Self {
+            at_us,
+            source,
+            id,
+            processor,
+        })
     }
 }
 
@@ -282,15 +310,16 @@ mod tests {
 
     #[test]
     fn a_cursor_reads_back_as_itself() {
-        for (at_us, source, id) in [
-            (1_700_000_000_123_456, "stripe", "evt_1"),
-            (-1, "a/b c", "\"quoted\"\n"),
-            (*CURSOR_RANGE_US.end(), "", "x"),
+        for (at_us, source, id, processor) in [
+            (1_700_000_000_123_456, "stripe", "evt_1", "default"),
+            (-1, "a/b c", "\"quoted\"\n", "billing"),
+            (*CURSOR_RANGE_US.end(), "", "x", ""),
         ] {
             let cursor = Cursor {
                 at_us,
                 source: source.into(),
                 id: id.into(),
+                processor: processor.into(),
             };
             let text = cursor.to_string();
             assert!(
@@ -313,9 +342,19 @@ mod tests {
             encode("[1.5, \"s\", \"i\"]"),
             encode("[9223372036854775807, \"s\", \"i\"]"),
             encode("[1, \"s\\u0000\", \"i\"]"),
+            encode("[1, \"s\", \"i\", \"p\\u0000\"]"),
+            encode("[1, \"s\", \"i\", 2]"),
         ] {
             assert!(bad.parse::<Cursor>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_cursor_given_out_before_fan_out_still_parses_with_no_processor() {
+        let old = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("[7, \"s\", \"i\"]");
+        let cursor: Cursor = old.parse().unwrap();
+        let key = (cursor.at_us, cursor.source.as_str(), cursor.id.as_str());
+        assert_eq!((key, cursor.processor.as_str()), ((7, "s", "i"), ""));
     }
 
     #[test]

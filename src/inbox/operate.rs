@@ -19,6 +19,8 @@ pub struct Requeue {
     pub(crate) received_from: Option<i64>,
     /// Received before, in milliseconds since the epoch.
     pub(crate) received_before: Option<i64>,
+    /// Only this processor's routes.
+    pub(crate) processor: Option<String>,
 }
 
 /// The most minutes [`Inbox::processed_per_minute`] counts: a day.
@@ -61,13 +63,16 @@ fn epoch_ms(t: SystemTime) -> i64 {
 }
 
 impl Requeue {
-    /// Every row, processed ones too (replay all; narrow it with the methods below).
+    /// Every row, processed ones too (replay all; narrow it with the methods below). Each
+    /// processor's route of an event is a row: without
+    /// [`with_processor`](Self::with_processor), every processor's.
     #[must_use]
     pub fn all() -> Self {
         Self::default()
     }
 
-    /// One event, whatever its state (processed ones too: replay).
+    /// One event, whatever its state (processed ones too: replay): every processor's route
+    /// of it, unless narrowed to one [`with_processor`](Self::with_processor).
     #[must_use]
     pub fn id(source: &str, id: &str) -> Self {
         Self {
@@ -89,6 +94,14 @@ impl Requeue {
     #[must_use]
     pub fn with_type(mut self, event_type: &str) -> Self {
         self.event_type = Some(event_type.to_owned());
+        self
+    }
+
+    /// Narrows to the routes of the processor `name`: the other processors' routes of the
+    /// same events are left as they are (not run again).
+    #[must_use]
+    pub fn with_processor(mut self, name: &str) -> Self {
+        self.processor = Some(name.to_owned());
         self
     }
 

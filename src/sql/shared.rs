@@ -138,22 +138,23 @@ where
     })
 }
 
-/// Which of a dialect's four listing statements (as [`listing_statements!`] makes them) reads
-/// `listing`: its rows, in its order.
-pub(super) fn listing_statement(listing: &Listing, statements: [&'static str; 4]) -> &'static str {
-    let [dead_newest, dead_oldest, failing_newest, failing_oldest] = statements;
-    match (listing.rows, listing.oldest_first) {
-        (Rows::Dead, false) => dead_newest,
-        (Rows::Dead, true) => dead_oldest,
-        (Rows::Failing, false) => failing_newest,
-        (Rows::Failing, true) => failing_oldest,
-    }
+/// Which of a dialect's eight listing statements (as [`listing_statements!`] makes them)
+/// reads `listing`: its rows, in its order, of every processor or of one.
+pub(super) fn listing_statement(listing: &Listing, statements: [&'static str; 8]) -> &'static str {
+    let rows = match (listing.rows, listing.oldest_first) {
+        (Rows::Dead, false) => 0,
+        (Rows::Dead, true) => 1,
+        (Rows::Failing, false) => 2,
+        (Rows::Failing, true) => 3,
+    };
+    statements[rows + if listing.processor.is_some() { 4 } else { 0 }]
 }
 
 /// A page of failing or dead rows (one more than asked: whether a next page exists):
 /// `query`, the listing's statement with what the dialect binds first, bound to the
 /// position it continues after (its time in microseconds, as `at` makes it the
-/// dialect's, its source and id; all `NULL` for the first page) and the limit.
+/// dialect's, its source and id; all `NULL` for the first page), the limit, and the
+/// processor: the listing's when it has one, else the position's.
 pub(super) fn list<DB>(
     pool: &Pool<DB>,
     query: QueryAs<'static, DB, ListedRow, DB::Arguments>,
@@ -170,10 +171,16 @@ where
     i64: Encode<'static, DB> + Type<DB>,
 {
     let pool = pool.clone();
-    let (at_us, source, id) = match &listing.after {
-        Some(c) => (Some(c.at_us), Some(c.source.clone()), Some(c.id.clone())),
-        None => (None, None, None),
+    let (at_us, source, id, after) = match &listing.after {
+        Some(c) => (
+            Some(c.at_us),
+            Some(c.source.clone()),
+            Some(c.id.clone()),
+            Some(c.processor.clone()),
+        ),
+        None => (None, None, None, None),
     };
+    let processor = listing.processor.clone().or(after);
     let limit = i64::try_from(listing.limit + 1).unwrap_or(i64::MAX);
     Box::pin(async move {
         let rows = query
@@ -181,6 +188,7 @@ where
             .bind(source)
             .bind(id)
             .bind(limit)
+            .bind(processor)
             .fetch_all(&pool)
             .await;
         rows.map(|rows| rows.into_iter().map(EventSummary::from).collect())
@@ -188,84 +196,81 @@ where
     })
 }
 
-/// A dialect's listing statements: `LISTINGS`, four in [`listing_statement`]'s order, each
-/// a range of its partial index (`webhook_events_dead`, `webhook_events_failing`, on the
-/// time and the key) read in the index's order from a position: one row-value comparison
-/// on the index's columns, so a page reads its own rows, not the ones before it; and
-/// `ROUTES`, one event's routes by its key. The dialect gives what differs:
-/// the columns it reads (times as microseconds since the epoch, and whether a worker
-/// holds the row now), the position a newest-first page continues before and an
-/// oldest-first one after (each before or after every row when not bound: the first
-/// page), the limit's placeholder and the key's condition; the rows, the comparison and
-/// the orders are the same text in both.
+/// SQLite's listing statements: `LISTINGS`, eight in [`listing_statement`]'s order, each
+/// a range of its partial index read in the index's order from a position: one row-value
+/// comparison on the index's columns, so a page reads its own rows, not the ones before
+/// it. Every processor's routes on `webhook_routes_dead` and `webhook_routes_failing` (the
+/// time, the key, then the processor: `$processor` is the cursor's); one processor's
+/// (`$processor` is its name) on `webhook_routes_dead_by` and `webhook_routes_failing_by`
+/// (the processor, then the time and the key). And `ROUTES`, one event's routes by its
+/// key. The dialect gives the columns it reads (times as microseconds since the epoch,
+/// and whether a worker holds the row now), the position a newest-first page continues
+/// before and an oldest-first one after (time, source and id; each before or after every
+/// row when not bound: the first page), the limit's and the processor's placeholders and
+/// the key's condition.
 macro_rules! listing_statements {
-    // The rows read from `$from`; one event's routes by `$key`.
     (from: $from:literal, columns: $columns:literal,
         newest: $newest:literal, oldest: $oldest:literal, limit: $limit:literal,
-        key: $key:literal) => {
-        /// The listings: dead newest and oldest first, failing newest and oldest first.
-        pub(super) const LISTINGS: [&str; 4] = [
-    $crate::sql::shared::listing_statements!(@one $from, $columns, $limit,
-                "dead_at IS NOT NULL AND next_attempt_at IS NOT NULL",
+        processor: $p:literal, key: $key:literal) => {
+        /// The listings: dead newest and oldest first, failing newest and oldest first,
+        /// of every processor, then of one.
+        pub(super) const LISTINGS: [&str; 8] = [
+            $crate::sql::shared::listing_statements!(@all $from, $columns, $limit, $p, DEAD,
                 "dead_at", "<", $newest, " DESC"),
-    $crate::sql::shared::listing_statements!(@one $from, $columns, $limit,
-                "dead_at IS NOT NULL AND next_attempt_at IS NOT NULL",
+            $crate::sql::shared::listing_statements!(@all $from, $columns, $limit, $p, DEAD,
                 "dead_at", ">", $oldest, ""),
-    $crate::sql::shared::listing_statements!(@one $from, $columns, $limit,
-                "next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
-  AND processing_error IS NOT NULL",
+            $crate::sql::shared::listing_statements!(@all $from, $columns, $limit, $p, FAILING,
                 "received_at", "<", $newest, " DESC"),
-    $crate::sql::shared::listing_statements!(@one $from, $columns, $limit,
-                "next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
-  AND processing_error IS NOT NULL",
+            $crate::sql::shared::listing_statements!(@all $from, $columns, $limit, $p, FAILING,
+                "received_at", ">", $oldest, ""),
+            $crate::sql::shared::listing_statements!(@by $from, $columns, $limit, $p, DEAD,
+                "dead_at", "<", $newest, " DESC"),
+            $crate::sql::shared::listing_statements!(@by $from, $columns, $limit, $p, DEAD,
+                "dead_at", ">", $oldest, ""),
+            $crate::sql::shared::listing_statements!(@by $from, $columns, $limit, $p, FAILING,
+                "received_at", "<", $newest, " DESC"),
+            $crate::sql::shared::listing_statements!(@by $from, $columns, $limit, $p, FAILING,
                 "received_at", ">", $oldest, ""),
         ];
 
         /// One event's routes by its key, by processor name (tombstones left out).
         const ROUTES: &str = concat!(
-            "SELECT ",
-            $columns,
-            "
-FROM ",
-            $from,
-            "
-WHERE ",
-            $key,
-            " AND next_attempt_at IS NOT NULL
+            "SELECT ", $columns, "
+FROM ", $from, "
+WHERE ", $key, " AND next_attempt_at IS NOT NULL
 ORDER BY processor"
         );
     };
-    (@one $from:literal, $columns:literal, $limit:literal, $rows:literal, $time:literal,
-        $cmp:literal, $position:literal, $desc:literal) => {
+    (@all $from:literal, $columns:literal, $limit:literal, $p:literal, $rows:ident,
+        $time:literal, $cmp:literal, $position:literal, $desc:literal) => {
         concat!(
-            "SELECT ",
-            $columns,
-            "
-FROM ",
-            $from,
-            "
-WHERE ",
-            $rows,
-            "
-  AND (",
-            $time,
-            ", source, event_id) ",
-            $cmp,
-            "
-      ",
-            $position,
-            "
-ORDER BY ",
-            $time,
-            $desc,
-            ", source",
-            $desc,
-            ", event_id",
-            $desc,
-            "
-LIMIT ",
-            $limit
+            "SELECT ", $columns, "
+FROM ", $from, "
+WHERE ", $crate::sql::shared::listing_statements!(@rows $rows), "
+  AND (", $time, ", source, event_id, processor) ", $cmp, "
+      (", $position, ", coalesce(", $p, ", ''))
+ORDER BY ", $time, $desc, ", source", $desc, ", event_id", $desc, ", processor", $desc, "
+LIMIT ", $limit
         )
+    };
+    (@by $from:literal, $columns:literal, $limit:literal, $p:literal, $rows:ident,
+        $time:literal, $cmp:literal, $position:literal, $desc:literal) => {
+        concat!(
+            "SELECT ", $columns, "
+FROM ", $from, "
+WHERE processor = ", $p, " AND ", $crate::sql::shared::listing_statements!(@rows $rows), "
+  AND (", $time, ", source, event_id) ", $cmp, "
+      (", $position, ")
+ORDER BY ", $time, $desc, ", source", $desc, ", event_id", $desc, "
+LIMIT ", $limit
+        )
+    };
+    (@rows DEAD) => {
+        "dead_at IS NOT NULL AND next_attempt_at IS NOT NULL"
+    };
+    (@rows FAILING) => {
+        "next_attempt_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL
+  AND processing_error IS NOT NULL"
     };
 }
 pub(crate) use listing_statements;

@@ -2,20 +2,25 @@
 //! one event with its body.
 
 /// PostgreSQL's listing statements on `webhook_routes` (the shape of
-/// `shared::listing_statements!`, whose tables are SQLite's too): `LISTINGS`, four in
-/// `listing_statement`'s order, each a range of its partial index (`webhook_routes_dead`,
-/// `webhook_routes_failing`, on the time and the key, then the processor) read in the
-/// index's order from a position; and `ROUTES`, one event's routes by its key.
+/// `shared::listing_statements!`, whose tables are SQLite's too): `LISTINGS`, eight in
+/// `listing_statement`'s order, each a range of its partial index read in the index's
+/// order from a position: every processor's routes on `webhook_routes_dead` and
+/// `webhook_routes_failing` (the time, the key, then the processor: `$5` the position's),
+/// then one processor's (`$5`) on `webhook_routes_dead_by` and `webhook_routes_failing_by`;
+/// and `ROUTES`, one event's routes by its key.
 macro_rules! listings {
     (columns: $columns:literal, newest: $newest:literal, oldest: $oldest:literal) => {
-        /// The listings: dead newest and oldest first, failing newest and oldest first.
-        pub(super) const LISTINGS: [&str; 4] = [
-            listings!(@one $columns, "dead_at IS NOT NULL AND next_attempt_at IS NOT NULL",
-                "dead_at", "<", $newest, " DESC"),
-            listings!(@one $columns, "dead_at IS NOT NULL AND next_attempt_at IS NOT NULL",
-                "dead_at", ">", $oldest, ""),
-            listings!(@one $columns, FAILING, "received_at", "<", $newest, " DESC"),
-            listings!(@one $columns, FAILING, "received_at", ">", $oldest, ""),
+        /// The listings: dead newest and oldest first, failing newest and oldest first, of
+        /// every processor, then of one.
+        pub(super) const LISTINGS: [&str; 8] = [
+            listings!(@all $columns, DEAD, "dead_at", "<", $newest, " DESC"),
+            listings!(@all $columns, DEAD, "dead_at", ">", $oldest, ""),
+            listings!(@all $columns, FAILING, "received_at", "<", $newest, " DESC"),
+            listings!(@all $columns, FAILING, "received_at", ">", $oldest, ""),
+            listings!(@by $columns, DEAD, "dead_at", "<", $newest, " DESC"),
+            listings!(@by $columns, DEAD, "dead_at", ">", $oldest, ""),
+            listings!(@by $columns, FAILING, "received_at", "<", $newest, " DESC"),
+            listings!(@by $columns, FAILING, "received_at", ">", $oldest, ""),
         ];
 
         /// One event's routes by its key (`$1`, `$2`), by processor name (tombstones
@@ -29,20 +34,32 @@ WHERE source = $1 AND event_id = $2 AND next_attempt_at IS NOT NULL
 ORDER BY processor"
         );
     };
-    (@one $columns:literal, FAILING, $time:literal, $cmp:literal, $position:literal,
-        $desc:literal) => {
-        listings!(@one $columns, "next_attempt_at IS NOT NULL AND processed_at IS NULL
-  AND dead_at IS NULL AND processing_error IS NOT NULL", $time, $cmp, $position, $desc)
+    (@rows DEAD) => { "dead_at IS NOT NULL AND next_attempt_at IS NOT NULL" };
+    (@rows FAILING) => {
+        "next_attempt_at IS NOT NULL AND processed_at IS NULL
+  AND dead_at IS NULL AND processing_error IS NOT NULL"
     };
-    (@one $columns:literal, $rows:literal, $time:literal, $cmp:literal, $position:literal,
+    (@all $columns:literal, $rows:ident, $time:literal, $cmp:literal, $position:literal,
         $desc:literal) => {
         concat!(
             "SELECT ", $columns, "
 FROM webhook_routes
-WHERE ", $rows, "
-  AND (", $time, ", source, event_id) ", $cmp, "
-      ", $position, "
+WHERE ", listings!(@rows $rows), "
+  AND (", $time, ", source, event_id, processor) ", $cmp, "
+      (", $position, ", coalesce($5::text, ''))
 ORDER BY ", $time, $desc, ", source", $desc, ", event_id", $desc, ", processor", $desc, "
+LIMIT $4"
+        )
+    };
+    (@by $columns:literal, $rows:ident, $time:literal, $cmp:literal, $position:literal,
+        $desc:literal) => {
+        concat!(
+            "SELECT ", $columns, "
+FROM webhook_routes
+WHERE processor = $5::text AND ", listings!(@rows $rows), "
+  AND (", $time, ", source, event_id) ", $cmp, "
+      (", $position, ")
+ORDER BY ", $time, $desc, ", source", $desc, ", event_id", $desc, "
 LIMIT $4"
         )
     };
@@ -122,7 +139,8 @@ END $$";
 
 // The listings' position is `$1`, `$2`, `$3` (the time in microseconds, the source and
 // id that break ties in time; `NULL` for the first page: before or after every row),
-// always bound, so a generic plan starts the scan there too.
+// always bound, so a generic plan starts the scan there too; `$4` the limit, `$5` the
+// processor (the position's, or the one listed).
 listings!(
     columns: "source, event_id, processor, event_type, object_id, attempts::int8 AS attempts,
     (extract(epoch FROM received_at) * 1000000)::int8 AS received_us,
@@ -130,8 +148,8 @@ listings!(
     (extract(epoch FROM processed_at) * 1000000)::int8 AS processed_us,
     (extract(epoch FROM dead_at) * 1000000)::int8 AS dead_us,
     coalesce(locked_until > now(), false) AS locked, processing_error",
-    newest: "(coalesce(to_timestamp($1::int8 / 1000000.0), 'infinity'), coalesce($2::text, ''), coalesce($3::text, ''))",
-    oldest: "(coalesce(to_timestamp($1::int8 / 1000000.0), '-infinity'), coalesce($2::text, ''), coalesce($3::text, ''))"
+    newest: "coalesce(to_timestamp($1::int8 / 1000000.0), 'infinity'), coalesce($2::text, ''), coalesce($3::text, '')",
+    oldest: "coalesce(to_timestamp($1::int8 / 1000000.0), '-infinity'), coalesce($2::text, ''), coalesce($3::text, '')"
 );
 
 /// [`COUNTS`]' row: the counts, and how long the log has grown.

@@ -232,6 +232,7 @@ WITH requeued AS (
       AND ($4::text IS NULL OR event_type = $4)
       AND ($5::int8 IS NULL OR received_at >= to_timestamp($5 / 1000.0))
       AND ($6::int8 IS NULL OR received_at < to_timestamp($6 / 1000.0))
+      AND ($7::text IS NULL OR processor = $7)
     RETURNING 1)
 SELECT count(*), pg_notify('webhook_events', '') FROM requeued";
 
@@ -382,6 +383,7 @@ impl Backend for Pg {
                 .bind(which.event_type)
                 .bind(which.received_from)
                 .bind(which.received_before)
+                .bind(which.processor)
                 .fetch_one(&pool)
                 .await
                 .map_err(|e| store_error("inbox requeue", e))?;

@@ -274,25 +274,32 @@ async fn listings_read_their_partial_index_and_page_through_ties() {
         "webhook_routes_dead",
         "webhook_routes_failing",
         "webhook_routes_failing",
+        "webhook_routes_dead_by",
+        "webhook_routes_dead_by",
+        "webhook_routes_failing_by",
+        "webhook_routes_failing_by",
     ];
     for (i, (sql, index)) in LISTINGS.into_iter().zip(indexes).enumerate() {
+        // Every processor's (no position: no processor), then `default`'s alone.
+        let processor = (i >= 4).then_some("default");
         let custom: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}")))
             .bind(None::<i64>)
             .bind(None::<String>)
             .bind(None::<String>)
             .bind(51_i64)
+            .bind(processor)
             .fetch_all(&mut *conn)
             .await
             .unwrap();
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "PREPARE list_{i} (int8, text, text, int8) AS {sql}; \
+            "PREPARE list_{i} (int8, text, text, int8, text) AS {sql}; \
              SET plan_cache_mode = force_generic_plan"
         )))
         .execute(&mut *conn)
         .await
         .unwrap();
         let generic: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "EXPLAIN EXECUTE list_{i} (1767225600000000, 's', 'd3', 51)"
+            "EXPLAIN EXECUTE list_{i} (1767225600000000, 's', 'd3', 51, 'default')"
         )))
         .fetch_all(&mut *conn)
         .await

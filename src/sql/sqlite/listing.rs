@@ -42,17 +42,18 @@ FROM (
 // `?1` is now (whether a worker holds the route). The terms of each index's `WHERE` are
 // repeated, so SQLite sees it applies. The listings' position is `?2`, `?3`, `?4` (the
 // time in milliseconds, the source and id that break ties in time; `NULL` for the first
-// page: before or after every row). The listings read every processor's routes
-// (`webhook_routes_dead`, `webhook_routes_failing`); one event's routes are `ROUTES`.
+// page: before or after every row), `?6` the processor (the position's, or the one
+// listed); one event's routes are `ROUTES`.
 listing_statements!(
     from: "webhook_routes",
     columns: "source, event_id, processor, event_type, object_id, attempts,
     received_at * 1000 AS received_us, next_attempt_at * 1000 AS next_attempt_us,
     processed_at * 1000 AS processed_us, dead_at * 1000 AS dead_us,
     coalesce(locked_until > ?1, 0) AS locked, processing_error",
-    newest: "(coalesce(?2, 9223372036854775807), coalesce(?3, ''), coalesce(?4, ''))",
-    oldest: "(coalesce(?2, -9223372036854775808), coalesce(?3, ''), coalesce(?4, ''))",
+    newest: "coalesce(?2, 9223372036854775807), coalesce(?3, ''), coalesce(?4, '')",
+    oldest: "coalesce(?2, -9223372036854775808), coalesce(?3, ''), coalesce(?4, '')",
     limit: "?5",
+    processor: "?6",
     key: "source = ?2 AND event_id = ?3"
 );
 
@@ -67,11 +68,15 @@ WHERE e.source = ?1 AND e.event_id = ?2 AND e.next_attempt_at IS NOT NULL";
 
 /// The partial index each of [`LISTINGS`] reads, in their order.
 #[cfg(test)]
-pub(super) const LISTING_INDEXES: [&str; 4] = [
+pub(super) const LISTING_INDEXES: [&str; 8] = [
     "webhook_routes_dead",
     "webhook_routes_dead",
     "webhook_routes_failing",
     "webhook_routes_failing",
+    "webhook_routes_dead_by",
+    "webhook_routes_dead_by",
+    "webhook_routes_failing_by",
+    "webhook_routes_failing_by",
 ];
 
 /// The inbox's counts at `now`.

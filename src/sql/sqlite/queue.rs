@@ -211,7 +211,7 @@ DELETE FROM webhook_attempts WHERE rowid IN (
     WHERE source = ?1 AND event_id = ?2 AND processor = ?4
     ORDER BY started_at DESC, rowid DESC LIMIT -1 OFFSET ?3)";
 
-/// Every processor's routes that match, queued again (tombstones left).
+/// The routes that match (every processor's, or `?8`'s), queued again (tombstones left).
 pub(super) const REQUEUE: &str = "
 UPDATE webhook_routes
 SET next_attempt_at = ?1, attempts = 0, processed_at = NULL, dead_at = NULL,
@@ -222,7 +222,8 @@ WHERE next_attempt_at IS NOT NULL
   AND (?4 = 0 OR dead_at IS NOT NULL)
   AND (?5 IS NULL OR event_type = ?5)
   AND (?6 IS NULL OR received_at >= ?6)
-  AND (?7 IS NULL OR received_at < ?7)";
+  AND (?7 IS NULL OR received_at < ?7)
+  AND (?8 IS NULL OR processor = ?8)";
 
 impl Sqlite {
     /// Queues a verified event in the inbox.

@@ -81,12 +81,18 @@ async fn listings_read_their_partial_index_and_page_through_ties() {
     .execute(store.pool())
     .await
     .unwrap();
-    for (sql, index) in LISTINGS.into_iter().zip(LISTING_INDEXES) {
+    for (i, (sql, index)) in LISTINGS.into_iter().zip(LISTING_INDEXES).enumerate() {
         for after in [None, Some(5000_i64)] {
+            // Every processor's (the position's processor), then `default`'s alone.
+            let processor = if i < 4 {
+                after.map(|_| "default")
+            } else {
+                Some("default")
+            };
             let plan = plan(store.pool(), sql, |query| {
                 let query = query.bind(10_000_i64).bind(after);
                 let key = (after.map(|_| "s"), after.map(|_| "d3"));
-                query.bind(key.0).bind(key.1).bind(51_i64)
+                query.bind(key.0).bind(key.1).bind(51_i64).bind(processor)
             })
             .await
             .join("\n");

@@ -216,6 +216,7 @@ async fn write_one<'a>(
                 .bind(which.event_type.clone())
                 .bind(which.received_from)
                 .bind(which.received_before)
+                .bind(which.processor.clone())
                 .execute(&mut *conn)
                 .await
                 .map_err(|e| store_error("inbox requeue", e))?;
