@@ -7,22 +7,28 @@
 //!
 //! (`--events` from 1 to 100 000, `--outage-secs` at most 60; `--help` lists every flag.)
 //!
-//! N events (default 10 000) are each delivered 1–5 times, shuffled, by 32 concurrent
-//! senders; some carry event times days old; forged and stale deliveries are mixed in; the
-//! processor fails transiently on one attempt in ten; a quarter of the way through, the
+//! N events (default 10 000; one in five a `charge.refunded`, the others
+//! `payment_intent.succeeded`) are each delivered 1–5 times, shuffled, by 32 concurrent
+//! senders; some carry event times days old; forged and stale deliveries are mixed in.
+//! Each event fans out to three processors, a worker each: `ledger` (every type) fails
+//! transiently on one attempt in ten, `billing` takes only `payment_intent.*`, `email`
+//! fails transiently on one attempt in five. A quarter of the way through, the
 //! store is cut off for S seconds (default 3: PostgreSQL through a proxy that drops every
 //! connection, SQLite by another process holding its write lock past the busy timeout),
-//! so deliveries get 503 and are retried, and the worker's claims and outcomes fail; and
-//! halfway through, the worker is killed mid-event and a new one started. The receiver is `VerifyWebhookLayer` + the
+//! so deliveries get 503 and are retried, and the workers' claims and outcomes fail; and
+//! halfway through, the workers are killed mid-event and new ones started. The receiver is
+//! `VerifyWebhookLayer` + the
 //! inbox's accept service on the embedded SQLite store (or PostgreSQL) — or, with
 //! `--nats`, `VerifyWebhookLayer` + `DedupeLayer` on that store + JetStream's accept, a
-//! JetStream worker, and NATS is what the outage cuts off; the processor
+//! JetStream worker per processor, and NATS is what the outage cuts off. `ledger`
 //! sets its object's state through the ordering guard (four events per object, arriving
-//! in any order) and records the event's business effect through `Once` in a ledger. At
-//! the end both are checked: every event's effect exactly once — no double effects, none
-//! lost — and every object in its newest event's state, none moved back by a late one.
+//! in any order); every processor records its business effect through `Once` (a namespace
+//! each) in a ledger keyed by (event, processor). At the end both are checked: every
+//! (event, processor) its filter takes has its effect exactly once — no double effects,
+//! none lost, no run for a type the filter excludes — and every object in its newest
+//! event's state, none moved back by a late one.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,7 +43,9 @@ use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
-use tower_webhook::inbox::{Attempt, Counts, Inbox, RetryPolicy, Worker};
+use tower_webhook::inbox::{
+    Attempt, Counts, Inbox, ProcessorSpec, RetryPolicy, Worker, WorkerHandle,
+};
 use tower_webhook::latest::{self, Order};
 use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::{DedupeStore, PgStore, SqliteStore, StoreError};
@@ -53,14 +61,17 @@ const MAX_EVENTS: u64 = 100_000;
 #[command(
     long_about = "A provider's worst day, played against a real receiver and worker over \
         loopback. Each event is delivered 1–5 times, shuffled, by 32 concurrent senders, with \
-        forged and stale deliveries mixed in and a processor that fails one attempt in ten; \
-        a quarter of the way through, the store (with --nats, NATS) is cut off for \
-        --outage-secs, so deliveries get 503 and are retried; halfway through, the worker is \
-        killed mid-event and a new one started. The receiver is VerifyWebhookLayer + the \
+        forged and stale deliveries mixed in. Each event fans out to three processors, a \
+        worker each: ledger (every type, fails one attempt in ten), billing \
+        (payment_intent.* only) and email (fails one attempt in five). A quarter of the way \
+        through, the store (with --nats, NATS) is cut off for --outage-secs, so deliveries \
+        get 503 and are retried; halfway through, the workers are killed mid-event and new \
+        ones started. The receiver is VerifyWebhookLayer + the \
         inbox's accept service on the embedded SQLite store (or PostgreSQL), or with --nats \
         VerifyWebhookLayer + DedupeLayer on that store + JetStream's accept. At the end it \
-        checks that every event's effect happened exactly once and that no object's state \
-        was moved back by a late event, and fails otherwise."
+        checks that every (event, processor) its filter takes had its effect exactly once, \
+        that no processor ran a type its filter excludes, and that no object's state was \
+        moved back by a late event, and fails otherwise."
 )]
 struct Args {
     /// Events to deliver (each 1–5 times).
@@ -149,8 +160,9 @@ fn worst_day(
             .as_secs()
             .saturating_sub(days_ago * 86_400 + i as u64);
         let object = i / 4;
+        let event_type = event_type(i);
         let body = Bytes::from(format!(
-            r#"{{"type":"payment_intent.succeeded","created":{created},"livemode":true,"data":{{"object":{{"id":"pi_{object}"}}}}}}"#
+            r#"{{"type":"{event_type}","created":{created},"livemode":true,"data":{{"object":{{"id":"pi_{object}"}}}}}}"#
         ));
         let latest = newest.entry(format!("pi_{object}")).or_default();
         if created > latest.0 {
@@ -190,17 +202,53 @@ fn worst_day(
     (out, newest)
 }
 
+/// Event `i`'s type: one in five a refund, which `billing`'s filter excludes.
+fn event_type(i: usize) -> &'static str {
+    if i % 5 == 4 {
+        "charge.refunded"
+    } else {
+        "payment_intent.succeeded"
+    }
+}
+
+/// The day's processors: name, type globs (none: every type), and the share of attempts
+/// that fail transiently (one in so many; 0: none).
+const PROCESSORS: [(&str, &[&str], u32); 3] = [
+    ("ledger", &[], 10),
+    ("billing", &["payment_intent.*"], 0),
+    ("email", &[], 5),
+];
+
+/// [`PROCESSORS`] as the inbox (or stream) routes by them.
+fn processor_specs() -> Result<Vec<ProcessorSpec>, tower_webhook::ConfigError> {
+    PROCESSORS
+        .iter()
+        .map(|(name, types, _)| {
+            let spec = ProcessorSpec::new(*name)?;
+            match types.is_empty() {
+                true => Ok(spec),
+                false => spec.with_types(types.iter().copied()),
+            }
+        })
+        .collect()
+}
+
 #[derive(Default, serde::Serialize)]
 struct Table {
     sent: usize,
+    /// Events stored: `ledger`'s routes (it takes every type), not the sum over the
+    /// processors, which counts an event once per processor that takes it.
     accepted: u64,
     duplicates: u64,
     rejected: usize,
+    /// Events `ledger` processed.
     processed: u64,
-    /// Rows whose every attempt failed: each is a failure of the day, with its last
-    /// error printed.
+    /// Routes whose every attempt failed, in any processor: each is a failure of the day,
+    /// with its last error printed.
     dead: u64,
+    /// Over every processor.
     double_effects: u64,
+    /// Over every processor.
     lost: u64,
     moved_back: u64,
     /// How long the store was cut off, and how many deliveries it turned away meanwhile
@@ -209,6 +257,21 @@ struct Table {
     unavailable: usize,
     seconds: f64,
     deliveries_per_second: f64,
+    /// Each processor's row.
+    processors: BTreeMap<&'static str, ProcessorRow>,
+}
+
+/// One processor's part of the day.
+#[derive(Default, serde::Serialize)]
+struct ProcessorRow {
+    /// Routes its filter should have made: one per event of a type it takes.
+    expected: u64,
+    processed: u64,
+    dead: u64,
+    double_effects: u64,
+    lost: u64,
+    /// Runs for an event of a type its filter excludes (always 0).
+    excluded_runs: u64,
 }
 
 #[tokio::main]
@@ -257,9 +320,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let queue = match &o.nats {
-        None => Queue::Sql(inbox),
+        None => Queue::Sql(inbox.with_processors(processor_specs()?)?),
         Some(url) => {
-            let (jetstream, proxy) = own_stream(url, &format!("demo_{source_tag}")).await?;
+            let stream = format!("demo_{source_tag}");
+            let (jetstream, proxy) = own_stream(url, &stream, processor_specs()?).await?;
             backend = format!("NATS JetStream, deduplicated in {backend}");
             outage = Outage::Proxy(Arc::new(proxy));
             Queue::Nats(jetstream)
@@ -267,37 +331,53 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     db.create_state_table().await?;
 
-    // The business: each event sets its object's state in the database, through the
-    // ordering guard; and its effect goes through `Once` into the ledger.
-    let ledger: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
-    let once = Once::from_arc(store.clone(), &format!("demo-effect-{source_tag}"));
-    let once_drain = once.drain();
-    let processor = {
-        let (ledger, db, tag) = (ledger.clone(), db.clone(), source_tag.clone());
-        move |event: Event, attempt: Attempt| {
+    // The business: `ledger` sets each event's object's state in the database, through
+    // the ordering guard; every processor's effect goes through `Once` (a namespace each)
+    // into the ledger, keyed by (event, processor).
+    type Ledger = HashMap<(String, &'static str), u64>;
+    let ledger: Arc<Mutex<Ledger>> = Arc::default();
+    let excluded: Arc<Mutex<HashMap<&'static str, u64>>> = Arc::default();
+    let mut once_drains = Vec::new();
+    let mut processors = Vec::new();
+    for (spec, (name, _, fails)) in processor_specs()?.into_iter().zip(PROCESSORS) {
+        let once = Once::from_arc(store.clone(), &format!("demo-effect-{source_tag}-{name}"));
+        once_drains.push(once.drain());
+        let (ledger, excluded, db, tag) = (
+            ledger.clone(),
+            excluded.clone(),
+            db.clone(),
+            source_tag.clone(),
+        );
+        let filter = spec.clone();
+        let processor = move |event: Event, attempt: Attempt| {
             let (ledger, once, db) = (ledger.clone(), once.clone(), db.clone());
+            if !filter.matches_type(event.event_type()) {
+                *excluded.lock().unwrap().entry(name).or_default() += 1;
+            }
             let object = format!("demo-{tag}/{}", event.object_id().unwrap_or_default());
             async move {
-                // Transient trouble on one attempt in ten (deterministic per event and attempt).
-                if fastrand::Rng::with_seed(
-                    hash(event.id().unwrap_or_default()) ^ u64::from(attempt.number()),
-                )
-                .u32(0..10)
-                    == 0
-                {
-                    return Err("the provider's API timed out".to_owned());
+                let id = event.id().unwrap_or_default().to_owned();
+                // Transient trouble on one attempt in `fails` (deterministic per event,
+                // processor and attempt).
+                let roll = hash(&id) ^ hash(name) ^ u64::from(attempt.number());
+                if fails > 0 && fastrand::Rng::with_seed(roll).u32(0..fails) == 0 {
+                    return Err(format!("{name}: the provider's API timed out"));
                 }
                 tokio::time::sleep(Duration::from_micros(200)).await; // the work itself
-                let body: serde_json::Value = event.json().map_err(|e| e.to_string())?;
-                let created = body["created"].as_u64().ok_or("no created")?;
-                let at = SystemTime::UNIX_EPOCH + Duration::from_secs(created);
-                db.apply(event.source(), &object, at, event.id().unwrap_or_default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let id = event.id().unwrap_or_default().to_owned();
-                let effect = once.run(event.id().unwrap_or_default(), move |_| async move {
-                    *ledger.lock().unwrap().entry(id).or_default() += 1;
-                    Ok::<_, String>(())
+                if name == "ledger" {
+                    let body: serde_json::Value = event.json().map_err(|e| e.to_string())?;
+                    let created = body["created"].as_u64().ok_or("no created")?;
+                    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(created);
+                    db.apply(event.source(), &object, at, &id)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                let effect = once.run(&id, {
+                    let id = id.clone();
+                    move |_| async move {
+                        *ledger.lock().unwrap().entry((id, name)).or_default() += 1;
+                        Ok::<_, String>(())
+                    }
                 });
                 match effect.await {
                     // Another attempt holds the key (a killed worker's, or one whose
@@ -307,37 +387,47 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     Err(e) => Err(e.to_string()),
                 }
             }
-        }
-    };
-    let processor = Arc::new(processor);
+        };
+        processors.push((spec, Arc::new(processor)));
+    }
     // Store errors under the storm (SQLite's one writer) count as attempts too: leave room
-    // beyond the injected one-in-ten failures.
+    // beyond the injected failures.
     let retry = RetryPolicy::default()
         .with_max_attempts(20)?
         .with_backoff(Duration::from_millis(50), Duration::from_millis(500))?;
-    let start_worker = |queue: &Queue| {
-        let p = processor.clone();
-        let processor = move |e: Event, a: Attempt| p(e, a);
+    // A worker per processor.
+    let start_workers = |queue: &Queue| -> Vec<WorkerHandle> {
         let lease = Duration::from_secs(2);
         let (concurrency, poll) = (8, Duration::from_millis(100));
-        match queue {
-            Queue::Sql(inbox) => Worker::new(inbox, processor)
-                .with_retry(retry)
-                .with_concurrency(concurrency)
-                .and_then(|w| w.with_lease(lease))
-                .and_then(|w| w.with_poll_interval(poll))
-                .expect("a valid worker")
-                .spawn(),
-            Queue::Nats(jetstream) => {
-                JetStreamWorker::from_arc(jetstream, store.clone(), processor)
+        let mut workers = Vec::new();
+        for (spec, p) in &processors {
+            let p = p.clone();
+            let processor = move |e: Event, a: Attempt| p(e, a);
+            let name = spec.name();
+            let worker = match queue {
+                Queue::Sql(inbox) => Worker::processor(inbox, name, processor)
+                    .expect("a configured processor")
                     .with_retry(retry)
                     .with_concurrency(concurrency)
                     .and_then(|w| w.with_lease(lease))
                     .and_then(|w| w.with_poll_interval(poll))
                     .expect("a valid worker")
-                    .spawn()
-            }
+                    .spawn(),
+                Queue::Nats(jetstream) => {
+                    let claims = support::processors::SharedStore(store.clone());
+                    JetStreamWorker::processor(jetstream, name, claims, processor)
+                        .expect("a configured processor")
+                        .with_retry(retry)
+                        .with_concurrency(concurrency)
+                        .and_then(|w| w.with_lease(lease))
+                        .and_then(|w| w.with_poll_interval(poll))
+                        .expect("a valid worker")
+                        .spawn()
+                }
+            };
+            workers.push(worker);
         }
+        workers
     };
 
     // The receiver.
@@ -367,7 +457,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let started = Instant::now();
-    let mut worker = Some(start_worker(&queue));
+    let mut workers = start_workers(&queue);
     let next = Arc::new(AtomicUsize::new(0));
     let rejected = Arc::new(AtomicUsize::new(0));
     let acknowledged = Arc::new(AtomicUsize::new(0));
@@ -429,8 +519,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
 
     // A quarter of the way through, the store is cut off for a while. Halfway through,
-    // the worker dies mid-event; a new one takes over. Then the queue drains (retries,
-    // and the killed worker's rows after their lease).
+    // the workers die mid-event; new ones take over. Then the queue drains (retries, and
+    // the killed workers' routes after their lease).
     let mut killed = false;
     let mut cut_off: Option<tokio::task::JoinHandle<Result<(), sqlx::Error>>> = None;
     let counts = loop {
@@ -445,22 +535,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }));
         }
         if !killed && sent >= total / 2 {
-            worker.take().unwrap().abort();
+            for worker in workers.drain(..) {
+                worker.abort();
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
-            worker = Some(start_worker(&queue));
+            workers = start_workers(&queue);
             killed = true;
         }
         // Asked before the counts: once no sender runs, drained counts are final.
         let sending = senders.iter().any(|s| !s.is_finished());
-        let Ok(counts) = queue.counts().await else {
+        let Ok(counts) = queue.counts_by_processor().await else {
             // The store is cut off: ask again later.
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
         if !o.json {
-            progress(sent, total, counts.processed, o.events, killed);
+            progress(sent, total, counts["ledger"].processed, o.events, killed);
         }
-        let drained = counts.queued + counts.processing == 0;
+        let drained = counts.values().all(|c| c.queued + c.processing == 0);
         if (!sending && drained) || started.elapsed() > Duration::from_secs(300) {
             break counts;
         }
@@ -475,17 +567,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seconds = started.elapsed().as_secs_f64();
     // Shut down as a deploy does: stop accepting, let running work finish (at most 30 s).
     server.shut_down().await?;
-    worker.take().unwrap().shutdown().await;
+    for worker in workers {
+        worker.shutdown().await;
+    }
     let _ = drain.wait(Duration::from_secs(30)).await;
-    let _ = once_drain.wait(Duration::from_secs(30)).await;
+    for once_drain in once_drains {
+        let _ = once_drain.wait(Duration::from_secs(30)).await;
+    }
     if !o.json {
         eprintln!();
     }
 
     let state = db.state(&format!("demo-{source_tag}/")).await?;
-    if counts.dead > 0 {
-        for (id, attempts, error) in db.dead().await? {
-            eprintln!("dead: {id} after {attempts} attempts: {error}");
+    if counts.values().any(|c| c.dead > 0) {
+        for (id, processor, attempts, error) in db.dead().await? {
+            eprintln!("dead: {id} ({processor}) after {attempts} attempts: {error}");
         }
     }
     let _ = std::fs::remove_file(&sqlite_path);
@@ -497,18 +593,44 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         sqlx::query(sqlx::AssertSqlSafe(drop)).execute(pool).await?;
     }
     let ledger = ledger.lock().unwrap();
-    let accepted = counts.queued + counts.processing + counts.processed + counts.dead;
+    let excluded = excluded.lock().unwrap();
+    let mut rows = BTreeMap::new();
+    for (spec, (name, _, _)) in processor_specs()?.into_iter().zip(PROCESSORS) {
+        let takes: Vec<String> = (0..o.events)
+            .filter(|&i| spec.matches_type(Some(event_type(i))))
+            .map(|i| format!("evt_{source_tag}_{i}"))
+            .collect();
+        let c = counts.get(name).copied().unwrap_or_default();
+        let row = ProcessorRow {
+            expected: takes.len() as u64,
+            processed: c.processed,
+            dead: c.dead,
+            double_effects: ledger
+                .iter()
+                .filter(|((_, p), _)| *p == name)
+                .map(|(_, n)| n.saturating_sub(1))
+                .sum(),
+            lost: takes
+                .into_iter()
+                .filter(|id| !ledger.contains_key(&(id.clone(), name)))
+                .count() as u64,
+            excluded_runs: excluded.get(name).copied().unwrap_or_default(),
+        };
+        rows.insert(name, row);
+    }
+    // `ledger` takes every type: its routes are the events (the sum would count each
+    // event once per processor).
+    let events = counts["ledger"];
+    let accepted = events.queued + events.processing + events.processed + events.dead;
     let table = Table {
         sent: total,
         accepted,
         duplicates: (acknowledged.load(Ordering::Relaxed) as u64).saturating_sub(accepted),
         rejected: rejected.load(Ordering::Relaxed),
-        processed: counts.processed,
-        dead: counts.dead,
-        double_effects: ledger.values().map(|n| n.saturating_sub(1)).sum(),
-        lost: (0..o.events)
-            .filter(|i| !ledger.contains_key(&format!("evt_{source_tag}_{i}")))
-            .count() as u64,
+        processed: events.processed,
+        dead: rows.values().map(|r| r.dead).sum(),
+        double_effects: rows.values().map(|r| r.double_effects).sum(),
+        lost: rows.values().map(|r| r.lost).sum(),
         moved_back: newest
             .iter()
             .filter(|(object, (_, id))| state.get(*object) != Some(id))
@@ -517,6 +639,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         unavailable: unavailable.load(Ordering::Relaxed),
         seconds,
         deliveries_per_second: total as f64 / seconds,
+        processors: rows,
     };
     if o.json {
         println!("{}", serde_json::to_string(&table)?);
@@ -539,9 +662,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             table.moved_back,
             table.deliveries_per_second
         );
+        println!();
+        println!("| processor | takes | routes expected | processed | dead | double effects | lost | runs for an excluded type |");
+        println!("|---|---|---|---|---|---|---|---|");
+        for (name, types, _) in PROCESSORS {
+            let row = &table.processors[name];
+            let takes = match types.is_empty() {
+                true => "every type".to_owned(),
+                false => types.join(", "),
+            };
+            println!(
+                "| {name} | {takes} | {} | {} | {} | {} | {} | {} |",
+                row.expected,
+                row.processed,
+                row.dead,
+                row.double_effects,
+                row.lost,
+                row.excluded_runs
+            );
+        }
     }
     if table.double_effects != 0 || table.lost != 0 {
         return Err("exactly-once was broken".into());
+    }
+    if table.processors.values().any(|r| r.excluded_runs != 0) {
+        return Err("a processor ran an event its filter excludes".into());
     }
     if table.moved_back != 0 {
         return Err("a late event moved an object's state back".into());
@@ -590,10 +735,10 @@ enum Queue {
 }
 
 impl Queue {
-    async fn counts(&self) -> Result<Counts, StoreError> {
+    async fn counts_by_processor(&self) -> Result<BTreeMap<String, Counts>, StoreError> {
         match self {
-            Queue::Sql(inbox) => inbox.counts().await,
-            Queue::Nats(jetstream) => jetstream.counts().await,
+            Queue::Sql(inbox) => inbox.counts_by_processor().await,
+            Queue::Nats(jetstream) => jetstream.counts_by_processor().await,
         }
     }
 }
@@ -603,12 +748,14 @@ impl Queue {
 async fn own_stream(
     url: &str,
     name: &str,
+    processors: Vec<ProcessorSpec>,
 ) -> Result<(JetStream, support::proxy::Proxy), Box<dyn std::error::Error>> {
     let upstream = url.trim_start_matches("nats://").to_owned();
     let proxy = support::proxy::Proxy::start(upstream).await?;
     let client = async_nats::connect(format!("nats://{}", proxy.addr())).await?;
     let jetstream = JetStream::builder(client, name)
         .with_publish_timeout(Duration::from_secs(1))
+        .with_processors(processors)?
         .build()
         .await?;
     Ok((jetstream, proxy))
@@ -721,16 +868,13 @@ impl Db {
         }
     }
 
-    /// The dead rows: event id, attempts and last error.
-    async fn dead(&self) -> Result<Vec<(String, i64, String)>, sqlx::Error> {
-        const SQL: &str =
-            "SELECT event_id, CAST(attempts AS BIGINT), coalesce(processing_error, '')
-            FROM webhook_events WHERE dead_at IS NOT NULL ORDER BY event_id";
-        // SQLite keeps an event's state on its routes (fan-out's schema).
-        const ROUTES: &str = "SELECT event_id, attempts, coalesce(processing_error, '')
-            FROM webhook_routes WHERE dead_at IS NOT NULL ORDER BY event_id";
+    /// The dead routes: event id, processor, attempts and last error.
+    async fn dead(&self) -> Result<Vec<(String, String, i64, String)>, sqlx::Error> {
+        const SQL: &str = "SELECT event_id, processor, CAST(attempts AS BIGINT),
+            coalesce(processing_error, '')
+            FROM webhook_routes WHERE dead_at IS NOT NULL ORDER BY event_id, processor";
         match self {
-            Db::Sqlite(pool) => sqlx::query_as(ROUTES).fetch_all(pool).await,
+            Db::Sqlite(pool) => sqlx::query_as(SQL).fetch_all(pool).await,
             Db::Pg(pool) => sqlx::query_as(SQL).fetch_all(pool).await,
         }
     }
@@ -767,7 +911,7 @@ fn progress(sent: usize, total: usize, processed: u64, events: usize, killed: bo
         "-".repeat(WIDTH - filled),
         done * 100.0,
         if killed {
-            "  (worker killed, restarted)"
+            "  (workers killed, restarted)"
         } else {
             ""
         }

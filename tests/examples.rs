@@ -2563,12 +2563,25 @@ async fn demo(extra: &[&str]) -> serde_json::Value {
         "outage_seconds",
         "unavailable",
         "seconds",
+        "processors",
     ] {
         assert!(table.get(key).is_some(), "{key} missing: {table}");
     }
+    // A row per processor: each (event, processor) its filter takes exactly once, and
+    // `billing` never ran a refund (one event in five), which its filter excludes.
+    for (processor, expected) in [("ledger", 400), ("billing", 320), ("email", 400)] {
+        let row = &table["processors"][processor];
+        assert_eq!(row["expected"], expected, "{processor}: {table}");
+        assert_eq!(row["processed"], expected, "{processor}: {table}");
+        for zero in ["dead", "double_effects", "lost", "excluded_runs"] {
+            assert_eq!(row[zero], 0, "{processor} {zero}: {table}");
+        }
+    }
+    assert_eq!(table["processors"].as_object().unwrap().len(), 3, "{table}");
     assert_eq!(table["double_effects"], 0, "{table}");
     assert_eq!(table["lost"], 0, "{table}");
     assert_eq!(table["moved_back"], 0, "late events never win: {table}");
+    // The events, not the routes (1 120 over the three processors).
     assert_eq!(table["accepted"], 400, "{table}");
     assert_eq!(
         table["dead"],
