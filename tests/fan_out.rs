@@ -12,8 +12,8 @@ use std::time::Duration;
 use common::seed::{eventually, standard};
 use common::stores;
 use tower_webhook::inbox::{
-    Accepted, Attempt, AttemptOutcome, Counts, Inbox, Listing, ProcessorSpec, Requeue, State,
-    StoredEvent, Worker,
+    Accepted, Attempt, AttemptOutcome, Counts, Inbox, Listing, Pause, ProcessorSpec, Requeue,
+    State, StoredEvent, Worker,
 };
 use tower_webhook::{ConfigErrorKind, Event};
 
@@ -466,4 +466,96 @@ async fn sqlite_a_listing_shows_each_route_and_filters_by_processor() {
 async fn postgres_a_listing_shows_each_route_and_filters_by_processor() {
     let store = stores::postgres().await;
     a_listing_shows_each_route_and_filters_by_processor(Inbox::postgres(&store)).await;
+}
+
+/// Each pause's processor, source and type.
+async fn pauses(inbox: &Inbox) -> Vec<(Option<String>, Option<String>, Option<String>)> {
+    let pauses = inbox.pauses().await.unwrap();
+    let rule = |p: Pause| (p.processor, p.source, p.event_type);
+    pauses.into_iter().map(rule).collect()
+}
+
+/// A pause of one processor holds its routes alone (counted paused for it only); a pause
+/// of every processor holds all, and its resume leaves the processor's own pause.
+async fn a_pause_of_one_processor_holds_only_its_routes(inbox: Inbox) {
+    let inbox = inbox.with_processors(processors()).unwrap();
+    let unknown = inbox
+        .pause_processor("shipping", None, None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        unknown.kind(),
+        tower_webhook::store::StoreErrorKind::InvalidInput
+    );
+    assert!(inbox
+        .pause_processor("email", Some("shop"), None)
+        .await
+        .unwrap());
+    assert!(
+        !inbox
+            .pause_processor("email", Some("shop"), None)
+            .await
+            .unwrap(),
+        "already"
+    );
+    let shop = Some("shop".to_owned());
+    assert_eq!(
+        pauses(&inbox).await,
+        [(Some("email".into()), shop.clone(), None)]
+    );
+
+    let source = standard("shop");
+    let accepted = inbox.ingest(&source, Some("evt_p"), body("invoice.paid"));
+    assert_eq!(accepted.await.unwrap(), Accepted::New);
+    let paused = inbox.counts_by_processor().await.unwrap();
+    let held: Vec<u64> = paused.values().map(|c| c.paused).collect();
+    assert_eq!(held, [0, 1, 0], "email's route alone counted paused");
+
+    let runs = Runs::default();
+    let names = ["billing", "email", "flaky"];
+    let workers = names.map(|name| runs.worker(&inbox, name, false).spawn());
+    eventually("billing and flaky processed", async || {
+        let c = counts(&inbox).await;
+        c["billing"].1 == 1 && c["flaky"].1 == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(runs.of("email").is_empty(), "email's route held");
+
+    // Every processor paused too: resuming email's own pause still holds it.
+    assert!(inbox.pause(None, None).await.unwrap());
+    assert!(inbox
+        .resume_processor("email", Some("shop"), None)
+        .await
+        .unwrap());
+    assert_eq!(pauses(&inbox).await, [(None, None, None)]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        runs.of("email").is_empty(),
+        "held by the pause of every processor"
+    );
+    assert!(inbox.resume(None, None).await.unwrap());
+    eventually("email's route processed once resumed", async || {
+        counts(&inbox).await["email"].1 == 1
+    })
+    .await;
+    for worker in workers {
+        worker.shutdown().await;
+    }
+    let once = BTreeMap::from([("evt_p".to_owned(), 1)]);
+    for name in names {
+        assert_eq!(runs.of(name), once, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn sqlite_a_pause_of_one_processor_holds_only_its_routes() {
+    let store = stores::sqlite().await;
+    a_pause_of_one_processor_holds_only_its_routes(Inbox::sqlite(&store)).await;
+}
+
+#[tokio::test]
+async fn postgres_a_pause_of_one_processor_holds_only_its_routes() {
+    let store = stores::postgres().await;
+    a_pause_of_one_processor_holds_only_its_routes(Inbox::postgres(&store)).await;
 }

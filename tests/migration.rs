@@ -227,10 +227,16 @@ async fn sqlite_every_row_migrates_in_place_and_works_through_the_api() {
         processors.iter().all(|p| p == "'default'"),
         "{processors:?}"
     );
-    assert_eq!(
-        rows(&pool, "webhook_pauses", &["source", "event_type"]).await,
-        old_pauses
-    );
+    // Every pause made before holds every processor (migration 15: `processor` '').
+    let mut pauses = rows(&pool, "webhook_pauses", &["source", "event_type"]).await;
+    for pause in pauses.values_mut() {
+        assert_eq!(
+            pause.remove("processor").as_deref(),
+            Some("''"),
+            "{pause:?}"
+        );
+    }
+    assert_eq!(pauses, old_pauses);
     assert_eq!(
         rows(&pool, "webhook_arrivals", &["last"]).await,
         old_arrivals

@@ -65,10 +65,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn requeue(&self, which: &Requeue) -> StoreFuture<u64>;
     /// Makes the index a per-object cap reads, if it is missing.
     fn object_index(&self) -> StoreFuture<()>;
-    /// Pauses (`true`) or resumes (`false`) a source and type (`""`: any); whether that
-    /// changed anything.
-    fn pause(&self, source: String, event_type: String, pause: bool) -> StoreFuture<bool>;
-    /// What is paused now, in order of source and type.
+    /// Pauses (`true`) or resumes (`false`) a processor, source and type (`""`: any);
+    /// whether that changed anything.
+    fn pause(&self, rule: super::pause::Rule, pause: bool) -> StoreFuture<bool>;
+    /// What is paused now, in order of processor, source and type.
     fn pauses(&self) -> StoreFuture<Vec<Pause>>;
     /// Deletes the processed rows older than `older_than` (`None`), or the dead rows `dead`
     /// names that went dead before it.

@@ -156,8 +156,8 @@ impl Backend for Late {
     fn object_index(&self) -> StoreFuture<()> {
         self.inner.object_index()
     }
-    fn pause(&self, source: String, event_type: String, pause: bool) -> StoreFuture<bool> {
-        self.inner.pause(source, event_type, pause)
+    fn pause(&self, rule: super::pause::Rule, pause: bool) -> StoreFuture<bool> {
+        self.inner.pause(rule, pause)
     }
     fn pauses(&self) -> StoreFuture<Vec<Pause>> {
         self.inner.pauses()

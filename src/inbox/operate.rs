@@ -1,10 +1,10 @@
 //! What an operator does with the SQL inbox, beside accepting: count, list and look at
-//! its rows, requeue them, pause and resume, prune.
+//! its rows, requeue them, prune (pauses: `pause.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::{pause, Counts, Cursor, Inbox, Listing, Page, Pause, StoredEvent};
+use super::{Counts, Cursor, Inbox, Listing, Page, StoredEvent};
 use crate::metrics::{self, Operation};
 use crate::store::{Retention, StoreError};
 
@@ -137,51 +137,6 @@ impl Inbox {
         let n = self.backend.requeue(&which).await?;
         self.wake.notify_waiters();
         Ok(n)
-    }
-
-    /// Pauses the events of `source` of type `event_type` (`None`: any source, any type;
-    /// both `None`: every event): no worker on this database starts one until it is
-    /// [resumed](Self::resume). Accepts go on, and events already running finish.
-    /// Returns `false` when it was paused already.
-    ///
-    /// # Errors
-    ///
-    /// When the database fails.
-    pub async fn pause(
-        &self,
-        source: Option<&str>,
-        event_type: Option<&str>,
-    ) -> Result<bool, StoreError> {
-        let (source, event_type) = (pause::key(source), pause::key(event_type));
-        self.backend.pause(source, event_type, true).await
-    }
-
-    /// Ends the pause of exactly that source and type (as [`pause`](Self::pause) took
-    /// them): its events start again, in the order they were due (a pause of the whole
-    /// source, or of the type in every source, still holds them). Returns `false` when
-    /// there was no such pause.
-    ///
-    /// # Errors
-    ///
-    /// When the database fails.
-    pub async fn resume(
-        &self,
-        source: Option<&str>,
-        event_type: Option<&str>,
-    ) -> Result<bool, StoreError> {
-        let (source, event_type) = (pause::key(source), pause::key(event_type));
-        let resumed = self.backend.pause(source, event_type, false).await?;
-        self.wake.notify_waiters();
-        Ok(resumed)
-    }
-
-    /// What is paused now.
-    ///
-    /// # Errors
-    ///
-    /// When the database fails.
-    pub async fn pauses(&self) -> Result<Vec<Pause>, StoreError> {
-        self.backend.pauses().await
     }
 
     /// Deletes processed rows processed more than `older_than` ago, and the keys that

@@ -20,12 +20,134 @@ pub struct Pause {
     pub paused_at: SystemTime,
 }
 
-/// A row of `webhook_pauses` as both dialects read it: source, type, and when, in
-/// milliseconds since the epoch.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn from_row((source, event_type, at_ms): (String, String, i64)) -> Pause {
+use super::Inbox;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use crate::store::{StoreError, StoreErrorKind};
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl Inbox {
+    /// Pauses the events of `source` of type `event_type` (`None`: any source, any type;
+    /// both `None`: every event) for every processor: no worker on this database starts a
+    /// route of one until it is [resumed](Self::resume). Accepts go on, and events already running finish.
+    /// Returns `false` when it was paused already.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn pause(
+        &self,
+        source: Option<&str>,
+        event_type: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.hold(None, source, event_type, true).await
+    }
+
+    /// Ends the pause of exactly that source and type (as [`pause`](Self::pause) took
+    /// them): its events start again, in the order they were due (a pause of the whole
+    /// source, or of the type in every source, still holds them). Returns `false` when
+    /// there was no such pause.
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn resume(
+        &self,
+        source: Option<&str>,
+        event_type: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.hold(None, source, event_type, false).await
+    }
+
+    /// Pauses the events of `source` of type `event_type` (`None`: any) for the processor
+    /// `processor` alone: its workers start none of their routes until it is
+    /// [resumed](Self::resume_processor); the other processors' run.
+    /// [`pause`](Self::pause) pauses for every processor. Returns `false` when it was
+    /// paused already.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreErrorKind::InvalidInput`] for a processor this inbox does not have; when the
+    /// database fails.
+    pub async fn pause_processor(
+        &self,
+        processor: &str,
+        source: Option<&str>,
+        event_type: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.configured(processor)?;
+        self.hold(Some(processor), source, event_type, true).await
+    }
+
+    /// Ends `processor`'s own pause of exactly that source and type (as
+    /// [`pause_processor`](Self::pause_processor) took them): its routes start again (a
+    /// pause of every processor still holds them). Returns `false` when there was no such
+    /// pause.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreErrorKind::InvalidInput`] for a processor this inbox does not have; when the
+    /// database fails.
+    pub async fn resume_processor(
+        &self,
+        processor: &str,
+        source: Option<&str>,
+        event_type: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.configured(processor)?;
+        self.hold(Some(processor), source, event_type, false).await
+    }
+
+    /// Pauses (`true`) or resumes (`false`) for `processor` (`None`: every processor); a
+    /// resume wakes the workers.
+    async fn hold(
+        &self,
+        processor: Option<&str>,
+        source: Option<&str>,
+        event_type: Option<&str>,
+        pause: bool,
+    ) -> Result<bool, StoreError> {
+        let rule = (key(processor), key(source), key(event_type));
+        let changed = self.backend.pause(rule, pause).await?;
+        if !pause {
+            self.wake.notify_waiters();
+        }
+        Ok(changed)
+    }
+
+    fn configured(&self, processor: &str) -> Result<(), StoreError> {
+        match self.processors.get(processor) {
+            Some(_) => Ok(()),
+            None => Err(StoreError::new(
+                "inbox pause",
+                self.processors.unknown(processor).to_string(),
+            )
+            .with_kind(StoreErrorKind::InvalidInput)),
+        }
+    }
+
+    /// What is paused now (each pause's processor `None` when it holds every processor).
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn pauses(&self) -> Result<Vec<Pause>, StoreError> {
+        self.backend.pauses().await
+    }
+}
+
+/// A pause's processor, source and type as the database keeps them (`''`: any).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) type Rule = (String, String, String);
+
+/// A row of `webhook_pauses` as both dialects read it: processor, source, type, and when,
+/// in milliseconds since the epoch.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn from_row(
+    (processor, source, event_type, at_ms): (String, String, String, i64),
+) -> Pause {
     Pause {
-        processor: None,
+        processor: part(processor),
         source: part(source),
         event_type: part(event_type),
         paused_at: std::time::UNIX_EPOCH

@@ -115,18 +115,18 @@ where
     })
 }
 
-/// `webhook_pauses`' rows as the dialect's statement reads them (source, type,
+/// `webhook_pauses`' rows as the dialect's statement reads them (processor, source, type,
 /// milliseconds since the epoch), as pauses.
 pub(super) fn pauses<DB>(pool: &Pool<DB>, sql: &'static str) -> StoreFuture<Vec<Pause>>
 where
     DB: Database,
     DB::Arguments: IntoArguments<DB>,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    (String, String, i64): for<'r> FromRow<'r, DB::Row>,
+    (String, String, String, i64): for<'r> FromRow<'r, DB::Row>,
 {
     let pool = pool.clone();
     Box::pin(async move {
-        let rows = sqlx::query_as::<DB, (String, String, i64)>(sql)
+        let rows = sqlx::query_as::<DB, (String, String, String, i64)>(sql)
             .fetch_all(&pool)
             .await;
         rows.map(|rows| {

@@ -210,10 +210,16 @@ async fn postgres_every_row_migrates_in_place_and_works_through_the_api() {
         processors.iter().all(|p| p == "\"default\""),
         "{processors:?}"
     );
-    assert_eq!(
-        rows(&pool, "webhook_pauses", &["source", "event_type"]).await,
-        old_pauses
-    );
+    // Every pause made before holds every processor (migration 15: `processor` '').
+    let mut pauses = rows(&pool, "webhook_pauses", &["source", "event_type"]).await;
+    for pause in pauses.values_mut() {
+        assert_eq!(
+            pause.remove("processor"),
+            Some(Value::from("")),
+            "{pause:?}"
+        );
+    }
+    assert_eq!(pauses, old_pauses);
     let log: Vec<(String, i64)> = sqlx::query_as("SELECT processor, delta FROM webhook_counts")
         .fetch_all(&pool)
         .await

@@ -55,7 +55,8 @@ WITH claimed AS (
           AND processed_at IS NULL AND dead_at IS NULL
           AND (locked_until IS NULL OR locked_until <= clock_timestamp())
           AND NOT EXISTS (SELECT 1 FROM webhook_pauses p
-              WHERE p.source IN ('', webhook_routes.source)
+              WHERE p.processor IN ('', webhook_routes.processor)
+                AND p.source IN ('', webhook_routes.source)
                 AND p.event_type IN ('', coalesce(webhook_routes.event_type, '')))
           AND ($6::int4 IS NULL OR object_id IS NULL OR (
               SELECT count(*) FROM (SELECT 1 FROM webhook_routes o
@@ -251,19 +252,22 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS webhook_routes_by_object
     ON webhook_routes (processor, object_id)
     WHERE processed_at IS NULL AND dead_at IS NULL AND object_id IS NOT NULL";
 
-/// An operator's pause (`$1` source, `$2` type, `''`: any); a second one changes nothing.
+/// An operator's pause (`$1` source, `$2` type, `$3` processor, `''`: any); a second one
+/// changes nothing.
 const PAUSE: &str = "
-INSERT INTO webhook_pauses (source, event_type) VALUES ($1, $2) ON CONFLICT DO NOTHING";
+INSERT INTO webhook_pauses (source, event_type, processor) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING";
 
 /// A resume, and a wake-up for every replica's workers.
 const RESUME: &str = "
 WITH resumed AS (
-    DELETE FROM webhook_pauses WHERE source = $1 AND event_type = $2 RETURNING 1)
+    DELETE FROM webhook_pauses WHERE source = $1 AND event_type = $2 AND processor = $3
+    RETURNING 1)
 SELECT count(*), pg_notify('webhook_events', '') FROM resumed";
 
 const PAUSES: &str = "
-SELECT source, event_type, (extract(epoch FROM paused_at) * 1000)::int8
-FROM webhook_pauses ORDER BY source, event_type";
+SELECT processor, source, event_type, (extract(epoch FROM paused_at) * 1000)::int8
+FROM webhook_pauses ORDER BY processor, source, event_type";
 
 impl Backend for Pg {
     fn accept(&self, d: Delivery) -> StoreFuture<Accepted> {
@@ -394,16 +398,24 @@ impl Backend for Pg {
         })
     }
 
-    fn pause(&self, source: String, event_type: String, pause: bool) -> StoreFuture<bool> {
+    fn pause(
+        &self,
+        (processor, source, event_type): crate::inbox::pause::Rule,
+        pause: bool,
+    ) -> StoreFuture<bool> {
         let pool = self.pool.clone();
         Box::pin(async move {
             let changed = if pause {
                 let done = sqlx::query(PAUSE).bind(source).bind(event_type);
-                done.execute(&pool).await.map(|d| d.rows_affected())
+                done.bind(processor)
+                    .execute(&pool)
+                    .await
+                    .map(|d| d.rows_affected())
             } else {
                 let done = sqlx::query_scalar::<_, i64>(RESUME)
                     .bind(source)
-                    .bind(event_type);
+                    .bind(event_type)
+                    .bind(processor);
                 done.fetch_one(&pool).await.map(i64::unsigned_abs)
             };
             Ok(changed.map_err(|e| store_error("inbox pause", e))? > 0)

@@ -23,7 +23,8 @@ SELECT q.queued, q.processing,
         SELECT count(*) FROM webhook_routes e
         WHERE e.processor = ?2 AND e.next_attempt_at IS NOT NULL AND e.processed_at IS NULL
           AND e.dead_at IS NULL AND (e.locked_until IS NULL OR e.locked_until <= ?1)
-          AND EXISTS (SELECT 1 FROM webhook_pauses p WHERE p.source IN ('', e.source)
+          AND EXISTS (SELECT 1 FROM webhook_pauses p
+              WHERE p.processor IN ('', e.processor) AND p.source IN ('', e.source)
               AND p.event_type IN ('', coalesce(e.event_type, ''))))
     ELSE 0 END AS paused,
     q.oldest_due_ms

@@ -76,8 +76,8 @@ enum Op {
     RenewRow(crate::inbox::backend::HeldRow, Duration),
     Finish(crate::inbox::backend::HeldRow, Outcome),
     Requeue(Requeue),
-    /// An operator's pause (`true`) or resume of a source and type.
-    Pause(String, String, bool),
+    /// An operator's pause (`true`) or resume of a processor, source and type.
+    Pause(crate::inbox::pause::Rule, bool),
     Prune(Duration),
     PruneOnce(String, Duration),
     /// The inbox's processed (`false`) or dead (`true`) rows older than that.

@@ -82,7 +82,8 @@ WHERE rowid IN (
       AND processed_at IS NULL AND dead_at IS NULL
       AND (locked_until IS NULL OR locked_until <= ?1)
       AND NOT EXISTS (SELECT 1 FROM webhook_pauses p
-          WHERE p.source IN ('', webhook_routes.source)
+          WHERE p.processor IN ('', webhook_routes.processor)
+            AND p.source IN ('', webhook_routes.source)
             AND p.event_type IN ('', coalesce(webhook_routes.event_type, '')))
       AND (?6 IS NULL OR object_id IS NULL OR (
           SELECT count(*) FROM (SELECT 1 FROM webhook_routes o
@@ -128,15 +129,18 @@ ORDER BY next_attempt_at LIMIT 1";
 pub(super) const TAKE_ARRIVALS: &str =
     "UPDATE webhook_arrivals SET last = last + ?1 RETURNING last";
 
-/// An operator's pause (`?1` source, `?2` type, `''`: any); a second one changes nothing.
+/// An operator's pause (`?1` source, `?2` type, `?4` processor, `''`: any); a second one
+/// changes nothing.
 pub(super) const PAUSE: &str = "
-INSERT INTO webhook_pauses (source, event_type, paused_at) VALUES (?1, ?2, ?3)
+INSERT INTO webhook_pauses (source, event_type, paused_at, processor) VALUES (?1, ?2, ?3, ?4)
 ON CONFLICT DO NOTHING";
 
-pub(super) const RESUME: &str = "DELETE FROM webhook_pauses WHERE source = ?1 AND event_type = ?2";
+pub(super) const RESUME: &str =
+    "DELETE FROM webhook_pauses WHERE source = ?1 AND event_type = ?2 AND processor = ?3";
 
-const PAUSES: &str =
-    "SELECT source, event_type, paused_at FROM webhook_pauses ORDER BY source, event_type";
+const PAUSES: &str = "
+SELECT processor, source, event_type, paused_at FROM webhook_pauses
+ORDER BY processor, source, event_type";
 
 // The statements on one held route: its key `?1`, `?2`, the claim's token `?3`, its
 // processor `?4` (a claim's token is shared by all its routes), the rest from `?5`.
@@ -292,10 +296,10 @@ impl Backend for Sqlite {
         Box::pin(async move { this.count(Op::Requeue(which)).await })
     }
 
-    fn pause(&self, source: String, event_type: String, pause: bool) -> StoreFuture<bool> {
+    fn pause(&self, rule: crate::inbox::pause::Rule, pause: bool) -> StoreFuture<bool> {
         let this = self.clone();
         Box::pin(async move {
-            let changed = this.count(Op::Pause(source, event_type, pause)).await?;
+            let changed = this.count(Op::Pause(rule, pause)).await?;
             Ok(changed > 0)
         })
     }

@@ -195,11 +195,12 @@ async fn write_one<'a>(
         Op::Finish(row, outcome) => {
             Done::Held(routes::finish(conn, now, row, outcome, attempts).await?)
         }
-        Op::Pause(source, event_type, pause) => {
+        Op::Pause((processor, source, event_type), pause) => {
             let query = match pause {
                 true => sqlx::query(PAUSE).bind(source).bind(event_type).bind(now),
                 false => sqlx::query(RESUME).bind(source).bind(event_type),
             };
+            let query = query.bind(processor);
             let done = query
                 .execute(&mut *conn)
                 .await
