@@ -2573,13 +2573,15 @@ async fn demo(extra: &[&str]) -> serde_json::Value {
         let row = &table["processors"][processor];
         assert_eq!(row["expected"], expected, "{processor}: {table}");
         // JetStream's `processed` for a processor with a filter is the stream's messages
-        // less those it passed unrun, a count that loses passes when a worker is aborted
-        // mid-flush (`Lane::skip` leaves `flushing` set) and counts a pass twice when its
-        // acknowledgement's answer is lost: billing read 318 to 377 of 320 in 3 runs of 6.
+        // less those it passed unrun: a worker killed between a pass's acknowledgement and
+        // its count, or a pass whose acknowledgement's answer was lost (passed again), is
+        // off by one each. (A flush aborted mid-write lost a whole batch until `Lane::skip`
+        // put it back: billing read 318 to 377 of 320 in 3 runs of 6; 320 in 4 of 4 since.)
         // Its effects are exact all the same (`lost`, `double_effects` below).
-        let inexact = extra.contains(&"--nats") && processor == "billing";
-        if !inexact {
-            assert_eq!(row["processed"], expected, "{processor}: {table}");
+        let processed = row["processed"].as_i64().unwrap();
+        match extra.contains(&"--nats") && processor == "billing" {
+            true => assert!((processed - expected).abs() <= 2, "{processor}: {table}"),
+            false => assert_eq!(processed, expected, "{processor}: {table}"),
         }
         for zero in ["dead", "double_effects", "lost", "excluded_runs"] {
             assert_eq!(row[zero], 0, "{processor} {zero}: {table}");

@@ -118,15 +118,34 @@ impl Lane {
     pub(super) async fn skip(&self, held: &kv::Store) {
         self.skipped.fetch_add(1, Ordering::Relaxed);
         while !self.flushing.swap(true, Ordering::AcqRel) {
-            let n = self.skipped.swap(0, Ordering::AcqRel);
-            if n > 0 && !add(held, &skipped_key(self.name()), n).await {
-                self.skipped.fetch_add(n, Ordering::Relaxed); // the next skip tries again
+            let mut taken = Flushing {
+                lane: self,
+                n: self.skipped.swap(0, Ordering::AcqRel),
+            };
+            let written = taken.n == 0 || add(held, &skipped_key(self.name()), taken.n).await;
+            if written {
+                taken.n = 0;
             }
-            self.flushing.store(false, Ordering::Release);
-            if self.skipped.load(Ordering::Acquire) == 0 {
+            drop(taken); // what was not written goes back; another caller may flush
+                         // Not written: the next skip tries again (no spinning while NATS is away).
+            if !written || self.skipped.load(Ordering::Acquire) == 0 {
                 break;
             }
         }
+    }
+}
+
+/// A flush of the skipped count under way. Dropped — done, failed, or its worker aborted
+/// mid-write — it puts back what it did not write and lets the next caller flush.
+struct Flushing<'a> {
+    lane: &'a Lane,
+    n: u64,
+}
+
+impl Drop for Flushing<'_> {
+    fn drop(&mut self) {
+        self.lane.skipped.fetch_add(self.n, Ordering::Relaxed);
+        self.lane.flushing.store(false, Ordering::Release);
     }
 }
 
