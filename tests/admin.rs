@@ -107,6 +107,7 @@ async fn counts_and_listings_show_each_state_with_its_last_error(inbox: Inbox) {
         assert_eq!(row["next_attempt_at"], Value::Null, "a dead row is not due");
         assert!(time(&row["dead_at"]) >= time(&row["received_at"]));
         assert!(row.get("body").is_none(), "a listing carries no bodies");
+        assert!(row.get("processor").is_none(), "one processor: as before");
     }
 
     let failing = get(&inbox, "/events?state=failing").await;
@@ -192,10 +193,15 @@ async fn one_event_shows_its_body_as_text_or_base64(inbox: Inbox) {
     assert_eq!(dead.json["attempts"], 2);
     let history = dead.json["history"].as_array().unwrap();
     assert_eq!(history.len(), 2, "{history:?}");
+    assert!(
+        dead.json.get("routes").is_none(),
+        "one processor: as before"
+    );
     for (record, (n, outcome)) in history.iter().zip([(1, "failed"), (2, "dead")]) {
         assert_eq!(record["attempt"], n);
         assert_eq!(record["outcome"], outcome);
         assert_eq!(record["error"], DEAD_ERROR);
+        assert!(record.get("processor").is_none());
         assert!(record["duration_ms"].as_f64().unwrap() >= 0.0);
         assert!(time(&record["finished_at"]) >= time(&record["started_at"]));
     }
@@ -443,6 +449,158 @@ async fn counts_show_each_processor_with_fan_out(inbox: Inbox) {
     assert_eq!(counts.json["processors"]["ledger"]["processed"], 0);
 }
 
+/// With fan-out, an event shows each processor's route and whose each attempt was; the
+/// listings, requeues and pauses take a processor and touch only its routes; a
+/// processor the inbox does not have is a 400.
+async fn fan_out_routes_listings_requeues_and_pauses_per_processor(inbox: Inbox) {
+    let inbox = inbox
+        .with_processors([
+            ProcessorSpec::new("steady").unwrap(),
+            ProcessorSpec::new("flaky").unwrap(),
+        ])
+        .unwrap();
+    for id in ["evt_1", "evt_2"] {
+        assert_eq!(deliver(&inbox, id).await, StatusCode::NO_CONTENT);
+    }
+    let worker = |name: &str, fails: bool| {
+        Worker::processor(&inbox, name, move |_: Event, _: Attempt| async move {
+            match fails {
+                true => Err(DEAD_ERROR),
+                false => Ok(()),
+            }
+        })
+        .unwrap()
+        .with_max_attempts(2)
+        .unwrap()
+        .with_backoff(Duration::from_millis(1), Duration::from_millis(2))
+        .unwrap()
+        .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
+        .spawn()
+    };
+    let steady = worker("steady", false);
+    let flaky = worker("flaky", true);
+    let of = async |name: &str, state: &str| {
+        get(&inbox, "/counts").await.json["processors"][name][state].clone()
+    };
+    eventually("steady's processed, flaky's dead", async || {
+        of("steady", "processed").await == 2 && of("flaky", "dead").await == 2
+    })
+    .await;
+    flaky.shutdown().await;
+
+    let event = get(&inbox, "/events/standard/evt_1").await;
+    assert_eq!(event.status, StatusCode::OK);
+    assert_eq!(event.json["state"], "dead", "the most urgent route");
+    let route = |json: &Value, name: &str| {
+        let routes = json["routes"].as_array().expect("routes with fan-out");
+        assert_eq!(routes.len(), 2, "{routes:?}");
+        routes
+            .iter()
+            .find(|r| r["processor"] == name)
+            .unwrap_or_else(|| panic!("{name}'s route in {routes:?}"))
+            .clone()
+    };
+    let dead = route(&event.json, "flaky");
+    assert_eq!(dead["state"], "dead");
+    assert_eq!(dead["attempts"], 2);
+    assert_eq!(dead["last_error"], DEAD_ERROR);
+    assert_eq!(dead["next_attempt_at"], Value::Null);
+    assert_eq!(dead["processed_at"], Value::Null);
+    let done = route(&event.json, "steady");
+    assert_eq!(done["state"], "processed");
+    assert_eq!(done["attempts"], 1);
+    assert_eq!(done["last_error"], Value::Null);
+    assert!(time(&done["processed_at"]) >= time(&event.json["received_at"]));
+    let history = event.json["history"].as_array().unwrap();
+    let whose = |name: &str| history.iter().filter(|h| h["processor"] == name).count();
+    assert_eq!((whose("flaky"), whose("steady")), (2, 1), "{history:?}");
+
+    let listed = get(&inbox, "/events?state=dead&processor=flaky").await;
+    assert_eq!(listed.status, StatusCode::OK);
+    let mut seen = ids(&listed.json);
+    seen.sort();
+    assert_eq!(seen, ["evt_1", "evt_2"]);
+    for row in listed.json["events"].as_array().unwrap() {
+        assert_eq!(row["processor"], "flaky");
+    }
+    let none = get(&inbox, "/events?state=dead&processor=steady").await;
+    assert_eq!(ids(&none.json), Vec::<String>::new());
+
+    // Unknown processors: a fixed 400 that changes nothing.
+    let unknown = json!({"error": "no such processor"});
+    let answer = get(&inbox, "/events?state=dead&processor=nobody").await;
+    assert_eq!(
+        (answer.status, &answer.json),
+        (StatusCode::BAD_REQUEST, &unknown)
+    );
+    let answer = post_json(
+        &inbox,
+        "/requeue",
+        r#"{"processor": "nobody", "dead": true}"#,
+    )
+    .await;
+    assert_eq!(
+        (answer.status, &answer.json),
+        (StatusCode::BAD_REQUEST, &unknown)
+    );
+    for uri in [
+        "/pause?processor=nobody",
+        "/resume?processor=nobody&source=standard",
+    ] {
+        let answer = post_json(&inbox, uri, "").await;
+        assert_eq!(
+            (answer.status, &answer.json),
+            (StatusCode::BAD_REQUEST, &unknown),
+            "{uri}"
+        );
+    }
+    assert_eq!(of("flaky", "dead").await, 2);
+
+    // Flaky paused alone: its requeued routes wait, steady's new event runs.
+    let paused = post_json(&inbox, "/pause?processor=flaky&source=standard", "").await;
+    assert_eq!(paused.json, json!({"changed": true}));
+    let pauses = get(&inbox, "/pauses").await.json;
+    assert_eq!(pauses.as_array().unwrap().len(), 1, "{pauses}");
+    assert_eq!(pauses[0]["processor"], "flaky");
+    assert_eq!(pauses[0]["source"], "standard");
+    assert_eq!(pauses[0]["type"], Value::Null);
+    let requeued = post_json(
+        &inbox,
+        "/requeue",
+        r#"{"processor": "flaky", "dead": true}"#,
+    )
+    .await;
+    assert_eq!(requeued.json, json!({"requeued": 2}));
+    let event = get(&inbox, "/events/standard/evt_1").await.json;
+    assert_eq!(route(&event, "flaky")["state"], "queued");
+    assert_eq!(route(&event, "flaky")["attempts"], 0);
+    assert_eq!(
+        route(&event, "steady")["state"],
+        "processed",
+        "not run again"
+    );
+    assert_eq!(route(&event, "steady")["attempts"], 1);
+
+    let flaky = worker("flaky", false);
+    assert_eq!(deliver(&inbox, "evt_3").await, StatusCode::NO_CONTENT);
+    eventually("steady processes evt_3", async || {
+        of("steady", "processed").await == 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(of("flaky", "queued").await, 3, "flaky's paused");
+    let resumed = post_json(&inbox, "/resume?processor=flaky&source=standard", "").await;
+    assert_eq!(resumed.json, json!({"changed": true}));
+    eventually("flaky processes its three once resumed", async || {
+        of("flaky", "processed").await == 3
+    })
+    .await;
+    assert_eq!(of("steady", "processed").await, 3);
+    flaky.shutdown().await;
+    steady.shutdown().await;
+}
+
 /// A fresh SQLite inbox of its own.
 async fn sqlite() -> Inbox {
     let path = std::env::temp_dir().join(format!(
@@ -494,6 +652,11 @@ macro_rules! suite {
             #[tokio::test]
             async fn counts_show_each_processor_with_fan_out() {
                 super::counts_show_each_processor_with_fan_out($make).await;
+            }
+
+            #[tokio::test]
+            async fn fan_out_routes_listings_requeues_and_pauses_per_processor() {
+                super::fan_out_routes_listings_requeues_and_pauses_per_processor($make).await;
             }
 
             #[tokio::test]

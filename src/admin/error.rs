@@ -55,6 +55,15 @@ impl AdminError {
         }
     }
 
+    /// A failure of the router's own, not the database's: 500.
+    pub(super) fn internal(message: &'static str) -> Self {
+        Self {
+            kind: AdminErrorKind::Internal,
+            message,
+            source: None,
+        }
+    }
+
     pub(super) fn not_found(message: &'static str) -> Self {
         Self {
             kind: AdminErrorKind::NotFound,

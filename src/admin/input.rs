@@ -7,9 +7,9 @@ use std::time::SystemTime;
 use serde::Deserialize;
 
 use super::AdminError;
-use crate::inbox::{Cursor, Listing, Requeue};
+use crate::inbox::{Cursor, Inbox, Listing, Requeue};
 
-/// `GET /events?state=dead|failing&order=newest|oldest&limit=1..1000&after=<cursor>`.
+/// `GET /events?state=dead|failing&order=newest|oldest&limit=1..1000&after=<cursor>&processor=<name>`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
@@ -17,10 +17,19 @@ pub(super) struct ListQuery {
     order: Option<String>,
     limit: Option<String>,
     after: Option<String>,
+    processor: Option<String>,
+}
+
+/// `name`, when it is one of `inbox`'s processors; else a 400.
+pub(super) fn processor<'a>(inbox: &Inbox, name: &'a str) -> Result<&'a str, AdminError> {
+    match inbox.processors().any(|p| p.name() == name) {
+        true => Ok(name),
+        false => Err(AdminError::bad_request("no such processor")),
+    }
 }
 
 impl ListQuery {
-    pub(super) fn listing(self) -> Result<Listing, AdminError> {
+    pub(super) fn listing(self, inbox: &Inbox) -> Result<Listing, AdminError> {
         let mut listing = match self.state.as_deref() {
             Some("dead") => Listing::dead(),
             Some("failing") => Listing::failing(),
@@ -44,6 +53,9 @@ impl ListQuery {
                 .parse()
                 .map_err(|_| AdminError::bad_request("after must be a next cursor"))?;
             listing = listing.after(cursor);
+        }
+        if let Some(name) = &self.processor {
+            listing = listing.with_processor(processor(inbox, name)?);
         }
         Ok(listing)
     }
@@ -73,7 +85,8 @@ impl ProcessedQuery {
 /// `POST /requeue`: which rows, by the fields of [`Requeue`]. `source` and `id` name one
 /// event; `dead` every dead row; `type` and the receipt window narrow either (or every
 /// row, processed ones included: replay); `all` alone every row. An empty body names
-/// nothing and is refused, so a replay of everything is never an accident.
+/// nothing and is refused, so a replay of everything is never an accident. `processor`
+/// narrows any of them to that processor's routes.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RequeueBody {
@@ -87,10 +100,15 @@ pub(super) struct RequeueBody {
     received_before: Option<String>,
     #[serde(default)]
     all: bool,
+    processor: Option<String>,
 }
 
 impl RequeueBody {
-    pub(super) fn requeue(self) -> Result<Requeue, AdminError> {
+    pub(super) fn requeue(self, inbox: &Inbox) -> Result<Requeue, AdminError> {
+        let only = match &self.processor {
+            Some(name) => Some(processor(inbox, name)?.to_owned()),
+            None => None,
+        };
         let texts = [&self.source, &self.id, &self.event_type];
         if texts
             .iter()
@@ -147,6 +165,9 @@ impl RequeueBody {
         }
         if let Some(before) = before {
             requeue = requeue.received_before(before);
+        }
+        if let Some(name) = only {
+            requeue = requeue.with_processor(&name);
         }
         Ok(requeue)
     }

@@ -43,6 +43,16 @@
 //! - `POST /pause` and `POST /resume` take `source` and `type`, each optional (absent:
 //!   any; neither: the whole inbox). While paused, no worker starts a matching event;
 //!   accepts go on. `changed` is `false` when it was paused (or not paused) already.
+//! - Fan-out ([`Inbox::with_processors`]): `GET /events`, `POST /pause` and
+//!   `POST /resume` take `processor` (absent: every processor) and `POST /requeue` a
+//!   `"processor"` field, narrowing to that processor's routes (the others' are left as
+//!   they are); a processor the inbox does not have is a 400. With more than one
+//!   processor, `GET /counts` adds `"processors"` (each one's counts by name), listing
+//!   rows and history entries carry `"processor"`, `GET /events/{source}/{id}` adds
+//!   `"routes"`: `[{"processor", "state", "attempts", "last_error", "next_attempt_at",
+//!   "processed_at", "dead_at"}, …]` (its top-level state is its most urgent route's),
+//!   and `GET /pauses` rows of one processor carry `"processor"`. With one, every answer
+//!   is as above.
 //!
 //! Times are RFC 3339 in UTC. Failures are `{"error": "<a fixed short message>"}`: 400
 //! for input that does not parse or is out of range (unknown parameters and fields

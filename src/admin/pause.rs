@@ -20,8 +20,11 @@ pub(super) trait Operated: Clone + Send + Sync + 'static {
     fn counts_by_processor(
         &self,
     ) -> impl Future<Output = Result<BTreeMap<String, Counts>, StoreError>> + Send;
+    /// Whether the queue has the processor `name`.
+    fn has_processor(&self, name: &str) -> bool;
     fn pause(
         &self,
+        processor: Option<&str>,
         source: Option<&str>,
         event_type: Option<&str>,
         paused: bool,
@@ -36,15 +39,23 @@ macro_rules! operated {
             async fn counts_by_processor(&self) -> Result<BTreeMap<String, Counts>, StoreError> {
                 <$queue>::counts_by_processor(self).await
             }
+            fn has_processor(&self, name: &str) -> bool {
+                self.processors().any(|p| p.name() == name)
+            }
             async fn pause(
                 &self,
+                processor: Option<&str>,
                 source: Option<&str>,
                 event_type: Option<&str>,
                 paused: bool,
             ) -> Result<bool, StoreError> {
-                match paused {
-                    true => <$queue>::pause(self, source, event_type).await,
-                    false => <$queue>::resume(self, source, event_type).await,
+                match (processor, paused) {
+                    (None, true) => <$queue>::pause(self, source, event_type).await,
+                    (None, false) => <$queue>::resume(self, source, event_type).await,
+                    (Some(p), true) => <$queue>::pause_processor(self, p, source, event_type).await,
+                    (Some(p), false) => {
+                        <$queue>::resume_processor(self, p, source, event_type).await
+                    }
                 }
             }
             async fn pauses(&self) -> Result<Vec<Pause>, StoreError> {
@@ -66,13 +77,15 @@ pub(super) fn routes<Q: Operated>(routes: Router<Q>) -> Router<Q> {
         .method_not_allowed_fallback(|| async { AdminError::method_not_allowed() })
 }
 
-/// `POST /pause` and `POST /resume`: `?source=…&type=…`, each optional (absent: any).
+/// `POST /pause` and `POST /resume`: `?source=…&type=…&processor=…`, each optional
+/// (absent: any source, any type, every processor).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PauseQuery {
     source: Option<String>,
     #[serde(rename = "type")]
     event_type: Option<String>,
+    processor: Option<String>,
 }
 
 #[derive(serde::Serialize)]
@@ -99,17 +112,24 @@ async fn resume<Q: Operated>(
     set_paused(&queue, query, false).await
 }
 
-/// Pauses (`true`) or resumes what the query names.
+/// Pauses (`true`) or resumes what the query names; a processor the queue does not have
+/// is a 400.
 async fn set_paused<Q: Operated>(
     queue: &Q,
     query: Result<Query<PauseQuery>, QueryRejection>,
     paused: bool,
 ) -> Result<Json<Changed>, AdminError> {
     let Query(query) = query.map_err(|_| {
-        AdminError::bad_request("the query takes source and type, once each, both optional")
+        AdminError::bad_request(
+            "the query takes source, type and processor, once each, all optional",
+        )
     })?;
+    let processor = query.processor.as_deref();
+    if processor.is_some_and(|name| !queue.has_processor(name)) {
+        return Err(AdminError::bad_request("no such processor"));
+    }
     let (source, event_type) = (query.source.as_deref(), query.event_type.as_deref());
-    let changed = queue.pause(source, event_type, paused).await;
+    let changed = queue.pause(processor, source, event_type, paused).await;
     Ok(Json(Changed {
         changed: changed.map_err(AdminError::store)?,
     }))

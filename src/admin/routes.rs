@@ -4,12 +4,13 @@ use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use serde_json::Value;
 
 use super::input::{ListQuery, ProcessedQuery, RequeueBody};
 use super::pause::{self, counts};
 use super::AdminError;
 use crate::inbox::json::PerMinute;
-use crate::inbox::{Inbox, Page, StoredEvent};
+use crate::inbox::{Inbox, StoredEvent};
 
 pub(super) fn router(inbox: Inbox) -> Router {
     let routes = Router::new()
@@ -24,29 +25,60 @@ pub(super) fn router(inbox: Inbox) -> Router {
 async fn list(
     State(inbox): State<Inbox>,
     query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<Page>, AdminError> {
+) -> Result<Json<Value>, AdminError> {
     let Query(query) = query.map_err(|_| {
-        AdminError::bad_request("the query takes state, order, limit and after, once each")
+        AdminError::bad_request(
+            "the query takes state, order, limit, after and processor, once each",
+        )
     })?;
-    let listing = query.listing()?;
-    inbox
-        .list(&listing)
-        .await
-        .map(Json)
-        .map_err(AdminError::store)
+    let listing = query.listing(&inbox)?;
+    let page = inbox.list(&listing).await.map_err(AdminError::store)?;
+    let mut json = to_json(&page)?;
+    if fanned_out(&inbox) {
+        // Each row is one processor's route: say whose.
+        let rows = json["events"].as_array_mut().into_iter().flatten();
+        for (row, event) in rows.zip(&page.events) {
+            row["processor"] = event.processor.clone().into();
+        }
+    }
+    Ok(Json(json))
+}
+
+/// With more than one processor, answers name them (with one, they are as before fan-out).
+fn fanned_out(inbox: &Inbox) -> bool {
+    inbox.processors().nth(1).is_some()
+}
+
+fn to_json(answer: &impl serde::Serialize) -> Result<Value, AdminError> {
+    serde_json::to_value(answer).map_err(|_| AdminError::internal("the answer did not serialize"))
 }
 
 async fn event(
     State(inbox): State<Inbox>,
     key: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Json<StoredEvent>, AdminError> {
+) -> Result<Json<Value>, AdminError> {
     let Path((source, id)) =
         key.map_err(|_| AdminError::bad_request("the path is /events/{source}/{id}, UTF-8"))?;
-    match inbox.event(&source, &id).await {
-        Ok(Some(event)) => Ok(Json(event)),
-        Ok(None) => Err(AdminError::not_found("no such event")),
-        Err(e) => Err(AdminError::store(e)),
+    let event = match inbox.event(&source, &id).await {
+        Ok(Some(event)) => event,
+        Ok(None) => return Err(AdminError::not_found("no such event")),
+        Err(e) => return Err(AdminError::store(e)),
+    };
+    let mut json = to_json(&event)?;
+    if fanned_out(&inbox) {
+        with_routes(&mut json, &event)?;
     }
+    Ok(Json(json))
+}
+
+/// Adds `"routes"` (each processor's route) and each attempt's `"processor"`.
+fn with_routes(json: &mut Value, event: &StoredEvent) -> Result<(), AdminError> {
+    json["routes"] = to_json(&event.routes)?;
+    let history = json["history"].as_array_mut().into_iter().flatten();
+    for (entry, attempt) in history.zip(&event.attempts) {
+        entry["processor"] = attempt.processor.clone().into();
+    }
+    Ok(())
 }
 
 async fn processed(
@@ -77,10 +109,10 @@ async fn requeue(
             AdminError::bad_request("the body is JSON, sent as Content-Type: application/json")
         }
         _ => AdminError::bad_request(
-            "the body is a JSON object of source, id, dead, type, received_from, received_before, all",
+            "the body is a JSON object of source, id, dead, type, received_from, received_before, all, processor",
         ),
     })?;
-    let which = body.requeue()?;
+    let which = body.requeue(&inbox)?;
     inbox
         .requeue(which)
         .await

@@ -13,7 +13,7 @@ use serde::ser::{Error as _, Serialize, Serializer};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use super::listing::{Cursor, EventSummary, Page, State};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-use super::{AttemptRecord, StoredEvent};
+use super::{AttemptRecord, RouteState, StoredEvent};
 use super::{Counts, Pause};
 
 /// `t` as RFC 3339 in UTC, to the microsecond (what both databases keep).
@@ -167,6 +167,38 @@ impl Serialize for AttemptRecord {
             duration_ms: us / 1000.0,
             outcome: self.outcome.as_str(),
             error: self.error.as_deref(),
+        }
+        .serialize(s)
+    }
+}
+
+/// `{"processor": "billing", "state": "dead", "attempts": 2, "last_error": "…",
+/// "next_attempt_at": null, "processed_at": null}` (absent values `null`), and
+/// `"orphaned": true` for a processor the inbox no longer has.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl Serialize for RouteState {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Wire<'a> {
+            processor: &'a str,
+            state: State,
+            attempts: u32,
+            last_error: Option<&'a str>,
+            next_attempt_at: Option<Time>,
+            processed_at: Option<Time>,
+            dead_at: Option<Time>,
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            orphaned: bool,
+        }
+        Wire {
+            processor: &self.processor,
+            state: self.state,
+            attempts: self.attempts,
+            last_error: self.last_error.as_deref(),
+            next_attempt_at: self.next_attempt_at.map(Time),
+            processed_at: self.processed_at.map(Time),
+            dead_at: self.dead_at.map(Time),
+            orphaned: self.orphaned,
         }
         .serialize(s)
     }
