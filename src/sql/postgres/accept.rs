@@ -22,9 +22,12 @@ use crate::store::{Delivery, StoreError};
 /// switched from dedupe to the inbox loses no event. A duplicate of an inbox event
 /// matches neither and writes nothing (`DO NOTHING` takes no row lock).
 ///
-/// Each event queued (inserted or adopted, once per key: by the place its `arrival`
-/// says) gets its body and headers (`$8`) in `webhook_bodies`, and a route per processor
-/// `$11` names for its place `$10`, with the event's type, object, arrival and receipt.
+/// Each event queued (inserted or adopted, once per key) gets, by its place (its
+/// `arrival` less the batch's number: no join on the key), its body and headers (`$8`) in
+/// `webhook_bodies`, and a route per processor `$11` names for its place `$10`, with the
+/// event's own type, object, arrival and receipt, as `RETURNING` gives them (an adopted
+/// claim's own). The adoption's probes only run for the places the insert left: none in
+/// a batch of new events.
 const ACCEPT_MANY: &str = "
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::bytea[],
@@ -38,26 +41,24 @@ WITH input AS (
     SELECT source, event_id, event_type, object_id, livemode, 0, now(), kind, batch.n + place
     FROM input, batch
     ON CONFLICT (source, event_id) DO NOTHING
-    RETURNING source, event_id, arrival, received_at
+    RETURNING source, event_id, event_type, object_id, arrival, received_at
 ), adopted AS (
     UPDATE webhook_events w SET next_attempt_at = now(), attempts = 0,
         locked_until = NULL, lock_token = NULL, body = NULL,
         arrival = (SELECT n FROM batch) + first.place
-    FROM (SELECT DISTINCT ON (source, event_id) * FROM input ORDER BY source, event_id, place)
-        AS first
+    FROM (SELECT DISTINCT ON (source, event_id) * FROM input
+          WHERE place NOT IN (SELECT inserted.arrival - (SELECT n FROM batch) FROM inserted)
+          ORDER BY source, event_id, place) AS first
     WHERE w.source = first.source AND w.event_id = first.event_id
-      AND NOT EXISTS (SELECT 1 FROM inserted
-                      WHERE inserted.source = first.source AND inserted.event_id = first.event_id)
       AND w.next_attempt_at IS NULL AND w.processed_at IS NULL AND w.kind <> 'once'
-    RETURNING w.source, w.event_id, w.arrival, w.received_at
+    RETURNING w.source, w.event_id, w.event_type, w.object_id, w.arrival, w.received_at
 ), queued AS (
-    SELECT input.*, q.arrival, q.received_at
-    FROM (SELECT * FROM inserted UNION ALL SELECT * FROM adopted) q
-    JOIN input ON input.source = q.source AND input.event_id = q.event_id
-      AND input.place = q.arrival - (SELECT n FROM batch)
+    SELECT q.*, q.arrival - batch.n AS place
+    FROM (SELECT * FROM inserted UNION ALL SELECT * FROM adopted) q, batch
 ), bodies AS (
     INSERT INTO webhook_bodies (source, event_id, body, headers)
-    SELECT source, event_id, body, headers FROM queued
+    SELECT input.source, input.event_id, input.body, input.headers
+    FROM queued JOIN input USING (place)
     ON CONFLICT (source, event_id) DO NOTHING
 ), routes AS (
     INSERT INTO webhook_routes

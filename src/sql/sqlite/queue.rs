@@ -25,8 +25,8 @@ use crate::store::{Delivery, StoreError, StoreFuture, Token};
 /// claim's lock and inline body dropped, the row is the inbox's from now on (a
 /// `DedupeLayer` in front of this accept then finds it done, `INBOX_HAS`). The body
 /// (`?6`) and headers (`?9`), bound here as the other accepts bind them, go to
-/// `webhook_bodies` ([`ACCEPT_BODY`]), the state to the event's route ([`ACCEPT_ROUTE`]),
-/// when this changed the row.
+/// `webhook_bodies` ([`ACCEPT_BODIES`]), the state to the event's routes
+/// ([`ACCEPT_ROUTES`]), when this changed the row: both once for a run of accepts.
 pub(super) const ACCEPT: &str = "
 INSERT INTO webhook_events
     (source, event_id, event_type, object_id, livemode, received_at, attempts, next_attempt_at, kind,
@@ -37,19 +37,28 @@ ON CONFLICT (source, event_id) DO UPDATE SET next_attempt_at = ?7, attempts = 0,
 WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS NULL
   AND webhook_events.kind <> 'once'";
 
-/// An accepted event's body and request headers (credentials left out).
-pub(super) const ACCEPT_BODY: &str = "
-INSERT INTO webhook_bodies (source, event_id, body, headers) VALUES (?1, ?2, ?3, ?4)
+/// The bodies and request headers (credentials left out) of a run of accepts, in one
+/// statement: `?1` a JSON array of `[source, id, start, length, headers]`, each body the
+/// bytes `start`…`start + length - 1` of `?2` (the run's bodies end to end; `start` NULL:
+/// no body).
+pub(super) const ACCEPT_BODIES: &str = "
+INSERT INTO webhook_bodies (source, event_id, body, headers)
+SELECT value ->> 0, value ->> 1, substr(?2, value ->> 2, value ->> 3), value ->> 4
+FROM json_each(?1) WHERE true
 ON CONFLICT (source, event_id) DO UPDATE SET body = excluded.body, headers = excluded.headers";
 
-/// An accepted event's route for processor `?3`, queued and due at the accept's time, its
-/// immutable columns copied from the event (an adopted claim's own).
-pub(super) const ACCEPT_ROUTE: &str = "
+/// The routes of a run of accepts, in one statement: `?1` a JSON array of `[source, id,
+/// processor]`, each queued and due at its event's accept time, its immutable columns
+/// copied from the event (an adopted claim's own), found by key (`CROSS JOIN`: the array
+/// outer, one primary-key probe a route).
+pub(super) const ACCEPT_ROUTES: &str = "
 INSERT INTO webhook_routes
     (source, event_id, processor, event_type, object_id, arrival, received_at, attempts,
      next_attempt_at)
-SELECT source, event_id, ?3, event_type, object_id, arrival, received_at, 0, next_attempt_at
-FROM webhook_events WHERE source = ?1 AND event_id = ?2
+SELECT e.source, e.event_id, r.value ->> 2, e.event_type, e.object_id, e.arrival,
+    e.received_at, 0, e.next_attempt_at
+FROM json_each(?1) AS r CROSS JOIN webhook_events AS e
+WHERE e.source = r.value ->> 0 AND e.event_id = r.value ->> 1
 ON CONFLICT (source, event_id, processor) DO NOTHING";
 
 /// SQLite has one writer: this UPDATE is atomic, no two workers get the same route; the

@@ -8,7 +8,7 @@ use sqlx::sqlite::{Sqlite as Db, SqliteArguments, SqliteConnection};
 use super::super::{store_error, ClaimedRow, Outcome, ABANDONED, CRASHED, MAX_ATTEMPT_RECORDS};
 use super::prune::{PRUNE_DEAD, PRUNE_EVENTS, PRUNE_OLD_TOMBSTONES};
 use super::queue::{
-    ABANDON, ACCEPT, ACCEPT_BODY, ACCEPT_ROUTE, BURY_CRASHED, CAP_ATTEMPTS, CLAIMED_BODIES,
+    ABANDON, ACCEPT, ACCEPT_BODIES, ACCEPT_ROUTES, BURY_CRASHED, CAP_ATTEMPTS, CLAIMED_BODIES,
     CLAIM_DUE, DEAD, GIVE_BACK, LATER, PROCESSED, RECORD_ATTEMPTS, RENEW_ROW, RETRY,
 };
 use super::{bind_delivery, ms};
@@ -78,14 +78,16 @@ pub(super) async fn record(
 }
 
 /// An accept at `now`, numbered `arrival`: the event (or the `DedupeLayer` claim it
-/// adopts), and when that changed, its body and its routes, in the batch's transaction.
-pub(super) async fn accept(
+/// adopts), in the batch's transaction. When that changed the row, the delivery joins
+/// `queued`, whose bodies and routes [`write_queued`] writes before the batch's next
+/// write of another kind (or its end).
+pub(super) async fn accept<'a>(
     conn: &mut SqliteConnection,
     now: i64,
-    d: &Delivery,
+    d: &'a Delivery,
     arrival: i64,
+    queued: &mut Vec<&'a Delivery>,
 ) -> Result<Accepted, StoreError> {
-    let err = |e| store_error("inbox accept", e);
     let audit = d.audit();
     let done = bind_delivery(sqlx::query(ACCEPT), d)
         .bind(now)
@@ -94,28 +96,55 @@ pub(super) async fn accept(
         .bind(arrival)
         .execute(&mut *conn)
         .await
-        .map_err(err)?;
+        .map_err(|e| store_error("inbox accept", e))?;
     if done.rows_affected() != 1 {
         return Ok(Accepted::Duplicate);
     }
-    sqlx::query(ACCEPT_BODY)
-        .bind(d.source())
-        .bind(d.id())
-        .bind(audit.body)
-        .bind(audit.headers)
+    queued.push(d);
+    Ok(Accepted::New)
+}
+
+/// The bodies and routes of the events a run of accepts queued, two statements whatever
+/// its length ([`ACCEPT_BODIES`], [`ACCEPT_ROUTES`]: a statement per accept would cost a
+/// round trip to SQLite's thread each); `queued` is left empty.
+pub(super) async fn write_queued(
+    conn: &mut SqliteConnection,
+    queued: &mut Vec<&Delivery>,
+) -> Result<(), StoreError> {
+    if queued.is_empty() {
+        return Ok(());
+    }
+    let err = |e| store_error("inbox accept", e);
+    let mut bytes = Vec::new();
+    let mut bodies = Vec::with_capacity(queued.len());
+    let mut routes = Vec::new();
+    for d in queued.drain(..) {
+        let audit = d.audit();
+        // SQLite's `substr` counts a blob's bytes from 1.
+        let at = audit.body.map(|body| {
+            bytes.extend_from_slice(body);
+            (bytes.len() - body.len() + 1, body.len())
+        });
+        let (start, len) = at.unzip();
+        bodies.push((d.source(), d.id(), start, len, audit.headers));
+        routes.extend(d.routes().iter().map(|p| (d.source(), d.id(), &**p)));
+    }
+    let bodies = serde_json::to_string(&bodies).expect("strings and numbers");
+    sqlx::query(ACCEPT_BODIES)
+        .bind(bodies)
+        .bind(bytes)
         .execute(&mut *conn)
         .await
         .map_err(err)?;
-    for processor in d.routes() {
-        sqlx::query(ACCEPT_ROUTE)
-            .bind(d.source())
-            .bind(d.id())
-            .bind(&**processor)
+    if !routes.is_empty() {
+        let routes = serde_json::to_string(&routes).expect("strings");
+        sqlx::query(ACCEPT_ROUTES)
+            .bind(routes)
             .execute(&mut *conn)
             .await
             .map_err(err)?;
     }
-    Ok(Accepted::New)
+    Ok(())
 }
 
 /// A claimed route as [`CLAIM_DUE`] returns it: the event's livemode and body are read

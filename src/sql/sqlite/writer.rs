@@ -13,7 +13,7 @@ use super::prune::PRUNE_KEPT;
 use super::queue::{PAUSE, REQUEUE, RESUME, TAKE_ARRIVALS};
 use super::routes::{self, record, Finished};
 use super::{epoch_ms, ms, Clock, Done, Op};
-use crate::store::{StoreError, StoreErrorKind, Token};
+use crate::store::{Delivery, StoreError, StoreErrorKind, Token};
 
 /// The writer's own connection, opened with the pool's options and the table's busy
 /// timeout: the pool's connections (reads) never make the writer wait for a connection —
@@ -83,15 +83,16 @@ pub(super) async fn write_in_one_transaction(
     let mut arrival = arrivals(&mut tx, ops).await?;
     let mut results = Vec::with_capacity(ops.len());
     let mut attempts = Vec::new();
+    let mut queued = Vec::new();
     for op in ops {
-        results.push(Ok(write_one(
-            &mut tx,
-            now,
-            op,
-            (&mut attempts, &mut arrival),
-        )
-        .await?));
+        // A run of accepts writes its bodies and routes before any other write reads them.
+        if !matches!(op, Op::Accept(_)) {
+            routes::write_queued(&mut tx, &mut queued).await?;
+        }
+        let pending = (&mut attempts, &mut arrival, &mut queued);
+        results.push(Ok(write_one(&mut tx, now, op, pending).await?));
     }
+    routes::write_queued(&mut tx, &mut queued).await?;
     record(&mut tx, &attempts).await?;
     tx.commit()
         .await
@@ -142,13 +143,22 @@ async fn inbox_has(
     Ok(row.is_some())
 }
 
+/// The writes a batch leaves for later in its transaction: the attempts finished, the
+/// next accept's number, the accepts whose bodies and routes are not written yet.
+type Pending<'p, 'a> = (
+    &'p mut Vec<Finished<'a>>,
+    &'p mut i64,
+    &'p mut Vec<&'a Delivery>,
+);
+
 /// One write's statements on `conn`, at `now`; the attempts it finished go in `attempts`,
-/// and an accept takes the number `arrival` holds (the next one left there).
+/// an accept takes the number `arrival` holds (the next one left there) and, when it
+/// queued its event, joins `queued`.
 async fn write_one<'a>(
     conn: &mut sqlx::SqliteConnection,
     now: i64,
     op: &'a Op,
-    (attempts, arrival): (&mut Vec<Finished<'a>>, &mut i64),
+    (attempts, arrival, queued): Pending<'_, 'a>,
 ) -> Result<Done, StoreError> {
     let changed = |done: sqlx::sqlite::SqliteQueryResult| done.rows_affected();
     Ok(match op {
@@ -179,7 +189,7 @@ async fn write_one<'a>(
             Done::Held(changed(done) == 1)
         }
         Op::Accept(d) => {
-            let accepted = routes::accept(conn, now, d, *arrival).await?;
+            let accepted = routes::accept(conn, now, d, *arrival, queued).await?;
             *arrival += 1;
             Done::Accept(accepted)
         }
