@@ -56,6 +56,7 @@ impl AdminError {
     }
 
     /// A failure of the router's own, not the database's: 500.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))] // the SQL router's
     pub(super) fn internal(message: &'static str) -> Self {
         Self {
             kind: AdminErrorKind::Internal,

@@ -124,8 +124,8 @@ mod error;
 mod input; // what the SQL inbox's endpoints accept
 #[cfg(feature = "nats")]
 mod jetstream; // a JetStream inbox's endpoints
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod pause; // counts and pausing of the SQL inbox
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+mod pause; // counts and pausing, the SQL inbox's and JetStream's
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod routes; // the SQL inbox's endpoints
 #[cfg(all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres")))]

@@ -1,5 +1,5 @@
-//! The SQL inbox's counts and pausing endpoints, and the fallbacks its router ends with
-//! (JetStream's, with processors and backfill, are in `jetstream.rs`).
+//! The counts and pausing endpoints both routers share (the SQL inbox's and
+//! JetStream's), and the fallbacks each ends with.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -40,7 +40,7 @@ macro_rules! operated {
                 <$queue>::counts_by_processor(self).await
             }
             fn has_processor(&self, name: &str) -> bool {
-                self.processors().any(|p| p.name() == name)
+                <$queue>::has_processor(self, name)
             }
             async fn pause(
                 &self,
@@ -65,7 +65,10 @@ macro_rules! operated {
     };
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 operated!(crate::inbox::Inbox);
+#[cfg(feature = "nats")]
+operated!(crate::inbox::jetstream::JetStream);
 
 /// `routes` with `/pause`, `/resume` and `/pauses`, and the fallbacks.
 pub(super) fn routes<Q: Operated>(routes: Router<Q>) -> Router<Q> {

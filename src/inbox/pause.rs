@@ -115,10 +115,15 @@ impl Inbox {
         Ok(changed)
     }
 
+    /// Whether this inbox has the processor `name`.
+    pub(crate) fn has_processor(&self, name: &str) -> bool {
+        self.processors.get(name).is_some()
+    }
+
     fn configured(&self, processor: &str) -> Result<(), StoreError> {
-        match self.processors.get(processor) {
-            Some(_) => Ok(()),
-            None => Err(StoreError::new(
+        match self.has_processor(processor) {
+            true => Ok(()),
+            false => Err(StoreError::new(
                 "inbox pause",
                 self.processors.unknown(processor).to_string(),
             )

@@ -208,6 +208,7 @@ where
 /// before and an oldest-first one after (time, source and id; each before or after every
 /// row when not bound: the first page), the limit's and the processor's placeholders and
 /// the key's condition.
+#[cfg(feature = "sqlite")] // PostgreSQL writes its own (`postgres/listing.rs`)
 macro_rules! listing_statements {
     (from: $from:literal, columns: $columns:literal,
         newest: $newest:literal, oldest: $oldest:literal, limit: $limit:literal,
@@ -273,6 +274,7 @@ LIMIT ", $limit
   AND processing_error IS NOT NULL"
     };
 }
+#[cfg(feature = "sqlite")]
 pub(crate) use listing_statements;
 
 /// For the dialects' listing tests, on the rows they write (dead `d1`…`d5` and failing

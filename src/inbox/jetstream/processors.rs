@@ -321,8 +321,13 @@ impl JetStream {
         self.release(Some(processor), source, event_type).await
     }
 
+    /// Whether the stream has the processor `name`.
+    pub(crate) fn has_processor(&self, name: &str) -> bool {
+        self.inner.lanes.iter().any(|l| l.name() == name)
+    }
+
     fn configured(&self, processor: &str) -> Result<(), StoreError> {
-        match self.inner.lanes.iter().any(|l| l.name() == processor) {
+        match self.has_processor(processor) {
             true => Ok(()),
             false => Err(StoreError::new(
                 "jetstream pause",
