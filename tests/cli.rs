@@ -7,9 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::seed::{body, eventually, seed, DEAD_ERROR};
-use serde_json::Value;
-use tower_webhook::inbox::{Attempt, Inbox, Listing, Worker};
+use common::seed::{body, deliver, eventually, seed, DEAD_ERROR};
+use http::StatusCode;
+use serde_json::{json, Value};
+use tower_webhook::inbox::{Attempt, Counts, Inbox, Listing, ProcessorSpec, State, Worker};
 use tower_webhook::store::{PgStore, SqliteStore};
 use tower_webhook::Event;
 
@@ -67,13 +68,18 @@ async fn the_command_reads_and_requeues_what_the_library_sees(inbox: Inbox, db: 
     );
     let table = run(db, &["counts"]).await;
     assert_eq!(table.code, 0, "{table:?}");
-    let lines: Vec<&str> = table.stdout.lines().collect();
+    // One processor: exactly the table before fan-out, no processor in it.
+    let (states, lag) = table.stdout.split_once("oldest due: ").unwrap();
     assert_eq!(
-        lines[0].split_whitespace().collect::<Vec<_>>(),
-        ["STATE", "ROWS"]
+        states,
+        "STATE       ROWS\nqueued      2\nprocessing  0\nprocessed   1\ndead        3\npaused      0\n"
     );
-    assert!(lines.contains(&"dead        3"), "{}", table.stdout);
-    assert!(lines.contains(&"processed   1"), "{}", table.stdout);
+    assert!(
+        lag.ends_with(" s\n") && lag.lines().count() == 1,
+        "{}",
+        table.stdout
+    );
+    assert!(!counts.as_object().unwrap().contains_key("processors"));
 
     // list: pages, with the library's own cursor.
     let first = run(db, &["list", "--state", "dead", "--limit", "2", "--json"])
@@ -101,6 +107,8 @@ async fn the_command_reads_and_requeues_what_the_library_sees(inbox: Inbox, db: 
         .split_whitespace()
         .collect();
     assert_eq!(header[..3], ["SOURCE", "ID", "TYPE"]);
+    assert!(!table.stdout.contains("PROCESSOR"), "{}", table.stdout);
+    assert!(first["events"][0].get("processor").is_none(), "{first}");
     for i in 1..=3 {
         let line = table
             .stdout
@@ -129,7 +137,15 @@ async fn the_command_reads_and_requeues_what_the_library_sees(inbox: Inbox, db: 
         .json();
     assert_eq!(shown["body"], body("evt_dead_1"));
     assert_eq!(shown["state"], "dead");
+    assert!(shown.get("routes").is_none(), "one processor: {shown}");
+    assert!(shown["history"][0].get("processor").is_none(), "{shown}");
     let table = run(db, &["show", "standard", "evt_dead_1"]).await;
+    assert!(!table.stdout.contains("PROCESSOR"), "{}", table.stdout);
+    let history = table.stdout.lines().find(|l| l.starts_with("ATTEMPT"));
+    assert_eq!(
+        history.map(|l| l.split_whitespace().collect::<Vec<_>>()),
+        Some(vec!["ATTEMPT", "STARTED", "TOOK", "OUTCOME", "ERROR"])
+    );
     assert!(
         table.stdout.contains(&body("evt_dead_1")),
         "{}",
@@ -275,6 +291,7 @@ async fn the_command_pauses_and_resumes_what_the_library_sees(inbox: Inbox, db: 
     assert_eq!(listed[0]["type"], Value::Null);
     let text = run(db, &["pauses"]).await.stdout;
     assert!(text.contains("stripe") && text.contains("any"), "{text}");
+    assert!(text.starts_with("SOURCE  "), "no processor column: {text}");
     let out = run(db, &["resume"]).await;
     assert_eq!(out.stdout, "resumed source any, type any\n");
     let out = run(db, &["resume"]).await;
@@ -292,6 +309,247 @@ async fn sqlite_the_command_pauses_and_resumes_what_the_library_sees() {
 async fn postgres_the_command_pauses_and_resumes_what_the_library_sees() {
     let (inbox, url) = postgres().await;
     the_command_pauses_and_resumes_what_the_library_sees(inbox, &url).await;
+}
+
+/// The words of the lines of the table under the header `header` (up to a blank line).
+fn rows_under(text: &str, header: &[&str]) -> Vec<Vec<String>> {
+    let words = |l: &str| -> Vec<String> { l.split_whitespace().map(str::to_owned).collect() };
+    let mut lines = text.lines().skip_while(|l| words(l) != header);
+    assert!(lines.next().is_some(), "a table under {header:?} in {text}");
+    lines.take_while(|l| !l.is_empty()).map(words).collect()
+}
+
+/// With fan-out (processors `a` and `b`, `b`'s route of evt_1 dead): counts per
+/// processor, an event's routes and whose each attempt was, and listings, requeues and
+/// pauses narrowed to one processor's routes; a processor without routes is bad input
+/// (exit 2) and changes nothing.
+async fn the_command_works_per_processor_with_fan_out(inbox: Inbox, db: &str) {
+    let inbox = inbox
+        .with_processors([
+            ProcessorSpec::new("a").unwrap(),
+            ProcessorSpec::new("b").unwrap(),
+        ])
+        .unwrap();
+    for id in ["evt_1", "evt_2"] {
+        assert_eq!(deliver(&inbox, id).await, StatusCode::NO_CONTENT);
+    }
+    let worker = |name: &'static str| {
+        Worker::processor(&inbox, name, move |e: Event, _: Attempt| async move {
+            match name == "b" && e.id() == Some("evt_1") {
+                true => Err(DEAD_ERROR),
+                false => Ok(()),
+            }
+        })
+        .unwrap()
+        .with_max_attempts(1)
+        .unwrap()
+        .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
+        .spawn()
+    };
+    let (a, b) = (worker("a"), worker("b"));
+    let of = async |name: &str| inbox.counts_by_processor().await.unwrap()[name];
+    eventually("a's routes processed, b's of evt_1 dead", async || {
+        let (of_a, of_b) = (of("a").await, of("b").await);
+        (of_a.processed, of_b.processed, of_b.dead) == (2, 1, 1)
+    })
+    .await;
+    a.shutdown().await;
+    b.shutdown().await;
+
+    // counts: the sum, and each processor's.
+    let counts = run(db, &["counts", "--json"]).await.json();
+    assert_eq!(
+        (&counts["processed"], &counts["dead"]),
+        (&json!(3), &json!(1))
+    );
+    let names: Vec<&String> = counts["processors"].as_object().unwrap().keys().collect();
+    assert_eq!(names, ["a", "b"], "{counts}");
+    assert_eq!(counts["processors"]["b"]["dead"], 1);
+    let table = run(db, &["counts"]).await;
+    assert!(
+        table.stdout.contains("\ndead        1\n"),
+        "{}",
+        table.stdout
+    );
+    let header = [
+        "PROCESSOR",
+        "QUEUED",
+        "PROCESSING",
+        "PROCESSED",
+        "DEAD",
+        "PAUSED",
+        "OLDEST-DUE",
+    ];
+    assert_eq!(
+        rows_under(&table.stdout, &header),
+        [
+            ["a", "0", "0", "2", "0", "0", "-"],
+            ["b", "0", "0", "1", "1", "0", "-"]
+        ],
+        "{}",
+        table.stdout
+    );
+
+    // show: each processor's route, and whose each attempt was.
+    let table = run(db, &["show", "standard", "evt_1"]).await;
+    assert_eq!(table.code, 0, "{table:?}");
+    let header = [
+        "PROCESSOR",
+        "STATE",
+        "ATTEMPTS",
+        "NEXT",
+        "PROCESSED",
+        "LAST-ERROR",
+    ];
+    let routes = rows_under(&table.stdout, &header);
+    assert_eq!(routes.len(), 2, "{}", table.stdout);
+    assert_eq!(routes[0][..4], ["a", "processed", "1", "-"], "{routes:?}");
+    assert_eq!(routes[0][5], "-", "{routes:?}");
+    assert_eq!(routes[1][..5], ["b", "dead", "1", "-", "-"], "{routes:?}");
+    assert_eq!(routes[1][5..].join(" "), DEAD_ERROR, "{routes:?}");
+    let header = [
+        "PROCESSOR",
+        "ATTEMPT",
+        "STARTED",
+        "TOOK",
+        "OUTCOME",
+        "ERROR",
+    ];
+    let mut history = rows_under(&table.stdout, &header);
+    history.sort();
+    assert_eq!(history.len(), 2, "{}", table.stdout);
+    assert_eq!([&history[0][0], &history[0][5]], ["a", "processed"]);
+    assert_eq!([&history[1][0], &history[1][5]], ["b", "dead"]);
+    let shown = run(db, &["show", "standard", "evt_1", "--json"])
+        .await
+        .json();
+    assert_eq!(shown["state"], "dead", "the most urgent route");
+    assert_eq!(shown["routes"][1]["processor"], "b");
+    assert_eq!(shown["routes"][1]["state"], "dead");
+    assert_eq!(shown["routes"][1].get("orphaned"), None);
+    let whose: Vec<&Value> = shown["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| &h["processor"])
+        .collect();
+    assert!(
+        whose.contains(&&Value::from("b")) && whose.len() == 2,
+        "{shown}"
+    );
+
+    // list: every processor's dead routes, or one processor's.
+    let table = run(db, &["list", "--state", "dead"]).await;
+    let line = table.stdout.lines().nth(1).unwrap();
+    assert_eq!(
+        line.split_whitespace().take(4).collect::<Vec<_>>(),
+        ["standard", "evt_1", "b", "order.paid"]
+    );
+    assert!(
+        table.stdout.starts_with("SOURCE    ID     PROCESSOR  TYPE"),
+        "{}",
+        table.stdout
+    );
+    let listed = run(
+        db,
+        &["list", "--state", "dead", "--processor", "b", "--json"],
+    )
+    .await
+    .json();
+    assert_eq!(listed["events"].as_array().unwrap().len(), 1, "{listed}");
+    let row = &listed["events"][0];
+    assert_eq!(
+        (&row["id"], &row["processor"]),
+        (&json!("evt_1"), &json!("b"))
+    );
+    let none = run(db, &["list", "--state", "dead", "--processor", "a"]).await;
+    assert!(
+        none.stdout.ends_with("(0 rows, the last page)\n"),
+        "{none:?}"
+    );
+
+    // requeue: b's route of evt_1 alone; a's stays processed, not run again.
+    let before = inbox.event("standard", "evt_1").await.unwrap().unwrap();
+    let out = run(db, &["requeue", "--dead", "--processor", "a"]).await;
+    assert_eq!(out.stdout, "requeued 0\n", "{out:?}");
+    let out = run(
+        db,
+        &["requeue", "--id", "standard/evt_1", "--processor", "b"],
+    )
+    .await;
+    assert_eq!(out.stdout, "requeued 1\n", "{out:?}");
+    let after = inbox.event("standard", "evt_1").await.unwrap().unwrap();
+    assert_eq!(after.routes[0], before.routes[0], "a's route untouched");
+    assert_eq!(after.routes[1].processor, "b");
+    assert_eq!(
+        (after.routes[1].state, after.routes[1].attempts),
+        (State::Queued, 0)
+    );
+
+    // pause and resume one processor.
+    let out = run(db, &["pause", "--processor", "b"]).await;
+    assert_eq!(
+        out.stdout, "paused processor b, source any, type any\n",
+        "{out:?}"
+    );
+    let pauses = inbox.pauses().await.unwrap();
+    assert_eq!(pauses.len(), 1);
+    assert_eq!(
+        (pauses[0].processor.as_deref(), &pauses[0].source),
+        (Some("b"), &None)
+    );
+    assert_eq!(
+        (of("a").await.paused, of("b").await.paused),
+        (0, 1),
+        "b's queued route held"
+    );
+    let table = run(db, &["pauses"]).await;
+    assert_eq!(
+        rows_under(&table.stdout, &["PROCESSOR", "SOURCE", "TYPE"]),
+        [["b", "any", "any"]]
+    );
+    let out = run(db, &["resume", "--processor", "b", "--json"]).await;
+    assert_eq!(out.json()["changed"], true);
+    assert!(inbox.pauses().await.unwrap().is_empty());
+
+    // A processor with no routes: bad input, nothing done.
+    let rows = async || {
+        let by = inbox.counts_by_processor().await.unwrap();
+        let of = |c: &Counts| (c.queued, c.processing, c.processed, c.dead, c.paused);
+        by.values().map(of).collect::<Vec<_>>()
+    };
+    let before = rows().await;
+    for args in [
+        &["list", "--state", "dead", "--processor", "nope"][..],
+        &["requeue", "--all", "--processor", "nope"],
+        &["pause", "--processor", "nope"],
+        &["resume", "--processor", "nope"],
+    ] {
+        let out = run(db, args).await;
+        assert_eq!(out.code, 2, "{args:?}: {out:?}");
+        assert!(
+            out.stderr.starts_with(
+                "error: no routes of the processor \"nope\" in this database (a, b have routes)"
+            ),
+            "{args:?}: {out:?}"
+        );
+        assert_eq!(out.stdout, "", "{args:?}");
+    }
+    assert_eq!(rows().await, before);
+    assert!(inbox.pauses().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn sqlite_the_command_works_per_processor_with_fan_out() {
+    let (inbox, path) = sqlite().await;
+    the_command_works_per_processor_with_fan_out(inbox, &path).await;
+}
+
+#[tokio::test]
+async fn postgres_the_command_works_per_processor_with_fan_out() {
+    let (inbox, url) = postgres().await;
+    the_command_works_per_processor_with_fan_out(inbox, &url).await;
 }
 
 /// A SQLite file of its own: its path, and an inbox on it.

@@ -45,6 +45,9 @@ pub(crate) enum Command {
         /// The page after this cursor (the previous page's "next").
         #[arg(long, value_parser = parse_cursor)]
         after: Option<Cursor>,
+        /// Only this processor's routes (fan-out; default: every processor's).
+        #[arg(long, value_name = "NAME")]
+        processor: Option<String>,
     },
     /// One event's row and its body (the provider's raw payload: customer data).
     Show {
@@ -79,9 +82,13 @@ pub(crate) enum Command {
         /// Every row, processed ones too: replay everything.
         #[arg(long, conflicts_with_all = ["event_type", "from", "before"])]
         all: bool,
+        /// Only this processor's routes of those rows, the other processors' left as they
+        /// are (fan-out; default: every processor's).
+        #[arg(long, value_name = "NAME")]
+        processor: Option<String>,
     },
     /// Stop the workers starting events of a source, a type, or both (neither: every
-    /// event); accepts go on, and running events finish.
+    /// event), of every processor or one; accepts go on, and running events finish.
     Pause(Paused),
     /// End a pause, named as it was paused: its events start again, in order.
     Resume(Paused),
@@ -92,12 +99,28 @@ pub(crate) enum Command {
 /// What `pause` and `resume` name.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Paused {
+    /// Only this processor's routes (fan-out; default: every processor's).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) processor: Option<String>,
     /// Only this source (default: any).
     #[arg(long)]
     pub(crate) source: Option<String>,
     /// Only this event type (default: any).
     #[arg(long = "type", value_name = "TYPE")]
     pub(crate) event_type: Option<String>,
+}
+
+impl Command {
+    /// The processor `--processor` names, for the commands that take it.
+    pub(crate) fn processor(&self) -> Option<&str> {
+        match self {
+            Command::List { processor, .. } | Command::Requeue { processor, .. } => {
+                processor.as_deref()
+            }
+            Command::Pause(which) | Command::Resume(which) => which.processor.as_deref(),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

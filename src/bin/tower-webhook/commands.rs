@@ -1,11 +1,11 @@
 //! Each command, run against the inbox and printed as a table or as JSON.
 
-use tower_webhook::inbox::{Listing, Requeue};
+use tower_webhook::inbox::{Counts, Listing, Requeue, DEFAULT_PROCESSOR};
 
 use crate::cli::{Cli, Command, Rows};
 use crate::database::open;
 use crate::failure::Failure;
-use crate::output::{json, listed, shown, table};
+use crate::output::{counted, json, listed, paused, shown};
 
 pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
     if let Command::Requeue {
@@ -18,26 +18,47 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             return Err(Failure::Usage("--from must be before --before".into()));
         }
     }
-    let inbox = open(url).await?;
+    let database = open(url).await?;
+    let wanted = cli.command.processor();
+    // The CLI does not know the application's processors, and the library refuses a
+    // processor its inbox lacks: the inbox here has those with routes in the database.
+    let routed = match (&cli.command, wanted) {
+        (Command::Counts, _) | (_, Some(_)) => database.routed().await?,
+        _ => Vec::new(),
+    };
+    if let Some(name) = wanted.filter(|name| !routed.iter().any(|r| r == name)) {
+        let known = match routed.is_empty() {
+            true => "none has".to_owned(),
+            false => format!("{} have", routed.join(", ")),
+        };
+        return Err(Failure::Usage(format!(
+            "no routes of the processor {name:?} in this database ({known} routes)"
+        )));
+    }
+    let inbox = database.inbox_of(&routed)?;
     let out = match &cli.command {
         Command::Counts => {
-            let counts = inbox.counts().await?;
-            if cli.json {
-                json(&counts)
-            } else {
-                let lag = counts
-                    .oldest_due
-                    .map_or_else(|| "-".to_owned(), |d| format!("{:.3} s", d.as_secs_f64()));
-                table(
-                    &["STATE", "ROWS"],
-                    [
-                        ["queued".to_owned(), counts.queued.to_string()],
-                        ["processing".to_owned(), counts.processing.to_string()],
-                        ["processed".to_owned(), counts.processed.to_string()],
-                        ["dead".to_owned(), counts.dead.to_string()],
-                        ["paused".to_owned(), counts.paused.to_string()],
-                    ],
-                ) + &format!("oldest due: {lag}\n")
+            let by = inbox.counts_by_processor().await?;
+            let mut sum = Counts::default();
+            for c in by.values() {
+                sum.queued += c.queued;
+                sum.processing += c.processing;
+                sum.processed += c.processed;
+                sum.dead += c.dead;
+                sum.paused += c.paused;
+                sum.oldest_due = sum.oldest_due.max(c.oldest_due);
+            }
+            // One processor, `default`: the answer as before fan-out.
+            let fanned_out = routed.iter().any(|name| name != DEFAULT_PROCESSOR);
+            match (cli.json, fanned_out) {
+                (true, false) => json(&sum),
+                (true, true) => {
+                    let mut answer = serde_json::to_value(sum).expect("counts serialize");
+                    answer["processors"] = serde_json::to_value(&by).expect("counts serialize");
+                    json(&answer)
+                }
+                (false, false) => counted(&sum, None),
+                (false, true) => counted(&sum, Some(&by)),
             }
         }
         Command::List {
@@ -45,6 +66,7 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             limit,
             oldest,
             after,
+            processor,
         } => {
             let mut listing = match state {
                 Rows::Dead => Listing::dead(),
@@ -57,19 +79,49 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             if let Some(after) = after {
                 listing = listing.after(after.clone());
             }
+            if let Some(name) = processor {
+                listing = listing.with_processor(name);
+            }
             let page = inbox.list(&listing).await?;
-            if cli.json {
-                json(&page)
-            } else {
-                listed(&page)
+            // With fan-out each row is one processor's route: say whose (as the router).
+            let fanned_out = page.events.iter().any(|e| e.processor != DEFAULT_PROCESSOR);
+            match (cli.json, fanned_out) {
+                (true, false) => json(&page),
+                (true, true) => {
+                    let mut answer = serde_json::to_value(&page).expect("a page serializes");
+                    let rows = answer["events"].as_array_mut().into_iter().flatten();
+                    for (row, event) in rows.zip(&page.events) {
+                        row["processor"] = event.processor.clone().into();
+                    }
+                    json(&answer)
+                }
+                (false, _) => listed(&page, fanned_out),
             }
         }
         Command::Show { source, id } => {
-            let event = inbox.event(source, id).await?.ok_or(Failure::NotFound)?;
-            if cli.json {
-                json(&event)
-            } else {
-                shown(&event)
+            let mut event = inbox.event(source, id).await?.ok_or(Failure::NotFound)?;
+            // The CLI does not know the application's processors: it calls none orphaned.
+            for route in &mut event.routes {
+                route.orphaned = false;
+            }
+            // With fan-out (a route of a processor but `default`), its routes and whose
+            // each attempt was; else the event as before fan-out.
+            let fanned_out = event
+                .routes
+                .iter()
+                .any(|r| r.processor != DEFAULT_PROCESSOR);
+            match (cli.json, fanned_out) {
+                (true, false) => json(&event),
+                (true, true) => {
+                    let mut answer = serde_json::to_value(&event).expect("an event serializes");
+                    answer["routes"] = serde_json::to_value(&event.routes).expect("serializes");
+                    let history = answer["history"].as_array_mut().into_iter().flatten();
+                    for (entry, attempt) in history.zip(&event.attempts) {
+                        entry["processor"] = attempt.processor.clone().into();
+                    }
+                    json(&answer)
+                }
+                (false, _) => shown(&event, fanned_out),
             }
         }
         Command::Requeue {
@@ -79,6 +131,7 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             from,
             before,
             all: _,
+            processor,
         } => {
             let mut which = match (id, dead) {
                 (Some((source, id)), _) => Requeue::id(source, id),
@@ -94,6 +147,9 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             if let Some(before) = before {
                 which = which.received_before(*before);
             }
+            if let Some(name) = processor {
+                which = which.with_processor(name);
+            }
             let n = inbox.requeue(which).await?;
             if cli.json {
                 json(&serde_json::json!({ "requeued": n }))
@@ -104,13 +160,18 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
         Command::Pause(which) | Command::Resume(which) => {
             let (source, event_type) = (which.source.as_deref(), which.event_type.as_deref());
             let pausing = matches!(cli.command, Command::Pause(_));
-            let changed = if pausing {
-                inbox.pause(source, event_type).await?
-            } else {
-                inbox.resume(source, event_type).await?
+            let changed = match (pausing, which.processor.as_deref()) {
+                (true, None) => inbox.pause(source, event_type).await?,
+                (false, None) => inbox.resume(source, event_type).await?,
+                (true, Some(p)) => inbox.pause_processor(p, source, event_type).await?,
+                (false, Some(p)) => inbox.resume_processor(p, source, event_type).await?,
             };
+            let whose = which
+                .processor
+                .as_ref()
+                .map_or_else(String::new, |p| format!("processor {p}, "));
             let what = format!(
-                "source {}, type {}",
+                "{whose}source {}, type {}",
                 source.unwrap_or("any"),
                 event_type.unwrap_or("any")
             );
@@ -127,9 +188,7 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             if cli.json {
                 json(&pauses)
             } else {
-                let any = |part: &Option<String>| part.clone().unwrap_or_else(|| "any".into());
-                let rows = pauses.iter().map(|p| [any(&p.source), any(&p.event_type)]);
-                table(&["SOURCE", "TYPE"], rows)
+                paused(&pauses)
             }
         }
     };

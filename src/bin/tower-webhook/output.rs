@@ -1,9 +1,10 @@
 //! What the commands print: JSON, or tables of text made safe for a terminal.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use tower_webhook::inbox::{EventSummary, Page, StoredEvent};
+use tower_webhook::inbox::{Counts, EventSummary, Page, Pause, StoredEvent};
 
 pub(crate) fn json(value: &impl serde::Serialize) -> String {
     let mut text = serde_json::to_string_pretty(value).expect("the inbox's types serialize");
@@ -88,7 +89,64 @@ pub(crate) fn table<const N: usize>(
     out
 }
 
-pub(crate) fn listed(page: &Page) -> String {
+fn lag(oldest_due: Option<Duration>) -> String {
+    oldest_due.map_or_else(|| "-".to_owned(), |d| format!("{:.3} s", d.as_secs_f64()))
+}
+
+/// The counts (the sum over the processors), and with fan-out a table of each
+/// processor's.
+pub(crate) fn counted(sum: &Counts, by: Option<&BTreeMap<String, Counts>>) -> String {
+    let mut out = table(
+        &["STATE", "ROWS"],
+        [
+            ["queued".to_owned(), sum.queued.to_string()],
+            ["processing".to_owned(), sum.processing.to_string()],
+            ["processed".to_owned(), sum.processed.to_string()],
+            ["dead".to_owned(), sum.dead.to_string()],
+            ["paused".to_owned(), sum.paused.to_string()],
+        ],
+    ) + &format!("oldest due: {}\n", lag(sum.oldest_due));
+    if let Some(by) = by {
+        let rows = by.iter().map(|(name, c)| {
+            [
+                printable(name, false),
+                c.queued.to_string(),
+                c.processing.to_string(),
+                c.processed.to_string(),
+                c.dead.to_string(),
+                c.paused.to_string(),
+                lag(c.oldest_due),
+            ]
+        });
+        let header = [
+            "PROCESSOR",
+            "QUEUED",
+            "PROCESSING",
+            "PROCESSED",
+            "DEAD",
+            "PAUSED",
+            "OLDEST-DUE",
+        ];
+        let _ = write!(out, "\n{}", table(&header, rows));
+    }
+    out
+}
+
+/// The pauses; a processor column when one of them holds a single processor.
+pub(crate) fn paused(pauses: &[Pause]) -> String {
+    let any = |part: &Option<String>| printable(part.as_deref().unwrap_or("any"), false);
+    if pauses.iter().all(|p| p.processor.is_none()) {
+        let rows = pauses.iter().map(|p| [any(&p.source), any(&p.event_type)]);
+        return table(&["SOURCE", "TYPE"], rows);
+    }
+    let rows = pauses
+        .iter()
+        .map(|p| [any(&p.processor), any(&p.source), any(&p.event_type)]);
+    table(&["PROCESSOR", "SOURCE", "TYPE"], rows)
+}
+
+/// A page of rows; with fan-out, whose route each one is.
+pub(crate) fn listed(page: &Page, fanned_out: bool) -> String {
     let cells = |e: &EventSummary| {
         let when = match e.dead_at {
             Some(dead) => rfc3339(dead),
@@ -105,19 +163,29 @@ pub(crate) fn listed(page: &Page) -> String {
             cut(printable(e.last_error.as_deref().unwrap_or("-"), false), 80),
         ]
     };
-    let mut out = table(
-        &[
-            "SOURCE",
-            "ID",
-            "TYPE",
-            "STATE",
-            "ATTEMPTS",
-            "RECEIVED",
-            "DEAD / NEXT ATTEMPT",
-            "LAST ERROR",
-        ],
-        page.events.iter().map(cells),
-    );
+    let header = [
+        "SOURCE",
+        "ID",
+        "TYPE",
+        "STATE",
+        "ATTEMPTS",
+        "RECEIVED",
+        "DEAD / NEXT ATTEMPT",
+        "LAST ERROR",
+    ];
+    let mut out = match fanned_out {
+        false => table(&header, page.events.iter().map(cells)),
+        true => {
+            let [source, id, rest @ ..] = header;
+            let rows = page.events.iter().map(|e| {
+                let [source, id, rest @ ..] = cells(e);
+                let [t, s, a, r, w, l] = rest;
+                [source, id, printable(&e.processor, false), t, s, a, r, w, l]
+            });
+            let [t, s, a, r, w, l] = rest;
+            table(&[source, id, "PROCESSOR", t, s, a, r, w, l], rows)
+        }
+    };
     match &page.next {
         Some(next) => {
             let _ = writeln!(out, "more: --after {next}");
@@ -131,7 +199,8 @@ pub(crate) fn listed(page: &Page) -> String {
     out
 }
 
-pub(crate) fn shown(event: &StoredEvent) -> String {
+/// One event; with fan-out, each processor's route and whose each attempt was.
+pub(crate) fn shown(event: &StoredEvent, fanned_out: bool) -> String {
     let e = &event.summary;
     let text = |t: Option<&str>| printable(t.unwrap_or("-"), false);
     let livemode = event
@@ -154,8 +223,29 @@ pub(crate) fn shown(event: &StoredEvent) -> String {
             ["last error".to_owned(), text(e.last_error.as_deref())],
         ],
     );
+    if fanned_out {
+        let rows = event.routes.iter().map(|r| {
+            [
+                printable(&r.processor, false),
+                r.state.to_string(),
+                r.attempts.to_string(),
+                or_dash(r.next_attempt_at),
+                or_dash(r.processed_at),
+                cut(text(r.last_error.as_deref()), 80),
+            ]
+        });
+        let header = [
+            "PROCESSOR",
+            "STATE",
+            "ATTEMPTS",
+            "NEXT",
+            "PROCESSED",
+            "LAST-ERROR",
+        ];
+        let _ = write!(out, "\n{}", table(&header, rows));
+    }
     if !event.attempts.is_empty() {
-        let rows = event.attempts.iter().map(|a| {
+        let cells = |a: &tower_webhook::inbox::AttemptRecord| {
             [
                 a.attempt.to_string(),
                 rfc3339(a.started_at),
@@ -163,8 +253,26 @@ pub(crate) fn shown(event: &StoredEvent) -> String {
                 a.outcome.to_string(),
                 text(a.error.as_deref()),
             ]
-        });
-        let attempts = table(&["ATTEMPT", "STARTED", "TOOK", "OUTCOME", "ERROR"], rows);
+        };
+        let header = ["ATTEMPT", "STARTED", "TOOK", "OUTCOME", "ERROR"];
+        let attempts = match fanned_out {
+            false => table(&header, event.attempts.iter().map(cells)),
+            true => {
+                let rows = event.attempts.iter().map(|a| {
+                    let [n, started, took, outcome, error] = cells(a);
+                    [
+                        printable(&a.processor, false),
+                        n,
+                        started,
+                        took,
+                        outcome,
+                        error,
+                    ]
+                });
+                let [n, started, took, outcome, error] = header;
+                table(&["PROCESSOR", n, started, took, outcome, error], rows)
+            }
+        };
         let _ = write!(out, "\n{attempts}");
     }
     if !event.headers.is_empty() {
