@@ -5,7 +5,10 @@
 //!   memory, SQLite, PostgreSQL and Redis;
 //! - [`inbox`] (model B): the SQL inbox — accept, the worker's claims and outcomes,
 //!   attempts, backoff, dead rows, requeue, a late outcome fenced out, claims, renewals
-//!   and outcomes answered past two thirds of the lease — on SQLite and PostgreSQL;
+//!   and outcomes answered past two thirds of the lease — on SQLite and PostgreSQL, with
+//!   one processor or three (fan-out: a worker each, at once; one with a type filter, one
+//!   with a predicate; per-route scripts, crashes, requeues of a route or of one
+//!   processor's dead; every route's state, attempts, calls and effects exact);
 //! - [`layer`] (model C): `DedupeLayer` end to end behind a fault wrapper over every
 //!   store, checked against README's Guarantees table, and a storm per store;
 //! - [`crash`] (model C′): `DedupeLayer` across process crashes (a runtime of its own
