@@ -35,6 +35,10 @@ pub enum ConfigErrorKind {
     /// An inbox's processors: a name outside its alphabet, a name twice, an empty set, an
     /// empty type filter, or a worker for a processor the inbox lacks.
     InvalidProcessor,
+    /// An encryption key ring (feature `seal`): no key, an id twice or outside its
+    /// alphabet, a key that is not base64 or not 32 bytes. The message names the entry by
+    /// position, never the key.
+    InvalidEncryptionKey,
 }
 
 impl ConfigError {

@@ -80,6 +80,8 @@
 //! - `admin-ui` (with `sqlite` or `postgres`): `admin::ui`, the operator's web page
 //!   (server-rendered with maud; implies `admin`).
 //! - `cli`: the `tower-webhook` command, the same operator calls over a database URL.
+//! - `seal`: the `seal` module, XChaCha20-Poly1305 under a ring of rotating keys, for
+//!   payloads at rest (the stores do not use it yet).
 //! - `alerts`: the `alerts` module, and `VerifyWebhookLayer::with_alerts` (implies
 //!   `dedupe`; hyper's client, and rustls on aws-lc-rs for `https://`).
 //!
@@ -143,6 +145,8 @@ mod error;
 mod json; // a few fields of a JSON body, read without serde's derive
 pub mod metrics; // what is counted and timed (feature `metrics`): the names, in its docs
 pub mod scheme;
+#[cfg(feature = "seal")]
+pub mod seal; // payloads sealed at rest under rotating keys (the inbox's, to come: issue 34)
 mod secret;
 mod span; // the `tracing` spans of a delivery and of an inbox attempt
 mod timestamp;
