@@ -449,6 +449,60 @@ async fn counts_show_each_processor_with_fan_out(inbox: Inbox) {
     assert_eq!(counts.json["processors"]["ledger"]["processed"], 0);
 }
 
+/// `POST /backfill` makes a processor's routes of older events once; `GET /counts` counts
+/// a processor no longer configured apart from the sum and names it under "orphaned",
+/// until it is dropped.
+async fn backfill_and_orphaned_processors(inbox: Inbox) {
+    let old = inbox
+        .clone()
+        .with_processors([
+            ProcessorSpec::new("ledger").unwrap(),
+            ProcessorSpec::new("legacy").unwrap(),
+        ])
+        .unwrap();
+    for id in ["evt_1", "evt_2"] {
+        assert_eq!(deliver(&old, id).await, StatusCode::NO_CONTENT);
+    }
+    let audit = ProcessorSpec::new("audit").unwrap().with_types(["order.*"]);
+    let new = inbox
+        .with_processors([ProcessorSpec::new("ledger").unwrap(), audit.unwrap()])
+        .unwrap();
+    let counts = get(&new, "/counts").await;
+    assert_eq!(counts.status, StatusCode::OK);
+    assert_eq!(counts.json["queued"], 2, "ledger's: {}", counts.json);
+    assert_eq!(counts.json["orphaned"], json!(["legacy"]));
+    assert_eq!(counts.json["processors"]["legacy"]["queued"], 2);
+    assert_eq!(counts.json["processors"]["audit"]["queued"], 0);
+
+    let backfill = async |body: &str| {
+        let answer = post_json(&new, "/backfill", body).await;
+        (answer.status, answer.json)
+    };
+    let created = |n: u64| (StatusCode::OK, json!({ "created": n }));
+    let later = r#"{"processor": "audit", "received_from": "2999-01-01T00:00:00Z"}"#;
+    assert_eq!(backfill(later).await, created(0));
+    assert_eq!(backfill(r#"{"processor": "audit"}"#).await, created(2));
+    assert_eq!(backfill(r#"{"processor": "audit"}"#).await, created(0));
+    let refused = |error: &str| (StatusCode::BAD_REQUEST, json!({ "error": error }));
+    for unknown in [r#"{"processor": "legacy"}"#, r#"{"processor": "nope"}"#] {
+        assert_eq!(backfill(unknown).await, refused("no such processor"));
+    }
+    let backwards = r#"{"processor": "audit", "received_from": "2026-12-02T00:00:00Z",
+        "received_before": "2026-12-01T00:00:00Z"}"#;
+    assert_eq!(
+        backfill(backwards).await,
+        refused("received_from must be before received_before")
+    );
+    let counts = get(&new, "/counts").await;
+    assert_eq!(counts.json["processors"]["audit"]["queued"], 2);
+    assert_eq!(counts.json["queued"], 4);
+
+    assert_eq!(new.drop_processor("legacy").await.unwrap(), 2);
+    let counts = get(&new, "/counts").await;
+    assert_eq!(counts.json.get("orphaned"), None, "{}", counts.json);
+    assert_eq!(counts.json["processors"].as_object().unwrap().len(), 2);
+}
+
 /// With fan-out, an event shows each processor's route and whose each attempt was; the
 /// listings, requeues and pauses take a processor and touch only its routes; a
 /// processor the inbox does not have is a 400.
@@ -657,6 +711,11 @@ macro_rules! suite {
             #[tokio::test]
             async fn fan_out_routes_listings_requeues_and_pauses_per_processor() {
                 super::fan_out_routes_listings_requeues_and_pauses_per_processor($make).await;
+            }
+
+            #[tokio::test]
+            async fn backfill_and_orphaned_processors() {
+                super::backfill_and_orphaned_processors($make).await;
             }
 
             #[tokio::test]

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::seed::{body, deliver, eventually, seed, DEAD_ERROR};
+use common::seed::{body, deliver, eventually, seed, standard, DEAD_ERROR};
 use http::StatusCode;
 use serde_json::{json, Value};
 use tower_webhook::inbox::{Attempt, Counts, Inbox, Listing, ProcessorSpec, State, Worker};
@@ -552,6 +552,103 @@ async fn postgres_the_command_works_per_processor_with_fan_out() {
     the_command_works_per_processor_with_fan_out(inbox, &url).await;
 }
 
+/// `backfill` reads the processor's globs from the registry the application's inbox
+/// wrote, and refuses an unknown processor or one with a predicate; `drop-processor`
+/// deletes an orphaned processor's routes, only with `--yes`.
+async fn the_command_backfills_and_drops_processors(inbox: Inbox, db: &str) {
+    let source = standard("shop");
+    let old = inbox
+        .clone()
+        .with_processors([ProcessorSpec::new("legacy").unwrap()])
+        .unwrap();
+    for (id, ty) in [
+        ("e1", "invoice.paid"),
+        ("e2", "customer.created"),
+        ("e3", "invoice.paid"),
+    ] {
+        let body = format!(r#"{{"type":"{ty}"}}"#);
+        old.ingest(&source, Some(id), body).await.unwrap();
+    }
+    let app = inbox
+        .with_processors([
+            ProcessorSpec::new("billing")
+                .unwrap()
+                .with_types(["invoice.*"])
+                .unwrap(),
+            ProcessorSpec::new("audit")
+                .unwrap()
+                .with_predicate(|_| true),
+        ])
+        .unwrap();
+    // The application's first write registers its processors.
+    let e4 = r#"{"type":"invoice.paid"}"#;
+    app.ingest(&source, Some("e4"), e4).await.unwrap();
+    let queued = async |name: &str| {
+        let by = app.counts_by_processor().await.unwrap();
+        by.get(name).map(|c| c.queued)
+    };
+    assert_eq!(queued("billing").await, Some(1));
+
+    let later = [
+        "backfill",
+        "--processor",
+        "billing",
+        "--from",
+        "2999-01-01T00:00:00Z",
+    ];
+    assert_eq!(run(db, &later).await.stdout, "created 0\n");
+    let out = run(db, &["backfill", "--processor", "billing"]).await;
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "created 2\n"),
+        "{out:?}"
+    );
+    let again = run(db, &["backfill", "--processor", "billing", "--json"]).await;
+    assert_eq!(again.json()["created"], 0);
+    assert_eq!(queued("billing").await, Some(3), "e1, e3 and e4; not e2");
+    let out = run(db, &["backfill", "--processor", "audit"]).await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("/admin/backfill"), "{out:?}");
+    let out = run(db, &["backfill", "--processor", "nope"]).await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("registered"), "{out:?}");
+    let backwards = [
+        "backfill",
+        "--processor",
+        "billing",
+        "--from",
+        "2026-12-02T00:00:00Z",
+        "--before",
+        "2026-12-01T00:00:00Z",
+    ];
+    assert_eq!(run(db, &backwards).await.code, 2);
+
+    let out = run(db, &["drop-processor", "legacy"]).await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--yes"), "{out:?}");
+    assert_eq!(queued("legacy").await, Some(3), "orphaned, untouched");
+    let out = run(db, &["drop-processor", "legacy", "--yes"]).await;
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "deleted 3 routes of legacy\n"),
+        "{out:?}"
+    );
+    assert_eq!(queued("legacy").await, None);
+    assert_eq!(queued("billing").await, Some(3));
+}
+
+#[tokio::test]
+async fn sqlite_the_command_backfills_and_drops_processors() {
+    let (inbox, path) = sqlite().await;
+    the_command_backfills_and_drops_processors(inbox, &path).await;
+}
+
+#[tokio::test]
+async fn postgres_the_command_backfills_and_drops_processors() {
+    let (inbox, url) = postgres().await;
+    the_command_backfills_and_drops_processors(inbox, &url).await;
+}
+
 /// A SQLite file of its own: its path, and an inbox on it.
 async fn sqlite() -> (Inbox, String) {
     let path = std::env::temp_dir().join(format!(
@@ -620,6 +717,8 @@ async fn help_works_on_every_subcommand_and_never_shows_the_url() {
         &["pause", "--help"],
         &["resume", "--help"],
         &["pauses", "--help"],
+        &["backfill", "--help"],
+        &["drop-processor", "--help"],
         &["help", "requeue"],
     ] {
         let out = run_with(args, Some(secret_url)).await;

@@ -14,6 +14,7 @@
 //! | `POST /pause?source=stripe&type=invoice.paid` | `{"changed": true}` ([`Inbox::pause`]) |
 //! | `POST /resume?source=stripe&type=invoice.paid` | `{"changed": true}` ([`Inbox::resume`]) |
 //! | `GET /pauses` | `[{"source": "stripe", "type": null, "paused_at": "…"}, …]` ([`Inbox::pauses`]) |
+//! | `POST /backfill` | `{"created": 120}` ([`Inbox::backfill`]) |
 //!
 //! - `GET /events` takes `state=dead` (newest dead first) or `state=failing` (rows queued
 //!   again after a failed attempt, newest received first), `order=oldest` for the other
@@ -52,7 +53,13 @@
 //!   `"routes"`: `[{"processor", "state", "attempts", "last_error", "next_attempt_at",
 //!   "processed_at", "dead_at"}, …]` (its top-level state is its most urgent route's),
 //!   and `GET /pauses` rows of one processor carry `"processor"`. With one, every answer
-//!   is as above.
+//!   is as above. `GET /counts` counts orphaned processors too (routes of a processor the
+//!   inbox is no longer configured with, left out of the sum) and names them in
+//!   `"orphaned": [names]`, only when there are any ([`Inbox::drop_processor`]).
+//! - `POST /backfill` takes `{"processor": name, "received_from"?, "received_before"?}`
+//!   (an RFC 3339 receipt window, each end optional) and makes that processor's routes of
+//!   the events in the window it has none of and its filter takes: `{"created": n}`, 0
+//!   the second time; a processor the inbox does not have is a 400.
 //!
 //! Times are RFC 3339 in UTC. Failures are `{"error": "<a fixed short message>"}`: 400
 //! for input that does not parse or is out of range (unknown parameters and fields
@@ -116,6 +123,8 @@
 //! The same calls from a shell: the `tower-webhook` command (feature `cli`); in a
 //! browser: [`ui`] (feature `admin-ui`), a web page to mount beside this router.
 
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+mod backfill; // `POST /backfill`'s body, the SQL inbox's and JetStream's
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 mod counts; // `GET /counts`: the sum, and each processor's
 mod door; // who may operate: the token, the throttle, the page's sessions

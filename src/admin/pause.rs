@@ -97,8 +97,12 @@ struct Changed {
 }
 
 pub(super) async fn counts<Q: Operated>(State(queue): State<Q>) -> Result<Json<Value>, AdminError> {
-    let by = queue.counts_by_processor().await;
-    Ok(Json(super::counts::answer(by.map_err(AdminError::store)?)))
+    let by = queue
+        .counts_by_processor()
+        .await
+        .map_err(AdminError::store)?;
+    let configured = |name: &str| queue.has_processor(name);
+    Ok(Json(super::counts::answer(by, configured)))
 }
 
 async fn pause<Q: Operated>(

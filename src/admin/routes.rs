@@ -6,11 +6,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::Value;
 
+use super::backfill::{BackfillBody, Created};
 use super::input::{ListQuery, ProcessedQuery, RequeueBody};
 use super::pause::{self, counts};
 use super::AdminError;
 use crate::inbox::json::PerMinute;
-use crate::inbox::{Inbox, StoredEvent};
+use crate::inbox::{Backfill, Inbox, StoredEvent};
 
 pub(super) fn router(inbox: Inbox) -> Router {
     let routes = Router::new()
@@ -18,7 +19,8 @@ pub(super) fn router(inbox: Inbox) -> Router {
         .route("/events", get(list))
         .route("/events/{source}/{id}", get(event))
         .route("/processed", get(processed))
-        .route("/requeue", post(requeue));
+        .route("/requeue", post(requeue))
+        .route("/backfill", post(backfill));
     pause::routes(routes).with_state(inbox)
 }
 
@@ -118,4 +120,24 @@ async fn requeue(
         .await
         .map(|requeued| Json(Requeued { requeued }))
         .map_err(AdminError::store)
+}
+
+/// `POST /backfill`: routes for a processor added later (see [`Inbox::backfill`]); a
+/// processor this inbox lacks is a 400.
+async fn backfill(
+    State(inbox): State<Inbox>,
+    body: Result<Json<BackfillBody>, JsonRejection>,
+) -> Result<Json<Created>, AdminError> {
+    let (processor, from, before) = super::backfill::read(body)?;
+    let processor = super::input::processor(&inbox, &processor)?;
+    let window = match (from, before) {
+        (Some(from), Some(before)) => Backfill::received_between(from, before),
+        (Some(from), None) => Backfill::received_since(from),
+        (None, Some(before)) => Backfill::received_before(before),
+        (None, None) => Backfill::all(),
+    };
+    let created = inbox.backfill(processor, window).await;
+    Ok(Json(Created {
+        created: created.map_err(AdminError::store)?,
+    }))
 }

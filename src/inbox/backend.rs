@@ -92,4 +92,6 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// process's retry or snooze falls due (PostgreSQL `LISTEN`); `None` where only this
     /// process writes (SQLite).
     fn listen(&self, wake: Arc<Notify>, due: DueTimes) -> Option<tokio::task::JoinHandle<()>>;
+    /// The processor registry, backfill and dropping a processor.
+    fn registry(&self) -> &dyn super::backfill::Registry;
 }

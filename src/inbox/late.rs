@@ -93,6 +93,7 @@ impl Inbox {
         Self {
             backend: Arc::new(backend),
             processors: self.processors.clone(),
+            registered: self.registered.clone(),
             wake: self.wake.clone(),
             due: self.due.clone(),
         }
@@ -182,5 +183,8 @@ impl Backend for Late {
     }
     fn listen(&self, wake: Arc<Notify>, due: DueTimes) -> Option<tokio::task::JoinHandle<()>> {
         self.inner.listen(wake, due)
+    }
+    fn registry(&self) -> &dyn super::backfill::Registry {
+        self.inner.registry()
     }
 }

@@ -126,6 +126,8 @@
 pub(crate) mod accept;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod backend;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) mod backfill; // the processor registry, backfill, dropping a processor
 pub(crate) mod backpressure;
 mod counts; // how many rows in each state
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -170,6 +172,8 @@ use bytes::Bytes;
 pub use self::accept::{Accept, AcceptFuture};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use self::backend::Backend;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use self::backfill::{Backfill, RegisteredProcessor};
 pub use self::backpressure::Backpressure;
 pub use self::counts::Counts;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -213,6 +217,8 @@ pub struct Inbox {
     backend: Arc<dyn Backend>,
     /// Who gets a route of each accepted event.
     processors: processors::Processors,
+    /// Set once its processors are in `webhook_processors` (its first write).
+    registered: Arc<tokio::sync::OnceCell<()>>,
     wake: Arc<tokio::sync::Notify>,
     /// When its rows fall due later (retries, snoozes), for its workers to wake then.
     due: worker::due::DueTimes,
@@ -262,6 +268,7 @@ impl Inbox {
         Self {
             backend,
             processors: processors::Processors::single(),
+            registered: Arc::new(tokio::sync::OnceCell::new()),
             wake: Arc::new(tokio::sync::Notify::new()),
             due: worker::due::DueTimes::new(),
         }
@@ -308,6 +315,7 @@ impl Inbox {
         processors: impl IntoIterator<Item = ProcessorSpec>,
     ) -> Result<Self, crate::ConfigError> {
         self.processors = processors::Processors::new(processors)?;
+        self.registered = Arc::new(tokio::sync::OnceCell::new()); // a set of its own
         Ok(self)
     }
 
@@ -337,6 +345,7 @@ impl Inbox {
         headers: Option<String>,
     ) -> Result<Accepted, StoreError> {
         crate::store::check_key(event.source(), event.dedupe_id())?;
+        self.register().await?;
         let d = crate::store::Delivery::from_event(event)
             .with_headers(headers)
             .with_routes(self.processors.routes(event));

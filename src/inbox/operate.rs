@@ -194,17 +194,38 @@ impl Inbox {
     ///
     /// When the database fails.
     pub async fn counts(&self) -> Result<Counts, StoreError> {
-        let by = self.counts_by_processor().await?;
+        let by = self.configured_counts().await?;
         Ok(by.into_values().fold(Counts::default(), Counts::plus))
     }
 
-    /// [`counts`](Self::counts) of each configured processor's routes, by name. With the
-    /// `metrics` feature, this sets each processor's gauges (`processor` label).
+    /// [`counts`](Self::counts) of each processor's routes, by name: each configured one,
+    /// and each orphaned one (a processor this inbox is not configured with) that has
+    /// routes — not in [`counts`](Self::counts)' sum; see
+    /// [`drop_processor`](Self::drop_processor). With the `metrics` feature, this sets
+    /// each configured processor's gauges (`processor` label).
     ///
     /// # Errors
     ///
     /// When the database fails.
     pub async fn counts_by_processor(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, Counts>, StoreError> {
+        let mut by = self.configured_counts().await?;
+        for name in self.backend.registry().route_processors().await? {
+            if by.contains_key(&name) {
+                continue;
+            }
+            let read = self.backend.counts(Arc::from(name.as_str()));
+            let counts = metrics::timed(Operation::InboxCounts, read).await?;
+            if counts != Counts::default() {
+                by.insert(name, counts);
+            }
+        }
+        Ok(by)
+    }
+
+    /// The configured processors' counts, by name, their gauges set.
+    async fn configured_counts(
         &self,
     ) -> Result<std::collections::BTreeMap<String, Counts>, StoreError> {
         let mut by = std::collections::BTreeMap::new();

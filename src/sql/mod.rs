@@ -102,6 +102,7 @@ mod batch;
 mod keys; // what a dedupe store asks its dialect
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+mod processors; // fan-out's registry and backfill: the rows both dialects read
 mod shared;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;

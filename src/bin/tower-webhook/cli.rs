@@ -94,6 +94,30 @@ pub(crate) enum Command {
     Resume(Paused),
     /// What is paused.
     Pauses,
+    /// Give a processor added later the events received in a window that it has no route
+    /// of and its type globs (as the application registered them) take; prints how many
+    /// routes it made. A processor with a predicate is backfilled through the application's
+    /// /admin/backfill, which can evaluate it.
+    Backfill {
+        /// The processor, as the application names it.
+        #[arg(long)]
+        processor: String,
+        /// Only events received at or after this RFC 3339 time.
+        #[arg(long, value_name = "RFC3339", value_parser = parse_time)]
+        from: Option<SystemTime>,
+        /// Only events received before this RFC 3339 time.
+        #[arg(long, value_name = "RFC3339", value_parser = parse_time)]
+        before: Option<SystemTime>,
+    },
+    /// Delete a processor the application no longer has (orphaned): its routes with their
+    /// history, its counts, pauses and registry row; prints how many routes.
+    DropProcessor {
+        /// The processor.
+        name: String,
+        /// Yes, delete them (a processor still configured would find its routes gone).
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 /// What `pause` and `resume` name.

@@ -6,6 +6,7 @@ use crate::cli::{Cli, Command, Rows};
 use crate::database::open;
 use crate::failure::Failure;
 use crate::output::{counted, json, listed, paused, shown};
+use crate::processors;
 
 pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
     if let Command::Requeue {
@@ -37,6 +38,14 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
     }
     let inbox = database.inbox_of(&routed)?;
     let out = match &cli.command {
+        Command::Backfill {
+            processor,
+            from,
+            before,
+        } => processors::backfill(&inbox, cli.json, processor, *from, *before).await?,
+        Command::DropProcessor { name, yes } => {
+            processors::drop(&inbox, cli.json, name, *yes).await?
+        }
         Command::Counts => {
             let by = inbox.counts_by_processor().await?;
             let mut sum = Counts::default();

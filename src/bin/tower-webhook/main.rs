@@ -6,6 +6,8 @@
 //! tower-webhook list --state dead --limit 20          (DATABASE_URL from the environment)
 //! tower-webhook show stripe evt_1
 //! tower-webhook requeue --dead --type invoice.paid
+//! tower-webhook backfill --processor billing --from 2026-12-01T00:00:00Z
+//! tower-webhook drop-processor legacy --yes
 //! ```
 //!
 //! Exit status: 0 done, 1 the database could not be opened or failed, 2 bad usage, 3 no
@@ -25,6 +27,7 @@ mod commands; // each command, run against the inbox
 mod database; // the inbox's database, opened from its URL
 mod failure; // why the command stopped: the exit status
 mod output; // JSON, or tables of terminal-safe text
+mod processors; // fan-out: backfill a processor, drop one
 mod redact; // the URL's password kept out of errors
 #[cfg(test)]
 mod tests;

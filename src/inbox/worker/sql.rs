@@ -222,6 +222,11 @@ impl Queue for Routes {
         (lease, per_object): (Duration, Option<u32>),
         _: &mut watch::Receiver<bool>,
     ) -> Option<Duration> {
+        // Not fatal: the registry serves operators' tools; the next accept tries again.
+        if let Err(_error) = self.inbox.register().await {
+            #[cfg(feature = "tracing")]
+            tracing::warn!(target: "tower_webhook", "inbox worker could not register its processors: {_error}");
+        }
         if per_object.is_some() {
             // Without it the cap still holds, reading more of the table per claim.
             if let Err(_error) = self.inbox.backend.object_index().await {

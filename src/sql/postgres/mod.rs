@@ -8,6 +8,7 @@ mod group_commit; // the writer's batches: claims, completions, accepts, "proces
 mod latest; // the ordering guard (`webhook_objects`)
 mod listing; // the inbox's counts, listings and one event, for operators
 mod outcome; // an attempt's outcome on its row, fenced on the token
+mod processors; // fan-out's registry, backfill and dropping a processor
 mod prune; // the inbox's prunes: finished events, old keys, dead routes
 mod queue; // the inbox: the worker's claims, renewals and outcomes, on routes
 #[cfg(test)]

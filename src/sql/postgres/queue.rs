@@ -457,4 +457,8 @@ impl Backend for Pg {
     fn listen(&self, wake: Arc<Notify>, due: DueTimes) -> Option<tokio::task::JoinHandle<()>> {
         Some(super::wake::listen(self.pool.clone(), wake, due))
     }
+
+    fn registry(&self) -> &dyn crate::inbox::backfill::Registry {
+        self
+    }
 }

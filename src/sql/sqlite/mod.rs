@@ -13,6 +13,7 @@
 mod claims; // `DedupeLayer`'s claims of an event key
 mod latest; // the ordering guard (`webhook_objects`)
 mod listing; // the inbox's counts, listings and one event, for operators
+mod processors; // fan-out's registry, backfill and dropping a processor
 mod prune; // what the inbox deletes, and the per-object index
 mod queue; // the inbox: accept, and the worker's claims, renewals and outcomes
 mod routes; // the writer's statements on the inbox's routes
@@ -85,6 +86,12 @@ enum Op {
     PruneRows(Duration, Option<crate::inbox::DeadRows>),
     /// A certificate URL that verified a delivery, kept as trusted now.
     Trust(String),
+    /// An inbox's processors, in the registry.
+    Register(Vec<crate::inbox::backfill::Registration>),
+    /// A backfill's routes of a processor, for these events.
+    Backfill(Arc<str>, Vec<(String, String)>),
+    /// A processor's routes, counts, pauses and registry row deleted.
+    DropProcessor(String),
 }
 
 /// An [`Op`]'s answer.
@@ -117,7 +124,10 @@ impl Op {
             | Op::Prune(_)
             | Op::PruneOnce(..)
             | Op::PruneRows(..)
-            | Op::Trust(_) => Lane::Front,
+            | Op::Trust(_)
+            | Op::Register(_)
+            | Op::Backfill(..)
+            | Op::DropProcessor(_) => Lane::Front,
             Op::Complete(..)
             | Op::Renew(..)
             | Op::Release(..)

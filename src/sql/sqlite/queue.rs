@@ -364,4 +364,8 @@ impl Backend for Sqlite {
     fn listen(&self, _: Arc<Notify>, _: DueTimes) -> Option<tokio::task::JoinHandle<()>> {
         None
     }
+
+    fn registry(&self) -> &dyn crate::inbox::backfill::Registry {
+        self
+    }
 }

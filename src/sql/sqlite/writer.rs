@@ -9,6 +9,7 @@ use sqlx::sqlite::{Sqlite as Db, SqliteArguments, SqlitePool};
 
 use super::super::store_error;
 use super::claims::{claim_one, COMPLETE, INBOX_HAS, PRUNE, PRUNE_ONCE, RELEASE, RENEW};
+use super::processors;
 use super::prune::PRUNE_KEPT;
 use super::queue::{PAUSE, REQUEUE, RESUME, TAKE_ARRIVALS};
 use super::routes::{self, record, Finished};
@@ -261,5 +262,10 @@ async fn write_one<'a>(
             Done::Count(routes::prune(conn, now, before, dead.as_ref()).await?)
         }
         Op::Trust(url) => super::trusted::trust(conn, now, url).await?,
+        Op::Register(rows) => processors::register(conn, now, rows).await?,
+        Op::Backfill(processor, keys) => {
+            processors::backfill_routes(conn, now, processor, keys).await?
+        }
+        Op::DropProcessor(name) => processors::drop_processor(conn, name).await?,
     })
 }
