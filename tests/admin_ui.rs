@@ -769,3 +769,326 @@ async fn the_page_answers_its_url_with_a_trailing_slash() {
     assert_eq!(answer.status, StatusCode::OK);
     assert!(answer.html.contains("Webhook inbox"), "{}", answer.html);
 }
+
+// Fan-out (`Inbox::with_processors`): each route on the event page with a requeue button of
+// its own, a processor filter on the lists, counts and pauses per processor.
+
+/// An inbox of `steady` (succeeds) and `flaky` (fails every attempt, dead after 2) with
+/// `evt_1` and `evt_2` delivered and drained: steady's routes processed, flaky's dead.
+async fn fanned_out_and_drained() -> Inbox {
+    use tower_webhook::inbox::{Attempt, ProcessorSpec, Worker};
+    let inbox = inbox()
+        .await
+        .with_processors([
+            ProcessorSpec::new("steady").unwrap(),
+            ProcessorSpec::new("flaky").unwrap(),
+        ])
+        .unwrap();
+    for id in ["evt_1", "evt_2"] {
+        assert_eq!(
+            common::seed::deliver(&inbox, id).await,
+            StatusCode::NO_CONTENT
+        );
+    }
+    let worker = |name: &str, fails: bool| {
+        Worker::processor(
+            &inbox,
+            name,
+            move |_: tower_webhook::Event, _: Attempt| async move {
+                match fails {
+                    true => Err(common::seed::DEAD_ERROR),
+                    false => Ok(()),
+                }
+            },
+        )
+        .unwrap()
+        .with_max_attempts(2)
+        .unwrap()
+        .with_backoff(Duration::from_millis(1), Duration::from_millis(2))
+        .unwrap()
+        .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
+        .spawn()
+    };
+    let (steady, flaky) = (worker("steady", false), worker("flaky", true));
+    common::seed::eventually("steady's processed, flaky's dead", async || {
+        let by = inbox.counts_by_processor().await.unwrap();
+        by["steady"].processed == 2 && by["flaky"].dead == 2
+    })
+    .await;
+    steady.shutdown().await;
+    flaky.shutdown().await;
+    inbox
+}
+
+/// The HTML of the `<tr data-processor="{name}"…>` row in `html`.
+fn route_row<'a>(html: &'a str, name: &str) -> &'a str {
+    let start = html
+        .find(&format!("<tr data-processor=\"{name}\""))
+        .unwrap_or_else(|| panic!("no row of {name}: {html}"));
+    let end = html[start..]
+        .find("</tr>")
+        .map_or(html.len(), |e| start + e);
+    &html[start..end]
+}
+
+/// The event page lists each processor's route (state, attempts, error) with a form that
+/// requeues it alone, and whose each attempt was; that form requeues that route only,
+/// through the same-origin check, and an unknown processor is a 400 that changes nothing.
+#[tokio::test]
+async fn with_fan_out_the_event_page_shows_each_route_and_requeues_one() {
+    let inbox = fanned_out_and_drained().await;
+    let uri = "/admin/ui/event?source=standard&id=evt_1";
+    let answer = get(&inbox, uri).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.html);
+    let routes = section(&answer.html, "routes");
+    let flaky = route_row(routes, "flaky");
+    assert!(
+        flaky.contains(r#"<span class="state dead">dead</span>"#),
+        "{flaky}"
+    );
+    assert!(flaky.contains(r#"<td class="num">2</td>"#), "{flaky}");
+    assert!(flaky.contains(common::seed::DEAD_ERROR), "{flaky}");
+    assert!(
+        flaky.contains(r#"<input type="hidden" name="processor" value="flaky">"#),
+        "a requeue form of its own: {flaky}"
+    );
+    let steady = route_row(routes, "steady");
+    assert!(
+        steady.contains(r#"<span class="state processed">processed</span>"#),
+        "{steady}"
+    );
+    assert!(steady.contains(r#"<td class="num">1</td>"#), "{steady}");
+    assert!(!routes.contains("orphaned"), "{routes}");
+    let attempts = section(&answer.html, "attempts");
+    assert_eq!(
+        attempts.matches("<code>flaky</code>").count(),
+        2,
+        "{attempts}"
+    );
+    assert_eq!(
+        attempts.matches("<code>steady</code>").count(),
+        1,
+        "{attempts}"
+    );
+
+    // A cross-site post of the route's form changes nothing.
+    let form = "source=standard&id=evt_1&processor=flaky";
+    let refused = post_form(
+        &inbox,
+        "/admin/ui/requeue",
+        form,
+        &[("sec-fetch-site", "cross-site")],
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let unknown = post_form(
+        &inbox,
+        "/admin/ui/requeue",
+        "source=standard&id=evt_1&processor=nobody",
+        &[],
+    )
+    .await;
+    assert_eq!(unknown.status, StatusCode::BAD_REQUEST);
+    assert!(
+        unknown.html.contains("no such processor"),
+        "{}",
+        unknown.html
+    );
+    let by = inbox.counts_by_processor().await.unwrap();
+    assert_eq!((by["flaky"].dead, by["steady"].processed), (2, 2));
+
+    let requeued = post_form(&inbox, "/admin/ui/requeue", form, &[]).await;
+    assert_eq!(requeued.status, StatusCode::SEE_OTHER, "{}", requeued.html);
+    let to = requeued.headers[header::LOCATION]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(to, format!("{uri}&done=requeued-route"));
+    let event = inbox.event("standard", "evt_1").await.unwrap().unwrap();
+    let state = |name: &str| {
+        let route = event.routes.iter().find(|r| r.processor == name).unwrap();
+        (route.state.as_str(), route.attempts)
+    };
+    assert_eq!(state("flaky"), ("queued", 0), "flaky's route requeued");
+    assert_eq!(state("steady"), ("processed", 1), "steady's left as it was");
+    let other = inbox.event("standard", "evt_2").await.unwrap().unwrap();
+    assert!(other.routes.iter().any(|r| r.state.as_str() == "dead"));
+    let after = get(&inbox, &to).await.html;
+    assert!(after.contains("Requeued that processor's route"), "{after}");
+    let flaky = route_row(section(&after, "routes"), "flaky");
+    assert!(
+        flaky.contains(r#"<span class="state queued">queued</span>"#),
+        "{flaky}"
+    );
+}
+
+/// The lists take a processor (a select of the configured ones) and list its routes
+/// alone, each row saying whose; the overview counts each processor's routes, and
+/// pauses and resumes one processor.
+#[tokio::test]
+async fn with_fan_out_lists_filter_by_processor_and_the_overview_counts_and_pauses_each() {
+    let inbox = fanned_out_and_drained().await;
+    let all = get(&inbox, "/admin/ui/events?state=dead").await.html;
+    assert!(
+        all.contains(r#"<select name="processor"><option value="" selected>any</option><option value="steady">steady</option><option value="flaky">flaky</option></select>"#),
+        "{all}"
+    );
+    assert!(all.contains("<th>processor</th>"), "{all}");
+    assert_eq!(
+        all.matches(r#"<td class="processor"><code>flaky</code></td>"#)
+            .count(),
+        2,
+        "{all}"
+    );
+    let flaky = get(&inbox, "/admin/ui/events?state=dead&processor=flaky")
+        .await
+        .html;
+    assert_eq!(flaky.matches("<tr>").count(), 1 + 2, "{flaky}");
+    assert!(
+        flaky.contains(r#"<option value="flaky" selected>flaky</option>"#),
+        "{flaky}"
+    );
+    let steady = get(&inbox, "/admin/ui/events?state=dead&processor=steady")
+        .await
+        .html;
+    assert!(steady.contains("No dead event matches."), "{steady}");
+    let unknown = get(&inbox, "/admin/ui/events?state=dead&processor=nobody").await;
+    assert_eq!(unknown.status, StatusCode::BAD_REQUEST);
+
+    let overview = get(&inbox, "/admin/ui").await.html;
+    assert!(
+        overview.contains(r#"<div class="dead"><dt>dead</dt><dd>2</dd></div>"#),
+        "the sum: {overview}"
+    );
+    let processors = section(&overview, "processors");
+    let flaky = route_row(processors, "flaky");
+    assert!(
+        flaky.contains(r#"<td class="num processed">0</td>"#),
+        "{flaky}"
+    );
+    assert!(flaky.contains(">2</a></td>"), "dead, linked: {flaky}");
+    assert!(
+        flaky.contains("/admin/ui/events?state=dead&amp;processor=flaky"),
+        "{flaky}"
+    );
+    let steady = route_row(processors, "steady");
+    assert!(
+        steady.contains(r#"<td class="num processed">2</td>"#),
+        "{steady}"
+    );
+
+    let paused = post_form(
+        &inbox,
+        "/admin/ui/pause",
+        "source=&type=&processor=flaky",
+        &[],
+    )
+    .await;
+    assert_eq!(paused.headers[header::LOCATION], "/admin/ui?done=paused");
+    let pauses = inbox.pauses().await.unwrap();
+    assert_eq!(pauses.len(), 1);
+    assert_eq!(pauses[0].processor.as_deref(), Some("flaky"));
+    assert_eq!(pauses[0].source, None);
+    let shown = section(&get(&inbox, "/admin/ui").await.html, "pauses").to_owned();
+    assert!(shown.contains("<th>processor</th>"), "{shown}");
+    assert!(shown.contains("<td><code>flaky</code></td>"), "{shown}");
+    assert!(
+        shown.contains(r#"<input type="hidden" name="processor" value="flaky">"#),
+        "its resume names it: {shown}"
+    );
+    let refused = post_form(&inbox, "/admin/ui/pause", "processor=nobody", &[]).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    let resumed = post_form(&inbox, "/admin/ui/resume", "processor=flaky", &[]).await;
+    assert_eq!(resumed.headers[header::LOCATION], "/admin/ui?done=resumed");
+    assert!(inbox.pauses().await.unwrap().is_empty());
+
+    // Requeue matching, narrowed to a processor: counted and requeued for it alone.
+    let count = post_form(
+        &inbox,
+        "/admin/ui/requeue-matching",
+        "type=order.paid&dead=yes&processor=flaky",
+        &[],
+    )
+    .await;
+    assert!(
+        count.html.contains("<strong>2</strong> dead events match"),
+        "{}",
+        count.html
+    );
+    assert!(
+        count
+            .html
+            .contains(r#"<input type="hidden" name="processor" value="flaky">"#),
+        "{}",
+        count.html
+    );
+    let done = post_form(
+        &inbox,
+        "/admin/ui/requeue-matching",
+        "type=order.paid&dead=yes&processor=flaky&confirm=yes",
+        &[],
+    )
+    .await;
+    assert!(done.html.contains("Requeued 2 events."), "{}", done.html);
+    let by = inbox.counts_by_processor().await.unwrap();
+    assert_eq!((by["flaky"].queued, by["steady"].processed), (2, 2));
+}
+
+/// With one processor (`default`), nothing of fan-out shows: no routes, no processor
+/// column, select or counts.
+#[tokio::test]
+async fn with_one_processor_no_page_names_a_processor() {
+    let inbox = inbox().await;
+    seed(&inbox, 1).await;
+    for uri in [
+        "/admin/ui",
+        "/admin/ui/events?state=dead",
+        "/admin/ui/event?source=standard&id=evt_dead_1",
+    ] {
+        let html = get(&inbox, uri).await.html;
+        for absent in ["processor", "id=\"routes\"", "id=\"processors\""] {
+            assert!(!html.contains(absent), "{absent} in {uri}: {html}");
+        }
+    }
+}
+
+/// A processor the inbox is no longer configured with: its routes are marked orphaned on
+/// the event page (no requeue button: no worker of this inbox runs them) and its counts
+/// on the overview, left out of the totals.
+#[tokio::test]
+async fn orphaned_routes_and_counts_are_marked() {
+    use tower_webhook::inbox::ProcessorSpec;
+    let store = common::stores::sqlite().await;
+    let spec = |name: &str| ProcessorSpec::new(name).unwrap();
+    let before = Inbox::sqlite(&store)
+        .with_processors([spec("steady"), spec("gone")])
+        .unwrap();
+    assert_eq!(
+        common::seed::deliver(&before, "evt_1").await,
+        StatusCode::NO_CONTENT
+    );
+    let inbox = Inbox::sqlite(&store)
+        .with_processors([spec("steady"), spec("new")])
+        .unwrap();
+    let html = get(&inbox, "/admin/ui/event?source=standard&id=evt_1")
+        .await
+        .html;
+    let gone = route_row(section(&html, "routes"), "gone");
+    assert!(gone.contains(">orphaned</span>"), "{gone}");
+    assert!(!gone.contains("<form"), "{gone}");
+    let steady = route_row(section(&html, "routes"), "steady");
+    assert!(
+        !steady.contains("orphaned") && steady.contains("<form"),
+        "{steady}"
+    );
+
+    let overview = get(&inbox, "/admin/ui").await.html;
+    let gone = route_row(section(&overview, "processors"), "gone");
+    assert!(gone.contains(">orphaned</span>"), "{gone}");
+    assert!(gone.contains(r#"<td class="num queued">1</td>"#), "{gone}");
+    assert!(
+        overview.contains(r#"<div class="queued"><dt>queued</dt><dd>1</dd></div>"#),
+        "steady's alone in the total: {overview}"
+    );
+}

@@ -2,7 +2,9 @@
 // receiver example in inbox mode: sign in, counts, search, an event with markup in its
 // body shown as text, lists filtered, pause and resume a source, forms posted from other
 // pages refused, requeue a dead event (one, then a type after a confirmation) and see it
-// processed, and sign out.
+// processed, and sign out. Then fan-out: the receiver with two processors, one failing
+// every attempt; its dead route requeued alone from the event page runs that processor
+// again and not the other.
 //
 // Run by tests/browser.rs (`cargo test --all-features --test browser -- --ignored`), which
 // builds the receiver and gives each run a fresh database. By hand:
@@ -305,6 +307,80 @@ test("the operator's page in Chromium", async (t) => {
     await context.clearCookies();
     assert.equal((await page.goto(`${ui}?token=${TOKEN}`)).status(), 200, "signs in again");
     assert.equal(await page.locator("header form.logout button").count(), 1);
+  });
+
+  assert.deepEqual(errors, [], "no script error on any page");
+});
+
+test("fan-out: one processor's route requeued alone from the event page", async (t) => {
+  // The same database as the test before: its events' `default` routes are orphaned now.
+  const receiver = await startReceiver({
+    WEBHOOK_PROCESSORS: "ledger,flaky",
+    WEBHOOK_FAIL_PROCESSORS: "flaky",
+    WEBHOOK_MAX_ATTEMPTS: "1",
+  });
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: ["--no-sandbox"],
+  });
+  t.after(async () => {
+    await browser.close();
+    await receiver.stop();
+  });
+  const page = await (await browser.newContext({ viewport: { width: 1180, height: 820 } })).newPage();
+  const errors = [];
+  page.on("pageerror", (error) => errors.push(error));
+  const ui = `${receiver.base}/admin/ui`;
+  const id = "evt_fan_out";
+  const url = `${ui}/event?source=stripe&id=${id}`;
+  const route = (name) => page.locator(`#routes tr[data-processor=${name}]`);
+  const flakyAttempts = async () =>
+    (await page.locator("#attempts tbody tr", { has: page.locator("td.processor", { hasText: "flaky" }) }).count());
+
+  await deliver(receiver, id, "charge.succeeded");
+  await printed(receiver, `handled ${id} ledger`);
+  await printed(receiver, `failed ${id} flaky`);
+  assert.equal((await page.goto(`${ui}?token=${TOKEN}`)).status(), 200);
+  await eventually("flaky's route is dead and ledger's processed", async () => {
+    await page.goto(url);
+    return (await route("flaky").locator(".state").innerText()) === "dead" &&
+      (await route("ledger").locator(".state").innerText()) === "processed";
+  });
+  assert.equal(await flakyAttempts(), 1, "flaky's one attempt in the history");
+  assert.ok((await route("flaky").locator("td.error").innerText()).includes("WEBHOOK_FAIL_PROCESSORS"));
+  await screenshot(page, "operators-page-routes.png");
+
+  await route("flaky").locator("button", { hasText: "Requeue" }).click();
+  assert.ok((await page.locator(".flash").innerText()).startsWith("Requeued that processor's route"));
+  await eventually(`failed ${id} flaky printed twice`, () => times(receiver, `failed ${id} flaky`) === 2);
+  await eventually("flaky's route is dead again, with two attempts in its history", async () => {
+    await page.goto(url);
+    return (await route("flaky").locator(".state").innerText()) === "dead" && (await flakyAttempts()) === 2;
+  });
+  assert.equal(await route("ledger").locator(".state").innerText(), "processed");
+  await new Promise((resolve) => setTimeout(resolve, 1000)); // a stray run of ledger would show by now
+  assert.equal(times(receiver, `handled ${id} ledger`), 1, "ledger's route did not run again");
+  const outcomes = await page.locator("#attempts tbody tr").evaluateAll((rows) =>
+    rows.map((row) => `${row.querySelector("td.processor").innerText} ${row.querySelector(".outcome").innerText}`));
+  assert.deepEqual(outcomes.filter((o) => o.startsWith("ledger")), ["ledger processed"]);
+  assert.deepEqual(outcomes.filter((o) => o.startsWith("flaky")), ["flaky dead", "flaky dead"]);
+
+  await t.test("the dead list filters by processor and names each row's", async () => {
+    await page.goto(`${ui}/events?state=dead`);
+    await page.selectOption("form.filters select[name=processor]", "flaky");
+    await page.click("form.filters button");
+    const rows = page.locator("tbody tr", { hasText: id });
+    assert.equal(await rows.count(), 1);
+    assert.equal(await rows.locator("td.processor").innerText(), "flaky");
+    await page.selectOption("form.filters select[name=processor]", "ledger");
+    await page.click("form.filters button");
+    assert.equal(await page.locator("tbody tr", { hasText: id }).count(), 0);
+  });
+
+  await t.test("the overview counts each processor's routes", async () => {
+    await page.goto(ui);
+    assert.equal(await page.locator("#processors tr[data-processor=flaky] td.dead").innerText(), "1");
+    assert.equal(await page.locator("#processors tr[data-processor=ledger] td.processed").innerText(), "1");
   });
 
   assert.deepEqual(errors, [], "no script error on any page");

@@ -38,6 +38,8 @@ pub(super) struct ListQuery {
     pub(super) from: Option<String>,
     pub(super) before: Option<String>,
     pub(super) after: Option<String>,
+    /// One processor's routes (with fan-out; absent: every processor's).
+    pub(super) processor: Option<String>,
 }
 
 /// The dead or failing rows.
@@ -72,6 +74,8 @@ pub(super) struct Filter {
     pub(super) from: Option<SystemTime>,
     /// Received before.
     pub(super) before: Option<SystemTime>,
+    /// The route's processor (the listing is then that processor's alone).
+    pub(super) processor: Option<String>,
 }
 
 impl Filter {
@@ -83,6 +87,7 @@ impl Filter {
                 .is_none_or(|t| row.event_type.as_ref() == Some(t))
             && self.from.is_none_or(|from| row.received_at >= from)
             && self.before.is_none_or(|before| row.received_at < before)
+            && self.processor.as_ref().is_none_or(|p| *p == row.processor)
     }
 
     /// The source, type and window of a form or query string.
@@ -97,6 +102,7 @@ impl Filter {
             event_type: given(event_type).map(str::to_owned),
             from: given(from).map(time).transpose()?,
             before: given(before).map(time).transpose()?,
+            processor: None,
         };
         if let (Some(from), Some(before)) = (filter.from, filter.before) {
             if from >= before {
@@ -119,7 +125,11 @@ impl ListQuery {
     }
 
     pub(super) fn filter(&self) -> Result<Filter, AdminError> {
-        Filter::of(&self.source, &self.event_type, &self.from, &self.before)
+        let filter = Filter::of(&self.source, &self.event_type, &self.from, &self.before)?;
+        Ok(Filter {
+            processor: given(&self.processor).map(str::to_owned),
+            ..filter
+        })
     }
 
     pub(super) fn cursor(&self) -> Result<Option<Cursor>, AdminError> {
@@ -142,11 +152,12 @@ pub(super) struct EventQuery {
     pub(super) view: Option<String>,
 }
 
-/// `POST /requeue`: one event.
+/// `POST /requeue`: one event, every route of it or one `processor`'s.
 #[derive(Debug, Deserialize)]
 pub(super) struct OneEvent {
     pub(super) source: Option<String>,
     pub(super) id: Option<String>,
+    pub(super) processor: Option<String>,
 }
 
 /// `POST /requeue-matching`: a type, a receipt window, dead rows only; `confirm=yes`
@@ -158,6 +169,8 @@ pub(super) struct RequeueForm {
     pub(super) from: Option<String>,
     pub(super) before: Option<String>,
     pub(super) dead: Option<String>,
+    /// One processor's routes (absent: every processor's).
+    pub(super) processor: Option<String>,
     pub(super) confirm: Option<String>,
 }
 
@@ -171,12 +184,14 @@ impl RequeueForm {
     }
 }
 
-/// `POST /pause` and `POST /resume`: a source, a type, either or both (neither: all).
+/// `POST /pause` and `POST /resume`: a source, a type, either or both (neither: all);
+/// a processor too (absent: every processor).
 #[derive(Debug, Deserialize)]
 pub(super) struct PauseForm {
     pub(super) source: Option<String>,
     #[serde(rename = "type")]
     pub(super) event_type: Option<String>,
+    pub(super) processor: Option<String>,
 }
 
 /// `POST /delete-dead`: dead rows (of `source` and `type`, where given) dead for more than

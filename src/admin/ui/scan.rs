@@ -30,7 +30,11 @@ pub(super) async fn scan(
     want: usize,
     budget: usize,
 ) -> Result<Scanned, StoreError> {
-    let base = rows.listing();
+    let mut base = rows.listing();
+    if let Some(name) = &filter.processor {
+        // The inbox lists one processor's routes from an index of its own.
+        base = base.with_processor(name);
+    }
     let (mut found, mut read, mut cursor) = (Vec::new(), 0usize, after);
     loop {
         let mut listing = base.clone().with_limit(CHUNK);

@@ -2,7 +2,7 @@
 // without it; it only re-reads this same page and swaps in the sections that change.
 (function () {
   "use strict";
-  var sections = ["counts", "sources", "rate"];
+  var sections = ["counts", "processors", "sources", "rate"];
   if (!document.getElementById("counts")) return;
   function refresh() {
     fetch(location.href, { credentials: "same-origin", headers: { Accept: "text/html" } })

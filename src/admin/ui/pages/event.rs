@@ -1,14 +1,18 @@
-//! One event: its fields, the actions on it, its body, headers and attempts.
+//! One event: its fields, the actions on it, its routes (with fan-out), its body, headers
+//! and attempts.
 
 use maud::{html, Markup};
 
 use super::*;
 use crate::admin::ui::body::View;
-use crate::inbox::StoredEvent;
+use crate::inbox::{RouteState, State, StoredEvent};
 
+/// `routed`: show each processor's route, and whose each attempt was (fan-out); without
+/// it, the page as before fan-out.
 pub(in crate::admin::ui) fn event(
     base: &str,
     e: &StoredEvent,
+    routed: bool,
     view: View,
     body: (String, &'static str),
     flash_message: Option<Markup>,
@@ -17,17 +21,20 @@ pub(in crate::admin::ui) fn event(
     let main = html! {
         @if let Some(f) = flash_message { (f) }
         h1 { "Event " code { (s.id) } " " (state_badge(s.state)) }
+        @if routed { (routes_section(base, e)) }
         div.columns {
             div.stack {
                 (fields_section(e))
-                (actions_section(base, e))
-                (attempts_section(e))
+                (actions_section(base, e, routed))
+                @if !routed { (attempts_section(e, false)) }
             }
             div.stack {
                 (body_section(base, e, view, body))
                 (headers_section(e))
             }
         }
+        // With a processor column the history needs the page's width.
+        @if routed { (attempts_section(e, true)) }
     };
     layout(base, &s.id, Here::Other, main)
 }
@@ -65,9 +72,9 @@ fn fields_section(e: &StoredEvent) -> Markup {
     }
 }
 
-fn actions_section(base: &str, e: &StoredEvent) -> Markup {
+fn actions_section(base: &str, e: &StoredEvent, routed: bool) -> Markup {
     let s = &e.summary;
-    let processing = s.state == crate::inbox::State::Processing;
+    let processing = s.state == State::Processing;
     html! {
         section.card #actions {
             h2 { "Actions" }
@@ -77,7 +84,8 @@ fn actions_section(base: &str, e: &StoredEvent) -> Markup {
                 button type="submit" disabled[processing] { "Requeue" }
                 span.muted {
                     @if processing { "A worker is processing it now." }
-                    @else if s.state == crate::inbox::State::Processed { "It was processed: requeueing runs it again (a replay)." }
+                    @else if routed { "Every processor's route of it, due now with its attempts reset (processed ones run again: a replay). The routes above requeue one." }
+                    @else if s.state == State::Processed { "It was processed: requeueing runs it again (a replay)." }
                     @else { "Due now, with its attempts reset." }
                 }
             }
@@ -109,6 +117,71 @@ fn body_section(
     }
 }
 
+/// Each processor's route: its state, attempts, times and error, and a button that
+/// requeues it alone (the other routes are left as they are).
+fn routes_section(base: &str, e: &StoredEvent) -> Markup {
+    let s = &e.summary;
+    let time = |t: Option<SystemTime>| match t {
+        Some(t) => html! { time title=(at(t)) { (at(t)) } },
+        None => html! { span.muted { "—" } },
+    };
+    html! {
+        section.card #routes {
+            h2 { "Routes " span.muted { "(one per processor)" } }
+            @if e.routes.is_empty() {
+                p.muted { "No processor took it: no filter matched (a backfill of a processor makes its route)." }
+            } @else {
+                table {
+                    thead {
+                        tr {
+                            th { "processor" } th { "state" } th.num { "attempts" }
+                            th { "next attempt" } th { "processed" } th { "last error" } th {}
+                        }
+                    }
+                    tbody {
+                        @for r in &e.routes {
+                            tr data-processor=(r.processor) {
+                                td {
+                                    code { (r.processor) }
+                                    @if r.orphaned {
+                                        " " span.state.orphaned title="No longer one of this inbox's processors: no worker of it runs this route" { "orphaned" }
+                                    }
+                                }
+                                td { (state_badge(r.state)) }
+                                td.num { (r.attempts) }
+                                td { (time(r.next_attempt_at)) }
+                                td { (time(r.processed_at)) }
+                                td.error { @if let Some(error) = &r.last_error { (error) } @else { span.muted { "—" } } }
+                                td { (route_requeue(base, s, r)) }
+                            }
+                        }
+                    }
+                }
+                p.note { "Requeueing a route makes it due now with its attempts reset (a processed one runs again: a replay); the other processors' routes are left as they are." }
+            }
+        }
+    }
+}
+
+/// The button that requeues `r` alone: a form posting its processor.
+fn route_requeue(base: &str, s: &crate::inbox::EventSummary, r: &RouteState) -> Markup {
+    if r.orphaned {
+        return html! { span.muted { "no worker runs it" } };
+    }
+    let processing = r.state == State::Processing;
+    html! {
+        form.inline method="post" action={ (base) "/requeue" } {
+            input type="hidden" name="source" value=(s.source);
+            input type="hidden" name="id" value=(s.id);
+            input type="hidden" name="processor" value=(r.processor);
+            button.quiet type="submit" disabled[processing]
+                title=(if processing { "A worker is processing it now" } else { "Requeue this route alone" }) {
+                "Requeue"
+            }
+        }
+    }
+}
+
 /// The request headers it was accepted with, as stored (credentials were never stored).
 fn headers_section(e: &StoredEvent) -> Markup {
     html! {
@@ -131,8 +204,9 @@ fn headers_section(e: &StoredEvent) -> Markup {
     }
 }
 
-/// Every attempt, oldest first, with its outcome, duration and error.
-fn attempts_section(e: &StoredEvent) -> Markup {
+/// Every attempt, oldest first, with its outcome, duration and error (and whose route's,
+/// when `routed`).
+fn attempts_section(e: &StoredEvent, routed: bool) -> Markup {
     html! {
         section.card #attempts {
             h2 { "Attempts" }
@@ -140,10 +214,11 @@ fn attempts_section(e: &StoredEvent) -> Markup {
                 p.muted { "None yet." }
             } @else {
                 table {
-                    thead { tr { th.num { "#" } th { "started" } th.num { "took" } th { "outcome" } th { "error" } } }
+                    thead { tr { @if routed { th { "processor" } } th.num { "#" } th { "started" } th.num { "took" } th { "outcome" } th { "error" } } }
                     tbody {
                         @for a in &e.attempts {
                             tr {
+                                @if routed { td.processor { code { (a.processor) } } }
                                 td.num { (a.attempt) }
                                 td { (time_cell(a.started_at)) }
                                 td.num { (took(a.duration())) }

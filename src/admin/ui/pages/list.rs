@@ -13,12 +13,15 @@ pub(in crate::admin::ui) struct Typed<'a> {
     pub(in crate::admin::ui) event_type: &'a str,
     pub(in crate::admin::ui) from: &'a str,
     pub(in crate::admin::ui) before: &'a str,
+    /// One processor's routes (empty: every processor's).
+    pub(in crate::admin::ui) processor: &'a str,
 }
 
 pub(in crate::admin::ui) fn list(
     base: &str,
     rows: Rows,
     typed: &Typed<'_>,
+    processors: &[String],
     scanned: &Scanned,
 ) -> Markup {
     let (title, here) = match rows {
@@ -26,15 +29,17 @@ pub(in crate::admin::ui) fn list(
         Rows::Failing => ("Failing events", Here::Failing),
     };
     let next = scanned.next.as_ref().map(|cursor| {
-        let q = form_urlencoded::Serializer::new(String::new())
-            .append_pair("state", rows.as_str())
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        q.append_pair("state", rows.as_str())
             .append_pair("source", typed.source)
             .append_pair("type", typed.event_type)
             .append_pair("from", typed.from)
-            .append_pair("before", typed.before)
-            .append_pair("after", &cursor.to_string())
-            .finish();
-        format!("{base}/events?{q}")
+            .append_pair("before", typed.before);
+        if !typed.processor.is_empty() {
+            q.append_pair("processor", typed.processor);
+        }
+        q.append_pair("after", &cursor.to_string());
+        format!("{base}/events?{}", q.finish())
     });
     let main = html! {
         h1 { (title) }
@@ -45,6 +50,7 @@ pub(in crate::admin::ui) fn list(
                 label { "type" input type="text" name="type" value=(typed.event_type) placeholder="any"; }
                 label { "received from (UTC)" input type="datetime-local" name="from" value=(typed.from); }
                 label { "received before (UTC)" input type="datetime-local" name="before" value=(typed.before); }
+                @if !processors.is_empty() { (processor_select(processors, typed.processor)) }
                 button type="submit" { "Filter" }
                 a href={ (base) "/events?state=" (rows.as_str()) } { "clear" }
             }
@@ -53,7 +59,7 @@ pub(in crate::admin::ui) fn list(
             @if scanned.rows.is_empty() {
                 p.muted { "No " (rows.as_str()) " event matches." }
             } @else {
-                (summary_table(base, rows, &scanned.rows))
+                (summary_table(base, rows, !processors.is_empty(), &scanned.rows))
             }
             div.pager {
                 span.muted {
@@ -65,22 +71,40 @@ pub(in crate::admin::ui) fn list(
         }
         @if rows == Rows::Dead {
             div.grid {
-                (requeue_matching_form(base, typed))
+                (requeue_matching_form(base, typed, processors))
                 (delete_dead_form(base, typed))
             }
         } @else {
-            (requeue_matching_form(base, typed))
+            (requeue_matching_form(base, typed, processors))
         }
     };
     layout(base, title, here, main)
 }
 
-fn summary_table(base: &str, rows: Rows, events: &[EventSummary]) -> Markup {
+/// A select of the configured `processors` (and "any"), `chosen` selected.
+fn processor_select(processors: &[String], chosen: &str) -> Markup {
+    html! {
+        label {
+            "processor"
+            select name="processor" {
+                option value="" selected[chosen.is_empty()] { "any" }
+                @for name in processors {
+                    option value=(name) selected[chosen == name] { (name) }
+                }
+            }
+        }
+    }
+}
+
+/// The rows; `routed`: each is one processor's route, and says whose.
+fn summary_table(base: &str, rows: Rows, routed: bool, events: &[EventSummary]) -> Markup {
     html! {
         table {
             thead {
                 tr {
-                    th { "event" } th { "source" } th { "type" } th { "received" }
+                    th { "event" } th { "source" }
+                    @if routed { th { "processor" } }
+                    th { "type" } th { "received" }
                     th { @if rows == Rows::Dead { "dead" } @else { "next attempt" } }
                     th.num { "attempts" } th { "last error" }
                 }
@@ -90,6 +114,7 @@ fn summary_table(base: &str, rows: Rows, events: &[EventSummary]) -> Markup {
                     tr {
                         td { a.mono href=(event_href(base, &e.source, &e.id)) { (e.id) } }
                         td { code { (e.source) } }
+                        @if routed { td.processor { code { (e.processor) } } }
                         td { @if let Some(t) = &e.event_type { code { (t) } } @else { span.muted { "—" } } }
                         td { (time_cell(e.received_at)) }
                         td {
@@ -105,7 +130,7 @@ fn summary_table(base: &str, rows: Rows, events: &[EventSummary]) -> Markup {
     }
 }
 
-fn requeue_matching_form(base: &str, typed: &Typed<'_>) -> Markup {
+fn requeue_matching_form(base: &str, typed: &Typed<'_>, processors: &[String]) -> Markup {
     html! {
         section.card {
             h2 { "Requeue matching events" }
@@ -113,6 +138,7 @@ fn requeue_matching_form(base: &str, typed: &Typed<'_>) -> Markup {
                 label { "type" input type="text" name="type" value=(typed.event_type) placeholder="any"; }
                 label { "received from (UTC)" input type="datetime-local" name="from" value=(typed.from); }
                 label { "received before (UTC)" input type="datetime-local" name="before" value=(typed.before); }
+                @if !processors.is_empty() { (processor_select(processors, typed.processor)) }
                 label.check { input type="checkbox" name="dead" value="yes" checked; "dead only" }
                 button type="submit" { "Count…" }
             }
@@ -135,6 +161,9 @@ fn delete_dead_form(base: &str, typed: &Typed<'_>) -> Markup {
                 button.danger type="submit" { "Count…" }
             }
             p.note { "Dead events were acknowledged to the provider and never processed: requeue or export them first. 0 hours: every dead event." }
+            @if !typed.processor.is_empty() {
+                p.note { "It covers every processor's dead routes, not only " code { (typed.processor) } "'s." }
+            }
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The overview: counts by state, failing and dead by source, the rate, what is paused.
+//! The overview: counts by state (and by processor, with fan-out), failing and dead by
+//! source, the rate, what is paused.
 
 use maud::{html, Markup};
 
@@ -7,7 +8,13 @@ use crate::inbox::{Counts, Pause};
 
 /// What the overview shows.
 pub(in crate::admin::ui) struct Overview<'a> {
+    /// The sum over the processors.
     pub(in crate::admin::ui) counts: &'a Counts,
+    /// With more than one processor counted, each one's counts by name, and whether it
+    /// is orphaned (not configured: its routes are left out of `counts`); empty with one.
+    pub(in crate::admin::ui) by_processor: &'a [(String, Counts, bool)],
+    /// With fan-out, the processors a pause can name (empty: one processor).
+    pub(in crate::admin::ui) processors: &'a [String],
     /// Failing and dead rows by source, from the listings' first rows.
     pub(in crate::admin::ui) by_source: &'a [(String, usize, usize)],
     /// Whether the listings had more rows than were read for `by_source`.
@@ -26,11 +33,12 @@ pub(in crate::admin::ui) fn overview(
         @if let Some(f) = flash_message { (f) }
         h1 { "Overview" }
         (counts_section(o.counts))
+        @if !o.by_processor.is_empty() { (processors_section(base, o.by_processor)) }
         div.grid {
             (sources_section(base, o.by_source, o.by_source_cut))
             (rate_section(o.rate))
         }
-        (pauses_section(base, o.pauses))
+        (pauses_section(base, o.pauses, o.processors))
     };
     layout(base, "Overview", Here::Overview, main)
 }
@@ -56,6 +64,49 @@ fn counts_section(c: &Counts) -> Markup {
                 }
                 " Paused events are counted in queued too."
             }
+        }
+    }
+}
+
+/// Each processor's counts: a row a processor, its dead linked to its dead list.
+fn processors_section(base: &str, by: &[(String, Counts, bool)]) -> Markup {
+    let dead = |name: &str| {
+        let q = form_urlencoded::Serializer::new(String::new())
+            .append_pair("state", "dead")
+            .append_pair("processor", name)
+            .finish();
+        format!("{base}/events?{q}")
+    };
+    html! {
+        section.card #processors {
+            h2 { "Routes by processor" }
+            table {
+                thead {
+                    tr {
+                        th { "processor" } th.num { "queued" } th.num { "processing" }
+                        th.num { "processed" } th.num { "dead" } th.num { "paused" } th { "oldest due" }
+                    }
+                }
+                tbody {
+                    @for (name, c, orphaned) in by {
+                        tr data-processor=(name) {
+                            td {
+                                code { (name) }
+                                @if *orphaned {
+                                    " " span.state.orphaned title="No longer one of this inbox's processors: counted here, not in the totals above" { "orphaned" }
+                                }
+                            }
+                            td.num.queued { (c.queued) }
+                            td.num.processing { (c.processing) }
+                            td.num.processed { (c.processed) }
+                            td.num.dead { a href=(dead(name)) { (c.dead) } }
+                            td.num.paused { (c.paused) }
+                            td { @match c.oldest_due { Some(d) => { (span(d)) } None => { span.muted { "—" } } } }
+                        }
+                    }
+                }
+            }
+            p.note { "Each event has a route per processor whose filter it matched: the counts above add up the configured processors'." }
         }
     }
 }
@@ -135,7 +186,11 @@ pub(in crate::admin::ui) fn rate_chart(points: &[u64]) -> Markup {
     }
 }
 
-fn pauses_section(base: &str, pauses: &[Pause]) -> Markup {
+/// What is paused, each with a resume button, and the pause form; `processors` (with
+/// fan-out) adds a processor to both.
+fn pauses_section(base: &str, pauses: &[Pause], processors: &[String]) -> Markup {
+    // A pause of one processor shows whose even without fan-out (the JSON API takes one).
+    let whose = !processors.is_empty() || pauses.iter().any(|p| p.processor.is_some());
     let any = |part: &Option<String>| -> Markup {
         match part {
             Some(text) => html! { code { (text) } },
@@ -149,15 +204,19 @@ fn pauses_section(base: &str, pauses: &[Pause]) -> Markup {
                 p.muted { "Nothing is paused: workers start every due event." }
             } @else {
                 table {
-                    thead { tr { th { "source" } th { "type" } th { "since" } th {} } }
+                    thead { tr { @if whose { th { "processor" } } th { "source" } th { "type" } th { "since" } th {} } }
                     tbody {
                         @for pause in pauses {
                             tr {
+                                @if whose { td { (any(&pause.processor)) } }
                                 td { (any(&pause.source)) }
                                 td { (any(&pause.event_type)) }
                                 td { (time_cell(pause.paused_at)) }
                                 td {
                                     form.inline method="post" action={ (base) "/resume" } {
+                                        @if let Some(processor) = &pause.processor {
+                                            input type="hidden" name="processor" value=(processor);
+                                        }
                                         input type="hidden" name="source" value=[pause.source.as_deref()];
                                         input type="hidden" name="type" value=[pause.event_type.as_deref()];
                                         button.quiet type="submit" { "Resume" }
@@ -172,6 +231,15 @@ fn pauses_section(base: &str, pauses: &[Pause]) -> Markup {
             form.row method="post" action={ (base) "/pause" } {
                 label { "source" input type="text" name="source" placeholder="any"; }
                 label { "type" input type="text" name="type" placeholder="any"; }
+                @if !processors.is_empty() {
+                    label {
+                        "processor"
+                        select name="processor" {
+                            option value="" { "every" }
+                            @for name in processors { option value=(name) { (name) } }
+                        }
+                    }
+                }
                 button type="submit" { "Pause" }
             }
             p.note { "Workers start no matching event until it is resumed; deliveries are still accepted. Both empty: everything." }

@@ -22,11 +22,17 @@ pub(super) async fn requeue_one(
             AdminError::bad_request("source and id contain no NUL"),
         ));
     }
-    let n = inbox
-        .requeue(Requeue::id(source, id))
-        .await
-        .map_err(store(&base))?;
-    let done = if n == 0 { "not-requeued" } else { "requeued" };
+    let mut which = Requeue::id(source, id);
+    let route = given(&f.processor);
+    if let Some(name) = route {
+        which = which.with_processor(processor(&inbox, name).map_err(failed(&base))?);
+    }
+    let n = inbox.requeue(which).await.map_err(store(&base))?;
+    let done = match (n, route) {
+        (0, _) => "not-requeued",
+        (_, Some(_)) => "requeued-route",
+        (_, None) => "requeued",
+    };
     let to = format!("{}&done={done}", event_href(&base, source, id));
     Ok(Redirect::to(&to).into_response())
 }
@@ -53,7 +59,13 @@ pub(super) async fn requeue_matching(
     f: Result<Form<RequeueForm>, FormRejection>,
 ) -> Result<Response, UiError> {
     let f = form(&base, f)?;
-    let filter = Filter::of(&None, &f.event_type, &f.from, &f.before).map_err(failed(&base))?;
+    let filter = Filter {
+        processor: given(&f.processor).map(str::to_owned),
+        ..Filter::of(&None, &f.event_type, &f.from, &f.before).map_err(failed(&base))?
+    };
+    if let Some(name) = &filter.processor {
+        processor(&inbox, name).map_err(failed(&base))?;
+    }
     let narrowed = filter.event_type.is_some() || filter.from.is_some() || filter.before.is_some();
     if !f.dead_only() && !narrowed {
         let why = "name the rows: dead only, a type or a window (every event at once is the JSON API's `all`)";
@@ -65,7 +77,7 @@ pub(super) async fn requeue_matching(
             AdminError::bad_request("a type contains no NUL"),
         ));
     }
-    let fields = [
+    let mut fields = vec![
         ("type", given(&f.event_type).unwrap_or_default().to_owned()),
         ("from", given(&f.from).unwrap_or_default().to_owned()),
         ("before", given(&f.before).unwrap_or_default().to_owned()),
@@ -78,6 +90,9 @@ pub(super) async fn requeue_matching(
             },
         ),
     ];
+    if let Some(name) = &filter.processor {
+        fields.push(("processor", name.clone()));
+    }
     if !f.confirmed() {
         let (dead, dead_cut) = count(&inbox, Rows::Dead, &filter)
             .await
@@ -110,6 +125,9 @@ pub(super) async fn requeue_matching(
     }
     if let Some(before) = filter.before {
         which = which.received_before(before);
+    }
+    if let Some(name) = &filter.processor {
+        which = which.with_processor(name);
     }
     let n = inbox.requeue(which).await.map_err(store(&base))?;
     let message = format!("Requeued {n} event{}.", if n == 1 { "" } else { "s" });
@@ -210,9 +228,15 @@ async fn set_paused(
             AdminError::bad_request("source and type contain no NUL"),
         ));
     }
-    let changed = match paused {
-        true => inbox.pause(source, event_type).await,
-        false => inbox.resume(source, event_type).await,
+    let only = match given(&f.processor) {
+        Some(name) => Some(processor(inbox, name).map_err(failed(&base))?),
+        None => None,
+    };
+    let changed = match (only, paused) {
+        (None, true) => inbox.pause(source, event_type).await,
+        (None, false) => inbox.resume(source, event_type).await,
+        (Some(p), true) => inbox.pause_processor(p, source, event_type).await,
+        (Some(p), false) => inbox.resume_processor(p, source, event_type).await,
     }
     .map_err(store(&base))?;
     let done = match (paused, changed) {

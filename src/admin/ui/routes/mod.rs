@@ -1,4 +1,5 @@
-//! The pages: each a few inbox calls, then a page; the forms' actions in `actions.rs`.
+//! The pages: each a few inbox calls, then a page; the overview in `overview.rs`, the
+//! lists and one event's page in `events.rs`, the forms' actions in `actions.rs`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -19,12 +20,17 @@ use super::input::{
 };
 use super::pages::{self, event_href, Overview, Typed};
 use super::scan::{scan, Scanned};
+use crate::admin::input::processor;
 use crate::admin::AdminError;
-use crate::inbox::{Inbox, Requeue};
+use crate::inbox::{Counts, Inbox, Requeue, DEFAULT_PROCESSOR};
 use crate::store::StoreError;
 
 mod actions; // the forms' POSTs: requeue, pause and resume, delete dead events
+mod events; // the lists, one event, the search by id
+mod overview; // counts, sources, the rate, pauses
 use actions::{delete_dead, pause, requeue_matching, requeue_one, resume};
+use events::{event, list};
+use overview::overview;
 
 /// How many rows of each listing the overview reads to count by source (and the search
 /// by id alone reads for the sources it tries).
@@ -87,6 +93,13 @@ impl IntoResponse for UiError {
     }
 }
 
+/// With fan-out (more than one processor), their names, in the inbox's order: the pages
+/// then name each row's processor; with one, `None` and the pages as before fan-out.
+fn fanned_out(inbox: &Inbox) -> Option<Vec<String>> {
+    let names: Vec<String> = inbox.processors().map(|p| p.name().to_owned()).collect();
+    (names.len() > 1).then_some(names)
+}
+
 /// `error` as a [`UiError`] of the page at `base`.
 fn failed(base: &str) -> impl Fn(AdminError) -> UiError + '_ {
     move |error| UiError::at(base.to_owned(), error)
@@ -134,6 +147,7 @@ impl Done {
             "resumed" => ("Resumed: its events start again.", false),
             "not-paused" => ("That was not paused (a pause of the whole source, or of the type in every source, still holds).", true),
             "requeued" => ("Requeued: due now, with its attempts reset.", false),
+            "requeued-route" => ("Requeued that processor's route: due now, with its attempts reset; the other processors' routes are left as they are.", false),
             "not-requeued" => ("Not requeued: a worker is processing it now, or it is gone.", true),
             _ => return None,
         };
@@ -153,161 +167,4 @@ async fn script() -> impl IntoResponse {
         [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
         include_str!("../assets/ui.js"),
     )
-}
-
-/// How many minutes the overview's chart spans.
-const RATE_MINUTES: u32 = 30;
-
-/// The events processed in each of the last [`RATE_MINUTES`], oldest first.
-async fn processing_rate(inbox: &Inbox) -> Result<Vec<u64>, StoreError> {
-    let minutes = inbox.processed_per_minute(RATE_MINUTES).await?;
-    Ok(minutes.into_iter().map(|(_, n)| n).collect())
-}
-
-/// Failing and dead rows by source (`source → (failing, dead)`), from the first rows of
-/// each listing; and whether a listing had more.
-async fn by_source(inbox: &Inbox) -> Result<(BTreeMap<String, (usize, usize)>, bool), StoreError> {
-    let everything = Filter::default();
-    let mut sources = BTreeMap::<String, (usize, usize)>::new();
-    let mut cut = false;
-    for rows in [Rows::Failing, Rows::Dead] {
-        let scanned = scan(
-            inbox,
-            rows,
-            &everything,
-            None,
-            BY_SOURCE_ROWS,
-            BY_SOURCE_ROWS,
-        )
-        .await?;
-        cut |= scanned.next.is_some();
-        for row in scanned.rows {
-            let counts = sources.entry(row.source).or_default();
-            match rows {
-                Rows::Failing => counts.0 += 1,
-                Rows::Dead => counts.1 += 1,
-            }
-        }
-    }
-    Ok((sources, cut))
-}
-
-async fn overview(
-    State(inbox): State<Inbox>,
-    Base(base): Base,
-    done: Result<Query<Done>, QueryRejection>,
-) -> Result<Response, UiError> {
-    let done = query(&base, done)?;
-    let counts = inbox.counts().await.map_err(store(&base))?;
-    let pauses = inbox.pauses().await.map_err(store(&base))?;
-    let (sources, cut) = by_source(&inbox).await.map_err(store(&base))?;
-    let rate = processing_rate(&inbox).await.map_err(store(&base))?;
-    let by_source: Vec<_> = sources.into_iter().map(|(s, (f, d))| (s, f, d)).collect();
-    let overview = Overview {
-        counts: &counts,
-        by_source: &by_source,
-        by_source_cut: cut,
-        pauses: &pauses,
-        rate: &rate,
-    };
-    Ok(page(
-        StatusCode::OK,
-        pages::overview(&base, &overview, done.flash()),
-    ))
-}
-
-async fn list(
-    State(inbox): State<Inbox>,
-    Base(base): Base,
-    q: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Response, UiError> {
-    let q = query(&base, q)?;
-    let rows = q.rows().map_err(failed(&base))?;
-    let filter = q.filter().map_err(failed(&base))?;
-    let after = q.cursor().map_err(failed(&base))?;
-    let scanned = scan(&inbox, rows, &filter, after, PAGE_ROWS, PAGE_BUDGET)
-        .await
-        .map_err(store(&base))?;
-    let text = |field: &Option<String>| given(field).unwrap_or_default().to_owned();
-    let (source, event_type, from, before) = (
-        text(&q.source),
-        text(&q.event_type),
-        text(&q.from),
-        text(&q.before),
-    );
-    let typed = Typed {
-        source: &source,
-        event_type: &event_type,
-        from: &from,
-        before: &before,
-    };
-    Ok(page(
-        StatusCode::OK,
-        pages::list(&base, rows, &typed, &scanned),
-    ))
-}
-
-#[derive(Debug, Deserialize)]
-struct EventPage {
-    #[serde(flatten)]
-    event: EventQuery,
-    #[serde(flatten)]
-    done: Done,
-}
-
-async fn event(
-    State(inbox): State<Inbox>,
-    Base(base): Base,
-    q: Result<Query<EventPage>, QueryRejection>,
-) -> Result<Response, UiError> {
-    let EventPage { event: q, done } = query(&base, q)?;
-    let Some(id) = given(&q.id) else {
-        return Err(UiError::at(
-            base,
-            AdminError::bad_request("give an event id to find"),
-        ));
-    };
-    let Some(source) = given(&q.source) else {
-        return search(&inbox, &base, id).await;
-    };
-    match inbox.event(source, id).await.map_err(store(&base))? {
-        Some(event) => {
-            let view = View::of(given(&q.view));
-            let shown = body::shown(&event.body, view);
-            let markup = pages::event(&base, &event, view, shown, done.flash());
-            Ok(page(StatusCode::OK, markup))
-        }
-        None => Err(UiError::at(
-            base,
-            AdminError::not_found("no such event in the inbox"),
-        )),
-    }
-}
-
-/// An id without its source: tried in every source the page knows (those with failing,
-/// dead or paused events); one found opens it, several are listed.
-async fn search(inbox: &Inbox, base: &str, id: &str) -> Result<Response, UiError> {
-    let (sources, _) = by_source(inbox).await.map_err(store(base))?;
-    let mut sources: Vec<String> = sources.into_keys().collect();
-    for pause in inbox.pauses().await.map_err(store(base))? {
-        sources.extend(pause.source);
-    }
-    sources.sort();
-    sources.dedup();
-    let mut keys = Vec::new();
-    for source in sources.into_iter().take(SEARCH_SOURCES) {
-        if inbox
-            .event(&source, id)
-            .await
-            .map_err(store(base))?
-            .is_some()
-        {
-            keys.push((source, id.to_owned()));
-        }
-    }
-    match keys.as_slice() {
-        [(source, id)] => Ok(Redirect::to(&event_href(base, source, id)).into_response()),
-        [] => Ok(page(StatusCode::NOT_FOUND, pages::found(base, id, &keys))),
-        _ => Ok(page(StatusCode::OK, pages::found(base, id, &keys))),
-    }
 }
