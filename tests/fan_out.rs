@@ -7,13 +7,13 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::seed::{eventually, standard};
 use common::stores;
 use tower_webhook::inbox::{
-    Accepted, Attempt, AttemptOutcome, Counts, Inbox, Listing, Pause, ProcessorSpec, Requeue,
-    State, StoredEvent, Worker,
+    Accepted, Attempt, AttemptOutcome, Counts, Inbox, Jitter, LateAnswers, Later, Listing, Pause,
+    ProcessorSpec, Requeue, RetryPolicy, State, StoredEvent, Worker,
 };
 use tower_webhook::{ConfigErrorKind, Event};
 
@@ -558,4 +558,169 @@ async fn sqlite_a_pause_of_one_processor_holds_only_its_routes() {
 async fn postgres_a_pause_of_one_processor_holds_only_its_routes() {
     let store = stores::postgres().await;
     a_pause_of_one_processor_holds_only_its_routes(Inbox::postgres(&store)).await;
+}
+
+/// A retry wakes only its processor's workers: while `a`'s route waits out its backoff,
+/// `b`'s worker (idle, polling once in 10 minutes) sends no claim, not even at `a`'s due
+/// time; `a`'s worker runs the route again at that time, not at its poll.
+async fn a_retry_wakes_only_its_processors_workers(inbox: Inbox) {
+    let inbox = inbox
+        .with_processors(["a", "b"].map(|name| ProcessorSpec::new(name).unwrap()))
+        .unwrap();
+    // Counts each processor's claims (hidden, for tests).
+    let late = LateAnswers::new();
+    let counted = inbox.with_late_answers(&late);
+    let backoff = Duration::from_secs(2);
+    let retry = RetryPolicy::default()
+        .with_backoff(backoff, backoff)
+        .unwrap()
+        .with_jitter(Jitter::None);
+    let runs = Runs::default();
+    let started: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let process = {
+        let started = started.clone();
+        move |_: Event, attempt: Attempt| {
+            started.lock().unwrap().push(Instant::now());
+            async move {
+                match attempt.number() {
+                    1 => Err("a fails its first attempt"),
+                    _ => Ok(()),
+                }
+            }
+        }
+    };
+    let poll = Duration::from_secs(600);
+    let a = Worker::processor(&counted, "a", process).unwrap();
+    let a = a.with_retry(retry).with_poll_interval(poll).unwrap();
+    let b = runs.worker(&counted, "b", false).with_poll_interval(poll);
+    let source = standard("shop");
+    let accepted = inbox.ingest(&source, Some("evt_1"), body("invoice.paid"));
+    assert_eq!(accepted.await.unwrap(), Accepted::New);
+    let (a, b) = (a.spawn(), b.unwrap().spawn());
+
+    let state = async |name: &str| {
+        let event = inbox.event("shop", "evt_1").await.unwrap().unwrap();
+        let route = event.routes.iter().find(|r| r.processor == name).cloned();
+        route.unwrap().state
+    };
+    eventually("b's route processed", async || {
+        state("b").await == State::Processed
+    })
+    .await;
+    // b's worker settles: its claim as its processor ended came back empty.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b_claims = late.claims("b");
+    assert_eq!(
+        started.lock().unwrap().len(),
+        1,
+        "a's retry is still to come (the backoff is longer than this)"
+    );
+    eventually("a's route processed at its second attempt", async || {
+        state("a").await == State::Processed
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        late.claims("b"),
+        b_claims,
+        "a's retry woke none of b's workers"
+    );
+    assert!(late.claims("a") >= 2, "a claimed again");
+    let started = started.lock().unwrap().clone();
+    let waited = started[1] - started[0];
+    assert!(
+        waited >= backoff && waited < backoff + Duration::from_secs(3),
+        "a's worker woke at the due time, not at its poll: {waited:?}"
+    );
+    assert_eq!(runs.of("b").len(), 1);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn sqlite_a_retry_wakes_only_its_processors_workers() {
+    let store = stores::sqlite().await;
+    a_retry_wakes_only_its_processors_workers(Inbox::sqlite(&store)).await;
+}
+
+#[tokio::test]
+async fn postgres_a_retry_wakes_only_its_processors_workers() {
+    let store = stores::postgres().await;
+    a_retry_wakes_only_its_processors_workers(Inbox::postgres(&store)).await;
+}
+
+/// The attempt history's cap holds per route (fan-out's T15): `a` snoozing its route far
+/// past the cap (100 records) evicts only its own oldest records, and the event view reads
+/// each route's newest 100; `b`'s older history (a failure, then processed) stays whole.
+async fn one_processors_snoozes_past_the_cap_leave_anothers_history(inbox: Inbox) {
+    let inbox = inbox
+        .with_processors(["a", "b"].map(|name| ProcessorSpec::new(name).unwrap()))
+        .unwrap();
+    let source = standard("shop");
+    let accepted = inbox.ingest(&source, Some("evt_1"), body("invoice.paid"));
+    assert_eq!(accepted.await.unwrap(), Accepted::New);
+    let processed = async |name: &str| {
+        let event = inbox.event("shop", "evt_1").await.unwrap().unwrap();
+        let route = event.routes.iter().find(|r| r.processor == name).cloned();
+        route.unwrap().state == State::Processed
+    };
+    let retry = RetryPolicy::default()
+        .with_backoff(Duration::from_millis(10), Duration::from_millis(10))
+        .unwrap()
+        .with_jitter(Jitter::None);
+    let b = Worker::processor(&inbox, "b", |_: Event, attempt: Attempt| async move {
+        match attempt.number() {
+            1 => Err("b fails once"),
+            _ => Ok(()),
+        }
+    });
+    let b = b.unwrap().with_retry(retry).spawn();
+    eventually("b's route processed", async || processed("b").await).await;
+    b.shutdown().await;
+
+    const SNOOZES: usize = 110;
+    let snoozed = Arc::new(Mutex::new(0));
+    let a = Worker::processor(&inbox, "a", move |_: Event, _: Attempt| {
+        let snoozed = snoozed.clone();
+        async move {
+            let mut snoozed = snoozed.lock().unwrap();
+            if *snoozed == SNOOZES {
+                return Ok::<_, Box<dyn std::error::Error + Send + Sync>>(());
+            }
+            *snoozed += 1;
+            Err(Later::after(Duration::ZERO).into())
+        }
+    });
+    let a = a.unwrap().spawn();
+    // Each snooze is a claim and an outcome: longer than `eventually` waits, under load.
+    for _ in 0..1500 {
+        if processed("a").await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.shutdown().await;
+
+    let event = inbox.event("shop", "evt_1").await.unwrap().unwrap();
+    let history = history(&event);
+    assert_eq!(
+        history["b"],
+        [AttemptOutcome::Failed, AttemptOutcome::Processed],
+        "b's history intact"
+    );
+    let mut newest = vec![AttemptOutcome::Snoozed; 99];
+    newest.push(AttemptOutcome::Processed);
+    assert_eq!(history["a"], newest, "a's newest 100");
+}
+
+#[tokio::test]
+async fn sqlite_one_processors_snoozes_past_the_cap_leave_anothers_history() {
+    let store = stores::sqlite().await;
+    one_processors_snoozes_past_the_cap_leave_anothers_history(Inbox::sqlite(&store)).await;
+}
+
+#[tokio::test]
+async fn postgres_one_processors_snoozes_past_the_cap_leave_anothers_history() {
+    let store = stores::postgres().await;
+    one_processors_snoozes_past_the_cap_leave_anothers_history(Inbox::postgres(&store)).await;
 }

@@ -28,9 +28,9 @@
 //!   were: credentials are never stored, see [`Accept`](crate::inbox::Accept));
 //!   `"history"` is every attempt, oldest first, as `{"attempt", "started_at",
 //!   "finished_at", "duration_ms", "outcome", "error"}` (outcome `processed`, `failed`,
-//!   `dead`, `snoozed`, `abandoned` or `crashed`; the newest 100 at most) — beside
-//!   `"attempts"`, the count since the last requeue. Any state; 404 when the inbox has
-//!   no such event.
+//!   `dead`, `snoozed`, `abandoned` or `crashed`; the newest 100 of each route at most)
+//!   — beside `"attempts"`, the count since the last requeue. Any state; 404 when the
+//!   inbox has no such event.
 //! - `GET /processed` counts the events processed in each of the last `minutes` minutes
 //!   (`1..1440`, default 15), the oldest first, each by its start; the last is the
 //!   current minute, still counting. For a chart of the rate.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::{Accepted, Counts, DeadRows, EventSummary, Listing, Pause, Requeue, StoredEvent};
-use crate::inbox::worker::due::DueTimes;
+use crate::inbox::worker::due::Dues;
 use crate::inbox::worker::ClaimDue;
 pub(crate) use crate::sql::Outcome;
 use crate::store::{Delivery, StoreFuture, Token};
@@ -88,10 +88,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// backoff, a snooze) of `processor`'s routes, by the database's clock; `None` when
     /// none waits so.
     fn next_due(&self, processor: Arc<str>) -> StoreFuture<Option<Duration>>;
-    /// Wakes `wake` whenever another process queues a row, and tells `due` when any
-    /// process's retry or snooze falls due (PostgreSQL `LISTEN`); `None` where only this
-    /// process writes (SQLite).
-    fn listen(&self, wake: Arc<Notify>, due: DueTimes) -> Option<tokio::task::JoinHandle<()>>;
+    /// Wakes `wake` whenever another process queues a row, and tells the processor's
+    /// `due` times when any process's retry or snooze of its routes falls due (PostgreSQL
+    /// `LISTEN`); `None` where only this process writes (SQLite).
+    fn listen(&self, wake: Arc<Notify>, due: Dues) -> Option<tokio::task::JoinHandle<()>>;
     /// The processor registry, backfill and dropping a processor.
     fn registry(&self) -> &dyn super::backfill::Registry;
 }

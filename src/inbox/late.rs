@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::backend::{Backend, Claimed, HeldRow, Outcome};
-use super::worker::due::DueTimes;
+use super::worker::due::Dues;
 use super::worker::ClaimDue;
 use super::StoredEvent;
 use super::{Accepted, Counts, DeadRows, EventSummary, Inbox, Listing, Pause, Requeue};
@@ -42,6 +42,9 @@ struct Plans {
     next: [VecDeque<Duration>; 3],
     /// Per call, how many answers were delayed.
     met: [usize; 3],
+    /// Per processor, how many claims were sent (each wake-up of its workers that found
+    /// room to claim).
+    claims: std::collections::HashMap<String, usize>,
 }
 
 impl LateAnswers {
@@ -60,6 +63,12 @@ impl LateAnswers {
     #[must_use]
     pub fn met(&self, call: LateCall) -> usize {
         self.plans().met[call as usize]
+    }
+
+    /// How many claims the workers of `processor` sent so far, empty ones included.
+    #[must_use]
+    pub fn claims(&self, processor: &str) -> usize {
+        self.plans().claims.get(processor).copied().unwrap_or(0)
     }
 
     /// Waits out the next delay planned for `call`, if any.
@@ -131,6 +140,12 @@ impl Backend for Late {
         self.inner.accept(d)
     }
     fn claim(&self, processor: Arc<str>, due: ClaimDue) -> StoreFuture<Vec<Claimed>> {
+        *self
+            .late
+            .plans()
+            .claims
+            .entry(processor.to_string())
+            .or_default() += 1;
         let rows = self.inner.claim(processor, due);
         self.delayed(LateCall::Claim, rows, |rows| !rows.is_empty())
     }
@@ -181,7 +196,7 @@ impl Backend for Late {
     fn next_due(&self, processor: Arc<str>) -> StoreFuture<Option<Duration>> {
         self.inner.next_due(processor)
     }
-    fn listen(&self, wake: Arc<Notify>, due: DueTimes) -> Option<tokio::task::JoinHandle<()>> {
+    fn listen(&self, wake: Arc<Notify>, due: Dues) -> Option<tokio::task::JoinHandle<()>> {
         self.inner.listen(wake, due)
     }
     fn registry(&self) -> &dyn super::backfill::Registry {

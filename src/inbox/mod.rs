@@ -220,8 +220,9 @@ pub struct Inbox {
     /// Set once its processors are in `webhook_processors` (its first write).
     registered: Arc<tokio::sync::OnceCell<()>>,
     wake: Arc<tokio::sync::Notify>,
-    /// When its rows fall due later (retries, snoozes), for its workers to wake then.
-    due: worker::due::DueTimes,
+    /// When each processor's routes fall due later (retries, snoozes), for its workers
+    /// (only) to wake then.
+    due: worker::due::Dues,
 }
 
 /// Whether [`Inbox::accept`] stored a new row.
@@ -265,12 +266,14 @@ impl Inbox {
     }
 
     fn new(backend: Arc<dyn Backend>) -> Self {
+        let due = worker::due::Dues::default();
+        due.of(DEFAULT_PROCESSOR);
         Self {
             backend,
             processors: processors::Processors::single(),
             registered: Arc::new(tokio::sync::OnceCell::new()),
             wake: Arc::new(tokio::sync::Notify::new()),
-            due: worker::due::DueTimes::new(),
+            due,
         }
     }
 
@@ -316,6 +319,10 @@ impl Inbox {
     ) -> Result<Self, crate::ConfigError> {
         self.processors = processors::Processors::new(processors)?;
         self.registered = Arc::new(tokio::sync::OnceCell::new()); // a set of its own
+        for spec in self.processors.iter() {
+            // Known from now on: a due time another replica tells of one is its alone.
+            self.due.of(spec.name());
+        }
         Ok(self)
     }
 

@@ -14,8 +14,9 @@ use crate::{ConfigError, ConfigErrorKind};
 /// and test its arithmetic without a database.
 ///
 /// A retry runs at its due time, not at the worker's next poll: the worker wakes for it
-/// (on PostgreSQL, any replica's worker does). What can still wait for a poll (on SQLite,
-/// a retry another process recorded) is said at `Worker::with_backoff`.
+/// (on PostgreSQL, any replica's worker of its processor does, and only those). What can
+/// still wait for a poll (on SQLite, a retry another process recorded) is said at
+/// `Worker::with_backoff`.
 ///
 /// ```
 /// use std::time::Duration;

@@ -45,8 +45,9 @@ pub struct StoredEvent {
     pub headers: Vec<(String, String)>,
     /// Its attempts, the oldest first, every route's (each names its processor): each one
     /// a worker finished (or that ended without an outcome), since it was received, across
-    /// requeues — the newest 100 at most. Not [`summary.attempts`](EventSummary::attempts),
-    /// which counts the attempts since the last requeue, snoozes uncounted.
+    /// requeues — the newest 100 of each route at most. Not
+    /// [`summary.attempts`](EventSummary::attempts), which counts the attempts since the
+    /// last requeue, snoozes uncounted.
     pub attempts: Vec<AttemptRecord>,
     /// Each processor's route of the event, by processor name (a dead route deleted by
     /// [`prune_dead`](super::Inbox::prune_dead) left out); empty when no processor took

@@ -304,12 +304,13 @@ impl From<ListedRow> for EventSummary {
     }
 }
 
-/// The most attempt records an event keeps: a failing, snoozed or abandoned attempt
-/// deletes the event's oldest past this many as it adds its own (a processor that snoozes
-/// an event every second for days would otherwise grow it without end). Processed and
-/// dead attempts end a run, and add theirs without a check (a processed one is its row's
-/// own columns until a requeue): the drain's statements pay nothing for the cap. [`Inbox::event`](crate::inbox::Inbox::event) reads the newest
-/// this many.
+/// The most attempt records a route keeps: a failing, snoozed or abandoned attempt
+/// deletes its route's oldest past this many as it adds its own (a processor that snoozes
+/// an event every second for days would otherwise grow it without end); per route, so one
+/// processor's snoozes never evict another's history (fan-out's T15). Processed and dead
+/// attempts end a run, and add theirs without a check (a processed one is its row's own
+/// columns until a requeue): the drain's statements pay nothing for the cap.
+/// [`Inbox::event`](crate::inbox::Inbox::event) reads the newest this many of each route.
 pub(crate) const MAX_ATTEMPT_RECORDS: usize = 100;
 
 /// Each of the last `minutes` minutes' start (milliseconds since the epoch, the last the

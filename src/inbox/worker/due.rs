@@ -1,7 +1,9 @@
 //! When queued events fall due (a retry's backoff, a snooze): the times told to every
-//! worker of a queue, and each worker's earliest, which it wakes for rather than waiting
-//! for its next poll.
+//! worker of a processor, and each worker's earliest, which it wakes for rather than
+//! waiting for its next poll.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::broadcast;
@@ -18,7 +20,7 @@ const UNREAD: usize = 64;
 /// start from one claim.
 const SPACING: Duration = Duration::from_millis(10);
 
-/// Tells every worker of a queue when events fall due. Cloning shares it.
+/// Tells every worker of a processor when its events fall due. Cloning shares it.
 #[derive(Clone, Debug)]
 pub(crate) struct DueTimes(broadcast::Sender<Instant>);
 
@@ -40,6 +42,54 @@ impl DueTimes {
     /// The due times told from now on.
     pub(super) fn listen(&self) -> broadcast::Receiver<Instant> {
         self.0.subscribe()
+    }
+}
+
+/// Every processor's [`DueTimes`] of an inbox: a retry or snooze wakes only its own
+/// processor's workers. Cloning shares them.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Dues(Arc<Mutex<HashMap<Arc<str>, DueTimes>>>);
+
+/// Reads a notification's payload: `Some((processor, after))` for `<processor> <seconds>`
+/// (a retry, a snooze; `0` for an object's freed turn), `Some((None, after))` for a bare
+/// `<seconds>` (an older replica's, any processor's); `None` for anything else (an accept,
+/// a requeue, a resume: every worker claims now). A name is the text before the last
+/// space, so one that reads as a number ("7") is still a name.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))] // only PostgreSQL notifies
+pub(crate) fn heard(payload: &str) -> Option<(Option<&str>, Duration)> {
+    let secs = |s: &str| {
+        s.parse()
+            .ok()
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+    };
+    match payload.rsplit_once(' ') {
+        Some((processor, after)) => Some((Some(processor), secs(after)?)),
+        None => Some((None, secs(payload)?)),
+    }
+}
+
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+impl Dues {
+    /// The due times of `processor`, made on first use.
+    pub(crate) fn of(&self, processor: &str) -> DueTimes {
+        let mut by = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(due) = by.get(processor) {
+            return due.clone();
+        }
+        by.entry(Arc::from(processor))
+            .or_insert_with(DueTimes::new)
+            .clone()
+    }
+
+    /// `processor`'s routes fall due `after` from now: its workers are told; a processor
+    /// this process does not know (a replica configured otherwise) tells every one.
+    pub(crate) fn after(&self, processor: Option<&str>, after: Duration) {
+        let by = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match processor.and_then(|name| by.get(name)) {
+            Some(due) => due.after(after),
+            None => by.values().for_each(|due| due.after(after)),
+        }
     }
 }
 
@@ -123,5 +173,50 @@ mod tests {
         due.after(Duration::MAX); // past what an instant holds: not told, no panic
         let none = tokio::time::timeout(Duration::from_secs(1), told(&mut None)).await;
         assert!(none.is_err(), "nothing tells: never ends");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_due_time_tells_only_its_processors_workers_and_an_unknown_one_tells_all() {
+        let dues = Dues::default();
+        let (mut a, mut b) = (Some(dues.of("a").listen()), Some(dues.of("b").listen()));
+        let quiet = async |rx: &mut Option<broadcast::Receiver<Instant>>| {
+            let wait = tokio::time::timeout(Duration::from_millis(1), told(rx));
+            wait.await.is_err()
+        };
+        let s = Duration::from_secs;
+        dues.after(Some("a"), s(3));
+        assert_eq!(told(&mut a).await, Some(Instant::now() + s(3)));
+        assert!(quiet(&mut b).await, "b's workers are not told of a's");
+        for unknown in [None, Some("c")] {
+            dues.after(unknown, s(2));
+            let at = Instant::now() + s(2);
+            assert_eq!(told(&mut a).await, Some(at), "{unknown:?}");
+            assert_eq!(told(&mut b).await, Some(at), "{unknown:?}");
+        }
+        assert!(quiet(&mut a).await && quiet(&mut b).await);
+    }
+
+    #[test]
+    fn a_notification_says_whose_due_time_it_is() {
+        let ms = Duration::from_millis;
+        assert_eq!(heard("billing 1.5"), Some((Some("billing"), ms(1500))));
+        assert_eq!(
+            heard("7 0"),
+            Some((Some("7"), ms(0))),
+            "a name that is a number"
+        );
+        assert_eq!(heard("email 1e-3"), Some((Some("email"), ms(1))));
+        assert_eq!(heard("2.25"), Some((None, ms(2250))), "an older replica's");
+        for wakes_all in [
+            "",
+            "billing",
+            "billing soon",
+            "-1",
+            "billing -1",
+            "NaN",
+            "a inf",
+        ] {
+            assert_eq!(heard(wakes_all), None, "{wakes_all:?}");
+        }
     }
 }

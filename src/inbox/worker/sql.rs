@@ -32,6 +32,8 @@ pub(crate) struct Routes {
     inbox: Inbox,
     processor: Arc<str>,
     metrics: metrics::Processor,
+    /// When the processor's routes fall due (its own: another's retries wake none here).
+    due: DueTimes,
 }
 
 impl Worker {
@@ -133,6 +135,7 @@ impl Worker {
         };
         let routes = Routes {
             inbox: inbox.clone(),
+            due: inbox.due.of(&processor),
             processor,
             metrics,
         };
@@ -204,10 +207,8 @@ impl Queue for Routes {
         &self.metrics
     }
 
-    // One for every processor: a retry falling due wakes the others' workers too, whose
-    // claim then finds nothing (a short claim at most).
     fn due(&self) -> Option<DueTimes> {
-        Some(self.inbox.due.clone())
+        Some(self.due.clone())
     }
 
     fn beside(&self, poll: Duration) -> Vec<tokio::task::JoinHandle<()>> {
@@ -246,9 +247,10 @@ impl Queue for Routes {
             .claim(self.processor.clone(), due)
             .await?;
         if rows.len() < limit {
-            // Nothing more is due now: when the next row falls due (a retry or snooze of
-            // any worker's), read beside the claim so that its rows start meanwhile.
-            let (backend, due) = (self.inbox.backend.clone(), self.inbox.due.clone());
+            // Nothing more is due now: when the processor's next route falls due (a retry
+            // or snooze of any worker's), read beside the claim so that its rows start
+            // meanwhile.
+            let (backend, due) = (self.inbox.backend.clone(), self.due.clone());
             let processor = self.processor.clone();
             tokio::spawn(async move {
                 if let Ok(Some(after)) = backend.next_due(processor).await {
@@ -313,7 +315,7 @@ impl Queue for Routes {
         let held = retry_until(until, finish).await;
         if let (Ok(true), Some(after)) = (&held, after) {
             // Due `after` from when it was written, which is before now: never early.
-            self.inbox.due.after(after);
+            self.due.after(after);
         }
         held
     }

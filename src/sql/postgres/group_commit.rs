@@ -80,8 +80,8 @@ RETURNING w.source, w.event_id, w.lock_token";
 
 /// Many inbox routes processed in one statement (as `PROCESSED`, each route its attempt's
 /// record; the processor `$5`): the worker's outcomes, gathered by the group commit. A row whose object's
-/// later events wait for it (`$4`) wakes the workers of every process (one notification:
-/// PostgreSQL folds a transaction's identical ones).
+/// later events wait for it (`$4`) wakes its processor's workers in every process (one
+/// notification per processor: PostgreSQL folds a transaction's identical ones).
 pub(super) const PROCESSED_MANY: &str = "
 WITH done AS (
     UPDATE webhook_routes w
@@ -91,10 +91,10 @@ WITH done AS (
         AS input(source, event_id, token, wakes, processor)
     WHERE w.source = input.source AND w.event_id = input.event_id
       AND w.processor = input.processor AND w.lock_token = input.token
-    RETURNING w.source, w.event_id, w.lock_token, input.wakes
+    RETURNING w.source, w.event_id, w.lock_token, input.wakes, w.processor
 )
 SELECT source, event_id, lock_token,
-    CASE WHEN wakes THEN pg_notify('webhook_events', '')::text END
+    CASE WHEN wakes THEN pg_notify('webhook_events', processor || ' 0')::text END
 FROM done";
 
 /// A delivery's columns, as arrays for `unnest`.
@@ -369,17 +369,19 @@ async fn processed_many(
         Err(e) if unavailable(&e) => all_failed(rows.len(), "inbox finish", &e),
         Err(_) => {
             let mut results = Vec::with_capacity(rows.len());
-            let mut woken = false;
+            let mut woken = std::collections::BTreeSet::new();
             for (((source, id, token), wakes), processor) in
                 rows.into_iter().zip(wakes).zip(processors)
             {
                 let outcome = Outcome::Processed;
                 let held = finish_one(pool, (source, id, processor), token, outcome).await;
-                woken |= wakes && matches!(held, Ok(true));
+                if wakes && matches!(held, Ok(true)) {
+                    woken.insert(processor);
+                }
                 results.push(held);
             }
-            if woken {
-                let _ = sqlx::query(NOTIFY).execute(pool).await;
+            for processor in woken {
+                let _ = sqlx::query(NOTIFY).bind(processor).execute(pool).await;
             }
             results
         }

@@ -184,14 +184,19 @@ pub(super) fn list(pool: &PgPool, listing: &Listing) -> StoreFuture<Vec<EventSum
     shared::list(pool, query, listing, |us| us)
 }
 
-/// An event's newest `$3` attempt records, oldest first: `webhook_attempts`' rows, and
-/// the processed attempt each route itself records (its start and `processed_at`).
+/// An event's newest `$3` attempt records of each route, oldest first: `webhook_attempts`'
+/// rows, and the processed attempt each route itself records (its start and
+/// `processed_at`). Per route, as the cap: one processor's many snoozes hide no other's
+/// history.
 const ATTEMPTS: &str = "
 SELECT processor, attempt::int8 AS attempt,
     (extract(epoch FROM started_at) * 1000000)::int8 AS started_us,
     (extract(epoch FROM finished_at) * 1000000)::int8 AS finished_us, outcome, error
 FROM (
-    SELECT * FROM (
+    SELECT *, row_number() OVER (
+        PARTITION BY processor ORDER BY started_at DESC, finished_at DESC
+    ) AS newest
+    FROM (
         SELECT processor, attempt, started_at, finished_at, outcome, error
         FROM webhook_attempts WHERE source = $1 AND event_id = $2
         UNION ALL
@@ -201,8 +206,8 @@ FROM (
         WHERE source = $1 AND event_id = $2 AND next_attempt_at IS NOT NULL
           AND processed_at IS NOT NULL AND attempt_started_at IS NOT NULL
     ) every
-    ORDER BY started_at DESC, finished_at DESC LIMIT $3
-) newest
+) numbered
+WHERE newest <= $3
 ORDER BY started_at, finished_at";
 
 /// How many inbox rows were processed in each of the last `$1` minutes that had any, by

@@ -13,7 +13,7 @@ use super::group_commit::{Write, Written};
 use super::outcome::finish_one;
 use super::{Pg, PLANNED_EACH_TIME};
 use crate::inbox::backend::{Backend, Claimed, HeldRow};
-use crate::inbox::worker::due::DueTimes;
+use crate::inbox::worker::due::Dues;
 use crate::inbox::worker::ClaimDue;
 use crate::inbox::Pause;
 use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, StoredEvent};
@@ -130,13 +130,14 @@ SELECT count(*) FROM done"
         )
     };
     // With `due:` (the placeholder of the seconds until the row falls due again), the
-    // workers of every process are told when (the notification's payload).
+    // route's processor's workers in every process are told when (the notification's
+    // payload: `<processor> <seconds>`; `done` is one route).
     ($body:literal, $outcome:literal, $error:literal, cap: $cap:literal, due: $after:literal) => {
         concat!(
             recorded!(@capped $body, $outcome, $error, $cap),
             "
 SELECT count(*), CASE WHEN count(*) > 0
-    THEN pg_notify('webhook_events', ", $after, "::text) END
+    THEN pg_notify('webhook_events', min(processor) || ' ' || ", $after, "::text) END
 FROM done"
         )
     };
@@ -237,9 +238,9 @@ WITH requeued AS (
     RETURNING 1)
 SELECT count(*), pg_notify('webhook_events', '') FROM requeued";
 
-/// Wakes the workers of every process: an outcome ended a row its object's later events
-/// waited for (their turn under a per-object cap is free).
-pub(super) const NOTIFY: &str = "SELECT pg_notify('webhook_events', '')";
+/// Wakes the workers of the processor `$1` in every process: an outcome ended a route its
+/// object's later routes waited for (their turn under a per-object cap is free), due now.
+pub(super) const NOTIFY: &str = "SELECT pg_notify('webhook_events', $1 || ' 0')";
 
 /// The index a per-object cap reads: a processor's unfinished routes of an object
 /// (running, or before the one to claim). Made by the first worker with a cap, not by a
@@ -367,7 +368,10 @@ impl Backend for Pg {
                     let held = finish_one(&this.pool, key, token, outcome).await?;
                     if held && ends && wakes {
                         // Rare (dead rows): a statement of its own.
-                        let _ = sqlx::query(NOTIFY).execute(&this.pool).await;
+                        let _ = sqlx::query(NOTIFY)
+                            .bind(&*processor)
+                            .execute(&this.pool)
+                            .await;
                     }
                     Ok(held)
                 }
@@ -454,7 +458,7 @@ impl Backend for Pg {
         super::wake::next_due(&self.pool, processor)
     }
 
-    fn listen(&self, wake: Arc<Notify>, due: DueTimes) -> Option<tokio::task::JoinHandle<()>> {
+    fn listen(&self, wake: Arc<Notify>, due: Dues) -> Option<tokio::task::JoinHandle<()>> {
         Some(super::wake::listen(self.pool.clone(), wake, due))
     }
 

@@ -434,7 +434,8 @@ async fn a_capped_claim_reads_the_object_index_while_the_due_index_looks_empty()
 }
 
 /// An inbox route processed whose object's later events wait for it (`wakes`) notifies the
-/// channel every replica's workers listen on; one that does not wake notifies nothing.
+/// channel every replica's workers listen on, for its processor's; one that does not wake
+/// notifies nothing.
 #[tokio::test]
 async fn a_processed_row_that_frees_its_objects_turn_notifies_the_workers() {
     let pool = fresh_pool().await;
@@ -447,20 +448,24 @@ async fn a_processed_row_that_frees_its_objects_turn_notifies_the_workers() {
     held_routes(&pool, &["b"], t2).await;
     let heard = async |listener: &mut sqlx::postgres::PgListener| {
         let wait = tokio::time::timeout(Duration::from_millis(500), listener.recv());
-        wait.await.is_ok()
+        wait.await
+            .ok()
+            .map(|told| told.unwrap().payload().to_owned())
     };
     let (quiet, wakes) = ([("s", "a", t1)], [("s", "b", t2)]);
     let route = [DEFAULT_PROCESSOR];
     let done = update_done(&pool, PROCESSED_MANY, &quiet, Some((&[false], &route))).await;
     assert_eq!(done.unwrap().len(), 1);
-    assert!(
-        !heard(&mut listener).await,
+    assert_eq!(
+        heard(&mut listener).await,
+        None,
         "nothing freed: no notification"
     );
     let done = update_done(&pool, PROCESSED_MANY, &wakes, Some((&[true], &route))).await;
     assert_eq!(done.unwrap().len(), 1);
-    assert!(
-        heard(&mut listener).await,
-        "its object's turn freed: notified"
+    assert_eq!(
+        heard(&mut listener).await.as_deref(),
+        Some("default 0"),
+        "its object's turn freed: its processor's workers told it is due now"
     );
 }

@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 
 use super::super::store_error;
 use super::CHANNEL;
-use crate::inbox::worker::due::DueTimes;
+use crate::inbox::worker::due::{self, Dues};
 use crate::store::StoreFuture;
 
 /// How many seconds until the processor `$1`'s earliest queued route not due yet falls
@@ -32,13 +32,11 @@ pub(super) fn next_due(pool: &PgPool, processor: Arc<str>) -> StoreFuture<Option
     })
 }
 
-/// Listens on the channel: a notification that says in how many seconds a row falls due
-/// (a retry's, a snooze's) tells `due`; any other wakes `wake` now.
-pub(super) fn listen(
-    pool: PgPool,
-    wake: Arc<Notify>,
-    due: DueTimes,
-) -> tokio::task::JoinHandle<()> {
+/// Listens on the channel: a notification that says in how many seconds a processor's
+/// route falls due (a retry's, a snooze's, `<processor> <seconds>`) tells that processor's
+/// workers (every processor's for a bare number, an older replica's, or a processor this
+/// process does not know); any other wakes `wake` now (every worker).
+pub(super) fn listen(pool: PgPool, wake: Arc<Notify>, due: Dues) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         // Reconnects after a failure; the worker's polling covers the gap.
         loop {
@@ -46,9 +44,9 @@ pub(super) fn listen(
                 if listener.listen(CHANNEL).await.is_ok() {
                     while let Ok(told) = listener.recv().await {
                         // Counted from the write, before it was heard: never early.
-                        match told.payload().parse().map(Duration::try_from_secs_f64) {
-                            Ok(Ok(after)) => due.after(after),
-                            _ => wake.notify_waiters(),
+                        match due::heard(told.payload()) {
+                            Some((processor, after)) => due.after(processor, after),
+                            None => wake.notify_waiters(),
                         }
                     }
                 }

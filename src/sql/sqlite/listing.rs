@@ -104,14 +104,18 @@ pub(super) fn list(
     shared::list(pool, query, listing, |us| us.div_euclid(1000))
 }
 
-/// An event's newest `?3` attempt records, oldest first (ties in time in the order
-/// they were written): `webhook_attempts`' rows, and the processed attempt each route
-/// itself records (its start and `processed_at`; after every other).
+/// An event's newest `?3` attempt records of each route, oldest first (ties in time in
+/// the order they were written): `webhook_attempts`' rows, and the processed attempt each
+/// route itself records (its start and `processed_at`; after every other). Per route, as
+/// the cap: one processor's many snoozes hide no other's history.
 const ATTEMPTS: &str = "
 SELECT processor, attempt, started_at * 1000 AS started_us, finished_at * 1000 AS finished_us,
     outcome, error
 FROM (
-    SELECT * FROM (
+    SELECT *, row_number() OVER (
+        PARTITION BY processor ORDER BY started_at DESC, finished_at DESC, n DESC
+    ) AS newest
+    FROM (
         SELECT rowid AS n, processor, attempt, started_at, finished_at, outcome, error
         FROM webhook_attempts WHERE source = ?1 AND event_id = ?2
         UNION ALL
@@ -121,8 +125,8 @@ FROM (
         WHERE source = ?1 AND event_id = ?2 AND next_attempt_at IS NOT NULL
           AND processed_at IS NOT NULL AND attempt_started_at IS NOT NULL
     )
-    ORDER BY started_at DESC, finished_at DESC, n DESC LIMIT ?3
 )
+WHERE newest <= ?3
 ORDER BY started_at, finished_at, n";
 
 /// How many routes were processed in each minute since `?1` (a minute's start, in

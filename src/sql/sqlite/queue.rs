@@ -13,7 +13,7 @@ use super::super::{claimed, store_error, Outcome};
 use super::PROCESSOR;
 use super::{Done, Op, Sqlite};
 use crate::inbox::backend::{Backend, Claimed, HeldRow};
-use crate::inbox::worker::due::DueTimes;
+use crate::inbox::worker::due::Dues;
 use crate::inbox::worker::ClaimDue;
 use crate::inbox::Pause;
 use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, StoredEvent};
@@ -361,7 +361,7 @@ impl Backend for Sqlite {
 
     /// No notifications: a process's own accepts wake its workers, its own retries tell
     /// them when they fall due (another process's are read at a claim).
-    fn listen(&self, _: Arc<Notify>, _: DueTimes) -> Option<tokio::task::JoinHandle<()>> {
+    fn listen(&self, _: Arc<Notify>, _: Dues) -> Option<tokio::task::JoinHandle<()>> {
         None
     }
 
