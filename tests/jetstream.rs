@@ -1855,8 +1855,12 @@ fn processor_worker(
     store: &MemoryStore,
     processor: impl Processor,
 ) -> JetStreamWorker {
-    JetStreamWorker::processor(jetstream, name, store.clone(), processor)
-        .unwrap()
+    quick(JetStreamWorker::processor(jetstream, name, store.clone(), processor).unwrap())
+}
+
+/// `worker`, quick to retry.
+fn quick(worker: JetStreamWorker) -> JetStreamWorker {
+    worker
         .with_max_attempts(2)
         .unwrap()
         .with_backoff(Duration::from_millis(50), Duration::from_millis(100))
@@ -1900,18 +1904,24 @@ async fn three_processors_run_each_event_they_take_once_and_a_failing_one_buries
         .with_poll_interval(Duration::from_millis(100))
         .unwrap()
         .spawn(),
-        processor_worker(
-            &jetstream,
-            "billing",
-            &store,
-            billing.processor(Duration::ZERO, succeed),
+        // Each of `processor`'s variants: a shared store, and none (at least once).
+        quick(
+            JetStreamWorker::from_arc_processor(
+                &jetstream,
+                "billing",
+                Arc::new(store.clone()),
+                billing.processor(Duration::ZERO, succeed),
+            )
+            .unwrap(),
         )
         .spawn(),
-        processor_worker(
-            &jetstream,
-            "flaky",
-            &store,
-            flaky.processor(Duration::ZERO, fail),
+        quick(
+            JetStreamWorker::at_least_once_processor(
+                &jetstream,
+                "flaky",
+                flaky.processor(Duration::ZERO, fail),
+            )
+            .unwrap(),
         )
         .spawn(),
     ];
@@ -1964,12 +1974,18 @@ async fn three_processors_run_each_event_they_take_once_and_a_failing_one_buries
         "counts() is the sum"
     );
     // Claims are per processor: `default`'s key of an event is not `billing`'s.
-    let unknown = JetStreamWorker::processor(&jetstream, "nope", store.clone(), succeed_now);
-    let unknown = unknown.expect_err("an unknown processor");
-    assert_eq!(
-        unknown.kind(),
-        tower_webhook::ConfigErrorKind::InvalidProcessor
-    );
+    let shared = Arc::new(store.clone());
+    let unknown = [
+        JetStreamWorker::processor(&jetstream, "nope", store.clone(), succeed_now).err(),
+        JetStreamWorker::from_arc_processor(&jetstream, "nope", shared, succeed_now).err(),
+        JetStreamWorker::at_least_once_processor(&jetstream, "nope", succeed_now).err(),
+    ];
+    for unknown in unknown {
+        assert_eq!(
+            unknown.expect("an unknown processor").kind(),
+            tower_webhook::ConfigErrorKind::InvalidProcessor
+        );
+    }
     jetstream.delete().await.unwrap();
 }
 

@@ -29,8 +29,41 @@ impl JetStreamWorker {
         store: impl DedupeStore,
         processor: impl Processor,
     ) -> Result<Self, ConfigError> {
+        Self::from_arc_processor(jetstream, name, Arc::new(store), processor)
+    }
+
+    /// [`processor`](Self::processor), with a store already shared behind an `Arc` (as
+    /// [`from_arc`](Self::from_arc)).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigErrorKind::InvalidProcessor`](crate::ConfigErrorKind::InvalidProcessor)
+    /// when `jetstream` has no processor `name`.
+    pub fn from_arc_processor(
+        jetstream: &JetStream,
+        name: &str,
+        store: Arc<dyn DedupeStore>,
+        processor: impl Processor,
+    ) -> Result<Self, ConfigError> {
         let jetstream = jetstream.for_processor(name)?;
-        Ok(Self::from_arc(&jetstream, Arc::new(store), processor))
+        Ok(Self::from_arc(&jetstream, store, processor))
+    }
+
+    /// [`processor`](Self::processor) without a store, at least once (as
+    /// [`at_least_once`](Self::at_least_once)): a message JetStream delivers again runs
+    /// the processor again.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigErrorKind::InvalidProcessor`](crate::ConfigErrorKind::InvalidProcessor)
+    /// when `jetstream` has no processor `name`.
+    pub fn at_least_once_processor(
+        jetstream: &JetStream,
+        name: &str,
+        processor: impl Processor,
+    ) -> Result<Self, ConfigError> {
+        let jetstream = jetstream.for_processor(name)?;
+        Ok(Self::at_least_once(&jetstream, processor))
     }
 }
 
