@@ -45,8 +45,8 @@ fn specs(n: usize) -> Vec<ProcessorSpec> {
         .collect()
 }
 
-/// A fresh PostgreSQL database's URL.
-async fn fresh_pg(base: &str) -> String {
+/// A fresh PostgreSQL database: its name (to drop at the end) and URL.
+async fn fresh_pg(base: &str) -> (String, String) {
     let admin = sqlx::PgPool::connect(&format!("{base}/postgres"))
         .await
         .unwrap();
@@ -62,7 +62,24 @@ async fn fresh_pg(base: &str) -> String {
             .unwrap();
     }
     admin.close().await;
-    format!("{base}/{name}")
+    let url = format!("{base}/{name}");
+    (name, url)
+}
+
+/// Drops the databases `fresh_pg` made (`WITH (FORCE)`: the benchmarked stores' pools may
+/// still hold connections), so that no `tw_bench_fan_out_*` database outlives the run.
+async fn drop_pg(base: &str, names: &[String]) {
+    let admin = sqlx::PgPool::connect(&format!("{base}/postgres"))
+        .await
+        .unwrap();
+    for name in names {
+        let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&admin)
+            .await
+            .unwrap();
+    }
+    admin.close().await;
 }
 
 fn fan_out(c: &mut Criterion) {
@@ -75,6 +92,7 @@ fn fan_out(c: &mut Criterion) {
     let dir = std::env::temp_dir().join(format!("tw-bench-fan-out-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
 
+    let mut databases = Vec::new();
     let mut group = c.benchmark_group("inbox-accept");
     group.throughput(Throughput::Elements(AT_ONCE as u64));
     for dialect in ["sqlite", "postgres"] {
@@ -85,7 +103,11 @@ fn fan_out(c: &mut Criterion) {
                         let path = dir.join(format!("{processors}.db"));
                         Inbox::sqlite(&SqliteStore::open(path).await.unwrap())
                     }
-                    _ => Inbox::postgres(&PgStore::connect(&fresh_pg(&base).await).await.unwrap()),
+                    _ => {
+                        let (name, url) = fresh_pg(&base).await;
+                        databases.push(name);
+                        Inbox::postgres(&PgStore::connect(&url).await.unwrap())
+                    }
                 };
                 inbox.with_processors(specs(processors)).unwrap()
             });
@@ -109,6 +131,7 @@ fn fan_out(c: &mut Criterion) {
         }
     }
     group.finish();
+    rt.block_on(drop_pg(&base, &databases));
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -551,17 +551,90 @@ async fn receiver_in_inbox_mode_serves_the_admin_api_to_pause_and_resume() {
 
 #[tokio::test]
 async fn receiver_in_nats_mode_serves_the_admin_api_to_pause_and_resume() {
-    let stream = format!("tw_test_admin_{}", uuid::Uuid::new_v4().simple());
-    let nats = common::nats_url();
+    let streams = NatsStreams::new("tw_test_admin");
     let env = [
         ("WEBHOOK_MODE", "nats"),
-        ("NATS_URL", nats.as_str()),
-        ("NATS_STREAM", stream.as_str()),
+        ("NATS_URL", streams.url.as_str()),
+        ("NATS_STREAM", streams.stream.as_str()),
     ];
     admin_api_pauses_and_resumes(&env).await;
-    let client = async_nats::connect(&nats).await.unwrap();
-    let jetstream = tower_webhook::inbox::jetstream::JetStream::builder(client, &stream);
-    jetstream.build().await.unwrap().delete().await.unwrap();
+    streams.delete().await;
+}
+
+/// A stream name of a test's own for a receiver in `nats` mode, and what the receiver
+/// makes of it — the stream, its dead and parked streams (every processor's) and its
+/// buckets (`KV_<stream>-pauses`, `KV_<stream>-held`) — deleted at the test's end:
+/// [`delete`](Self::delete) when it passes (which checks that none is left), on drop when
+/// it fails (declare it before the receivers: they are killed first, as locals drop in
+/// reverse order).
+struct NatsStreams {
+    url: String,
+    stream: String,
+    deleted: bool,
+}
+
+impl NatsStreams {
+    fn new(prefix: &str) -> Self {
+        Self {
+            url: common::nats_url(),
+            stream: format!("{prefix}_{}", uuid::Uuid::new_v4().simple()),
+            deleted: false,
+        }
+    }
+
+    async fn delete(mut self) {
+        self.deleted = true;
+        delete_streams(&self.url, &self.stream).await;
+        let left = streams_of(&self.url, &self.stream).await;
+        assert_eq!(left, Vec::<String>::new(), "streams left behind");
+    }
+}
+
+impl Drop for NatsStreams {
+    fn drop(&mut self) {
+        if self.deleted {
+            return;
+        }
+        let (url, stream) = (self.url.clone(), self.stream.clone());
+        // Drop cannot wait on the test's runtime: a thread with a runtime of its own.
+        let deleting = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(delete_streams(&url, &stream));
+        });
+        let _ = deleting.join();
+    }
+}
+
+/// The JetStream streams made for `stream`: itself, `<stream>-…`, and the buckets'
+/// `KV_<stream>-…`.
+async fn streams_of(url: &str, stream: &str) -> Vec<String> {
+    use futures_util::StreamExt;
+    let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
+    let ours = |name: &str| {
+        name == stream
+            || name
+                .strip_prefix(stream)
+                .is_some_and(|rest| rest.starts_with('-'))
+    };
+    let mut names = js.stream_names();
+    let mut found = Vec::new();
+    while let Some(Ok(name)) = names.next().await {
+        if ours(&name) || name.strip_prefix("KV_").is_some_and(ours) {
+            found.push(name);
+        }
+    }
+    found.sort();
+    found
+}
+
+async fn delete_streams(url: &str, stream: &str) {
+    let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
+    for name in streams_of(url, stream).await {
+        let _ = js.delete_stream(name).await;
+    }
 }
 
 /// `WEBHOOK_ADMIN_TOKEN` with `mode`: the operator API under `/admin`, 401 without the
@@ -895,8 +968,8 @@ async fn receiver_in_inbox_mode_with_no_worker_only_accepts_and_another_handles(
 #[tokio::test]
 async fn receivers_in_nats_mode_store_each_event_once_and_their_workers_handle_it_once() {
     const SECRET: &str = "whsec_receiver_nats_0123456789";
-    let stream = format!("tw_test_receiver_{}", uuid::Uuid::new_v4().simple());
-    let nats = common::nats_url();
+    let streams = NatsStreams::new("tw_test_receiver");
+    let (nats, stream) = (streams.url.clone(), streams.stream.clone());
     let env = [
         ("WEBHOOK_SCHEME", "stripe"),
         ("WEBHOOK_SECRETS", SECRET),
@@ -964,8 +1037,7 @@ async fn receivers_in_nats_mode_store_each_event_once_and_their_workers_handle_i
     );
     a.kill().await.unwrap();
     b.kill().await.unwrap();
-    let _ = js.delete_stream(&stream).await;
-    let _ = js.delete_stream(format!("{stream}-dead")).await;
+    streams.delete().await;
     for n in [1, 2] {
         let _ = std::fs::remove_file(db(n));
     }
@@ -2194,23 +2266,15 @@ async fn receiver_in_inbox_mode_runs_each_event_once_per_processor_its_filter_ta
 
 #[tokio::test]
 async fn receiver_in_nats_mode_runs_each_event_once_per_processor_its_filter_takes() {
-    let stream = format!("tw_test_processors_{}", uuid::Uuid::new_v4().simple());
-    let nats = common::nats_url();
+    let streams = NatsStreams::new("tw_test_processors");
     let db = fresh_db("processors-nats");
     let env = [
         ("WEBHOOK_MODE", "nats"),
-        ("NATS_URL", nats.as_str()),
-        ("NATS_STREAM", stream.as_str()),
+        ("NATS_URL", streams.url.as_str()),
+        ("NATS_STREAM", streams.stream.as_str()),
     ];
     receiver_fans_out(&db, &env).await;
-    let js = async_nats::jetstream::new(async_nats::connect(&nats).await.unwrap());
-    let _ = js.delete_stream(&stream).await;
-    for processor in ["billing", "email", "flaky"] {
-        let _ = js.delete_stream(format!("{stream}-dead-{processor}")).await;
-        let _ = js
-            .delete_stream(format!("{stream}-paused-{processor}"))
-            .await;
-    }
+    streams.delete().await;
     let _ = std::fs::remove_file(&db);
 }
 
