@@ -37,14 +37,23 @@ impl Drop for Fresh {
 }
 
 /// The steps of SQLite's plan for `sql`, with what `bind` binds.
+///
+/// On one connection that has read the schema first: `EXPLAIN QUERY PLAN` plans with the
+/// schema its connection last read, and never checks it is current, so on a connection
+/// idle since before an index was made (the pool opens a second one when the first is
+/// not back yet, as under load) it plans without the index.
 async fn plan(
     pool: &SqlitePool,
     sql: &str,
     bind: impl FnOnce(Query<'_, Db, SqliteArguments>) -> Query<'_, Db, SqliteArguments>,
 ) -> Vec<String> {
+    let mut conn = pool.acquire().await.unwrap();
+    let read = sqlx::query("SELECT count(*) FROM sqlite_master");
+    read.fetch_one(&mut *conn).await.unwrap();
     let explain = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")));
-    bind(explain)
-        .fetch_all(pool)
+    // Not kept prepared: a kept one would keep its plan past a later index too.
+    bind(explain.persistent(false))
+        .fetch_all(&mut *conn)
         .await
         .unwrap()
         .iter()
