@@ -14,7 +14,9 @@
 //! after the lease), an overrun (a worker's processor runs past its max run time, a second
 //! worker of that processor takes the route over after the lease, and the first one's
 //! late failure must be fenced out), requeues of an event (every route of it, or one
-//! processor's) and of the dead (every processor's, or one's), and timing faults the
+//! processor's) and of the dead (every processor's, or one's), backfills (`Inbox::backfill`
+//! of a processor: `c` joins the inbox at its first, a processor added later, and gets its
+//! routes of the events accepted before; of any other, none), and timing faults the
 //! model injects itself (`Inbox::with_late_answers`, hidden, for tests): the worker's
 //! next claim that takes a row, its next renewal or its next outcome answered 210–350 ms
 //! late, past two thirds of the 300 ms lease, in the next drain that makes such a call
@@ -44,8 +46,8 @@ use proptest::prelude::*;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 use tokio::sync::mpsc;
 use tower_webhook::inbox::{
-    Accepted, Attempt, Inbox, LateAnswers, LateCall, Later, ProcessorSpec, Requeue, State, Worker,
-    WorkerHandle, DEFAULT_PROCESSOR,
+    Accepted, Attempt, Backfill, Inbox, LateAnswers, LateCall, Later, ProcessorSpec, Requeue,
+    State, Worker, WorkerHandle, DEFAULT_PROCESSOR,
 };
 use tower_webhook::store::{PgStore, SqliteStore};
 use tower_webhook::{Event, Scheme};
@@ -183,6 +185,13 @@ pub enum Step {
         call: LateCall,
         ms: u64,
     },
+    /// `Inbox::backfill` of `processor` (fan-out): `c`'s first configures it (the inbox
+    /// has `a` and `b` until then: a processor added later), and creates its routes of the
+    /// events accepted before; any other creates none (every route was made with its
+    /// event).
+    Backfill {
+        processor: usize,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,6 +218,8 @@ type PerRoute<T> = [[T; PROCS]; KEYS];
 #[derive(Clone, Debug)]
 pub struct Queue {
     layout: Layout,
+    /// Whether fan-out's `c` is configured yet (its first backfill adds it).
+    joined: bool,
     routes: PerRoute<Option<Row>>,
     scripts: PerRoute<VecDeque<Behave>>,
     /// Successful processor calls per route.
@@ -221,6 +232,7 @@ impl Queue {
     fn new(layout: Layout) -> Self {
         Self {
             layout,
+            joined: false,
             routes: Default::default(),
             scripts: Default::default(),
             effects: Default::default(),
@@ -269,6 +281,27 @@ impl Queue {
                 Behave::Fail | Behave::Panic | Behave::Crash => {}
             }
         }
+    }
+
+    /// The processors the inbox has now.
+    fn configured(&self) -> Vec<usize> {
+        match self.layout {
+            Layout::Single => vec![0],
+            Layout::FanOut if self.joined => vec![0, 1, 2],
+            Layout::FanOut => vec![0, 1],
+        }
+    }
+
+    /// The routes `Inbox::backfill` of `p` creates: of each event accepted (each has a
+    /// route of `a`, which takes every event) that `p` takes and has no route of.
+    fn missing(&self, p: usize) -> Vec<usize> {
+        (0..KEYS)
+            .filter(|&k| {
+                self.routes[k][0].is_some()
+                    && self.layout.takes(p, k)
+                    && self.routes[k][p].is_none()
+            })
+            .collect()
     }
 
     fn queued(&self, (k, p): Route) -> bool {
@@ -360,6 +393,7 @@ impl<K: On> ReferenceStateMachine for Reference<K> {
                         .prop_map(|(key, processor)| Step::Requeue { key, processor }),
                     2 => processor.prop_map(|processor| Step::RequeueDead { processor }),
                     3 => late,
+                    2 => (0..PROCS).prop_map(|processor| Step::Backfill { processor }),
                 ]
                 .boxed()
             }
@@ -376,7 +410,7 @@ impl<K: On> ReferenceStateMachine for Reference<K> {
     fn apply(mut state: Queue, step: &Step) -> Queue {
         match *step {
             Step::Accept { key } => {
-                for p in 0..state.layout.processors() {
+                for p in state.configured() {
                     // One route per processor whose filter takes the event, made with it.
                     if state.layout.takes(p, key) && state.routes[key][p].is_none() {
                         state.routes[key][p] = Some(QUEUED);
@@ -391,6 +425,12 @@ impl<K: On> ReferenceStateMachine for Reference<K> {
             // Nothing the model sees: the rows of a late claim are handed back uncounted,
             // a late renewal and a late outcome landed.
             Step::Late { .. } => {}
+            Step::Backfill { processor } => {
+                state.joined |= processor == 2;
+                for k in state.missing(processor) {
+                    state.routes[k][processor] = Some(QUEUED);
+                }
+            }
             Step::Drain => state.drain(None),
             Step::Overrun { key, processor } => state.drain(Some((key, processor))),
             Step::Requeue { key, processor } => {
@@ -622,14 +662,14 @@ impl Sut {
             .counts_by_processor()
             .await
             .map_err(|e| format!("counts_by_processor: {e:?}"))?;
-        let mut names: Vec<&str> = (0..self.layout.processors())
+        let mut names: Vec<&str> = (model.configured().into_iter())
             .map(|p| self.layout.name(p))
             .collect();
         names.sort_unstable();
         if !by.keys().map(String::as_str).eq(names.iter().copied()) {
             return Err(format!("counts_by_processor's processors: {:?}", by.keys()));
         }
-        for p in 0..self.layout.processors() {
+        for p in model.configured() {
             let c = by[self.layout.name(p)];
             if got(c) != want(Some(p)) {
                 return Err(format!(
@@ -745,7 +785,7 @@ impl Sut {
             }
         };
         let mut workers = Workers(HashMap::new());
-        for p in 0..self.layout.processors() {
+        for p in model.configured() {
             let (n, worker) = self.worker(&inbox, p);
             let worker = match slow {
                 Some((_, q)) if q == p => worker.with_max_run(Duration::from_secs(1)).unwrap(),
@@ -882,7 +922,8 @@ impl<K: On> StateMachineTest for InboxTest<K> {
         });
         let inbox = match K::LAYOUT {
             Layout::Single => inbox,
-            Layout::FanOut => inbox.with_processors(specs()).unwrap(),
+            // `c` joins at its first backfill.
+            Layout::FanOut => inbox.with_processors(specs().into_iter().take(2)).unwrap(),
         };
         let (signal, signals) = mpsc::unbounded_channel();
         Sut {
@@ -908,6 +949,7 @@ impl<K: On> StateMachineTest for InboxTest<K> {
             Step::Overrun { .. } => 2,
             Step::Requeue { .. } | Step::RequeueDead { .. } => 3,
             Step::Late { .. } => 5,
+            Step::Backfill { .. } => 9,
         };
         STEPS[sut.figures][i].fetch_add(1, Ordering::Relaxed);
         let layout = sut.layout;
@@ -965,6 +1007,21 @@ impl<K: On> StateMachineTest for InboxTest<K> {
                     assert_eq!(n, want, "requeue of the dead: routes requeued");
                 }
                 Step::Late { call, ms } => sut.late.push((call, Duration::from_millis(ms))),
+                Step::Backfill { processor } => {
+                    if processor == 2 && sut.inbox.processors().count() < PROCS {
+                        sut.inbox = sut.inbox.clone().with_processors(specs()).unwrap();
+                    }
+                    let n = sut
+                        .inbox
+                        .backfill(name(processor), Backfill::all())
+                        .await
+                        .unwrap();
+                    let want = (0..KEYS)
+                        .filter(|&k| sut.before[k][processor].is_none())
+                        .filter(|&k| model.routes[k][processor].is_some())
+                        .count() as u64;
+                    assert_eq!(n, want, "backfill of {}: routes created", name(processor));
+                }
             }
             if let Err(why) = sut.matches(model).await {
                 panic!("after {step:?}: {why}");
@@ -1013,8 +1070,9 @@ impl<K: On> StateMachineTest for InboxTest<K> {
 }
 
 /// Steps run, per test (`figures`): accepts and scripts, drains, overruns, requeues;
-/// crashes; late answers planned; and late answers met: claims, renewals, outcomes.
-static STEPS: [[AtomicUsize; 9]; 4] = [const { [const { AtomicUsize::new(0) }; 9] }; 4];
+/// crashes; late answers planned; late answers met: claims, renewals, outcomes; and
+/// backfills.
+static STEPS: [[AtomicUsize; 10]; 4] = [const { [const { AtomicUsize::new(0) }; 10] }; 4];
 
 /// Test `K`'s row of [`STEPS`].
 fn figures<K: On>() -> usize {
@@ -1040,7 +1098,7 @@ macro_rules! on {
                 || {
                     format!(
                         "accepts+scripts={} drains={} overruns={} requeues={} crashes={} \
-                         late planned={} met: claims={} renewals={} outcomes={}",
+                         late planned={} met: claims={} renewals={} outcomes={} backfills={}",
                         n(0),
                         n(1),
                         n(2),
@@ -1049,7 +1107,8 @@ macro_rules! on {
                         n(5),
                         n(6),
                         n(7),
-                        n(8)
+                        n(8),
+                        n(9)
                     )
                 },
             );
