@@ -8,12 +8,20 @@
 # pre-signed deliveries of $BODY bytes):
 #   accept alone   the receiver with no worker (WEBHOOK_WORKER_CONCURRENCY=0);
 #   drain alone    the same inbox, the receiver started again with its worker and no
-#                  load: the time until every accepted event is handled;
+#                  load: the time until every accepted event is handled, and the CPU
+#                  the receiver and (PostgreSQL) its database's backends took per route;
 #   both at once   a fresh inbox, the worker running while wrk sends: what was processed
 #                  while the load ran, and how long the rest took after it;
 #   latency        a fresh inbox, pace.py sending at half the accept-alone rate for
 #                  $DURATION s: accept (its 2xx) -> processed (its `handled` line), p50/p99;
 #   bare loop      run.sh's: pgbench's one-row inserts, or sqlite3's one row per commit.
+# PROCESSORS (unset: one processor, `default`) is passed as WEBHOOK_PROCESSORS: a worker
+# per processor, names without filters (`a,b,c`): the drain waits for one `handled` line
+# per accepted event and processor. The latency phase times PACE_PROCESSOR's `finished
+# <id> <processor>` lines (default: the first of PROCESSORS; unset, `handled <id>`), at
+# PACE_RATE a second (default: half the accept-alone rate of the same run). ONLY=latency
+# runs that phase alone (its rate then needs PACE_RATE). WEBHOOK_PROCESSOR_DELAY_MS
+# (`slow:3000`) passes through, as the receiver's other variables do.
 # Every rate is also printed as a ratio to the bare loop. $WORKERS: the worker's
 # concurrency (default 8, the receiver's). QUICK=1: accept alone, drain alone and the
 # bare loop only. The receiver's other variables (WEBHOOK_RATE, WEBHOOK_PER_OBJECT) pass
@@ -30,7 +38,10 @@ WORKERS=${WORKERS:-8}
 PG=${PG_URL:-postgres://postgres@127.0.0.1:5432}
 SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 WORK=$(mktemp -d /tmp/tw-drain.XXXXXX)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+DBS=() # databases made, dropped on exit however it ends
+drop_dbs() { for db in ${DBS[@]+"${DBS[@]}"}; do psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null || true; done; DBS=(); }
+make_db() { psql "$PG/postgres" -qc "CREATE DATABASE $1" >/dev/null; DBS+=("$1"); }
+trap 'kill $(jobs -p) 2>/dev/null || true; drop_dbs; rm -rf "$WORK"' EXIT
 . benches/throughput/bare.sh
 
 if [ -z "${RECEIVER:-}" ]; then
@@ -42,11 +53,22 @@ python3 benches/throughput/presign.py "$SECRET" "$COUNT" "$BODY" "$WORK/deliveri
 
 now() { date +%s.%N; }
 handled() { grep -c '^handled ' "$WORK/handled.txt" || true; }
+# WEBHOOK_PROCESSORS for the receiver, when PROCESSORS names any; the routes per event.
+PROCESSOR_ENV=()
+ROUTES=1
+if [ -n "${PROCESSORS:-}" ]; then
+  case "$PROCESSORS" in *=*) echo "drain.sh: PROCESSORS takes names without filters" >&2; exit 2 ;; esac
+  PROCESSOR_ENV=(WEBHOOK_PROCESSORS="$PROCESSORS")
+  ROUTES=$(tr ',' '\n' <<<"$PROCESSORS" | grep -c .)
+  PACE_PROCESSOR=${PACE_PROCESSOR:-${PROCESSORS%%,*}}
+fi
+PACE_ARGS=()
+[ -z "${PACE_PROCESSOR:-}" ] || PACE_ARGS=(--processor "$PACE_PROCESSOR")
 
 start_receiver() { # concurrency, then env assignments; sets PID and URL
   local workers=$1; shift
   rm -f "$WORK/receiver.err"
-  env "$@" WEBHOOK_SECRETS="$SECRET" WEBHOOK_MODE=inbox WEBHOOK_WORKER_CONCURRENCY="$workers" \
+  env "$@" ${PROCESSOR_ENV[@]+"${PROCESSOR_ENV[@]}"} WEBHOOK_SECRETS="$SECRET" WEBHOOK_MODE=inbox WEBHOOK_WORKER_CONCURRENCY="$workers" \
     BIND=127.0.0.1:0 "$RECEIVER" >"${OUT:-$WORK/handled.txt}" 2>"$WORK/receiver.err" &
   PID=$!
   URL=""
@@ -62,6 +84,7 @@ load() { # prints wrk's RESULT line as "<label> <fields>"
   WRK_THREADS=$THREADS wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --timeout 10s \
     -s benches/throughput/replay.lua "$URL" -- "$WORK/deliveries.tsv" | grep RESULT | sed "s/^RESULT/$1/"
 }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; } # user + system
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
 until_handled() { # n, timeout s: waits until n lines; prints the seconds it took
   local n=$1 limit=$2 t0; t0=$(now)
@@ -83,8 +106,16 @@ measure() { # db label, then env assignments naming a fresh store; sets ACCEPT
   # Drain alone: the same inbox, with the worker.
   : >"$WORK/handled.txt"
   start_receiver "$WORKERS" "$@"
-  local took; took=$(until_handled "$accepted" 300)
-  echo "$db drain alone: processed=$(handled)/$accepted seconds=$took rps=$(python3 -c "print(f'{$(handled) / $took:.1f}')")" | tee "$WORK/drain.txt"
+  local took; took=$(until_handled "$((accepted * ROUTES))" 300)
+  # CPU the drain took (the receiver, and its database's server processes): a figure the
+  # other loads of a shared machine disturb less than the rate.
+  local cpu; cpu=$(cpu_ticks "$PID")
+  if [ -n "${DRAIN_DB:-}" ]; then
+    for p in $(psql "$PG/postgres" -Atc "SELECT pid FROM pg_stat_activity WHERE datname = '$DRAIN_DB'"); do
+      cpu=$((cpu + $(cpu_ticks "$p")))
+    done
+  fi
+  echo "$db drain alone: processed=$(handled)/$((accepted * ROUTES)) seconds=$took rps=$(python3 -c "print(f'{$(handled) / $took:.1f}')") cpu_us_per_route=$(python3 -c "print(f'{$cpu * 1e6 / $(getconf CLK_TCK) / max(1, $(handled)):.0f}')")" | tee "$WORK/drain.txt"
   stop_receiver
 }
 
@@ -95,8 +126,8 @@ both() { # db label, then env assignments naming a fresh store
   load "$db both at once:" | tee "$WORK/both.txt"
   local during; during=$(handled)
   local accepted; accepted=$(( $(field requests <"$WORK/both.txt" | cut -d. -f1) - $(field non2xx <"$WORK/both.txt") ))
-  local after; after=$(until_handled "$accepted" 300)
-  echo "$db both at once: processed_during_load=$during/$accepted processed_rps_during_load=$(python3 -c "print(f'{$during / $DURATION:.1f}')") drained_after_s=$after"
+  local after; after=$(until_handled "$((accepted * ROUTES))" 300)
+  echo "$db both at once: processed_during_load=$during/$((accepted * ROUTES)) processed_rps_during_load=$(python3 -c "print(f'{$during / $DURATION:.1f}')") drained_after_s=$after"
   stop_receiver
 }
 
@@ -105,8 +136,9 @@ latency() { # db label, then env assignments naming a fresh store
   mkfifo "$WORK/handled.fifo"
   exec 3<>"$WORK/handled.fifo" # held open, so the receiver's open of it does not wait
   OUT="$WORK/handled.fifo" start_receiver "$WORKERS" "$@"
-  python3 benches/throughput/pace.py "$URL" "$WORK/deliveries.tsv" "$(python3 -c "print($ACCEPT / 2)")" \
-    "$DURATION" 16 "$WORK/handled.fifo" | sed "s/^RESULT/$db latency at half the accept rate:/"
+  python3 benches/throughput/pace.py ${PACE_ARGS[@]+"${PACE_ARGS[@]}"} "$URL" "$WORK/deliveries.tsv" \
+    "${PACE_RATE:-$(python3 -c "print($ACCEPT / 2)")}" "$DURATION" 16 "$WORK/handled.fifo" \
+    | sed "s|^RESULT|$db latency at ${PACE_RATE:-half the accept rate}${PACE_RATE:+/s}${PACE_PROCESSOR:+ ($PACE_PROCESSOR)}:|"
   stop_receiver
   exec 3>&-
   rm -f "$WORK/handled.fifo"
@@ -114,15 +146,28 @@ latency() { # db label, then env assignments naming a fresh store
 
 ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
 
+if [ "${ONLY:-}" = latency ]; then
+  [ -n "${PACE_RATE:-}" ] || { echo "drain.sh: ONLY=latency needs PACE_RATE" >&2; exit 2; }
+  if [ "$WHICH" = postgres ] || [ "$WHICH" = both ]; then
+    make_db "tw_drain_$$_3"
+    latency postgres DATABASE_URL="$PG/tw_drain_$$_3"
+    drop_dbs
+  fi
+  if [ "$WHICH" = sqlite ] || [ "$WHICH" = both ]; then
+    latency sqlite WEBHOOK_SQLITE="$WORK/three.db" DATABASE_URL=
+  fi
+  exit 0
+fi
+
 if [ "$WHICH" = postgres ] || [ "$WHICH" = both ]; then
-  for n in 1 2 3; do psql "$PG/postgres" -qc "CREATE DATABASE tw_drain_$$_$n" >/dev/null; done
-  measure postgres DATABASE_URL="$PG/tw_drain_$$_1"
+  for n in 1 2 3; do make_db "tw_drain_$$_$n"; done
+  DRAIN_DB="tw_drain_$$_1" measure postgres DATABASE_URL="$PG/tw_drain_$$_1"
   [ -n "${QUICK:-}" ] || both postgres DATABASE_URL="$PG/tw_drain_$$_2"
   BARE_RPS=$(bare_postgres "$PG/tw_drain_$$_1")
   echo "postgres bare pgbench insert: rps=$BARE_RPS"
   echo "postgres ratios to the bare loop: accept_alone=$(ratio "$ACCEPT" "$BARE_RPS") drain_alone=$(ratio "$(field rps <"$WORK/drain.txt")" "$BARE_RPS")"
   [ -n "${QUICK:-}" ] || latency postgres DATABASE_URL="$PG/tw_drain_$$_3"
-  for n in 1 2 3; do psql "$PG/postgres" -qc "DROP DATABASE tw_drain_$$_$n WITH (FORCE)" >/dev/null; done
+  drop_dbs
 fi
 
 if [ "$WHICH" = sqlite ] || [ "$WHICH" = both ]; then

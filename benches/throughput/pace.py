@@ -1,21 +1,27 @@
 #!/usr/bin/env python3
 """Sends presign.py's deliveries at a steady rate and times each from accepted to processed.
 
-`pace.py URL DELIVERIES RATE SECONDS CONNECTIONS HANDLED_FIFO`
+`pace.py [--processor NAME] URL DELIVERIES RATE SECONDS CONNECTIONS HANDLED_FIFO`
 
 Request i goes out at start + i / RATE on connection i % CONNECTIONS (keep-alive, one
 request in flight per connection). An event is *accepted* when its 2xx arrives and
 *processed* when the receiver prints `handled <id>` on its stdout, read here from
-HANDLED_FIFO: both clocks are this process's. Prints one RESULT line: the rate reached,
-how many were accepted and processed, and the accept -> processed latency's p50, p99 and
-max in milliseconds.
+HANDLED_FIFO: both clocks are this process's. With `--processor NAME` (the receiver run
+with WEBHOOK_PROCESSORS), processed is instead its `finished <id> NAME` line: when that
+processor's handler returned, whatever the other processors do. Prints one RESULT line:
+the rate reached, how many were accepted and processed, and the accept -> processed
+latency's p50, p99 and max in milliseconds.
 """
 import asyncio
 import sys
 import time
 from urllib.parse import urlsplit
 
-url, path, rate, seconds, connections, fifo = sys.argv[1:7]
+args = sys.argv[1:]
+processor = None
+if args[:1] == ["--processor"]:
+    processor, args = args[1].encode(), args[2:]
+url, path, rate, seconds, connections, fifo = args[:6]
 rate, seconds, connections = float(rate), float(seconds), int(connections)
 target = urlsplit(url)
 count = int(rate * seconds)
@@ -46,7 +52,9 @@ async def read_handled():
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), open(fifo, "rb"))
     while line := await reader.readline():
         words = line.split()
-        if len(words) == 2 and words[0] == b"handled":
+        if processor is None and len(words) == 2 and words[0] == b"handled":
+            handled.setdefault(words[1].decode(), time.monotonic())
+        elif processor is not None and words[:1] == [b"finished"] and words[2:] == [processor]:
             handled.setdefault(words[1].decode(), time.monotonic())
 
 
