@@ -81,7 +81,8 @@
 //!   (server-rendered with maud; implies `admin`).
 //! - `cli`: the `tower-webhook` command, the same operator calls over a database URL.
 //! - `seal`: the `seal` module, XChaCha20-Poly1305 under a ring of rotating keys, for
-//!   payloads at rest (the stores do not use it yet).
+//!   payloads at rest (with `nats`, `JetStreamBuilder::with_keys`; the SQL stores do not
+//!   use it yet).
 //! - `alerts`: the `alerts` module, and `VerifyWebhookLayer::with_alerts` (implies
 //!   `dedupe`; hyper's client, and rustls on aws-lc-rs for `https://`).
 //!

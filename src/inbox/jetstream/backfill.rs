@@ -16,6 +16,7 @@ use async_nats::jetstream::consumer::{pull, DeliverPolicy};
 use futures_util::StreamExt;
 
 use super::processors::Lane;
+use super::sealed::{may_take, Read};
 use super::{event_of, header, settle, JetStream};
 use crate::store::{StoreError, StoreErrorKind};
 
@@ -121,10 +122,13 @@ impl JetStream {
         seq: u64,
     ) -> Result<bool, StoreError> {
         let headers = message.headers.as_ref();
-        let Some(event) = event_of(headers, message.payload.clone()) else {
-            return Ok(false);
+        let takes = match event_of(self, headers, message.payload.clone()) {
+            Read::Event(event) => lane.takes(headers, &event),
+            Read::Foreign => false,
+            // Copied as it is: the processor's worker buries it, where it shows.
+            Read::Unreadable { .. } => may_take(lane, headers),
         };
-        if !lane.takes(headers, &event) {
+        if !takes {
             return Ok(false); // another processor's, or a type it does not take
         }
         let marker = format!("backfilled.{}.{seq}", lane.name());

@@ -27,6 +27,9 @@ pub struct JetStreamBuilder {
     pub(super) publish_timeout: Duration,
     /// The processors (`with_processors`); `None`: `default` alone, as before fan-out.
     pub(super) processors: Option<crate::inbox::processors::Processors>,
+    /// `with_keys`: payloads sealed under it; `None`: published in clear.
+    #[cfg(feature = "seal")]
+    pub(super) keys: Option<crate::seal::KeyRing>,
 }
 
 impl JetStreamBuilder {
@@ -79,6 +82,26 @@ impl JetStreamBuilder {
     /// before the delivery gets 503.
     pub fn with_publish_timeout(mut self, timeout: Duration) -> Self {
         self.publish_timeout = timeout;
+        self
+    }
+
+    /// Seals each accepted event's body under `keys`' current key before it is published
+    /// (its key id and nonce in the headers `Webhook-Key-Id` and `Webhook-Nonce`), so the
+    /// stream's files — and its dead and parked streams' — hold no plaintext body; every
+    /// processor's worker opens it with any key of the ring and gets the plaintext
+    /// [`Event`](crate::Event). A message published in clear (no `Webhook-Key-Id`, before
+    /// keys were configured) is read as it is. A message no key opens (its key removed,
+    /// or altered) is never run nor retried: it is buried at once in the dead stream with
+    /// the reason, its payload as it was, to be opened there once its key is back.
+    ///
+    /// The source, id, type, object id, livemode, timestamp (headers) and the subject
+    /// stay in clear. Messages cannot be rewritten: keep an old key in the ring until the
+    /// stream's `max_age` has passed since it was last current, and as long as the dead
+    /// or parked streams hold messages it sealed (see `docs/design/payload-protection.md`
+    /// §6).
+    #[cfg(feature = "seal")]
+    pub fn with_keys(mut self, keys: crate::seal::KeyRing) -> Self {
+        self.keys = Some(keys);
         self
     }
 
@@ -189,6 +212,8 @@ impl JetStreamBuilder {
                 fan_out,
                 pauses,
                 held,
+                #[cfg(feature = "seal")]
+                keys: self.keys,
             }),
             lane: default,
         })

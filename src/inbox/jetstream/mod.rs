@@ -57,6 +57,9 @@
 //!   one, a dead or parked message stays in the stream, acknowledged, and a parked one
 //!   comes back with `Webhook-Processor: <name>`, for that processor alone.
 //!   [`JetStream::backfill`] gives a processor added later a window received before it.
+//! - Sealed payloads (feature `seal`, [`with_keys`]): each body is
+//!   published sealed under a key ring's current key, and opened by every worker with any
+//!   key of the ring; one no key opens is buried at once, never run (`sealed.rs`).
 //!
 //! What holds, beside the SQL inbox (see the README's Guarantees):
 //!
@@ -121,12 +124,15 @@
 //! # Ok(())
 //! # }
 //! ```
+#![cfg_attr(feature = "seal", doc = "[`with_keys`]: JetStreamBuilder::with_keys")]
+#![cfg_attr(not(feature = "seal"), doc = "[`with_keys`]: crate#features")]
 
 mod backfill; // fan-out: a processor added later runs a window of the stream
 mod builder; // the stream's settings, and what is made beside it
 mod held; // deliveries that were not attempts (snoozes)
 mod pause; // pauses every worker sees; paused events parked
 mod processors; // fan-out: a consumer, dead and parked streams, counts per processor
+mod sealed; // payloads sealed with a key ring, and every read of a message
 mod settle; // a message acknowledged, handed back, or moved to another stream
 mod turn; // an object's turn across workers: its line in `<stream>-held`
 mod worker;
@@ -141,10 +147,10 @@ pub use self::builder::JetStreamBuilder;
 pub use self::worker::JetStreamWorker;
 use super::accept::{Accept, Destination};
 use super::{Accepted, Counts};
-use crate::event::Stored;
 use crate::metrics::{self, Operation};
 use crate::store::{StoreError, StoreErrorKind};
 use crate::Event;
+use sealed::event_of;
 
 /// The headers an accepted event carries beside its body.
 mod header {
@@ -189,6 +195,9 @@ struct Inner {
     pauses: async_nats::jetstream::kv::Store,
     /// How many deliveries of a message were not attempts (`<stream>-held`).
     held: async_nats::jetstream::kv::Store,
+    /// The ring payloads are sealed and opened with (`sealed.rs`); `None`: in clear.
+    #[cfg(feature = "seal")]
+    keys: Option<crate::seal::KeyRing>,
 }
 
 impl JetStream {
@@ -226,6 +235,8 @@ impl JetStream {
             storage: stream::StorageType::File,
             publish_timeout: Duration::from_secs(5),
             processors: None,
+            #[cfg(feature = "seal")]
+            keys: None,
         }
     }
 
@@ -263,11 +274,12 @@ impl JetStream {
     /// or id holds a line break, which no header value can
     /// ([`StoreErrorKind::InvalidInput`]: the layers answer 500, and nothing is published).
     pub async fn accept(&self, event: &Event) -> Result<Accepted, StoreError> {
-        let (subject, headers) = message(&self.inner.stream, event)?;
+        let (subject, mut headers) = message(&self.inner.stream, event)?;
+        let payload = sealed::payload(self, event, &mut headers)?;
         let publish = async {
             self.inner
                 .context
-                .publish_with_headers(subject, headers, event.body().clone())
+                .publish_with_headers(subject, headers, payload)
                 .await
                 .map_err(|e| StoreError::new("jetstream publish", e))?
                 .await
@@ -444,24 +456,6 @@ fn message(stream: &str, event: &Event) -> Result<(String, HeaderMap), StoreErro
             .map(|d| d.as_secs().to_string()),
     );
     Ok((subject, headers))
-}
-
-/// The event a message carries, for the processor; `None` for a message this crate did not
-/// publish (no source or id).
-fn event_of(headers: Option<&HeaderMap>, body: bytes::Bytes) -> Option<Event> {
-    let headers = headers?;
-    let get = |name: &str| headers.get(name).map(|v| v.as_str().to_owned());
-    Some(Event::stored(Stored {
-        source: get(header::SOURCE)?,
-        id: get(header::ID)?,
-        event_type: get(header::TYPE),
-        object_id: get(header::OBJECT_ID),
-        livemode: get(header::LIVEMODE).and_then(|l| l.parse().ok()),
-        timestamp: get(header::TIMESTAMP)
-            .and_then(|t| t.parse().ok())
-            .and_then(|secs| SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs))),
-        body,
-    }))
 }
 
 #[cfg(test)]

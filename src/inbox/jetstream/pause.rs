@@ -325,11 +325,10 @@ impl Paused {
             while let Some(message) = batch.next().await {
                 let message = message.map_err(err)?;
                 read += 1;
-                let Some(event) = event_of(message.headers.as_ref(), message.payload.clone())
-                else {
-                    continue;
-                };
-                if self.covers(&event) {
+                let read = event_of(js, message.headers.as_ref(), message.payload.clone());
+                // One that does not open goes back too: buried at its pull, where it shows.
+                let Some(event) = read.about() else { continue };
+                if self.covers(event) {
                     continue;
                 }
                 let Ok(info) = message.info().map(|i| i.stream_sequence) else {

@@ -64,6 +64,10 @@ impl Lane {
         self.spec.name()
     }
 
+    pub(super) fn spec(&self) -> &ProcessorSpec {
+        &self.spec
+    }
+
     /// `""` for `default`, `-<name>` for another: the suffix of its dead and parked streams.
     fn suffix(&self) -> String {
         suffix(self.name())

@@ -6,11 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::Message;
 use futures_util::StreamExt;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::super::pause;
+use super::super::sealed::{may_take, passed, Read, FOREIGN};
 use super::super::settle::{bury, nak};
 use super::super::{event_of, header, held, JetStream};
 use super::{Pulled, Stream};
@@ -130,15 +132,24 @@ impl Stream {
                 .unwrap_or(0);
             let attempt = i64::from(prior) + i64::from(delivered) - held;
             let attempt = u32::try_from(attempt.max(1)).unwrap_or(u32::MAX);
-            let Some(event) = event_of(message.headers.as_ref(), message.payload.clone()) else {
+            let js = &self.jetstream;
+            let event = match event_of(js, message.headers.as_ref(), message.payload.clone()) {
+                Read::Event(event) => event,
                 // Not an event this crate published: dead at once, never run.
-                let error = "not a tower-webhook event: no Webhook-Source or Webhook-Id header";
-                metrics::attempt(self.jetstream.lane.metrics(), Attempt::Dead);
-                let jetstream = self.jetstream.clone();
-                tokio::spawn(async move {
-                    let _ = bury(&jetstream, &message, error, attempt, at + lease).await;
-                });
-                continue;
+                Read::Foreign => {
+                    self.bury_now(message, FOREIGN.to_owned(), attempt, at + lease);
+                    continue;
+                }
+                // Sealed, and no key opens it: the same, where this processor may run it.
+                Read::Unreadable { .. } if !may_take(&js.lane, message.headers.as_ref()) => {
+                    let js = js.clone();
+                    tokio::spawn(async move { passed(&js, &message, at + lease).await });
+                    continue;
+                }
+                Read::Unreadable { reason, .. } => {
+                    self.bury_now(message, reason, attempt, at + lease);
+                    continue;
+                }
             };
             // A message this processor does not run is in no line (`processor.rs`).
             let taken = self.jetstream.lane.takes(message.headers.as_ref(), &event);
@@ -164,6 +175,16 @@ impl Stream {
             });
         }
         Ok(rows)
+    }
+
+    /// Buries a message that cannot run (`error` says why) in the background: dead at
+    /// once, counted as a dead attempt.
+    fn bury_now(&self, message: Message, error: String, attempt: u32, until: Instant) {
+        metrics::attempt(self.jetstream.lane.metrics(), Attempt::Dead);
+        let js = self.jetstream.clone();
+        tokio::spawn(async move {
+            let _ = bury(&js, &message, &error, attempt, until).await;
+        });
     }
 
     /// Another attempt holds the event for `after` more (this is a redelivery while it

@@ -108,7 +108,9 @@ impl Stream {
                     Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => continue,
                     Err(e) => return Err(StoreError::new("jetstream turns", e)),
                 };
-                let event = event_of(Some(&message.headers), message.payload);
+                // One that does not open is buried at its pull: in no line.
+                let event = event_of(&self.jetstream, Some(&message.headers), message.payload);
+                let event = event.event();
                 let lane = &self.jetstream.lane;
                 let taken = event.filter(|e| lane.takes(Some(&message.headers), e));
                 if let Some(key) = taken.as_ref().and_then(|e| self.line_of(e)) {
