@@ -8,6 +8,8 @@ mod common;
 #[cfg(feature = "postgres")]
 #[path = "migration/postgres.rs"]
 mod postgres; // the PostgreSQL half
+#[path = "migration/sealed.rs"]
+mod sealed; // payload protection's schema (migration 17)
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -163,7 +165,11 @@ async fn sqlite_every_row_migrates_in_place_and_works_through_the_api() {
         .unwrap();
 
     // Row by row.
-    let events = rows(&pool, "webhook_events", &["source", "event_id"]).await;
+    let mut events = rows(&pool, "webhook_events", &["source", "event_id"]).await;
+    for (key, row) in &mut events {
+        // Migration 17's column, NULL on every row: no body expired or erased.
+        assert_eq!(row.remove("body_state").as_deref(), Some("NULL"), "{key:?}");
+    }
     let bodies = rows(&pool, "webhook_bodies", &["source", "event_id"]).await;
     let routes = rows(
         &pool,
@@ -217,6 +223,16 @@ async fn sqlite_every_row_migrates_in_place_and_works_through_the_api() {
     }
     assert_eq!(inbox_rows, 11);
     assert_eq!((bodies.len(), routes.len()), (11, 11));
+    for body in bodies.values() {
+        assert_eq!(
+            pick(body, &sealed::BODY_COLUMNS),
+            sealed::BODY_COLUMNS
+                .iter()
+                .map(|c| (c.to_string(), "NULL".to_owned()))
+                .collect(),
+            "migration 17: every body in clear"
+        );
+    }
     assert_eq!(
         attempts(&pool, &ATTEMPT).await,
         old_attempts,

@@ -17,6 +17,9 @@ use crate::Event;
 pub(crate) struct Claimed {
     pub(crate) event: Event,
     pub(crate) attempt: u32,
+    /// Why it must not run (its body is gone, or does not open): the worker ends it dead
+    /// with this reason under the claim's token, never giving it to the processor.
+    pub(crate) refused: Option<String>,
 }
 
 /// A claimed row: its key, and the token its claim holds it under.

@@ -205,6 +205,8 @@ impl Serialize for RouteState {
 }
 
 /// The summary's fields, and `"livemode"`, `"processed_at"`, `"body"`, `"body_encoding"`,
+/// `"body_state"` (`stored`, `expired`, `erased`, `unreadable`, `missing`; `"body"` is
+/// `""` unless `stored`), `"key_id"` (the key the body is sealed under, null in clear),
 /// `"headers"` (`[["content-type", "application/json"], …]`, in the request's order) and
 /// `"history"` (its [`AttemptRecord`]s, oldest first: `"attempts"` is the summary's count).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -218,6 +220,8 @@ impl Serialize for StoredEvent {
             processed_at: Option<Time>,
             body: std::borrow::Cow<'a, str>,
             body_encoding: &'static str,
+            body_state: &'static str,
+            key_id: Option<&'a str>,
             headers: &'a [(String, String)],
             history: &'a [AttemptRecord],
         }
@@ -236,6 +240,8 @@ impl Serialize for StoredEvent {
             processed_at: self.processed_at.map(Time),
             body,
             body_encoding,
+            body_state: self.body_state.as_str(),
+            key_id: self.key_id.as_deref(),
             headers: &self.headers,
             history: &self.attempts,
         }
@@ -332,6 +338,8 @@ mod tests {
             livemode: Some(false),
             processed_at: None,
             body: body.into(),
+            body_state: crate::inbox::BodyState::Stored,
+            key_id: None,
             headers: Vec::new(),
             attempts: Vec::new(),
             routes: Vec::new(),
@@ -344,6 +352,8 @@ mod tests {
         let json = serde_json::to_value(event(b"\xff\x00a")).unwrap();
         assert_eq!(json["body"], "/wBh");
         assert_eq!(json["body_encoding"], "base64");
+        assert_eq!(json["body_state"], "stored");
+        assert_eq!(json["key_id"], serde_json::Value::Null, "in clear");
     }
 
     #[test]
@@ -362,6 +372,8 @@ mod tests {
             livemode: None,
             processed_at: None,
             body: "{}".into(),
+            body_state: crate::inbox::BodyState::Stored,
+            key_id: Some("k1".into()),
             headers: vec![
                 ("content-type".into(), "application/json".into()),
                 ("webhook-id".into(), "msg_1".into()),
@@ -390,6 +402,10 @@ mod tests {
             })
         );
         assert_eq!(json["history"][1]["outcome"], "dead");
+        assert_eq!(
+            (&json["body_state"], &json["key_id"]),
+            (&"stored".into(), &"k1".into())
+        );
     }
 
     #[test]

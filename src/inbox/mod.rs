@@ -196,7 +196,7 @@ pub use self::processors::{ProcessorSpec, DEFAULT_PROCESSOR};
 pub use self::rate::Rate;
 pub use self::retry::{Jitter, RetryPolicy};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub use self::stored::{RouteState, StoredEvent};
+pub use self::stored::{BodyState, RouteState, StoredEvent};
 #[cfg(feature = "postgres")]
 pub use self::transactional::TxProcessor;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

@@ -32,8 +32,14 @@ pub struct StoredEvent {
     pub livemode: Option<bool>,
     /// When the most urgent route was processed.
     pub processed_at: Option<SystemTime>,
-    /// The body exactly as received.
+    /// The body exactly as received; empty unless [`body_state`](Self::body_state) is
+    /// [`BodyState::Stored`].
     pub body: Bytes,
+    /// Whether the body is kept, and if not why.
+    pub body_state: BodyState,
+    /// The id of the key the body and headers are sealed under (an inbox with encryption
+    /// keys, feature `seal`); `None` when they are stored in clear or gone.
+    pub key_id: Option<String>,
     /// The delivery's request headers as the inbox's [`Accept`](super::Accept) stored
     /// them, in the request's order (names in lower case; a name sent twice, twice):
     /// credentials left out (`Authorization`, `Proxy-Authorization`, `Cookie`,
@@ -53,6 +59,68 @@ pub struct StoredEvent {
     /// [`prune_dead`](super::Inbox::prune_dead) left out); empty when no processor took
     /// it.
     pub routes: Vec<RouteState>,
+}
+
+/// Whether an event's body is kept ([`StoredEvent::body_state`]). The event itself, its
+/// key, outlives its body: a redelivery stays a duplicate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BodyState {
+    /// Kept, and readable (in clear, or opened by a configured key).
+    Stored,
+    /// Deleted by the body retention after the event was processed.
+    Expired,
+    /// Erased on request.
+    Erased,
+    /// Kept, sealed under a key no configured key opens (removed, or the ciphertext
+    /// altered): a route claimed so ends dead with the reason, and runs again once
+    /// requeued after the key is configured again.
+    Unreadable,
+    /// Gone without a recorded reason: the body row was deleted outside the crate. A
+    /// route claimed so ends dead ("the body is missing"), never run with an empty body.
+    Missing,
+}
+
+impl BodyState {
+    /// The name the JSON and the CLI show: `stored`, `expired`, `erased`, `unreadable`,
+    /// `missing`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BodyState::Stored => "stored",
+            BodyState::Expired => "expired",
+            BodyState::Erased => "erased",
+            BodyState::Unreadable => "unreadable",
+            BodyState::Missing => "missing",
+        }
+    }
+
+    /// The state a stored `body_state` column names (`NULL` with no body row: missing).
+    pub(crate) fn gone(column: Option<&str>) -> Self {
+        match column {
+            Some("erased") => BodyState::Erased,
+            Some("expired") => BodyState::Expired,
+            _ => BodyState::Missing,
+        }
+    }
+
+    /// Why a route of an event whose body is in this state is never run: the dead
+    /// reason (crate text, naming no payload); `None` for a stored body.
+    pub(crate) fn dead_reason(self) -> Option<&'static str> {
+        match self {
+            BodyState::Stored => None,
+            BodyState::Expired => Some("the body expired before the event was processed"),
+            BodyState::Erased => Some("the body was erased before the event was processed"),
+            BodyState::Unreadable => Some("the body cannot be opened"),
+            BodyState::Missing => Some("the body is missing"),
+        }
+    }
+}
+
+impl fmt::Display for BodyState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One processor's route of an event: its state, attempts and times.
@@ -116,6 +184,8 @@ impl fmt::Debug for StoredEvent {
             .field("livemode", &self.livemode)
             .field("processed_at", &self.processed_at)
             .field("body", &format_args!("<{} bytes>", self.body.len()))
+            .field("body_state", &self.body_state)
+            .field("key_id", &self.key_id)
             .field("headers", &names)
             .field("attempts", &self.attempts)
             .field("routes", &self.routes)
@@ -147,6 +217,8 @@ mod tests {
             livemode: None,
             processed_at: None,
             body: Bytes::from_static(b"{\"email\":\"ada@example.com\"}"),
+            body_state: BodyState::Stored,
+            key_id: None,
             headers: vec![("x-customer".into(), "ada@example.com".into())],
             attempts: Vec::new(),
             routes: Vec::new(),

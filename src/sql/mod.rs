@@ -113,7 +113,7 @@ use std::time::{Duration, SystemTime};
 use crate::event::{Event, Stored};
 use crate::inbox::backend::Claimed;
 use crate::inbox::listing::from_micros;
-use crate::inbox::{Counts, EventSummary, State};
+use crate::inbox::{BodyState, Counts, EventSummary, State};
 use crate::store::{StoreError, StoreErrorKind};
 
 pub(crate) use keys::{KeyOp, Keyed};
@@ -207,14 +207,24 @@ struct ClaimedRow {
     event_type: Option<String>,
     object_id: Option<String>,
     livemode: Option<bool>,
+    /// NULL when the event has no body row (gone: `body_state` says why, if it does).
     body: Option<Vec<u8>>,
+    /// Why the event's body is gone (`expired`, `erased`).
+    body_state: Option<String>,
     attempts: i64,
     /// Marked dead by the claim instead of claimed (every attempt crashed).
     buried: bool,
 }
 
 impl From<ClaimedRow> for Claimed {
+    /// The stored event; a route whose event has no body is never run with an empty one
+    /// (P2 of `docs/design/payload-protection.md`): it comes back refused, with the dead
+    /// reason its body's state gives, for the worker to end it at once.
     fn from(r: ClaimedRow) -> Self {
+        let refused = match &r.body {
+            Some(_) => None,
+            None => BodyState::gone(r.body_state.as_deref()).dead_reason(),
+        };
         Claimed {
             event: Event::stored(Stored {
                 source: r.source,
@@ -226,6 +236,7 @@ impl From<ClaimedRow> for Claimed {
                 body: r.body.unwrap_or_default().into(),
             }),
             attempt: u32::try_from(r.attempts).unwrap_or(u32::MAX),
+            refused: refused.map(str::to_owned),
         }
     }
 }

@@ -6,8 +6,8 @@ use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use super::{store_error, ListedRow, MAX_ATTEMPT_RECORDS};
 use crate::inbox::listing::from_micros;
-use crate::inbox::StoredEvent;
 use crate::inbox::{AttemptOutcome, AttemptRecord, EventSummary, RouteState, State};
+use crate::inbox::{BodyState, StoredEvent};
 use crate::store::StoreFuture;
 
 /// An inbox event's row and body as both databases return them (times in microseconds
@@ -20,8 +20,15 @@ pub(super) struct EventRow {
     object_id: Option<String>,
     received_us: i64,
     livemode: Option<bool>,
+    /// Whether the event has a body row (its body may still be NULL: a delivery without
+    /// one).
+    has_body: bool,
     body: Option<Vec<u8>>,
     headers: Option<String>,
+    /// The key the body row is sealed under; NULL: in clear.
+    key_id: Option<String>,
+    /// Why the body row is gone (`expired`, `erased`).
+    body_state: Option<String>,
 }
 
 /// One of `webhook_attempts`' rows as both databases return it: times in microseconds
@@ -85,14 +92,24 @@ fn into_event(row: EventRow, routes: Vec<ListedRow>, attempts: Vec<AttemptRow>) 
             None,
         ),
     };
+    let body_state = match (row.has_body, &row.key_id) {
+        (false, _) => BodyState::gone(row.body_state.as_deref()),
+        // This version opens no sealed body.
+        (true, Some(_)) => BodyState::Unreadable,
+        (true, None) => BodyState::Stored,
+    };
+    let stored = body_state == BodyState::Stored;
     StoredEvent {
         summary,
         livemode: row.livemode,
         processed_at,
-        body: row.body.unwrap_or_default().into(),
+        body: row.body.filter(|_| stored).unwrap_or_default().into(),
+        body_state,
+        key_id: row.key_id,
         headers: row
             .headers
             .as_deref()
+            .filter(|_| stored)
             .map(crate::inbox::headers::parse)
             .unwrap_or_default(),
         attempts,
@@ -101,7 +118,8 @@ fn into_event(row: EventRow, routes: Vec<ListedRow>, attempts: Vec<AttemptRow>) 
 }
 
 /// The statements [`event`] runs, each with what the dialect binds first: the event's
-/// row and body (`None` once its body is gone), its routes, and its newest attempts
+/// row and body (the row alone once its body is gone; `None` once every route of it is
+/// a tombstone and no state says why), its routes, and its newest attempts
 /// (bound after the key to the most records read, [`MAX_ATTEMPT_RECORDS`]).
 pub(super) struct EventStatements<DB: Database> {
     pub(super) event: QueryAs<'static, DB, EventRow, DB::Arguments>,

@@ -148,7 +148,11 @@ async fn postgres_every_row_migrates_in_place_and_works_through_the_api() {
         .await
         .unwrap();
 
-    let events = rows(&pool, "webhook_events", &["source", "event_id"]).await;
+    let mut events = rows(&pool, "webhook_events", &["source", "event_id"]).await;
+    for (key, row) in &mut events {
+        // Migration 17's column, NULL on every row: no body expired or erased.
+        assert_eq!(row.remove("body_state"), Some(Value::Null), "{key:?}");
+    }
     let bodies = rows(&pool, "webhook_bodies", &["source", "event_id"]).await;
     let routes = rows(
         &pool,
@@ -200,6 +204,16 @@ async fn postgres_every_row_migrates_in_place_and_works_through_the_api() {
     }
     assert_eq!(inbox_rows, 11);
     assert_eq!((bodies.len(), routes.len()), (11, 11));
+    for body in bodies.values() {
+        assert_eq!(
+            pick(body, &crate::sealed::BODY_COLUMNS),
+            crate::sealed::BODY_COLUMNS
+                .iter()
+                .map(|c| (c.to_string(), Value::Null))
+                .collect(),
+            "migration 17: every body in clear"
+        );
+    }
     assert_eq!(
         attempts(&pool, &ATTEMPT).await,
         old_attempts,

@@ -191,6 +191,25 @@ impl fmt::Debug for Worker {
     }
 }
 
+impl Routes {
+    /// Ends a claimed route that must not run (its body is gone, or does not open) dead
+    /// with `reason`, under the claim's token: never given to the processor, never
+    /// retried, shown dead with its reason until an operator requeues it. Tried until
+    /// `until` (half the claim's lease); not written by then, the route comes back when
+    /// its lease runs out, and is refused again.
+    async fn refuse(&self, held: HeldRow, reason: String, until: Instant) {
+        #[cfg(feature = "tracing")]
+        tracing::warn!(target: "tower_webhook", source = %held.source, id = %held.id, processor = %held.processor, "inbox route dead without running: {reason}");
+        let finish = || {
+            let reason = reason.clone();
+            self.inbox
+                .backend
+                .finish(held.clone(), Outcome::Dead(reason))
+        };
+        let _ = retry_until(until, finish).await;
+    }
+}
+
 impl Queue for Routes {
     type Held = HeldRow;
     const CLAIM_WAITS: bool = false;
@@ -240,7 +259,7 @@ impl Queue for Routes {
 
     async fn claim(&self, due: ClaimDue) -> Result<Vec<Claimed<HeldRow>>, StoreError> {
         let (at, token, capped) = (Instant::now(), due.token, due.per_object.is_some());
-        let limit = due.limit;
+        let (limit, lease) = (due.limit, due.lease);
         let rows = self
             .inbox
             .backend
@@ -258,21 +277,27 @@ impl Queue for Routes {
                 }
             });
         }
-        Ok(rows
-            .into_iter()
-            .map(|row| Claimed {
-                held: HeldRow {
-                    source: row.event.source().to_owned(),
-                    id: row.event.stored_id().to_owned(),
-                    processor: self.processor.clone(),
-                    token,
-                    wakes: capped && row.event.object_id().is_some(),
-                },
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in rows {
+            let held = HeldRow {
+                source: row.event.source().to_owned(),
+                id: row.event.stored_id().to_owned(),
+                processor: self.processor.clone(),
+                token,
+                wakes: capped && row.event.object_id().is_some(),
+            };
+            if let Some(reason) = row.refused {
+                self.refuse(held, reason, at + lease / 2).await;
+                continue;
+            }
+            claimed.push(Claimed {
+                held,
                 event: row.event,
                 attempt: row.attempt,
                 at,
-            })
-            .collect())
+            });
+        }
+        Ok(claimed)
     }
 
     async fn give_back(&self, held: Vec<HeldRow>) {

@@ -85,6 +85,8 @@ SELECT c.source, c.event_id, c.event_type, c.object_id,
      WHERE e.source = c.source AND e.event_id = c.event_id) AS livemode,
     (SELECT b.body FROM webhook_bodies b
      WHERE b.source = c.source AND b.event_id = c.event_id) AS body,
+    (SELECT e.body_state FROM webhook_events e
+     WHERE e.source = c.source AND e.event_id = c.event_id) AS body_state,
     c.attempts, c.buried
 FROM claimed c";
 

@@ -111,9 +111,9 @@ WHERE rowid IN (
 RETURNING source, event_id, event_type, object_id, attempts, lock_token IS NOT ?3 AS buried";
 
 /// The livemode and body of the events a claim took (`?1`, a JSON array of `[source,
-/// id]`): one statement for the claim, each a lookup by key.
+/// id]`), and why a body is gone: one statement for the claim, each a lookup by key.
 pub(super) const CLAIMED_BODIES: &str = "
-SELECT e.source, e.event_id, e.livemode, b.body
+SELECT e.source, e.event_id, e.livemode, b.body, e.body_state
 FROM json_each(?1) k
 JOIN webhook_events e ON e.source = k.value ->> 0 AND e.event_id = k.value ->> 1
 LEFT JOIN webhook_bodies b ON b.source = e.source AND b.event_id = e.event_id";

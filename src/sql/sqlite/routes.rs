@@ -159,8 +159,15 @@ struct ClaimedRoute {
     buried: bool,
 }
 
-/// A claimed route's event as [`CLAIMED_BODIES`] reads it: key, livemode, body.
-type ClaimedEvent = (String, String, Option<bool>, Option<Vec<u8>>);
+/// A claimed route's event as [`CLAIMED_BODIES`] reads it: key, livemode, body, and why
+/// the body is gone.
+type ClaimedEvent = (
+    String,
+    String,
+    Option<bool>,
+    Option<Vec<u8>>,
+    Option<String>,
+);
 
 /// A worker's claim at `now`: the routes it took (with their events' livemode and body)
 /// and those it buried (marked dead here: every attempt crashed).
@@ -212,14 +219,14 @@ pub(super) async fn claim_due(
             .map_err(err)?;
         events.extend(
             read.into_iter()
-                .map(|(s, id, live, body)| ((s, id), (live, body))),
+                .map(|(s, id, live, body, state)| ((s, id), (live, body, state))),
         );
     }
     Ok(routes
         .into_iter()
         .map(|r| {
             let key = (r.source, r.event_id);
-            let (livemode, body) = events.remove(&key).unwrap_or_default();
+            let (livemode, body, body_state) = events.remove(&key).unwrap_or_default();
             ClaimedRow {
                 source: key.0,
                 event_id: key.1,
@@ -227,6 +234,7 @@ pub(super) async fn claim_due(
                 object_id: r.object_id,
                 livemode,
                 body,
+                body_state,
                 attempts: r.attempts,
                 buried: r.buried,
             }
