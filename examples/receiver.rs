@@ -36,6 +36,7 @@ use tower::ServiceBuilder;
 use tower_webhook::admin::OperatorDoor;
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
 use tower_webhook::inbox::{Accept, Backpressure, Inbox, Rate, Worker, WorkerHandle};
+use tower_webhook::seal::KeyRing;
 use tower_webhook::store::{DedupeStore, PgStore, RedisStore, SqliteStore};
 use tower_webhook::verify::Certificates;
 use tower_webhook::{DedupeLayer, Event, PublicUrl, Verifier, VerifyWebhookLayer};
@@ -108,6 +109,10 @@ Environment (variable [default] (modes): what it does):
       fails, in every processor, to make a dead event on purpose
   WEBHOOK_MAX_ATTEMPTS [5] (inbox, nats): attempts before an event is dead for a processor
       (the first retry after 1 s, each wait doubling)
+  WEBHOOK_ENCRYPTION_KEYS [-] (nats): `id:<base64 of 32 bytes>` entries, comma-separated,
+      the first seals, every one opens: each body is published sealed (the stream holds no
+      body in clear); a malformed entry stops the receiver at start, naming its position;
+      set in another mode, the receiver refuses to start (not sealed there yet)
 
 It serves POST /webhooks and GET /metrics, and prints `handled <event id>` each time its
 handler runs; in inbox and nats mode also `finished <event id>` when it returns, and
@@ -365,6 +370,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Err(_) => None,
     };
     let admin_door = admin_door_from_env()?;
+    // Unset: bodies published in clear. The error names an entry by position, never a key.
+    let keys = match std::env::var("WEBHOOK_ENCRYPTION_KEYS") {
+        Ok(keys) => Some(KeyRing::parse(&keys)?),
+        Err(_) => None,
+    };
+    if keys.is_some() && std::env::var("WEBHOOK_MODE").as_deref() != Ok("nats") {
+        return Err("WEBHOOK_ENCRYPTION_KEYS: only nats mode seals the bodies it stores".into());
+    }
     // Each mode's store also remembers PayPal's transmissions for every replica on it.
     let (mode, store, store_name) = match std::env::var("WEBHOOK_MODE").as_deref() {
         Ok("inbox") => {
@@ -391,20 +404,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok("nats") => {
             let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
             let stream = std::env::var("NATS_STREAM").unwrap_or_else(|_| "webhooks".into());
-            let jetstream = match &plan.specs {
-                None => JetStream::connect(&url, &stream).await?,
-                Some(specs) => {
-                    let client = async_nats::ConnectOptions::new()
-                        // As `JetStream::connect`: a server that came back is found soon.
-                        .reconnect_delay_callback(|n| Duration::from_millis(50) * n.min(5) as u32)
-                        .connect(&url)
-                        .await?;
-                    JetStream::builder(client, &stream)
-                        .with_processors(specs.iter().cloned())?
-                        .build()
-                        .await?
-                }
-            };
+            let client = async_nats::ConnectOptions::new()
+                // As `JetStream::connect`: a server that came back is found soon.
+                .reconnect_delay_callback(|n| Duration::from_millis(50) * n.min(5) as u32)
+                .connect(&url)
+                .await?;
+            let mut builder = JetStream::builder(client, &stream);
+            if let Some(specs) = &plan.specs {
+                builder = builder.with_processors(specs.iter().cloned())?;
+            }
+            if let Some(keys) = keys {
+                builder = builder.with_keys(keys);
+            }
+            let jetstream = builder.build().await?;
             let (store, name) = store_from_env(lease).await?;
             // Its claims make each event's effect once, also when NATS crashed.
             let mut running = Vec::new();

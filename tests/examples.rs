@@ -1043,6 +1043,81 @@ async fn receivers_in_nats_mode_store_each_event_once_and_their_workers_handle_i
     }
 }
 
+/// `WEBHOOK_ENCRYPTION_KEYS` in `nats` mode: the body is published sealed (the stream's
+/// message, read raw, holds no byte of the event's canary, and names its key), and the
+/// worker still handles the event.
+#[tokio::test]
+async fn receiver_in_nats_mode_with_encryption_keys_publishes_sealed_bodies_and_handles_them() {
+    const SECRET: &str = "whsec_receiver_sealed_0123456789";
+    let streams = NatsStreams::new("tw_test_receiver_sealed");
+    let (nats, stream) = (streams.url.clone(), streams.stream.clone());
+    let keys = "k2:AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=,k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
+    let env = [
+        ("WEBHOOK_SCHEME", "stripe"),
+        ("WEBHOOK_SECRETS", SECRET),
+        ("WEBHOOK_MODE", "nats"),
+        ("NATS_URL", nats.as_str()),
+        ("NATS_STREAM", stream.as_str()),
+        ("WEBHOOK_ENCRYPTION_KEYS", keys),
+    ];
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-sealed-{}.db",
+        std::process::id()
+    ));
+    let (mut receiver, url, mut out) = start_receiver(&db, &env).await;
+    let canary = format!("canary{}", uuid::Uuid::new_v4().simple());
+    let body = format!(
+        r#"{{"id":"evt_sealed","type":"payment_intent.succeeded","livemode":false,"data":{{"object":{{"id":"pi_1","email":"{canary}@example.com"}}}}}}"#
+    )
+    .into_bytes();
+    let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+    assert_eq!(
+        post(&url, headers, body).await.unwrap().0,
+        StatusCode::NO_CONTENT
+    );
+    let line = tokio::time::timeout(Duration::from_secs(10), out.next_line()).await;
+    assert_eq!(
+        line.unwrap().unwrap().as_deref(),
+        Some("handled evt_sealed")
+    );
+
+    let js = async_nats::jetstream::new(async_nats::connect(&nats).await.unwrap());
+    let stored = js
+        .get_stream(&stream)
+        .await
+        .unwrap()
+        .get_raw_message(1)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.headers.get("Webhook-Key-Id").map(|v| v.as_str()),
+        Some("k2")
+    );
+    let holds = |bytes: &[u8]| bytes.windows(canary.len()).any(|w| w == canary.as_bytes());
+    assert!(!holds(&stored.payload), "the canary in the stream");
+    let values = stored.headers.iter().flat_map(|(_, values)| values);
+    assert!(!values.into_iter().any(|v| holds(v.as_str().as_bytes())));
+    receiver.kill().await.unwrap();
+    streams.delete().await;
+    let _ = std::fs::remove_file(db);
+
+    // A malformed entry stops it at start, by position, never printing the key.
+    let bad = "k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=,k2:c2hvcnQ=";
+    let env = [
+        ("WEBHOOK_ENCRYPTION_KEYS", bad),
+        ("WEBHOOK_MODE", "nats"),
+        ("BIND", "127.0.0.1:0"),
+    ];
+    let output = run_with("receiver", &[], &env).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("entry 2"), "{stderr}");
+    assert!(
+        !stderr.contains("c2hvcnQ") && !stderr.contains("AQEB"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test]
 async fn receiver_slow_handler_keeps_its_claim_and_a_hang_up_never_reruns_it() {
     const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
