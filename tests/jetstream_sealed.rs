@@ -202,7 +202,7 @@ fn open(keys: &KeyRing, (headers, payload): &(HeaderMap, Bytes)) -> Vec<u8> {
 struct Bodies(Arc<Mutex<HashMap<String, Vec<Bytes>>>>);
 
 impl Bodies {
-    /// Records each event's body; fails those whose id starts with `fail`.
+    /// Records each event's body; fails those whose id starts with `fail`, quoting it.
     fn processor(&self) -> impl Processor {
         let seen = self.clone();
         move |e: Event, _: Attempt| {
@@ -215,8 +215,9 @@ impl Bodies {
                     .entry(id.clone())
                     .or_default()
                     .push(e.body().clone());
+                // An error quoting the body, as serde's do.
                 match id.starts_with("fail") {
-                    true => Err("declined".to_owned()),
+                    true => Err(format!("declined: {}", String::from_utf8_lossy(e.body()))),
                     false => Ok(()),
                 }
             }
@@ -311,7 +312,29 @@ async fn with_keys_no_stream_holds_the_canary_and_the_processor_gets_the_plainte
     let dead = streams.raw(&jetstream.dead_stream()).await;
     assert_eq!(dead.len(), 1);
     assert!(!shows(&dead[0], &canary), "the canary in the dead stream");
-    assert_eq!(header(&dead[0].0, "Webhook-Error"), Some("declined"));
+    // So is the processor's error, which quoted the body.
+    let error = header(&dead[0].0, "Webhook-Error").unwrap();
+    let sealed = error
+        .strip_prefix("sealed:v1:k1:")
+        .expect("sealed under k1");
+    let sealed = base64::engine::general_purpose::STANDARD
+        .decode(sealed)
+        .unwrap();
+    let aad = Aad::new(
+        "standard",
+        "fail_3",
+        Column::Error {
+            processor: "default",
+        },
+    );
+    let opened = keys
+        .open_parts(&aad, "k1", &sealed[..24], &sealed[24..])
+        .unwrap();
+    let body = String::from_utf8_lossy(events[2].body());
+    assert_eq!(
+        String::from_utf8(opened).unwrap(),
+        format!("declined: {body}")
+    );
     assert_eq!(open(&keys, &dead[0]), events[2].body().as_ref());
     jetstream.delete().await.unwrap();
 }
@@ -320,20 +343,37 @@ async fn with_keys_no_stream_holds_the_canary_and_the_processor_gets_the_plainte
 async fn without_keys_the_stream_holds_the_canary_which_the_test_can_see() {
     let (canary, streams) = (canary(), Streams::new());
     let jetstream = streams.jetstream(None, None).await;
-    let event = paid("evt_1", &canary);
+    let (event, failing) = (paid("evt_1", &canary), paid("fail_2", &canary));
     jetstream.accept(&event).await.unwrap();
+    jetstream.accept(&failing).await.unwrap();
     let stored = streams.raw(&streams.name).await;
-    assert_eq!(stored.len(), 1);
+    assert_eq!(stored.len(), 2);
     assert!(shows(&stored[0], &canary), "the same read finds plaintext");
     assert_eq!(header(&stored[0].0, KEY_ID), None);
     assert_eq!(stored[0].1, event.body());
+    let bodies = Bodies::default();
+    let first = worker(&jetstream, &bodies).spawn();
+    eventually("processed and dead", async || {
+        settled(&jetstream).await == Some((1, 1))
+    })
+    .await;
+    first.shutdown().await;
+    assert_eq!(bodies.of("evt_1"), [event.body().clone()]);
+    let (headers, payload) = streams.raw_of(&jetstream.dead_stream(), "fail_2").await;
+    assert!(holds(&payload, &canary));
+    let error = header(&headers, "Webhook-Error").unwrap();
+    assert!(
+        holds(error.as_bytes(), &canary),
+        "the error in clear: {error}"
+    );
     // A worker with keys reads a message published in clear as it is.
     let later = streams.jetstream(Some(ring(&[("k1", 1)])), None).await;
-    let bodies = Bodies::default();
+    let again = paid("evt_3", &canary);
+    jetstream.accept(&again).await.unwrap(); // before `later`'s keys: in clear
     let worker = worker(&later, &bodies).spawn();
-    eventually("processed", async || settled(&later).await == Some((1, 0))).await;
+    eventually("processed", async || settled(&later).await == Some((2, 1))).await;
     worker.shutdown().await;
-    assert_eq!(bodies.of("evt_1"), [event.body().clone()]);
+    assert_eq!(bodies.of("evt_3"), [again.body().clone()]);
     later.delete().await.unwrap();
 }
 

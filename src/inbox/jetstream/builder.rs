@@ -92,7 +92,10 @@ impl JetStreamBuilder {
     /// [`Event`](crate::Event). A message published in clear (no `Webhook-Key-Id`, before
     /// keys were configured) is read as it is. A message no key opens (its key removed,
     /// or altered) is never run nor retried: it is buried at once in the dead stream with
-    /// the reason, its payload as it was, to be opened there once its key is back.
+    /// the reason, its payload as it was, to be opened there once its key is back. A
+    /// processor's error on a dead message (`Webhook-Error`: it may quote the body) is
+    /// sealed too (`sealed:v1:<key id>:<base64 of nonce ‖ ciphertext>`); the crate's own
+    /// reasons stay in clear.
     ///
     /// The source, id, type, object id, livemode, timestamp (headers) and the subject
     /// stay in clear. Messages cannot be rewritten: keep an old key in the ring until the

@@ -20,6 +20,8 @@
 //!   and never retried: each processor that could run it buries it in its dead stream at
 //!   once with the reason, its payload and headers untouched, so the key configured again
 //!   opens it there.
+//! - A processor's error on a dead message (`Webhook-Error`) may quote the body: with a
+//!   ring it is sealed too ([`error`]); the crate's own reasons stay in clear.
 
 use std::time::{Duration, SystemTime};
 
@@ -207,4 +209,35 @@ pub(super) async fn passed(js: &JetStream, message: &Message, until: Instant) {
     } else {
         let _ = nak(message, Some(BURY_AGAIN), until).await;
     }
+}
+
+/// A processor's error as the dead stream's `Webhook-Error` keeps it: one line, and with a
+/// ring sealed like the SQL stores' error text (`sealed:v1:<key id>:<base64 of nonce ‖
+/// ciphertext>`, the associated data the event's source, id and
+/// [`Column::Error`](crate::seal::Column::Error) of this processor): a processor's error
+/// may quote the body (serde's errors quote the value they refused). The crate's own
+/// reasons (unreadable, crashed, not an event) stay in clear.
+pub(super) fn error(js: &JetStream, message: &Message, error: &str) -> String {
+    let line = super::settle::one_line(error);
+    #[cfg(feature = "seal")]
+    if let (Some(ring), Some(headers)) = (&js.inner.keys, message.headers.as_ref()) {
+        use base64::Engine as _;
+
+        let get = |name| headers.get(name).map_or("", |v| v.as_str());
+        let processor = js.lane.name();
+        let column = crate::seal::Column::Error { processor };
+        let aad = crate::seal::Aad::new(get(header::SOURCE), get(header::ID), column);
+        return match ring.seal(&aad, line.as_bytes()) {
+            Ok(sealed) => {
+                let mut parts = sealed.nonce().to_vec();
+                parts.extend_from_slice(sealed.ciphertext());
+                let parts = base64::engine::general_purpose::STANDARD.encode(parts);
+                format!("sealed:v1:{}:{parts}", sealed.key_id())
+            }
+            // Never the plaintext instead.
+            Err(e) => format!("the processor's error could not be sealed: {e}"),
+        };
+    }
+    let _ = (js, message);
+    line
 }

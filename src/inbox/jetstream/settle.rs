@@ -51,13 +51,27 @@ pub(super) async fn bury(
     attempts: u32,
     until: Instant,
 ) -> Result<(), StoreError> {
-    let mut headers = message.headers.clone().unwrap_or_default();
-    // One line of text: the processor's error may hold anything.
-    let error: String = error
+    bury_as(js, message, one_line(error), attempts, until).await
+}
+
+/// One line of text, 1024 characters at most: the processor's error may hold anything.
+pub(super) fn one_line(error: &str) -> String {
+    error
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .take(1024)
-        .collect();
+        .collect()
+}
+
+/// [`bury`] with `error` as the header's value, as it is.
+pub(super) async fn bury_as(
+    js: &JetStream,
+    message: &Message,
+    error: String,
+    attempts: u32,
+    until: Instant,
+) -> Result<(), StoreError> {
+    let mut headers = message.headers.clone().unwrap_or_default();
     headers.insert(header::ERROR, error);
     headers.insert(header::ATTEMPTS, attempts.to_string());
     let dead = js.lane.dead_stream(&js.inner.stream);

@@ -12,7 +12,8 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::pause::Paused;
-use super::settle::{acknowledge, bury, nak, BURY_AGAIN};
+use super::sealed;
+use super::settle::{acknowledge, bury, bury_as, nak, BURY_AGAIN};
 use super::{held, JetStream};
 use crate::inbox::process::WorkerHandle;
 use crate::inbox::worker::{shared_settings, ClaimDue, Claimed, Engine, Outcome, Queue, Runner};
@@ -439,7 +440,9 @@ impl Queue for Stream {
             }
             Outcome::Dead(error) => {
                 pulled.release(until).await;
-                let buried = bury(&self.jetstream, message, &error, pulled.attempt(), until);
+                // Sealed with a ring: a processor's error may quote the body.
+                let error = sealed::error(&self.jetstream, message, &error);
+                let buried = bury_as(&self.jetstream, message, error, pulled.attempt(), until);
                 buried.await?;
                 // After: a dead message leaves the stream, so a line still holding it is
                 // seen to be stale (`turns.rs`); a failed burial keeps it in line.
