@@ -578,3 +578,59 @@ async fn every_processors_worker_opens_and_buries_alike() {
     assert!(!shows(&buried, &canary));
     jetstream.delete().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_processor_added_later_backfills_sealed_messages_and_gets_the_plaintext() {
+    let (canary, streams) = (canary(), Streams::new());
+    let keys = ring(&[("k1", 1)]);
+    let before = streams.jetstream(Some(keys.clone()), None).await;
+    let invoice = event("evt_invoice", "invoice.paid", &canary);
+    before.accept(&invoice).await.unwrap();
+    let customer = event("evt_customer", "customer.created", &canary);
+    before.accept(&customer).await.unwrap();
+    // Sealed under k0, which no worker has: copied for billing, which buries it.
+    let lost = streams.jetstream(Some(ring(&[("k0", 9)])), None).await;
+    let lost_invoice = event("evt_lost", "invoice.paid", &canary);
+    lost.accept(&lost_invoice).await.unwrap();
+    let billing_spec = ProcessorSpec::new("billing")
+        .unwrap()
+        .with_types(["invoice.*"])
+        .unwrap();
+    let processors = vec![ProcessorSpec::default_processor(), billing_spec];
+    let jetstream = streams.jetstream(Some(keys), Some(processors)).await;
+    let billing = Bodies::default();
+    let worker = JetStreamWorker::processor(
+        &jetstream,
+        "billing",
+        MemoryStore::new(),
+        billing.processor(),
+    )
+    .unwrap()
+    .with_poll_interval(Duration::from_millis(100))
+    .unwrap()
+    .spawn();
+    let copied = jetstream.backfill("billing", None, None).await.unwrap();
+    assert_eq!(
+        copied, 2,
+        "the invoice and the unreadable invoice, not the customer"
+    );
+    eventually("billing ran one and buried one", async || {
+        let by = jetstream.counts_by_processor().await.unwrap();
+        (by["billing"].processed, by["billing"].dead) == (1, 1)
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(billing.ids(), ["evt_invoice"]);
+    assert_eq!(billing.of("evt_invoice"), [invoice.body().clone()]);
+    // The copies are the sealed messages as they were.
+    let stored = streams.raw(&streams.name).await;
+    assert_eq!(stored.len(), 5);
+    assert!(stored.iter().all(|m| !shows(m, &canary)));
+    let dead = jetstream.dead_stream_of("billing");
+    let (headers, _) = streams.raw_of(&dead, "evt_lost").await;
+    assert_eq!(
+        header(&headers, "Webhook-Error"),
+        Some(r#"the body cannot be opened: sealed under key "k0", which no configured key has"#)
+    );
+    jetstream.delete().await.unwrap();
+}
