@@ -35,7 +35,7 @@ async fn client(url: &str) -> async_nats::Client {
         .expect("NATS with JetStream must be running (.ci/services starts it)")
 }
 
-/// A stream of this test's own (and its dead stream), deleted when the test ends well;
+/// A stream of this test's own (and what is made beside it), deleted when the test ends well;
 /// memory storage, so a failed test's streams go with the server.
 struct Streams {
     name: String,
@@ -82,10 +82,22 @@ impl Streams {
         out
     }
 
+    /// Deletes every stream made for the test's: itself, `<name>-…` (dead and parked, each
+    /// processor's) and its buckets' `KV_<name>-…`.
     async fn delete(self) {
         let js = async_nats::jetstream::new(client(&self.url).await);
-        let _ = js.delete_stream(&self.name).await;
-        let _ = js.delete_stream(format!("{}-dead", self.name)).await;
+        let ours = |n: &str| {
+            n == self.name
+                || n.strip_prefix(&*self.name)
+                    .is_some_and(|rest| rest.starts_with('-'))
+        };
+        let names = js.stream_names().filter_map(|n| async { n.ok() });
+        let names: Vec<String> = names.collect().await;
+        for name in names {
+            if ours(&name) || name.strip_prefix("KV_").is_some_and(ours) {
+                let _ = js.delete_stream(name).await;
+            }
+        }
     }
 }
 
