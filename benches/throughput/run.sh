@@ -32,6 +32,9 @@ if [ -z "${RECEIVER:-}" ]; then
 fi
 # BARE=0: the receiver only, without the bare loops.
 BARE=${BARE:-1}
+# SIZES=1: after the receiver, what webhook_events takes on disk per row (its table,
+# TOAST and indexes; SQLite: the whole file once checkpointed): what a claim writes.
+SIZES=${SIZES:-0}
 
 # Enough fresh deliveries for the run at up to 20 000 requests a second.
 COUNT=${COUNT:-$((DURATION * 20000))}
@@ -66,6 +69,10 @@ if [ "$WHICH" = postgres ] || [ "$WHICH" = both ]; then
   DB=tw_throughput_$$
   psql "$PG/postgres" -qc "CREATE DATABASE $DB" >/dev/null
   receiver_run postgres DATABASE_URL="$PG/$DB"
+  if [ "$SIZES" = 1 ]; then
+    psql "$PG/$DB" -Atc "SELECT 'postgres webhook_events: rows=' || count(*) || ' bytes_per_row='
+      || pg_total_relation_size('webhook_events') / greatest(count(*), 1) FROM webhook_events"
+  fi
   if [ "$BARE" = 1 ]; then
     echo "postgres bare pgbench insert: rps=$(bare_postgres "$PG/$DB")"
   fi
@@ -74,6 +81,12 @@ fi
 
 if [ "$WHICH" = sqlite ] || [ "$WHICH" = both ]; then
   receiver_run sqlite WEBHOOK_SQLITE="$WORK/receiver.db" DATABASE_URL=
+  if [ "$SIZES" = 1 ]; then
+    sqlite3 "$WORK/receiver.db" "PRAGMA wal_checkpoint(TRUNCATE)" >/dev/null
+    rows=$(sqlite3 "$WORK/receiver.db" "SELECT count(*) FROM webhook_events")
+    bytes=$(stat -c %s "$WORK/receiver.db")
+    echo "sqlite webhook_events: rows=$rows bytes_per_row=$((bytes / (rows > 0 ? rows : 1)))"
+  fi
   [ "$BARE" = 1 ] || exit 0
   echo "sqlite bare sqlite3 loop: rps=$(bare_sqlite "$WORK/receiver.db")"
 fi

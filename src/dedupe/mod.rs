@@ -82,11 +82,11 @@
 //!
 //! Exactly once without leases, for effects in PostgreSQL (feature `postgres`): the
 //! event's row is inserted in a transaction the handler writes in, committed only on a
-//! 2xx. [`TxDedupeLayer`] begins a transaction, inserts the event's row (done, with its body,
-//! type, object id and livemode) with `ON CONFLICT DO NOTHING`, and hands the transaction
-//! to the handler as a [`PgTx`] in the request's extensions (an axum extractor with the
-//! `axum` feature). On a 2xx it commits; on anything else it rolls back, and the row and
-//! the handler's writes vanish together.
+//! 2xx. [`TxDedupeLayer`] begins a transaction, inserts the event's row (done, with its
+//! type, object id and livemode; never its body) with `ON CONFLICT DO NOTHING`, and hands
+//! the transaction to the handler as a [`PgTx`] in the request's extensions (an axum
+//! extractor with the `axum` feature). On a 2xx it commits; on anything else it rolls
+//! back, and the row and the handler's writes vanish together.
 //!
 //! | the database says | response | handler called? |
 //! |---|---|---|

@@ -46,8 +46,31 @@ where
     Ok(query.execute(on).await?.changed())
 }
 
-/// Binds a delivery's key and audit columns as the first six parameters: source, event
-/// id, type, object id, livemode, body.
+/// Binds a delivery's key and the columns a claim row keeps beside it as the first five
+/// parameters: source, event id, type, object id, livemode. Never the body: a
+/// `DedupeLayer`/`TxDedupeLayer` claim row keeps none (nothing reads it; payload
+/// protection, issue 34 step 7), so no claim sends it to the database.
+pub(crate) fn bind_claim<'q, DB>(
+    query: Query<'q, DB, DB::Arguments>,
+    d: &'q Delivery,
+) -> Query<'q, DB, DB::Arguments>
+where
+    DB: Database,
+    &'q str: Encode<'q, DB> + Type<DB>,
+    Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    Option<bool>: Encode<'q, DB> + Type<DB>,
+{
+    let audit = d.audit();
+    query
+        .bind(d.source())
+        .bind(d.id())
+        .bind(audit.event_type)
+        .bind(audit.object_id)
+        .bind(audit.livemode)
+}
+
+/// [`bind_claim`]'s five, and the body sixth (SQLite's inbox accept).
+#[cfg(feature = "sqlite")]
 pub(crate) fn bind_delivery<'q, DB>(
     query: Query<'q, DB, DB::Arguments>,
     d: &'q Delivery,
@@ -59,14 +82,7 @@ where
     Option<bool>: Encode<'q, DB> + Type<DB>,
     Option<&'q [u8]>: Encode<'q, DB> + Type<DB>,
 {
-    let audit = d.audit();
-    query
-        .bind(d.source())
-        .bind(d.id())
-        .bind(audit.event_type)
-        .bind(audit.object_id)
-        .bind(audit.livemode)
-        .bind(audit.body)
+    bind_claim(query, d).bind(d.audit().body)
 }
 
 /// The dialect's `advance` (the ordering guard, [`crate::latest`]) on its connection

@@ -5,7 +5,8 @@ use super::{StoreError, StoreErrorKind};
 use crate::Event;
 
 /// What a claim is about: the key, and the verified event when there is one (SQL stores
-/// keep its body, type, object id and livemode as the audit trail).
+/// keep its type, object id and livemode beside the key; the inbox keeps its body too, a
+/// dedupe claim never does).
 #[derive(Debug, Clone)]
 pub struct Delivery {
     pub(super) source: String,
@@ -179,8 +180,8 @@ pub(crate) fn check_key(source: &str, id: &str) -> Result<(), StoreError> {
     )
 }
 
-/// The audit columns of a claim row: type, object id, livemode and the raw body (and, for
-/// the inbox's accept, the request headers).
+/// What SQL stores keep beside a key: type, object id and livemode on every row; the raw
+/// body and the request headers for the inbox's accept only (a claim row keeps no body).
 #[derive(Default)]
 #[allow(dead_code)]
 pub(crate) struct Audit<'a> {

@@ -136,7 +136,8 @@ impl SqliteStore {
         }
     }
 
-    /// The pool, for your own queries (the `webhook_events` table is the audit trail).
+    /// The pool, for your own queries (`webhook_events` keeps each key's type, object id,
+    /// livemode and times; a claim row keeps no body).
     #[must_use]
     pub fn pool(&self) -> &SqlitePool {
         self.sql.pool()

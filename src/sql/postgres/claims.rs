@@ -11,16 +11,17 @@ use super::super::shared::{changed, not_claimed};
 use super::super::store_error;
 use super::super::{KeyOp, Keyed};
 use super::group_commit::{Write, Written};
-use super::{bind_delivery, Pg};
+use super::{bind_claim, Pg};
 use crate::inbox::Accepted;
 use crate::store::{Claim, Delivery, StoreError, Token};
 
 /// A first-seen key: one round trip. `DO NOTHING` takes no lock on a conflicting row,
-/// so a duplicate writes nothing and costs the server no commit flush.
+/// so a duplicate writes nothing and costs the server no commit flush. The row keeps the
+/// event's type, object id and livemode, never its body (`bind_claim`).
 pub(super) const CLAIM: &str = "
 INSERT INTO webhook_events
-    (source, event_id, event_type, object_id, livemode, body, attempts, locked_until, lock_token, kind)
-VALUES ($1, $2, $3, $4, $5, $6, 1, clock_timestamp() + make_interval(secs => $7), $8, $9)
+    (source, event_id, event_type, object_id, livemode, attempts, locked_until, lock_token, kind)
+VALUES ($1, $2, $3, $4, $5, 1, clock_timestamp() + make_interval(secs => $6), $7, $8)
 ON CONFLICT (source, event_id) DO NOTHING
 RETURNING lock_token";
 
@@ -102,10 +103,11 @@ WHERE e.kind = 'kept' AND e.source = $1 AND e.next_attempt_at IS NOT NULL
 /// The key's row, done, inside the caller's transaction — or a claim whose lease ran out
 /// (or that was released) taken over. A concurrent transaction inserting the same key
 /// waits on the unique index, then sees the committed row (already) or nothing (it runs).
+/// No body, as `CLAIM`.
 const DONE_IN: &str = "
 INSERT INTO webhook_events
-    (source, event_id, event_type, object_id, livemode, body, attempts, processed_at, lock_token, kind)
-VALUES ($1, $2, $3, $4, $5, $6, 1, now(), $7, $8)
+    (source, event_id, event_type, object_id, livemode, attempts, processed_at, lock_token, kind)
+VALUES ($1, $2, $3, $4, $5, 1, now(), $6, $7)
 ON CONFLICT (source, event_id) DO UPDATE SET
     processed_at = now(), locked_until = NULL, lock_token = excluded.lock_token,
     attempts = webhook_events.attempts + 1
@@ -200,7 +202,7 @@ pub(crate) async fn done_in(
     d: &Delivery,
     token: Token,
 ) -> Result<Claim, sqlx::Error> {
-    let inserted = bind_delivery(sqlx::query(DONE_IN), d)
+    let inserted = bind_claim(sqlx::query(DONE_IN), d)
         .bind(token.as_uuid())
         .bind(d.kind())
         .fetch_optional(&mut *conn)

@@ -15,7 +15,7 @@ use super::accept::accept_many;
 use super::claims::{remaining, CLAIM, COMPLETE, TAKE_OVER};
 use super::outcome::finish_one;
 use super::queue::NOTIFY;
-use super::{bind_delivery, PLANNED_EACH_TIME};
+use super::{bind_claim, PLANNED_EACH_TIME};
 use crate::inbox::Accepted;
 use crate::store::{Claim, Delivery, StoreError, Token};
 
@@ -38,11 +38,12 @@ pub(super) enum Written {
 }
 
 impl Write {
-    /// What it adds to its batch's statement: its body (and an accept's headers).
+    /// What it adds to its batch's statement: an accept's body and headers (a claim
+    /// sends no body).
     pub(super) fn size(&self) -> usize {
         match self {
-            Write::Claim(d, ..) | Write::Accept(d) => d.size(),
-            Write::Complete(..) | Write::Processed(..) => 0,
+            Write::Accept(d) => d.size(),
+            Write::Claim(..) | Write::Complete(..) | Write::Processed(..) => 0,
         }
     }
 
@@ -57,15 +58,15 @@ impl Write {
 }
 
 /// Many new keys in one statement, in key order (two batches lock shared keys in the same
-/// order: no deadlock); the tokens that went in come back.
+/// order: no deadlock); the tokens that went in come back. No body, as `CLAIM`.
 pub(super) const CLAIM_MANY: &str = "
 INSERT INTO webhook_events
-    (source, event_id, event_type, object_id, livemode, body, attempts, locked_until, lock_token, kind)
-SELECT source, event_id, event_type, object_id, livemode, body, 1,
+    (source, event_id, event_type, object_id, livemode, attempts, locked_until, lock_token, kind)
+SELECT source, event_id, event_type, object_id, livemode, 1,
        clock_timestamp() + make_interval(secs => lease), token, kind
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::bytea[],
-            $7::float8[], $8::uuid[], $9::text[])
-    AS input(source, event_id, event_type, object_id, livemode, body, lease, token, kind)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[],
+            $6::float8[], $7::uuid[], $8::text[])
+    AS input(source, event_id, event_type, object_id, livemode, lease, token, kind)
 ON CONFLICT (source, event_id) DO NOTHING
 RETURNING source, event_id, lock_token";
 
@@ -123,7 +124,8 @@ impl<'a> Columns<'a> {
         columns
     }
 
-    pub(super) fn bind(
+    /// The five columns a claim row keeps, as `$1`…`$5`: never the body.
+    pub(super) fn bind_claim(
         self,
         query: Query<'a, Postgres, PgArguments>,
     ) -> Query<'a, Postgres, PgArguments> {
@@ -133,7 +135,15 @@ impl<'a> Columns<'a> {
             .bind(self.event_type)
             .bind(self.object_id)
             .bind(self.livemode)
-            .bind(self.body)
+    }
+
+    /// The five, and the bodies as `$6` (the inbox's accepts).
+    pub(super) fn bind(
+        mut self,
+        query: Query<'a, Postgres, PgArguments>,
+    ) -> Query<'a, Postgres, PgArguments> {
+        let body = std::mem::take(&mut self.body);
+        self.bind_claim(query).bind(body)
     }
 }
 
@@ -253,7 +263,7 @@ pub(super) async fn insert_claims(
     let mut sorted = claims.to_vec();
     sorted.sort_by_key(|(d, ..)| (d.source(), d.id()));
     let rows = Columns::of(sorted.iter().map(|c| c.0))
-        .bind(sqlx::query(CLAIM_MANY))
+        .bind_claim(sqlx::query(CLAIM_MANY))
         .bind(sorted.iter().map(|c| c.2.as_secs_f64()).collect::<Vec<_>>())
         .bind(sorted.iter().map(|c| c.1.as_uuid()).collect::<Vec<_>>())
         .bind(sorted.iter().map(|c| c.0.kind()).collect::<Vec<_>>())
@@ -273,7 +283,7 @@ async fn claim_one(
 ) -> Result<Claim, StoreError> {
     let err = |e| store_error("postgres claim", e);
     for _ in 0..CLAIM_TRIES {
-        let inserted = bind_delivery(sqlx::query(CLAIM), d)
+        let inserted = bind_claim(sqlx::query(CLAIM), d)
             .bind(lease.as_secs_f64())
             .bind(token.as_uuid())
             .bind(d.kind())

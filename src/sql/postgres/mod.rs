@@ -20,7 +20,7 @@ use std::sync::Arc;
 use sqlx::postgres::PgPool;
 
 use super::batch::{Batcher, Lane, Run, MAX_BATCH, MAX_BATCH_BYTES};
-use super::shared::bind_delivery;
+use super::shared::bind_claim;
 use crate::store::StoreError;
 pub(crate) use claims::done_in;
 use group_commit::{Write, Written};

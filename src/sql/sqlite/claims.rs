@@ -7,21 +7,22 @@ use sqlx::Row;
 use super::super::shared::not_claimed;
 use super::super::{store_error, CLAIM_TRIES};
 use super::super::{KeyOp, Keyed};
-use super::{bind_delivery, ms, Done, Op, Sqlite};
+use super::{bind_claim, ms, Done, Op, Sqlite};
 use crate::store::{Claim, Delivery, StoreError, Token};
 
 /// A new key, or one released or expired taken over, in one statement: SQLite's one
-/// writer makes the upsert's check and write atomic.
+/// writer makes the upsert's check and write atomic. The row keeps the event's type,
+/// object id and livemode, never its body (`bind_claim`).
 pub(super) const CLAIM: &str = "
 INSERT INTO webhook_events
-    (source, event_id, event_type, object_id, livemode, body, received_at, attempts, locked_until, lock_token, kind)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10)
+    (source, event_id, event_type, object_id, livemode, received_at, attempts, locked_until, lock_token, kind)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?8, ?9)
 ON CONFLICT (source, event_id) DO UPDATE SET
     locked_until = excluded.locked_until,
     lock_token = excluded.lock_token,
     attempts = webhook_events.attempts + 1
 WHERE webhook_events.processed_at IS NULL AND webhook_events.next_attempt_at IS NULL
-  AND (webhook_events.locked_until IS NULL OR webhook_events.locked_until <= ?7)
+  AND (webhook_events.locked_until IS NULL OR webhook_events.locked_until <= ?6)
 RETURNING lock_token";
 
 /// Why a claim took nothing: done (or the inbox's: an accepted event is a duplicate to
@@ -101,7 +102,7 @@ pub(super) async fn claim_one(
 ) -> Result<Claim, StoreError> {
     let err = |e| store_error("sqlite claim", e);
     for _ in 0..CLAIM_TRIES {
-        let claimed = bind_delivery(sqlx::query(CLAIM), d)
+        let claimed = bind_claim(sqlx::query(CLAIM), d)
             .bind(now)
             .bind(now.saturating_add(ms(lease)))
             .bind(token.to_string())

@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sqlx::sqlite::SqlitePool;
 
 use super::batch::{Batcher, Lane, Run, MAX_BATCH, MAX_BATCH_BYTES};
-use super::shared::bind_delivery;
+use super::shared::{bind_claim, bind_delivery};
 use super::{ClaimedRow, Outcome};
 use crate::inbox::{Accepted, Requeue};
 use crate::store::{Claim, Delivery, StoreError, Token};
@@ -105,10 +105,10 @@ enum Done {
 }
 
 impl Op {
-    /// What it adds to its batch: its body (and an accept's headers).
+    /// What it adds to its batch: an accept's body and headers (a claim writes no body).
     fn size(&self) -> usize {
         match self {
-            Op::Claim(d, ..) | Op::Accept(d) => d.size(),
+            Op::Accept(d) => d.size(),
             _ => 0,
         }
     }
