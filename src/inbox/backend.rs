@@ -97,4 +97,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn listen(&self, wake: Arc<Notify>, due: Dues) -> Option<tokio::task::JoinHandle<()>>;
     /// The processor registry, backfill and dropping a processor.
     fn registry(&self) -> &dyn super::backfill::Registry;
+    /// The backend opening what it reads with `keys` (a body, headers, error texts sealed
+    /// by an inbox with them).
+    #[cfg(feature = "seal")]
+    fn with_keys(&self, keys: crate::seal::KeyRing) -> Arc<dyn Backend>;
 }

@@ -105,6 +105,8 @@ impl Inbox {
             registered: self.registered.clone(),
             wake: self.wake.clone(),
             due: self.due.clone(),
+            #[cfg(feature = "seal")]
+            keys: self.keys.clone(),
         }
     }
 }
@@ -201,5 +203,13 @@ impl Backend for Late {
     }
     fn registry(&self) -> &dyn super::backfill::Registry {
         self.inner.registry()
+    }
+
+    #[cfg(feature = "seal")]
+    fn with_keys(&self, keys: crate::seal::KeyRing) -> Arc<dyn Backend> {
+        Arc::new(Late {
+            inner: self.inner.with_keys(keys),
+            late: self.late.clone(),
+        })
     }
 }

@@ -157,6 +157,8 @@ mod processors; // fan-out: which processors take an event
 mod rate;
 mod retry;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sealing; // payloads sealed at rest (feature `seal`): with_keys, accept's and errors'
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod stored; // one event whole: its body, routes and history
 #[cfg(feature = "postgres")]
 mod transactional;
@@ -223,6 +225,9 @@ pub struct Inbox {
     /// When each processor's routes fall due later (retries, snoozes), for its workers
     /// (only) to wake then.
     due: worker::due::Dues,
+    /// What bodies, headers and errors are sealed under ([`Inbox::with_keys`]).
+    #[cfg(feature = "seal")]
+    keys: Option<crate::seal::KeyRing>,
 }
 
 /// Whether [`Inbox::accept`] stored a new row.
@@ -274,6 +279,8 @@ impl Inbox {
             registered: Arc::new(tokio::sync::OnceCell::new()),
             wake: Arc::new(tokio::sync::Notify::new()),
             due,
+            #[cfg(feature = "seal")]
+            keys: None,
         }
     }
 
@@ -353,9 +360,11 @@ impl Inbox {
     ) -> Result<Accepted, StoreError> {
         crate::store::check_key(event.source(), event.dedupe_id())?;
         self.register().await?;
-        let d = crate::store::Delivery::from_event(event)
-            .with_headers(headers)
-            .with_routes(self.processors.routes(event));
+        let d =
+            crate::store::Delivery::from_event(event).with_routes(self.processors.routes(event));
+        let d = self
+            .sealed(d, event, headers.as_deref())?
+            .with_headers(headers);
         let stored = self.backend.accept(d);
         let accepted = metrics::timed(Operation::Accept, stored).await?;
         if accepted == Accepted::New {

@@ -103,6 +103,7 @@ mod keys; // what a dedupe store asks its dialect
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 mod processors; // fan-out's registry and backfill: the rows both dialects read
+pub(crate) mod sealed; // opening what the inbox sealed: every read goes through it
 mod shared;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
@@ -209,6 +210,9 @@ struct ClaimedRow {
     livemode: Option<bool>,
     /// NULL when the event has no body row (gone: `body_state` says why, if it does).
     body: Option<Vec<u8>>,
+    /// The key the body is sealed under (NULL: in clear), and its nonce.
+    key_id: Option<String>,
+    body_nonce: Option<Vec<u8>>,
     /// Why the event's body is gone (`expired`, `erased`).
     body_state: Option<String>,
     attempts: i64,
@@ -216,14 +220,33 @@ struct ClaimedRow {
     buried: bool,
 }
 
-impl From<ClaimedRow> for Claimed {
-    /// The stored event; a route whose event has no body is never run with an empty one
-    /// (P2 of `docs/design/payload-protection.md`): it comes back refused, with the dead
-    /// reason its body's state gives, for the worker to end it at once.
-    fn from(r: ClaimedRow) -> Self {
-        let refused = match &r.body {
-            Some(_) => None,
-            None => BodyState::gone(r.body_state.as_deref()).dead_reason(),
+impl ClaimedRow {
+    /// The stored event, its body opened with `ring`. A route whose event has no body, or
+    /// one that does not open, is never run with an empty one (P2 of
+    /// `docs/design/payload-protection.md`): it comes back refused, with the dead reason,
+    /// for the worker to end it at once.
+    fn into_claimed(self, ring: &sealed::Ring) -> Claimed {
+        let r = self;
+        let (body, refused) = match r.body {
+            Some(body) => {
+                let key = r.key_id.as_deref();
+                let opened = sealed::open_body(
+                    ring,
+                    &r.source,
+                    &r.event_id,
+                    key,
+                    r.body_nonce.as_deref(),
+                    body,
+                );
+                match opened {
+                    Ok(body) => (body, None),
+                    Err(reason) => (Vec::new(), Some(reason)),
+                }
+            }
+            None => {
+                let state = BodyState::gone(r.body_state.as_deref());
+                (Vec::new(), state.dead_reason().map(str::to_owned))
+            }
         };
         Claimed {
             event: Event::stored(Stored {
@@ -233,10 +256,10 @@ impl From<ClaimedRow> for Claimed {
                 object_id: r.object_id,
                 livemode: r.livemode,
                 timestamp: None, // not a column
-                body: r.body.unwrap_or_default().into(),
+                body: body.into(),
             }),
             attempt: u32::try_from(r.attempts).unwrap_or(u32::MAX),
-            refused: refused.map(str::to_owned),
+            refused,
         }
     }
 }
@@ -283,6 +306,18 @@ struct ListedRow {
     dead_us: Option<i64>,
     locked: bool,
     processing_error: Option<String>,
+}
+
+impl ListedRow {
+    /// The row, its last error opened with `ring` (a sealed one: §3 of the plan).
+    fn opened(mut self, ring: &sealed::Ring) -> Self {
+        if let Some(text) = self.processing_error.take() {
+            let (source, id) = (&self.source, &self.event_id);
+            let opened = sealed::open_error(ring, source, id, &self.processor, text);
+            self.processing_error = Some(opened);
+        }
+        self
+    }
 }
 
 impl From<ListedRow> for EventSummary {
@@ -351,11 +386,12 @@ const ABANDONED: &str = "stopped mid-attempt: the worker shut down past its grac
 const CRASHED: &str =
     "the last attempt ended without an outcome (the worker crashed or was stopped)";
 
-/// A claim's rows as events (the rows it buried left out).
-fn claimed(rows: Vec<ClaimedRow>) -> Vec<Claimed> {
+/// A claim's rows as events, their bodies opened with `ring` (the rows it buried left
+/// out).
+fn claimed(rows: Vec<ClaimedRow>, ring: &sealed::Ring) -> Vec<Claimed> {
     rows.into_iter()
         .filter(|row| !row.buried)
-        .map(Claimed::from)
+        .map(|row| row.into_claimed(ring))
         .collect()
 }
 

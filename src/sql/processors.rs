@@ -15,10 +15,19 @@ pub(crate) struct CandidateRow {
     object_id: Option<String>,
     livemode: Option<bool>,
     body: Option<Vec<u8>>,
+    key_id: Option<String>,
+    body_nonce: Option<Vec<u8>>,
 }
 
-impl From<CandidateRow> for Candidate {
-    fn from(r: CandidateRow) -> Self {
+impl CandidateRow {
+    /// The candidate, its body opened with `ring` (one that does not open is empty: the
+    /// route a backfill makes of it is refused at its claim, dead with the reason).
+    pub(crate) fn opened(self, ring: &super::sealed::Ring) -> Candidate {
+        let r = self;
+        let body = r.body.unwrap_or_default();
+        let (key, nonce) = (r.key_id.as_deref(), r.body_nonce.as_deref());
+        let body = super::sealed::open_body(ring, &r.source, &r.event_id, key, nonce, body)
+            .unwrap_or_default();
         let position = Position {
             at: r.at,
             source: r.source.clone(),
@@ -32,7 +41,7 @@ impl From<CandidateRow> for Candidate {
             object_id: r.object_id,
             livemode: r.livemode,
             timestamp: None,
-            body: r.body.unwrap_or_default().into(),
+            body: body.into(),
         });
         Candidate { position, event }
     }

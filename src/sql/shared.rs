@@ -176,6 +176,7 @@ pub(super) fn list<DB>(
     query: QueryAs<'static, DB, ListedRow, DB::Arguments>,
     listing: &Listing,
     at: fn(i64) -> i64,
+    ring: &super::sealed::Ring,
 ) -> StoreFuture<Vec<EventSummary>>
 where
     DB: Database,
@@ -187,6 +188,7 @@ where
     i64: Encode<'static, DB> + Type<DB>,
 {
     let pool = pool.clone();
+    let ring = ring.clone();
     let (at_us, source, id, after) = match &listing.after {
         Some(c) => (
             Some(c.at_us),
@@ -207,8 +209,11 @@ where
             .bind(processor)
             .fetch_all(&pool)
             .await;
-        rows.map(|rows| rows.into_iter().map(EventSummary::from).collect())
-            .map_err(|e| store_error("inbox list", e))
+        rows.map(|rows| {
+            let opened = rows.into_iter().map(|row| row.opened(&ring));
+            opened.map(EventSummary::from).collect()
+        })
+        .map_err(|e| store_error("inbox list", e))
     })
 }
 

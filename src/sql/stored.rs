@@ -4,6 +4,7 @@
 use sqlx::query::QueryAs;
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
+use super::sealed::{self, Ring};
 use super::{store_error, ListedRow, MAX_ATTEMPT_RECORDS};
 use crate::inbox::listing::from_micros;
 use crate::inbox::{AttemptOutcome, AttemptRecord, EventSummary, RouteState, State};
@@ -25,8 +26,12 @@ pub(super) struct EventRow {
     has_body: bool,
     body: Option<Vec<u8>>,
     headers: Option<String>,
-    /// The key the body row is sealed under; NULL: in clear.
+    /// The key the body row is sealed under (NULL: in clear), the body's nonce, and the
+    /// sealed headers with theirs.
     key_id: Option<String>,
+    body_nonce: Option<Vec<u8>>,
+    sealed_headers: Option<Vec<u8>>,
+    headers_nonce: Option<Vec<u8>>,
     /// Why the body row is gone (`expired`, `erased`).
     body_state: Option<String>,
 }
@@ -46,17 +51,27 @@ pub(super) struct AttemptRow {
 /// The event, its routes (by processor name) and its attempts (oldest first; a record of
 /// an outcome this version does not know is left out); the summary is the most urgent
 /// route's, or the event's own, unrouted, when it has none.
-fn into_event(row: EventRow, routes: Vec<ListedRow>, attempts: Vec<AttemptRow>) -> StoredEvent {
+/// The body, headers and every error text opened with `ring`.
+fn into_event(
+    row: EventRow,
+    routes: Vec<ListedRow>,
+    attempts: Vec<AttemptRow>,
+    ring: &Ring,
+) -> StoredEvent {
+    let (source, id) = (row.source.clone(), row.event_id.clone());
     let attempts = attempts
         .into_iter()
         .filter_map(|a| {
+            let error = a
+                .error
+                .map(|text| sealed::open_error(ring, &source, &id, &a.processor, text));
             Some(AttemptRecord {
                 processor: a.processor,
                 attempt: u32::try_from(a.attempt).unwrap_or(0),
                 started_at: from_micros(a.started_us),
                 finished_at: from_micros(a.finished_us.max(a.started_us)),
                 outcome: AttemptOutcome::from_column(&a.outcome)?,
-                error: a.error,
+                error,
             })
         })
         .collect();
@@ -64,7 +79,7 @@ fn into_event(row: EventRow, routes: Vec<ListedRow>, attempts: Vec<AttemptRow>) 
         .into_iter()
         .map(|r| {
             let processed_at = r.processed_us.map(from_micros);
-            (EventSummary::from(r), processed_at)
+            (EventSummary::from(r.opened(ring)), processed_at)
         })
         .collect();
     let states: Vec<RouteState> = routes
@@ -92,24 +107,38 @@ fn into_event(row: EventRow, routes: Vec<ListedRow>, attempts: Vec<AttemptRow>) 
             None,
         ),
     };
-    let body_state = match (row.has_body, &row.key_id) {
-        (false, _) => BodyState::gone(row.body_state.as_deref()),
-        // This version opens no sealed body.
-        (true, Some(_)) => BodyState::Unreadable,
-        (true, None) => BodyState::Stored,
+    let key = row.key_id.as_deref();
+    let (body, body_state) = match (row.has_body, row.body) {
+        (false, _) => (Vec::new(), BodyState::gone(row.body_state.as_deref())),
+        (true, body) => {
+            let nonce = row.body_nonce.as_deref();
+            let body = body.unwrap_or_default();
+            match sealed::open_body(ring, &source, &id, key, nonce, body) {
+                Ok(body) => (body, BodyState::Stored),
+                Err(_) => (Vec::new(), BodyState::Unreadable),
+            }
+        }
     };
-    let stored = body_state == BodyState::Stored;
+    let headers = match body_state {
+        BodyState::Stored => {
+            let parts = row
+                .sealed_headers
+                .as_deref()
+                .zip(row.headers_nonce.as_deref());
+            let sealed = parts.map(|(ciphertext, nonce)| (nonce, ciphertext));
+            sealed::open_headers(ring, &source, &id, key, row.headers, sealed)
+        }
+        _ => None,
+    };
     StoredEvent {
         summary,
         livemode: row.livemode,
         processed_at,
-        body: row.body.filter(|_| stored).unwrap_or_default().into(),
+        body: body.into(),
         body_state,
         key_id: row.key_id,
-        headers: row
-            .headers
+        headers: headers
             .as_deref()
-            .filter(|_| stored)
             .map(crate::inbox::headers::parse)
             .unwrap_or_default(),
         attempts,
@@ -134,6 +163,7 @@ pub(super) fn event<DB>(
     statements: EventStatements<DB>,
     source: String,
     id: String,
+    ring: &Ring,
 ) -> StoreFuture<Option<StoredEvent>>
 where
     DB: Database,
@@ -146,6 +176,7 @@ where
     i64: Encode<'static, DB> + Type<DB>,
 {
     let pool = pool.clone();
+    let ring = ring.clone();
     let EventStatements {
         event,
         routes,
@@ -174,6 +205,6 @@ where
             .fetch_all(&pool)
             .await
             .map_err(err)?;
-        Ok(Some(into_event(row, routes, attempts)))
+        Ok(Some(into_event(row, routes, attempts, &ring)))
     })
 }

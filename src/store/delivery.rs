@@ -20,6 +20,29 @@ pub struct Delivery {
     /// The processors the SQL inbox makes a route for (none: stored unrouted).
     #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     routes: Vec<std::sync::Arc<str>>,
+    /// The body and headers the SQL inbox stores, sealed (an inbox with keys): what
+    /// [`audit`](Self::audit) answers instead of the plaintext (P1).
+    sealed: Option<Box<SealedBody>>,
+}
+
+/// A delivery's body and headers sealed under one key, as the SQL inbox stores them.
+#[derive(Clone)]
+#[allow(dead_code)] // made only with the feature `seal`
+pub(crate) struct SealedBody {
+    pub(crate) key_id: String,
+    pub(crate) body: Vec<u8>,
+    pub(crate) body_nonce: Vec<u8>,
+    /// The headers' ciphertext and nonce, when headers are stored.
+    pub(crate) headers: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for SealedBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SealedBody")
+            .field("key_id", &self.key_id)
+            .field("body_len", &self.body.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Delivery {
@@ -34,6 +57,7 @@ impl Delivery {
             kept: false,
             headers: None,
             routes: Vec::new(),
+            sealed: None,
         }
     }
 
@@ -60,6 +84,7 @@ impl Delivery {
             kept: event.keeps_key(),
             headers: None,
             routes: Vec::new(),
+            sealed: None,
         }
     }
 
@@ -137,7 +162,22 @@ impl Delivery {
         &self.routes
     }
 
-    /// What SQL stores record beside the key.
+    /// The delivery with its body and headers sealed: every statement that binds the
+    /// audit's body then stores the ciphertext, and its headers are stored sealed only.
+    #[allow(dead_code)] // made only with the feature `seal`
+    pub(crate) fn with_sealed(mut self, sealed: SealedBody) -> Self {
+        self.sealed = Some(Box::new(sealed));
+        self
+    }
+
+    /// The body and headers sealed, when they are.
+    #[allow(dead_code)]
+    pub(crate) fn sealed(&self) -> Option<&SealedBody> {
+        self.sealed.as_deref()
+    }
+
+    /// What SQL stores record beside the key: sealed, the ciphertext as the body and no
+    /// headers in clear.
     #[allow(dead_code)]
     pub(crate) fn audit(&self) -> Audit<'_> {
         match &self.event {
@@ -145,8 +185,14 @@ impl Delivery {
                 event_type: e.event_type(),
                 object_id: e.object_id(),
                 livemode: e.livemode(),
-                body: Some(e.body()),
-                headers: self.headers.as_deref(),
+                body: Some(match &self.sealed {
+                    Some(sealed) => &sealed.body,
+                    None => e.body(),
+                }),
+                headers: match &self.sealed {
+                    Some(_) => None,
+                    None => self.headers.as_deref(),
+                },
             },
             None => Audit::default(),
         }
@@ -156,7 +202,10 @@ impl Delivery {
     #[allow(dead_code)]
     pub(crate) fn size(&self) -> usize {
         let audit = self.audit();
-        audit.body.map_or(0, <[u8]>::len) + audit.headers.map_or(0, str::len)
+        let sealed_headers = self.sealed().and_then(|s| s.headers.as_ref());
+        audit.body.map_or(0, <[u8]>::len)
+            + audit.headers.map_or(0, str::len)
+            + sealed_headers.map_or(0, |(h, _)| h.len())
     }
 }
 

@@ -46,6 +46,8 @@ use std::time::Duration;
 
 pub(crate) use delivery::check_key;
 pub use delivery::Delivery;
+#[cfg(all(feature = "seal", any(feature = "sqlite", feature = "postgres")))]
+pub(crate) use delivery::SealedBody;
 pub use error::{StoreError, StoreErrorKind};
 pub(crate) use guard::{ClaimGuard, Claimed, PendingClaim};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]

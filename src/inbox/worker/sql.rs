@@ -336,6 +336,8 @@ impl Queue for Routes {
             Outcome::Retry(_, after) | Outcome::Later(after) => Some(*after),
             _ => None,
         };
+        // Sealed once, before the retries: the error text never reaches the store in clear.
+        let outcome = self.inbox.sealed_outcome(row, outcome);
         let finish = || self.inbox.backend.finish(row.clone(), outcome.clone());
         let held = retry_until(until, finish).await;
         if let (Ok(true), Some(after)) = (&held, after) {

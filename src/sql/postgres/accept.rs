@@ -26,13 +26,18 @@ use crate::store::{Delivery, StoreError};
 /// `arrival` less the batch's number: no join on the key), its body and headers (`$8`) in
 /// `webhook_bodies`, and a route per processor `$11` names for its place `$10`, with the
 /// event's own type, object, arrival and receipt, as `RETURNING` gives them (an adopted
-/// claim's own). The adoption's probes only run for the places the insert left: none in
+/// claim's own). Sealed (an inbox with keys), `$6` holds the ciphertexts and `$8` NULLs,
+/// and `$12`…`$15` each body's key id, its nonce, and the sealed headers with theirs
+/// (NULLs in clear): the inbox's arrays alone, not `Columns`' (P10), bound in the same
+/// order. The adoption's probes only run for the places the insert left: none in
 /// a batch of new events.
 const ACCEPT_MANY: &str = "
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::bytea[],
-                         $7::text[], $8::text[], $9::int8[])
-        AS input(source, event_id, event_type, object_id, livemode, body, kind, headers, place)
+                         $7::text[], $8::text[], $9::int8[], $12::text[], $13::bytea[],
+                         $14::bytea[], $15::bytea[])
+        AS input(source, event_id, event_type, object_id, livemode, body, kind, headers, place,
+                 key_id, body_nonce, sealed_headers, headers_nonce)
 ), batch AS MATERIALIZED (SELECT nextval('webhook_events_arrival') * 1024 AS n
 ), inserted AS (
     INSERT INTO webhook_events
@@ -56,8 +61,10 @@ WITH input AS (
     SELECT q.*, q.arrival - batch.n AS place
     FROM (SELECT * FROM inserted UNION ALL SELECT * FROM adopted) q, batch
 ), bodies AS (
-    INSERT INTO webhook_bodies (source, event_id, body, headers)
-    SELECT input.source, input.event_id, input.body, input.headers
+    INSERT INTO webhook_bodies
+        (source, event_id, body, headers, key_id, body_nonce, sealed_headers, headers_nonce)
+    SELECT input.source, input.event_id, input.body, input.headers, input.key_id,
+        input.body_nonce, input.sealed_headers, input.headers_nonce
     FROM queued JOIN input USING (place)
     ON CONFLICT (source, event_id) DO NOTHING
 ), routes AS (
@@ -131,6 +138,7 @@ pub(super) async fn insert_accepts(
         .iter()
         .flat_map(|(place, d)| d.routes().iter().map(move |p| (*place, &**p)))
         .unzip();
+    let sealed = Sealed::of(sorted.iter().map(|(_, d)| *d));
     let rows = Columns::of(sorted.iter().map(|(_, d)| *d))
         .bind(sqlx::query(ACCEPT_MANY))
         .bind(kinds)
@@ -138,9 +146,42 @@ pub(super) async fn insert_accepts(
         .bind(places)
         .bind(route_places)
         .bind(processors)
+        .bind(sealed.key_ids)
+        .bind(sealed.body_nonces)
+        .bind(sealed.headers)
+        .bind(sealed.headers_nonces)
         .fetch_all(pool)
         .await?;
     rows.iter()
         .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
         .collect()
+}
+
+/// The sealed parts of a batch's bodies, each array in the batch's order (NULLs for a
+/// body in clear).
+#[derive(Default)]
+struct Sealed<'a> {
+    key_ids: Vec<Option<&'a str>>,
+    body_nonces: Vec<Option<&'a [u8]>>,
+    headers: Vec<Option<&'a [u8]>>,
+    headers_nonces: Vec<Option<&'a [u8]>>,
+}
+
+impl<'a> Sealed<'a> {
+    fn of(accepts: impl Iterator<Item = &'a Delivery>) -> Self {
+        let mut arrays = Self::default();
+        for d in accepts {
+            let sealed = d.sealed();
+            let headers = sealed.and_then(|s| s.headers.as_ref());
+            arrays.key_ids.push(sealed.map(|s| s.key_id.as_str()));
+            arrays
+                .body_nonces
+                .push(sealed.map(|s| s.body_nonce.as_slice()));
+            arrays.headers.push(headers.map(|(h, _)| h.as_slice()));
+            arrays
+                .headers_nonces
+                .push(headers.map(|(_, n)| n.as_slice()));
+        }
+        arrays
+    }
 }

@@ -69,6 +69,7 @@ use std::sync::Arc;
 
 use sqlx::postgres::PgPool;
 
+use super::super::sealed::Ring;
 use super::super::shared::{self, listing_statement};
 use super::super::stored::{self, EventStatements};
 use super::super::{store_error, CountsRow};
@@ -179,9 +180,13 @@ pub(super) fn counts(pool: &PgPool, processor: Arc<str>) -> StoreFuture<Counts> 
 }
 
 /// A page of failing or dead rows (one more than asked: whether a next page exists).
-pub(super) fn list(pool: &PgPool, listing: &Listing) -> StoreFuture<Vec<EventSummary>> {
+pub(super) fn list(
+    pool: &PgPool,
+    listing: &Listing,
+    ring: &Ring,
+) -> StoreFuture<Vec<EventSummary>> {
     let query = sqlx::query_as(listing_statement(listing, LISTINGS));
-    shared::list(pool, query, listing, |us| us)
+    shared::list(pool, query, listing, |us| us, ring)
 }
 
 /// An event's newest `$3` attempt records of each route, oldest first: `webhook_attempts`'
@@ -233,7 +238,8 @@ FROM (
 const EVENT: &str = "
 SELECT e.source, e.event_id, e.event_type, e.object_id,
     (extract(epoch FROM e.received_at) * 1000000)::int8 AS received_us,
-    e.livemode, b.source IS NOT NULL AS has_body, b.body, b.headers, b.key_id, e.body_state
+    e.livemode, b.source IS NOT NULL AS has_body, b.body, b.headers, b.key_id, b.body_nonce,
+    b.sealed_headers, b.headers_nonce, e.body_state
 FROM webhook_events e
 LEFT JOIN webhook_bodies b ON b.source = e.source AND b.event_id = e.event_id
 WHERE e.source = $1 AND e.event_id = $2 AND e.next_attempt_at IS NOT NULL
@@ -242,13 +248,18 @@ WHERE e.source = $1 AND e.event_id = $2 AND e.next_attempt_at IS NOT NULL
         WHERE r.source = e.source AND r.event_id = e.event_id AND r.next_attempt_at IS NOT NULL))";
 
 /// One event of the inbox, its body, headers, routes and attempts included.
-pub(super) fn event(pool: &PgPool, source: String, id: String) -> StoreFuture<Option<StoredEvent>> {
+pub(super) fn event(
+    pool: &PgPool,
+    source: String,
+    id: String,
+    ring: &Ring,
+) -> StoreFuture<Option<StoredEvent>> {
     let statements = EventStatements {
         event: sqlx::query_as(EVENT),
         routes: sqlx::query_as(ROUTES),
         attempts: sqlx::query_as(ATTEMPTS),
     };
-    stored::event(pool, statements, source, id)
+    stored::event(pool, statements, source, id, ring)
 }
 
 /// The current minute's start and the counts of the last `minutes` minutes that had any.

@@ -44,6 +44,8 @@ pub(crate) struct Pg {
     /// slots of their own: behind a storm's claims and accepts, an outcome that waited
     /// for a slot could outlive its lease, and its event run again.
     outcomes: Arc<Batcher<Write, Written>>,
+    /// The inbox's keys: what its reads open with (`Inbox::with_keys`).
+    pub(super) keys: super::sealed::Ring,
 }
 
 /// `persistent(false)` for the updates that join the table to a list of keys
@@ -86,6 +88,7 @@ impl Pg {
             writer: batcher(SLOTS),
             outcomes: batcher(OUTCOME_SLOTS),
             pool,
+            keys: None,
         }
     }
 

@@ -30,7 +30,7 @@ FROM webhook_processors ORDER BY name";
 /// continues exactly after the last event of the one before.
 const BACKFILL_PAGE: &str = "
 SELECT (extract(epoch FROM e.received_at) * 1000000)::int8 AS at, e.source, e.event_id,
-    e.event_type, e.object_id, e.livemode, b.body
+    e.event_type, e.object_id, e.livemode, b.body, b.key_id, b.body_nonce
 FROM webhook_events e
 JOIN webhook_bodies b ON b.source = e.source AND b.event_id = e.event_id
 WHERE e.next_attempt_at IS NOT NULL
@@ -138,6 +138,7 @@ impl Registry for Pg {
         limit: usize,
     ) -> StoreFuture<Vec<Candidate>> {
         let pool = self.pool.clone();
+        let keys = self.keys.clone();
         Box::pin(async move {
             let (at, source, id) = match after {
                 Some(p) => (Some(p.at), Some(p.source), Some(p.id)),
@@ -156,7 +157,7 @@ impl Registry for Pg {
                 .fetch_all(&pool)
                 .await
                 .map_err(|e| store_error("inbox backfill", e))?;
-            Ok(rows.into_iter().map(Candidate::from).collect())
+            Ok(rows.into_iter().map(|row| row.opened(&keys)).collect())
         })
     }
 

@@ -21,7 +21,8 @@ use crate::store::{Delivery, StoreFuture, Token};
 
 /// The processor `$11`'s due routes, claimed, with their events' livemode and bodies
 /// (each read by its key: a subquery a row, which no generic plan made on a small table
-/// turns into a scan of the table).
+/// turns into a scan of the table; the body's row, with its key id and nonce, by a
+/// lateral subquery kept a subquery by `OFFSET 0`, for the same reason).
 /// `SKIP LOCKED`: concurrent workers (in any replica) each take different rows; the rows
 /// the claiming worker holds (`$9`, `$10`: running, or their outcome not yet written) are
 /// left, whatever their lease says. A due
@@ -83,12 +84,13 @@ WITH claimed AS (
 SELECT c.source, c.event_id, c.event_type, c.object_id,
     (SELECT e.livemode FROM webhook_events e
      WHERE e.source = c.source AND e.event_id = c.event_id) AS livemode,
-    (SELECT b.body FROM webhook_bodies b
-     WHERE b.source = c.source AND b.event_id = c.event_id) AS body,
+    b.body, b.key_id, b.body_nonce,
     (SELECT e.body_state FROM webhook_events e
      WHERE e.source = c.source AND e.event_id = c.event_id) AS body_state,
     c.attempts, c.buried
-FROM claimed c";
+FROM claimed c
+LEFT JOIN LATERAL (SELECT b.body, b.key_id, b.body_nonce FROM webhook_bodies b
+    WHERE b.source = c.source AND b.event_id = c.event_id OFFSET 0) b ON true";
 
 /// Claimed rows a worker hands back unprocessed (its claim was answered too late to run
 /// them safely): due again at once, the attempt uncounted.
@@ -283,6 +285,7 @@ impl Backend for Pg {
         let max_attempts = i32::try_from(due.max_attempts).unwrap_or(i32::MAX);
         let per_object = due.per_object.map(|n| i32::try_from(n).unwrap_or(i32::MAX));
         let held: (Vec<String>, Vec<String>) = due.skip.held.iter().cloned().unzip();
+        let keys = self.keys.clone();
         Box::pin(async move {
             let rows = sqlx::query_as(CLAIM_DUE)
                 .bind(due.lease.as_secs_f64())
@@ -299,7 +302,7 @@ impl Backend for Pg {
                 .fetch_all(&pool)
                 .await
                 .map_err(|e| store_error("inbox claim", e))?;
-            Ok(claimed(rows))
+            Ok(claimed(rows, &keys))
         })
     }
 
@@ -445,7 +448,7 @@ impl Backend for Pg {
     }
 
     fn list(&self, listing: &Listing) -> StoreFuture<Vec<EventSummary>> {
-        super::listing::list(&self.pool, listing)
+        super::listing::list(&self.pool, listing, &self.keys)
     }
 
     fn processed_per_minute(&self, minutes: u32) -> StoreFuture<(i64, Vec<(i64, i64)>)> {
@@ -453,7 +456,7 @@ impl Backend for Pg {
     }
 
     fn event(&self, source: String, id: String) -> StoreFuture<Option<StoredEvent>> {
-        super::listing::event(&self.pool, source, id)
+        super::listing::event(&self.pool, source, id, &self.keys)
     }
 
     fn next_due(&self, processor: Arc<str>) -> StoreFuture<Option<Duration>> {
@@ -466,5 +469,12 @@ impl Backend for Pg {
 
     fn registry(&self) -> &dyn crate::inbox::backfill::Registry {
         self
+    }
+
+    #[cfg(feature = "seal")]
+    fn with_keys(&self, keys: crate::seal::KeyRing) -> Arc<dyn Backend> {
+        let mut keyed = self.clone();
+        keyed.keys = Some(keys);
+        Arc::new(keyed)
     }
 }

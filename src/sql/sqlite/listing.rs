@@ -3,6 +3,7 @@
 
 use sqlx::sqlite::SqlitePool;
 
+use super::super::sealed::Ring;
 use super::super::shared::{self, listing_statement, listing_statements};
 use super::super::stored::{self, EventStatements};
 use super::super::{store_error, CountsRow};
@@ -64,7 +65,8 @@ listing_statements!(
 /// no state says why the body went (`prune_dead`: the event stays the key only).
 const EVENT: &str = "
 SELECT e.source, e.event_id, e.event_type, e.object_id, e.received_at * 1000 AS received_us,
-    e.livemode, b.source IS NOT NULL AS has_body, b.body, b.headers, b.key_id, e.body_state
+    e.livemode, b.source IS NOT NULL AS has_body, b.body, b.headers, b.key_id, b.body_nonce,
+    b.sealed_headers, b.headers_nonce, e.body_state
 FROM webhook_events e
 LEFT JOIN webhook_bodies b ON b.source = e.source AND b.event_id = e.event_id
 WHERE e.source = ?1 AND e.event_id = ?2 AND e.next_attempt_at IS NOT NULL
@@ -104,9 +106,10 @@ pub(super) fn list(
     pool: &SqlitePool,
     now: i64,
     listing: &Listing,
+    ring: &Ring,
 ) -> StoreFuture<Vec<EventSummary>> {
     let query = sqlx::query_as(listing_statement(listing, LISTINGS)).bind(now);
-    shared::list(pool, query, listing, |us| us.div_euclid(1000))
+    shared::list(pool, query, listing, |us| us.div_euclid(1000), ring)
 }
 
 /// An event's newest `?3` attempt records of each route, oldest first (ties in time in
@@ -149,13 +152,14 @@ pub(super) fn event(
     now: i64,
     source: String,
     id: String,
+    ring: &Ring,
 ) -> StoreFuture<Option<StoredEvent>> {
     let statements = EventStatements {
         event: sqlx::query_as(EVENT),
         routes: sqlx::query_as(ROUTES).bind(now),
         attempts: sqlx::query_as(ATTEMPTS),
     };
-    stored::event(pool, statements, source, id)
+    stored::event(pool, statements, source, id, ring)
 }
 
 /// The current minute's start (at `now`) and the counts of the last `minutes` minutes

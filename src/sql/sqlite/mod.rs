@@ -60,6 +60,8 @@ pub(crate) struct Sqlite {
     /// Every write on the table, gathered into one transaction per batch: SQLite has one
     /// writer, and a commit (its fsync) is the cost to share.
     writer: Arc<Batcher<Op, Done>>,
+    /// The inbox's keys: what its reads open with (`Inbox::with_keys`).
+    pub(super) keys: super::sealed::Ring,
 }
 
 /// A write on the table: every one goes through the [writer](Sqlite::writer), so no
@@ -157,6 +159,7 @@ impl Sqlite {
             clock,
             busy_timeout,
             writer,
+            keys: None,
         }
     }
 

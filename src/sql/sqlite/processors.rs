@@ -31,7 +31,7 @@ SELECT name, types, has_predicate, registered_at FROM webhook_processors ORDER B
 /// processor `?1`: a range of `webhook_events_inbox` in its order.
 const BACKFILL_PAGE: &str = "
 SELECT e.received_at AS at, e.source, e.event_id, e.event_type, e.object_id, e.livemode,
-    b.body
+    b.body, b.key_id, b.body_nonce
 FROM webhook_events AS e INDEXED BY webhook_events_inbox
 JOIN webhook_bodies AS b ON b.source = e.source AND b.event_id = e.event_id
 WHERE e.next_attempt_at IS NOT NULL
@@ -148,6 +148,7 @@ impl Registry for Sqlite {
         limit: usize,
     ) -> StoreFuture<Vec<Candidate>> {
         let pool = self.pool.clone();
+        let keys = self.keys.clone();
         Box::pin(async move {
             let (at, source, id) = match after {
                 Some(p) => (Some(p.at), Some(p.source), Some(p.id)),
@@ -164,7 +165,7 @@ impl Registry for Sqlite {
                 .fetch_all(&pool)
                 .await
                 .map_err(|e| store_error("inbox backfill", e))?;
-            Ok(rows.into_iter().map(Candidate::from).collect())
+            Ok(rows.into_iter().map(|row| row.opened(&keys)).collect())
         })
     }
 

@@ -38,14 +38,20 @@ WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS 
   AND webhook_events.kind <> 'once'";
 
 /// The bodies and request headers (credentials left out) of a run of accepts, in one
-/// statement: `?1` a JSON array of `[source, id, start, length, headers]`, each body the
-/// bytes `start`…`start + length - 1` of `?2` (the run's bodies end to end; `start` NULL:
-/// no body).
+/// statement: `?1` a JSON array of `[source, id, start, length, headers, key id, body
+/// nonce, sealed headers, headers nonce]` (the last four NULL in clear, the bytes in
+/// hex), each body the bytes `start`…`start + length - 1` of `?2` (the run's bodies end
+/// to end; `start` NULL: no body). An adopted claim's row is overwritten whole, its key
+/// id with its ciphertext (P6).
 pub(super) const ACCEPT_BODIES: &str = "
-INSERT INTO webhook_bodies (source, event_id, body, headers)
-SELECT value ->> 0, value ->> 1, substr(?2, value ->> 2, value ->> 3), value ->> 4
+INSERT INTO webhook_bodies
+    (source, event_id, body, headers, key_id, body_nonce, sealed_headers, headers_nonce)
+SELECT value ->> 0, value ->> 1, substr(?2, value ->> 2, value ->> 3), value ->> 4,
+    value ->> 5, unhex(value ->> 6), unhex(value ->> 7), unhex(value ->> 8)
 FROM json_each(?1) WHERE true
-ON CONFLICT (source, event_id) DO UPDATE SET body = excluded.body, headers = excluded.headers";
+ON CONFLICT (source, event_id) DO UPDATE SET body = excluded.body, headers = excluded.headers,
+    key_id = excluded.key_id, body_nonce = excluded.body_nonce,
+    sealed_headers = excluded.sealed_headers, headers_nonce = excluded.headers_nonce";
 
 /// The routes of a run of accepts, in one statement: `?1` a JSON array of `[source, id,
 /// processor]`, each queued and due at its event's accept time, its immutable columns
@@ -113,7 +119,7 @@ RETURNING source, event_id, event_type, object_id, attempts, lock_token IS NOT ?
 /// The livemode and body of the events a claim took (`?1`, a JSON array of `[source,
 /// id]`), and why a body is gone: one statement for the claim, each a lookup by key.
 pub(super) const CLAIMED_BODIES: &str = "
-SELECT e.source, e.event_id, e.livemode, b.body, e.body_state
+SELECT e.source, e.event_id, e.livemode, b.body, b.key_id, b.body_nonce, e.body_state
 FROM json_each(?1) k
 JOIN webhook_events e ON e.source = k.value ->> 0 AND e.event_id = k.value ->> 1
 LEFT JOIN webhook_bodies b ON b.source = e.source AND b.event_id = e.event_id";
@@ -274,7 +280,7 @@ impl Backend for Sqlite {
         let this = self.clone();
         Box::pin(async move {
             match this.write(Op::ClaimDue(processor, due)).await? {
-                Done::Claimed(rows) => Ok(claimed(rows)),
+                Done::Claimed(rows) => Ok(claimed(rows, &this.keys)),
                 _ => unreachable!("a claim's rows"),
             }
         })
@@ -335,7 +341,7 @@ impl Backend for Sqlite {
     }
 
     fn list(&self, listing: &Listing) -> StoreFuture<Vec<EventSummary>> {
-        super::listing::list(&self.pool, self.now_ms(), listing)
+        super::listing::list(&self.pool, self.now_ms(), listing, &self.keys)
     }
 
     fn processed_per_minute(&self, minutes: u32) -> StoreFuture<(i64, Vec<(i64, i64)>)> {
@@ -343,7 +349,7 @@ impl Backend for Sqlite {
     }
 
     fn event(&self, source: String, id: String) -> StoreFuture<Option<StoredEvent>> {
-        super::listing::event(&self.pool, self.now_ms(), source, id)
+        super::listing::event(&self.pool, self.now_ms(), source, id, &self.keys)
     }
 
     fn next_due(&self, processor: Arc<str>) -> StoreFuture<Option<Duration>> {
@@ -367,5 +373,12 @@ impl Backend for Sqlite {
 
     fn registry(&self) -> &dyn crate::inbox::backfill::Registry {
         self
+    }
+
+    #[cfg(feature = "seal")]
+    fn with_keys(&self, keys: crate::seal::KeyRing) -> Arc<dyn Backend> {
+        let mut keyed = self.clone();
+        keyed.keys = Some(keys);
+        Arc::new(keyed)
     }
 }

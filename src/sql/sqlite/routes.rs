@@ -126,7 +126,25 @@ pub(super) async fn write_queued(
             (bytes.len() - body.len() + 1, body.len())
         });
         let (start, len) = at.unzip();
-        bodies.push((d.source(), d.id(), start, len, audit.headers));
+        let sealed = d.sealed();
+        let key_id = sealed.map(|s| s.key_id.as_str());
+        let nonce = sealed.map(|s| hex::encode(&s.body_nonce));
+        let headers = sealed.and_then(|s| s.headers.as_ref());
+        let (sealed_headers, headers_nonce) = headers
+            .map(|(h, n)| (hex::encode(h), hex::encode(n)))
+            .unzip();
+        let (source, id, headers) = (d.source(), d.id(), audit.headers);
+        bodies.push((
+            source,
+            id,
+            start,
+            len,
+            headers,
+            key_id,
+            nonce,
+            sealed_headers,
+            headers_nonce,
+        ));
         routes.extend(d.routes().iter().map(|p| (d.source(), d.id(), &**p)));
     }
     let bodies = serde_json::to_string(&bodies).expect("strings and numbers");
@@ -159,12 +177,14 @@ struct ClaimedRoute {
     buried: bool,
 }
 
-/// A claimed route's event as [`CLAIMED_BODIES`] reads it: key, livemode, body, and why
-/// the body is gone.
+/// A claimed route's event as [`CLAIMED_BODIES`] reads it: key, livemode, body, its key
+/// id and nonce, and why the body is gone.
 type ClaimedEvent = (
     String,
     String,
     Option<bool>,
+    Option<Vec<u8>>,
+    Option<String>,
     Option<Vec<u8>>,
     Option<String>,
 );
@@ -219,14 +239,17 @@ pub(super) async fn claim_due(
             .map_err(err)?;
         events.extend(
             read.into_iter()
-                .map(|(s, id, live, body, state)| ((s, id), (live, body, state))),
+                .map(|(s, id, live, body, key, nonce, state)| {
+                    ((s, id), (live, body, key, nonce, state))
+                }),
         );
     }
     Ok(routes
         .into_iter()
         .map(|r| {
             let key = (r.source, r.event_id);
-            let (livemode, body, body_state) = events.remove(&key).unwrap_or_default();
+            let (livemode, body, key_id, body_nonce, body_state) =
+                events.remove(&key).unwrap_or_default();
             ClaimedRow {
                 source: key.0,
                 event_id: key.1,
@@ -234,6 +257,8 @@ pub(super) async fn claim_due(
                 object_id: r.object_id,
                 livemode,
                 body,
+                key_id,
+                body_nonce,
                 body_state,
                 attempts: r.attempts,
                 buried: r.buried,
