@@ -1,6 +1,6 @@
 //! A retry (or a snooze) starts when it is due, not at the worker's next poll (issue 32):
-//! with the poll left at its 5 s default and a backoff of 1 s, the next attempt starts
-//! within moments after the time its row says it is due, and never before — on SQLite, on
+//! with the poll a minute away and a backoff of 1 s, the next attempt starts within
+//! moments after the time its row says it is due, and never before — on SQLite, on
 //! PostgreSQL, and on PostgreSQL in another replica than the one that scheduled it (told
 //! by the notification). And the worker does not spin on rows that are due but that no
 //! claim may take (held by a per-object cap, paused): over a quiet second it claims only
@@ -29,8 +29,12 @@ use tower_webhook::{Event, Scheme, VerifyWebhookLayer};
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// How late after its due time an attempt may start: it starts 0–25 ms after it, 118 ms
-/// once in 30 runs on two cores at a load of 7; waiting for the poll, 3.5–4.5 s.
-const ON_TIME: Duration = Duration::from_millis(250);
+/// once in 30 runs on two cores at a load of 7, 954 ms once at a load of 12; waiting for
+/// the poll ([`POLL`]) it would not start within the 10 s a test waits.
+const ON_TIME: Duration = Duration::from_secs(2);
+
+/// The workers' poll: far past every wait here, so only a wake-up can start a retry.
+const POLL: Duration = Duration::from_secs(60);
 
 /// Posts a signed delivery of `id` about `object`, of type `ty`, to verify + accept.
 async fn deliver(inbox: &Inbox, id: &str, ty: &str, object: &str) {
@@ -88,7 +92,7 @@ async fn due_after_the_first_attempt(inbox: &Inbox, id: &str) -> SystemTime {
 }
 
 /// How long after `due` `id`'s second attempt started, once it is processed (waited for
-/// up to 10 s: long enough to see an attempt that waited for the 5 s poll).
+/// up to 10 s, well short of the poll: an attempt that waited for it never comes).
 async fn second_start_after(inbox: &Inbox, id: &str, due: SystemTime) -> Duration {
     until("processed", Duration::from_secs(10), async || {
         let event = inbox.event("standard", id).await.unwrap().unwrap();
@@ -106,7 +110,7 @@ async fn second_start_after(inbox: &Inbox, id: &str, due: SystemTime) -> Duratio
 }
 
 /// The first attempt at `evt_due` ends with `first` (a failure, or a snooze), the second
-/// succeeds; the worker polls every 5 s (the default) and backs off 1 s (0.5 to 1 s with
+/// succeeds; the worker polls every minute ([`POLL`]) and backs off 1 s (0.5 to 1 s with
 /// the jitter). The second attempt starts when due.
 async fn the_next_attempt_starts_when_due(inbox: Inbox, snooze: bool) {
     // Counted here: a snoozed attempt keeps its number.
@@ -122,6 +126,8 @@ async fn the_next_attempt_starts_when_due(inbox: Inbox, snooze: bool) {
         }
     })
     .with_backoff(Duration::from_secs(1), Duration::from_secs(60))
+    .unwrap()
+    .with_poll_interval(POLL)
     .unwrap()
     .spawn();
     deliver(&inbox, "evt_due", "order.paid", "pi_1").await;
@@ -173,13 +179,15 @@ async fn postgres_a_retry_another_replica_scheduled_starts_when_due() {
         })
         .with_backoff(Duration::from_secs(1), Duration::from_secs(60))
         .unwrap()
+        .with_poll_interval(POLL)
+        .unwrap()
         .spawn()
     };
     let worker_a = worker(&a, "a");
     deliver(&a, "evt_due", "order.paid", "pi_1").await;
     started.notified().await;
     // B starts while A runs the first attempt: its claims find nothing, and then it
-    // waits for a wake-up (or its poll, 5 s on).
+    // waits for a wake-up (or its poll, a minute on).
     let worker_b = worker(&b, "b");
     tokio::time::sleep(Duration::from_millis(500)).await; // B's LISTEN is up
     fail.notify_one();
@@ -234,6 +242,8 @@ async fn sqlite_rows_no_claim_may_take_do_not_make_the_worker_spin() {
     .with_per_object(1)
     .unwrap()
     .with_backoff(Duration::from_secs(1), Duration::from_secs(60))
+    .unwrap()
+    .with_poll_interval(POLL)
     .unwrap()
     .spawn();
     deliver(&inbox, "evt_first", "order.paid", "pi_shared").await;
