@@ -109,10 +109,11 @@ Environment (variable [default] (modes): what it does):
       fails, in every processor, to make a dead event on purpose
   WEBHOOK_MAX_ATTEMPTS [5] (inbox, nats): attempts before an event is dead for a processor
       (the first retry after 1 s, each wait doubling)
-  WEBHOOK_ENCRYPTION_KEYS [-] (nats): `id:<base64 of 32 bytes>` entries, comma-separated,
-      the first seals, every one opens: each body is published sealed (the stream holds no
-      body in clear); a malformed entry stops the receiver at start, naming its position;
-      set in another mode, the receiver refuses to start (not sealed there yet)
+  WEBHOOK_ENCRYPTION_KEYS [-] (inbox, nats): `id:<base64 of 32 bytes>` entries,
+      comma-separated, the first seals, every one opens: inbox, each body, its stored
+      headers and the processors' errors are stored sealed; nats, each body is published
+      sealed (the stream holds no body in clear); a malformed entry stops the receiver at
+      start, naming its position; set in dedupe mode, the receiver refuses to start
 
 It serves POST /webhooks and GET /metrics, and prints `handled <event id>` each time its
 handler runs; in inbox and nats mode also `finished <event id>` when it returns, and
@@ -375,8 +376,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(keys) => Some(KeyRing::parse(&keys)?),
         Err(_) => None,
     };
-    if keys.is_some() && std::env::var("WEBHOOK_MODE").as_deref() != Ok("nats") {
-        return Err("WEBHOOK_ENCRYPTION_KEYS: only nats mode seals the bodies it stores".into());
+    let seals = matches!(
+        std::env::var("WEBHOOK_MODE").as_deref(),
+        Ok("nats" | "inbox")
+    );
+    if keys.is_some() && !seals {
+        return Err(
+            "WEBHOOK_ENCRYPTION_KEYS: only inbox and nats mode seal the bodies they store".into(),
+        );
     }
     // Each mode's store also remembers PayPal's transmissions for every replica on it.
     let (mode, store, store_name) = match std::env::var("WEBHOOK_MODE").as_deref() {
@@ -384,6 +391,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let (inbox, store, name) = inbox_from_env(lease).await?;
             let inbox = match &plan.specs {
                 Some(specs) => inbox.with_processors(specs.iter().cloned())?,
+                None => inbox,
+            };
+            let inbox = match keys {
+                Some(keys) => inbox.with_keys(keys),
                 None => inbox,
             };
             let mut running = Vec::new();

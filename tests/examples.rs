@@ -1118,6 +1118,67 @@ async fn receiver_in_nats_mode_with_encryption_keys_publishes_sealed_bodies_and_
     );
 }
 
+/// `WEBHOOK_ENCRYPTION_KEYS` in `inbox` mode: the event's body and its stored headers are
+/// sealed in the SQLite inbox (its file and WAL, read raw, hold no byte of the canary),
+/// and the worker handles it with the plaintext; in `dedupe` mode the receiver refuses to
+/// start (nothing it stores is sealed).
+#[tokio::test]
+async fn receiver_in_inbox_mode_with_encryption_keys_stores_sealed_bodies_and_handles_them() {
+    const SECRET: &str = "whsec_receiver_sealed_0123456789";
+    let keys = "k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
+    let env = [
+        ("WEBHOOK_SCHEME", "stripe"),
+        ("WEBHOOK_SECRETS", SECRET),
+        ("WEBHOOK_MODE", "inbox"),
+        ("WEBHOOK_ENCRYPTION_KEYS", keys),
+    ];
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-inbox-sealed-{}.db",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let (mut receiver, url, mut out) = start_receiver(&db, &env).await;
+    let canary = format!("canary{}", uuid::Uuid::new_v4().simple());
+    let body = format!(
+        r#"{{"id":"evt_sealed","type":"payment_intent.succeeded","livemode":false,"data":{{"object":{{"id":"pi_1","email":"{canary}@example.com"}}}}}}"#
+    )
+    .into_bytes();
+    let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+    assert_eq!(
+        post(&url, headers, body).await.unwrap().0,
+        StatusCode::NO_CONTENT
+    );
+    let line = tokio::time::timeout(Duration::from_secs(10), out.next_line()).await;
+    assert_eq!(
+        line.unwrap().unwrap().as_deref(),
+        Some("handled evt_sealed")
+    );
+    receiver.kill().await.unwrap();
+    let mut at_rest = Vec::new();
+    for suffix in ["", "-wal"] {
+        at_rest.extend(std::fs::read(format!("{}{suffix}", db.display())).unwrap_or_default());
+    }
+    assert!(at_rest.len() > 4096, "the inbox's file was read");
+    assert!(
+        !at_rest
+            .windows(canary.len())
+            .any(|w| w == canary.as_bytes()),
+        "the canary at rest"
+    );
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+
+    let env = [
+        ("WEBHOOK_ENCRYPTION_KEYS", keys),
+        ("WEBHOOK_MODE", "dedupe"),
+        ("BIND", "127.0.0.1:0"),
+    ];
+    let output = run_with("receiver", &[], &env).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("only inbox and nats mode"), "{stderr}");
+}
+
 #[tokio::test]
 async fn receiver_slow_handler_keeps_its_claim_and_a_hang_up_never_reruns_it() {
     const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
