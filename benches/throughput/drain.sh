@@ -20,7 +20,8 @@
 # per accepted event and processor. The latency phase times PACE_PROCESSOR's `finished
 # <id> <processor>` lines (default: the first of PROCESSORS; unset, `handled <id>`), at
 # PACE_RATE a second (default: half the accept-alone rate of the same run). ONLY=latency
-# runs that phase alone (its rate then needs PACE_RATE). WEBHOOK_PROCESSOR_DELAY_MS
+# runs that phase alone (its rate then needs PACE_RATE); ONLY=accept runs accept alone
+# and the bare loop (with PROCESSORS: the accept's cost of routes). WEBHOOK_PROCESSOR_DELAY_MS
 # (`slow:3000`) passes through, as the receiver's other variables do.
 # Every rate is also printed as a ratio to the bare loop. $WORKERS: the worker's
 # concurrency (default 8, the receiver's). QUICK=1: accept alone, drain alone and the
@@ -30,6 +31,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WHICH=${1:-both}
+[ "${ONLY:-}" != accept ] || QUICK=1
 DURATION=${DURATION:-6}
 CONNECTIONS=${CONNECTIONS:-32}
 THREADS=${THREADS:-2}
@@ -86,6 +88,18 @@ load() { # prints wrk's RESULT line as "<label> <fields>"
 }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; } # user + system
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
+# CPU ticks the receiver and (PostgreSQL) its database's server processes have taken: a
+# figure the other loads of a shared machine disturb less than a rate.
+run_cpu() {
+  local cpu; cpu=$(cpu_ticks "$PID")
+  if [ -n "${DRAIN_DB:-}" ]; then
+    for p in $(psql "$PG/postgres" -Atc "SELECT pid FROM pg_stat_activity WHERE datname = '$DRAIN_DB'"); do
+      cpu=$((cpu + $(cpu_ticks "$p")))
+    done
+  fi
+  echo "$cpu"
+}
+per() { python3 -c "print(f'{$1 * 1e6 / $(getconf CLK_TCK) / max(1, $2):.0f}')"; } # ticks, n -> µs each
 until_handled() { # n, timeout s: waits until n lines; prints the seconds it took
   local n=$1 limit=$2 t0; t0=$(now)
   while [ "$(handled)" -lt "$n" ]; do
@@ -100,22 +114,19 @@ measure() { # db label, then env assignments naming a fresh store; sets ACCEPT
   # Accept alone.
   start_receiver 0 "$@"
   load "$db accept alone:" | tee "$WORK/accept.txt"
+  local cpu; cpu=$(run_cpu)
   stop_receiver
   ACCEPT=$(field rps <"$WORK/accept.txt")
   local accepted; accepted=$(( $(field requests <"$WORK/accept.txt" | cut -d. -f1) - $(field non2xx <"$WORK/accept.txt") ))
+  echo "$db accept alone: cpu_us_per_event=$(per "$cpu" "$accepted") (receiver${DRAIN_DB:+ and database backends})"
+  echo "rps=0" >"$WORK/drain.txt"
+  [ "${ONLY:-}" != accept ] || return 0 # ONLY=accept: no drain (its ratio prints 0)
   # Drain alone: the same inbox, with the worker.
   : >"$WORK/handled.txt"
   start_receiver "$WORKERS" "$@"
   local took; took=$(until_handled "$((accepted * ROUTES))" 300)
-  # CPU the drain took (the receiver, and its database's server processes): a figure the
-  # other loads of a shared machine disturb less than the rate.
-  local cpu; cpu=$(cpu_ticks "$PID")
-  if [ -n "${DRAIN_DB:-}" ]; then
-    for p in $(psql "$PG/postgres" -Atc "SELECT pid FROM pg_stat_activity WHERE datname = '$DRAIN_DB'"); do
-      cpu=$((cpu + $(cpu_ticks "$p")))
-    done
-  fi
-  echo "$db drain alone: processed=$(handled)/$((accepted * ROUTES)) seconds=$took rps=$(python3 -c "print(f'{$(handled) / $took:.1f}')") cpu_us_per_route=$(python3 -c "print(f'{$cpu * 1e6 / $(getconf CLK_TCK) / max(1, $(handled)):.0f}')")" | tee "$WORK/drain.txt"
+  local cpu; cpu=$(run_cpu)
+  echo "$db drain alone: processed=$(handled)/$((accepted * ROUTES)) seconds=$took rps=$(python3 -c "print(f'{$(handled) / $took:.1f}')") cpu_us_per_route=$(per "$cpu" "$(handled)")" | tee "$WORK/drain.txt"
   stop_receiver
 }
 
