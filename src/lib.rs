@@ -147,7 +147,7 @@ mod json; // a few fields of a JSON body, read without serde's derive
 pub mod metrics; // what is counted and timed (feature `metrics`): the names, in its docs
 pub mod scheme;
 #[cfg(feature = "seal")]
-pub mod seal; // payloads sealed at rest under rotating keys (the inbox's, to come: issue 34)
+pub mod seal; // payloads sealed at rest under rotating keys (the SQL inbox's, JetStream's)
 mod secret;
 mod span; // the `tracing` spans of a delivery and of an inbox attempt
 mod timestamp;

@@ -32,7 +32,10 @@ impl Run {
 /// Runs the command with `args`, the environment's `DATABASE_URL` removed (or `env`'s).
 async fn run_with(args: &[&str], env: Option<&str>) -> Run {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tower-webhook"));
-    command.args(args).env_remove("DATABASE_URL");
+    command
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .env_remove("WEBHOOK_ENCRYPTION_KEYS");
     if let Some(url) = env {
         command.env("DATABASE_URL", url);
     }
@@ -647,6 +650,85 @@ async fn sqlite_the_command_backfills_and_drops_processors() {
 async fn postgres_the_command_backfills_and_drops_processors() {
     let (inbox, url) = postgres().await;
     the_command_backfills_and_drops_processors(inbox, &url).await;
+}
+
+/// The key ring of the sealed-inbox test: `k1`, 32 bytes of 7, as the environment gives it.
+const KEYS: &str = "k1:BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
+
+/// Runs the command against `db` with `WEBHOOK_ENCRYPTION_KEYS` set to `keys`.
+async fn run_keyed(db: &str, keys: &str, args: &[&str]) -> Run {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tower-webhook"));
+    command
+        .args(["--database-url", db])
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .env("WEBHOOK_ENCRYPTION_KEYS", keys);
+    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("the command ends")
+        .unwrap();
+    Run {
+        code: output.status.code().expect("exited"),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+}
+
+/// An inbox that seals its bodies (issue 34): `show` without the keys says the body is
+/// unreadable and names its key, printing no ciphertext as a body; with
+/// `WEBHOOK_ENCRYPTION_KEYS` it shows the body opened (table and JSON); a malformed value
+/// is exit 2, naming the entry and not its text, and shows nothing.
+async fn the_command_opens_a_sealed_inbox_with_its_keys(inbox: Inbox, db: &str) {
+    let inbox = inbox.with_keys(tower_webhook::seal::KeyRing::parse(KEYS).unwrap());
+    assert_eq!(deliver(&inbox, "evt_sealed").await, StatusCode::NO_CONTENT);
+    let plain = body("evt_sealed");
+    let args = ["show", "standard", "evt_sealed"];
+
+    let without = run(db, &args).await;
+    assert_eq!(without.code, 0, "{without:?}");
+    assert!(
+        without
+            .stdout
+            .contains("body: unreadable (sealed under key \"k1\")"),
+        "{without:?}"
+    );
+    // The object id is metadata, in clear; the body's text is not shown.
+    assert!(!without.stdout.contains("\"data\""), "{without:?}");
+
+    let with = run_keyed(db, KEYS, &args).await;
+    assert_eq!(with.code, 0, "{with:?}");
+    assert!(
+        with.stdout
+            .contains(&format!("body ({} bytes):\n{plain}", plain.len())),
+        "{with:?}"
+    );
+    let json = run_keyed(db, KEYS, &["show", "standard", "evt_sealed", "--json"])
+        .await
+        .json();
+    assert_eq!(json["body_state"], "stored", "{json}");
+    assert_eq!(json["key_id"], "k1", "{json}");
+    assert_eq!(json["body"], plain, "{json}");
+
+    let secret = "k2:not-base64-but-secret";
+    let bad = run_keyed(db, &format!("{KEYS},{secret}"), &args).await;
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert!(bad.stderr.contains("WEBHOOK_ENCRYPTION_KEYS"), "{bad:?}");
+    assert!(bad.stderr.contains("entry 2"), "names the entry: {bad:?}");
+    assert!(!bad.stderr.contains("not-base64-but-secret"), "{bad:?}");
+    assert!(!bad.stderr.contains("BwcH"), "{bad:?}");
+    assert!(bad.stdout.is_empty(), "{bad:?}");
+}
+
+#[tokio::test]
+async fn sqlite_the_command_opens_a_sealed_inbox_with_its_keys() {
+    let (inbox, path) = sqlite().await;
+    the_command_opens_a_sealed_inbox_with_its_keys(inbox, &path).await;
+}
+
+#[tokio::test]
+async fn postgres_the_command_opens_a_sealed_inbox_with_its_keys() {
+    let (inbox, url) = postgres().await;
+    the_command_opens_a_sealed_inbox_with_its_keys(inbox, &url).await;
 }
 
 /// A SQLite file of its own: its path, and an inbox on it.

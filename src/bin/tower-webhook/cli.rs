@@ -10,7 +10,9 @@ use tower_webhook::inbox::Cursor;
 /// The database is a PostgreSQL URL (postgres://user@host/db) or a SQLite file
 /// (a path, or sqlite://path) the application already uses. The command creates no
 /// file and runs no migration on PostgreSQL (a SQLite file gets the crate's migrations,
-/// as the application's start would).
+/// as the application's start would). An inbox that seals bodies needs its keys to show
+/// them: WEBHOOK_ENCRYPTION_KEYS, as the application reads it (id:<base64>, comma-
+/// separated), from the environment only, never an argument a process list would show.
 #[derive(Debug, Parser)]
 #[command(name = "tower-webhook", version)]
 pub(crate) struct Cli {

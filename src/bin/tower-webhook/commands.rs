@@ -1,6 +1,7 @@
 //! Each command, run against the inbox and printed as a table or as JSON.
 
 use tower_webhook::inbox::{Counts, Listing, Requeue, DEFAULT_PROCESSOR};
+use tower_webhook::seal::KeyRing;
 
 use crate::cli::{Cli, Command, Rows};
 use crate::database::open;
@@ -19,6 +20,7 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             return Err(Failure::Usage("--from must be before --before".into()));
         }
     }
+    let keys = keys()?;
     let database = open(url).await?;
     let wanted = cli.command.processor();
     // The CLI does not know the application's processors, and the library refuses a
@@ -36,7 +38,10 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             "no routes of the processor {name:?} in this database ({known} routes)"
         )));
     }
-    let inbox = database.inbox_of(&routed)?;
+    let mut inbox = database.inbox_of(&routed)?;
+    if let Some(keys) = keys {
+        inbox = inbox.with_keys(keys);
+    }
     let out = match &cli.command {
         Command::Backfill {
             processor,
@@ -203,4 +208,15 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
     };
     print!("{out}");
     Ok(())
+}
+
+/// The inbox's keys from `WEBHOOK_ENCRYPTION_KEYS` (unset or empty: none). A malformed
+/// entry is a usage error naming its position, never the key (`KeyRing::parse`'s text).
+fn keys() -> Result<Option<KeyRing>, Failure> {
+    match std::env::var("WEBHOOK_ENCRYPTION_KEYS") {
+        Ok(value) if !value.trim().is_empty() => KeyRing::parse(&value)
+            .map(Some)
+            .map_err(|e| Failure::Usage(format!("WEBHOOK_ENCRYPTION_KEYS: {e}"))),
+        _ => Ok(None),
+    }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use tower_webhook::inbox::{Counts, EventSummary, Page, Pause, StoredEvent};
+use tower_webhook::inbox::{BodyState, Counts, EventSummary, Page, Pause, StoredEvent};
 
 pub(crate) fn json(value: &impl serde::Serialize) -> String {
     let mut text = serde_json::to_string_pretty(value).expect("the inbox's types serialize");
@@ -285,6 +285,17 @@ pub(crate) fn shown(event: &StoredEvent, fanned_out: bool) -> String {
                 printable(value, false)
             );
         }
+    }
+    if event.body_state != BodyState::Stored {
+        // Why there is no body to show: erased, expired, or sealed under a key not given.
+        let key = match (event.body_state, &event.key_id) {
+            (BodyState::Unreadable, Some(id)) => {
+                format!(" (sealed under key {:?})", printable(id, false))
+            }
+            _ => String::new(),
+        };
+        let _ = writeln!(out, "\nbody: {}{key}", event.body_state.as_str());
+        return out;
     }
     match std::str::from_utf8(&event.body) {
         Ok(body) => {
