@@ -39,6 +39,11 @@ async fn run_with(args: &[&str], env: Option<&str>) -> Run {
     if let Some(url) = env {
         command.env("DATABASE_URL", url);
     }
+    ended(command).await
+}
+
+/// Runs `command` to its end (at most a minute).
+async fn ended(mut command: tokio::process::Command) -> Run {
     let output = tokio::time::timeout(Duration::from_secs(60), command.output())
         .await
         .expect("the command ends")
@@ -663,15 +668,7 @@ async fn run_keyed(db: &str, keys: &str, args: &[&str]) -> Run {
         .args(args)
         .env_remove("DATABASE_URL")
         .env("WEBHOOK_ENCRYPTION_KEYS", keys);
-    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
-        .await
-        .expect("the command ends")
-        .unwrap();
-    Run {
-        code: output.status.code().expect("exited"),
-        stdout: String::from_utf8(output.stdout).unwrap(),
-        stderr: String::from_utf8(output.stderr).unwrap(),
-    }
+    ended(command).await
 }
 
 /// An inbox that seals its bodies (issue 34): `show` without the keys says the body is
