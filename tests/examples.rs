@@ -1043,6 +1043,31 @@ async fn receivers_in_nats_mode_store_each_event_once_and_their_workers_handle_i
     }
 }
 
+/// Posts Stripe's `evt_sealed` (signed with `secret`) whose body holds a fresh canary to
+/// the receiver at `url`, and waits for its `handled` line on `out`; answers the canary.
+async fn deliver_canary(
+    url: &str,
+    secret: &str,
+    out: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) -> String {
+    let canary = format!("canary{}", uuid::Uuid::new_v4().simple());
+    let body = format!(
+        r#"{{"id":"evt_sealed","type":"payment_intent.succeeded","livemode":false,"data":{{"object":{{"id":"pi_1","email":"{canary}@example.com"}}}}}}"#
+    )
+    .into_bytes();
+    let headers = signed_headers(&Scheme::stripe(), secret, "", &body);
+    assert_eq!(
+        post(url, headers, body).await.unwrap().0,
+        StatusCode::NO_CONTENT
+    );
+    let line = tokio::time::timeout(Duration::from_secs(10), out.next_line()).await;
+    assert_eq!(
+        line.unwrap().unwrap().as_deref(),
+        Some("handled evt_sealed")
+    );
+    canary
+}
+
 /// `WEBHOOK_ENCRYPTION_KEYS` in `nats` mode: the body is published sealed (the stream's
 /// message, read raw, holds no byte of the event's canary, and names its key), and the
 /// worker still handles the event.
@@ -1065,21 +1090,7 @@ async fn receiver_in_nats_mode_with_encryption_keys_publishes_sealed_bodies_and_
         std::process::id()
     ));
     let (mut receiver, url, mut out) = start_receiver(&db, &env).await;
-    let canary = format!("canary{}", uuid::Uuid::new_v4().simple());
-    let body = format!(
-        r#"{{"id":"evt_sealed","type":"payment_intent.succeeded","livemode":false,"data":{{"object":{{"id":"pi_1","email":"{canary}@example.com"}}}}}}"#
-    )
-    .into_bytes();
-    let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
-    assert_eq!(
-        post(&url, headers, body).await.unwrap().0,
-        StatusCode::NO_CONTENT
-    );
-    let line = tokio::time::timeout(Duration::from_secs(10), out.next_line()).await;
-    assert_eq!(
-        line.unwrap().unwrap().as_deref(),
-        Some("handled evt_sealed")
-    );
+    let canary = deliver_canary(&url, SECRET, &mut out).await;
 
     let js = async_nats::jetstream::new(async_nats::connect(&nats).await.unwrap());
     let stored = js
@@ -1137,21 +1148,7 @@ async fn receiver_in_inbox_mode_with_encryption_keys_stores_sealed_bodies_and_ha
         uuid::Uuid::new_v4().simple()
     ));
     let (mut receiver, url, mut out) = start_receiver(&db, &env).await;
-    let canary = format!("canary{}", uuid::Uuid::new_v4().simple());
-    let body = format!(
-        r#"{{"id":"evt_sealed","type":"payment_intent.succeeded","livemode":false,"data":{{"object":{{"id":"pi_1","email":"{canary}@example.com"}}}}}}"#
-    )
-    .into_bytes();
-    let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
-    assert_eq!(
-        post(&url, headers, body).await.unwrap().0,
-        StatusCode::NO_CONTENT
-    );
-    let line = tokio::time::timeout(Duration::from_secs(10), out.next_line()).await;
-    assert_eq!(
-        line.unwrap().unwrap().as_deref(),
-        Some("handled evt_sealed")
-    );
+    let canary = deliver_canary(&url, SECRET, &mut out).await;
     receiver.kill().await.unwrap();
     let mut at_rest = Vec::new();
     for suffix in ["", "-wal"] {
