@@ -97,6 +97,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn listen(&self, wake: Arc<Notify>, due: Dues) -> Option<tokio::task::JoinHandle<()>>;
     /// The processor registry, backfill and dropping a processor.
     fn registry(&self) -> &dyn super::backfill::Registry;
+    /// Rekey's reads and writes (`Inbox::rekey`).
+    #[cfg(feature = "seal")]
+    fn rekeying(&self) -> &dyn super::rekey::Rekeying;
     /// The backend opening what it reads with `keys` (a body, headers, error texts sealed
     /// by an inbox with them).
     #[cfg(feature = "seal")]

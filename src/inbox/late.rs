@@ -206,6 +206,11 @@ impl Backend for Late {
     }
 
     #[cfg(feature = "seal")]
+    fn rekeying(&self) -> &dyn super::rekey::Rekeying {
+        self.inner.rekeying()
+    }
+
+    #[cfg(feature = "seal")]
     fn with_keys(&self, keys: crate::seal::KeyRing) -> Arc<dyn Backend> {
         Arc::new(Late {
             inner: self.inner.with_keys(keys),

@@ -155,6 +155,8 @@ mod process;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 mod processors; // fan-out: which processors take an event
 mod rate;
+#[cfg(all(feature = "seal", any(feature = "sqlite", feature = "postgres")))]
+pub(crate) mod rekey; // rotation: what older keys sealed, sealed again under the current one
 mod retry;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sealing; // payloads sealed at rest (feature `seal`): with_keys, accept's and errors'
@@ -196,6 +198,8 @@ pub use self::process::{Attempt, Processor, WorkerHandle};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 pub use self::processors::{ProcessorSpec, DEFAULT_PROCESSOR};
 pub use self::rate::Rate;
+#[cfg(all(feature = "seal", any(feature = "sqlite", feature = "postgres")))]
+pub use self::rekey::{Rekeyed, REKEY_BATCH};
 pub use self::retry::{Jitter, RetryPolicy};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::stored::{BodyState, RouteState, StoredEvent};

@@ -103,6 +103,8 @@ mod keys; // what a dedupe store asks its dialect
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 mod processors; // fan-out's registry and backfill: the rows both dialects read
+#[cfg(feature = "seal")]
+pub(crate) mod rekey; // rekey's rows, and each opened and sealed again between read and write
 pub(crate) mod sealed; // opening what the inbox sealed: every read goes through it
 mod shared;
 #[cfg(feature = "sqlite")]

@@ -31,7 +31,7 @@ pub(crate) type Ring = Option<NoKeys>;
 pub(crate) enum NoKeys {}
 
 /// What a sealed error text starts with.
-const ERROR_PREFIX: &str = "sealed:v1:";
+pub(crate) const ERROR_PREFIX: &str = "sealed:v1:";
 
 /// A body as its row stores it: in clear (`key_id` NULL) or sealed; the plaintext, or
 /// why it does not open (the route's dead reason).
@@ -90,7 +90,22 @@ pub(crate) fn open_error(
     let Some((key_id, sealed, rest)) = parse_error(&text) else {
         return text;
     };
-    let opened = base64::engine::general_purpose::STANDARD
+    match open_token(ring, source, id, processor, key_id, sealed) {
+        Ok(plain) => format!("{plain}{rest}"),
+        Err(why) => format!("[unreadable: {why}]{rest}"),
+    }
+}
+
+/// A sealed error token's base64 (`nonce ‖ ciphertext`) opened as text; why not, else.
+fn open_token(
+    ring: &Ring,
+    source: &str,
+    id: &str,
+    processor: &str,
+    key_id: &str,
+    sealed: &str,
+) -> Result<String, String> {
+    base64::engine::general_purpose::STANDARD
         .decode(sealed)
         .map_err(|_| format!("sealed under key {key_id:?} but not a ciphertext"))
         .and_then(|bytes| {
@@ -99,15 +114,24 @@ pub(crate) fn open_error(
             let part = Part::Error(processor);
             open(ring, source, id, part, key_id, nonce, ciphertext)
         })
-        .and_then(|plain| String::from_utf8(plain).map_err(|_| "not text".to_owned()));
-    match opened {
-        Ok(plain) => format!("{plain}{rest}"),
-        Err(why) => format!("[unreadable: {why}]{rest}"),
-    }
+        .and_then(|plain| String::from_utf8(plain).map_err(|_| "not text".to_owned()))
+}
+
+/// [`open_token`] with a ring: rekey's.
+#[cfg(feature = "seal")]
+pub(super) fn open_sealed_error(
+    ring: &crate::seal::KeyRing,
+    source: &str,
+    id: &str,
+    processor: &str,
+    key_id: &str,
+    sealed: &str,
+) -> Result<String, String> {
+    open_token(&Some(ring.clone()), source, id, processor, key_id, sealed)
 }
 
 /// A sealed error text's key id, its base64, and what follows it.
-fn parse_error(text: &str) -> Option<(&str, &str, &str)> {
+pub(super) fn parse_error(text: &str) -> Option<(&str, &str, &str)> {
     let rest = text.strip_prefix(ERROR_PREFIX)?;
     let (key_id, rest) = rest.split_once(':')?;
     let end = rest
@@ -127,18 +151,30 @@ pub(crate) fn seal_error(
     processor: &str,
     text: &str,
 ) -> String {
+    try_seal_error(ring, source, id, processor, text).unwrap_or_else(|e| format!("{NOT_STORED}{e}"))
+}
+
+/// What an error text that could not be sealed is stored as, before why (crate text).
+#[cfg(feature = "seal")]
+pub(super) const NOT_STORED: &str = "the processor's error was not stored: ";
+
+/// [`seal_error`], or why it could not seal (rekey keeps the old text then).
+#[cfg(feature = "seal")]
+pub(super) fn try_seal_error(
+    ring: &crate::seal::KeyRing,
+    source: &str,
+    id: &str,
+    processor: &str,
+    text: &str,
+) -> Result<String, crate::seal::SealError> {
     use crate::seal::{Aad, Column};
     let aad = Aad::new(source, id, Column::Error { processor });
-    match ring.seal(&aad, text.as_bytes()) {
-        Ok(sealed) => {
-            let mut bytes = Vec::with_capacity(NONCE_BYTES + sealed.ciphertext().len());
-            bytes.extend_from_slice(sealed.nonce());
-            bytes.extend_from_slice(sealed.ciphertext());
-            let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
-            format!("{ERROR_PREFIX}{}:{b64}", sealed.key_id())
-        }
-        Err(e) => format!("the processor's error was not stored: {e}"),
-    }
+    let sealed = ring.seal(&aad, text.as_bytes())?;
+    let mut bytes = Vec::with_capacity(NONCE_BYTES + sealed.ciphertext().len());
+    bytes.extend_from_slice(sealed.nonce());
+    bytes.extend_from_slice(sealed.ciphertext());
+    let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+    Ok(format!("{ERROR_PREFIX}{}:{b64}", sealed.key_id()))
 }
 
 /// XChaCha20-Poly1305's nonce length.

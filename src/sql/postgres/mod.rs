@@ -11,6 +11,8 @@ mod outcome; // an attempt's outcome on its row, fenced on the token
 mod processors; // fan-out's registry, backfill and dropping a processor
 mod prune; // the inbox's prunes: finished events, old keys, dead routes
 mod queue; // the inbox: the worker's claims, renewals and outcomes, on routes
+#[cfg(feature = "seal")]
+mod rekey; // rotation: rekey's reads and its batches' writes
 #[cfg(test)]
 mod tests;
 mod wake; // the workers' `LISTEN` (accepts, due times) and the next due time

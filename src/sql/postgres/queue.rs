@@ -472,6 +472,11 @@ impl Backend for Pg {
     }
 
     #[cfg(feature = "seal")]
+    fn rekeying(&self) -> &dyn crate::inbox::rekey::Rekeying {
+        self
+    }
+
+    #[cfg(feature = "seal")]
     fn with_keys(&self, keys: crate::seal::KeyRing) -> Arc<dyn Backend> {
         let mut keyed = self.clone();
         keyed.keys = Some(keys);

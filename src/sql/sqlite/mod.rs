@@ -16,6 +16,8 @@ mod listing; // the inbox's counts, listings and one event, for operators
 mod processors; // fan-out's registry, backfill and dropping a processor
 mod prune; // what the inbox deletes, and the per-object index
 mod queue; // the inbox: accept, and the worker's claims, renewals and outcomes
+#[cfg(feature = "seal")]
+mod rekey; // rotation: rekey's reads, and its batches' writes
 mod routes; // the writer's statements on the inbox's routes
 #[cfg(test)]
 mod tests;
@@ -94,6 +96,9 @@ enum Op {
     Backfill(Arc<str>, Vec<(String, String)>),
     /// A processor's routes, counts, pauses and registry row deleted.
     DropProcessor(String),
+    /// A batch of rekey's rewrites, each compare-and-set.
+    #[cfg(feature = "seal")]
+    Rekey(super::rekey::Rewrites),
 }
 
 /// An [`Op`]'s answer.
@@ -111,6 +116,8 @@ impl Op {
     fn size(&self) -> usize {
         match self {
             Op::Accept(d) => d.size(),
+            #[cfg(feature = "seal")]
+            Op::Rekey(rewrites) => rewrites.size(),
             _ => 0,
         }
     }
@@ -130,6 +137,8 @@ impl Op {
             | Op::Register(_)
             | Op::Backfill(..)
             | Op::DropProcessor(_) => Lane::Front,
+            #[cfg(feature = "seal")]
+            Op::Rekey(_) => Lane::Front,
             Op::Complete(..)
             | Op::Renew(..)
             | Op::Release(..)

@@ -267,5 +267,7 @@ async fn write_one<'a>(
             processors::backfill_routes(conn, now, processor, keys).await?
         }
         Op::DropProcessor(name) => processors::drop_processor(conn, name).await?,
+        #[cfg(feature = "seal")]
+        Op::Rekey(rewrites) => Done::Count(super::rekey::rewrite(conn, rewrites).await?),
     })
 }

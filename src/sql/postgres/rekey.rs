@@ -1,0 +1,238 @@
+//! Rekey on PostgreSQL (`Inbox::rekey`, issue 34 step 3): its reads and its batches'
+//! writes on the pool, a batch one transaction (none is on the drain's path).
+
+use super::super::rekey::{BodyKey, BodyRow, ErrorRow, Rewrites, RouteKey};
+use super::super::store_error;
+use super::{Pg, PLANNED_EACH_TIME};
+use crate::inbox::rekey::Rekeying;
+use crate::store::StoreFuture;
+
+/// Up to `$3` keys of body rows in clear after (`$1`, `$2`): an index-only scan of
+/// `webhook_bodies_key` (P5), never the bodies' pages.
+const CLEAR_BODIES: &str = "
+SELECT key_id, source, event_id FROM webhook_bodies
+WHERE key_id IS NULL AND (source, event_id) > ($1, $2)
+ORDER BY key_id, source, event_id
+LIMIT $3";
+
+/// Up to `$5` keys of body rows sealed under a key other than `$1`, after (`$2`, `$3`,
+/// `$4`): the two ranges of `webhook_bodies_key` either side of the current key, so the
+/// current key's rows (most of them, after a first rekey) are never walked.
+const STALE_BODIES: &str = "
+(SELECT key_id, source, event_id FROM webhook_bodies
+ WHERE key_id < $1 AND (key_id, source, event_id) > ($2, $3, $4)
+ ORDER BY key_id, source, event_id LIMIT $5)
+UNION ALL
+(SELECT key_id, source, event_id FROM webhook_bodies
+ WHERE key_id > $1 AND (key_id, source, event_id) > ($2, $3, $4)
+ ORDER BY key_id, source, event_id LIMIT $5)
+ORDER BY 1, 2, 3
+LIMIT $5";
+
+/// The body rows `$1`, `$2` name, whole.
+const BODIES: &str = "
+SELECT b.source, b.event_id, b.key_id, b.body_nonce, b.body, b.headers, b.sealed_headers,
+    b.headers_nonce, b.sealed_subject, b.subject_nonce
+FROM unnest($1::text[], $2::text[]) AS k(source, event_id)
+JOIN webhook_bodies b ON b.source = k.source AND b.event_id = k.event_id";
+
+/// Up to `$5` routes after (`$1`, `$2`, `$3`) whose error, or an attempt's, does not start
+/// with `$4` (the current key's sealed prefix): the routes' primary key in order, each
+/// one's attempts by `webhook_attempts_route`. No index has the texts: a run reads every
+/// route once.
+const STALE_ROUTES: &str = "
+SELECT r.source, r.event_id, r.processor FROM webhook_routes r
+WHERE (r.source, r.event_id, r.processor) > ($1, $2, $3)
+  AND ((r.processing_error IS NOT NULL AND NOT starts_with(r.processing_error, $4))
+    OR EXISTS (SELECT 1 FROM webhook_attempts a
+        WHERE a.source = r.source AND a.event_id = r.event_id AND a.processor = r.processor
+          AND a.error IS NOT NULL AND NOT starts_with(a.error, $4)))
+ORDER BY r.source, r.event_id, r.processor
+LIMIT $5";
+
+/// The error texts of the routes `$1`…`$3` that do not start with `$4`: each route's
+/// own, and each of its attempts'.
+const ERROR_TEXTS: &str = "
+WITH k AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) AS k(s, e, p))
+SELECT r.source, r.event_id, r.processor, r.processing_error
+FROM k JOIN webhook_routes r ON r.source = k.s AND r.event_id = k.e AND r.processor = k.p
+WHERE r.processing_error IS NOT NULL AND NOT starts_with(r.processing_error, $4)
+UNION ALL
+SELECT a.source, a.event_id, a.processor, a.error
+FROM k JOIN webhook_attempts a ON a.source = k.s AND a.event_id = k.e AND a.processor = k.p
+WHERE a.error IS NOT NULL AND NOT starts_with(a.error, $4)";
+
+/// A body row sealed again (`$3`…`$10`), if its key id and nonce are still `$11`, `$12`
+/// (compare-and-set); its clear headers, if it had them, gone.
+const REWRITE_BODY: &str = "
+UPDATE webhook_bodies
+SET key_id = $3, body_nonce = $4, body = $5, headers = NULL, sealed_headers = $6,
+    headers_nonce = $7, sealed_subject = $8, subject_nonce = $9, subject_digest = $10
+WHERE source = $1 AND event_id = $2
+  AND key_id IS NOT DISTINCT FROM $11 AND body_nonce IS NOT DISTINCT FROM $12";
+
+/// A route's error text `$4` sealed again as `$5`, wherever the route (`$1`…`$3`) and its
+/// attempts still hold it (compare-and-set on the text).
+const REWRITE_ERROR: [&str; 2] = [
+    "UPDATE webhook_routes SET processing_error = $5
+     WHERE source = $1 AND event_id = $2 AND processor = $3 AND processing_error = $4",
+    "UPDATE webhook_attempts SET error = $5
+     WHERE source = $1 AND event_id = $2 AND processor = $3 AND error = $4",
+];
+
+fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Rekeying for Pg {
+    fn clear_bodies(&self, after: (String, String), n: usize) -> StoreFuture<Vec<BodyKey>> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            sqlx::query_as(CLEAR_BODIES)
+                .bind(after.0)
+                .bind(after.1)
+                .bind(limit(n))
+                .fetch_all(&pool)
+                .await
+                .map_err(|e| store_error("inbox rekey", e))
+        })
+    }
+
+    fn stale_bodies(
+        &self,
+        current: String,
+        after: (String, String, String),
+        n: usize,
+    ) -> StoreFuture<Vec<BodyKey>> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            sqlx::query_as(STALE_BODIES)
+                .bind(current)
+                .bind(after.0)
+                .bind(after.1)
+                .bind(after.2)
+                .bind(limit(n))
+                .fetch_all(&pool)
+                .await
+                .map_err(|e| store_error("inbox rekey", e))
+        })
+    }
+
+    fn bodies(&self, keys: Vec<(String, String)>) -> StoreFuture<Vec<BodyRow>> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let (sources, ids): (Vec<String>, Vec<String>) = keys.into_iter().unzip();
+            sqlx::query_as(BODIES)
+                .bind(sources)
+                .bind(ids)
+                .persistent(PLANNED_EACH_TIME) // joins a list of keys
+                .fetch_all(&pool)
+                .await
+                .map_err(|e| store_error("inbox rekey", e))
+        })
+    }
+
+    fn stale_errors(
+        &self,
+        prefix: String,
+        after: RouteKey,
+        n: usize,
+    ) -> StoreFuture<(Vec<RouteKey>, Vec<ErrorRow>)> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let err = |e| store_error("inbox rekey", e);
+            let routes: Vec<RouteKey> = sqlx::query_as(STALE_ROUTES)
+                .bind(after.0)
+                .bind(after.1)
+                .bind(after.2)
+                .bind(&prefix)
+                .bind(limit(n))
+                .fetch_all(&pool)
+                .await
+                .map_err(err)?;
+            if routes.is_empty() {
+                return Ok((routes, Vec::new()));
+            }
+            let mut keys = (Vec::new(), Vec::new(), Vec::new());
+            for (source, id, processor) in &routes {
+                keys.0.push(source.as_str());
+                keys.1.push(id.as_str());
+                keys.2.push(processor.as_str());
+            }
+            let texts: Vec<(String, String, String, String)> = sqlx::query_as(ERROR_TEXTS)
+                .bind(keys.0)
+                .bind(keys.1)
+                .bind(keys.2)
+                .bind(&prefix)
+                .persistent(PLANNED_EACH_TIME) // joins a list of keys
+                .fetch_all(&pool)
+                .await
+                .map_err(err)?;
+            let texts = texts
+                .into_iter()
+                .map(|(source, event_id, processor, text)| ErrorRow {
+                    source,
+                    event_id,
+                    processor,
+                    text,
+                })
+                .collect();
+            Ok((routes, texts))
+        })
+    }
+
+    fn rewrite(&self, rewrites: Rewrites) -> StoreFuture<u64> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let err = |e| store_error("inbox rekey", e);
+            let mut tx = pool.begin().await.map_err(err)?;
+            let mut n = 0;
+            match rewrites {
+                Rewrites::Bodies(rows) => {
+                    for r in rows {
+                        let (sealed_headers, headers_nonce) = r.headers.unzip();
+                        let (subject, subject_nonce, digest) = match r.subject {
+                            Some((s, nonce, digest)) => (Some(s), Some(nonce), Some(digest)),
+                            None => (None, None, None),
+                        };
+                        let done = sqlx::query(REWRITE_BODY)
+                            .bind(r.source)
+                            .bind(r.event_id)
+                            .bind(r.key_id)
+                            .bind(r.body_nonce)
+                            .bind(r.body)
+                            .bind(sealed_headers)
+                            .bind(headers_nonce)
+                            .bind(subject)
+                            .bind(subject_nonce)
+                            .bind(digest)
+                            .bind(r.old_key_id)
+                            .bind(r.old_nonce)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(err)?;
+                        n += done.rows_affected();
+                    }
+                }
+                Rewrites::Errors(rows) => {
+                    for r in &rows {
+                        for sql in REWRITE_ERROR {
+                            let done = sqlx::query(sql)
+                                .bind(&r.source)
+                                .bind(&r.event_id)
+                                .bind(&r.processor)
+                                .bind(&r.old)
+                                .bind(&r.new)
+                                .execute(&mut *tx)
+                                .await
+                                .map_err(err)?;
+                            n += done.rows_affected();
+                        }
+                    }
+                }
+            }
+            tx.commit().await.map_err(err)?;
+            Ok(n)
+        })
+    }
+}
