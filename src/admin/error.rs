@@ -37,6 +37,8 @@ pub enum AdminErrorKind {
     Forbidden,
     /// No such event, or no such endpoint: 404.
     NotFound,
+    /// The inbox is not in a state to do it (a rekey of an inbox without keys): 409.
+    Conflict,
     /// An endpoint asked with a method it does not answer: 405.
     MethodNotAllowed,
     /// The database did not answer: 503 (try again).
@@ -77,6 +79,15 @@ impl AdminError {
     pub(super) fn forbidden(message: &'static str) -> Self {
         Self {
             kind: AdminErrorKind::Forbidden,
+            message,
+            source: None,
+        }
+    }
+
+    #[cfg(all(feature = "seal", any(feature = "sqlite", feature = "postgres")))]
+    pub(super) fn conflict(message: &'static str) -> Self {
+        Self {
+            kind: AdminErrorKind::Conflict,
             message,
             source: None,
         }
@@ -148,6 +159,7 @@ impl AdminError {
             AdminErrorKind::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             AdminErrorKind::Forbidden => StatusCode::FORBIDDEN,
             AdminErrorKind::NotFound => StatusCode::NOT_FOUND,
+            AdminErrorKind::Conflict => StatusCode::CONFLICT,
             AdminErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             AdminErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             AdminErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,

@@ -15,6 +15,7 @@
 //! | `POST /resume?source=stripe&type=invoice.paid` | `{"changed": true}` ([`Inbox::resume`]) |
 //! | `GET /pauses` | `[{"source": "stripe", "type": null, "paused_at": "…"}, …]` ([`Inbox::pauses`]) |
 //! | `POST /backfill` | `{"created": 120}` ([`Inbox::backfill`]) |
+//! | `POST /rekey` | `{"rekeyed": 4200, "unreadable": 0}` ([`Inbox::rekey`], feature `seal`) |
 //!
 //! - `GET /events` takes `state=dead` (newest dead first) or `state=failing` (rows queued
 //!   again after a failed attempt, newest received first), `order=oldest` for the other
@@ -60,11 +61,16 @@
 //!   (an RFC 3339 receipt window, each end optional) and makes that processor's routes of
 //!   the events in the window it has none of and its filter takes: `{"created": n}`, 0
 //!   the second time; a processor the inbox does not have is a 400.
+//! - `POST /rekey` (feature `seal`) takes `{"batch"?: 1..10000}` (`{}`: 100) and rewrites
+//!   what older keys sealed, or what was stored in clear, under the inbox's current key
+//!   ([`Inbox::rekey`]): `{"rekeyed": n, "unreadable": m}`, `m` values no configured key
+//!   opens (left as they are). 409 when the inbox has no keys. It runs to the end before
+//!   answering; stopped (a timeout, a restart), the next call finishes what is left.
 //!
 //! Times are RFC 3339 in UTC. Failures are `{"error": "<a fixed short message>"}`: 400
 //! for input that does not parse or is out of range (unknown parameters and fields
 //! included, and input the database refused), 404 for an unknown event or endpoint, 405
-//! for a wrong method, 503 when the database did not answer, 500 when it failed otherwise
+//! for a wrong method, 409 for a rekey without keys, 503 when the database did not answer, 500 when it failed otherwise
 //! (its error goes to `tracing`, never into the response). The response carries an
 //! [`AdminError`] in its extensions.
 //!
@@ -135,6 +141,8 @@ mod input; // what the SQL inbox's endpoints accept
 mod jetstream; // a JetStream inbox's endpoints
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 mod pause; // counts and pausing, the SQL inbox's and JetStream's
+#[cfg(all(feature = "seal", any(feature = "sqlite", feature = "postgres")))]
+mod rekey; // `POST /rekey`: rotation's last step
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod routes; // the SQL inbox's endpoints
 #[cfg(all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres")))]

@@ -21,6 +21,8 @@ pub(super) fn router(inbox: Inbox) -> Router {
         .route("/processed", get(processed))
         .route("/requeue", post(requeue))
         .route("/backfill", post(backfill));
+    #[cfg(feature = "seal")]
+    let routes = routes.route("/rekey", post(super::rekey::rekey));
     pause::routes(routes).with_state(inbox)
 }
 
