@@ -48,6 +48,7 @@ pub(crate) struct BodyRewrite {
 
 impl BodyRewrite {
     /// Its bytes, for the writer's batch cap.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // SQLite's writer's
     pub(crate) fn size(&self) -> usize {
         self.body.len() + self.headers.as_ref().map_or(0, |(h, _)| h.len())
     }
@@ -81,6 +82,7 @@ pub(crate) enum Rewrites {
 
 impl Rewrites {
     /// Its bytes, for the writer's batch cap.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // SQLite's writer's
     pub(crate) fn size(&self) -> usize {
         match self {
             Rewrites::Bodies(rows) => rows.iter().map(BodyRewrite::size).sum(),
