@@ -728,6 +728,63 @@ async fn postgres_the_command_opens_a_sealed_inbox_with_its_keys() {
     the_command_opens_a_sealed_inbox_with_its_keys(inbox, &url).await;
 }
 
+/// A second key, `k2` (32 bytes of 8): the rotation's new one.
+const K2: &str = "k2:CAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAg=";
+
+/// `rekey`: refused without the keys (exit 2) and for a bad batch; with `k2,k1` it
+/// rewrites a body sealed under k1 and one stored in clear (JSON, then the table's
+/// "rekeyed 0"); then k2 alone shows both opened.
+async fn the_command_rekeys_a_sealed_inbox(inbox: Inbox, db: &str) {
+    let k1 = tower_webhook::seal::KeyRing::parse(KEYS).unwrap();
+    assert_eq!(deliver(&inbox, "evt_clear").await, StatusCode::NO_CONTENT);
+    let sealed = inbox.clone().with_keys(k1);
+    assert_eq!(deliver(&sealed, "evt_sealed").await, StatusCode::NO_CONTENT);
+
+    let without = run(db, &["rekey"]).await;
+    assert_eq!(without.code, 2, "{without:?}");
+    assert!(
+        without.stderr.contains("WEBHOOK_ENCRYPTION_KEYS"),
+        "{without:?}"
+    );
+    let rotated = format!("{K2},{KEYS}");
+    let bad = run_keyed(db, &rotated, &["rekey", "--batch", "0"]).await;
+    assert_eq!(bad.code, 2, "{bad:?}");
+    let show = ["show", "standard", "evt_sealed", "--json"];
+    assert_eq!(run_keyed(db, &rotated, &show).await.json()["key_id"], "k1");
+
+    let done = run_keyed(db, &rotated, &["rekey", "--batch", "1", "--json"]).await;
+    assert_eq!(done.json(), json!({"rekeyed": 2, "unreadable": 0}));
+    let again = run_keyed(db, &rotated, &["rekey"]).await;
+    assert_eq!(
+        (again.code, again.stdout.as_str()),
+        (0, "rekeyed 0\n"),
+        "{again:?}"
+    );
+    for id in ["evt_sealed", "evt_clear"] {
+        let shown = run_keyed(db, K2, &["show", "standard", id, "--json"])
+            .await
+            .json();
+        assert_eq!(shown["key_id"], "k2", "{shown}");
+        assert_eq!(shown["body_state"], "stored", "{shown}");
+        assert_eq!(shown["body"], body(id), "{shown}");
+    }
+    // k1 removed: what it sealed is gone from the database, so k2 alone opens all.
+    let left = run_keyed(db, K2, &["rekey"]).await;
+    assert_eq!(left.stdout, "rekeyed 0\n", "{left:?}");
+}
+
+#[tokio::test]
+async fn sqlite_the_command_rekeys_a_sealed_inbox() {
+    let (inbox, path) = sqlite().await;
+    the_command_rekeys_a_sealed_inbox(inbox, &path).await;
+}
+
+#[tokio::test]
+async fn postgres_the_command_rekeys_a_sealed_inbox() {
+    let (inbox, url) = postgres().await;
+    the_command_rekeys_a_sealed_inbox(inbox, &url).await;
+}
+
 /// A SQLite file of its own: its path, and an inbox on it.
 async fn sqlite() -> (Inbox, String) {
     let path = std::env::temp_dir().join(format!(

@@ -111,6 +111,16 @@ pub(crate) enum Command {
         #[arg(long, value_name = "RFC3339", value_parser = parse_time)]
         before: Option<SystemTime>,
     },
+    /// Rotation's last step: rewrite what older keys sealed, and what was stored in clear,
+    /// under the current key (the first of WEBHOOK_ENCRYPTION_KEYS), a batch at a time;
+    /// prints how many values it rewrote, and how many no listed key opens (left as they
+    /// are: keep their key listed, or they stay unreadable). Safe beside the application;
+    /// stopped, a rerun finishes. Remove an old key only once this rewrote everything.
+    Rekey {
+        /// Rows read, sealed again and written in one transaction (1 to 10000).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=10000))]
+        batch: u16,
+    },
     /// Delete a processor the application no longer has (orphaned): its routes with their
     /// history, its counts, pauses and registry row; prints how many routes.
     DropProcessor {

@@ -21,6 +21,11 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
         }
     }
     let keys = keys()?;
+    if matches!(cli.command, Command::Rekey { .. }) && keys.is_none() {
+        return Err(Failure::Usage(
+            "rekey needs the keys: set WEBHOOK_ENCRYPTION_KEYS, the new key first".into(),
+        ));
+    }
     let database = open(url).await?;
     let wanted = cli.command.processor();
     // The CLI does not know the application's processors, and the library refuses a
@@ -48,6 +53,20 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             from,
             before,
         } => processors::backfill(&inbox, cli.json, processor, *from, *before).await?,
+        Command::Rekey { batch } => {
+            let done = inbox.rekey(usize::from(*batch)).await?;
+            match (cli.json, done.unreadable) {
+                (true, _) => json(&serde_json::json!({
+                    "rekeyed": done.rekeyed,
+                    "unreadable": done.unreadable,
+                })),
+                (false, 0) => format!("rekeyed {}\n", done.rekeyed),
+                (false, n) => format!(
+                    "rekeyed {}\nunreadable {n}: no key in WEBHOOK_ENCRYPTION_KEYS opens them (left as they are)\n",
+                    done.rekeyed
+                ),
+            }
+        }
         Command::DropProcessor { name, yes } => {
             processors::drop(&inbox, cli.json, name, *yes).await?
         }
