@@ -101,13 +101,15 @@ impl Inbox {
 
         // Bodies in clear, then those under other keys: two ranges of the index, walked
         // once each (a row left unreadable is passed, not read again).
-        let mut clear = (String::new(), String::new());
+        let mut clear = Some((String::new(), String::new()));
         let mut stale = (String::new(), String::new(), String::new());
         loop {
-            let mut keys = store.clear_bodies(clear.clone(), batch).await?;
-            if let Some((_, source, id)) = keys.last() {
-                clear = (source.clone(), id.clone());
-            } else {
+            let mut keys = Vec::new();
+            if let Some(after) = clear.take() {
+                keys = store.clear_bodies(after, batch).await?;
+                clear = keys.last().map(|(_, s, id)| (s.clone(), id.clone()));
+            }
+            if clear.is_none() {
                 keys = store
                     .stale_bodies(ring.current_id().to_owned(), stale.clone(), batch)
                     .await?;
