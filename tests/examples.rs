@@ -1176,6 +1176,71 @@ async fn receiver_in_inbox_mode_with_encryption_keys_stores_sealed_bodies_and_ha
     assert!(stderr.contains("only inbox and nats mode"), "{stderr}");
 }
 
+/// Rotation through the receiver (inbox mode): an event sealed under k1, then the receiver
+/// restarted with `k2,k1` rekeys it through `POST /admin/rekey` (the admin router has the
+/// keyed inbox), a second call has nothing left; restarted without keys, 409.
+#[tokio::test]
+async fn receiver_in_inbox_mode_rekeys_through_the_admin_api() {
+    const SECRET: &str = "whsec_receiver_rekey_0123456789";
+    const TOKEN: &str = "operator-token-0123456789abcdef";
+    const K1: &str = "k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
+    let rotated = format!("k2:AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=,{K1}");
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-rekey-{}.db",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let base = [
+        ("WEBHOOK_SCHEME", "stripe"),
+        ("WEBHOOK_SECRETS", SECRET),
+        ("WEBHOOK_MODE", "inbox"),
+        ("WEBHOOK_ADMIN_TOKEN", TOKEN),
+    ];
+    let with = |keys: Option<&str>| -> Vec<(&str, String)> {
+        let mut env: Vec<(&str, String)> =
+            base.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
+        if let Some(keys) = keys {
+            env.push(("WEBHOOK_ENCRYPTION_KEYS", keys.to_owned()));
+        }
+        env
+    };
+    let start = async |env: Vec<(&str, String)>| {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        start_receiver(&db, &env).await
+    };
+    let rekey = async |url: &str| {
+        let url = url.replace("/webhooks", "/admin/rekey");
+        let mut headers = HeaderMap::new();
+        let bearer = HeaderValue::from_str(&format!("Bearer {TOKEN}")).unwrap();
+        headers.insert(http::header::AUTHORIZATION, bearer);
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let (status, body) = post(&url, headers, b"{}".to_vec()).await.unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    };
+
+    let (mut receiver, url, mut out) = start(with(Some(K1))).await;
+    deliver_canary(&url, SECRET, &mut out).await;
+    receiver.kill().await.unwrap();
+    let (mut receiver, url, _out) = start(with(Some(&rotated))).await;
+    assert_eq!(
+        rekey(&url).await,
+        (StatusCode::OK, r#"{"rekeyed":1,"unreadable":0}"#.to_owned())
+    );
+    assert_eq!(
+        rekey(&url).await,
+        (StatusCode::OK, r#"{"rekeyed":0,"unreadable":0}"#.to_owned())
+    );
+    receiver.kill().await.unwrap();
+    let (mut receiver, url, _out) = start(with(None)).await;
+    assert_eq!(rekey(&url).await.0, StatusCode::CONFLICT);
+    receiver.kill().await.unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+}
+
 #[tokio::test]
 async fn receiver_slow_handler_keeps_its_claim_and_a_hang_up_never_reruns_it() {
     const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
