@@ -350,7 +350,7 @@ async fn requeued_dead_rows_are_queued_again_and_a_worker_processes_them(inbox: 
     seed(&inbox, 3).await;
     let answer = post_json(&inbox, "/requeue", r#"{"dead": true}"#).await;
     assert_eq!(answer.status, StatusCode::OK);
-    assert_eq!(answer.json, json!({"requeued": 3}));
+    assert_eq!(answer.json, json!({"requeued": 3, "without_body": 0}));
     let row = get(&inbox, "/events/standard/evt_dead_2").await.json;
     assert_eq!(row["state"], "queued");
     assert_eq!(row["attempts"], 0);
@@ -625,7 +625,7 @@ async fn fan_out_routes_listings_requeues_and_pauses_per_processor(inbox: Inbox)
         r#"{"processor": "flaky", "dead": true}"#,
     )
     .await;
-    assert_eq!(requeued.json, json!({"requeued": 2}));
+    assert_eq!(requeued.json, json!({"requeued": 2, "without_body": 0}));
     let event = get(&inbox, "/events/standard/evt_1").await.json;
     assert_eq!(route(&event, "flaky")["state"], "queued");
     assert_eq!(route(&event, "flaky")["attempts"], 0);

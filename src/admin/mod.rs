@@ -10,7 +10,7 @@
 //! | `GET /events?state=dead` | `{"events": [{"source", "id", "type", "object_id", "state", "attempts", "received_at", "next_attempt_at", "dead_at", "last_error"}, …], "next": "<cursor>"}` ([`Inbox::list`]) |
 //! | `GET /events/{source}/{id}` | one event's row with `"livemode"`, `"processed_at"`, `"body"`, `"body_encoding"`, `"headers"` and `"history"` ([`Inbox::event`]) |
 //! | `GET /processed?minutes=15` | `{"minutes": [{"start": "2026-12-03T15:04:00Z", "processed": 12}, …]}` ([`Inbox::processed_per_minute`]) |
-//! | `POST /requeue` | `{"requeued": 2}` ([`Inbox::requeue`]) |
+//! | `POST /requeue` | `{"requeued": 2, "without_body": 0}` ([`Inbox::requeue_counted`]: rows of events whose body expired or was erased are left out and counted apart) |
 //! | `POST /pause?source=stripe&type=invoice.paid` | `{"changed": true}` ([`Inbox::pause`]) |
 //! | `POST /resume?source=stripe&type=invoice.paid` | `{"changed": true}` ([`Inbox::resume`]) |
 //! | `GET /pauses` | `[{"source": "stripe", "type": null, "paused_at": "…"}, …]` ([`Inbox::pauses`]) |

@@ -99,9 +99,12 @@ async fn processed(
         .map_err(AdminError::store)
 }
 
+/// `{"requeued": n, "without_body": m}`: `m` matching rows left out, their event's body
+/// gone (expired, erased).
 #[derive(serde::Serialize)]
 struct Requeued {
     requeued: u64,
+    without_body: u64,
 }
 
 async fn requeue(
@@ -118,9 +121,14 @@ async fn requeue(
     })?;
     let which = body.requeue(&inbox)?;
     inbox
-        .requeue(which)
+        .requeue_counted(which)
         .await
-        .map(|requeued| Json(Requeued { requeued }))
+        .map(|done| {
+            Json(Requeued {
+                requeued: done.requeued,
+                without_body: done.without_body,
+            })
+        })
         .map_err(AdminError::store)
 }
 

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::{Accepted, Counts, DeadRows, EventSummary, Listing, Pause, Requeue, StoredEvent};
+use super::StoredEvent;
+use super::{Accepted, Counts, DeadRows, EventSummary, Listing, Pause, Requeue, Requeued};
 use crate::inbox::worker::due::Dues;
 use crate::inbox::worker::ClaimDue;
 pub(crate) use crate::sql::Outcome;
@@ -65,7 +66,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn renew(&self, row: HeldRow, lease: Duration) -> StoreFuture<bool>;
     /// Records `outcome` if the row's token still holds it; `false` when fenced out.
     fn finish(&self, row: HeldRow, outcome: Outcome) -> StoreFuture<bool>;
-    fn requeue(&self, which: &Requeue) -> StoreFuture<u64>;
+    /// Queues the matching routes again, leaving out (and counting apart) those whose
+    /// event's body is gone by a recorded reason (`body_state`: expired, erased).
+    fn requeue(&self, which: &Requeue) -> StoreFuture<Requeued>;
     /// Makes the index a per-object cap reads, if it is missing.
     fn object_index(&self) -> StoreFuture<()>;
     /// Pauses (`true`) or resumes (`false`) a processor, source and type (`""`: any);
@@ -76,6 +79,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Deletes the processed rows older than `older_than` (`None`), or the dead rows `dead`
     /// names that went dead before it.
     fn prune(&self, older_than: Duration, dead: Option<&DeadRows>) -> StoreFuture<u64>;
+    /// One batch of body expiry (`docs/design/payload-protection.md` §7), in one
+    /// transaction: the processed routes after the bookmark and processed more than
+    /// `retention` ago, up to `batch` of them (ties at the last time taken whole); each of
+    /// their events whose every route was processed that long ago loses its body, headers
+    /// and error texts (`body_state` expired), and the bookmark moves past them. How many
+    /// events it expired; `None` when no such route was left to walk.
+    fn expire_bodies(&self, retention: Duration, batch: usize) -> StoreFuture<Option<u64>>;
     /// How many of `processor`'s routes are in each state.
     fn counts(&self, processor: Arc<str>) -> StoreFuture<Counts>;
     /// Up to `listing.limit + 1` rows of the listing (one more than a page: whether there

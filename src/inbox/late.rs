@@ -14,8 +14,8 @@ use tokio::sync::Notify;
 use super::backend::{Backend, Claimed, HeldRow, Outcome};
 use super::worker::due::Dues;
 use super::worker::ClaimDue;
-use super::StoredEvent;
 use super::{Accepted, Counts, DeadRows, EventSummary, Inbox, Listing, Pause, Requeue};
+use super::{Requeued, StoredEvent};
 use crate::store::{Delivery, StoreFuture, Token};
 
 /// Hidden, for tests (see [`LateAnswers`]): which of the worker's calls answers late.
@@ -105,6 +105,7 @@ impl Inbox {
             registered: self.registered.clone(),
             wake: self.wake.clone(),
             due: self.due.clone(),
+            body_retention: self.body_retention,
             #[cfg(feature = "seal")]
             keys: self.keys.clone(),
         }
@@ -168,7 +169,7 @@ impl Backend for Late {
     fn finish(&self, row: HeldRow, outcome: Outcome) -> StoreFuture<bool> {
         self.delayed(LateCall::Finish, self.inner.finish(row, outcome), |_| true)
     }
-    fn requeue(&self, which: &Requeue) -> StoreFuture<u64> {
+    fn requeue(&self, which: &Requeue) -> StoreFuture<Requeued> {
         self.inner.requeue(which)
     }
     fn object_index(&self) -> StoreFuture<()> {
@@ -182,6 +183,9 @@ impl Backend for Late {
     }
     fn prune(&self, older_than: Duration, dead: Option<&DeadRows>) -> StoreFuture<u64> {
         self.inner.prune(older_than, dead)
+    }
+    fn expire_bodies(&self, retention: Duration, batch: usize) -> StoreFuture<Option<u64>> {
+        self.inner.expire_bodies(retention, batch)
     }
     fn counts(&self, processor: Arc<str>) -> StoreFuture<Counts> {
         self.inner.counts(processor)

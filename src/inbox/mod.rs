@@ -157,6 +157,8 @@ mod processors; // fan-out: which processors take an event
 mod rate;
 #[cfg(all(feature = "seal", any(feature = "sqlite", feature = "postgres")))]
 pub(crate) mod rekey; // rotation: what older keys sealed, sealed again under the current one
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod retention; // bodies expired apart from their keys: with_body_retention, expire_bodies
 mod retry;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sealing; // payloads sealed at rest (feature `seal`): with_keys, accept's and errors'
@@ -191,7 +193,7 @@ pub use self::later::Later;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, State};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub use self::operate::{DeadRows, Requeue};
+pub use self::operate::{DeadRows, Requeue, Requeued};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 pub use self::pause::Pause;
 pub use self::process::{Attempt, Processor, WorkerHandle};
@@ -229,6 +231,8 @@ pub struct Inbox {
     /// When each processor's routes fall due later (retries, snoozes), for its workers
     /// (only) to wake then.
     due: worker::due::Dues,
+    /// How long a processed event keeps its body ([`Inbox::with_body_retention`]).
+    body_retention: Option<std::time::Duration>,
     /// What bodies, headers and errors are sealed under ([`Inbox::with_keys`]).
     #[cfg(feature = "seal")]
     keys: Option<crate::seal::KeyRing>,
@@ -283,6 +287,7 @@ impl Inbox {
             registered: Arc::new(tokio::sync::OnceCell::new()),
             wake: Arc::new(tokio::sync::Notify::new()),
             due,
+            body_retention: None,
             #[cfg(feature = "seal")]
             keys: None,
         }

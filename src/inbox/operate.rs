@@ -23,6 +23,23 @@ pub struct Requeue {
     pub(crate) processor: Option<String>,
 }
 
+/// What [`Inbox::requeue_counted`] did: the routes queued again, and those it left out
+/// because their event's body is gone by a recorded reason ([`BodyState::Expired`]
+/// by the body retention, or [`BodyState::Erased`]): run again, they could only end dead
+/// again ("the body expired before …"), so they stay as they are and are counted here,
+/// for the operator to see why.
+///
+/// [`BodyState::Expired`]: super::BodyState::Expired
+/// [`BodyState::Erased`]: super::BodyState::Erased
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Requeued {
+    /// The routes queued again.
+    pub requeued: u64,
+    /// The matching routes left out: their event has no body any more.
+    pub without_body: u64,
+}
+
 /// The most minutes [`Inbox::processed_per_minute`] counts: a day.
 const MAX_RATE_MINUTES: u32 = 1440;
 
@@ -129,14 +146,27 @@ impl Requeue {
 impl Inbox {
     /// Puts matching rows back in the queue now, with their attempts reset; returns how
     /// many. Rows a worker is processing now are left to it (requeue them once it is done).
+    /// Rows of events whose body is gone — expired by the
+    /// [body retention](Self::with_body_retention), or erased — are left out (they could
+    /// only end dead again); [`requeue_counted`](Self::requeue_counted) counts them.
     ///
     /// # Errors
     ///
     /// When the database fails.
     pub async fn requeue(&self, which: Requeue) -> Result<u64, StoreError> {
-        let n = self.backend.requeue(&which).await?;
+        Ok(self.requeue_counted(which).await?.requeued)
+    }
+
+    /// [`requeue`](Self::requeue), answering also how many matching rows it left out
+    /// because their event's body is gone ([`Requeued::without_body`]).
+    ///
+    /// # Errors
+    ///
+    /// When the database fails.
+    pub async fn requeue_counted(&self, which: Requeue) -> Result<Requeued, StoreError> {
+        let done = self.backend.requeue(&which).await?;
         self.wake.notify_waiters();
-        Ok(n)
+        Ok(done)
     }
 
     /// Deletes processed rows processed more than `older_than` ago, and the keys that

@@ -148,7 +148,7 @@ fn into_event(
 
 /// The statements [`event`] runs, each with what the dialect binds first: the event's
 /// row and body (the row alone once its body is gone; `None` once every route of it is
-/// a tombstone and no state says why), its routes, and its newest attempts
+/// a tombstone), its routes, and its newest attempts
 /// (bound after the key to the most records read, [`MAX_ATTEMPT_RECORDS`]).
 pub(super) struct EventStatements<DB: Database> {
     pub(super) event: QueryAs<'static, DB, EventRow, DB::Arguments>,

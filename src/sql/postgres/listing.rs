@@ -233,8 +233,9 @@ FROM (
 
 /// An inbox event by its key (`$1`, `$2`) with its body and headers, or the event without
 /// them once its body is gone (expired, erased, or deleted outside the crate: P4 of
-/// `docs/design/payload-protection.md`); none when every route of it is a tombstone and
-/// no state says why the body went (`prune_dead`: the event stays the key only).
+/// `docs/design/payload-protection.md`); none when every route of it is a tombstone
+/// (`prune_dead`: the event stays the key only — its body gone `expired`, but with no
+/// route left to show, it would read as an event no processor took).
 const EVENT: &str = "
 SELECT e.source, e.event_id, e.event_type, e.object_id,
     (extract(epoch FROM e.received_at) * 1000000)::int8 AS received_us,
@@ -243,9 +244,11 @@ SELECT e.source, e.event_id, e.event_type, e.object_id,
 FROM webhook_events e
 LEFT JOIN webhook_bodies b ON b.source = e.source AND b.event_id = e.event_id
 WHERE e.source = $1 AND e.event_id = $2 AND e.next_attempt_at IS NOT NULL
-  AND (b.source IS NOT NULL OR e.body_state IS NOT NULL
+  AND (b.source IS NOT NULL
     OR EXISTS (SELECT 1 FROM webhook_routes r
-        WHERE r.source = e.source AND r.event_id = e.event_id AND r.next_attempt_at IS NOT NULL))";
+        WHERE r.source = e.source AND r.event_id = e.event_id AND r.next_attempt_at IS NOT NULL)
+    OR (e.body_state IS NOT NULL AND NOT EXISTS (SELECT 1 FROM webhook_routes r
+        WHERE r.source = e.source AND r.event_id = e.event_id)))";
 
 /// One event of the inbox, its body, headers, routes and attempts included.
 pub(super) fn event(

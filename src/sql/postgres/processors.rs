@@ -46,7 +46,8 @@ WHERE e.next_attempt_at IS NOT NULL
 ORDER BY e.received_at, e.source, e.event_id
 LIMIT $7";
 
-/// A route of processor `$3`, due now, for each event of `$1`, `$2` still in the inbox:
+/// A route of processor `$3`, due now, for each event of `$1`, `$2` still in the inbox
+/// with its body (expired or erased since the page was read: none):
 /// its immutable columns copied from the event, its arrival and receipt time the event's
 /// own (its order among its object's routes); how many, and workers in every process
 /// woken.
@@ -59,7 +60,7 @@ WITH made AS (
         now()
     FROM unnest($1::text[], $2::text[]) AS k(source, event_id)
     JOIN webhook_events e ON e.source = k.source AND e.event_id = k.event_id
-    WHERE e.next_attempt_at IS NOT NULL
+    WHERE e.next_attempt_at IS NOT NULL AND e.body_state IS NULL
     ON CONFLICT (source, event_id, processor) DO NOTHING
     RETURNING 1
 )

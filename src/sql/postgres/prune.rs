@@ -33,9 +33,10 @@ AND next_attempt_at IS NULL AND lock_token IS NULL";
 /// Dead routes that went dead more than `$1` seconds ago, of source `$2` and type `$3`
 /// where given, deleted: each becomes a tombstone, done now (`next_attempt_at` NULL: no
 /// longer queued or counted; its error and history go), and the event's body and headers
-/// go once every route of it is one. The event stays, the key: its delivery posted again
-/// is a duplicate until the retention has passed since (the inbox prune), and
-/// `Inbox::event` no longer finds it.
+/// go once every route of it is one, its `body_state` set to `expired` (a requeue and a
+/// backfill leave it out). The event stays, the key: its delivery posted again is a
+/// duplicate until the retention has passed since (the inbox prune), and `Inbox::event`
+/// no longer finds it (no route of it is left to show).
 const PRUNE_DEAD: &str = "
 WITH gone AS (
     UPDATE webhook_routes SET next_attempt_at = NULL, processed_at = now(), dead_at = NULL,
@@ -52,6 +53,10 @@ WITH gone AS (
           WHERE r.source = g.source AND r.event_id = g.event_id
             AND r.next_attempt_at IS NOT NULL
             AND (r.source, r.event_id, r.processor) NOT IN (SELECT * FROM gone))
+    RETURNING b.source, b.event_id
+), expired AS (
+    UPDATE webhook_events e SET body_state = 'expired' FROM bodies
+    WHERE e.source = bodies.source AND e.event_id = bodies.event_id AND e.body_state IS NULL
 )
 SELECT count(*) FROM gone";
 

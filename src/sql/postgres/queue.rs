@@ -16,7 +16,8 @@ use crate::inbox::backend::{Backend, Claimed, HeldRow};
 use crate::inbox::worker::due::Dues;
 use crate::inbox::worker::ClaimDue;
 use crate::inbox::Pause;
-use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, StoredEvent};
+use crate::inbox::StoredEvent;
+use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, Requeued};
 use crate::store::{Delivery, StoreFuture, Token};
 
 /// The processor `$11`'s due routes, claimed, with their events' livemode and bodies
@@ -226,21 +227,34 @@ pub(super) const ABANDON: &str = recorded!(
     cap: "$5"
 );
 
+/// The matching routes queued again, those of events whose body is gone for a recorded
+/// reason (expired, erased) left out and counted apart (they could only end dead again).
 const REQUEUE: &str = "
-WITH requeued AS (
-    UPDATE webhook_routes
+WITH matching AS (
+    SELECT r.source, r.event_id, r.processor,
+        EXISTS (SELECT 1 FROM webhook_events e WHERE e.source = r.source
+            AND e.event_id = r.event_id AND e.body_state IS NOT NULL) AS without_body
+    FROM webhook_routes r
+    WHERE r.next_attempt_at IS NOT NULL
+      AND (r.locked_until IS NULL OR r.locked_until <= now())
+      AND ($1::text IS NULL OR (r.source = $1 AND r.event_id = $2))
+      AND (NOT $3 OR r.dead_at IS NOT NULL)
+      AND ($4::text IS NULL OR r.event_type = $4)
+      AND ($5::int8 IS NULL OR r.received_at >= to_timestamp($5 / 1000.0))
+      AND ($6::int8 IS NULL OR r.received_at < to_timestamp($6 / 1000.0))
+      AND ($7::text IS NULL OR r.processor = $7)
+), requeued AS (
+    UPDATE webhook_routes w
     SET next_attempt_at = now(), attempts = 0, processed_at = NULL, dead_at = NULL,
         processing_error = NULL, locked_until = NULL, lock_token = NULL
-    WHERE next_attempt_at IS NOT NULL
-      AND (locked_until IS NULL OR locked_until <= now())
-      AND ($1::text IS NULL OR (source = $1 AND event_id = $2))
-      AND (NOT $3 OR dead_at IS NOT NULL)
-      AND ($4::text IS NULL OR event_type = $4)
-      AND ($5::int8 IS NULL OR received_at >= to_timestamp($5 / 1000.0))
-      AND ($6::int8 IS NULL OR received_at < to_timestamp($6 / 1000.0))
-      AND ($7::text IS NULL OR processor = $7)
+    FROM matching m
+    WHERE NOT m.without_body AND w.source = m.source AND w.event_id = m.event_id
+      AND w.processor = m.processor
+      AND w.next_attempt_at IS NOT NULL
+      AND (w.locked_until IS NULL OR w.locked_until <= now())
     RETURNING 1)
-SELECT count(*), pg_notify('webhook_events', '') FROM requeued";
+SELECT (SELECT count(*) FROM requeued), (SELECT count(*) FROM matching WHERE without_body),
+    pg_notify('webhook_events', '')";
 
 /// Wakes the workers of the processor `$1` in every process: an outcome ended a route its
 /// object's later routes waited for (their turn under a per-object cap is free), due now.
@@ -384,7 +398,7 @@ impl Backend for Pg {
         })
     }
 
-    fn requeue(&self, which: &Requeue) -> StoreFuture<u64> {
+    fn requeue(&self, which: &Requeue) -> StoreFuture<Requeued> {
         let pool = self.pool.clone();
         let which = which.clone();
         Box::pin(async move {
@@ -400,11 +414,18 @@ impl Backend for Pg {
                 .fetch_one(&pool)
                 .await
                 .map_err(|e| store_error("inbox requeue", e))?;
-            let n: i64 = done
-                .try_get(0)
-                .map_err(|e| store_error("inbox requeue", e))?;
-            Ok(n.unsigned_abs())
+            let err = |e| store_error("inbox requeue", e);
+            let (requeued, without_body): (i64, i64) =
+                (done.try_get(0).map_err(err)?, done.try_get(1).map_err(err)?);
+            Ok(Requeued {
+                requeued: requeued.unsigned_abs(),
+                without_body: without_body.unsigned_abs(),
+            })
         })
+    }
+
+    fn expire_bodies(&self, retention: Duration, batch: usize) -> StoreFuture<Option<u64>> {
+        super::expiry::expire(&self.pool, retention, batch)
     }
 
     fn pause(

@@ -87,7 +87,7 @@ impl Sqlite {
             Done::Claim(claim) => Keyed::Claim(claim),
             Done::Held(held) => Keyed::Held(held),
             Done::Count(n) => Keyed::Count(n),
-            Done::Accept(_) | Done::Claimed(_) => unreachable!("a key's answer"),
+            _ => unreachable!("a key's answer"),
         })
     }
 }

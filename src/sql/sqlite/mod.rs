@@ -11,6 +11,7 @@
 //! key until the inbox's prune deletes it with its routes, body and history.
 
 mod claims; // `DedupeLayer`'s claims of an event key
+mod expiry; // the body retention: processed events' bodies, a batch from a bookmark
 mod latest; // the ordering guard (`webhook_objects`)
 mod listing; // the inbox's counts, listings and one event, for operators
 mod processors; // fan-out's registry, backfill and dropping a processor
@@ -81,6 +82,9 @@ enum Op {
     RenewRow(crate::inbox::backend::HeldRow, Duration),
     Finish(crate::inbox::backend::HeldRow, Outcome),
     Requeue(Requeue),
+    /// A batch of body expiry: routes processed before the cutoff (milliseconds before
+    /// the writer's now), at most this many.
+    ExpireBodies(std::time::Duration, usize),
     /// An operator's pause (`true`) or resume of a processor, source and type.
     Pause(crate::inbox::pause::Rule, bool),
     Prune(Duration),
@@ -109,6 +113,10 @@ enum Done {
     Accept(Accepted),
     Claimed(Vec<ClaimedRow>),
     Count(u64),
+    /// Requeued, and left out for their body's state.
+    Requeued(crate::inbox::Requeued),
+    /// A batch of body expiry's events (`None`: nothing left to walk).
+    Expired(Option<u64>),
 }
 
 impl Op {
@@ -129,6 +137,7 @@ impl Op {
             Op::Claim(..)
             | Op::Accept(_)
             | Op::Requeue(_)
+            | Op::ExpireBodies(..)
             | Op::Pause(..)
             | Op::Prune(_)
             | Op::PruneOnce(..)

@@ -45,7 +45,8 @@ ORDER BY e.received_at, e.source, e.event_id
 LIMIT ?7";
 
 /// A route of processor `?2`, due at `?3`, for each event of `?1` (a JSON array of
-/// `[source, id]`) still in the inbox: its immutable columns copied from the event, its
+/// `[source, id]`) still in the inbox with its body (expired or erased since the page was
+/// read: none): its immutable columns copied from the event, its
 /// arrival and receipt time the event's own (its order among its object's routes).
 const BACKFILL_ROUTES: &str = "
 INSERT INTO webhook_routes
@@ -54,6 +55,7 @@ INSERT INTO webhook_routes
 SELECT e.source, e.event_id, ?2, e.event_type, e.object_id, e.arrival, e.received_at, 0, ?3
 FROM json_each(?1) AS k CROSS JOIN webhook_events AS e
 WHERE e.source = k.value ->> 0 AND e.event_id = k.value ->> 1 AND e.next_attempt_at IS NOT NULL
+  AND e.body_state IS NULL
 ON CONFLICT (source, event_id, processor) DO NOTHING";
 
 /// Every processor a route was ever made for (the counter's rows, one each, made by the

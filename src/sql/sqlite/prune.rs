@@ -37,9 +37,10 @@ WHERE kind = 'kept' AND source = ?1 AND next_attempt_at IS NOT NULL AND received
         AND (r.processed_at IS NULL OR r.processed_at >= ?2))";
 
 /// Dead routes deleted: each becomes a tombstone, done at `?4` (no longer queued: its
-/// error and history go, and the event's body with its last route that was not one —
-/// the trigger `webhook_route_attempts_left_inbox`), so the event's delivery posted again
-/// is a duplicate until the inbox's prune deletes the event.
+/// error and history go, and the event's body with its last route that was not one, its
+/// `body_state` set to `expired` — the trigger `webhook_route_attempts_left_inbox`), so
+/// the event's delivery posted again is a duplicate until the inbox's prune deletes the
+/// event.
 pub(super) const PRUNE_DEAD: &str = "
 UPDATE webhook_routes SET next_attempt_at = NULL, processed_at = ?4, dead_at = NULL,
     processing_error = NULL, attempt_started_at = NULL, locked_until = NULL, lock_token = NULL

@@ -16,7 +16,8 @@ use crate::inbox::backend::{Backend, Claimed, HeldRow};
 use crate::inbox::worker::due::Dues;
 use crate::inbox::worker::ClaimDue;
 use crate::inbox::Pause;
-use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, StoredEvent};
+use crate::inbox::StoredEvent;
+use crate::inbox::{Accepted, Counts, DeadRows, EventSummary, Listing, Requeue, Requeued};
 use crate::store::{Delivery, StoreError, StoreFuture, Token};
 
 /// A new event: its key and metadata, `next_attempt_at` its accept time (`?7`: the marker
@@ -230,19 +231,49 @@ DELETE FROM webhook_attempts WHERE rowid IN (
     WHERE source = ?1 AND event_id = ?2 AND processor = ?4
     ORDER BY started_at DESC, rowid DESC LIMIT -1 OFFSET ?3)";
 
-/// The routes that match (every processor's, or `?8`'s), queued again (tombstones left).
-pub(super) const REQUEUE: &str = "
-UPDATE webhook_routes
-SET next_attempt_at = ?1, attempts = 0, processed_at = NULL, dead_at = NULL,
-    processing_error = NULL, locked_until = NULL, lock_token = NULL
-WHERE next_attempt_at IS NOT NULL
+/// The routes a requeue matches (every processor's, or `?8`'s; tombstones left), at `?1`.
+macro_rules! requeue_matching {
+    () => {
+        "next_attempt_at IS NOT NULL
   AND (locked_until IS NULL OR locked_until <= ?1)
   AND (?2 IS NULL OR (source = ?2 AND event_id = ?3))
   AND (?4 = 0 OR dead_at IS NOT NULL)
   AND (?5 IS NULL OR event_type = ?5)
   AND (?6 IS NULL OR received_at >= ?6)
   AND (?7 IS NULL OR received_at < ?7)
-  AND (?8 IS NULL OR processor = ?8)";
+  AND (?8 IS NULL OR processor = ?8)
+  AND "
+    };
+}
+
+/// Whether the route's event lost its body for a recorded reason (expired, erased).
+macro_rules! without_body {
+    () => {
+        "EXISTS (SELECT 1 FROM webhook_events AS e
+      WHERE e.source = webhook_routes.source AND e.event_id = webhook_routes.event_id
+        AND e.body_state IS NOT NULL)"
+    };
+}
+
+/// The matching routes queued again, those of events without a body left out (they could
+/// only end dead again).
+pub(super) const REQUEUE: &str = concat!(
+    "
+UPDATE webhook_routes
+SET next_attempt_at = ?1, attempts = 0, processed_at = NULL, dead_at = NULL,
+    processing_error = NULL, locked_until = NULL, lock_token = NULL
+WHERE ",
+    requeue_matching!(),
+    "NOT ",
+    without_body!()
+);
+
+/// How many matching routes [`REQUEUE`] leaves out for their event's body state.
+pub(super) const REQUEUE_WITHOUT_BODY: &str = concat!(
+    "SELECT count(*) FROM webhook_routes WHERE ",
+    requeue_matching!(),
+    without_body!()
+);
 
 impl Sqlite {
     /// Queues a verified event in the inbox.
@@ -306,9 +337,24 @@ impl Backend for Sqlite {
         Box::pin(async move { this.held(Op::Finish(row, outcome)).await })
     }
 
-    fn requeue(&self, which: &Requeue) -> StoreFuture<u64> {
+    fn requeue(&self, which: &Requeue) -> StoreFuture<Requeued> {
         let (this, which) = (self.clone(), which.clone());
-        Box::pin(async move { this.count(Op::Requeue(which)).await })
+        Box::pin(async move {
+            match this.write(Op::Requeue(which)).await? {
+                Done::Requeued(done) => Ok(done),
+                _ => unreachable!("a requeue's counts"),
+            }
+        })
+    }
+
+    fn expire_bodies(&self, retention: Duration, batch: usize) -> StoreFuture<Option<u64>> {
+        let this = self.clone();
+        Box::pin(async move {
+            match this.write(Op::ExpireBodies(retention, batch)).await? {
+                Done::Expired(done) => Ok(done),
+                _ => unreachable!("a batch of expiry's count"),
+            }
+        })
     }
 
     fn pause(&self, rule: crate::inbox::pause::Rule, pause: bool) -> StoreFuture<bool> {

@@ -11,7 +11,7 @@ use super::super::store_error;
 use super::claims::{claim_one, COMPLETE, INBOX_HAS, PRUNE, PRUNE_ONCE, RELEASE, RENEW};
 use super::processors;
 use super::prune::PRUNE_KEPT;
-use super::queue::{PAUSE, REQUEUE, RESUME, TAKE_ARRIVALS};
+use super::queue::{PAUSE, REQUEUE, REQUEUE_WITHOUT_BODY, RESUME, TAKE_ARRIVALS};
 use super::routes::{self, record, Finished};
 use super::{epoch_ms, ms, Clock, Done, Op};
 use crate::store::{Delivery, StoreError, StoreErrorKind, Token};
@@ -220,19 +220,32 @@ async fn write_one<'a>(
         }
         Op::Requeue(which) => {
             let (source, id) = which.id.clone().unzip();
-            let done = sqlx::query(REQUEUE)
-                .bind(now)
-                .bind(source)
-                .bind(id)
-                .bind(which.dead_only)
-                .bind(which.event_type.clone())
-                .bind(which.received_from)
-                .bind(which.received_before)
-                .bind(which.processor.clone())
-                .execute(&mut *conn)
+            let matching = |sql: &'static str| {
+                sqlx::query(sql)
+                    .bind(now)
+                    .bind(source.clone())
+                    .bind(id.clone())
+                    .bind(which.dead_only)
+                    .bind(which.event_type.clone())
+                    .bind(which.received_from)
+                    .bind(which.received_before)
+                    .bind(which.processor.clone())
+            };
+            let err = |e| store_error("inbox requeue", e);
+            let left = matching(REQUEUE_WITHOUT_BODY)
+                .fetch_one(&mut *conn)
                 .await
-                .map_err(|e| store_error("inbox requeue", e))?;
-            Done::Count(changed(done))
+                .map_err(err)?;
+            let done = matching(REQUEUE).execute(&mut *conn).await.map_err(err)?;
+            let left: i64 = sqlx::Row::try_get(&left, 0).map_err(err)?;
+            Done::Requeued(crate::inbox::Requeued {
+                requeued: changed(done),
+                without_body: left.unsigned_abs(),
+            })
+        }
+        Op::ExpireBodies(retention, batch) => {
+            let cutoff = now.saturating_sub(ms(*retention));
+            Done::Expired(super::expiry::expire(conn, cutoff, *batch).await?)
         }
         Op::Prune(older_than) => {
             let done = sqlx::query(PRUNE)
