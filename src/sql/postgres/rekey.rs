@@ -236,3 +236,116 @@ impl Rekeying for Pg {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::seal::{Key, KeyRing};
+    use crate::sql::rekey::{reseal_body, Resealed};
+
+    /// A migrated database of its own on the local server.
+    async fn fresh() -> Pg {
+        let url = std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let admin = sqlx::PgPool::connect(&url)
+            .await
+            .expect("PostgreSQL is running");
+        let name = format!("tower_webhook_unit_{}", uuid::Uuid::new_v4().simple());
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin)
+            .await
+            .unwrap();
+        let base = &url[..url.rfind('/').expect("a database in the URL")];
+        let store = crate::store::PgStore::connect(&format!("{base}/{name}"))
+            .await
+            .unwrap();
+        Pg::new(store.pool().clone())
+    }
+
+    #[tokio::test]
+    async fn the_walks_read_the_index_alone_and_a_row_changed_since_read_is_not_overwritten() {
+        let pg = fresh().await;
+        let pool = pg.pool.clone();
+        sqlx::raw_sql(
+            "INSERT INTO webhook_bodies (source, event_id, body, key_id, body_nonce)
+             SELECT 's', 'e' || g, convert_to(repeat('x', 2000), 'UTF8'),
+                 CASE WHEN g % 10 = 0 THEN NULL WHEN g % 10 < 5 THEN 'k1' ELSE 'k2' END,
+                 CASE WHEN g % 10 = 0 THEN NULL ELSE '\\x00'::bytea END
+             FROM generate_series(1, 20000) g",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::query("VACUUM ANALYZE webhook_bodies")
+            .execute(&pool)
+            .await
+            .unwrap();
+        // P5: each walk is an index-only scan of webhook_bodies_key (the two ranges either
+        // side of the current key for the stale one), never the bodies' pages.
+        let explain = |sql: &str| format!("EXPLAIN {sql}");
+        let clear: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(explain(CLEAR_BODIES)))
+            .bind("")
+            .bind("")
+            .bind(100_i64)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        let stale: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(explain(STALE_BODIES)))
+            .bind("k2")
+            .bind("")
+            .bind("")
+            .bind("")
+            .bind(100_i64)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        for (plan, scans) in [(clear.join("\n"), 1), (stale.join("\n"), 2)] {
+            let only = plan
+                .matches("Index Only Scan using webhook_bodies_key")
+                .count();
+            assert_eq!(only, scans, "{plan}");
+            assert!(!plan.contains("Seq Scan"), "{plan}");
+        }
+
+        // Compare-and-set: read three rows in clear, then one is sealed by another
+        // replica and one erased before the write; only the third is written.
+        let keys = pg
+            .clear_bodies((String::new(), String::new()), 3)
+            .await
+            .unwrap();
+        let keys: Vec<(String, String)> = keys.into_iter().map(|(_, s, id)| (s, id)).collect();
+        let ring = KeyRing::new([Key::new("k3", [3; 32]).unwrap()]).unwrap();
+        let rewrites: Vec<_> = (pg.bodies(keys.clone()).await.unwrap().into_iter())
+            .map(|row| match reseal_body(&ring, row).unwrap() {
+                Resealed::Rewrite(rewrite) => rewrite,
+                _ => panic!("a clear body is sealed"),
+            })
+            .collect();
+        assert_eq!(rewrites.len(), 3);
+        sqlx::query("UPDATE webhook_bodies SET key_id = 'k3', body_nonce = '\\x01', body = 'theirs' WHERE event_id = $1")
+            .bind(&keys[0].1)
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query("DELETE FROM webhook_bodies WHERE event_id = $1")
+            .bind(&keys[1].1)
+            .execute(&pool)
+            .await
+            .unwrap();
+        assert_eq!(pg.rewrite(Rewrites::Bodies(rewrites)).await.unwrap(), 1);
+        let theirs: Vec<u8> =
+            sqlx::query_scalar("SELECT body FROM webhook_bodies WHERE event_id = $1")
+                .bind(&keys[0].1)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(theirs, b"theirs");
+        let third: Option<String> =
+            sqlx::query_scalar("SELECT key_id FROM webhook_bodies WHERE event_id = $1")
+                .bind(&keys[2].1)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(third.as_deref(), Some("k3"));
+    }
+}
