@@ -114,6 +114,11 @@ Environment (variable [default] (modes): what it does):
       headers and the processors' errors are stored sealed; nats, each body is published
       sealed (the stream holds no body in clear); a malformed entry stops the receiver at
       start, naming its position; set in dedupe mode, the receiver refuses to start
+  WEBHOOK_BODY_RETENTION_SECS [off: bodies kept with their events] (inbox): a processed
+      event's body, stored headers and error texts are deleted this long after its last
+      processor finished, checked every minute (sooner for a short retention); its key
+      stays, so a redelivery is still a duplicate; set in nats mode (a stream keeps
+      messages for its own max_age) or dedupe mode, the receiver refuses to start
 
 It serves POST /webhooks and GET /metrics, and prints `handled <event id>` each time its
 handler runs; in inbox and nats mode also `finished <event id>` when it returns, and
@@ -254,6 +259,24 @@ fn prometheus() -> Result<PrometheusHandle, Box<dyn std::error::Error>> {
     Ok(handle)
 }
 
+/// Runs the inbox's body expiry on a tick: a minute, or a quarter of a shorter retention
+/// (at least a second), so a body outlives its retention by at most that. Every replica
+/// may run it: one batch at a time goes, each from where the last ended.
+fn expire_bodies_every(inbox: Inbox, retention: Duration) {
+    let tick = (retention / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(tick);
+        loop {
+            every.tick().await;
+            match inbox.expire_bodies(500).await {
+                Ok(0) => {}
+                Ok(n) => eprintln!("expired the bodies of {n} processed events"),
+                Err(e) => eprintln!("body expiry failed: {e}"),
+            }
+        }
+    });
+}
+
 /// `GET /metrics`: the scrape, in Prometheus's text format.
 /// The operator API (`admin`) under `/admin` when there is a token, behind the door's
 /// bearer check.
@@ -385,6 +408,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "WEBHOOK_ENCRYPTION_KEYS: only inbox and nats mode seal the bodies they store".into(),
         );
     }
+    let body_retention = match std::env::var("WEBHOOK_BODY_RETENTION_SECS") {
+        Ok(_) if std::env::var("WEBHOOK_MODE").as_deref() != Ok("inbox") => {
+            return Err(
+                "WEBHOOK_BODY_RETENTION_SECS: inbox mode only (in nats mode the \
+                stream's max_age is the bodies' retention)"
+                    .into(),
+            )
+        }
+        Ok(_) => Some(Duration::from_secs(env_number(
+            "WEBHOOK_BODY_RETENTION_SECS",
+            0,
+        )?)),
+        Err(_) => None,
+    };
     // Each mode's store also remembers PayPal's transmissions for every replica on it.
     let (mode, store, store_name) = match std::env::var("WEBHOOK_MODE").as_deref() {
         Ok("inbox") => {
@@ -397,6 +434,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Some(keys) => inbox.with_keys(keys),
                 None => inbox,
             };
+            if let Some(retention) = body_retention {
+                expire_bodies_every(inbox.clone().with_body_retention(retention), retention);
+            }
             let mut running = Vec::new();
             for processor in plan.names().iter().filter(|_| workers > 0) {
                 let handler = plan.handler(processor, &shared);

@@ -1241,6 +1241,76 @@ async fn receiver_in_inbox_mode_rekeys_through_the_admin_api() {
     }
 }
 
+/// `WEBHOOK_BODY_RETENTION_SECS` in `inbox` mode: once the event is processed, the
+/// receiver's tick expires its body (the operator API shows `body_state` `expired`, the
+/// body empty) and its key stays (delivered again: acknowledged, not run); in `nats`
+/// mode the receiver refuses to start, naming the stream's `max_age`.
+#[tokio::test]
+async fn receiver_in_inbox_mode_with_a_body_retention_expires_processed_bodies() {
+    const SECRET: &str = "whsec_receiver_retention_0123456";
+    const TOKEN: &str = "operator-token-0123456789";
+    let env = [
+        ("WEBHOOK_SCHEME", "stripe"),
+        ("WEBHOOK_SECRETS", SECRET),
+        ("WEBHOOK_MODE", "inbox"),
+        ("WEBHOOK_BODY_RETENTION_SECS", "0"),
+        ("WEBHOOK_ADMIN_TOKEN", TOKEN),
+    ];
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-retention-{}.db",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let (mut receiver, url, mut out) = start_receiver(&db, &env).await;
+    let canary = deliver_canary(&url, SECRET, &mut out).await;
+    let bearer = format!("Bearer {TOKEN}");
+    let auth = [(http::header::AUTHORIZATION, bearer.as_str())];
+    let event = url.replace("/webhooks", "/admin/events/stripe/evt_sealed");
+    let mut row = serde_json::Value::Null;
+    for _ in 0..50 {
+        let (status, _, json) = ask(http::Method::GET, &event, &auth, None).await;
+        assert_eq!(status, StatusCode::OK, "{json}");
+        row = serde_json::from_str(&json).unwrap();
+        if row["body_state"] == "expired" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(row["body_state"], "expired", "{row}");
+    assert_eq!(row["body"], "", "{row}");
+    assert!(!row.to_string().contains(&canary), "{row}");
+    let finished = tokio::time::timeout(Duration::from_secs(5), out.next_line()).await;
+    assert_eq!(
+        finished.unwrap().unwrap().as_deref(),
+        Some("finished evt_sealed")
+    );
+    // The key stays: delivered again, acknowledged, and nothing runs.
+    let body = format!(
+        r#"{{"id":"evt_sealed","type":"payment_intent.succeeded","livemode":false,"data":{{"object":{{"id":"pi_1","email":"{canary}@example.com"}}}}}}"#
+    )
+    .into_bytes();
+    let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+    assert_eq!(
+        post(&url, headers, body).await.unwrap().0,
+        StatusCode::NO_CONTENT
+    );
+    let again = tokio::time::timeout(Duration::from_secs(1), out.next_line()).await;
+    assert!(again.is_err(), "the event ran again: {again:?}");
+    receiver.kill().await.unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+
+    let env = [
+        ("WEBHOOK_BODY_RETENTION_SECS", "60"),
+        ("WEBHOOK_MODE", "nats"),
+        ("BIND", "127.0.0.1:0"),
+    ];
+    let output = run_with("receiver", &[], &env).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("max_age"), "{stderr}");
+}
+
 #[tokio::test]
 async fn receiver_slow_handler_keeps_its_claim_and_a_hang_up_never_reruns_it() {
     const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
