@@ -8,11 +8,11 @@ use super::super::store_error;
 use crate::store::StoreError;
 
 /// The bookmark: the newest `processed_at` the expiry has passed.
-const BOOKMARK: &str = "SELECT processed_until FROM webhook_body_expiry WHERE id = 1";
+pub(super) const BOOKMARK: &str = "SELECT processed_until FROM webhook_body_expiry WHERE id = 1";
 
 /// Where the batch ends: the `?3`-th route processed after the bookmark `?1` and before
 /// the cutoff `?2` (fewer: the last of them); NULL when there is none.
-const WINDOW_END: &str = "
+pub(super) const WINDOW_END: &str = "
 SELECT max(processed_at) FROM (
     SELECT processed_at FROM webhook_routes INDEXED BY webhook_routes_processed_at
     WHERE processed_at IS NOT NULL AND processed_at > ?1 AND processed_at < ?2
@@ -23,7 +23,7 @@ SELECT max(processed_at) FROM (
 /// processed: `prune_dead` sets their time). An event passed over here has a route
 /// unprocessed or processed later: that route's `processed_at`, once set, is after the
 /// window, and a later batch finds the event again.
-const EXPIRING: &str = "
+pub(super) const EXPIRING: &str = "
 SELECT DISTINCT r.source, r.event_id
 FROM webhook_routes AS r INDEXED BY webhook_routes_processed_at
 JOIN webhook_events AS e ON e.source = r.source AND e.event_id = r.event_id
@@ -36,7 +36,7 @@ WHERE r.processed_at IS NOT NULL AND r.processed_at > ?1 AND r.processed_at <= ?
 /// What goes for each event of `?1` (a JSON array of `[source, id]`): its body row (body,
 /// headers, subject), then the state that says why, and every error text of its routes
 /// and attempts (`webhook_attempts_route` by the key's prefix).
-const EXPIRE: [&str; 4] = [
+pub(super) const EXPIRE: [&str; 4] = [
     "DELETE FROM webhook_bodies WHERE (source, event_id) IN
         (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
     "UPDATE webhook_events SET body_state = 'expired' WHERE (source, event_id) IN

@@ -229,3 +229,55 @@ async fn the_object_index_is_made_on_demand_and_a_capped_claim_reads_it() {
         "{plan:?}"
     );
 }
+
+/// Body expiry reads the processed routes' index from the bookmark and every table by
+/// its key, on 20 000 processed events: no statement of a batch scans a table.
+#[tokio::test]
+async fn body_expiry_reads_the_processed_index_and_each_table_by_its_key() {
+    let Fresh { store, .. } = &Fresh::new().await;
+    sqlx::raw_sql(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
+         INSERT INTO webhook_events (source, event_id, received_at, next_attempt_at)
+         SELECT 's', 'e' || i, 1000, 1000 FROM n;
+         INSERT INTO webhook_bodies (source, event_id, body, headers)
+         SELECT source, event_id, zeroblob(500), 'x-a: b' FROM webhook_events;
+         INSERT INTO webhook_routes
+             (source, event_id, processor, received_at, attempts, next_attempt_at, processed_at)
+         SELECT source, event_id, 'default', 1000, 1, 1000, 2000 + rowid FROM webhook_events;
+         INSERT INTO webhook_attempts
+             (source, event_id, processor, attempt, started_at, finished_at, outcome, error)
+         SELECT source, event_id, 'default', 1, 1500, 1500, 'failed', 'quoted'
+         FROM webhook_events;
+         ANALYZE;",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let keys = serde_json::to_string(&[("s", "e1"), ("s", "e2")]).unwrap();
+    let mut plans = vec![
+        plan(store.pool(), super::expiry::WINDOW_END, |q| {
+            q.bind(2000_i64).bind(5000_i64).bind(100_i64)
+        })
+        .await,
+        plan(store.pool(), super::expiry::EXPIRING, |q| {
+            q.bind(2000_i64).bind(2100_i64).bind(5000_i64)
+        })
+        .await,
+    ];
+    for sql in super::expiry::EXPIRE {
+        plans.push(plan(store.pool(), sql, |q| q.bind(keys.as_str())).await);
+    }
+    for (i, steps) in plans.iter().enumerate() {
+        let plan = steps.join("\n");
+        assert!(plan.contains("SEARCH"), "statement {i}: {plan}");
+        for step in steps.iter().filter(|s| s.starts_with("SCAN")) {
+            assert!(step.contains("json_each"), "statement {i} scans: {plan}");
+        }
+        if i < 2 {
+            assert!(
+                plan.contains("webhook_routes_processed_at"),
+                "statement {i}: {plan}"
+            );
+        }
+    }
+}
