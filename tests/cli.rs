@@ -201,7 +201,10 @@ async fn the_command_reads_and_requeues_what_the_library_sees(inbox: Inbox, db: 
     .await;
     worker.shutdown().await;
     let replay = run(db, &["requeue", "--id", "standard/evt_dead_1", "--json"]).await;
-    assert_eq!(replay.json(), serde_json::json!({"requeued": 1}));
+    assert_eq!(
+        replay.json(),
+        serde_json::json!({"requeued": 1, "without_body": 0})
+    );
     let window = run(
         db,
         &[
@@ -218,6 +221,28 @@ async fn the_command_reads_and_requeues_what_the_library_sees(inbox: Inbox, db: 
         inbox.counts().await.unwrap().queued,
         2,
         "evt_failing and the replay"
+    );
+
+    // A processed event whose body expired is left out, and said so.
+    let expiring = inbox.clone().with_body_retention(Duration::ZERO);
+    assert_eq!(
+        expiring.expire_bodies(100).await.unwrap(),
+        4,
+        "the processed ones: evt_done, evt_queued, evt_dead_2, evt_dead_3"
+    );
+    let left = run(db, &["requeue", "--id", "standard/evt_done"]).await;
+    assert_eq!(
+        (left.code, left.stdout.as_str()),
+        (
+            0,
+            "requeued 0\nleft out 1: the body expired or was erased\n"
+        ),
+        "{left:?}"
+    );
+    let left = run(db, &["requeue", "--id", "standard/evt_done", "--json"]).await;
+    assert_eq!(
+        left.json(),
+        serde_json::json!({"requeued": 0, "without_body": 1})
     );
 }
 

@@ -183,9 +183,12 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             if let Some(name) = processor {
                 which = which.with_processor(name);
             }
-            let n = inbox.requeue(which).await?;
+            let done = inbox.requeue_counted(which).await?;
+            let (n, left) = (done.requeued, done.without_body);
             if cli.json {
-                json(&serde_json::json!({ "requeued": n }))
+                json(&serde_json::json!({ "requeued": n, "without_body": left }))
+            } else if left > 0 {
+                format!("requeued {n}\nleft out {left}: the body expired or was erased\n")
             } else {
                 format!("requeued {n}\n")
             }

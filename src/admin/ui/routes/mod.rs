@@ -148,7 +148,7 @@ impl Done {
             "not-paused" => ("That was not paused (a pause of the whole source, or of the type in every source, still holds).", true),
             "requeued" => ("Requeued: due now, with its attempts reset.", false),
             "requeued-route" => ("Requeued that processor's route: due now, with its attempts reset; the other processors' routes are left as they are.", false),
-            "not-requeued" => ("Not requeued: a worker is processing it now, or it is gone.", true),
+            "not-requeued" => ("Not requeued: a worker is processing it now, it is gone, or its body expired or was erased.", true),
             _ => return None,
         };
         Some(pages::flash(message, bad))
