@@ -9,7 +9,9 @@
 //! - a body sealed under a key the inbox no longer has ends dead with the reason, never
 //!   run, and runs once requeued with the key configured again;
 //! - a ciphertext moved from one row to another by SQL does not open (the associated
-//!   data): dead, never run.
+//!   data): dead, never run;
+//! - a panicking processor's route reads "the processor panicked" in clear in the raw
+//!   rows (the crate's own text, no payload), while a processor's error is sealed.
 
 mod common;
 
@@ -56,6 +58,15 @@ impl Db {
             Some(keys) => inbox.with_keys(keys),
             None => inbox,
         }
+    }
+
+    /// The first column of `sql`'s rows, as stored (no opening).
+    async fn texts(&self, sql: &'static str) -> Vec<String> {
+        match self {
+            Db::Sqlite(store, _) => sqlx::query_scalar(sql).fetch_all(store.pool()).await,
+            Db::Pg(store, _) => sqlx::query_scalar(sql).fetch_all(store.pool()).await,
+        }
+        .unwrap()
     }
 
     async fn run(&self, sql: &'static str) -> u64 {
@@ -325,6 +336,61 @@ async fn swapped_ciphertext_is_dead(db: Db) {
         "{reason}"
     );
     db.drop_database().await;
+}
+
+/// With a ring, `evt_panic`'s processor panics twice (dead after two attempts) and
+/// `evt_fail`'s fails with a text: the raw rows hold the panic's text in clear, the
+/// failure's sealed.
+async fn a_panic_is_stored_in_clear(db: Db) {
+    let inbox = db.inbox(Some(ring(&[("k1", 1)])));
+    deliver(&inbox, "evt_panic", r#"{"type":"a"}"#, "a").await;
+    deliver(&inbox, "evt_fail", r#"{"type":"b"}"#, "b").await;
+    let running = Worker::new(&inbox, |e: Event, _| async move {
+        match e.id() {
+            Some("evt_panic") => panic!("ada@example.com"),
+            _ => Err("invalid type: string \"ada@example.com\""),
+        }
+    })
+    .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
+    .with_backoff(Duration::from_millis(10), Duration::from_millis(10))
+    .unwrap()
+    .with_max_attempts(2)
+    .unwrap()
+    .spawn();
+    common::seed::eventually("both dead", async || {
+        inbox.counts().await.unwrap().dead == 2
+    })
+    .await;
+    running.shutdown().await;
+    let panicked = "the processor panicked";
+    assert_eq!(
+        db.texts("SELECT processing_error FROM webhook_routes WHERE event_id = 'evt_panic'")
+            .await,
+        [panicked]
+    );
+    assert_eq!(
+        db.texts("SELECT error FROM webhook_attempts WHERE event_id = 'evt_panic'")
+            .await,
+        [panicked, panicked]
+    );
+    let failed =
+        db.texts("SELECT processing_error FROM webhook_routes WHERE event_id = 'evt_fail'");
+    let failed = failed.await;
+    assert!(failed[0].starts_with("sealed:v1:k1:"), "{failed:?}");
+    let dead = inbox.event("standard", "evt_panic").await.unwrap().unwrap();
+    assert_eq!(dead.summary.last_error.as_deref(), Some(panicked));
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn sqlite_a_panic_is_stored_in_clear_with_keys() {
+    a_panic_is_stored_in_clear(Db::sqlite().await).await;
+}
+
+#[tokio::test]
+async fn postgres_a_panic_is_stored_in_clear_with_keys() {
+    a_panic_is_stored_in_clear(Db::postgres().await).await;
 }
 
 #[tokio::test]

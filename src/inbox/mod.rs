@@ -196,6 +196,8 @@ pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, Stat
 pub use self::operate::{DeadRows, Requeue, Requeued};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 pub use self::pause::Pause;
+#[cfg(all(feature = "seal", any(feature = "sqlite", feature = "postgres")))]
+pub(crate) use self::process::PANICKED;
 pub use self::process::{Attempt, Processor, WorkerHandle};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 pub use self::processors::{ProcessorSpec, DEFAULT_PROCESSOR};

@@ -109,6 +109,10 @@ impl Attempt {
     }
 }
 
+/// A panicking processor's error text: the crate's own, naming no payload, so it stays in
+/// clear with a ring (`crate::sql::sealed::crate_text`).
+pub(crate) const PANICKED: &str = "the processor panicked";
+
 /// How a processor's attempt ended without success.
 #[derive(Debug)]
 pub(crate) enum Failure {

@@ -87,17 +87,21 @@ impl Inbox {
         Ok(d)
     }
 
-    /// `outcome` with its error text sealed for `row`'s route, when the inbox has keys
-    /// (the crate's own texts, which carry no payload, are written by other outcomes).
+    /// `outcome` with its error text sealed for `row`'s route, when the inbox has keys;
+    /// the crate's own texts (a panic's), which carry no payload, stay in clear.
     pub(crate) fn sealed_outcome(&self, row: &HeldRow, outcome: Outcome) -> Outcome {
         #[cfg(feature = "seal")]
         if let Some(ring) = &self.keys {
-            let seal = |text: &str| {
-                crate::sql::sealed::seal_error(ring, &row.source, &row.id, &row.processor, text)
+            use crate::sql::sealed::{crate_text, seal_error};
+            let seal = |text: String| {
+                if crate_text(&text) {
+                    return text;
+                }
+                seal_error(ring, &row.source, &row.id, &row.processor, &text)
             };
             return match outcome {
-                Outcome::Retry(text, after) => Outcome::Retry(seal(&text), after),
-                Outcome::Dead(text) => Outcome::Dead(seal(&text)),
+                Outcome::Retry(text, after) => Outcome::Retry(seal(text), after),
+                Outcome::Dead(text) => Outcome::Dead(seal(text)),
                 other => other,
             };
         }

@@ -208,7 +208,7 @@ pub(crate) fn reseal_error(
             // In clear: the processor's error from before keys, sealed now — but the
             // crate's own texts stay readable without any key.
             let (lead, rest) = split_crashed(&row.text);
-            if crate_text(lead) {
+            if super::sealed::crate_text(lead) {
                 return Ok(Resealed::Kept);
             }
             (lead.to_owned(), rest)
@@ -236,19 +236,6 @@ fn split_crashed(text: &str) -> (&str, &str) {
         }
         _ => (text, ""),
     }
-}
-
-/// Whether `text` is one of the crate's own error texts, which name no payload and are
-/// stored in clear on purpose: a crash, a shutdown, why a body was never run.
-fn crate_text(text: &str) -> bool {
-    use crate::inbox::BodyState;
-    text == super::CRASHED
-        || text == super::ABANDONED
-        || text.starts_with("the body cannot be opened: sealed under key ")
-        || text.starts_with(super::sealed::NOT_STORED)
-        || [BodyState::Expired, BodyState::Erased, BodyState::Missing]
-            .into_iter()
-            .any(|state| state.dead_reason() == Some(text))
 }
 
 #[cfg(test)]
@@ -316,6 +303,7 @@ mod tests {
                 super::super::CRASHED
             ),
             "the body is missing".to_owned(),
+            crate::inbox::PANICKED.to_owned(),
             "the body cannot be opened: sealed under key \"k0\", which no configured key has"
                 .to_owned(),
         ] {

@@ -177,6 +177,23 @@ pub(super) fn try_seal_error(
     Ok(format!("{ERROR_PREFIX}{}:{b64}", sealed.key_id()))
 }
 
+/// Whether `text` is one of the crate's own error texts, which name no payload and are
+/// stored in clear on purpose, so an operator reads why a route died even without its key:
+/// a crash, a shutdown, a panic, why a body was never run. The one list: the worker's
+/// outcomes ([`Inbox::sealed_outcome`](crate::inbox::Inbox)) and rekey both ask it.
+#[cfg(feature = "seal")]
+pub(crate) fn crate_text(text: &str) -> bool {
+    use crate::inbox::BodyState;
+    text == super::CRASHED
+        || text == super::ABANDONED
+        || text == crate::inbox::PANICKED
+        || text.starts_with("the body cannot be opened: sealed under key ")
+        || text.starts_with(NOT_STORED)
+        || [BodyState::Expired, BodyState::Erased, BodyState::Missing]
+            .into_iter()
+            .any(|state| state.dead_reason() == Some(text))
+}
+
 /// XChaCha20-Poly1305's nonce length.
 const NONCE_BYTES: usize = 24;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::super::process::Failure;
+use super::super::process::{Failure, PANICKED};
 use super::super::Attempt;
 #[cfg(feature = "tracing")]
 use super::record::log_failure;
@@ -39,10 +39,9 @@ impl<Q: Queue> Engine<Q> {
             Ok(Err(Failure::Error(error))) if !attempt.is_last() => {
                 Outcome::Retry(error.clone(), self.retry.delay(attempt.number()))
             }
-            Err(e) if e.is_panic() && !attempt.is_last() => Outcome::Retry(
-                "the processor panicked".to_owned(),
-                self.retry.delay(attempt.number()),
-            ),
+            Err(e) if e.is_panic() && !attempt.is_last() => {
+                Outcome::Retry(PANICKED.to_owned(), self.retry.delay(attempt.number()))
+            }
             _ => return None,
         };
         let (Outcome::Retry(_, after) | Outcome::Later(after)) = &outcome else {

@@ -1,7 +1,7 @@
 //! Recording how an attempt ended: the outcome written (fenced by the lease), counted in
 //! the metrics, logged and alerted once it has landed.
 
-use super::super::process::Failure;
+use super::super::process::{Failure, PANICKED};
 use super::super::Attempt;
 use super::runner::Done;
 use super::{Engine, Outcome, Queue};
@@ -21,7 +21,7 @@ impl<Q: Queue> Engine<Q> {
     ) {
         let result = match joined {
             Ok(result) => result,
-            Err(e) if e.is_panic() => Err(Failure::from("the processor panicked")),
+            Err(e) if e.is_panic() => Err(Failure::from(PANICKED)),
             Err(_) => {
                 // Stopped by the hurry above: back to the queue, the attempt counted
                 // (fenced: a transactional commit that landed first keeps it processed).
