@@ -58,8 +58,9 @@ WHERE e.source = k.value ->> 0 AND e.event_id = k.value ->> 1 AND e.next_attempt
   AND e.body_state IS NULL
 ON CONFLICT (source, event_id, processor) DO NOTHING";
 
-/// Every processor a route was ever made for (the counter's rows, one each, made by the
-/// trigger `webhook_route_counts_known`) or registered.
+/// Every processor registered, or whose routes were ever processed (the counter's rows,
+/// made by the trigger `webhook_route_counts_changed`): routes are only made for a
+/// registered processor.
 const ROUTE_PROCESSORS: &str = "
 SELECT processor FROM webhook_route_counts UNION SELECT name FROM webhook_processors";
 

@@ -55,16 +55,16 @@ ON CONFLICT (source, event_id) DO UPDATE SET body = excluded.body, headers = exc
     sealed_headers = excluded.sealed_headers, headers_nonce = excluded.headers_nonce";
 
 /// The routes of a run of accepts, in one statement: `?1` a JSON array of `[source, id,
-/// processor]`, each queued and due at its event's accept time, its immutable columns
-/// copied from the event (an adopted claim's own), found by key (`CROSS JOIN`: the array
-/// outer, one primary-key probe a route).
+/// [processor, …]]`, one entry an event, each route queued and due at its event's accept
+/// time, its immutable columns copied from the event (an adopted claim's own), found by
+/// key (`CROSS JOIN`: the array outer, one primary-key probe an event, not a route).
 pub(super) const ACCEPT_ROUTES: &str = "
 INSERT INTO webhook_routes
     (source, event_id, processor, event_type, object_id, arrival, received_at, attempts,
      next_attempt_at)
-SELECT e.source, e.event_id, r.value ->> 2, e.event_type, e.object_id, e.arrival,
-    e.received_at, 0, e.next_attempt_at
-FROM json_each(?1) AS r CROSS JOIN webhook_events AS e
+SELECT e.source, e.event_id, p.value, e.event_type, e.object_id, e.arrival, e.received_at, 0,
+    e.next_attempt_at
+FROM json_each(?1) AS r CROSS JOIN webhook_events AS e CROSS JOIN json_each(r.value, '$[2]') AS p
 WHERE e.source = r.value ->> 0 AND e.event_id = r.value ->> 1
 ON CONFLICT (source, event_id, processor) DO NOTHING";
 

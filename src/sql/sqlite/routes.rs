@@ -145,7 +145,10 @@ pub(super) async fn write_queued(
             sealed_headers,
             headers_nonce,
         ));
-        routes.extend(d.routes().iter().map(|p| (d.source(), d.id(), &**p)));
+        if !d.routes().is_empty() {
+            let processors: Vec<&str> = d.routes().iter().map(|p| &**p).collect();
+            routes.push((d.source(), d.id(), processors));
+        }
     }
     let bodies = serde_json::to_string(&bodies).expect("strings and numbers");
     sqlx::query(ACCEPT_BODIES)
