@@ -31,7 +31,9 @@ use crate::store::{Delivery, StoreError};
 /// (NULLs in clear): the inbox's arrays alone, not `Columns`' (P10), bound in the same
 /// order. The adoption's probes only run for the places the insert left: none in
 /// a batch of new events.
-const ACCEPT_MANY: &str = "
+macro_rules! accept_many {
+    ($leftovers:literal) => {
+        concat!("
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::bytea[],
                          $7::text[], $8::text[], $9::int8[], $12::text[], $13::bytea[],
@@ -66,7 +68,7 @@ WITH input AS (
     SELECT input.source, input.event_id, input.body, input.headers, input.key_id,
         input.body_nonce, input.sealed_headers, input.headers_nonce
     FROM queued JOIN input USING (place)
-    ON CONFLICT (source, event_id) DO NOTHING
+    ", $leftovers, "
 ), routes AS (
     INSERT INTO webhook_routes
         (source, event_id, processor, event_type, object_id, arrival, received_at, attempts,
@@ -75,19 +77,32 @@ WITH input AS (
         queued.arrival, queued.received_at, 0, now()
     FROM unnest($10::int8[], $11::text[]) AS r(place, processor)
     JOIN queued USING (place)
-    ON CONFLICT (source, event_id, processor) DO NOTHING
+    ", $leftovers, "
 )
-SELECT source, event_id, pg_notify('webhook_events', '')::text FROM queued";
+SELECT source, event_id, pg_notify('webhook_events', '')::text FROM queued")
+    };
+}
+
+/// A batch's statement: its events' bodies and routes are new rows (a plain insert: no
+/// speculative insertion, a WAL record and an index probe fewer a row), as every event it
+/// queues is new or an adopted claim, and neither has any. A row left by hand (a body or
+/// route whose event was deleted outside the crate) fails the batch, which is then
+/// retried one accept at a time with [`ACCEPT_ONE`].
+pub(super) const ACCEPT_MANY: &str = accept_many!("");
+
+/// [`ACCEPT_MANY`] for one accept, and for a batch's accepts one by one: a body or route
+/// already there is left as it is.
+pub(super) const ACCEPT_ONE: &str = accept_many!("ON CONFLICT DO NOTHING");
 
 /// The inbox accepts: for a key given twice in a batch, the first is new. One accept
-/// alone, and each of a batch the server refused (a value one of them carries), runs the
-/// same statement by itself.
+/// alone, and each of a batch the server refused (a value one of them carries, or a row
+/// left by hand), runs [`ACCEPT_ONE`] by itself.
 pub(super) async fn accept_many(
     pool: &PgPool,
     accepts: Vec<&Delivery>,
 ) -> Vec<Result<Accepted, StoreError>> {
     if accepts.len() > 1 {
-        match insert_accepts(pool, &accepts).await {
+        match insert_accepts(pool, &accepts, ACCEPT_MANY).await {
             Ok(queued) => return answers(&accepts, queued),
             Err(e) if unavailable(&e) => return all_failed(accepts.len(), "inbox accept", &e),
             Err(_) => {}
@@ -95,7 +110,7 @@ pub(super) async fn accept_many(
     }
     let mut results = Vec::with_capacity(accepts.len());
     for d in accepts {
-        let queued = insert_accepts(pool, &[d]).await;
+        let queued = insert_accepts(pool, &[d], ACCEPT_ONE).await;
         let queued = queued.map_err(|e| super::super::store_error("inbox accept", e));
         results.push(queued.map(|queued| match queued.is_empty() {
             true => Accepted::Duplicate,
@@ -122,10 +137,11 @@ fn answers(
         .collect()
 }
 
-/// The accepts' one statement: the keys queued.
+/// The accepts' one statement (`sql`: [`ACCEPT_MANY`] or [`ACCEPT_ONE`]): the keys queued.
 pub(super) async fn insert_accepts(
     pool: &PgPool,
     accepts: &[&Delivery],
+    sql: &'static str,
 ) -> Result<HashSet<(String, String)>, sqlx::Error> {
     // Each with its place in the batch, the order it came in.
     let mut sorted: Vec<(i64, &Delivery)> = (0..).zip(accepts.iter().copied()).collect();
@@ -140,7 +156,7 @@ pub(super) async fn insert_accepts(
         .unzip();
     let sealed = Sealed::of(sorted.iter().map(|(_, d)| *d));
     let rows = Columns::of(sorted.iter().map(|(_, d)| *d))
-        .bind(sqlx::query(ACCEPT_MANY))
+        .bind(sqlx::query(sql))
         .bind(kinds)
         .bind(headers)
         .bind(places)

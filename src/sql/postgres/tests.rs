@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::super::shared::assert_pages_through_ties;
-use super::accept::insert_accepts;
+use super::accept::{accept_many, insert_accepts, ACCEPT_MANY};
 use super::group_commit::{
     insert_claims, update_done, write_batch, CLAIM_MANY, COMPLETE_MANY, PROCESSED_MANY,
 };
@@ -134,7 +134,7 @@ async fn batch_statements_run_and_a_mixed_batch_answers_each_write() {
     .expect("one statement");
     assert_eq!(done, HashSet::from([row("a", t1)]));
     let c = Delivery::new("s", "c").with_routes(vec![DEFAULT_PROCESSOR.into()]);
-    let queued = insert_accepts(&pool, &[&c, &c])
+    let queued = insert_accepts(&pool, &[&c, &c], ACCEPT_MANY)
         .await
         .expect("one statement");
     assert_eq!(queued, HashSet::from([("s".to_owned(), "c".to_owned())]));
@@ -182,6 +182,43 @@ async fn batch_statements_run_and_a_mixed_batch_answers_each_write() {
 
 /// The processed count the triggers log is folded once it grows, and stays exact
 /// through bulk changes (5 000 rows processed, half requeued in one statement).
+/// A batch inserts bodies and routes without `ON CONFLICT` (every event it queues is new):
+/// a route and a body left by hand for a key (its event deleted outside the crate) fail
+/// the batch, and its accepts one by one still queue every event, the leftovers kept.
+#[tokio::test]
+async fn a_batch_meeting_rows_left_by_hand_queues_each_accept_alone() {
+    let pool = fresh_pool().await;
+    sqlx::raw_sql(
+        "INSERT INTO webhook_routes (source, event_id, processor, received_at, attempts,
+             next_attempt_at) VALUES ('s', 'left', 'default', now(), 0, now());
+         INSERT INTO webhook_bodies (source, event_id, body) VALUES ('s', 'left', 'old');",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let route = || vec![DEFAULT_PROCESSOR.into()];
+    let (left, fresh) = (
+        Delivery::new("s", "left").with_routes(route()),
+        Delivery::new("s", "fresh").with_routes(route()),
+    );
+    let failed = insert_accepts(&pool, &[&left, &fresh], ACCEPT_MANY).await;
+    assert!(
+        failed.is_err(),
+        "the batch's plain insert meets the leftovers"
+    );
+    let answers = accept_many(&pool, vec![&left, &fresh]).await;
+    let answers: Vec<_> = answers.into_iter().map(Result::unwrap).collect();
+    assert_eq!(answers, [Accepted::New, Accepted::New]);
+    let (events, routes, old): (i64, i64, Vec<u8>) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM webhook_events), (SELECT count(*) FROM webhook_routes),
+             (SELECT body FROM webhook_bodies WHERE event_id = 'left')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((events, routes, &old[..]), (2, 2, &b"old"[..]));
+}
+
 #[tokio::test]
 async fn counts_fold_the_log_and_stay_exact_through_bulk_changes() {
     let pool = fresh_pool().await;
