@@ -21,6 +21,7 @@
 //! | `tower_webhook_inbox_depth` | gauge | `processor`, `state` | rows `queued` (waiting for their first or next attempt), `processing` (claimed now) and `paused` (held back by a pause: see [`Counts::paused`]) |
 //! | `tower_webhook_inbox_dead_rows` | gauge | `processor` | rows that gave up after the maximum attempts |
 //! | `tower_webhook_inbox_lag_seconds` | gauge | `processor` | how long the longest-waiting due row has waited (`Counts::oldest_due`; 0 when none is due): alert on it |
+//! | `tower_webhook_inbox_unreadable_total` | counter | `source`, `reason` | routes (SQL) and messages a processor may run (JetStream) ended dead without running because their body cannot be given to the processor: `unknown_key` (sealed under a key the inbox does not have), `tampered` (the key does not open it: altered or moved), `expired` and `erased` (gone before it was processed), `missing` (its body row deleted outside the crate); each also counts as a `dead` attempt |
 //!
 //! Labels are few and bounded, never an event id:
 //!
@@ -429,6 +430,67 @@ pub(crate) fn inbox_gauges(
     _processor
         .keys
         .gauges((_queued, _processing, _paused), _dead, _lag);
+}
+
+/// Why a route ended dead without running: its body cannot be given to the processor
+/// (the `reason` label of `tower_webhook_inbox_unreadable_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// `Tampered` needs `seal`; `Expired`, `Erased` and `Missing` the SQL stores.
+#[cfg_attr(
+    not(all(feature = "seal", any(feature = "sqlite", feature = "postgres"))),
+    allow(dead_code)
+)]
+pub(crate) enum Unreadable {
+    /// Sealed under a key the inbox does not have.
+    UnknownKey,
+    /// The key does not open it (altered, moved from another row, not a ciphertext).
+    Tampered,
+    /// Deleted by the body retention before the event was processed.
+    Expired,
+    /// Erased before the event was processed.
+    Erased,
+    /// No body row, and no state saying why (deleted outside the crate).
+    Missing,
+}
+
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    allow(dead_code)
+)]
+impl Unreadable {
+    /// The label's value.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Unreadable::UnknownKey => "unknown_key",
+            Unreadable::Tampered => "tampered",
+            Unreadable::Expired => "expired",
+            Unreadable::Erased => "erased",
+            Unreadable::Missing => "missing",
+        }
+    }
+
+    /// Why a ciphertext did not open.
+    #[cfg(feature = "seal")]
+    pub(crate) fn of(kind: crate::seal::UnreadableKind) -> Self {
+        match kind {
+            crate::seal::UnreadableKind::UnknownKey => Unreadable::UnknownKey,
+            // Malformed: stored parts that cannot be a ciphertext were altered too.
+            _ => Unreadable::Tampered,
+        }
+    }
+}
+
+/// A route of an event of `source` (or a JetStream message) ended dead without running,
+/// for `why`.
+#[inline]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    allow(dead_code)
+)]
+pub(crate) fn unreadable(_source: &str, _why: Unreadable) {
+    #[cfg(feature = "metrics")]
+    imp::unreadable(_source, _why);
 }
 
 /// The implementation over the `metrics` facade.

@@ -8,7 +8,8 @@
 //! and one that panics — and every counter, histogram and label is checked against what
 //! was sent; likewise `TxDedupeLayer`'s duplicates, handler outcomes and 503, and the
 //! inbox worker's attempts (processed, retry, dead, abandoned) and gauges (depth, dead
-//! rows, lag). A subscriber of the test's own reads the spans: the
+//! rows, lag), and the routes ended dead unrun because their body cannot be opened or is
+//! gone (SQLite and JetStream, with the feature `seal`). A subscriber of the test's own reads the spans: the
 //! handler's and the processor's logs carry the event's source, id and type.
 
 mod common;
@@ -243,6 +244,8 @@ const ATTEMPTS: &str = "tower_webhook_inbox_attempts_total";
 const DEPTH: &str = "tower_webhook_inbox_depth";
 const DEAD: &str = "tower_webhook_inbox_dead_rows";
 const LAG: &str = "tower_webhook_inbox_lag_seconds";
+#[cfg(feature = "seal")]
+const UNREADABLE: &str = "tower_webhook_inbox_unreadable_total";
 
 #[tokio::test]
 async fn verify_and_dedupe_count_every_delivery_by_what_became_of_it() {
@@ -589,6 +592,119 @@ async fn the_jetstream_inbox_counts_accepts_and_attempts_by_outcome_and_sets_the
         r.gauge(DEPTH, &[("processor", "default"), ("state", "queued")]),
         Some(0.0)
     );
+    jetstream.delete().await.unwrap();
+}
+
+#[cfg(feature = "seal")]
+fn ring(keys: &[(&str, u8)]) -> tower_webhook::seal::KeyRing {
+    use tower_webhook::seal::{Key, KeyRing};
+    KeyRing::new(keys.iter().map(|(id, b)| Key::new(*id, [*b; 32]).unwrap())).unwrap()
+}
+
+/// Routes refused at their claim are counted by reason: one sealed under a key the inbox
+/// lacks (`unknown_key`), one whose ciphertext was moved from another row (`tampered`),
+/// one whose body row was deleted by SQL (`missing`); the one that opens is not.
+#[cfg(feature = "seal")]
+#[tokio::test]
+async fn the_inbox_counts_routes_dead_unrun_by_why_their_body_could_not_be_given() {
+    let recorder = DebuggingRecorder::new();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let mut recorded = Recorded::new(&recorder);
+    let path = sqlite_path();
+    let store = SqliteStore::open(&path).await.unwrap();
+    let k1 = Inbox::sqlite(&store).with_keys(ring(&[("k1", 1)]));
+    assert_eq!(accept(&k1, "evt_k1").await, StatusCode::NO_CONTENT);
+    let inbox = Inbox::sqlite(&store).with_keys(ring(&[("k2", 2)]));
+    for id in ["evt_ok", "evt_moved", "evt_gone"] {
+        assert_eq!(accept(&inbox, id).await, StatusCode::NO_CONTENT);
+    }
+    for sql in [
+        "UPDATE webhook_bodies SET
+             body = (SELECT body FROM webhook_bodies WHERE event_id = 'evt_ok'),
+             body_nonce = (SELECT body_nonce FROM webhook_bodies WHERE event_id = 'evt_ok')
+         WHERE event_id = 'evt_moved'",
+        "DELETE FROM webhook_bodies WHERE event_id = 'evt_gone'",
+    ] {
+        let done = sqlx::query(sql).execute(store.pool()).await.unwrap();
+        assert_eq!(done.rows_affected(), 1, "{sql}");
+    }
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let seen = ran.clone();
+    let worker = Worker::new(&inbox, move |e: Event, _| {
+        seen.lock().unwrap().push(e.id().unwrap().to_owned());
+        async { Ok::<_, Infallible>(()) }
+    })
+    .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
+    .spawn();
+    until(&mut recorded, "three routes refused", |r| {
+        r.counter_total(UNREADABLE) == 3
+    })
+    .await;
+    worker.shutdown().await;
+    let r = recorded.take();
+    let reason = |why| r.counter(UNREADABLE, &[("source", "standard"), ("reason", why)]);
+    assert_eq!(
+        (reason("unknown_key"), reason("tampered"), reason("missing")),
+        (1, 1, 1)
+    );
+    assert_eq!(r.counter_total(UNREADABLE), 3);
+    assert_eq!(*ran.lock().unwrap(), ["evt_ok"]);
+    assert_eq!(inbox.counts().await.unwrap().dead, 3);
+    let (unit, help) = &r.described[UNREADABLE];
+    assert_eq!(*unit, Some(metrics::Unit::Count));
+    assert!(help.as_deref().unwrap().contains("by reason"), "{help:?}");
+    drop(store);
+    let _ = std::fs::remove_file(&path);
+}
+
+/// A JetStream message sealed under a key the worker's stream lacks is buried unrun and
+/// counted as `unknown_key`; one that opens is processed and not counted.
+#[cfg(feature = "seal")]
+#[tokio::test]
+async fn the_jetstream_worker_counts_a_message_it_cannot_open() {
+    use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
+    let recorder = DebuggingRecorder::new();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let mut recorded = Recorded::new(&recorder);
+    let url = common::nats_url();
+    let name = format!("tw_test_{}", uuid::Uuid::new_v4().simple());
+    let stream = async |keys| {
+        let client = async_nats::connect(&url).await.expect("NATS is running");
+        JetStream::builder(client, &name)
+            .with_memory_storage()
+            .with_keys(keys)
+            .build()
+            .await
+            .unwrap()
+    };
+    let k1 = stream(ring(&[("k1", 1)])).await;
+    let accepted = accept_into(k1.accept_service(), "evt_k1").await;
+    assert_eq!(accepted, StatusCode::NO_CONTENT);
+    let jetstream = stream(ring(&[("k2", 2)])).await;
+    let accepted = accept_into(jetstream.accept_service(), "evt_ok").await;
+    assert_eq!(accepted, StatusCode::NO_CONTENT);
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let seen = ran.clone();
+    let store = tower_webhook::store::MemoryStore::new();
+    let worker = JetStreamWorker::new(&jetstream, store, move |e: Event, _| {
+        seen.lock().unwrap().push(e.id().unwrap().to_owned());
+        async { Ok::<_, Infallible>(()) }
+    })
+    .spawn();
+    until(&mut recorded, "one processed, one buried", |r| {
+        r.counter_total(UNREADABLE) == 1
+            && r.counter(
+                ATTEMPTS,
+                &[("processor", "default"), ("outcome", "processed")],
+            ) == 1
+    })
+    .await;
+    worker.shutdown().await;
+    let r = recorded.take();
+    let reason = |why| r.counter(UNREADABLE, &[("source", "standard"), ("reason", why)]);
+    assert_eq!((reason("unknown_key"), reason("tampered")), (1, 0));
+    assert_eq!(*ran.lock().unwrap(), ["evt_ok"]);
     jetstream.delete().await.unwrap();
 }
 

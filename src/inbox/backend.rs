@@ -19,8 +19,9 @@ pub(crate) struct Claimed {
     pub(crate) event: Event,
     pub(crate) attempt: u32,
     /// Why it must not run (its body is gone, or does not open): the worker ends it dead
-    /// with this reason under the claim's token, never giving it to the processor.
-    pub(crate) refused: Option<String>,
+    /// with this reason under the claim's token, never giving it to the processor, and
+    /// counts it under this kind.
+    pub(crate) refused: Option<(crate::metrics::Unreadable, String)>,
 }
 
 /// A claimed row: its key, and the token its claim holds it under.

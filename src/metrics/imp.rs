@@ -57,6 +57,15 @@ pub(super) fn observe(key: &Key, elapsed: Duration) {
     });
 }
 
+/// A route ended dead unrun for `why` (rare: its key is built per call).
+pub(super) fn unreadable(source: &str, why: super::Unreadable) {
+    let labels = vec![
+        ::metrics::Label::new("source", source.to_owned()),
+        ::metrics::Label::from_static_parts("reason", why.as_str()),
+    ];
+    increment(&Key::from_parts(catalog::UNREADABLE, labels));
+}
+
 fn set(key: &Key, value: f64) {
     with_recorder(|r| r.register_gauge(key, &METADATA).set(value));
 }

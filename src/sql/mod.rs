@@ -117,6 +117,7 @@ use crate::event::{Event, Stored};
 use crate::inbox::backend::Claimed;
 use crate::inbox::listing::from_micros;
 use crate::inbox::{BodyState, Counts, EventSummary, State};
+use crate::metrics::Unreadable;
 use crate::store::{StoreError, StoreErrorKind};
 
 pub(crate) use keys::{KeyOp, Keyed};
@@ -247,7 +248,13 @@ impl ClaimedRow {
             }
             None => {
                 let state = BodyState::gone(r.body_state.as_deref());
-                (Vec::new(), state.dead_reason().map(str::to_owned))
+                let why = match state {
+                    BodyState::Expired => Unreadable::Expired,
+                    BodyState::Erased => Unreadable::Erased,
+                    _ => Unreadable::Missing, // `gone` answers these three only
+                };
+                let reason = state.dead_reason().map(|reason| (why, reason.to_owned()));
+                (Vec::new(), reason)
             }
         };
         Claimed {

@@ -16,6 +16,8 @@
 
 use base64::Engine as _;
 
+use crate::metrics::Unreadable;
+
 /// The keys an inbox opens with: `None` when it has none (or the build has no feature
 /// `seal`, where there can be none).
 #[cfg(feature = "seal")]
@@ -34,7 +36,7 @@ pub(crate) enum NoKeys {}
 pub(crate) const ERROR_PREFIX: &str = "sealed:v1:";
 
 /// A body as its row stores it: in clear (`key_id` NULL) or sealed; the plaintext, or
-/// why it does not open (the route's dead reason).
+/// why it does not open (the route's dead reason, and its kind for the metrics).
 pub(crate) fn open_body(
     ring: &Ring,
     source: &str,
@@ -42,7 +44,7 @@ pub(crate) fn open_body(
     key_id: Option<&str>,
     nonce: Option<&[u8]>,
     body: Vec<u8>,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, (Unreadable, String)> {
     let Some(key_id) = key_id else {
         return Ok(body);
     };
@@ -55,7 +57,7 @@ pub(crate) fn open_body(
         nonce.unwrap_or_default(),
         &body,
     )
-    .map_err(|why| format!("the body cannot be opened: {why}"))
+    .map_err(|(kind, why)| (kind, format!("the body cannot be opened: {why}")))
 }
 
 /// Stored headers: the clear text, or the sealed ones opened; `None` when there are none
@@ -112,7 +114,7 @@ fn open_token(
             let at = NONCE_BYTES.min(bytes.len());
             let (nonce, ciphertext) = bytes.split_at(at);
             let part = Part::Error(processor);
-            open(ring, source, id, part, key_id, nonce, ciphertext)
+            open(ring, source, id, part, key_id, nonce, ciphertext).map_err(|(_, why)| why)
         })
         .and_then(|plain| String::from_utf8(plain).map_err(|_| "not text".to_owned()))
 }
@@ -216,10 +218,10 @@ fn open(
     key_id: &str,
     nonce: &[u8],
     ciphertext: &[u8],
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, (Unreadable, String)> {
     use crate::seal::{Aad, Column};
     let Some(ring) = ring else {
-        return Err(unknown_key(key_id));
+        return Err((Unreadable::UnknownKey, unknown_key(key_id)));
     };
     let column = match part {
         Part::Body => Column::Body,
@@ -227,7 +229,7 @@ fn open(
         Part::Error(processor) => Column::Error { processor },
     };
     ring.open_parts(&Aad::new(source, id, column), key_id, nonce, ciphertext)
-        .map_err(|e| e.to_string())
+        .map_err(|e| (Unreadable::of(e.kind()), e.to_string()))
 }
 
 /// Opens nothing: a build without the feature `seal` has no key.
@@ -240,8 +242,8 @@ fn open(
     key_id: &str,
     _: &[u8],
     _: &[u8],
-) -> Result<Vec<u8>, String> {
-    Err(unknown_key(key_id))
+) -> Result<Vec<u8>, (Unreadable, String)> {
+    Err((Unreadable::UnknownKey, unknown_key(key_id)))
 }
 
 /// Why a ciphertext under `key_id` does not open when no key has that id (as
@@ -311,9 +313,15 @@ mod tests {
         );
         assert_eq!(
             open_body(&None, "s", "e", Some("k1"), Some(nonce), ct.clone()).unwrap_err(),
-            "the body cannot be opened: sealed under key \"k1\", which no configured key has"
+            (
+                Unreadable::UnknownKey,
+                "the body cannot be opened: sealed under key \"k1\", which no configured key has"
+                    .to_owned()
+            )
         );
-        let swapped = open_body(&k1, "s", "other", Some("k1"), Some(nonce), ct).unwrap_err();
+        let (kind, swapped) =
+            open_body(&k1, "s", "other", Some("k1"), Some(nonce), ct).unwrap_err();
+        assert_eq!(kind, Unreadable::Tampered);
         assert!(swapped.contains("does not open"), "{swapped}");
     }
 }

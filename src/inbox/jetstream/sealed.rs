@@ -34,6 +34,7 @@ use super::processors::Lane;
 use super::settle::{acknowledge, nak, BURY_AGAIN};
 use super::{header, JetStream};
 use crate::event::Stored;
+use crate::metrics::Unreadable;
 use crate::store::StoreError;
 use crate::Event;
 
@@ -52,6 +53,8 @@ pub(super) enum Read {
     Unreadable {
         /// Why, for the dead stream's `Webhook-Error` (crate text, the key id quoted).
         reason: String,
+        /// Its kind, for the metrics.
+        why: crate::metrics::Unreadable,
         /// The event's source, id and the rest of its headers, with an empty body: for
         /// what reads the headers alone (a pause's rules). Never a processor's.
         about: Event,
@@ -108,8 +111,9 @@ pub(super) fn event_of(js: &JetStream, headers: Option<&HeaderMap>, payload: Byt
     };
     match open(js, (&source, &id), key_id, headers.get(NONCE), &payload) {
         Ok(body) => Read::Event(stored(body.into())),
-        Err(why) => Read::Unreadable {
-            reason: format!("the body cannot be opened: {why}"),
+        Err((why, reason)) => Read::Unreadable {
+            reason: format!("the body cannot be opened: {reason}"),
+            why,
             about: stored(Bytes::new()),
         },
     }
@@ -123,11 +127,11 @@ fn open(
     key_id: &str,
     nonce: Option<&async_nats::HeaderValue>,
     payload: &[u8],
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, (Unreadable, String)> {
     use base64::Engine as _;
 
     let Some(ring) = &js.inner.keys else {
-        return Err(unknown_key(key_id));
+        return Err((Unreadable::UnknownKey, unknown_key(key_id)));
     };
     // A nonce that is not base64 is no nonce: `open_parts` answers `Malformed`.
     let nonce = nonce
@@ -139,7 +143,7 @@ fn open(
         .unwrap_or_default();
     let aad = crate::seal::Aad::new(source, id, crate::seal::Column::Message);
     ring.open_parts(&aad, key_id, &nonce, payload)
-        .map_err(|e| e.to_string())
+        .map_err(|e| (Unreadable::of(e.kind()), e.to_string()))
 }
 
 /// Without the feature `seal` nothing opens: the message is a sealed one's, published by
@@ -151,8 +155,8 @@ fn open(
     key_id: &str,
     _: Option<&async_nats::HeaderValue>,
     _: &[u8],
-) -> Result<Vec<u8>, String> {
-    Err(unknown_key(key_id))
+) -> Result<Vec<u8>, (Unreadable, String)> {
+    Err((Unreadable::UnknownKey, unknown_key(key_id)))
 }
 
 /// [`Unreadable`](crate::seal::Unreadable)'s text for an unknown key, for a reader with no

@@ -197,7 +197,12 @@ impl Routes {
     /// retried, shown dead with its reason until an operator requeues it. Tried until
     /// `until` (half the claim's lease); not written by then, the route comes back when
     /// its lease runs out, and is refused again.
-    async fn refuse(&self, held: HeldRow, reason: String, until: Instant) {
+    async fn refuse(
+        &self,
+        held: HeldRow,
+        (why, reason): (metrics::Unreadable, String),
+        until: Instant,
+    ) {
         #[cfg(feature = "tracing")]
         tracing::warn!(target: "tower_webhook", source = %held.source, id = %held.id, processor = %held.processor, "inbox route dead without running: {reason}");
         let finish = || {
@@ -206,7 +211,10 @@ impl Routes {
                 .backend
                 .finish(held.clone(), Outcome::Dead(reason))
         };
-        let _ = retry_until(until, finish).await;
+        // Counted once written: one not written is claimed and refused again.
+        if matches!(retry_until(until, finish).await, Ok(true)) {
+            metrics::unreadable(&held.source, why);
+        }
     }
 }
 

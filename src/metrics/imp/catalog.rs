@@ -16,6 +16,7 @@ pub(super) const HELD_BACK: &str = "tower_webhook_inbox_held_back_total";
 pub(super) const DEPTH: &str = "tower_webhook_inbox_depth";
 pub(super) const DEAD: &str = "tower_webhook_inbox_dead_rows";
 pub(super) const LAG: &str = "tower_webhook_inbox_lag_seconds";
+pub(super) const UNREADABLE: &str = "tower_webhook_inbox_unreadable_total";
 
 #[derive(Clone, Copy)]
 pub(super) enum Type {
@@ -25,7 +26,7 @@ pub(super) enum Type {
 }
 
 /// Every metric: its name, type, unit and help text (given to each recorder once).
-pub(super) const DESCRIPTIONS: [(&str, Type, Unit, &str); 14] = [
+pub(super) const DESCRIPTIONS: [(&str, Type, Unit, &str); 15] = [
     (
         VERIFIED,
         Type::Counter,
@@ -109,5 +110,11 @@ pub(super) const DESCRIPTIONS: [(&str, Type, Unit, &str); 14] = [
         Type::Gauge,
         Unit::Seconds,
         "How long the inbox's longest-waiting due row has waited, as last counted.",
+    ),
+    (
+        UNREADABLE,
+        Type::Counter,
+        Unit::Count,
+        "Inbox routes ended dead unrun: the body is gone or does not open, by reason.",
     ),
 ];

@@ -146,7 +146,8 @@ impl Stream {
                     tokio::spawn(async move { passed(&js, &message, at + lease).await });
                     continue;
                 }
-                Read::Unreadable { reason, .. } => {
+                Read::Unreadable { reason, why, about } => {
+                    metrics::unreadable(about.source(), why);
                     self.bury_now(message, reason, attempt, at + lease);
                     continue;
                 }
