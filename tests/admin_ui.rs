@@ -2,7 +2,9 @@
 //! `/admin/ui`: every answer HTML with a strict Content-Security-Policy, a stored body with
 //! markup printed as escaped text, cross-site POSTs refused without effect, lists filtered
 //! and paged by the inbox's cursor, search by id alone, and the bulk actions counting
-//! first and acting only once confirmed. (tests/browser.rs drives it in Chromium.)
+//! first and acting only once confirmed; an event's body state and key id beside its
+//! body, one sealed under a key the inbox lacks shown as unreadable, never an error
+//! page. (tests/browser.rs drives it in Chromium.)
 
 mod common;
 
@@ -421,6 +423,60 @@ async fn an_event_page_shows_its_attempts_and_headers_and_the_overview_its_rate(
         rate.contains("aria-label=\"1 events processed in the last 30 minutes\""),
         "{rate}"
     );
+}
+
+/// The body's state and key beside it: sealed under k1 and opened, "stored" and k1 with
+/// the body; stored in clear, "stored" and no key; read by an inbox with k2 alone,
+/// "unreadable" and k1, the page a 200 without a byte of the body or its headers.
+#[cfg(feature = "seal")]
+#[tokio::test]
+async fn an_event_page_shows_the_bodys_state_and_key_and_an_unreadable_body_is_no_error() {
+    use tower_webhook::seal::{Key, KeyRing};
+    let ring = |id: &str, b: u8| KeyRing::new([Key::new(id, [b; 32]).unwrap()]).unwrap();
+    let store = common::stores::sqlite().await;
+    deliver_body(&Inbox::sqlite(&store), "evt_clear", r#"{"type":"a"}"#).await;
+    let k1 = Inbox::sqlite(&store).with_keys(ring("k1", 1));
+    let body = r#"{"type":"order.paid","email":"ada@example.com"}"#;
+    deliver_body(&k1, "evt_sealed", body).await;
+    let uri = "/admin/ui/event?source=standard&id=evt_sealed&view=raw";
+
+    let opened = get(&k1, uri).await;
+    assert_eq!(opened.status, StatusCode::OK, "{}", opened.html);
+    let section_of = |html: &str| section(html, "body").to_owned();
+    let shown = section_of(&opened.html);
+    assert!(
+        shown.contains("class=\"state body-stored\">stored<"),
+        "{shown}"
+    );
+    assert!(shown.contains("<code>k1</code>"), "{shown}");
+    assert!(shown.contains("ada@example.com"), "{shown}");
+
+    let clear = get(&k1, "/admin/ui/event?source=standard&id=evt_clear").await;
+    let shown = section_of(&clear.html);
+    assert!(
+        shown.contains("class=\"state body-stored\">stored<"),
+        "{shown}"
+    );
+    assert!(shown.contains("none: stored in clear"), "{shown}");
+
+    let k2 = Inbox::sqlite(&store).with_keys(ring("k2", 2));
+    let unreadable = get(&k2, uri).await;
+    assert_eq!(unreadable.status, StatusCode::OK, "{}", unreadable.html);
+    assert!(unreadable.error.is_none());
+    let shown = section_of(&unreadable.html);
+    assert!(
+        shown.contains("class=\"state body-unreadable\">unreadable<"),
+        "{shown}"
+    );
+    assert!(shown.contains("<code>k1</code>"), "{shown}");
+    assert!(
+        shown.contains("Sealed under key &quot;k1&quot;, and no key of this inbox opens it"),
+        "{shown}"
+    );
+    assert!(!shown.contains("<pre"), "no body shown: {shown}");
+    assert!(!unreadable.html.contains("ada@example.com"));
+    let headers = section(&unreadable.html, "headers");
+    assert!(!headers.contains("<code>webhook-id</code>"), "{headers}");
 }
 
 /// The HTML of `<section … id="{id}">` up to its end.

@@ -5,7 +5,7 @@ use maud::{html, Markup};
 
 use super::*;
 use crate::admin::ui::body::View;
-use crate::inbox::{RouteState, State, StoredEvent};
+use crate::inbox::{BodyState, RouteState, State, StoredEvent};
 
 /// `routed`: show each processor's route, and whose each attempt was (fan-out); without
 /// it, the page as before fan-out.
@@ -104,16 +104,48 @@ fn body_section(
     let tab = |v: View, name: &str, label: &str| {
         html! { a class=[(view == v).then_some("here")] href=(href(name)) { (label) } }
     };
+    let state = e.body_state;
     html! {
         section.card #body {
-            h2 { "Body " span.muted { "(" (e.body.len()) " bytes, shown as " (kind) ")" } }
-            div.tabs {
-                (tab(View::Pretty, "pretty", "pretty"))
-                (tab(View::Raw, "raw", "raw text"))
-                (tab(View::Base64, "base64", "base64"))
+            @if state == BodyState::Stored {
+                h2 { "Body " span.muted { "(" (e.body.len()) " bytes, shown as " (kind) ")" } }
+            } @else {
+                h2 { "Body" }
             }
-            pre.body { (text) }
+            dl.fields {
+                dt { "state" } dd { span class={ "state body-" (state.as_str()) } { (state.as_str()) } }
+                dt { "key" } dd {
+                    @if let Some(key_id) = &e.key_id { code { (key_id) } }
+                    @else if state == BodyState::Stored { span.muted { "none: stored in clear" } }
+                    @else { span.muted { "—" } }
+                }
+            }
+            @match state {
+                BodyState::Stored => {
+                    div.tabs {
+                        (tab(View::Pretty, "pretty", "pretty"))
+                        (tab(View::Raw, "raw", "raw text"))
+                        (tab(View::Base64, "base64", "base64"))
+                    }
+                    pre.body { (text) }
+                }
+                _ => p.muted { (body_gone(state, e.key_id.as_deref())) },
+            }
         }
+    }
+}
+
+/// Why there is no body to show (crate text: the key id at most, never a payload byte).
+fn body_gone(state: BodyState, key_id: Option<&str>) -> String {
+    const KEPT: &str = "its key stays, so a redelivery is still a duplicate.";
+    match state {
+        BodyState::Unreadable => format!(
+            "Sealed under key {:?}, and no key of this inbox opens it: the key is not configured here, or the stored value was altered. It is never run: configure the key (second in the ring), then requeue it.",
+            key_id.unwrap_or_default()
+        ),
+        BodyState::Expired => format!("Deleted by the body retention after it was processed; {KEPT}"),
+        BodyState::Erased => format!("Erased on request; {KEPT}"),
+        _ => "Its body row is gone, deleted outside the inbox: it is never run.".to_owned(),
     }
 }
 
