@@ -8,7 +8,9 @@
 //!   and outcomes answered past two thirds of the lease — on SQLite and PostgreSQL, with
 //!   one processor or three (fan-out: a worker each, at once; one with a type filter, one
 //!   with a predicate; per-route scripts, crashes, requeues of a route or of one
-//!   processor's dead; every route's state, attempts, calls and effects exact);
+//!   processor's dead; every route's state, attempts, calls and effects exact), and with
+//!   a key ring on the inbox (feature `seal`: SQLite with one processor, PostgreSQL with
+//!   three; the same states, each body read back whole under the ring's key);
 //! - [`layer`] (model C): `DedupeLayer` end to end behind a fault wrapper over every
 //!   store, checked against README's Guarantees table, and a storm per store;
 //! - [`crash`] (model C′): `DedupeLayer` across process crashes (a runtime of its own

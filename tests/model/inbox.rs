@@ -34,6 +34,12 @@
 //! filter excludes the event — and its summary (the most urgent route's), the calls and
 //! the effects per route. A crash aborts the one worker whose processor hung: the route it
 //! was running — and no other, of its processor or another's — is the one run again.
+//!
+//! With the feature `seal`, two more tests run the same model with a key ring on the inbox
+//! (`sealed_sqlite`, one processor; `sealed_fan_out_postgres`, three): bodies, headers and
+//! errors sealed at rest, every state, count, call and effect the same, and each event's
+//! body read back whole as `stored` under the ring's key (without a ring: in clear, no
+//! key) — fewer cases than the others.
 
 use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
@@ -46,8 +52,8 @@ use proptest::prelude::*;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
 use tokio::sync::mpsc;
 use tower_webhook::inbox::{
-    Accepted, Attempt, Backfill, Inbox, LateAnswers, LateCall, Later, ProcessorSpec, Requeue,
-    State, Worker, WorkerHandle, DEFAULT_PROCESSOR,
+    Accepted, Attempt, Backfill, BodyState, Inbox, LateAnswers, LateCall, Later, ProcessorSpec,
+    Requeue, State, Worker, WorkerHandle, DEFAULT_PROCESSOR,
 };
 use tower_webhook::store::{PgStore, SqliteStore};
 use tower_webhook::{Event, Scheme};
@@ -499,6 +505,8 @@ impl Drop for Running {
 pub struct Sut {
     inbox: Inbox,
     layout: Layout,
+    /// Whether the inbox has a key ring.
+    sealed: bool,
     /// The answers to give late in the next drains, until met.
     late: Vec<(LateCall, Duration)>,
     db: Db,
@@ -716,6 +724,18 @@ impl Sut {
                 "k{k}'s routes (processor, state, attempts): {got:?}, the model {want:?}"
             ));
         }
+        // The body kept (sealed under the ring's key, or in clear) and read back whole.
+        let key_id = self.sealed.then_some(KEY_ID);
+        if (stored.body_state, stored.key_id.as_deref()) != (BodyState::Stored, key_id)
+            || stored.body != *event(k).body()
+        {
+            return Err(format!(
+                "k{k}'s body: {:?} under {:?}, {} bytes; expected stored under {key_id:?}",
+                stored.body_state,
+                stored.key_id,
+                stored.body.len()
+            ));
+        }
         for r in &stored.routes {
             let settled = matches!(r.state, State::Queued | State::Processed);
             if r.orphaned || (settled && r.last_error.is_some()) {
@@ -893,11 +913,18 @@ impl UnwrapErrOr for Result<(), String> {
     }
 }
 
-/// Which database and processors a test runs on.
+/// Which database and processors a test runs on, and whether its inbox seals.
 pub trait On: 'static {
     const POSTGRES: bool;
     const LAYOUT: Layout;
+    /// A key ring on the inbox (feature `seal`): bodies, headers and errors sealed at
+    /// rest, every state the model checks the same, and each event's body read back
+    /// opened, under the ring's key.
+    const SEALED: bool;
 }
+
+/// The sealed tests' key id.
+const KEY_ID: &str = "k1";
 
 pub struct InboxTest<K>(PhantomData<K>);
 
@@ -920,6 +947,14 @@ impl<K: On> StateMachineTest for InboxTest<K> {
                 (Inbox::sqlite(&store), Db::Sqlite(path))
             }
         });
+        #[cfg(feature = "seal")]
+        let inbox = match K::SEALED {
+            true => {
+                use tower_webhook::seal::{Key, KeyRing};
+                inbox.with_keys(KeyRing::new([Key::new(KEY_ID, [7; 32]).unwrap()]).unwrap())
+            }
+            false => inbox,
+        };
         let inbox = match K::LAYOUT {
             Layout::Single => inbox,
             // `c` joins at its first backfill.
@@ -929,6 +964,7 @@ impl<K: On> StateMachineTest for InboxTest<K> {
         Sut {
             inbox,
             layout: K::LAYOUT,
+            sealed: K::SEALED,
             late: Vec::new(),
             db,
             script: Arc::default(),
@@ -1072,19 +1108,25 @@ impl<K: On> StateMachineTest for InboxTest<K> {
 /// Steps run, per test (`figures`): accepts and scripts, drains, overruns, requeues;
 /// crashes; late answers planned; late answers met: claims, renewals, outcomes; and
 /// backfills.
-static STEPS: [[AtomicUsize; 10]; 4] = [const { [const { AtomicUsize::new(0) }; 10] }; 4];
+static STEPS: [[AtomicUsize; 10]; 8] = [const { [const { AtomicUsize::new(0) }; 10] }; 8];
 
 /// Test `K`'s row of [`STEPS`].
 fn figures<K: On>() -> usize {
-    usize::from(K::POSTGRES) + 2 * usize::from(K::LAYOUT == Layout::FanOut)
+    usize::from(K::POSTGRES)
+        + 2 * usize::from(K::LAYOUT == Layout::FanOut)
+        + 4 * usize::from(K::SEALED)
 }
 
 macro_rules! on {
     ($marker:ident, $pg:expr, $layout:expr, $test:ident, $file:literal, $ci:expr) => {
+        on!($marker, $pg, $layout, false, $test, $file, $ci);
+    };
+    ($marker:ident, $pg:expr, $layout:expr, $sealed:expr, $test:ident, $file:literal, $ci:expr) => {
         pub struct $marker;
         impl On for $marker {
             const POSTGRES: bool = $pg;
             const LAYOUT: Layout = $layout;
+            const SEALED: bool = $sealed;
         }
 
         #[test]
@@ -1150,4 +1192,27 @@ on!(
     fan_out_postgres,
     "model-inbox-fan-out-postgres.txt",
     16
+);
+// With a key ring: fewer cases (the model is the same; what a ring changes is the bytes at
+// rest and the read path, which every step's comparison goes through), one layout per
+// database.
+#[cfg(feature = "seal")]
+on!(
+    OnSqliteSealed,
+    false,
+    Layout::Single,
+    true,
+    sealed_sqlite,
+    "model-inbox-sealed-sqlite.txt",
+    8
+);
+#[cfg(feature = "seal")]
+on!(
+    OnPostgresFanOutSealed,
+    true,
+    Layout::FanOut,
+    true,
+    sealed_fan_out_postgres,
+    "model-inbox-sealed-fan-out-postgres.txt",
+    4
 );
