@@ -315,3 +315,53 @@ pub(super) async fn assert_pages_through_ties(inbox: &crate::inbox::Inbox) {
         ["f1", "f2", "f3"]
     );
 }
+
+/// The registry's two reads, the same on both dialects (`REGISTERED`, `BACKFILL_PAGE` the
+/// dialect's statements, in scope where it expands, as `backfill`, `RegistryRow` and
+/// `CandidateRow`), inside the dialect's `impl Registry`; `$persistent`: whether the
+/// backfill page's plan is kept (PostgreSQL plans each window apart).
+macro_rules! registry_reads {
+    ($persistent:expr) => {
+        fn registered(&self) -> StoreFuture<Vec<RegisteredProcessor>> {
+            let pool = self.pool.clone();
+            Box::pin(async move {
+                let rows = sqlx::query_as::<_, RegistryRow>(REGISTERED)
+                    .fetch_all(&pool)
+                    .await
+                    .map_err(|e| store_error("inbox registry", e))?;
+                rows.into_iter().map(backfill::registered).collect()
+            })
+        }
+
+        fn backfill_page(
+            &self,
+            processor: Arc<str>,
+            window: Backfill,
+            after: Option<Position>,
+            limit: usize,
+        ) -> StoreFuture<Vec<Candidate>> {
+            let pool = self.pool.clone();
+            let keys = self.keys.clone();
+            Box::pin(async move {
+                let (at, source, id) = match after {
+                    Some(p) => (Some(p.at), Some(p.source), Some(p.id)),
+                    None => (None, None, None),
+                };
+                let rows = sqlx::query_as::<_, CandidateRow>(BACKFILL_PAGE)
+                    .bind(&*processor)
+                    .bind(window.received_from)
+                    .bind(window.received_before)
+                    .bind(at)
+                    .bind(source)
+                    .bind(id)
+                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .persistent($persistent)
+                    .fetch_all(&pool)
+                    .await
+                    .map_err(|e| store_error("inbox backfill", e))?;
+                Ok(rows.into_iter().map(|row| row.opened(&keys)).collect())
+            })
+        }
+    };
+}
+pub(crate) use registry_reads;

@@ -120,47 +120,7 @@ impl Registry for Pg {
         })
     }
 
-    fn registered(&self) -> StoreFuture<Vec<RegisteredProcessor>> {
-        let pool = self.pool.clone();
-        Box::pin(async move {
-            let rows = sqlx::query_as::<_, RegistryRow>(REGISTERED)
-                .fetch_all(&pool)
-                .await
-                .map_err(|e| store_error("inbox registry", e))?;
-            rows.into_iter().map(backfill::registered).collect()
-        })
-    }
-
-    fn backfill_page(
-        &self,
-        processor: Arc<str>,
-        window: Backfill,
-        after: Option<Position>,
-        limit: usize,
-    ) -> StoreFuture<Vec<Candidate>> {
-        let pool = self.pool.clone();
-        let keys = self.keys.clone();
-        Box::pin(async move {
-            let (at, source, id) = match after {
-                Some(p) => (Some(p.at), Some(p.source), Some(p.id)),
-                None => (None, None, None),
-            };
-            let rows = sqlx::query_as::<_, CandidateRow>(BACKFILL_PAGE)
-                .bind(&*processor)
-                .bind(window.received_from)
-                .bind(window.received_before)
-                .bind(at)
-                .bind(source)
-                .bind(id)
-                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                // Planned for its own window: the first page and the rest differ.
-                .persistent(PLANNED_EACH_TIME)
-                .fetch_all(&pool)
-                .await
-                .map_err(|e| store_error("inbox backfill", e))?;
-            Ok(rows.into_iter().map(|row| row.opened(&keys)).collect())
-        })
-    }
+    super::super::shared::registry_reads!(PLANNED_EACH_TIME);
 
     fn backfill_routes(
         &self,
