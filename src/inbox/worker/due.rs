@@ -84,6 +84,8 @@ impl Dues {
 
     /// `processor`'s routes fall due `after` from now: its workers are told; a processor
     /// this process does not know (a replica configured otherwise) tells every one.
+    // Told by PostgreSQL's notifications from other replicas; SQLite has one process.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn after(&self, processor: Option<&str>, after: Duration) {
         let by = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match processor.and_then(|name| by.get(name)) {
