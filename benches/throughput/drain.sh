@@ -25,7 +25,8 @@
 # (`slow:3000`) passes through, as the receiver's other variables do.
 # Every rate is also printed as a ratio to the bare loop. $WORKERS: the worker's
 # concurrency (default 8, the receiver's). QUICK=1: accept alone, drain alone and the
-# bare loop only. The receiver's other variables (WEBHOOK_RATE, WEBHOOK_PER_OBJECT) pass
+# bare loop only. BARE=0: no bare loop (rounds comparing two settings of the crate alone).
+# The receiver's other variables (WEBHOOK_RATE, WEBHOOK_PER_OBJECT) pass
 # through from the environment. Needs wrk, pgbench, sqlite3, python3 and
 # PostgreSQL on 127.0.0.1:5432 (`bash .ci/services`).
 set -euo pipefail
@@ -172,11 +173,16 @@ fi
 
 if [ "$WHICH" = postgres ] || [ "$WHICH" = both ]; then
   for n in 1 2 3; do make_db "tw_drain_$$_$n"; done
+  # Each run starts from a checkpoint: the WAL an earlier run (or the bare loop's
+  # pgbench) filled would have its checkpoint's full-page images paid by this one.
+  psql "$PG/postgres" -qc CHECKPOINT
   DRAIN_DB="tw_drain_$$_1" measure postgres DATABASE_URL="$PG/tw_drain_$$_1"
   [ -n "${QUICK:-}" ] || both postgres DATABASE_URL="$PG/tw_drain_$$_2"
-  BARE_RPS=$(bare_postgres "$PG/tw_drain_$$_1")
-  echo "postgres bare pgbench insert: rps=$BARE_RPS"
-  echo "postgres ratios to the bare loop: accept_alone=$(ratio "$ACCEPT" "$BARE_RPS") drain_alone=$(ratio "$(field rps <"$WORK/drain.txt")" "$BARE_RPS")"
+  if [ "${BARE:-1}" != 0 ]; then
+    BARE_RPS=$(bare_postgres "$PG/tw_drain_$$_1")
+    echo "postgres bare pgbench insert: rps=$BARE_RPS"
+    echo "postgres ratios to the bare loop: accept_alone=$(ratio "$ACCEPT" "$BARE_RPS") drain_alone=$(ratio "$(field rps <"$WORK/drain.txt")" "$BARE_RPS")"
+  fi
   [ -n "${QUICK:-}" ] || latency postgres DATABASE_URL="$PG/tw_drain_$$_3"
   drop_dbs
 fi
@@ -184,8 +190,10 @@ fi
 if [ "$WHICH" = sqlite ] || [ "$WHICH" = both ]; then
   measure sqlite WEBHOOK_SQLITE="$WORK/one.db" DATABASE_URL=
   [ -n "${QUICK:-}" ] || both sqlite WEBHOOK_SQLITE="$WORK/two.db" DATABASE_URL=
-  BARE_RPS=$(bare_sqlite "$WORK/one.db")
-  echo "sqlite bare sqlite3 loop: rps=$BARE_RPS"
-  echo "sqlite ratios to the bare loop: accept_alone=$(ratio "$ACCEPT" "$BARE_RPS") drain_alone=$(ratio "$(field rps <"$WORK/drain.txt")" "$BARE_RPS")"
+  if [ "${BARE:-1}" != 0 ]; then
+    BARE_RPS=$(bare_sqlite "$WORK/one.db")
+    echo "sqlite bare sqlite3 loop: rps=$BARE_RPS"
+    echo "sqlite ratios to the bare loop: accept_alone=$(ratio "$ACCEPT" "$BARE_RPS") drain_alone=$(ratio "$(field rps <"$WORK/drain.txt")" "$BARE_RPS")"
+  fi
   [ -n "${QUICK:-}" ] || latency sqlite WEBHOOK_SQLITE="$WORK/three.db" DATABASE_URL=
 fi
