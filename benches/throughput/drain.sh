@@ -162,6 +162,7 @@ if [ "${ONLY:-}" = latency ]; then
   [ -n "${PACE_RATE:-}" ] || { echo "drain.sh: ONLY=latency needs PACE_RATE" >&2; exit 2; }
   if [ "$WHICH" = postgres ] || [ "$WHICH" = both ]; then
     make_db "tw_drain_$$_3"
+    psql "$PG/postgres" -qc CHECKPOINT # as for the accept below
     latency postgres DATABASE_URL="$PG/tw_drain_$$_3"
     drop_dbs
   fi
