@@ -16,6 +16,7 @@
 //! | `GET /pauses` | `[{"source": "stripe", "type": null, "paused_at": "…"}, …]` ([`Inbox::pauses`]) |
 //! | `POST /backfill` | `{"created": 120}` ([`Inbox::backfill`]) |
 //! | `POST /rekey` | `{"rekeyed": 4200, "unreadable": 0}` ([`Inbox::rekey`], feature `seal`) |
+//! | `DELETE /events/{source}/{id}/body` | `{"erased": true}`, 404 for no such event ([`Inbox::erase`]: body, headers and error texts deleted, routes that could run dead) |
 //!
 //! - `GET /events` takes `state=dead` (newest dead first) or `state=failing` (rows queued
 //!   again after a failed attempt, newest received first), `order=oldest` for the other
@@ -134,6 +135,8 @@ mod backfill; // `POST /backfill`'s body, the SQL inbox's and JetStream's
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 mod counts; // `GET /counts`: the sum, and each processor's
 mod door; // who may operate: the token, the throttle, the page's sessions
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod erasure; // `DELETE /events/{source}/{id}/body`: bodies erased on request
 mod error;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod input; // what the SQL inbox's endpoints accept

@@ -2,7 +2,7 @@
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde_json::Value;
 
@@ -18,6 +18,10 @@ pub(super) fn router(inbox: Inbox) -> Router {
         .route("/counts", get(counts::<Inbox>))
         .route("/events", get(list))
         .route("/events/{source}/{id}", get(event))
+        .route(
+            "/events/{source}/{id}/body",
+            delete(super::erasure::erase_body),
+        )
         .route("/processed", get(processed))
         .route("/requeue", post(requeue))
         .route("/backfill", post(backfill));

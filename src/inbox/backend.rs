@@ -87,6 +87,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// and error texts (`body_state` expired), and the bookmark moves past them. How many
     /// events it expired; `None` when no such route was left to walk.
     fn expire_bodies(&self, retention: Duration, batch: usize) -> StoreFuture<Option<u64>>;
+    /// Erases these events (`docs/design/payload-protection.md` §8), in one transaction:
+    /// each loses its body row and every error text of its routes and attempts, is
+    /// marked `body_state` erased, and its routes that could still run (queued, failing,
+    /// or a lease run out) go dead with the erased reason; a route running now keeps its
+    /// lease, and its outcome drops its error (P11). How many of them the inbox has.
+    fn erase(&self, keys: Vec<(String, String)>) -> StoreFuture<u64>;
     /// How many of `processor`'s routes are in each state.
     fn counts(&self, processor: Arc<str>) -> StoreFuture<Counts>;
     /// Up to `listing.limit + 1` rows of the listing (one more than a page: whether there

@@ -187,6 +187,9 @@ impl Backend for Late {
     fn expire_bodies(&self, retention: Duration, batch: usize) -> StoreFuture<Option<u64>> {
         self.inner.expire_bodies(retention, batch)
     }
+    fn erase(&self, keys: Vec<(String, String)>) -> StoreFuture<u64> {
+        self.inner.erase(keys)
+    }
     fn counts(&self, processor: Arc<str>) -> StoreFuture<Counts> {
         self.inner.counts(processor)
     }

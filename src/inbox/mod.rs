@@ -131,6 +131,8 @@ pub(crate) mod backfill; // the processor registry, backfill, dropping a process
 pub(crate) mod backpressure;
 mod counts; // how many rows in each state
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod erasure; // bodies erased on request: erase, erase_subject
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod headers; // what of a delivery's request headers the SQL inbox stores
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod history; // each attempt's record
@@ -196,7 +198,7 @@ pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, Stat
 pub use self::operate::{DeadRows, Requeue, Requeued};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 pub use self::pause::Pause;
-#[cfg(all(feature = "seal", any(feature = "sqlite", feature = "postgres")))]
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use self::process::PANICKED;
 pub use self::process::{Attempt, Processor, WorkerHandle};
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]

@@ -157,7 +157,6 @@ pub(crate) fn seal_error(
 }
 
 /// What an error text that could not be sealed is stored as, before why (crate text).
-#[cfg(feature = "seal")]
 pub(super) const NOT_STORED: &str = "the processor's error was not stored: ";
 
 /// [`seal_error`], or why it could not seal (rekey keeps the old text then).
@@ -182,8 +181,9 @@ pub(super) fn try_seal_error(
 /// Whether `text` is one of the crate's own error texts, which name no payload and are
 /// stored in clear on purpose, so an operator reads why a route died even without its key:
 /// a crash, a shutdown, a panic, why a body was never run. The one list: the worker's
-/// outcomes ([`Inbox::sealed_outcome`](crate::inbox::Inbox)) and rekey both ask it.
-#[cfg(feature = "seal")]
+/// outcomes ([`Inbox::sealed_outcome`](crate::inbox::Inbox)) and rekey both ask it, and
+/// so does an outcome on an event erased or expired meanwhile, which keeps only these
+/// (P11).
 pub(crate) fn crate_text(text: &str) -> bool {
     use crate::inbox::BodyState;
     text == super::CRASHED

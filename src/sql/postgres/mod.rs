@@ -4,6 +4,7 @@
 
 mod accept; // the inbox's accepts: events, bodies and routes, a batch in one statement
 mod claims; // `DedupeLayer`'s claims, and keys done in the caller's transaction
+mod erasure; // events' bodies erased on request, their routes buried
 mod expiry; // the body retention: processed events' bodies, a batch from a bookmark
 mod group_commit; // the writer's batches: claims, completions, accepts, "processed"
 mod latest; // the ordering guard (`webhook_objects`)

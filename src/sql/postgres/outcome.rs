@@ -4,6 +4,7 @@
 use sqlx::postgres::PgPool;
 use sqlx::PgConnection;
 
+use super::super::sealed::crate_text;
 use super::super::shared::changed;
 use super::super::{store_error, Outcome, ABANDONED, MAX_ATTEMPT_RECORDS};
 use super::queue::{ABANDON, DEAD, LATER, PROCESSED, RETRY};
@@ -36,6 +37,11 @@ pub(super) async fn finish_one(
             .bind(token.as_uuid())
     };
     let kept = KEPT_BEFORE_A_NEW_RECORD;
+    // Whether a failure's error is the crate's own text, kept on an erased event (P11).
+    let own = match &outcome {
+        Outcome::Retry(error, _) | Outcome::Dead(error) => Some(crate_text(error)),
+        _ => None,
+    };
     let query = match outcome {
         Outcome::Processed => {
             let query = sqlx::query(PROCESSED).bind(source).bind(id);
@@ -49,8 +55,11 @@ pub(super) async fn finish_one(
         Outcome::Later(after) => key(LATER).bind(after.as_secs_f64()).bind(kept),
         Outcome::Abandoned => key(ABANDON).bind(ABANDONED).bind(kept),
     };
-    // Each statement's last placeholder: the route's processor.
-    let query = query.bind(processor);
+    // Each statement's last placeholder but `own`: the route's processor.
+    let mut query = query.bind(processor);
+    if let Some(own) = own {
+        query = query.bind(own);
+    }
     let done = query
         .fetch_one(pool)
         .await

@@ -176,28 +176,40 @@ UPDATE webhook_routes SET processed_at = coalesce(processed_at, clock_timestamp(
 WHERE source = $1 AND event_id = $2 AND processor = $4 AND lock_token = $3";
 
 /// The end of an attempt that did not succeed, if `$3` still holds the row.
+/// The error `$4` is dropped when the event lost its body meanwhile (erased, expired),
+/// unless the last placeholder says it is the crate's own text (P11): the event's row is
+/// read `FOR KEY SHARE`, so an erase holding it (`FOR UPDATE`) is waited for and seen,
+/// and one after this commits reads the error this wrote. The attempt's record keeps
+/// what the route kept.
 pub(super) const RETRY: &str = recorded!(
     "
     UPDATE webhook_routes SET next_attempt_at = now() + make_interval(secs => $5),
-        processing_error = $4, locked_until = NULL, lock_token = NULL
+        processing_error = CASE WHEN $8 OR (SELECT e.body_state FROM webhook_events e
+            WHERE e.source = $1 AND e.event_id = $2 FOR KEY SHARE) IS NULL THEN $4 END,
+        locked_until = NULL, lock_token = NULL
     WHERE source = $1 AND event_id = $2 AND processor = $7 AND lock_token = $3
       AND processed_at IS NULL
-    RETURNING source, event_id, processor, attempts AS attempt, attempt_started_at",
+    RETURNING source, event_id, processor, attempts AS attempt, attempt_started_at,
+        processing_error AS kept",
     "failed",
-    "$4",
+    "kept",
     cap: "$6",
     due: "$5"
 );
 
+/// As [`RETRY`], the error kept only as it says (`$6`).
 pub(super) const DEAD: &str = recorded!(
     "
-    UPDATE webhook_routes SET dead_at = now(), processing_error = $4,
+    UPDATE webhook_routes SET dead_at = now(),
+        processing_error = CASE WHEN $6 OR (SELECT e.body_state FROM webhook_events e
+            WHERE e.source = $1 AND e.event_id = $2 FOR KEY SHARE) IS NULL THEN $4 END,
         locked_until = NULL, lock_token = NULL
     WHERE source = $1 AND event_id = $2 AND processor = $5 AND lock_token = $3
       AND processed_at IS NULL
-    RETURNING source, event_id, processor, attempts AS attempt, attempt_started_at",
+    RETURNING source, event_id, processor, attempts AS attempt, attempt_started_at,
+        processing_error AS kept",
     "dead",
-    "$4",
+    "kept",
     end
 );
 
@@ -422,6 +434,10 @@ impl Backend for Pg {
                 without_body: without_body.unsigned_abs(),
             })
         })
+    }
+
+    fn erase(&self, keys: Vec<(String, String)>) -> StoreFuture<u64> {
+        super::erasure::erase(&self.pool, keys)
     }
 
     fn expire_bodies(&self, retention: Duration, batch: usize) -> StoreFuture<Option<u64>> {

@@ -11,6 +11,7 @@
 //! key until the inbox's prune deletes it with its routes, body and history.
 
 mod claims; // `DedupeLayer`'s claims of an event key
+mod erasure; // events' bodies erased on request, their routes buried
 mod expiry; // the body retention: processed events' bodies, a batch from a bookmark
 mod latest; // the ordering guard (`webhook_objects`)
 mod listing; // the inbox's counts, listings and one event, for operators
@@ -85,6 +86,8 @@ enum Op {
     /// A batch of body expiry: routes processed before the cutoff (milliseconds before
     /// the writer's now), at most this many.
     ExpireBodies(std::time::Duration, usize),
+    /// These events' bodies and error texts erased, their routes that could run buried.
+    Erase(Vec<(String, String)>),
     /// An operator's pause (`true`) or resume of a processor, source and type.
     Pause(crate::inbox::pause::Rule, bool),
     Prune(Duration),
@@ -138,6 +141,7 @@ impl Op {
             | Op::Accept(_)
             | Op::Requeue(_)
             | Op::ExpireBodies(..)
+            | Op::Erase(_)
             | Op::Pause(..)
             | Op::Prune(_)
             | Op::PruneOnce(..)

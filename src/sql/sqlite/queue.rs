@@ -161,6 +161,16 @@ ORDER BY processor, source, event_type";
 // The statements on one held route: its key `?1`, `?2`, the claim's token `?3`, its
 // processor `?4` (a claim's token is shared by all its routes), the rest from `?5`.
 
+/// A failed attempt's error `?6` as its route keeps it: NULL once the event's body is
+/// gone for a recorded reason (an erase raced the attempt, P11: the error can quote the
+/// payload), unless `?7`, the crate's own text.
+macro_rules! kept_error {
+    () => {
+        "CASE WHEN ?7 OR NOT EXISTS (SELECT 1 FROM webhook_events AS e
+        WHERE e.source = ?1 AND e.event_id = ?2 AND e.body_state IS NOT NULL) THEN ?6 END"
+    };
+}
+
 /// Claimed routes a worker hands back unprocessed (its claim was answered too late to run
 /// them safely): due again at once, the attempt uncounted.
 pub(super) const GIVE_BACK: &str = "
@@ -183,19 +193,30 @@ UPDATE webhook_routes SET processed_at = coalesce(processed_at, ?5), processing_
     locked_until = NULL
 WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processor = ?4";
 
-pub(super) const RETRY: &str = "
-UPDATE webhook_routes SET next_attempt_at = ?5, processing_error = ?6,
+/// The error `?6` is dropped when the event lost its body meanwhile (erased, expired:
+/// P11), unless `?7` says it is the crate's own text (it names no payload).
+pub(super) const RETRY: &str = concat!(
+    "
+UPDATE webhook_routes SET next_attempt_at = ?5, processing_error = ",
+    kept_error!(),
+    ",
     locked_until = NULL, lock_token = NULL
 WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processor = ?4
   AND processed_at IS NULL
-RETURNING attempts, attempt_started_at";
+RETURNING attempts, attempt_started_at"
+);
 
-pub(super) const DEAD: &str = "
-UPDATE webhook_routes SET dead_at = ?5, processing_error = ?6,
+/// As [`RETRY`], the error kept only as it says.
+pub(super) const DEAD: &str = concat!(
+    "
+UPDATE webhook_routes SET dead_at = ?5, processing_error = ",
+    kept_error!(),
+    ",
     locked_until = NULL, lock_token = NULL
 WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processor = ?4
   AND processed_at IS NULL
-RETURNING attempts, attempt_started_at";
+RETURNING attempts, attempt_started_at"
+);
 
 /// Snoozed by the processor: due again at `?5`, the attempt uncounted (its record keeps
 /// the number it ran as).
@@ -215,12 +236,16 @@ RETURNING attempts, attempt_started_at";
 /// The attempts a batch finished, in its transaction: one statement for the batch,
 /// whatever its size (a statement per attempt would cost the drain a round trip to
 /// SQLite's thread each; a trigger could not tell the outcome). `?1`: a JSON array of
-/// `[source, id, attempt, started, finished, outcome, error, processor]`.
+/// `[source, id, attempt, started, finished, outcome, error, processor, own]`; the error
+/// dropped as [`RETRY`] drops it (an erase earlier in the batch, P11), unless `own`.
 pub(super) const RECORD_ATTEMPTS: &str = "
 INSERT INTO webhook_attempts
     (source, event_id, attempt, started_at, finished_at, outcome, error, processor)
 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5,
-    value ->> 6, value ->> 7
+    CASE WHEN value ->> 8 OR NOT EXISTS (SELECT 1 FROM webhook_events AS e
+        WHERE e.source = value ->> 0 AND e.event_id = value ->> 1
+          AND e.body_state IS NOT NULL) THEN value ->> 6 END,
+    value ->> 7
 FROM json_each(?1)";
 
 /// A route's attempt records past the newest `?3` deleted (after a failing, snoozed or
@@ -355,6 +380,11 @@ impl Backend for Sqlite {
                 _ => unreachable!("a batch of expiry's count"),
             }
         })
+    }
+
+    fn erase(&self, keys: Vec<(String, String)>) -> StoreFuture<u64> {
+        let this = self.clone();
+        Box::pin(async move { this.count(Op::Erase(keys)).await })
     }
 
     fn pause(&self, rule: crate::inbox::pause::Rule, pause: bool) -> StoreFuture<bool> {

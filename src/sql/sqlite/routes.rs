@@ -5,6 +5,7 @@
 use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite as Db, SqliteArguments, SqliteConnection};
 
+use super::super::sealed::crate_text;
 use super::super::{store_error, ClaimedRow, Outcome, ABANDONED, CRASHED, MAX_ATTEMPT_RECORDS};
 use super::prune::{PRUNE_DEAD, PRUNE_EVENTS, PRUNE_OLD_TOMBSTONES};
 use super::queue::{
@@ -54,7 +55,18 @@ pub(super) async fn record(
         .map(|a| {
             let (source, id, outcome) = (a.source, a.id, a.outcome);
             let at = (a.attempt, a.started, a.finished);
-            (source, id, at.0, at.1, at.2, outcome, a.error, a.processor)
+            let own = a.error.is_some_and(crate_text);
+            (
+                source,
+                id,
+                at.0,
+                at.1,
+                at.2,
+                outcome,
+                a.error,
+                a.processor,
+                own,
+            )
         })
         .collect();
     let json = serde_json::to_string(&rows).expect("strings and numbers");
@@ -337,12 +349,16 @@ pub(super) async fn finish<'a>(
         Outcome::Retry(error, after) => (
             key(RETRY)
                 .bind(now.saturating_add(ms(*after)))
-                .bind(error.as_str()),
+                .bind(error.as_str())
+                .bind(crate_text(error)),
             "failed",
             Some(error.as_str()),
         ),
         Outcome::Dead(error) => (
-            key(DEAD).bind(now).bind(error.as_str()),
+            key(DEAD)
+                .bind(now)
+                .bind(error.as_str())
+                .bind(crate_text(error)),
             "dead",
             Some(error.as_str()),
         ),

@@ -247,6 +247,7 @@ async fn write_one<'a>(
             let cutoff = now.saturating_sub(ms(*retention));
             Done::Expired(super::expiry::expire(conn, cutoff, *batch).await?)
         }
+        Op::Erase(keys) => Done::Count(super::erasure::erase(conn, now, keys).await?),
         Op::Prune(older_than) => {
             let done = sqlx::query(PRUNE)
                 .bind(now.saturating_sub(ms(*older_than)))

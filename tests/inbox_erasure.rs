@@ -1,0 +1,355 @@
+//! Erasure on request (issue 34 step 5, `docs/design/payload-protection.md` §8), on
+//! SQLite and PostgreSQL, each on a fresh database, without a key ring:
+//!
+//! - `Inbox::erase` deletes an event's body and headers and every error text of its
+//!   routes and attempts (at rest too), marks it erased (`body_state: "erased"` in the
+//!   admin JSON), buries its queued route dead with the crate's reason, never run; its key
+//!   stays (a redelivery is a duplicate), a requeue leaves it out (`without_body`);
+//!   erasing twice is harmless; an unknown event is `false`, and 404 on
+//!   `DELETE /events/{source}/{id}/body`;
+//! - a route running while its event is erased finishes, but its failure's error is not
+//!   written back (P11), and it then ends dead with the reason, run once.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tower_webhook::inbox::{Accepted, BodyState, Inbox, Requeue, State, Worker, WorkerHandle};
+use tower_webhook::store::{PgStore, SqliteStore};
+use tower_webhook::{Event, Scheme};
+
+use common::seed::{eventually, SECRET};
+use common::{at, verifier, NOW};
+
+/// What a failing attempt's error and a stored header quote: gone with the body.
+const CANARY: &str = "canary-9e2b";
+
+/// The reason an erased event's routes go dead with.
+const REASON: &str = "the body was erased before the event was processed";
+
+/// A fresh database of either dialect, read by SQL beside the inbox.
+enum Db {
+    Sqlite(SqliteStore),
+    Pg(PgStore),
+}
+
+impl Db {
+    async fn sqlite() -> Self {
+        Db::Sqlite(common::stores::sqlite().await)
+    }
+
+    async fn postgres() -> Self {
+        Db::Pg(common::stores::postgres().await)
+    }
+
+    fn inbox(&self) -> Inbox {
+        match self {
+            Db::Sqlite(store) => Inbox::sqlite(store),
+            Db::Pg(store) => Inbox::postgres(store),
+        }
+    }
+
+    /// A number the statement answers.
+    async fn number(&self, sql: &str) -> i64 {
+        match self {
+            Db::Sqlite(store) => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+                .fetch_one(store.pool())
+                .await
+                .unwrap(),
+            Db::Pg(store) => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+                .fetch_one(store.pool())
+                .await
+                .unwrap(),
+        }
+    }
+
+    /// How many stored values anywhere quote [`CANARY`]: body rows, headers, errors.
+    async fn canaries(&self) -> i64 {
+        let like = format!("'%{CANARY}%'");
+        let mut n = 0;
+        for sql in [
+            format!("SELECT count(*) FROM webhook_bodies WHERE headers LIKE {like}"),
+            format!("SELECT count(*) FROM webhook_routes WHERE processing_error LIKE {like}"),
+            format!("SELECT count(*) FROM webhook_attempts WHERE error LIKE {like}"),
+        ] {
+            n += self.number(&sql).await;
+        }
+        n
+    }
+}
+
+fn body_of(id: &str) -> String {
+    format!(r#"{{"type":"order.paid","data":{{"object":{{"id":"pi_{id}"}}}}}}"#)
+}
+
+/// A signed delivery of `id`, verified: what the inbox's accept takes.
+fn event(id: &str) -> Event {
+    let body = body_of(id);
+    let headers = Scheme::standard()
+        .sign([SECRET], id, at(NOW), body.as_bytes())
+        .unwrap();
+    verifier(Scheme::standard(), &[SECRET])
+        .verify(&headers, body.into())
+        .unwrap()
+}
+
+/// Accepts `id` through the inbox's HTTP service (its headers stored, `x-customer`
+/// quoting [`CANARY`]).
+async fn deliver(inbox: &Inbox, id: &str) {
+    use tower::ServiceExt as _;
+    let body = body_of(id);
+    let mut headers = Scheme::standard()
+        .sign([SECRET], id, at(NOW), body.as_bytes())
+        .unwrap();
+    headers.insert("x-customer", CANARY.parse().unwrap());
+    let req: http::Request<http_body_util::Full<Bytes>> = common::request(headers, body);
+    let svc = tower::ServiceBuilder::new()
+        .layer(tower_webhook::VerifyWebhookLayer::new(verifier(
+            Scheme::standard(),
+            &[SECRET],
+        )))
+        .service(inbox.accept_service());
+    assert_eq!(svc.oneshot(req).await.unwrap().status(), 204);
+}
+
+/// A worker: `evt_flaky` fails its first attempt with an error quoting [`CANARY`],
+/// `evt_dead` every one (two attempts); each run counted in `runs` by id.
+fn worker(inbox: &Inbox, runs: Arc<std::sync::Mutex<Vec<String>>>) -> WorkerHandle {
+    Worker::new(
+        inbox,
+        move |e: Event, attempt: tower_webhook::inbox::Attempt| {
+            let runs = runs.clone();
+            async move {
+                let id = e.id().unwrap().to_owned();
+                runs.lock().unwrap().push(id.clone());
+                match (id.as_str(), attempt.number()) {
+                    ("evt_flaky", 1) | ("evt_dead", _) => Err(format!("invalid value {CANARY:?}")),
+                    _ => Ok(()),
+                }
+            }
+        },
+    )
+    .with_max_attempts(2)
+    .unwrap()
+    .with_backoff(Duration::from_millis(1), Duration::from_millis(2))
+    .unwrap()
+    .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
+    .spawn()
+}
+
+/// A request to the operator API: its status and JSON answer.
+async fn admin(inbox: &Inbox, method: &str, uri: &str) -> (u16, serde_json::Value) {
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+    let request = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = tower_webhook::admin::router(inbox.clone())
+        .oneshot(request)
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or_default())
+}
+
+/// Erased events lose body, headers and error texts and keep their key; a queued route
+/// goes dead with the reason and never runs; requeue leaves them out.
+async fn an_erased_events_body_and_errors_go_and_its_key_stays(db: Db) {
+    let inbox = db.inbox();
+    for id in ["evt_ok", "evt_flaky", "evt_dead"] {
+        deliver(&inbox, id).await;
+    }
+    let runs = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let running = worker(&inbox, runs.clone());
+    eventually("two processed, one dead", async || {
+        let c = inbox.counts().await.unwrap();
+        (c.processed, c.dead) == (2, 1)
+    })
+    .await;
+    running.shutdown().await;
+    deliver(&inbox, "evt_queued").await;
+    // Headers 4, evt_dead's route error 1, attempts: evt_flaky's first, evt_dead's two.
+    assert_eq!(db.canaries().await, 4 + 1 + 3, "the control");
+
+    for id in ["evt_flaky", "evt_dead", "evt_queued"] {
+        assert!(inbox.erase("standard", id).await.unwrap(), "{id}");
+    }
+    for id in ["evt_flaky", "evt_dead", "evt_queued"] {
+        let e = inbox.event("standard", id).await.unwrap().unwrap();
+        assert_eq!(e.body_state, BodyState::Erased, "{id}");
+        assert_eq!((e.body.len(), e.headers.len()), (0, 0), "{id}");
+        assert!(e.attempts.iter().all(|a| a.error.is_none()), "{id}: {e:?}");
+    }
+    let flaky = inbox.event("standard", "evt_flaky").await.unwrap().unwrap();
+    assert_eq!(flaky.summary.state, State::Processed, "its state stays");
+    assert!(!flaky.attempts.is_empty(), "its outcomes stay");
+    assert_eq!(flaky.summary.last_error, None);
+    let dead = inbox.event("standard", "evt_dead").await.unwrap().unwrap();
+    assert_eq!(dead.summary.state, State::Dead);
+    assert_eq!(
+        dead.summary.last_error, None,
+        "its error quoted the payload"
+    );
+    let queued = inbox
+        .event("standard", "evt_queued")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(queued.summary.state, State::Dead, "buried at once");
+    assert_eq!(queued.summary.last_error.as_deref(), Some(REASON));
+    let ok = inbox.event("standard", "evt_ok").await.unwrap().unwrap();
+    assert_eq!(ok.body_state, BodyState::Stored, "not asked: kept");
+
+    // At rest: the erased events' body rows and every canary but evt_ok's header.
+    assert_eq!(
+        db.number("SELECT count(*) FROM webhook_bodies WHERE event_id <> 'evt_ok'")
+            .await,
+        0
+    );
+    assert_eq!(db.canaries().await, 1, "evt_ok's stored header only");
+    assert_eq!(
+        db.number("SELECT count(*) FROM webhook_events WHERE body_state = 'erased'")
+            .await,
+        3
+    );
+    let (status, json) = admin(&inbox, "GET", "/events/standard/evt_queued").await;
+    assert_eq!(status, 200);
+    assert_eq!(json["body_state"], "erased", "{json}");
+
+    // The key stays: a redelivery is a duplicate, not stored, not run.
+    assert_eq!(
+        inbox.accept(&event("evt_queued")).await.unwrap(),
+        Accepted::Duplicate
+    );
+    // Requeue leaves erased events out and counts them.
+    let one = inbox
+        .requeue_counted(Requeue::id("standard", "evt_queued"))
+        .await
+        .unwrap();
+    assert_eq!((one.requeued, one.without_body), (0, 1));
+    let all = inbox.requeue_counted(Requeue::all()).await.unwrap();
+    assert_eq!((all.requeued, all.without_body), (1, 3), "{all:?}");
+
+    // A worker runs what is queued (evt_ok again), never the erased ones.
+    runs.lock().unwrap().clear();
+    deliver(&inbox, "evt_after").await;
+    let running = worker(&inbox, runs.clone());
+    eventually("evt_ok and evt_after processed", async || {
+        inbox.counts().await.unwrap().processed == 3
+    })
+    .await;
+    running.shutdown().await;
+    let mut ran = runs.lock().unwrap().clone();
+    ran.sort();
+    assert_eq!(ran, ["evt_after", "evt_ok"]);
+    let queued = inbox
+        .event("standard", "evt_queued")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(queued.summary.state, State::Dead);
+
+    // Twice is harmless; an unknown event is false (404 on the operator API).
+    assert!(inbox.erase("standard", "evt_queued").await.unwrap());
+    assert_eq!(state(&inbox, "evt_queued").await, BodyState::Erased);
+    assert!(!inbox.erase("standard", "evt_nope").await.unwrap());
+    assert!(!inbox.erase("other", "evt_ok").await.unwrap());
+    let (status, _) = admin(&inbox, "DELETE", "/events/standard/evt_nope/body").await;
+    assert_eq!(status, 404);
+    let (status, json) = admin(&inbox, "DELETE", "/events/standard/evt_ok/body").await;
+    assert_eq!((status, json), (200, serde_json::json!({"erased": true})));
+    assert_eq!(state(&inbox, "evt_ok").await, BodyState::Erased);
+    assert_eq!(db.canaries().await, 1, "evt_after's header only");
+    let ok = inbox.event("standard", "evt_ok").await.unwrap().unwrap();
+    assert_eq!(
+        ok.summary.state,
+        State::Processed,
+        "processed stays processed"
+    );
+}
+
+async fn state(inbox: &Inbox, id: &str) -> BodyState {
+    let event = inbox.event("standard", id).await.unwrap();
+    event.unwrap_or_else(|| panic!("{id} shows")).body_state
+}
+
+#[tokio::test]
+async fn sqlite_an_erased_events_body_and_errors_go_and_its_key_stays() {
+    an_erased_events_body_and_errors_go_and_its_key_stays(Db::sqlite().await).await;
+}
+
+#[tokio::test]
+async fn postgres_an_erased_events_body_and_errors_go_and_its_key_stays() {
+    an_erased_events_body_and_errors_go_and_its_key_stays(Db::postgres().await).await;
+}
+
+/// A route running while its event is erased finishes with the body it holds; its
+/// failure is recorded without its error (P11), and its next claim buries it with the
+/// reason: run once.
+async fn a_running_routes_late_failure_writes_no_error_back(db: Db) {
+    let inbox = db.inbox();
+    deliver(&inbox, "evt_slow").await;
+    let started = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (s, r, n) = (started.clone(), release.clone(), runs.clone());
+    let running = Worker::new(&inbox, move |_: Event, _| {
+        let (s, r, n) = (s.clone(), r.clone(), n.clone());
+        async move {
+            n.fetch_add(1, Ordering::SeqCst);
+            s.notify_one();
+            r.notified().await;
+            Err::<(), _>(format!("invalid value {CANARY:?}"))
+        }
+    })
+    .with_max_attempts(3)
+    .unwrap()
+    .with_backoff(Duration::from_millis(1), Duration::from_millis(2))
+    .unwrap()
+    .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
+    .spawn();
+    started.notified().await;
+    assert!(inbox.erase("standard", "evt_slow").await.unwrap());
+    let e = inbox.event("standard", "evt_slow").await.unwrap().unwrap();
+    assert_eq!(
+        e.summary.state,
+        State::Processing,
+        "running: left to finish"
+    );
+    release.notify_one();
+    eventually("dead with the reason", async || {
+        let e = inbox.event("standard", "evt_slow").await.unwrap().unwrap();
+        e.summary.state == State::Dead
+    })
+    .await;
+    running.shutdown().await;
+    let e = inbox.event("standard", "evt_slow").await.unwrap().unwrap();
+    assert_eq!(e.summary.last_error.as_deref(), Some(REASON), "{e:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "never run again");
+    assert!(!e.attempts.is_empty(), "the failure's outcome is recorded");
+    assert!(
+        e.attempts
+            .iter()
+            .all(|a| a.error.as_deref().is_none_or(|t| t == REASON)),
+        "{e:?}"
+    );
+    assert_eq!(db.canaries().await, 0, "no error text written back");
+}
+
+#[tokio::test]
+async fn sqlite_a_running_routes_late_failure_writes_no_error_back() {
+    a_running_routes_late_failure_writes_no_error_back(Db::sqlite().await).await;
+}
+
+#[tokio::test]
+async fn postgres_a_running_routes_late_failure_writes_no_error_back() {
+    a_running_routes_late_failure_writes_no_error_back(Db::postgres().await).await;
+}
