@@ -810,6 +810,53 @@ async fn postgres_the_command_rekeys_a_sealed_inbox() {
     the_command_rekeys_a_sealed_inbox(inbox, &url).await;
 }
 
+/// `erase SOURCE:ID`: refused without `--yes` (exit 2, nothing erased), then the body is
+/// erased (`show` says so, the queued route is dead with the reason); again is harmless;
+/// an unknown event is exit 3; a malformed key exit 2. Sealed or not alike.
+async fn the_command_erases_a_body(inbox: Inbox, db: &str) {
+    assert_eq!(deliver(&inbox, "evt_erase").await, StatusCode::NO_CONTENT);
+    let unconfirmed = run(db, &["erase", "standard:evt_erase"]).await;
+    assert_eq!(unconfirmed.code, 2, "{unconfirmed:?}");
+    assert!(unconfirmed.stderr.contains("--yes"), "{unconfirmed:?}");
+    let shown = run(db, &["show", "standard", "evt_erase", "--json"]).await;
+    assert_eq!(shown.json()["body_state"], "stored");
+
+    let done = run(db, &["erase", "standard:evt_erase", "--yes", "--json"]).await;
+    assert_eq!(done.json(), json!({"erased": true}));
+    let shown = run(db, &["show", "standard", "evt_erase", "--json"])
+        .await
+        .json();
+    assert_eq!(shown["body_state"], "erased", "{shown}");
+    assert_eq!(shown["body"], "", "{shown}");
+    assert_eq!(shown["state"], "dead", "{shown}");
+    assert_eq!(
+        shown["last_error"], "the body was erased before the event was processed",
+        "{shown}"
+    );
+    let again = run(db, &["erase", "standard:evt_erase", "--yes"]).await;
+    assert_eq!(
+        (again.code, again.stdout.as_str()),
+        (0, "erased standard:evt_erase\n"),
+        "{again:?}"
+    );
+    let unknown = run(db, &["erase", "standard:evt_nope", "--yes"]).await;
+    assert_eq!(unknown.code, 3, "{unknown:?}");
+    let malformed = run(db, &["erase", "standard/evt_erase", "--yes"]).await;
+    assert_eq!(malformed.code, 2, "{malformed:?}");
+}
+
+#[tokio::test]
+async fn sqlite_the_command_erases_a_body() {
+    let (inbox, path) = sqlite().await;
+    the_command_erases_a_body(inbox, &path).await;
+}
+
+#[tokio::test]
+async fn postgres_the_command_erases_a_body() {
+    let (inbox, url) = postgres().await;
+    the_command_erases_a_body(inbox, &url).await;
+}
+
 /// A SQLite file of its own: its path, and an inbox on it.
 async fn sqlite() -> (Inbox, String) {
     let path = std::env::temp_dir().join(format!(
@@ -880,6 +927,7 @@ async fn help_works_on_every_subcommand_and_never_shows_the_url() {
         &["pauses", "--help"],
         &["backfill", "--help"],
         &["drop-processor", "--help"],
+        &["erase", "--help"],
         &["help", "requeue"],
     ] {
         let out = run_with(args, Some(secret_url)).await;

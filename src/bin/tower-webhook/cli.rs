@@ -121,6 +121,19 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=10000))]
         batch: u16,
     },
+    /// Erase one event's body: its body, stored headers and every error text of its
+    /// routes and attempts are deleted, and its routes that could still run go dead, never
+    /// run ("the body was erased before the event was processed"). Its key and outcomes
+    /// stay: a redelivery is still a duplicate. Not undone; the database's free pages,
+    /// write-ahead log and backups, and the provider's copy, are not reached.
+    Erase {
+        /// The event, as SOURCE:ID (split at the first ':').
+        #[arg(value_name = "SOURCE:ID", value_parser = parse_colon_key)]
+        event: (String, String),
+        /// Yes, erase it (the body cannot be brought back).
+        #[arg(long)]
+        yes: bool,
+    },
     /// Delete a processor the application no longer has (orphaned): its routes with their
     /// history, its counts, pauses and registry row; prints how many routes.
     DropProcessor {
@@ -176,6 +189,16 @@ pub(crate) fn parse_key(s: &str) -> Result<(String, String), String> {
             Ok((source.to_owned(), id.to_owned()))
         }
         _ => Err("expected SOURCE/ID, such as stripe/evt_1".to_owned()),
+    }
+}
+
+/// `SOURCE:ID` (split at the first ':'), as `erase` takes it.
+fn parse_colon_key(s: &str) -> Result<(String, String), String> {
+    match s.split_once(':') {
+        Some((source, id)) if !source.is_empty() && !id.is_empty() => {
+            Ok((source.to_owned(), id.to_owned()))
+        }
+        _ => Err("expected SOURCE:ID, such as stripe:evt_1".to_owned()),
     }
 }
 

@@ -20,6 +20,12 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             return Err(Failure::Usage("--from must be before --before".into()));
         }
     }
+    if let Command::Erase { event, yes: false } = &cli.command {
+        return Err(Failure::Usage(format!(
+            "erase deletes the body of {}:{} for good: confirm with --yes",
+            event.0, event.1
+        )));
+    }
     let keys = keys()?;
     if matches!(cli.command, Command::Rekey { .. }) && keys.is_none() {
         return Err(Failure::Usage(
@@ -65,6 +71,15 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
                     "rekeyed {}\nunreadable {n}: no key in WEBHOOK_ENCRYPTION_KEYS opens them (left as they are)\n",
                     done.rekeyed
                 ),
+            }
+        }
+        Command::Erase { event, .. } => {
+            if !inbox.erase(&event.0, &event.1).await? {
+                return Err(Failure::NotFound);
+            }
+            match cli.json {
+                true => json(&serde_json::json!({ "erased": true })),
+                false => format!("erased {}:{}\n", event.0, event.1),
             }
         }
         Command::DropProcessor { name, yes } => {
