@@ -339,6 +339,38 @@ async fn with_keys_no_stream_holds_the_canary_and_the_processor_gets_the_plainte
     jetstream.delete().await.unwrap();
 }
 
+/// A panicking processor's message is buried with the crate's own text in clear, a ring
+/// or not: it names no payload, and an operator reads it without any key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_is_buried_with_its_text_in_clear() {
+    let streams = Streams::new();
+    let jetstream = streams.jetstream(Some(ring(&[("k1", 1)])), None).await;
+    jetstream.accept(&paid("evt_panic", "x")).await.unwrap();
+    let worker = JetStreamWorker::new(
+        &jetstream,
+        MemoryStore::new(),
+        |_: Event, _: Attempt| async move {
+            if true {
+                panic!("ada@example.com");
+            }
+            Ok::<(), std::convert::Infallible>(())
+        },
+    )
+    .with_max_attempts(1)
+    .unwrap()
+    .with_poll_interval(Duration::from_millis(100))
+    .unwrap()
+    .spawn();
+    eventually("dead", async || settled(&jetstream).await == Some((0, 1))).await;
+    worker.shutdown().await;
+    let (headers, _) = streams.raw_of(&jetstream.dead_stream(), "evt_panic").await;
+    assert_eq!(
+        header(&headers, "Webhook-Error"),
+        Some("the processor panicked")
+    );
+    jetstream.delete().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_keys_the_stream_holds_the_canary_which_the_test_can_see() {
     let (canary, streams) = (canary(), Streams::new());

@@ -220,9 +220,16 @@ pub(super) async fn passed(js: &JetStream, message: &Message, until: Instant) {
 /// ciphertext>`, the associated data the event's source, id and
 /// [`Column::Error`](crate::seal::Column::Error) of this processor): a processor's error
 /// may quote the body (serde's errors quote the value they refused). The crate's own
-/// reasons (unreadable, crashed, not an event) stay in clear.
+/// reasons (unreadable, crashed, not an event, a panic) stay in clear.
 pub(super) fn error(js: &JetStream, message: &Message, error: &str) -> String {
     let line = super::settle::one_line(error);
+    // The one crate text a processor's outcome carries here (the SQL inbox's list of its
+    // own texts, `sql::sealed::crate_text`, holds it too; the rest reach the dead stream
+    // by other paths).
+    #[cfg(feature = "seal")]
+    if line == crate::inbox::process::PANICKED {
+        return line;
+    }
     #[cfg(feature = "seal")]
     if let (Some(ring), Some(headers)) = (&js.inner.keys, message.headers.as_ref()) {
         use base64::Engine as _;
