@@ -353,3 +353,126 @@ async fn sqlite_a_running_routes_late_failure_writes_no_error_back() {
 async fn postgres_a_running_routes_late_failure_writes_no_error_back() {
     a_running_routes_late_failure_writes_no_error_back(Db::postgres().await).await;
 }
+
+/// `k1` (32 bytes of 7) and `k2` (of 8): a ring, then the ring rotated to `k2` first.
+fn ring(entries: &str) -> tower_webhook::seal::KeyRing {
+    tower_webhook::seal::KeyRing::parse(entries).unwrap()
+}
+const K1: &str = "k1:BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
+const K2: &str = "k2:CAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAg=";
+
+/// The subject of the events here: the customer the id names (`evt_<customer>_<n>`).
+fn customer(e: &Event) -> Option<String> {
+    let id = e.id()?;
+    id.split('_').nth(1).map(|c| format!("cus_{c}"))
+}
+
+/// `erase_subject` erases every event of the subject, sealed under the current key or an
+/// older one still in the ring, and nothing else (the subject stored sealed, with its
+/// digest), and after a rekey under the new key alone; `POST /erase` does the same;
+/// without keys no subject is stored and it refuses.
+async fn erase_subject_finds_the_subjects_events_under_every_key(db: Db) {
+    let old = db.inbox().with_keys(ring(K1)).with_subject(customer);
+    for id in ["evt_ada_1", "evt_bob_1"] {
+        deliver(&old, id).await;
+    }
+    // Rotated: k2 seals now, k1 still opens (and digests).
+    let inbox = db
+        .inbox()
+        .with_keys(ring(&format!("{K2},{K1}")))
+        .with_subject(customer);
+    for id in ["evt_ada_2", "evt_bob_2", "evt_cyd_1"] {
+        deliver(&inbox, id).await;
+    }
+    assert_eq!(
+        db.number("SELECT count(*) FROM webhook_bodies WHERE subject_digest IS NOT NULL")
+            .await,
+        5
+    );
+    assert_eq!(
+        db.number("SELECT count(*) FROM webhook_bodies WHERE sealed_subject IS NOT NULL")
+            .await,
+        5
+    );
+
+    assert_eq!(inbox.erase_subject("cus_ada").await.unwrap(), 2);
+    for id in ["evt_ada_1", "evt_ada_2"] {
+        assert_eq!(state(&inbox, id).await, BodyState::Erased, "{id}");
+    }
+    for id in ["evt_bob_1", "evt_bob_2", "evt_cyd_1"] {
+        assert_eq!(state(&inbox, id).await, BodyState::Stored, "{id}");
+    }
+    let queued = inbox.event("standard", "evt_ada_1").await.unwrap().unwrap();
+    assert_eq!(queued.summary.state, State::Dead);
+    assert_eq!(queued.summary.last_error.as_deref(), Some(REASON));
+    assert_eq!(
+        inbox.erase_subject("cus_ada").await.unwrap(),
+        0,
+        "none left"
+    );
+    assert_eq!(inbox.erase_subject("cus_nobody").await.unwrap(), 0);
+
+    // The old ring alone does not know k2's digests: bob's second event is not found.
+    assert_eq!(old.erase_subject("cus_bob").await.unwrap(), 1);
+    assert_eq!(state(&inbox, "evt_bob_2").await, BodyState::Stored);
+
+    // POST /erase: the same, through the operator API.
+    let (status, json) = admin_json(&inbox, "/erase", r#"{"subject": "cus_bob"}"#).await;
+    assert_eq!((status, json), (200, serde_json::json!({"erased": 1})));
+    assert_eq!(state(&inbox, "evt_bob_2").await, BodyState::Erased);
+    let (status, _) = admin_json(&inbox, "/erase", r#"{"who": "cus_bob"}"#).await;
+    assert_eq!(status, 400);
+    assert_eq!(state(&inbox, "evt_cyd_1").await, BodyState::Stored);
+
+    // Rekey reseals a subject and digests it under the new key: k2 alone finds it then.
+    deliver(&old, "evt_dan_1").await;
+    let k2 = db.inbox().with_keys(ring(K2)).with_subject(customer);
+    assert_eq!(k2.erase_subject("cus_dan").await.unwrap(), 0, "under k1");
+    assert_eq!(inbox.rekey(100).await.unwrap().unreadable, 0);
+    assert_eq!(k2.erase_subject("cus_dan").await.unwrap(), 1);
+    assert_eq!(state(&inbox, "evt_dan_1").await, BodyState::Erased);
+
+    // Without keys: no subject stored, and erasing by one refused, nothing erased.
+    let keyless = db.inbox().with_subject(customer);
+    deliver(&keyless, "evt_eve_1").await;
+    assert_eq!(
+        db.number("SELECT count(*) FROM webhook_bodies WHERE event_id = 'evt_eve_1' AND subject_digest IS NULL")
+            .await,
+        1
+    );
+    let refused = keyless.erase_subject("cus_cyd").await.unwrap_err();
+    assert_eq!(
+        refused.kind(),
+        tower_webhook::store::StoreErrorKind::InvalidInput
+    );
+    let (status, _) = admin_json(&keyless, "/erase", r#"{"subject": "cus_cyd"}"#).await;
+    assert_eq!(status, 409);
+    assert_eq!(state(&inbox, "evt_cyd_1").await, BodyState::Stored);
+}
+
+/// A `POST` of `body` (JSON) to the operator API: its status and JSON answer.
+async fn admin_json(inbox: &Inbox, uri: &str, body: &'static str) -> (u16, serde_json::Value) {
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+    let request = http::Request::post(uri)
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(body))
+        .unwrap();
+    let response = tower_webhook::admin::router(inbox.clone())
+        .oneshot(request)
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or_default())
+}
+
+#[tokio::test]
+async fn sqlite_erase_subject_finds_the_subjects_events_under_every_key() {
+    erase_subject_finds_the_subjects_events_under_every_key(Db::sqlite().await).await;
+}
+
+#[tokio::test]
+async fn postgres_erase_subject_finds_the_subjects_events_under_every_key() {
+    erase_subject_finds_the_subjects_events_under_every_key(Db::postgres().await).await;
+}

@@ -25,3 +25,47 @@ pub(super) async fn erase_body(
         Err(e) => Err(AdminError::store(e)),
     }
 }
+
+/// `POST /erase`'s body: whose events to erase.
+#[cfg(feature = "seal")]
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SubjectBody {
+    subject: String,
+}
+
+/// `{"erased": n}`: how many events of the subject were erased.
+#[cfg(feature = "seal")]
+#[derive(serde::Serialize)]
+pub(super) struct ErasedSubject {
+    erased: u64,
+}
+
+/// `POST /erase` `{"subject": "…"}` → `{"erased": n}` ([`Inbox::erase_subject`]); 409
+/// when the inbox has no keys (no subject is stored without them).
+#[cfg(feature = "seal")]
+pub(super) async fn erase_subject(
+    State(inbox): State<Inbox>,
+    body: Result<Json<SubjectBody>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<ErasedSubject>, AdminError> {
+    use axum::extract::rejection::JsonRejection;
+    let Json(body) = body.map_err(|rejection| match rejection {
+        JsonRejection::MissingJsonContentType(_) => {
+            AdminError::bad_request("the body is JSON, sent as Content-Type: application/json")
+        }
+        _ => AdminError::bad_request("the body is a JSON object of subject"),
+    })?;
+    if body.subject.is_empty() {
+        return Err(AdminError::bad_request("subject must not be empty"));
+    }
+    if inbox.keys().is_none() {
+        return Err(AdminError::conflict(
+            "the inbox has no encryption keys: subjects are stored only with them (Inbox::with_keys)",
+        ));
+    }
+    let erased = inbox
+        .erase_subject(&body.subject)
+        .await
+        .map_err(AdminError::store)?;
+    Ok(Json(ErasedSubject { erased }))
+}

@@ -17,6 +17,7 @@
 //! | `POST /backfill` | `{"created": 120}` ([`Inbox::backfill`]) |
 //! | `POST /rekey` | `{"rekeyed": 4200, "unreadable": 0}` ([`Inbox::rekey`], feature `seal`) |
 //! | `DELETE /events/{source}/{id}/body` | `{"erased": true}`, 404 for no such event ([`Inbox::erase`]: body, headers and error texts deleted, routes that could run dead) |
+//! | `POST /erase` | `{"subject": "cus_1"}` → `{"erased": 3}` ([`Inbox::erase_subject`], feature `seal`; 409 without keys) |
 //!
 //! - `GET /events` takes `state=dead` (newest dead first) or `state=failing` (rows queued
 //!   again after a failed attempt, newest received first), `order=oldest` for the other
@@ -136,7 +137,7 @@ mod backfill; // `POST /backfill`'s body, the SQL inbox's and JetStream's
 mod counts; // `GET /counts`: the sum, and each processor's
 mod door; // who may operate: the token, the throttle, the page's sessions
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod erasure; // `DELETE /events/{source}/{id}/body`: bodies erased on request
+mod erasure; // `DELETE /events/{source}/{id}/body`, `POST /erase`: bodies erased on request
 mod error;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod input; // what the SQL inbox's endpoints accept

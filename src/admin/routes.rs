@@ -26,7 +26,9 @@ pub(super) fn router(inbox: Inbox) -> Router {
         .route("/requeue", post(requeue))
         .route("/backfill", post(backfill));
     #[cfg(feature = "seal")]
-    let routes = routes.route("/rekey", post(super::rekey::rekey));
+    let routes = routes
+        .route("/rekey", post(super::rekey::rekey))
+        .route("/erase", post(super::erasure::erase_subject));
     pause::routes(routes).with_state(inbox)
 }
 

@@ -93,6 +93,11 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// or a lease run out) go dead with the erased reason; a route running now keeps its
     /// lease, and its outcome drops its error (P11). How many of them the inbox has.
     fn erase(&self, keys: Vec<(String, String)>) -> StoreFuture<u64>;
+    /// Up to `limit` events whose body row holds one of the subject `digests`
+    /// (`webhook_bodies_subject`).
+    #[cfg(feature = "seal")]
+    fn by_subject(&self, digests: Vec<Vec<u8>>, limit: usize)
+        -> StoreFuture<Vec<(String, String)>>;
     /// How many of `processor`'s routes are in each state.
     fn counts(&self, processor: Arc<str>) -> StoreFuture<Counts>;
     /// Up to `listing.limit + 1` rows of the listing (one more than a page: whether there

@@ -38,3 +38,74 @@ impl Inbox {
         Ok(erased > 0)
     }
 }
+
+/// What [`Inbox::with_subject`] computes at accept.
+#[cfg(feature = "seal")]
+pub(super) type Subject = std::sync::Arc<dyn Fn(&crate::Event) -> Option<String> + Send + Sync>;
+
+/// How many events [`Inbox::erase_subject`] erases in one transaction.
+#[cfg(feature = "seal")]
+const SUBJECT_BATCH: usize = 500;
+
+#[cfg(feature = "seal")]
+impl Inbox {
+    /// The inbox recording whose data each accepted event is: `subject` (a customer id,
+    /// say; `None`: no one's) is computed at accept, sealed beside the body under the same
+    /// key and stored with its keyed digest (HMAC-SHA256 under a key derived from the
+    /// ring's, so the database alone cannot test a guessed id), for
+    /// [`erase_subject`](Self::erase_subject) to find. Rekey seals it again and
+    /// recomputes its digest under the new key.
+    ///
+    /// Requires [keys](Self::with_keys): without them no subject is stored (there is no
+    /// key to digest it with), and `erase_subject` refuses. Only events accepted after it
+    /// is set have one.
+    #[must_use]
+    pub fn with_subject(
+        mut self,
+        subject: impl Fn(&crate::Event) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.subject = Some(std::sync::Arc::new(subject));
+        self
+    }
+
+    /// Erases, as [`erase`](Self::erase) does, every event whose subject
+    /// ([`with_subject`](Self::with_subject)) is `subject`, found by its digest under
+    /// every configured key (a row sealed before a rotation is found until rekey rewrites
+    /// it; a row under a key no longer configured is not), 500 events a transaction;
+    /// how many it erased.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreErrorKind::InvalidInput`](crate::store::StoreErrorKind::InvalidInput)
+    /// without keys; when the database fails (the batches before it stay erased).
+    pub async fn erase_subject(&self, subject: &str) -> Result<u64, StoreError> {
+        let Some(ring) = &self.keys else {
+            return Err(StoreError::new(
+                "inbox erase by subject",
+                "the inbox has no keys: a subject is stored only with them (Inbox::with_keys)",
+            )
+            .with_kind(crate::store::StoreErrorKind::InvalidInput));
+        };
+        let digests: Vec<Vec<u8>> = ring
+            .subject_digests(subject)
+            .into_iter()
+            .map(|(_, d)| d.to_vec())
+            .collect();
+        let mut erased = 0;
+        loop {
+            let keys = self
+                .backend
+                .by_subject(digests.clone(), SUBJECT_BATCH)
+                .await?;
+            if keys.is_empty() {
+                return Ok(erased);
+            }
+            let n = self.backend.erase(keys).await?;
+            if n == 0 {
+                // Body rows of no inbox event (left by hand): nothing erase can take.
+                return Ok(erased);
+            }
+            erased += n;
+        }
+    }
+}

@@ -108,6 +108,8 @@ impl Inbox {
             body_retention: self.body_retention,
             #[cfg(feature = "seal")]
             keys: self.keys.clone(),
+            #[cfg(feature = "seal")]
+            subject: self.subject.clone(),
         }
     }
 }
@@ -189,6 +191,14 @@ impl Backend for Late {
     }
     fn erase(&self, keys: Vec<(String, String)>) -> StoreFuture<u64> {
         self.inner.erase(keys)
+    }
+    #[cfg(feature = "seal")]
+    fn by_subject(
+        &self,
+        digests: Vec<Vec<u8>>,
+        limit: usize,
+    ) -> StoreFuture<Vec<(String, String)>> {
+        self.inner.by_subject(digests, limit)
     }
     fn counts(&self, processor: Arc<str>) -> StoreFuture<Counts> {
         self.inner.counts(processor)

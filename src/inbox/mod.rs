@@ -240,6 +240,9 @@ pub struct Inbox {
     /// What bodies, headers and errors are sealed under ([`Inbox::with_keys`]).
     #[cfg(feature = "seal")]
     keys: Option<crate::seal::KeyRing>,
+    /// Whose data an event is, sealed and digested at accept ([`Inbox::with_subject`]).
+    #[cfg(feature = "seal")]
+    subject: Option<erasure::Subject>,
 }
 
 /// Whether [`Inbox::accept`] stored a new row.
@@ -294,6 +297,8 @@ impl Inbox {
             body_retention: None,
             #[cfg(feature = "seal")]
             keys: None,
+            #[cfg(feature = "seal")]
+            subject: None,
         }
     }
 

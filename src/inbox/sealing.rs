@@ -76,11 +76,28 @@ impl Inbox {
                 .map_err(refused)?
                 .map(|h| (h.nonce().to_vec(), h.into_ciphertext()))
                 .map(|(nonce, ciphertext)| (ciphertext, nonce));
+            // The subject under the body's key: one key id a row (rekey reseals them together).
+            let subject = self
+                .subject
+                .as_ref()
+                .and_then(|of| of(event))
+                .map(|s| {
+                    let digest = ring.subject_digests(&s)[0].1.to_vec();
+                    let sealed = ring.seal(&Aad::new(source, id, Column::Subject), s.as_bytes())?;
+                    Ok((
+                        sealed.ciphertext().to_vec(),
+                        sealed.nonce().to_vec(),
+                        digest,
+                    ))
+                })
+                .transpose()
+                .map_err(refused)?;
             return Ok(d.with_sealed(crate::store::SealedBody {
                 key_id: body.key_id().to_owned(),
                 body_nonce: body.nonce().to_vec(),
                 body: body.into_ciphertext(),
                 headers,
+                subject,
             }));
         }
         let _ = (event, headers);

@@ -34,6 +34,9 @@ pub(crate) struct SealedBody {
     pub(crate) body_nonce: Vec<u8>,
     /// The headers' ciphertext and nonce, when headers are stored.
     pub(crate) headers: Option<(Vec<u8>, Vec<u8>)>,
+    /// The application's subject ([`Inbox::with_subject`](crate::inbox::Inbox)): its
+    /// ciphertext, nonce and keyed digest under the same key.
+    pub(crate) subject: Option<(Vec<u8>, Vec<u8>, Vec<u8>)>,
 }
 
 impl std::fmt::Debug for SealedBody {

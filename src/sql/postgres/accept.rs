@@ -27,8 +27,8 @@ use crate::store::{Delivery, StoreError};
 /// `webhook_bodies`, and a route per processor `$11` names for its place `$10`, with the
 /// event's own type, object, arrival and receipt, as `RETURNING` gives them (an adopted
 /// claim's own). Sealed (an inbox with keys), `$6` holds the ciphertexts and `$8` NULLs,
-/// and `$12`…`$15` each body's key id, its nonce, and the sealed headers with theirs
-/// (NULLs in clear): the inbox's arrays alone, not `Columns`' (P10), bound in the same
+/// and `$12`…`$15` each body's key id, its nonce, and the sealed headers with theirs,
+/// `$16`…`$18` the sealed subject, its nonce and digest (NULLs in clear): the inbox's arrays alone, not `Columns`' (P10), bound in the same
 /// order. The adoption's probes only run for the places the insert left: none in
 /// a batch of new events.
 macro_rules! accept_many {
@@ -37,9 +37,10 @@ macro_rules! accept_many {
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::bytea[],
                          $7::text[], $8::text[], $9::int8[], $12::text[], $13::bytea[],
-                         $14::bytea[], $15::bytea[])
+                         $14::bytea[], $15::bytea[], $16::bytea[], $17::bytea[], $18::bytea[])
         AS input(source, event_id, event_type, object_id, livemode, body, kind, headers, place,
-                 key_id, body_nonce, sealed_headers, headers_nonce)
+                 key_id, body_nonce, sealed_headers, headers_nonce, sealed_subject,
+                 subject_nonce, subject_digest)
 ), batch AS MATERIALIZED (SELECT nextval('webhook_events_arrival') * 1024 AS n
 ), inserted AS (
     INSERT INTO webhook_events
@@ -64,9 +65,11 @@ WITH input AS (
     FROM (SELECT * FROM inserted UNION ALL SELECT * FROM adopted) q, batch
 ), bodies AS (
     INSERT INTO webhook_bodies
-        (source, event_id, body, headers, key_id, body_nonce, sealed_headers, headers_nonce)
+        (source, event_id, body, headers, key_id, body_nonce, sealed_headers, headers_nonce,
+         sealed_subject, subject_nonce, subject_digest)
     SELECT input.source, input.event_id, input.body, input.headers, input.key_id,
-        input.body_nonce, input.sealed_headers, input.headers_nonce
+        input.body_nonce, input.sealed_headers, input.headers_nonce, input.sealed_subject,
+        input.subject_nonce, input.subject_digest
     FROM queued JOIN input USING (place)
     ", $leftovers, "
 ), routes AS (
@@ -166,6 +169,9 @@ pub(super) async fn insert_accepts(
         .bind(sealed.body_nonces)
         .bind(sealed.headers)
         .bind(sealed.headers_nonces)
+        .bind(sealed.subjects)
+        .bind(sealed.subject_nonces)
+        .bind(sealed.subject_digests)
         .fetch_all(pool)
         .await?;
     rows.iter()
@@ -181,6 +187,9 @@ struct Sealed<'a> {
     body_nonces: Vec<Option<&'a [u8]>>,
     headers: Vec<Option<&'a [u8]>>,
     headers_nonces: Vec<Option<&'a [u8]>>,
+    subjects: Vec<Option<&'a [u8]>>,
+    subject_nonces: Vec<Option<&'a [u8]>>,
+    subject_digests: Vec<Option<&'a [u8]>>,
 }
 
 impl<'a> Sealed<'a> {
@@ -197,6 +206,12 @@ impl<'a> Sealed<'a> {
             arrays
                 .headers_nonces
                 .push(headers.map(|(_, n)| n.as_slice()));
+            let subject = sealed.and_then(|s| s.subject.as_ref());
+            arrays.subjects.push(subject.map(|(s, _, _)| s.as_slice()));
+            let nonce = subject.map(|(_, n, _)| n.as_slice());
+            arrays.subject_nonces.push(nonce);
+            let digest = subject.map(|(_, _, d)| d.as_slice());
+            arrays.subject_digests.push(digest);
         }
         arrays
     }

@@ -79,3 +79,30 @@ pub(super) fn erase(pool: &PgPool, keys: Vec<(String, String)>) -> StoreFuture<u
         Ok(u64::try_from(sources.len()).unwrap_or(u64::MAX))
     })
 }
+
+/// Up to `$2` events whose body row holds one of the subject digests `$1`, by the partial
+/// index `webhook_bodies_subject`. An erased event's row is gone, so each batch erased,
+/// the next read finds the rest.
+#[cfg(feature = "seal")]
+const BY_SUBJECT: &str = "
+SELECT source, event_id FROM webhook_bodies
+WHERE subject_digest IS NOT NULL AND subject_digest = ANY($1::bytea[])
+LIMIT $2";
+
+/// The events [`BY_SUBJECT`] finds.
+#[cfg(feature = "seal")]
+pub(super) fn by_subject(
+    pool: &PgPool,
+    digests: Vec<Vec<u8>>,
+    limit: usize,
+) -> StoreFuture<Vec<(String, String)>> {
+    let pool = pool.clone();
+    Box::pin(async move {
+        sqlx::query_as(BY_SUBJECT)
+            .bind(digests)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&pool)
+            .await
+            .map_err(|e| store_error("inbox erase by subject", e))
+    })
+}

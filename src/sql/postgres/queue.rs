@@ -440,6 +440,15 @@ impl Backend for Pg {
         super::erasure::erase(&self.pool, keys)
     }
 
+    #[cfg(feature = "seal")]
+    fn by_subject(
+        &self,
+        digests: Vec<Vec<u8>>,
+        limit: usize,
+    ) -> StoreFuture<Vec<(String, String)>> {
+        super::erasure::by_subject(&self.pool, digests, limit)
+    }
+
     fn expire_bodies(&self, retention: Duration, batch: usize) -> StoreFuture<Option<u64>> {
         super::expiry::expire(&self.pool, retention, batch)
     }

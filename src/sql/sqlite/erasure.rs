@@ -64,3 +64,32 @@ pub(super) async fn erase(
     }
     Ok(marked)
 }
+
+/// Up to `?2` events whose body row holds one of the subject digests `?1` (a JSON array
+/// of hex), by the partial index `webhook_bodies_subject`. An erased event's row is gone,
+/// so each batch erased, the next read finds the rest.
+#[cfg(feature = "seal")]
+const BY_SUBJECT: &str = "
+SELECT source, event_id FROM webhook_bodies
+WHERE subject_digest IS NOT NULL
+  AND subject_digest IN (SELECT unhex(value) FROM json_each(?1))
+LIMIT ?2";
+
+/// The events [`BY_SUBJECT`] finds, read from the pool (not a write).
+#[cfg(feature = "seal")]
+pub(super) fn by_subject(
+    pool: &sqlx::SqlitePool,
+    digests: Vec<Vec<u8>>,
+    limit: usize,
+) -> crate::store::StoreFuture<Vec<(String, String)>> {
+    let pool = pool.clone();
+    Box::pin(async move {
+        let hexes: Vec<String> = digests.iter().map(hex::encode).collect();
+        sqlx::query_as(BY_SUBJECT)
+            .bind(serde_json::to_string(&hexes).expect("strings"))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&pool)
+            .await
+            .map_err(|e| store_error("inbox erase by subject", e))
+    })
+}

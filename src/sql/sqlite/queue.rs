@@ -40,19 +40,23 @@ WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS 
 
 /// The bodies and request headers (credentials left out) of a run of accepts, in one
 /// statement: `?1` a JSON array of `[source, id, start, length, headers, key id, body
-/// nonce, sealed headers, headers nonce]` (the last four NULL in clear, the bytes in
-/// hex), each body the bytes `start`…`start + length - 1` of `?2` (the run's bodies end
+/// nonce, sealed headers, headers nonce, sealed subject, subject nonce, subject digest]`
+/// (the last seven NULL in clear, the bytes in hex), each body the bytes `start`…`start + length - 1` of `?2` (the run's bodies end
 /// to end; `start` NULL: no body). An adopted claim's row is overwritten whole, its key
 /// id with its ciphertext (P6).
 pub(super) const ACCEPT_BODIES: &str = "
 INSERT INTO webhook_bodies
-    (source, event_id, body, headers, key_id, body_nonce, sealed_headers, headers_nonce)
+    (source, event_id, body, headers, key_id, body_nonce, sealed_headers, headers_nonce,
+     sealed_subject, subject_nonce, subject_digest)
 SELECT value ->> 0, value ->> 1, substr(?2, value ->> 2, value ->> 3), value ->> 4,
-    value ->> 5, unhex(value ->> 6), unhex(value ->> 7), unhex(value ->> 8)
+    value ->> 5, unhex(value ->> 6), unhex(value ->> 7), unhex(value ->> 8),
+    unhex(value ->> 9), unhex(value ->> 10), unhex(value ->> 11)
 FROM json_each(?1) WHERE true
 ON CONFLICT (source, event_id) DO UPDATE SET body = excluded.body, headers = excluded.headers,
     key_id = excluded.key_id, body_nonce = excluded.body_nonce,
-    sealed_headers = excluded.sealed_headers, headers_nonce = excluded.headers_nonce";
+    sealed_headers = excluded.sealed_headers, headers_nonce = excluded.headers_nonce,
+    sealed_subject = excluded.sealed_subject, subject_nonce = excluded.subject_nonce,
+    subject_digest = excluded.subject_digest";
 
 /// The routes of a run of accepts, in one statement: `?1` a JSON array of `[source, id,
 /// [processor, …]]`, one entry an event, each route queued and due at its event's accept
@@ -385,6 +389,15 @@ impl Backend for Sqlite {
     fn erase(&self, keys: Vec<(String, String)>) -> StoreFuture<u64> {
         let this = self.clone();
         Box::pin(async move { this.count(Op::Erase(keys)).await })
+    }
+
+    #[cfg(feature = "seal")]
+    fn by_subject(
+        &self,
+        digests: Vec<Vec<u8>>,
+        limit: usize,
+    ) -> StoreFuture<Vec<(String, String)>> {
+        super::erasure::by_subject(&self.pool, digests, limit)
     }
 
     fn pause(&self, rule: crate::inbox::pause::Rule, pause: bool) -> StoreFuture<bool> {

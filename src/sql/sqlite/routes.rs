@@ -145,6 +145,12 @@ pub(super) async fn write_queued(
         let (sealed_headers, headers_nonce) = headers
             .map(|(h, n)| (hex::encode(h), hex::encode(n)))
             .unzip();
+        let subject = sealed.and_then(|s| s.subject.as_ref());
+        let subject = subject.map(|(s, n, d)| [hex::encode(s), hex::encode(n), hex::encode(d)]);
+        let [sealed_subject, subject_nonce, digest] = match subject {
+            Some([s, n, d]) => [Some(s), Some(n), Some(d)],
+            None => [None, None, None],
+        };
         let (source, id, headers) = (d.source(), d.id(), audit.headers);
         bodies.push((
             source,
@@ -156,6 +162,9 @@ pub(super) async fn write_queued(
             nonce,
             sealed_headers,
             headers_nonce,
+            sealed_subject,
+            subject_nonce,
+            digest,
         ));
         if !d.routes().is_empty() {
             let processors: Vec<&str> = d.routes().iter().map(|p| &**p).collect();
