@@ -1148,3 +1148,82 @@ async fn orphaned_routes_and_counts_are_marked() {
         "steady's alone in the total: {overview}"
     );
 }
+
+/// "Erase body" on an event's page asks to confirm first (nothing erased), then erases:
+/// the page shows the body erased and the route dead with the reason, and offers the
+/// form no more; a cross-site post is refused, an unknown event is 404.
+#[tokio::test]
+async fn erase_body_confirms_first_then_erases() {
+    let inbox = inbox().await;
+    deliver_body(
+        &inbox,
+        "evt_erase",
+        r#"{"type":"order.paid","secret":"s3cr3t-body"}"#,
+    )
+    .await;
+    let uri = "/admin/ui/event?source=standard&id=evt_erase";
+    let shown = get(&inbox, uri).await;
+    assert!(
+        shown.html.contains(r#"action="/admin/ui/erase-body""#),
+        "{}",
+        shown.html
+    );
+    assert!(shown.html.contains("s3cr3t-body"));
+
+    let cross = post_form(
+        &inbox,
+        "/admin/ui/erase-body",
+        "source=standard&id=evt_erase&confirm=yes",
+        &[("sec-fetch-site", "cross-site")],
+    )
+    .await;
+    assert_eq!(cross.status, StatusCode::FORBIDDEN);
+    let ask = post_form(
+        &inbox,
+        "/admin/ui/erase-body",
+        "source=standard&id=evt_erase",
+        &[],
+    )
+    .await;
+    assert_eq!(ask.status, StatusCode::OK);
+    assert!(ask.html.contains("cannot be undone"), "{}", ask.html);
+    assert!(ask.html.contains(r#"name="confirm" value="yes""#));
+    let stored = inbox.event("standard", "evt_erase").await.unwrap().unwrap();
+    assert_eq!(
+        stored.body_state.as_str(),
+        "stored",
+        "nothing before the confirmation"
+    );
+
+    let done = post_form(
+        &inbox,
+        "/admin/ui/erase-body",
+        "source=standard&id=evt_erase&confirm=yes",
+        &[],
+    )
+    .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.html);
+    let to = done.headers[header::LOCATION].to_str().unwrap().to_owned();
+    assert!(to.ends_with("&done=erased"), "{to}");
+    let shown = get(&inbox, &to).await;
+    assert!(shown.html.contains("Erased: its body"), "{}", shown.html);
+    assert!(shown.html.contains("body-erased"), "{}", shown.html);
+    assert!(
+        shown
+            .html
+            .contains("the body was erased before the event was processed"),
+        "{}",
+        shown.html
+    );
+    assert!(!shown.html.contains("s3cr3t-body"));
+    assert!(!shown.html.contains(r#"action="/admin/ui/erase-body""#));
+
+    let unknown = post_form(
+        &inbox,
+        "/admin/ui/erase-body",
+        "source=standard&id=evt_never&confirm=yes",
+        &[],
+    )
+    .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+}

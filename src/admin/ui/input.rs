@@ -160,6 +160,20 @@ pub(super) struct OneEvent {
     pub(super) processor: Option<String>,
 }
 
+/// `POST /erase-body`: one event; `confirm=yes` once the operator saw what it does.
+#[derive(Debug, Deserialize)]
+pub(super) struct EraseForm {
+    pub(super) source: Option<String>,
+    pub(super) id: Option<String>,
+    pub(super) confirm: Option<String>,
+}
+
+impl EraseForm {
+    pub(super) fn confirmed(&self) -> bool {
+        given(&self.confirm) == Some("yes")
+    }
+}
+
 /// `POST /requeue-matching`: a type, a receipt window, dead rows only; `confirm=yes`
 /// once the operator saw the count.
 #[derive(Debug, Deserialize)]

@@ -89,6 +89,14 @@ fn actions_section(base: &str, e: &StoredEvent, routed: bool) -> Markup {
                     @else { "Due now, with its attempts reset." }
                 }
             }
+            @if e.body_state != BodyState::Erased {
+                form.row method="post" action={ (base) "/erase-body" } {
+                    input type="hidden" name="source" value=(s.source);
+                    input type="hidden" name="id" value=(s.id);
+                    button.danger type="submit" { "Erase body" }
+                    span.muted { "Deletes its body, headers and error texts for good (asks to confirm first); routes that could still run go dead." }
+                }
+            }
         }
     }
 }

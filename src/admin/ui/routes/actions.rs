@@ -37,6 +37,44 @@ pub(super) async fn requeue_one(
     Ok(Redirect::to(&to).into_response())
 }
 
+/// Erases one event's body ([`Inbox::erase`]) once confirmed: the first post answers a
+/// page saying what it does, with the form to confirm.
+pub(super) async fn erase_body(
+    _: SameOrigin,
+    State(inbox): State<Inbox>,
+    Base(base): Base,
+    f: Result<Form<EraseForm>, FormRejection>,
+) -> Result<Response, UiError> {
+    let f = form(&base, f)?;
+    let (Some(source), Some(id)) = (given(&f.source), given(&f.id)) else {
+        return Err(UiError::at(
+            base,
+            AdminError::bad_request("erase takes a source and an id"),
+        ));
+    };
+    if source.contains('\0') || id.contains('\0') {
+        return Err(UiError::at(
+            base,
+            AdminError::bad_request("source and id contain no NUL"),
+        ));
+    }
+    if !f.confirmed() {
+        let what = html! {
+            "The body of " code { (source) } " " code { (id) } ", its stored request headers and every error text of its routes and attempts will be deleted; its routes that could still run go dead, never run. "
+            "This cannot be undone. Its key and outcomes stay, so a redelivery is still a duplicate. "
+            "Copies outside this database (backups, the write-ahead log, the provider's) are not reached."
+        };
+        let fields = [("source", source.to_owned()), ("id", id.to_owned())];
+        let markup = pages::confirm(&base, "Erase body", what, "/erase-body", &fields, true);
+        return Ok(page(StatusCode::OK, markup));
+    }
+    if !inbox.erase(source, id).await.map_err(store(&base))? {
+        return Err(UiError::at(base, AdminError::not_found("no such event")));
+    }
+    let to = format!("{}&done=erased", event_href(&base, source, id));
+    Ok(Redirect::to(&to).into_response())
+}
+
 /// How many `rows` match `filter` (at most [`COUNT_ROWS`] read), and whether there may
 /// be more.
 async fn count(inbox: &Inbox, rows: Rows, filter: &Filter) -> Result<(usize, bool), StoreError> {

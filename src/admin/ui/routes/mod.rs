@@ -16,7 +16,8 @@ use serde::Deserialize;
 use super::body::{self, View};
 use super::guard::{secure_headers, Base, SameOrigin};
 use super::input::{
-    given, DeleteDeadForm, EventQuery, Filter, ListQuery, OneEvent, PauseForm, RequeueForm, Rows,
+    given, DeleteDeadForm, EraseForm, EventQuery, Filter, ListQuery, OneEvent, PauseForm,
+    RequeueForm, Rows,
 };
 use super::pages::{self, event_href, Overview, Typed};
 use super::scan::{scan, Scanned};
@@ -25,10 +26,10 @@ use crate::admin::AdminError;
 use crate::inbox::{Counts, Inbox, Requeue, DEFAULT_PROCESSOR};
 use crate::store::StoreError;
 
-mod actions; // the forms' POSTs: requeue, pause and resume, delete dead events
+mod actions; // the forms' POSTs: requeue, pause and resume, delete dead events, erase a body
 mod events; // the lists, one event, the search by id
 mod overview; // counts, sources, the rate, pauses
-use actions::{delete_dead, pause, requeue_matching, requeue_one, resume};
+use actions::{delete_dead, erase_body, pause, requeue_matching, requeue_one, resume};
 use events::{event, list};
 use overview::overview;
 
@@ -55,6 +56,7 @@ pub(in crate::admin) fn router(inbox: Inbox) -> Router {
         .route("/event", get(event))
         .route("/requeue", post(requeue_one))
         .route("/requeue-matching", post(requeue_matching))
+        .route("/erase-body", post(erase_body))
         .route("/pause", post(pause))
         .route("/resume", post(resume))
         .route("/delete-dead", post(delete_dead))
@@ -149,6 +151,7 @@ impl Done {
             "requeued" => ("Requeued: due now, with its attempts reset.", false),
             "requeued-route" => ("Requeued that processor's route: due now, with its attempts reset; the other processors' routes are left as they are.", false),
             "not-requeued" => ("Not requeued: a worker is processing it now, it is gone, or its body expired or was erased.", true),
+            "erased" => ("Erased: its body, headers and error texts are deleted; routes that could still run are dead.", false),
             _ => return None,
         };
         Some(pages::flash(message, bad))
