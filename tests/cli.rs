@@ -810,18 +810,18 @@ async fn postgres_the_command_rekeys_a_sealed_inbox() {
     the_command_rekeys_a_sealed_inbox(inbox, &url).await;
 }
 
-/// `erase SOURCE:ID`: refused without `--yes` (exit 2, nothing erased), then the body is
+/// `erase SOURCE ID` (as `show` takes it): refused without `--yes` (exit 2, nothing erased), then the body is
 /// erased (`show` says so, the queued route is dead with the reason); again is harmless;
-/// an unknown event is exit 3; a malformed key exit 2. Sealed or not alike.
+/// an unknown event is exit 3; an id missing exit 2. Sealed or not alike.
 async fn the_command_erases_a_body(inbox: Inbox, db: &str) {
     assert_eq!(deliver(&inbox, "evt_erase").await, StatusCode::NO_CONTENT);
-    let unconfirmed = run(db, &["erase", "standard:evt_erase"]).await;
+    let unconfirmed = run(db, &["erase", "standard", "evt_erase"]).await;
     assert_eq!(unconfirmed.code, 2, "{unconfirmed:?}");
     assert!(unconfirmed.stderr.contains("--yes"), "{unconfirmed:?}");
     let shown = run(db, &["show", "standard", "evt_erase", "--json"]).await;
     assert_eq!(shown.json()["body_state"], "stored");
 
-    let done = run(db, &["erase", "standard:evt_erase", "--yes", "--json"]).await;
+    let done = run(db, &["erase", "standard", "evt_erase", "--yes", "--json"]).await;
     assert_eq!(done.json(), json!({"erased": true}));
     let shown = run(db, &["show", "standard", "evt_erase", "--json"])
         .await
@@ -833,15 +833,15 @@ async fn the_command_erases_a_body(inbox: Inbox, db: &str) {
         shown["last_error"], "the body was erased before the event was processed",
         "{shown}"
     );
-    let again = run(db, &["erase", "standard:evt_erase", "--yes"]).await;
+    let again = run(db, &["erase", "standard", "evt_erase", "--yes"]).await;
     assert_eq!(
         (again.code, again.stdout.as_str()),
-        (0, "erased standard:evt_erase\n"),
+        (0, "erased standard evt_erase\n"),
         "{again:?}"
     );
-    let unknown = run(db, &["erase", "standard:evt_nope", "--yes"]).await;
+    let unknown = run(db, &["erase", "standard", "evt_nope", "--yes"]).await;
     assert_eq!(unknown.code, 3, "{unknown:?}");
-    let malformed = run(db, &["erase", "standard/evt_erase", "--yes"]).await;
+    let malformed = run(db, &["erase", "standard", "--yes"]).await;
     assert_eq!(malformed.code, 2, "{malformed:?}");
 }
 

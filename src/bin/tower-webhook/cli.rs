@@ -127,9 +127,10 @@ pub(crate) enum Command {
     /// stay: a redelivery is still a duplicate. Not undone; the database's free pages,
     /// write-ahead log and backups, and the provider's copy, are not reached.
     Erase {
-        /// The event, as SOURCE:ID (split at the first ':').
-        #[arg(value_name = "SOURCE:ID", value_parser = parse_colon_key)]
-        event: (String, String),
+        /// The event's source (as `show` takes it).
+        source: String,
+        /// The provider's event id.
+        id: String,
         /// Yes, erase it (the body cannot be brought back).
         #[arg(long)]
         yes: bool,
@@ -189,16 +190,6 @@ pub(crate) fn parse_key(s: &str) -> Result<(String, String), String> {
             Ok((source.to_owned(), id.to_owned()))
         }
         _ => Err("expected SOURCE/ID, such as stripe/evt_1".to_owned()),
-    }
-}
-
-/// `SOURCE:ID` (split at the first ':'), as `erase` takes it.
-fn parse_colon_key(s: &str) -> Result<(String, String), String> {
-    match s.split_once(':') {
-        Some((source, id)) if !source.is_empty() && !id.is_empty() => {
-            Ok((source.to_owned(), id.to_owned()))
-        }
-        _ => Err("expected SOURCE:ID, such as stripe:evt_1".to_owned()),
     }
 }
 

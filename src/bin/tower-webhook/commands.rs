@@ -20,10 +20,14 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             return Err(Failure::Usage("--from must be before --before".into()));
         }
     }
-    if let Command::Erase { event, yes: false } = &cli.command {
+    if let Command::Erase {
+        source,
+        id,
+        yes: false,
+    } = &cli.command
+    {
         return Err(Failure::Usage(format!(
-            "erase deletes the body of {}:{} for good: confirm with --yes",
-            event.0, event.1
+            "erase deletes the body of {source} {id} for good: confirm with --yes"
         )));
     }
     let keys = keys()?;
@@ -73,13 +77,13 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
                 ),
             }
         }
-        Command::Erase { event, .. } => {
-            if !inbox.erase(&event.0, &event.1).await? {
+        Command::Erase { source, id, .. } => {
+            if !inbox.erase(source, id).await? {
                 return Err(Failure::NotFound);
             }
             match cli.json {
                 true => json(&serde_json::json!({ "erased": true })),
-                false => format!("erased {}:{}\n", event.0, event.1),
+                false => format!("erased {source} {id}\n"),
             }
         }
         Command::DropProcessor { name, yes } => {
