@@ -130,6 +130,17 @@
 //!
 //! The same calls from a shell: the `tower-webhook` command (feature `cli`); in a
 //! browser: [`ui`] (feature `admin-ui`), a web page to mount beside this router.
+//!
+#![cfg_attr(feature = "seal", doc = "[`Inbox::rekey`]: crate::inbox::Inbox::rekey")]
+#![cfg_attr(not(feature = "seal"), doc = "[`Inbox::rekey`]: crate#features")]
+#![cfg_attr(
+    feature = "seal",
+    doc = "[`Inbox::erase_subject`]: crate::inbox::Inbox::erase_subject"
+)]
+#![cfg_attr(
+    not(feature = "seal"),
+    doc = "[`Inbox::erase_subject`]: crate#features"
+)]
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 mod backfill; // `POST /backfill`'s body, the SQL inbox's and JetStream's
