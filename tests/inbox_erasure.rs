@@ -16,13 +16,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use tower_webhook::inbox::{Accepted, BodyState, Inbox, Requeue, State, Worker, WorkerHandle};
-use tower_webhook::store::{PgStore, SqliteStore};
-use tower_webhook::{Event, Scheme};
+use tower_webhook::Event;
 
-use common::seed::{eventually, SECRET};
-use common::{at, verifier, NOW};
+use common::seed::eventually;
+use common::sql_db::{deliver_order, order_event as event, Db};
 
 /// What a failing attempt's error and a stored header quote: gone with the body.
 const CANARY: &str = "canary-9e2b";
@@ -30,89 +28,23 @@ const CANARY: &str = "canary-9e2b";
 /// The reason an erased event's routes go dead with.
 const REASON: &str = "the body was erased before the event was processed";
 
-/// A fresh database of either dialect, read by SQL beside the inbox.
-enum Db {
-    Sqlite(SqliteStore),
-    Pg(PgStore),
+/// How many stored values anywhere quote [`CANARY`]: body rows, headers, errors.
+async fn canaries(db: &Db) -> i64 {
+    let like = format!("'%{CANARY}%'");
+    let mut n = 0;
+    for sql in [
+        format!("SELECT count(*) FROM webhook_bodies WHERE headers LIKE {like}"),
+        format!("SELECT count(*) FROM webhook_routes WHERE processing_error LIKE {like}"),
+        format!("SELECT count(*) FROM webhook_attempts WHERE error LIKE {like}"),
+    ] {
+        n += db.number(&sql).await;
+    }
+    n
 }
 
-impl Db {
-    async fn sqlite() -> Self {
-        Db::Sqlite(common::stores::sqlite().await)
-    }
-
-    async fn postgres() -> Self {
-        Db::Pg(common::stores::postgres().await)
-    }
-
-    fn inbox(&self) -> Inbox {
-        match self {
-            Db::Sqlite(store) => Inbox::sqlite(store),
-            Db::Pg(store) => Inbox::postgres(store),
-        }
-    }
-
-    /// A number the statement answers.
-    async fn number(&self, sql: &str) -> i64 {
-        match self {
-            Db::Sqlite(store) => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-                .fetch_one(store.pool())
-                .await
-                .unwrap(),
-            Db::Pg(store) => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
-                .fetch_one(store.pool())
-                .await
-                .unwrap(),
-        }
-    }
-
-    /// How many stored values anywhere quote [`CANARY`]: body rows, headers, errors.
-    async fn canaries(&self) -> i64 {
-        let like = format!("'%{CANARY}%'");
-        let mut n = 0;
-        for sql in [
-            format!("SELECT count(*) FROM webhook_bodies WHERE headers LIKE {like}"),
-            format!("SELECT count(*) FROM webhook_routes WHERE processing_error LIKE {like}"),
-            format!("SELECT count(*) FROM webhook_attempts WHERE error LIKE {like}"),
-        ] {
-            n += self.number(&sql).await;
-        }
-        n
-    }
-}
-
-fn body_of(id: &str) -> String {
-    format!(r#"{{"type":"order.paid","data":{{"object":{{"id":"pi_{id}"}}}}}}"#)
-}
-
-/// A signed delivery of `id`, verified: what the inbox's accept takes.
-fn event(id: &str) -> Event {
-    let body = body_of(id);
-    let headers = Scheme::standard()
-        .sign([SECRET], id, at(NOW), body.as_bytes())
-        .unwrap();
-    verifier(Scheme::standard(), &[SECRET])
-        .verify(&headers, body.into())
-        .unwrap()
-}
-
-/// Accepts `id` through the inbox's HTTP service (its headers stored, `x-customer`
-/// quoting [`CANARY`]).
+/// Accepts `id` through the inbox's HTTP service, a stored header quoting [`CANARY`].
 async fn deliver(inbox: &Inbox, id: &str) {
-    use tower::ServiceExt as _;
-    let body = body_of(id);
-    let mut headers = Scheme::standard()
-        .sign([SECRET], id, at(NOW), body.as_bytes())
-        .unwrap();
-    headers.insert("x-customer", CANARY.parse().unwrap());
-    let req: http::Request<http_body_util::Full<Bytes>> = common::request(headers, body);
-    let svc = tower::ServiceBuilder::new()
-        .layer(tower_webhook::VerifyWebhookLayer::new(verifier(
-            Scheme::standard(),
-            &[SECRET],
-        )))
-        .service(inbox.accept_service());
-    assert_eq!(svc.oneshot(req).await.unwrap().status(), 204);
+    deliver_order(inbox, id, CANARY).await;
 }
 
 /// A worker: `evt_flaky` fails its first attempt with an error quoting [`CANARY`],
@@ -176,7 +108,7 @@ async fn an_erased_events_body_and_errors_go_and_its_key_stays(db: Db) {
     running.shutdown().await;
     deliver(&inbox, "evt_queued").await;
     // Headers 4, evt_dead's route error 1, attempts: evt_flaky's first, evt_dead's two.
-    assert_eq!(db.canaries().await, 4 + 1 + 3, "the control");
+    assert_eq!(canaries(&db).await, 4 + 1 + 3, "the control");
 
     for id in ["evt_flaky", "evt_dead", "evt_queued"] {
         assert!(inbox.erase("standard", id).await.unwrap(), "{id}");
@@ -213,7 +145,7 @@ async fn an_erased_events_body_and_errors_go_and_its_key_stays(db: Db) {
             .await,
         0
     );
-    assert_eq!(db.canaries().await, 1, "evt_ok's stored header only");
+    assert_eq!(canaries(&db).await, 1, "evt_ok's stored header only");
     assert_eq!(
         db.number("SELECT count(*) FROM webhook_events WHERE body_state = 'erased'")
             .await,
@@ -266,7 +198,7 @@ async fn an_erased_events_body_and_errors_go_and_its_key_stays(db: Db) {
     let (status, json) = admin(&inbox, "DELETE", "/events/standard/evt_ok/body").await;
     assert_eq!((status, json), (200, serde_json::json!({"erased": true})));
     assert_eq!(state(&inbox, "evt_ok").await, BodyState::Erased);
-    assert_eq!(db.canaries().await, 1, "evt_after's header only");
+    assert_eq!(canaries(&db).await, 1, "evt_after's header only");
     let ok = inbox.event("standard", "evt_ok").await.unwrap().unwrap();
     assert_eq!(
         ok.summary.state,
@@ -341,7 +273,7 @@ async fn a_running_routes_late_failure_writes_no_error_back(db: Db) {
             .all(|a| a.error.as_deref().is_none_or(|t| t == REASON)),
         "{e:?}"
     );
-    assert_eq!(db.canaries().await, 0, "no error text written back");
+    assert_eq!(canaries(&db).await, 0, "no error text written back");
 }
 
 #[tokio::test]

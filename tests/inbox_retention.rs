@@ -17,95 +17,20 @@ mod common;
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use tower_webhook::inbox::{
     Accepted, Backfill, BodyState, Inbox, ProcessorSpec, Requeue, State, Worker, WorkerHandle,
 };
-use tower_webhook::store::{PgStore, SqliteStore};
-use tower_webhook::{Event, Scheme};
+use tower_webhook::Event;
 
-use common::seed::{eventually, SECRET};
-use common::{at, verifier, NOW};
+use common::seed::eventually;
+use common::sql_db::{deliver_order, order_event as event, Db};
 
 /// What a failing attempt's error quotes: gone with the body.
 const CANARY: &str = "canary-4f1d";
 
-/// A fresh database of either dialect, read by SQL beside the inbox.
-enum Db {
-    Sqlite(SqliteStore),
-    Pg(PgStore),
-}
-
-impl Db {
-    async fn sqlite() -> Self {
-        Db::Sqlite(common::stores::sqlite().await)
-    }
-
-    async fn postgres() -> Self {
-        Db::Pg(common::stores::postgres().await)
-    }
-
-    fn inbox(&self) -> Inbox {
-        match self {
-            Db::Sqlite(store) => Inbox::sqlite(store),
-            Db::Pg(store) => Inbox::postgres(store),
-        }
-    }
-
-    /// A number the statement answers.
-    async fn number(&self, sql: &'static str) -> i64 {
-        match self {
-            Db::Sqlite(store) => sqlx::query_scalar(sql)
-                .fetch_one(store.pool())
-                .await
-                .unwrap(),
-            Db::Pg(store) => sqlx::query_scalar(sql)
-                .fetch_one(store.pool())
-                .await
-                .unwrap(),
-        }
-    }
-
-    async fn run(&self, sql: &'static str) {
-        match self {
-            Db::Sqlite(store) => {
-                sqlx::query(sql).execute(store.pool()).await.unwrap();
-            }
-            Db::Pg(store) => {
-                sqlx::query(sql).execute(store.pool()).await.unwrap();
-            }
-        }
-    }
-}
-
-/// A signed delivery of `id`, verified: what the inbox's accept takes.
-fn event(id: &str) -> Event {
-    let body = format!(r#"{{"type":"order.paid","data":{{"object":{{"id":"pi_{id}"}}}}}}"#);
-    let headers = Scheme::standard()
-        .sign([SECRET], id, at(NOW), body.as_bytes())
-        .unwrap();
-    verifier(Scheme::standard(), &[SECRET])
-        .verify(&headers, body.into())
-        .unwrap()
-}
-
-/// Accepts `id` through the inbox's HTTP service (its headers stored, `x-customer` among
-/// them).
+/// Accepts `id` through the inbox's HTTP service, a stored header quoting [`CANARY`].
 async fn deliver(inbox: &Inbox, id: &str) {
-    use tower::ServiceExt as _;
-    let body = format!(r#"{{"type":"order.paid","data":{{"object":{{"id":"pi_{id}"}}}}}}"#);
-    let mut headers = Scheme::standard()
-        .sign([SECRET], id, at(NOW), body.as_bytes())
-        .unwrap();
-    headers.insert("x-customer", CANARY.parse().unwrap());
-    let req: http::Request<http_body_util::Full<Bytes>> = common::request(headers, body);
-    let svc = tower::ServiceBuilder::new()
-        .layer(tower_webhook::VerifyWebhookLayer::new(verifier(
-            Scheme::standard(),
-            &[SECRET],
-        )))
-        .service(inbox.accept_service());
-    assert_eq!(svc.oneshot(req).await.unwrap().status(), 204);
+    deliver_order(inbox, id, CANARY).await;
 }
 
 /// A worker of `processor` (`None`: the default one): `evt_flaky` fails its first

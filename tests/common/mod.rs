@@ -7,6 +7,7 @@ pub use support::*;
 
 pub mod fault_store;
 pub mod seed;
+pub mod sql_db;
 pub mod stores;
 
 use std::convert::Infallible;
