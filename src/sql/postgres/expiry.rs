@@ -129,21 +129,7 @@ mod tests {
 
     /// A migrated database of its own on the local server.
     async fn fresh() -> PgPool {
-        let url = std::env::var("DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let admin = sqlx::PgPool::connect(&url)
-            .await
-            .expect("PostgreSQL is running");
-        let name = format!("tower_webhook_unit_{}", uuid::Uuid::new_v4().simple());
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&admin)
-            .await
-            .unwrap();
-        let base = &url[..url.rfind('/').expect("a database in the URL")];
-        let store = crate::store::PgStore::connect(&format!("{base}/{name}"))
-            .await
-            .unwrap();
-        store.pool().clone()
+        super::super::tests::fresh_pool().await
     }
 
     /// On 20 000 processed events (a failed attempt's error each), a batch reads the

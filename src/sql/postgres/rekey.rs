@@ -245,21 +245,7 @@ mod tests {
 
     /// A migrated database of its own on the local server.
     async fn fresh() -> Pg {
-        let url = std::env::var("DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let admin = sqlx::PgPool::connect(&url)
-            .await
-            .expect("PostgreSQL is running");
-        let name = format!("tower_webhook_unit_{}", uuid::Uuid::new_v4().simple());
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&admin)
-            .await
-            .unwrap();
-        let base = &url[..url.rfind('/').expect("a database in the URL")];
-        let store = crate::store::PgStore::connect(&format!("{base}/{name}"))
-            .await
-            .unwrap();
-        Pg::new(store.pool().clone())
+        Pg::new(super::super::tests::fresh_pool().await)
     }
 
     #[tokio::test]

@@ -17,7 +17,7 @@ use crate::store::{Claim, Delivery, Token};
 
 /// A migrated database of its own on the local server (as the integration tests'):
 /// the batch statements are checked against PostgreSQL itself.
-async fn fresh_pool() -> PgPool {
+pub(super) async fn fresh_pool() -> PgPool {
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let admin = PgPool::connect(&url).await.expect("PostgreSQL is running");
