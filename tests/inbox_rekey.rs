@@ -24,155 +24,75 @@ use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::inbox::{BodyState, Inbox, Rekeyed, Worker};
 use tower_webhook::seal::{Aad, Column, Key, KeyRing};
-use tower_webhook::store::{PgStore, SqliteStore};
 use tower_webhook::{Event, Scheme, VerifyWebhookLayer};
 
 use common::seed::SECRET;
+use common::sql_db::Db;
 
 fn ring(keys: &[(&str, u8)]) -> KeyRing {
     KeyRing::new(keys.iter().map(|(id, b)| Key::new(*id, [*b; 32]).unwrap())).unwrap()
 }
 
-/// A database the test reads by SQL, beside the inbox.
-enum Db {
-    Sqlite(SqliteStore, std::path::PathBuf),
-    Pg(PgStore, String),
+/// Every stored value rekey rewrites: body rows, routes' errors, attempts' errors.
+async fn values(db: &Db) -> u64 {
+    let n = db.number("SELECT count(*) FROM webhook_bodies").await
+        + db.number("SELECT count(*) FROM webhook_routes WHERE processing_error IS NOT NULL")
+            .await
+        + db.number("SELECT count(*) FROM webhook_attempts WHERE error IS NOT NULL")
+            .await;
+    n.unsigned_abs()
 }
 
-impl Db {
-    async fn sqlite() -> Self {
-        let path = common::stores::temp_sqlite_path();
-        Db::Sqlite(SqliteStore::open(&path).await.unwrap(), path)
-    }
+/// How many body rows are sealed under `key` (`None`: in clear).
+async fn bodies_under(db: &Db, key: Option<&str>) -> u64 {
+    let rows = body_rows(db).await;
+    rows.iter().filter(|r| r.1.as_deref() == key).count() as u64
+}
 
-    async fn postgres() -> Self {
-        let url = common::fresh_pg_url().await;
-        Db::Pg(PgStore::connect(&url).await.unwrap(), url)
-    }
+/// Every body row: event id, key id, body, headers in clear, subject's parts.
+async fn body_rows(db: &Db) -> Vec<BodyRow> {
+    db.rows(
+        "SELECT event_id, key_id, body, headers, sealed_subject, subject_nonce,
+            subject_digest FROM webhook_bodies ORDER BY event_id",
+    )
+    .await
+}
 
-    fn inbox(&self, keys: Option<KeyRing>) -> Inbox {
-        let inbox = match self {
-            Db::Sqlite(store, _) => Inbox::sqlite(store),
-            Db::Pg(store, _) => Inbox::postgres(store),
-        };
-        match keys {
-            Some(keys) => inbox.with_keys(keys),
-            None => inbox,
-        }
-    }
+/// Every error text stored, routes' and attempts'.
+async fn errors(db: &Db) -> Vec<String> {
+    db.texts(
+        "SELECT processing_error FROM webhook_routes WHERE processing_error IS NOT NULL
+        UNION ALL SELECT error FROM webhook_attempts WHERE error IS NOT NULL",
+    )
+    .await
+}
 
-    /// A count, by SQL.
-    async fn count(&self, sql: &'static str) -> u64 {
-        let n: i64 = match self {
-            Db::Sqlite(store, _) => sqlx::query_scalar(sql).fetch_one(store.pool()).await,
-            Db::Pg(store, _) => sqlx::query_scalar(sql).fetch_one(store.pool()).await,
-        }
+/// Gives `id`'s body row a subject sealed under `ring`'s current key, with its digest
+/// (what step 5's `with_subject` will write at accept).
+async fn seal_subject(db: &Db, ring: &KeyRing, id: &str, subject: &str) {
+    let sealed = ring
+        .seal(
+            &Aad::new("standard", id, Column::Subject),
+            subject.as_bytes(),
+        )
         .unwrap();
-        n.unsigned_abs()
-    }
-
-    /// Every stored value rekey rewrites: body rows, routes' errors, attempts' errors.
-    async fn values(&self) -> u64 {
-        self.count("SELECT count(*) FROM webhook_bodies").await
-            + self
-                .count("SELECT count(*) FROM webhook_routes WHERE processing_error IS NOT NULL")
-                .await
-            + self
-                .count("SELECT count(*) FROM webhook_attempts WHERE error IS NOT NULL")
-                .await
-    }
-
-    /// How many body rows are sealed under `key` (`None`: in clear).
-    async fn bodies_under(&self, key: Option<&str>) -> u64 {
-        let rows = self.body_rows().await;
-        rows.iter().filter(|r| r.1.as_deref() == key).count() as u64
-    }
-
-    /// Every body row: event id, key id, body, headers in clear, subject's parts.
-    async fn body_rows(&self) -> Vec<BodyRow> {
-        const SQL: &str = "SELECT event_id, key_id, body, headers, sealed_subject, subject_nonce,
-                subject_digest FROM webhook_bodies ORDER BY event_id";
-        match self {
-            Db::Sqlite(store, _) => sqlx::query_as(SQL).fetch_all(store.pool()).await,
-            Db::Pg(store, _) => sqlx::query_as(SQL).fetch_all(store.pool()).await,
-        }
-        .unwrap()
-    }
-
-    /// Every error text stored, routes' and attempts'.
-    async fn errors(&self) -> Vec<String> {
-        const SQL: &str = "SELECT processing_error FROM webhook_routes
-            WHERE processing_error IS NOT NULL
-            UNION ALL SELECT error FROM webhook_attempts WHERE error IS NOT NULL";
-        match self {
-            Db::Sqlite(store, _) => sqlx::query_scalar(SQL).fetch_all(store.pool()).await,
-            Db::Pg(store, _) => sqlx::query_scalar(SQL).fetch_all(store.pool()).await,
-        }
-        .unwrap()
-    }
-
-    /// Gives `id`'s body row a subject sealed under `ring`'s current key, with its digest
-    /// (what step 5's `with_subject` will write at accept).
-    async fn seal_subject(&self, ring: &KeyRing, id: &str, subject: &str) {
-        let sealed = ring
-            .seal(
-                &Aad::new("standard", id, Column::Subject),
-                subject.as_bytes(),
-            )
-            .unwrap();
-        let digest = ring.subject_digests(subject)[0].1;
-        let (c, n, d) = (
-            hex::encode(sealed.ciphertext()),
-            hex::encode(sealed.nonce()),
-            hex::encode(digest),
-        );
-        let sql = match self {
-            Db::Sqlite(..) => format!(
-                "UPDATE webhook_bodies SET sealed_subject = x'{c}', subject_nonce = x'{n}',
-                 subject_digest = x'{d}' WHERE event_id = '{id}'"
-            ),
-            Db::Pg(..) => format!(
-                "UPDATE webhook_bodies SET sealed_subject = '\\x{c}', subject_nonce = '\\x{n}',
-                 subject_digest = '\\x{d}' WHERE event_id = '{id}'"
-            ),
-        };
-        let done = match self {
-            Db::Sqlite(store, _) => sqlx::query(sqlx::AssertSqlSafe(sql))
-                .execute(store.pool())
-                .await
-                .unwrap()
-                .rows_affected(),
-            Db::Pg(store, _) => sqlx::query(sqlx::AssertSqlSafe(sql))
-                .execute(store.pool())
-                .await
-                .unwrap()
-                .rows_affected(),
-        };
-        assert_eq!(done, 1);
-    }
-
-    async fn drop_database(self) {
-        match self {
-            Db::Sqlite(store, path) => {
-                drop(store);
-                for suffix in ["", "-wal", "-shm"] {
-                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-                }
-            }
-            Db::Pg(store, url) => {
-                store.pool().close().await;
-                let name = url.rsplit('/').next().unwrap().to_owned();
-                let admin = sqlx::PgPool::connect(&url.replace(&name, "postgres"))
-                    .await
-                    .unwrap();
-                let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                )))
-                .execute(&admin)
-                .await;
-            }
-        }
-    }
+    let digest = ring.subject_digests(subject)[0].1;
+    let (c, n, d) = (
+        hex::encode(sealed.ciphertext()),
+        hex::encode(sealed.nonce()),
+        hex::encode(digest),
+    );
+    let sql = match db {
+        Db::Sqlite(..) => format!(
+            "UPDATE webhook_bodies SET sealed_subject = x'{c}', subject_nonce = x'{n}',
+             subject_digest = x'{d}' WHERE event_id = '{id}'"
+        ),
+        Db::Pg(..) => format!(
+            "UPDATE webhook_bodies SET sealed_subject = '\\x{c}', subject_nonce = '\\x{n}',
+             subject_digest = '\\x{d}' WHERE event_id = '{id}'"
+        ),
+    };
+    assert_eq!(db.run(&sql).await, 1);
 }
 
 /// A body row as stored: event id, key id, body, clear headers, subject's ciphertext,
@@ -280,24 +200,24 @@ async fn rotation(db: Db) {
         ring(&[("k2", 2), ("k1", 1)]),
         ring(&[("k2", 2)]),
     );
-    accept_and_run(&db.inbox(Some(k1.clone())), &IDS).await;
-    db.seal_subject(&k1, "evt_a", "cust_1").await;
-    let rotated = db.inbox(Some(k21));
+    accept_and_run(&db.inbox().with_keys(k1.clone()), &IDS).await;
+    seal_subject(&db, &k1, "evt_a", "cust_1").await;
+    let rotated = db.inbox().with_keys(k21);
     reads_whole(&rotated, &IDS).await;
-    let values = db.values().await;
+    let values = values(&db).await;
     assert!(
         values >= 5,
         "3 bodies, a route's error, an attempt's: {values}"
     );
 
     assert_eq!(rotated.rekey(2).await.unwrap(), answer(values, 0));
-    assert_eq!(db.bodies_under(Some("k2")).await, 3);
-    let errors = db.errors().await;
+    assert_eq!(bodies_under(&db, Some("k2")).await, 3);
+    let errors = errors(&db).await;
     assert!(
         errors.iter().all(|e| e.starts_with("sealed:v1:k2:")),
         "{errors:?}"
     );
-    let rows = db.body_rows().await;
+    let rows = body_rows(&db).await;
     let a = &rows[0];
     assert_eq!(a.0, "evt_a");
     assert_eq!(
@@ -313,8 +233,11 @@ async fn rotation(db: Db) {
     );
     assert_eq!(opened.unwrap(), b"cust_1");
 
-    reads_whole(&db.inbox(Some(k2.clone())), &IDS).await;
-    assert_eq!(db.inbox(Some(k2)).rekey(2).await.unwrap(), answer(0, 0));
+    reads_whole(&db.inbox().with_keys(k2.clone()), &IDS).await;
+    assert_eq!(
+        db.inbox().with_keys(k2).rekey(2).await.unwrap(),
+        answer(0, 0)
+    );
     db.drop_database().await;
 }
 
@@ -322,11 +245,11 @@ async fn rotation(db: Db) {
 /// second run finishes it; a third has nothing to do.
 async fn resumed(db: Db) {
     let ids: Vec<String> = (0..30).map(|i| format!("evt_{i:02}")).collect();
-    let inbox = db.inbox(Some(ring(&[("k1", 1)])));
+    let inbox = db.inbox().with_keys(ring(&[("k1", 1)]));
     for id in &ids {
         deliver(&inbox, id).await;
     }
-    let rotated = db.inbox(Some(ring(&[("k2", 2), ("k1", 1)])));
+    let rotated = db.inbox().with_keys(ring(&[("k2", 2), ("k1", 1)]));
     {
         let mut run = std::pin::pin!(rotated.rekey(2));
         loop {
@@ -335,13 +258,13 @@ async fn resumed(db: Db) {
                 _ = &mut run => panic!("the run was to be stopped before its end"),
                 () = tokio::task::yield_now() => {}
             }
-            if db.bodies_under(Some("k2")).await >= 2 {
+            if bodies_under(&db, Some("k2")).await >= 2 {
                 break; // dropped here: stopped
             }
         }
     }
     // One read, one snapshot: a batch the writer still holds may land any time.
-    let rows = db.body_rows().await;
+    let rows = body_rows(&db).await;
     let under = |key: &str| rows.iter().filter(|r| r.1.as_deref() == Some(key)).count();
     let first = under("k2");
     assert!((2..30).contains(&first), "stopped after {first}");
@@ -352,33 +275,33 @@ async fn resumed(db: Db) {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(rotated.pause(Some("flush"), None).await.unwrap());
     assert!(rotated.resume(Some("flush"), None).await.unwrap());
-    let first = db.bodies_under(Some("k2")).await;
+    let first = bodies_under(&db, Some("k2")).await;
     let second = rotated.rekey(2).await.unwrap();
     assert_eq!(second, answer(30 - first, 0));
-    assert_eq!(db.bodies_under(Some("k2")).await, 30);
+    assert_eq!(bodies_under(&db, Some("k2")).await, 30);
     assert_eq!(rotated.rekey(2).await.unwrap(), answer(0, 0));
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    reads_whole(&db.inbox(Some(ring(&[("k2", 2)]))), &ids).await;
+    reads_whole(&db.inbox().with_keys(ring(&[("k2", 2)])), &ids).await;
     db.drop_database().await;
 }
 
 /// Accepted and failed without keys (in clear); rekey with k1 seals bodies, headers and
 /// errors, which read back the same.
 async fn clear_rows_sealed(db: Db) {
-    accept_and_run(&db.inbox(None), &IDS).await;
-    assert_eq!(db.bodies_under(None).await, 3);
-    let values = db.values().await;
-    let keyed = db.inbox(Some(ring(&[("k1", 1)])));
+    accept_and_run(&db.inbox(), &IDS).await;
+    assert_eq!(bodies_under(&db, None).await, 3);
+    let values = values(&db).await;
+    let keyed = db.inbox().with_keys(ring(&[("k1", 1)]));
     assert_eq!(keyed.rekey(100).await.unwrap(), answer(values, 0));
-    assert_eq!(db.bodies_under(Some("k1")).await, 3);
-    let rows = db.body_rows().await;
+    assert_eq!(bodies_under(&db, Some("k1")).await, 3);
+    let rows = body_rows(&db).await;
     assert!(rows.iter().all(|r| r.3.is_none()), "no header in clear");
     assert!(
         rows.iter()
             .all(|r| !String::from_utf8_lossy(r.2.as_deref().unwrap()).contains("ada@")),
         "no body in clear"
     );
-    let errors = db.errors().await;
+    let errors = errors(&db).await;
     assert!(
         errors
             .iter()
@@ -393,13 +316,13 @@ async fn clear_rows_sealed(db: Db) {
 /// A row under k0, which the ring lacks: skipped and counted on every run, never deleted
 /// nor changed; the row beside it rekeyed.
 async fn unreadable_skipped(db: Db) {
-    deliver(&db.inbox(Some(ring(&[("k0", 9)]))), "evt_lost").await;
-    deliver(&db.inbox(Some(ring(&[("k1", 1)]))), "evt_kept").await;
-    let before = db.body_rows().await;
-    let rotated = db.inbox(Some(ring(&[("k2", 2), ("k1", 1)])));
+    deliver(&db.inbox().with_keys(ring(&[("k0", 9)])), "evt_lost").await;
+    deliver(&db.inbox().with_keys(ring(&[("k1", 1)])), "evt_kept").await;
+    let before = body_rows(&db).await;
+    let rotated = db.inbox().with_keys(ring(&[("k2", 2), ("k1", 1)]));
     assert_eq!(rotated.rekey(1).await.unwrap(), answer(1, 1));
     assert_eq!(rotated.rekey(1).await.unwrap(), answer(0, 1));
-    let after = db.body_rows().await;
+    let after = body_rows(&db).await;
     assert_eq!(after[0].0, "evt_kept");
     assert_eq!(after[0].1.as_deref(), Some("k2"));
     assert_eq!(after[1], before[1], "evt_lost as it was");
@@ -411,20 +334,20 @@ async fn unreadable_skipped(db: Db) {
 /// makes the loser of a row skip it), and every row opens under the new key.
 async fn two_at_once(db: Db) {
     let ids: Vec<String> = (0..40).map(|i| format!("evt_{i:02}")).collect();
-    let inbox = db.inbox(Some(ring(&[("k1", 1)])));
+    let inbox = db.inbox().with_keys(ring(&[("k1", 1)]));
     for id in &ids {
         deliver(&inbox, id).await;
     }
     let (one, two) = (
-        db.inbox(Some(ring(&[("k2", 2), ("k1", 1)]))),
-        db.inbox(Some(ring(&[("k2", 2), ("k1", 1)]))),
+        db.inbox().with_keys(ring(&[("k2", 2), ("k1", 1)])),
+        db.inbox().with_keys(ring(&[("k2", 2), ("k1", 1)])),
     );
     let (a, b) = tokio::join!(one.rekey(4), two.rekey(4));
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.rekeyed + b.rekeyed, 40, "{a:?} {b:?}");
     assert_eq!((a.unreadable, b.unreadable), (0, 0));
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    reads_whole(&db.inbox(Some(ring(&[("k2", 2)]))), &ids).await;
+    reads_whole(&db.inbox().with_keys(ring(&[("k2", 2)])), &ids).await;
     db.drop_database().await;
 }
 
@@ -448,16 +371,16 @@ async fn post_rekey(inbox: &Inbox, body: &'static str) -> (http::StatusCode, ser
 /// counts, and a second call's.
 async fn admin_route(db: Db) {
     use serde_json::json;
-    deliver(&db.inbox(Some(ring(&[("k1", 1)]))), "evt_a").await;
-    deliver(&db.inbox(Some(ring(&[("k0", 9)]))), "evt_lost").await;
-    let before = db.body_rows().await;
-    let (status, body) = post_rekey(&db.inbox(None), "{}").await;
+    deliver(&db.inbox().with_keys(ring(&[("k1", 1)])), "evt_a").await;
+    deliver(&db.inbox().with_keys(ring(&[("k0", 9)])), "evt_lost").await;
+    let before = body_rows(&db).await;
+    let (status, body) = post_rekey(&db.inbox(), "{}").await;
     assert_eq!(status, http::StatusCode::CONFLICT);
     assert_eq!(
         body,
         json!({"error": "the inbox has no encryption keys: set WEBHOOK_ENCRYPTION_KEYS (Inbox::with_keys)"})
     );
-    let rotated = db.inbox(Some(ring(&[("k2", 2), ("k1", 1)])));
+    let rotated = db.inbox().with_keys(ring(&[("k2", 2), ("k1", 1)]));
     for bad in [
         r#"{"batch": 0}"#,
         r#"{"batch": 10001}"#,
@@ -467,7 +390,7 @@ async fn admin_route(db: Db) {
         let (status, _) = post_rekey(&rotated, bad).await;
         assert_eq!(status, http::StatusCode::BAD_REQUEST, "{bad}");
     }
-    assert_eq!(db.body_rows().await, before, "nothing changed");
+    assert_eq!(body_rows(&db).await, before, "nothing changed");
     let answer = post_rekey(&rotated, r#"{"batch": 1}"#).await;
     assert_eq!(
         answer,
@@ -544,7 +467,7 @@ async fn postgres_two_rekeys_at_once_rewrite_each_row_once() {
 #[tokio::test]
 async fn rekey_without_keys_is_refused() {
     let db = Db::sqlite().await;
-    let err = db.inbox(None).rekey(10).await.unwrap_err();
+    let err = db.inbox().rekey(10).await.unwrap_err();
     assert_eq!(
         err.kind(),
         tower_webhook::store::StoreErrorKind::InvalidInput

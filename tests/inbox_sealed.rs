@@ -23,134 +23,60 @@ use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::inbox::{BodyState, Inbox, Requeue, State, Worker};
 use tower_webhook::seal::{Key, KeyRing};
-use tower_webhook::store::{PgStore, SqliteStore};
 use tower_webhook::{Event, Scheme, VerifyWebhookLayer};
 
 use common::seed::SECRET;
+use common::sql_db::Db;
 
 fn ring(keys: &[(&str, u8)]) -> KeyRing {
     KeyRing::new(keys.iter().map(|(id, b)| Key::new(*id, [*b; 32]).unwrap())).unwrap()
 }
 
-/// A database the test reads and changes by SQL, beside the inbox.
-enum Db {
-    Sqlite(SqliteStore, std::path::PathBuf),
-    Pg(PgStore, String),
-}
-
-impl Db {
-    async fn sqlite() -> Self {
-        let path = common::stores::temp_sqlite_path();
-        Db::Sqlite(SqliteStore::open(&path).await.unwrap(), path)
-    }
-
-    async fn postgres() -> Self {
-        let url = common::fresh_pg_url().await;
-        Db::Pg(PgStore::connect(&url).await.unwrap(), url)
-    }
-
-    fn inbox(&self, keys: Option<KeyRing>) -> Inbox {
-        let inbox = match self {
-            Db::Sqlite(store, _) => Inbox::sqlite(store),
-            Db::Pg(store, _) => Inbox::postgres(store),
-        };
-        match keys {
-            Some(keys) => inbox.with_keys(keys),
-            None => inbox,
-        }
-    }
-
-    /// The first column of `sql`'s rows, as stored (no opening).
-    async fn texts(&self, sql: &'static str) -> Vec<String> {
-        match self {
-            Db::Sqlite(store, _) => sqlx::query_scalar(sql).fetch_all(store.pool()).await,
-            Db::Pg(store, _) => sqlx::query_scalar(sql).fetch_all(store.pool()).await,
-        }
-        .unwrap()
-    }
-
-    async fn run(&self, sql: &'static str) -> u64 {
-        match self {
-            Db::Sqlite(store, _) => {
-                let done = sqlx::query(sql).execute(store.pool()).await.unwrap();
-                done.rows_affected()
-            }
-            Db::Pg(store, _) => {
-                let done = sqlx::query(sql).execute(store.pool()).await.unwrap();
-                done.rows_affected()
-            }
-        }
-    }
-
-    /// Every byte at rest, as a reader of the database's storage sees it: SQLite's file
-    /// and WAL (before and after a checkpoint); PostgreSQL's `pg_dump --data-only` and
-    /// each table's rows as text.
-    async fn at_rest(&self) -> Vec<u8> {
-        match self {
-            Db::Sqlite(store, path) => {
-                let mut all = Vec::new();
-                for suffix in ["", "-wal"] {
-                    all.extend(
-                        std::fs::read(format!("{}{suffix}", path.display())).unwrap_or_default(),
-                    );
-                }
-                sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-                    .execute(store.pool())
-                    .await
-                    .unwrap();
-                all.extend(std::fs::read(path).unwrap());
-                all
-            }
-            Db::Pg(store, url) => {
-                let dump = std::process::Command::new("pg_dump")
-                    .args(["--data-only", "--dbname", url])
-                    .output()
-                    .expect("pg_dump runs");
-                assert!(
-                    dump.status.success(),
-                    "{}",
-                    String::from_utf8_lossy(&dump.stderr)
+/// Every byte at rest, as a reader of the database's storage sees it: SQLite's file
+/// and WAL (before and after a checkpoint); PostgreSQL's `pg_dump --data-only` and
+/// each table's rows as text.
+async fn at_rest(db: &Db) -> Vec<u8> {
+    match db {
+        Db::Sqlite(store, path) => {
+            let mut all = Vec::new();
+            for suffix in ["", "-wal"] {
+                all.extend(
+                    std::fs::read(format!("{}{suffix}", path.display())).unwrap_or_default(),
                 );
-                let mut all = dump.stdout;
-                for table in [
-                    "webhook_events",
-                    "webhook_bodies",
-                    "webhook_routes",
-                    "webhook_attempts",
-                ] {
-                    let rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                        "SELECT t::text FROM {table} t"
-                    )))
-                    .fetch_all(store.pool())
-                    .await
-                    .unwrap();
-                    all.extend(rows.join("\n").into_bytes());
-                }
-                all
             }
+            sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(store.pool())
+                .await
+                .unwrap();
+            all.extend(std::fs::read(path).unwrap());
+            all
         }
-    }
-
-    async fn drop_database(self) {
-        match self {
-            Db::Sqlite(store, path) => {
-                drop(store);
-                for suffix in ["", "-wal", "-shm"] {
-                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-                }
-            }
-            Db::Pg(store, url) => {
-                store.pool().close().await;
-                let name = url.rsplit('/').next().unwrap().to_owned();
-                let admin = sqlx::PgPool::connect(&url.replace(&name, "postgres"))
-                    .await
-                    .unwrap();
-                let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        Db::Pg(store, url) => {
+            let dump = std::process::Command::new("pg_dump")
+                .args(["--data-only", "--dbname", url])
+                .output()
+                .expect("pg_dump runs");
+            assert!(
+                dump.status.success(),
+                "{}",
+                String::from_utf8_lossy(&dump.stderr)
+            );
+            let mut all = dump.stdout;
+            for table in [
+                "webhook_events",
+                "webhook_bodies",
+                "webhook_routes",
+                "webhook_attempts",
+            ] {
+                let rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT t::text FROM {table} t"
                 )))
-                .execute(&admin)
-                .await;
+                .fetch_all(store.pool())
+                .await
+                .unwrap();
+                all.extend(rows.join("\n").into_bytes());
             }
+            all
         }
     }
 }
@@ -202,7 +128,10 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 /// the canary (or its hex, as `pg_dump` prints `bytea`) is anywhere at rest.
 async fn canary_at_rest(db: &Db, keys: Option<KeyRing>) -> bool {
     let canary = format!("canary-{}", uuid::Uuid::new_v4().simple());
-    let inbox = db.inbox(keys);
+    let inbox = match keys {
+        Some(keys) => db.inbox().with_keys(keys),
+        None => db.inbox(),
+    };
     let body =
         |id: &str| format!(r#"{{"type":"order.paid","id":"{id}","email":"{canary}@example.com"}}"#);
     deliver(&inbox, "evt_ok", &body("evt_ok"), &canary).await;
@@ -233,7 +162,7 @@ async fn canary_at_rest(db: &Db, keys: Option<KeyRing>) -> bool {
         .unwrap();
     assert_eq!(page.events[0].last_error.as_deref(), Some(error.as_str()));
 
-    let rest = db.at_rest().await;
+    let rest = at_rest(db).await;
     contains(&rest, canary.as_bytes()) || contains(&rest, hex::encode(&canary).as_bytes())
 }
 
@@ -257,8 +186,14 @@ async fn canary(db: impl AsyncFn() -> Db) {
 /// with k2 and k1 requeues and runs it, the plaintext to the processor.
 async fn unknown_key_then_restored(db: Db) {
     let body = r#"{"type":"order.paid","email":"ada@example.com"}"#;
-    deliver(&db.inbox(Some(ring(&[("k1", 1)]))), "evt_1", body, "ada").await;
-    let without = db.inbox(Some(ring(&[("k2", 2)])));
+    deliver(
+        &db.inbox().with_keys(ring(&[("k1", 1)])),
+        "evt_1",
+        body,
+        "ada",
+    )
+    .await;
+    let without = db.inbox().with_keys(ring(&[("k2", 2)]));
     let seen = Seen::default();
     let running = worker(&without, &seen, String::new());
     common::seed::eventually("dead", async || without.counts().await.unwrap().dead == 1).await;
@@ -279,7 +214,7 @@ async fn unknown_key_then_restored(db: Db) {
     );
     assert!(dead.body.is_empty() && dead.headers.is_empty());
 
-    let restored = db.inbox(Some(ring(&[("k2", 2), ("k1", 1)])));
+    let restored = db.inbox().with_keys(ring(&[("k2", 2), ("k1", 1)]));
     assert_eq!(restored.requeue(Requeue::dead()).await.unwrap(), 1);
     let running = worker(&restored, &seen, String::new());
     common::seed::eventually("processed", async || {
@@ -297,7 +232,7 @@ async fn unknown_key_then_restored(db: Db) {
 /// evt_a's body replaced by evt_b's ciphertext and nonce: tampered, dead, never run; evt_b
 /// runs.
 async fn swapped_ciphertext_is_dead(db: Db) {
-    let inbox = db.inbox(Some(ring(&[("k1", 1)])));
+    let inbox = db.inbox().with_keys(ring(&[("k1", 1)]));
     deliver(&inbox, "evt_a", r#"{"type":"a"}"#, "a").await;
     deliver(&inbox, "evt_b", r#"{"type":"b"}"#, "b").await;
     let moved = db
@@ -342,7 +277,7 @@ async fn swapped_ciphertext_is_dead(db: Db) {
 /// `evt_fail`'s fails with a text: the raw rows hold the panic's text in clear, the
 /// failure's sealed.
 async fn a_panic_is_stored_in_clear(db: Db) {
-    let inbox = db.inbox(Some(ring(&[("k1", 1)])));
+    let inbox = db.inbox().with_keys(ring(&[("k1", 1)]));
     deliver(&inbox, "evt_panic", r#"{"type":"a"}"#, "a").await;
     deliver(&inbox, "evt_fail", r#"{"type":"b"}"#, "b").await;
     let running = Worker::new(&inbox, |e: Event, _| async move {

@@ -2,7 +2,13 @@
 //! for tests of what the inbox leaves in its tables. Their events are `order.paid`s,
 //! delivered signed through the inbox's HTTP service.
 
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
 use bytes::Bytes;
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+use sqlx::FromRow;
 use tower::ServiceExt as _;
 use tower_webhook::inbox::Inbox;
 use tower_webhook::store::{PgStore, SqliteStore};
@@ -11,25 +17,40 @@ use tower_webhook::{Event, Scheme, VerifyWebhookLayer};
 use super::seed::SECRET;
 use super::{at, verifier, NOW};
 
-/// A fresh database of either dialect.
+/// A fresh database of either dialect, with where it lives (SQLite's file, PostgreSQL's
+/// URL).
 pub enum Db {
-    Sqlite(SqliteStore),
-    Pg(PgStore),
+    Sqlite(SqliteStore, PathBuf),
+    Pg(PgStore, String),
 }
 
 impl Db {
+    /// A fresh file no other process opens, with [`super::stores::sqlite`]'s busy timeout.
     pub async fn sqlite() -> Self {
-        Db::Sqlite(super::stores::sqlite().await)
+        let path = super::stores::temp_sqlite_path();
+        let store = SqliteStore::open(&path).await.unwrap();
+        Db::Sqlite(store.with_busy_timeout(Duration::from_millis(50)), path)
     }
 
     pub async fn postgres() -> Self {
-        Db::Pg(super::stores::postgres().await)
+        Db::open_postgres(&super::fresh_pg_url().await).await
     }
 
+    /// The SQLite file at `path`, as another process left it.
+    pub async fn open_sqlite(path: &Path) -> Self {
+        Db::Sqlite(SqliteStore::open(path).await.unwrap(), path.to_owned())
+    }
+
+    /// The PostgreSQL database at `url`, as another process left it.
+    pub async fn open_postgres(url: &str) -> Self {
+        Db::Pg(PgStore::connect(url).await.unwrap(), url.to_owned())
+    }
+
+    /// An inbox on it, without keys.
     pub fn inbox(&self) -> Inbox {
         match self {
-            Db::Sqlite(store) => Inbox::sqlite(store),
-            Db::Pg(store) => Inbox::postgres(store),
+            Db::Sqlite(store, _) => Inbox::sqlite(store),
+            Db::Pg(store, _) => Inbox::postgres(store),
         }
     }
 
@@ -37,20 +58,69 @@ impl Db {
     pub async fn number(&self, sql: &str) -> i64 {
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
         match self {
-            Db::Sqlite(store) => sqlx::query_scalar(sql).fetch_one(store.pool()).await,
-            Db::Pg(store) => sqlx::query_scalar(sql).fetch_one(store.pool()).await,
+            Db::Sqlite(store, _) => sqlx::query_scalar(sql).fetch_one(store.pool()).await,
+            Db::Pg(store, _) => sqlx::query_scalar(sql).fetch_one(store.pool()).await,
         }
         .unwrap()
     }
 
-    /// Runs a statement.
-    pub async fn run(&self, sql: &str) {
+    /// The rows the statement answers, as stored (nothing opened).
+    pub async fn rows<T>(&self, sql: &str) -> Vec<T>
+    where
+        T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin,
+    {
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
         match self {
-            Db::Sqlite(store) => sqlx::query(sql).execute(store.pool()).await.map(drop),
-            Db::Pg(store) => sqlx::query(sql).execute(store.pool()).await.map(drop),
+            Db::Sqlite(store, _) => sqlx::query_as(sql).fetch_all(store.pool()).await,
+            Db::Pg(store, _) => sqlx::query_as(sql).fetch_all(store.pool()).await,
         }
         .unwrap()
+    }
+
+    /// The first column of the statement's rows, as text.
+    pub async fn texts(&self, sql: &str) -> Vec<String> {
+        let rows: Vec<(String,)> = self.rows(sql).await;
+        rows.into_iter().map(|(text,)| text).collect()
+    }
+
+    /// Runs a statement: how many rows it changed.
+    pub async fn run(&self, sql: &str) -> u64 {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        match self {
+            Db::Sqlite(store, _) => sqlx::query(sql)
+                .execute(store.pool())
+                .await
+                .map(|done| done.rows_affected()),
+            Db::Pg(store, _) => sqlx::query(sql)
+                .execute(store.pool())
+                .await
+                .map(|done| done.rows_affected()),
+        }
+        .unwrap()
+    }
+
+    /// Deletes the database: SQLite's file with its WAL, PostgreSQL's database.
+    pub async fn drop_database(self) {
+        match self {
+            Db::Sqlite(store, path) => {
+                drop(store);
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                }
+            }
+            Db::Pg(store, url) => {
+                store.pool().close().await;
+                let name = url.rsplit('/').next().unwrap().to_owned();
+                let admin = sqlx::PgPool::connect(&url.replace(&name, "postgres"))
+                    .await
+                    .unwrap();
+                let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                )))
+                .execute(&admin)
+                .await;
+            }
+        }
     }
 }
 
