@@ -1,6 +1,7 @@
 //! The operator's page in headless Chromium: runs tests/browser/ui.test.mjs (Playwright,
 //! node's own test runner) against the receiver example in inbox mode, on a fresh SQLite
-//! file and on a fresh PostgreSQL database.
+//! file and on a fresh PostgreSQL database; then reads that database by SQL: the body the
+//! page erased is gone, its event row (the key) stays.
 //!
 //! Ignored by plain `cargo test`: they need Chromium (`/usr/bin/chromium`, or `CHROMIUM`)
 //! and `npm ci` in tests/browser. `.ci/run` installs both and runs them:
@@ -20,6 +21,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use tokio::process::Command;
+
+use common::sql_db::Db;
 
 /// Runs the browser test with `env` (the database), failing with its report.
 async fn browser_test(name: &str, env: &[(&str, &str)]) {
@@ -59,13 +62,41 @@ async fn browser_test(name: &str, env: &[(&str, &str)]) {
     );
 }
 
+/// What the page's "Erase body" left in the receiver's database: no body row of the
+/// erased event (body and headers gone), its event row kept and marked erased (the key
+/// that stopped the redelivery), another event's body row still there.
+async fn erased_at_rest(db: &Db) {
+    let rows = |table: &str, id: &str, extra: &str| {
+        format!("SELECT count(*) FROM {table} WHERE source = 'stripe' AND event_id = '{id}'{extra}")
+    };
+    assert_eq!(
+        db.number(&rows("webhook_bodies", "evt_erased", "")).await,
+        0,
+        "its body row is deleted"
+    );
+    let erased = rows("webhook_events", "evt_erased", " AND body_state = 'erased'");
+    assert_eq!(
+        db.number(&erased).await,
+        1,
+        "its event row stays, marked erased"
+    );
+    assert_eq!(
+        db.number(&rows("webhook_bodies", "evt_markup", "")).await,
+        1,
+        "another event's body stays"
+    );
+}
+
 #[tokio::test]
 #[ignore = "needs Chromium and `npm ci` in tests/browser: .ci/run runs it"]
 async fn operators_page_in_chromium_on_sqlite() {
-    let db = std::env::temp_dir().join(format!("tower-webhook-browser-{}.db", std::process::id()));
-    let _ = std::fs::remove_file(&db);
-    browser_test("sqlite", &[("WEBHOOK_SQLITE", db.to_str().unwrap())]).await;
-    let _ = std::fs::remove_file(&db);
+    let path =
+        std::env::temp_dir().join(format!("tower-webhook-browser-{}.db", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    browser_test("sqlite", &[("WEBHOOK_SQLITE", path.to_str().unwrap())]).await;
+    let db = Db::open_sqlite(&path).await;
+    erased_at_rest(&db).await;
+    db.drop_database().await;
 }
 
 #[tokio::test]
@@ -73,4 +104,7 @@ async fn operators_page_in_chromium_on_sqlite() {
 async fn operators_page_in_chromium_on_postgres() {
     let url = common::fresh_pg_url().await;
     browser_test("postgres", &[("DATABASE_URL", url.as_str())]).await;
+    let db = Db::open_postgres(&url).await;
+    erased_at_rest(&db).await;
+    db.drop_database().await;
 }

@@ -2,7 +2,8 @@
 // receiver example in inbox mode: sign in, counts, search, an event with markup in its
 // body shown as text, lists filtered, pause and resume a source, forms posted from other
 // pages refused, requeue a dead event (one, then a type after a confirmation) and see it
-// processed, and sign out. Then fan-out: the receiver with two processors, one failing
+// processed, erase an event's body (after a confirmation) and see its key still stop a
+// redelivery, and sign out. Then fan-out: the receiver with two processors, one failing
 // every attempt; its dead route requeued alone from the event page runs that processor
 // again and not the other.
 //
@@ -27,6 +28,9 @@ const SECRET = "whsec_browser_test_0123456789abcdef";
 const TOKEN = "operator-browser-token-0123456789";
 const FAILS = "invoice.payment_failed";
 const DOOMED = "charge.disputed"; // fails too: its dead event is deleted
+// Erased from the event page; tests/browser.rs checks the database after the run.
+const ERASED = "evt_erased";
+const CANARY = "erase-canary-4f1c";
 const MARKUP = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">';
 
 /** The receiver example in inbox mode on the test's database, with `env` on top. */
@@ -181,6 +185,37 @@ test("the operator's page in Chromium", async (t) => {
     assert.ok((await page.locator("pre.body").innerText()).startsWith('{"id":"evt_markup"'));
     await page.goto(`${ui}/event?source=stripe&id=evt_markup`);
     await screenshot(page, "operators-page-event.png");
+  });
+
+  await t.test("erases an event's body after a confirmation, and its key still stops a redelivery", async () => {
+    await deliver(receiver, ERASED, "charge.succeeded", { description: CANARY });
+    await printed(receiver, `handled ${ERASED}`);
+    const url = `${ui}/event?source=stripe&id=${ERASED}`;
+    await page.goto(url);
+    assert.equal(await page.locator("#body .state").innerText(), "stored");
+    assert.ok((await page.locator("pre.body").innerText()).includes(CANARY));
+    await page.click("#actions form[action$='/erase-body'] button");
+    assert.equal(await page.locator("main h1").innerText(), "Erase body");
+    assert.ok((await page.locator("main p").first().innerText()).includes("cannot be undone"));
+    const elsewhere = await context.newPage();
+    await elsewhere.goto(url);
+    assert.equal(await elsewhere.locator("#body .state").innerText(), "stored", "nothing erased before the confirmation");
+    await elsewhere.close();
+    await page.click("main form button");
+    await page.waitForURL(/&done=erased$/);
+    assert.ok((await page.locator(".flash").innerText()).startsWith("Erased: its body"));
+    assert.equal(await page.locator("#fields .state").innerText(), "processed", "the event stays");
+    assert.equal(await page.locator("#body .state").innerText(), "erased");
+    assert.ok((await page.locator("#body").innerText()).includes("Erased on request"));
+    assert.equal(await page.locator("pre.body").count(), 0);
+    assert.ok(!(await page.content()).includes(CANARY), "no byte of the body on the page");
+    assert.equal(await page.locator("#actions form[action$='/erase-body']").count(), 0, "nothing left to erase");
+    await deliver(receiver, ERASED, "charge.succeeded", { description: CANARY });
+    await new Promise((resolve) => setTimeout(resolve, 1000)); // a second run would show by now
+    assert.equal(times(receiver, `handled ${ERASED}`), 1, "the redelivery is a duplicate");
+    await page.goto(url);
+    assert.equal(await page.locator("#body .state").innerText(), "erased", "the redelivery stored no body");
+    // tests/browser.rs then reads the database: no body row of it, its event row kept.
   });
 
   await t.test("lists dead events, filtered by type", async () => {
