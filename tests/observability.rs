@@ -9,7 +9,8 @@
 //! was sent; likewise `TxDedupeLayer`'s duplicates, handler outcomes and 503, and the
 //! inbox worker's attempts (processed, retry, dead, abandoned) and gauges (depth, dead
 //! rows, lag), and the routes ended dead unrun because their body cannot be opened or is
-//! gone (SQLite and JetStream, with the feature `seal`). A subscriber of the test's own reads the spans: the
+//! gone (SQLite and JetStream, with the feature `seal`; expired and erased on SQLite and
+//! PostgreSQL). A subscriber of the test's own reads the spans: the
 //! handler's and the processor's logs carry the event's source, id and type.
 
 mod common;
@@ -22,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::sql_db::Db;
 use common::{at, request, verifier, NOW};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -244,7 +246,6 @@ const ATTEMPTS: &str = "tower_webhook_inbox_attempts_total";
 const DEPTH: &str = "tower_webhook_inbox_depth";
 const DEAD: &str = "tower_webhook_inbox_dead_rows";
 const LAG: &str = "tower_webhook_inbox_lag_seconds";
-#[cfg(feature = "seal")]
 const UNREADABLE: &str = "tower_webhook_inbox_unreadable_total";
 
 #[tokio::test]
@@ -706,6 +707,133 @@ async fn the_jetstream_worker_counts_a_message_it_cannot_open() {
     assert_eq!((reason("unknown_key"), reason("tampered")), (1, 0));
     assert_eq!(*ran.lock().unwrap(), ["evt_ok"]);
     jetstream.delete().await.unwrap();
+}
+
+/// A worker whose processor counts its runs in `runs`; at its first attempt it says so on
+/// `started` and fails once `release` is notified (a route failing with attempts left);
+/// other attempts succeed.
+fn counting_worker(
+    inbox: &Inbox,
+    runs: &Arc<AtomicUsize>,
+    started: &Arc<Notify>,
+    release: &Arc<Notify>,
+) -> tower_webhook::inbox::WorkerHandle {
+    let (n, s, r) = (runs.clone(), started.clone(), release.clone());
+    Worker::new(inbox, move |_: Event, attempt: Attempt| {
+        let (n, s, r) = (n.clone(), s.clone(), r.clone());
+        async move {
+            n.fetch_add(1, Ordering::SeqCst);
+            if attempt.number() > 1 {
+                return Ok(());
+            }
+            s.notify_one();
+            r.notified().await;
+            Err("failed at its first attempt".to_owned())
+        }
+    })
+    .with_max_attempts(3)
+    .unwrap()
+    .with_backoff(Duration::from_millis(1), Duration::from_millis(2))
+    .unwrap()
+    .with_poll_interval(Duration::from_millis(20))
+    .unwrap()
+    .spawn()
+}
+
+/// How many routes the recorder counted unreadable for each reason (`unknown_key`,
+/// `tampered`, `expired`, `erased`, `missing`).
+fn unreadable_by_reason(r: &Recorded) -> [u64; 5] {
+    ["unknown_key", "tampered", "expired", "erased", "missing"]
+        .map(|why| r.counter(UNREADABLE, &[("source", "standard"), ("reason", why)]))
+}
+
+/// An event erased while its route's first attempt runs: the attempt fails with attempts
+/// left, and the route's next claim finds the body erased: dead without running, counted
+/// once as `erased` and under no other reason.
+async fn a_route_claimed_after_its_body_was_erased_is_counted_erased(db: Db) {
+    let recorder = DebuggingRecorder::new();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let mut recorded = Recorded::new(&recorder);
+    let inbox = db.inbox();
+    assert_eq!(accept(&inbox, "evt_erased").await, StatusCode::NO_CONTENT);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let worker = counting_worker(&inbox, &runs, &started, &release);
+    started.notified().await;
+    assert!(inbox.erase("standard", "evt_erased").await.unwrap());
+    assert_eq!(
+        unreadable_by_reason(recorded.take()),
+        [0; 5],
+        "not while it runs"
+    );
+    release.notify_one();
+    until(&mut recorded, "the route refused", |r| {
+        r.counter_total(UNREADABLE) == 1
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(unreadable_by_reason(recorded.take()), [0, 0, 0, 1, 0]);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "never run again");
+    assert_eq!(inbox.counts().await.unwrap().dead, 1);
+}
+
+#[tokio::test]
+async fn sqlite_a_route_claimed_after_its_body_was_erased_is_counted_erased() {
+    a_route_claimed_after_its_body_was_erased_is_counted_erased(Db::sqlite().await).await;
+}
+
+#[tokio::test]
+async fn postgres_a_route_claimed_after_its_body_was_erased_is_counted_erased() {
+    a_route_claimed_after_its_body_was_erased_is_counted_erased(Db::postgres().await).await;
+}
+
+/// A processed event whose body the retention expired, its route then put back in the
+/// queue by SQL (the crate's requeue leaves such a route out; a hand-written UPDATE or a
+/// restored table does not): its claim finds the body expired, ends it dead without
+/// running, counted once as `expired` and under no other reason.
+async fn a_route_claimed_after_its_body_expired_is_counted_expired(db: Db) {
+    let recorder = DebuggingRecorder::new();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let mut recorded = Recorded::new(&recorder);
+    let inbox = db.inbox();
+    assert_eq!(accept(&inbox, "evt_expired").await, StatusCode::NO_CONTENT);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let worker = counting_worker(&inbox, &runs, &started, &release);
+    started.notified().await;
+    release.notify_one(); // its first attempt fails, its second is processed
+    let processed = [("processor", "default"), ("outcome", "processed")];
+    until(&mut recorded, "the event processed", |r| {
+        r.counter(ATTEMPTS, &processed) == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let expiring = inbox.clone().with_body_retention(Duration::from_millis(5));
+    assert_eq!(expiring.expire_bodies(10).await.unwrap(), 1);
+    let due_again = match &db {
+        Db::Sqlite(..) => "UPDATE webhook_routes SET processed_at = NULL, next_attempt_at = 0",
+        Db::Pg(..) => "UPDATE webhook_routes SET processed_at = NULL, next_attempt_at = now()",
+    };
+    db.run(&format!("{due_again} WHERE event_id = 'evt_expired'"))
+        .await;
+    until(&mut recorded, "the route refused", |r| {
+        r.counter_total(UNREADABLE) == 1
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(unreadable_by_reason(recorded.take()), [0, 0, 1, 0, 0]);
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "not run a third time");
+    assert_eq!(inbox.counts().await.unwrap().dead, 1);
+}
+
+#[tokio::test]
+async fn sqlite_a_route_claimed_after_its_body_expired_is_counted_expired() {
+    a_route_claimed_after_its_body_expired_is_counted_expired(Db::sqlite().await).await;
+}
+
+#[tokio::test]
+async fn postgres_a_route_claimed_after_its_body_expired_is_counted_expired() {
+    a_route_claimed_after_its_body_expired_is_counted_expired(Db::postgres().await).await;
 }
 
 #[tokio::test]
