@@ -3,9 +3,16 @@
 //! under the key that sealed it (or read in clear) and sealed again under the ring's
 //! current key, and an error text likewise. What does not open is left as it is and
 //! counted; the crate's own texts in clear (a crash, a shutdown, why a body was refused)
-//! stay in clear, so an operator can read why a route died even without its key.
+//! stay in clear, so an operator can read why a route died even without its key. And
+//! what both dialects run the same way over their own statements: the walks
+//! ([`rekey_walks!`]) and a batch's writes ([`rewrite`]).
 
+use sqlx::{Database, Encode, Executor, IntoArguments, Type};
+
+use super::shared::{changed, Changed};
+use super::store_error;
 use crate::seal::{Aad, Column, KeyRing, SealError};
+use crate::store::StoreError;
 
 /// A body row's key, as rekey's walk of `webhook_bodies_key` finds it: its key id (`None`:
 /// in clear), source and event id.
@@ -89,6 +96,173 @@ impl Rewrites {
             Rewrites::Errors(rows) => rows.iter().map(|r| r.new.len()).sum(),
         }
     }
+}
+
+/// A row of the dialect's `ERROR_TEXTS`: a route's key and one of its error texts.
+pub(crate) type TextRow = (String, String, String, String);
+
+impl From<TextRow> for ErrorRow {
+    fn from((source, event_id, processor, text): TextRow) -> Self {
+        ErrorRow {
+            source,
+            event_id,
+            processor,
+            text,
+        }
+    }
+}
+
+/// A walk's limit as the statements bind it.
+pub(crate) fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Rekey's walks, the same on both dialects, inside the dialect's `impl Rekeying` (with
+/// its `self.pool`): `CLEAR_BODIES`, `STALE_BODIES`, `STALE_ROUTES` and `ERROR_TEXTS`
+/// are the dialect's statements, in scope where it expands; `$bind_routes` binds a list
+/// of routes' keys as `ERROR_TEXTS` takes them first (PostgreSQL: three arrays; SQLite:
+/// a JSON array), the current key's sealed prefix bound after them.
+macro_rules! rekey_walks {
+    ($bind_routes:path) => {
+        fn clear_bodies(
+            &self,
+            after: (String, String),
+            n: usize,
+        ) -> $crate::store::StoreFuture<Vec<$crate::sql::rekey::BodyKey>> {
+            let pool = self.pool.clone();
+            Box::pin(async move {
+                sqlx::query_as(CLEAR_BODIES)
+                    .bind(after.0)
+                    .bind(after.1)
+                    .bind($crate::sql::rekey::limit(n))
+                    .fetch_all(&pool)
+                    .await
+                    .map_err(|e| $crate::sql::store_error("inbox rekey", e))
+            })
+        }
+
+        fn stale_bodies(
+            &self,
+            current: String,
+            after: (String, String, String),
+            n: usize,
+        ) -> $crate::store::StoreFuture<Vec<$crate::sql::rekey::BodyKey>> {
+            let pool = self.pool.clone();
+            Box::pin(async move {
+                sqlx::query_as(STALE_BODIES)
+                    .bind(current)
+                    .bind(after.0)
+                    .bind(after.1)
+                    .bind(after.2)
+                    .bind($crate::sql::rekey::limit(n))
+                    .fetch_all(&pool)
+                    .await
+                    .map_err(|e| $crate::sql::store_error("inbox rekey", e))
+            })
+        }
+
+        fn stale_errors(
+            &self,
+            prefix: String,
+            after: $crate::sql::rekey::RouteKey,
+            n: usize,
+        ) -> $crate::store::StoreFuture<(
+            Vec<$crate::sql::rekey::RouteKey>,
+            Vec<$crate::sql::rekey::ErrorRow>,
+        )> {
+            let pool = self.pool.clone();
+            Box::pin(async move {
+                let err = |e| $crate::sql::store_error("inbox rekey", e);
+                let routes: Vec<$crate::sql::rekey::RouteKey> = sqlx::query_as(STALE_ROUTES)
+                    .bind(after.0)
+                    .bind(after.1)
+                    .bind(after.2)
+                    .bind(&prefix)
+                    .bind($crate::sql::rekey::limit(n))
+                    .fetch_all(&pool)
+                    .await
+                    .map_err(err)?;
+                if routes.is_empty() {
+                    return Ok((routes, Vec::new()));
+                }
+                let texts: Vec<$crate::sql::rekey::TextRow> =
+                    $bind_routes(sqlx::query_as(ERROR_TEXTS), &routes)
+                        .bind(&prefix)
+                        .fetch_all(&pool)
+                        .await
+                        .map_err(err)?;
+                Ok((routes, texts.into_iter().map(Into::into).collect()))
+            })
+        }
+    };
+}
+pub(crate) use rekey_walks;
+
+/// A batch of rekey's writes on `conn`, in the dialect's transaction, each
+/// compare-and-set: a body row with `body_sql` (its key, then its key id, nonce, body,
+/// headers' ciphertext and nonce, subject's ciphertext, nonce and digest, then the key id
+/// and nonce it must still have), an error text with each of `error_sql` (the route's
+/// key, the text it must still be, the new one); how many values changed.
+pub(crate) async fn rewrite<'q, DB>(
+    conn: &mut DB::Connection,
+    rewrites: &'q Rewrites,
+    body_sql: &'static str,
+    error_sql: [&'static str; 2],
+) -> Result<u64, StoreError>
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    DB::QueryResult: Changed,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    &'q str: Encode<'q, DB> + Type<DB>,
+    &'q [u8]: Encode<'q, DB> + Type<DB>,
+    Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    Option<&'q [u8]>: Encode<'q, DB> + Type<DB>,
+{
+    let err = |e| store_error("inbox rekey", e);
+    let mut n = 0;
+    match rewrites {
+        Rewrites::Bodies(rows) => {
+            for r in rows {
+                let headers = r.headers.as_ref();
+                let (sealed_headers, headers_nonce) =
+                    headers.map(|(h, nonce)| (&h[..], &nonce[..])).unzip();
+                let subject = r.subject.as_ref();
+                let (subject, subject_nonce, digest) = match subject {
+                    Some((s, nonce, digest)) => (Some(&s[..]), Some(&nonce[..]), Some(&digest[..])),
+                    None => (None, None, None),
+                };
+                let query = sqlx::query::<DB>(body_sql)
+                    .bind(r.source.as_str())
+                    .bind(r.event_id.as_str())
+                    .bind(r.key_id.as_str())
+                    .bind(&r.body_nonce[..])
+                    .bind(&r.body[..])
+                    .bind(sealed_headers)
+                    .bind(headers_nonce)
+                    .bind(subject)
+                    .bind(subject_nonce)
+                    .bind(digest)
+                    .bind(r.old_key_id.as_deref())
+                    .bind(r.old_nonce.as_deref());
+                n += changed(query, &mut *conn).await.map_err(err)?;
+            }
+        }
+        Rewrites::Errors(rows) => {
+            for r in rows {
+                for sql in error_sql {
+                    let query = sqlx::query::<DB>(sql)
+                        .bind(r.source.as_str())
+                        .bind(r.event_id.as_str())
+                        .bind(r.processor.as_str())
+                        .bind(r.old.as_str())
+                        .bind(r.new.as_str());
+                    n += changed(query, &mut *conn).await.map_err(err)?;
+                }
+            }
+        }
+    }
+    Ok(n)
 }
 
 /// What resealing one stored value gave.

@@ -1,7 +1,12 @@
 //! Rekey on PostgreSQL (`Inbox::rekey`, issue 34 step 3): its reads and its batches'
-//! writes on the pool, a batch one transaction (none is on the drain's path).
+//! writes on the pool, a batch one transaction (none is on the drain's path). The
+//! statements are this dialect's; the walks and the batch's writes over them are
+//! `sql::rekey`'s, shared with SQLite.
 
-use super::super::rekey::{BodyKey, BodyRow, ErrorRow, Rewrites, RouteKey};
+use sqlx::postgres::{PgArguments, Postgres};
+use sqlx::query::QueryAs;
+
+use super::super::rekey::{rekey_walks, rewrite, BodyRow, Rewrites, RouteKey, TextRow};
 use super::super::store_error;
 use super::{Pg, PLANNED_EACH_TIME};
 use crate::inbox::rekey::Rekeying;
@@ -80,43 +85,23 @@ const REWRITE_ERROR: [&str; 2] = [
      WHERE source = $1 AND event_id = $2 AND processor = $3 AND error = $4",
 ];
 
-fn limit(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
+/// Binds the routes' keys to [`ERROR_TEXTS`] as three arrays (a plan for each list).
+fn bind_routes<'q>(
+    query: QueryAs<'q, Postgres, TextRow, PgArguments>,
+    routes: &'q [RouteKey],
+) -> QueryAs<'q, Postgres, TextRow, PgArguments> {
+    let mut keys = (Vec::new(), Vec::new(), Vec::new());
+    for (source, id, processor) in routes {
+        keys.0.push(source.as_str());
+        keys.1.push(id.as_str());
+        keys.2.push(processor.as_str());
+    }
+    let query = query.bind(keys.0).bind(keys.1).bind(keys.2);
+    query.persistent(PLANNED_EACH_TIME) // joins a list of keys
 }
 
 impl Rekeying for Pg {
-    fn clear_bodies(&self, after: (String, String), n: usize) -> StoreFuture<Vec<BodyKey>> {
-        let pool = self.pool.clone();
-        Box::pin(async move {
-            sqlx::query_as(CLEAR_BODIES)
-                .bind(after.0)
-                .bind(after.1)
-                .bind(limit(n))
-                .fetch_all(&pool)
-                .await
-                .map_err(|e| store_error("inbox rekey", e))
-        })
-    }
-
-    fn stale_bodies(
-        &self,
-        current: String,
-        after: (String, String, String),
-        n: usize,
-    ) -> StoreFuture<Vec<BodyKey>> {
-        let pool = self.pool.clone();
-        Box::pin(async move {
-            sqlx::query_as(STALE_BODIES)
-                .bind(current)
-                .bind(after.0)
-                .bind(after.1)
-                .bind(after.2)
-                .bind(limit(n))
-                .fetch_all(&pool)
-                .await
-                .map_err(|e| store_error("inbox rekey", e))
-        })
-    }
+    rekey_walks!(bind_routes);
 
     fn bodies(&self, keys: Vec<(String, String)>) -> StoreFuture<Vec<BodyRow>> {
         let pool = self.pool.clone();
@@ -132,105 +117,12 @@ impl Rekeying for Pg {
         })
     }
 
-    fn stale_errors(
-        &self,
-        prefix: String,
-        after: RouteKey,
-        n: usize,
-    ) -> StoreFuture<(Vec<RouteKey>, Vec<ErrorRow>)> {
-        let pool = self.pool.clone();
-        Box::pin(async move {
-            let err = |e| store_error("inbox rekey", e);
-            let routes: Vec<RouteKey> = sqlx::query_as(STALE_ROUTES)
-                .bind(after.0)
-                .bind(after.1)
-                .bind(after.2)
-                .bind(&prefix)
-                .bind(limit(n))
-                .fetch_all(&pool)
-                .await
-                .map_err(err)?;
-            if routes.is_empty() {
-                return Ok((routes, Vec::new()));
-            }
-            let mut keys = (Vec::new(), Vec::new(), Vec::new());
-            for (source, id, processor) in &routes {
-                keys.0.push(source.as_str());
-                keys.1.push(id.as_str());
-                keys.2.push(processor.as_str());
-            }
-            let texts: Vec<(String, String, String, String)> = sqlx::query_as(ERROR_TEXTS)
-                .bind(keys.0)
-                .bind(keys.1)
-                .bind(keys.2)
-                .bind(&prefix)
-                .persistent(PLANNED_EACH_TIME) // joins a list of keys
-                .fetch_all(&pool)
-                .await
-                .map_err(err)?;
-            let texts = texts
-                .into_iter()
-                .map(|(source, event_id, processor, text)| ErrorRow {
-                    source,
-                    event_id,
-                    processor,
-                    text,
-                })
-                .collect();
-            Ok((routes, texts))
-        })
-    }
-
     fn rewrite(&self, rewrites: Rewrites) -> StoreFuture<u64> {
         let pool = self.pool.clone();
         Box::pin(async move {
             let err = |e| store_error("inbox rekey", e);
             let mut tx = pool.begin().await.map_err(err)?;
-            let mut n = 0;
-            match rewrites {
-                Rewrites::Bodies(rows) => {
-                    for r in rows {
-                        let (sealed_headers, headers_nonce) = r.headers.unzip();
-                        let (subject, subject_nonce, digest) = match r.subject {
-                            Some((s, nonce, digest)) => (Some(s), Some(nonce), Some(digest)),
-                            None => (None, None, None),
-                        };
-                        let done = sqlx::query(REWRITE_BODY)
-                            .bind(r.source)
-                            .bind(r.event_id)
-                            .bind(r.key_id)
-                            .bind(r.body_nonce)
-                            .bind(r.body)
-                            .bind(sealed_headers)
-                            .bind(headers_nonce)
-                            .bind(subject)
-                            .bind(subject_nonce)
-                            .bind(digest)
-                            .bind(r.old_key_id)
-                            .bind(r.old_nonce)
-                            .execute(&mut *tx)
-                            .await
-                            .map_err(err)?;
-                        n += done.rows_affected();
-                    }
-                }
-                Rewrites::Errors(rows) => {
-                    for r in &rows {
-                        for sql in REWRITE_ERROR {
-                            let done = sqlx::query(sql)
-                                .bind(&r.source)
-                                .bind(&r.event_id)
-                                .bind(&r.processor)
-                                .bind(&r.old)
-                                .bind(&r.new)
-                                .execute(&mut *tx)
-                                .await
-                                .map_err(err)?;
-                            n += done.rows_affected();
-                        }
-                    }
-                }
-            }
+            let n = rewrite::<Postgres>(&mut tx, &rewrites, REWRITE_BODY, REWRITE_ERROR).await?;
             tx.commit().await.map_err(err)?;
             Ok(n)
         })

@@ -1,10 +1,12 @@
 //! Rekey on SQLite (`Inbox::rekey`, issue 34 step 3): its reads on the pool, its writes
 //! through the one writer, a batch one operation (`Op::Rekey`) in its batch's
-//! transaction.
+//! transaction. The statements are this dialect's; the walks and the batch's writes over
+//! them are `sql::rekey`'s, shared with PostgreSQL.
 
-use sqlx::sqlite::SqliteConnection;
+use sqlx::query::QueryAs;
+use sqlx::sqlite::{SqliteArguments, SqliteConnection};
 
-use super::super::rekey::{BodyKey, BodyRow, ErrorRow, Rewrites, RouteKey};
+use super::super::rekey::{self, rekey_walks, BodyRow, Rewrites, RouteKey, TextRow};
 use super::super::store_error;
 use super::{Op, Sqlite};
 use crate::inbox::rekey::Rekeying;
@@ -92,92 +94,19 @@ pub(super) async fn rewrite(
     conn: &mut SqliteConnection,
     rewrites: &Rewrites,
 ) -> Result<u64, StoreError> {
-    let err = |e| store_error("inbox rekey", e);
-    let mut n = 0;
-    match rewrites {
-        Rewrites::Bodies(rows) => {
-            for r in rows {
-                let (sealed_headers, headers_nonce) = r.headers.clone().unzip();
-                let (subject, subject_nonce, digest) = match &r.subject {
-                    Some((s, nonce, digest)) => (Some(s), Some(nonce), Some(digest)),
-                    None => (None, None, None),
-                };
-                let done = sqlx::query(REWRITE_BODY)
-                    .bind(&r.source)
-                    .bind(&r.event_id)
-                    .bind(&r.key_id)
-                    .bind(&r.body_nonce)
-                    .bind(&r.body)
-                    .bind(sealed_headers)
-                    .bind(headers_nonce)
-                    .bind(subject)
-                    .bind(subject_nonce)
-                    .bind(digest)
-                    .bind(&r.old_key_id)
-                    .bind(&r.old_nonce)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(err)?;
-                n += done.rows_affected();
-            }
-        }
-        Rewrites::Errors(rows) => {
-            for r in rows {
-                for sql in REWRITE_ERROR {
-                    let done = sqlx::query(sql)
-                        .bind(&r.source)
-                        .bind(&r.event_id)
-                        .bind(&r.processor)
-                        .bind(&r.old)
-                        .bind(&r.new)
-                        .execute(&mut *conn)
-                        .await
-                        .map_err(err)?;
-                    n += done.rows_affected();
-                }
-            }
-        }
-    }
-    Ok(n)
+    rekey::rewrite::<sqlx::Sqlite>(conn, rewrites, REWRITE_BODY, REWRITE_ERROR).await
 }
 
-fn limit(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
+/// Binds the routes' keys to [`ERROR_TEXTS`] as one JSON array.
+fn bind_routes<'q>(
+    query: QueryAs<'q, sqlx::Sqlite, TextRow, SqliteArguments>,
+    routes: &'q [RouteKey],
+) -> QueryAs<'q, sqlx::Sqlite, TextRow, SqliteArguments> {
+    query.bind(serde_json::to_string(routes).expect("strings"))
 }
 
 impl Rekeying for Sqlite {
-    fn clear_bodies(&self, after: (String, String), n: usize) -> StoreFuture<Vec<BodyKey>> {
-        let pool = self.pool.clone();
-        Box::pin(async move {
-            sqlx::query_as(CLEAR_BODIES)
-                .bind(after.0)
-                .bind(after.1)
-                .bind(limit(n))
-                .fetch_all(&pool)
-                .await
-                .map_err(|e| store_error("inbox rekey", e))
-        })
-    }
-
-    fn stale_bodies(
-        &self,
-        current: String,
-        after: (String, String, String),
-        n: usize,
-    ) -> StoreFuture<Vec<BodyKey>> {
-        let pool = self.pool.clone();
-        Box::pin(async move {
-            sqlx::query_as(STALE_BODIES)
-                .bind(current)
-                .bind(after.0)
-                .bind(after.1)
-                .bind(after.2)
-                .bind(limit(n))
-                .fetch_all(&pool)
-                .await
-                .map_err(|e| store_error("inbox rekey", e))
-        })
-    }
+    rekey_walks!(bind_routes);
 
     fn bodies(&self, keys: Vec<(String, String)>) -> StoreFuture<Vec<BodyRow>> {
         let pool = self.pool.clone();
@@ -187,46 +116,6 @@ impl Rekeying for Sqlite {
                 .fetch_all(&pool)
                 .await
                 .map_err(|e| store_error("inbox rekey", e))
-        })
-    }
-
-    fn stale_errors(
-        &self,
-        prefix: String,
-        after: RouteKey,
-        n: usize,
-    ) -> StoreFuture<(Vec<RouteKey>, Vec<ErrorRow>)> {
-        let pool = self.pool.clone();
-        Box::pin(async move {
-            let err = |e| store_error("inbox rekey", e);
-            let routes: Vec<RouteKey> = sqlx::query_as(STALE_ROUTES)
-                .bind(after.0)
-                .bind(after.1)
-                .bind(after.2)
-                .bind(&prefix)
-                .bind(limit(n))
-                .fetch_all(&pool)
-                .await
-                .map_err(err)?;
-            if routes.is_empty() {
-                return Ok((routes, Vec::new()));
-            }
-            let texts: Vec<(String, String, String, String)> = sqlx::query_as(ERROR_TEXTS)
-                .bind(serde_json::to_string(&routes).expect("strings"))
-                .bind(&prefix)
-                .fetch_all(&pool)
-                .await
-                .map_err(err)?;
-            let texts = texts
-                .into_iter()
-                .map(|(source, event_id, processor, text)| ErrorRow {
-                    source,
-                    event_id,
-                    processor,
-                    text,
-                })
-                .collect();
-            Ok((routes, texts))
         })
     }
 
