@@ -39,6 +39,10 @@ pub enum ConfigErrorKind {
     /// alphabet, a key that is not base64 or not 32 bytes. The message names the entry by
     /// position, never the key.
     InvalidEncryptionKey,
+    /// A payload schema (feature `schemas`): a file that cannot be read or is not JSON, a
+    /// schema that does not compile or refers outside what was loaded, an OpenAPI
+    /// document without webhooks. The message names the file or webhook.
+    InvalidSchema,
 }
 
 impl ConfigError {

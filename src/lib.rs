@@ -83,6 +83,8 @@
 //! - `seal`: the `seal` module, XChaCha20-Poly1305 under a ring of rotating keys, for
 //!   payloads at rest (with `nats`, `JetStreamBuilder::with_keys`; the SQL stores do not
 //!   use it yet).
+//! - `schemas`: the `schemas` module, a JSON Schema per event type (jsonschema without
+//!   its resolvers: nothing is fetched).
 //! - `alerts`: the `alerts` module, and `VerifyWebhookLayer::with_alerts` (implies
 //!   `dedupe`; hyper's client, and rustls on aws-lc-rs for `https://`).
 //!
@@ -145,6 +147,8 @@ pub mod alerts; // be told of failing sources, dead events, lag and rejection sp
 mod error;
 mod json; // a few fields of a JSON body, read without serde's derive
 pub mod metrics; // what is counted and timed (feature `metrics`): the names, in its docs
+#[cfg(feature = "schemas")]
+pub mod schemas; // a JSON Schema per event type: bodies that fail it kept apart as invalid
 pub mod scheme;
 #[cfg(feature = "seal")]
 pub mod seal; // payloads sealed at rest under rotating keys (the SQL inbox's, JetStream's)
