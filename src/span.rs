@@ -6,16 +6,66 @@
 //! | span | fields | around |
 //! |---|---|---|
 //! | `webhook.delivery` | `source`, then once verified `event_id` and `event_type` | a delivery in `VerifyWebhookLayer`, from its body's first byte to the response, the inner service included (a dedupe layer's handler task too) |
-//! | `webhook.process` | `source`, `event_id`, `event_type`, `attempt` | an inbox worker's attempt at one row, the processor included |
+//! | `webhook.accept` (feature `otel`) | `source`, `event_id`, `event_type`, and the messaging attributes below | an accept's write to the inbox or JetStream, after verification |
+//! | `webhook.process` | `source`, `event_id`, `event_type`, `attempt`, and with `otel` `processor` and the messaging attributes | an inbox worker's attempt at one row, the processor included |
 //!
-//! No body, header or secret is ever a field.
+//! With the feature `otel`, `webhook.accept` is a PRODUCER span (`otel.kind`,
+//! `messaging.operation.type` `send`, `messaging.message.id` the event id) whose W3C
+//! context is stored with the event (`otel.rs`), and `webhook.process` a CONSUMER span
+//! (`process`): a child of the accept on the route's first run, else a new trace linked
+//! to it. No body, header (but a sender's `traceparent`, as a link or a trusted parent)
+//! or secret is ever a field.
 
 use std::future::Future;
 
 use crate::Event;
 
+// The W3C context stored at accept, and the parents and links it gives: for the inbox and
+// JetStream (with neither, `otel` only keeps a detached handler in its request's trace).
+#[cfg(feature = "otel")]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    allow(dead_code, unused_imports)
+)]
+mod otel;
+
+#[cfg(feature = "otel")]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    allow(unused_imports)
+)]
+pub(crate) use otel::TraceContext;
 #[cfg(feature = "tracing")]
 pub(crate) use tracing::Span;
+
+/// No trace context: the feature `otel` is off (nothing is read, stored or allocated).
+#[cfg(not(feature = "otel"))]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TraceContext;
+
+#[cfg(not(feature = "otel"))]
+#[allow(dead_code, clippy::unused_self)] // the same calls as with the feature
+impl TraceContext {
+    #[inline]
+    pub(crate) fn stored(_: Option<String>, _: Option<String>) -> Self {
+        Self
+    }
+
+    #[inline]
+    pub(crate) fn sent(_: &http::HeaderMap) -> Self {
+        Self
+    }
+
+    #[inline]
+    pub(crate) fn traceparent(&self) -> Option<&str> {
+        None
+    }
+
+    #[inline]
+    pub(crate) fn tracestate(&self) -> Option<&str> {
+        None
+    }
+}
 
 /// No span: the feature is off.
 #[cfg(not(feature = "tracing"))]
@@ -68,12 +118,74 @@ pub(crate) fn verified(span: &Span, event: &Event) {
     }
 }
 
-/// The span of an inbox worker's attempt at one row.
+/// The span of an accept's write (feature `otel`; without it, none), and its context to
+/// store with the event: `sent`, the sender's `traceparent`, is its parent when
+/// `trusted`, else a link. Entered (instrumented) by the caller around the write only.
+#[inline]
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+#[cfg_attr(not(feature = "otel"), allow(unused_variables))]
+pub(crate) fn accept(event: &Event, sent: &TraceContext, trusted: bool) -> (Span, TraceContext) {
+    #[cfg(feature = "otel")]
+    {
+        let span = tracing::info_span!(
+            target: "tower_webhook",
+            "webhook.accept",
+            otel.kind = "producer",
+            messaging.operation.type = "send",
+            messaging.message.id = message_id(event),
+            source = event.source(),
+            event_id = event.id(),
+            event_type = event.event_type(),
+        );
+        let stored = otel::accepted(&span, sent, trusted);
+        (span, stored)
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        (none(), TraceContext)
+    }
+}
+
+/// The id an OpenTelemetry message is known by: the event's id, else its key.
+#[cfg(all(
+    feature = "otel",
+    any(feature = "sqlite", feature = "postgres", feature = "nats")
+))]
+fn message_id(event: &Event) -> &str {
+    event.id().unwrap_or(event.dedupe_id())
+}
+
+/// The span of an inbox worker's attempt at one row of `processor`. With `otel`, the
+/// accept's `stored` context is its parent when `parent` (the route's first run since the
+/// accept), else it starts a new trace linked to it.
 #[inline]
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-pub(crate) fn attempt(event: &Event, attempt: crate::inbox::Attempt) -> Span {
-    #[cfg(feature = "tracing")]
+#[cfg_attr(not(feature = "otel"), allow(unused_variables))]
+pub(crate) fn attempt(
+    event: &Event,
+    attempt: crate::inbox::Attempt,
+    processor: &str,
+    (stored, parent): (&TraceContext, bool),
+) -> Span {
+    #[cfg(feature = "otel")]
+    {
+        let span = tracing::info_span!(
+            target: "tower_webhook",
+            "webhook.process",
+            otel.kind = "consumer",
+            messaging.operation.type = "process",
+            messaging.message.id = message_id(event),
+            source = event.source(),
+            event_id = event.id(),
+            event_type = event.event_type(),
+            attempt = attempt.number(),
+            processor,
+        );
+        otel::attempted(&span, stored, parent);
+        span
+    }
+    #[cfg(all(feature = "tracing", not(feature = "otel")))]
     {
         tracing::info_span!(
             target: "tower_webhook",

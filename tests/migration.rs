@@ -169,6 +169,10 @@ async fn sqlite_every_row_migrates_in_place_and_works_through_the_api() {
     for (key, row) in &mut events {
         // Migration 17's column, NULL on every row: no body expired or erased.
         assert_eq!(row.remove("body_state").as_deref(), Some("NULL"), "{key:?}");
+        // Migration 20's columns (feature `otel`), NULL on every row from before.
+        for column in ["traceparent", "tracestate"] {
+            assert_eq!(row.remove(column).as_deref(), Some("NULL"), "{key:?}");
+        }
     }
     let bodies = rows(&pool, "webhook_bodies", &["source", "event_id"]).await;
     let routes = rows(

@@ -31,13 +31,15 @@ pub(crate) trait Destination: Send + Sync + 'static {
         false
     }
     /// [`accept`](Self::accept), with the delivery's request headers as the SQL inbox
-    /// stores them (`None` where the destination does not keep them).
+    /// stores them (`None` where the destination does not keep them), and the sender's
+    /// trace context (`traceparent`: feature `otel`).
     fn accept_with<'a>(
         &'a self,
         event: &'a Event,
         headers: Option<String>,
+        sent: crate::span::TraceContext,
     ) -> Answer<'a, Accepted> {
-        let _ = headers;
+        let _ = (headers, sent);
         self.accept(event)
     }
     /// The queue's counts (its lag: `oldest_due`).
@@ -166,6 +168,11 @@ impl<B> Service<Request<B>> for Accept {
             .map(|event| self.stored_headers.stored(req.headers(), event.scheme()));
         #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
         let headers = None;
+        // Read only for a verified delivery (and only with the feature `otel`).
+        let sent = match &event {
+            Some(_) => crate::span::TraceContext::sent(req.headers()),
+            None => crate::span::TraceContext::default(),
+        };
         let gate = self.backpressure.clone();
         Box::pin(async move {
             let reject = |r| Ok(response::respond(r, custom.as_ref()).map(Full::new));
@@ -176,7 +183,7 @@ impl<B> Service<Request<B>> for Accept {
                 metrics::backlogged(event.metrics());
                 return reject(Rejection::backlogged(gate.rule().retry_after_secs()));
             }
-            match into.accept_with(&event, headers).await {
+            match into.accept_with(&event, headers, sent).await {
                 Ok(Accepted::New) => {
                     let mut stored = Response::new(Full::new(Bytes::new()));
                     *stored.status_mut() = StatusCode::NO_CONTENT;

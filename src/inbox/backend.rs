@@ -22,6 +22,8 @@ pub(crate) struct Claimed {
     /// with this reason under the claim's token, never giving it to the processor, and
     /// counts it under this kind.
     pub(crate) refused: Option<(crate::metrics::Unreadable, String)>,
+    /// The accept's trace context, and whether this is the route's first run since it.
+    pub(crate) trace: (crate::span::TraceContext, bool),
 }
 
 /// A claimed row: its key, and the token its claim holds it under.

@@ -101,15 +101,7 @@ impl Inbox {
         };
         Self {
             backend: Arc::new(backend),
-            processors: self.processors.clone(),
-            registered: self.registered.clone(),
-            wake: self.wake.clone(),
-            due: self.due.clone(),
-            body_retention: self.body_retention,
-            #[cfg(feature = "seal")]
-            keys: self.keys.clone(),
-            #[cfg(feature = "seal")]
-            subject: self.subject.clone(),
+            ..self.clone()
         }
     }
 }

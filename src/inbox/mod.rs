@@ -243,6 +243,10 @@ pub struct Inbox {
     /// Whose data an event is, sealed and digested at accept ([`Inbox::with_subject`]).
     #[cfg(feature = "seal")]
     subject: Option<erasure::Subject>,
+    /// A verified delivery's `traceparent` is its accept's parent, not a link
+    /// ([`Inbox::with_trusted_traceparent`]).
+    #[cfg(feature = "otel")]
+    trusted_traceparent: bool,
 }
 
 /// Whether [`Inbox::accept`] stored a new row.
@@ -299,7 +303,21 @@ impl Inbox {
             keys: None,
             #[cfg(feature = "seal")]
             subject: None,
+            #[cfg(feature = "otel")]
+            trusted_traceparent: false,
         }
+    }
+
+    /// Makes a verified delivery's W3C `traceparent` header the parent of its accept's
+    /// span, so the sender's trace goes on through the queue (feature `otel`). Off by
+    /// default: the header is the sender's input, and a forged trace id would join your
+    /// traces; untrusted, it is only a link of the accept's span. Turn it on only where
+    /// every sender is yours (an internal service behind the verification).
+    #[cfg(feature = "otel")]
+    #[must_use]
+    pub fn with_trusted_traceparent(mut self, trusted: bool) -> Self {
+        self.trusted_traceparent = trusted;
+        self
     }
 
     /// The inbox with these processors (fan-out): each accepted event gets a route for
@@ -366,25 +384,35 @@ impl Inbox {
     /// ([`StoreErrorKind::InvalidInput`]: longer than 1 KiB, or holding a NUL), or the
     /// database could not store it.
     pub async fn accept(&self, event: &Event) -> Result<Accepted, StoreError> {
-        self.accept_with_headers(event, None).await
+        let sent = crate::span::TraceContext::default();
+        self.accept_with_headers(event, None, &sent).await
     }
 
     /// [`accept`](Self::accept), the delivery's request headers stored beside the event
-    /// (as [`headers`] keeps them).
+    /// (as [`headers`] keeps them), and its sender's trace context `sent`, if any.
     async fn accept_with_headers(
         &self,
         event: &Event,
         headers: Option<String>,
+        sent: &crate::span::TraceContext,
     ) -> Result<Accepted, StoreError> {
         crate::store::check_key(event.source(), event.dedupe_id())?;
         self.register().await?;
-        let d =
-            crate::store::Delivery::from_event(event).with_routes(self.processors.routes(event));
+        #[cfg(feature = "otel")]
+        let trusted = self.trusted_traceparent;
+        #[cfg(not(feature = "otel"))]
+        let trusted = false;
+        // The one choke point of the SQL inbox's accepts, past verification: the context
+        // stored is this span's.
+        let (span, trace) = crate::span::accept(event, sent, trusted);
+        let d = crate::store::Delivery::from_event(event)
+            .with_routes(self.processors.routes(event))
+            .with_trace(trace);
         let d = self
             .sealed(d, event, headers.as_deref())?
             .with_headers(headers);
-        let stored = self.backend.accept(d);
-        let accepted = metrics::timed(Operation::Accept, stored).await?;
+        let stored = metrics::timed(Operation::Accept, self.backend.accept(d));
+        let accepted = crate::span::instrument(span, stored).await?;
         if accepted == Accepted::New {
             self.wake.notify_waiters();
         }
@@ -476,8 +504,9 @@ impl accept::Destination for Inbox {
         &'a self,
         event: &'a Event,
         headers: Option<String>,
+        sent: crate::span::TraceContext,
     ) -> accept::Answer<'a, Accepted> {
-        Box::pin(Inbox::accept_with_headers(self, event, headers))
+        Box::pin(async move { Inbox::accept_with_headers(self, event, headers, &sent).await })
     }
 
     fn counts(&self) -> accept::Answer<'_, Counts> {

@@ -221,6 +221,12 @@ struct ClaimedRow {
     attempts: i64,
     /// Marked dead by the claim instead of claimed (every attempt crashed).
     buried: bool,
+    /// The accept's trace context (`otel`: NULL without it, or without a layer).
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+    /// Whether the route is still as its event's accept queued it: due at the event's
+    /// accept time (a requeue, backfill or snooze moves it: `first_run`).
+    as_accepted: bool,
 }
 
 impl ClaimedRow {
@@ -269,8 +275,21 @@ impl ClaimedRow {
             }),
             attempt: u32::try_from(r.attempts).unwrap_or(u32::MAX),
             refused,
+            trace: (
+                crate::span::TraceContext::stored(r.traceparent, r.tracestate),
+                first_run(r.attempts, r.as_accepted),
+            ),
         }
     }
+}
+
+/// Whether a claimed route's run is its first since the accept, from what the row holds
+/// (no flag to keep): its first attempt (a crash's takeover counts one more, a hand-back
+/// of an unrun claim none), still due at its event's accept time — the accept queues each
+/// route due then, and a requeue, replay, backfill or snooze makes it due at its own time
+/// (a requeue in the very millisecond of the accept would pass for the first run: harmless).
+fn first_run(attempts: i64, as_accepted: bool) -> bool {
+    attempts == 1 && as_accepted
 }
 
 /// [`Counts`] as both databases return them (the lag in milliseconds).

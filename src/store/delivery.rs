@@ -23,6 +23,10 @@ pub struct Delivery {
     /// The body and headers the SQL inbox stores, sealed (an inbox with keys): what
     /// [`audit`](Self::audit) answers instead of the plaintext (P1).
     sealed: Option<Box<SealedBody>>,
+    /// The accept's span context the SQL inbox stores with the event (feature `otel`;
+    /// a zero-sized nothing without it).
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+    trace: crate::span::TraceContext,
 }
 
 /// A delivery's body and headers sealed under one key, as the SQL inbox stores them.
@@ -61,6 +65,7 @@ impl Delivery {
             headers: None,
             routes: Vec::new(),
             sealed: None,
+            trace: crate::span::TraceContext::default(),
         }
     }
 
@@ -88,6 +93,7 @@ impl Delivery {
             headers: None,
             routes: Vec::new(),
             sealed: None,
+            trace: crate::span::TraceContext::default(),
         }
     }
 
@@ -157,6 +163,19 @@ impl Delivery {
     pub(crate) fn with_routes(mut self, routes: Vec<std::sync::Arc<str>>) -> Self {
         self.routes = routes;
         self
+    }
+
+    /// The accept's span context, stored with the event.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub(crate) fn with_trace(mut self, trace: crate::span::TraceContext) -> Self {
+        self.trace = trace;
+        self
+    }
+
+    /// The accept's span context (empty without the feature `otel`).
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub(crate) fn trace(&self) -> &crate::span::TraceContext {
+        &self.trace
     }
 
     /// The processors the SQL inbox makes a route for (none: stored unrouted).

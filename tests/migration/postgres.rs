@@ -152,6 +152,10 @@ async fn postgres_every_row_migrates_in_place_and_works_through_the_api() {
     for (key, row) in &mut events {
         // Migration 17's column, NULL on every row: no body expired or erased.
         assert_eq!(row.remove("body_state"), Some(Value::Null), "{key:?}");
+        // Migration 20's columns (feature `otel`), NULL on every row from before.
+        for column in ["traceparent", "tracestate"] {
+            assert_eq!(row.remove(column), Some(Value::Null), "{key:?}");
+        }
     }
     let bodies = rows(&pool, "webhook_bodies", &["source", "event_id"]).await;
     let routes = rows(

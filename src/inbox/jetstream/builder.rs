@@ -30,6 +30,9 @@ pub struct JetStreamBuilder {
     /// `with_keys`: payloads sealed under it; `None`: published in clear.
     #[cfg(feature = "seal")]
     pub(super) keys: Option<crate::seal::KeyRing>,
+    /// `with_trusted_traceparent`.
+    #[cfg(feature = "otel")]
+    pub(super) trusted_traceparent: bool,
 }
 
 impl JetStreamBuilder {
@@ -105,6 +108,17 @@ impl JetStreamBuilder {
     #[cfg(feature = "seal")]
     pub fn with_keys(mut self, keys: crate::seal::KeyRing) -> Self {
         self.keys = Some(keys);
+        self
+    }
+
+    /// Makes a verified delivery's W3C `traceparent` header the parent of its accept's
+    /// span (feature `otel`), as
+    /// [`Inbox::with_trusted_traceparent`](crate::inbox::Inbox::with_trusted_traceparent)
+    /// does: off by default, the header only a link (a forged trace id never joins your
+    /// traces).
+    #[cfg(feature = "otel")]
+    pub fn with_trusted_traceparent(mut self, trusted: bool) -> Self {
+        self.trusted_traceparent = trusted;
         self
     }
 
@@ -217,6 +231,8 @@ impl JetStreamBuilder {
                 held,
                 #[cfg(feature = "seal")]
                 keys: self.keys,
+                #[cfg(feature = "otel")]
+                trusted_traceparent: self.trusted_traceparent,
             }),
             lane: default,
         })

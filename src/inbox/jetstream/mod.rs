@@ -169,6 +169,9 @@ mod header {
     pub(super) const PRIOR_ATTEMPTS: &str = "Webhook-Prior-Attempts";
     /// On a parked message published back with fan-out: the processor it is for.
     pub(super) const PROCESSOR: &str = "Webhook-Processor";
+    /// The accept's span context (feature `otel`), W3C.
+    pub(super) const TRACEPARENT: &str = "traceparent";
+    pub(super) const TRACESTATE: &str = "tracestate";
 }
 
 /// A JetStream stream used as the inbox. Cloning shares the connection.
@@ -198,6 +201,9 @@ struct Inner {
     /// The ring payloads are sealed and opened with (`sealed.rs`); `None`: in clear.
     #[cfg(feature = "seal")]
     keys: Option<crate::seal::KeyRing>,
+    /// A verified delivery's `traceparent` is its accept's parent, not a link.
+    #[cfg(feature = "otel")]
+    trusted_traceparent: bool,
 }
 
 impl JetStream {
@@ -237,6 +243,8 @@ impl JetStream {
             processors: None,
             #[cfg(feature = "seal")]
             keys: None,
+            #[cfg(feature = "otel")]
+            trusted_traceparent: false,
         }
     }
 
@@ -274,7 +282,30 @@ impl JetStream {
     /// or id holds a line break, which no header value can
     /// ([`StoreErrorKind::InvalidInput`]: the layers answer 500, and nothing is published).
     pub async fn accept(&self, event: &Event) -> Result<Accepted, StoreError> {
+        self.accept_sent(event, &crate::span::TraceContext::default())
+            .await
+    }
+
+    /// [`accept`](Self::accept), with the sender's trace context `sent`, if any: the one
+    /// choke point of JetStream's accepts, past verification. With the feature `otel`,
+    /// the accept's span context goes with the message (`traceparent`, `tracestate`).
+    async fn accept_sent(
+        &self,
+        event: &Event,
+        sent: &crate::span::TraceContext,
+    ) -> Result<Accepted, StoreError> {
         let (subject, mut headers) = message(&self.inner.stream, event)?;
+        #[cfg(feature = "otel")]
+        let trusted = self.inner.trusted_traceparent;
+        #[cfg(not(feature = "otel"))]
+        let trusted = false;
+        let (span, trace) = crate::span::accept(event, sent, trusted);
+        if let Some(traceparent) = trace.traceparent() {
+            headers.insert(header::TRACEPARENT, traceparent);
+        }
+        if let Some(tracestate) = trace.tracestate() {
+            headers.insert(header::TRACESTATE, tracestate);
+        }
         let payload = sealed::payload(self, event, &mut headers)?;
         let publish = async {
             self.inner
@@ -285,7 +316,8 @@ impl JetStream {
                 .await
                 .map_err(|e| StoreError::new("jetstream publish", e))
         };
-        let ack = metrics::timed(Operation::Accept, publish).await?;
+        let ack = metrics::timed(Operation::Accept, publish);
+        let ack = crate::span::instrument(span, ack).await?;
         Ok(if ack.duplicate {
             Accepted::Duplicate
         } else {
@@ -365,6 +397,15 @@ impl JetStream {
 impl Destination for JetStream {
     fn accept<'a>(&'a self, event: &'a Event) -> crate::inbox::accept::Answer<'a, Accepted> {
         Box::pin(JetStream::accept(self, event))
+    }
+
+    fn accept_with<'a>(
+        &'a self,
+        event: &'a Event,
+        _: Option<String>,
+        sent: crate::span::TraceContext,
+    ) -> crate::inbox::accept::Answer<'a, Accepted> {
+        Box::pin(async move { self.accept_sent(event, &sent).await })
     }
 
     fn counts(&self) -> crate::inbox::accept::Answer<'_, Counts> {

@@ -195,6 +195,10 @@ impl Queue for Stream {
         self.jetstream.lane.metrics()
     }
 
+    fn processor(&self) -> &str {
+        self.jetstream.lane.name()
+    }
+
     fn beside(&self, _: Duration) -> Vec<tokio::task::JoinHandle<()>> {
         let gauges = metrics::ENABLED.then(|| tokio::spawn(gauges(self.jetstream.clone())));
         let watch = tokio::spawn(self.paused.clone().watch(self.jetstream.clone()));

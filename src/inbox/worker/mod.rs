@@ -59,6 +59,9 @@ pub(crate) struct Engine<Q> {
     pub(crate) alerts: Option<crate::alerts::Alerts>,
     /// The events it runs or records now: its claims leave them.
     pub(crate) holding: holding::Holding,
+    /// Every attempt's span a new trace linked to the accept's, the first one too.
+    #[cfg(feature = "otel")]
+    pub(crate) trace_links_only: bool,
 }
 
 impl<Q: Queue> Engine<Q> {
@@ -83,6 +86,8 @@ impl<Q: Queue> Engine<Q> {
             #[cfg(feature = "alerts")]
             alerts: None,
             holding: holding::Holding::default(),
+            #[cfg(feature = "otel")]
+            trace_links_only: false,
         }
     }
 
@@ -328,6 +333,17 @@ macro_rules! shared_settings {
         #[cfg(feature = "alerts")]
         pub fn with_alerts(mut self, alerts: $crate::alerts::Alerts) -> Self {
             self.engine.alerts = Some(alerts);
+            self
+        }
+
+        /// With `true`, every attempt's span starts a new trace linked to the accept's
+        /// span (feature `otel`), the first one too. By default the first run of an event
+        /// after its accept is the accept's child (one trace from the delivery to it),
+        /// and every other run (a retry, a requeue or replay, a backfill, a resumed
+        /// snooze) a new trace linked to it.
+        #[cfg(feature = "otel")]
+        pub fn with_trace_links_only(mut self, links_only: bool) -> Self {
+            self.engine.trace_links_only = links_only;
             self
         }
     };

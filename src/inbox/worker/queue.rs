@@ -75,6 +75,9 @@ pub(crate) struct Claimed<H> {
     pub(crate) held: H,
     /// When its lease began, or earlier: renewals count from here.
     pub(crate) at: Instant,
+    /// The accept's trace context (feature `otel`), and whether this is the event's first
+    /// run since the accept: then its parent, else a link (`span::attempt`).
+    pub(crate) trace: (crate::span::TraceContext, bool),
 }
 
 pub(crate) trait Queue: Send + Sync + 'static {
@@ -100,6 +103,9 @@ pub(crate) trait Queue: Send + Sync + 'static {
 
     /// The metrics of the processor whose events it holds (`processor` label).
     fn metrics(&self) -> &crate::metrics::Processor;
+
+    /// The name of the processor whose events it holds (an attempt's span says it).
+    fn processor(&self) -> &str;
 
     /// Tells when events fall due later (retries, snoozes), for the worker to claim then
     /// rather than at its next poll; `None` where the queue hands them over when due

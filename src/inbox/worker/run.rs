@@ -238,7 +238,7 @@ impl<Q: Queue> Engine<Q> {
                 freeing: freeing.clone(),
             };
             let stopped = stopped.clone();
-            let span = span::attempt(&claimed.event, Attempt::new(claimed.attempt, &self.retry));
+            let span = self.attempt_span(&claimed.event, claimed.attempt, (&claimed.trace, false));
             running.spawn(span::instrument(span, async move {
                 let _slot = slot;
                 worker
@@ -246,6 +246,24 @@ impl<Q: Queue> Engine<Q> {
                     .await;
             }));
         }
+    }
+
+    /// An attempt's span, the one place both queues' attempts get theirs: with `otel`, a
+    /// child of the accept's stored span on the event's first run since the accept
+    /// (`trace.1`, as the queue read it), unless `rerun` (run again here after a failure
+    /// or a snooze) or links only; else a new trace linked to it.
+    fn attempt_span(
+        &self,
+        event: &crate::Event,
+        attempt: u32,
+        (trace, rerun): (&(span::TraceContext, bool), bool),
+    ) -> span::Span {
+        #[cfg(feature = "otel")]
+        let parent = trace.1 && !rerun && !self.trace_links_only;
+        #[cfg(not(feature = "otel"))]
+        let parent = trace.1 && !rerun;
+        let number = Attempt::new(attempt, &self.retry);
+        span::attempt(event, number, self.queue.processor(), (&trace.0, parent))
     }
 
     /// Claims up to `n` due events, for which it holds `processors` and `slots` (and the
@@ -348,6 +366,7 @@ impl<Q: Queue> Engine<Q> {
             attempt,
             held,
             at,
+            trace,
         } = claimed;
         // Held until its outcome is written: this worker's claims leave it meanwhile.
         let _hold = self.holding.hold(&event);
@@ -403,6 +422,8 @@ impl<Q: Queue> Engine<Q> {
         let (source, id) = (event.source().to_owned(), event.stored_id().to_owned());
         let ty = event.event_type().map(str::to_owned);
         let mut attempt = attempt;
+        // Run again here (after a failure or a snooze): its own span, never the accept's child.
+        let mut rerun = false;
         loop {
             let start = self.queue.start(
                 &held,
@@ -424,7 +445,11 @@ impl<Q: Queue> Engine<Q> {
             // The guard stops it too when this task is stopped (a simulated crash). In
             // this attempt's span, so the processor's logs carry the event.
             let run = self.runner.run(event.clone(), number, token);
-            let mut task = AbortOnDrop(tokio::spawn(span::instrument(span::current(), run)));
+            let span = match rerun {
+                false => span::current(),
+                true => self.attempt_span(&event, attempt, (&trace, true)),
+            };
+            let mut task = AbortOnDrop(tokio::spawn(span::instrument(span, run)));
             let joined = tokio::select! {
                 biased;
                 joined = &mut task.0 => joined,
@@ -462,6 +487,7 @@ impl<Q: Queue> Engine<Q> {
                 if again {
                     freed.take_back().await;
                     attempt += u32::from(counted);
+                    rerun = true;
                     continue;
                 }
                 // Stopped meanwhile, or the queue could not keep it: handed back at once,

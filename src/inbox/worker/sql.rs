@@ -234,6 +234,10 @@ impl Queue for Routes {
         &self.metrics
     }
 
+    fn processor(&self) -> &str {
+        &self.processor
+    }
+
     fn due(&self) -> Option<DueTimes> {
         Some(self.due.clone())
     }
@@ -303,6 +307,7 @@ impl Queue for Routes {
                 event: row.event,
                 attempt: row.attempt,
                 at,
+                trace: row.trace,
             });
         }
         Ok(claimed)

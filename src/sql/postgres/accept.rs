@@ -29,7 +29,8 @@ use crate::store::{Delivery, StoreError};
 /// claim's own). Sealed (an inbox with keys), `$6` holds the ciphertexts and `$8` NULLs,
 /// and `$12`…`$15` each body's key id, its nonce, and the sealed headers with theirs,
 /// `$16`…`$18` the sealed subject, its nonce and digest (NULLs in clear): the inbox's arrays alone, not `Columns`' (P10), bound in the same
-/// order. The adoption's probes only run for the places the insert left: none in
+/// order. `$19`, `$20`: each accept's trace context (feature `otel`; NULLs without it),
+/// kept with the event. The adoption's probes only run for the places the insert left: none in
 /// a batch of new events.
 macro_rules! accept_many {
     ($leftovers:literal) => {
@@ -37,23 +38,26 @@ macro_rules! accept_many {
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::bytea[],
                          $7::text[], $8::text[], $9::int8[], $12::text[], $13::bytea[],
-                         $14::bytea[], $15::bytea[], $16::bytea[], $17::bytea[], $18::bytea[])
+                         $14::bytea[], $15::bytea[], $16::bytea[], $17::bytea[], $18::bytea[],
+                         $19::text[], $20::text[])
         AS input(source, event_id, event_type, object_id, livemode, body, kind, headers, place,
                  key_id, body_nonce, sealed_headers, headers_nonce, sealed_subject,
-                 subject_nonce, subject_digest)
+                 subject_nonce, subject_digest, traceparent, tracestate)
 ), batch AS MATERIALIZED (SELECT nextval('webhook_events_arrival') * 1024 AS n
 ), inserted AS (
     INSERT INTO webhook_events
         (source, event_id, event_type, object_id, livemode, attempts, next_attempt_at, kind,
-         arrival)
-    SELECT source, event_id, event_type, object_id, livemode, 0, now(), kind, batch.n + place
+         arrival, traceparent, tracestate)
+    SELECT source, event_id, event_type, object_id, livemode, 0, now(), kind, batch.n + place,
+        traceparent, tracestate
     FROM input, batch
     ON CONFLICT (source, event_id) DO NOTHING
     RETURNING source, event_id, event_type, object_id, arrival, received_at
 ), adopted AS (
     UPDATE webhook_events w SET next_attempt_at = now(), attempts = 0,
         locked_until = NULL, lock_token = NULL, body = NULL,
-        arrival = (SELECT n FROM batch) + first.place
+        arrival = (SELECT n FROM batch) + first.place,
+        traceparent = first.traceparent, tracestate = first.tracestate
     FROM (SELECT DISTINCT ON (source, event_id) * FROM input
           WHERE place NOT IN (SELECT inserted.arrival - (SELECT n FROM batch) FROM inserted)
           ORDER BY source, event_id, place) AS first
@@ -158,6 +162,10 @@ pub(super) async fn insert_accepts(
         .flat_map(|(place, d)| d.routes().iter().map(move |p| (*place, &**p)))
         .unzip();
     let sealed = Sealed::of(sorted.iter().map(|(_, d)| *d));
+    let (traceparents, tracestates): (Vec<Option<&str>>, Vec<Option<&str>>) = sorted
+        .iter()
+        .map(|(_, d)| (d.trace().traceparent(), d.trace().tracestate()))
+        .unzip();
     let rows = Columns::of(sorted.iter().map(|(_, d)| *d))
         .bind(sqlx::query(sql))
         .bind(kinds)
@@ -172,6 +180,8 @@ pub(super) async fn insert_accepts(
         .bind(sealed.subjects)
         .bind(sealed.subject_nonces)
         .bind(sealed.subject_digests)
+        .bind(traceparents)
+        .bind(tracestates)
         .fetch_all(pool)
         .await?;
     rows.iter()

@@ -80,7 +80,7 @@ WITH claimed AS (
     ) due
     WHERE w.source = due.source AND w.event_id = due.event_id AND w.processor = due.processor
     RETURNING w.source, w.event_id, w.event_type, w.object_id, w.attempts::int8 AS attempts,
-        w.dead_at IS NOT NULL AS buried
+        w.dead_at IS NOT NULL AS buried, w.next_attempt_at
 )
 SELECT c.source, c.event_id, c.event_type, c.object_id,
     (SELECT e.livemode FROM webhook_events e
@@ -88,10 +88,15 @@ SELECT c.source, c.event_id, c.event_type, c.object_id,
     b.body, b.key_id, b.body_nonce,
     (SELECT e.body_state FROM webhook_events e
      WHERE e.source = c.source AND e.event_id = c.event_id) AS body_state,
-    c.attempts, c.buried
+    c.attempts, c.buried, t.traceparent, t.tracestate, coalesce(t.as_accepted, false) AS as_accepted
 FROM claimed c
 LEFT JOIN LATERAL (SELECT b.body, b.key_id, b.body_nonce FROM webhook_bodies b
-    WHERE b.source = c.source AND b.event_id = c.event_id OFFSET 0) b ON true";
+    WHERE b.source = c.source AND b.event_id = c.event_id OFFSET 0) b ON true
+LEFT JOIN LATERAL (SELECT e.traceparent, e.tracestate,
+        e.next_attempt_at = c.next_attempt_at AS as_accepted
+    FROM webhook_events e
+    WHERE e.source = c.source AND e.event_id = c.event_id AND e.traceparent IS NOT NULL
+    OFFSET 0) t ON true";
 
 /// Claimed rows a worker hands back unprocessed (its claim was answered too late to run
 /// them safely): due again at once, the attempt uncounted.

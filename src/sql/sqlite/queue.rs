@@ -27,14 +27,16 @@ use crate::store::{Delivery, StoreError, StoreFuture, Token};
 /// `DedupeLayer` in front of this accept then finds it done, `INBOX_HAS`). The body
 /// (`?6`) and headers (`?9`), bound here as the other accepts bind them, go to
 /// `webhook_bodies` ([`ACCEPT_BODIES`]), the state to the event's routes
-/// ([`ACCEPT_ROUTES`]), when this changed the row: both once for a run of accepts.
+/// ([`ACCEPT_ROUTES`]), when this changed the row: both once for a run of accepts. The
+/// accept's trace context (`?11`, `?12`: feature `otel`, else NULL) stays with the event.
 pub(super) const ACCEPT: &str = "
 INSERT INTO webhook_events
     (source, event_id, event_type, object_id, livemode, received_at, attempts, next_attempt_at, kind,
-     arrival)
-VALUES (?1, ?2, ?3, ?4, ?5, ?7, 0, ?7, ?8, ?10)
+     arrival, traceparent, tracestate)
+VALUES (?1, ?2, ?3, ?4, ?5, ?7, 0, ?7, ?8, ?10, ?11, ?12)
 ON CONFLICT (source, event_id) DO UPDATE SET next_attempt_at = ?7, attempts = 0,
-    locked_until = NULL, lock_token = NULL, body = NULL, arrival = ?10
+    locked_until = NULL, lock_token = NULL, body = NULL, arrival = ?10,
+    traceparent = ?11, tracestate = ?12
 WHERE webhook_events.next_attempt_at IS NULL AND webhook_events.processed_at IS NULL
   AND webhook_events.kind <> 'once'";
 
@@ -119,12 +121,15 @@ WHERE rowid IN (
       AND coalesce(event_type, '') NOT IN (SELECT value FROM json_each(?8))
       AND (source, event_id) NOT IN (SELECT value ->> 0, value ->> 1 FROM json_each(?9))
     ORDER BY next_attempt_at LIMIT ?4)
-RETURNING source, event_id, event_type, object_id, attempts, lock_token IS NOT ?3 AS buried";
+RETURNING source, event_id, event_type, object_id, attempts, lock_token IS NOT ?3 AS buried,
+    next_attempt_at";
 
 /// The livemode and body of the events a claim took (`?1`, a JSON array of `[source,
-/// id]`), and why a body is gone: one statement for the claim, each a lookup by key.
+/// id]`), why a body is gone, the accept's trace context and its time (`first_run`): one
+/// statement for the claim, each a lookup by key.
 pub(super) const CLAIMED_BODIES: &str = "
-SELECT e.source, e.event_id, e.livemode, b.body, b.key_id, b.body_nonce, e.body_state
+SELECT e.source, e.event_id, e.livemode, b.body, b.key_id, b.body_nonce, e.body_state,
+    e.traceparent, e.tracestate, e.next_attempt_at
 FROM json_each(?1) k
 JOIN webhook_events e ON e.source = k.value ->> 0 AND e.event_id = k.value ->> 1
 LEFT JOIN webhook_bodies b ON b.source = e.source AND b.event_id = e.event_id";

@@ -106,6 +106,8 @@ pub(super) async fn accept<'a>(
         .bind(d.kind())
         .bind(audit.headers)
         .bind(arrival)
+        .bind(d.trace().traceparent())
+        .bind(d.trace().tracestate())
         .execute(&mut *conn)
         .await
         .map_err(|e| store_error("inbox accept", e))?;
@@ -199,19 +201,24 @@ struct ClaimedRoute {
     object_id: Option<String>,
     attempts: i64,
     buried: bool,
+    next_attempt_at: Option<i64>,
 }
 
 /// A claimed route's event as [`CLAIMED_BODIES`] reads it: key, livemode, body, its key
-/// id and nonce, and why the body is gone.
-type ClaimedEvent = (
-    String,
-    String,
-    Option<bool>,
-    Option<Vec<u8>>,
-    Option<String>,
-    Option<Vec<u8>>,
-    Option<String>,
-);
+/// id and nonce, why the body is gone, and its trace context and accept time.
+#[derive(sqlx::FromRow, Default)]
+struct ClaimedEvent {
+    source: String,
+    event_id: String,
+    livemode: Option<bool>,
+    body: Option<Vec<u8>>,
+    key_id: Option<String>,
+    body_nonce: Option<Vec<u8>>,
+    body_state: Option<String>,
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+    next_attempt_at: Option<i64>,
+}
 
 /// A worker's claim at `now`: the routes it took (with their events' livemode and body)
 /// and those it buried (marked dead here: every attempt crashed).
@@ -261,31 +268,36 @@ pub(super) async fn claim_due(
             .fetch_all(&mut *conn)
             .await
             .map_err(err)?;
-        events.extend(
-            read.into_iter()
-                .map(|(s, id, live, body, key, nonce, state)| {
-                    ((s, id), (live, body, key, nonce, state))
-                }),
-        );
+        events.extend(read.into_iter().map(|mut e| {
+            (
+                (
+                    std::mem::take(&mut e.source),
+                    std::mem::take(&mut e.event_id),
+                ),
+                e,
+            )
+        }));
     }
     Ok(routes
         .into_iter()
         .map(|r| {
             let key = (r.source, r.event_id);
-            let (livemode, body, key_id, body_nonce, body_state) =
-                events.remove(&key).unwrap_or_default();
+            let e = events.remove(&key).unwrap_or_default();
             ClaimedRow {
                 source: key.0,
                 event_id: key.1,
                 event_type: r.event_type,
                 object_id: r.object_id,
-                livemode,
-                body,
-                key_id,
-                body_nonce,
-                body_state,
+                livemode: e.livemode,
+                body: e.body,
+                key_id: e.key_id,
+                body_nonce: e.body_nonce,
+                body_state: e.body_state,
                 attempts: r.attempts,
                 buried: r.buried,
+                as_accepted: e.next_attempt_at.is_some() && e.next_attempt_at == r.next_attempt_at,
+                traceparent: e.traceparent,
+                tracestate: e.tracestate,
             }
         })
         .collect())

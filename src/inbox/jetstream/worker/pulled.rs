@@ -155,9 +155,11 @@ impl Stream {
             // A message this processor does not run is in no line (`processor.rs`).
             let taken = self.jetstream.lane.takes(message.headers.as_ref(), &event);
             let line = taken.then(|| self.line_of(&event)).flatten();
+            let trace = trace_of(message.headers.as_ref(), delivered == 1 && attempt == 1);
             rows.push(Claimed {
                 event,
                 attempt,
+                trace,
                 held: Pulled {
                     message,
                     taken,
@@ -298,4 +300,33 @@ async fn reconnected(client: async_nats::Client, poll: Duration) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(poll).await;
+}
+
+/// The accept's trace context a message carries (feature `otel`), and whether this is its
+/// event's first run since the accept: its first delivery (a snooze or a crash redelivers),
+/// of the message the accept published — a message published again (parked and back,
+/// backfilled, replayed from the dead stream) carries the crate's headers saying so.
+fn trace_of(
+    headers: Option<&async_nats::HeaderMap>,
+    first_delivery: bool,
+) -> (crate::span::TraceContext, bool) {
+    #[cfg(feature = "otel")]
+    {
+        let text = |name| {
+            headers
+                .and_then(|h| h.get(name))
+                .map(|v| v.as_str().to_owned())
+        };
+        let republished = [header::PRIOR_ATTEMPTS, header::PROCESSOR, header::ATTEMPTS]
+            .into_iter()
+            .any(|name| headers.is_some_and(|h| h.get(name).is_some()));
+        let trace =
+            crate::span::TraceContext::stored(text(header::TRACEPARENT), text(header::TRACESTATE));
+        (trace, first_delivery && !republished)
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (headers, first_delivery);
+        (crate::span::TraceContext, false)
+    }
 }

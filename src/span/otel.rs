@@ -1,0 +1,164 @@
+//! OpenTelemetry across the queue (feature `otel`): the accept's span context as it is
+//! stored beside the event (W3C `traceparent`, `tracestate`), a sender's `traceparent`
+//! read from its request, and the parent or links given to the spans of `super` before
+//! they are first entered (tracing-opentelemetry builds a span's OpenTelemetry half then:
+//! a parent set later is refused).
+
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use super::Span;
+
+const TRACEPARENT: &str = "traceparent";
+const TRACESTATE: &str = "tracestate";
+
+/// A W3C trace context: `traceparent`, and `tracestate` when it says anything. Empty
+/// when there was none: no OpenTelemetry layer, the span disabled, or a sender that sent
+/// none. One pointer wide (it rides in every `Delivery` and claimed event).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TraceContext(Option<Box<Parts>>);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Parts {
+    traceparent: String,
+    tracestate: Option<String>,
+}
+
+impl TraceContext {
+    /// As stored beside an event (or in a message's headers); a `tracestate` without a
+    /// `traceparent` means nothing.
+    pub(crate) fn stored(traceparent: Option<String>, tracestate: Option<String>) -> Self {
+        Self(traceparent.map(|traceparent| {
+            Box::new(Parts {
+                traceparent,
+                tracestate: tracestate.filter(|s| !s.is_empty()),
+            })
+        }))
+    }
+
+    /// The sender's, from its request headers (untrusted: a link unless trusted).
+    pub(crate) fn sent(headers: &http::HeaderMap) -> Self {
+        let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+        Self::stored(
+            text(TRACEPARENT).map(str::to_owned),
+            text(TRACESTATE).map(str::to_owned),
+        )
+    }
+
+    pub(crate) fn traceparent(&self) -> Option<&str> {
+        self.0.as_ref().map(|p| p.traceparent.as_str())
+    }
+
+    pub(crate) fn tracestate(&self) -> Option<&str> {
+        self.0.as_ref().and_then(|p| p.tracestate.as_deref())
+    }
+
+    /// The span's context, serialized with the W3C propagator (explicitly: the global one
+    /// is a no-op until the application sets it).
+    fn of(span: &Span) -> Self {
+        let cx = span.context();
+        if !cx.span().span_context().is_valid() {
+            return Self::default();
+        }
+        let mut carrier = Carrier::default();
+        TraceContextPropagator::new().inject_context(&cx, &mut carrier);
+        Self::stored(carrier.traceparent, carrier.tracestate)
+    }
+
+    /// The remote context it holds, if it is a valid one.
+    fn remote(&self) -> Option<opentelemetry::Context> {
+        self.0.as_ref()?;
+        let cx = TraceContextPropagator::new().extract(self);
+        cx.span().span_context().is_valid().then_some(cx)
+    }
+}
+
+impl Extractor for TraceContext {
+    fn get(&self, key: &str) -> Option<&str> {
+        match key {
+            TRACEPARENT => self.traceparent(),
+            TRACESTATE => self.tracestate(),
+            _ => None,
+        }
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec![TRACEPARENT, TRACESTATE]
+    }
+}
+
+/// What the propagator writes.
+#[derive(Default)]
+struct Carrier {
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+}
+
+impl Injector for Carrier {
+    fn set(&mut self, key: &str, value: String) {
+        match key {
+            TRACEPARENT => self.traceparent = Some(value),
+            TRACESTATE => self.tracestate = Some(value),
+            _ => {}
+        }
+    }
+}
+
+/// The accept's span, before it is entered: the sender's context its parent when
+/// `trusted`, else a link (a forged trace id never joins our traces); its own context, to
+/// store.
+pub(crate) fn accepted(span: &Span, sent: &TraceContext, trusted: bool) -> TraceContext {
+    if let Some(remote) = sent.remote() {
+        match trusted {
+            true => {
+                let _ = span.set_parent(remote);
+            }
+            false => span.add_link(remote.span().span_context().clone()),
+        }
+    }
+    TraceContext::of(span)
+}
+
+/// An attempt's span, before it is entered: the accept's context its parent (`parent`:
+/// the route's first run since the accept), else a new trace linked to it.
+pub(crate) fn attempted(span: &Span, stored: &TraceContext, parent: bool) {
+    match (stored.remote(), parent) {
+        (Some(accept), true) => {
+            let _ = span.set_parent(accept);
+        }
+        (Some(accept), false) => {
+            // A root: not a child of whatever the worker's task was in.
+            let _ = span.set_parent(opentelemetry::Context::new());
+            span.add_link(accept.span().span_context().clone());
+        }
+        (None, _) => {
+            let _ = span.set_parent(opentelemetry::Context::new());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tracestate_without_a_traceparent_or_empty_is_dropped() {
+        assert_eq!(
+            TraceContext::stored(None, Some("a=b".into())),
+            TraceContext::default()
+        );
+        let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let stored = TraceContext::stored(Some(tp.into()), Some(String::new()));
+        assert_eq!(stored.tracestate(), None);
+        assert!(stored.remote().is_some());
+    }
+
+    #[test]
+    fn a_malformed_traceparent_is_no_remote_context() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(TRACEPARENT, "00-not-a-trace-01".parse().unwrap());
+        assert!(TraceContext::sent(&headers).remote().is_none());
+    }
+}
