@@ -87,6 +87,14 @@
 //!   its resolvers: nothing is fetched).
 //! - `alerts`: the `alerts` module, and `VerifyWebhookLayer::with_alerts` (implies
 //!   `dedupe`; hyper's client, and rustls on aws-lc-rs for `https://`).
+//! - `otel`: one trace from a delivery to each attempt, through `tracing` and
+//!   tracing-opentelemetry (implies `tracing`; bring your own exporter). The accept is a
+//!   PRODUCER span whose W3C context is stored with the event (the SQL inbox) or in the
+//!   message's `traceparent`/`tracestate` headers (JetStream); each attempt is a CONSUMER
+//!   span, the event's first run after its accept the accept's child, every other run
+//!   (retry, requeue, replay, backfill, resumed snooze) a new trace linked to it
+//!   (`with_trace_links_only`: all linked). A sender's `traceparent` is a link unless
+//!   `with_trusted_traceparent`.
 //!
 //! # Security
 //!
@@ -153,7 +161,7 @@ pub mod scheme;
 #[cfg(feature = "seal")]
 pub mod seal; // payloads sealed at rest under rotating keys (the SQL inbox's, JetStream's)
 mod secret;
-mod span; // the `tracing` spans of a delivery and of an inbox attempt
+mod span; // the `tracing` spans of a delivery, an accept and an inbox attempt (and `otel`'s trace context)
 mod timestamp;
 
 #[cfg(feature = "dedupe")]

@@ -130,12 +130,12 @@ pub(crate) fn accept(event: &Event, sent: &TraceContext, trusted: bool) -> (Span
         let span = tracing::info_span!(
             target: "tower_webhook",
             "webhook.accept",
-            otel.kind = "producer",
-            messaging.operation.type = "send",
-            messaging.message.id = message_id(event),
             source = event.source(),
             event_id = event.id(),
             event_type = event.event_type(),
+            otel.kind = "producer",
+            messaging.operation.type = "send",
+            messaging.message.id = message_id(event),
         );
         let stored = otel::accepted(&span, sent, trusted);
         (span, stored)
@@ -173,14 +173,14 @@ pub(crate) fn attempt(
         let span = tracing::info_span!(
             target: "tower_webhook",
             "webhook.process",
-            otel.kind = "consumer",
-            messaging.operation.type = "process",
-            messaging.message.id = message_id(event),
             source = event.source(),
             event_id = event.id(),
             event_type = event.event_type(),
             attempt = attempt.number(),
             processor,
+            otel.kind = "consumer",
+            messaging.operation.type = "process",
+            messaging.message.id = message_id(event),
         );
         otel::attempted(&span, stored, parent);
         span

@@ -1241,11 +1241,14 @@ async fn a_processors_logs_carry_the_rows_source_event_id_type_and_attempt() {
     }
     worker.shutdown().await;
     let span = "webhook.process{source=standard event_id=evt_traced event_type=order.paid";
+    // The feature `otel` (on for the tests) adds the processor and the messaging fields.
+    let otel = " processor=default otel.kind=consumer messaging.operation.type=process \
+        messaging.message.id=evt_traced";
     assert_eq!(
         spans.lines_of("processing"),
         [
-            format!("{span} attempt=1}}: message=processing"),
-            format!("{span} attempt=2}}: message=processing"),
+            format!("{span} attempt=1{otel}}}: message=processing"),
+            format!("{span} attempt=2{otel}}}: message=processing"),
         ]
     );
     let _ = std::fs::remove_file(path);

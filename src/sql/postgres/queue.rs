@@ -39,7 +39,9 @@ use crate::store::{Delivery, StoreFuture, Token};
 /// that index, made on an empty table, says it is empty until the first vacuum, and the
 /// planner would scan all of it for every candidate (1.2 s a claim at 20 000 queued).
 /// Routes of one object count per processor: one processor's backlog never holds
-/// another's turn.
+/// another's turn. The event's trace context (feature `otel`), and whether the route is
+/// still due at its event's accept time (`first_run`), by one more lateral lookup by key,
+/// only for an event that has one.
 pub(super) const CLAIM_DUE: &str = "
 WITH claimed AS (
     UPDATE webhook_routes w
