@@ -571,3 +571,39 @@ async fn a_dedupe_handler_the_client_left_stays_in_the_requests_trace() {
     );
     assert_eq!(work.parent_span_id, delivery.span_context.span_id());
 }
+
+/// JetStream: an event parked while its source was paused runs, once resumed, from a
+/// message published again: a new trace linked to the accept, not its child.
+#[tokio::test]
+async fn jetstream_a_resumed_run_is_linked() {
+    let traces = Traces::install();
+    let (jetstream, name) = jetstream(false).await;
+    assert!(jetstream.pause(Some("standard"), None).await.unwrap());
+    let id = "evt_otel_js_resumed";
+    let accepted = deliver(jetstream.accept_service(), id, None).await;
+    assert_eq!(accepted, StatusCode::NO_CONTENT);
+    let ran = Arc::new(AtomicU32::new(0));
+    let r = ran.clone();
+    let worker = js_worker(&jetstream, move |_: Event, _: Attempt| {
+        r.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(Ok::<(), String>(()))
+    })
+    .with_poll_interval(Duration::from_millis(100))
+    .unwrap()
+    .spawn();
+    eventually("parked", async || {
+        jetstream.counts().await.is_ok_and(|c| c.paused == 1)
+    })
+    .await;
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+    assert!(jetstream.resume(Some("standard"), None).await.unwrap());
+    eventually("processed once resumed", async || {
+        ran.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let attempts = traces.wait("webhook.process", id, 2).await;
+    worker.shutdown().await;
+    let accept = &traces.wait("webhook.accept", id, 1).await[0];
+    assert_linked(attempts.last().unwrap(), accept);
+    delete_streams(&name).await;
+}
