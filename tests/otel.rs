@@ -207,12 +207,8 @@ fn sql_worker(inbox: &Inbox, processor: impl tower_webhook::inbox::Processor) ->
 /// The stored `traceparent` of the event `id` (NULL: `None`).
 async fn stored_traceparent(db: &Db, id: &str) -> Option<String> {
     let sql = format!("SELECT traceparent FROM webhook_events WHERE event_id = '{id}'");
-    let sql = sqlx::AssertSqlSafe(sql);
-    match db {
-        Db::Sqlite(store) => sqlx::query_scalar(sql).fetch_one(store.pool()).await,
-        Db::Pg(store) => sqlx::query_scalar(sql).fetch_one(store.pool()).await,
-    }
-    .unwrap()
+    let rows: Vec<(Option<String>,)> = db.rows(&sql).await;
+    rows.into_iter().next().expect("the event's row").0
 }
 
 /// The W3C `traceparent` of a span.
