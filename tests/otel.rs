@@ -2,8 +2,9 @@
 //! SDK's in-memory exporter behind a `tracing` registry with tracing-opentelemetry's
 //! layer: on SQLite, PostgreSQL (a fresh database each) and JetStream (a stream each), the
 //! accept is a PRODUCER span whose context is stored with the event; an event's first run
-//! is a CONSUMER span that is its child; a retry, a requeue and a resumed run start new
-//! traces linked to it; a sender's `traceparent` is a link unless trusted; links only
+//! is a CONSUMER span that is its child (each processor's, with fan-out); a retry, a
+//! requeue, a resumed snooze, a backfill, a parked message resumed and a rerun in the
+//! worker start new traces linked to it; a sender's `traceparent` is a link unless trusted; links only
 //! links the first run too; without a layer nothing is stored and nothing breaks. And a
 //! `DedupeLayer` handler the client hung up on stays in its request's trace.
 //!
@@ -28,7 +29,7 @@ use opentelemetry::Value;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
-use tower_webhook::inbox::{Attempt, Inbox, Requeue, Worker};
+use tower_webhook::inbox::{Attempt, Backfill, Inbox, Later, ProcessorSpec, Requeue, Worker};
 use tower_webhook::store::MemoryStore;
 use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -382,6 +383,8 @@ on_both!(
     a_senders_traceparent_is_a_link_unless_trusted,
     links_only_links_the_first_run,
     without_a_layer_nothing_is_stored,
+    a_resumed_snooze_is_linked,
+    fan_out_first_runs_are_children_and_a_backfill_is_linked,
 );
 
 /// A stream of the test's own, in memory, deleted at the end.
@@ -602,4 +605,113 @@ async fn jetstream_a_resumed_run_is_linked() {
     let accept = &traces.wait("webhook.accept", id, 1).await[0];
     assert_linked(attempts.last().unwrap(), accept);
     delete_streams(&name).await;
+}
+
+/// A processor that snoozes the first run of each event ([`Later`]), then succeeds.
+fn snoozing_first() -> impl Fn(Event, Attempt) -> std::future::Ready<Result<(), Later>> {
+    let runs = Arc::new(AtomicU32::new(0));
+    move |_: Event, _: Attempt| {
+        let run = runs.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(match run {
+            0 => Err(Later::after(Duration::from_millis(20))),
+            _ => Ok(()),
+        })
+    }
+}
+
+/// A snoozed event's resumed run (attempt 1 again: a snooze counts none) is linked, not a
+/// child.
+async fn a_resumed_snooze_is_linked(db: Db) {
+    let traces = Traces::install();
+    let inbox = db.inbox();
+    let id = "evt_otel_snoozed";
+    assert_eq!(
+        deliver(inbox.accept_service(), id, None).await,
+        StatusCode::NO_CONTENT
+    );
+    let worker = sql_worker(&inbox, snoozing_first()).spawn();
+    let attempts = traces.wait("webhook.process", id, 2).await;
+    worker.shutdown().await;
+    let accept = &traces.wait("webhook.accept", id, 1).await[0];
+    assert_child(&attempts[0], accept);
+    assert_eq!(int_attribute(&attempts[1], "attempt"), Some(1));
+    assert_linked(&attempts[1], accept);
+}
+
+/// JetStream under a per-object cap: a failed event runs again in the worker (its
+/// object's turn kept), not redelivered: that run too is a new trace linked to the accept.
+#[tokio::test]
+async fn jetstream_a_rerun_in_the_worker_is_linked() {
+    let traces = Traces::install();
+    let (jetstream, name) = jetstream(false).await;
+    let id = "evt_otel_js_rerun";
+    let accepted = deliver(jetstream.accept_service(), id, None).await;
+    assert_eq!(accepted, StatusCode::NO_CONTENT);
+    // Two: the worker keeps the objects' turns (at one, JetStream's lines keep them).
+    let worker = js_worker(&jetstream, failing_first(1))
+        .with_per_object(2)
+        .unwrap()
+        .spawn();
+    eventually("processed", async || {
+        jetstream.counts().await.is_ok_and(|c| c.processed == 1)
+    })
+    .await;
+    let accept = &traces.wait("webhook.accept", id, 1).await[0];
+    let runs: Vec<SpanData> = traces
+        .exporter
+        .get_finished_spans()
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.name == "webhook.process" && int_attribute(s, "attempt") == Some(2))
+        .collect();
+    worker.shutdown().await;
+    assert_eq!(runs.len(), 1, "attempt 2's span");
+    assert_linked(&runs[0], accept);
+    delete_streams(&name).await;
+}
+
+/// Fan-out: each processor's first run is the accept's child (its span names the
+/// processor); a processor added later runs a backfilled route in a new trace linked to
+/// the accept.
+async fn fan_out_first_runs_are_children_and_a_backfill_is_linked(db: Db) {
+    let traces = Traces::install();
+    let spec = |name: &str| ProcessorSpec::new(name).unwrap();
+    let inbox = db
+        .inbox()
+        .with_processors([spec("billing"), spec("email")])
+        .unwrap();
+    let id = "evt_otel_fan_out";
+    assert_eq!(
+        deliver(inbox.accept_service(), id, None).await,
+        StatusCode::NO_CONTENT
+    );
+    let later = inbox
+        .clone()
+        .with_processors([spec("billing"), spec("email"), spec("audit")])
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await; // a backfill a millisecond on
+    assert_eq!(later.backfill("audit", Backfill::all()).await.unwrap(), 1);
+    let workers: Vec<_> = ["billing", "email", "audit"]
+        .into_iter()
+        .map(|name| {
+            Worker::processor(&later, name, failing_first(0))
+                .unwrap()
+                .with_poll_interval(Duration::from_millis(50))
+                .unwrap()
+                .spawn()
+        })
+        .collect();
+    let runs = traces.wait("webhook.process", id, 3).await;
+    for worker in workers {
+        worker.shutdown().await;
+    }
+    let accept = &traces.wait("webhook.accept", id, 1).await[0];
+    let of = |name: &str| {
+        runs.iter()
+            .find(|s| attribute(s, "processor") == Some(name))
+            .unwrap_or_else(|| panic!("{name}'s run"))
+    };
+    assert_child(of("billing"), accept);
+    assert_child(of("email"), accept);
+    assert_linked(of("audit"), accept);
 }
