@@ -168,15 +168,24 @@ pub(crate) fn attempt(
     processor: &str,
     (stored, parent): (&TraceContext, bool),
 ) -> Span {
+    // `webhook.process` with its fields, and `$extra` after them.
+    #[cfg(feature = "tracing")]
+    macro_rules! process_span {
+        ($($extra:tt)*) => {
+            tracing::info_span!(
+                target: "tower_webhook",
+                "webhook.process",
+                source = event.source(),
+                event_id = event.id(),
+                event_type = event.event_type(),
+                attempt = attempt.number(),
+                $($extra)*
+            )
+        };
+    }
     #[cfg(feature = "otel")]
     {
-        let span = tracing::info_span!(
-            target: "tower_webhook",
-            "webhook.process",
-            source = event.source(),
-            event_id = event.id(),
-            event_type = event.event_type(),
-            attempt = attempt.number(),
+        let span = process_span!(
             processor,
             otel.kind = "consumer",
             messaging.operation.type = "process",
@@ -187,14 +196,7 @@ pub(crate) fn attempt(
     }
     #[cfg(all(feature = "tracing", not(feature = "otel")))]
     {
-        tracing::info_span!(
-            target: "tower_webhook",
-            "webhook.process",
-            source = event.source(),
-            event_id = event.id(),
-            event_type = event.event_type(),
-            attempt = attempt.number(),
-        )
+        process_span!()
     }
     #[cfg(not(feature = "tracing"))]
     {

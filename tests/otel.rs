@@ -77,6 +77,11 @@ impl Traces {
             .collect()
     }
 
+    /// The accept's span of `id`, once it has finished.
+    async fn accept(&self, id: &str) -> SpanData {
+        self.wait("webhook.accept", id, 1).await.remove(0)
+    }
+
     /// Waits until `n` spans `name` of `id` have finished; in the order they started.
     async fn wait(&self, name: &str, id: &str, n: usize) -> Vec<SpanData> {
         eventually(&format!("{n} {name} spans of {id}"), async || {
@@ -164,8 +169,8 @@ fn delivery(id: &str, traceparent: Option<&str>) -> Request<Full<Bytes>> {
     req
 }
 
-/// Verify, then `accept`, as an application mounts them.
-async fn deliver<S>(accept: S, id: &str, traceparent: Option<&str>) -> StatusCode
+/// Verify, then `accept`, as an application mounts them: stored (204).
+async fn deliver<S>(accept: S, id: &str, traceparent: Option<&str>)
 where
     S: tower::Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = Infallible>
         + Send
@@ -179,10 +184,8 @@ where
             &[SECRET],
         )))
         .service(accept);
-    svc.oneshot(delivery(id, traceparent))
-        .await
-        .unwrap()
-        .status()
+    let response = svc.oneshot(delivery(id, traceparent)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT, "{id} stored");
 }
 
 /// A processor failing the first `fails` runs of each event, then succeeding.
@@ -225,14 +228,11 @@ async fn first_run_is_a_child_and_a_retry_is_linked(db: Db) {
     let traces = Traces::install();
     let inbox = db.inbox();
     let id = "evt_otel_retry";
-    assert_eq!(
-        deliver(inbox.accept_service(), id, None).await,
-        StatusCode::NO_CONTENT
-    );
+    deliver(inbox.accept_service(), id, None).await;
     let worker = sql_worker(&inbox, failing_first(1)).spawn();
     let attempts = traces.wait("webhook.process", id, 2).await;
     worker.shutdown().await;
-    let accept = &traces.wait("webhook.accept", id, 1).await[0];
+    let accept = &traces.accept(id).await;
     assert_eq!(accept.span_kind, SpanKind::Producer);
     assert_eq!(attribute(accept, "messaging.operation.type"), Some("send"));
     let delivery = &traces.wait("webhook.delivery", id, 1).await[0];
@@ -261,10 +261,7 @@ async fn a_requeued_run_is_linked(db: Db) {
     let traces = Traces::install();
     let inbox = db.inbox();
     let id = "evt_otel_requeued";
-    assert_eq!(
-        deliver(inbox.accept_service(), id, None).await,
-        StatusCode::NO_CONTENT
-    );
+    deliver(inbox.accept_service(), id, None).await;
     let worker = sql_worker(&inbox, failing_first(1))
         .with_max_attempts(1)
         .unwrap()
@@ -277,7 +274,7 @@ async fn a_requeued_run_is_linked(db: Db) {
     assert_eq!(inbox.requeue(Requeue::id("standard", id)).await.unwrap(), 1);
     let attempts = traces.wait("webhook.process", id, 2).await;
     worker.shutdown().await;
-    let accept = &traces.wait("webhook.accept", id, 1).await[0];
+    let accept = &traces.accept(id).await;
     assert_child(&attempts[0], accept);
     assert_eq!(int_attribute(&attempts[1], "attempt"), Some(1));
     assert_linked(&attempts[1], accept);
@@ -290,9 +287,8 @@ async fn a_senders_traceparent_is_a_link_unless_trusted(db: Db) {
     let sent = sent_traceparent();
     let untrusted = db.inbox();
     let id = "evt_otel_untrusted";
-    let accepted = deliver(untrusted.accept_service(), id, Some(&sent)).await;
-    assert_eq!(accepted, StatusCode::NO_CONTENT);
-    let accept = &traces.wait("webhook.accept", id, 1).await[0];
+    deliver(untrusted.accept_service(), id, Some(&sent)).await;
+    let accept = &traces.accept(id).await;
     assert_ne!(
         accept.span_context.trace_id(),
         TraceId::from_hex(SENT_TRACE).unwrap(),
@@ -305,9 +301,8 @@ async fn a_senders_traceparent_is_a_link_unless_trusted(db: Db) {
 
     let trusted = db.inbox().with_trusted_traceparent(true);
     let id = "evt_otel_trusted";
-    let accepted = deliver(trusted.accept_service(), id, Some(&sent)).await;
-    assert_eq!(accepted, StatusCode::NO_CONTENT);
-    let accept = &traces.wait("webhook.accept", id, 1).await[0];
+    deliver(trusted.accept_service(), id, Some(&sent)).await;
+    let accept = &traces.accept(id).await;
     assert_eq!(
         accept.span_context.trace_id(),
         TraceId::from_hex(SENT_TRACE).unwrap()
@@ -325,16 +320,13 @@ async fn links_only_links_the_first_run(db: Db) {
     let traces = Traces::install();
     let inbox = db.inbox();
     let id = "evt_otel_links_only";
-    assert_eq!(
-        deliver(inbox.accept_service(), id, None).await,
-        StatusCode::NO_CONTENT
-    );
+    deliver(inbox.accept_service(), id, None).await;
     let worker = sql_worker(&inbox, failing_first(0))
         .with_trace_links_only(true)
         .spawn();
     let attempt = &traces.wait("webhook.process", id, 1).await[0];
     worker.shutdown().await;
-    let accept = &traces.wait("webhook.accept", id, 1).await[0];
+    let accept = &traces.accept(id).await;
     assert_linked(attempt, accept);
 }
 
@@ -343,10 +335,7 @@ async fn links_only_links_the_first_run(db: Db) {
 async fn without_a_layer_nothing_is_stored(db: Db) {
     let inbox = db.inbox();
     let id = "evt_otel_no_layer";
-    assert_eq!(
-        deliver(inbox.accept_service(), id, None).await,
-        StatusCode::NO_CONTENT
-    );
+    deliver(inbox.accept_service(), id, None).await;
     assert_eq!(stored_traceparent(&db, id).await, None);
     let worker = sql_worker(&inbox, failing_first(0)).spawn();
     eventually("processed", async || {
@@ -445,9 +434,8 @@ async fn jetstream_first_run_is_a_child_and_a_retry_is_linked() {
     let traces = Traces::install();
     let (jetstream, name) = jetstream(false).await;
     let id = "evt_otel_js_retry";
-    let accepted = deliver(jetstream.accept_service(), id, None).await;
-    assert_eq!(accepted, StatusCode::NO_CONTENT);
-    let accept = &traces.wait("webhook.accept", id, 1).await[0];
+    deliver(jetstream.accept_service(), id, None).await;
+    let accept = &traces.accept(id).await;
     assert_eq!(accept.span_kind, SpanKind::Producer);
     let client = async_nats::connect(common::nats_url()).await.unwrap();
     let stream = async_nats::jetstream::new(client)
@@ -474,9 +462,8 @@ async fn jetstream_a_senders_traceparent_and_links_only() {
     let sent = sent_traceparent();
     let (untrusted, first) = jetstream(false).await;
     let id = "evt_otel_js_untrusted";
-    let accepted = deliver(untrusted.accept_service(), id, Some(&sent)).await;
-    assert_eq!(accepted, StatusCode::NO_CONTENT);
-    let accept = &traces.wait("webhook.accept", id, 1).await[0];
+    deliver(untrusted.accept_service(), id, Some(&sent)).await;
+    let accept = &traces.accept(id).await;
     assert_ne!(
         accept.span_context.trace_id(),
         TraceId::from_hex(SENT_TRACE).unwrap()
@@ -494,9 +481,8 @@ async fn jetstream_a_senders_traceparent_and_links_only() {
 
     let (trusted, second) = jetstream(true).await;
     let id = "evt_otel_js_trusted";
-    let accepted = deliver(trusted.accept_service(), id, Some(&sent)).await;
-    assert_eq!(accepted, StatusCode::NO_CONTENT);
-    let accept = &traces.wait("webhook.accept", id, 1).await[0];
+    deliver(trusted.accept_service(), id, Some(&sent)).await;
+    let accept = &traces.accept(id).await;
     assert_eq!(
         accept.span_context.trace_id(),
         TraceId::from_hex(SENT_TRACE).unwrap()
@@ -511,8 +497,7 @@ async fn jetstream_a_senders_traceparent_and_links_only() {
 async fn jetstream_without_a_layer_publishes_no_traceparent() {
     let (jetstream, name) = jetstream(false).await;
     let id = "evt_otel_js_no_layer";
-    let accepted = deliver(jetstream.accept_service(), id, None).await;
-    assert_eq!(accepted, StatusCode::NO_CONTENT);
+    deliver(jetstream.accept_service(), id, None).await;
     let client = async_nats::connect(common::nats_url()).await.unwrap();
     let stream = async_nats::jetstream::new(client)
         .get_stream(&name)
@@ -579,8 +564,7 @@ async fn jetstream_a_resumed_run_is_linked() {
     let (jetstream, name) = jetstream(false).await;
     assert!(jetstream.pause(Some("standard"), None).await.unwrap());
     let id = "evt_otel_js_resumed";
-    let accepted = deliver(jetstream.accept_service(), id, None).await;
-    assert_eq!(accepted, StatusCode::NO_CONTENT);
+    deliver(jetstream.accept_service(), id, None).await;
     let ran = Arc::new(AtomicU32::new(0));
     let r = ran.clone();
     let worker = js_worker(&jetstream, move |_: Event, _: Attempt| {
@@ -602,7 +586,7 @@ async fn jetstream_a_resumed_run_is_linked() {
     .await;
     let attempts = traces.wait("webhook.process", id, 2).await;
     worker.shutdown().await;
-    let accept = &traces.wait("webhook.accept", id, 1).await[0];
+    let accept = &traces.accept(id).await;
     assert_linked(attempts.last().unwrap(), accept);
     delete_streams(&name).await;
 }
@@ -625,14 +609,11 @@ async fn a_resumed_snooze_is_linked(db: Db) {
     let traces = Traces::install();
     let inbox = db.inbox();
     let id = "evt_otel_snoozed";
-    assert_eq!(
-        deliver(inbox.accept_service(), id, None).await,
-        StatusCode::NO_CONTENT
-    );
+    deliver(inbox.accept_service(), id, None).await;
     let worker = sql_worker(&inbox, snoozing_first()).spawn();
     let attempts = traces.wait("webhook.process", id, 2).await;
     worker.shutdown().await;
-    let accept = &traces.wait("webhook.accept", id, 1).await[0];
+    let accept = &traces.accept(id).await;
     assert_child(&attempts[0], accept);
     assert_eq!(int_attribute(&attempts[1], "attempt"), Some(1));
     assert_linked(&attempts[1], accept);
@@ -645,8 +626,7 @@ async fn jetstream_a_rerun_in_the_worker_is_linked() {
     let traces = Traces::install();
     let (jetstream, name) = jetstream(false).await;
     let id = "evt_otel_js_rerun";
-    let accepted = deliver(jetstream.accept_service(), id, None).await;
-    assert_eq!(accepted, StatusCode::NO_CONTENT);
+    deliver(jetstream.accept_service(), id, None).await;
     // Two: the worker keeps the objects' turns (at one, JetStream's lines keep them).
     let worker = js_worker(&jetstream, failing_first(1))
         .with_per_object(2)
@@ -656,7 +636,7 @@ async fn jetstream_a_rerun_in_the_worker_is_linked() {
         jetstream.counts().await.is_ok_and(|c| c.processed == 1)
     })
     .await;
-    let accept = &traces.wait("webhook.accept", id, 1).await[0];
+    let accept = &traces.accept(id).await;
     let runs: Vec<SpanData> = traces
         .exporter
         .get_finished_spans()
@@ -681,10 +661,7 @@ async fn fan_out_first_runs_are_children_and_a_backfill_is_linked(db: Db) {
         .with_processors([spec("billing"), spec("email")])
         .unwrap();
     let id = "evt_otel_fan_out";
-    assert_eq!(
-        deliver(inbox.accept_service(), id, None).await,
-        StatusCode::NO_CONTENT
-    );
+    deliver(inbox.accept_service(), id, None).await;
     let later = inbox
         .clone()
         .with_processors([spec("billing"), spec("email"), spec("audit")])
@@ -705,7 +682,7 @@ async fn fan_out_first_runs_are_children_and_a_backfill_is_linked(db: Db) {
     for worker in workers {
         worker.shutdown().await;
     }
-    let accept = &traces.wait("webhook.accept", id, 1).await[0];
+    let accept = &traces.accept(id).await;
     let of = |name: &str| {
         runs.iter()
             .find(|s| attribute(s, "processor") == Some(name))
