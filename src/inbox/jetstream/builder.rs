@@ -112,9 +112,8 @@ impl JetStreamBuilder {
     }
 
     /// Makes a verified delivery's W3C `traceparent` header the parent of its accept's
-    /// span (feature `otel`), as
-    /// [`Inbox::with_trusted_traceparent`](crate::inbox::Inbox::with_trusted_traceparent)
-    /// does: off by default, the header only a link (a forged trace id never joins your
+    /// span (feature `otel`), as the SQL inbox's `Inbox::with_trusted_traceparent` does:
+    /// off by default, the header only a link (a forged trace id never joins your
     /// traces).
     #[cfg(feature = "otel")]
     pub fn with_trusted_traceparent(mut self, trusted: bool) -> Self {
