@@ -27,7 +27,8 @@ use http_body_util::Full;
 use opentelemetry::trace::{SpanContext, SpanId, SpanKind, TraceId, TracerProvider as _};
 use opentelemetry::Value;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
-use tower::{service_fn, ServiceBuilder, ServiceExt};
+use tower::{ServiceBuilder, ServiceExt};
+use tower_webhook::dedupe::TxDedupeLayer;
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
 use tower_webhook::inbox::{Attempt, Backfill, Inbox, Later, ProcessorSpec, Requeue, Worker};
 use tower_webhook::store::MemoryStore;
@@ -178,12 +179,7 @@ where
         + 'static,
     S::Future: Send,
 {
-    let svc = ServiceBuilder::new()
-        .layer(VerifyWebhookLayer::new(verifier(
-            Scheme::standard(),
-            &[SECRET],
-        )))
-        .service(accept);
+    let svc = ServiceBuilder::new().layer(verify()).service(accept);
     let response = svc.oneshot(delivery(id, traceparent)).await.unwrap();
     assert_eq!(response.status(), StatusCode::NO_CONTENT, "{id} stored");
 }
@@ -517,43 +513,71 @@ async fn jetstream_without_a_layer_publishes_no_traceparent() {
     delete_streams(&name).await;
 }
 
+/// A handler that works 200 ms, then in a span `handler.work`.
+async fn slow_handler(_: Request<Full<Bytes>>) -> Result<Response<Full<Bytes>>, Infallible> {
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _work = tracing::info_span!("handler.work").entered();
+    Ok(Response::new(Full::new(Bytes::new())))
+}
+
 /// `DedupeLayer`'s handler goes on after the client hung up, in its own task: still in
 /// the request's trace (the delivery span's trace id).
 #[tokio::test]
 async fn a_dedupe_handler_the_client_left_stays_in_the_requests_trace() {
     let traces = Traces::install();
-    let handler = service_fn(|_: Request<Full<Bytes>>| async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let _work = tracing::info_span!("handler.work").entered();
-        Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
-    });
-    let svc = ServiceBuilder::new()
-        .layer(VerifyWebhookLayer::new(verifier(
-            Scheme::standard(),
-            &[SECRET],
-        )))
-        .layer(DedupeLayer::new(MemoryStore::new()))
-        .service(handler);
-    let call = svc.oneshot(delivery("evt_otel_hangup", None));
+    let dedupe = DedupeLayer::new(MemoryStore::new());
+    let svc = ServiceBuilder::new().layer(verify()).layer(dedupe);
+    hang_up(svc.service_fn(slow_handler), "evt_otel_hangup").await;
+    traces.handler_in_delivery("evt_otel_hangup").await;
+}
+
+/// The same for `TxDedupeLayer`'s (PostgreSQL) detached handler.
+#[tokio::test]
+async fn a_tx_dedupe_handler_the_client_left_stays_in_the_requests_trace() {
+    let traces = Traces::install();
+    let pool = sqlx::PgPool::connect(&common::fresh_pg_url().await)
+        .await
+        .unwrap();
+    let dedupe = TxDedupeLayer::new(pool).await.unwrap();
+    let svc = ServiceBuilder::new().layer(verify()).layer(dedupe);
+    hang_up(svc.service_fn(slow_handler), "evt_otel_tx_hangup").await;
+    traces.handler_in_delivery("evt_otel_tx_hangup").await;
+}
+
+/// Sends `id` to `svc` and hangs up mid-handler.
+async fn hang_up<S>(svc: S, id: &str)
+where
+    S: tower::Service<Request<Full<Bytes>>>,
+{
+    let call = svc.oneshot(delivery(id, None));
     let hung_up = tokio::time::timeout(Duration::from_millis(50), call).await;
     assert!(hung_up.is_err(), "the client gave up mid-handler");
-    eventually("the handler's work ended", async || {
-        traces
-            .exporter
-            .get_finished_spans()
-            .unwrap()
-            .iter()
-            .any(|s| s.name == "handler.work")
-    })
-    .await;
-    let spans = traces.exporter.get_finished_spans().unwrap();
-    let work = spans.iter().find(|s| s.name == "handler.work").unwrap();
-    let delivery = &traces.wait("webhook.delivery", "evt_otel_hangup", 1).await[0];
-    assert_eq!(
-        work.span_context.trace_id(),
-        delivery.span_context.trace_id()
-    );
-    assert_eq!(work.parent_span_id, delivery.span_context.span_id());
+}
+
+fn verify() -> VerifyWebhookLayer {
+    VerifyWebhookLayer::new(verifier(Scheme::standard(), &[SECRET]))
+}
+
+impl Traces {
+    /// The handler's span `handler.work` is a child of the delivery `id`'s span.
+    async fn handler_in_delivery(&self, id: &str) {
+        eventually("the handler's work ended", async || {
+            self.exporter
+                .get_finished_spans()
+                .unwrap()
+                .iter()
+                .any(|s| s.name == "handler.work")
+        })
+        .await;
+        let spans = self.exporter.get_finished_spans().unwrap();
+        let work = spans.iter().find(|s| s.name == "handler.work").unwrap();
+        let delivery = &self.wait("webhook.delivery", id, 1).await[0];
+        assert_eq!(
+            work.span_context.trace_id(),
+            delivery.span_context.trace_id()
+        );
+        assert_eq!(work.parent_span_id, delivery.span_context.span_id());
+    }
 }
 
 /// JetStream: an event parked while its source was paused runs, once resumed, from a
