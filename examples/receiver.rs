@@ -120,6 +120,17 @@ Environment (variable [default] (modes): what it does):
       stays, so a redelivery is still a duplicate; set in nats mode (a stream keeps
       messages for its own max_age) or dedupe mode, the receiver refuses to start
 
+  OTEL_EXPORTER_OTLP_ENDPOINT [off] (all): export the spans over OTLP/HTTP to this URL
+      (`/v1/traces` appended): per delivery a PRODUCER span for the accept, per attempt
+      a CONSUMER span, each with messaging.message.id; unset, nothing is exported
+  OTEL_EXPORTER_OTLP_PROTOCOL [http/protobuf] (all): http/protobuf or http/json; any
+      other stops the receiver at start
+  OTEL_SERVICE_NAME [unknown_service] (all): the exported spans' service.name
+  OTEL_BSP_SCHEDULE_DELAY [5000] (all): milliseconds between exports of batched spans
+  WEBHOOK_TRUST_TRACEPARENT [0] (inbox, nats): 1: a verified delivery's `traceparent`
+      header is the accept span's parent; else it is only linked (a sender's trace id
+      never joins ours unless trusted)
+
 It serves POST /webhooks and GET /metrics, and prints `handled <event id>` each time its
 handler runs; in inbox and nats mode also `finished <event id>` when it returns, and
 `failed <event id>` when it fails (with WEBHOOK_PROCESSORS, ` <processor>` after the id).";
@@ -322,6 +333,7 @@ fn metrics_route(router: Router, handle: PrometheusHandle) -> Router {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     <Args as clap::Parser>::parse(); // --help and -h print the contract and exit 0
+    let otel = support::otel::install()?;
     let metrics = prometheus()?;
     let (scheme, secrets, dev) = support::scheme_and_secrets()?;
     // Only when set: the scheme's own window (Twitch, Linear, SNS) is the default.
@@ -626,6 +638,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             drained.released(),
             drained.unreleased()
         );
+    }
+    if let Some(otel) = otel {
+        // The last attempts' spans, still batched: flushed before the exit (a blocking call).
+        tokio::task::spawn_blocking(move || otel.shutdown()).await?;
     }
     Ok(())
 }

@@ -3006,3 +3006,173 @@ async fn orders_example_fulfils_once_closes_cancelled_and_ignores_test_mode() {
         assert!(stdout.contains(row), "{row} missing:\n{stdout}");
     }
 }
+
+/// A sender's W3C trace context: its trace id and span id (hex), and the header.
+const SENDER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const SENDER_SPAN: &str = "00f067aa0ba902b7";
+
+/// Posts a signed Stripe delivery of `id` that carries the sender's `traceparent`.
+async fn deliver_traced(url: &str, secret: &str, id: &str, event_type: &str) {
+    let body = event_body(id, event_type, "in_1");
+    let mut headers = signed_headers(&Scheme::stripe(), secret, "", &body);
+    let traceparent = format!("00-{SENDER_TRACE}-{SENDER_SPAN}-01");
+    headers.insert("traceparent", HeaderValue::from_str(&traceparent).unwrap());
+    assert_eq!(
+        post(url, headers, body).await.unwrap().0,
+        StatusCode::NO_CONTENT
+    );
+}
+
+/// With `OTEL_EXPORTER_OTLP_ENDPOINT`, the receiver exports over OTLP/HTTP (protobuf by
+/// default) a PRODUCER span per accept and a CONSUMER span per attempt, each with
+/// `messaging.message.id`: attempt 1 is the accept's child; a retry (attempt 2) is a new
+/// trace linked to the accept; the sender's `traceparent` is a link, never the parent.
+#[tokio::test]
+async fn receiver_exports_each_accept_and_attempt_over_otlp_in_the_accepts_trace() {
+    use common::otlp::{attribute, collector, spans_of};
+    const SECRET: &str = "whsec_receiver_otel_0123456789";
+    let collector = collector().await;
+    let db = fresh_db("otel");
+    let (mut child, url, _stdout) = start_receiver(
+        &db,
+        &[
+            ("WEBHOOK_SCHEME", "stripe"),
+            ("WEBHOOK_SECRETS", SECRET),
+            ("WEBHOOK_MODE", "inbox"),
+            ("WEBHOOK_FAIL_TYPES", "invoice.payment_failed"),
+            ("WEBHOOK_MAX_ATTEMPTS", "2"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.url),
+            ("OTEL_SERVICE_NAME", "receiver-under-test"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    )
+    .await;
+    deliver_traced(&url, SECRET, "evt_traced", "charge.succeeded").await;
+    deliver_traced(&url, SECRET, "evt_retried", "invoice.payment_failed").await;
+    // Attempts: evt_traced once, evt_retried twice (the retry a second later).
+    let spans = collector
+        .spans_when(|spans| {
+            spans_of(spans, "webhook.process", "evt_traced").len() == 1
+                && spans_of(spans, "webhook.process", "evt_retried").len() == 2
+                && spans_of(spans, "webhook.accept", "evt_retried").len() == 1
+        })
+        .await;
+    let sender_trace = hex::decode(SENDER_TRACE).unwrap();
+    let sender_span = hex::decode(SENDER_SPAN).unwrap();
+    const PRODUCER: i32 = 4;
+    const CONSUMER: i32 = 5;
+    for id in ["evt_traced", "evt_retried"] {
+        let accept = spans_of(&spans, "webhook.accept", id);
+        assert_eq!(accept.len(), 1, "one accept of {id}");
+        let accept = accept[0];
+        assert_eq!(accept.kind, PRODUCER, "{accept:?}");
+        // Not in the sender's trace: linked to it.
+        assert_ne!(accept.trace_id, sender_trace);
+        assert!(
+            accept
+                .links
+                .iter()
+                .any(|l| l.trace_id == sender_trace && l.span_id == sender_span),
+            "the sender's context linked: {accept:?}"
+        );
+        let mut attempts = spans_of(&spans, "webhook.process", id);
+        attempts.sort_by_key(|s| attribute(s, "attempt"));
+        let first = attempts[0];
+        assert_eq!(first.kind, CONSUMER, "{first:?}");
+        assert_eq!(attribute(first, "attempt").as_deref(), Some("1"));
+        assert_eq!(
+            (&first.trace_id, &first.parent_span_id),
+            (&accept.trace_id, &accept.span_id),
+            "attempt 1 is the accept's child"
+        );
+        for retry in &attempts[1..] {
+            assert_eq!(retry.kind, CONSUMER);
+            assert_ne!(
+                retry.trace_id, accept.trace_id,
+                "a retry starts a new trace"
+            );
+            assert!(
+                retry
+                    .links
+                    .iter()
+                    .any(|l| l.trace_id == accept.trace_id && l.span_id == accept.span_id),
+                "a retry is linked to the accept: {retry:?}"
+            );
+        }
+    }
+    assert!(collector
+        .content_types()
+        .iter()
+        .all(|t| t == "application/x-protobuf"));
+    assert!(collector
+        .services()
+        .iter()
+        .all(|s| s == "receiver-under-test"));
+    terminate(&child);
+    assert!(child.wait().await.unwrap().success());
+    let _ = std::fs::remove_file(&db);
+}
+
+/// `WEBHOOK_TRUST_TRACEPARENT=1` (here in nats mode, over OTLP/HTTP JSON): a verified
+/// delivery's `traceparent` is the accept's parent, so the attempt is in the sender's trace.
+#[tokio::test]
+async fn receiver_trusting_traceparent_continues_the_senders_trace_over_otlp_json() {
+    use common::otlp::{collector, spans_of};
+    const SECRET: &str = "whsec_receiver_trusted_0123456789";
+    let collector = collector().await;
+    let db = fresh_db("otel-trusted");
+    let streams = NatsStreams::new("otel_trusted");
+    let (mut child, url, _stdout) = start_receiver(
+        &db,
+        &[
+            ("WEBHOOK_SCHEME", "stripe"),
+            ("WEBHOOK_SECRETS", SECRET),
+            ("WEBHOOK_MODE", "nats"),
+            ("NATS_URL", &streams.url),
+            ("NATS_STREAM", &streams.stream),
+            ("WEBHOOK_TRUST_TRACEPARENT", "1"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.url),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    )
+    .await;
+    deliver_traced(&url, SECRET, "evt_trusted", "charge.succeeded").await;
+    let spans = collector
+        .spans_when(|spans| spans_of(spans, "webhook.process", "evt_trusted").len() == 1)
+        .await;
+    let sender_trace = hex::decode(SENDER_TRACE).unwrap();
+    let accept = spans_of(&spans, "webhook.accept", "evt_trusted");
+    assert_eq!(accept.len(), 1);
+    assert_eq!(
+        (&accept[0].trace_id, &accept[0].parent_span_id),
+        (&sender_trace, &hex::decode(SENDER_SPAN).unwrap()),
+        "trusted: the sender's span is the accept's parent"
+    );
+    let attempt = spans_of(&spans, "webhook.process", "evt_trusted")[0];
+    assert_eq!(attempt.trace_id, sender_trace);
+    assert_eq!(attempt.parent_span_id, accept[0].span_id);
+    assert!(collector
+        .content_types()
+        .iter()
+        .all(|t| t == "application/json"));
+    terminate(&child);
+    assert!(child.wait().await.unwrap().success());
+    let _ = std::fs::remove_file(&db);
+}
+
+/// A protocol this build cannot speak stops the receiver at start, naming the variable.
+#[tokio::test]
+async fn receiver_refuses_an_otlp_protocol_it_cannot_speak() {
+    let out = Command::new(example_binary("receiver"))
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("WEBHOOK_SQLITE", fresh_db("otel-grpc"))
+        .env("BIND", "127.0.0.1:0")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{stderr}");
+}

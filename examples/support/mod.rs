@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod connections;
+pub mod otel;
 pub mod processors;
 pub mod proxy;
 pub mod signal;

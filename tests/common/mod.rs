@@ -6,6 +6,7 @@ mod support;
 pub use support::*;
 
 pub mod fault_store;
+pub mod otlp;
 pub mod seed;
 pub mod sql_db;
 pub mod stores;

@@ -1,0 +1,63 @@
+//! The receiver's OpenTelemetry: with `OTEL_EXPORTER_OTLP_ENDPOINT` set, the crate's spans
+//! (`webhook.delivery`, the PRODUCER `webhook.accept`, the CONSUMER `webhook.process`) are
+//! exported over OTLP/HTTP; unset, nothing is installed and nothing exported.
+//!
+//! The standard variables are read by the libraries themselves: the endpoint (to which
+//! `/v1/traces` is appended) by the exporter, `OTEL_SERVICE_NAME` by the SDK's resource,
+//! `OTEL_BSP_SCHEDULE_DELAY` by its batch processor. `OTEL_EXPORTER_OTLP_PROTOCOL` is read
+//! here, so that a protocol this build cannot speak (`grpc`) stops the receiver at start.
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::Resource;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
+
+/// The installed exporter: [`Otel::shutdown`] sends what its batch still holds.
+pub struct Otel(SdkTracerProvider);
+
+/// Installs the exporter and a `tracing` subscriber over it, if the endpoint is set.
+pub fn install() -> Result<Option<Otel>, Box<dyn std::error::Error>> {
+    if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_none() {
+        return Ok(None);
+    }
+    let protocol = match std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL").as_deref() {
+        Err(std::env::VarError::NotPresent) | Ok("http/protobuf") => Protocol::HttpBinary,
+        Ok("http/json") => Protocol::HttpJson,
+        Ok(other) => {
+            return Err(format!(
+                "OTEL_EXPORTER_OTLP_PROTOCOL: {other:?} is not one of http/protobuf, http/json"
+            )
+            .into())
+        }
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err("OTEL_EXPORTER_OTLP_PROTOCOL: not UTF-8".into())
+        }
+    };
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(protocol)
+        .build()?;
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(Resource::builder().build())
+        .build();
+    // The crate's spans only: a dependency's (sqlx's, hyper's) would be exported too.
+    let spans = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("tower-webhook"))
+        .with_filter(Targets::new().with_target("tower_webhook", tracing::Level::INFO));
+    tracing_subscriber::registry().with(spans).try_init()?;
+    Ok(Some(Otel(provider)))
+}
+
+impl Otel {
+    /// Flushes the spans still batched, then stops the exporter.
+    pub fn shutdown(self) {
+        if let Err(error) = self.0.shutdown() {
+            eprintln!("OpenTelemetry: {error}");
+        }
+    }
+}
