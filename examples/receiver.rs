@@ -129,7 +129,7 @@ Environment (variable [default] (modes): what it does):
   OTEL_BSP_SCHEDULE_DELAY [5000] (all): milliseconds between exports of batched spans
   WEBHOOK_TRUST_TRACEPARENT [0] (inbox, nats): 1: a verified delivery's `traceparent`
       header is the accept span's parent; else it is only linked (a sender's trace id
-      never joins ours unless trusted)
+      never joins ours unless trusted); 1 in dedupe mode refuses to start
 
 It serves POST /webhooks and GET /metrics, and prints `handled <event id>` each time its
 handler runs; in inbox and nats mode also `finished <event id>` when it returns, and
@@ -434,6 +434,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )?)),
         Err(_) => None,
     };
+    let trust_traceparent = match std::env::var("WEBHOOK_TRUST_TRACEPARENT").as_deref() {
+        Err(std::env::VarError::NotPresent) | Ok("0") => false,
+        Ok("1")
+            if matches!(
+                std::env::var("WEBHOOK_MODE").as_deref(),
+                Ok("inbox" | "nats")
+            ) =>
+        {
+            true
+        }
+        Ok("1") => {
+            return Err(
+                "WEBHOOK_TRUST_TRACEPARENT: only inbox and nats mode accept into a queue".into(),
+            )
+        }
+        Ok(_) | Err(_) => return Err("WEBHOOK_TRUST_TRACEPARENT: 0 or 1".into()),
+    };
     // Each mode's store also remembers PayPal's transmissions for every replica on it.
     let (mode, store, store_name) = match std::env::var("WEBHOOK_MODE").as_deref() {
         Ok("inbox") => {
@@ -445,7 +462,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let inbox = match keys {
                 Some(keys) => inbox.with_keys(keys),
                 None => inbox,
-            };
+            }
+            .with_trusted_traceparent(trust_traceparent);
             if let Some(retention) = body_retention {
                 expire_bodies_every(inbox.clone().with_body_retention(retention), retention);
             }
@@ -472,7 +490,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .reconnect_delay_callback(|n| Duration::from_millis(50) * n.min(5) as u32)
                 .connect(&url)
                 .await?;
-            let mut builder = JetStream::builder(client, &stream);
+            let mut builder =
+                JetStream::builder(client, &stream).with_trusted_traceparent(trust_traceparent);
             if let Some(specs) = &plan.specs {
                 builder = builder.with_processors(specs.iter().cloned())?;
             }
