@@ -22,6 +22,7 @@
 //! | `tower_webhook_inbox_dead_rows` | gauge | `processor` | rows that gave up after the maximum attempts |
 //! | `tower_webhook_inbox_lag_seconds` | gauge | `processor` | how long the longest-waiting due row has waited (`Counts::oldest_due`; 0 when none is due): alert on it |
 //! | `tower_webhook_inbox_unreadable_total` | counter | `source`, `reason` | routes (SQL) and messages a processor may run (JetStream) ended dead without running because their body cannot be given to the processor: `unknown_key` (sealed under a key the inbox does not have), `tampered` (the key does not open it: altered or moved), `expired` and `erased` (gone before it was processed), `missing` (its body row deleted outside the crate); each also counts as a `dead` attempt |
+//! | `tower_webhook_inbox_invalid_total` | counter | `source` | events stored invalid (SQL) or kept invalid (JetStream): their type's JSON Schema refused the body (`Inbox::with_schemas`, feature `schemas`); never processed, never retried |
 //!
 //! Labels are few and bounded, never an event id:
 //!
@@ -491,6 +492,17 @@ impl Unreadable {
 pub(crate) fn unreadable(_source: &str, _why: Unreadable) {
     #[cfg(feature = "metrics")]
     imp::unreadable(_source, _why);
+}
+
+/// An event stored invalid: its type's schema refused its body (issue 36).
+#[inline]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    allow(dead_code)
+)]
+pub(crate) fn invalid_accepted(_source: &str) {
+    #[cfg(feature = "metrics")]
+    imp::invalid(_source);
 }
 
 /// The implementation over the `metrics` facade.

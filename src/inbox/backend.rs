@@ -121,6 +121,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn listen(&self, wake: Arc<Notify>, due: Dues) -> Option<tokio::task::JoinHandle<()>>;
     /// The processor registry, backfill and dropping a processor.
     fn registry(&self) -> &dyn super::backfill::Registry;
+    /// The invalid events' marks (issue 36).
+    fn invalids(&self) -> &dyn super::invalid::Invalids;
     /// Rekey's reads and writes (`Inbox::rekey`).
     #[cfg(feature = "seal")]
     fn rekeying(&self) -> &dyn super::rekey::Rekeying;

@@ -27,6 +27,10 @@ pub struct Counts {
         doc = "[Inbox::pause]: crate#features"
     )]
     pub paused: u64,
+    /// Events kept invalid: their type's JSON Schema refused the body (issue 36). Counted
+    /// per event, not per processor (an invalid event has no route): only in the inbox's
+    /// [`counts`](crate::inbox::Inbox::counts), 0 in each processor's.
+    pub invalid: u64,
     /// How long the longest-waiting due row has waited (`None` when none is due): the
     /// queue's lag, the number to alert on when workers fall behind or stop.
     pub oldest_due: Option<Duration>,
@@ -42,6 +46,7 @@ impl Counts {
             processed: self.processed + other.processed,
             dead: self.dead + other.dead,
             paused: self.paused + other.paused,
+            invalid: self.invalid + other.invalid,
             oldest_due: self.oldest_due.max(other.oldest_due),
         }
     }

@@ -49,7 +49,7 @@ impl Serialize for Cursor {
 }
 
 /// `{"queued": 1, "processing": 0, "processed": 12, "dead": 1, "paused": 0,
-/// "oldest_due_ms": 350}`
+/// "invalid": 0, "oldest_due_ms": 350}`
 /// (`oldest_due_ms` is `null` when no row is due).
 impl Serialize for Counts {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -60,6 +60,7 @@ impl Serialize for Counts {
             processed: u64,
             dead: u64,
             paused: u64,
+            invalid: u64,
             oldest_due_ms: Option<u64>,
         }
         Wire {
@@ -68,6 +69,7 @@ impl Serialize for Counts {
             processed: self.processed,
             dead: self.dead,
             paused: self.paused,
+            invalid: self.invalid,
             oldest_due_ms: self
                 .oldest_due
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
@@ -208,7 +210,9 @@ impl Serialize for RouteState {
 /// `"body_state"` (`stored`, `expired`, `erased`, `unreadable`, `missing`; `"body"` is
 /// `""` unless `stored`), `"key_id"` (the key the body is sealed under, null in clear),
 /// `"headers"` (`[["content-type", "application/json"], …]`, in the request's order) and
-/// `"history"` (its [`AttemptRecord`]s, oldest first: `"attempts"` is the summary's count).
+/// `"history"` (its [`AttemptRecord`]s, oldest first: `"attempts"` is the summary's count)
+/// and `"validation_errors"` (`[{"path": "/data/object/id", "message": "…"}]`, empty unless
+/// its state is `invalid`).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl Serialize for StoredEvent {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -224,6 +228,7 @@ impl Serialize for StoredEvent {
             key_id: Option<&'a str>,
             headers: &'a [(String, String)],
             history: &'a [AttemptRecord],
+            validation_errors: &'a [super::ValidationError],
         }
         let (body, body_encoding) = match std::str::from_utf8(&self.body) {
             Ok(text) => (text.into(), "utf-8"),
@@ -244,6 +249,7 @@ impl Serialize for StoredEvent {
             key_id: self.key_id.as_deref(),
             headers: &self.headers,
             history: &self.attempts,
+            validation_errors: &self.validation_errors,
         }
         .serialize(s)
     }
@@ -343,6 +349,7 @@ mod tests {
             headers: Vec::new(),
             attempts: Vec::new(),
             routes: Vec::new(),
+            validation_errors: Vec::new(),
         };
         let json = serde_json::to_value(event(b"{\"id\":\"evt_1\"}")).unwrap();
         assert_eq!(json["body"], "{\"id\":\"evt_1\"}");
@@ -383,6 +390,7 @@ mod tests {
                 attempt(2, AttemptOutcome::Dead, Some("order not found")),
             ],
             routes: Vec::new(),
+            validation_errors: Vec::new(),
         };
         let json = serde_json::to_value(event).unwrap();
         assert_eq!(
@@ -417,7 +425,7 @@ mod tests {
         };
         assert_eq!(
             serde_json::to_value(counts).unwrap(),
-            serde_json::json!({"queued": 3, "processing": 0, "processed": 0, "dead": 0, "paused": 0, "oldest_due_ms": 2500})
+            serde_json::json!({"queued": 3, "processing": 0, "processed": 0, "dead": 0, "paused": 0, "invalid": 0, "oldest_due_ms": 2500})
         );
     }
 }

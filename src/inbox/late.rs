@@ -213,6 +213,9 @@ impl Backend for Late {
     fn registry(&self) -> &dyn super::backfill::Registry {
         self.inner.registry()
     }
+    fn invalids(&self) -> &dyn super::invalid::Invalids {
+        self.inner.invalids()
+    }
 
     #[cfg(feature = "seal")]
     fn rekeying(&self) -> &dyn super::rekey::Rekeying {

@@ -23,10 +23,14 @@ pub enum State {
     /// Stored with no route: no processor's filter took it when it was accepted (an
     /// event's state only, never a route's).
     Unrouted,
+    /// Stored with no route: its type's JSON Schema refused its body (an event's state
+    /// only; terminal: never claimed, never retried, until a requeue finds it valid).
+    Invalid,
 }
 
 impl State {
-    /// Its name in lower case: `queued`, `processing`, `processed`, `dead`, `unrouted`.
+    /// Its name in lower case: `queued`, `processing`, `processed`, `dead`, `unrouted`,
+    /// `invalid`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -35,6 +39,7 @@ impl State {
             State::Processed => "processed",
             State::Dead => "dead",
             State::Unrouted => "unrouted",
+            State::Invalid => "invalid",
         }
     }
 }

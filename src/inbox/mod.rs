@@ -136,6 +136,8 @@ mod erasure; // bodies erased on request: erase, erase_subject
 pub(crate) mod headers; // what of a delivery's request headers the SQL inbox stores
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod history; // each attempt's record
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) mod invalid; // events their schema refused: with_schemas, requeue_invalid
 #[cfg(feature = "nats")]
 pub mod jetstream;
 #[cfg(any(
@@ -188,6 +190,8 @@ pub use self::counts::Counts;
 pub use self::headers::StoredHeaders;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::history::{AttemptOutcome, AttemptRecord};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use self::invalid::{RevalidatedCounts, ValidationError};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[doc(hidden)] // for the crate's tests, not public API
 pub use self::late::{LateAnswers, LateCall};
@@ -247,6 +251,9 @@ pub struct Inbox {
     /// ([`Inbox::with_trusted_traceparent`]).
     #[cfg(feature = "otel")]
     trusted_traceparent: bool,
+    /// Each event's body checked against its type's schema ([`Inbox::with_schemas`]).
+    #[cfg(feature = "schemas")]
+    schemas: Option<crate::schemas::Schemas>,
 }
 
 /// Whether [`Inbox::accept`] stored a new row.
@@ -305,6 +312,8 @@ impl Inbox {
             subject: None,
             #[cfg(feature = "otel")]
             trusted_traceparent: false,
+            #[cfg(feature = "schemas")]
+            schemas: None,
         }
     }
 
@@ -411,6 +420,11 @@ impl Inbox {
         let d = self
             .sealed(d, event, headers.as_deref())?
             .with_headers(headers);
+        #[cfg(feature = "schemas")]
+        if let Some(errors) = self.refused_by_schema(event) {
+            let stored = self.accept_invalid(d, errors);
+            return crate::span::instrument(span, stored).await;
+        }
         let stored = metrics::timed(Operation::Accept, self.backend.accept(d));
         let accepted = crate::span::instrument(span, stored).await?;
         if accepted == Accepted::New {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::{Counts, Cursor, Inbox, Listing, Page, StoredEvent};
+use super::{Counts, Cursor, Inbox, Listing, Page, State, StoredEvent};
 use crate::metrics::{self, Operation};
 use crate::store::{Retention, StoreError};
 
@@ -225,7 +225,9 @@ impl Inbox {
     /// When the database fails.
     pub async fn counts(&self) -> Result<Counts, StoreError> {
         let by = self.configured_counts().await?;
-        Ok(by.into_values().fold(Counts::default(), Counts::plus))
+        let mut counts = by.into_values().fold(Counts::default(), Counts::plus);
+        counts.invalid = self.invalid_count().await?;
+        Ok(counts)
     }
 
     /// [`counts`](Self::counts) of each processor's routes, by name: each configured one,
@@ -355,6 +357,12 @@ impl Inbox {
         let mut event = self.backend.event(source.to_owned(), id.to_owned()).await?;
         for route in event.iter_mut().flat_map(|e| e.routes.iter_mut()) {
             route.orphaned = self.processors.get(&route.processor).is_none();
+        }
+        if let Some(event) = event.as_mut().filter(|e| e.routes.is_empty()) {
+            if let Some(errors) = self.validation_errors(source, id).await? {
+                event.summary.state = State::Invalid;
+                event.validation_errors = errors;
+            }
         }
         Ok(event)
     }

@@ -59,6 +59,10 @@ pub struct StoredEvent {
     /// [`prune_dead`](super::Inbox::prune_dead) left out); empty when no processor took
     /// it.
     pub routes: Vec<RouteState>,
+    /// Why its type's JSON Schema refused its body, when its state is
+    /// [`State::Invalid`]: at most ten, each a JSON pointer and a message that never
+    /// quotes the body; empty otherwise.
+    pub validation_errors: Vec<super::invalid::ValidationError>,
 }
 
 /// Whether an event's body is kept ([`StoredEvent::body_state`]). The event itself, its
@@ -222,6 +226,7 @@ mod tests {
             headers: vec![("x-customer".into(), "ada@example.com".into())],
             attempts: Vec::new(),
             routes: Vec::new(),
+            validation_errors: Vec::new(),
         };
         let debug = format!("{event:?}");
         assert!(

@@ -66,6 +66,11 @@ pub(super) fn unreadable(source: &str, why: super::Unreadable) {
     increment(&Key::from_parts(catalog::UNREADABLE, labels));
 }
 
+pub(super) fn invalid(source: &str) {
+    let labels = vec![::metrics::Label::new("source", source.to_owned())];
+    increment(&Key::from_parts(catalog::INVALID, labels));
+}
+
 fn set(key: &Key, value: f64) {
     with_recorder(|r| r.register_gauge(key, &METADATA).set(value));
 }

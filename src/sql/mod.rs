@@ -99,6 +99,7 @@
 //! spelled out on every method, for two implementations that share no SQL text.
 
 mod batch;
+pub(crate) mod invalid; // the events their schema refused (issue 36)
 mod keys; // what a dedupe store asks its dialect
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
@@ -311,6 +312,7 @@ impl From<CountsRow> for Counts {
             processed: r.processed.unsigned_abs(),
             dead: r.dead.unsigned_abs(),
             paused: r.paused.unsigned_abs(),
+            invalid: 0, // per event, not per route: `Inbox::counts` reads it
             oldest_due: r
                 .oldest_due_ms
                 .map(|ms| Duration::from_millis(ms.unsigned_abs())),

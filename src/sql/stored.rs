@@ -143,6 +143,7 @@ fn into_event(
             .unwrap_or_default(),
         attempts,
         routes: states,
+        validation_errors: Vec::new(),
     }
 }
 

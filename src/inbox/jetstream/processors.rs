@@ -427,6 +427,7 @@ impl JetStream {
             processed: messages.saturating_sub(queued + processing + out),
             dead,
             paused,
+            invalid: 0,
             oldest_due,
         })
     }

@@ -17,6 +17,7 @@ pub(super) const DEPTH: &str = "tower_webhook_inbox_depth";
 pub(super) const DEAD: &str = "tower_webhook_inbox_dead_rows";
 pub(super) const LAG: &str = "tower_webhook_inbox_lag_seconds";
 pub(super) const UNREADABLE: &str = "tower_webhook_inbox_unreadable_total";
+pub(super) const INVALID: &str = "tower_webhook_inbox_invalid_total";
 
 #[derive(Clone, Copy)]
 pub(super) enum Type {
@@ -26,7 +27,7 @@ pub(super) enum Type {
 }
 
 /// Every metric: its name, type, unit and help text (given to each recorder once).
-pub(super) const DESCRIPTIONS: [(&str, Type, Unit, &str); 15] = [
+pub(super) const DESCRIPTIONS: [(&str, Type, Unit, &str); 16] = [
     (
         VERIFIED,
         Type::Counter,
@@ -116,5 +117,11 @@ pub(super) const DESCRIPTIONS: [(&str, Type, Unit, &str); 15] = [
         Type::Counter,
         Unit::Count,
         "Inbox routes ended dead unrun: the body is gone or does not open, by reason.",
+    ),
+    (
+        INVALID,
+        Type::Counter,
+        Unit::Count,
+        "Events stored invalid, refused by their type's JSON Schema: never processed.",
     ),
 ];

@@ -50,6 +50,8 @@ pub(crate) struct Pg {
     outcomes: Arc<Batcher<Write, Written>>,
     /// The inbox's keys: what its reads open with (`Inbox::with_keys`).
     pub(super) keys: super::sealed::Ring,
+    /// The invalid events' marks (issue 36).
+    pub(super) marks: super::invalid::Marks<sqlx::Postgres>,
 }
 
 /// `persistent(false)` for the updates that join the table to a list of keys
@@ -91,6 +93,7 @@ impl Pg {
         Self {
             writer: batcher(SLOTS),
             outcomes: batcher(OUTCOME_SLOTS),
+            marks: super::invalid::Marks(pool.clone()),
             pool,
             keys: None,
         }

@@ -25,7 +25,8 @@ FROM webhook_processors ORDER BY name";
 
 /// Up to `$7` inbox events with a body, received in `$2..$3` (milliseconds; NULL: open),
 /// after the position `$4` (microseconds), `$5`, `$6` (NULL: the first page), without a
-/// route of the processor `$1`: a range of `webhook_events_inbox` in its order. Times are
+/// route of the processor `$1`, nor invalid (issue 36: a requeue routes those, once
+/// valid): a range of `webhook_events_inbox` in its order. Times are
 /// whole microseconds both ways (`extract` is exact since PostgreSQL 14), so a page
 /// continues exactly after the last event of the one before.
 const BACKFILL_PAGE: &str = "
@@ -43,6 +44,8 @@ WHERE e.next_attempt_at IS NOT NULL
          coalesce($5::text, ''), coalesce($6::text, ''))
   AND NOT EXISTS (SELECT 1 FROM webhook_routes r
       WHERE r.source = e.source AND r.event_id = e.event_id AND r.processor = $1)
+  AND NOT EXISTS (SELECT 1 FROM webhook_invalid AS i
+      WHERE i.source = e.source AND i.event_id = e.event_id)
 ORDER BY e.received_at, e.source, e.event_id
 LIMIT $7";
 

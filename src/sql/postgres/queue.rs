@@ -524,6 +524,10 @@ impl Backend for Pg {
         self
     }
 
+    fn invalids(&self) -> &dyn crate::inbox::invalid::Invalids {
+        &self.marks
+    }
+
     #[cfg(feature = "seal")]
     fn rekeying(&self) -> &dyn crate::inbox::rekey::Rekeying {
         self

@@ -66,6 +66,8 @@ pub(crate) struct Sqlite {
     writer: Arc<Batcher<Op, Done>>,
     /// The inbox's keys: what its reads open with (`Inbox::with_keys`).
     pub(super) keys: super::sealed::Ring,
+    /// The invalid events' marks (issue 36), on the pool: rare writes, outside the writer.
+    pub(super) marks: super::invalid::Marks<sqlx::Sqlite>,
 }
 
 /// A write on the table: every one goes through the [writer](Sqlite::writer), so no
@@ -177,6 +179,7 @@ impl Sqlite {
     pub(crate) fn new(pool: SqlitePool, clock: Clock, busy_timeout: Duration) -> Self {
         let writer = Self::writer(pool.clone(), clock.clone(), busy_timeout);
         Self {
+            marks: super::invalid::Marks(pool.clone()),
             pool,
             clock,
             busy_timeout,

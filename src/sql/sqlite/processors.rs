@@ -28,7 +28,8 @@ SELECT name, types, has_predicate, registered_at FROM webhook_processors ORDER B
 
 /// Up to `?7` inbox events with a body, received in `?2..?3` (milliseconds; NULL: open),
 /// after the position `?4`, `?5`, `?6` (NULL: the first page), without a route of the
-/// processor `?1`: a range of `webhook_events_inbox` in its order.
+/// processor `?1`, nor invalid (issue 36: a requeue routes those, once valid): a range of
+/// `webhook_events_inbox` in its order.
 const BACKFILL_PAGE: &str = "
 SELECT e.received_at AS at, e.source, e.event_id, e.event_type, e.object_id, e.livemode,
     b.body, b.key_id, b.body_nonce
@@ -41,6 +42,8 @@ WHERE e.next_attempt_at IS NOT NULL
       > (coalesce(?4, -9223372036854775807), coalesce(?5, ''), coalesce(?6, ''))
   AND NOT EXISTS (SELECT 1 FROM webhook_routes AS r
       WHERE r.source = e.source AND r.event_id = e.event_id AND r.processor = ?1)
+  AND NOT EXISTS (SELECT 1 FROM webhook_invalid AS i
+      WHERE i.source = e.source AND i.event_id = e.event_id)
 ORDER BY e.received_at, e.source, e.event_id
 LIMIT ?7";
 

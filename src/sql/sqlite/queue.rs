@@ -469,6 +469,10 @@ impl Backend for Sqlite {
         self
     }
 
+    fn invalids(&self) -> &dyn crate::inbox::invalid::Invalids {
+        &self.marks
+    }
+
     #[cfg(feature = "seal")]
     fn rekeying(&self) -> &dyn crate::inbox::rekey::Rekeying {
         self

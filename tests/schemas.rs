@@ -1,0 +1,360 @@
+//! Schemas in the SQL inbox (issue 36), on SQLite and PostgreSQL: signed deliveries of
+//! three providers' real payload shapes (Stripe's `invoice.paid`, GitHub's `push`, a
+//! Shopify-like order in a Standard Webhooks envelope; `tests/fixtures/schemas/`) checked
+//! against a folder of schemas at accept. A valid one runs once; an invalid one is
+//! answered 204, never runs and is never retried, kept `invalid` with its errors' JSON
+//! pointers; a requeue after the schema is fixed runs it once.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::seed::{eventually, SECRET};
+use common::{at, request, stores, verifier, NOW};
+use http::StatusCode;
+use http_body_util::Full;
+use tower::{ServiceBuilder, ServiceExt};
+use tower_webhook::inbox::{
+    Accepted, Attempt, Inbox, ProcessorSpec, RevalidatedCounts, State, Worker,
+};
+use tower_webhook::schemas::Schemas;
+use tower_webhook::{Event, Scheme, VerifyWebhookLayer};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schemas")
+}
+
+fn payload(name: &str) -> String {
+    let path = fixtures().join("payloads").join(format!("{name}.json"));
+    std::fs::read_to_string(path).unwrap().trim().to_owned()
+}
+
+/// The key of a delivery keyed on its body (GitHub's): `sha256:` and the hex digest.
+fn digest_of(fixture: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(payload(fixture).as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+fn schemas() -> Schemas {
+    Schemas::from_dir(fixtures().join("schemas")).unwrap()
+}
+
+/// Posts `payload` signed as `scheme` would, through `VerifyWebhookLayer` and the
+/// inbox's accept: the answer's status.
+async fn deliver(inbox: &Inbox, scheme: Scheme, id: &str, payload: &str) -> StatusCode {
+    let svc = ServiceBuilder::new()
+        .layer(VerifyWebhookLayer::new(verifier(scheme.clone(), &[SECRET])))
+        .service(inbox.accept_service());
+    let mut headers = scheme
+        .sign([SECRET], id, at(NOW), payload.as_bytes())
+        .unwrap();
+    if scheme.name() == "github" {
+        headers.insert("x-github-event", "push".parse().unwrap());
+    }
+    let req: http::Request<Full<Bytes>> = request(headers, payload.to_owned());
+    svc.oneshot(req).await.unwrap().status()
+}
+
+/// The six deliveries: (source, id as stored, scheme, id to sign with, fixture).
+fn deliveries() -> Vec<(
+    &'static str,
+    &'static str,
+    Scheme,
+    &'static str,
+    &'static str,
+)> {
+    vec![
+        (
+            "stripe",
+            "evt_1PkValid0001",
+            Scheme::stripe(),
+            "",
+            "stripe_invoice_paid",
+        ),
+        (
+            "stripe",
+            "evt_1PkInvalid001",
+            Scheme::stripe(),
+            "",
+            "stripe_invoice_paid_renamed",
+        ),
+        ("github", "", Scheme::github(), "gh-push-1", "github_push"),
+        (
+            "github",
+            "",
+            Scheme::github(),
+            "gh-push-2",
+            "github_push_no_commit_id",
+        ),
+        (
+            "standard",
+            "msg_order_1",
+            Scheme::standard(),
+            "msg_order_1",
+            "shop_order_created",
+        ),
+        (
+            "standard",
+            "msg_order_2",
+            Scheme::standard(),
+            "msg_order_2",
+            "shop_order_created_bad_quantity",
+        ),
+    ]
+}
+
+/// Each event id a processor ran, with how many times.
+#[derive(Clone, Default)]
+struct Runs(Arc<Mutex<BTreeMap<String, u32>>>);
+
+impl Runs {
+    fn worker(&self, inbox: &Inbox, processor: &'static str) -> Worker {
+        let runs = self.clone();
+        let process = move |event: Event, _: Attempt| {
+            let runs = runs.clone();
+            async move {
+                let id = format!("{processor}:{}", event.id().unwrap_or_default());
+                *runs.0.lock().unwrap().entry(id).or_default() += 1;
+                Ok::<_, std::io::Error>(())
+            }
+        };
+        Worker::processor(inbox, processor, process)
+            .unwrap()
+            .with_max_attempts(3)
+            .unwrap()
+            .with_backoff(Duration::from_millis(10), Duration::from_millis(20))
+            .unwrap()
+            .with_poll_interval(Duration::from_millis(50))
+            .unwrap()
+    }
+
+    fn get(&self) -> BTreeMap<String, u32> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+fn fan_out(inbox: Inbox) -> Inbox {
+    inbox
+        .with_processors([
+            ProcessorSpec::new("billing").unwrap(),
+            ProcessorSpec::new("audit").unwrap(),
+        ])
+        .unwrap()
+}
+
+/// The whole path: valid ones run once on each processor, invalid ones never (no route:
+/// not a retry, not a dead row), listed and counted with the right JSON pointers; fixed
+/// schemas and a requeue run the one now valid once, the others stay.
+async fn invalid_events_never_run_and_a_requeue_after_a_fix_runs_them_once(plain: Inbox) {
+    let inbox = fan_out(plain.clone()).with_schemas(schemas());
+    for (_, id, scheme, sign_id, fixture) in deliveries() {
+        let status = deliver(&inbox, scheme, sign_id, &payload(fixture)).await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{id}: 2xx, valid or not");
+    }
+    let runs = Runs::default();
+    let workers = [
+        runs.worker(&inbox, "billing").spawn(),
+        runs.worker(&inbox, "audit").spawn(),
+    ];
+    eventually("the valid ones processed", async || {
+        inbox.counts().await.unwrap().processed == 6
+    })
+    .await;
+    // Long enough for three retries at most 20 ms apart, were there any.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // GitHub's deliveries are keyed on their body's digest: the ids as stored.
+    let listed = inbox.list_invalid(None, 10).await.unwrap();
+    let invalid_id = |source: &str| -> String {
+        let event = listed.iter().find(|e| e.summary.source == source).unwrap();
+        event.summary.id.clone()
+    };
+    let github_valid = (inbox
+        .event("github", &digest_of("github_push"))
+        .await
+        .unwrap())
+    .expect("the valid push stored under its digest");
+    let valid = [
+        "evt_1PkValid0001".to_owned(),
+        github_valid.summary.id,
+        "msg_order_1".to_owned(),
+    ];
+    let once: BTreeMap<String, u32> = ["billing", "audit"]
+        .iter()
+        .flat_map(|p| valid.iter().map(move |id| (format!("{p}:{id}"), 1)))
+        .collect();
+    assert_eq!(
+        runs.get(),
+        once,
+        "each valid one once per processor, no invalid one"
+    );
+    let counts = inbox.counts().await.unwrap();
+    assert_eq!(
+        (
+            counts.invalid,
+            counts.queued,
+            counts.dead,
+            counts.processing
+        ),
+        (3, 0, 0, 0),
+        "invalid, never queued nor dead"
+    );
+
+    // Each invalid event: its state, its errors' paths, no route, no attempt.
+    let expected = [
+        ("stripe", "/data/object/amount_paid"),
+        ("github", "/commits/1"),
+        ("standard", "/data/line_items/1/quantity"),
+    ];
+    assert_eq!(invalid_id("stripe"), "evt_1PkInvalid001");
+    assert_eq!(invalid_id("github"), digest_of("github_push_no_commit_id"));
+    for (source, path) in expected {
+        let id = invalid_id(source);
+        let event = inbox.event(source, &id).await.unwrap().expect("stored");
+        assert_eq!(event.summary.state, State::Invalid, "{id}");
+        assert!(event.routes.is_empty() && event.attempts.is_empty(), "{id}");
+        let paths: Vec<&str> = event
+            .validation_errors
+            .iter()
+            .map(|e| e.path.as_str())
+            .collect();
+        assert_eq!(paths, [path], "{id}");
+        let json = serde_json::to_value(&event).unwrap();
+        assert_eq!(json["state"], "invalid", "{id}");
+        assert_eq!(json["validation_errors"][0]["path"], path, "{id}");
+    }
+    // The messages never quote the payload's values.
+    let stripe = inbox
+        .event("stripe", "evt_1PkInvalid001")
+        .await
+        .unwrap()
+        .unwrap();
+    let message = &stripe.validation_errors[0].message;
+    assert!(
+        message.contains("integer") && !message.contains("20.00"),
+        "{message}"
+    );
+    // The valid ones carry none.
+    let fine = inbox
+        .event("stripe", "evt_1PkValid0001")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(fine.summary.state, State::Processed);
+    assert!(fine.validation_errors.is_empty());
+
+    // Listed, in (source, id) order, a page at a time.
+    let listed = inbox.list_invalid(None, 2).await.unwrap();
+    let ids: Vec<&str> = listed.iter().map(|e| e.summary.source.as_str()).collect();
+    assert_eq!(ids, ["github", "standard"]);
+    let rest = inbox
+        .list_invalid(Some(("standard", "msg_order_2")), 2)
+        .await
+        .unwrap();
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].summary.id, "evt_1PkInvalid001");
+
+    // A redelivery of an invalid one is a duplicate: still invalid, still not run.
+    let (_, _, scheme, sign_id, fixture) = deliveries().remove(3);
+    assert_eq!(
+        deliver(&inbox, scheme, sign_id, &payload(fixture)).await,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(inbox.counts().await.unwrap().invalid, 3);
+
+    // The schemas fixed for Stripe's new version (an amount as a decimal string too): a
+    // requeue queues that one, and keeps the other two.
+    let fixed = schemas()
+        .with_schema(
+            "invoice.paid",
+            &serde_json::json!({
+                "type": "object",
+                "required": ["data"],
+                "properties": {"data": {"properties": {"object": {"properties": {
+                    "amount_paid": {"type": ["integer", "string"]}
+                }}}}}
+            }),
+        )
+        .unwrap();
+    let now = fan_out(plain).with_schemas(fixed);
+    let done = now.requeue_invalid().await.unwrap();
+    assert_eq!((done.queued, done.still_invalid), (1, 2), "{done:?}");
+    assert_ne!(done, RevalidatedCounts::default());
+    let mut once = once;
+    once.insert("billing:evt_1PkInvalid001".into(), 1);
+    once.insert("audit:evt_1PkInvalid001".into(), 1);
+    eventually("the fixed one processed on both", async || {
+        runs.get() == once
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for worker in workers {
+        worker.shutdown().await;
+    }
+    assert_eq!(runs.get(), once, "run once each, no other");
+    assert_eq!(now.counts().await.unwrap().invalid, 2);
+    let event = now
+        .event("stripe", "evt_1PkInvalid001")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(event.summary.state, State::Processed);
+    assert!(event.validation_errors.is_empty());
+    // A second requeue changes nothing more.
+    let again = now.requeue_invalid().await.unwrap();
+    assert_eq!((again.queued, again.still_invalid), (0, 2));
+}
+
+#[tokio::test]
+async fn sqlite_invalid_events_never_run_and_a_requeue_after_a_fix_runs_them_once() {
+    let store = stores::sqlite().await;
+    invalid_events_never_run_and_a_requeue_after_a_fix_runs_them_once(Inbox::sqlite(&store)).await;
+}
+
+#[tokio::test]
+async fn postgres_invalid_events_never_run_and_a_requeue_after_a_fix_runs_them_once() {
+    let store = stores::postgres().await;
+    invalid_events_never_run_and_a_requeue_after_a_fix_runs_them_once(Inbox::postgres(&store))
+        .await;
+}
+
+/// A type without a schema goes on as before; strict schemas keep it invalid. A body
+/// that is not JSON is invalid at the root.
+async fn types_without_a_schema_run_unless_strict(inbox: Inbox) {
+    let source = common::seed::standard("shop");
+    let loose = inbox.clone().with_schemas(schemas());
+    let other = r#"{"type":"customer.created","data":{}}"#;
+    assert_eq!(
+        loose.ingest(&source, Some("c1"), other).await.unwrap(),
+        Accepted::New
+    );
+    let strict = inbox.with_schemas(schemas().strict(true));
+    assert_eq!(
+        strict.ingest(&source, Some("c2"), other).await.unwrap(),
+        Accepted::New
+    );
+    let loose_event = strict.event("shop", "c1").await.unwrap().unwrap();
+    assert_eq!(loose_event.summary.state, State::Queued);
+    let strict_event = strict.event("shop", "c2").await.unwrap().unwrap();
+    assert_eq!(strict_event.summary.state, State::Invalid);
+    assert_eq!(strict_event.validation_errors[0].path, "");
+    let counts = strict.counts().await.unwrap();
+    assert_eq!((counts.queued, counts.invalid), (1, 1));
+}
+
+#[tokio::test]
+async fn sqlite_types_without_a_schema_run_unless_strict() {
+    let store = stores::sqlite().await;
+    types_without_a_schema_run_unless_strict(Inbox::sqlite(&store)).await;
+}
+
+#[tokio::test]
+async fn postgres_types_without_a_schema_run_unless_strict() {
+    let store = stores::postgres().await;
+    types_without_a_schema_run_unless_strict(Inbox::postgres(&store)).await;
+}
