@@ -24,6 +24,11 @@ use tower_webhook::inbox::{
 use tower_webhook::schemas::Schemas;
 use tower_webhook::{Event, Scheme, VerifyWebhookLayer};
 
+use axum::body::Body;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower_webhook::admin;
+
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schemas")
 }
@@ -43,6 +48,19 @@ fn digest_of(fixture: &str) -> String {
 
 fn schemas() -> Schemas {
     Schemas::from_dir(fixtures().join("schemas")).unwrap()
+}
+
+/// The folder's schemas, Stripe's fixed for its new version (an amount as a decimal
+/// string too).
+fn fixed_schemas() -> Schemas {
+    let relaxed = json!({
+        "type": "object",
+        "required": ["data"],
+        "properties": {"data": {"properties": {"object": {"properties": {
+            "amount_paid": {"type": ["integer", "string"]}
+        }}}}}
+    });
+    schemas().with_schema("invoice.paid", &relaxed).unwrap()
 }
 
 /// Posts `payload` signed as `scheme` would, through `VerifyWebhookLayer` and the
@@ -269,19 +287,7 @@ async fn invalid_events_never_run_and_a_requeue_after_a_fix_runs_them_once(plain
 
     // The schemas fixed for Stripe's new version (an amount as a decimal string too): a
     // requeue queues that one, and keeps the other two.
-    let fixed = schemas()
-        .with_schema(
-            "invoice.paid",
-            &serde_json::json!({
-                "type": "object",
-                "required": ["data"],
-                "properties": {"data": {"properties": {"object": {"properties": {
-                    "amount_paid": {"type": ["integer", "string"]}
-                }}}}}
-            }),
-        )
-        .unwrap();
-    let now = fan_out(plain).with_schemas(fixed);
+    let now = fan_out(plain).with_schemas(fixed_schemas());
     let done = now.requeue_invalid().await.unwrap();
     assert_eq!((done.queued, done.still_invalid), (1, 2), "{done:?}");
     assert_ne!(done, RevalidatedCounts::default());
@@ -357,4 +363,98 @@ async fn sqlite_types_without_a_schema_run_unless_strict() {
 async fn postgres_types_without_a_schema_run_unless_strict() {
     let store = stores::postgres().await;
     types_without_a_schema_run_unless_strict(Inbox::postgres(&store)).await;
+}
+
+/// The operator's endpoints: `GET /counts` has `invalid`; `GET /events?state=invalid`
+/// lists them a page at a time with their errors; one event's row says `invalid` with
+/// `validation_errors`; `POST /requeue {"invalid": true}` checks them again (alone).
+async fn the_admin_counts_lists_shows_and_requeues_invalid_events(plain: Inbox) {
+    let inbox = plain.clone().with_schemas(schemas());
+    for (_, _, scheme, sign_id, fixture) in deliveries() {
+        let status = deliver(&inbox, scheme, sign_id, &payload(fixture)).await;
+        assert_eq!(status, StatusCode::NO_CONTENT);
+    }
+    let counts = admin_get(&inbox, "/counts").await;
+    assert_eq!(
+        (counts["invalid"].as_u64(), counts["queued"].as_u64()),
+        (Some(3), Some(3))
+    );
+
+    let first = admin_get(&inbox, "/events?state=invalid&limit=2").await;
+    let rows = first["events"].as_array().unwrap();
+    let sources: Vec<&str> = rows.iter().map(|r| r["source"].as_str().unwrap()).collect();
+    assert_eq!(sources, ["github", "standard"]);
+    assert!(rows.iter().all(|r| r["state"] == "invalid"));
+    assert_eq!(
+        rows[1]["validation_errors"][0]["path"],
+        "/data/line_items/1/quantity"
+    );
+    let next = first["next"].as_str().expect("a next page");
+    let second = admin_get(
+        &inbox,
+        &format!("/events?state=invalid&limit=2&after={next}"),
+    )
+    .await;
+    assert_eq!(second["events"][0]["id"], "evt_1PkInvalid001");
+    assert_eq!(second["next"], Value::Null);
+
+    let one = admin_get(&inbox, "/events/stripe/evt_1PkInvalid001").await;
+    assert_eq!(one["state"], "invalid");
+    assert_eq!(
+        one["validation_errors"][0]["path"],
+        "/data/object/amount_paid"
+    );
+    let errors = one["validation_errors"].to_string();
+    assert!(
+        !errors.contains("20.00"),
+        "no payload value in the errors: {errors}"
+    );
+
+    let (status, _) = admin_post(&inbox, "/requeue", r#"{"invalid": true, "dead": true}"#).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "invalid stands alone");
+    let fixed = plain.with_schemas(fixed_schemas());
+    let (status, done) = admin_post(&fixed, "/requeue", r#"{"invalid": true}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(done, json!({"requeued": 1, "still_invalid": 2}));
+    let counts = admin_get(&fixed, "/counts").await;
+    assert_eq!(
+        (counts["invalid"].as_u64(), counts["queued"].as_u64()),
+        (Some(2), Some(4))
+    );
+    let one = admin_get(&fixed, "/events/stripe/evt_1PkInvalid001").await;
+    assert_eq!(
+        (one["state"].as_str(), one["validation_errors"].clone()),
+        (Some("queued"), json!([]))
+    );
+}
+
+async fn admin_get(inbox: &Inbox, uri: &str) -> Value {
+    let request = http::Request::get(uri).body(Body::empty()).unwrap();
+    let response = admin::router(inbox.clone()).oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "{uri}");
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+async fn admin_post(inbox: &Inbox, uri: &str, body: &str) -> (StatusCode, Value) {
+    let request = http::Request::post(uri)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_owned()))
+        .unwrap();
+    let response = admin::router(inbox.clone()).oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap())
+}
+
+#[tokio::test]
+async fn sqlite_the_admin_counts_lists_shows_and_requeues_invalid_events() {
+    let store = stores::sqlite().await;
+    the_admin_counts_lists_shows_and_requeues_invalid_events(Inbox::sqlite(&store)).await;
+}
+
+#[tokio::test]
+async fn postgres_the_admin_counts_lists_shows_and_requeues_invalid_events() {
+    let store = stores::postgres().await;
+    the_admin_counts_lists_shows_and_requeues_invalid_events(Inbox::postgres(&store)).await;
 }

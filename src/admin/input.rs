@@ -28,12 +28,51 @@ pub(super) fn processor<'a>(inbox: &Inbox, name: &'a str) -> Result<&'a str, Adm
     }
 }
 
+/// The invalid events' listing: a page size and the key after which it starts.
+pub(super) struct InvalidListing {
+    pub(super) limit: usize,
+    pub(super) after: Option<(String, String)>,
+}
+
 impl ListQuery {
+    /// `state=invalid` (with `limit` and `after` alone): the invalid events, by source and
+    /// id; `None` for another state.
+    pub(super) fn invalid(&self) -> Result<Option<InvalidListing>, AdminError> {
+        if self.state.as_deref() != Some("invalid") {
+            return Ok(None);
+        }
+        if self.order.is_some() || self.processor.is_some() {
+            return Err(AdminError::bad_request(
+                "state=invalid takes limit and after only",
+            ));
+        }
+        let limit = match &self.limit {
+            None => Listing::DEFAULT_LIMIT,
+            Some(limit) => limit
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=Listing::MAX_LIMIT).contains(n))
+                .ok_or(AdminError::bad_request("limit must be 1 to 1000"))?,
+        };
+        let after = match &self.after {
+            None => None,
+            Some(after) => Some(
+                invalid_cursor(after)
+                    .ok_or(AdminError::bad_request("after must be a next cursor"))?,
+            ),
+        };
+        Ok(Some(InvalidListing { limit, after }))
+    }
+
     pub(super) fn listing(self, inbox: &Inbox) -> Result<Listing, AdminError> {
         let mut listing = match self.state.as_deref() {
             Some("dead") => Listing::dead(),
             Some("failing") => Listing::failing(),
-            _ => return Err(AdminError::bad_request("state must be dead or failing")),
+            _ => {
+                return Err(AdminError::bad_request(
+                    "state must be dead, failing or invalid",
+                ))
+            }
         };
         match self.order.as_deref() {
             None | Some("newest") => {}
@@ -101,9 +140,28 @@ pub(super) struct RequeueBody {
     #[serde(default)]
     all: bool,
     processor: Option<String>,
+    /// The invalid events, checked again against the inbox's schemas (alone).
+    #[serde(default)]
+    invalid: bool,
 }
 
 impl RequeueBody {
+    /// `{"invalid": true}`: whether the body asks for the invalid events (then alone).
+    pub(super) fn invalid(&self) -> Result<bool, AdminError> {
+        let other = self.source.is_some()
+            || self.id.is_some()
+            || self.dead
+            || self.all
+            || self.event_type.is_some()
+            || self.received_from.is_some()
+            || self.received_before.is_some()
+            || self.processor.is_some();
+        match (self.invalid, other) {
+            (true, true) => Err(AdminError::bad_request("invalid stands alone")),
+            (invalid, _) => Ok(invalid),
+        }
+    }
+
     pub(super) fn requeue(self, inbox: &Inbox) -> Result<Requeue, AdminError> {
         let only = match &self.processor {
             Some(name) => Some(processor(inbox, name)?.to_owned()),
@@ -180,4 +238,20 @@ pub(crate) fn time(text: &str) -> Result<SystemTime, AdminError> {
         .map_err(|_| {
             AdminError::bad_request("received_from and received_before are RFC 3339 times")
         })
+}
+
+/// The `next` of a page of invalid events: its last event's source and id, base64url.
+pub(super) fn invalid_next(source: &str, id: &str) -> String {
+    use base64::Engine as _;
+    let key = serde_json::to_vec(&[source, id]).expect("strings serialize");
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key)
+}
+
+fn invalid_cursor(after: &str) -> Option<(String, String)> {
+    use base64::Engine as _;
+    let key = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(after)
+        .ok()?;
+    let [source, id]: [String; 2] = serde_json::from_slice(&key).ok()?;
+    Some((source, id))
 }

@@ -6,7 +6,7 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `GET /counts` | `{"queued": 3, "processing": 1, "processed": 1200, "dead": 2, "paused": 0, "oldest_due_ms": 850}` ([`Inbox::counts`]) |
+//! | `GET /counts` | `{"queued": 3, "processing": 1, "processed": 1200, "dead": 2, "paused": 0, "invalid": 0, "oldest_due_ms": 850}` ([`Inbox::counts`]) |
 //! | `GET /events?state=dead` | `{"events": [{"source", "id", "type", "object_id", "state", "attempts", "received_at", "next_attempt_at", "dead_at", "last_error"}, …], "next": "<cursor>"}` ([`Inbox::list`]) |
 //! | `GET /events/{source}/{id}` | one event's row with `"livemode"`, `"processed_at"`, `"body"`, `"body_encoding"`, `"headers"` and `"history"` ([`Inbox::event`]) |
 //! | `GET /processed?minutes=15` | `{"minutes": [{"start": "2026-12-03T15:04:00Z", "processed": 12}, …]}` ([`Inbox::processed_per_minute`]) |
@@ -43,7 +43,12 @@
 //!   (`"received_from"`, at or after; `"received_before"`) to narrow either — or alone,
 //!   every row of that type or window, processed ones included — and `{"all": true}` for
 //!   every row. An empty object names nothing and is refused. Rows a worker is processing
-//!   now are left to it.
+//!   now are left to it. `{"invalid": true}` (alone) checks the invalid events again
+//!   against the inbox's schemas ([`Inbox::requeue_invalid`]): `{"requeued": n,
+//!   "still_invalid": m}`, the valid ones routed and run.
+//! - `GET /events?state=invalid` (with `limit` and `after`): the events their type's
+//!   schema refused, by source and id, each row with `"validation_errors"`
+//!   (`[{"path", "message"}]`); `GET /events/{source}/{id}` of one has them too.
 //! - `POST /pause` and `POST /resume` take `source` and `type`, each optional (absent:
 //!   any; neither: the whole inbox). While paused, no worker starts a matching event;
 //!   accepts go on. `changed` is `false` when it was paused (or not paused) already.

@@ -7,7 +7,7 @@ use axum::{Json, Router};
 use serde_json::Value;
 
 use super::backfill::{BackfillBody, Created};
-use super::input::{ListQuery, ProcessedQuery, RequeueBody};
+use super::input::{invalid_next, InvalidListing, ListQuery, ProcessedQuery, RequeueBody};
 use super::pause::{self, counts};
 use super::AdminError;
 use crate::inbox::json::PerMinute;
@@ -15,7 +15,7 @@ use crate::inbox::{Backfill, Inbox, StoredEvent};
 
 pub(super) fn router(inbox: Inbox) -> Router {
     let routes = Router::new()
-        .route("/counts", get(counts::<Inbox>))
+        .route("/counts", get(inbox_counts))
         .route("/events", get(list))
         .route("/events/{source}/{id}", get(event))
         .route(
@@ -32,6 +32,15 @@ pub(super) fn router(inbox: Inbox) -> Router {
     pause::routes(routes).with_state(inbox)
 }
 
+/// `GET /counts`, with `"invalid"`: the events kept invalid (per event, beside the
+/// routes' states).
+async fn inbox_counts(inbox: State<Inbox>) -> Result<Json<Value>, AdminError> {
+    let invalid = inbox.invalid_count().await.map_err(AdminError::store)?;
+    let Json(mut json) = counts::<Inbox>(inbox).await?;
+    json["invalid"] = invalid.into();
+    Ok(Json(json))
+}
+
 async fn list(
     State(inbox): State<Inbox>,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -41,6 +50,9 @@ async fn list(
             "the query takes state, order, limit, after and processor, once each",
         )
     })?;
+    if let Some(invalid) = query.invalid()? {
+        return list_invalid(&inbox, invalid).await;
+    }
     let listing = query.listing(&inbox)?;
     let page = inbox.list(&listing).await.map_err(AdminError::store)?;
     let mut json = to_json(&page)?;
@@ -52,6 +64,26 @@ async fn list(
         }
     }
     Ok(Json(json))
+}
+
+/// `GET /events?state=invalid`: each invalid event's row with its `validation_errors`,
+/// by source and id; `next` the cursor of the following page (`null` on the last).
+async fn list_invalid(inbox: &Inbox, page: InvalidListing) -> Result<Json<Value>, AdminError> {
+    let after = page.after.as_ref().map(|(s, i)| (s.as_str(), i.as_str()));
+    let mut events =
+        (inbox.list_invalid(after, page.limit + 1).await).map_err(AdminError::store)?;
+    let next = (events.len() > page.limit).then(|| {
+        events.truncate(page.limit);
+        let last = &events[page.limit - 1].summary;
+        invalid_next(&last.source, &last.id)
+    });
+    let mut rows = Vec::with_capacity(events.len());
+    for event in &events {
+        let mut row = to_json(&event.summary)?;
+        row["validation_errors"] = to_json(&event.validation_errors)?;
+        rows.push(row);
+    }
+    Ok(Json(serde_json::json!({"events": rows, "next": next})))
 }
 
 /// With more than one processor, answers name them (with one, they are as before fan-out).
@@ -116,26 +148,32 @@ struct Requeued {
 async fn requeue(
     State(inbox): State<Inbox>,
     body: Result<Json<RequeueBody>, JsonRejection>,
-) -> Result<Json<Requeued>, AdminError> {
+) -> Result<Json<Value>, AdminError> {
     let Json(body) = body.map_err(|rejection| match rejection {
         JsonRejection::MissingJsonContentType(_) => {
             AdminError::bad_request("the body is JSON, sent as Content-Type: application/json")
         }
         _ => AdminError::bad_request(
-            "the body is a JSON object of source, id, dead, type, received_from, received_before, all, processor",
+            "the body is a JSON object of source, id, dead, type, received_from, received_before, all, processor, invalid",
         ),
     })?;
+    if body.invalid()? {
+        // Checked again against the schemas the inbox has now.
+        let done = inbox.requeue_invalid().await.map_err(AdminError::store)?;
+        let answer =
+            serde_json::json!({"requeued": done.queued, "still_invalid": done.still_invalid});
+        return Ok(Json(answer));
+    }
     let which = body.requeue(&inbox)?;
-    inbox
+    let done = inbox
         .requeue_counted(which)
         .await
-        .map(|done| {
-            Json(Requeued {
-                requeued: done.requeued,
-                without_body: done.without_body,
-            })
-        })
-        .map_err(AdminError::store)
+        .map_err(AdminError::store)?;
+    to_json(&Requeued {
+        requeued: done.requeued,
+        without_body: done.without_body,
+    })
+    .map(Json)
 }
 
 /// `POST /backfill`: routes for a processor added later (see [`Inbox::backfill`]); a
