@@ -130,6 +130,12 @@ Environment (variable [default] (modes): what it does):
   WEBHOOK_TRUST_TRACEPARENT [0] (inbox, nats): 1: a verified delivery's `traceparent`
       header is the accept span's parent; else it is only linked (a sender's trace id
       never joins ours unless trusted); 1 in dedupe mode refuses to start
+  WEBHOOK_SCHEMAS [off] (inbox): a folder of `<event type>.json` JSON Schemas (and
+      `<source>/<event type>.json`); each event is checked at accept, and one that fails
+      is answered 204, never processed, kept `invalid` with its errors (GET
+      /admin/events?state=invalid; POST /admin/requeue {\"invalid\": true} checks again);
+      a schema that does not compile stops the receiver at start, naming its file; set in
+      nats mode (not yet checked there) or dedupe mode, the receiver refuses to start
 
 It serves POST /webhooks and GET /metrics, and prints `handled <event id>` each time its
 handler runs; in inbox and nats mode also `finished <event id>` when it returns, and
@@ -451,6 +457,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         Ok(_) | Err(_) => return Err("WEBHOOK_TRUST_TRACEPARENT: 0 or 1".into()),
     };
+    // Unset: no event is checked. A schema that does not compile names its file.
+    let schemas = match std::env::var("WEBHOOK_SCHEMAS") {
+        Ok(_) if std::env::var("WEBHOOK_MODE").as_deref() != Ok("inbox") => {
+            return Err("WEBHOOK_SCHEMAS: inbox mode only (not yet checked in nats mode)".into())
+        }
+        Ok(dir) => Some(
+            tower_webhook::schemas::Schemas::from_dir(&dir)
+                .map_err(|e| format!("WEBHOOK_SCHEMAS: {e}"))?,
+        ),
+        Err(_) => None,
+    };
     // Each mode's store also remembers PayPal's transmissions for every replica on it.
     let (mode, store, store_name) = match std::env::var("WEBHOOK_MODE").as_deref() {
         Ok("inbox") => {
@@ -464,6 +481,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 None => inbox,
             }
             .with_trusted_traceparent(trust_traceparent);
+            let inbox = match schemas {
+                Some(schemas) => inbox.with_schemas(schemas),
+                None => inbox,
+            };
             if let Some(retention) = body_retention {
                 expire_bodies_every(inbox.clone().with_body_retention(retention), retention);
             }

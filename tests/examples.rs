@@ -3176,3 +3176,98 @@ async fn receiver_refuses_an_otlp_protocol_it_cannot_speak() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{stderr}");
 }
+
+/// `WEBHOOK_SCHEMAS` in `inbox` mode (the fixtures' schema folder): a Stripe event its
+/// schema takes runs; one it refuses is answered 204, never runs, and the operator API
+/// counts and lists it `invalid` with its error's JSON pointer. A folder holding a schema
+/// that does not compile stops the receiver at start, naming the file; set in `nats`
+/// mode, the receiver refuses to start.
+#[tokio::test]
+async fn receiver_in_inbox_mode_with_schemas_keeps_invalid_events_apart() {
+    const SECRET: &str = "whsec_receiver_schemas_01234567";
+    const TOKEN: &str = "operator-token-0123456789";
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schemas");
+    let folder = fixtures.join("schemas");
+    let env = [
+        ("WEBHOOK_SCHEME", "stripe"),
+        ("WEBHOOK_SECRETS", SECRET),
+        ("WEBHOOK_MODE", "inbox"),
+        ("WEBHOOK_SCHEMAS", folder.to_str().unwrap()),
+        ("WEBHOOK_ADMIN_TOKEN", TOKEN),
+    ];
+    let db = std::env::temp_dir().join(format!(
+        "tower-webhook-receiver-schemas-{}.db",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let (mut receiver, url, mut out) = start_receiver(&db, &env).await;
+    for fixture in ["stripe_invoice_paid_renamed", "stripe_invoice_paid"] {
+        let path = fixtures.join("payloads").join(format!("{fixture}.json"));
+        let body = std::fs::read(path).unwrap();
+        let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+        let (status, _) = post(&url, headers, body).await.unwrap();
+        assert_eq!(status, StatusCode::NO_CONTENT, "{fixture}");
+    }
+    // Only the valid one runs: the invalid one came first and never shows.
+    let line = tokio::time::timeout(Duration::from_secs(10), out.next_line()).await;
+    assert_eq!(
+        line.unwrap().unwrap().as_deref(),
+        Some("handled evt_1PkValid0001")
+    );
+    let bearer = format!("Bearer {TOKEN}");
+    let auth = [(http::header::AUTHORIZATION, bearer.as_str())];
+    let admin = url.replace("/webhooks", "/admin");
+    let (status, _, counts) = ask(http::Method::GET, &format!("{admin}/counts"), &auth, None).await;
+    assert_eq!(status, StatusCode::OK, "{counts}");
+    let counts: serde_json::Value = serde_json::from_str(&counts).unwrap();
+    assert_eq!(counts["invalid"], 1, "{counts}");
+    let listing = format!("{admin}/events?state=invalid");
+    let (status, _, listed) = ask(http::Method::GET, &listing, &auth, None).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["events"][0]["id"], "evt_1PkInvalid001", "{listed}");
+    assert_eq!(listed["events"][0]["state"], "invalid", "{listed}");
+    let path = &listed["events"][0]["validation_errors"][0]["path"];
+    assert_eq!(path, "/data/object/amount_paid", "{listed}");
+    let more = tokio::time::timeout(Duration::from_millis(500), out.next_line()).await;
+    assert!(
+        more.as_ref()
+            .map_or(true, |l| !format!("{l:?}").contains("evt_1PkInvalid001")),
+        "the invalid event ran: {more:?}"
+    );
+    receiver.kill().await.unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+
+    // A schema that does not compile: the receiver does not start, and names the file.
+    let broken = std::env::temp_dir().join(format!(
+        "tower-webhook-schemas-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(
+        broken.join("invoice.paid.json"),
+        r#"{"type": "no such type"}"#,
+    )
+    .unwrap();
+    let env = [
+        ("WEBHOOK_MODE", "inbox"),
+        ("WEBHOOK_SCHEMAS", broken.to_str().unwrap()),
+        ("BIND", "127.0.0.1:0"),
+    ];
+    let output = run_with("receiver", &[], &env).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("invoice.paid.json"), "{stderr}");
+    std::fs::remove_dir_all(&broken).unwrap();
+
+    let env = [
+        ("WEBHOOK_MODE", "nats"),
+        ("WEBHOOK_SCHEMAS", folder.to_str().unwrap()),
+        ("BIND", "127.0.0.1:0"),
+    ];
+    let output = run_with("receiver", &[], &env).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("WEBHOOK_SCHEMAS"), "{stderr}");
+}
