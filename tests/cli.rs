@@ -80,7 +80,7 @@ async fn the_command_reads_and_requeues_what_the_library_sees(inbox: Inbox, db: 
     let (states, lag) = table.stdout.split_once("oldest due: ").unwrap();
     assert_eq!(
         states,
-        "STATE       ROWS\nqueued      2\nprocessing  0\nprocessed   1\ndead        3\npaused      0\n"
+        "STATE       ROWS\nqueued      2\nprocessing  0\nprocessed   1\ndead        3\npaused      0\ninvalid     0\n"
     );
     assert!(
         lag.ends_with(" s\n") && lag.lines().count() == 1,
@@ -1047,4 +1047,83 @@ async fn text_from_the_database_cannot_drive_the_terminal() {
         .json();
     assert_eq!(json["last_error"], "boom \u{1b}[2J\u{1b}[31mred");
     assert_eq!(json["type"], "order.\u{1b}]0;pwned\u{7}paid");
+}
+
+/// Invalid events (issue 36): `counts` has them, `list --state invalid` lists them with
+/// their errors, `show` prints the errors beside the row, and `requeue --invalid
+/// --schemas DIR` checks them again against that folder: the valid ones are queued.
+async fn the_command_counts_lists_shows_and_requeues_invalid_events(inbox: Inbox, db: &str) {
+    let id_is_a_number = json!({"properties": {"data": {"properties": {"object": {
+        "properties": {"id": {"type": "integer"}}
+    }}}}});
+    let schemas = tower_webhook::schemas::Schemas::new()
+        .with_schema("order.paid", &id_is_a_number)
+        .unwrap();
+    let checked = inbox.clone().with_schemas(schemas);
+    let verifier = standard("standard");
+    let stored = checked.ingest(&verifier, Some("evt_bad"), body("evt_bad"));
+    stored.await.unwrap();
+    let counts = run(db, &["--json", "counts"]).await.json();
+    assert_eq!(
+        (counts["invalid"].as_u64(), counts["queued"].as_u64()),
+        (Some(1), Some(0))
+    );
+    let text = run(db, &["counts"]).await.stdout;
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().eq(["invalid", "1"])),
+        "{text}"
+    );
+
+    let listed = run(db, &["--json", "list", "--state", "invalid"])
+        .await
+        .json();
+    assert_eq!(listed["events"][0]["id"], "evt_bad", "{listed}");
+    assert_eq!(listed["events"][0]["state"], "invalid", "{listed}");
+    assert_eq!(
+        listed["events"][0]["validation_errors"][0]["path"],
+        "/data/object/id"
+    );
+    let text = run(db, &["list", "--state", "invalid"]).await.stdout;
+    assert!(
+        text.contains("evt_bad") && text.contains("/data/object/id"),
+        "{text}"
+    );
+    let shown = run(db, &["show", "standard", "evt_bad"]).await;
+    assert_eq!(shown.code, 0, "{shown:?}");
+    assert!(shown.stdout.contains("invalid"), "{shown:?}");
+    let errors = rows_under(&shown.stdout, &["PATH", "SCHEMA-ERROR"]);
+    assert_eq!(errors[0][0], "/data/object/id", "{shown:?}");
+    let message = errors[0][1..].join(" ");
+    assert!(
+        !message.contains("pi_evt_bad"),
+        "no payload value in {message}"
+    );
+
+    let refused = run(db, &["requeue", "--invalid"]).await;
+    assert_eq!(refused.code, 2, "--invalid needs --schemas: {refused:?}");
+    let dir = std::env::temp_dir().join(format!(
+        "tower-webhook-cli-schemas-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("order.paid.json"), r#"{"type": "object"}"#).unwrap();
+    let dir_arg = dir.to_str().unwrap();
+    let done = run(db, &["requeue", "--invalid", "--schemas", dir_arg]).await;
+    assert_eq!(done.stdout, "requeued 1\nstill invalid 0\n", "{done:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let counts = inbox.counts().await.unwrap();
+    assert_eq!((counts.invalid, counts.queued), (0, 1));
+}
+
+#[tokio::test]
+async fn sqlite_the_command_counts_lists_shows_and_requeues_invalid_events() {
+    let (inbox, path) = sqlite().await;
+    the_command_counts_lists_shows_and_requeues_invalid_events(inbox, &path).await;
+}
+
+#[tokio::test]
+async fn postgres_the_command_counts_lists_shows_and_requeues_invalid_events() {
+    let (inbox, url) = postgres().await;
+    the_command_counts_lists_shows_and_requeues_invalid_events(inbox, &url).await;
 }

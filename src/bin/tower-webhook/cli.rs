@@ -35,7 +35,8 @@ pub(crate) enum Command {
     /// A page of the dead or failing rows, with their last error.
     List {
         /// dead: gave up after the maximum attempts; failing: queued again after a failed
-        /// attempt.
+        /// attempt; invalid: refused by their type's JSON Schema, never processed (by source
+        /// and id; --limit only).
         #[arg(long, value_enum)]
         state: Rows,
         /// At most this many rows (1 to 1000).
@@ -64,7 +65,7 @@ pub(crate) enum Command {
     /// receipt window — alone, those match processed rows too (a replay). Rows a worker is
     /// processing now are left to it.
     #[command(group(ArgGroup::new("rows").required(true).multiple(true)
-        .args(["id", "dead", "event_type", "from", "before", "all"])))]
+        .args(["id", "dead", "event_type", "from", "before", "all", "invalid"])))]
     Requeue {
         /// One event, as SOURCE/ID (split at the first '/').
         #[arg(long, value_name = "SOURCE/ID", value_parser = parse_key, conflicts_with_all = ["dead", "all"])]
@@ -88,6 +89,14 @@ pub(crate) enum Command {
         /// are (fan-out; default: every processor's).
         #[arg(long, value_name = "NAME")]
         processor: Option<String>,
+        /// The invalid events, checked again against the schemas in --schemas: the valid
+        /// ones are routed and run, the rest stay invalid; prints how many of each.
+        #[arg(long, requires = "schemas", conflicts_with_all = ["id", "dead", "event_type", "from", "before", "all", "processor"])]
+        invalid: bool,
+        /// The folder of `<event type>.json` schemas --invalid checks against (as the
+        /// application loads it).
+        #[arg(long, value_name = "DIR", requires = "invalid")]
+        schemas: Option<std::path::PathBuf>,
     },
     /// Stop the workers starting events of a source, a type, or both (neither: every
     /// event), of every processor or one; accepts go on, and running events finish.
@@ -177,6 +186,8 @@ impl Command {
 pub(crate) enum Rows {
     Dead,
     Failing,
+    /// Refused by their type's JSON Schema at accept: never processed.
+    Invalid,
 }
 
 fn parse_cursor(s: &str) -> Result<Cursor, String> {

@@ -6,7 +6,7 @@ use tower_webhook::seal::KeyRing;
 use crate::cli::{Cli, Command, Rows};
 use crate::database::open;
 use crate::failure::Failure;
-use crate::output::{counted, json, listed, paused, shown};
+use crate::output::{counted, json, listed, listed_invalid, paused, shown};
 use crate::processors;
 
 pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
@@ -100,6 +100,7 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
                 sum.paused += c.paused;
                 sum.oldest_due = sum.oldest_due.max(c.oldest_due);
             }
+            sum.invalid = inbox.invalid_count().await?;
             // One processor, `default`: the answer as before fan-out.
             let fanned_out = routed.iter().any(|name| name != DEFAULT_PROCESSOR);
             match (cli.json, fanned_out) {
@@ -123,6 +124,30 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             let mut listing = match state {
                 Rows::Dead => Listing::dead(),
                 Rows::Failing => Listing::failing(),
+                Rows::Invalid if *oldest || after.is_some() || processor.is_some() => {
+                    return Err(Failure::Usage("--state invalid takes --limit only".into()))
+                }
+                Rows::Invalid => {
+                    let events = inbox.list_invalid(None, usize::from(*limit)).await?;
+                    let out = match cli.json {
+                        true => {
+                            let rows: Vec<serde_json::Value> = (events.iter())
+                                .map(|e| {
+                                    let mut row =
+                                        serde_json::to_value(&e.summary).expect("serializes");
+                                    row["validation_errors"] =
+                                        serde_json::to_value(&e.validation_errors)
+                                            .expect("serializes");
+                                    row
+                                })
+                                .collect();
+                            json(&serde_json::json!({ "events": rows }))
+                        }
+                        false => listed_invalid(&events),
+                    };
+                    print!("{out}");
+                    return Ok(());
+                }
             }
             .with_limit(usize::from(*limit));
             if *oldest {
@@ -177,6 +202,24 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             }
         }
         Command::Requeue {
+            invalid: true,
+            schemas: Some(dir),
+            ..
+        } => {
+            let schemas = tower_webhook::schemas::Schemas::from_dir(dir)
+                .map_err(|e| Failure::Usage(format!("--schemas: {e}")))?;
+            let done = inbox
+                .clone()
+                .with_schemas(schemas)
+                .requeue_invalid()
+                .await?;
+            let (n, left) = (done.queued, done.still_invalid);
+            match cli.json {
+                true => json(&serde_json::json!({ "requeued": n, "still_invalid": left })),
+                false => format!("requeued {n}\nstill invalid {left}\n"),
+            }
+        }
+        Command::Requeue {
             id,
             dead,
             event_type,
@@ -184,6 +227,7 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
             before,
             all: _,
             processor,
+            ..
         } => {
             let mut which = match (id, dead) {
                 (Some((source, id)), _) => Requeue::id(source, id),

@@ -104,6 +104,7 @@ pub(crate) fn counted(sum: &Counts, by: Option<&BTreeMap<String, Counts>>) -> St
             ["processed".to_owned(), sum.processed.to_string()],
             ["dead".to_owned(), sum.dead.to_string()],
             ["paused".to_owned(), sum.paused.to_string()],
+            ["invalid".to_owned(), sum.invalid.to_string()],
         ],
     ) + &format!("oldest due: {}\n", lag(sum.oldest_due));
     if let Some(by) = by {
@@ -244,6 +245,12 @@ pub(crate) fn shown(event: &StoredEvent, fanned_out: bool) -> String {
         ];
         let _ = write!(out, "\n{}", table(&header, rows));
     }
+    if !event.validation_errors.is_empty() {
+        // Why its schema refused it: a JSON pointer each, never a value of the body.
+        let rows = (event.validation_errors.iter())
+            .map(|e| [printable(&e.path, false), printable(&e.message, false)]);
+        let _ = write!(out, "\n{}", table(&["PATH", "SCHEMA-ERROR"], rows));
+    }
     if !event.attempts.is_empty() {
         let cells = |a: &tower_webhook::inbox::AttemptRecord| {
             [
@@ -317,4 +324,35 @@ pub(crate) fn shown(event: &StoredEvent, fanned_out: bool) -> String {
         }
     }
     out
+}
+
+/// The invalid events: source, id, type, received, and their first error (of how many).
+pub(crate) fn listed_invalid(events: &[StoredEvent]) -> String {
+    let rows = events.iter().map(|event| {
+        let e = &event.summary;
+        let first = event
+            .validation_errors
+            .first()
+            .map_or_else(String::new, |err| {
+                let more = event.validation_errors.len() - 1;
+                let path = if err.path.is_empty() {
+                    "(body)"
+                } else {
+                    &err.path
+                };
+                let text = format!("{path}: {}", err.message);
+                match more {
+                    0 => text,
+                    n => format!("{text} (+{n})"),
+                }
+            });
+        [
+            printable(&e.source, false),
+            printable(&e.id, false),
+            printable(e.event_type.as_deref().unwrap_or("-"), false),
+            rfc3339(e.received_at),
+            cut(printable(&first, false), 100),
+        ]
+    });
+    table(&["SOURCE", "ID", "TYPE", "RECEIVED", "ERRORS"], rows)
 }
