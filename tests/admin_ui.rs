@@ -1227,3 +1227,43 @@ async fn erase_body_confirms_first_then_erases() {
     .await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
 }
+
+/// Invalid events (issue 36): the overview counts them, `/invalid` lists them with their
+/// errors, and the event's page shows them beside the body, as escaped text.
+#[tokio::test]
+async fn invalid_events_are_counted_listed_and_their_errors_shown_beside_the_body() {
+    let id_is_a_number = serde_json::json!({"properties": {"data": {"properties": {
+        "object": {"properties": {"id": {"type": "integer"}}}
+    }}}});
+    let schemas = tower_webhook::schemas::Schemas::new()
+        .with_schema("order.paid", &id_is_a_number)
+        .unwrap();
+    let inbox = inbox().await.with_schemas(schemas);
+    let body = r#"{"type":"order.paid","data":{"object":{"id":"pi_<b>1</b>"}}}"#;
+    deliver_body(&inbox, "evt_invalid", body).await;
+
+    let overview = get(&inbox, "/admin/ui").await;
+    assert_eq!(overview.status, StatusCode::OK);
+    let counts = section(&overview.html, "counts");
+    assert!(counts.contains("<dt>invalid</dt><dd>1</dd>"), "{counts}");
+
+    let listed = get(&inbox, "/admin/ui/invalid").await;
+    assert_eq!(listed.status, StatusCode::OK);
+    assert!(listed.html.contains("evt_invalid"), "{}", listed.html);
+    assert!(
+        listed.html.contains("<code>/data/object/id</code>"),
+        "{}",
+        listed.html
+    );
+
+    let page = get(&inbox, "/admin/ui/event?source=standard&id=evt_invalid").await;
+    assert_eq!(page.status, StatusCode::OK);
+    let errors = section(&page.html, "validation");
+    assert!(errors.contains("<code>/data/object/id</code>"), "{errors}");
+    assert!(
+        !errors.contains("pi_"),
+        "no payload value in the errors: {errors}"
+    );
+    assert!(page.html.contains("invalid"), "its state");
+    assert!(!page.html.contains("<b>1</b>"), "the body escaped");
+}

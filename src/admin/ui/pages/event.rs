@@ -29,6 +29,12 @@ pub(in crate::admin::ui) fn event(
                 @if !routed { (attempts_section(e, false)) }
             }
             div.stack {
+                @if !e.validation_errors.is_empty() {
+                    section.card #validation {
+                        h2 { "Why its schema refused it" }
+                        (super::invalid::errors(e))
+                    }
+                }
                 (body_section(base, e, view, body))
                 (headers_section(e))
             }

@@ -10,10 +10,12 @@ use maud::{html, Markup, DOCTYPE};
 use crate::admin::door::signed_in; // the door let this request in: it can sign out
 
 mod event; // one event: fields, actions, body, headers, attempts
+mod invalid; // the events their schema refused
 mod list; // the failing and dead lists, and their bulk actions
 mod overview; // counts, sources, the rate, pauses
 
 pub(super) use self::event::event;
+pub(super) use self::invalid::invalid;
 pub(super) use self::list::{list, Typed};
 pub(super) use self::overview::{overview, Overview};
 
@@ -23,6 +25,7 @@ pub(super) enum Here {
     Overview,
     Failing,
     Dead,
+    Invalid,
     Other,
 }
 
@@ -49,6 +52,7 @@ pub(super) fn layout(base: &str, title: &str, here: Here, main: Markup) -> Marku
                         (nav(home(base).to_owned(), "Overview", Here::Overview))
                         (nav(format!("{base}/events?state=failing"), "Failing", Here::Failing))
                         (nav(format!("{base}/events?state=dead"), "Dead", Here::Dead))
+                        (nav(format!("{base}/invalid"), "Invalid", Here::Invalid))
                     }
                     form.search method="get" action={ (base) "/event" } role="search" {
                         input type="search" name="id" placeholder="event id" aria-label="event id" required;

@@ -56,6 +56,7 @@ fn counts_section(c: &Counts) -> Markup {
                 (cell("processed", "processed", c.processed))
                 (cell("dead", "dead", c.dead))
                 (cell("paused", "paused", c.paused))
+                (cell("invalid", "invalid", c.invalid))
             }
             p.note {
                 @match c.oldest_due {

@@ -111,3 +111,14 @@ async fn search(inbox: &Inbox, base: &str, id: &str) -> Result<Response, UiError
         _ => Ok(page(StatusCode::OK, pages::found(base, id, &keys))),
     }
 }
+
+/// `/invalid`: the first page of the invalid events, by source and id.
+pub(super) async fn invalid(
+    State(inbox): State<Inbox>,
+    Base(base): Base,
+) -> Result<Response, UiError> {
+    let mut events = (inbox.list_invalid(None, PAGE_ROWS + 1).await).map_err(store(&base))?;
+    let more = events.len() > PAGE_ROWS;
+    events.truncate(PAGE_ROWS);
+    Ok(page(StatusCode::OK, pages::invalid(&base, &events, more)))
+}

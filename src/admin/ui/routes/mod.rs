@@ -30,7 +30,7 @@ mod actions; // the forms' POSTs: requeue, pause and resume, delete dead events,
 mod events; // the lists, one event, the search by id
 mod overview; // counts, sources, the rate, pauses
 use actions::{delete_dead, erase_body, pause, requeue_matching, requeue_one, resume};
-use events::{event, list};
+use events::{event, invalid, list};
 use overview::overview;
 
 /// How many rows of each listing the overview reads to count by source (and the search
@@ -54,6 +54,7 @@ pub(in crate::admin) fn router(inbox: Inbox) -> Router {
         .route("/", get(overview))
         .route("/events", get(list))
         .route("/event", get(event))
+        .route("/invalid", get(invalid))
         .route("/requeue", post(requeue_one))
         .route("/requeue-matching", post(requeue_matching))
         .route("/erase-body", post(erase_body))

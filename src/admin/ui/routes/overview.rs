@@ -51,10 +51,11 @@ pub(super) async fn overview(
     let by = inbox.counts_by_processor().await.map_err(store(&base))?;
     // The sum over the configured processors, as `Inbox::counts` adds it (one read, not
     // two); an orphaned processor's routes are counted on their own row only.
-    let counts = by
+    let mut counts = by
         .iter()
         .filter(|(name, _)| inbox.has_processor(name))
         .fold(Counts::default(), |sum, (_, c)| sum.plus(*c));
+    counts.invalid = inbox.invalid_count().await.map_err(store(&base))?;
     // Each processor's row with more than one counted (one: the page before fan-out).
     let by_processor: Vec<(String, Counts, bool)> = match by.len() {
         0 | 1 => Vec::new(),
