@@ -130,12 +130,12 @@ Environment (variable [default] (modes): what it does):
   WEBHOOK_TRUST_TRACEPARENT [0] (inbox, nats): 1: a verified delivery's `traceparent`
       header is the accept span's parent; else it is only linked (a sender's trace id
       never joins ours unless trusted); 1 in dedupe mode refuses to start
-  WEBHOOK_SCHEMAS [off] (inbox): a folder of `<event type>.json` JSON Schemas (and
+  WEBHOOK_SCHEMAS [off] (inbox, nats): a folder of `<event type>.json` JSON Schemas (and
       `<source>/<event type>.json`); each event is checked at accept, and one that fails
       is answered 204, never processed, kept `invalid` with its errors (GET
-      /admin/events?state=invalid; POST /admin/requeue {\"invalid\": true} checks again);
-      a schema that does not compile stops the receiver at start, naming its file; set in
-      nats mode (not yet checked there) or dedupe mode, the receiver refuses to start
+      /admin/events?state=invalid; POST /admin/requeue {\"invalid\": true} checks again;
+      nats: kept in the stream <stream>-invalid); a schema that does not compile stops the
+      receiver at start, naming its file; set in dedupe mode, the receiver refuses to start
 
 It serves POST /webhooks and GET /metrics, and prints `handled <event id>` each time its
 handler runs; in inbox and nats mode also `finished <event id>` when it returns, and
@@ -459,8 +459,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     // Unset: no event is checked. A schema that does not compile names its file.
     let schemas = match std::env::var("WEBHOOK_SCHEMAS") {
-        Ok(_) if std::env::var("WEBHOOK_MODE").as_deref() != Ok("inbox") => {
-            return Err("WEBHOOK_SCHEMAS: inbox mode only (not yet checked in nats mode)".into())
+        Ok(_)
+            if !matches!(
+                std::env::var("WEBHOOK_MODE").as_deref(),
+                Ok("inbox" | "nats")
+            ) =>
+        {
+            return Err("WEBHOOK_SCHEMAS: only inbox and nats mode keep invalid events".into())
         }
         Ok(dir) => Some(
             tower_webhook::schemas::Schemas::from_dir(&dir)
@@ -518,6 +523,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             if let Some(keys) = keys {
                 builder = builder.with_keys(keys);
+            }
+            if let Some(schemas) = schemas {
+                builder = builder.with_schemas(schemas);
             }
             let jetstream = builder.build().await?;
             let (store, name) = store_from_env(lease).await?;

@@ -3180,7 +3180,7 @@ async fn receiver_refuses_an_otlp_protocol_it_cannot_speak() {
 /// `WEBHOOK_SCHEMAS` in `inbox` mode (the fixtures' schema folder): a Stripe event its
 /// schema takes runs; one it refuses is answered 204, never runs, and the operator API
 /// counts and lists it `invalid` with its error's JSON pointer. A folder holding a schema
-/// that does not compile stops the receiver at start, naming the file; set in `nats`
+/// that does not compile stops the receiver at start, naming the file; set in `dedupe`
 /// mode, the receiver refuses to start.
 #[tokio::test]
 async fn receiver_in_inbox_mode_with_schemas_keeps_invalid_events_apart() {
@@ -3262,7 +3262,7 @@ async fn receiver_in_inbox_mode_with_schemas_keeps_invalid_events_apart() {
     std::fs::remove_dir_all(&broken).unwrap();
 
     let env = [
-        ("WEBHOOK_MODE", "nats"),
+        ("WEBHOOK_MODE", "dedupe"),
         ("WEBHOOK_SCHEMAS", folder.to_str().unwrap()),
         ("BIND", "127.0.0.1:0"),
     ];

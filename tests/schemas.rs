@@ -19,7 +19,7 @@ use http::StatusCode;
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::inbox::{
-    Accepted, Attempt, Inbox, ProcessorSpec, RevalidatedCounts, State, Worker,
+    Accept, Accepted, Attempt, Inbox, ProcessorSpec, RevalidatedCounts, State, Worker,
 };
 use tower_webhook::schemas::Schemas;
 use tower_webhook::{Event, Scheme, VerifyWebhookLayer};
@@ -66,9 +66,14 @@ fn fixed_schemas() -> Schemas {
 /// Posts `payload` signed as `scheme` would, through `VerifyWebhookLayer` and the
 /// inbox's accept: the answer's status.
 async fn deliver(inbox: &Inbox, scheme: Scheme, id: &str, payload: &str) -> StatusCode {
+    deliver_to(inbox.accept_service(), scheme, id, payload).await
+}
+
+/// [`deliver`] to any queue's accept service.
+async fn deliver_to(accept: Accept, scheme: Scheme, id: &str, payload: &str) -> StatusCode {
     let svc = ServiceBuilder::new()
         .layer(VerifyWebhookLayer::new(verifier(scheme.clone(), &[SECRET])))
-        .service(inbox.accept_service());
+        .service(accept);
     let mut headers = scheme
         .sign([SECRET], id, at(NOW), payload.as_bytes())
         .unwrap();
@@ -457,4 +462,93 @@ async fn sqlite_the_admin_counts_lists_shows_and_requeues_invalid_events() {
 async fn postgres_the_admin_counts_lists_shows_and_requeues_invalid_events() {
     let store = stores::postgres().await;
     the_admin_counts_lists_shows_and_requeues_invalid_events(Inbox::postgres(&store)).await;
+}
+
+/// JetStream (a stream of its own): the invalid deliveries are answered 204 and kept in
+/// `<stream>-invalid` with their errors, never in the stream, so the worker runs the valid
+/// ones once and the invalid ones never; `counts` has them as `invalid`.
+#[tokio::test]
+async fn jetstream_keeps_invalid_events_apart_and_never_runs_them() {
+    use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
+    let url = common::nats_url();
+    let name = format!("tw_test_{}", uuid::Uuid::new_v4().simple());
+    let client = async_nats::connect(&url)
+        .await
+        .expect("NATS with JetStream");
+    let jetstream = JetStream::builder(client.clone(), &name)
+        .with_memory_storage()
+        .with_schemas(schemas())
+        .build()
+        .await
+        .unwrap();
+    for (_, _, scheme, sign_id, fixture) in deliveries() {
+        let status = deliver_to(
+            jetstream.accept_service(),
+            scheme,
+            sign_id,
+            &payload(fixture),
+        )
+        .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{fixture}");
+    }
+    let ran: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = ran.clone();
+    let worker = JetStreamWorker::at_least_once(&jetstream, move |event: Event, _: Attempt| {
+        let seen = seen.clone();
+        async move {
+            seen.lock()
+                .unwrap()
+                .push(event.id().unwrap_or_default().to_owned());
+            Ok::<_, std::io::Error>(())
+        }
+    })
+    .spawn();
+    eventually("the valid ones processed", async || {
+        jetstream.counts().await.is_ok_and(|c| c.processed == 3)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    worker.shutdown().await;
+    let mut ran = ran.lock().unwrap().clone();
+    ran.sort();
+    let github = digest_of("github_push");
+    let mut valid = vec![
+        "evt_1PkValid0001".to_owned(),
+        github,
+        "msg_order_1".to_owned(),
+    ];
+    valid.sort();
+    assert_eq!(ran, valid, "each valid one once, no invalid one");
+    let counts = jetstream.counts().await.unwrap();
+    assert_eq!(
+        (counts.invalid, counts.dead, counts.queued),
+        (3, 0, 0),
+        "{counts:?}"
+    );
+
+    // Kept in the invalid stream, each with its errors' JSON pointers.
+    let js = async_nats::jetstream::new(client);
+    let mut invalid = js.get_stream(jetstream.invalid_stream()).await.unwrap();
+    let last = invalid.info().await.unwrap().state.last_sequence;
+    let mut paths = Vec::new();
+    for seq in 1..=last {
+        let message = invalid.get_raw_message(seq).await.unwrap();
+        let errors = message.headers.get("Webhook-Validation-Errors").unwrap();
+        let errors: Value = serde_json::from_str(errors.as_str()).unwrap();
+        paths.push(errors[0]["path"].as_str().unwrap().to_owned());
+        assert!(
+            !errors.to_string().contains("20.00"),
+            "no payload value: {errors}"
+        );
+    }
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            "/commits/1",
+            "/data/line_items/1/quantity",
+            "/data/object/amount_paid"
+        ]
+    );
+    jetstream.delete().await.unwrap();
 }

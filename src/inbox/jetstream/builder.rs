@@ -33,6 +33,9 @@ pub struct JetStreamBuilder {
     /// `with_trusted_traceparent`.
     #[cfg(feature = "otel")]
     pub(super) trusted_traceparent: bool,
+    /// `with_schemas`.
+    #[cfg(feature = "schemas")]
+    pub(super) schemas: Option<crate::schemas::Schemas>,
 }
 
 impl JetStreamBuilder {
@@ -121,6 +124,17 @@ impl JetStreamBuilder {
         self
     }
 
+    /// Checks each accepted event's body against its type's schema, once, before any
+    /// processor's consumer can see it: one that fails is answered 2xx and published to
+    /// `<stream>-invalid` (kept until an operator deals with it, as dead messages are)
+    /// with its errors in `Webhook-Validation-Errors`, never to the stream, so no worker
+    /// runs it; `Counts::invalid` counts them. As `Inbox::with_schemas`.
+    #[cfg(feature = "schemas")]
+    pub fn with_schemas(mut self, schemas: crate::schemas::Schemas) -> Self {
+        self.schemas = Some(schemas);
+        self
+    }
+
     /// Uses the stream, creating it if it does not exist.
     ///
     /// # Errors
@@ -158,6 +172,10 @@ impl JetStreamBuilder {
             ..config(format!("{}-{what}", self.stream))
         };
         let mut configs = vec![config(self.stream.clone()), kept("dead"), kept("paused")];
+        #[cfg(feature = "schemas")]
+        if self.schemas.is_some() {
+            configs.push(kept("invalid"));
+        }
         for spec in self.processors.iter().flat_map(|p| p.iter()) {
             if spec.name() != crate::inbox::processors::DEFAULT_PROCESSOR {
                 let name = spec.name();
@@ -232,6 +250,8 @@ impl JetStreamBuilder {
                 keys: self.keys,
                 #[cfg(feature = "otel")]
                 trusted_traceparent: self.trusted_traceparent,
+                #[cfg(feature = "schemas")]
+                schemas: self.schemas,
             }),
             lane: default,
         })

@@ -130,6 +130,8 @@
 mod backfill; // fan-out: a processor added later runs a window of the stream
 mod builder; // the stream's settings, and what is made beside it
 mod held; // deliveries that were not attempts (snoozes)
+#[cfg(feature = "schemas")]
+mod invalid; // events their schema refused, kept in `<stream>-invalid`
 mod pause; // pauses every worker sees; paused events parked
 mod processors; // fan-out: a consumer, dead and parked streams, counts per processor
 mod sealed; // payloads sealed with a key ring, and every read of a message
@@ -204,6 +206,9 @@ struct Inner {
     /// A verified delivery's `traceparent` is its accept's parent, not a link.
     #[cfg(feature = "otel")]
     trusted_traceparent: bool,
+    /// Each event checked at accept (`JetStreamBuilder::with_schemas`).
+    #[cfg(feature = "schemas")]
+    schemas: Option<crate::schemas::Schemas>,
 }
 
 impl JetStream {
@@ -245,6 +250,8 @@ impl JetStream {
             keys: None,
             #[cfg(feature = "otel")]
             trusted_traceparent: false,
+            #[cfg(feature = "schemas")]
+            schemas: None,
         }
     }
 
@@ -295,6 +302,8 @@ impl JetStream {
         sent: &crate::span::TraceContext,
     ) -> Result<Accepted, StoreError> {
         let (subject, mut headers) = message(&self.inner.stream, event)?;
+        #[cfg(feature = "schemas")]
+        let (subject, invalid) = self.route_valid(event, subject, &mut headers);
         #[cfg(feature = "otel")]
         let trusted = self.inner.trusted_traceparent;
         #[cfg(not(feature = "otel"))]
@@ -318,6 +327,10 @@ impl JetStream {
         };
         let ack = metrics::timed(Operation::Accept, publish);
         let ack = crate::span::instrument(span, ack).await?;
+        #[cfg(feature = "schemas")]
+        if invalid && !ack.duplicate {
+            metrics::invalid_accepted(event.source());
+        }
         Ok(if ack.duplicate {
             Accepted::Duplicate
         } else {
@@ -352,7 +365,19 @@ impl JetStream {
 
     async fn read_counts(&self) -> Result<Counts, StoreError> {
         let by = self.counts_by_processor().await?;
-        Ok(by.into_values().fold(Counts::default(), Counts::plus))
+        #[allow(unused_mut)]
+        let mut counts = by.into_values().fold(Counts::default(), Counts::plus);
+        #[cfg(feature = "schemas")]
+        if self.inner.schemas.is_some() {
+            let stream = self.inner.context.get_stream(self.invalid_stream()).await;
+            let mut stream = stream.map_err(|e| StoreError::new("jetstream counts", e))?;
+            let info = stream.info().await;
+            counts.invalid = info
+                .map_err(|e| StoreError::new("jetstream counts", e))?
+                .state
+                .messages;
+        }
+        Ok(counts)
     }
 }
 
@@ -381,6 +406,10 @@ impl JetStream {
                     names.push(name);
                 }
             }
+        }
+        #[cfg(feature = "schemas")]
+        if self.inner.schemas.is_some() {
+            names.push(self.invalid_stream());
         }
         for name in names {
             context.delete_stream(name).await.map_err(err)?;
