@@ -334,8 +334,8 @@ async fn postgres_invalid_events_never_run_and_a_requeue_after_a_fix_runs_them_o
         .await;
 }
 
-/// A type without a schema goes on as before; strict schemas keep it invalid. A body
-/// that is not JSON is invalid at the root.
+/// A type without a schema goes on as before; strict schemas keep it invalid, its error
+/// at the root.
 async fn types_without_a_schema_run_unless_strict(inbox: Inbox) {
     let source = common::seed::standard("shop");
     let loose = inbox.clone().with_schemas(schemas());
@@ -493,24 +493,28 @@ async fn jetstream_keeps_invalid_events_apart_and_never_runs_them() {
     }
     let ran: Arc<Mutex<Vec<String>>> = Arc::default();
     let seen = ran.clone();
-    let worker = JetStreamWorker::at_least_once(&jetstream, move |event: Event, _: Attempt| {
+    let run = |jetstream: &JetStream| {
         let seen = seen.clone();
-        async move {
-            seen.lock()
-                .unwrap()
-                .push(event.id().unwrap_or_default().to_owned());
-            Ok::<_, std::io::Error>(())
-        }
-    })
-    .spawn();
+        JetStreamWorker::at_least_once(jetstream, move |event: Event, _: Attempt| {
+            let seen = seen.clone();
+            async move {
+                seen.lock()
+                    .unwrap()
+                    .push(event.id().unwrap_or_default().to_owned());
+                Ok::<_, std::io::Error>(())
+            }
+        })
+        .spawn()
+    };
+    let worker = run(&jetstream);
     eventually("the valid ones processed", async || {
         jetstream.counts().await.is_ok_and(|c| c.processed == 3)
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     worker.shutdown().await;
-    let mut ran = ran.lock().unwrap().clone();
-    ran.sort();
+    let mut ids = ran_ids(&ran);
+    ids.sort();
     let github = digest_of("github_push");
     let mut valid = vec![
         "evt_1PkValid0001".to_owned(),
@@ -518,7 +522,7 @@ async fn jetstream_keeps_invalid_events_apart_and_never_runs_them() {
         "msg_order_1".to_owned(),
     ];
     valid.sort();
-    assert_eq!(ran, valid, "each valid one once, no invalid one");
+    assert_eq!(ids, valid, "each valid one once, no invalid one");
     let counts = jetstream.counts().await.unwrap();
     assert_eq!(
         (counts.invalid, counts.dead, counts.queued),
@@ -550,5 +554,37 @@ async fn jetstream_keeps_invalid_events_apart_and_never_runs_them() {
             "/data/object/amount_paid"
         ]
     );
-    jetstream.delete().await.unwrap();
+
+    // Stripe's schema fixed: a requeue publishes that one to the stream, where it runs
+    // once; the other two stay in the invalid stream.
+    let client = async_nats::connect(&url).await.unwrap();
+    let fixed = JetStream::builder(client, &name)
+        .with_memory_storage()
+        .with_schemas(fixed_schemas())
+        .build()
+        .await
+        .unwrap();
+    let done = fixed.requeue_invalid().await.unwrap();
+    assert_eq!((done.queued, done.still_invalid), (1, 2), "{done:?}");
+    let worker = run(&fixed);
+    eventually("the fixed one processed", async || {
+        fixed.counts().await.is_ok_and(|c| c.processed == 4)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    worker.shutdown().await;
+    let stripe_runs = ran_ids(&ran)
+        .iter()
+        .filter(|id| *id == "evt_1PkInvalid001")
+        .count();
+    assert_eq!(stripe_runs, 1, "run once");
+    assert_eq!(ran_ids(&ran).len(), 4, "nothing else ran");
+    assert_eq!(fixed.counts().await.unwrap().invalid, 2);
+    let again = fixed.requeue_invalid().await.unwrap();
+    assert_eq!((again.queued, again.still_invalid), (0, 2));
+    fixed.delete().await.unwrap();
+}
+
+fn ran_ids(ran: &Mutex<Vec<String>>) -> Vec<String> {
+    ran.lock().unwrap().clone()
 }

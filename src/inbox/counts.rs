@@ -58,3 +58,15 @@ impl Counts {
         crate::metrics::inbox_gauges(processor, depth, self.dead, self.oldest_due);
     }
 }
+
+/// What a requeue of the invalid events did (`Inbox::requeue_invalid`,
+/// `JetStream::requeue_invalid`): each checked again against the schemas loaded now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RevalidatedCounts {
+    /// Valid now: queued (routed on the SQL inbox), each to run once.
+    pub queued: u64,
+    /// Still invalid (on the SQL inbox their errors replaced by today's), or without a
+    /// body to check.
+    pub still_invalid: u64,
+}

@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Accepted, Inbox, StoredEvent};
+use super::{Accepted, Inbox, RevalidatedCounts, StoredEvent};
 use crate::store::{StoreError, StoreFuture};
 
 /// How many invalid events a requeue or listing reads at a time.
@@ -26,16 +26,6 @@ pub struct ValidationError {
     pub path: String,
     /// What is wrong, without the value.
     pub message: String,
-}
-
-/// What [`Inbox::requeue_invalid`] did with the invalid events.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RevalidatedCounts {
-    /// Valid now: routed and queued, each to run once.
-    pub queued: u64,
-    /// Still invalid (their errors replaced by today's), or without a body to check.
-    pub still_invalid: u64,
 }
 
 /// What the inbox needs of its database for invalid events; both dialects.

@@ -185,13 +185,13 @@ use self::backend::Backend;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::backfill::{Backfill, RegisteredProcessor};
 pub use self::backpressure::Backpressure;
-pub use self::counts::Counts;
+pub use self::counts::{Counts, RevalidatedCounts};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::headers::StoredHeaders;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::history::{AttemptOutcome, AttemptRecord};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub use self::invalid::{RevalidatedCounts, ValidationError};
+pub use self::invalid::ValidationError;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[doc(hidden)] // for the crate's tests, not public API
 pub use self::late::{LateAnswers, LateCall};

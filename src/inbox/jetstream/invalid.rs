@@ -7,6 +7,8 @@
 use async_nats::HeaderMap;
 
 use super::JetStream;
+use crate::inbox::RevalidatedCounts;
+use crate::store::StoreError;
 use crate::Event;
 
 /// The header holding an invalid message's errors.
@@ -41,5 +43,56 @@ impl JetStream {
             .strip_prefix(self.inner.stream.as_str())
             .unwrap_or("");
         (format!("{}{rest}", self.invalid_stream()), true)
+    }
+
+    /// Checks every message of the invalid stream again against the schemas this
+    /// `JetStream` has now: each one that passes is published to the stream (without its
+    /// errors header), for every processor's workers, and deleted from the invalid stream;
+    /// the others stay. Without schemas every one passes.
+    ///
+    /// # Errors
+    ///
+    /// When NATS cannot answer (the messages moved until then stay moved: call it again).
+    pub async fn requeue_invalid(&self) -> Result<RevalidatedCounts, StoreError> {
+        fn err(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+            StoreError::new("jetstream requeue invalid", e)
+        }
+        let context = &self.inner.context;
+        let Ok(mut stream) = context.get_stream(self.invalid_stream()).await else {
+            return Ok(RevalidatedCounts::default()); // none was ever invalid
+        };
+        let state = &stream.info().await.map_err(err)?.state;
+        let (first, last) = (state.first_sequence, state.last_sequence);
+        let mut done = RevalidatedCounts::default();
+        for sequence in first..=last {
+            let Ok(message) = stream.get_raw_message(sequence).await else {
+                continue; // deleted: requeued already
+            };
+            let read =
+                super::sealed::event_of(self, Some(&message.headers), message.payload.clone());
+            let valid = read.event().is_some_and(|event| {
+                (self.inner.schemas.as_ref()).is_none_or(|s| s.validate(&event).is_ok())
+            });
+            if !valid {
+                done.still_invalid += 1;
+                continue;
+            }
+            let mut headers = HeaderMap::new();
+            for (name, values) in message.headers.iter() {
+                if !AsRef::<str>::as_ref(name).eq_ignore_ascii_case(ERRORS) {
+                    for value in values {
+                        headers.append(name.clone(), value.clone());
+                    }
+                }
+            }
+            let invalid = self.invalid_stream();
+            let rest = message.subject.strip_prefix(invalid.as_str()).unwrap_or("");
+            let subject = format!("{}{rest}", self.inner.stream);
+            let publish = context.publish_with_headers(subject, headers, message.payload);
+            publish.await.map_err(err)?.await.map_err(err)?;
+            stream.delete_message(sequence).await.map_err(err)?;
+            done.queued += 1;
+        }
+        Ok(done)
     }
 }
