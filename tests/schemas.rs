@@ -345,10 +345,32 @@ async fn types_without_a_schema_run_unless_strict(inbox: Inbox) {
         Accepted::New
     );
     let strict = inbox.with_schemas(schemas().strict(true));
-    assert_eq!(
-        strict.ingest(&source, Some("c2"), other).await.unwrap(),
-        Accepted::New
-    );
+    // Counted once as stored invalid (`tower_webhook_inbox_invalid_total`), not again
+    // when delivered again.
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    {
+        let _local = metrics::set_default_local_recorder(&recorder);
+        for _ in 0..2 {
+            strict.ingest(&source, Some("c2"), other).await.unwrap();
+        }
+    }
+    let invalid_total: Vec<u64> = (snapshotter.snapshot().into_vec().into_iter())
+        .filter(|(key, ..)| key.key().name() == "tower_webhook_inbox_invalid_total")
+        .map(|(key, _, _, value)| {
+            let labels: Vec<String> = key
+                .key()
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            assert_eq!(labels, ["source=shop"]);
+            match value {
+                metrics_util::debugging::DebugValue::Counter(n) => n,
+                other => panic!("{other:?}"),
+            }
+        })
+        .collect();
+    assert_eq!(invalid_total, [1], "the new one, not its duplicate");
     let loose_event = strict.event("shop", "c1").await.unwrap().unwrap();
     assert_eq!(loose_event.summary.state, State::Queued);
     let strict_event = strict.event("shop", "c2").await.unwrap().unwrap();

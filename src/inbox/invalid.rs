@@ -49,18 +49,6 @@ pub(crate) trait Invalids: Send + Sync {
     ) -> StoreFuture<Vec<(String, String)>>;
 }
 
-/// The errors as stored: a JSON list of `{path, message}`.
-#[cfg(feature = "schemas")]
-fn stored_errors(invalid: &crate::schemas::Invalid) -> String {
-    let errors: Vec<ValidationError> = (invalid.errors().iter())
-        .map(|e| ValidationError {
-            path: e.path().to_owned(),
-            message: e.message().to_owned(),
-        })
-        .collect();
-    serde_json::to_string(&errors).expect("strings serialize")
-}
-
 impl Inbox {
     /// The inbox checking each accepted event's body against its type's schema
     /// ([`Schemas`](crate::schemas::Schemas)), once, before any route is made: an event
@@ -81,7 +69,7 @@ impl Inbox {
     #[cfg(feature = "schemas")]
     pub(super) fn refused_by_schema(&self, event: &crate::Event) -> Option<String> {
         let schemas = self.schemas.as_ref()?;
-        schemas.validate(event).err().map(|e| stored_errors(&e))
+        schemas.validate(event).err().map(|e| e.to_json())
     }
 
     /// Stores an event its schema refused: marked first, then stored with no route, so

@@ -222,6 +222,18 @@ impl Invalid {
     pub fn errors(&self) -> &[SchemaError] {
         &self.errors
     }
+
+    /// The errors as the queues keep them: a JSON list of `{"path", "message"}`.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+        allow(dead_code)
+    )]
+    pub(crate) fn to_json(&self) -> String {
+        let errors: Vec<serde_json::Value> = (self.errors.iter())
+            .map(|e| serde_json::json!({"path": e.path, "message": e.message}))
+            .collect();
+        serde_json::Value::from(errors).to_string()
+    }
 }
 
 impl fmt::Display for Invalid {

@@ -34,11 +34,7 @@ impl JetStream {
         else {
             return (subject, false);
         };
-        let errors: Vec<serde_json::Value> = (invalid.errors().iter())
-            .map(|e| serde_json::json!({"path": e.path(), "message": e.message()}))
-            .collect();
-        let errors = serde_json::Value::from(errors).to_string();
-        headers.insert(ERRORS, errors.as_str());
+        headers.insert(ERRORS, invalid.to_json().as_str());
         let rest = subject
             .strip_prefix(self.inner.stream.as_str())
             .unwrap_or("");
