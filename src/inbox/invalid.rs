@@ -57,7 +57,9 @@ impl Inbox {
     /// [`invalid`](super::State::Invalid) with its errors
     /// ([`StoredEvent::validation_errors`]). Types without a schema go on as before,
     /// unless the schemas are [strict](crate::schemas::Schemas::strict).
-    /// [`requeue_invalid`](Self::requeue_invalid) checks them again.
+    /// [`requeue_invalid`](Self::requeue_invalid) checks them again. An invalid event is
+    /// kept until the inbox's `prune` deletes it past the retention, as it deletes an
+    /// event with no route left to run (its mark goes with it).
     #[cfg(feature = "schemas")]
     #[must_use]
     pub fn with_schemas(mut self, schemas: crate::schemas::Schemas) -> Self {
