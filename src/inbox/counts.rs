@@ -28,8 +28,17 @@ pub struct Counts {
     )]
     pub paused: u64,
     /// Events kept invalid: their type's JSON Schema refused the body (issue 36). Counted
-    /// per event, not per processor (an invalid event has no route): only in the inbox's
-    /// [`counts`](crate::inbox::Inbox::counts), 0 in each processor's.
+    /// per event, not per processor (an invalid event has no route): only in the whole
+    /// inbox's [`counts`][Inbox::counts] (or stream's), 0 in each processor's.
+    ///
+    #[cfg_attr(
+        any(feature = "sqlite", feature = "postgres"),
+        doc = "[Inbox::counts]: crate::inbox::Inbox::counts"
+    )]
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        doc = "[Inbox::counts]: crate#features"
+    )]
     pub invalid: u64,
     /// How long the longest-waiting due row has waited (`None` when none is due): the
     /// queue's lag, the number to alert on when workers fall behind or stop.
