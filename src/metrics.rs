@@ -76,14 +76,24 @@
 #![cfg_attr(feature = "dedupe", doc = "[`Once`]: crate::once::Once")]
 #![cfg_attr(not(feature = "dedupe"), doc = "[`Once`]: crate#features")]
 #![cfg_attr(
-    any(feature = "sqlite", feature = "postgres", feature = "nats"),
+    any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    ),
     doc = "
 [`Backpressure`]: crate::inbox::Backpressure
 [`Later`]: crate::inbox::Later
 [`Counts::paused`]: crate::inbox::Counts::paused"
 )]
 #![cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )),
     doc = "
 [`Backpressure`]: crate#features
 [`Later`]: crate#features
@@ -115,7 +125,12 @@ use crate::VerifyErrorKind;
 /// Whether the crate records metrics at all: work done only to feed them (reading the
 /// inbox's counts on a timer) is skipped without the feature.
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )),
     allow(dead_code)
 )]
 pub(crate) const ENABLED: bool = cfg!(feature = "metrics");
@@ -135,7 +150,12 @@ pub(crate) enum Handler {
 /// A store round trip, the `operation` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )),
     allow(dead_code)
 )]
 pub(crate) enum Operation {
@@ -153,7 +173,12 @@ pub(crate) enum Operation {
 /// How an inbox worker's attempt ended, the `outcome` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )),
     allow(dead_code)
 )]
 pub(crate) enum Attempt {
@@ -276,7 +301,12 @@ pub(crate) fn store_unavailable(_source: &Source) {
 /// A delivery answered 503 unstored: the inbox lagged beyond its backpressure's bound.
 #[inline]
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn backlogged(_source: &Source) {
@@ -351,7 +381,12 @@ where
 /// without the feature.
 #[derive(Clone)]
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )),
     allow(dead_code)
 )]
 pub(crate) struct Processor {
@@ -360,7 +395,12 @@ pub(crate) struct Processor {
 }
 
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )),
     allow(dead_code)
 )]
 impl Processor {
@@ -383,7 +423,12 @@ impl std::fmt::Debug for Processor {
 /// verified events.
 #[inline]
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn attempt(_processor: &Processor, _outcome: Attempt) {
@@ -405,7 +450,12 @@ pub(crate) enum HeldBack {
 /// A worker of `processor` held an event back by `rule` (not an attempt).
 #[inline]
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn held_back(_processor: &Processor, _rule: HeldBack) {
@@ -418,7 +468,12 @@ pub(crate) fn held_back(_processor: &Processor, _rule: HeldBack) {
 /// verified events.
 #[inline]
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn inbox_gauges(
@@ -455,7 +510,12 @@ pub(crate) enum Unreadable {
 }
 
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )),
     allow(dead_code)
 )]
 impl Unreadable {
@@ -486,7 +546,12 @@ impl Unreadable {
 /// for `why`.
 #[inline]
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn unreadable(_source: &str, _why: Unreadable) {
@@ -497,7 +562,12 @@ pub(crate) fn unreadable(_source: &str, _why: Unreadable) {
 /// An event stored invalid: its type's schema refused its body (issue 36).
 #[inline]
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn invalid_accepted(_source: &str) {

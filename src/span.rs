@@ -24,14 +24,24 @@ use crate::Event;
 // JetStream (with neither, `otel` only keeps a detached handler in its request's trace).
 #[cfg(feature = "otel")]
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )),
     allow(dead_code, unused_imports)
 )]
 mod otel;
 
 #[cfg(feature = "otel")]
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )),
     allow(unused_imports)
 )]
 pub(crate) use otel::TraceContext;
@@ -122,7 +132,12 @@ pub(crate) fn verified(span: &Span, event: &Event) {
 /// store with the event: `sent`, the sender's `traceparent`, is its parent when
 /// `trusted`, else a link. Entered (instrumented) by the caller around the write only.
 #[inline]
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "nats",
+    feature = "amqp"
+))]
 #[cfg_attr(not(feature = "otel"), allow(unused_variables))]
 pub(crate) fn accept(event: &Event, sent: &TraceContext, trusted: bool) -> (Span, TraceContext) {
     #[cfg(feature = "otel")]
@@ -149,7 +164,12 @@ pub(crate) fn accept(event: &Event, sent: &TraceContext, trusted: bool) -> (Span
 /// The id an OpenTelemetry message is known by: the event's id, else its key.
 #[cfg(all(
     feature = "otel",
-    any(feature = "sqlite", feature = "postgres", feature = "nats")
+    any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )
 ))]
 fn message_id(event: &Event) -> &str {
     event.id().unwrap_or(event.dedupe_id())
@@ -159,9 +179,16 @@ fn message_id(event: &Event) -> &str {
 /// accept's `stored` context is its parent when `parent` (the route's first run since the
 /// accept), else it starts a new trace linked to it.
 #[inline]
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
-#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-#[cfg_attr(not(feature = "otel"), allow(unused_variables))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "nats",
+    feature = "amqp"
+))]
+#[cfg_attr(
+    not(all(feature = "tracing", feature = "otel")),
+    allow(unused_variables)
+)]
 pub(crate) fn attempt(
     event: &Event,
     attempt: crate::inbox::Attempt,

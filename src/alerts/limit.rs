@@ -281,12 +281,22 @@ impl Alerts {
     }
 
     /// What the lag watcher holds: the settings, and the state weakly.
-    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+    #[cfg(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    ))]
     pub(super) fn parts(&self) -> (&Arc<Config>, &Arc<Shared>) {
         (&self.config, &self.shared)
     }
 
-    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+    #[cfg(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    ))]
     pub(super) fn from_parts(config: Arc<Config>, shared: Arc<Shared>) -> Self {
         Self { config, shared }
     }

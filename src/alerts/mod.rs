@@ -57,7 +57,12 @@
 //! a secret: `Debug` and logs show its host only.
 
 mod alert;
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "nats",
+    feature = "amqp"
+))]
 mod lag;
 mod limit;
 mod post;
@@ -69,7 +74,12 @@ use std::future::Future;
 use std::pin::Pin;
 
 pub use self::alert::{Alert, AlertKind};
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "nats",
+    feature = "amqp"
+))]
 pub use self::lag::Queue;
 pub use self::limit::Alerts;
 pub use self::post::JsonPost;

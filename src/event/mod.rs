@@ -96,7 +96,12 @@ struct Inner {
     stored_id: Option<Box<str>>,
     /// The scheme that verified it (`None` from the inbox): its provider and headers.
     #[cfg_attr(
-        not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+        not(any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "nats",
+            feature = "amqp"
+        )),
         allow(dead_code)
     )]
     scheme: Option<Arc<crate::Scheme>>,
@@ -125,7 +130,12 @@ pub(crate) struct Parts {
 
 /// What the inbox stored of an accepted event (a row of `webhook_events`, or a JetStream
 /// message's headers and payload).
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "nats",
+    feature = "amqp"
+))]
 pub(crate) struct Stored {
     pub(crate) source: String,
     /// The key it was stored under: the accepted event's dedupe id.
@@ -163,7 +173,15 @@ impl Event {
     }
 
     /// A stored event of `source` and `event_type`, for unit tests.
-    #[cfg(all(test, any(feature = "sqlite", feature = "postgres", feature = "nats")))]
+    #[cfg(all(
+        test,
+        any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "nats",
+            feature = "amqp"
+        )
+    ))]
     pub(crate) fn of_type(source: &str, event_type: &str) -> Self {
         Self::stored(Stored {
             source: source.to_owned(),
@@ -177,7 +195,15 @@ impl Event {
     }
 
     /// A stored event of `source` about `object_id`, for unit tests.
-    #[cfg(all(test, any(feature = "sqlite", feature = "postgres", feature = "nats")))]
+    #[cfg(all(
+        test,
+        any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "nats",
+            feature = "amqp"
+        )
+    ))]
     pub(crate) fn about(source: &str, object_id: &str) -> Self {
         Self::stored(Stored {
             source: source.to_owned(),
@@ -193,7 +219,12 @@ impl Event {
     /// An event as the inbox stored it, for a worker's processor: the stored type, object
     /// id and livemode stand (the body is not parsed for them again). What each accessor
     /// then means: the type's docs, "From the inbox".
-    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+    #[cfg(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    ))]
     pub(crate) fn stored(s: Stored) -> Self {
         let envelope = Envelope {
             ty: s.event_type,
@@ -226,7 +257,12 @@ impl Event {
     }
 
     /// The key of a stored event's row (empty for one that is not from the inbox).
-    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+    #[cfg(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    ))]
     pub(crate) fn stored_id(&self) -> &str {
         self.inner.stored_id.as_deref().unwrap_or_default()
     }
@@ -242,7 +278,12 @@ impl Event {
     /// The scheme that verified the delivery (`None` for an event from the inbox): whose
     /// provider it is, whatever its source, and which headers are its own.
     #[cfg_attr(
-        not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+        not(any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "nats",
+            feature = "amqp"
+        )),
         allow(dead_code)
     )]
     pub(crate) fn scheme(&self) -> Option<&crate::Scheme> {

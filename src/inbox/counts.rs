@@ -47,7 +47,12 @@ pub struct Counts {
 
 impl Counts {
     /// Both counts together: each number summed, the longer wait.
-    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+    #[cfg(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    ))]
     pub(crate) fn plus(self, other: Counts) -> Counts {
         Counts {
             queued: self.queued + other.queued,
@@ -61,7 +66,12 @@ impl Counts {
     }
 
     /// Sets the inbox's gauges to these counts (feature `metrics`).
-    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+    #[cfg(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    ))]
     pub(crate) fn set_gauges(&self, processor: &crate::metrics::Processor) {
         let depth = (self.queued, self.processing, self.paused);
         crate::metrics::inbox_gauges(processor, depth, self.dead, self.oldest_due);

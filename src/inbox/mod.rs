@@ -124,6 +124,8 @@
 )]
 
 pub(crate) mod accept;
+#[cfg(feature = "amqp")]
+pub mod amqp; // RabbitMQ as the inbox: a quorum queue, publisher confirms
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod backend;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -153,10 +155,20 @@ mod later; // a processor's "not now"
 pub(crate) mod listing;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod operate; // count, list, requeue, pause, prune
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "nats",
+    feature = "amqp"
+))]
 pub(crate) mod pause;
 mod process;
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "nats",
+    feature = "amqp"
+))]
 mod processors; // fan-out: which processors take an event
 mod rate;
 #[cfg(all(feature = "seal", any(feature = "sqlite", feature = "postgres")))]
@@ -170,7 +182,12 @@ mod sealing; // payloads sealed at rest (feature `seal`): with_keys, accept's an
 mod stored; // one event whole: its body, routes and history
 #[cfg(feature = "postgres")]
 mod transactional;
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "nats",
+    feature = "amqp"
+))]
 pub(crate) mod worker;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -200,12 +217,22 @@ pub use self::later::Later;
 pub use self::listing::{Cursor, EventSummary, InvalidCursor, Listing, Page, State};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use self::operate::{DeadRows, Requeue, Requeued};
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "nats",
+    feature = "amqp"
+))]
 pub use self::pause::Pause;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use self::process::PANICKED;
 pub use self::process::{Attempt, Processor, WorkerHandle};
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "nats",
+    feature = "amqp"
+))]
 pub use self::processors::{ProcessorSpec, DEFAULT_PROCESSOR};
 pub use self::rate::Rate;
 #[cfg(all(feature = "seal", any(feature = "sqlite", feature = "postgres")))]

@@ -66,11 +66,21 @@ pub enum RejectionKind {
     /// delivery was not stored, and the provider retries later.
     ///
     #[cfg_attr(
-        any(feature = "sqlite", feature = "postgres", feature = "nats"),
+        any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "nats",
+            feature = "amqp"
+        ),
         doc = "[`Backpressure`]: crate::inbox::Backpressure"
     )]
     #[cfg_attr(
-        not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+        not(any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "nats",
+            feature = "amqp"
+        )),
         doc = "[`Backpressure`]: crate#features"
     )]
     Backlogged,
@@ -152,7 +162,12 @@ impl Rejection {
 
     /// The inbox lags too far behind to take more: 503, retry after `secs`.
     #[cfg_attr(
-        not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+        not(any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "nats",
+            feature = "amqp"
+        )),
         allow(dead_code)
     )]
     pub(crate) const fn backlogged(secs: u64) -> Self {

@@ -225,7 +225,12 @@ impl Invalid {
 
     /// The errors as the queues keep them: a JSON list of `{"path", "message"}`.
     #[cfg_attr(
-        not(any(feature = "sqlite", feature = "postgres", feature = "nats")),
+        not(any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "nats",
+            feature = "amqp"
+        )),
         allow(dead_code)
     )]
     pub(crate) fn to_json(&self) -> String {

@@ -50,7 +50,12 @@ pub use delivery::Delivery;
 pub(crate) use delivery::SealedBody;
 pub use error::{StoreError, StoreErrorKind};
 pub(crate) use guard::{ClaimGuard, Claimed, PendingClaim};
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "nats"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "nats",
+    feature = "amqp"
+))]
 pub(crate) use hold::Heartbeat; // the inbox's workers
 pub(crate) use hold::{hold, retry_until, Held, Lease};
 pub use memory::MemoryStore;

@@ -160,6 +160,16 @@ pub fn nats_url() -> String {
     service("NATS", "NATS_URL", "nats://127.0.0.1:4222")
 }
 
+/// RabbitMQ's URL: `AMQP_URL`, else the local broker (user `guest`); panics as
+/// [`database_url`] does.
+pub fn amqp_url() -> String {
+    service(
+        "RabbitMQ",
+        "AMQP_URL",
+        "amqp://guest:guest@127.0.0.1:5672/%2f",
+    )
+}
+
 /// The URL in `env` (else `default`), once its host's port accepts a TCP connection
 /// within 2 s. A test that needs a service fails with one message saying which is missing
 /// — never a hang, a driver's raw error, or a silent skip.
@@ -168,7 +178,7 @@ fn service(name: &str, env: &str, default: &str) -> String {
     if let Err(why) = probe(&url) {
         panic!(
             "{name} is not reachable at {} ({why}): this test needs it. Start PostgreSQL, \
-             Redis and NATS with `bash .ci/services` (`bash scripts/test` does, then runs \
+             Redis, NATS and RabbitMQ with `bash .ci/services` (`bash scripts/test` does, then runs \
              the tests), or point {env} at a running {name}.",
             redact(&url)
         );

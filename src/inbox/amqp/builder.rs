@@ -1,0 +1,152 @@
+//! [`AmqpBuilder`]: the broker, the names and the settings, and `build`: connected, the
+//! topology declared or checked.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::connection::{self, Connection};
+use super::topology::{self, Names};
+use super::{Amqp, Inner};
+use crate::store::StoreError;
+use crate::{ConfigError, ConfigErrorKind};
+
+/// Builds an [`Amqp`]: the broker's URL, the exchange and queue names, the queue's
+/// delivery limit and the confirm timeout. Its `Debug` leaves the URL's password out.
+#[must_use]
+pub struct AmqpBuilder {
+    url: String,
+    exchange: String,
+    queue: String,
+    delivery_limit: u32,
+    confirm_timeout: Duration,
+}
+
+/// The most a name may hold: AMQP's 255 bytes, less `-dead`.
+const MAX_NAME: usize = 250;
+
+impl AmqpBuilder {
+    pub(super) fn new(url: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+            exchange: "webhooks".to_owned(),
+            queue: "webhooks".to_owned(),
+            delivery_limit: 20,
+            confirm_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Replaces the exchange's name (default `webhooks`); its dead exchange is
+    /// `<exchange>-dead`.
+    ///
+    /// # Errors
+    ///
+    /// When the name is empty, longer than 250 bytes, or starts with `amq.` (the broker's own).
+    pub fn with_exchange(mut self, name: &str) -> Result<Self, ConfigError> {
+        check_name("exchange", name)?;
+        name.clone_into(&mut self.exchange);
+        Ok(self)
+    }
+
+    /// Replaces the quorum queue's name (default `webhooks`); its dead queue is
+    /// `<queue>-dead`.
+    ///
+    /// # Errors
+    ///
+    /// When the name is empty, longer than 250 bytes, or starts with `amq.` (the broker's own).
+    pub fn with_queue(mut self, name: &str) -> Result<Self, ConfigError> {
+        check_name("queue", name)?;
+        name.clone_into(&mut self.queue);
+        Ok(self)
+    }
+
+    /// Replaces the queue's delivery limit (default 20): a message delivered that many
+    /// times without being acknowledged is dead-lettered to `<queue>-dead` by the broker
+    /// — the backstop for a message whose every attempt crashed its worker. Part of the
+    /// queue's arguments: a queue that exists with another limit is a configuration error
+    /// at [`build`](Self::build).
+    ///
+    /// # Errors
+    ///
+    /// When `limit` is 0.
+    pub fn with_delivery_limit(mut self, limit: u32) -> Result<Self, ConfigError> {
+        if limit == 0 {
+            return Err(ConfigError::new(
+                ConfigErrorKind::InvalidValue,
+                "a queue's delivery limit is at least 1",
+            ));
+        }
+        self.delivery_limit = limit;
+        Ok(self)
+    }
+
+    /// Replaces how long an accept waits for the broker's confirm (default 5 s): past it,
+    /// the accept fails (503) and the message may still be stored.
+    ///
+    /// # Errors
+    ///
+    /// When `timeout` is not between 10 ms and 60 s.
+    pub fn with_confirm_timeout(mut self, timeout: Duration) -> Result<Self, ConfigError> {
+        let range = Duration::from_millis(10)..=Duration::from_secs(60);
+        if !range.contains(&timeout) {
+            return Err(ConfigError::duration(
+                "the confirm timeout",
+                timeout,
+                "between 10 ms and 60 s",
+            ));
+        }
+        self.confirm_timeout = timeout;
+        Ok(self)
+    }
+
+    /// Connects, declares what is missing — the topic exchange, the quorum queue bound to
+    /// it with `#`, the dead exchange and queue — and checks what exists, then hands the
+    /// connection to the crate's supervisor (see the [module](super)).
+    ///
+    /// # Errors
+    ///
+    /// When the broker cannot be reached or refuses the credentials; when an exchange or
+    /// queue exists with other settings (of kind
+    /// [`Other`](crate::store::StoreErrorKind::Other), its source naming the exchange or
+    /// queue and the argument that differs, as RabbitMQ's `PRECONDITION_FAILED` says).
+    pub async fn build(self) -> Result<Amqp, StoreError> {
+        let connection = Connection::start(&self.url).await?;
+        let names = Names::new(&self.exchange, &self.queue);
+        topology::declare(&connection, &names, self.delivery_limit).await?;
+        Ok(Amqp {
+            inner: Arc::new(Inner {
+                connection,
+                names,
+                confirm_timeout: self.confirm_timeout,
+                delivery_limit: self.delivery_limit,
+            }),
+        })
+    }
+}
+
+fn check_name(what: &str, name: &str) -> Result<(), ConfigError> {
+    let problem = if name.is_empty() {
+        "is empty"
+    } else if name.len() > MAX_NAME {
+        "is longer than 250 bytes"
+    } else if name.starts_with("amq.") {
+        "starts with `amq.`, the broker's own"
+    } else {
+        return Ok(());
+    };
+    Err(ConfigError::new(
+        ConfigErrorKind::InvalidValue,
+        format!("the {what} name {problem}"),
+    ))
+}
+
+impl std::fmt::Debug for AmqpBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpBuilder")
+            .field("broker", &connection::redact(&self.url))
+            .field("exchange", &self.exchange)
+            .field("queue", &self.queue)
+            .field("delivery_limit", &self.delivery_limit)
+            .field("confirm_timeout", &self.confirm_timeout)
+            .finish()
+    }
+}

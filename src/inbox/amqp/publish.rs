@@ -1,0 +1,222 @@
+//! An event as a message — its routing key, properties and headers — published on the
+//! confirm-mode channel, and the broker's confirm read strictly: success is an `Ack` with
+//! nothing returned, and nothing else.
+
+use std::time::SystemTime;
+
+use lapin::options::BasicPublishOptions;
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::BasicProperties;
+use lapin::Confirmation;
+use sha2::{Digest, Sha256};
+
+use super::Amqp;
+use crate::metrics::{self, Operation};
+use crate::store::{StoreError, StoreErrorKind};
+use crate::Event;
+
+/// The headers a published event carries beside its body (the names JetStream's use).
+pub(crate) mod header {
+    pub(crate) const SOURCE: &str = "Webhook-Source";
+    pub(crate) const ID: &str = "Webhook-Id";
+    pub(crate) const TYPE: &str = "Webhook-Type";
+    pub(crate) const OBJECT_ID: &str = "Webhook-Object-Id";
+    pub(crate) const LIVEMODE: &str = "Webhook-Livemode";
+    /// The event's signed timestamp, in Unix seconds, where its scheme has one.
+    pub(crate) const TIMESTAMP: &str = "Webhook-Timestamp";
+    /// The accept's span context (feature `otel`), W3C.
+    pub(crate) const TRACEPARENT: &str = "traceparent";
+    pub(crate) const TRACESTATE: &str = "tracestate";
+}
+
+/// AMQP's short strings (routing keys, message ids) hold at most 255 bytes.
+const SHORT: usize = 255;
+
+/// Publishes `event` and waits for its confirm, within the confirm timeout.
+pub(super) async fn accept(
+    amqp: &Amqp,
+    event: &Event,
+    sent: &crate::span::TraceContext,
+) -> Result<(), StoreError> {
+    let (routing_key, mut headers) = message(event)?;
+    let (span, trace) = crate::span::accept(event, sent, false);
+    if let Some(traceparent) = trace.traceparent() {
+        headers.insert(header::TRACEPARENT.into(), text(traceparent));
+    }
+    if let Some(tracestate) = trace.tracestate() {
+        headers.insert(header::TRACESTATE.into(), text(tracestate));
+    }
+    let mut properties = BasicProperties::default()
+        .with_delivery_mode(2) // persistent
+        .with_message_id(message_id(event.source(), event.dedupe_id()).into())
+        .with_app_id("tower-webhook".into())
+        .with_headers(headers);
+    if let Some(seconds) = timestamp(event) {
+        properties = properties.with_timestamp(seconds);
+    }
+    let inner = &amqp.inner;
+    let publish = async {
+        let channel = inner.connection.publisher().await?;
+        let confirmed = async {
+            let confirm = channel
+                .basic_publish(
+                    inner.names.exchange.as_str().into(),
+                    routing_key,
+                    BasicPublishOptions {
+                        mandatory: true,
+                        ..BasicPublishOptions::default()
+                    },
+                    event.body(),
+                    properties,
+                )
+                .await
+                .map_err(|e| StoreError::new("amqp publish", e))?;
+            confirm
+                .await
+                .map_err(|e| StoreError::new("amqp publish", e))
+        };
+        match tokio::time::timeout(inner.confirm_timeout, confirmed).await {
+            Ok(confirmation) => confirmed_or_not(confirmation?),
+            Err(_) => Err(StoreError::message(
+                "amqp publish: no confirm from the broker within the confirm timeout",
+            )),
+        }
+    };
+    let published = metrics::timed(Operation::Accept, publish);
+    crate::span::instrument(span, published).await
+}
+
+/// Success only on an `Ack` with nothing returned: lapin reports a `mandatory` message
+/// the broker could not route as an `Ack` carrying it back.
+fn confirmed_or_not(confirmation: Confirmation) -> Result<(), StoreError> {
+    match confirmation {
+        Confirmation::Ack(None) => Ok(()),
+        Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned)) => {
+            Err(StoreError::new(
+                "amqp publish: returned unroutable",
+                format!(
+                    "the broker returned the message: {} {} (no queue bound for its routing key)",
+                    returned.reply_code, returned.reply_text
+                ),
+            ))
+        }
+        Confirmation::Nack(None) => Err(StoreError::message(
+            "amqp publish: the broker refused the message (nack)",
+        )),
+        Confirmation::NotRequested => Err(StoreError::message(
+            "amqp publish: the channel is not in confirm mode",
+        )),
+    }
+}
+
+/// `message_id` for `(source, id)`: the source's length first (`6:stripe:evt_1`), as
+/// JetStream's `Nats-Msg-Id`; past AMQP's 255 bytes, `sha256:` and that text's digest.
+pub(crate) fn message_id(source: &str, id: &str) -> String {
+    let whole = format!("{}:{source}:{id}", source.len());
+    if whole.len() <= SHORT {
+        whole
+    } else {
+        format!("sha256:{}", hex::encode(Sha256::digest(whole.as_bytes())))
+    }
+}
+
+/// One word of a routing key: no dots, no wildcards (`*`, `#`), never empty.
+fn word(s: &str) -> String {
+    let word: String = s
+        .chars()
+        .take(64)
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' => c,
+            _ => '_',
+        })
+        .collect();
+    if word.is_empty() {
+        "_".to_owned()
+    } else {
+        word
+    }
+}
+
+/// `<source>.<type>`, the type's dots kept as words (`stripe.invoice.paid`); an event
+/// without a type: `<source>._`. At most 255 bytes.
+pub(crate) fn routing_key(event: &Event) -> String {
+    let mut key = word(event.source());
+    match event.event_type() {
+        Some(ty) => {
+            for part in ty.split('.').take(8) {
+                let part = word(part);
+                if key.len() + 1 + part.len() > SHORT {
+                    break;
+                }
+                key.push('.');
+                key.push_str(&part);
+            }
+        }
+        None => key.push_str("._"),
+    }
+    key
+}
+
+fn text(value: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(value))
+}
+
+fn timestamp(event: &Event) -> Option<u64> {
+    event
+        .timestamp()
+        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .map(|d| d.as_secs())
+}
+
+/// The routing key and headers an event is published with.
+fn message(event: &Event) -> Result<(ShortString, FieldTable), StoreError> {
+    let id = event.dedupe_id();
+    // Refused, not encoded, as JetStream's: the platform's own consumers read these
+    // headers too, and no provider's id holds a line break.
+    if [event.source(), id]
+        .iter()
+        .any(|v| v.contains(['\r', '\n']))
+    {
+        return Err(StoreError::message(
+            "amqp accept: a source or event id with a line break cannot be a header",
+        )
+        .with_kind(StoreErrorKind::InvalidInput));
+    }
+    let mut headers = FieldTable::default();
+    headers.insert(header::SOURCE.into(), text(event.source()));
+    headers.insert(header::ID.into(), text(id));
+    let mut optional = |name: &'static str, value: Option<String>| {
+        if let Some(value) = value.filter(|v| !v.is_empty() && !v.contains(['\r', '\n'])) {
+            headers.insert(name.into(), text(&value));
+        }
+    };
+    optional(header::TYPE, event.event_type().map(str::to_owned));
+    optional(header::OBJECT_ID, event.object_id().map(str::to_owned));
+    optional(header::LIVEMODE, event.livemode().map(|l| l.to_string()));
+    optional(
+        header::TIMESTAMP,
+        timestamp(event).map(|seconds| seconds.to_string()),
+    );
+    Ok((routing_key(event).into(), headers))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_ids_do_not_collide_and_fit() {
+        assert_eq!(message_id("stripe", "evt_1"), "6:stripe:evt_1");
+        assert_ne!(message_id("a:b", "c"), message_id("a", "b:c"));
+        let long = message_id("stripe", &"x".repeat(1000));
+        assert!(long.starts_with("sha256:") && long.len() <= SHORT);
+    }
+
+    #[test]
+    fn routing_key_words_are_never_empty_and_never_wildcards() {
+        assert_eq!(word("stripe/acme"), "stripe_acme");
+        assert_eq!(word("a b*c#d.e"), "a_b_c_d_e");
+        assert_eq!(word(""), "_");
+        assert_eq!(word(&"x".repeat(100)).len(), 64);
+    }
+}

@@ -1,0 +1,202 @@
+//! The exchanges and quorum queues: declared when missing, checked when present.
+//!
+//! - The exchange is a durable **topic** exchange: each event's routing key is
+//!   `<source>.<type>` (the type's dots kept as words), so other queues of the platform can
+//!   bind to `stripe.#` or `*.invoice.paid`; the inbox's queue is bound with `#` (every event).
+//! - The queue is a quorum queue (replicated, confirms once a majority has it on disk) with
+//!   `x-delivery-limit`, and dead-letters at least once (`x-dead-letter-strategy`, RabbitMQ
+//!   3.10+, which needs `x-overflow: reject-publish`) to the **direct** exchange
+//!   `<exchange>-dead` with the routing key `<queue>`, bound to the quorum queue
+//!   `<queue>-dead`: several queues on one exchange keep their dead apart.
+
+use lapin::options::{
+    ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::ExchangeKind;
+
+use crate::store::{StoreError, StoreErrorKind};
+
+/// The names of what the inbox uses on the broker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Names {
+    /// The topic exchange events are published to.
+    pub(crate) exchange: String,
+    /// The quorum queue bound to it with `#`.
+    pub(crate) queue: String,
+    /// `<exchange>-dead`: the direct exchange the queue dead-letters to.
+    pub(crate) dead_exchange: String,
+    /// `<queue>-dead`: the quorum queue bound to the dead exchange with `<queue>`.
+    pub(crate) dead_queue: String,
+}
+
+impl Names {
+    pub(crate) fn new(exchange: &str, queue: &str) -> Self {
+        Self {
+            exchange: exchange.to_owned(),
+            queue: queue.to_owned(),
+            dead_exchange: format!("{exchange}-dead"),
+            dead_queue: format!("{queue}-dead"),
+        }
+    }
+}
+
+/// The routing key the queue is bound to the exchange with: every event.
+pub(crate) const EVERY_EVENT: &str = "#";
+
+/// The main queue's arguments.
+pub(crate) fn queue_arguments(names: &Names, delivery_limit: u32) -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), text("quorum"));
+    args.insert(
+        "x-delivery-limit".into(),
+        AMQPValue::LongLongInt(delivery_limit.into()),
+    );
+    args.insert("x-dead-letter-exchange".into(), text(&names.dead_exchange));
+    args.insert("x-dead-letter-routing-key".into(), text(&names.queue));
+    args.insert("x-dead-letter-strategy".into(), text("at-least-once"));
+    args.insert("x-overflow".into(), text("reject-publish"));
+    args
+}
+
+fn quorum() -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), text("quorum"));
+    args
+}
+
+fn text(value: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(value))
+}
+
+fn durable() -> QueueDeclareOptions {
+    QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    }
+}
+
+/// Declares the exchanges and queues, and binds them. Each step on a channel of its own:
+/// a refused declare closes its channel.
+pub(crate) async fn declare(
+    connection: &super::connection::Connection,
+    names: &Names,
+    delivery_limit: u32,
+) -> Result<(), StoreError> {
+    let exchange = ExchangeDeclareOptions {
+        durable: true,
+        ..ExchangeDeclareOptions::default()
+    };
+    for (name, kind) in [
+        (&names.exchange, ExchangeKind::Topic),
+        (&names.dead_exchange, ExchangeKind::Direct),
+    ] {
+        let channel = connection.channel().await?;
+        let declared = channel
+            .exchange_declare(name.as_str().into(), kind, exchange, FieldTable::default())
+            .await;
+        declared.map_err(|e| refused("exchange", name, &e))?;
+        close(channel).await;
+    }
+    let queues = [
+        (&names.queue, queue_arguments(names, delivery_limit)),
+        (&names.dead_queue, quorum()),
+    ];
+    for (name, arguments) in queues {
+        let channel = connection.channel().await?;
+        let declared = channel
+            .queue_declare(name.as_str().into(), durable(), arguments)
+            .await;
+        declared.map_err(|e| refused("queue", name, &e))?;
+        close(channel).await;
+    }
+    let bindings = [
+        (&names.queue, &names.exchange, EVERY_EVENT),
+        (
+            &names.dead_queue,
+            &names.dead_exchange,
+            names.queue.as_str(),
+        ),
+    ];
+    for (queue, exchange, key) in bindings {
+        let channel = connection.channel().await?;
+        let bound = channel
+            .queue_bind(
+                queue.as_str().into(),
+                exchange.as_str().into(),
+                key.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await;
+        bound.map_err(|e| {
+            StoreError::new(
+                "amqp topology",
+                format!("cannot bind queue '{queue}' to exchange '{exchange}': {e}"),
+            )
+        })?;
+        close(channel).await;
+    }
+    Ok(())
+}
+
+/// A declare the broker refused: an existing exchange or queue with other settings
+/// (`PRECONDITION_FAILED`: RabbitMQ's text names the argument that differs) is a
+/// configuration error, anything else as it came.
+fn refused(what: &str, name: &str, error: &lapin::Error) -> StoreError {
+    let text = error.to_string();
+    if text.contains("PRECONDITION_FAILED") || text.contains("inequivalent") {
+        StoreError::new(
+            "amqp topology",
+            format!(
+                "the {what} '{name}' exists with other settings than this configuration's \
+                 ({text}): delete it, or configure another name"
+            ),
+        )
+        .with_kind(StoreErrorKind::Other)
+    } else {
+        StoreError::new(
+            "amqp topology",
+            format!("cannot declare the {what} '{name}': {text}"),
+        )
+    }
+}
+
+async fn close(channel: lapin::Channel) {
+    let _ = channel.close(200, ShortString::from("done")).await;
+}
+
+/// How many messages `queue` has ready (a passive declare).
+pub(crate) async fn message_count(
+    channel: &lapin::Channel,
+    queue: &str,
+) -> Result<u32, StoreError> {
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    };
+    let declared = channel
+        .queue_declare(queue.into(), passive, FieldTable::default())
+        .await;
+    let declared = declared.map_err(|e| StoreError::new("amqp counts", e))?;
+    Ok(declared.message_count())
+}
+
+/// Deletes the queues and the exchanges.
+pub(crate) async fn delete(channel: &lapin::Channel, names: &Names) -> Result<(), StoreError> {
+    let err = |e| StoreError::new("amqp delete", e);
+    for queue in [&names.queue, &names.dead_queue] {
+        let deleted = channel
+            .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+            .await;
+        deleted.map_err(err)?;
+    }
+    for exchange in [&names.exchange, &names.dead_exchange] {
+        let deleted = channel
+            .exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default())
+            .await;
+        deleted.map_err(err)?;
+    }
+    Ok(())
+}
