@@ -401,3 +401,142 @@ async fn an_existing_queue_with_other_settings_is_a_clear_error_at_start() {
     assert!(text.contains("x-delivery-limit"), "{text}");
     names.delete().await;
 }
+
+/// The broker's answers lost on the way back (the publish reaches it, its confirm never
+/// does): 503 within the confirm timeout, the claim released; the provider's retry after
+/// the connection came back is published — a second message of the same `message_id`,
+/// since the first was stored after all (the worker's claim runs it once).
+#[tokio::test]
+async fn a_confirm_that_never_comes_is_503_within_the_timeout_and_releases_the_claim() {
+    let names = Names::new();
+    let upstream = names
+        .url
+        .split('@')
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let proxy = common::proxy::Proxy::start(upstream).await.unwrap();
+    let via = format!("amqp://guest:guest@{}/%2f", proxy.addr());
+    let amqp = names.amqp_at(&via).await; // a confirm timeout of 2 s
+    let store = MemoryStore::new();
+    assert_eq!(
+        deliver(&amqp, &store, "evt_warm").await.0,
+        StatusCode::NO_CONTENT
+    );
+    proxy.swallow();
+    let started = Instant::now();
+    let (status, retry_after) = deliver(&amqp, &store, "evt_late").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(retry_after);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(4),
+        "{waited:?}"
+    );
+    proxy.cut();
+    proxy.restore();
+    let restored = Instant::now();
+    while deliver(&amqp, &store, "evt_late").await.0 != StatusCode::NO_CONTENT {
+        assert!(
+            restored.elapsed() < Duration::from_secs(5),
+            "no retry published"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let messages = names.take_all(&names.name).await;
+    let ids: Vec<_> = messages
+        .iter()
+        .map(|m| {
+            m.delivery
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|id| id.to_string())
+        })
+        .collect();
+    let late = Some("8:standard:evt_late".to_owned());
+    assert_eq!(
+        ids,
+        [Some("8:standard:evt_warm".to_owned()), late.clone(), late]
+    );
+    names.delete().await;
+}
+
+/// The queue full (a `max-length` of 0 by policy, with the queue's `reject-publish`): the
+/// broker nacks, which is a 503 that releases the claim; the policy cleared, the retry is
+/// published. Needs `rabbitmqctl` for the broker at `AMQP_URL` (the local one).
+#[tokio::test]
+async fn a_nack_is_503_and_its_retry_is_published_once_the_queue_takes_it() {
+    let names = Names::new();
+    let amqp = names.amqp().await;
+    let store = MemoryStore::new();
+    let policy = format!("{}-full", names.name);
+    let pattern = format!("^{}$", names.name);
+    rabbitmqctl(&[
+        "set_policy",
+        "--apply-to",
+        "queues",
+        &policy,
+        &pattern,
+        r#"{"max-length":0}"#,
+    ]);
+    // Policies reach the queue shortly after they are set.
+    let set = Instant::now();
+    while amqp.accept(&event("evt_probe")).await.is_ok() {
+        assert!(
+            set.elapsed() < Duration::from_secs(10),
+            "the policy never applied"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, retry_after) = deliver(&amqp, &store, "evt_full").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(retry_after);
+    rabbitmqctl(&[
+        "set_policy",
+        "--apply-to",
+        "queues",
+        &policy,
+        &pattern,
+        r#"{"max-length":1000}"#,
+    ]);
+    // A limit raised, not cleared: RabbitMQ 3.10's quorum queue, once rejecting, kept
+    // rejecting after its `max-length` policy was cleared. Read below it too (the probes
+    // accepted before the policy applied).
+    let mut taken = names.take_all(&names.name).await;
+    let cleared = Instant::now();
+    while deliver(&amqp, &store, "evt_full").await.0 != StatusCode::NO_CONTENT {
+        assert!(
+            cleared.elapsed() < Duration::from_secs(10),
+            "the retry never published"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    taken.extend(names.take_all(&names.name).await);
+    let full: Vec<_> = taken
+        .iter()
+        .filter(|m| header(m, "Webhook-Id").as_deref() == Some("evt_full"))
+        .collect();
+    assert_eq!(
+        full.len(),
+        1,
+        "the nacked publish was not stored; its retry was"
+    );
+    rabbitmqctl(&["clear_policy", &policy]);
+    names.delete().await;
+}
+
+fn rabbitmqctl(args: &[&str]) {
+    let out = std::process::Command::new("rabbitmqctl")
+        .args(args)
+        .output()
+        .expect("rabbitmqctl (of the broker at AMQP_URL) must be installed for this test");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -79,7 +79,8 @@ impl AmqpBuilder {
         Ok(self)
     }
 
-    /// Replaces how long an accept waits for the broker's confirm (default 5 s): past it,
+    /// Replaces how long an accept waits for its channel and the broker's confirm (default
+    /// 5 s): past it,
     /// the accept fails (503) and the message may still be stored.
     ///
     /// # Errors

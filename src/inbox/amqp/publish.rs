@@ -55,28 +55,29 @@ pub(super) async fn accept(
         properties = properties.with_timestamp(seconds);
     }
     let inner = &amqp.inner;
+    // The whole of it within the confirm timeout: a channel that will not open on a
+    // connection gone quiet is as late as a confirm that will not come.
     let publish = async {
         let channel = inner.connection.publisher().await?;
-        let confirmed = async {
-            let confirm = channel
-                .basic_publish(
-                    inner.names.exchange.as_str().into(),
-                    routing_key,
-                    BasicPublishOptions {
-                        mandatory: true,
-                        ..BasicPublishOptions::default()
-                    },
-                    event.body(),
-                    properties,
-                )
-                .await
-                .map_err(|e| StoreError::new("amqp publish", e))?;
-            confirm
-                .await
-                .map_err(|e| StoreError::new("amqp publish", e))
-        };
-        match tokio::time::timeout(inner.confirm_timeout, confirmed).await {
-            Ok(confirmation) => confirmed_or_not(confirmation?),
+        let confirm = channel
+            .basic_publish(
+                inner.names.exchange.as_str().into(),
+                routing_key,
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..BasicPublishOptions::default()
+                },
+                event.body(),
+                properties,
+            )
+            .await
+            .map_err(|e| StoreError::new("amqp publish", e))?;
+        let confirmation = confirm.await;
+        confirmed_or_not(confirmation.map_err(|e| StoreError::new("amqp publish", e))?)
+    };
+    let publish = async {
+        match tokio::time::timeout(inner.confirm_timeout, publish).await {
+            Ok(published) => published,
             Err(_) => Err(StoreError::message(
                 "amqp publish: no confirm from the broker within the confirm timeout",
             )),
