@@ -540,3 +540,29 @@ fn rabbitmqctl(args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Many accepts at once on the one publishing channel: each confirmed for itself, every
+/// one a message, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_accepts_are_each_confirmed_and_each_one_message() {
+    let names = Names::new();
+    let amqp = names.amqp().await;
+    let accepts = (0..200).map(|i| {
+        let amqp = amqp.clone();
+        tokio::spawn(async move { amqp.accept(&event(&format!("evt_{i}"))).await })
+    });
+    for accepted in futures_util::future::join_all(accepts).await {
+        assert_eq!(accepted.unwrap().unwrap(), Accepted::New);
+    }
+    assert_eq!(amqp.counts().await.unwrap().queued, 200);
+    let mut ids: Vec<_> = names
+        .take_all(&names.name)
+        .await
+        .iter()
+        .map(|m| header(m, "Webhook-Id").unwrap())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 200);
+    names.delete().await;
+}

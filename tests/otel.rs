@@ -1,6 +1,7 @@
 //! One trace from a delivery to each attempt (feature `otel`, issue 35), read from the
 //! SDK's in-memory exporter behind a `tracing` registry with tracing-opentelemetry's
-//! layer: on SQLite, PostgreSQL (a fresh database each) and JetStream (a stream each), the
+//! layer: on SQLite, PostgreSQL (a fresh database each), JetStream (a stream each) and
+//! RabbitMQ (an exchange and queue each, the accept only), the
 //! accept is a PRODUCER span whose context is stored with the event; an event's first run
 //! is a CONSUMER span that is its child (each processor's, with fan-out); a retry, a
 //! requeue, a resumed snooze, a backfill, a parked message resumed and a rerun in the
@@ -29,6 +30,7 @@ use opentelemetry::Value;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::dedupe::TxDedupeLayer;
+use tower_webhook::inbox::amqp::Amqp;
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
 use tower_webhook::inbox::{Attempt, Backfill, Inbox, Later, ProcessorSpec, Requeue, Worker};
 use tower_webhook::store::MemoryStore;
@@ -511,6 +513,101 @@ async fn jetstream_without_a_layer_publishes_no_traceparent() {
     eventually("processed", async || ran.load(Ordering::SeqCst) == 1).await;
     worker.shutdown().await;
     delete_streams(&name).await;
+}
+
+/// An exchange and queue of RabbitMQ's of their own (`trusted`: the sender's
+/// `traceparent` the accept's parent).
+async fn amqp(trusted: bool) -> (Amqp, String) {
+    let name = format!("tw_otel_{}", uuid::Uuid::new_v4().simple());
+    let amqp = Amqp::builder(&common::amqp_url())
+        .with_exchange(&name)
+        .unwrap()
+        .with_queue(&name)
+        .unwrap()
+        .with_trusted_traceparent(trusted)
+        .build()
+        .await
+        .expect("RabbitMQ must be running (.ci/services starts it)");
+    (amqp, name)
+}
+
+/// The headers of the one message in the queue `name` (taken off it).
+async fn amqp_headers(name: &str) -> lapin::types::FieldTable {
+    let url = common::amqp_url();
+    let connection = lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    let options = lapin::options::BasicGetOptions { no_ack: true };
+    let message = channel.basic_get(name.into(), options).await.unwrap();
+    let message = message.expect("the accepted message");
+    message
+        .delivery
+        .properties
+        .headers()
+        .clone()
+        .unwrap_or_default()
+}
+
+fn amqp_header(headers: &lapin::types::FieldTable, name: &str) -> Option<String> {
+    match headers.inner().get(name)? {
+        lapin::types::AMQPValue::LongString(s) => Some(s.to_string()),
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
+/// RabbitMQ: the message carries the accept's context in `traceparent`; a sender's is a
+/// link by default, the parent when trusted; without a layer, no `traceparent`.
+#[tokio::test]
+async fn amqp_publishes_the_accepts_traceparent_and_a_senders_is_a_link_unless_trusted() {
+    let sent = sent_traceparent();
+    {
+        let traces = Traces::install();
+        let (untrusted, name) = amqp(false).await;
+        let id = "evt_otel_amqp_untrusted";
+        deliver(untrusted.accept_service(), id, Some(&sent)).await;
+        let accept = &traces.accept(id).await;
+        assert_eq!(accept.span_kind, SpanKind::Producer);
+        assert_ne!(
+            accept.span_context.trace_id(),
+            TraceId::from_hex(SENT_TRACE).unwrap()
+        );
+        assert_eq!(
+            linked(accept)[0].trace_id(),
+            TraceId::from_hex(SENT_TRACE).unwrap()
+        );
+        let headers = amqp_headers(&name).await;
+        assert_eq!(
+            amqp_header(&headers, "traceparent"),
+            Some(traceparent_of(accept))
+        );
+        untrusted.delete().await.unwrap();
+
+        let (trusted, name) = amqp(true).await;
+        let id = "evt_otel_amqp_trusted";
+        deliver(trusted.accept_service(), id, Some(&sent)).await;
+        let accept = &traces.accept(id).await;
+        assert_eq!(
+            accept.span_context.trace_id(),
+            TraceId::from_hex(SENT_TRACE).unwrap()
+        );
+        assert_eq!(accept.parent_span_id, SpanId::from_hex(SENT_SPAN).unwrap());
+        let headers = amqp_headers(&name).await;
+        assert_eq!(
+            amqp_header(&headers, "traceparent"),
+            Some(traceparent_of(accept))
+        );
+        trusted.delete().await.unwrap();
+    }
+    let (amqp, name) = amqp(false).await;
+    deliver(amqp.accept_service(), "evt_otel_amqp_no_layer", None).await;
+    let headers = amqp_headers(&name).await;
+    assert_eq!(amqp_header(&headers, "traceparent"), None);
+    assert_eq!(
+        amqp_header(&headers, "Webhook-Id").as_deref(),
+        Some("evt_otel_amqp_no_layer")
+    );
+    amqp.delete().await.unwrap();
 }
 
 /// A handler that works 200 ms, then in a span `handler.work`.

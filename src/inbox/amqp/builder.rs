@@ -19,6 +19,9 @@ pub struct AmqpBuilder {
     queue: String,
     delivery_limit: u32,
     confirm_timeout: Duration,
+    /// `with_trusted_traceparent`.
+    #[cfg(feature = "otel")]
+    trusted_traceparent: bool,
 }
 
 /// The most a name may hold: AMQP's 255 bytes, less `-dead`.
@@ -32,6 +35,8 @@ impl AmqpBuilder {
             queue: "webhooks".to_owned(),
             delivery_limit: 20,
             confirm_timeout: Duration::from_secs(5),
+            #[cfg(feature = "otel")]
+            trusted_traceparent: false,
         }
     }
 
@@ -99,6 +104,15 @@ impl AmqpBuilder {
         Ok(self)
     }
 
+    /// Makes a verified delivery's W3C `traceparent` header the parent of its accept's
+    /// span (feature `otel`), as JetStream's `with_trusted_traceparent` does: off by
+    /// default, the header only a link (a forged trace id never joins your traces).
+    #[cfg(feature = "otel")]
+    pub fn with_trusted_traceparent(mut self, trusted: bool) -> Self {
+        self.trusted_traceparent = trusted;
+        self
+    }
+
     /// Connects, declares what is missing — the topic exchange, the quorum queue bound to
     /// it with `#`, the dead exchange and queue — and checks what exists, then hands the
     /// connection to the crate's supervisor (see the [module](super)).
@@ -119,6 +133,8 @@ impl AmqpBuilder {
                 names,
                 confirm_timeout: self.confirm_timeout,
                 delivery_limit: self.delivery_limit,
+                #[cfg(feature = "otel")]
+                trusted_traceparent: self.trusted_traceparent,
             }),
         })
     }
@@ -148,6 +164,6 @@ impl std::fmt::Debug for AmqpBuilder {
             .field("queue", &self.queue)
             .field("delivery_limit", &self.delivery_limit)
             .field("confirm_timeout", &self.confirm_timeout)
-            .finish()
+            .finish_non_exhaustive()
     }
 }

@@ -102,6 +102,9 @@ pub(crate) struct Inner {
     confirm_timeout: Duration,
     /// The queue's delivery limit (`x-delivery-limit`).
     delivery_limit: u32,
+    /// A verified delivery's `traceparent` is its accept's parent, not a link.
+    #[cfg(feature = "otel")]
+    trusted_traceparent: bool,
 }
 
 impl Amqp {

@@ -39,7 +39,11 @@ pub(super) async fn accept(
     sent: &crate::span::TraceContext,
 ) -> Result<(), StoreError> {
     let (routing_key, mut headers) = message(event)?;
-    let (span, trace) = crate::span::accept(event, sent, false);
+    #[cfg(feature = "otel")]
+    let trusted = amqp.inner.trusted_traceparent;
+    #[cfg(not(feature = "otel"))]
+    let trusted = false;
+    let (span, trace) = crate::span::accept(event, sent, trusted);
     if let Some(traceparent) = trace.traceparent() {
         headers.insert(header::TRACEPARENT.into(), text(traceparent));
     }
