@@ -233,9 +233,10 @@ async fn broken(
     let mut events = std::pin::pin!(events);
     loop {
         tokio::select! {
-            event = events.next() => match event {
-                Some(lapin::Event::Error(_)) | None => return,
-                Some(_) => {}
+            // A channel's error (a passive declare of a missing queue: 404) is an event
+            // too: the connection's state below says whether it was the connection's.
+            event = events.next() => if event.is_none() {
+                return;
             },
             () = tokio::time::sleep(WATCH_EVERY) => {}
         }
