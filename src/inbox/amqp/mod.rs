@@ -79,11 +79,13 @@ mod builder; // the names and settings, and `build`: connected, the topology dec
 mod connection; // the one connection, supervised: reconnected, channels handed out
 mod publish; // an event as a message: routing key, properties, headers; the confirm
 mod topology; // the exchanges and quorum queues, declared or checked
+mod worker; // `AmqpWorker`: the worker engine on the queue; retries in delay queues
 
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use self::builder::AmqpBuilder;
+pub use self::worker::AmqpWorker;
 use super::accept::{Accept, Destination};
 use super::{Accepted, Counts};
 use crate::store::StoreError;
@@ -142,7 +144,6 @@ impl Amqp {
 
     /// A fresh channel on the current connection (the worker's; closed when dropped by
     /// lapin once unused): fails at once when there is no connection.
-    #[allow(dead_code)] // the worker's (issue 37, part 3)
     pub(crate) async fn channel(&self) -> Result<lapin::Channel, StoreError> {
         self.inner.connection.channel().await
     }
@@ -154,7 +155,6 @@ impl Amqp {
     }
 
     /// The supervised connection (the worker waits on it after a cut).
-    #[allow(dead_code)] // the worker's (issue 37, part 3)
     pub(crate) fn connection(&self) -> &connection::Connection {
         &self.inner.connection
     }
@@ -196,8 +196,10 @@ impl Amqp {
     }
 
     /// The queue and the dead queue, counted: `queued` the queue's messages ready for a
-    /// consumer, `dead` the dead queue's. RabbitMQ does not count what is delivered and
-    /// not yet acknowledged in a passive declare: `processing` is 0, `oldest_due` `None`.
+    /// consumer, `processing` those waiting out a retry's backoff or a snooze in the delay
+    /// queues (`<queue>-retry-<ms>`), `dead` the dead queue's. RabbitMQ does not count
+    /// what is delivered and not yet acknowledged in a passive declare: running events
+    /// are in none of them, and `oldest_due` is `None`.
     ///
     /// # Errors
     ///
@@ -207,8 +209,10 @@ impl Amqp {
         let queued = topology::message_count(&channel, &self.inner.names.queue).await?;
         let dead = topology::message_count(&channel, &self.inner.names.dead_queue).await?;
         let _ = channel.close(200, "done".into()).await;
+        let waiting = worker::delays::waiting(self).await?;
         Ok(Counts {
             queued: queued.into(),
+            processing: waiting,
             dead: dead.into(),
             ..Counts::default()
         })
@@ -221,6 +225,7 @@ impl Amqp {
     ///
     /// When there is no connection, or the broker refuses.
     pub async fn delete(self) -> Result<(), StoreError> {
+        worker::delays::delete(&self).await?;
         let channel = self.inner.connection.channel().await?;
         topology::delete(&channel, &self.inner.names).await
     }

@@ -180,6 +180,12 @@ pub(crate) trait Queue: Send + Sync + 'static {
         std::future::ready(true)
     }
 
+    /// Called once the worker has stopped and its running events have ended: lets go of
+    /// what the queue still holds that no claim took (a consumer's prefetched messages).
+    fn stop(&self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+
     /// Records `outcome`, trying again while the queue does not answer until `until` (the
     /// lease's end: after it the event may be another attempt's); `Ok(false)` when
     /// another attempt holds the event.

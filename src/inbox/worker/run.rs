@@ -213,6 +213,7 @@ impl<Q: Queue> Engine<Q> {
         }
         let _ = hurry.send(true);
         while running.join_next().await.is_some() {}
+        this.queue.stop().await;
     }
 
     /// Starts a task for each of the batch's events, each with one of its processors and

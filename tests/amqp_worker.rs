@@ -1,0 +1,523 @@
+//! The RabbitMQ worker against a real broker (127.0.0.1:5672, or `AMQP_URL`): each event
+//! processed once and acknowledged, a failure retried after its backoff (waiting in a delay
+//! queue) with its attempt number rising and buried after the last, an event delivered
+//! twice run once, two workers sharing a queue, and a worker killed mid-storm — counting
+//! lost and duplicated events as a total-queue checker does. Each test has an exchange and
+//! queues of its own, deleted when it ends well.
+#![cfg(feature = "amqp")]
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{at, verifier, NOW};
+use lapin::options::BasicGetOptions;
+use tower_webhook::inbox::amqp::{Amqp, AmqpWorker};
+use tower_webhook::inbox::{Attempt, Processor};
+use tower_webhook::once::{Once, Ran};
+use tower_webhook::store::{DedupeStore, MemoryStore, PgStore};
+use tower_webhook::{Event, Scheme};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+fn amqp_url() -> String {
+    let url = std::env::var("AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+    if let Err(why) = common::probe(&url) {
+        panic!(
+            "RabbitMQ is not reachable at {} ({why}): this test needs it. Start it, or point \
+             AMQP_URL at a running broker.",
+            common::redact(&url)
+        );
+    }
+    url
+}
+
+/// An exchange and queue of this test's own.
+async fn amqp() -> Amqp {
+    let name = format!("tw_test_{}", uuid::Uuid::new_v4().simple());
+    Amqp::builder(&amqp_url())
+        .with_exchange(&name)
+        .unwrap()
+        .with_queue(&name)
+        .unwrap()
+        .build()
+        .await
+        .unwrap()
+}
+
+/// A second connection to the same exchange and queue (another process's).
+async fn again(amqp: &Amqp) -> Amqp {
+    Amqp::builder(&amqp_url())
+        .with_exchange(amqp.exchange())
+        .unwrap()
+        .with_queue(amqp.queue())
+        .unwrap()
+        .build()
+        .await
+        .unwrap()
+}
+
+fn event(id: &str) -> Event {
+    let body = format!(
+        r#"{{"type":"payment_intent.succeeded","livemode":true,"data":{{"object":{{"id":"pi_{id}"}}}}}}"#
+    );
+    let headers = Scheme::standard()
+        .sign([SECRET], id, at(NOW), body.as_bytes())
+        .unwrap();
+    verifier(Scheme::standard(), &[SECRET])
+        .verify(&headers, body.into())
+        .unwrap()
+}
+
+/// Each event's attempts: their numbers, and when they started.
+type Attempts = HashMap<String, Vec<(u32, tokio::time::Instant)>>;
+
+/// Attempts seen per event.
+#[derive(Clone, Default)]
+struct Seen {
+    attempts: Arc<Mutex<Attempts>>,
+}
+
+impl Seen {
+    fn of(&self, id: &str) -> Vec<u32> {
+        let attempts = self.attempts.lock().unwrap();
+        let of = attempts.get(id).cloned().unwrap_or_default();
+        of.into_iter().map(|(n, _)| n).collect()
+    }
+
+    /// The waits between an event's attempts.
+    fn gaps(&self, id: &str) -> Vec<Duration> {
+        let attempts = self.attempts.lock().unwrap();
+        let of = attempts.get(id).cloned().unwrap_or_default();
+        of.windows(2).map(|w| w[1].1 - w[0].1).collect()
+    }
+
+    /// How many events ran `n` times, for each `n`: lost (none) and duplicated (more
+    /// than one) are what a total-queue checker counts.
+    fn runs(&self, ids: &[String]) -> (usize, usize) {
+        let attempts = self.attempts.lock().unwrap();
+        let lost = ids.iter().filter(|id| !attempts.contains_key(*id)).count();
+        let duplicated = attempts.values().filter(|a| a.len() > 1).count();
+        (lost, duplicated)
+    }
+
+    fn processor(
+        &self,
+        work: Duration,
+        outcome: impl Fn(&str, u32) -> Result<(), String> + Send + Sync + 'static,
+    ) -> impl Processor {
+        let (seen, outcome) = (self.clone(), Arc::new(outcome));
+        move |e: Event, a: Attempt| {
+            let (seen, outcome) = (seen.clone(), outcome.clone());
+            async move {
+                seen.attempts
+                    .lock()
+                    .unwrap()
+                    .entry(e.id().unwrap().to_owned())
+                    .or_default()
+                    .push((a.number(), tokio::time::Instant::now()));
+                tokio::time::sleep(work).await;
+                outcome(e.id().unwrap(), a.number())
+            }
+        }
+    }
+}
+
+fn succeed(_: &str, _: u32) -> Result<(), String> {
+    Ok(())
+}
+
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    for _ in 0..1000 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+/// The queue's messages ready and the delay queues' (`queued`, `processing`), and the
+/// dead queue's.
+async fn counts(amqp: &Amqp) -> (u64, u64, u64) {
+    let c = amqp.counts().await.unwrap();
+    (c.queued, c.processing, c.dead)
+}
+
+async fn accept(amqp: &Amqp, ids: &[String]) {
+    for id in ids {
+        amqp.accept(&event(id)).await.unwrap();
+    }
+}
+
+fn ids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}_{i}")).collect()
+}
+
+#[tokio::test]
+async fn each_event_is_processed_once_and_acknowledged() {
+    let amqp = amqp().await;
+    let ids = ids("evt", 20);
+    accept(&amqp, &ids).await;
+    let seen = Seen::default();
+    let worker = AmqpWorker::new(
+        &amqp,
+        MemoryStore::new(),
+        seen.processor(Duration::ZERO, succeed),
+    )
+    .spawn();
+    eventually("all processed", async || seen.runs(&ids) == (0, 0)).await;
+    worker.shutdown().await;
+    // Acknowledged: nothing comes back once the worker's channel is closed.
+    assert_eq!(counts(&amqp).await, (0, 0, 0));
+    for id in &ids {
+        assert_eq!(seen.of(id), vec![1], "{id} ran once, as its first attempt");
+    }
+    amqp.delete().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failure_waits_out_its_backoff_in_a_delay_queue_then_goes_dead_with_its_error() {
+    let amqp = amqp().await;
+    amqp.accept(&event("evt_doomed")).await.unwrap();
+    amqp.accept(&event("evt_fine")).await.unwrap();
+    let seen = Seen::default();
+    let processor = seen.processor(Duration::ZERO, |id, _| match id {
+        "evt_doomed" => Err("order\nnot found".to_owned()),
+        _ => Ok(()),
+    });
+    let worker = AmqpWorker::new(&amqp, MemoryStore::new(), processor)
+        .with_max_attempts(3)
+        .unwrap()
+        .with_backoff(Duration::from_millis(400), Duration::from_millis(800))
+        .unwrap()
+        .spawn();
+    eventually("buried", async || counts(&amqp).await.2 == 1).await;
+    assert_eq!(
+        seen.of("evt_doomed"),
+        vec![1, 2, 3],
+        "the attempt number rises"
+    );
+    assert_eq!(seen.of("evt_fine"), vec![1]);
+    for gap in seen.gaps("evt_doomed") {
+        // Backoff 400 ms then 800 ms, each drawn in [half, all] and waited at the nearest
+        // step of the ladder (100 ms doubling): never less than 200 ms.
+        assert!(
+            gap >= Duration::from_millis(190),
+            "waited its backoff: {gap:?}"
+        );
+        assert!(
+            gap < Duration::from_secs(3),
+            "not held much longer: {gap:?}"
+        );
+    }
+    worker.shutdown().await;
+    assert_eq!(counts(&amqp).await, (0, 0, 1));
+    // The dead message: the event's body, its error on one line, and its attempts.
+    let channel = raw_channel().await;
+    let dead = channel
+        .basic_get(amqp.dead_queue().into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("a dead message");
+    let headers = dead.delivery.properties.headers().clone().unwrap();
+    let header = |name: &str| match headers.inner().get(name) {
+        Some(lapin::types::AMQPValue::LongString(s)) => {
+            Some(String::from_utf8_lossy(s.as_bytes()).into_owned())
+        }
+        _ => None,
+    };
+    assert_eq!(header("Webhook-Error").as_deref(), Some("order not found"));
+    assert_eq!(header("Webhook-Attempts").as_deref(), Some("3"));
+    assert_eq!(header("Webhook-Id").as_deref(), Some("evt_doomed"));
+    assert_eq!(dead.delivery.data, event("evt_doomed").body().to_vec());
+    amqp.delete().await.unwrap();
+}
+
+async fn raw_channel() -> lapin::Channel {
+    let connection =
+        lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
+            .await
+            .unwrap();
+    connection.create_channel().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_snoozed_event_runs_again_later_without_counting_an_attempt() {
+    let amqp = amqp().await;
+    amqp.accept(&event("evt_later")).await.unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let seen = Seen::default();
+    let (record, counter) = (seen.clone(), calls.clone());
+    let processor = move |e: Event, a: Attempt| {
+        let (record, counter) = (record.clone(), counter.clone());
+        async move {
+            record
+                .attempts
+                .lock()
+                .unwrap()
+                .entry(e.id().unwrap().to_owned())
+                .or_default()
+                .push((a.number(), tokio::time::Instant::now()));
+            match counter.fetch_add(1, Ordering::SeqCst) {
+                0 => Err(tower_webhook::inbox::Later::after(Duration::from_millis(300)).into()),
+                _ => Ok::<(), Box<dyn std::error::Error + Send + Sync>>(()),
+            }
+        }
+    };
+    let worker = AmqpWorker::new(&amqp, MemoryStore::new(), processor).spawn();
+    eventually("ran again", async || calls.load(Ordering::SeqCst) == 2).await;
+    assert_eq!(seen.of("evt_later"), vec![1, 1], "a snooze is no attempt");
+    assert!(seen.gaps("evt_later")[0] >= Duration::from_millis(190));
+    worker.shutdown().await;
+    assert_eq!(counts(&amqp).await, (0, 0, 0));
+    amqp.delete().await.unwrap();
+}
+
+/// The same event accepted twice (no `DedupeLayer` in front) is two messages: the worker's
+/// claim runs it once and acknowledges the second unrun.
+#[tokio::test]
+async fn an_event_delivered_twice_runs_once_and_both_messages_are_acknowledged() {
+    let amqp = amqp().await;
+    amqp.accept(&event("evt_twice")).await.unwrap();
+    amqp.accept(&event("evt_twice")).await.unwrap();
+    amqp.accept(&event("evt_other")).await.unwrap();
+    let seen = Seen::default();
+    let worker = AmqpWorker::new(
+        &amqp,
+        MemoryStore::new(),
+        seen.processor(Duration::ZERO, succeed),
+    )
+    .with_concurrency(1)
+    .unwrap()
+    .spawn();
+    eventually("both events processed", async || {
+        seen.of("evt_other").len() == 1 && seen.of("evt_twice").len() == 1
+    })
+    .await;
+    eventually("every message acknowledged", async || {
+        counts(&amqp).await == (0, 0, 0)
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(
+        counts(&amqp).await,
+        (0, 0, 0),
+        "none came back unacknowledged"
+    );
+    assert_eq!(seen.of("evt_twice"), vec![1]);
+    amqp.delete().await.unwrap();
+}
+
+/// Two workers, each on its own connection (two processes' worth), share the queue: of N
+/// events none is lost and none runs twice.
+async fn two_workers_share_the_queue(store: Arc<dyn DedupeStore>) {
+    let amqp = amqp().await;
+    let other = again(&amqp).await;
+    let ids = ids("evt", 200);
+    accept(&amqp, &ids).await;
+    let seen = Seen::default();
+    let worker = |amqp: &Amqp| {
+        AmqpWorker::from_arc(
+            amqp,
+            store.clone(),
+            seen.processor(Duration::from_millis(2), succeed),
+        )
+        .with_concurrency(8)
+        .unwrap()
+        .spawn()
+    };
+    let (a, b) = (worker(&amqp), worker(&other));
+    eventually("all processed", async || seen.runs(&ids).0 == 0).await;
+    a.shutdown().await;
+    b.shutdown().await;
+    assert_eq!(seen.runs(&ids), (0, 0), "(lost, duplicated)");
+    assert_eq!(counts(&amqp).await, (0, 0, 0));
+    amqp.delete().await.unwrap();
+}
+
+#[tokio::test]
+async fn two_workers_share_the_queue_with_a_memory_store() {
+    two_workers_share_the_queue(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test]
+async fn two_workers_share_the_queue_with_a_postgres_store() {
+    let store = PgStore::connect(&common::fresh_pg_url().await)
+        .await
+        .unwrap();
+    two_workers_share_the_queue(Arc::new(store)).await;
+}
+
+/// A worker killed mid-storm (its task aborted: its channel closes, its deliveries go back
+/// to the queue) and another finishing: none lost, and each effect once (`Once`) — the
+/// killed worker's attempts that ran count, the rest run again.
+async fn a_worker_killed_mid_storm(store: Arc<dyn DedupeStore>) {
+    let amqp = amqp().await;
+    let other = again(&amqp).await;
+    let ids = ids("evt", 150);
+    accept(&amqp, &ids).await;
+    let ledger: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let once = Once::new(MemoryStore::new(), "effect");
+    let seen = Seen::default();
+    let processor = |ledger: Arc<Mutex<HashMap<String, u32>>>, once: Once, seen: Seen| {
+        move |e: Event, a: Attempt| {
+            let (ledger, once, seen) = (ledger.clone(), once.clone(), seen.clone());
+            async move {
+                let id = e.id().unwrap().to_owned();
+                seen.attempts
+                    .lock()
+                    .unwrap()
+                    .entry(id.clone())
+                    .or_default()
+                    .push((a.number(), tokio::time::Instant::now()));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                let key = id.clone();
+                let effect = once.run(&key, move |_| async move {
+                    *ledger.lock().unwrap().entry(id).or_default() += 1;
+                    Ok::<_, String>(())
+                });
+                match effect.await {
+                    Ok(Ran::InProgress { .. }) => Err("in progress elsewhere".to_owned()),
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        }
+    };
+    let worker = |amqp: &Amqp| {
+        AmqpWorker::from_arc(
+            amqp,
+            store.clone(),
+            processor(ledger.clone(), once.clone(), seen.clone()),
+        )
+        .with_concurrency(4)
+        .unwrap()
+        .with_lease(Duration::from_secs(1))
+        .unwrap()
+        .with_backoff(Duration::from_millis(50), Duration::from_millis(200))
+        .unwrap()
+        .spawn()
+    };
+    let a = worker(&amqp);
+    eventually("a third done", async || {
+        ledger.lock().unwrap().len() >= ids.len() / 3
+    })
+    .await;
+    a.abort(); // killed mid-run
+    let b = worker(&other);
+    eventually("all done", async || {
+        ledger.lock().unwrap().len() == ids.len()
+    })
+    .await;
+    eventually("all acknowledged", async || {
+        counts(&amqp).await == (0, 0, 0)
+    })
+    .await;
+    b.shutdown().await;
+    assert!(
+        ledger.lock().unwrap().values().all(|&n| n == 1),
+        "every effect once"
+    );
+    let ran_twice: Vec<_> = ids.iter().filter(|id| seen.of(id).len() > 1).collect();
+    // Only the killed worker's events in flight may have run twice (at most its
+    // concurrency), each a later attempt.
+    assert!(ran_twice.len() <= 4, "ran twice: {ran_twice:?}");
+    assert_eq!(counts(&amqp).await, (0, 0, 0));
+    amqp.delete().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_worker_killed_mid_storm_loses_nothing_with_a_memory_store() {
+    a_worker_killed_mid_storm(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test]
+async fn a_worker_killed_mid_storm_loses_nothing_with_a_postgres_store() {
+    let store = PgStore::connect(&common::fresh_pg_url().await)
+        .await
+        .unwrap();
+    a_worker_killed_mid_storm(Arc::new(store)).await;
+}
+
+/// A cut between the worker and the broker (every connection reset, new ones refused):
+/// the worker's consumer dies with its channel, and once the broker is back it consumes
+/// again within 5 s — on a channel of its own making. The event running at the cut
+/// finishes, its acknowledgement lost with the channel: delivered again, it is
+/// acknowledged unrun (its key is done).
+#[tokio::test]
+async fn consuming_resumes_within_5_s_after_a_cut_and_the_event_running_then_runs_once() {
+    let amqp = amqp().await; // direct: accepts and counts go on during the cut
+    let upstream = amqp_url()
+        .split('@')
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let proxy = common::proxy::Proxy::start(upstream).await.unwrap();
+    let via = Amqp::builder(&format!("amqp://guest:guest@{}/%2f", proxy.addr()))
+        .with_exchange(amqp.exchange())
+        .unwrap()
+        .with_queue(amqp.queue())
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    let seen = Seen::default();
+    let processor = seen.processor(Duration::ZERO, |_, _| Ok(()));
+    let slow = seen.clone();
+    let processor = move |e: Event, a: Attempt| {
+        let (slow, run) = (slow.clone(), processor.process(e.clone(), a));
+        async move {
+            if e.id() == Some("evt_slow") {
+                slow.attempts
+                    .lock()
+                    .unwrap()
+                    .entry("evt_slow".to_owned())
+                    .or_default()
+                    .push((a.number(), tokio::time::Instant::now()));
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                return Ok(());
+            }
+            run.await
+        }
+    };
+    let worker = AmqpWorker::new(&via, MemoryStore::new(), processor).spawn();
+    let before = ids("evt_before", 5);
+    accept(&amqp, &before).await;
+    amqp.accept(&event("evt_slow")).await.unwrap();
+    eventually("processed before the cut", async || {
+        seen.runs(&before) == (0, 0) && seen.of("evt_slow") == vec![1]
+    })
+    .await;
+    proxy.cut();
+    let during = ids("evt_during", 5);
+    accept(&amqp, &during).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(seen.runs(&during).0, 5, "none runs while cut off");
+    proxy.restore();
+    let restored = tokio::time::Instant::now();
+    eventually("processed after the cut", async || {
+        seen.runs(&during) == (0, 0)
+    })
+    .await;
+    assert!(
+        restored.elapsed() < Duration::from_secs(5),
+        "consuming resumed {:?} after the broker came back",
+        restored.elapsed()
+    );
+    eventually("every message acknowledged", async || {
+        counts(&amqp).await == (0, 0, 0)
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(seen.of("evt_slow"), vec![1], "ran once across the cut");
+    assert_eq!(counts(&amqp).await, (0, 0, 0));
+    amqp.delete().await.unwrap();
+}
