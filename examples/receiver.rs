@@ -134,7 +134,7 @@ Environment (variable [default] (modes): what it does):
       `<source>/<event type>.json`); each event is checked at accept, and one that fails
       is answered 204, never processed, kept `invalid` with its errors (GET
       /admin/events?state=invalid; POST /admin/requeue {\"invalid\": true} checks again;
-      nats: kept in the stream <stream>-invalid); a schema that does not compile stops the
+      nats: kept in the stream <stream>-invalid, listed and requeued the same); a schema that does not compile stops the
       receiver at start, naming its file; set in dedupe mode, the receiver refuses to start
 
 It serves POST /webhooks and GET /metrics, and prints `handled <event id>` each time its

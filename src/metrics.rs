@@ -565,8 +565,7 @@ pub(crate) fn unreadable(_source: &str, _why: Unreadable) {
     not(any(
         feature = "sqlite",
         feature = "postgres",
-        feature = "nats",
-        feature = "amqp"
+        all(feature = "nats", feature = "schemas")
     )),
     allow(dead_code)
 )]

@@ -3184,57 +3184,12 @@ async fn receiver_refuses_an_otlp_protocol_it_cannot_speak() {
 /// mode, the receiver refuses to start.
 #[tokio::test]
 async fn receiver_in_inbox_mode_with_schemas_keeps_invalid_events_apart() {
-    const SECRET: &str = "whsec_receiver_schemas_01234567";
-    const TOKEN: &str = "operator-token-0123456789";
-    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schemas");
-    let folder = fixtures.join("schemas");
-    let env = [
-        ("WEBHOOK_SCHEME", "stripe"),
-        ("WEBHOOK_SECRETS", SECRET),
-        ("WEBHOOK_MODE", "inbox"),
-        ("WEBHOOK_SCHEMAS", folder.to_str().unwrap()),
-        ("WEBHOOK_ADMIN_TOKEN", TOKEN),
-    ];
+    let folder = schemas_fixtures().join("schemas");
     let db = std::env::temp_dir().join(format!(
         "tower-webhook-receiver-schemas-{}.db",
         uuid::Uuid::new_v4().simple()
     ));
-    let (mut receiver, url, mut out) = start_receiver(&db, &env).await;
-    for fixture in ["stripe_invoice_paid_renamed", "stripe_invoice_paid"] {
-        let path = fixtures.join("payloads").join(format!("{fixture}.json"));
-        let body = std::fs::read(path).unwrap();
-        let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
-        let (status, _) = post(&url, headers, body).await.unwrap();
-        assert_eq!(status, StatusCode::NO_CONTENT, "{fixture}");
-    }
-    // Only the valid one runs: the invalid one came first and never shows.
-    let line = tokio::time::timeout(Duration::from_secs(10), out.next_line()).await;
-    assert_eq!(
-        line.unwrap().unwrap().as_deref(),
-        Some("handled evt_1PkValid0001")
-    );
-    let bearer = format!("Bearer {TOKEN}");
-    let auth = [(http::header::AUTHORIZATION, bearer.as_str())];
-    let admin = url.replace("/webhooks", "/admin");
-    let (status, _, counts) = ask(http::Method::GET, &format!("{admin}/counts"), &auth, None).await;
-    assert_eq!(status, StatusCode::OK, "{counts}");
-    let counts: serde_json::Value = serde_json::from_str(&counts).unwrap();
-    assert_eq!(counts["invalid"], 1, "{counts}");
-    let listing = format!("{admin}/events?state=invalid");
-    let (status, _, listed) = ask(http::Method::GET, &listing, &auth, None).await;
-    assert_eq!(status, StatusCode::OK, "{listed}");
-    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
-    assert_eq!(listed["events"][0]["id"], "evt_1PkInvalid001", "{listed}");
-    assert_eq!(listed["events"][0]["state"], "invalid", "{listed}");
-    let path = &listed["events"][0]["validation_errors"][0]["path"];
-    assert_eq!(path, "/data/object/amount_paid", "{listed}");
-    let more = tokio::time::timeout(Duration::from_millis(500), out.next_line()).await;
-    assert!(
-        more.as_ref()
-            .map_or(true, |l| !format!("{l:?}").contains("evt_1PkInvalid001")),
-        "the invalid event ran: {more:?}"
-    );
-    receiver.kill().await.unwrap();
+    schemas_keep_invalid_events_apart(&db, &[("WEBHOOK_MODE", "inbox")]).await;
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
     }
@@ -3270,4 +3225,91 @@ async fn receiver_in_inbox_mode_with_schemas_keeps_invalid_events_apart() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{stderr}");
     assert!(stderr.contains("WEBHOOK_SCHEMAS"), "{stderr}");
+}
+
+/// The same in `nats` mode (a stream of its own): the invalid event is kept in
+/// `<stream>-invalid`, and the operator API counts, lists and requeues it as in `inbox`
+/// mode.
+#[tokio::test]
+async fn receiver_in_nats_mode_with_schemas_keeps_invalid_events_apart() {
+    let streams = NatsStreams::new("tw_test_schemas");
+    let env = [
+        ("WEBHOOK_MODE", "nats"),
+        ("NATS_URL", streams.url.as_str()),
+        ("NATS_STREAM", streams.stream.as_str()),
+    ];
+    let db = fresh_db("schemas-nats");
+    schemas_keep_invalid_events_apart(&db, &env).await;
+    let _ = std::fs::remove_file(&db);
+    streams.delete().await;
+}
+
+fn schemas_fixtures() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schemas")
+}
+
+/// A receiver in `mode` with the fixtures' schemas and an operator token: of two Stripe
+/// deliveries, the one its schema refuses (delivered first) is answered 204 and never
+/// handled; `GET /admin/counts` has it as `invalid`, `GET /admin/events?state=invalid`
+/// lists it with `state: "invalid"` and its error's JSON pointer, and `POST
+/// /admin/requeue {"invalid": true}` checks it again: still invalid (the schemas did not
+/// change), and still not handled.
+async fn schemas_keep_invalid_events_apart(db: &std::path::Path, mode: &[(&str, &str)]) {
+    const SECRET: &str = "whsec_receiver_schemas_01234567";
+    const TOKEN: &str = "operator-token-0123456789";
+    let fixtures = schemas_fixtures();
+    let folder = fixtures.join("schemas");
+    let mut env = vec![
+        ("WEBHOOK_SCHEME", "stripe"),
+        ("WEBHOOK_SECRETS", SECRET),
+        ("WEBHOOK_SCHEMAS", folder.to_str().unwrap()),
+        ("WEBHOOK_ADMIN_TOKEN", TOKEN),
+    ];
+    env.extend_from_slice(mode);
+    let (mut receiver, url, mut out) = start_receiver(db, &env).await;
+    for fixture in ["stripe_invoice_paid_renamed", "stripe_invoice_paid"] {
+        let path = fixtures.join("payloads").join(format!("{fixture}.json"));
+        let body = std::fs::read(path).unwrap();
+        let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+        let (status, _) = post(&url, headers, body).await.unwrap();
+        assert_eq!(status, StatusCode::NO_CONTENT, "{fixture}");
+    }
+    // Only the valid one runs: the invalid one came first and never shows.
+    let line = tokio::time::timeout(Duration::from_secs(10), out.next_line()).await;
+    assert_eq!(
+        line.unwrap().unwrap().as_deref(),
+        Some("handled evt_1PkValid0001")
+    );
+    let bearer = format!("Bearer {TOKEN}");
+    let auth = [(http::header::AUTHORIZATION, bearer.as_str())];
+    let admin = url.replace("/webhooks", "/admin");
+    let (status, _, counts) = ask(http::Method::GET, &format!("{admin}/counts"), &auth, None).await;
+    assert_eq!(status, StatusCode::OK, "{counts}");
+    let counts: serde_json::Value = serde_json::from_str(&counts).unwrap();
+    assert_eq!(counts["invalid"], 1, "{counts}");
+    let listing = format!("{admin}/events?state=invalid");
+    let (status, _, listed) = ask(http::Method::GET, &listing, &auth, None).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["events"][0]["id"], "evt_1PkInvalid001", "{listed}");
+    assert_eq!(listed["events"][0]["state"], "invalid", "{listed}");
+    let path = &listed["events"][0]["validation_errors"][0]["path"];
+    assert_eq!(path, "/data/object/amount_paid", "{listed}");
+    let requeue = format!("{admin}/requeue");
+    let body = Some(r#"{"invalid": true}"#);
+    let (status, _, done) = ask(http::Method::POST, &requeue, &auth, body).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    let done: serde_json::Value = serde_json::from_str(&done).unwrap();
+    assert_eq!(
+        done,
+        serde_json::json!({"requeued": 0, "still_invalid": 1}),
+        "{done}"
+    );
+    let more = tokio::time::timeout(Duration::from_millis(500), out.next_line()).await;
+    assert!(
+        more.as_ref()
+            .map_or(true, |l| !format!("{l:?}").contains("evt_1PkInvalid001")),
+        "the invalid event ran: {more:?}"
+    );
+    receiver.kill().await.unwrap();
 }

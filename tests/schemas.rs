@@ -610,3 +610,175 @@ async fn jetstream_keeps_invalid_events_apart_and_never_runs_them() {
 fn ran_ids(ran: &Mutex<Vec<String>>) -> Vec<String> {
     ran.lock().unwrap().clone()
 }
+
+/// JetStream's operator endpoints over its invalid stream, as the SQL inbox's:
+/// `GET /events?state=invalid` lists the invalid messages a page at a time (oldest
+/// first), each row `invalid` with its `validation_errors` and never a payload value;
+/// `POST /requeue {"invalid": true}` checks them again against the schemas the stream
+/// has now (alone); another state or requeue is a 400. `list_invalid` pages the same.
+#[tokio::test]
+async fn jetstream_the_admin_lists_and_requeues_invalid_events() {
+    use tower_webhook::inbox::jetstream::JetStream;
+    let url = common::nats_url();
+    let name = format!("tw_test_{}", uuid::Uuid::new_v4().simple());
+    let connect = async || {
+        async_nats::connect(&url)
+            .await
+            .expect("NATS with JetStream")
+    };
+    let jetstream = JetStream::builder(connect().await, &name)
+        .with_memory_storage()
+        .with_schemas(schemas())
+        .build()
+        .await
+        .unwrap();
+    let empty = jetstream_get(&jetstream, "/events?state=invalid").await;
+    assert_eq!(empty, json!({"events": [], "next": null}));
+    for (_, _, scheme, sign_id, fixture) in deliveries() {
+        let status = deliver_to(
+            jetstream.accept_service(),
+            scheme,
+            sign_id,
+            &payload(fixture),
+        )
+        .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{fixture}");
+    }
+    let counts = jetstream_get(&jetstream, "/counts").await;
+    assert_eq!(counts["invalid"], 3, "{counts}");
+
+    // Oldest first: in the order they were delivered.
+    let first = jetstream_get(&jetstream, "/events?state=invalid&limit=2").await;
+    let rows = first["events"].as_array().unwrap();
+    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        [
+            "evt_1PkInvalid001",
+            digest_of("github_push_no_commit_id").as_str()
+        ]
+    );
+    let row = &rows[0];
+    assert_eq!(
+        (
+            &row["source"],
+            &row["type"],
+            &row["state"],
+            &row["attempts"]
+        ),
+        (
+            &json!("stripe"),
+            &json!("invoice.paid"),
+            &json!("invalid"),
+            &json!(0)
+        ),
+        "{row}"
+    );
+    assert!(
+        row["received_at"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{row}"
+    );
+    assert_eq!(
+        row["validation_errors"][0]["path"],
+        "/data/object/amount_paid"
+    );
+    assert!(row["validation_errors"][0]["message"]
+        .as_str()
+        .is_some_and(|m| !m.is_empty()));
+    let listed = first.to_string();
+    assert!(!listed.contains("20.00"), "no payload value: {listed}");
+    let next = first["next"].as_str().expect("a next page");
+    let second = jetstream_get(
+        &jetstream,
+        &format!("/events?state=invalid&limit=2&after={next}"),
+    )
+    .await;
+    assert_eq!(second["events"].as_array().unwrap().len(), 1, "{second}");
+    assert_eq!(second["events"][0]["id"], "msg_order_2");
+    assert_eq!(
+        second["events"][0]["validation_errors"][0]["path"],
+        "/data/line_items/1/quantity"
+    );
+    assert_eq!(second["next"], Value::Null);
+
+    // The library's listing, the same pages.
+    let page = jetstream.list_invalid(None, 2).await.unwrap();
+    assert_eq!(page.messages.len(), 2);
+    let rest = jetstream.list_invalid(page.next, 2).await.unwrap();
+    let ids: Vec<&str> = rest.messages.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!((ids, rest.next), (vec!["msg_order_2"], None));
+    let errors = &rest.messages[0].validation_errors;
+    assert_eq!(errors[0].path(), "/data/line_items/1/quantity");
+
+    for bad in [
+        "/events?state=dead",
+        "/events",
+        "/events?state=invalid&limit=0",
+        "/events?state=invalid&after=x",
+        "/events?state=invalid&order=oldest",
+    ] {
+        let (status, _) = jetstream_ask(&jetstream, http::Method::GET, bad, "").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+    for bad in [r#"{"dead": true}"#, r#"{"invalid": false}"#, "{}"] {
+        let (status, _) = jetstream_ask(&jetstream, http::Method::POST, "/requeue", bad).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+
+    // Stripe's schema fixed: that one goes to the stream, the other two stay listed.
+    let fixed = JetStream::builder(connect().await, &name)
+        .with_memory_storage()
+        .with_schemas(fixed_schemas())
+        .build()
+        .await
+        .unwrap();
+    let body = r#"{"invalid": true}"#;
+    let (status, done) = jetstream_ask(&fixed, http::Method::POST, "/requeue", body).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(done, json!({"requeued": 1, "still_invalid": 2}));
+    let listed = jetstream_get(&fixed, "/events?state=invalid").await;
+    let ids: Vec<&str> = listed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    let github = digest_of("github_push_no_commit_id");
+    assert_eq!(ids, [github.as_str(), "msg_order_2"], "{listed}");
+    let counts = jetstream_get(&fixed, "/counts").await;
+    assert_eq!(
+        (&counts["invalid"], &counts["queued"]),
+        (&json!(2), &json!(4))
+    );
+    fixed.delete().await.unwrap();
+}
+
+async fn jetstream_get(jetstream: &tower_webhook::inbox::jetstream::JetStream, uri: &str) -> Value {
+    let (status, json) = jetstream_ask(jetstream, http::Method::GET, uri, "").await;
+    assert_eq!(status, StatusCode::OK, "{uri}: {json}");
+    json
+}
+
+async fn jetstream_ask(
+    jetstream: &tower_webhook::inbox::jetstream::JetStream,
+    method: http::Method,
+    uri: &str,
+    body: &str,
+) -> (StatusCode, Value) {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_owned()))
+        .unwrap();
+    let router = admin::jetstream_router(jetstream.clone());
+    let response = router.oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}

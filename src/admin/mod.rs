@@ -136,6 +136,14 @@
 //! The same calls from a shell: the `tower-webhook` command (feature `cli`); in a
 //! browser: [`ui`] (feature `admin-ui`), a web page to mount beside this router.
 //!
+#![cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    doc = "[`router`]: crate#features\n[`Inbox::counts`]: crate#features\n[`Inbox::list`]: crate#features\n[`Inbox::event`]: crate#features\n[`Inbox::processed_per_minute`]: crate#features\n[`Inbox::requeue_counted`]: crate#features\n[`Inbox::pause`]: crate#features\n[`Inbox::resume`]: crate#features\n[`Inbox::pauses`]: crate#features\n[`Inbox::backfill`]: crate#features\n[`Inbox::erase`]: crate#features\n[`Inbox::requeue_invalid`]: crate#features\n[`Inbox::with_processors`]: crate#features\n[`Inbox::drop_processor`]: crate#features"
+)]
+#![cfg_attr(
+    not(all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres"))),
+    doc = "[`ui`]: crate#features"
+)]
 #![cfg_attr(feature = "seal", doc = "[`Inbox::rekey`]: crate::inbox::Inbox::rekey")]
 #![cfg_attr(not(feature = "seal"), doc = "[`Inbox::rekey`]: crate#features")]
 #![cfg_attr(
@@ -175,7 +183,7 @@ pub use self::door::{
 pub use self::door::{SignIn, SignInLayer};
 pub use self::error::{AdminError, AdminErrorKind};
 
-#[cfg(doc)]
+#[cfg(all(doc, any(feature = "sqlite", feature = "postgres")))]
 use crate::inbox::Inbox;
 
 /// The operator endpoints over `inbox` (the table in the [module docs](self)), to mount
@@ -269,9 +277,21 @@ pub fn ui(inbox: crate::inbox::Inbox) -> axum::Router {
 /// configured is a 400), and `POST /backfill` with the JSON body `{"processor": name,
 /// "received_from"?, "received_before"?}` (RFC 3339) runs
 /// [`JetStream::backfill`](crate::inbox::jetstream::JetStream::backfill) and answers
-/// `{"created": n}` (400 for a processor not configured). Its events are listed and
-/// requeued with NATS's own tools. Mount it as [`router`]'s, behind the door's
+/// `{"created": n}` (400 for a processor not configured). With the feature `schemas`
+/// (a stream [`with_schemas`](crate::inbox::jetstream::JetStreamBuilder)), its invalid
+/// events as the SQL inbox's: `GET /events?state=invalid` (with `limit=1..1000`, default
+/// 50, and `after=<next>`) lists the messages of `<stream>-invalid`, oldest first, each
+/// row as `router`'s with `"state": "invalid"`, `"attempts": 0` and `"validation_errors"`
+/// (`[{"path", "message"}]`), and `POST /requeue {"invalid": true}` checks them again
+/// against the schemas (`JetStream::requeue_invalid`): `{"requeued": n,
+/// "still_invalid": m}`; another state or requeue is a 400. Its other events are listed
+/// and requeued with NATS's own tools. Mount it as [`router`]'s, behind the door's
 /// [`bearer`](OperatorDoor::bearer) or your own authorization.
+///
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    doc = "[`router`]: crate#features"
+)]
 #[cfg(feature = "nats")]
 pub fn jetstream_router(jetstream: crate::inbox::jetstream::JetStream) -> axum::Router {
     jetstream::router(jetstream)

@@ -17,7 +17,7 @@ use super::{AttemptRecord, RouteState, StoredEvent};
 use super::{Counts, Pause};
 
 /// `t` as RFC 3339 in UTC, to the microsecond (what both databases keep).
-fn rfc3339(t: SystemTime) -> Option<String> {
+pub(crate) fn rfc3339(t: SystemTime) -> Option<String> {
     let at = time::OffsetDateTime::from(t);
     let at = at.replace_nanosecond(at.nanosecond() / 1000 * 1000).ok()?;
     at.format(&time::format_description::well_known::Rfc3339)

@@ -263,6 +263,23 @@ pub struct SchemaError {
 }
 
 impl SchemaError {
+    /// The errors of [`Invalid::to_json`]'s text, as a queue kept them; what does not
+    /// read as one is left out.
+    #[cfg(feature = "nats")]
+    pub(crate) fn list_from_json(json: &str) -> Vec<Self> {
+        let Ok(serde_json::Value::Array(errors)) = serde_json::from_str(json) else {
+            return Vec::new();
+        };
+        (errors.iter())
+            .filter_map(|e| {
+                Some(Self {
+                    path: e.get("path")?.as_str()?.to_owned(),
+                    message: e.get("message")?.as_str()?.to_owned(),
+                })
+            })
+            .collect()
+    }
+
     /// The JSON pointer (RFC 6901) to the value in the body, `""` for the body itself.
     #[must_use]
     pub fn path(&self) -> &str {

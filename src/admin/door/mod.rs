@@ -39,14 +39,14 @@ const MAX_CLIENTS: usize = 10_000;
 /// The longest session: a working day and some.
 const MAX_SESSION: Duration = Duration::from_secs(12 * 3600);
 
-/// The operators' door: who may use [`router`](super::router) and [`ui`](super::ui).
+/// The operators' door: who may use [`router`][super::router] and [`ui`][super::ui].
 ///
 /// An [`OperatorDoor`] is built from the operators' token ([`OperatorToken`]: at least 16
 /// bytes, compared in constant time) and hands out two layers that share its state:
 ///
 /// - [`bearer`](OperatorDoor::bearer), for the JSON API: `Authorization: Bearer <token>`,
 ///   else 401 (`{"error": …}`, `WWW-Authenticate: Bearer`);
-/// - [`sign_in`](OperatorDoor::sign_in) (feature `admin-ui`), for the page: a browser
+/// - [`sign_in`][OperatorDoor::sign_in] (feature `admin-ui`), for the page: a browser
 ///   opens `<page>?token=<token>` once and is redirected (303) to the same URL without
 ///   the token, holding a session cookie; `POST <page>/logout` (the page's "Sign out"
 ///   button) ends the session. Without a live session, 401 with how to sign in.
@@ -71,11 +71,11 @@ const MAX_SESSION: Duration = Duration::from_secs(12 * 3600);
 /// expiry, signed with HMAC-SHA256 under a key derived from the token: it is not the
 /// token in any encoding, and every replica built from the same token accepts it.
 /// `Max-Age` is 12 h by default (at most;
-/// [`with_session_max_age`](OperatorDoor::with_session_max_age)), the cookie is
+/// [`with_session_max_age`][OperatorDoor::with_session_max_age]), the cookie is
 /// `HttpOnly` (no script reads it), `SameSite=Strict` (no other site's page sends it),
 /// on the page's path, and `Secure` when the page was reached over HTTPS (the request's
 /// URI says so, or `X-Forwarded-Proto: https` / `Forwarded: proto=https`; always with
-/// [`with_secure_cookies(true)`](OperatorDoor::with_secure_cookies)). Signing out revokes
+/// [`with_secure_cookies(true)`][OperatorDoor::with_secure_cookies]). Signing out revokes
 /// the session **in this process** (kept until it would have expired, at most 10 000):
 /// another replica still accepts a copy of the cookie until it expires. Changing the
 /// token ends every session at once.
@@ -126,6 +126,47 @@ const MAX_SESSION: Duration = Duration::from_secs(12 * 3600);
 ///
 /// Cloning shares the throttle and the revoked sessions: build one door and take both
 /// layers from it, so a guess at either counts for both.
+///
+#[cfg_attr(
+    any(feature = "sqlite", feature = "postgres"),
+    doc = "[super::router]: super::router"
+)]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    doc = "[super::router]: crate#features"
+)]
+#[cfg_attr(
+    all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres")),
+    doc = "[super::ui]: super::ui"
+)]
+#[cfg_attr(
+    not(all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres"))),
+    doc = "[super::ui]: crate#features"
+)]
+#[cfg_attr(
+    all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres")),
+    doc = "[OperatorDoor::sign_in]: OperatorDoor::sign_in"
+)]
+#[cfg_attr(
+    not(all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres"))),
+    doc = "[OperatorDoor::sign_in]: crate#features"
+)]
+#[cfg_attr(
+    all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres")),
+    doc = "[OperatorDoor::with_session_max_age]: OperatorDoor::with_session_max_age"
+)]
+#[cfg_attr(
+    not(all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres"))),
+    doc = "[OperatorDoor::with_session_max_age]: crate#features"
+)]
+#[cfg_attr(
+    all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres")),
+    doc = "[OperatorDoor::with_secure_cookies]: OperatorDoor::with_secure_cookies"
+)]
+#[cfg_attr(
+    not(all(feature = "admin-ui", any(feature = "sqlite", feature = "postgres"))),
+    doc = "[OperatorDoor::with_secure_cookies]: crate#features"
+)]
 #[derive(Clone)]
 #[must_use]
 pub struct OperatorDoor {
@@ -207,7 +248,7 @@ impl OperatorDoor {
     }
 
     /// The API's layer: `Authorization: Bearer <token>`, else 401; 429 while the client
-    /// is throttled. For [`router`](super::router) and
+    /// is throttled. For [`router`][super::router] and
     /// [`jetstream_router`][super::jetstream_router]:
     /// `admin::router(inbox).layer(door.bearer())`.
     ///
@@ -218,6 +259,14 @@ impl OperatorDoor {
     #[cfg_attr(
         not(feature = "nats"),
         doc = "[super::jetstream_router]: crate#features"
+    )]
+    #[cfg_attr(
+        any(feature = "sqlite", feature = "postgres"),
+        doc = "[super::router]: super::router"
+    )]
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        doc = "[super::router]: crate#features"
     )]
     pub fn bearer(&self) -> BearerLayer {
         BearerLayer::new(self.clone())
@@ -254,7 +303,7 @@ impl OperatorDoor {
 
     /// The page's layer: a session, else 401 with how to sign in; `?token=` signs in,
     /// `POST /logout` signs out; 429 while the client is throttled. For
-    /// [`ui`](super::ui): `admin::ui(inbox).layer(door.sign_in())`, mounted with
+    /// [`ui`][super::ui]: `admin::ui(inbox).layer(door.sign_in())`, mounted with
     /// `nest_service`.
     pub fn sign_in(&self) -> SignInLayer {
         SignInLayer::new(self.clone())

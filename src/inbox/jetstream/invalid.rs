@@ -2,14 +2,60 @@
 //! published, at accept, to `<stream>-invalid` instead of the stream — kept (the provider
 //! got its 2xx) but never given to a processor, as the dead and parked streams keep
 //! theirs — with its errors in `Webhook-Validation-Errors` (a JSON list of `{path,
-//! message}`, never a value of the body); `Counts::invalid` counts them.
+//! message}`, never a value of the body); `Counts::invalid` counts them;
+//! [`JetStream::list_invalid`] reads them a page at a time.
 
+use std::time::{Duration, SystemTime};
+
+use async_nats::jetstream::consumer::{pull, DeliverPolicy};
 use async_nats::HeaderMap;
+use futures_util::StreamExt;
 
-use super::JetStream;
+use super::{header, JetStream};
 use crate::inbox::RevalidatedCounts;
-use crate::store::StoreError;
+use crate::schemas::SchemaError;
+use crate::store::{StoreError, StoreErrorKind};
 use crate::Event;
+
+/// How long a listing waits for the invalid stream's next message before it gives up.
+const NEXT: Duration = Duration::from_secs(5);
+
+/// The most messages one page of [`JetStream::list_invalid`] holds.
+pub const MAX_INVALID_PAGE: usize = 1000;
+
+/// One message of the invalid stream (`<stream>-invalid`), as
+/// [`JetStream::list_invalid`] reads it: the event's key and envelope from its headers,
+/// and the errors its schema found, never its body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InvalidMessage {
+    /// Its sequence in the invalid stream: a page's [`next`](InvalidPage::next).
+    pub sequence: u64,
+    /// Which endpoint or provider.
+    pub source: String,
+    /// The provider's event id (the dedupe id).
+    pub id: String,
+    /// The event type, where known.
+    pub event_type: Option<String>,
+    /// The object the event is about, where known.
+    pub object_id: Option<String>,
+    /// When it was published to the invalid stream: at accept (a requeue that finds it
+    /// invalid again leaves it where it is).
+    pub received_at: SystemTime,
+    /// What its schema found at accept (`Webhook-Validation-Errors`): JSON pointer and
+    /// message, never a value.
+    pub validation_errors: Vec<SchemaError>,
+}
+
+/// One page of [`JetStream::list_invalid`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InvalidPage {
+    /// The messages, oldest first (by their sequence in the invalid stream).
+    pub messages: Vec<InvalidMessage>,
+    /// The sequence after which the next page starts, when there are more messages.
+    pub next: Option<u64>,
+}
 
 /// The header holding an invalid message's errors.
 pub(super) const ERRORS: &str = "Webhook-Validation-Errors";
@@ -39,6 +85,89 @@ impl JetStream {
             .strip_prefix(self.inner.stream.as_str())
             .unwrap_or("");
         (format!("{}{rest}", self.invalid_stream()), true)
+    }
+
+    /// How many events are invalid: the invalid stream's messages (0 for a `JetStream`
+    /// without schemas).
+    ///
+    /// # Errors
+    ///
+    /// When NATS cannot answer.
+    pub async fn invalid_count(&self) -> Result<u64, StoreError> {
+        if self.inner.schemas.is_none() {
+            return Ok(0);
+        }
+        fn err(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+            StoreError::new("jetstream counts", e)
+        }
+        let stream = self.inner.context.get_stream(self.invalid_stream()).await;
+        let mut stream = stream.map_err(err)?;
+        let info = stream.info().await.map_err(err)?;
+        Ok(info.state.messages)
+    }
+
+    /// Up to `limit` (cut to `1..=`[`MAX_INVALID_PAGE`]) messages of the invalid stream
+    /// after the sequence `after` (`None`: from its first), oldest first, read by an
+    /// ephemeral ordered consumer (nothing is acknowledged or changed); `next` is the
+    /// sequence to pass as `after` for the following page, `None` on the last. A message
+    /// that is not an event of this crate's (no source or id) is skipped. Without
+    /// schemas (no invalid stream), an empty page.
+    ///
+    /// # Errors
+    ///
+    /// When NATS cannot answer, or the stream's next message does not come within 5 s.
+    pub async fn list_invalid(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<InvalidPage, StoreError> {
+        fn err(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
+            StoreError::new("jetstream list invalid", e).with_kind(StoreErrorKind::Unavailable)
+        }
+        let limit = limit.clamp(1, MAX_INVALID_PAGE);
+        let context = &self.inner.context;
+        let Ok(stream) = context.get_stream(self.invalid_stream()).await else {
+            return Ok(InvalidPage::default()); // none was ever invalid
+        };
+        let deliver_policy = match after {
+            Some(after) => DeliverPolicy::ByStartSequence {
+                start_sequence: after.saturating_add(1),
+            },
+            None => DeliverPolicy::All,
+        };
+        let reader = stream
+            .create_consumer(pull::OrderedConfig {
+                deliver_policy,
+                ..Default::default()
+            })
+            .await
+            .map_err(err)?;
+        let mut page = InvalidPage::default();
+        if reader.cached_info().num_pending == 0 {
+            return Ok(page);
+        }
+        let mut messages = reader.messages().await.map_err(err)?;
+        loop {
+            let message = match tokio::time::timeout(NEXT, messages.next()).await {
+                Ok(Some(Ok(message))) => message,
+                Ok(Some(Err(e))) => return Err(err(e)),
+                Ok(None) => return Ok(page),
+                Err(_) => return Err(err("the invalid stream's next message did not come")),
+            };
+            let info = message.info().map_err(|e| err(e.to_string()))?;
+            let (sequence, pending) = (info.stream_sequence, info.pending);
+            let received_at = SystemTime::from(info.published);
+            if let Some(listed) = listed(message.headers.as_ref(), sequence, received_at) {
+                page.messages.push(listed);
+            }
+            if pending == 0 {
+                return Ok(page);
+            }
+            if page.messages.len() >= limit {
+                page.next = Some(sequence);
+                return Ok(page);
+            }
+        }
     }
 
     /// Checks every message of the invalid stream again against the schemas this
@@ -91,4 +220,25 @@ impl JetStream {
         }
         Ok(done)
     }
+}
+
+/// The listing's view of a message of the invalid stream; `None` when it is not an event
+/// this crate published (no source or id).
+fn listed(
+    headers: Option<&HeaderMap>,
+    sequence: u64,
+    received_at: SystemTime,
+) -> Option<InvalidMessage> {
+    let headers = headers?;
+    let get = |name: &str| headers.get(name).map(|v| v.as_str().to_owned());
+    let errors = get(ERRORS).unwrap_or_default();
+    Some(InvalidMessage {
+        sequence,
+        source: get(header::SOURCE)?,
+        id: get(header::ID)?,
+        event_type: get(header::TYPE),
+        object_id: get(header::OBJECT_ID),
+        received_at,
+        validation_errors: SchemaError::list_from_json(&errors),
+    })
 }

@@ -146,6 +146,8 @@ use async_nats::jetstream::{self, stream};
 use async_nats::HeaderMap;
 
 pub use self::builder::JetStreamBuilder;
+#[cfg(feature = "schemas")]
+pub use self::invalid::{InvalidMessage, InvalidPage, MAX_INVALID_PAGE};
 pub use self::worker::JetStreamWorker;
 use super::accept::{Accept, Destination};
 use super::{Accepted, Counts};
@@ -368,14 +370,8 @@ impl JetStream {
         #[allow(unused_mut)]
         let mut counts = by.into_values().fold(Counts::default(), Counts::plus);
         #[cfg(feature = "schemas")]
-        if self.inner.schemas.is_some() {
-            let stream = self.inner.context.get_stream(self.invalid_stream()).await;
-            let mut stream = stream.map_err(|e| StoreError::new("jetstream counts", e))?;
-            let info = stream.info().await;
-            counts.invalid = info
-                .map_err(|e| StoreError::new("jetstream counts", e))?
-                .state
-                .messages;
+        {
+            counts.invalid = self.invalid_count().await?;
         }
         Ok(counts)
     }
