@@ -34,6 +34,7 @@ use std::sync::Arc;
 use axum::routing::post_service;
 use tower::ServiceBuilder;
 use tower_webhook::admin::OperatorDoor;
+use tower_webhook::inbox::amqp::{Amqp, AmqpWorker};
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
 use tower_webhook::inbox::{Accept, Backpressure, Inbox, Rate, Worker, WorkerHandle};
 use tower_webhook::seal::KeyRing;
@@ -80,34 +81,43 @@ Environment (variable [default] (modes): what it does):
   WEBHOOK_BODY_TIMEOUT_SECS [10] (all): how long a body may take to arrive (then 408)
   WEBHOOK_MODE [dedupe] (all): dedupe (the handler runs in the request, behind
       DedupeLayer), inbox (stored in the SQLite or PostgreSQL inbox, 204 at once, a worker
-      handles) or nats (published to NATS JetStream, 204 once acknowledged, behind
-      DedupeLayer on the store above; a JetStream worker handles)
+      handles), nats (published to NATS JetStream, 204 once acknowledged, behind
+      DedupeLayer on the store above; a JetStream worker handles) or amqp (published to
+      a RabbitMQ quorum queue, 204 once the broker confirmed it, behind DedupeLayer on
+      the store above; a RabbitMQ worker handles)
   NATS_URL [nats://127.0.0.1:4222] (nats): the NATS server
   NATS_STREAM [webhooks] (nats): the JetStream stream
+  AMQP_URL [amqp://guest:guest@127.0.0.1:5672/%2f] (amqp): the RabbitMQ broker
+  AMQP_EXCHANGE [webhooks] (amqp): the topic exchange events are published to
+      (dead-lettering to <exchange>-dead), declared when missing
+  AMQP_QUEUE [webhooks] (amqp): the quorum queue bound to it (dead queue <queue>-dead),
+      declared when missing, checked when present
   WEBHOOK_PROCESSORS [default] (inbox, nats): the processors each event fans out to,
       comma-separated, each `name` or `name=glob|glob` (event types; `*` matches any run
       of characters), e.g. billing=invoice.*,email: a worker each, printing
       `handled <event id> <processor>`; unset, one processor (default) of every type,
-      printing `handled <event id>`
+      printing `handled <event id>`; set in amqp mode, the receiver refuses to start
   WEBHOOK_FAIL_PROCESSORS [-] (inbox, nats): processors (comma-separated) whose every
       attempt fails; a name that is not a processor refuses to start
   WEBHOOK_PROCESSOR_DELAY_MS [-] (inbox, nats): name:ms,... how much longer the named
       processors take, on top of WEBHOOK_HANDLER_DELAY_MS
-  WEBHOOK_WORKER_CONCURRENCY [8] (inbox, nats): events each processor's worker runs at
+  WEBHOOK_WORKER_CONCURRENCY [8] (inbox, nats, amqp): events each processor's worker runs at
       once; 0 runs no worker in this process (it only accepts)
-  WEBHOOK_PER_OBJECT [no cap] (inbox, nats): events of one object each processor runs at
+  WEBHOOK_PER_OBJECT [no cap] (inbox, nats, amqp): events of one object each processor runs at
       once, the first ones in arrival order
-  WEBHOOK_RATE [no limit] (inbox, nats): N/s or N/min events each processor starts,
+  WEBHOOK_RATE [no limit] (inbox, nats, amqp): N/s or N/min events each processor starts,
       evenly spaced
   WEBHOOK_MAX_LAG_SECS [off] (inbox, nats): backpressure: while the oldest queued event
-      is older, deliveries get 503 and Retry-After and are not stored (GitHub's spared)
-  WEBHOOK_ADMIN_TOKEN [off] (inbox, nats): at least 16 characters; serves the operator
-      API under /admin (Authorization: Bearer <token>) and, in inbox mode, the operator's
+      is older, deliveries get 503 and Retry-After and are not stored (GitHub's spared);
+      set in amqp mode, the receiver refuses to start
+  WEBHOOK_ADMIN_TOKEN [off] (inbox, nats, amqp): at least 16 characters; serves the
+      operator API under /admin (Authorization: Bearer <token>; amqp: GET /admin/counts
+      only) and, in inbox mode, the operator's
       page at /admin/ui (open /admin/ui?token=<token> once to sign in); set but shorter
       or empty, the receiver refuses to start
-  WEBHOOK_FAIL_TYPES [-] (inbox, nats): event types (comma-separated) whose every attempt
+  WEBHOOK_FAIL_TYPES [-] (inbox, nats, amqp): event types (comma-separated) whose every attempt
       fails, in every processor, to make a dead event on purpose
-  WEBHOOK_MAX_ATTEMPTS [5] (inbox, nats): attempts before an event is dead for a processor
+  WEBHOOK_MAX_ATTEMPTS [5] (inbox, nats, amqp): attempts before an event is dead for a processor
       (the first retry after 1 s, each wait doubling)
   WEBHOOK_ENCRYPTION_KEYS [-] (inbox, nats): `id:<base64 of 32 bytes>` entries,
       comma-separated, the first seals, every one opens: inbox, each body, its stored
@@ -127,7 +137,7 @@ Environment (variable [default] (modes): what it does):
       other stops the receiver at start
   OTEL_SERVICE_NAME [unknown_service] (all): the exported spans' service.name
   OTEL_BSP_SCHEDULE_DELAY [5000] (all): milliseconds between exports of batched spans
-  WEBHOOK_TRUST_TRACEPARENT [0] (inbox, nats): 1: a verified delivery's `traceparent`
+  WEBHOOK_TRUST_TRACEPARENT [0] (inbox, nats, amqp): 1: a verified delivery's `traceparent`
       header is the accept span's parent; else it is only linked (a sender's trace id
       never joins ours unless trusted); 1 in dedupe mode refuses to start
   WEBHOOK_SCHEMAS [off] (inbox, nats): a folder of `<event type>.json` JSON Schemas (and
@@ -138,7 +148,7 @@ Environment (variable [default] (modes): what it does):
       receiver at start, naming its file; set in dedupe mode, the receiver refuses to start
 
 It serves POST /webhooks and GET /metrics, and prints `handled <event id>` each time its
-handler runs; in inbox and nats mode also `finished <event id>` when it returns, and
+handler runs; in inbox, nats and amqp mode also `finished <event id>` when it returns, and
 `failed <event id>` when it fails (with WEBHOOK_PROCESSORS, ` <processor>` after the id).";
 
 pub fn app(verify: VerifyWebhookLayer, dedupe: DedupeLayer, delay: Duration) -> Router {
@@ -445,18 +455,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok("1")
             if matches!(
                 std::env::var("WEBHOOK_MODE").as_deref(),
-                Ok("inbox" | "nats")
+                Ok("inbox" | "nats" | "amqp")
             ) =>
         {
             true
         }
         Ok("1") => {
             return Err(
-                "WEBHOOK_TRUST_TRACEPARENT: only inbox and nats mode accept into a queue".into(),
+                "WEBHOOK_TRUST_TRACEPARENT: only inbox, nats and amqp mode accept into a queue"
+                    .into(),
             )
         }
         Ok(_) | Err(_) => return Err("WEBHOOK_TRUST_TRACEPARENT: 0 or 1".into()),
     };
+    let amqp_mode = std::env::var("WEBHOOK_MODE").as_deref() == Ok("amqp");
+    if amqp_mode && std::env::var_os("WEBHOOK_MAX_LAG_SECS").is_some() {
+        return Err(
+            "WEBHOOK_MAX_LAG_SECS: not in amqp mode (RabbitMQ does not say how long \
+            its oldest message has waited)"
+                .into(),
+        );
+    }
     // Unset: no event is checked. A schema that does not compile names its file.
     let schemas = match std::env::var("WEBHOOK_SCHEMAS") {
         Ok(_)
@@ -553,13 +572,52 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let name = format!("NATS JetStream stream {stream} at {url}, deduplicated in {name}");
             (Mode::Nats(jetstream, dedupe, running), store, name)
         }
+        Ok("amqp") => {
+            if plan.specs.is_some() {
+                return Err("WEBHOOK_PROCESSORS: not in amqp mode (one processor, default)".into());
+            }
+            let url = std::env::var("AMQP_URL")
+                .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
+            let exchange = std::env::var("AMQP_EXCHANGE").unwrap_or_else(|_| "webhooks".into());
+            let queue = std::env::var("AMQP_QUEUE").unwrap_or_else(|_| "webhooks".into());
+            let amqp = Amqp::builder(&url)
+                .with_exchange(&exchange)?
+                .with_queue(&queue)?
+                .with_trusted_traceparent(trust_traceparent)
+                .build()
+                .await?;
+            let (store, name) = store_from_env(lease).await?;
+            // Its claims make each event's effect once, also when an acknowledgement was
+            // lost with the connection.
+            let mut running = Vec::new();
+            if workers > 0 {
+                let handler = plan.handler(tower_webhook::inbox::DEFAULT_PROCESSOR, &shared);
+                let worker = AmqpWorker::from_arc(&amqp, store.clone(), handler);
+                running.push(
+                    with_flow_control!(worker, rate, per_object)
+                        .with_concurrency(workers)?
+                        .with_max_attempts(max_attempts)?
+                        .with_lease(lease)?
+                        .with_grace(drain_bound)
+                        .spawn(),
+                );
+            }
+            let dedupe = DedupeLayer::from_arc(store.clone()).with_lease(lease)?;
+            // The URL's password is not printed.
+            let broker = redacted(&url);
+            let name = format!(
+                "RabbitMQ exchange {exchange} and quorum queue {queue} at {broker}, \
+                deduplicated in {name}"
+            );
+            (Mode::Amqp(amqp, dedupe, running), store, name)
+        }
         Ok("dedupe") | Ok("") | Err(_) => {
             let (store, name) = store_from_env(lease).await?;
             let dedupe = DedupeLayer::from_arc(store.clone()).with_lease(lease)?;
             (Mode::Dedupe(dedupe), store, name)
         }
         Ok(other) => {
-            return Err(format!("WEBHOOK_MODE: dedupe, inbox or nats, not {other:?}").into())
+            return Err(format!("WEBHOOK_MODE: dedupe, inbox, nats or amqp, not {other:?}").into())
         }
     };
 
@@ -580,10 +638,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Mode::Inbox(_, running) if !running.is_empty() => {
             eprintln!("storing in the inbox in {store_name}; {handles}")
         }
-        Mode::Nats(_, _, running) if !running.is_empty() => {
+        Mode::Nats(_, _, running) | Mode::Amqp(_, _, running) if !running.is_empty() => {
             eprintln!("publishing to {store_name}; {handles}")
         }
-        Mode::Inbox(..) | Mode::Nats(..) => {
+        Mode::Inbox(..) | Mode::Nats(..) | Mode::Amqp(..) => {
             eprintln!("accepting into {store_name}; no worker in this process")
         }
     }
@@ -604,7 +662,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         verify = verify.with_verify_token(token);
     }
     let drain = match &mode {
-        Mode::Dedupe(dedupe) | Mode::Nats(_, dedupe, _) => Some(dedupe.drain()),
+        Mode::Dedupe(dedupe) | Mode::Nats(_, dedupe, _) | Mode::Amqp(_, dedupe, _) => {
+            Some(dedupe.drain())
+        }
         Mode::Inbox(..) => None,
     };
     let max_lag = match std::env::var("WEBHOOK_MAX_LAG_SECS") {
@@ -635,6 +695,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .layer(ServiceBuilder::new().layer(verify).layer(dedupe));
             let router = Router::new().route("/webhooks", route);
             let admin = tower_webhook::admin::jetstream_router(jetstream.clone());
+            (with_admin(router, admin, admin_door.as_ref()), running)
+        }
+        Mode::Amqp(amqp, dedupe, running) => {
+            let route = post_service(pushing_back(amqp.accept_service()))
+                .get(|| async { http::StatusCode::METHOD_NOT_ALLOWED })
+                .layer(ServiceBuilder::new().layer(verify).layer(dedupe));
+            let router = Router::new().route("/webhooks", route);
+            let admin = amqp_admin(amqp);
             (with_admin(router, admin, admin_door.as_ref()), running)
         }
     };
@@ -701,4 +769,42 @@ enum Mode {
     /// A worker per processor: none where this process only accepts.
     Inbox(Inbox, Vec<WorkerHandle>),
     Nats(JetStream, DedupeLayer, Vec<WorkerHandle>),
+    /// Published to RabbitMQ behind the dedupe layer; its worker, unless it only accepts.
+    Amqp(Amqp, DedupeLayer, Vec<WorkerHandle>),
+}
+
+/// The operator API of a RabbitMQ inbox: `GET /counts` (`Amqp::counts`: the queue, the
+/// delay queues and the dead queue), as the other modes' answer it. The crate has no
+/// pauses on RabbitMQ yet.
+fn amqp_admin(amqp: Amqp) -> Router {
+    Router::new().route(
+        "/counts",
+        get(move || {
+            let amqp = amqp.clone();
+            async move {
+                match amqp.counts().await {
+                    Ok(counts) => Ok(axum::Json(counts)),
+                    Err(e) => {
+                        eprintln!("counts failed: {e}");
+                        Err((
+                            http::StatusCode::SERVICE_UNAVAILABLE,
+                            axum::Json(serde_json::json!({"error": "the broker did not answer"})),
+                        ))
+                    }
+                }
+            }
+        }),
+    )
+}
+
+/// `url` without its password (`amqp://guest:***@host`), for a line on stderr.
+fn redacted(url: &str) -> String {
+    match (url.split_once("://"), url.rfind('@')) {
+        (Some((scheme, rest)), Some(at)) if at > scheme.len() + 3 => {
+            let credentials = &rest[..at - scheme.len() - 3];
+            let user = credentials.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***{}", &url[at..])
+        }
+        _ => url.to_owned(),
+    }
 }

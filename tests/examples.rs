@@ -3313,3 +3313,194 @@ async fn schemas_keep_invalid_events_apart(db: &std::path::Path, mode: &[(&str, 
     );
     receiver.kill().await.unwrap();
 }
+
+/// An exchange and queue of a test's own for a receiver in `amqp` mode (`AMQP_EXCHANGE`,
+/// `AMQP_QUEUE`), deleted with everything the receiver made beside them (dead exchange and
+/// queue, delay queues) by [`delete`](Self::delete) at the test's end.
+struct AmqpNames {
+    url: String,
+    name: String,
+}
+
+impl AmqpNames {
+    fn new(prefix: &str) -> Self {
+        Self {
+            url: common::amqp_url(),
+            name: format!("{prefix}_{}", uuid::Uuid::new_v4().simple()),
+        }
+    }
+
+    /// The receiver's variables for them.
+    fn env(&self) -> [(&str, &str); 4] {
+        [
+            ("WEBHOOK_MODE", "amqp"),
+            ("AMQP_URL", self.url.as_str()),
+            ("AMQP_EXCHANGE", self.name.as_str()),
+            ("AMQP_QUEUE", self.name.as_str()),
+        ]
+    }
+
+    async fn delete(self) {
+        let amqp = tower_webhook::inbox::amqp::Amqp::builder(&self.url)
+            .with_exchange(&self.name)
+            .unwrap()
+            .with_queue(&self.name)
+            .unwrap()
+            .build()
+            .await
+            .unwrap();
+        amqp.delete().await.unwrap();
+    }
+}
+
+/// Two receivers in `amqp` mode on one queue, deduplicating in one SQLite file (the store
+/// the dedupe layer and the workers' claims share): each event is published once, whichever
+/// receiver got it and however often, and handled once by one of the two workers; a
+/// forged one is refused.
+#[tokio::test]
+async fn receivers_in_amqp_mode_publish_each_event_once_and_their_workers_handle_it_once() {
+    const SECRET: &str = "whsec_receiver_amqp_0123456789";
+    let names = AmqpNames::new("tw_test_receiver");
+    let mut env = vec![("WEBHOOK_SCHEME", "stripe"), ("WEBHOOK_SECRETS", SECRET)];
+    env.extend_from_slice(&names.env());
+    let db = fresh_db("amqp-shared");
+    let (mut a, url_a, out_a) = start_receiver(&db, &env).await;
+    let (mut b, url_b, out_b) = start_receiver(&db, &env).await;
+    let ids: Vec<String> = (0..6).map(|i| format!("evt_amqp_{i}")).collect();
+    // Every event to both receivers, and once more to the first.
+    for url in [&url_a, &url_b, &url_a] {
+        for id in &ids {
+            let body = event_body(id, "payment_intent.succeeded", "pi_1");
+            let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+            assert_eq!(
+                post(url, headers, body).await.unwrap().0,
+                StatusCode::NO_CONTENT
+            );
+        }
+    }
+    let body = event_body("evt_forged", "payment_intent.succeeded", "pi_1");
+    let headers = signed_headers(&Scheme::stripe(), "whsec_attacker_0123456789", "", &body);
+    assert_eq!(
+        post(&url_a, headers, body).await.unwrap().0,
+        StatusCode::BAD_REQUEST
+    );
+
+    // Both workers' lines, until every event was handled and a while passed quietly.
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    for mut out in [out_a, out_b] {
+        let tx = lines_tx.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = out.next_line().await {
+                let _ = tx.send(line);
+            }
+        });
+    }
+    let mut handled = Vec::new();
+    let mut finished = Vec::new();
+    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(3), lines.recv()).await {
+        match line.strip_prefix("finished ") {
+            Some(id) => finished.push(format!("handled {id}")),
+            None => handled.push(line),
+        }
+    }
+    handled.sort();
+    finished.sort();
+    let expected: Vec<String> = ids.iter().map(|id| format!("handled {id}")).collect();
+    assert_eq!(handled, expected, "each event handled once, by one worker");
+    assert_eq!(finished, expected, "and each finished");
+    a.kill().await.unwrap();
+    b.kill().await.unwrap();
+    names.delete().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+}
+
+/// `WEBHOOK_FAIL_TYPES` and `WEBHOOK_MAX_ATTEMPTS` in `amqp` mode: every attempt at an
+/// event of a listed type fails (`failed <id>`) until it is dead after the maximum, while
+/// other types are handled; `GET /admin/counts` (behind `WEBHOOK_ADMIN_TOKEN`) counts it
+/// dead. With `WEBHOOK_PROCESSORS` or `WEBHOOK_MAX_LAG_SECS` it refuses to start.
+#[tokio::test]
+async fn receiver_in_amqp_mode_fails_the_fail_types_until_dead_and_counts_them() {
+    const SECRET: &str = "whsec_receiver_amqp_fails_012345";
+    const TOKEN: &str = "operator-amqp-token-0123456789";
+    let names = AmqpNames::new("tw_test_fails");
+    let mut env = vec![
+        ("WEBHOOK_SCHEME", "stripe"),
+        ("WEBHOOK_SECRETS", SECRET),
+        ("WEBHOOK_ADMIN_TOKEN", TOKEN),
+        ("WEBHOOK_FAIL_TYPES", "invoice.payment_failed"),
+        ("WEBHOOK_MAX_ATTEMPTS", "2"),
+    ];
+    env.extend_from_slice(&names.env());
+    let db = fresh_db("amqp-fail-types");
+    let (mut child, url, mut stdout) = start_receiver(&db, &env).await;
+    for (id, event_type) in [
+        ("evt_fails", "invoice.payment_failed"),
+        ("evt_fine", "charge.succeeded"),
+    ] {
+        let body = event_body(id, event_type, "in_1");
+        let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+        assert_eq!(
+            post(&url, headers, body).await.unwrap().0,
+            StatusCode::NO_CONTENT
+        );
+    }
+    let mut lines = Vec::new();
+    for _ in 0..3 {
+        lines.push(next_line(&mut stdout).await.unwrap());
+    }
+    lines.sort();
+    assert_eq!(
+        lines,
+        ["failed evt_fails", "failed evt_fails", "handled evt_fine"]
+    );
+    let admin = url.replace("/webhooks", "/admin");
+    let counts_url = format!("{admin}/counts");
+    let (status, _, _) = ask(http::Method::GET, &counts_url, &[], None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let bearer = format!("Bearer {TOKEN}");
+    let auth = [(http::header::AUTHORIZATION, bearer.as_str())];
+    let mut counts = serde_json::Value::Null;
+    for _ in 0..50 {
+        let (status, _, json) = ask(http::Method::GET, &counts_url, &auth, None).await;
+        assert_eq!(status, StatusCode::OK, "{json}");
+        counts = serde_json::from_str(&json).unwrap();
+        if counts["dead"] == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        (&counts["dead"], &counts["queued"]),
+        (&serde_json::json!(1), &serde_json::json!(0)),
+        "{counts}"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1500), next_line(&mut stdout))
+            .await
+            .is_err(),
+        "a dead event ran again"
+    );
+    child.kill().await.unwrap();
+    names.delete().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+
+    for (name, value) in [
+        ("WEBHOOK_PROCESSORS", "billing"),
+        ("WEBHOOK_MAX_LAG_SECS", "5"),
+    ] {
+        let env = [
+            ("WEBHOOK_MODE", "amqp"),
+            ("AMQP_URL", "amqp://guest:guest@127.0.0.1:1/%2f"),
+            (name, value),
+            ("BIND", "127.0.0.1:0"),
+        ];
+        let output = run_with("receiver", &[], &env).await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(stderr.contains(name), "{stderr}");
+    }
+}
