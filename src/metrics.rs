@@ -561,14 +561,7 @@ pub(crate) fn unreadable(_source: &str, _why: Unreadable) {
 
 /// An event stored invalid: its type's schema refused its body (issue 36).
 #[inline]
-#[cfg_attr(
-    not(any(
-        feature = "sqlite",
-        feature = "postgres",
-        all(feature = "nats", feature = "schemas")
-    )),
-    allow(dead_code)
-)]
+#[cfg_attr(not(feature = "schemas"), allow(dead_code))]
 pub(crate) fn invalid_accepted(_source: &str) {
     #[cfg(feature = "metrics")]
     imp::invalid(_source);

@@ -782,3 +782,113 @@ async fn jetstream_ask(
         serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     )
 }
+
+/// Alerts that record what they raise, each at once (a 1 ms interval).
+fn recorded_alerts() -> (
+    tower_webhook::alerts::Alerts,
+    Arc<Mutex<Vec<tower_webhook::alerts::Alert>>>,
+) {
+    let raised: Arc<Mutex<Vec<_>>> = Arc::default();
+    let sink = raised.clone();
+    let alerts = tower_webhook::alerts::Alerts::new(move |alert| {
+        sink.lock().unwrap().push(alert);
+        std::future::ready(())
+    })
+    .with_interval(Duration::from_millis(1))
+    .unwrap();
+    (alerts, raised)
+}
+
+/// Each new invalid event raises one `Invalid` alert naming it and its errors' paths,
+/// never a value of its body; a valid event and a duplicate of an invalid one raise none.
+async fn alerted(
+    deliver: impl AsyncFn(Scheme, &str, &str) -> StatusCode,
+    raised: &Mutex<Vec<tower_webhook::alerts::Alert>>,
+) {
+    use tower_webhook::alerts::AlertKind;
+    for (_, _, scheme, sign_id, fixture) in deliveries() {
+        let status = deliver(scheme, sign_id, &payload(fixture)).await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{fixture}");
+    }
+    let invalid = |a: &tower_webhook::alerts::Alert| {
+        (
+            a.source().unwrap().to_owned(),
+            a.event_id().unwrap().to_owned(),
+        )
+    };
+    eventually("three alerts", async || raised.lock().unwrap().len() >= 3).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut alerts = raised.lock().unwrap().clone();
+    assert!(alerts.iter().all(|a| a.kind() == AlertKind::Invalid));
+    alerts.sort_by_key(invalid);
+    let github = digest_of("github_push_no_commit_id");
+    assert_eq!(
+        alerts.iter().map(invalid).collect::<Vec<_>>(),
+        [
+            ("github".to_owned(), github),
+            ("standard".to_owned(), "msg_order_2".to_owned()),
+            ("stripe".to_owned(), "evt_1PkInvalid001".to_owned()),
+        ]
+    );
+    let stripe = &alerts[2];
+    assert_eq!(stripe.event_type(), Some("invoice.paid"));
+    let details = stripe.details().unwrap();
+    assert!(details.contains("/data/object"), "{details}");
+    // The fixture's values never appear: only paths and messages.
+    assert!(!details.contains("20.00"), "{details}");
+    tokio::time::sleep(Duration::from_millis(5)).await; // past the interval
+    let (_, _, scheme, sign_id, fixture) = deliveries().swap_remove(1);
+    assert_eq!(
+        deliver(scheme, sign_id, &payload(fixture)).await,
+        StatusCode::NO_CONTENT
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        raised.lock().unwrap().len(),
+        3,
+        "a duplicate raises nothing"
+    );
+}
+
+#[tokio::test]
+async fn sqlite_each_new_invalid_event_raises_one_alert() {
+    let (alerts, raised) = recorded_alerts();
+    let store = stores::sqlite().await;
+    let inbox = Inbox::sqlite(&store)
+        .with_schemas(schemas())
+        .with_alerts(alerts);
+    alerted(async |s, id, p| deliver(&inbox, s, id, p).await, &raised).await;
+}
+
+#[tokio::test]
+async fn postgres_each_new_invalid_event_raises_one_alert() {
+    let (alerts, raised) = recorded_alerts();
+    let store = stores::postgres().await;
+    let inbox = Inbox::postgres(&store)
+        .with_schemas(schemas())
+        .with_alerts(alerts);
+    alerted(async |s, id, p| deliver(&inbox, s, id, p).await, &raised).await;
+}
+
+#[tokio::test]
+async fn jetstream_each_new_invalid_event_raises_one_alert() {
+    use tower_webhook::inbox::jetstream::JetStream;
+    let (alerts, raised) = recorded_alerts();
+    let name = format!("tw_test_{}", uuid::Uuid::new_v4().simple());
+    let client = async_nats::connect(&common::nats_url())
+        .await
+        .expect("NATS");
+    let jetstream = JetStream::builder(client, &name)
+        .with_memory_storage()
+        .with_schemas(schemas())
+        .with_alerts(alerts)
+        .build()
+        .await
+        .unwrap();
+    alerted(
+        async |s, id, p| deliver_to(jetstream.accept_service(), s, id, p).await,
+        &raised,
+    )
+    .await;
+    jetstream.delete().await.unwrap();
+}

@@ -25,10 +25,16 @@ pub enum AlertKind {
     /// window than the threshold: an attack, or a secret out of step with the provider's.
     /// [`Alert::count`] is how many.
     Rejections,
+    /// An event of a source failed its type's JSON Schema at accept and was kept
+    /// `invalid`, never processed: the provider's payload changed shape, or a schema is
+    /// out of date. [`Alert::details`] is its errors (each a JSON pointer and a message,
+    /// never a value of the body); the invalid events held back meanwhile are
+    /// [`Alert::suppressed`].
+    Invalid,
 }
 
 /// How many kinds there are: the throttle keeps one slot per kind.
-pub(crate) const KINDS: usize = 5;
+pub(crate) const KINDS: usize = 6;
 
 impl AlertKind {
     /// The kind in `snake_case`, as the JSON of [`JsonPost`](super::JsonPost) names it.
@@ -40,6 +46,7 @@ impl AlertKind {
             Self::Dead => "dead",
             Self::Lagging => "lagging",
             Self::Rejections => "rejections",
+            Self::Invalid => "invalid",
         }
     }
 

@@ -207,6 +207,21 @@ impl Alerts {
         self.raise(alert);
     }
 
+    /// An event of `source` failed its type's schema at accept and was kept invalid, with
+    /// `errors` (paths and messages): raises [`AlertKind::Invalid`]. The inbox and
+    /// JetStream call it for each new invalid event when given the alerts
+    /// (`with_alerts`); a duplicate of one is not new.
+    pub fn invalid(&self, source: &str, event_id: &str, event_type: Option<&str>, errors: &str) {
+        let summary = format!(
+            "{source}: event {event_id}{} failed its schema and is kept invalid",
+            type_suffix(event_type)
+        );
+        let alert = Alert::new(AlertKind::Invalid, Some(source), &summary)
+            .with_event(Some(event_id), event_type)
+            .with_details(errors);
+        self.raise(alert);
+    }
+
     /// The queue's oldest due event has waited `oldest_due_age`: beyond the bound
     /// ([`with_max_lag`](Self::with_max_lag)), raises [`AlertKind::Lagging`] — once per
     /// interval while it stays beyond. [`watch_lag`](Self::watch_lag) calls it.

@@ -11,7 +11,10 @@
 //! - more deliveries of a source were rejected within a window than a threshold
 //!   ([`AlertKind::Rejections`], from
 //!   [`VerifyWebhookLayer::with_alerts`](crate::VerifyWebhookLayer::with_alerts)): forged
-//!   requests, or a secret the provider no longer signs with.
+//!   requests, or a secret the provider no longer signs with;
+//! - an event failed its type's JSON Schema and was kept invalid ([`AlertKind::Invalid`],
+//!   from the inbox's or JetStream's `with_alerts`, feature `schemas`): a provider's
+//!   payload changed shape.
 //!
 //! At most one alert of a kind goes out per source and interval (5 minutes unless
 //! [`with_interval`](Alerts::with_interval)); the ones held back are counted in the next

@@ -207,3 +207,40 @@ fn settings_that_would_storm_or_never_fire_are_refused() {
     assert!(alerts.clone().with_rejections(5, Duration::ZERO).is_err());
     assert!(alerts.with_max_lag(Duration::ZERO).is_err());
 }
+
+#[tokio::test(start_paused = true)]
+async fn invalid_events_raise_one_alert_per_source_and_interval() {
+    let (alerts, mut rx) = recording();
+    alerts.invalid(
+        "stripe",
+        "evt_1",
+        Some("invoice.paid"),
+        "/data/object/amount_paid: \"12\" is not of type \"integer\"",
+    );
+    alerts.invalid("stripe", "evt_2", Some("invoice.paid"), "(body): bad");
+    alerts.invalid("shop", "ord_1", None, "/total: missing");
+    let mut first = sent(&mut rx).await;
+    first.sort_by(|a, b| b.source().cmp(&a.source())); // stripe, then shop
+    assert_eq!(
+        kinds(&first),
+        [
+            (AlertKind::Invalid, Some("stripe")),
+            (AlertKind::Invalid, Some("shop"))
+        ]
+    );
+    assert_eq!(first[0].event_id(), Some("evt_1"));
+    assert_eq!(
+        first[0].summary(),
+        "stripe: event evt_1 (invoice.paid) failed its schema and is kept invalid"
+    );
+    assert_eq!(
+        first[0].details(),
+        Some("/data/object/amount_paid: \"12\" is not of type \"integer\"")
+    );
+    assert_eq!(first[0].kind().as_str(), "invalid");
+    tokio::time::advance(5 * MINUTE).await;
+    alerts.invalid("stripe", "evt_3", Some("invoice.paid"), "(body): bad");
+    let next = sent(&mut rx).await;
+    assert_eq!(kinds(&next), [(AlertKind::Invalid, Some("stripe"))]);
+    assert_eq!(next[0].suppressed(), 1, "evt_2 was held back");
+}

@@ -11,7 +11,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Accepted, Inbox, RevalidatedCounts, StoredEvent};
+#[cfg(feature = "schemas")]
+use super::Accepted;
+use super::{Inbox, RevalidatedCounts, StoredEvent};
 use crate::store::{StoreError, StoreFuture};
 
 /// How many invalid events a requeue or listing reads at a time.
@@ -31,6 +33,7 @@ pub struct ValidationError {
 /// What the inbox needs of its database for invalid events; both dialects.
 pub(crate) trait Invalids: Send + Sync {
     /// Marks `(source, id)` invalid with `errors` (JSON); whether this made the mark.
+    #[cfg_attr(not(feature = "schemas"), allow(dead_code))]
     fn mark(&self, source: String, id: String, errors: String) -> StoreFuture<bool>;
     /// Replaces a marked event's errors.
     #[cfg_attr(not(feature = "schemas"), allow(dead_code))]
@@ -67,28 +70,52 @@ impl Inbox {
         self
     }
 
-    /// The event's errors as stored, when the inbox's schemas refuse it.
+    /// Raises [`AlertKind::Invalid`](crate::alerts::AlertKind::Invalid) through `alerts`
+    /// for each new invalid event (a duplicate of one raises nothing): a provider's
+    /// payload changed shape, or a schema is out of date.
+    #[cfg(all(feature = "schemas", feature = "alerts"))]
+    #[must_use]
+    pub fn with_alerts(mut self, alerts: crate::alerts::Alerts) -> Self {
+        self.alerts = Some(alerts);
+        self
+    }
+
+    /// The event's errors, when the inbox's schemas refuse it.
     #[cfg(feature = "schemas")]
-    pub(super) fn refused_by_schema(&self, event: &crate::Event) -> Option<String> {
+    pub(super) fn refused_by_schema(
+        &self,
+        event: &crate::Event,
+    ) -> Option<crate::schemas::Invalid> {
         let schemas = self.schemas.as_ref()?;
-        schemas.validate(event).err().map(|e| e.to_json())
+        schemas.validate(event).err()
     }
 
     /// Stores an event its schema refused: marked first, then stored with no route, so
     /// no moment shows it routable. A duplicate of an event already stored keeps its
     /// state (the mark just made is taken back).
-    #[cfg_attr(not(feature = "schemas"), allow(dead_code))]
+    #[cfg(feature = "schemas")]
     pub(super) async fn accept_invalid(
         &self,
         d: crate::store::Delivery,
-        errors: String,
+        event: &crate::Event,
+        invalid: crate::schemas::Invalid,
     ) -> Result<Accepted, StoreError> {
         let (source, id) = (d.source().to_owned(), d.id().to_owned());
         let invalids = self.backend.invalids();
-        let marked = invalids.mark(source.clone(), id.clone(), errors).await?;
+        let marked = invalids
+            .mark(source.clone(), id.clone(), invalid.to_json())
+            .await?;
         let accepted = self.backend.accept(d.with_routes(Vec::new())).await?;
         match accepted {
-            Accepted::New => crate::metrics::invalid_accepted(&source),
+            Accepted::New => {
+                crate::metrics::invalid_accepted(&source);
+                #[cfg(all(feature = "schemas", feature = "alerts"))]
+                if let Some(alerts) = &self.alerts {
+                    alerts.invalid(&source, &id, event.event_type(), &invalid.to_string());
+                }
+                #[cfg(not(feature = "alerts"))]
+                let _ = event;
+            }
             _ if marked => invalids.unmark(source, id).await?,
             _ => {}
         }
@@ -177,7 +204,7 @@ impl Inbox {
                 });
                 #[cfg(feature = "schemas")]
                 if let Some(errors) = self.refused_by_schema(&event) {
-                    invalids.remark(source, id, errors).await?;
+                    invalids.remark(source, id, errors.to_json()).await?;
                     done.still_invalid += 1;
                     continue;
                 }

@@ -281,6 +281,9 @@ pub struct Inbox {
     /// Each event's body checked against its type's schema ([`Inbox::with_schemas`]).
     #[cfg(feature = "schemas")]
     schemas: Option<crate::schemas::Schemas>,
+    /// Told of each new invalid event ([`Inbox::with_alerts`]).
+    #[cfg(all(feature = "schemas", feature = "alerts"))]
+    alerts: Option<crate::alerts::Alerts>,
 }
 
 /// Whether [`Inbox::accept`] stored a new row.
@@ -341,6 +344,8 @@ impl Inbox {
             trusted_traceparent: false,
             #[cfg(feature = "schemas")]
             schemas: None,
+            #[cfg(all(feature = "schemas", feature = "alerts"))]
+            alerts: None,
         }
     }
 
@@ -448,8 +453,8 @@ impl Inbox {
             .sealed(d, event, headers.as_deref())?
             .with_headers(headers);
         #[cfg(feature = "schemas")]
-        if let Some(errors) = self.refused_by_schema(event) {
-            let stored = self.accept_invalid(d, errors);
+        if let Some(invalid) = self.refused_by_schema(event) {
+            let stored = self.accept_invalid(d, event, invalid);
             return crate::span::instrument(span, stored).await;
         }
         let stored = metrics::timed(Operation::Accept, self.backend.accept(d));

@@ -5,7 +5,8 @@
 // processed, erase an event's body (after a confirmation) and see its key still stop a
 // redelivery, and sign out. Then fan-out: the receiver with two processors, one failing
 // every attempt; its dead route requeued alone from the event page runs that processor
-// again and not the other.
+// again and not the other. Then schemas: an invalid event on the Invalid page and its
+// event page, its errors (never a value of its body) beside its body, never run.
 //
 // Run by tests/browser.rs (`cargo test --all-features --test browser -- --ignored`), which
 // builds the receiver and gives each run a fresh database. By hand:
@@ -418,5 +419,57 @@ test("fan-out: one processor's route requeued alone from the event page", async 
     assert.equal(await page.locator("#processors tr[data-processor=ledger] td.processed").innerText(), "1");
   });
 
+  assert.deepEqual(errors, [], "no script error on any page");
+});
+
+test("schemas: an invalid event listed with its errors, shown beside its body, never run", async (t) => {
+  // The same database as the tests before; the fixtures' schemas (invoice.paid's wants an
+  // integer amount_paid, a currency and a customer).
+  const schemas = new URL("../fixtures/schemas/schemas", import.meta.url).pathname;
+  const receiver = await startReceiver({ WEBHOOK_SCHEMAS: schemas });
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: ["--no-sandbox"],
+  });
+  t.after(async () => {
+    await browser.close();
+    await receiver.stop();
+  });
+  const page = await (await browser.newContext({ viewport: { width: 1180, height: 820 } })).newPage();
+  const errors = [];
+  page.on("pageerror", (error) => errors.push(error));
+  const ui = `${receiver.base}/admin/ui`;
+  const canary = "invalid-canary-9d2e"; // a value of the body: shown in the body, never in an error
+  const bad = "evt_invalid_amount";
+  const good = "evt_valid_invoice";
+
+  await deliver(receiver, bad, "invoice.paid", { amount_paid: canary });
+  await deliver(receiver, good, "invoice.paid", { amount_paid: 1200, currency: "eur", customer: "cus_1" });
+  await printed(receiver, `handled ${good}`);
+  assert.equal((await page.goto(`${ui}?token=${TOKEN}`)).status(), 200);
+  assert.equal(await count(page, "invalid"), 1, "the overview counts the invalid event");
+
+  await page.click("nav a:text-is('Invalid')");
+  await page.waitForURL(/\/admin\/ui\/invalid$/);
+  const rows = page.locator("tbody tr");
+  assert.equal(await rows.count(), 1, "one invalid event listed");
+  const row = rows.first();
+  assert.equal(await row.locator("code").first().innerText(), bad);
+  const listed = await row.locator("ul.errors").innerText();
+  assert.ok(listed.includes("/data/object/amount_paid"), listed);
+  assert.ok(listed.includes("/data/object"), listed); // currency and customer are missing
+  assert.ok(!listed.includes(canary), "an error never quotes the body");
+  await screenshot(page, "operators-page-invalid.png");
+
+  await row.locator("a").first().click();
+  await page.waitForURL(/\/admin\/ui\/event\?/);
+  assert.equal(await page.locator("#fields .state").innerText(), "invalid");
+  const why = await page.locator("#validation ul.errors").innerText();
+  assert.ok(why.includes("/data/object/amount_paid"), why);
+  assert.ok(!why.includes(canary), "an error never quotes the body");
+  assert.ok((await page.locator("#body").innerText()).includes(canary), "the body is shown beside its errors");
+
+  await new Promise((resolve) => setTimeout(resolve, 1000)); // a stray run would show by now
+  assert.equal(times(receiver, `handled ${bad}`), 0, "the invalid event never reached the processor");
   assert.deepEqual(errors, [], "no script error on any page");
 });

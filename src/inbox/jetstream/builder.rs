@@ -36,6 +36,9 @@ pub struct JetStreamBuilder {
     /// `with_schemas`.
     #[cfg(feature = "schemas")]
     pub(super) schemas: Option<crate::schemas::Schemas>,
+    /// `with_alerts`.
+    #[cfg(all(feature = "schemas", feature = "alerts"))]
+    pub(super) alerts: Option<crate::alerts::Alerts>,
 }
 
 impl JetStreamBuilder {
@@ -132,6 +135,15 @@ impl JetStreamBuilder {
     #[cfg(feature = "schemas")]
     pub fn with_schemas(mut self, schemas: crate::schemas::Schemas) -> Self {
         self.schemas = Some(schemas);
+        self
+    }
+
+    /// Raises [`AlertKind::Invalid`](crate::alerts::AlertKind::Invalid) through `alerts`
+    /// for each new invalid event (one JetStream dropped as a duplicate raises nothing).
+    /// As `Inbox::with_alerts`.
+    #[cfg(all(feature = "schemas", feature = "alerts"))]
+    pub fn with_alerts(mut self, alerts: crate::alerts::Alerts) -> Self {
+        self.alerts = Some(alerts);
         self
     }
 
@@ -252,6 +264,8 @@ impl JetStreamBuilder {
                 trusted_traceparent: self.trusted_traceparent,
                 #[cfg(feature = "schemas")]
                 schemas: self.schemas,
+                #[cfg(all(feature = "schemas", feature = "alerts"))]
+                alerts: self.alerts,
             }),
             lane: default,
         })

@@ -75,16 +75,16 @@ impl JetStream {
         event: &Event,
         subject: String,
         headers: &mut HeaderMap,
-    ) -> (String, bool) {
+    ) -> (String, Option<crate::schemas::Invalid>) {
         let Some(invalid) = (self.inner.schemas.as_ref()).and_then(|s| s.validate(event).err())
         else {
-            return (subject, false);
+            return (subject, None);
         };
         headers.insert(ERRORS, invalid.to_json().as_str());
         let rest = subject
             .strip_prefix(self.inner.stream.as_str())
             .unwrap_or("");
-        (format!("{}{rest}", self.invalid_stream()), true)
+        (format!("{}{rest}", self.invalid_stream()), Some(invalid))
     }
 
     /// How many events are invalid: the invalid stream's messages (0 for a `JetStream`

@@ -211,6 +211,9 @@ struct Inner {
     /// Each event checked at accept (`JetStreamBuilder::with_schemas`).
     #[cfg(feature = "schemas")]
     schemas: Option<crate::schemas::Schemas>,
+    /// Told of each new invalid event (`JetStreamBuilder::with_alerts`).
+    #[cfg(all(feature = "schemas", feature = "alerts"))]
+    alerts: Option<crate::alerts::Alerts>,
 }
 
 impl JetStream {
@@ -254,6 +257,8 @@ impl JetStream {
             trusted_traceparent: false,
             #[cfg(feature = "schemas")]
             schemas: None,
+            #[cfg(all(feature = "schemas", feature = "alerts"))]
+            alerts: None,
         }
     }
 
@@ -330,8 +335,15 @@ impl JetStream {
         let ack = metrics::timed(Operation::Accept, publish);
         let ack = crate::span::instrument(span, ack).await?;
         #[cfg(feature = "schemas")]
-        if invalid && !ack.duplicate {
+        if let (Some(invalid), false) = (&invalid, ack.duplicate) {
             metrics::invalid_accepted(event.source());
+            #[cfg(all(feature = "schemas", feature = "alerts"))]
+            if let Some(alerts) = &self.inner.alerts {
+                let (source, id, ty) = (event.source(), event.dedupe_id(), event.event_type());
+                alerts.invalid(source, id, ty, &invalid.to_string());
+            }
+            #[cfg(not(feature = "alerts"))]
+            let _ = invalid;
         }
         Ok(if ack.duplicate {
             Accepted::Duplicate
