@@ -367,19 +367,31 @@ async fn receiver_in_inbox_mode_answers_at_once_and_its_worker_handles_each_even
 /// together), each printing `handled <id>` as it starts and `finished <id>` after its delay.
 #[tokio::test]
 async fn receiver_in_inbox_mode_starts_events_at_its_rate_and_says_when_each_finished() {
-    const SECRET: &str = "whsec_receiver_rate_0123456789";
     let db = fresh_db("rate");
-    let (mut child, url, mut stdout) = start_receiver(
-        &db,
-        &[
-            ("WEBHOOK_SCHEME", "stripe"),
-            ("WEBHOOK_SECRETS", SECRET),
-            ("WEBHOOK_MODE", "inbox"),
-            ("WEBHOOK_RATE", "5/s"),
-            ("WEBHOOK_HANDLER_DELAY_MS", "100"),
-        ],
-    )
-    .await;
+    starts_events_at_its_rate(&db, &[("WEBHOOK_MODE", "inbox")]).await;
+    let _ = std::fs::remove_file(&db);
+}
+
+/// The same in `amqp` mode.
+#[tokio::test]
+async fn receiver_in_amqp_mode_starts_events_at_its_rate_and_says_when_each_finished() {
+    let names = AmqpNames::new("tw_test_rate");
+    let db = fresh_db("amqp-rate");
+    starts_events_at_its_rate(&db, &names.env()).await;
+    names.delete().await;
+    let _ = std::fs::remove_file(&db);
+}
+
+async fn starts_events_at_its_rate(db: &std::path::Path, mode: &[(&str, &str)]) {
+    const SECRET: &str = "whsec_receiver_rate_0123456789";
+    let mut env = vec![
+        ("WEBHOOK_SCHEME", "stripe"),
+        ("WEBHOOK_SECRETS", SECRET),
+        ("WEBHOOK_RATE", "5/s"),
+        ("WEBHOOK_HANDLER_DELAY_MS", "100"),
+    ];
+    env.extend_from_slice(mode);
+    let (mut child, url, mut stdout) = start_receiver(db, &env).await;
     let ids: Vec<String> = (0..8).map(|i| format!("evt_rate_{i}")).collect();
     for id in &ids {
         let body = event_body(id, "payment_intent.succeeded", "pi_1");
@@ -415,7 +427,6 @@ async fn receiver_in_inbox_mode_starts_events_at_its_rate_and_says_when_each_fin
     assert_eq!(handled, expected, "each started once");
     assert_eq!(finished, expected, "each finished once");
     child.kill().await.unwrap();
-    let _ = std::fs::remove_file(&db);
 }
 
 /// `WEBHOOK_MAX_LAG_SECS=1` on a receiver with no worker: once its oldest queued event has
@@ -490,19 +501,31 @@ async fn receiver_in_inbox_mode_pushes_back_once_its_queue_lags() {
 /// event of another object runs beside them.
 #[tokio::test]
 async fn receiver_in_inbox_mode_runs_one_objects_events_one_at_a_time() {
-    const SECRET: &str = "whsec_receiver_object_0123456789";
     let db = fresh_db("object");
-    let (mut child, url, mut stdout) = start_receiver(
-        &db,
-        &[
-            ("WEBHOOK_SCHEME", "stripe"),
-            ("WEBHOOK_SECRETS", SECRET),
-            ("WEBHOOK_MODE", "inbox"),
-            ("WEBHOOK_PER_OBJECT", "1"),
-            ("WEBHOOK_HANDLER_DELAY_MS", "200"),
-        ],
-    )
-    .await;
+    runs_one_objects_events_one_at_a_time(&db, &[("WEBHOOK_MODE", "inbox")]).await;
+    let _ = std::fs::remove_file(&db);
+}
+
+/// The same in `amqp` mode.
+#[tokio::test]
+async fn receiver_in_amqp_mode_runs_one_objects_events_one_at_a_time() {
+    let names = AmqpNames::new("tw_test_object");
+    let db = fresh_db("amqp-object");
+    runs_one_objects_events_one_at_a_time(&db, &names.env()).await;
+    names.delete().await;
+    let _ = std::fs::remove_file(&db);
+}
+
+async fn runs_one_objects_events_one_at_a_time(db: &std::path::Path, mode: &[(&str, &str)]) {
+    const SECRET: &str = "whsec_receiver_object_0123456789";
+    let mut env = vec![
+        ("WEBHOOK_SCHEME", "stripe"),
+        ("WEBHOOK_SECRETS", SECRET),
+        ("WEBHOOK_PER_OBJECT", "1"),
+        ("WEBHOOK_HANDLER_DELAY_MS", "200"),
+    ];
+    env.extend_from_slice(mode);
+    let (mut child, url, mut stdout) = start_receiver(db, &env).await;
     for (id, object) in [
         ("evt_o1", "pi_1"),
         ("evt_o2", "pi_1"),
@@ -541,7 +564,6 @@ async fn receiver_in_inbox_mode_runs_one_objects_events_one_at_a_time() {
     let o1_done = lines.iter().position(|l| l == "finished evt_o1").unwrap();
     assert!(x < o1_done, "another object runs beside: {lines:?}");
     child.kill().await.unwrap();
-    let _ = std::fs::remove_file(&db);
 }
 
 #[tokio::test]
@@ -920,20 +942,37 @@ async fn receiver_in_inbox_mode_fails_the_fail_types_until_dead_and_again_when_r
 /// processing 2 at a time, handles each once.
 #[tokio::test]
 async fn receiver_in_inbox_mode_with_no_worker_only_accepts_and_another_handles() {
-    const SECRET: &str = "whsec_receiver_inbox_0123456789";
     let db = std::env::temp_dir().join(format!(
         "tower-webhook-receiver-front-{}.db",
         std::process::id()
     ));
+    no_worker_only_accepts_and_another_handles(&db, &[("WEBHOOK_MODE", "inbox")]).await;
+    let _ = std::fs::remove_file(&db);
+}
+
+/// The same in `amqp` mode: the front door publishes, the second receiver's worker (on
+/// the same store) handles each event once.
+#[tokio::test]
+async fn receiver_in_amqp_mode_with_no_worker_only_accepts_and_another_handles() {
+    let names = AmqpNames::new("tw_test_front");
+    let db = fresh_db("amqp-front");
+    no_worker_only_accepts_and_another_handles(&db, &names.env()).await;
+    names.delete().await;
+    let _ = std::fs::remove_file(&db);
+}
+
+async fn no_worker_only_accepts_and_another_handles(db: &std::path::Path, mode: &[(&str, &str)]) {
+    const SECRET: &str = "whsec_receiver_inbox_0123456789";
     let env = |workers| {
-        [
+        let mut env = vec![
             ("WEBHOOK_SCHEME", "stripe"),
             ("WEBHOOK_SECRETS", SECRET),
-            ("WEBHOOK_MODE", "inbox"),
             ("WEBHOOK_WORKER_CONCURRENCY", workers),
-        ]
+        ];
+        env.extend_from_slice(mode);
+        env
     };
-    let (mut front, url, mut front_out) = start_receiver(&db, &env("0")).await;
+    let (mut front, url, mut front_out) = start_receiver(db, &env("0")).await;
     let ids: Vec<String> = (0..6).map(|i| format!("evt_front_{i}")).collect();
     for id in &ids {
         let body = event_body(id, "payment_intent.succeeded", "pi_1");
@@ -949,7 +988,7 @@ async fn receiver_in_inbox_mode_with_no_worker_only_accepts_and_another_handles(
             .is_err(),
         "the front door handled an event"
     );
-    let (mut back, _, mut back_out) = start_receiver(&db, &env("2")).await;
+    let (mut back, _, mut back_out) = start_receiver(db, &env("2")).await;
     let mut handled = Vec::new();
     for _ in 0..ids.len() {
         handled.push(next_line(&mut back_out).await.unwrap());
@@ -959,7 +998,6 @@ async fn receiver_in_inbox_mode_with_no_worker_only_accepts_and_another_handles(
     assert_eq!(handled, expected);
     front.kill().await.unwrap();
     back.kill().await.unwrap();
-    let _ = std::fs::remove_file(&db);
 }
 
 /// Two receivers in `nats` mode on one stream, each deduplicating in a SQLite file of its
