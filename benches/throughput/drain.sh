@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # The inbox's worker against its front door, in one run:
 #
-#   benches/throughput/drain.sh [postgres|sqlite|both]     (default both)
+#   benches/throughput/drain.sh [postgres|sqlite|both|brokers]     (default both)
+#
+# `brokers`: the hand-offs past one host in one run, JetStream's (nats mode) and
+# RabbitMQ's (amqp mode), each behind DedupeLayer on a fresh SQLite file and on a fresh
+# stream or queue: accept alone and drain alone (and both at once unless QUICK), then the
+# ratios of RabbitMQ's to JetStream's. BROKERS_FIRST=amqp runs RabbitMQ first.
 #
 # The `receiver` example in inbox mode, its processor printing `handled <id>` and
 # `finished <id>` (no other work), driven by wrk as in run.sh ($CONNECTIONS connections, $DURATION s, unique
@@ -71,7 +76,7 @@ PACE_ARGS=()
 start_receiver() { # concurrency, then env assignments; sets PID and URL
   local workers=$1; shift
   rm -f "$WORK/receiver.err"
-  env "$@" ${PROCESSOR_ENV[@]+"${PROCESSOR_ENV[@]}"} WEBHOOK_SECRETS="$SECRET" WEBHOOK_MODE=inbox WEBHOOK_WORKER_CONCURRENCY="$workers" \
+  env WEBHOOK_MODE=inbox "$@" ${PROCESSOR_ENV[@]+"${PROCESSOR_ENV[@]}"} WEBHOOK_SECRETS="$SECRET" WEBHOOK_WORKER_CONCURRENCY="$workers" \
     BIND=127.0.0.1:0 "$RECEIVER" >"${OUT:-$WORK/handled.txt}" 2>"$WORK/receiver.err" &
   PID=$!
   URL=""
@@ -163,6 +168,45 @@ latency() { # db label, then env assignments naming a fresh store
 }
 
 ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
+
+if [ "$WHICH" = brokers ]; then
+  TAG="bench_$$_$RANDOM"
+  # Best effort: the stream and its buckets, the queues (left on the servers otherwise).
+  forget_brokers() {
+    python3 - "$TAG" <<'PY' || true
+import socket, sys
+tag = sys.argv[1]
+s = socket.create_connection(("127.0.0.1", 4222), timeout=5)
+s.recv(4096)
+s.sendall(b"CONNECT {\"verbose\":false}\r\n")
+for t in [tag, f"{tag}-2"]:
+  for name in [t, f"{t}-dead", f"{t}-paused", f"KV_{t}-pauses", f"KV_{t}-held"]:
+    s.sendall(f"PUB $JS.API.STREAM.DELETE.{name} 0\r\n\r\n".encode())
+s.sendall(b"PING\r\n")
+s.recv(4096)
+PY
+    for q in $(rabbitmqctl -q list_queues name 2>/dev/null | grep "^$TAG" || true); do
+      rabbitmqctl -q delete_queue "$q" >/dev/null 2>&1 || true
+    done
+  }
+  trap 'kill $(jobs -p) 2>/dev/null || true; forget_brokers; rm -rf "$WORK"' EXIT
+  broker() { # nats|amqp: sets ACCEPT_<broker>, DRAIN_<broker>
+    local mode=$1 env
+    env=(WEBHOOK_MODE="$mode" WEBHOOK_SQLITE="$WORK/$mode-claims.db" DATABASE_URL= NATS_STREAM="$TAG"
+      AMQP_EXCHANGE="$TAG" AMQP_QUEUE="$TAG")
+    measure "$mode" "${env[@]}"
+    printf -v "ACCEPT_$mode" %s "$ACCEPT"
+    printf -v "DRAIN_$mode" %s "$(field rps <"$WORK/drain.txt")"
+    if [ -z "${QUICK:-}" ]; then
+      env[1]=WEBHOOK_SQLITE="$WORK/$mode-claims-2.db"
+      env[3]=NATS_STREAM="$TAG-2" env[4]=AMQP_EXCHANGE="$TAG-2" env[5]=AMQP_QUEUE="$TAG-2"
+      both "$mode" "${env[@]}"
+    fi
+  }
+  if [ "${BROKERS_FIRST:-nats}" = amqp ]; then broker amqp; broker nats; else broker nats; broker amqp; fi
+  echo "brokers: RabbitMQ to JetStream: accept_alone=$(ratio "$ACCEPT_amqp" "$ACCEPT_nats") drain_alone=$(ratio "$DRAIN_amqp" "$DRAIN_nats")"
+  exit 0
+fi
 
 if [ "${ONLY:-}" = latency ]; then
   [ -n "${PACE_RATE:-}" ] || { echo "drain.sh: ONLY=latency needs PACE_RATE" >&2; exit 2; }
