@@ -1690,6 +1690,8 @@ impl tracing::Subscriber for Logs {
 async fn failed_attempts_are_logged_with_the_event_and_dead_rows_as_errors() {
     let logs = Logs::default();
     let _default = tracing::subscriber::set_default(logs.clone());
+    // Callsites another test's thread registered meanwhile learn of this subscriber too.
+    tracing::callsite::rebuild_interest_cache();
     let inbox = sqlite().await;
     deliver(&inbox, "evt_logged").await;
     let worker = Worker::new(&inbox, |_: Event, _: Attempt| async {

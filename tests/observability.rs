@@ -1178,6 +1178,8 @@ impl Spans {
 async fn a_handlers_logs_carry_the_deliverys_source_event_id_and_type() {
     let spans = Spans::default();
     let _default = tracing::subscriber::set_default(spans.clone());
+    // Callsites another test's thread registered meanwhile learn of this subscriber too.
+    tracing::callsite::rebuild_interest_cache();
     let (started, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let svc = webhooks(Flaky::default(), started, go);
     assert_eq!(
@@ -1218,6 +1220,8 @@ async fn a_handlers_logs_carry_the_deliverys_source_event_id_and_type() {
 async fn a_processors_logs_carry_the_rows_source_event_id_type_and_attempt() {
     let spans = Spans::default();
     let _default = tracing::subscriber::set_default(spans.clone());
+    // Callsites another test's thread registered meanwhile learn of this subscriber too.
+    tracing::callsite::rebuild_interest_cache();
     let path = sqlite_path();
     let inbox = Inbox::sqlite(&SqliteStore::open(&path).await.unwrap());
     assert_eq!(accept(&inbox, "evt_traced").await, StatusCode::NO_CONTENT);
