@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use lapin::options::ConfirmSelectOptions;
+use lapin::uri::AMQPUri;
 use tokio::sync::{watch, Mutex};
 
 use crate::store::StoreError;
@@ -23,6 +24,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const CHANNEL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the supervisor looks at the connection's state between its events.
 const WATCH_EVERY: Duration = Duration::from_millis(250);
+/// The heartbeat asked for unless the URL sets one (`?heartbeat=`), in seconds: a
+/// connection gone silent (no reset: a partition) is found dead within about twice that,
+/// and connected again; RabbitMQ's own default is 60 s.
+const HEARTBEAT_SECS: u16 = 10;
 
 /// A connection that is up now, numbered: a channel of an older one is stale.
 #[derive(Clone)]
@@ -53,7 +58,11 @@ impl Connection {
     /// the connection to its supervisor.
     pub(crate) async fn start(url: &str) -> Result<Self, StoreError> {
         let redacted = redact(url);
-        let first = connect(url).await.map_err(|e| {
+        let uri = parse(url).map_err(|e| {
+            StoreError::new("amqp connect", format!("{e}: {redacted}"))
+                .with_kind(crate::store::StoreErrorKind::InvalidInput)
+        })?;
+        let first = connect(&uri).await.map_err(|e| {
             StoreError::new(
                 "amqp connect",
                 format!("cannot connect to the broker at {redacted}: {e}"),
@@ -66,7 +75,7 @@ impl Connection {
         };
         let (current, watched) = watch::channel(Some(first.clone()));
         let (stop, stopped) = watch::channel(());
-        tokio::spawn(supervise(url.to_owned(), first, current, stopped));
+        tokio::spawn(supervise(uri, first, current, stopped));
         Ok(Self {
             shared: Arc::new(Shared {
                 redacted,
@@ -143,11 +152,36 @@ async fn open(connection: &lapin::Connection) -> Result<lapin::Channel, StoreErr
     }
 }
 
-async fn connect(url: &str) -> Result<lapin::Connection, String> {
+/// The URL as lapin connects to it: an IPv4 host kept (lapin's parser takes only a
+/// domain name, and puts `localhost` in place of an address), the heartbeat
+/// [`HEARTBEAT_SECS`] unless set. Its error never quotes the URL (lapin's would, with its
+/// password).
+fn parse(url: &str) -> Result<AMQPUri, String> {
+    let mut uri: AMQPUri = url
+        .parse()
+        .map_err(|_| "not an AMQP URL (amqp://user:password@host:port/vhost)".to_owned())?;
+    if let Some(ip) = ipv4_host(url) {
+        uri.authority.host = ip.to_string();
+    }
+    uri.query.heartbeat.get_or_insert(HEARTBEAT_SECS);
+    Ok(uri)
+}
+
+/// The host of `scheme://[userinfo@]host[:port][/…]`, when it is an IPv4 address.
+fn ipv4_host(url: &str) -> Option<std::net::Ipv4Addr> {
+    let rest = url.split_once("://")?.1;
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let host = host_port.split(':').next()?;
+    host.parse().ok()
+}
+
+async fn connect(uri: &AMQPUri) -> Result<lapin::Connection, String> {
     // No `enable_auto_recover`: the supervisor below reconnects.
     let properties =
         lapin::ConnectionProperties::default().with_connection_name("tower-webhook".into());
-    match tokio::time::timeout(CONNECT_TIMEOUT, lapin::Connection::connect(url, properties)).await {
+    let connecting = lapin::Connection::connect_uri(uri.clone(), properties);
+    match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
         Ok(Ok(connection)) => Ok(connection),
         // lapin's errors name the host, never the URL's password.
         Ok(Err(e)) => Err(e.to_string()),
@@ -158,7 +192,7 @@ async fn connect(url: &str) -> Result<lapin::Connection, String> {
 /// Owns the connection: publishes it, waits for it to break, connects again with a capped
 /// backoff; stops (closing it) once `stop`'s sender is dropped.
 async fn supervise(
-    url: String,
+    uri: AMQPUri,
     first: Live,
     current: watch::Sender<Option<Live>>,
     mut stop: watch::Receiver<()>,
@@ -172,7 +206,7 @@ async fn supervise(
             None => {
                 let attempt = tokio::select! {
                     _ = stop.changed() => return,
-                    attempt = connect(&url) => attempt,
+                    attempt = connect(&uri) => attempt,
                 };
                 match attempt {
                     Ok(connection) => {
@@ -265,7 +299,31 @@ pub(crate) fn redact(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{parse, redact};
+
+    #[test]
+    fn an_address_stays_the_host_and_the_heartbeat_is_short_unless_set() {
+        let uri = parse("amqp://guest:guest@10.1.2.3:5673/%2f").unwrap();
+        assert_eq!(uri.authority.host, "10.1.2.3");
+        assert_eq!(uri.authority.port, 5673);
+        assert_eq!(uri.vhost, "/");
+        assert_eq!(uri.query.heartbeat, Some(super::HEARTBEAT_SECS));
+        let uri = parse("amqp://u:p@rabbit.internal/v?heartbeat=30").unwrap();
+        assert_eq!(uri.authority.host, "rabbit.internal");
+        assert_eq!(uri.query.heartbeat, Some(30));
+    }
+
+    #[test]
+    fn a_bad_url_is_refused_without_quoting_it() {
+        for bad in [
+            "mailto:s3cret",
+            "amqp://u:s3cret@host:notaport/",
+            "http://u:s3cret@h/",
+        ] {
+            let error = parse(bad).unwrap_err();
+            assert!(!error.contains("s3cret"), "{error}");
+        }
+    }
 
     #[test]
     fn the_password_never_shows() {

@@ -32,7 +32,10 @@
 //!   back after a broker restart): one task owns it, and when it errors or closes,
 //!   connects again after 100 ms, doubling up to 1 s between tries, for as long as an
 //!   [`Amqp`] exists. Publishing resumes on the first connection that works; while there
-//!   is none, each accept fails at once (503), never waits for it.
+//!   is none, each accept fails at once (503), never waits for it. A connection gone
+//!   silent (a partition, no reset) is found dead by its heartbeat: 10 s unless the URL
+//!   sets `?heartbeat=` (RabbitMQ's default is 60 s); meanwhile each accept fails after
+//!   the confirm timeout.
 //! - The topology is declared at [`AmqpBuilder::build`] when missing, and checked when
 //!   present: the exchange (topic, durable), the queue (quorum, with a delivery limit and
 //!   at-least-once dead-lettering to `<exchange>-dead`, routing key the queue's name), the
