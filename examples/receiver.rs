@@ -797,14 +797,37 @@ fn amqp_admin(amqp: Amqp) -> Router {
     )
 }
 
-/// `url` without its password (`amqp://guest:***@host`), for a line on stderr.
+/// `url` without its password (`amqp://guest:***@host:5672/%2f`), for a line on stderr.
 fn redacted(url: &str) -> String {
-    match (url.split_once("://"), url.rfind('@')) {
-        (Some((scheme, rest)), Some(at)) if at > scheme.len() + 3 => {
-            let credentials = &rest[..at - scheme.len() - 3];
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((credentials, host)) => {
             let user = credentials.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}:***{}", &url[at..])
+            format!("{scheme}://{user}:***@{host}{path}")
         }
-        _ => url.to_owned(),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn a_broker_url_is_printed_without_its_password() {
+        for (url, printed) in [
+            (
+                "amqp://guest:s3cret@127.0.0.1:5672/%2f",
+                "amqp://guest:***@127.0.0.1:5672/%2f",
+            ),
+            ("amqp://u:p@ss@host/v@h", "amqp://u:***@host/v@h"),
+            ("amqp://127.0.0.1:5672/%2f", "amqp://127.0.0.1:5672/%2f"),
+            ("not a url", "not a url"),
+        ] {
+            assert_eq!(redacted(url), printed);
+        }
     }
 }
