@@ -58,10 +58,12 @@ impl Names {
 
     /// A raw channel of the test's own.
     async fn channel(&self) -> lapin::Channel {
-        let connection =
-            lapin::Connection::connect(&self.url, lapin::ConnectionProperties::default())
-                .await
-                .expect("RabbitMQ must be running (.ci/services starts it)");
+        let connect = lapin::Connection::connect(&self.url, lapin::ConnectionProperties::default());
+        // A broker that accepts connections but never answers fails the test, not hangs it.
+        let connection = tokio::time::timeout(Duration::from_secs(10), connect)
+            .await
+            .expect("RabbitMQ accepted the connection but never answered")
+            .expect("RabbitMQ must be running (.ci/services starts it)");
         connection.create_channel().await.unwrap()
     }
 
@@ -468,7 +470,13 @@ async fn a_confirm_that_never_comes_is_503_within_the_timeout_and_releases_the_c
 /// The queue full (a `max-length` of 0 by policy, with the queue's `reject-publish`): the
 /// broker nacks, which is a 503 that releases the claim; the policy cleared, the retry is
 /// published. Needs `rabbitmqctl` for the broker at `AMQP_URL` (the local one).
+///
+/// Ignored: RabbitMQ 3.10.8 (Debian's) stopped answering altogether — no AMQP handshake,
+/// no `rabbitmqctl` — right after this test's policies, once in a dozen runs beside the
+/// worker's tests, and the broker is shared. Run it on a broker of your own:
+/// `cargo test --all-features --test amqp -- --ignored`.
 #[tokio::test]
+#[ignore = "may wedge RabbitMQ 3.10.8 (see its doc): run it alone with --ignored"]
 async fn a_nack_is_503_and_its_retry_is_published_once_the_queue_takes_it() {
     let names = Names::new();
     let amqp = names.amqp().await;
@@ -530,7 +538,10 @@ async fn a_nack_is_503_and_its_retry_is_published_once_the_queue_takes_it() {
 }
 
 fn rabbitmqctl(args: &[&str]) {
-    let out = std::process::Command::new("rabbitmqctl")
+    // Within a minute, or the test fails (a broker that no longer answers hangs it).
+    let out = std::process::Command::new("timeout")
+        .arg("60")
+        .arg("rabbitmqctl")
         .args(args)
         .output()
         .expect("rabbitmqctl (of the broker at AMQP_URL) must be installed for this test");

@@ -25,7 +25,10 @@ use tower_webhook::{DedupeLayer, Scheme, VerifyWebhookLayer};
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 fn rabbitmqctl(args: &[&str]) {
-    let out = std::process::Command::new("rabbitmqctl")
+    // Within a minute, or the test fails (a broker that no longer answers hangs it).
+    let out = std::process::Command::new("timeout")
+        .arg("60")
+        .arg("rabbitmqctl")
         .args(args)
         .output()
         .expect("rabbitmqctl (of the broker at AMQP_URL) must be installed for this test");
@@ -41,8 +44,8 @@ struct Restart;
 
 impl Drop for Restart {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("rabbitmqctl")
-            .arg("start_app")
+        let _ = std::process::Command::new("timeout")
+            .args(["60", "rabbitmqctl", "start_app"])
             .output();
     }
 }
