@@ -3199,6 +3199,46 @@ async fn receiver_trusting_traceparent_continues_the_senders_trace_over_otlp_jso
     let _ = std::fs::remove_file(&db);
 }
 
+/// The same in `amqp` mode: the accept's span, the sender's child, travels in the
+/// message's headers to the attempt; SIGTERM then drains and exits 0.
+#[tokio::test]
+async fn receiver_in_amqp_mode_trusting_traceparent_continues_the_senders_trace() {
+    use common::otlp::{collector, spans_of};
+    const SECRET: &str = "whsec_receiver_trusted_0123456789";
+    let collector = collector().await;
+    let db = fresh_db("amqp-otel-trusted");
+    let names = AmqpNames::new("tw_test_trusted");
+    let mut env = vec![
+        ("WEBHOOK_SCHEME", "stripe"),
+        ("WEBHOOK_SECRETS", SECRET),
+        ("WEBHOOK_TRUST_TRACEPARENT", "1"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.url),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ];
+    env.extend_from_slice(&names.env());
+    let (mut child, url, _stdout) = start_receiver(&db, &env).await;
+    deliver_traced(&url, SECRET, "evt_trusted", "charge.succeeded").await;
+    let spans = collector
+        .spans_when(|spans| spans_of(spans, "webhook.process", "evt_trusted").len() == 1)
+        .await;
+    let sender_trace = hex::decode(SENDER_TRACE).unwrap();
+    let accept = spans_of(&spans, "webhook.accept", "evt_trusted");
+    assert_eq!(accept.len(), 1);
+    assert_eq!(
+        (&accept[0].trace_id, &accept[0].parent_span_id),
+        (&sender_trace, &hex::decode(SENDER_SPAN).unwrap()),
+        "trusted: the sender's span is the accept's parent"
+    );
+    let attempt = spans_of(&spans, "webhook.process", "evt_trusted")[0];
+    assert_eq!(attempt.trace_id, sender_trace);
+    assert_eq!(attempt.parent_span_id, accept[0].span_id);
+    terminate(&child);
+    assert!(child.wait().await.unwrap().success());
+    names.delete().await;
+    let _ = std::fs::remove_file(&db);
+}
+
 /// A protocol this build cannot speak stops the receiver at start, naming the variable.
 #[tokio::test]
 async fn receiver_refuses_an_otlp_protocol_it_cannot_speak() {
