@@ -521,3 +521,112 @@ async fn consuming_resumes_within_5_s_after_a_cut_and_the_event_running_then_run
     assert_eq!(counts(&amqp).await, (0, 0, 0));
     amqp.delete().await.unwrap();
 }
+
+/// A message whose every delivery ended without an outcome (each crashed its worker: here,
+/// handed back by hand) is buried unprocessed once its deliveries pass the attempts.
+#[tokio::test]
+async fn a_message_delivered_more_often_than_the_attempts_allow_goes_dead_unprocessed() {
+    let amqp = amqp().await;
+    amqp.accept(&event("evt_crashing")).await.unwrap();
+    let channel = raw_channel().await;
+    for _ in 0..3 {
+        let got = channel
+            .basic_get(amqp.queue().into(), BasicGetOptions::default())
+            .await
+            .unwrap()
+            .expect("the message");
+        let requeue = lapin::options::BasicNackOptions {
+            requeue: true,
+            ..Default::default()
+        };
+        got.delivery.nack(requeue).await.unwrap();
+    }
+    let seen = Seen::default();
+    let worker = AmqpWorker::new(
+        &amqp,
+        MemoryStore::new(),
+        seen.processor(Duration::ZERO, succeed),
+    )
+    .with_max_attempts(3)
+    .unwrap()
+    .spawn();
+    eventually("buried", async || counts(&amqp).await == (0, 0, 1)).await;
+    worker.shutdown().await;
+    assert!(seen.of("evt_crashing").is_empty(), "never run");
+    let dead = channel
+        .basic_get(amqp.dead_queue().into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("a dead message");
+    let headers = dead.delivery.properties.headers().clone().unwrap();
+    let attempts = headers.inner().get("Webhook-Attempts").cloned();
+    assert_eq!(
+        attempts,
+        Some(lapin::types::AMQPValue::LongString("4".into())),
+        "three crashed, the fourth not run"
+    );
+    amqp.delete().await.unwrap();
+}
+
+/// A shutdown lets the running event finish and hands back what the consumer had
+/// prefetched, not counted: the next worker runs each as its first attempt.
+#[tokio::test]
+async fn a_shutdown_hands_prefetched_messages_back_uncounted() {
+    let amqp = amqp().await;
+    let ids = ids("evt", 10);
+    accept(&amqp, &ids).await;
+    let seen = Seen::default();
+    let worker = AmqpWorker::new(
+        &amqp,
+        MemoryStore::new(),
+        seen.processor(Duration::from_millis(300), succeed),
+    )
+    .with_concurrency(1)
+    .unwrap()
+    .spawn();
+    eventually("one started", async || seen.runs(&ids).0 < ids.len()).await;
+    worker.shutdown().await;
+    let ran = ids.len() - seen.runs(&ids).0;
+    assert!(ran < ids.len(), "some were prefetched, not run");
+    assert_eq!(
+        counts(&amqp).await.0,
+        (ids.len() - ran) as u64,
+        "back in the queue"
+    );
+    let worker = AmqpWorker::new(
+        &amqp,
+        MemoryStore::new(),
+        seen.processor(Duration::ZERO, succeed),
+    )
+    .spawn();
+    eventually("all processed", async || seen.runs(&ids).0 == 0).await;
+    worker.shutdown().await;
+    for id in &ids {
+        assert_eq!(seen.of(id), vec![1], "{id}: one attempt, its first");
+    }
+    assert_eq!(counts(&amqp).await, (0, 0, 0));
+    amqp.delete().await.unwrap();
+}
+
+/// Counting the delay queues probes steps never used (a 404 each): on a connection apart,
+/// so the worker's own keeps opening channels however often the admin counts (lapin
+/// keeps the error of a channel the broker closed, and fails the next one it numbers so).
+#[tokio::test]
+async fn counting_often_leaves_the_workers_connection_able_to_open_channels() {
+    let amqp = amqp().await;
+    for _ in 0..120 {
+        assert_eq!(counts(&amqp).await, (0, 0, 0));
+    }
+    amqp.accept(&event("evt_after_counts")).await.unwrap();
+    let seen = Seen::default();
+    let worker = AmqpWorker::new(
+        &amqp,
+        MemoryStore::new(),
+        seen.processor(Duration::ZERO, succeed),
+    )
+    .spawn();
+    eventually("processed", async || seen.of("evt_after_counts") == vec![1]).await;
+    worker.shutdown().await;
+    assert_eq!(counts(&amqp).await, (0, 0, 0));
+    amqp.delete().await.unwrap();
+}

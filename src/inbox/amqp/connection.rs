@@ -44,6 +44,8 @@ pub(crate) struct Connection {
 }
 
 struct Shared {
+    /// The broker's address, password included: never printed.
+    uri: AMQPUri,
     /// The broker's URL without its password, for `Debug` and errors.
     redacted: String,
     current: watch::Receiver<Option<Live>>,
@@ -75,9 +77,10 @@ impl Connection {
         };
         let (current, watched) = watch::channel(Some(first.clone()));
         let (stop, stopped) = watch::channel(());
-        tokio::spawn(supervise(uri, first, current, stopped));
+        tokio::spawn(supervise(uri.clone(), first, current, stopped));
         Ok(Self {
             shared: Arc::new(Shared {
+                uri,
                 redacted,
                 current: watched,
                 publisher: Mutex::new(None),
@@ -109,6 +112,20 @@ impl Connection {
                 std::future::pending::<()>().await;
             }
         }
+    }
+
+    /// A connection of its own, apart from the supervised one, for work that may leave
+    /// its channels unusable (passive declares of queues that may not exist: lapin keeps
+    /// the error of a channel the broker closed, and fails the next channel it numbers
+    /// so). Close it when done.
+    pub(crate) async fn apart(&self) -> Result<lapin::Connection, StoreError> {
+        connect(&self.shared.uri).await.map_err(|e| {
+            let redacted = &self.shared.redacted;
+            StoreError::new(
+                "amqp connect",
+                format!("cannot connect to the broker at {redacted}: {e}"),
+            )
+        })
     }
 
     /// A fresh channel on the connection up now: fails at once when there is none.

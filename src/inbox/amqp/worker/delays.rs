@@ -1,7 +1,8 @@
 //! The delay queues a retry or a snooze waits in: `<queue>-retry-<ms>`, one per step of a
 //! ladder doubling from 100 ms to about 29 h, each a quorum queue whose message TTL is its
 //! step and which dead-letters (at least once) back to the queue through the default
-//! exchange. Declared when first needed; counted and deleted with the queue.
+//! exchange. Declared when first needed (only the steps used exist); counted and deleted
+//! with the queue.
 //!
 //! One queue per step, not one queue with a TTL per message: RabbitMQ expires a message
 //! only at the head of its queue, so a short delay queued behind a long one would wait
@@ -61,6 +62,21 @@ fn arguments(queue: &str, k: u32) -> FieldTable {
     args
 }
 
+async fn declare_on(channel: &lapin::Channel, queue: &str, k: u32) -> Result<(), StoreError> {
+    let name = name(queue, k);
+    let options = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    let declared = channel
+        .queue_declare(name.as_str().into(), options, arguments(queue, k))
+        .await;
+    declared.map_err(|e| {
+        StoreError::new("amqp delay queue", format!("cannot declare '{name}': {e}"))
+    })?;
+    Ok(())
+}
+
 /// The steps this process declared (each is declared again after a publish to it failed:
 /// it may have been deleted).
 #[derive(Default)]
@@ -82,17 +98,9 @@ impl Declared {
             return Ok(name);
         }
         let channel = amqp.channel().await?;
-        let options = QueueDeclareOptions {
-            durable: true,
-            ..QueueDeclareOptions::default()
-        };
-        let declared = channel
-            .queue_declare(name.as_str().into(), options, arguments(amqp.queue(), k))
-            .await;
+        let declared = declare_on(&channel, amqp.queue(), k).await;
         let _ = channel.close(200, "done".into()).await;
-        declared.map_err(|e| {
-            StoreError::new("amqp delay queue", format!("cannot declare '{name}': {e}"))
-        })?;
+        declared?;
         self.steps().insert(k);
         Ok(name)
     }
@@ -109,27 +117,36 @@ impl Declared {
     }
 }
 
-/// How many messages wait in `queue`'s delay queues (a passive declare of each step; one
-/// that does not exist is none).
+/// How many messages wait in `queue`'s delay queues: a passive declare of each step, on
+/// a connection of its own — a step never used does not exist, and its 404 closes the
+/// channel asked on (lapin then keeps that channel number's error: not on the shared
+/// connection).
 pub(crate) async fn waiting(amqp: &Amqp) -> Result<u64, StoreError> {
+    let connection = amqp.connection().apart().await?;
+    let counted = count(&connection, amqp.queue()).await;
+    let _ = connection.close(200, "done".into()).await;
+    counted
+}
+
+async fn count(connection: &lapin::Connection, queue: &str) -> Result<u64, StoreError> {
+    let err = |e| StoreError::new("amqp counts", e);
     let passive = QueueDeclareOptions {
         passive: true,
         ..QueueDeclareOptions::default()
     };
-    let mut channel = amqp.channel().await?;
+    let mut channel = connection.create_channel().await.map_err(err)?;
     let mut total = 0u64;
     for k in 0..STEPS {
-        let name = name(amqp.queue(), k);
+        let name = name(queue, k);
         let declared = channel
             .queue_declare(name.as_str().into(), passive, FieldTable::default())
             .await;
         match declared {
             Ok(queue) => total += u64::from(queue.message_count()),
-            // Missing (the broker closed the channel, 404): none there; a new channel.
-            Err(_) => channel = amqp.channel().await?,
+            // Missing (404: the broker closed the channel): none there; a new channel.
+            Err(_) => channel = connection.create_channel().await.map_err(err)?,
         }
     }
-    let _ = channel.close(200, "done".into()).await;
     Ok(total)
 }
 
