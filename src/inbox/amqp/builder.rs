@@ -18,6 +18,8 @@ pub struct AmqpBuilder {
     exchange: String,
     queue: String,
     delivery_limit: u32,
+    /// `with_max_length`: `None`, unbounded.
+    max_length: Option<u32>,
     confirm_timeout: Duration,
     /// `with_trusted_traceparent`.
     #[cfg(feature = "otel")]
@@ -34,6 +36,7 @@ impl AmqpBuilder {
             exchange: "webhooks".to_owned(),
             queue: "webhooks".to_owned(),
             delivery_limit: 20,
+            max_length: None,
             confirm_timeout: Duration::from_secs(5),
             #[cfg(feature = "otel")]
             trusted_traceparent: false,
@@ -84,6 +87,27 @@ impl AmqpBuilder {
         Ok(self)
     }
 
+    /// Bounds the queue to `n` messages (`x-max-length`; unbounded unless set): once it
+    /// holds `n`, the broker refuses (`basic.nack`) each publish, and the accept answers
+    /// 503 with `Retry-After` until the workers have taken some, so a backlog pushes back
+    /// on the providers instead of filling the broker's disk. It is one of the queue's
+    /// arguments: a queue that exists with another bound is a configuration error at
+    /// [`build`](Self::build).
+    ///
+    /// # Errors
+    ///
+    /// When `n` is 0 (a queue that takes nothing).
+    pub fn with_max_length(mut self, n: u32) -> Result<Self, ConfigError> {
+        if n == 0 {
+            return Err(ConfigError::new(
+                ConfigErrorKind::InvalidValue,
+                "a queue's max length is at least 1",
+            ));
+        }
+        self.max_length = Some(n);
+        Ok(self)
+    }
+
     /// Replaces how long an accept waits for its channel and the broker's confirm (default
     /// 5 s): past it,
     /// the accept fails (503) and the message may still be stored.
@@ -126,7 +150,8 @@ impl AmqpBuilder {
     pub async fn build(self) -> Result<Amqp, StoreError> {
         let connection = Connection::start(&self.url).await?;
         let names = Names::new(&self.exchange, &self.queue);
-        topology::declare(&connection, &names, self.delivery_limit).await?;
+        let limits = (self.delivery_limit, self.max_length);
+        topology::declare(&connection, &names, limits).await?;
         Ok(Amqp {
             inner: Arc::new(Inner {
                 connection,
@@ -163,6 +188,7 @@ impl std::fmt::Debug for AmqpBuilder {
             .field("exchange", &self.exchange)
             .field("queue", &self.queue)
             .field("delivery_limit", &self.delivery_limit)
+            .field("max_length", &self.max_length)
             .field("confirm_timeout", &self.confirm_timeout)
             .finish_non_exhaustive()
     }

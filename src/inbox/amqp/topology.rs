@@ -45,8 +45,9 @@ impl Names {
 /// The routing key the queue is bound to the exchange with: every event.
 pub(crate) const EVERY_EVENT: &str = "#";
 
-/// The main queue's arguments.
-pub(crate) fn queue_arguments(names: &Names, delivery_limit: u32) -> FieldTable {
+/// The main queue's arguments: `limits` are its delivery limit and max length, if any.
+pub(crate) fn queue_arguments(names: &Names, limits: (u32, Option<u32>)) -> FieldTable {
+    let (delivery_limit, max_length) = limits;
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), text("quorum"));
     args.insert(
@@ -57,6 +58,9 @@ pub(crate) fn queue_arguments(names: &Names, delivery_limit: u32) -> FieldTable 
     args.insert("x-dead-letter-routing-key".into(), text(&names.queue));
     args.insert("x-dead-letter-strategy".into(), text("at-least-once"));
     args.insert("x-overflow".into(), text("reject-publish"));
+    if let Some(n) = max_length {
+        args.insert("x-max-length".into(), AMQPValue::LongLongInt(n.into()));
+    }
     args
 }
 
@@ -82,7 +86,7 @@ fn durable() -> QueueDeclareOptions {
 pub(crate) async fn declare(
     connection: &super::connection::Connection,
     names: &Names,
-    delivery_limit: u32,
+    limits: (u32, Option<u32>),
 ) -> Result<(), StoreError> {
     let exchange = ExchangeDeclareOptions {
         durable: true,
@@ -100,7 +104,7 @@ pub(crate) async fn declare(
         close(channel).await;
     }
     let queues = [
-        (&names.queue, queue_arguments(names, delivery_limit)),
+        (&names.queue, queue_arguments(names, limits)),
         (&names.dead_queue, quorum()),
     ];
     for (name, arguments) in queues {
