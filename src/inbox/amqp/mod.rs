@@ -36,6 +36,12 @@
 //!   silent (a partition, no reset) is found dead by its heartbeat: 10 s unless the URL
 //!   sets `?heartbeat=` (RabbitMQ's default is 60 s); meanwhile each accept fails after
 //!   the confirm timeout.
+//! - [`AmqpWorker`] consumes the queue (manual acknowledgements, a prefetch), claims each
+//!   event in a [`DedupeStore`](crate::store::DedupeStore) before running it and marks it
+//!   done before the acknowledgement (a message delivered again is acknowledged unrun),
+//!   sends a failure to wait out its backoff in a delay queue (`<queue>-retry-<ms>`, which
+//!   dead-letters back to the queue) and buries it in `<queue>-dead` after the last
+//!   attempt; it consumes again on a channel of its own after the connection came back.
 //! - The topology is declared at [`AmqpBuilder::build`] when missing, and checked when
 //!   present: the exchange (topic, durable), the queue (quorum, with a delivery limit and
 //!   at-least-once dead-lettering to `<exchange>-dead`, routing key the queue's name), the

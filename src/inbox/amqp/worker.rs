@@ -40,7 +40,8 @@ use delivered::{Claim, Delivered};
 /// message TTL is the delay and which dead-letters back to the queue), with its attempt in
 /// a header, and the delivery is acknowledged once the broker confirmed the copy. The
 /// delays are a ladder of steps doubling from 100 ms to about 29 h, and each backoff (and
-/// [`Later`](crate::inbox::Later)) waits the step nearest it, within ×1.41 of it. After the
+/// [`Later`](crate::inbox::Later)) waits the step nearest it, within ×1.41 of it (a
+/// longer snooze waits the last step, about 29 h, then runs). After the
 /// last attempt the message is published to `<queue>-dead` with its error, then
 /// acknowledged.
 ///
