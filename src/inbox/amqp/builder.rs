@@ -26,8 +26,16 @@ pub struct AmqpBuilder {
     trusted_traceparent: bool,
 }
 
-/// The most a name may hold: AMQP's 255 bytes, less `-dead`.
-const MAX_NAME: usize = 250;
+/// The most a name may hold: AMQP's 255 bytes.
+const AMQP_NAME: usize = 255;
+/// The most an exchange's name may hold: less `-dead`.
+const MAX_EXCHANGE: usize = AMQP_NAME - "-dead".len();
+
+/// The most a queue's name may hold: less its longest delay queue's suffix
+/// (`-retry-104857600`), which is longer than `-dead`.
+fn max_queue() -> usize {
+    AMQP_NAME - super::worker::delays::longest_suffix()
+}
 
 impl AmqpBuilder {
     pub(super) fn new(url: &str) -> Self {
@@ -50,19 +58,20 @@ impl AmqpBuilder {
     ///
     /// When the name is empty, longer than 250 bytes, or starts with `amq.` (the broker's own).
     pub fn with_exchange(mut self, name: &str) -> Result<Self, ConfigError> {
-        check_name("exchange", name)?;
+        check_name("exchange", name, MAX_EXCHANGE)?;
         name.clone_into(&mut self.exchange);
         Ok(self)
     }
 
     /// Replaces the quorum queue's name (default `webhooks`); its dead queue is
-    /// `<queue>-dead`.
+    /// `<queue>-dead`, its delay queues `<queue>-retry-<ms>`.
     ///
     /// # Errors
     ///
-    /// When the name is empty, longer than 250 bytes, or starts with `amq.` (the broker's own).
+    /// When the name is empty, longer than 239 bytes (its longest delay queue's name must
+    /// fit AMQP's 255), or starts with `amq.` (the broker's own).
     pub fn with_queue(mut self, name: &str) -> Result<Self, ConfigError> {
-        check_name("queue", name)?;
+        check_name("queue", name, max_queue())?;
         name.clone_into(&mut self.queue);
         Ok(self)
     }
@@ -165,13 +174,13 @@ impl AmqpBuilder {
     }
 }
 
-fn check_name(what: &str, name: &str) -> Result<(), ConfigError> {
+fn check_name(what: &str, name: &str, max: usize) -> Result<(), ConfigError> {
     let problem = if name.is_empty() {
-        "is empty"
-    } else if name.len() > MAX_NAME {
-        "is longer than 250 bytes"
+        "is empty".to_owned()
+    } else if name.len() > max {
+        format!("is longer than {max} bytes")
     } else if name.starts_with("amq.") {
-        "starts with `amq.`, the broker's own"
+        "starts with `amq.`, the broker's own".to_owned()
     } else {
         return Ok(());
     };
@@ -179,6 +188,25 @@ fn check_name(what: &str, name: &str) -> Result<(), ConfigError> {
         ConfigErrorKind::InvalidValue,
         format!("the {what} name {problem}"),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_leave_room_for_their_dead_and_delay_queues() {
+        let builder = || AmqpBuilder::new("amqp://127.0.0.1:5672/%2f");
+        assert!(builder().with_exchange(&"x".repeat(250)).is_ok());
+        assert!(builder().with_exchange(&"x".repeat(251)).is_err());
+        assert!(builder().with_queue(&"q".repeat(239)).is_ok());
+        let error = builder().with_queue(&"q".repeat(240)).unwrap_err();
+        assert_eq!(error.to_string(), "the queue name is longer than 239 bytes");
+        let longest = crate::inbox::amqp::worker::delays::name(&"q".repeat(239), 20);
+        assert_eq!(longest.len(), 255, "{longest}");
+        assert!(builder().with_queue("").is_err());
+        assert!(builder().with_queue("amq.mine").is_err());
+    }
 }
 
 impl std::fmt::Debug for AmqpBuilder {

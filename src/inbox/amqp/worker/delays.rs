@@ -42,6 +42,11 @@ fn delay(k: u32) -> Duration {
     Duration::from_millis(FIRST_MS << k)
 }
 
+/// How much a delay queue's name adds to its queue's, at most (the last step's).
+pub(crate) fn longest_suffix() -> usize {
+    name("", STEPS - 1).len()
+}
+
 /// Step `k`'s queue for `queue`.
 pub(crate) fn name(queue: &str, k: u32) -> String {
     format!("{queue}-retry-{}", FIRST_MS << k)
