@@ -190,6 +190,19 @@ fn check_name(what: &str, name: &str, max: usize) -> Result<(), ConfigError> {
     ))
 }
 
+impl std::fmt::Debug for AmqpBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpBuilder")
+            .field("broker", &connection::redact(&self.url))
+            .field("exchange", &self.exchange)
+            .field("queue", &self.queue)
+            .field("delivery_limit", &self.delivery_limit)
+            .field("max_length", &self.max_length)
+            .field("confirm_timeout", &self.confirm_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,18 +219,5 @@ mod tests {
         assert_eq!(longest.len(), 255, "{longest}");
         assert!(builder().with_queue("").is_err());
         assert!(builder().with_queue("amq.mine").is_err());
-    }
-}
-
-impl std::fmt::Debug for AmqpBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AmqpBuilder")
-            .field("broker", &connection::redact(&self.url))
-            .field("exchange", &self.exchange)
-            .field("queue", &self.queue)
-            .field("delivery_limit", &self.delivery_limit)
-            .field("max_length", &self.max_length)
-            .field("confirm_timeout", &self.confirm_timeout)
-            .finish_non_exhaustive()
     }
 }
