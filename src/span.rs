@@ -50,20 +50,21 @@ pub(crate) use tracing::Span;
 
 /// No trace context: the feature `otel` is off (nothing is read, stored or allocated).
 #[cfg(not(feature = "otel"))]
+// A field, not a unit struct: `TraceContext::default()` is written once for both builds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct TraceContext;
+pub(crate) struct TraceContext(());
 
 #[cfg(not(feature = "otel"))]
 #[allow(dead_code, clippy::unused_self)] // the same calls as with the feature
 impl TraceContext {
     #[inline]
     pub(crate) fn stored(_: Option<String>, _: Option<String>) -> Self {
-        Self
+        Self(())
     }
 
     #[inline]
     pub(crate) fn sent(_: &http::HeaderMap) -> Self {
-        Self
+        Self(())
     }
 
     #[inline]
@@ -157,7 +158,7 @@ pub(crate) fn accept(event: &Event, sent: &TraceContext, trusted: bool) -> (Span
     }
     #[cfg(not(feature = "otel"))]
     {
-        (none(), TraceContext)
+        (none(), TraceContext::default())
     }
 }
 

@@ -241,7 +241,7 @@ fn trace_of(headers: &FieldTable, first: bool) -> Trace {
     #[cfg(not(feature = "otel"))]
     {
         let _ = (headers, first);
-        (crate::span::TraceContext, false)
+        (crate::span::TraceContext::default(), false)
     }
 }
 

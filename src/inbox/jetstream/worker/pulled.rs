@@ -327,6 +327,6 @@ fn trace_of(
     #[cfg(not(feature = "otel"))]
     {
         let _ = (headers, first_delivery);
-        (crate::span::TraceContext, false)
+        (crate::span::TraceContext::default(), false)
     }
 }
