@@ -11,19 +11,14 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use common::{at, request, verifier, NOW};
+use common::amqp::deliver;
+use common::{paid_event as event, NOW};
 use http::StatusCode;
-use http_body_util::Full;
 use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::inbox::amqp::Amqp;
 use tower_webhook::inbox::Accepted;
 use tower_webhook::store::{MemoryStore, StoreErrorKind};
-use tower_webhook::{DedupeLayer, Event, Scheme, VerifyWebhookLayer};
-
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// Names of this test's own: the exchange and queue (and their `-dead` twins).
 struct Names {
@@ -34,7 +29,7 @@ struct Names {
 impl Names {
     fn new() -> Self {
         Self {
-            name: format!("tw_test_{}", uuid::Uuid::new_v4().simple()),
+            name: common::amqp::name(),
             url: common::amqp_url(),
         }
     }
@@ -98,41 +93,12 @@ impl Names {
     }
 }
 
-fn event(id: &str) -> Event {
-    let body = format!(
-        r#"{{"type":"payment_intent.succeeded","livemode":true,"data":{{"object":{{"id":"pi_{id}"}}}}}}"#
-    );
-    let headers = Scheme::standard()
-        .sign([SECRET], id, at(NOW), body.as_bytes())
-        .unwrap();
-    verifier(Scheme::standard(), &[SECRET])
-        .verify(&headers, body.into())
-        .unwrap()
-}
-
 fn header(message: &lapin::message::BasicGetMessage, name: &str) -> Option<String> {
     let headers = message.delivery.properties.headers().as_ref()?;
     match headers.inner().get(name)? {
         AMQPValue::LongString(s) => Some(s.to_string()),
         other => panic!("{name} is not a long string: {other:?}"),
     }
-}
-
-/// The layers in front of the accept service, answering one signed delivery of `id`.
-async fn deliver(amqp: &Amqp, store: &MemoryStore, id: &str) -> (StatusCode, bool) {
-    let verify = VerifyWebhookLayer::new(verifier(Scheme::standard(), &[SECRET]));
-    let body = r#"{"type":"order.paid","data":{"object":{"id":"o"}}}"#;
-    let headers = Scheme::standard()
-        .sign([SECRET], id, at(NOW), body.as_bytes())
-        .unwrap();
-    let req: http::Request<Full<Bytes>> = request(headers, body);
-    let svc = ServiceBuilder::new()
-        .layer(verify)
-        .layer(DedupeLayer::new(store.clone()))
-        .service(amqp.accept_service());
-    let response = svc.oneshot(req).await.unwrap();
-    let retry_after = response.headers().contains_key("retry-after");
-    (response.status(), retry_after)
 }
 
 #[tokio::test]

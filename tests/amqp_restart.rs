@@ -12,17 +12,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use common::{at, request, verifier, NOW};
 use http::StatusCode;
-use http_body_util::Full;
 use lapin::options::{BasicGetOptions, QueueDeleteOptions};
-use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::inbox::amqp::Amqp;
 use tower_webhook::store::MemoryStore;
-use tower_webhook::{DedupeLayer, Scheme, VerifyWebhookLayer};
-
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 fn rabbitmqctl(args: &[&str]) {
     // Within a minute, or the test fails (a broker that no longer answers hangs it).
@@ -50,28 +43,17 @@ impl Drop for Restart {
     }
 }
 
+/// One signed delivery through the layers: its status, a 503 always with `Retry-After`.
 async fn deliver(amqp: &Amqp, store: &MemoryStore, id: &str) -> StatusCode {
-    let verify = VerifyWebhookLayer::new(verifier(Scheme::standard(), &[SECRET]));
-    let body = r#"{"type":"order.paid","data":{"object":{"id":"o"}}}"#;
-    let headers = Scheme::standard()
-        .sign([SECRET], id, at(NOW), body.as_bytes())
-        .unwrap();
-    let req: http::Request<Full<Bytes>> = request(headers, body);
-    let svc = ServiceBuilder::new()
-        .layer(verify)
-        .layer(DedupeLayer::new(store.clone()))
-        .service(amqp.accept_service());
-    let response = svc.oneshot(req).await.unwrap();
-    if response.status() == StatusCode::SERVICE_UNAVAILABLE {
-        assert!(response.headers().contains_key("retry-after"));
-    }
-    response.status()
+    let (status, retry_after) = common::amqp::deliver(amqp, store, id).await;
+    assert!(status != StatusCode::SERVICE_UNAVAILABLE || retry_after);
+    status
 }
 
 #[tokio::test]
 async fn a_broker_restart_is_503_throughout_and_publishing_resumes_within_5_s() {
     let url = common::amqp_url();
-    let name = format!("tw_test_{}", uuid::Uuid::new_v4().simple());
+    let name = common::amqp::name();
     let amqp = Amqp::builder(&url)
         .with_exchange(&name)
         .unwrap()

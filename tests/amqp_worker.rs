@@ -13,32 +13,18 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{at, verifier, NOW};
+use common::amqp::raw_channel;
+use common::{amqp_url, paid_event as event};
 use lapin::options::BasicGetOptions;
 use tower_webhook::inbox::amqp::{Amqp, AmqpWorker};
 use tower_webhook::inbox::{Attempt, Processor};
 use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::{DedupeStore, MemoryStore, PgStore};
-use tower_webhook::{Event, Scheme};
-
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-
-fn amqp_url() -> String {
-    let url = std::env::var("AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
-    if let Err(why) = common::probe(&url) {
-        panic!(
-            "RabbitMQ is not reachable at {} ({why}): this test needs it. Start it, or point \
-             AMQP_URL at a running broker.",
-            common::redact(&url)
-        );
-    }
-    url
-}
+use tower_webhook::Event;
 
 /// An exchange and queue of this test's own.
 async fn amqp() -> Amqp {
-    let name = format!("tw_test_{}", uuid::Uuid::new_v4().simple());
+    let name = common::amqp::name();
     Amqp::builder(&amqp_url())
         .with_exchange(&name)
         .unwrap()
@@ -58,18 +44,6 @@ async fn again(amqp: &Amqp) -> Amqp {
         .unwrap()
         .build()
         .await
-        .unwrap()
-}
-
-fn event(id: &str) -> Event {
-    let body = format!(
-        r#"{{"type":"payment_intent.succeeded","livemode":true,"data":{{"object":{{"id":"pi_{id}"}}}}}}"#
-    );
-    let headers = Scheme::standard()
-        .sign([SECRET], id, at(NOW), body.as_bytes())
-        .unwrap();
-    verifier(Scheme::standard(), &[SECRET])
-        .verify(&headers, body.into())
         .unwrap()
 }
 
@@ -236,14 +210,6 @@ async fn a_failure_waits_out_its_backoff_in_a_delay_queue_then_goes_dead_with_it
     assert_eq!(header("Webhook-Id").as_deref(), Some("evt_doomed"));
     assert_eq!(dead.delivery.data, event("evt_doomed").body().to_vec());
     amqp.delete().await.unwrap();
-}
-
-async fn raw_channel() -> lapin::Channel {
-    let connection =
-        lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
-            .await
-            .unwrap();
-    connection.create_channel().await.unwrap()
 }
 
 #[tokio::test]

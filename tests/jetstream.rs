@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{at, request, verifier, Caused, NOW};
+use common::{at, paid_event as event, request, verifier, Caused, NOW};
 use futures_util::StreamExt;
 use http::StatusCode;
 use http_body_util::Full;
@@ -99,18 +99,6 @@ impl Streams {
             }
         }
     }
-}
-
-fn event(id: &str) -> Event {
-    let body = format!(
-        r#"{{"type":"payment_intent.succeeded","livemode":true,"data":{{"object":{{"id":"pi_{id}"}}}}}}"#
-    );
-    let headers = Scheme::standard()
-        .sign([SECRET], id, at(NOW), body.as_bytes())
-        .unwrap();
-    verifier(Scheme::standard(), &[SECRET])
-        .verify(&headers, body.into())
-        .unwrap()
 }
 
 /// Attempts seen per event, and the effects recorded through `Once` (a ledger).

@@ -79,6 +79,18 @@ impl ClaimGuard {
         )
     }
 
+    /// Marks the key done (fenced on the token), asking again while the store fails until
+    /// `until`: an outcome recorded after the lease ends may be another attempt's to record.
+    pub(crate) async fn complete_until(
+        self,
+        until: tokio::time::Instant,
+    ) -> Result<Completed, StoreError> {
+        let (store, delivery, token) = self.into_parts();
+        let complete =
+            || metrics::timed(Operation::Complete, store.complete(delivery.clone(), token));
+        super::retry_until(until, complete).await
+    }
+
     /// Gives the claim up so the next attempt runs. One try is awaited (so a retry that
     /// comes right after the answer finds the key free); a store that did not answer is
     /// asked again in the background while the lease lasts.

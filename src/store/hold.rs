@@ -195,11 +195,7 @@ pub(crate) async fn hold<F: Future>(
             guard.release_until(heartbeat.lease_ends().into_std()).await;
             return Held::Released;
         }
-        let (store, delivery, token) = guard.into_parts();
-        let complete = retry_until(heartbeat.lease_ends(), || {
-            metrics::timed(Operation::Complete, store.complete(delivery.clone(), token))
-        });
-        match complete.await {
+        match guard.complete_until(heartbeat.lease_ends()).await {
             Ok(Completed::Done) => Held::Done,
             Ok(Completed::Fenced) => Held::Lost,
             Err(error) => Held::Unrecorded(error),

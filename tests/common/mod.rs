@@ -5,6 +5,8 @@
 mod support;
 pub use support::*;
 
+#[cfg(feature = "amqp")]
+pub mod amqp;
 pub mod fault_store;
 pub mod otlp;
 pub mod seed;
@@ -26,6 +28,23 @@ use tower_webhook::{Event, Scheme, Verifier, VerifyError, VerifyWebhookLayer};
 
 /// The tests' "now": 2023-11-14T22:13:20Z.
 pub const NOW: u64 = 1_700_000_000;
+
+/// The Standard Webhooks secret the broker tests sign with.
+pub const TEST_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// A verified Standard Webhooks event `id`, signed with [`TEST_SECRET`] at [`NOW`]: a live
+/// `payment_intent.succeeded` about the object `pi_<id>`.
+pub fn paid_event(id: &str) -> Event {
+    let body = format!(
+        r#"{{"type":"payment_intent.succeeded","livemode":true,"data":{{"object":{{"id":"pi_{id}"}}}}}}"#
+    );
+    let headers = Scheme::standard()
+        .sign([TEST_SECRET], id, at(NOW), body.as_bytes())
+        .unwrap();
+    verifier(Scheme::standard(), &[TEST_SECRET])
+        .verify(&headers, body.into())
+        .unwrap()
+}
 
 pub fn at(secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(secs)

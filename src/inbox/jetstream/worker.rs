@@ -18,10 +18,8 @@ use super::{held, JetStream};
 use crate::inbox::process::WorkerHandle;
 use crate::inbox::worker::{shared_settings, ClaimDue, Claimed, Engine, Outcome, Queue, Runner};
 use crate::inbox::Processor;
-use crate::metrics::{self, Attempt, Operation};
-use crate::store::{
-    retry_until, ClaimGuard, Completed, DedupeStore, Delivery, Heartbeat, StoreError,
-};
+use crate::metrics::{self, Attempt};
+use crate::store::{ClaimGuard, Completed, DedupeStore, Delivery, Heartbeat, StoreError};
 use crate::Event;
 
 mod order; // messages handed back in the stream's order
@@ -408,13 +406,7 @@ impl Queue for Stream {
                     (Some(_), Some(guard)) => {
                         // Tried while the claim lasts, past the message's shorter lease.
                         let claimed = pulled.claim_ends().unwrap_or(until);
-                        let (store, delivery, token) = guard.into_parts();
-                        let complete = retry_until(claimed.max(until), || {
-                            metrics::timed(
-                                Operation::Complete,
-                                store.complete(delivery.clone(), token),
-                            )
-                        });
+                        let complete = guard.complete_until(claimed.max(until));
                         matches!(complete.await, Ok(Completed::Done))
                     }
                 };
