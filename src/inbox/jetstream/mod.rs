@@ -132,6 +132,7 @@ mod builder; // the stream's settings, and what is made beside it
 mod held; // deliveries that were not attempts (snoozes)
 #[cfg(feature = "schemas")]
 mod invalid; // events their schema refused, kept in `<stream>-invalid`
+mod passes; // fan-out: the count of messages a processor acknowledged unrun
 mod pause; // pauses every worker sees; paused events parked
 mod processors; // fan-out: a consumer, dead and parked streams, counts per processor
 mod sealed; // payloads sealed with a key ring, and every read of a message

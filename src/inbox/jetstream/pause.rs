@@ -336,7 +336,7 @@ impl Paused {
                 };
                 if back(js, &message, info).await? && js.inner.fan_out {
                     // The message it was parked from stays in the stream, acknowledged.
-                    js.lane.skip(&js.inner.held).await;
+                    js.lane.skip(&js.inner.held);
                 }
                 let _ = parked.delete_message(info).await;
                 moved += 1;

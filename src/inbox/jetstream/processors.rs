@@ -17,7 +17,6 @@
 //!   `processed` counts only what it processed.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -25,6 +24,7 @@ use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
 use async_nats::jetstream::{self, kv};
 use async_nats::HeaderMap;
 
+use super::passes::Passes;
 use super::{header, JetStream, JetStreamBuilder};
 use crate::error::ConfigError;
 use crate::inbox::processors::{Processors, DEFAULT_PROCESSOR};
@@ -36,9 +36,8 @@ use crate::Event;
 pub(super) struct Lane {
     spec: ProcessorSpec,
     pub(super) consumer: String,
-    /// Messages acknowledged unrun and not yet added to `skipped.<name>`.
-    skipped: AtomicU64,
-    flushing: AtomicBool,
+    /// The messages it acknowledged unrun.
+    passes: Arc<Passes>,
 }
 
 impl Lane {
@@ -48,10 +47,9 @@ impl Lane {
             name => format!("{consumer}-{name}"),
         };
         Self {
+            passes: Arc::new(Passes::new(spec.name())),
             spec,
             consumer,
-            skipped: AtomicU64::new(0),
-            flushing: AtomicBool::new(false),
         }
     }
 
@@ -117,39 +115,9 @@ impl Lane {
         }
     }
 
-    /// Counts a message acknowledged unrun in `skipped.<name>`: added up here, written by
-    /// one caller at a time (compare-and-set), so a burst costs few writes.
-    pub(super) async fn skip(&self, held: &kv::Store) {
-        self.skipped.fetch_add(1, Ordering::Relaxed);
-        while !self.flushing.swap(true, Ordering::AcqRel) {
-            let mut taken = Flushing {
-                lane: self,
-                n: self.skipped.swap(0, Ordering::AcqRel),
-            };
-            let written = taken.n == 0 || add(held, &skipped_key(self.name()), taken.n).await;
-            if written {
-                taken.n = 0;
-            }
-            drop(taken); // what was not written goes back; another caller may flush
-                         // Not written: the next skip tries again (no spinning while NATS is away).
-            if !written || self.skipped.load(Ordering::Acquire) == 0 {
-                break;
-            }
-        }
-    }
-}
-
-/// A flush of the skipped count under way. Dropped — done, failed, or its worker aborted
-/// mid-write — it puts back what it did not write and lets the next caller flush.
-struct Flushing<'a> {
-    lane: &'a Lane,
-    n: u64,
-}
-
-impl Drop for Flushing<'_> {
-    fn drop(&mut self) {
-        self.lane.skipped.fetch_add(self.n, Ordering::Relaxed);
-        self.lane.flushing.store(false, Ordering::Release);
+    /// Counts a message acknowledged unrun (`passes.rs`).
+    pub(super) fn skip(&self, held: &kv::Store) {
+        self.passes.count(held);
     }
 }
 
@@ -158,43 +126,6 @@ fn suffix(name: &str) -> String {
         DEFAULT_PROCESSOR => String::new(),
         name => format!("-{name}"),
     }
-}
-
-fn skipped_key(name: &str) -> String {
-    format!("skipped.{name}")
-}
-
-/// Adds `n` to the count at `key`; `false` when the bucket did not take it.
-async fn add(held: &kv::Store, key: &str, n: u64) -> bool {
-    for _ in 0..16 {
-        let written = match held.entry(key).await {
-            Ok(Some(entry)) if entry.operation == kv::Operation::Put => {
-                let now = read_u64(&entry.value) + n;
-                held.update(key, now.to_string().into(), entry.revision)
-                    .await
-                    .is_ok()
-            }
-            Ok(Some(entry)) => {
-                // Purged or deleted: written again from 0.
-                held.update(key, n.to_string().into(), entry.revision)
-                    .await
-                    .is_ok()
-            }
-            Ok(None) => held.create(key, n.to_string().into()).await.is_ok(),
-            Err(_) => return false,
-        };
-        if written {
-            return true;
-        }
-    }
-    false
-}
-
-fn read_u64(value: &[u8]) -> u64 {
-    std::str::from_utf8(value)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 impl JetStreamBuilder {
@@ -415,10 +346,7 @@ impl JetStream {
         // With fan-out a dead or parked message stays in the stream, acknowledged, as do
         // those acknowledged unrun.
         let out = match self.inner.fan_out {
-            true => {
-                let skipped = self.inner.held.get(skipped_key(lane.name())).await;
-                dead + paused + skipped.ok().flatten().map_or(0, |v| read_u64(&v))
-            }
+            true => dead + paused + lane.passes.read(&self.inner.held).await,
             false => 0,
         };
         Ok(Counts {

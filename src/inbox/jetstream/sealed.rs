@@ -209,7 +209,7 @@ pub(super) fn may_take(lane: &Lane, headers: Option<&HeaderMap>) -> bool {
 /// while when the acknowledgement fails.
 pub(super) async fn passed(js: &JetStream, message: &Message, until: Instant) {
     if acknowledge(message, until).await.is_ok() {
-        js.lane.skip(&js.inner.held).await;
+        js.lane.skip(&js.inner.held);
     } else {
         let _ = nak(message, Some(BURY_AGAIN), until).await;
     }

@@ -78,7 +78,7 @@ impl Stream {
         }
         if acknowledge(message, until).await.is_ok() {
             let js = &self.jetstream;
-            js.lane.skip(&js.inner.held).await;
+            js.lane.skip(&js.inner.held);
             pulled.forget(js).await;
         }
     }
