@@ -153,6 +153,8 @@ mod late; // hidden, for tests: chosen calls answered late
 mod later; // a processor's "not now"
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod listing;
+#[cfg(any(feature = "nats", feature = "amqp"))]
+pub(crate) mod message; // an event as a broker's message: headers, sealed payloads
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod operate; // count, list, requeue, pause, prune
 #[cfg(any(

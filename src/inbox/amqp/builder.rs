@@ -24,6 +24,12 @@ pub struct AmqpBuilder {
     /// `with_trusted_traceparent`.
     #[cfg(feature = "otel")]
     trusted_traceparent: bool,
+    /// `with_keys`: payloads sealed under it; `None`: published in clear.
+    #[cfg(feature = "seal")]
+    keys: Option<crate::seal::KeyRing>,
+    /// `with_schemas`.
+    #[cfg(feature = "schemas")]
+    schemas: Option<crate::schemas::Schemas>,
 }
 
 /// The most a name may hold: AMQP's 255 bytes.
@@ -48,6 +54,10 @@ impl AmqpBuilder {
             confirm_timeout: Duration::from_secs(5),
             #[cfg(feature = "otel")]
             trusted_traceparent: false,
+            #[cfg(feature = "seal")]
+            keys: None,
+            #[cfg(feature = "schemas")]
+            schemas: None,
         }
     }
 
@@ -146,6 +156,38 @@ impl AmqpBuilder {
         self
     }
 
+    /// Seals each accepted event's body under `keys`' current key before it is published
+    /// (its key id and nonce in the headers `Webhook-Key-Id` and `Webhook-Nonce`), so the
+    /// broker's queue files — the queue's, the delay queues' and the dead queue's — hold
+    /// no plaintext body; the worker opens it with any key of the ring and gets the
+    /// plaintext [`Event`](crate::Event). A message published in clear (no
+    /// `Webhook-Key-Id`) is read as it is. A message no key opens (its key removed, or
+    /// altered) is never run nor retried: it is buried at once in `<queue>-dead` with the
+    /// reason in `Webhook-Error`, its payload as it was, to be opened there once its key
+    /// is back. A processor's error on a dead message (it may quote the body) is sealed
+    /// too (`sealed:v1:<key id>:<base64 of nonce ‖ ciphertext>`); the crate's own reasons
+    /// stay in clear. As `JetStreamBuilder::with_keys`: the source, id, type, object id,
+    /// livemode, timestamp (headers) and the routing key stay in clear; keep an old key in
+    /// the ring as long as the queues hold messages it sealed.
+    #[cfg(feature = "seal")]
+    pub fn with_keys(mut self, keys: crate::seal::KeyRing) -> Self {
+        self.keys = Some(keys);
+        self
+    }
+
+    /// Checks each accepted event's body against its type's schema, once, at accept: one
+    /// that fails is answered 2xx and published (confirmed, as any accept) to
+    /// `<queue>-invalid` — a quorum queue bound to `<exchange>-dead`, declared at
+    /// [`build`](Self::build) — with its errors in `Webhook-Validation-Errors` (JSON
+    /// pointers and messages, never a value of the body), never to the exchange, so no
+    /// worker runs it; it stays there until an operator deals with it, and
+    /// `Counts::invalid` counts it. As `JetStreamBuilder::with_schemas`.
+    #[cfg(feature = "schemas")]
+    pub fn with_schemas(mut self, schemas: crate::schemas::Schemas) -> Self {
+        self.schemas = Some(schemas);
+        self
+    }
+
     /// Connects, declares what is missing — the topic exchange, the quorum queue bound to
     /// it with `#`, the dead exchange and queue — and checks what exists, then hands the
     /// connection to the crate's supervisor (see the [module](super)).
@@ -160,7 +202,11 @@ impl AmqpBuilder {
         let connection = Connection::start(&self.url).await?;
         let names = Names::new(&self.exchange, &self.queue);
         let limits = (self.delivery_limit, self.max_length);
-        topology::declare(&connection, &names, limits).await?;
+        #[cfg(feature = "schemas")]
+        let invalid = self.schemas.is_some();
+        #[cfg(not(feature = "schemas"))]
+        let invalid = false;
+        topology::declare(&connection, &names, limits, invalid).await?;
         Ok(Amqp {
             inner: Arc::new(Inner {
                 connection,
@@ -169,6 +215,10 @@ impl AmqpBuilder {
                 delivery_limit: self.delivery_limit,
                 #[cfg(feature = "otel")]
                 trusted_traceparent: self.trusted_traceparent,
+                #[cfg(feature = "seal")]
+                keys: self.keys,
+                #[cfg(feature = "schemas")]
+                schemas: self.schemas,
             }),
         })
     }

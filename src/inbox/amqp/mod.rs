@@ -42,6 +42,11 @@
 //!   sends a failure to wait out its backoff in a delay queue (`<queue>-retry-<ms>`, which
 //!   dead-letters back to the queue) and buries it in `<queue>-dead` after the last
 //!   attempt; it consumes again on a channel of its own after the connection came back.
+//! - With a key ring ([`AmqpBuilder::with_keys`], feature `seal`) each body is published
+//!   sealed, as JetStream's, so the broker's files hold no plaintext; the worker opens it,
+//!   and buries one no key opens in `<queue>-dead` with the reason, never running it. With
+//!   schemas ([`with_schemas`], feature `schemas`) an event its schema
+//!   refuses goes to `<queue>-invalid` with its errors, answered 2xx, never run.
 //! - The topology is declared at [`AmqpBuilder::build`] when missing, and checked when
 //!   present: the exchange (topic, durable), the queue (quorum, with a delivery limit and
 //!   at-least-once dead-lettering to `<exchange>-dead`, routing key the queue's name), the
@@ -84,6 +89,14 @@
 //! # }
 //! ```
 
+#![cfg_attr(feature = "seal", doc = "[`with_keys`]: AmqpBuilder::with_keys")]
+#![cfg_attr(not(feature = "seal"), doc = "[`with_keys`]: crate#features")]
+#![cfg_attr(
+    feature = "schemas",
+    doc = "[`with_schemas`]: AmqpBuilder::with_schemas"
+)]
+#![cfg_attr(not(feature = "schemas"), doc = "[`with_schemas`]: crate#features")]
+
 mod builder; // the names and settings, and `build`: connected, the topology declared
 mod connection; // the one connection, supervised: reconnected, channels handed out
 mod publish; // an event as a message: routing key, properties, headers; the confirm
@@ -116,6 +129,13 @@ pub(crate) struct Inner {
     /// A verified delivery's `traceparent` is its accept's parent, not a link.
     #[cfg(feature = "otel")]
     trusted_traceparent: bool,
+    /// The ring payloads are sealed and opened with (`AmqpBuilder::with_keys`); `None`:
+    /// in clear.
+    #[cfg(feature = "seal")]
+    keys: Option<crate::seal::KeyRing>,
+    /// Each event checked at accept (`AmqpBuilder::with_schemas`).
+    #[cfg(feature = "schemas")]
+    schemas: Option<crate::schemas::Schemas>,
 }
 
 impl Amqp {
@@ -161,6 +181,29 @@ impl Amqp {
     #[allow(dead_code)] // the worker's (issue 37, part 3)
     pub(crate) fn names(&self) -> &topology::Names {
         &self.inner.names
+    }
+
+    /// The queue events their schema refused go to: `<queue>-invalid` (declared with
+    /// `AmqpBuilder::with_schemas` only).
+    #[must_use]
+    pub fn invalid_queue(&self) -> &str {
+        &self.inner.names.invalid_queue
+    }
+
+    /// Whether events are checked against schemas at accept.
+    fn has_schemas(&self) -> bool {
+        #[cfg(feature = "schemas")]
+        return self.inner.schemas.is_some();
+        #[cfg(not(feature = "schemas"))]
+        false
+    }
+
+    /// The ring payloads are sealed and opened with.
+    pub(crate) fn keys(&self) -> crate::inbox::message::Keys<'_> {
+        #[cfg(feature = "seal")]
+        return self.inner.keys.as_ref();
+        #[cfg(not(feature = "seal"))]
+        None
     }
 
     /// The supervised connection (the worker waits on it after a cut).
@@ -217,12 +260,17 @@ impl Amqp {
         let channel = self.inner.connection.channel().await?;
         let queued = topology::message_count(&channel, &self.inner.names.queue).await?;
         let dead = topology::message_count(&channel, &self.inner.names.dead_queue).await?;
+        let invalid = match self.has_schemas() {
+            true => topology::message_count(&channel, &self.inner.names.invalid_queue).await?,
+            false => 0,
+        };
         let _ = channel.close(200, "done".into()).await;
         let waiting = worker::delays::waiting(self).await?;
         Ok(Counts {
             queued: queued.into(),
             processing: waiting,
             dead: dead.into(),
+            invalid: invalid.into(),
             ..Counts::default()
         })
     }

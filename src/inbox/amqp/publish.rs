@@ -15,19 +15,8 @@ use crate::metrics::{self, Operation};
 use crate::store::{StoreError, StoreErrorKind};
 use crate::Event;
 
-/// The headers a published event carries beside its body (the names JetStream's use).
-pub(crate) mod header {
-    pub(crate) const SOURCE: &str = "Webhook-Source";
-    pub(crate) const ID: &str = "Webhook-Id";
-    pub(crate) const TYPE: &str = "Webhook-Type";
-    pub(crate) const OBJECT_ID: &str = "Webhook-Object-Id";
-    pub(crate) const LIVEMODE: &str = "Webhook-Livemode";
-    /// The event's signed timestamp, in Unix seconds, where its scheme has one.
-    pub(crate) const TIMESTAMP: &str = "Webhook-Timestamp";
-    /// The accept's span context (feature `otel`), W3C.
-    pub(crate) const TRACEPARENT: &str = "traceparent";
-    pub(crate) const TRACESTATE: &str = "tracestate";
-}
+pub(crate) use crate::inbox::message::header;
+use crate::inbox::message::word;
 
 /// AMQP's short strings (routing keys, message ids) hold at most 255 bytes.
 const SHORT: usize = 255;
@@ -39,6 +28,13 @@ pub(super) async fn accept(
     sent: &crate::span::TraceContext,
 ) -> Result<(), StoreError> {
     let (routing_key, mut headers) = message(event)?;
+    let payload = payload(amqp, event, &mut headers)?;
+    let (exchange, routing_key) = match invalid(amqp, event, &mut headers) {
+        // Refused by its schema: to `<queue>-invalid` through the dead exchange, never to
+        // the exchange whose queues run it.
+        Some(invalid_queue) => (&amqp.inner.names.dead_exchange, invalid_queue.into()),
+        None => (&amqp.inner.names.exchange, routing_key),
+    };
     #[cfg(feature = "otel")]
     let trusted = amqp.inner.trusted_traceparent;
     #[cfg(not(feature = "otel"))]
@@ -65,13 +61,13 @@ pub(super) async fn accept(
         let channel = inner.connection.publisher().await?;
         let confirm = channel
             .basic_publish(
-                inner.names.exchange.as_str().into(),
+                exchange.as_str().into(),
                 routing_key,
                 BasicPublishOptions {
                     mandatory: true,
                     ..BasicPublishOptions::default()
                 },
-                event.body(),
+                &payload,
                 properties,
             )
             .await
@@ -89,6 +85,38 @@ pub(super) async fn accept(
     };
     let published = metrics::timed(Operation::Accept, publish);
     crate::span::instrument(span, published).await
+}
+
+/// The payload published for `event`: its body, or with a ring its body sealed, the key
+/// id and nonce added to `headers` (`inbox/message.rs`).
+fn payload(
+    amqp: &Amqp,
+    event: &Event,
+    headers: &mut FieldTable,
+) -> Result<bytes::Bytes, StoreError> {
+    #[cfg(feature = "seal")]
+    if let Some(ring) = amqp.keys() {
+        let (payload, key_id, nonce) = crate::inbox::message::seal(ring, event, "amqp seal")?;
+        headers.insert(header::KEY_ID.into(), text(&key_id));
+        headers.insert(header::NONCE.into(), text(&nonce));
+        return Ok(payload);
+    }
+    let _ = (amqp, &headers);
+    Ok(event.body().clone())
+}
+
+/// With schemas, when `event`'s refuses it: the invalid queue's name (its routing key on
+/// the dead exchange), its errors added to `headers`.
+fn invalid<'a>(amqp: &'a Amqp, event: &Event, headers: &mut FieldTable) -> Option<&'a str> {
+    #[cfg(feature = "schemas")]
+    if let Some(Err(invalid)) = amqp.inner.schemas.as_ref().map(|s| s.validate(event)) {
+        let errors = invalid.to_json();
+        headers.insert(header::VALIDATION_ERRORS.into(), text(&errors));
+        metrics::invalid_accepted(event.source());
+        return Some(&amqp.inner.names.invalid_queue);
+    }
+    let _ = (amqp, event, headers);
+    None
 }
 
 /// Success only on an `Ack` with nothing returned: lapin reports a `mandatory` message
@@ -122,23 +150,6 @@ pub(crate) fn message_id(source: &str, id: &str) -> String {
         whole
     } else {
         format!("sha256:{}", hex::encode(Sha256::digest(whole.as_bytes())))
-    }
-}
-
-/// One word of a routing key: no dots, no wildcards (`*`, `#`), never empty.
-fn word(s: &str) -> String {
-    let word: String = s
-        .chars()
-        .take(64)
-        .map(|c| match c {
-            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' => c,
-            _ => '_',
-        })
-        .collect();
-    if word.is_empty() {
-        "_".to_owned()
-    } else {
-        word
     }
 }
 

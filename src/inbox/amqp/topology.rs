@@ -29,6 +29,9 @@ pub(crate) struct Names {
     pub(crate) dead_exchange: String,
     /// `<queue>-dead`: the quorum queue bound to the dead exchange with `<queue>`.
     pub(crate) dead_queue: String,
+    /// `<queue>-invalid`: the quorum queue bound to the dead exchange with its own name,
+    /// holding the events their schema refused (declared with schemas only).
+    pub(crate) invalid_queue: String,
 }
 
 impl Names {
@@ -38,6 +41,7 @@ impl Names {
             queue: queue.to_owned(),
             dead_exchange: format!("{exchange}-dead"),
             dead_queue: format!("{queue}-dead"),
+            invalid_queue: format!("{queue}-invalid"),
         }
     }
 }
@@ -83,10 +87,13 @@ fn durable() -> QueueDeclareOptions {
 
 /// Declares the exchanges and queues, and binds them. Each step on a channel of its own:
 /// a refused declare closes its channel.
+/// Declares (or checks) the exchanges, the queues and their bindings; `invalid`, the
+/// invalid queue too.
 pub(crate) async fn declare(
     connection: &super::connection::Connection,
     names: &Names,
     limits: (u32, Option<u32>),
+    invalid: bool,
 ) -> Result<(), StoreError> {
     let exchange = ExchangeDeclareOptions {
         durable: true,
@@ -103,10 +110,13 @@ pub(crate) async fn declare(
         declared.map_err(|e| refused("exchange", name, &e))?;
         close(channel).await;
     }
-    let queues = [
+    let mut queues = vec![
         (&names.queue, queue_arguments(names, limits)),
         (&names.dead_queue, quorum()),
     ];
+    if invalid {
+        queues.push((&names.invalid_queue, quorum()));
+    }
     for (name, arguments) in queues {
         let channel = connection.channel().await?;
         let declared = channel
@@ -115,7 +125,7 @@ pub(crate) async fn declare(
         declared.map_err(|e| refused("queue", name, &e))?;
         close(channel).await;
     }
-    let bindings = [
+    let mut bindings = vec![
         (&names.queue, &names.exchange, EVERY_EVENT),
         (
             &names.dead_queue,
@@ -123,6 +133,10 @@ pub(crate) async fn declare(
             names.queue.as_str(),
         ),
     ];
+    if invalid {
+        let key = names.invalid_queue.as_str();
+        bindings.push((&names.invalid_queue, &names.dead_exchange, key));
+    }
     for (queue, exchange, key) in bindings {
         let channel = connection.channel().await?;
         let bound = channel
@@ -190,7 +204,8 @@ pub(crate) async fn message_count(
 /// Deletes the queues and the exchanges.
 pub(crate) async fn delete(channel: &lapin::Channel, names: &Names) -> Result<(), StoreError> {
     let err = |e| StoreError::new("amqp delete", e);
-    for queue in [&names.queue, &names.dead_queue] {
+    for queue in [&names.queue, &names.dead_queue, &names.invalid_queue] {
+        // Deleting a queue that does not exist succeeds (the invalid queue, without schemas).
         let deleted = channel
             .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
             .await;

@@ -11,11 +11,12 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
 use super::Amqp;
+use crate::inbox::message::{Read, FOREIGN};
 use crate::inbox::process::{checked_poll, hurry_up, WorkerHandle};
 use crate::inbox::worker::{shared_settings, ClaimDue, Claimed, Engine, Outcome, Queue, Runner};
 use crate::inbox::Processor;
-use crate::metrics::{self, Attempt, Operation};
-use crate::store::{retry_until, Completed, DedupeStore, Heartbeat, Lease, Renewed, StoreError};
+use crate::metrics::{self, Attempt};
+use crate::store::{Completed, DedupeStore, Heartbeat, Lease, Renewed, StoreError};
 use crate::{ConfigError, Event};
 
 mod consume; // the consumer: a channel with its prefetch, made again when it dies
@@ -378,13 +379,7 @@ impl Queue for Consumed {
                     (Some(_), None) => false, // another attempt took the key over
                     (Some(_), Some(guard)) => {
                         let claimed = held.claim_ends().unwrap_or(until);
-                        let (store, delivery, token) = guard.into_parts();
-                        let complete = retry_until(claimed.max(until), || {
-                            metrics::timed(
-                                Operation::Complete,
-                                store.complete(delivery.clone(), token),
-                            )
-                        });
+                        let complete = guard.complete_until(claimed.max(until));
                         matches!(complete.await, Ok(Completed::Done))
                     }
                 };
@@ -407,6 +402,8 @@ impl Queue for Consumed {
             }
             Outcome::Dead(error) => {
                 held.release(until).await;
+                // Sealed with a ring: a processor's error may quote the body.
+                let error = held.sealed_error(self.amqp.keys(), self.processor(), &error);
                 settle::bury(&self.amqp, held, &error, held.attempt, until).await?;
                 Ok(true)
             }
@@ -451,28 +448,35 @@ impl Consumed {
     }
 
     /// A delivery as a claimed event; `None` when it is not to run here: its channel died,
-    /// or it is no event this crate published (buried at once, in the background).
+    /// it is no event this crate published, or its body does not open (buried at once, in
+    /// the background, with the reason: never run, never retried).
     fn read(&self, delivery: Delivery, lease: Duration) -> Option<Claimed<Delivered>> {
         if !delivery.acker.usable() {
             return None;
         }
         let at = Instant::now();
-        let (held, event) = Delivered::read(delivery);
-        if let Some((event, trace)) = event {
-            let attempt = held.attempt;
-            return Some(Claimed {
-                event,
-                attempt,
-                held,
-                at,
-                trace,
-            });
-        }
+        let (held, read, trace) = Delivered::read(delivery, self.amqp.keys());
+        let error = match read {
+            Read::Event(event) => {
+                let attempt = held.attempt;
+                return Some(Claimed {
+                    event,
+                    attempt,
+                    held,
+                    at,
+                    trace,
+                });
+            }
+            Read::Foreign => FOREIGN.to_owned(),
+            Read::Unreadable { reason, why, about } => {
+                metrics::unreadable(about.source(), why);
+                reason
+            }
+        };
         metrics::attempt(&self.metrics, Attempt::Dead);
         let amqp = self.amqp.clone();
         tokio::spawn(async move {
-            let error = "not an event this crate published: no Webhook-Source or Webhook-Id header";
-            let _ = settle::bury(&amqp, &held, error, held.attempt, at + lease).await;
+            let _ = settle::bury(&amqp, &held, &error, held.attempt, at + lease).await;
         });
         None
     }

@@ -58,7 +58,7 @@ pub struct InvalidPage {
 }
 
 /// The header holding an invalid message's errors.
-pub(super) const ERRORS: &str = "Webhook-Validation-Errors";
+pub(super) use header::VALIDATION_ERRORS as ERRORS;
 
 impl JetStream {
     /// The stream invalid messages are published to: `<stream>-invalid`.

@@ -152,32 +152,11 @@ pub use self::invalid::{InvalidMessage, InvalidPage, MAX_INVALID_PAGE};
 pub use self::worker::JetStreamWorker;
 use super::accept::{Accept, Destination};
 use super::{Accepted, Counts};
+use crate::inbox::message::{header, word};
 use crate::metrics::{self, Operation};
 use crate::store::{StoreError, StoreErrorKind};
 use crate::Event;
 use sealed::event_of;
-
-/// The headers an accepted event carries beside its body.
-mod header {
-    pub(super) const SOURCE: &str = "Webhook-Source";
-    pub(super) const ID: &str = "Webhook-Id";
-    pub(super) const TYPE: &str = "Webhook-Type";
-    pub(super) const OBJECT_ID: &str = "Webhook-Object-Id";
-    pub(super) const LIVEMODE: &str = "Webhook-Livemode";
-    /// The event's signed timestamp, in Unix seconds, where its scheme has one.
-    pub(super) const TIMESTAMP: &str = "Webhook-Timestamp";
-    /// On a dead message: the last attempt's error, and how many attempts there were.
-    pub(super) const ERROR: &str = "Webhook-Error";
-    pub(super) const ATTEMPTS: &str = "Webhook-Attempts";
-    /// On a parked message, and one published back from the parked stream: the attempts
-    /// it had had.
-    pub(super) const PRIOR_ATTEMPTS: &str = "Webhook-Prior-Attempts";
-    /// On a parked message published back with fan-out: the processor it is for.
-    pub(super) const PROCESSOR: &str = "Webhook-Processor";
-    /// The accept's span context (feature `otel`), W3C.
-    pub(super) const TRACEPARENT: &str = "traceparent";
-    pub(super) const TRACESTATE: &str = "tracestate";
-}
 
 /// A JetStream stream used as the inbox. Cloning shares the connection.
 #[derive(Clone)]
@@ -467,23 +446,6 @@ fn message_id(source: &str, id: &str) -> String {
     format!("{}:{source}:{id}", source.len())
 }
 
-/// One token of a subject: no dots, wildcards or whitespace, never empty.
-fn token(s: &str) -> String {
-    let token: String = s
-        .chars()
-        .take(64)
-        .map(|c| match c {
-            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' => c,
-            _ => '_',
-        })
-        .collect();
-    if token.is_empty() {
-        "_".to_owned()
-    } else {
-        token
-    }
-}
-
 /// The subject and headers an event is published with: `<stream>.<source>.<type>`, where
 /// the type keeps its dots as subject levels (`payment_intent.succeeded`), so consumers
 /// can filter on them; an event without a type goes to `<stream>.<source>._`.
@@ -500,12 +462,12 @@ fn message(stream: &str, event: &Event) -> Result<(String, HeaderMap), StoreErro
         )
         .with_kind(StoreErrorKind::InvalidInput));
     }
-    let mut subject = format!("{stream}.{}", token(event.source()));
+    let mut subject = format!("{stream}.{}", word(event.source()));
     match event.event_type() {
         Some(ty) => {
             for part in ty.split('.').take(8) {
                 subject.push('.');
-                subject.push_str(&token(part));
+                subject.push_str(&word(part));
             }
         }
         None => subject.push_str("._"),
@@ -549,9 +511,9 @@ mod tests {
 
     #[test]
     fn subject_tokens_are_never_empty_and_never_wildcards() {
-        assert_eq!(token("stripe/acme"), "stripe_acme");
-        assert_eq!(token("a b*c>d.e"), "a_b_c_d_e");
-        assert_eq!(token(""), "_");
-        assert_eq!(token(&"x".repeat(100)).len(), 64);
+        assert_eq!(word("stripe/acme"), "stripe_acme");
+        assert_eq!(word("a b*c>d.e"), "a_b_c_d_e");
+        assert_eq!(word(""), "_");
+        assert_eq!(word(&"x".repeat(100)).len(), 64);
     }
 }

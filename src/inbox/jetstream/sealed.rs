@@ -23,8 +23,6 @@
 //! - A processor's error on a dead message (`Webhook-Error`) may quote the body: with a
 //!   ring it is sealed too ([`error`]); the crate's own reasons stay in clear.
 
-use std::time::{Duration, SystemTime};
-
 use async_nats::jetstream::Message;
 use async_nats::HeaderMap;
 use bytes::Bytes;
@@ -33,56 +31,20 @@ use tokio::time::Instant;
 use super::processors::Lane;
 use super::settle::{acknowledge, nak, BURY_AGAIN};
 use super::{header, JetStream};
-use crate::event::Stored;
-use crate::metrics::Unreadable;
+use crate::inbox::message::{self, Keys};
+pub(super) use crate::inbox::message::{Read, FOREIGN};
 use crate::store::StoreError;
 use crate::Event;
 
-/// The id of the key a message's payload was sealed under; absent: published in clear.
-pub(super) const KEY_ID: &str = "Webhook-Key-Id";
-/// The sealed payload's 24-byte nonce, in standard base64.
-pub(super) const NONCE: &str = "Webhook-Nonce";
-
-/// What a message read from a stream holds.
-pub(super) enum Read {
-    /// An event, its body opened (or published in clear).
-    Event(Event),
-    /// Not a message this crate published: no source or id.
-    Foreign,
-    /// Sealed, and not opened: never given to a processor.
-    Unreadable {
-        /// Why, for the dead stream's `Webhook-Error` (crate text, the key id quoted).
-        reason: String,
-        /// Its kind, for the metrics.
-        why: crate::metrics::Unreadable,
-        /// The event's source, id and the rest of its headers, with an empty body: for
-        /// what reads the headers alone (a pause's rules). Never a processor's.
-        about: Event,
-    },
-}
-
-impl Read {
-    /// The event, when the message is one and it opened.
-    pub(super) fn event(self) -> Option<Event> {
-        match self {
-            Read::Event(event) => Some(event),
-            Read::Foreign | Read::Unreadable { .. } => None,
-        }
-    }
-
-    /// What its headers say the event is (source, type, …), opened or not; the body is
-    /// empty unless it opened.
-    pub(super) fn about(&self) -> Option<&Event> {
-        match self {
-            Read::Event(event) | Read::Unreadable { about: event, .. } => Some(event),
-            Read::Foreign => None,
-        }
+impl JetStream {
+    /// The ring payloads are sealed and opened with.
+    pub(super) fn keys(&self) -> Keys<'_> {
+        #[cfg(feature = "seal")]
+        return self.inner.keys.as_ref();
+        #[cfg(not(feature = "seal"))]
+        None
     }
 }
-
-/// Why a message that is not one of this crate's goes dead.
-pub(super) const FOREIGN: &str =
-    "not a tower-webhook event: no Webhook-Source or Webhook-Id header";
 
 /// The event a message carries, for the processor: its body opened when it was sealed.
 pub(super) fn event_of(js: &JetStream, headers: Option<&HeaderMap>, payload: Bytes) -> Read {
@@ -90,80 +52,7 @@ pub(super) fn event_of(js: &JetStream, headers: Option<&HeaderMap>, payload: Byt
         return Read::Foreign;
     };
     let get = |name: &str| headers.get(name).map(|v| v.as_str().to_owned());
-    let (Some(source), Some(id)) = (get(header::SOURCE), get(header::ID)) else {
-        return Read::Foreign;
-    };
-    let stored = |body| {
-        Event::stored(Stored {
-            source: source.clone(),
-            id: id.clone(),
-            event_type: get(header::TYPE),
-            object_id: get(header::OBJECT_ID),
-            livemode: get(header::LIVEMODE).and_then(|l| l.parse().ok()),
-            timestamp: get(header::TIMESTAMP)
-                .and_then(|t| t.parse().ok())
-                .and_then(|secs| SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs))),
-            body,
-        })
-    };
-    let Some(key_id) = headers.get(KEY_ID).map(|k| k.as_str()) else {
-        return Read::Event(stored(payload));
-    };
-    match open(js, (&source, &id), key_id, headers.get(NONCE), &payload) {
-        Ok(body) => Read::Event(stored(body.into())),
-        Err((why, reason)) => Read::Unreadable {
-            reason: format!("the body cannot be opened: {reason}"),
-            why,
-            about: stored(Bytes::new()),
-        },
-    }
-}
-
-/// Opens a sealed payload with the ring; the reason it did not open, else.
-#[cfg(feature = "seal")]
-fn open(
-    js: &JetStream,
-    (source, id): (&str, &str),
-    key_id: &str,
-    nonce: Option<&async_nats::HeaderValue>,
-    payload: &[u8],
-) -> Result<Vec<u8>, (Unreadable, String)> {
-    use base64::Engine as _;
-
-    let Some(ring) = &js.inner.keys else {
-        return Err((Unreadable::UnknownKey, unknown_key(key_id)));
-    };
-    // A nonce that is not base64 is no nonce: `open_parts` answers `Malformed`.
-    let nonce = nonce
-        .and_then(|n| {
-            base64::engine::general_purpose::STANDARD
-                .decode(n.as_str())
-                .ok()
-        })
-        .unwrap_or_default();
-    let aad = crate::seal::Aad::new(source, id, crate::seal::Column::Message);
-    ring.open_parts(&aad, key_id, &nonce, payload)
-        .map_err(|e| (Unreadable::of(e.kind()), e.to_string()))
-}
-
-/// Without the feature `seal` nothing opens: the message is a sealed one's, published by
-/// a build with keys.
-#[cfg(not(feature = "seal"))]
-fn open(
-    _: &JetStream,
-    _: (&str, &str),
-    key_id: &str,
-    _: Option<&async_nats::HeaderValue>,
-    _: &[u8],
-) -> Result<Vec<u8>, (Unreadable, String)> {
-    Err((Unreadable::UnknownKey, unknown_key(key_id)))
-}
-
-/// [`Unreadable`](crate::seal::Unreadable)'s text for an unknown key, for a reader with no
-/// ring at all.
-fn unknown_key(key_id: &str) -> String {
-    // `{:?}`: the id is read from a message, so it is quoted and escaped.
-    format!("sealed under key {key_id:?}, which no configured key has")
+    message::read(get, payload, js.keys())
 }
 
 /// The payload [`JetStream::accept`] publishes for `event`: its body, or with a ring its
@@ -174,21 +63,11 @@ pub(super) fn payload(
     headers: &mut HeaderMap,
 ) -> Result<Bytes, StoreError> {
     #[cfg(feature = "seal")]
-    if let Some(ring) = &js.inner.keys {
-        use base64::Engine as _;
-
-        let aad = crate::seal::Aad::new(
-            event.source(),
-            event.dedupe_id(),
-            crate::seal::Column::Message,
-        );
-        let sealed = ring
-            .seal(&aad, event.body())
-            .map_err(|e| StoreError::new("jetstream seal", e))?;
-        headers.insert(KEY_ID, sealed.key_id());
-        let nonce = base64::engine::general_purpose::STANDARD.encode(sealed.nonce());
-        headers.insert(NONCE, nonce);
-        return Ok(sealed.into_ciphertext().into());
+    if let Some(ring) = js.keys() {
+        let (payload, key_id, nonce) = message::seal(ring, event, "jetstream seal")?;
+        headers.insert(header::KEY_ID, key_id);
+        headers.insert(header::NONCE, nonce);
+        return Ok(payload);
     }
     let _ = (js, &headers);
     Ok(event.body().clone())
@@ -215,40 +94,15 @@ pub(super) async fn passed(js: &JetStream, message: &Message, until: Instant) {
     }
 }
 
-/// A processor's error as the dead stream's `Webhook-Error` keeps it: one line, and with a
-/// ring sealed like the SQL stores' error text (`sealed:v1:<key id>:<base64 of nonce ‖
-/// ciphertext>`, the associated data the event's source, id and
-/// [`Column::Error`](crate::seal::Column::Error) of this processor): a processor's error
-/// may quote the body (serde's errors quote the value they refused). The crate's own
-/// reasons (unreadable, crashed, not an event, a panic) stay in clear.
+/// A processor's error as the dead stream's `Webhook-Error` keeps it: one line, sealed with
+/// a ring ([`message::error`]); the crate's own reasons (unreadable, crashed, not an
+/// event, a panic) stay in clear.
 pub(super) fn error(js: &JetStream, message: &Message, error: &str) -> String {
-    let line = super::settle::one_line(error);
-    // The one crate text a processor's outcome carries here (the SQL inbox's list of its
-    // own texts, `sql::sealed::crate_text`, holds it too; the rest reach the dead stream
-    // by other paths).
-    #[cfg(feature = "seal")]
-    if line == crate::inbox::process::PANICKED {
+    let line = message::one_line(error);
+    let Some(headers) = message.headers.as_ref() else {
         return line;
-    }
-    #[cfg(feature = "seal")]
-    if let (Some(ring), Some(headers)) = (&js.inner.keys, message.headers.as_ref()) {
-        use base64::Engine as _;
-
-        let get = |name| headers.get(name).map_or("", |v| v.as_str());
-        let processor = js.lane.name();
-        let column = crate::seal::Column::Error { processor };
-        let aad = crate::seal::Aad::new(get(header::SOURCE), get(header::ID), column);
-        return match ring.seal(&aad, line.as_bytes()) {
-            Ok(sealed) => {
-                let mut parts = sealed.nonce().to_vec();
-                parts.extend_from_slice(sealed.ciphertext());
-                let parts = base64::engine::general_purpose::STANDARD.encode(parts);
-                format!("sealed:v1:{}:{parts}", sealed.key_id())
-            }
-            // Never the plaintext instead.
-            Err(e) => format!("the processor's error could not be sealed: {e}"),
-        };
-    }
-    let _ = (js, message);
-    line
+    };
+    let get = |name| headers.get(name).map_or("", |v| v.as_str());
+    let id = (get(header::SOURCE), get(header::ID));
+    message::error(js.keys(), id, js.lane.name(), line)
 }

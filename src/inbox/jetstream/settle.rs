@@ -9,6 +9,7 @@ use async_nats::HeaderMap;
 use tokio::time::Instant;
 
 use super::{header, JetStream};
+use crate::inbox::message::one_line;
 use crate::store::{retry_until, StoreError};
 
 /// Acknowledges `message`, confirmed by the server, retried until `until`.
@@ -52,15 +53,6 @@ pub(super) async fn bury(
     until: Instant,
 ) -> Result<(), StoreError> {
     bury_as(js, message, one_line(error), attempts, until).await
-}
-
-/// One line of text, 1024 characters at most: the processor's error may hold anything.
-pub(super) fn one_line(error: &str) -> String {
-    error
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(1024)
-        .collect()
 }
 
 /// [`bury`] with `error` as the header's value, as it is.

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::Bytes;
 use lapin::message::Delivery;
@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::super::publish::header;
-use crate::event::Stored;
+use crate::inbox::message::{self, Keys, Read};
 use crate::inbox::process::hurry_up;
 use crate::store::{
     ClaimGuard, Claimed as Key, DedupeStore, Delivery as StoreKey, PendingClaim, Renewed,
@@ -21,12 +21,7 @@ use crate::store::{
 };
 use crate::Event;
 
-/// On a copy sent to wait in a delay queue (or handed back): the attempts the event had
-/// had before it.
-pub(super) const PRIOR_ATTEMPTS: &str = "Webhook-Prior-Attempts";
-/// On a dead message: the last attempt's error, and how many attempts there were.
-pub(super) const ERROR: &str = "Webhook-Error";
-pub(super) const ATTEMPTS: &str = "Webhook-Attempts";
+pub(super) use header::{ATTEMPTS, ERROR, PRIOR_ATTEMPTS};
 /// The quorum queue's count of a message's earlier deliveries (requeued, or its channel
 /// closed before an outcome).
 const DELIVERY_COUNT: &str = "x-delivery-count";
@@ -63,22 +58,32 @@ pub(super) enum Claim {
 }
 
 impl Delivered {
-    /// The delivery held, with the event it carries and its trace context — none when it
-    /// is no event this crate published (no source or id).
-    pub(super) fn read(delivery: Delivery) -> (Self, Option<(Event, Trace)>) {
+    /// The delivery held, with what it carries (its body opened with `keys` when it was
+    /// sealed) and its trace context.
+    pub(super) fn read(delivery: Delivery, keys: Keys<'_>) -> (Self, Read, Trace) {
         let headers = delivery.properties.headers().clone().unwrap_or_default();
         let prior = number(&headers, PRIOR_ATTEMPTS);
         let delivered = number(&headers, DELIVERY_COUNT);
         let attempt = prior.saturating_add(delivered).saturating_add(1);
         let first = prior == 0 && delivered == 0 && !headers.contains_key(PRIOR_ATTEMPTS);
-        let event = event_of(&headers, Bytes::copy_from_slice(&delivery.data));
+        let get = |name: &str| text(&headers, name);
+        let read = message::read(get, Bytes::copy_from_slice(&delivery.data), keys);
         let held = Self {
             delivery,
             attempt,
             claim: Mutex::new(None),
             claim_ends: Mutex::new(None),
         };
-        (held, event.map(|event| (event, trace_of(&headers, first))))
+        (held, read, trace_of(&headers, first))
+    }
+
+    /// A processor's error as the dead queue's `Webhook-Error` keeps it: one line, sealed
+    /// with a ring (`inbox/message.rs`).
+    pub(super) fn sealed_error(&self, keys: Keys<'_>, processor: &str, error: &str) -> String {
+        let headers = self.delivery.properties.headers().as_ref();
+        let get = |name| headers.and_then(|h| text(h, name)).unwrap_or_default();
+        let id = (get(header::SOURCE), get(header::ID));
+        message::error(keys, (&id.0, &id.1), processor, message::one_line(error))
     }
 
     /// The attempts before this one, once it is over: `counted`, it is one of them.
@@ -206,24 +211,6 @@ fn integer(value: &AMQPValue) -> Option<i64> {
         AMQPValue::LongLongInt(n) => n,
         _ => return None,
     })
-}
-
-/// The event a message carries: its source and id (required), type, object id, livemode
-/// and timestamp from the headers the accept wrote; its body, the payload.
-fn event_of(headers: &FieldTable, body: Bytes) -> Option<Event> {
-    let get = |name| text(headers, name);
-    let (source, id) = (get(header::SOURCE)?, get(header::ID)?);
-    Some(Event::stored(Stored {
-        source,
-        id,
-        event_type: get(header::TYPE),
-        object_id: get(header::OBJECT_ID),
-        livemode: get(header::LIVEMODE).and_then(|l| l.parse().ok()),
-        timestamp: get(header::TIMESTAMP)
-            .and_then(|t| t.parse().ok())
-            .and_then(|secs| SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs))),
-        body,
-    }))
 }
 
 /// The accept's trace context a message carries (feature `otel`), and whether this is its

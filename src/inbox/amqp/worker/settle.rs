@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::super::Amqp;
 use super::delivered::{Delivered, ATTEMPTS, ERROR, PRIOR_ATTEMPTS};
 use super::Consumed;
+use crate::inbox::message::one_line;
 use crate::store::{retry_until, StoreError};
 
 /// How long a copy waits for the broker's confirm.
@@ -102,15 +103,6 @@ pub(super) async fn bury(
             Err(error)
         }
     }
-}
-
-/// One line of text, 1024 characters at most: the processor's error may hold anything.
-fn one_line(error: &str) -> String {
-    error
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(1024)
-        .collect()
 }
 
 /// The delivery's headers without the broker's own (`x-delivery-count`, `x-death`, …),
