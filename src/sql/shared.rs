@@ -365,3 +365,124 @@ macro_rules! registry_reads {
     };
 }
 pub(crate) use registry_reads;
+
+/// For both dialects: a claim reserves its routes and counts no attempt; a start counts
+/// one, once, under its claim's token and lease only. A worker that "crashes" holding a
+/// prefetched batch (three reserved, one started) hands the two it never started back
+/// uncounted when its lease runs out, with no crashed attempt on record, and the started
+/// one counted and recorded as crashed; a route whose every attempt started and crashed
+/// is still buried by the next claim.
+#[cfg(test)]
+pub(super) async fn assert_unstarted_routes_come_back_uncounted(
+    inbox: &crate::inbox::Inbox,
+    backend: &dyn crate::inbox::backend::Backend,
+) {
+    use crate::inbox::backend::HeldRow;
+    use crate::inbox::worker::ClaimDue;
+    use crate::inbox::AttemptOutcome;
+    use crate::store::Token;
+    use std::time::Duration;
+
+    let verifier = crate::Verifier::new(
+        crate::Scheme::standard(),
+        ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+    )
+    .unwrap()
+    .with_source("s");
+    for id in ["evt_1", "evt_2", "evt_3"] {
+        inbox.ingest(&verifier, Some(id), "{}").await.unwrap();
+    }
+    let processor: std::sync::Arc<str> = crate::inbox::DEFAULT_PROCESSOR.into();
+    let lease = Duration::from_millis(400);
+    let claim = |token, max_attempts| {
+        let due = ClaimDue {
+            max_attempts,
+            ..ClaimDue::plain(3, lease, token)
+        };
+        backend.claim(processor.clone(), due)
+    };
+    let attempts = |rows: &[crate::inbox::backend::Claimed]| {
+        let mut seen: Vec<(String, u32)> = rows
+            .iter()
+            .map(|r| (r.event.stored_id().to_owned(), r.attempt))
+            .collect();
+        seen.sort();
+        seen
+    };
+    let held = |id: &str, token| HeldRow {
+        source: "s".into(),
+        id: id.into(),
+        processor: processor.clone(),
+        token,
+        wakes: false,
+    };
+    let counted = |id: &'static str| async move {
+        let stored = backend.event("s".into(), id.into()).await.unwrap().unwrap();
+        let crashed = stored
+            .attempts
+            .iter()
+            .filter(|a| a.outcome == AttemptOutcome::Crashed)
+            .count();
+        (stored.routes[0].attempts, crashed)
+    };
+
+    // The prefetched batch: three reserved, each to be its route's first attempt.
+    let first = Token::new();
+    let rows = claim(first, 2).await.unwrap();
+    let batch = [
+        ("evt_1".into(), 1),
+        ("evt_2".into(), 1),
+        ("evt_3".into(), 1),
+    ];
+    assert_eq!(attempts(&rows), batch);
+    assert_eq!(counted("evt_1").await, (0, 0), "a claim counts nothing");
+    assert!(backend.start(held("evt_1", first)).await.unwrap());
+    assert!(!backend.start(held("evt_1", first)).await.unwrap(), "once");
+    assert!(!backend.start(held("evt_2", Token::new())).await.unwrap());
+    assert_eq!(counted("evt_1").await, (1, 0));
+    assert_eq!(counted("evt_2").await, (0, 0));
+
+    // The worker "crashes": nothing finished, the lease runs out.
+    tokio::time::sleep(lease + Duration::from_millis(200)).await;
+    assert!(
+        !backend.start(held("evt_2", first)).await.unwrap(),
+        "not after its lease ran out"
+    );
+    let second = Token::new();
+    let rows = claim(second, 2).await.unwrap();
+    let batch = [
+        ("evt_1".into(), 2),
+        ("evt_2".into(), 1),
+        ("evt_3".into(), 1),
+    ];
+    assert_eq!(
+        attempts(&rows),
+        batch,
+        "the unstarted ones come back uncounted"
+    );
+    assert_eq!(
+        counted("evt_1").await,
+        (1, 1),
+        "its started attempt crashed"
+    );
+    assert_eq!(
+        counted("evt_2").await,
+        (0, 0),
+        "no attempt, no crash on record"
+    );
+    assert_eq!(counted("evt_3").await, (0, 0));
+
+    // evt_1's second (and last) attempt starts and crashes too; the others go back.
+    assert!(backend.start(held("evt_1", second)).await.unwrap());
+    let back = vec![("s".into(), "evt_2".into()), ("s".into(), "evt_3".into())];
+    let given = backend.give_back(processor.clone(), back, second).await;
+    assert_eq!(given.unwrap(), 2);
+    assert_eq!(counted("evt_2").await, (0, 0), "handed back uncounted");
+    tokio::time::sleep(lease + Duration::from_millis(200)).await;
+    let rows = claim(Token::new(), 2).await.unwrap();
+    let batch = [("evt_2".into(), 1), ("evt_3".into(), 1)];
+    assert_eq!(attempts(&rows), batch, "evt_1 buried, not claimed");
+    assert_eq!(counted("evt_1").await, (2, 2));
+    let counts = backend.counts(processor.clone()).await.unwrap();
+    assert_eq!(counts.dead, 1);
+}
