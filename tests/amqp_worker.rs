@@ -596,3 +596,55 @@ async fn counting_often_leaves_the_workers_connection_able_to_open_channels() {
     assert_eq!(counts(&amqp).await, (0, 0, 0));
     amqp.delete().await.unwrap();
 }
+
+/// RabbitMQ closes the channel of a delivery unacknowledged past its `consumer_timeout`
+/// (30 min by default), so a worker's max run must end well within it: by default it is
+/// derived from it, and a longer one is refused with the reason.
+#[tokio::test]
+async fn a_max_run_past_the_brokers_consumer_timeout_is_refused_and_the_default_fits_it() {
+    let amqp = amqp().await;
+    assert_eq!(amqp.consumer_timeout(), Duration::from_secs(30 * 60));
+    let worker = || {
+        AmqpWorker::new(&amqp, MemoryStore::new(), |_: Event, _: Attempt| async {
+            Ok::<(), String>(())
+        })
+    };
+    // The broker's 30 min less 5 for a delivery's wait in the worker.
+    let debug = format!("{:?}", worker());
+    assert!(debug.contains("max_run: 1500s"), "{debug}");
+    let refused = worker()
+        .with_max_run(Duration::from_secs(3600))
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("consumer_timeout"),
+        "the reason names the broker's setting: {refused}"
+    );
+    assert!(worker().with_max_run(Duration::from_secs(25 * 60)).is_ok());
+    // Told of a broker whose timeout was raised to 2 h: the crate's 1 h, and up to 1 h 55.
+    let raised = Amqp::builder(&amqp_url())
+        .with_exchange(amqp.exchange())
+        .unwrap()
+        .with_queue(amqp.queue())
+        .unwrap()
+        .with_consumer_timeout(Duration::from_secs(2 * 3600))
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    let worker = || {
+        AmqpWorker::new(&raised, MemoryStore::new(), |_: Event, _: Attempt| async {
+            Ok::<(), String>(())
+        })
+    };
+    assert!(format!("{:?}", worker()).contains("max_run: 3600s"));
+    assert!(worker().with_max_run(Duration::from_secs(115 * 60)).is_ok());
+    assert!(worker()
+        .with_max_run(Duration::from_secs(116 * 60))
+        .is_err());
+    let short = Amqp::builder(&amqp_url()).with_consumer_timeout(Duration::from_secs(30));
+    assert!(
+        short.is_err(),
+        "a consumer timeout under a minute is refused"
+    );
+    amqp.delete().await.unwrap();
+}

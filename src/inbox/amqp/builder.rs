@@ -21,6 +21,8 @@ pub struct AmqpBuilder {
     /// `with_max_length`: `None`, unbounded.
     max_length: Option<u32>,
     confirm_timeout: Duration,
+    /// `with_consumer_timeout`: the broker's.
+    consumer_timeout: Duration,
     /// `with_trusted_traceparent`.
     #[cfg(feature = "otel")]
     trusted_traceparent: bool,
@@ -31,6 +33,9 @@ pub struct AmqpBuilder {
     #[cfg(feature = "schemas")]
     schemas: Option<crate::schemas::Schemas>,
 }
+
+/// RabbitMQ's default `consumer_timeout`.
+const DEFAULT_CONSUMER_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// The most a name may hold: AMQP's 255 bytes.
 const AMQP_NAME: usize = 255;
@@ -52,6 +57,7 @@ impl AmqpBuilder {
             delivery_limit: 20,
             max_length: None,
             confirm_timeout: Duration::from_secs(5),
+            consumer_timeout: DEFAULT_CONSUMER_TIMEOUT,
             #[cfg(feature = "otel")]
             trusted_traceparent: false,
             #[cfg(feature = "seal")]
@@ -147,6 +153,33 @@ impl AmqpBuilder {
         Ok(self)
     }
 
+    /// Says what the broker's `consumer_timeout` is (default 30 min, RabbitMQ's own
+    /// default): RabbitMQ closes a consumer's channel — every delivery on it handed back —
+    /// when one of its deliveries stays unacknowledged longer. An [`AmqpWorker`]'s
+    /// [`with_max_run`](super::AmqpWorker::with_max_run) must end well within it (its
+    /// default is derived from it), so raise `consumer_timeout` in `rabbitmq.conf` (or the
+    /// `consumer-timeout` policy on RabbitMQ 3.12+) before letting processors run longer,
+    /// and say so here. The broker's setting cannot be read over AMQP, and RabbitMQ 3.10
+    /// accepts a consumer's `x-consumer-timeout` argument without applying it (a delivery
+    /// held 80 s past a 2 s one kept its channel), so the crate does not set it.
+    ///
+    /// [`AmqpWorker`]: super::AmqpWorker
+    ///
+    /// # Errors
+    ///
+    /// When `timeout` is shorter than 1 min.
+    pub fn with_consumer_timeout(mut self, timeout: Duration) -> Result<Self, ConfigError> {
+        if timeout < Duration::from_secs(60) {
+            return Err(ConfigError::duration(
+                "the broker's consumer timeout",
+                timeout,
+                "at least 1 min",
+            ));
+        }
+        self.consumer_timeout = timeout;
+        Ok(self)
+    }
+
     /// Makes a verified delivery's W3C `traceparent` header the parent of its accept's
     /// span (feature `otel`), as JetStream's `with_trusted_traceparent` does: off by
     /// default, the header only a link (a forged trace id never joins your traces).
@@ -212,6 +245,7 @@ impl AmqpBuilder {
                 connection,
                 names,
                 confirm_timeout: self.confirm_timeout,
+                consumer_timeout: self.consumer_timeout,
                 delivery_limit: self.delivery_limit,
                 #[cfg(feature = "otel")]
                 trusted_traceparent: self.trusted_traceparent,
@@ -249,6 +283,7 @@ impl std::fmt::Debug for AmqpBuilder {
             .field("delivery_limit", &self.delivery_limit)
             .field("max_length", &self.max_length)
             .field("confirm_timeout", &self.confirm_timeout)
+            .field("consumer_timeout", &self.consumer_timeout)
             .finish_non_exhaustive()
     }
 }

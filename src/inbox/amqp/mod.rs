@@ -124,6 +124,8 @@ pub(crate) struct Inner {
     connection: connection::Connection,
     names: topology::Names,
     confirm_timeout: Duration,
+    /// The broker's `consumer_timeout`, as configured (`AmqpBuilder::with_consumer_timeout`).
+    consumer_timeout: Duration,
     /// The queue's delivery limit (`x-delivery-limit`).
     delivery_limit: u32,
     /// A verified delivery's `traceparent` is its accept's parent, not a link.
@@ -169,6 +171,13 @@ impl Amqp {
     #[must_use]
     pub fn delivery_limit(&self) -> u32 {
         self.inner.delivery_limit
+    }
+
+    /// The broker's `consumer_timeout` this `Amqp` was told of
+    /// ([`AmqpBuilder::with_consumer_timeout`]; 30 min unless set).
+    #[must_use]
+    pub fn consumer_timeout(&self) -> Duration {
+        self.inner.consumer_timeout
     }
 
     /// A fresh channel on the current connection (the worker's; closed when dropped by

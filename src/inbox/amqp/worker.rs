@@ -47,8 +47,12 @@ use delivered::{Claim, Delivered};
 /// acknowledged.
 ///
 /// RabbitMQ closes a channel whose delivery stays unacknowledged past its
-/// `consumer_timeout` (30 min by default): set it above
-/// [`with_max_run`](Self::with_max_run) (1 h) where processors run that long.
+/// `consumer_timeout` (30 min by default), handing back every delivery on it: the worker's
+/// [`with_max_run`](Self::with_max_run) is bounded by it (see there), and defaults to
+/// 25 min with the broker's default ([`AmqpBuilder::with_consumer_timeout`] says what the
+/// broker's is).
+///
+/// [`AmqpBuilder::with_consumer_timeout`]: super::AmqpBuilder::with_consumer_timeout
 #[must_use]
 pub struct AmqpWorker {
     engine: Engine<Consumed>,
@@ -58,14 +62,26 @@ pub struct AmqpWorker {
 const CRASHED: &str =
     "the last attempt ended without an outcome (the worker crashed or was stopped)";
 
+/// What a max run leaves of the broker's consumer timeout (at most half of it): a delivery
+/// waits in the worker for a processor (and its caps) before it runs, and the broker
+/// checks its timeouts about once a minute.
+const CONSUMER_TIMEOUT_MARGIN: Duration = Duration::from_secs(5 * 60);
+
+/// The longest max run the broker's consumer timeout allows.
+fn longest_run(amqp: &Amqp) -> Duration {
+    let timeout = amqp.consumer_timeout();
+    timeout - CONSUMER_TIMEOUT_MARGIN.min(timeout / 2)
+}
+
 /// The most [`AmqpWorker::with_lookahead`] takes: a prefetch is 16 bits.
 const MAX_LOOKAHEAD: usize = 60_000;
 
 impl AmqpWorker {
     /// A worker running `processor` on each event once, claiming it in `store` first (see
     /// above): 4 at a time, 8 attempts, backoff from 1 s doubling to at most 10 min (with
-    /// jitter), a 60 s lease of the claim renewed for up to 1 h of processing, and a
-    /// shutdown that waits for running events.
+    /// jitter), a 60 s lease of the claim renewed for up to 1 h of processing or the
+    /// broker's consumer timeout less 5 min, whichever is shorter (25 min with RabbitMQ's
+    /// default), and a shutdown that waits for running events.
     ///
     /// The store may be the one [`DedupeLayer`](crate::DedupeLayer) uses in front of
     /// [`accept_service`](Amqp::accept_service): the worker's keys are its own
@@ -100,12 +116,46 @@ impl AmqpWorker {
             delays: delays::Declared::default(),
             metrics: metrics::Processor::new(crate::inbox::DEFAULT_PROCESSOR),
         };
-        Self {
-            engine: Engine::new(queue, Runner::Plain(Arc::new(processor)), poll),
-        }
+        let mut engine = Engine::new(queue, Runner::Plain(Arc::new(processor)), poll);
+        engine.lease.max_run = engine.lease.max_run.min(longest_run(amqp));
+        Self { engine }
     }
 
-    shared_settings!();
+    shared_settings!(without_max_run);
+
+    /// Replaces how long a running processor keeps its event's lease renewed (default
+    /// 1 h, or less: see [`new`](Self::new)). Past it the lease runs out and another worker
+    /// may take the event over; the late outcome is then fenced out (logged at `warn`).
+    ///
+    /// It must end well within the broker's `consumer_timeout` (as told by
+    /// [`AmqpBuilder::with_consumer_timeout`], 30 min unless set): RabbitMQ closes the
+    /// channel of a delivery unacknowledged longer, and every delivery on it comes back.
+    /// A processor that may run longer needs the broker's timeout raised first.
+    ///
+    /// [`AmqpBuilder::with_consumer_timeout`]: super::AmqpBuilder::with_consumer_timeout
+    ///
+    /// # Errors
+    ///
+    /// When `max_run` is shorter than 1 s, or longer than the broker's consumer timeout
+    /// less 5 min (less half of it, when it is under 10 min): the time a delivery may wait
+    /// in the worker before it runs.
+    pub fn with_max_run(mut self, max_run: Duration) -> Result<Self, ConfigError> {
+        let max_run = Lease::checked_max_run(max_run)?;
+        let longest = longest_run(&self.engine.queue.amqp);
+        if max_run > longest {
+            let timeout = self.engine.queue.amqp.consumer_timeout();
+            let why = format!(
+                "a max run of {max_run:?} outlasts what the broker's consumer_timeout of \
+                 {timeout:?} allows ({longest:?}, leaving time for a delivery to wait in the \
+                 worker): RabbitMQ would close the worker's channel under the running event; \
+                 raise consumer_timeout on the broker and pass it to \
+                 AmqpBuilder::with_consumer_timeout, or run shorter"
+            );
+            return Err(ConfigError::new(crate::ConfigErrorKind::InvalidValue, why));
+        }
+        self.engine.lease.max_run = max_run;
+        Ok(self)
+    }
 
     /// Replaces the lease of an event's claim in the store (default 60 s), renewed every
     /// third of it while the processor runs. It bounds how long the running events of a

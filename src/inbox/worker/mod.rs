@@ -119,7 +119,31 @@ impl<Q: Queue> Engine<Q> {
     allow(unused_macros)
 )]
 macro_rules! shared_settings {
+    // Every setting.
     () => {
+        shared_settings!(without_max_run);
+        shared_settings!(@max_run);
+    };
+    // `with_max_run`: the RabbitMQ worker has its own (bounded by the broker's consumer
+    // timeout).
+    (@max_run) => {
+        /// Replaces how long a running processor keeps its event's lease renewed (default
+        /// 1 h). Past it the lease runs out and another worker may take the event over;
+        /// the late outcome is then fenced out (logged at `warn`).
+        ///
+        /// # Errors
+        ///
+        /// When `max_run` is shorter than 1 s.
+        pub fn with_max_run(
+            mut self,
+            max_run: std::time::Duration,
+        ) -> Result<Self, $crate::ConfigError> {
+            self.engine.lease.max_run = $crate::store::Lease::checked_max_run(max_run)?;
+            Ok(self)
+        }
+    };
+    // Every setting but `with_max_run`.
+    (without_max_run) => {
         /// Replaces how many events are processed at once (default 4). No more are claimed
         /// than there are free processors, so none waits out its lease in a buffer.
         ///
@@ -193,21 +217,6 @@ macro_rules! shared_settings {
             cap: std::time::Duration,
         ) -> Result<Self, $crate::ConfigError> {
             self.engine.retry = self.engine.retry.with_backoff(first, cap)?;
-            Ok(self)
-        }
-
-        /// Replaces how long a running processor keeps its event's lease renewed (default
-        /// 1 h). Past it the lease runs out and another worker may take the event over;
-        /// the late outcome is then fenced out (logged at `warn`).
-        ///
-        /// # Errors
-        ///
-        /// When `max_run` is shorter than 1 s.
-        pub fn with_max_run(
-            mut self,
-            max_run: std::time::Duration,
-        ) -> Result<Self, $crate::ConfigError> {
-            self.engine.lease.max_run = $crate::store::Lease::checked_max_run(max_run)?;
             Ok(self)
         }
 
