@@ -1,6 +1,34 @@
 # The bare one-row-per-commit loops run.sh and drain.sh measure against; sourced, with
 # $WORK, $BODY, $DURATION, $CONNECTIONS and $THREADS set. Each prints the loop's rate
-# (rows a second) alone on its line.
+# (rows a second) alone on its line, and leaves its CPU split in $WORK/bare_cpu.txt.
+
+# CPU per request, split: the whole machine's busy ticks (/proc/stat: user, nice, system,
+# irq, softirq, steal) over a run, the load generator's (`/usr/bin/time`), a process's
+# (/proc/<pid>/stat), and the rest (the database: its backends, WAL writer, the kernel's
+# I/O for it). On two shared cores a request's cost is CPU, not wall time.
+machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+gen_ticks() { # a `/usr/bin/time -f "%U %S"` file -> ticks
+  awk -v hz="$(getconf CLK_TCK)" 'NF == 2 && $1 ~ /^[0-9.]+$/ {t = ($1 + $2) * hz} END {printf "%d", t}' "$1"
+}
+# label, requests, machine ticks, generator ticks, process ticks (or -), process name
+cpu_split() {
+  python3 - "$@" "$(getconf CLK_TCK)" <<'PY'
+import sys
+label, n, machine, gen, proc, name, hz = sys.argv[1:8]
+n, hz = max(1, int(float(n))), int(hz)
+us = lambda t: int(t) * 1e6 / hz / n
+machine, gen = us(machine), us(gen)
+fields = [f"total={machine:.0f}", f"generator={gen:.0f}"]
+if proc != "-":
+    p = us(proc)
+    fields.append(f"{name}={p:.0f}")
+    fields.append(f"rest={machine - gen - p:.0f}")
+else:
+    fields.append(f"database={machine - gen:.0f}")
+print(f"{label} cpu_us_per_request: " + " ".join(fields))
+PY
+}
 
 # pgbench inserting one row per transaction into a copy of webhook_events in the
 # database at URL $1 (where the receiver's migrations ran), at $CONNECTIONS clients.
@@ -13,8 +41,14 @@ VALUES ('bench', 'evt_' || :n, 'bench.event', convert_to(repeat('x', $BODY), 'UT
 ON CONFLICT (source, event_id) DO NOTHING;
 SQL
   psql "$1" -qc "CREATE TABLE bench_events (LIKE webhook_events INCLUDING ALL)" >/dev/null
-  pgbench -n -c "$CONNECTIONS" -j "$THREADS" -T "$DURATION" -f "$WORK/insert.sql" "$1" \
-    2>/dev/null | awk '/^tps/ {print $3}'
+  local m0 m1 out
+  m0=$(machine_ticks)
+  out=$(/usr/bin/time -f "%U %S" -o "$WORK/gen_time.txt" pgbench -n -c "$CONNECTIONS" \
+    -j "$THREADS" -T "$DURATION" -f "$WORK/insert.sql" "$1" 2>/dev/null)
+  m1=$(machine_ticks)
+  cpu_split "postgres bare pgbench" "$(echo "$out" | awk '/transactions actually processed/ {print $NF}' | cut -d/ -f1)" \
+    $((m1 - m0)) "$(gen_ticks "$WORK/gen_time.txt")" - - >"$WORK/bare_cpu.txt"
+  echo "$out" | awk '/^tps/ {print $3}'
 }
 
 # sqlite3 inserting one row per commit in WAL with synchronous=FULL, into the table as
@@ -35,8 +69,12 @@ with open(out, "w") as f:
 PY
   rm -f "$WORK/bare.db"
   sqlite3 "$WORK/bare.db" <"$WORK/schema.sql"
+  local m0; m0=$(machine_ticks)
   start=$(date +%s.%N)
-  sqlite3 "$WORK/bare.db" <"$WORK/loop.sql" >/dev/null
+  /usr/bin/time -f "%U %S" -o "$WORK/gen_time.txt" sqlite3 "$WORK/bare.db" <"$WORK/loop.sql" >/dev/null
   end=$(date +%s.%N)
+  # The loop is its own database: its ticks are the process's; the rest, the kernel's fsyncs.
+  cpu_split "sqlite bare sqlite3" "$n" $(($(machine_ticks) - m0)) 0 \
+    "$(gen_ticks "$WORK/gen_time.txt")" sqlite3 >"$WORK/bare_cpu.txt"
   python3 -c "print(f'{$n / ($end - $start):.1f}')"
 }

@@ -9,7 +9,12 @@
 # after, on the same server: pgbench running a one-row `INSERT … ON CONFLICT DO NOTHING`
 # into a copy of webhook_events at the same client count; sqlite3 inserting one row per
 # commit in WAL with synchronous=FULL. Prints one line per measurement and the ratios,
-# and the receiver's resident memory: idle, and its peak under the load.
+# and the receiver's resident memory: idle, and its peak under the load. Each run also
+# prints its CPU per request (`cpu_us_per_request`: the machine's, the load generator's,
+# the receiver's and the rest — the database), and the bare loops their CPU per row.
+# PERF=1: `perf record` samples the receiver under the load, and the functions taking
+# the most of its CPU are printed (self time, ≥ 1.5 %), after its split by object (the
+# kernel, the receiver, libc).
 # Needs wrk, pgbench, sqlite3 and PostgreSQL on 127.0.0.1:5432 (`bash .ci/services`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -54,9 +59,25 @@ receiver_run() { # label, then env assignments for the receiver
   [ -n "$url" ] || { cat "$WORK/receiver.err" >&2; exit 1; }
   local idle_kb
   idle_kb=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
-  WRK_THREADS=$THREADS wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --timeout 10s \
-    -s benches/throughput/replay.lua "$url" -- "$WORK/deliveries.tsv" | grep RESULT \
-    | sed "s/^RESULT/$label receiver ($MODE)/"
+  local m0 r0 result perf=""
+  if [ "${PERF:-0}" = 1 ]; then
+    perf record -q -F 499 -g -p "$pid" -o "$WORK/perf.data" >/dev/null 2>&1 & perf=$!
+  fi
+  m0=$(machine_ticks) r0=$(proc_ticks "$pid")
+  result=$(WRK_THREADS=$THREADS /usr/bin/time -f "%U %S" -o "$WORK/gen_time.txt" wrk -t"$THREADS" \
+    -c"$CONNECTIONS" -d"${DURATION}s" --timeout 10s -s benches/throughput/replay.lua "$url" \
+    -- "$WORK/deliveries.tsv" | grep RESULT | sed "s/^RESULT/$label receiver ($MODE)/")
+  echo "$result"
+  cpu_split "$label receiver ($MODE)" "$(echo "$result" | sed -n 's/.*requests=\([0-9]*\).*/\1/p')" \
+    $(($(machine_ticks) - m0)) "$(gen_ticks "$WORK/gen_time.txt")" $(($(proc_ticks "$pid") - r0)) receiver
+  if [ -n "$perf" ]; then
+    kill -INT "$perf"; wait "$perf" 2>/dev/null || true
+    for sort in dso symbol; do
+      perf report -i "$WORK/perf.data" --no-children --sort "$sort" --percent-limit 1.5 \
+        --stdio -g none 2>/dev/null | grep -E '^ +[0-9.]+%' | sed -e 's/  *-  *-  *$//' \
+        -e 's/ *$//' -e "s/^ */$label receiver perf by $sort: /"
+    done
+  fi
   # The receiver's resident memory: before the load, and its peak (the kernel's high-water
   # mark) beside the bodies that can be in flight at once (one per connection).
   awk -v idle="$idle_kb" -v inflight=$((CONNECTIONS * BODY)) '/^VmHWM/ {
@@ -75,6 +96,7 @@ if [ "$WHICH" = postgres ] || [ "$WHICH" = both ]; then
   fi
   if [ "$BARE" = 1 ]; then
     echo "postgres bare pgbench insert: rps=$(bare_postgres "$PG/$DB")"
+    cat "$WORK/bare_cpu.txt"
   fi
   psql "$PG/postgres" -qc "DROP DATABASE $DB WITH (FORCE)" >/dev/null
 fi
@@ -89,4 +111,5 @@ if [ "$WHICH" = sqlite ] || [ "$WHICH" = both ]; then
   fi
   [ "$BARE" = 1 ] || exit 0
   echo "sqlite bare sqlite3 loop: rps=$(bare_sqlite "$WORK/receiver.db")"
+  cat "$WORK/bare_cpu.txt"
 fi
