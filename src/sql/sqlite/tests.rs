@@ -292,3 +292,94 @@ async fn unstarted_routes_of_a_crashed_claim_come_back_uncounted() {
     let sql = store.sql().clone();
     super::super::shared::assert_unstarted_routes_come_back_uncounted(&inbox, &sql).await;
 }
+
+/// A verified event of `body`, keyed `id` (its body's `id` field).
+fn event(body: &'static [u8]) -> crate::Event {
+    crate::Event::new(crate::event::Parts {
+        source: "s".into(),
+        metrics: crate::metrics::Source::new("s"),
+        header_id: None,
+        header_type: None,
+        id_field: Some("id"),
+        type_field: "type",
+        unsigned_id: false,
+        content_digest: None,
+        timestamp: None,
+        kept: true,
+        body: bytes::Bytes::from_static(body),
+        secret_index: 0,
+        scheme: Arc::new(crate::Scheme::standard()),
+    })
+}
+
+/// A run of accepts stores each byte string as the column always held it: the text
+/// columns text, the others blobs, byte for byte, NULL where there is none (in clear, a
+/// sealed one, one without an event or headers, and an empty body in one batch).
+#[tokio::test]
+async fn a_run_of_accepts_stores_each_column_byte_for_byte_and_typed() {
+    let Fresh { store, .. } = &Fresh::new().await;
+    let mut conn = store.pool().acquire().await.unwrap();
+    let clear = Delivery::from_event(&event(br#"{"id":"a","type":"t"}"#))
+        .with_headers(Some("user-agent: é\nx-b: 1\n".into()));
+    let sealed = Delivery::from_event(&event(br#"{"id":"b"}"#))
+        .with_headers(Some("x: y\n".into()))
+        .with_sealed(crate::store::SealedBody {
+            key_id: "k1".into(),
+            body: vec![0, 1, 2],
+            body_nonce: vec![3; 24],
+            headers: Some((vec![4, 0, 5], vec![6; 24])),
+            subject: Some((vec![7], vec![8; 24], vec![9; 32])),
+        });
+    let bare = Delivery::new("s", "c");
+    let empty = Delivery::from_event(&event(b""));
+    let writes: Vec<Op> = [clear, sealed, bare, empty].map(Op::Accept).into();
+    write_in_one_transaction(&mut conn, &at(1), &writes)
+        .await
+        .expect("one transaction");
+    let rows = sqlx::query(
+        "SELECT event_id, quote(source), quote(body), quote(headers), quote(key_id),
+             quote(body_nonce), quote(sealed_headers), quote(headers_nonce),
+             quote(sealed_subject), quote(subject_nonce), quote(subject_digest)
+         FROM webhook_bodies ORDER BY event_id",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap();
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| (0..11).map(|i| row.get::<String, _>(i)).collect())
+        .collect();
+    let hex = |b: &[u8]| format!("X'{}'", hex::encode_upper(b));
+    let expected = [
+        vec![
+            "a".into(),
+            "'s'".into(),
+            hex(br#"{"id":"a","type":"t"}"#),
+            "'user-agent: é\nx-b: 1\n'".into(),
+        ]
+        .into_iter()
+        .chain(std::iter::repeat_n("NULL".to_owned(), 7))
+        .collect::<Vec<String>>(),
+        vec![
+            "b".into(),
+            "'s'".into(),
+            hex(&[0, 1, 2]),
+            "NULL".into(),
+            "'k1'".into(),
+            hex(&[3; 24]),
+            hex(&[4, 0, 5]),
+            hex(&[6; 24]),
+            hex(&[7]),
+            hex(&[8; 24]),
+            hex(&[9; 32]),
+        ],
+        ["c", "'s'"]
+            .map(String::from)
+            .into_iter()
+            .chain(std::iter::repeat_n("NULL".to_owned(), 9))
+            .collect(),
+    ];
+    assert_eq!(rows[..3], expected);
+    // The empty body is a blob of no bytes, not NULL.
+    assert_eq!(rows[3][2], "X''");
+}
