@@ -12,36 +12,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::amqp::{rabbitmqctl, Restart};
 use http::StatusCode;
 use lapin::options::{BasicGetOptions, QueueDeleteOptions};
 use tower_webhook::inbox::amqp::Amqp;
 use tower_webhook::store::MemoryStore;
-
-fn rabbitmqctl(args: &[&str]) {
-    // Within a minute, or the test fails (a broker that no longer answers hangs it).
-    let out = std::process::Command::new("timeout")
-        .arg("60")
-        .arg("rabbitmqctl")
-        .args(args)
-        .output()
-        .expect("rabbitmqctl (of the broker at AMQP_URL) must be installed for this test");
-    assert!(
-        out.status.success(),
-        "rabbitmqctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Starts the broker's application again however the test ends.
-struct Restart;
-
-impl Drop for Restart {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("timeout")
-            .args(["60", "rabbitmqctl", "start_app"])
-            .output();
-    }
-}
 
 /// One signed delivery through the layers: its status, a 503 always with `Retry-After`.
 async fn deliver(amqp: &Amqp, store: &MemoryStore, id: &str) -> StatusCode {

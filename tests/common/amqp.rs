@@ -43,3 +43,34 @@ pub async fn deliver(amqp: &Amqp, store: &MemoryStore, id: &str) -> (StatusCode,
     let retry_after = response.headers().contains_key("retry-after");
     (response.status(), retry_after)
 }
+
+/// Runs `rabbitmqctl` on the local broker, within a minute or the test fails.
+pub fn rabbitmqctl(args: &[&str]) {
+    // Within a minute, or the test fails (a broker that no longer answers hangs it).
+    let out = std::process::Command::new("timeout")
+        .arg("60")
+        .arg("rabbitmqctl")
+        .args(args)
+        .output()
+        .expect("rabbitmqctl (of the broker at AMQP_URL) must be installed for this test");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Starts the broker's application again however the test ends, and waits (up to a
+/// minute) until it is up.
+pub struct Restart;
+
+impl Drop for Restart {
+    fn drop(&mut self) {
+        for args in [
+            ["60", "rabbitmqctl", "start_app"],
+            ["60", "rabbitmqctl", "await_startup"],
+        ] {
+            let _ = std::process::Command::new("timeout").args(args).output();
+        }
+    }
+}

@@ -59,10 +59,13 @@ impl Consumer {
     }
 
     /// Closes the channel: what it still holds unacknowledged goes back to the queue.
+    /// Bounded: a channel whose connection died without lapin seeing it (after a broker
+    /// restart) never answers its close, and a shutdown must not wait for it.
     pub(super) async fn close(self) {
         let channel = self.channel.lock().expect("not poisoned").take();
         if let Some(channel) = channel {
-            let _ = channel.close(200, "worker stopped".into()).await;
+            let close = channel.close(200, "worker stopped".into());
+            let _ = tokio::time::timeout(CLOSE_WAIT, close).await;
         }
     }
 }
@@ -80,6 +83,9 @@ impl Drop for Consumer {
         }
     }
 }
+
+/// The longest a stopping worker waits for the broker to answer a cancel or a close.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// Consumes until stopped: a channel, its prefetch, a consumer; again after it died.
 async fn consume(
@@ -128,7 +134,8 @@ async fn consume(
                 },
                 () = hurry_up(&mut stopped) => {
                     let tag = consumer.tag();
-                    let _ = channel.basic_cancel(tag, BasicCancelOptions::default()).await;
+                    let cancel = channel.basic_cancel(tag, BasicCancelOptions::default());
+                    let _ = tokio::time::timeout(CLOSE_WAIT, cancel).await;
                     // What was sent before the cancel took effect: to the worker, which
                     // hands it back.
                     let late = Duration::from_millis(200);
