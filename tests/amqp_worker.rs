@@ -648,3 +648,136 @@ async fn a_max_run_past_the_brokers_consumer_timeout_is_refused_and_the_default_
     );
     amqp.delete().await.unwrap();
 }
+
+/// A worker whose runtime is dropped mid-storm — every task stopped at whatever await it
+/// was in, its connection gone with it: no release, no acknowledgement, no shutdown, as a
+/// killed process — while events keep being accepted, and a new worker draining the rest.
+/// Counted as a total-queue checker does: every accepted event processed at least once,
+/// and each effect exactly once through the claim (`Once`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_runtime_is_dropped_mid_storm_loses_nothing_and_doubles_no_effect() {
+    let amqp = amqp().await;
+    let ids = ids("evt", 240);
+    let (first, rest) = ids.split_at(80);
+    accept(&amqp, first).await;
+    let store: Arc<dyn DedupeStore> = Arc::new(MemoryStore::new());
+    let once = Once::new(MemoryStore::new(), "effect")
+        .with_lease(Duration::from_secs(1))
+        .unwrap();
+    let ledger: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let seen = Seen::default();
+    let processor = {
+        let (ledger, once, seen) = (ledger.clone(), once.clone(), seen.clone());
+        move |e: Event, a: Attempt| {
+            let (ledger, once, seen) = (ledger.clone(), once.clone(), seen.clone());
+            async move {
+                let id = e.id().unwrap().to_owned();
+                seen.attempts
+                    .lock()
+                    .unwrap()
+                    .entry(id.clone())
+                    .or_default()
+                    .push((a.number(), tokio::time::Instant::now()));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                let key = id.clone();
+                let effect = once.run(&key, move |_| async move {
+                    *ledger.lock().unwrap().entry(id).or_default() += 1;
+                    Ok::<_, String>(())
+                });
+                match effect.await {
+                    Ok(Ran::InProgress { .. }) => Err("in progress elsewhere".to_owned()),
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        }
+    };
+    let worker = move |amqp: &Amqp, processor| {
+        AmqpWorker::from_arc(amqp, store.clone(), processor)
+            .with_concurrency(4)
+            .unwrap()
+            .with_lease(Duration::from_secs(1))
+            .unwrap()
+            .with_backoff(Duration::from_millis(50), Duration::from_millis(200))
+            .unwrap()
+            .spawn()
+    };
+    // The killed worker: its own runtime, its own connection.
+    let doomed = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (url, exchange, queue) = (
+        amqp_url(),
+        amqp.exchange().to_owned(),
+        amqp.queue().to_owned(),
+    );
+    let its_amqp = doomed
+        .spawn(async move {
+            Amqp::builder(&url)
+                .with_exchange(&exchange)
+                .unwrap()
+                .with_queue(&queue)
+                .unwrap()
+                .build()
+                .await
+                .unwrap()
+        })
+        .await
+        .unwrap();
+    let a = {
+        let (its_amqp, processor, worker) = (its_amqp.clone(), processor.clone(), worker.clone());
+        let spawned = doomed.spawn(async move { worker(&its_amqp, processor) });
+        spawned.await.unwrap()
+    };
+    // The storm goes on while it runs and after it dies.
+    let storm = {
+        let (amqp, rest) = (amqp.clone(), rest.to_vec());
+        tokio::spawn(async move {
+            for id in rest {
+                amqp.accept(&event(&id)).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    eventually("a fifth done", async || {
+        ledger.lock().unwrap().len() >= ids.len() / 5
+    })
+    .await;
+    doomed.shutdown_background(); // killed mid-run: nothing more of it runs
+    let done_by_it = ledger.lock().unwrap().len();
+    assert!(
+        done_by_it < ids.len(),
+        "killed with events left ({done_by_it} done)"
+    );
+    drop((a, its_amqp));
+    let b = worker(&amqp, processor);
+    storm.await.unwrap();
+    eventually("all done", async || {
+        ledger.lock().unwrap().len() == ids.len()
+    })
+    .await;
+    eventually("all acknowledged", async || {
+        counts(&amqp).await == (0, 0, 0)
+    })
+    .await;
+    b.shutdown().await;
+    let (lost, _) = seen.runs(&ids);
+    assert_eq!(lost, 0, "every accepted event processed at least once");
+    let doubled: Vec<_> = ledger
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, &n)| n != 1)
+        .map(|(id, n)| format!("{id}: {n}"))
+        .collect();
+    assert!(doubled.is_empty(), "each effect exactly once: {doubled:?}");
+    assert_eq!(
+        ledger.lock().unwrap().len(),
+        ids.len(),
+        "no effect of anything else"
+    );
+    assert_eq!(counts(&amqp).await, (0, 0, 0));
+    amqp.delete().await.unwrap();
+}
