@@ -152,27 +152,34 @@ impl StoredHeaders {
 }
 
 /// Whether `name` (lower case) says it carries a credential: see [`CREDENTIAL_WORDS`].
-/// Read in place, each word tried where its first letter is: no copy of the name
-/// without its separators, no substring search a word (~1 700 instructions a header
-/// before, counted by callgrind on the inbox's accept).
+/// The name without its separators is lower-cased into a buffer on the stack (a longer
+/// name, onto the heap), and each word tried only where its first letter is: no
+/// substring search a word (~1 700 instructions a header before, ~2 000 with an
+/// iterator cloned at each letter; counted by callgrind on the inbox's accept).
 pub(crate) fn names_a_credential(name: &str) -> bool {
-    let mut rest = name
+    let letters = name
         .bytes()
         .filter(|b| !matches!(b, b'-' | b'_' | b'.'))
         .map(|b| b.to_ascii_lowercase());
-    loop {
-        let here = rest.clone();
-        let Some(first) = rest.next() else {
-            return false;
-        };
-        let starts_here = |word: &&str| {
-            let mut name = here.clone();
-            word.as_bytes()[0] == first && word.bytes().all(|w| name.next() == Some(w))
-        };
-        if CREDENTIAL_WORDS.iter().any(starts_here) {
-            return true;
+    let mut stack = [0u8; 64];
+    let heap: Vec<u8>;
+    let bare: &[u8] = if name.len() <= stack.len() {
+        let mut len = 0;
+        for (slot, b) in stack.iter_mut().zip(letters) {
+            *slot = b;
+            len += 1;
         }
-    }
+        &stack[..len]
+    } else {
+        heap = letters.collect();
+        &heap
+    };
+    (0..bare.len()).any(|at| {
+        let rest = &bare[at..];
+        CREDENTIAL_WORDS
+            .iter()
+            .any(|word| word.as_bytes()[0] == rest[0] && rest.starts_with(word.as_bytes()))
+    })
 }
 
 /// Whether `scheme` names `name` as one of its own headers: signature, id, timestamp, type
@@ -294,6 +301,12 @@ mod tests {
         for name in ordinary {
             assert!(!names_a_credential(&name.to_ascii_lowercase()), "{name}");
         }
+        // Past the stack's 64 bytes, read the same; a word split by separators too.
+        let long = format!("x-{}", "a".repeat(70));
+        assert!(!names_a_credential(&long));
+        assert!(names_a_credential(&format!("{long}-api-key")));
+        assert!(names_a_credential(&format!("{long}-t.o_k-en")));
+        assert!(names_a_credential("x-t.o_k-en"));
     }
 
     #[test]
