@@ -39,16 +39,7 @@ impl Names {
     }
 
     async fn amqp_at(&self, url: &str) -> Amqp {
-        Amqp::builder(url)
-            .with_exchange(&self.name)
-            .unwrap()
-            .with_queue(&self.name)
-            .unwrap()
-            .with_confirm_timeout(Duration::from_secs(2))
-            .unwrap()
-            .build()
-            .await
-            .unwrap()
+        common::amqp::named(url, &self.name).await
     }
 
     /// A raw channel of the test's own.

@@ -29,16 +29,7 @@ async fn deliver(amqp: &Amqp, store: &MemoryStore, id: &str) -> StatusCode {
 async fn a_broker_restart_is_503_throughout_and_publishing_resumes_within_5_s() {
     let url = common::amqp_url();
     let name = common::amqp::name();
-    let amqp = Amqp::builder(&url)
-        .with_exchange(&name)
-        .unwrap()
-        .with_queue(&name)
-        .unwrap()
-        .with_confirm_timeout(Duration::from_secs(2))
-        .unwrap()
-        .build()
-        .await
-        .unwrap();
+    let amqp = common::amqp::named(&url, &name).await;
     let store = MemoryStore::new();
     let mut accepted = Vec::new();
     for i in 0..5 {

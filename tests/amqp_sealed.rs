@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::amqp::raw_channel;
-use common::{amqp_url, at, verifier, NOW, TEST_SECRET};
+use common::{amqp_url, at, eventually, verifier, NOW, TEST_SECRET};
 use lapin::options::{BasicGetOptions, BasicNackOptions};
 use lapin::types::AMQPValue;
 use serde_json::json;
@@ -153,16 +153,6 @@ fn recording(bodies: Bodies, fail: &'static str) -> impl Processor {
             }
         }
     }
-}
-
-async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    for _ in 0..500 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 #[tokio::test]

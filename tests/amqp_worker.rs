@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::amqp::raw_channel;
-use common::{amqp_url, paid_event as event};
+use common::{amqp_url, eventually, paid_event as event};
 use lapin::options::BasicGetOptions;
 use tower_webhook::inbox::amqp::{Amqp, AmqpWorker};
 use tower_webhook::inbox::{Attempt, Processor};
@@ -103,16 +103,6 @@ impl Seen {
 
 fn succeed(_: &str, _: u32) -> Result<(), String> {
     Ok(())
-}
-
-async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    for _ in 0..1000 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 /// The queue's messages ready and the delay queues' (`queued`, `processing`), and the
@@ -319,6 +309,39 @@ async fn two_workers_share_the_queue_with_a_postgres_store() {
     two_workers_share_the_queue(Arc::new(store)).await;
 }
 
+/// Each effect, applied through `once` (its claim exactly once per event), counted in
+/// `ledger`; each attempt recorded in `seen`. A run finding the effect in progress
+/// elsewhere fails, to be retried.
+fn effects(ledger: &Ledger, once: &Once, seen: &Seen) -> impl Processor + Clone {
+    let (ledger, once, seen) = (ledger.clone(), once.clone(), seen.clone());
+    move |e: Event, a: Attempt| {
+        let (ledger, once, seen) = (ledger.clone(), once.clone(), seen.clone());
+        async move {
+            let id = e.id().unwrap().to_owned();
+            seen.attempts
+                .lock()
+                .unwrap()
+                .entry(id.clone())
+                .or_default()
+                .push((a.number(), tokio::time::Instant::now()));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let key = id.clone();
+            let effect = once.run(&key, move |_| async move {
+                *ledger.lock().unwrap().entry(id).or_default() += 1;
+                Ok::<_, String>(())
+            });
+            match effect.await {
+                Ok(Ran::InProgress { .. }) => Err("in progress elsewhere".to_owned()),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    }
+}
+
+/// The effects applied, by event id.
+type Ledger = Arc<Mutex<HashMap<String, u32>>>;
+
 /// A worker killed mid-storm (its task aborted: its channel closes, its deliveries go back
 /// to the queue) and another finishing: none lost, and each effect once (`Once`) — the
 /// killed worker's attempts that ran count, the rest run again.
@@ -327,47 +350,18 @@ async fn a_worker_killed_mid_storm(store: Arc<dyn DedupeStore>) {
     let other = again(&amqp).await;
     let ids = ids("evt", 150);
     accept(&amqp, &ids).await;
-    let ledger: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let ledger: Ledger = Arc::default();
     let once = Once::new(MemoryStore::new(), "effect");
     let seen = Seen::default();
-    let processor = |ledger: Arc<Mutex<HashMap<String, u32>>>, once: Once, seen: Seen| {
-        move |e: Event, a: Attempt| {
-            let (ledger, once, seen) = (ledger.clone(), once.clone(), seen.clone());
-            async move {
-                let id = e.id().unwrap().to_owned();
-                seen.attempts
-                    .lock()
-                    .unwrap()
-                    .entry(id.clone())
-                    .or_default()
-                    .push((a.number(), tokio::time::Instant::now()));
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                let key = id.clone();
-                let effect = once.run(&key, move |_| async move {
-                    *ledger.lock().unwrap().entry(id).or_default() += 1;
-                    Ok::<_, String>(())
-                });
-                match effect.await {
-                    Ok(Ran::InProgress { .. }) => Err("in progress elsewhere".to_owned()),
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(e.to_string()),
-                }
-            }
-        }
-    };
     let worker = |amqp: &Amqp| {
-        AmqpWorker::from_arc(
-            amqp,
-            store.clone(),
-            processor(ledger.clone(), once.clone(), seen.clone()),
-        )
-        .with_concurrency(4)
-        .unwrap()
-        .with_lease(Duration::from_secs(1))
-        .unwrap()
-        .with_backoff(Duration::from_millis(50), Duration::from_millis(200))
-        .unwrap()
-        .spawn()
+        AmqpWorker::from_arc(amqp, store.clone(), effects(&ledger, &once, &seen))
+            .with_concurrency(4)
+            .unwrap()
+            .with_lease(Duration::from_secs(1))
+            .unwrap()
+            .with_backoff(Duration::from_millis(50), Duration::from_millis(200))
+            .unwrap()
+            .spawn()
     };
     let a = worker(&amqp);
     eventually("a third done", async || {
@@ -664,34 +658,9 @@ async fn a_worker_whose_runtime_is_dropped_mid_storm_loses_nothing_and_doubles_n
     let once = Once::new(MemoryStore::new(), "effect")
         .with_lease(Duration::from_secs(1))
         .unwrap();
-    let ledger: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let ledger: Ledger = Arc::default();
     let seen = Seen::default();
-    let processor = {
-        let (ledger, once, seen) = (ledger.clone(), once.clone(), seen.clone());
-        move |e: Event, a: Attempt| {
-            let (ledger, once, seen) = (ledger.clone(), once.clone(), seen.clone());
-            async move {
-                let id = e.id().unwrap().to_owned();
-                seen.attempts
-                    .lock()
-                    .unwrap()
-                    .entry(id.clone())
-                    .or_default()
-                    .push((a.number(), tokio::time::Instant::now()));
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                let key = id.clone();
-                let effect = once.run(&key, move |_| async move {
-                    *ledger.lock().unwrap().entry(id).or_default() += 1;
-                    Ok::<_, String>(())
-                });
-                match effect.await {
-                    Ok(Ran::InProgress { .. }) => Err("in progress elsewhere".to_owned()),
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(e.to_string()),
-                }
-            }
-        }
-    };
+    let processor = effects(&ledger, &once, &seen);
     let worker = move |amqp: &Amqp, processor| {
         AmqpWorker::from_arc(amqp, store.clone(), processor)
             .with_concurrency(4)

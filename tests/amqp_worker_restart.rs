@@ -50,16 +50,7 @@ async fn accept(amqp: &Amqp, id: &str) {
 #[tokio::test]
 async fn a_worker_consumes_again_within_5_s_of_a_broker_restart_and_loses_or_doubles_nothing() {
     let name = common::amqp::name();
-    let amqp = Amqp::builder(&amqp_url())
-        .with_exchange(&name)
-        .unwrap()
-        .with_queue(&name)
-        .unwrap()
-        .with_confirm_timeout(Duration::from_secs(2))
-        .unwrap()
-        .build()
-        .await
-        .unwrap();
+    let amqp = common::amqp::named(&amqp_url(), &name).await;
     let runs: Runs = Arc::default();
     let record = runs.clone();
     let processor = move |e: Event, _: Attempt| {

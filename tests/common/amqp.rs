@@ -17,6 +17,21 @@ pub fn name() -> String {
     format!("tw_test_{}", uuid::Uuid::new_v4().simple())
 }
 
+/// The exchange and queue `name` (declared when missing) on the broker at `url`, its
+/// accepts waiting up to 2 s for a confirm.
+pub async fn named(url: &str, name: &str) -> Amqp {
+    Amqp::builder(url)
+        .with_exchange(name)
+        .unwrap()
+        .with_queue(name)
+        .unwrap()
+        .with_confirm_timeout(std::time::Duration::from_secs(2))
+        .unwrap()
+        .build()
+        .await
+        .unwrap()
+}
+
 /// A raw channel on a connection of the test's own: reads the broker as it is.
 pub async fn raw_channel() -> lapin::Channel {
     let url = super::amqp_url();

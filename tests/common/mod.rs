@@ -32,6 +32,17 @@ pub const NOW: u64 = 1_700_000_000;
 /// The Standard Webhooks secret the broker tests sign with.
 pub const TEST_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
+/// Waits (checking every 20 ms, up to 20 s) until `check` holds; panics naming `what`.
+pub async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    for _ in 0..1000 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
 /// A verified Standard Webhooks event `id`, signed with [`TEST_SECRET`] at [`NOW`]: a live
 /// `payment_intent.succeeded` about the object `pi_<id>`.
 pub fn paid_event(id: &str) -> Event {
