@@ -115,7 +115,11 @@ async fn a_worker_consumes_again_within_5_s_of_a_broker_restart_and_loses_or_dou
             .is_ok_and(|c| (c.queued, c.processing, c.dead) == (0, 0, 0))
     })
     .await;
-    worker.shutdown().await;
+    let shutdown = tokio::time::timeout(Duration::from_secs(20), worker.shutdown());
+    assert!(
+        shutdown.await.is_ok(),
+        "the worker's shutdown returns after the restart"
+    );
     let runs = runs.lock().unwrap().clone();
     let lost = all.iter().filter(|id| !runs.contains_key(*id)).count();
     let doubled: Vec<_> = runs

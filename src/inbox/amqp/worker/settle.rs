@@ -25,9 +25,12 @@ const CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
 /// the store's done key acknowledges unrun.
 pub(super) async fn ack(delivery: &Delivery, until: Instant) -> Result<(), StoreError> {
     retry_until(until, || async {
-        match delivery.acker.ack(BasicAckOptions::default()).await {
-            Ok(_) => Ok(()),
-            Err(e) => Err(StoreError::new("amqp ack", e)),
+        // Bounded: on a connection the broker's restart killed, lapin may never answer.
+        let ack = delivery.acker.ack(BasicAckOptions::default());
+        match tokio::time::timeout(CONFIRM_TIMEOUT, ack).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(StoreError::new("amqp ack", e)),
+            Err(_) => Err(StoreError::message("amqp ack: no answer in time")),
         }
     })
     .await
@@ -41,7 +44,7 @@ pub(super) async fn requeue(delivery: &Delivery) {
         ..BasicNackOptions::default()
     };
     // Not sent (the channel died): the broker requeues it anyway, counted the same.
-    let _ = delivery.acker.nack(requeue).await;
+    let _ = tokio::time::timeout(CONFIRM_TIMEOUT, delivery.acker.nack(requeue)).await;
 }
 
 /// Sends the event back to run after `after` (at once: zero) — its attempt `counted` or
@@ -57,7 +60,12 @@ pub(super) async fn back(
 ) {
     let prior = held.prior(counted);
     let copied = retry_until(until, || async {
-        let to = queue.delays.queue_for(&queue.amqp, after).await?;
+        let to = queue.delays.queue_for(&queue.amqp, after);
+        let to = tokio::time::timeout(CONFIRM_TIMEOUT, to)
+            .await
+            .map_err(|_| {
+                StoreError::message("amqp delay queue: no answer from the broker in time")
+            })??;
         let mut headers = copied_headers(&held.delivery);
         headers.insert(PRIOR_ATTEMPTS.into(), text(&prior.to_string()));
         let published = publish(&queue.amqp, &held.delivery, &to, headers).await;
@@ -140,8 +148,9 @@ async fn publish(
         .clone()
         .with_headers(headers)
         .with_delivery_mode(2);
-    let channel = amqp.connection().publisher().await?;
     let confirmed = async {
+        // Within the timeout too: a channel that will not open is as late as a confirm.
+        let channel = amqp.connection().publisher().await?;
         let options = BasicPublishOptions {
             mandatory: true,
             ..BasicPublishOptions::default()
