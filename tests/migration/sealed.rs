@@ -134,8 +134,8 @@ async fn an_event_without_its_body_shows_and_ends_dead_unrun(inbox: Inbox, db: D
         assert_eq!(dead.summary.state, State::Dead, "{id}");
         assert_eq!(dead.summary.last_error.as_deref(), Some(reason), "{id}");
         assert_eq!(
-            dead.summary.attempts, 0,
-            "{id}: ended at its claim, never started: no attempt counted"
+            dead.summary.attempts, 1,
+            "{id}: the claim's attempt, ended at once"
         );
     }
 }
