@@ -148,8 +148,8 @@ macro_rules! shared_settings {
         ///
         /// It also bounds how fast a quick processor drains the queue. On the SQL inbox an
         /// event's attempt is counted when it starts, not when it is claimed, so a claim
-        /// also takes up to `n` events ahead of the processors (started in the order they
-        /// fell due): they wait here for one,
+        /// (with `n` over 1: one processor runs its events in the order claimed, one at a
+        /// time) also takes up to `n` events ahead of the processors: they wait here for one,
         /// their lease renewed, and a worker that dies hands them back uncounted when
         /// their lease runs out (a shutdown hands them back at once); processors freed
         /// while the next claim is out start at once instead of waiting for it.

@@ -85,10 +85,10 @@ impl<Q: Queue> Engine<Q> {
         // many events as there are processors ahead of one (at most twice the concurrency
         // held): the processors freed while the next claim is out (its latency) start
         // at once instead of waiting for it. The events ahead are renewed while they wait.
-        // They start in the order claimed (the queue returns a claim's rows in the order
-        // they fell due).
-        let ahead =
-            (Q::PREFETCHES && Q::GIVES_BACK).then(|| Arc::new(Semaphore::new(this.concurrency)));
+        // Not with one processor: its events start one at a time in the order claimed, and
+        // a claim's rows come back in no set order.
+        let ahead = (Q::PREFETCHES && Q::GIVES_BACK && this.concurrency > 1)
+            .then(|| Arc::new(Semaphore::new(this.concurrency)));
         let freed = Freeing {
             processors: processors.clone(),
             told: Arc::new(Notify::new()),

@@ -45,8 +45,7 @@ use crate::store::{Delivery, StoreFuture, Token};
 /// Routes of one object count per processor: one processor's backlog never holds
 /// another's turn. The event's trace context (feature `otel`), and whether the route is
 /// still due at its event's accept time (`first_run`), by one more lateral lookup by key,
-/// only for an event that has one. The rows come back in the order they fell due (a
-/// worker starts the rows it claimed ahead of its processors in that order).
+/// only for an event that has one.
 pub(super) const CLAIM_DUE: &str = "
 WITH claimed AS (
     UPDATE webhook_routes w
@@ -103,8 +102,7 @@ LEFT JOIN LATERAL (SELECT e.traceparent, e.tracestate,
         e.next_attempt_at = c.next_attempt_at AS as_accepted
     FROM webhook_events e
     WHERE e.source = c.source AND e.event_id = c.event_id AND e.traceparent IS NOT NULL
-    OFFSET 0) t ON true
-ORDER BY c.next_attempt_at";
+    OFFSET 0) t ON true";
 
 /// Claimed rows a worker hands back unstarted (its claim was answered too late to run
 /// them safely, their caps were full, or it stopped): due again at once, their count

@@ -239,7 +239,7 @@ pub(super) async fn claim_due(
 ) -> Result<Vec<ClaimedRow>, StoreError> {
     let err = |e| store_error("inbox claim", e);
     let json = |keys: &[String]| serde_json::to_string(keys).expect("strings");
-    let mut routes: Vec<ClaimedRoute> = sqlx::query_as(CLAIM_DUE)
+    let routes: Vec<ClaimedRoute> = sqlx::query_as(CLAIM_DUE)
         .bind(now)
         .bind(ms(due.lease))
         .bind(due.token.to_string())
@@ -253,9 +253,6 @@ pub(super) async fn claim_due(
         .fetch_all(&mut *conn)
         .await
         .map_err(err)?;
-    // In the order they fell due (`RETURNING` keeps none): a worker starts the routes it
-    // claimed ahead of its processors in that order; ties stay in the order returned.
-    routes.sort_by_key(|route| route.next_attempt_at);
     for route in routes.iter().filter(|route| route.buried) {
         sqlx::query(BURY_CRASHED)
             .bind(&route.source)
