@@ -94,13 +94,6 @@ pub(crate) trait Queue: Send + Sync + 'static {
     /// uncounted. Where it cannot, the events of a claim still out at shutdown are run.
     const GIVES_BACK: bool;
 
-    /// Whether a claim may take more events than there are free processors (prefetch):
-    /// the extra ones wait for a processor in this worker, renewed meanwhile, so that
-    /// processors freed while the next claim is out start at once. Only for a queue whose
-    /// [`start`](Self::start) counts the attempt and that [gives back](Self::GIVES_BACK):
-    /// a crash hands the waiting ones back uncounted, a shutdown gives them back.
-    const PREFETCHES: bool = false;
-
     /// Whether [`claim`](Self::claim) holds the per-object cap itself (leaving an event
     /// over it unclaimed). Otherwise the worker holds it, as its other caps.
     const CAPS_OBJECTS: bool;

@@ -223,9 +223,6 @@ impl Queue for Routes {
     const CLAIM_WAITS: bool = false;
     // The claim's token fences the hand-back: rows another worker took over stay its own.
     const GIVES_BACK: bool = true;
-    // A claim reserves, the start counts (`start`): rows waiting for a processor cost
-    // nothing when they come back.
-    const PREFETCHES: bool = true;
     // A claim leaves an object's events over the cap unclaimed, for every worker at once.
     const CAPS_OBJECTS: bool = true;
 
