@@ -45,16 +45,15 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// [`headers::stored`](super::headers) made them (none: none kept), and a route for
     /// each of its processors ([`Delivery::routes`]), in one transaction.
     fn accept(&self, d: Delivery) -> StoreFuture<Accepted>;
-    /// Claims what `due` asks for in one statement, reserving each row (lease and token)
-    /// without counting an attempt ([`start`](Self::start) counts it); a due row whose
-    /// `max_attempts` attempts all started and ended without an outcome (each crashed its
+    /// Claims what `due` asks for in one statement, counting an attempt each; a due row
+    /// whose `max_attempts` attempts all ended without an outcome (each crashed its
     /// worker) is marked dead instead, in the same statement. With `per_object`, a row of
     /// an object is due only while fewer than that many of the object's unfinished rows
     /// are running or came before it. Rows of the sources and types in `skip` are not
     /// claimed (their caps are reached). Only `processor`'s routes.
     fn claim(&self, processor: Arc<str>, due: ClaimDue) -> StoreFuture<Vec<Claimed>>;
-    /// Hands rows a claim under `token` took, and that never started, back to the queue,
-    /// due at once, their count unchanged; returns how many.
+    /// Hands rows a claim under `token` took back to the queue, due at once, their attempt
+    /// uncounted (the claim was answered too late to run them); returns how many.
     fn give_back(
         &self,
         processor: Arc<str>,
@@ -66,10 +65,6 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn min_lease(&self) -> Duration {
         Duration::ZERO
     }
-    /// Starts the reserved row's attempt, counting it, if its token still holds it under
-    /// a lease that has not run out and it has not started yet; `false` otherwise (then
-    /// it must not run).
-    fn start(&self, row: HeldRow) -> StoreFuture<bool>;
     /// Extends the row's lease if its token still holds it; `false` when fenced out.
     fn renew(&self, row: HeldRow, lease: Duration) -> StoreFuture<bool>;
     /// Records `outcome` if the row's token still holds it; `false` when fenced out.

@@ -61,16 +61,12 @@
 //! `webhook_attempts` keeps the inbox's history: one row per attempt that ended, written
 //! by the statement (PostgreSQL: a CTE beside the row's update) or the transaction
 //! (SQLite: one insert per writer batch) that records the outcome, so a row's state and
-//! its history never disagree. A claim only reserves a route (lease and token,
-//! `attempt_started_at` cleared) and counts no attempt; the attempt counts when it starts
-//! (`start`, one statement per writer batch on PostgreSQL's group commit, a statement of
-//! SQLite's writer batch), which sets `attempt_started_at` — so a reserved route a crashed
-//! worker never started comes back with its count unchanged. The attempt that
+//! its history never disagree. The claim sets `attempt_started_at`. The attempt that
 //! processed the row is no row there: `attempt_started_at` and `processed_at` are its
 //! record, read back beside the table's, and a trigger copies it into the table when a
 //! requeue clears them — so the drain (claims and "processed") writes no more rows than
-//! before. An attempt that started and never ended (its token and start still on the row
-//! when the next claim takes it) is recorded as crashed by a trigger, whose `WHEN` costs the claims of other
+//! before. An attempt that never ended (its token still on the row when the next claim
+//! takes it) is recorded as crashed by a trigger, whose `WHEN` costs the claims of other
 //! rows nothing. Another trigger deletes an event's attempts with its row, whichever
 //! prune deletes it. The accept stores the delivery's request
 //! headers (`headers`, as [`crate::inbox::headers`] keeps them) in the row itself.

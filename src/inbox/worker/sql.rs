@@ -324,18 +324,15 @@ impl Queue for Routes {
 
     async fn start(
         &self,
-        row: &HeldRow,
+        _: &HeldRow,
         _: (&Event, u32),
         _: u32,
-        heartbeat: &Heartbeat,
+        _: &Heartbeat,
         _: &mut watch::Receiver<bool>,
     ) -> bool {
-        // The claim marked dead a row that crashed too often and took no more of an
-        // object's rows than its cap; the attempt counts from here, fenced on the token.
-        // Not written before the lease ends (or fenced out): not run, and back with its
-        // lease, its count unchanged.
-        let start = || self.inbox.backend.start(row.clone());
-        matches!(retry_until(heartbeat.lease_ends(), start).await, Ok(true))
+        // The claim counted the attempt, marked dead a row that crashed too often, and
+        // took no more of an object's rows than its cap.
+        true
     }
 
     async fn renew(&self, row: &HeldRow, lease: Duration) -> Result<bool, StoreError> {

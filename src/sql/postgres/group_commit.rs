@@ -27,9 +27,6 @@ pub(super) enum Write {
     /// The inbox worker's: the row processed, if the token still holds it; waking the
     /// workers of every process when its object's later events wait for it.
     Processed(String, String, Token, bool, std::sync::Arc<str>),
-    /// The inbox worker's: a reserved row's attempt started, counted, if the token still
-    /// holds it (its processor last).
-    Started(String, String, Token, std::sync::Arc<str>),
 }
 
 /// Its outcome.
@@ -46,7 +43,7 @@ impl Write {
     pub(super) fn size(&self) -> usize {
         match self {
             Write::Accept(d) => d.size(),
-            Write::Claim(..) | Write::Complete(..) | Write::Processed(..) | Write::Started(..) => 0,
+            Write::Claim(..) | Write::Complete(..) | Write::Processed(..) => 0,
         }
     }
 
@@ -54,7 +51,7 @@ impl Write {
     /// door's.
     pub(super) fn lane(&self) -> Lane {
         match self {
-            Write::Complete(..) | Write::Processed(..) | Write::Started(..) => Lane::Urgent,
+            Write::Complete(..) | Write::Processed(..) => Lane::Urgent,
             Write::Claim(..) | Write::Accept(_) => Lane::Front,
         }
     }
@@ -100,21 +97,6 @@ WITH done AS (
 SELECT source, event_id, lock_token,
     CASE WHEN wakes THEN pg_notify('webhook_events', processor || ' 0')::text END
 FROM done";
-
-/// Many inbox routes' attempts started in one statement (each counted, its start kept for
-/// its record), while each one's claim still holds it under its token and lease and it
-/// has not started yet (a start tried again after a lost answer counts nothing twice);
-/// the keys and tokens that matched come back. In key order, as `update_done`.
-pub(super) const STARTED_MANY: &str = "
-UPDATE webhook_routes w
-SET attempts = w.attempts + 1, attempt_started_at = clock_timestamp()
-FROM unnest($1::text[], $2::text[], $3::uuid[], $4::text[])
-    AS input(source, event_id, token, processor)
-WHERE w.source = input.source AND w.event_id = input.event_id
-  AND w.processor = input.processor AND w.lock_token = input.token
-  AND w.processed_at IS NULL AND w.dead_at IS NULL AND w.attempt_started_at IS NULL
-  AND w.locked_until > clock_timestamp()
-RETURNING w.source, w.event_id, w.lock_token";
 
 /// A delivery's columns, as arrays for `unnest`.
 #[derive(Default)]
@@ -184,7 +166,7 @@ pub(super) async fn write_batch(
     writes: Vec<Write>,
 ) -> Vec<Result<Written, StoreError>> {
     let (mut claims, mut completes, mut accepts) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut processed, mut started) = (Vec::new(), Vec::new());
+    let mut processed = Vec::new();
     for (i, write) in writes.iter().enumerate() {
         match write {
             Write::Claim(d, token, lease) => claims.push((i, (d, *token, *lease))),
@@ -196,17 +178,13 @@ pub(super) async fn write_batch(
                 let key = (source.as_str(), id.as_str(), *token);
                 processed.push((i, (key, *wakes, &**processor)));
             }
-            Write::Started(source, id, token, processor) => {
-                started.push((i, (source.as_str(), id.as_str(), *token, &**processor)));
-            }
         }
     }
-    let (claimed, completed, accepted, recorded, begun) = tokio::join!(
+    let (claimed, completed, accepted, recorded) = tokio::join!(
         claim_many(pool, claims.iter().map(|c| c.1).collect()),
         complete_many(pool, completes.iter().map(|c| c.1).collect()),
         accept_many(pool, accepts.iter().map(|c| c.1).collect()),
         processed_many(pool, processed.iter().map(|c| c.1).collect()),
-        started_many(pool, started.iter().map(|c| c.1).collect()),
     );
     let mut results: Vec<Option<Result<Written, StoreError>>> =
         std::iter::repeat_with(|| None).take(writes.len()).collect();
@@ -220,9 +198,6 @@ pub(super) async fn write_batch(
         results[*i] = Some(r.map(Written::Accept));
     }
     for ((i, _), r) in processed.iter().zip(recorded) {
-        results[*i] = Some(r.map(Written::Complete));
-    }
-    for ((i, _), r) in started.iter().zip(begun) {
         results[*i] = Some(r.map(Written::Complete));
     }
     results
@@ -450,58 +425,6 @@ pub(super) async fn update_done(
     }
     let rows = query.fetch_all(pool).await?;
     rows.iter()
-        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
-        .collect()
-}
-
-/// The inbox worker's starts in one statement ([`STARTED_MANY`]); a row not matched was
-/// fenced out (its lease ran out, or another claim holds it). A statement the server
-/// refused is tried row by row, so one bad row answers alone.
-async fn started_many(
-    pool: &PgPool,
-    rows: Vec<(&str, &str, Token, &str)>,
-) -> Vec<Result<bool, StoreError>> {
-    if rows.is_empty() {
-        return Vec::new();
-    }
-    match start_rows(pool, &rows).await {
-        Ok(done) => rows
-            .iter()
-            .map(|&(source, id, token, _)| Ok(done.contains(&done_key(source, id, token))))
-            .collect(),
-        Err(e) if unavailable(&e) => all_failed(rows.len(), "inbox start", &e),
-        Err(_) => {
-            let mut results = Vec::with_capacity(rows.len());
-            for row in rows {
-                let one = start_rows(pool, &[row]).await;
-                let key = done_key(row.0, row.1, row.2);
-                results.push(
-                    one.map(|done| done.contains(&key))
-                        .map_err(|e| store_error("inbox start", e)),
-                );
-            }
-            results
-        }
-    }
-}
-
-/// [`STARTED_MANY`] on `rows`, in key order (two batches lock shared rows in the same
-/// order: no deadlock): the keys and tokens that matched.
-async fn start_rows(
-    pool: &PgPool,
-    rows: &[(&str, &str, Token, &str)],
-) -> Result<HashSet<DoneKey>, sqlx::Error> {
-    let mut sorted = rows.to_vec();
-    sorted.sort_by_key(|&(source, id, ..)| (source, id));
-    let done = sqlx::query(STARTED_MANY)
-        .persistent(PLANNED_EACH_TIME)
-        .bind(sorted.iter().map(|r| r.0).collect::<Vec<_>>())
-        .bind(sorted.iter().map(|r| r.1).collect::<Vec<_>>())
-        .bind(sorted.iter().map(|r| r.2.as_uuid()).collect::<Vec<_>>())
-        .bind(sorted.iter().map(|r| r.3).collect::<Vec<_>>())
-        .fetch_all(pool)
-        .await?;
-    done.iter()
         .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
         .collect()
 }

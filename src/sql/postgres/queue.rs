@@ -28,13 +28,9 @@ use crate::store::{Delivery, StoreFuture, Token};
 /// the claiming worker holds (`$9`, `$10`: running, or their outcome not yet written) are
 /// left, whatever their lease says. A due
 /// row whose every attempt ended without an outcome (each crashed its worker) is
-/// marked dead in the same statement instead of claimed again. The claim counts no
-/// attempt: it reserves the row (lease, token, `attempt_started_at` cleared), and
-/// `STARTED_MANY` (group commit) counts the attempt when it starts, so a reserved row that
-/// never started comes back with its count unchanged; `attempts = attempts` fires the
-/// trigger that records the attempt before it as crashed when that one started and never
-/// finished (the migration `webhook_events_history`). `attempts` comes back as the number
-/// the attempt will have once started.
+/// marked dead in the same statement instead of claimed again. The attempt's start is
+/// kept for its record; a trigger records the attempt before it as crashed when it never
+/// finished (the migration `webhook_events_history`).
 /// Under a per-object cap of n, a row is claimed while fewer than n of its object's other
 /// unfinished rows run or came before it (in arrival order: rows no accept numbered, from
 /// before, first by time and key): counted up to n and no further, so an object
@@ -49,14 +45,14 @@ use crate::store::{Delivery, StoreFuture, Token};
 pub(super) const CLAIM_DUE: &str = "
 WITH claimed AS (
     UPDATE webhook_routes w
-    SET attempts = w.attempts,
+    SET attempts = w.attempts + (w.attempts < $4)::int,
         dead_at = CASE WHEN w.attempts >= $4 THEN now() END,
         processing_error = CASE WHEN w.attempts >= $4
             THEN coalesce(w.processing_error || '; then ', '') || $5 ELSE w.processing_error END,
         locked_until = CASE WHEN w.attempts < $4
             THEN clock_timestamp() + make_interval(secs => $1) END,
         lock_token = CASE WHEN w.attempts < $4 THEN $2 END,
-        attempt_started_at = NULL
+        attempt_started_at = CASE WHEN w.attempts < $4 THEN clock_timestamp() END
     FROM (
         SELECT source, event_id, processor FROM webhook_routes
         WHERE processor = $11 AND next_attempt_at IS NOT NULL AND next_attempt_at <= now()
@@ -85,7 +81,7 @@ WITH claimed AS (
         FOR UPDATE SKIP LOCKED
     ) due
     WHERE w.source = due.source AND w.event_id = due.event_id AND w.processor = due.processor
-    RETURNING w.source, w.event_id, w.event_type, w.object_id, w.attempts::int8 + 1 AS attempts,
+    RETURNING w.source, w.event_id, w.event_type, w.object_id, w.attempts::int8 AS attempts,
         w.dead_at IS NOT NULL AS buried, w.next_attempt_at
 )
 SELECT c.source, c.event_id, c.event_type, c.object_id,
@@ -104,11 +100,10 @@ LEFT JOIN LATERAL (SELECT e.traceparent, e.tracestate,
     WHERE e.source = c.source AND e.event_id = c.event_id AND e.traceparent IS NOT NULL
     OFFSET 0) t ON true";
 
-/// Claimed rows a worker hands back unstarted (its claim was answered too late to run
-/// them safely, their caps were full, or it stopped): due again at once, their count
-/// unchanged (the claim counted no attempt).
+/// Claimed rows a worker hands back unprocessed (its claim was answered too late to run
+/// them safely): due again at once, the attempt uncounted.
 const GIVE_BACK: &str = "
-UPDATE webhook_routes w SET locked_until = NULL, lock_token = NULL
+UPDATE webhook_routes w SET attempts = w.attempts - 1, locked_until = NULL, lock_token = NULL
 FROM unnest($1::text[], $2::text[]) AS input(source, event_id)
 WHERE w.source = input.source AND w.event_id = input.event_id AND w.processor = $4
   AND w.lock_token = $3 AND w.processed_at IS NULL AND w.dead_at IS NULL";
@@ -363,18 +358,6 @@ impl Backend for Pg {
                 .await
                 .map_err(|e| store_error("inbox give back", e))?;
             Ok(done.rows_affected())
-        })
-    }
-
-    fn start(&self, row: HeldRow) -> StoreFuture<bool> {
-        let this = self.clone();
-        Box::pin(async move {
-            // Gathered with other starts (and outcomes) into one statement and commit.
-            let start = Write::Started(row.source, row.id, row.token, row.processor);
-            match this.write(start).await? {
-                Written::Complete(held) => Ok(held),
-                _ => unreachable!("a start's answer"),
-            }
         })
     }
 

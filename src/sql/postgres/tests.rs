@@ -506,13 +506,3 @@ async fn a_processed_row_that_frees_its_objects_turn_notifies_the_workers() {
         "its object's turn freed: its processor's workers told it is due now"
     );
 }
-
-/// A prefetched batch's unstarted routes come back uncounted after a crash; a route whose
-/// every attempt started and crashed is buried (`assert_unstarted_routes_come_back_uncounted`).
-#[tokio::test]
-async fn unstarted_routes_of_a_crashed_claim_come_back_uncounted() {
-    let pool = fresh_pool().await;
-    let store = crate::store::PgStore::from_migrated_pool(pool);
-    let inbox = crate::inbox::Inbox::postgres(&store);
-    super::super::shared::assert_unstarted_routes_come_back_uncounted(&inbox, store.sql()).await;
-}

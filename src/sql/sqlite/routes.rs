@@ -10,7 +10,7 @@ use super::super::{store_error, ClaimedRow, Outcome, ABANDONED, CRASHED, MAX_ATT
 use super::prune::{PRUNE_DEAD, PRUNE_EVENTS, PRUNE_OLD_TOMBSTONES};
 use super::queue::{
     ABANDON, ACCEPT, ACCEPT_BODIES, ACCEPT_ROUTES, BURY_CRASHED, CAP_ATTEMPTS, CLAIMED_BODIES,
-    CLAIM_DUE, DEAD, GIVE_BACK, LATER, PROCESSED, RECORD_ATTEMPTS, RENEW_ROW, RETRY, START_ROW,
+    CLAIM_DUE, DEAD, GIVE_BACK, LATER, PROCESSED, RECORD_ATTEMPTS, RENEW_ROW, RETRY,
 };
 use super::{bind_delivery, ms};
 use crate::inbox::backend::HeldRow;
@@ -312,7 +312,7 @@ pub(super) async fn claim_due(
         .collect())
 }
 
-/// Claimed routes handed back unstarted under `token`, uncounted: how many were.
+/// Claimed routes handed back under `token`: how many were.
 pub(super) async fn give_back(
     conn: &mut SqliteConnection,
     processor: &str,
@@ -332,21 +332,6 @@ pub(super) async fn give_back(
         n += done.rows_affected();
     }
     Ok(n)
-}
-
-/// A reserved route's attempt started at `now`, counted: whether it was still held (and
-/// not started yet).
-pub(super) async fn start(
-    conn: &mut SqliteConnection,
-    row: &HeldRow,
-    now: i64,
-) -> Result<bool, StoreError> {
-    let done = held(START_ROW, row)
-        .bind(now)
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| store_error("inbox start", e))?;
-    Ok(done.rows_affected() == 1)
 }
 
 /// A held route's lease renewed until `until`: whether it was still held.

@@ -283,16 +283,6 @@ async fn body_expiry_reads_the_processed_index_and_each_table_by_its_key() {
     }
 }
 
-/// A prefetched batch's unstarted routes come back uncounted after a crash; a route whose
-/// every attempt started and crashed is buried (`assert_unstarted_routes_come_back_uncounted`).
-#[tokio::test]
-async fn unstarted_routes_of_a_crashed_claim_come_back_uncounted() {
-    let Fresh { store, .. } = &Fresh::new().await;
-    let inbox = crate::inbox::Inbox::sqlite(store);
-    let sql = store.sql().clone();
-    super::super::shared::assert_unstarted_routes_come_back_uncounted(&inbox, &sql).await;
-}
-
 /// A verified event of `body`, keyed `id` (its body's `id` field).
 fn event(body: &'static [u8]) -> crate::Event {
     crate::Event::new(crate::event::Parts {
