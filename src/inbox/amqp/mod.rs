@@ -42,7 +42,7 @@
 //!   sends a failure to wait out its backoff in a delay queue (`<queue>-retry-<ms>`, which
 //!   dead-letters back to the queue) and buries it in `<queue>-dead` after the last
 //!   attempt; it consumes again on a channel of its own after the connection came back.
-//! - With a key ring ([`AmqpBuilder::with_keys`], feature `seal`) each body is published
+//! - With a key ring ([`with_keys`], feature `seal`) each body is published
 //!   sealed, as JetStream's, so the broker's files hold no plaintext; the worker opens it,
 //!   and buries one no key opens in `<queue>-dead` with the reason, never running it. With
 //!   schemas ([`with_schemas`], feature `schemas`) an event its schema
