@@ -743,6 +743,53 @@ async fn an_event_published_again_after_the_duplicate_window_is_processed_once()
     streams.delete().await;
 }
 
+/// Two messages of one event (the second accepted past the duplicate window) pulled while
+/// paused are both parked, and both come back when the pause ends: the parked stream's own
+/// window does not drop the second, which would leave the stream a message short (its
+/// `processed` count with it).
+#[tokio::test]
+async fn two_messages_of_one_event_parked_in_the_window_both_come_back() {
+    let streams = Streams::new();
+    let jetstream = JetStream::builder(client(&streams.url).await, &streams.name)
+        .with_memory_storage()
+        .with_duplicate_window(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    assert!(jetstream.pause(None, None).await.unwrap());
+    let accepted = jetstream.accept(&event("evt_twice")).await.unwrap();
+    assert_eq!(accepted, Accepted::New);
+    tokio::time::sleep(Duration::from_millis(2200)).await; // past the window
+    let again = jetstream.accept(&event("evt_twice")).await.unwrap();
+    assert_eq!(again, Accepted::New, "a second message: the window is over");
+    let seen = Seen::default();
+    // The second message goes back while the first one's claim holds: a short lease.
+    let worker = claiming_worker(
+        &jetstream,
+        MemoryStore::new(),
+        seen.processor(Duration::ZERO, succeed),
+    )
+    .with_lease(Duration::from_secs(1))
+    .unwrap()
+    .spawn();
+    // Both pulled and parked well within the parked stream's 2 s window.
+    eventually("both parked", async || {
+        jetstream.counts().await.is_ok_and(|c| c.paused == 2)
+    })
+    .await;
+    assert!(jetstream.resume(None, None).await.unwrap());
+    eventually("both back and acknowledged", async || {
+        jetstream
+            .counts()
+            .await
+            .is_ok_and(|c| c.processed == 2 && c.queued + c.processing + c.paused + c.dead == 0)
+    })
+    .await;
+    worker.shutdown().await;
+    assert_eq!(seen.of("evt_twice"), vec![1], "processed once");
+    streams.delete().await;
+}
+
 /// A signed id with a line break (Stripe's id is in the body, where JSON can hold one)
 /// cannot be a header value: accept refuses it as invalid input — a 500 through the
 /// layers, every retry alike — and publishes nothing; it never panics.

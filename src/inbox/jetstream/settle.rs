@@ -84,9 +84,16 @@ pub(super) async fn move_out(
     js: &JetStream,
     message: &Message,
     to: &str,
-    headers: HeaderMap,
+    mut headers: HeaderMap,
     until: Instant,
 ) -> Result<(), StoreError> {
+    let seq = message.info().map(|info| info.stream_sequence).ok();
+    // Named after the message, not its event: two messages of one event (accepted again
+    // past the window) both move, and a message moved again after a crash lands once.
+    if let (Some(seq), Some(id)) = (seq, headers.get(async_nats::header::NATS_MESSAGE_ID)) {
+        let id = format!("{}:{seq}", id.as_str());
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, id);
+    }
     if let Err(error) = publish(js, message, (&js.inner.stream, to), headers).await {
         let _ = nak(message, Some(BURY_AGAIN), until).await;
         return Err(error);
@@ -95,11 +102,11 @@ pub(super) async fn move_out(
     if js.inner.fan_out {
         return Ok(());
     }
-    if let (Ok(info), Ok(stream)) = (
-        message.info(),
+    if let (Some(seq), Ok(stream)) = (
+        seq,
         js.inner.context.get_stream_no_info(&*js.inner.stream).await,
     ) {
-        let _ = stream.delete_message(info.stream_sequence).await;
+        let _ = stream.delete_message(seq).await;
     }
     Ok(())
 }
