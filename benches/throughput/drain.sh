@@ -29,7 +29,8 @@
 # and the bare loop (with PROCESSORS: the accept's cost of routes). WEBHOOK_PROCESSOR_DELAY_MS
 # (`slow:3000`) passes through, as the receiver's other variables do.
 # Every rate is also printed as a ratio to the bare loop. $WORKERS: the worker's
-# concurrency (default 8, the receiver's). QUICK=1: accept alone, drain alone and the
+# concurrency (default 8, the receiver's). DELIVERIES=<file>: presign.py's output of an
+# earlier call instead of a new one (BODY and COUNT are then the file's). QUICK=1: accept alone, drain alone and the
 # bare loop only. BARE=0: no bare loop (rounds comparing two settings of the crate alone).
 # The receiver's other variables (WEBHOOK_RATE, WEBHOOK_PER_OBJECT) pass
 # through from the environment. Needs wrk, pgbench, sqlite3, python3 and
@@ -56,8 +57,15 @@ if [ -z "${RECEIVER:-}" ]; then
   cargo build --release --all-features --example receiver >&2
   RECEIVER=target/release/examples/receiver
 fi
-COUNT=${COUNT:-$((DURATION * 20000))}
-python3 benches/throughput/presign.py "$SECRET" "$COUNT" "$BODY" "$WORK/deliveries.tsv"
+if [ -n "${DELIVERIES:-}" ]; then
+  # A file presign.py wrote earlier, for rounds on fresh databases (its timestamps need
+  # WEBHOOK_TOLERANCE_SECS past its age).
+  ln -s "$(realpath "$DELIVERIES")" "$WORK/deliveries.tsv"
+  COUNT=$(wc -l <"$DELIVERIES")
+else
+  COUNT=${COUNT:-$((DURATION * 20000))}
+  python3 benches/throughput/presign.py "$SECRET" "$COUNT" "$BODY" "$WORK/deliveries.tsv"
+fi
 
 now() { date +%s.%N; }
 handled() { grep -c '^handled ' "$WORK/handled.txt" || true; }
