@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::amqp::raw_channel;
-use common::{amqp_url, at, eventually, verifier, NOW, TEST_SECRET};
+use common::{amqp_url, eventually, signed_event};
 use lapin::options::{BasicGetOptions, BasicNackOptions};
 use lapin::types::AMQPValue;
 use serde_json::json;
@@ -23,7 +23,7 @@ use tower_webhook::inbox::{Attempt, Processor};
 use tower_webhook::schemas::Schemas;
 use tower_webhook::seal::{Key, KeyRing};
 use tower_webhook::store::MemoryStore;
-use tower_webhook::{Event, Scheme};
+use tower_webhook::Event;
 
 /// A ring of one key `id`, filled with `byte`.
 fn ring(id: &str, byte: u8) -> KeyRing {
@@ -43,13 +43,7 @@ fn event(id: &str, canary: &str, amount: Option<u64>) -> Event {
         object["amount"] = json!(amount);
     }
     let body = json!({"type": "payment_intent.succeeded", "data": {"object": object}});
-    let body = body.to_string();
-    let headers = Scheme::standard()
-        .sign([TEST_SECRET], id, at(NOW), body.as_bytes())
-        .unwrap();
-    verifier(Scheme::standard(), &[TEST_SECRET])
-        .verify(&headers, body.into())
-        .unwrap()
+    signed_event(id, body.to_string())
 }
 
 /// The test's exchange and queue, named `name`, sealing under `keys` (none: in clear).

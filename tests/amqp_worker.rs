@@ -17,7 +17,7 @@ use common::amqp::raw_channel;
 use common::{amqp_url, eventually, paid_event as event};
 use lapin::options::BasicGetOptions;
 use tower_webhook::inbox::amqp::{Amqp, AmqpWorker};
-use tower_webhook::inbox::{Attempt, Processor};
+use tower_webhook::inbox::{Attempt, Processor, WorkerHandle};
 use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::{DedupeStore, MemoryStore, PgStore};
 use tower_webhook::Event;
@@ -342,6 +342,30 @@ fn effects(ledger: &Ledger, once: &Once, seen: &Seen) -> impl Processor + Clone 
 /// The effects applied, by event id.
 type Ledger = Arc<Mutex<HashMap<String, u32>>>;
 
+/// A storm's worker on `amqp`, spawned: four at a time, a 1 s lease, a quick backoff.
+fn storm_worker(
+    amqp: &Amqp,
+    store: Arc<dyn DedupeStore>,
+    processor: impl Processor,
+) -> WorkerHandle {
+    AmqpWorker::from_arc(amqp, store, processor)
+        .with_concurrency(4)
+        .unwrap()
+        .with_lease(Duration::from_secs(1))
+        .unwrap()
+        .with_backoff(Duration::from_millis(50), Duration::from_millis(200))
+        .unwrap()
+        .spawn()
+}
+
+/// Waits until `ledger` holds the effects of all `n` events and `amqp`'s queue is empty,
+/// then shuts `worker` down.
+async fn drain(amqp: &Amqp, ledger: &Ledger, n: usize, worker: WorkerHandle) {
+    eventually("all done", async || ledger.lock().unwrap().len() == n).await;
+    eventually("all acknowledged", async || counts(amqp).await == (0, 0, 0)).await;
+    worker.shutdown().await;
+}
+
 /// A worker killed mid-storm (its task aborted: its channel closes, its deliveries go back
 /// to the queue) and another finishing: none lost, and each effect once (`Once`) — the
 /// killed worker's attempts that ran count, the rest run again.
@@ -353,32 +377,14 @@ async fn a_worker_killed_mid_storm(store: Arc<dyn DedupeStore>) {
     let ledger: Ledger = Arc::default();
     let once = Once::new(MemoryStore::new(), "effect");
     let seen = Seen::default();
-    let worker = |amqp: &Amqp| {
-        AmqpWorker::from_arc(amqp, store.clone(), effects(&ledger, &once, &seen))
-            .with_concurrency(4)
-            .unwrap()
-            .with_lease(Duration::from_secs(1))
-            .unwrap()
-            .with_backoff(Duration::from_millis(50), Duration::from_millis(200))
-            .unwrap()
-            .spawn()
-    };
+    let worker = |amqp: &Amqp| storm_worker(amqp, store.clone(), effects(&ledger, &once, &seen));
     let a = worker(&amqp);
     eventually("a third done", async || {
         ledger.lock().unwrap().len() >= ids.len() / 3
     })
     .await;
     a.abort(); // killed mid-run
-    let b = worker(&other);
-    eventually("all done", async || {
-        ledger.lock().unwrap().len() == ids.len()
-    })
-    .await;
-    eventually("all acknowledged", async || {
-        counts(&amqp).await == (0, 0, 0)
-    })
-    .await;
-    b.shutdown().await;
+    drain(&amqp, &ledger, ids.len(), worker(&other)).await;
     assert!(
         ledger.lock().unwrap().values().all(|&n| n == 1),
         "every effect once"
@@ -661,16 +667,7 @@ async fn a_worker_whose_runtime_is_dropped_mid_storm_loses_nothing_and_doubles_n
     let ledger: Ledger = Arc::default();
     let seen = Seen::default();
     let processor = effects(&ledger, &once, &seen);
-    let worker = move |amqp: &Amqp, processor| {
-        AmqpWorker::from_arc(amqp, store.clone(), processor)
-            .with_concurrency(4)
-            .unwrap()
-            .with_lease(Duration::from_secs(1))
-            .unwrap()
-            .with_backoff(Duration::from_millis(50), Duration::from_millis(200))
-            .unwrap()
-            .spawn()
-    };
+    let worker = move |amqp: &Amqp, processor| storm_worker(amqp, store.clone(), processor);
     // The killed worker: its own runtime, its own connection.
     let doomed = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -723,15 +720,7 @@ async fn a_worker_whose_runtime_is_dropped_mid_storm_loses_nothing_and_doubles_n
     drop((a, its_amqp));
     let b = worker(&amqp, processor);
     storm.await.unwrap();
-    eventually("all done", async || {
-        ledger.lock().unwrap().len() == ids.len()
-    })
-    .await;
-    eventually("all acknowledged", async || {
-        counts(&amqp).await == (0, 0, 0)
-    })
-    .await;
-    b.shutdown().await;
+    drain(&amqp, &ledger, ids.len(), b).await;
     let (lost, _) = seen.runs(&ids);
     assert_eq!(lost, 0, "every accepted event processed at least once");
     let doubled: Vec<_> = ledger

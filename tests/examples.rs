@@ -3065,6 +3065,23 @@ async fn deliver_traced(url: &str, secret: &str, id: &str, event_type: &str) {
     );
 }
 
+/// With `WEBHOOK_TRUST_TRACEPARENT=1`: `id`'s one accept span is the child of the sender's
+/// span (from [`deliver_traced`]) and its attempt is the accept's child, in the sender's trace.
+fn assert_trusted_trace(spans: &[opentelemetry_proto::tonic::trace::v1::Span], id: &str) {
+    use common::otlp::spans_of;
+    let sender_trace = hex::decode(SENDER_TRACE).unwrap();
+    let accept = spans_of(spans, "webhook.accept", id);
+    assert_eq!(accept.len(), 1);
+    assert_eq!(
+        (&accept[0].trace_id, &accept[0].parent_span_id),
+        (&sender_trace, &hex::decode(SENDER_SPAN).unwrap()),
+        "trusted: the sender's span is the accept's parent"
+    );
+    let attempt = spans_of(spans, "webhook.process", id)[0];
+    assert_eq!(attempt.trace_id, sender_trace);
+    assert_eq!(attempt.parent_span_id, accept[0].span_id);
+}
+
 /// With `OTEL_EXPORTER_OTLP_ENDPOINT`, the receiver exports over OTLP/HTTP (protobuf by
 /// default) a PRODUCER span per accept and a CONSUMER span per attempt, each with
 /// `messaging.message.id`: attempt 1 is the accept's child; a retry (attempt 2) is a new
@@ -3183,17 +3200,7 @@ async fn receiver_trusting_traceparent_continues_the_senders_trace_over_otlp_jso
     let spans = collector
         .spans_when(|spans| spans_of(spans, "webhook.process", "evt_trusted").len() == 1)
         .await;
-    let sender_trace = hex::decode(SENDER_TRACE).unwrap();
-    let accept = spans_of(&spans, "webhook.accept", "evt_trusted");
-    assert_eq!(accept.len(), 1);
-    assert_eq!(
-        (&accept[0].trace_id, &accept[0].parent_span_id),
-        (&sender_trace, &hex::decode(SENDER_SPAN).unwrap()),
-        "trusted: the sender's span is the accept's parent"
-    );
-    let attempt = spans_of(&spans, "webhook.process", "evt_trusted")[0];
-    assert_eq!(attempt.trace_id, sender_trace);
-    assert_eq!(attempt.parent_span_id, accept[0].span_id);
+    assert_trusted_trace(&spans, "evt_trusted");
     assert!(collector
         .content_types()
         .iter()
@@ -3226,17 +3233,7 @@ async fn receiver_in_amqp_mode_trusting_traceparent_continues_the_senders_trace(
     let spans = collector
         .spans_when(|spans| spans_of(spans, "webhook.process", "evt_trusted").len() == 1)
         .await;
-    let sender_trace = hex::decode(SENDER_TRACE).unwrap();
-    let accept = spans_of(&spans, "webhook.accept", "evt_trusted");
-    assert_eq!(accept.len(), 1);
-    assert_eq!(
-        (&accept[0].trace_id, &accept[0].parent_span_id),
-        (&sender_trace, &hex::decode(SENDER_SPAN).unwrap()),
-        "trusted: the sender's span is the accept's parent"
-    );
-    let attempt = spans_of(&spans, "webhook.process", "evt_trusted")[0];
-    assert_eq!(attempt.trace_id, sender_trace);
-    assert_eq!(attempt.parent_span_id, accept[0].span_id);
+    assert_trusted_trace(&spans, "evt_trusted");
     terminate(&child);
     assert!(child.wait().await.unwrap().success());
     names.delete().await;

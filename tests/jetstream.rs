@@ -1887,6 +1887,16 @@ impl Streams {
             .unwrap()
     }
 
+    /// Fanned out to the default processor and `billing`, which takes `invoice.*`.
+    async fn with_billing(&self) -> JetStream {
+        let billing = ProcessorSpec::new("billing")
+            .unwrap()
+            .with_types(["invoice.*"])
+            .unwrap();
+        self.fanned_out(vec![ProcessorSpec::default_processor(), billing])
+            .await
+    }
+
     /// How many messages the stream `name` holds.
     async fn size(&self, name: &str) -> u64 {
         let js = async_nats::jetstream::new(client(&self.url).await);
@@ -1903,6 +1913,16 @@ fn processor_worker(
     processor: impl Processor,
 ) -> JetStreamWorker {
     quick(JetStreamWorker::processor(jetstream, name, store.clone(), processor).unwrap())
+}
+
+/// `billing`'s worker (not yet spawned): each attempt succeeds and is recorded in `seen`.
+fn billing_worker(jetstream: &JetStream, store: &MemoryStore, seen: &Seen) -> JetStreamWorker {
+    processor_worker(
+        jetstream,
+        "billing",
+        store,
+        seen.processor(Duration::ZERO, succeed),
+    )
 }
 
 /// `worker`, quick to retry.
@@ -2166,13 +2186,7 @@ async fn a_processor_added_later_reads_from_when_it_was_made() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filtered_processors_count_is_exact_the_moment_it_drains() {
     let streams = Streams::new();
-    let billing = ProcessorSpec::new("billing")
-        .unwrap()
-        .with_types(["invoice.*"])
-        .unwrap();
-    let jetstream = streams
-        .fanned_out(vec![ProcessorSpec::default_processor(), billing])
-        .await;
+    let jetstream = streams.with_billing().await;
     let n = 300;
     for i in 0..n {
         let ty = if i % 3 == 0 {
@@ -2187,15 +2201,10 @@ async fn a_filtered_processors_count_is_exact_the_moment_it_drains() {
     }
     let store = MemoryStore::new();
     let seen = Seen::default();
-    let worker = processor_worker(
-        &jetstream,
-        "billing",
-        &store,
-        seen.processor(Duration::ZERO, succeed),
-    )
-    .with_concurrency(16)
-    .unwrap()
-    .spawn();
+    let worker = billing_worker(&jetstream, &store, &seen)
+        .with_concurrency(16)
+        .unwrap()
+        .spawn();
     let mut reads = 0;
     let drained = loop {
         let by = jetstream.counts_by_processor().await.unwrap();
@@ -2239,26 +2248,14 @@ async fn a_processor_added_later_backfills_its_window_once_and_a_second_backfill
     let before = std::time::SystemTime::now();
     accept("late", "invoice.paid").await;
     // `billing` is added: its consumer reads what is published from now on.
-    let billing = ProcessorSpec::new("billing")
-        .unwrap()
-        .with_types(["invoice.*"])
-        .unwrap();
-    let jetstream = streams
-        .fanned_out(vec![ProcessorSpec::default_processor(), billing])
-        .await;
+    let jetstream = streams.with_billing().await;
     jetstream
         .accept(&typed_event("after", "invoice.paid"))
         .await
         .unwrap();
     let store = MemoryStore::new();
     let seen = Seen::default();
-    let worker = processor_worker(
-        &jetstream,
-        "billing",
-        &store,
-        seen.processor(Duration::ZERO, succeed),
-    )
-    .spawn();
+    let worker = billing_worker(&jetstream, &store, &seen).spawn();
     let created = jetstream.backfill("billing", Some(from), Some(before));
     assert_eq!(created.await.unwrap(), 2, "the window's two invoices");
     let processed = async |n: u64| {

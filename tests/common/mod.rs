@@ -46,9 +46,17 @@ pub async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
 /// A verified Standard Webhooks event `id`, signed with [`TEST_SECRET`] at [`NOW`]: a live
 /// `payment_intent.succeeded` about the object `pi_<id>`.
 pub fn paid_event(id: &str) -> Event {
-    let body = format!(
-        r#"{{"type":"payment_intent.succeeded","livemode":true,"data":{{"object":{{"id":"pi_{id}"}}}}}}"#
-    );
+    signed_event(
+        id,
+        format!(
+            r#"{{"type":"payment_intent.succeeded","livemode":true,"data":{{"object":{{"id":"pi_{id}"}}}}}}"#
+        ),
+    )
+}
+
+/// The Standard Webhooks event `id` with `body`, signed with [`TEST_SECRET`] at [`NOW`] and
+/// verified.
+pub fn signed_event(id: &str, body: String) -> Event {
     let headers = Scheme::standard()
         .sign([TEST_SECRET], id, at(NOW), body.as_bytes())
         .unwrap();
