@@ -8,7 +8,10 @@
 //!   transactional worker writes one effect row per event;
 //! - a worker process SIGKILLed three times while it records effects through `Once`.
 //! - the store cut off for 1 s, then 3 s, under an inbox worker on PostgreSQL: how soon
-//!   after the restore it processes again (under 5 s).
+//!   after the restore it processes again (under 5 s);
+//! - RabbitMQ: a receiver in amqp mode (its worker in the process) SIGKILLed mid-storm and
+//!   restarted on its queue and SQLite file, and two receivers sharing one queue and one
+//!   file, 3 rounds each.
 //!
 //! The sender is a provider: each of ~150 events is delivered 1–3 times, 12 deliveries in
 //! flight, and every delivery is retried after a short backoff until it gets a 2xx. Each
@@ -1112,4 +1115,260 @@ async fn postgres_inbox_worker_processes_again_within_5_s_of_the_store_returning
              store returned"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. RabbitMQ: a receiver in amqp mode SIGKILLed mid-storm; two sharing one queue.
+// ---------------------------------------------------------------------------------------
+
+/// The worker concurrency of the receivers in amqp mode: at most this many events run
+/// when one is killed.
+const AMQP_WORKERS: usize = 4;
+
+/// Rounds per RabbitMQ test, each a storm of its own on a queue of its own.
+const AMQP_ROUNDS: usize = 3;
+
+/// An exchange and quorum queue of a round's own (`tw_test_chaos_*`) and a SQLite file
+/// (the dedupe layer's and the workers' claims), for receivers in amqp mode.
+struct AmqpRig {
+    name: String,
+    db: PathBuf,
+}
+
+impl AmqpRig {
+    fn new(tag: &str) -> Self {
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        Self {
+            name: format!("tw_test_chaos_{tag}_{run}"),
+            db: std::env::temp_dir().join(format!("tower-webhook-chaos-amqp-{run}.db")),
+        }
+    }
+
+    /// The receivers' variables: the queue, the file, 3 s leases (a killed process's
+    /// claims free themselves soon), a handler that takes a moment after its effect (a
+    /// kill lands mid-handler too) and [`AMQP_WORKERS`] at a time.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("WEBHOOK_MODE", "amqp".to_owned()),
+            ("AMQP_URL", common::amqp_url()),
+            ("AMQP_EXCHANGE", self.name.clone()),
+            ("AMQP_QUEUE", self.name.clone()),
+            ("WEBHOOK_SQLITE", self.db.to_string_lossy().into_owned()),
+            ("WEBHOOK_LEASE_SECS", "3".to_owned()),
+            ("WEBHOOK_HANDLER_DELAY_MS", "10".to_owned()),
+            ("WEBHOOK_WORKER_CONCURRENCY", AMQP_WORKERS.to_string()),
+        ]
+    }
+
+    /// The test's own handle on the queue the receivers declared.
+    async fn amqp(&self) -> tower_webhook::inbox::amqp::Amqp {
+        common::amqp::named(&common::amqp_url(), &self.name).await
+    }
+
+    /// Deletes the queues and exchanges (with the delay and dead ones) and the file.
+    async fn delete(self) {
+        self.amqp().await.delete().await.unwrap();
+        remove_sqlite(&self.db);
+    }
+}
+
+impl Handled {
+    fn counts(&self) -> HashMap<String, usize> {
+        self.0.lock().unwrap().clone()
+    }
+
+    fn total(&self) -> usize {
+        self.0.lock().unwrap().values().sum()
+    }
+}
+
+/// Waits (up to 30 s) until every event of `plan` was handled by one of `handled`, the
+/// queue and its delay queues hold nothing, and no line came for a second: an event held
+/// back behind a killed process's claim has run again by then.
+async fn amqp_settled(rig: &AmqpRig, plan: &Plan, handled: &[&Handled]) {
+    let amqp = rig.amqp().await;
+    let end = Instant::now() + Duration::from_secs(30);
+    let (mut last, mut quiet_since) = (usize::MAX, Instant::now());
+    loop {
+        let total: usize = handled.iter().map(|h| h.total()).sum();
+        if total != last {
+            (last, quiet_since) = (total, Instant::now());
+        }
+        let all = plan
+            .ids
+            .iter()
+            .all(|id| handled.iter().any(|h| h.0.lock().unwrap().contains_key(id)));
+        let counts = amqp.counts().await.unwrap();
+        let empty = counts.queued + counts.processing + counts.dead == 0;
+        if all && empty && quiet_since.elapsed() >= Duration::from_secs(1) {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "not settled within 30 s: every event handled: {all}, {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `a` and `b`'s counts, summed.
+fn merged(a: &Handled, b: &Handled) -> HashMap<String, usize> {
+    let mut counts = a.counts();
+    for (id, n) in b.counts() {
+        *counts.entry(id).or_default() += n;
+    }
+    counts
+}
+
+/// One round: a receiver in amqp mode (its worker in the same process) SIGKILLed at a
+/// random moment mid-storm, once it handled some events, and restarted on the same queue
+/// and file (on a new port, which the sender follows). Returns the tally and how many the
+/// killed process handled.
+async fn amqp_receiver_killed_round() -> (Tally, usize) {
+    let rig = AmqpRig::new("kill");
+    let env = rig.env();
+    let (by_first, by_second) = (Handled::default(), Handled::default());
+    let first = ReceiverProcess::start(&env, &by_first).await;
+    let targets = Targets::default();
+    targets.set(vec![first.url.clone()]);
+    let plan = Plan::new("amqp_kill");
+    let stats = Arc::new(Stats::default());
+    let total = plan.deliveries.len();
+    let kill_after = fastrand::usize(total / 4..total * 3 / 5);
+    let fault = async {
+        until("the kill's moment", STORM_DEADLINE, || {
+            stats.delivered() >= kill_after && by_first.total() > 0
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(fastrand::u64(0..40))).await;
+        let delivered_at_kill = stats.delivered();
+        first.kill().await;
+        let second = ReceiverProcess::start(&env, &by_second).await;
+        targets.set(vec![second.url.clone()]);
+        (delivered_at_kill, second)
+    };
+    let ((delivered_at_kill, second), ()) = tokio::join!(
+        fault,
+        storm(&plan, stats.clone(), (10, 40), http_sender(targets.clone()))
+    );
+    amqp_settled(&rig, &plan, &[&by_first, &by_second]).await;
+    second.kill().await;
+    rig.delete().await;
+
+    let tally = Tally::of(&plan, &merged(&by_first, &by_second));
+    let killed = by_first.counts();
+    println!(
+        "chaos: amqp deliveries={total}, killed after {delivered_at_kill}; handled by the \
+         killed process={}, by its successor={}; refusals={}; repeated={:?}",
+        killed.len(),
+        by_second.total(),
+        stats.summary(),
+        tally.repeated
+    );
+    assert!(delivered_at_kill < total, "killed mid-storm, not after it");
+    assert!(by_second.total() > 0, "the successor handled events");
+    assert!(
+        killed.values().all(|&n| n == 1),
+        "one process runs an event once: {killed:?}"
+    );
+    // Only an event whose run had started in the killed process runs again, and at most
+    // as many as its worker ran at once.
+    for (id, _) in &tally.repeated {
+        assert!(
+            killed.contains_key(id),
+            "{id} ran twice, its first run not in the killed process"
+        );
+    }
+    (tally, killed.len())
+}
+
+/// RabbitMQ, [`AMQP_ROUNDS`] rounds of a receiver in amqp mode SIGKILLed mid-storm and
+/// restarted on its queue and SQLite file: every event answered 2xx is handled (none
+/// lost); an event runs twice only where its run had started in the killed process
+/// before the kill — the crash row of the Guarantees table — so at most
+/// [`AMQP_WORKERS`] a round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_receiver_killed_mid_storm() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    for round in 1..=AMQP_ROUNDS {
+        let (tally, _) = amqp_receiver_killed_round().await;
+        report(
+            &format!("receiver process in amqp mode SIGKILLed mid-storm, restarted (round {round})"),
+            "RabbitMQ quorum queue + AmqpWorker in the receiver, claims on SQLite, 3 s lease, 4 workers",
+            EVENTS,
+            &tally,
+        );
+        assert_eq!(tally.lost, Vec::<String>::new(), "lost in round {round}");
+        assert!(
+            tally.doubled <= AMQP_WORKERS,
+            "round {round}: re-run only what ran at the kill (at most {AMQP_WORKERS}): {:?}",
+            tally.repeated
+        );
+    }
+    println!(
+        "chaos: {AMQP_ROUNDS} amqp kill rounds in {:?}",
+        started.elapsed()
+    );
+}
+
+/// One round: two receivers in amqp mode on one queue and one SQLite file, each delivery
+/// to one of them at random; returns the tally and how many each handled.
+async fn amqp_two_receivers_round() -> (Tally, usize, usize) {
+    let rig = AmqpRig::new("two");
+    let env = rig.env();
+    let (by_a, by_b) = (Handled::default(), Handled::default());
+    let a = ReceiverProcess::start(&env, &by_a).await;
+    let b = ReceiverProcess::start(&env, &by_b).await;
+    let targets = Targets::default();
+    targets.set(vec![a.url.clone(), b.url.clone()]);
+    let plan = Plan::new("amqp_two");
+    let stats = Arc::new(Stats::default());
+    storm(&plan, stats.clone(), (5, 20), http_sender(targets)).await;
+    amqp_settled(&rig, &plan, &[&by_a, &by_b]).await;
+    a.kill().await;
+    b.kill().await;
+    rig.delete().await;
+    let tally = Tally::of(&plan, &merged(&by_a, &by_b));
+    println!(
+        "chaos: amqp two receivers, deliveries={}; handled by a={}, by b={}; refusals={}",
+        plan.deliveries.len(),
+        by_a.total(),
+        by_b.total(),
+        stats.summary()
+    );
+    (tally, by_a.total(), by_b.total())
+}
+
+/// RabbitMQ, [`AMQP_ROUNDS`] rounds of two receivers in amqp mode sharing one queue and
+/// one SQLite file (the dedupe layer's and the workers' claims) under a storm that
+/// delivers each event 1–3 times to either: each event is handled exactly once across
+/// both, and both workers take a share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_two_receivers_share_a_queue() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    for round in 1..=AMQP_ROUNDS {
+        let (tally, by_a, by_b) = amqp_two_receivers_round().await;
+        report(
+            &format!("two receiver processes in amqp mode share one queue (round {round})"),
+            "RabbitMQ quorum queue + AmqpWorker in each receiver, claims on one SQLite file",
+            EVENTS,
+            &tally,
+        );
+        assert_eq!(tally.lost, Vec::<String>::new(), "lost in round {round}");
+        assert_eq!(
+            tally.repeated,
+            Vec::<(String, usize)>::new(),
+            "round {round}: each event exactly once"
+        );
+        assert!(
+            by_a > 0 && by_b > 0,
+            "both workers took events: {by_a}, {by_b}"
+        );
+    }
+    println!(
+        "chaos: {AMQP_ROUNDS} amqp two-receiver rounds in {:?}",
+        started.elapsed()
+    );
 }
