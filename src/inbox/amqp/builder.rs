@@ -253,6 +253,7 @@ impl AmqpBuilder {
                 keys: self.keys,
                 #[cfg(feature = "schemas")]
                 schemas: self.schemas,
+                pauses: super::pause::Log::default(),
             }),
         })
     }

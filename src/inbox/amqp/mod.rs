@@ -99,6 +99,7 @@
 
 mod builder; // the names and settings, and `build`: connected, the topology declared
 mod connection; // the one connection, supervised: reconnected, channels handed out
+mod pause; // pauses every worker of every process sees (a stream); paused events parked
 mod publish; // an event as a message: routing key, properties, headers; the confirm
 mod topology; // the exchanges and quorum queues, declared or checked
 mod worker; // `AmqpWorker`: the worker engine on the queue; retries in delay queues
@@ -138,6 +139,8 @@ pub(crate) struct Inner {
     /// Each event checked at accept (`AmqpBuilder::with_schemas`).
     #[cfg(feature = "schemas")]
     schemas: Option<crate::schemas::Schemas>,
+    /// The pauses, replayed from `<queue>-pauses` (`pause.rs`).
+    pauses: pause::Log,
 }
 
 impl Amqp {
@@ -258,7 +261,8 @@ impl Amqp {
 
     /// The queue and the dead queue, counted: `queued` the queue's messages ready for a
     /// consumer, `processing` those waiting out a retry's backoff or a snooze in the delay
-    /// queues (`<queue>-retry-<ms>`), `dead` the dead queue's. RabbitMQ does not count
+    /// queues (`<queue>-retry-<ms>`), `dead` the dead queue's, `paused` the events parked
+    /// while paused in `<queue>-paused` (see [`pause`](Self::pause)). RabbitMQ does not count
     /// what is delivered and not yet acknowledged in a passive declare: running events
     /// are in none of them, and `oldest_due` is `None`.
     ///
@@ -269,6 +273,7 @@ impl Amqp {
         let channel = self.inner.connection.channel().await?;
         let queued = topology::message_count(&channel, &self.inner.names.queue).await?;
         let dead = topology::message_count(&channel, &self.inner.names.dead_queue).await?;
+        let paused = topology::message_count(&channel, &self.inner.names.paused_queue).await?;
         let invalid = match self.has_schemas() {
             true => topology::message_count(&channel, &self.inner.names.invalid_queue).await?,
             false => 0,
@@ -279,13 +284,14 @@ impl Amqp {
             queued: queued.into(),
             processing: waiting,
             dead: dead.into(),
+            paused: paused.into(),
             invalid: invalid.into(),
             ..Counts::default()
         })
     }
 
-    /// Deletes the queue, the dead queue and both exchanges, with every message in them:
-    /// for tests and demos that made their own.
+    /// Deletes the queue, the dead queue, the pauses' queues and both exchanges, with
+    /// every message in them: for tests and demos that made their own.
     ///
     /// # Errors
     ///

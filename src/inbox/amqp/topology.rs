@@ -8,6 +8,10 @@
 //!   3.10+, which needs `x-overflow: reject-publish`) to the **direct** exchange
 //!   `<exchange>-dead` with the routing key `<queue>`, bound to the quorum queue
 //!   `<queue>-dead`: several queues on one exchange keep their dead apart.
+//! - Pauses (`pause.rs`): the quorum queue `<queue>-paused` parked events wait in, the
+//!   stream queue `<queue>-pauses` of the pauses and resumes, and the quorum queue
+//!   `<queue>-pauses-seq` counting them; none bound to an exchange (reached through the
+//!   default exchange).
 
 use lapin::options::{
     ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
@@ -32,6 +36,13 @@ pub(crate) struct Names {
     /// `<queue>-invalid`: the quorum queue bound to the dead exchange with its own name,
     /// holding the events their schema refused (declared with schemas only).
     pub(crate) invalid_queue: String,
+    /// `<queue>-paused`: the quorum queue paused events are parked in (`pause.rs`).
+    pub(crate) paused_queue: String,
+    /// `<queue>-pauses`: the stream queue of the pauses and resumes, every worker's log.
+    pub(crate) pauses_stream: String,
+    /// `<queue>-pauses-seq`: a quorum queue holding a message per record of the stream,
+    /// its length the stream's (a stream does not say its own).
+    pub(crate) pauses_seq: String,
 }
 
 impl Names {
@@ -42,6 +53,9 @@ impl Names {
             dead_exchange: format!("{exchange}-dead"),
             dead_queue: format!("{queue}-dead"),
             invalid_queue: format!("{queue}-invalid"),
+            paused_queue: format!("{queue}-paused"),
+            pauses_stream: format!("{queue}-pauses"),
+            pauses_seq: format!("{queue}-pauses-seq"),
         }
     }
 }
@@ -71,6 +85,13 @@ pub(crate) fn queue_arguments(names: &Names, limits: (u32, Option<u32>)) -> Fiel
 fn quorum() -> FieldTable {
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), text("quorum"));
+    args
+}
+
+/// The pauses' log: a stream queue, read whole by every worker (`pause.rs`).
+fn stream() -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), text("stream"));
     args
 }
 
@@ -113,6 +134,9 @@ pub(crate) async fn declare(
     let mut queues = vec![
         (&names.queue, queue_arguments(names, limits)),
         (&names.dead_queue, quorum()),
+        (&names.paused_queue, quorum()),
+        (&names.pauses_stream, stream()),
+        (&names.pauses_seq, quorum()),
     ];
     if invalid {
         queues.push((&names.invalid_queue, quorum()));
@@ -204,7 +228,9 @@ pub(crate) async fn message_count(
 /// Deletes the queues and the exchanges.
 pub(crate) async fn delete(channel: &lapin::Channel, names: &Names) -> Result<(), StoreError> {
     let err = |e| StoreError::new("amqp delete", e);
-    for queue in [&names.queue, &names.dead_queue, &names.invalid_queue] {
+    let queues = [&names.queue, &names.dead_queue, &names.invalid_queue];
+    let pauses = [&names.paused_queue, &names.pauses_stream, &names.pauses_seq];
+    for queue in queues.into_iter().chain(pauses) {
         // Deleting a queue that does not exist succeeds (the invalid queue, without schemas).
         let deleted = channel
             .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())

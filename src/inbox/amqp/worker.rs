@@ -22,6 +22,7 @@ use crate::{ConfigError, Event};
 mod consume; // the consumer: a channel with its prefetch, made again when it dies
 pub(crate) mod delays; // the delay queues retries and snoozes wait in: a ladder of steps
 mod delivered; // a delivery as the worker holds it: its event, attempt and claim
+mod park; // a paused event parked in `<queue>-paused`; moved back when its pause ends
 mod settle; // a delivery acknowledged, handed back, sent to wait, or buried
 use delivered::{Claim, Delivered};
 
@@ -278,7 +279,8 @@ impl Queue for Consumed {
             let (amqp, processor) = (self.amqp.clone(), self.metrics.clone());
             tokio::spawn(gauges(amqp, processor))
         });
-        gauges.into_iter().collect()
+        let unpark = tokio::spawn(park::unparking(self.amqp.clone()));
+        gauges.into_iter().chain([unpark]).collect()
     }
 
     /// Starts consuming (the consumer makes its channel again whenever it dies); the
@@ -335,6 +337,22 @@ impl Queue for Consumed {
                 false => None,
             };
         }
+        // Every pause that returned before these arrived is known before any of them
+        // starts (`amqp/pause.rs`): one passive declare, and a wait for the log.
+        while !rows.is_empty() {
+            let Err(_error) = self.amqp.pause_log().sync(&self.amqp).await else {
+                break;
+            };
+            #[cfg(feature = "tracing")]
+            tracing::warn!(target: "tower_webhook", "amqp worker cannot read the pauses yet: {_error}");
+            if rows.iter().all(|row| !row.held.delivery.acker.usable()) {
+                return Ok(Vec::new()); // their channel died: delivered again on the next
+            }
+            if *stopped.borrow() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         Ok(rows)
     }
 
@@ -355,6 +373,15 @@ impl Queue for Consumed {
         let until = heartbeat.lease_ends();
         if !held.delivery.acker.usable() {
             return false; // its channel died: delivered again on the next one
+        }
+        let log = self.amqp.pause_log();
+        if log.covers(event.source(), event.event_type()) {
+            park::park(self, held, until).await;
+            // Resumed meanwhile: the parked event goes back at once.
+            if !log.covers(event.source(), event.event_type()) {
+                log.poke();
+            }
+            return false;
         }
         if let Some(store) = &self.claims {
             let source = event.source();

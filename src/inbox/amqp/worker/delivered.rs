@@ -189,7 +189,7 @@ pub(super) fn text(headers: &FieldTable, name: &str) -> Option<String> {
 }
 
 /// A header's whole number (0 when missing or not one).
-fn number(headers: &FieldTable, name: &str) -> u32 {
+pub(super) fn number(headers: &FieldTable, name: &str) -> u32 {
     let n = match headers.inner().get(name) {
         Some(AMQPValue::LongString(_) | AMQPValue::ShortString(_)) => {
             text(headers, name).and_then(|t| t.trim().parse::<i64>().ok())

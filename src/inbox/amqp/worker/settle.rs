@@ -115,7 +115,7 @@ pub(super) async fn bury(
 
 /// The delivery's headers without the broker's own (`x-delivery-count`, `x-death`, …),
 /// which describe the delivery, not the event.
-fn copied_headers(delivery: &Delivery) -> FieldTable {
+pub(super) fn copied_headers(delivery: &Delivery) -> FieldTable {
     let mut headers = FieldTable::default();
     if let Some(original) = delivery.properties.headers() {
         for (name, value) in original.inner() {
@@ -128,7 +128,7 @@ fn copied_headers(delivery: &Delivery) -> FieldTable {
     headers
 }
 
-fn text(value: &str) -> AMQPValue {
+pub(super) fn text(value: &str) -> AMQPValue {
     AMQPValue::LongString(LongString::from(value))
 }
 
@@ -136,7 +136,7 @@ fn text(value: &str) -> AMQPValue {
 /// `queue` through the default exchange — never the topic exchange, whose other queues
 /// had it already — persistent and `mandatory`; `Ok` only once the broker acknowledged it
 /// with nothing returned.
-async fn publish(
+pub(super) async fn publish(
     amqp: &Amqp,
     delivery: &Delivery,
     queue: &str,

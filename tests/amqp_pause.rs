@@ -1,0 +1,255 @@
+//! Pauses on RabbitMQ against a real broker (127.0.0.1:5672, or `AMQP_URL`): a paused
+//! event is parked in `<queue>-paused` and never runs, a resume runs each once, a pause by
+//! type holds that type only, a worker of another `Amqp` (another process's) honours a
+//! pause made through the first, and a worker restarted while events are parked loses
+//! none. Each test has an exchange and queues of its own, deleted when it ends well.
+#![cfg(feature = "amqp")]
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{amqp_url, at, eventually, verifier, NOW, TEST_SECRET};
+use tower_webhook::inbox::amqp::{Amqp, AmqpWorker};
+use tower_webhook::inbox::{Attempt, Processor, WorkerHandle};
+use tower_webhook::store::MemoryStore;
+use tower_webhook::{Event, Scheme};
+
+/// An exchange and queue of this test's own.
+async fn amqp() -> Amqp {
+    let name = common::amqp::name();
+    Amqp::builder(&amqp_url())
+        .with_exchange(&name)
+        .unwrap()
+        .with_queue(&name)
+        .unwrap()
+        .build()
+        .await
+        .unwrap()
+}
+
+/// A second connection to the same exchange and queue (another process's).
+async fn again(amqp: &Amqp) -> Amqp {
+    Amqp::builder(&amqp_url())
+        .with_exchange(amqp.exchange())
+        .unwrap()
+        .with_queue(amqp.queue())
+        .unwrap()
+        .build()
+        .await
+        .unwrap()
+}
+
+/// A verified event `id` of type `event_type` (source `standard`).
+fn event(id: &str, event_type: &str) -> Event {
+    let body = format!(r#"{{"type":"{event_type}","data":{{"object":{{"id":"o_{id}"}}}}}}"#);
+    let headers = Scheme::standard()
+        .sign([TEST_SECRET], id, at(NOW), body.as_bytes())
+        .unwrap();
+    verifier(Scheme::standard(), &[TEST_SECRET])
+        .verify(&headers, body.into())
+        .unwrap()
+}
+
+/// Each event's attempts, by number.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<HashMap<String, Vec<u32>>>>);
+
+impl Seen {
+    fn processor(&self) -> impl Processor {
+        let seen = self.clone();
+        move |e: Event, a: Attempt| {
+            let seen = seen.clone();
+            async move {
+                let mut runs = seen.0.lock().unwrap();
+                let id = e.id().unwrap().to_owned();
+                runs.entry(id).or_default().push(a.number());
+                Ok::<(), String>(())
+            }
+        }
+    }
+
+    fn of(&self, id: &str) -> Vec<u32> {
+        self.0.lock().unwrap().get(id).cloned().unwrap_or_default()
+    }
+
+    fn ran(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+fn worker(amqp: &Amqp, seen: &Seen) -> WorkerHandle {
+    AmqpWorker::new(amqp, MemoryStore::new(), seen.processor()).spawn()
+}
+
+fn ids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}_{i}")).collect()
+}
+
+async fn accept(amqp: &Amqp, ids: &[String], event_type: &str) {
+    for id in ids {
+        amqp.accept(&event(id, event_type)).await.unwrap();
+    }
+}
+
+async fn paused(amqp: &Amqp) -> u64 {
+    amqp.counts().await.unwrap().paused
+}
+
+/// Long enough for a worker to have run what it was free to run.
+async fn a_while() {
+    tokio::time::sleep(Duration::from_millis(800)).await;
+}
+
+#[tokio::test]
+async fn a_paused_event_is_parked_and_a_resume_runs_each_once() {
+    let amqp = amqp().await;
+    let seen = Seen::default();
+    let running = worker(&amqp, &seen);
+    assert!(amqp.pause(None, None).await.unwrap());
+    assert!(!amqp.pause(None, None).await.unwrap(), "paused already");
+    let pauses = amqp.pauses().await.unwrap();
+    assert_eq!(pauses.len(), 1);
+    assert_eq!(
+        (pauses[0].source.as_deref(), pauses[0].event_type.as_deref()),
+        (None, None)
+    );
+    // Accepted right after the pause returned: none may start.
+    let ids = ids("evt_held", 8);
+    accept(&amqp, &ids, "order.paid").await;
+    eventually("all parked", async || paused(&amqp).await == 8).await;
+    a_while().await;
+    assert_eq!(seen.ran(), 0, "a paused event ran");
+    let counts = amqp.counts().await.unwrap();
+    assert_eq!((counts.queued, counts.paused), (0, 8));
+    assert!(amqp.resume(None, None).await.unwrap());
+    assert!(
+        !amqp.resume(None, None).await.unwrap(),
+        "no such pause any more"
+    );
+    eventually("all ran", async || seen.ran() == ids.len()).await;
+    a_while().await;
+    for id in &ids {
+        // Parking was no attempt: each runs once, as its first.
+        assert_eq!(seen.of(id), vec![1], "{id}");
+    }
+    assert_eq!(paused(&amqp).await, 0);
+    assert!(amqp.pauses().await.unwrap().is_empty());
+    running.shutdown().await;
+    amqp.delete().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_pause_by_type_holds_only_that_type() {
+    let amqp = amqp().await;
+    let seen = Seen::default();
+    let running = worker(&amqp, &seen);
+    assert!(amqp.pause(None, Some("invoice.paid")).await.unwrap());
+    let (held, free) = (ids("evt_invoice", 4), ids("evt_charge", 4));
+    accept(&amqp, &held, "invoice.paid").await;
+    accept(&amqp, &free, "charge.succeeded").await;
+    eventually("the other type ran", async || {
+        free.iter().all(|id| seen.of(id) == vec![1])
+    })
+    .await;
+    eventually("the paused type parked", async || paused(&amqp).await == 4).await;
+    a_while().await;
+    assert!(
+        held.iter().all(|id| seen.of(id).is_empty()),
+        "a paused type ran"
+    );
+    // Another rule's resume does not end it.
+    assert!(!amqp.resume(Some("standard"), None).await.unwrap());
+    assert!(amqp.resume(None, Some("invoice.paid")).await.unwrap());
+    eventually("the paused type ran", async || seen.ran() == 8).await;
+    a_while().await;
+    for id in held.iter().chain(&free) {
+        assert_eq!(seen.of(id), vec![1], "{id}");
+    }
+    running.shutdown().await;
+    amqp.delete().await.unwrap();
+}
+
+#[tokio::test]
+async fn another_processs_worker_honours_a_pause_made_by_the_first() {
+    let first = amqp().await;
+    let second = again(&first).await;
+    let seen = Seen::default();
+    // Already running (tailing the pauses) when the pause is made elsewhere.
+    let running = worker(&second, &seen);
+    first
+        .accept(&event("evt_before", "order.paid"))
+        .await
+        .unwrap();
+    eventually("ran before the pause", async || seen.ran() == 1).await;
+    assert!(first.pause(Some("standard"), None).await.unwrap());
+    let ids = ids("evt_other", 6);
+    accept(&first, &ids, "order.paid").await;
+    eventually("parked by the other worker", async || {
+        paused(&first).await == 6
+    })
+    .await;
+    a_while().await;
+    assert_eq!(
+        seen.ran(),
+        1,
+        "the other process's worker ran a paused event"
+    );
+    let pauses = second.pauses().await.unwrap();
+    assert_eq!(pauses.len(), 1);
+    assert_eq!(pauses[0].source.as_deref(), Some("standard"));
+    // A worker started while paused honours it too.
+    let third = again(&first).await;
+    let late = worker(&third, &seen);
+    first
+        .accept(&event("evt_late", "order.paid"))
+        .await
+        .unwrap();
+    eventually("parked", async || paused(&first).await == 7).await;
+    a_while().await;
+    assert_eq!(seen.ran(), 1);
+    assert!(first.resume(Some("standard"), None).await.unwrap());
+    eventually("all ran", async || seen.ran() == 8).await;
+    a_while().await;
+    for id in ids
+        .iter()
+        .map(String::as_str)
+        .chain(["evt_before", "evt_late"])
+    {
+        assert_eq!(seen.of(id), vec![1], "{id}");
+    }
+    running.shutdown().await;
+    late.shutdown().await;
+    drop((second, third));
+    first.delete().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_worker_restarted_while_events_are_parked_loses_none() {
+    let amqp = amqp().await;
+    let seen = Seen::default();
+    let running = worker(&amqp, &seen);
+    assert!(amqp.pause(None, Some("order.paid")).await.unwrap());
+    let ids = ids("evt_parked", 10);
+    accept(&amqp, &ids, "order.paid").await;
+    eventually("all parked", async || paused(&amqp).await == 10).await;
+    running.shutdown().await;
+    // Another process: the pause still holds, what is parked stays parked.
+    let restarted = again(&amqp).await;
+    drop(amqp);
+    let (amqp, running) = (restarted.clone(), worker(&restarted, &seen));
+    a_while().await;
+    assert_eq!(seen.ran(), 0);
+    assert_eq!(paused(&amqp).await, 10);
+    assert!(amqp.resume(None, Some("order.paid")).await.unwrap());
+    eventually("all ran", async || seen.ran() == 10).await;
+    a_while().await;
+    for id in &ids {
+        assert_eq!(seen.of(id), vec![1], "{id}");
+    }
+    assert_eq!(paused(&amqp).await, 0);
+    running.shutdown().await;
+    amqp.delete().await.unwrap();
+}
