@@ -111,10 +111,10 @@ Environment (variable [default] (modes): what it does):
       is older, deliveries get 503 and Retry-After and are not stored (GitHub's spared);
       set in amqp mode, the receiver refuses to start
   WEBHOOK_ADMIN_TOKEN [off] (inbox, nats, amqp): at least 16 characters; serves the
-      operator API under /admin (Authorization: Bearer <token>; amqp: GET /admin/counts
-      only) and, in inbox mode, the operator's
-      page at /admin/ui (open /admin/ui?token=<token> once to sign in); set but shorter
-      or empty, the receiver refuses to start
+      operator API under /admin (Authorization: Bearer <token>; amqp: GET /admin/counts,
+      POST /admin/pause and /admin/resume, GET /admin/pauses) and, in inbox mode, the
+      operator's page at /admin/ui (open /admin/ui?token=<token> once to sign in); set
+      but shorter or empty, the receiver refuses to start
   WEBHOOK_FAIL_TYPES [-] (inbox, nats, amqp): event types (comma-separated) whose every attempt
       fails, in every processor, to make a dead event on purpose
   WEBHOOK_MAX_ATTEMPTS [5] (inbox, nats, amqp): attempts before an event is dead for a processor
@@ -773,28 +773,86 @@ enum Mode {
     Amqp(Amqp, DedupeLayer, Vec<WorkerHandle>),
 }
 
-/// The operator API of a RabbitMQ inbox: `GET /counts` (`Amqp::counts`: the queue, the
-/// delay queues and the dead queue), as the other modes' answer it. The crate has no
-/// pauses on RabbitMQ yet.
+/// The operator API of a RabbitMQ inbox, as the other modes' answer it: `GET /counts`
+/// (`Amqp::counts`: the queue, the delay queues, the dead queue and the parked events'
+/// `paused`), `POST /pause` and `POST /resume` (`?source=…&type=…`, each optional:
+/// `{"changed": bool}`, as `Amqp::pause` and `Amqp::resume` answer) and `GET /pauses`.
 fn amqp_admin(amqp: Amqp) -> Router {
-    Router::new().route(
-        "/counts",
-        get(move || {
-            let amqp = amqp.clone();
-            async move {
-                match amqp.counts().await {
-                    Ok(counts) => Ok(axum::Json(counts)),
-                    Err(e) => {
-                        eprintln!("counts failed: {e}");
-                        Err((
-                            http::StatusCode::SERVICE_UNAVAILABLE,
-                            axum::Json(serde_json::json!({"error": "the broker did not answer"})),
-                        ))
-                    }
-                }
-            }
-        }),
-    )
+    use axum::extract::{Query, State};
+    use axum::routing::post;
+
+    /// `?source=…&type=…` (and `processor=default`, the one processor in amqp mode).
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Rule {
+        source: Option<String>,
+        #[serde(rename = "type")]
+        event_type: Option<String>,
+        processor: Option<String>,
+    }
+    type Answer =
+        Result<axum::Json<serde_json::Value>, (http::StatusCode, axum::Json<serde_json::Value>)>;
+    fn failed(
+        what: &str,
+        e: &dyn std::fmt::Display,
+    ) -> (http::StatusCode, axum::Json<serde_json::Value>) {
+        eprintln!("{what} failed: {e}");
+        let error = serde_json::json!({"error": "the broker did not answer"});
+        (http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(error))
+    }
+    async fn hold(
+        amqp: Amqp,
+        rule: Result<Query<Rule>, axum::extract::rejection::QueryRejection>,
+        pause: bool,
+    ) -> Answer {
+        let bad = |why: &str| {
+            (
+                http::StatusCode::BAD_REQUEST,
+                axum::Json(serde_json::json!({"error": why})),
+            )
+        };
+        let Ok(Query(rule)) = rule else {
+            return Err(bad(
+                "the query takes source, type and processor, once each, all optional",
+            ));
+        };
+        if rule.processor.as_deref().is_some_and(|p| p != "default") {
+            return Err(bad("no such processor"));
+        }
+        let (source, event_type) = (rule.source.as_deref(), rule.event_type.as_deref());
+        let changed = match pause {
+            true => amqp.pause(source, event_type).await,
+            false => amqp.resume(source, event_type).await,
+        };
+        let changed = changed.map_err(|e| failed(if pause { "pause" } else { "resume" }, &e))?;
+        Ok(axum::Json(serde_json::json!({"changed": changed})))
+    }
+    Router::new()
+        .route(
+            "/counts",
+            get(|State(amqp): State<Amqp>| async move {
+                let counts = amqp.counts().await.map_err(|e| failed("counts", &e))?;
+                Ok::<_, (http::StatusCode, axum::Json<serde_json::Value>)>(axum::Json(counts))
+            }),
+        )
+        .route(
+            "/pause",
+            post(|State(amqp): State<Amqp>, rule| hold(amqp, rule, true)),
+        )
+        .route(
+            "/resume",
+            post(|State(amqp): State<Amqp>, rule| hold(amqp, rule, false)),
+        )
+        .route(
+            "/pauses",
+            get(|State(amqp): State<Amqp>| async move {
+                let pauses = amqp.pauses().await.map_err(|e| failed("pauses", &e))?;
+                Ok::<_, (http::StatusCode, axum::Json<serde_json::Value>)>(axum::Json(
+                    serde_json::json!(pauses),
+                ))
+            }),
+        )
+        .with_state(amqp)
 }
 
 /// `url` without its password (`amqp://guest:***@host:5672/%2f`), for a line on stderr.

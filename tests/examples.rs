@@ -583,6 +583,13 @@ async fn receiver_in_nats_mode_serves_the_admin_api_to_pause_and_resume() {
     streams.delete().await;
 }
 
+#[tokio::test]
+async fn receiver_in_amqp_mode_serves_the_admin_api_to_pause_and_resume() {
+    let names = AmqpNames::new("tw_test_admin");
+    admin_api_pauses_and_resumes(&names.env()).await;
+    names.delete().await;
+}
+
 /// A stream name of a test's own for a receiver in `nats` mode, and what the receiver
 /// makes of it — the stream, its dead and parked streams (every processor's) and its
 /// buckets (`KV_<stream>-pauses`, `KV_<stream>-held`) — deleted at the test's end:

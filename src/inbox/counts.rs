@@ -16,7 +16,7 @@ pub struct Counts {
     pub dead: u64,
     /// Held back by a [pause][Inbox::pause]: on the SQL inbox the queued rows a pause
     /// covers (counted in `queued` too); on JetStream the messages parked while paused
-    /// (out of the stream, so not in `queued`).
+    /// (out of the stream, so not in `queued`); on RabbitMQ those in `<queue>-paused`.
     ///
     #[cfg_attr(
         any(feature = "sqlite", feature = "postgres"),

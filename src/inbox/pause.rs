@@ -1,7 +1,8 @@
 //! [`Pause`]: a source or an event type whose events the inbox's workers do not start
 //! while it lasts. Accepts go on; nothing is lost; resuming lets the events start, in the
 //! order they were due. Kept in the database (`webhook_pauses`), so a pause holds for
-//! every worker on it, in every replica; on JetStream, in a bucket beside the stream.
+//! every worker on it, in every replica; on JetStream, in a bucket beside the stream; on
+//! RabbitMQ, in a stream queue beside the queue.
 
 use std::time::SystemTime;
 

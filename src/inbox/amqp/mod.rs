@@ -42,6 +42,11 @@
 //!   sends a failure to wait out its backoff in a delay queue (`<queue>-retry-<ms>`, which
 //!   dead-letters back to the queue) and buries it in `<queue>-dead` after the last
 //!   attempt; it consumes again on a channel of its own after the connection came back.
+//! - [`Amqp::pause`] holds back a source's events, a type's, or all, for every worker of
+//!   the queue in every process, until [`Amqp::resume`]: the pauses are records in the
+//!   stream queue `<queue>-pauses` each `Amqp` replays and tails, and a worker parks each
+//!   paused message it pulls in `<queue>-paused`, moved back when the pause ends (see
+//!   [`pause`](Amqp::pause)).
 //! - With a key ring ([`with_keys`], feature `seal`) each body is published
 //!   sealed, as JetStream's, so the broker's files hold no plaintext; the worker opens it,
 //!   and buries one no key opens in `<queue>-dead` with the reason, never running it. With
@@ -50,7 +55,9 @@
 //! - The topology is declared at [`AmqpBuilder::build`] when missing, and checked when
 //!   present: the exchange (topic, durable), the queue (quorum, with a delivery limit and
 //!   at-least-once dead-lettering to `<exchange>-dead`, routing key the queue's name), the
-//!   dead exchange (direct) and the dead queue `<queue>-dead` (quorum). A queue that
+//!   dead exchange (direct), the dead queue `<queue>-dead` (quorum), and the pauses'
+//!   queues (`<queue>-paused` and `<queue>-pauses-seq`, quorum; `<queue>-pauses`, a
+//!   stream). A queue that
 //!   exists with other arguments is a configuration error naming it and what differs.
 //!
 //! What holds:
