@@ -253,3 +253,76 @@ async fn a_worker_restarted_while_events_are_parked_loses_none() {
     running.shutdown().await;
     amqp.delete().await.unwrap();
 }
+
+#[tokio::test]
+async fn parked_events_go_back_in_the_order_they_were_parked() {
+    let amqp = amqp().await;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let ran = order.clone();
+    let processor = move |e: Event, _: Attempt| {
+        let ran = ran.clone();
+        async move {
+            ran.lock().unwrap().push(e.id().unwrap().to_owned());
+            Ok::<(), String>(())
+        }
+    };
+    let running = AmqpWorker::new(&amqp, MemoryStore::new(), processor)
+        .with_concurrency(1)
+        .unwrap()
+        .spawn();
+    assert!(amqp.pause(None, None).await.unwrap());
+    let ids = ids("evt_order", 12);
+    accept(&amqp, &ids, "order.paid").await;
+    eventually("all parked", async || paused(&amqp).await == 12).await;
+    assert!(amqp.resume(None, None).await.unwrap());
+    eventually("all ran", async || order.lock().unwrap().len() == 12).await;
+    assert_eq!(*order.lock().unwrap(), ids, "in the order they were parked");
+    running.shutdown().await;
+    amqp.delete().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_parked_event_keeps_the_attempts_it_had() {
+    let amqp = amqp().await;
+    let seen = Seen::default();
+    let attempts = seen.clone();
+    // The first attempt fails; the retry waits out its backoff, comes back paused, and
+    // is parked: after the resume it runs as the second attempt.
+    let processor = move |e: Event, a: Attempt| {
+        let attempts = attempts.clone();
+        async move {
+            let mut runs = attempts.0.lock().unwrap();
+            runs.entry(e.id().unwrap().to_owned())
+                .or_default()
+                .push(a.number());
+            match a.number() {
+                1 => Err("not yet".to_owned()),
+                _ => Ok(()),
+            }
+        }
+    };
+    let running = AmqpWorker::new(&amqp, MemoryStore::new(), processor)
+        .with_backoff(Duration::from_millis(800), Duration::from_millis(800))
+        .unwrap()
+        .spawn();
+    amqp.accept(&event("evt_retried", "order.paid"))
+        .await
+        .unwrap();
+    eventually("the first attempt", async || {
+        seen.of("evt_retried") == vec![1]
+    })
+    .await;
+    assert!(amqp.pause(None, None).await.unwrap());
+    eventually("parked", async || paused(&amqp).await == 1).await;
+    a_while().await;
+    assert_eq!(seen.of("evt_retried"), vec![1]);
+    assert!(amqp.resume(None, None).await.unwrap());
+    eventually("the second attempt", async || {
+        seen.of("evt_retried").len() == 2
+    })
+    .await;
+    a_while().await;
+    assert_eq!(seen.of("evt_retried"), vec![1, 2], "parking was no attempt");
+    running.shutdown().await;
+    amqp.delete().await.unwrap();
+}
