@@ -70,7 +70,8 @@ impl Names {
     /// Deletes the queues and exchanges (whatever of them exists).
     async fn delete(self) {
         let channel = self.channel().await;
-        for queue in [self.name.clone(), format!("{}-dead", self.name)] {
+        let made = ["dead", "paused", "pauses", "pauses-seq"].map(|q| format!("{}-{q}", self.name));
+        for queue in [self.name.clone()].into_iter().chain(made) {
             let _ = channel
                 .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
                 .await;

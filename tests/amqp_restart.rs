@@ -94,7 +94,8 @@ async fn a_broker_restart_is_503_throughout_and_publishing_resumes_within_5_s() 
     want.sort();
     ids.sort();
     assert_eq!(ids, want, "every 204 stored once, nothing else");
-    for queue in [name.clone(), format!("{name}-dead")] {
+    let made = ["dead", "paused", "pauses", "pauses-seq"].map(|q| format!("{name}-{q}"));
+    for queue in [name.clone()].into_iter().chain(made) {
         let _ = channel
             .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
             .await;
