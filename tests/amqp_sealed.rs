@@ -313,3 +313,111 @@ async fn an_event_its_schema_refuses_is_kept_in_the_invalid_queue_and_never_run(
     assert_eq!((counts.queued, counts.dead, counts.invalid), (0, 0, 1));
     amqp.delete().await.unwrap();
 }
+
+/// `list_invalid` reads `<queue>-invalid` without removing anything; `requeue_invalid`,
+/// on an `Amqp` whose schemas changed, publishes the events that pass now back to the
+/// exchange — sealed as they were, without their errors — and removes them, and keeps the
+/// rest; the worker then runs the requeued ones once.
+#[tokio::test]
+async fn invalid_events_are_listed_with_their_errors_and_requeued_once_they_pass() {
+    let amount =
+        json!({"properties": {"data": {"properties": {"object": {"required": ["amount"]}}}}});
+    let only_a_and_b = json!({"properties": {"data": {"properties": {"object": {
+        "properties": {"id": {"pattern": "^pi_evt_(a|b)$"}}
+    }}}}});
+    let schemas = |schema: &serde_json::Value| {
+        Schemas::new()
+            .with_schema("payment_intent.succeeded", schema)
+            .unwrap()
+    };
+    let name = common::amqp::name();
+    let before = amqp(&name, Some(ring("k1", 7)), Some(schemas(&amount))).await;
+    let canaries: Vec<(&str, String)> = ["evt_a", "evt_b", "evt_c"]
+        .into_iter()
+        .map(|id| (id, canary()))
+        .collect();
+    for (id, canary) in &canaries {
+        before.accept(&event(id, canary, None)).await.unwrap();
+    }
+    let listed = before.list_invalid(10).await.unwrap();
+    let mut ids: Vec<&str> = listed.iter().map(|m| m.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["evt_a", "evt_b", "evt_c"]);
+    for message in &listed {
+        assert_eq!(
+            message.event_type.as_deref(),
+            Some("payment_intent.succeeded")
+        );
+        assert!(
+            message
+                .validation_errors
+                .iter()
+                .any(|e| e.message().contains("amount")),
+            "its errors: {:?}",
+            message.validation_errors
+        );
+    }
+    assert_eq!(before.list_invalid(2).await.unwrap().len(), 2, "a limit");
+    assert_eq!(
+        before.counts().await.unwrap().invalid,
+        3,
+        "listing removes nothing"
+    );
+
+    // The schema changed: a and b pass now, c does not.
+    let after = amqp(&name, Some(ring("k1", 7)), Some(schemas(&only_a_and_b))).await;
+    let done = after.requeue_invalid().await.unwrap();
+    assert_eq!((done.queued, done.still_invalid), (2, 1));
+    let counts = after.counts().await.unwrap();
+    assert_eq!((counts.queued, counts.invalid), (2, 1));
+    let (body, headers) = peek(after.queue()).await;
+    assert_eq!(header(&headers, "Webhook-Validation-Errors"), None);
+    assert!(header(&headers, "Webhook-Key-Id").is_some(), "still sealed");
+    assert!(
+        canaries.iter().all(|(_, c)| !holds(&body, c)),
+        "no plaintext"
+    );
+    let left = after.list_invalid(10).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].id, "evt_c");
+    assert!(left[0]
+        .validation_errors
+        .iter()
+        .any(|e| e.message().contains("amount")));
+    let again = after.requeue_invalid().await.unwrap();
+    assert_eq!((again.queued, again.still_invalid), (0, 1), "c stays");
+
+    let bodies: Bodies = Arc::default();
+    let worker = AmqpWorker::new(&after, MemoryStore::new(), recording(bodies.clone(), "")).spawn();
+    eventually("the requeued ones processed", async || {
+        bodies.lock().unwrap().len() == 2 && after.counts().await.unwrap().queued == 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    worker.shutdown().await;
+    let mut ran: Vec<String> = bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(i, _)| i.clone())
+        .collect();
+    ran.sort();
+    assert_eq!(ran, ["evt_a", "evt_b"], "each requeued one once, c never");
+    for (id, body) in bodies.lock().unwrap().iter() {
+        let canary = &canaries.iter().find(|(i, _)| i == id).unwrap().1;
+        assert!(holds(body, canary), "{id} ran in plaintext");
+    }
+    let counts = after.counts().await.unwrap();
+    assert_eq!((counts.queued, counts.dead, counts.invalid), (0, 0, 1));
+    after.delete().await.unwrap();
+}
+
+/// Without schemas there is no invalid queue: an empty list, nothing requeued.
+#[tokio::test]
+async fn without_schemas_nothing_is_invalid_to_list_or_requeue() {
+    let amqp = amqp(&common::amqp::name(), None, None).await;
+    assert!(amqp.list_invalid(10).await.unwrap().is_empty());
+    let done = amqp.requeue_invalid().await.unwrap();
+    assert_eq!((done.queued, done.still_invalid), (0, 0));
+    amqp.delete().await.unwrap();
+}

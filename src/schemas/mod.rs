@@ -265,7 +265,7 @@ pub struct SchemaError {
 impl SchemaError {
     /// The errors of [`Invalid::to_json`]'s text, as a queue kept them; what does not
     /// read as one is left out.
-    #[cfg(feature = "nats")]
+    #[cfg(any(feature = "nats", feature = "amqp"))]
     pub(crate) fn list_from_json(json: &str) -> Vec<Self> {
         let Ok(serde_json::Value::Array(errors)) = serde_json::from_str(json) else {
             return Vec::new();

@@ -51,7 +51,8 @@
 //!   sealed, as JetStream's, so the broker's files hold no plaintext; the worker opens it,
 //!   and buries one no key opens in `<queue>-dead` with the reason, never running it. With
 //!   schemas ([`with_schemas`], feature `schemas`) an event its schema
-//!   refuses goes to `<queue>-invalid` with its errors, answered 2xx, never run.
+//!   refuses goes to `<queue>-invalid` with its errors, answered 2xx, never run;
+//!   `Amqp::list_invalid` lists them, `Amqp::requeue_invalid` requeues those valid now.
 //! - The topology is declared at [`AmqpBuilder::build`] when missing, and checked when
 //!   present: the exchange (topic, durable), the queue (quorum, with a delivery limit and
 //!   at-least-once dead-lettering to `<exchange>-dead`, routing key the queue's name), the
@@ -106,6 +107,8 @@
 
 mod builder; // the names and settings, and `build`: connected, the topology declared
 mod connection; // the one connection, supervised: reconnected, channels handed out
+#[cfg(feature = "schemas")]
+mod invalid; // `<queue>-invalid`: listed, and requeued once valid
 mod pause; // pauses every worker of every process sees (a stream); paused events parked
 mod publish; // an event as a message: routing key, properties, headers; the confirm
 mod topology; // the exchanges and quorum queues, declared or checked
@@ -115,6 +118,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use self::builder::AmqpBuilder;
+#[cfg(feature = "schemas")]
+pub use self::invalid::{InvalidMessage, MAX_INVALID_LIST};
 pub use self::worker::AmqpWorker;
 use super::accept::{Accept, Destination};
 use super::{Accepted, Counts};

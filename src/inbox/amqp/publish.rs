@@ -121,7 +121,7 @@ fn invalid<'a>(amqp: &'a Amqp, event: &Event, headers: &mut FieldTable) -> Optio
 
 /// Success only on an `Ack` with nothing returned: lapin reports a `mandatory` message
 /// the broker could not route as an `Ack` carrying it back.
-fn confirmed_or_not(confirmation: Confirmation) -> Result<(), StoreError> {
+pub(super) fn confirmed_or_not(confirmation: Confirmation) -> Result<(), StoreError> {
     match confirmation {
         Confirmation::Ack(None) => Ok(()),
         Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned)) => {

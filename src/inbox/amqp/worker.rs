@@ -24,7 +24,9 @@ pub(crate) mod delays; // the delay queues retries and snoozes wait in: a ladder
 mod delivered; // a delivery as the worker holds it: its event, attempt and claim
 mod park; // a paused event parked in `<queue>-paused`; moved back when its pause ends
 mod settle; // a delivery acknowledged, handed back, sent to wait, or buried
-use delivered::{Claim, Delivered};
+#[cfg(feature = "schemas")]
+pub(super) use delivered::text;
+use delivered::{Claim, Delivered}; // the invalid queue's listing
 
 /// Processes an [`Amqp`] queue's messages. Build it, then [`spawn`](Self::spawn) it.
 /// Workers in any number of processes consume the same queue; RabbitMQ hands each message

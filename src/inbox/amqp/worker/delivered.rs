@@ -180,7 +180,7 @@ impl Delivered {
 }
 
 /// A header's text: a long or short string as sent, a number written out.
-pub(super) fn text(headers: &FieldTable, name: &str) -> Option<String> {
+pub(in crate::inbox::amqp) fn text(headers: &FieldTable, name: &str) -> Option<String> {
     match headers.inner().get(name)? {
         AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
         AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
