@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::connection::{self, Connection};
 use super::topology::{self, Names};
 use super::{Amqp, Inner};
+use crate::inbox::processors::{Processors, DEFAULT_PROCESSOR};
 use crate::store::StoreError;
 use crate::{ConfigError, ConfigErrorKind};
 
@@ -16,7 +17,7 @@ use crate::{ConfigError, ConfigErrorKind};
 pub struct AmqpBuilder {
     url: String,
     exchange: String,
-    queue: String,
+    pub(super) queue: String,
     delivery_limit: u32,
     /// `with_max_length`: `None`, unbounded.
     max_length: Option<u32>,
@@ -32,13 +33,15 @@ pub struct AmqpBuilder {
     /// `with_schemas`.
     #[cfg(feature = "schemas")]
     schemas: Option<crate::schemas::Schemas>,
+    /// The processors (`with_processors`, `processors.rs`); `None`: `default` alone.
+    pub(super) processors: Option<Processors>,
 }
 
 /// RabbitMQ's default `consumer_timeout`.
 const DEFAULT_CONSUMER_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// The most a name may hold: AMQP's 255 bytes.
-const AMQP_NAME: usize = 255;
+pub(super) const AMQP_NAME: usize = 255;
 /// The most an exchange's name may hold: less `-dead`.
 const MAX_EXCHANGE: usize = AMQP_NAME - "-dead".len();
 
@@ -64,6 +67,7 @@ impl AmqpBuilder {
             keys: None,
             #[cfg(feature = "schemas")]
             schemas: None,
+            processors: None,
         }
     }
 
@@ -85,9 +89,12 @@ impl AmqpBuilder {
     /// # Errors
     ///
     /// When the name is empty, longer than 239 bytes (its longest delay queue's name must
-    /// fit AMQP's 255), or starts with `amq.` (the broker's own).
+    /// fit AMQP's 255), or starts with `amq.` (the broker's own); with
+    /// [`with_processors`](Self::with_processors) set first, when a processor's queue
+    /// names would not fit or clash (see there).
     pub fn with_queue(mut self, name: &str) -> Result<Self, ConfigError> {
         check_name("queue", name, max_queue())?;
+        super::processors::check(name, self.processors.as_ref())?;
         name.clone_into(&mut self.queue);
         Ok(self)
     }
@@ -222,7 +229,8 @@ impl AmqpBuilder {
     }
 
     /// Connects, declares what is missing — the topic exchange, the quorum queue bound to
-    /// it with `#`, the dead exchange and queue — and checks what exists, then hands the
+    /// it with `#` (with [`with_processors`](Self::with_processors), each processor's),
+    /// the dead exchange and dead queue(s) — and checks what exists, then hands the
     /// connection to the crate's supervisor (see the [module](super)).
     ///
     /// # Errors
@@ -239,11 +247,25 @@ impl AmqpBuilder {
         let invalid = self.schemas.is_some();
         #[cfg(not(feature = "schemas"))]
         let invalid = false;
-        topology::declare(&connection, &names, limits, invalid).await?;
+        let processors = self.processors.unwrap_or_else(Processors::single);
+        let lanes = super::processors::lanes(&self.queue, &processors);
+        topology::declare(&connection, &names, &lanes, limits, invalid).await?;
+        let default = lanes
+            .iter()
+            .find(|l| l.name() == DEFAULT_PROCESSOR)
+            .cloned();
+        // Not configured: `AmqpWorker::new` would consume `<queue>`, which no processor has.
+        let default = default.unwrap_or_else(|| {
+            let spec = crate::inbox::ProcessorSpec::default_processor();
+            Arc::new(super::processors::Lane::new(spec, &self.queue))
+        });
         Ok(Amqp {
+            lane: default,
             inner: Arc::new(Inner {
                 connection,
                 names,
+                processors,
+                lanes,
                 confirm_timeout: self.confirm_timeout,
                 consumer_timeout: self.consumer_timeout,
                 delivery_limit: self.delivery_limit,

@@ -47,6 +47,15 @@
 //!   stream queue `<queue>-pauses` each `Amqp` replays and tails, and a worker parks each
 //!   paused message it pulls in `<queue>-paused`, moved back when the pause ends (see
 //!   [`pause`](Amqp::pause)).
+//! - Fan-out ([`AmqpBuilder::with_processors`]): one quorum queue per processor, every one
+//!   bound to the exchange with `#` — `default` keeps `<queue>`, another processor `name`
+//!   gets `<queue>-<name>` with its own dead queue (`<queue>-<name>-dead`) and delay
+//!   queues — so the one confirmed publish reaches each; its workers
+//!   ([`AmqpWorker::processor`]) consume it with their own retries, caps and claim keys,
+//!   and acknowledge unrun an event its filter does not take;
+//!   [`Amqp::counts_by_processor`] counts each. The broker confirms a publish it routed to
+//!   at least one queue: a processor's queue deleted while the others are still bound
+//!   misses the events published meanwhile (no queue at all is still a 503).
 //! - With a key ring ([`with_keys`], feature `seal`) each body is published
 //!   sealed, as JetStream's, so the broker's files hold no plaintext; the worker opens it,
 //!   and buries one no key opens in `<queue>-dead` with the reason, never running it. With
@@ -110,6 +119,7 @@ mod connection; // the one connection, supervised: reconnected, channels handed 
 #[cfg(feature = "schemas")]
 mod invalid; // `<queue>-invalid`: listed, and requeued once valid
 mod pause; // pauses every worker of every process sees (a stream); paused events parked
+mod processors; // fan-out: a queue, dead and delay queues, workers and counts per processor
 mod publish; // an event as a message: routing key, properties, headers; the confirm
 mod topology; // the exchanges and quorum queues, declared or checked
 mod worker; // `AmqpWorker`: the worker engine on the queue; retries in delay queues
@@ -131,11 +141,16 @@ use crate::Event;
 #[derive(Clone)]
 pub struct Amqp {
     inner: Arc<Inner>,
+    /// The processor this handle's workers run: `default`, but for a processor's worker.
+    lane: Arc<processors::Lane>,
 }
 
 pub(crate) struct Inner {
     connection: connection::Connection,
     names: topology::Names,
+    /// The processors configured (`{default}` without fan-out), and their queues.
+    processors: crate::inbox::processors::Processors,
+    lanes: Vec<Arc<processors::Lane>>,
     confirm_timeout: Duration,
     /// The broker's `consumer_timeout`, as configured (`AmqpBuilder::with_consumer_timeout`).
     consumer_timeout: Duration,
@@ -274,44 +289,40 @@ impl Amqp {
     /// The queue and the dead queue, counted: `queued` the queue's messages ready for a
     /// consumer, `processing` those waiting out a retry's backoff or a snooze in the delay
     /// queues (`<queue>-retry-<ms>`), `dead` the dead queue's, `paused` the events parked
-    /// while paused in `<queue>-paused` (see [`pause`](Self::pause)). RabbitMQ does not count
-    /// what is delivered and not yet acknowledged in a passive declare: running events
-    /// are in none of them, and `oldest_due` is `None`.
+    /// while paused in `<queue>-paused` (see [`pause`](Self::pause)), `invalid` the invalid
+    /// queue's. RabbitMQ does not count what is delivered and not yet acknowledged in a
+    /// passive declare: running events are in none of them, and `oldest_due` is `None`.
+    /// With [fan-out](AmqpBuilder::with_processors), the sum over the processors' queues:
+    /// [`counts_by_processor`](Self::counts_by_processor) has each one's.
     ///
     /// # Errors
     ///
     /// When there is no connection, or a queue is missing.
     pub async fn counts(&self) -> Result<Counts, StoreError> {
-        let channel = self.inner.connection.channel().await?;
-        let queued = topology::message_count(&channel, &self.inner.names.queue).await?;
-        let dead = topology::message_count(&channel, &self.inner.names.dead_queue).await?;
-        let paused = topology::message_count(&channel, &self.inner.names.paused_queue).await?;
-        let invalid = match self.has_schemas() {
-            true => topology::message_count(&channel, &self.inner.names.invalid_queue).await?,
-            false => 0,
-        };
-        let _ = channel.close(200, "done".into()).await;
-        let waiting = worker::delays::waiting(self).await?;
-        Ok(Counts {
-            queued: queued.into(),
-            processing: waiting,
-            dead: dead.into(),
-            paused: paused.into(),
-            invalid: invalid.into(),
-            ..Counts::default()
-        })
+        let by = self.counts_by_processor().await?;
+        let mut counts = by.into_values().fold(Counts::default(), Counts::plus);
+        if self.has_schemas() {
+            let channel = self.inner.connection.channel().await?;
+            let invalid = topology::message_count(&channel, &self.inner.names.invalid_queue);
+            counts.invalid = invalid.await?.into();
+            let _ = channel.close(200, "done".into()).await;
+        }
+        Ok(counts)
     }
 
-    /// Deletes the queue, the dead queue, the pauses' queues and both exchanges, with
-    /// every message in them: for tests and demos that made their own.
+    /// Deletes the queues (every processor's, with their dead, parked and delay queues),
+    /// the pauses' queues and both exchanges, with every message in them: for tests and
+    /// demos that made their own.
     ///
     /// # Errors
     ///
     /// When there is no connection, or the broker refuses.
     pub async fn delete(self) -> Result<(), StoreError> {
-        worker::delays::delete(&self).await?;
+        for lane in self.lanes() {
+            worker::delays::delete(&self, &lane.queue).await?;
+        }
         let channel = self.inner.connection.channel().await?;
-        topology::delete(&channel, &self.inner.names).await
+        topology::delete(&channel, &self.inner.names, &self.lane_queues()).await
     }
 }
 
@@ -340,6 +351,7 @@ impl std::fmt::Debug for Amqp {
             .field("broker", &self.inner.connection.redacted_url())
             .field("exchange", &self.inner.names.exchange)
             .field("queue", &self.inner.names.queue)
+            .field("processor", &self.lane.name())
             .field("delivery_limit", &self.inner.delivery_limit)
             .field("confirm_timeout", &self.inner.confirm_timeout)
             .finish_non_exhaustive()

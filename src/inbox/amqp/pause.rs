@@ -13,7 +13,8 @@
 //! returned before a message was pulled holds it.
 //!
 //! A worker that pulls a paused event *parks* it: publishes it (confirmed) to the quorum
-//! queue `<queue>-paused` with the attempts it has had, then acknowledges it. When a
+//! queue `<queue>-paused` (with fan-out, its processor's: `<queue>-<name>-paused`, moved
+//! back into that processor's queue) with the attempts it has had, then acknowledges it. When a
 //! pause ends, every worker's task moves the parked events no pause holds any more back
 //! into the queue, in the order they were parked (each a confirmed publish, then its
 //! acknowledgement: never lost; one moved twice, its acknowledgement lost, is claimed
@@ -60,7 +61,8 @@ impl Amqp {
         &self.inner.pauses
     }
 
-    /// The quorum queue paused events are parked in: `<queue>-paused`.
+    /// The quorum queue paused events are parked in: `<queue>-paused` (`default`'s; with
+    /// fan-out each processor parks in its own, [`paused_queue_of`](Self::paused_queue_of)).
     #[must_use]
     pub fn paused_queue(&self) -> &str {
         &self.inner.names.paused_queue
@@ -300,7 +302,12 @@ async fn follow(inner: Weak<Inner>, shared: Arc<Shared>) {
         let Some(strong) = inner.upgrade() else {
             return;
         };
-        let amqp = Amqp { inner: strong };
+        // Any processor's handle: the records are the queue's, every processor's.
+        let lane = strong.lanes[0].clone();
+        let amqp = Amqp {
+            inner: strong,
+            lane,
+        };
         let next = *shared.applied.borrow();
         let opened = consume(&amqp, next).await;
         drop(amqp); // only the weak reference while tailing: the last clone's drop ends it

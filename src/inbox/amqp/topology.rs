@@ -63,8 +63,13 @@ impl Names {
 /// The routing key the queue is bound to the exchange with: every event.
 pub(crate) const EVERY_EVENT: &str = "#";
 
-/// The main queue's arguments: `limits` are its delivery limit and max length, if any.
-pub(crate) fn queue_arguments(names: &Names, limits: (u32, Option<u32>)) -> FieldTable {
+/// A processor's queue `queue`'s arguments (`default`'s: the queue's): `limits` are its
+/// delivery limit and max length, if any; it dead-letters with its own name as the key.
+pub(crate) fn queue_arguments(
+    names: &Names,
+    queue: &str,
+    limits: (u32, Option<u32>),
+) -> FieldTable {
     let (delivery_limit, max_length) = limits;
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), text("quorum"));
@@ -73,7 +78,7 @@ pub(crate) fn queue_arguments(names: &Names, limits: (u32, Option<u32>)) -> Fiel
         AMQPValue::LongLongInt(delivery_limit.into()),
     );
     args.insert("x-dead-letter-exchange".into(), text(&names.dead_exchange));
-    args.insert("x-dead-letter-routing-key".into(), text(&names.queue));
+    args.insert("x-dead-letter-routing-key".into(), text(queue));
     args.insert("x-dead-letter-strategy".into(), text("at-least-once"));
     args.insert("x-overflow".into(), text("reject-publish"));
     if let Some(n) = max_length {
@@ -106,13 +111,13 @@ fn durable() -> QueueDeclareOptions {
     }
 }
 
-/// Declares the exchanges and queues, and binds them. Each step on a channel of its own:
-/// a refused declare closes its channel.
-/// Declares (or checks) the exchanges, the queues and their bindings; `invalid`, the
-/// invalid queue too.
+/// Declares (or checks) the exchanges, every processor's queue and dead queue (`lanes`),
+/// and their bindings; `invalid`, the invalid queue too. Each step on a channel of its
+/// own: a refused declare closes its channel.
 pub(crate) async fn declare(
     connection: &super::connection::Connection,
     names: &Names,
+    lanes: &[std::sync::Arc<super::processors::Lane>],
     limits: (u32, Option<u32>),
     invalid: bool,
 ) -> Result<(), StoreError> {
@@ -131,13 +136,15 @@ pub(crate) async fn declare(
         declared.map_err(|e| refused("exchange", name, &e))?;
         close(channel).await;
     }
-    let mut queues = vec![
-        (&names.queue, queue_arguments(names, limits)),
-        (&names.dead_queue, quorum()),
-        (&names.paused_queue, quorum()),
-        (&names.pauses_stream, stream()),
-        (&names.pauses_seq, quorum()),
-    ];
+    let mut queues = Vec::new();
+    for lane in lanes {
+        let arguments = queue_arguments(names, &lane.queue, limits);
+        queues.push((&lane.queue, arguments));
+        queues.push((&lane.dead_queue, quorum()));
+        queues.push((&lane.paused_queue, quorum()));
+    }
+    queues.push((&names.pauses_stream, stream()));
+    queues.push((&names.pauses_seq, quorum()));
     if invalid {
         queues.push((&names.invalid_queue, quorum()));
     }
@@ -149,14 +156,12 @@ pub(crate) async fn declare(
         declared.map_err(|e| refused("queue", name, &e))?;
         close(channel).await;
     }
-    let mut bindings = vec![
-        (&names.queue, &names.exchange, EVERY_EVENT),
-        (
-            &names.dead_queue,
-            &names.dead_exchange,
-            names.queue.as_str(),
-        ),
-    ];
+    let mut bindings = Vec::new();
+    for lane in lanes {
+        bindings.push((&lane.queue, &names.exchange, EVERY_EVENT));
+        let key = lane.queue.as_str();
+        bindings.push((&lane.dead_queue, &names.dead_exchange, key));
+    }
     if invalid {
         let key = names.invalid_queue.as_str();
         bindings.push((&names.invalid_queue, &names.dead_exchange, key));
@@ -225,12 +230,20 @@ pub(crate) async fn message_count(
     Ok(declared.message_count())
 }
 
-/// Deletes the queues and the exchanges.
-pub(crate) async fn delete(channel: &lapin::Channel, names: &Names) -> Result<(), StoreError> {
+/// Deletes the queues — `queues` (the processors' and their dead queues), the invalid
+/// queue — and the exchanges.
+pub(crate) async fn delete(
+    channel: &lapin::Channel,
+    names: &Names,
+    queues: &std::collections::BTreeSet<String>,
+) -> Result<(), StoreError> {
     let err = |e| StoreError::new("amqp delete", e);
-    let queues = [&names.queue, &names.dead_queue, &names.invalid_queue];
-    let pauses = [&names.paused_queue, &names.pauses_stream, &names.pauses_seq];
-    for queue in queues.into_iter().chain(pauses) {
+    let pauses = [
+        &names.pauses_stream,
+        &names.pauses_seq,
+        &names.invalid_queue,
+    ];
+    for queue in queues.iter().chain(pauses) {
         // Deleting a queue that does not exist succeeds (the invalid queue, without schemas).
         let deleted = channel
             .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())

@@ -23,6 +23,7 @@ mod consume; // the consumer: a channel with its prefetch, made again when it di
 pub(crate) mod delays; // the delay queues retries and snoozes wait in: a ladder of steps
 mod delivered; // a delivery as the worker holds it: its event, attempt and claim
 mod park; // a paused event parked in `<queue>-paused`; moved back when its pause ends
+mod processor; // fan-out: a processor's worker
 mod settle; // a delivery acknowledged, handed back, sent to wait, or buried
 #[cfg(feature = "schemas")]
 pub(super) use delivered::text;
@@ -117,7 +118,7 @@ impl AmqpWorker {
             consumer: Mutex::new(None),
             stopped: None,
             delays: delays::Declared::default(),
-            metrics: metrics::Processor::new(crate::inbox::DEFAULT_PROCESSOR),
+            metrics: amqp.lane().metrics().clone(),
         };
         let mut engine = Engine::new(queue, Runner::Plain(Arc::new(processor)), poll);
         engine.lease.max_run = engine.lease.max_run.min(longest_run(amqp));
@@ -273,14 +274,11 @@ impl Queue for Consumed {
     }
 
     fn processor(&self) -> &str {
-        crate::inbox::DEFAULT_PROCESSOR
+        self.amqp.lane().name()
     }
 
     fn beside(&self, _: Duration) -> Vec<tokio::task::JoinHandle<()>> {
-        let gauges = metrics::ENABLED.then(|| {
-            let (amqp, processor) = (self.amqp.clone(), self.metrics.clone());
-            tokio::spawn(gauges(amqp, processor))
-        });
+        let gauges = metrics::ENABLED.then(|| tokio::spawn(gauges(self.amqp.clone())));
         let unpark = tokio::spawn(park::unparking(self.amqp.clone()));
         gauges.into_iter().chain([unpark]).collect()
     }
@@ -375,6 +373,11 @@ impl Queue for Consumed {
         let until = heartbeat.lease_ends();
         if !held.delivery.acker.usable() {
             return false; // its channel died: delivered again on the next one
+        }
+        if !self.amqp.lane().takes(event) {
+            // Not this processor's (its filter): acknowledged unrun, never an attempt.
+            let _ = settle::ack(&held.delivery, until).await;
+            return false;
         }
         let log = self.amqp.pause_log();
         if log.covers(event.source(), event.event_type()) {
@@ -520,10 +523,12 @@ impl Queue for Consumed {
 }
 
 impl Consumed {
-    /// The source of the workers' claim keys for events of `source`: `amqp/<queue>/<source>`,
-    /// apart from `DedupeLayer`'s keys of the same events (neither name holds a `/`).
+    /// The source of the workers' claim keys for events of `source`:
+    /// `amqp/<queue>/<source>`, the queue the processor's (`<queue>-<name>` for a
+    /// processor other than `default`): apart from `DedupeLayer`'s keys of the same events
+    /// (neither name holds a `/`), and per processor (each queue has every event).
     fn claim_source(&self, source: &str) -> String {
-        format!("amqp/{}/{source}", self.amqp.queue())
+        format!("amqp/{}/{source}", self.amqp.lane().queue)
     }
 
     /// A delivery as a claimed event; `None` when it is not to run here: its channel died,
@@ -561,12 +566,11 @@ impl Consumed {
     }
 }
 
-/// Reads the queues' counts every 5 s, which sets the inbox's gauges (feature `metrics`).
-async fn gauges(amqp: Amqp, processor: metrics::Processor) {
+/// Reads the queues' counts every 5 s, which sets each processor's gauges (feature
+/// `metrics`).
+async fn gauges(amqp: Amqp) {
     loop {
-        if let Ok(counts) = amqp.counts().await {
-            counts.set_gauges(&processor);
-        }
+        let _ = amqp.counts_by_processor().await;
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
 }

@@ -163,7 +163,8 @@ async fn consume(
     }
 }
 
-/// A channel with `prefetch` and a consumer on the queue (manual acknowledgements).
+/// A channel with `prefetch` and a consumer on the worker's processor's queue (manual
+/// acknowledgements).
 async fn open(amqp: &Amqp, prefetch: u16) -> Result<(lapin::Channel, lapin::Consumer), StoreError> {
     let err = |e| StoreError::new("amqp consume", e);
     let channel = amqp.channel().await?;
@@ -173,7 +174,7 @@ async fn open(amqp: &Amqp, prefetch: u16) -> Result<(lapin::Channel, lapin::Cons
         .map_err(err)?;
     let consumer = channel
         .basic_consume(
-            amqp.queue().into(),
+            amqp.lane().queue.as_str().into(),
             "".into(),
             BasicConsumeOptions::default(),
             FieldTable::default(),

@@ -47,6 +47,11 @@ pub(crate) fn longest_suffix() -> usize {
     name("", STEPS - 1).len()
 }
 
+/// Every step's queue for `queue`.
+pub(crate) fn names(queue: &str) -> impl Iterator<Item = String> + '_ {
+    (0..STEPS).map(move |k| name(queue, k))
+}
+
 /// Step `k`'s queue for `queue`.
 pub(crate) fn name(queue: &str, k: u32) -> String {
     format!("{queue}-retry-{}", FIRST_MS << k)
@@ -88,22 +93,23 @@ async fn declare_on(channel: &lapin::Channel, queue: &str, k: u32) -> Result<(),
 pub(super) struct Declared(Mutex<HashSet<u32>>);
 
 impl Declared {
-    /// The queue for a wait of `after`: the queue itself for none, else its step's delay
-    /// queue, declared first if this process has not yet.
+    /// The queue for a wait of `after`: the worker's processor's queue itself for none,
+    /// else its step's delay queue, declared first if this process has not yet.
     pub(super) async fn queue_for(
         &self,
         amqp: &Amqp,
         after: Duration,
     ) -> Result<String, StoreError> {
+        let queue = amqp.lane().queue.as_str();
         let Some(k) = step(after) else {
-            return Ok(amqp.queue().to_owned());
+            return Ok(queue.to_owned());
         };
-        let name = name(amqp.queue(), k);
+        let name = name(queue, k);
         if self.steps().contains(&k) {
             return Ok(name);
         }
         let channel = amqp.channel().await?;
-        let declared = declare_on(&channel, amqp.queue(), k).await;
+        let declared = declare_on(&channel, queue, k).await;
         let _ = channel.close(200, "done".into()).await;
         declared?;
         self.steps().insert(k);
@@ -122,15 +128,24 @@ impl Declared {
     }
 }
 
-/// How many messages wait in `queue`'s delay queues: a passive declare of each step, on
-/// a connection of its own — a step never used does not exist, and its 404 closes the
-/// channel asked on (lapin then keeps that channel number's error: not on the shared
-/// connection).
-pub(crate) async fn waiting(amqp: &Amqp) -> Result<u64, StoreError> {
+/// How many messages wait in each of `queues`' delay queues: a passive declare of each
+/// step, on a connection of its own — a step never used does not exist, and its 404
+/// closes the channel asked on (lapin then keeps that channel number's error: not on the
+/// shared connection).
+pub(crate) async fn waiting_in(amqp: &Amqp, queues: &[&str]) -> Result<Vec<u64>, StoreError> {
     let connection = amqp.connection().apart().await?;
-    let counted = count(&connection, amqp.queue()).await;
+    let mut counted = Vec::new();
+    for queue in queues {
+        match count(&connection, queue).await {
+            Ok(n) => counted.push(n),
+            Err(error) => {
+                let _ = connection.close(200, "done".into()).await;
+                return Err(error);
+            }
+        }
+    }
     let _ = connection.close(200, "done".into()).await;
-    counted
+    Ok(counted)
 }
 
 async fn count(connection: &lapin::Connection, queue: &str) -> Result<u64, StoreError> {
@@ -156,10 +171,10 @@ async fn count(connection: &lapin::Connection, queue: &str) -> Result<u64, Store
 }
 
 /// Deletes `queue`'s delay queues (a missing one is no error).
-pub(crate) async fn delete(amqp: &Amqp) -> Result<(), StoreError> {
+pub(crate) async fn delete(amqp: &Amqp, queue: &str) -> Result<(), StoreError> {
     let channel = amqp.channel().await?;
     for k in 0..STEPS {
-        let name = name(amqp.queue(), k);
+        let name = name(queue, k);
         channel
             .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
             .await

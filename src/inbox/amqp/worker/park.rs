@@ -1,5 +1,6 @@
-//! A paused event parked in `<queue>-paused`, and the parked events moved back into the
-//! queue when their pause ended (see `amqp/pause.rs`).
+//! A paused event parked in `<queue>-paused` (its processor's: `<queue>-<name>-paused`
+//! with fan-out), and the parked events moved back into its processor's queue when their
+//! pause ended (see `amqp/pause.rs`).
 
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ pub(super) async fn park(queue: &Consumed, held: &Delivered, until: Instant) {
     let prior = held.prior(false).to_string();
     headers.insert(PRIOR_ATTEMPTS.into(), settle::text(&prior));
     let amqp = &queue.amqp;
-    let parked = settle::publish(amqp, &held.delivery, amqp.paused_queue(), headers).await;
+    let parked = settle::publish(amqp, &held.delivery, &amqp.lane().paused_queue, headers).await;
     match parked {
         Ok(()) => {
             metrics::held_back(&queue.metrics, metrics::HeldBack::Paused);
@@ -68,7 +69,7 @@ async fn unpark(amqp: &Amqp) -> Result<u64, StoreError> {
         let mut moved = 0;
         loop {
             let get = channel.basic_get(
-                amqp.paused_queue().into(),
+                amqp.lane().paused_queue.as_str().into(),
                 BasicGetOptions { no_ack: false },
             );
             let got = tokio::time::timeout(Duration::from_secs(5), get).await;
@@ -86,7 +87,7 @@ async fn unpark(amqp: &Amqp) -> Result<u64, StoreError> {
             let prior = number(&headers, PRIOR_ATTEMPTS).to_string();
             let mut copied = settle::copied_headers(&delivery);
             copied.insert(PRIOR_ATTEMPTS.into(), settle::text(&prior));
-            settle::publish(amqp, &delivery, amqp.queue(), copied).await?;
+            settle::publish(amqp, &delivery, &amqp.lane().queue, copied).await?;
             let ack = delivery.acker.ack(BasicAckOptions::default());
             let acked = tokio::time::timeout(Duration::from_secs(5), ack).await;
             acked

@@ -86,7 +86,8 @@ pub(super) async fn back(
     }
 }
 
-/// Publishes the event to `<queue>-dead` with `error` (one line) and its `attempts`,
+/// Publishes the event to the worker's processor's dead queue (`<queue>-dead` for
+/// `default`) with `error` (one line) and its `attempts`,
 /// then acknowledges the delivery. When the dead queue does not take it by `until`, the
 /// delivery is requeued (and buried at a later delivery).
 pub(super) async fn bury(
@@ -100,7 +101,12 @@ pub(super) async fn bury(
     headers.insert(ERROR.into(), text(&one_line(error)));
     headers.insert(ATTEMPTS.into(), text(&attempts.to_string()));
     let buried = retry_until(until, || {
-        publish(amqp, &held.delivery, amqp.dead_queue(), headers.clone())
+        publish(
+            amqp,
+            &held.delivery,
+            &amqp.lane().dead_queue,
+            headers.clone(),
+        )
     });
     match buried.await {
         Ok(()) => ack(&held.delivery, until).await,
