@@ -92,14 +92,14 @@ Environment (variable [default] (modes): what it does):
       (dead-lettering to <exchange>-dead), declared when missing
   AMQP_QUEUE [webhooks] (amqp): the quorum queue bound to it (dead queue <queue>-dead),
       declared when missing, checked when present
-  WEBHOOK_PROCESSORS [default] (inbox, nats): the processors each event fans out to,
-      comma-separated, each `name` or `name=glob|glob` (event types; `*` matches any run
-      of characters), e.g. billing=invoice.*,email: a worker each, printing
-      `handled <event id> <processor>`; unset, one processor (default) of every type,
-      printing `handled <event id>`; set in amqp mode, the receiver refuses to start
-  WEBHOOK_FAIL_PROCESSORS [-] (inbox, nats): processors (comma-separated) whose every
-      attempt fails; a name that is not a processor refuses to start
-  WEBHOOK_PROCESSOR_DELAY_MS [-] (inbox, nats): name:ms,... how much longer the named
+  WEBHOOK_PROCESSORS [default] (inbox, nats, amqp): the processors each event fans out
+      to, comma-separated, each `name` or `name=glob|glob` (event types; `*` matches any
+      run of characters), e.g. billing=invoice.*,email: a worker each (amqp: a queue
+      each, <queue>-<name>, default's <queue>), printing `handled <event id> <processor>`;
+      unset, one processor (default) of every type, printing `handled <event id>`
+  WEBHOOK_FAIL_PROCESSORS [-] (inbox, nats, amqp): processors (comma-separated) whose
+      every attempt fails; a name that is not a processor refuses to start
+  WEBHOOK_PROCESSOR_DELAY_MS [-] (inbox, nats, amqp): name:ms,... how much longer the named
       processors take, on top of WEBHOOK_HANDLER_DELAY_MS
   WEBHOOK_WORKER_CONCURRENCY [8] (inbox, nats, amqp): events each processor's worker runs at
       once; 0 runs no worker in this process (it only accepts)
@@ -573,26 +573,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             (Mode::Nats(jetstream, dedupe, running), store, name)
         }
         Ok("amqp") => {
-            if plan.specs.is_some() {
-                return Err("WEBHOOK_PROCESSORS: not in amqp mode (one processor, default)".into());
-            }
             let url = std::env::var("AMQP_URL")
                 .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
             let exchange = std::env::var("AMQP_EXCHANGE").unwrap_or_else(|_| "webhooks".into());
             let queue = std::env::var("AMQP_QUEUE").unwrap_or_else(|_| "webhooks".into());
-            let amqp = Amqp::builder(&url)
+            let mut builder = Amqp::builder(&url)
                 .with_exchange(&exchange)?
                 .with_queue(&queue)?
-                .with_trusted_traceparent(trust_traceparent)
-                .build()
-                .await?;
+                .with_trusted_traceparent(trust_traceparent);
+            if let Some(specs) = &plan.specs {
+                // A queue per processor: `<queue>-<name>` (`default`'s is `<queue>`).
+                builder = builder.with_processors(specs.iter().cloned())?;
+            }
+            let amqp = builder.build().await?;
             let (store, name) = store_from_env(lease).await?;
             // Its claims make each event's effect once, also when an acknowledgement was
             // lost with the connection.
             let mut running = Vec::new();
-            if workers > 0 {
-                let handler = plan.handler(tower_webhook::inbox::DEFAULT_PROCESSOR, &shared);
-                let worker = AmqpWorker::from_arc(&amqp, store.clone(), handler);
+            for processor in plan.names().iter().filter(|_| workers > 0) {
+                let handler = plan.handler(processor, &shared);
+                let worker =
+                    AmqpWorker::from_arc_processor(&amqp, processor, store.clone(), handler)?;
                 running.push(
                     with_flow_control!(worker, rate, per_object)
                         .with_concurrency(workers)?
@@ -774,8 +775,9 @@ enum Mode {
 }
 
 /// The operator API of a RabbitMQ inbox, as the other modes' answer it: `GET /counts`
-/// (`Amqp::counts`: the queue, the delay queues, the dead queue and the parked events'
-/// `paused`), `POST /pause` and `POST /resume` (`?source=…&type=…`, each optional:
+/// (`Amqp::counts`: the queues, the delay queues, the dead queues and the parked events'
+/// `paused`; with more than one processor, `"processors"`: each one's,
+/// `Amqp::counts_by_processor`), `POST /pause` and `POST /resume` (`?source=…&type=…`, each optional:
 /// `{"changed": bool}`, as `Amqp::pause` and `Amqp::resume` answer) and `GET /pauses`.
 fn amqp_admin(amqp: Amqp) -> Router {
     use axum::extract::{Query, State};
@@ -816,8 +818,14 @@ fn amqp_admin(amqp: Amqp) -> Router {
                 "the query takes source, type and processor, once each, all optional",
             ));
         };
-        if rule.processor.as_deref().is_some_and(|p| p != "default") {
-            return Err(bad("no such processor"));
+        if let Some(processor) = rule.processor.as_deref() {
+            if !amqp.has_processor(processor) {
+                return Err(bad("no such processor"));
+            }
+            if amqp.processors().count() > 1 {
+                // A pause on RabbitMQ holds every processor's events alike.
+                return Err(bad("pauses hold every processor here: leave processor out"));
+            }
         }
         let (source, event_type) = (rule.source.as_deref(), rule.event_type.as_deref());
         let changed = match pause {
@@ -831,7 +839,15 @@ fn amqp_admin(amqp: Amqp) -> Router {
         .route(
             "/counts",
             get(|State(amqp): State<Amqp>| async move {
-                let counts = amqp.counts().await.map_err(|e| failed("counts", &e))?;
+                let counted = async {
+                    let mut json = serde_json::to_value(amqp.counts().await?)?;
+                    if amqp.processors().count() > 1 {
+                        let by = amqp.counts_by_processor().await?;
+                        json["processors"] = serde_json::to_value(by)?;
+                    }
+                    Ok::<_, Box<dyn std::error::Error>>(json)
+                };
+                let counts = counted.await.map_err(|e| failed("counts", &*e))?;
                 Ok::<_, (http::StatusCode, axum::Json<serde_json::Value>)>(axum::Json(counts))
             }),
         )

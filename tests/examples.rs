@@ -2591,6 +2591,21 @@ async fn receiver_in_nats_mode_runs_each_event_once_per_processor_its_filter_tak
     let _ = std::fs::remove_file(&db);
 }
 
+/// In `amqp` mode a queue per processor (`<queue>-<name>`), bound to the exchange: the
+/// same lines as the other modes.
+#[tokio::test]
+async fn receiver_in_amqp_mode_runs_each_event_once_per_processor_its_filter_takes() {
+    let names = AmqpNames::new("tw_test_processors");
+    let db = fresh_db("processors-amqp");
+    receiver_fans_out(&db, &names.env()).await;
+    names
+        .delete_fanned_out(&["billing", "email", "flaky"])
+        .await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+}
+
 /// Two invoices and two payments, to `billing=invoice.*`, `email` and `flaky`: the lines
 /// printed are exactly one `handled` and `finished` per (event, processor) the filters
 /// take, and two `failed` per event from `flaky`.
@@ -3427,14 +3442,23 @@ impl AmqpNames {
     }
 
     async fn delete(self) {
-        let amqp = tower_webhook::inbox::amqp::Amqp::builder(&self.url)
+        self.delete_fanned_out(&[]).await;
+    }
+
+    /// Deletes them with the queues of `processors` (none: `default`'s alone).
+    async fn delete_fanned_out(self, processors: &[&str]) {
+        let mut builder = tower_webhook::inbox::amqp::Amqp::builder(&self.url)
             .with_exchange(&self.name)
             .unwrap()
             .with_queue(&self.name)
-            .unwrap()
-            .build()
-            .await
             .unwrap();
+        if !processors.is_empty() {
+            let specs = processors
+                .iter()
+                .map(|p| tower_webhook::inbox::ProcessorSpec::new(*p).unwrap());
+            builder = builder.with_processors(specs).unwrap();
+        }
+        let amqp = builder.build().await.unwrap();
         amqp.delete().await.unwrap();
     }
 }
@@ -3505,7 +3529,7 @@ async fn receivers_in_amqp_mode_publish_each_event_once_and_their_workers_handle
 /// `WEBHOOK_FAIL_TYPES` and `WEBHOOK_MAX_ATTEMPTS` in `amqp` mode: every attempt at an
 /// event of a listed type fails (`failed <id>`) until it is dead after the maximum, while
 /// other types are handled; `GET /admin/counts` (behind `WEBHOOK_ADMIN_TOKEN`) counts it
-/// dead. With `WEBHOOK_PROCESSORS` or `WEBHOOK_MAX_LAG_SECS` it refuses to start.
+/// dead. With `WEBHOOK_MAX_LAG_SECS` it refuses to start.
 #[tokio::test]
 async fn receiver_in_amqp_mode_fails_the_fail_types_until_dead_and_counts_them() {
     const SECRET: &str = "whsec_receiver_amqp_fails_012345";
@@ -3574,10 +3598,7 @@ async fn receiver_in_amqp_mode_fails_the_fail_types_until_dead_and_counts_them()
         let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
     }
 
-    for (name, value) in [
-        ("WEBHOOK_PROCESSORS", "billing"),
-        ("WEBHOOK_MAX_LAG_SECS", "5"),
-    ] {
+    for (name, value) in [("WEBHOOK_MAX_LAG_SECS", "5")] {
         let env = [
             ("WEBHOOK_MODE", "amqp"),
             ("AMQP_URL", "amqp://guest:guest@127.0.0.1:1/%2f"),
