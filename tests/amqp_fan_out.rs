@@ -433,3 +433,64 @@ async fn an_unknown_or_clashing_processor_is_refused_and_a_publish_no_queue_take
     assert_eq!(returned.unwrap_err().kind(), StoreErrorKind::Unavailable);
     amqp.delete().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_parks_each_processors_events_in_its_own_queue_and_a_resume_runs_each_once() {
+    let name = common::amqp::name();
+    let amqp = fanned_out(&name, vec![ProcessorSpec::default_processor(), billing()]).await;
+    assert!(amqp.pause(Some("standard"), None).await.unwrap());
+    let ids: Vec<String> = (0..6).map(|i| format!("evt_{i}")).collect();
+    for id in &ids {
+        amqp.accept(&typed_event(id, "invoice.paid")).await.unwrap();
+    }
+    let store = MemoryStore::new();
+    let (all, billed) = (Seen::default(), Seen::default());
+    let workers = [
+        quick(AmqpWorker::new(
+            &amqp,
+            store.clone(),
+            all.processor(Duration::ZERO, succeed),
+        ))
+        .spawn(),
+        quick(
+            AmqpWorker::processor(
+                &amqp,
+                "billing",
+                store.clone(),
+                billed.processor(Duration::ZERO, succeed),
+            )
+            .unwrap(),
+        )
+        .spawn(),
+    ];
+    let n = ids.len() as u64;
+    let paused = async || {
+        let by = amqp.counts_by_processor().await.unwrap();
+        (by["default"].paused, by["billing"].paused)
+    };
+    eventually("each processor's events parked", async || {
+        paused().await == (n, n)
+    })
+    .await;
+    assert_eq!(
+        amqp.paused_queue_of("billing"),
+        format!("{name}-billing-paused")
+    );
+    assert_eq!(amqp.paused_queue_of("default"), amqp.paused_queue());
+    assert_eq!((all.done(), billed.done()), (0, 0), "paused: none ran");
+    assert!(amqp.resume(Some("standard"), None).await.unwrap());
+    eventually("each ran once after the resume", async || {
+        all.done() == ids.len() && billed.done() == ids.len()
+    })
+    .await;
+    eventually("nothing parked", async || paused().await == (0, 0)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for worker in workers {
+        worker.shutdown().await;
+    }
+    for id in &ids {
+        assert_eq!(all.of(id), [1], "default ran {id} once");
+        assert_eq!(billed.of(id), [1], "billing ran {id} once");
+    }
+    amqp.delete().await.unwrap();
+}
