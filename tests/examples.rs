@@ -2608,12 +2608,15 @@ async fn receiver_in_amqp_mode_runs_each_event_once_per_processor_its_filter_tak
 
 /// Two invoices and two payments, to `billing=invoice.*`, `email` and `flaky`: the lines
 /// printed are exactly one `handled` and `finished` per (event, processor) the filters
-/// take, and two `failed` per event from `flaky`.
+/// take, and two `failed` per event from `flaky`; `GET /admin/counts` counts the four
+/// dead for `flaky` alone.
 async fn receiver_fans_out(db: &std::path::Path, mode: &[(&str, &str)]) {
     const SECRET: &str = "whsec_receiver_processors_012345";
+    const TOKEN: &str = "operator-fan-out-token-0123456789";
     let mut env = vec![
         ("WEBHOOK_SCHEME", "stripe"),
         ("WEBHOOK_SECRETS", SECRET),
+        ("WEBHOOK_ADMIN_TOKEN", TOKEN),
         ("WEBHOOK_PROCESSORS", "billing=invoice.*,email,flaky"),
         ("WEBHOOK_FAIL_PROCESSORS", "flaky"),
         ("WEBHOOK_MAX_ATTEMPTS", "2"),
@@ -2663,6 +2666,30 @@ async fn receiver_fans_out(db: &std::path::Path, mode: &[(&str, &str)]) {
     }
     lines.sort();
     assert_eq!(lines, expected);
+    let counts_url = url.replace("/webhooks", "/admin/counts");
+    let bearer = format!("Bearer {TOKEN}");
+    let auth = [(http::header::AUTHORIZATION, bearer.as_str())];
+    let mut counts = serde_json::Value::Null;
+    for _ in 0..50 {
+        let (status, _, json) = ask(http::Method::GET, &counts_url, &auth, None).await;
+        assert_eq!(status, StatusCode::OK, "{json}");
+        counts = serde_json::from_str(&json).unwrap();
+        if counts["processors"]["flaky"]["dead"] == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let dead = |p: &str| counts["processors"][p]["dead"].clone();
+    assert_eq!(
+        [
+            dead("flaky"),
+            dead("email"),
+            dead("billing"),
+            counts["dead"].clone()
+        ],
+        [4, 0, 0, 4].map(|n| serde_json::json!(n)),
+        "{counts}"
+    );
     child.kill().await.unwrap();
 }
 
