@@ -777,13 +777,13 @@ enum Mode {
 /// The operator API of a RabbitMQ inbox, as the other modes' answer it: `GET /counts`
 /// (`Amqp::counts`: the queues, the delay queues, the dead queues and the parked events'
 /// `paused`; with more than one processor, `"processors"`: each one's,
-/// `Amqp::counts_by_processor`), `POST /pause` and `POST /resume` (`?source=…&type=…`, each optional:
+/// `Amqp::counts_by_processor`), `POST /pause` and `POST /resume` (`?source=…&type=…&processor=…`, each optional:
 /// `{"changed": bool}`, as `Amqp::pause` and `Amqp::resume` answer) and `GET /pauses`.
 fn amqp_admin(amqp: Amqp) -> Router {
     use axum::extract::{Query, State};
     use axum::routing::post;
 
-    /// `?source=…&type=…` (and `processor=default`, the one processor in amqp mode).
+    /// `?source=…&type=…&processor=…` (no processor: every processor's).
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Rule {
@@ -822,15 +822,13 @@ fn amqp_admin(amqp: Amqp) -> Router {
             if !amqp.has_processor(processor) {
                 return Err(bad("no such processor"));
             }
-            if amqp.processors().count() > 1 {
-                // A pause on RabbitMQ holds every processor's events alike.
-                return Err(bad("pauses hold every processor here: leave processor out"));
-            }
         }
         let (source, event_type) = (rule.source.as_deref(), rule.event_type.as_deref());
-        let changed = match pause {
-            true => amqp.pause(source, event_type).await,
-            false => amqp.resume(source, event_type).await,
+        let changed = match (rule.processor.as_deref(), pause) {
+            (None, true) => amqp.pause(source, event_type).await,
+            (None, false) => amqp.resume(source, event_type).await,
+            (Some(name), true) => amqp.pause_processor(name, source, event_type).await,
+            (Some(name), false) => amqp.resume_processor(name, source, event_type).await,
         };
         let changed = changed.map_err(|e| failed(if pause { "pause" } else { "resume" }, &e))?;
         Ok(axum::Json(serde_json::json!({"changed": changed})))

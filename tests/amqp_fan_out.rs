@@ -494,3 +494,68 @@ async fn a_pause_parks_each_processors_events_in_its_own_queue_and_a_resume_runs
     }
     amqp.delete().await.unwrap();
 }
+
+/// A processor's own pause parks its events alone: the other processor runs them while
+/// it lasts, and after its resume the paused one runs each once; a pause of an unknown
+/// processor is refused, and the listing names the processor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_processors_own_pause_holds_its_events_alone() {
+    let name = common::amqp::name();
+    let amqp = fanned_out(&name, vec![ProcessorSpec::default_processor(), billing()]).await;
+    let refused = amqp.pause_processor("nope", None, None).await.unwrap_err();
+    assert_eq!(refused.kind(), StoreErrorKind::InvalidInput);
+    assert!(amqp.pause_processor("billing", None, None).await.unwrap());
+    assert!(!amqp.pause_processor("billing", None, None).await.unwrap());
+    let pauses = amqp.pauses().await.unwrap();
+    assert_eq!(pauses.len(), 1);
+    assert_eq!(pauses[0].processor.as_deref(), Some("billing"));
+    let ids: Vec<String> = (0..5).map(|i| format!("evt_{i}")).collect();
+    for id in &ids {
+        amqp.accept(&typed_event(id, "invoice.paid")).await.unwrap();
+    }
+    let store = MemoryStore::new();
+    let (all, billed) = (Seen::default(), Seen::default());
+    let workers = [
+        quick(AmqpWorker::new(
+            &amqp,
+            store.clone(),
+            all.processor(Duration::ZERO, succeed),
+        ))
+        .spawn(),
+        quick(
+            AmqpWorker::processor(
+                &amqp,
+                "billing",
+                store.clone(),
+                billed.processor(Duration::ZERO, succeed),
+            )
+            .unwrap(),
+        )
+        .spawn(),
+    ];
+    let n = ids.len() as u64;
+    let paused = async || {
+        let by = amqp.counts_by_processor().await.unwrap();
+        (by["default"].paused, by["billing"].paused)
+    };
+    eventually("default ran them, billing parked them", async || {
+        all.done() == ids.len() && paused().await == (0, n)
+    })
+    .await;
+    assert_eq!(billed.done(), 0, "billing paused: none ran");
+    assert!(amqp.resume_processor("billing", None, None).await.unwrap());
+    eventually("billing ran each after its resume", async || {
+        billed.done() == ids.len() && paused().await == (0, 0)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for worker in workers {
+        worker.shutdown().await;
+    }
+    for id in &ids {
+        assert_eq!(all.of(id), [1], "default ran {id} once");
+        assert_eq!(billed.of(id), [1], "billing ran {id} once");
+    }
+    assert!(amqp.pauses().await.unwrap().is_empty());
+    amqp.delete().await.unwrap();
+}

@@ -18,7 +18,8 @@
 //! pause ends, every worker's task moves the parked events no pause holds any more back
 //! into the queue, in the order they were parked (each a confirmed publish, then its
 //! acknowledgement: never lost; one moved twice, its acknowledgement lost, is claimed
-//! once in the worker's store).
+//! once in the worker's store). The order holds for one worker moving them back; the
+//! workers of several processes moving back at once may interleave theirs.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,8 +40,8 @@ use super::{Amqp, Inner};
 use crate::inbox::Pause;
 use crate::store::{StoreError, StoreErrorKind};
 
-/// A rule: the source and the event type it pauses (`None`: any).
-type Rule = (Option<String>, Option<String>);
+/// A rule: the processor, the source and the event type it pauses (`None`: any).
+type Rule = (Option<String>, Option<String>, Option<String>);
 
 /// How long a pause, a resume or a worker waits for the records to be replayed.
 const CAUGHT_UP: Duration = Duration::from_secs(10);
@@ -49,6 +50,7 @@ const CONFIRM: Duration = Duration::from_secs(5);
 
 /// The record's headers.
 const OP: &str = "op";
+const PROCESSOR: &str = "processor";
 const SOURCE: &str = "source";
 const TYPE: &str = "type";
 const AT: &str = "at";
@@ -84,7 +86,7 @@ impl Amqp {
         source: Option<&str>,
         event_type: Option<&str>,
     ) -> Result<bool, StoreError> {
-        self.record("pause", source, event_type).await
+        self.record("pause", None, source, event_type).await
     }
 
     /// Ends the pause of exactly that source and type (as [`pause`](Self::pause) took
@@ -100,11 +102,60 @@ impl Amqp {
         source: Option<&str>,
         event_type: Option<&str>,
     ) -> Result<bool, StoreError> {
-        self.record("resume", source, event_type).await
+        self.record("resume", None, source, event_type).await
+    }
+
+    /// Pauses the events of `source` of type `event_type` (`None`: any) for `processor`
+    /// alone (with [fan-out](super::AmqpBuilder::with_processors)): its workers park them
+    /// in its parked queue, the other processors run them. [`pause`](Self::pause) pauses
+    /// for every processor. Returns `false` when it was paused already.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreErrorKind::InvalidInput`] for a processor not configured; otherwise as
+    /// [`pause`](Self::pause)'s.
+    pub async fn pause_processor(
+        &self,
+        processor: &str,
+        source: Option<&str>,
+        event_type: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.configured(processor)?;
+        self.record("pause", Some(processor), source, event_type)
+            .await
+    }
+
+    /// Ends `processor`'s own pause of exactly that source and type (as
+    /// [`pause_processor`](Self::pause_processor) took them); its workers then move the
+    /// events it parked back into its queue. Returns `false` when there was no such pause.
+    ///
+    /// # Errors
+    ///
+    /// As [`pause_processor`](Self::pause_processor)'s.
+    pub async fn resume_processor(
+        &self,
+        processor: &str,
+        source: Option<&str>,
+        event_type: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.configured(processor)?;
+        self.record("resume", Some(processor), source, event_type)
+            .await
+    }
+
+    fn configured(&self, processor: &str) -> Result<(), StoreError> {
+        match self.has_processor(processor) {
+            true => Ok(()),
+            false => Err(StoreError::new(
+                "amqp pause",
+                format!("no processor {processor:?} is configured"),
+            )
+            .with_kind(StoreErrorKind::InvalidInput)),
+        }
     }
 
     /// What is paused now (as every pause and resume that returned left it), sorted by
-    /// source and type.
+    /// processor (every processor's first), source and type.
     ///
     /// # Errors
     ///
@@ -113,12 +164,15 @@ impl Amqp {
         let log = &self.inner.pauses;
         log.sync(self).await?;
         let state = log.shared.state.lock().expect("not poisoned");
-        let pauses = state.rules.iter().map(|((source, event_type), at)| Pause {
-            processor: None,
-            source: source.clone(),
-            event_type: event_type.clone(),
-            paused_at: *at,
-        });
+        let pauses = state
+            .rules
+            .iter()
+            .map(|((processor, source, event_type), at)| Pause {
+                processor: processor.clone(),
+                source: source.clone(),
+                event_type: event_type.clone(),
+                paused_at: *at,
+            });
         Ok(pauses.collect())
     }
 
@@ -127,6 +181,7 @@ impl Amqp {
     async fn record(
         &self,
         op: &str,
+        processor: Option<&str>,
         source: Option<&str>,
         event_type: Option<&str>,
     ) -> Result<bool, StoreError> {
@@ -135,6 +190,9 @@ impl Amqp {
         let nonce = nonce();
         let mut headers = FieldTable::default();
         headers.insert(OP.into(), text(op));
+        if let Some(processor) = processor {
+            headers.insert(PROCESSOR.into(), text(processor));
+        }
         if let Some(source) = source.filter(|s| !s.is_empty()) {
             headers.insert(SOURCE.into(), text(source));
         }
@@ -264,23 +322,25 @@ impl Log {
         }
     }
 
-    /// Whether a pause holds back an event of `source` of type `event_type`, as far as
-    /// replayed.
-    pub(crate) fn covers(&self, source: &str, event_type: Option<&str>) -> bool {
+    /// Whether a pause holds back `processor`'s run of an event of `source` of type
+    /// `event_type`, as far as replayed: a pause of every processor's, or of its own.
+    pub(crate) fn covers(&self, processor: &str, source: &str, event_type: Option<&str>) -> bool {
         let state = self.shared.state.lock().expect("not poisoned");
         if state.rules.is_empty() {
             return false;
         }
         let source = Some(source.to_owned());
         let ty = event_type.map(str::to_owned);
-        [
-            (None, None),
-            (source.clone(), None),
-            (None, ty.clone()),
-            (source, ty),
-        ]
-        .iter()
-        .any(|rule| state.rules.contains_key(rule))
+        [None, Some(processor.to_owned())].into_iter().any(|p| {
+            [
+                (None, None),
+                (source.clone(), None),
+                (None, ty.clone()),
+                (source.clone(), ty.clone()),
+            ]
+            .into_iter()
+            .any(|(s, t)| state.rules.contains_key(&(p.clone(), s, t)))
+        })
     }
 
     /// Told when a pause ended (or a parked event may be one no pause holds).
@@ -352,22 +412,25 @@ async fn follow(inner: Weak<Inner>, shared: Arc<Shared>) {
 async fn consume(amqp: &Amqp, next: u64) -> Result<(lapin::Channel, lapin::Consumer), StoreError> {
     let err = |e| StoreError::new("amqp pauses", e);
     let channel = amqp.channel().await?;
-    // A stream's consumer must have a prefetch, and acknowledges to be sent more.
-    channel
-        .basic_qos(256, BasicQosOptions::default())
+    // A stream's consumer must have a prefetch, and acknowledges to be sent more. Both
+    // calls bounded: lapin may never answer on a connection that died under them.
+    let qos = channel.basic_qos(256, BasicQosOptions::default());
+    tokio::time::timeout(CONFIRM, qos)
         .await
+        .map_err(|_| late("amqp pauses"))?
         .map_err(err)?;
     let mut args = FieldTable::default();
     let offset = i64::try_from(next).unwrap_or(i64::MAX);
     args.insert(OFFSET.into(), AMQPValue::LongLongInt(offset));
-    let consumer = channel
-        .basic_consume(
-            amqp.inner.names.pauses_stream.as_str().into(),
-            "".into(),
-            BasicConsumeOptions::default(),
-            args,
-        )
+    let consume = channel.basic_consume(
+        amqp.inner.names.pauses_stream.as_str().into(),
+        "".into(),
+        BasicConsumeOptions::default(),
+        args,
+    );
+    let consumer = tokio::time::timeout(CONFIRM, consume)
         .await
+        .map_err(|_| late("amqp pauses"))?
         .map_err(err)?;
     Ok((channel, consumer))
 }
@@ -381,7 +444,11 @@ fn apply(shared: &Shared, delivery: &Delivery) {
     if offset < *shared.applied.borrow() {
         return;
     }
-    let rule = (text_of(&headers, SOURCE), text_of(&headers, TYPE));
+    let rule = (
+        text_of(&headers, PROCESSOR),
+        text_of(&headers, SOURCE),
+        text_of(&headers, TYPE),
+    );
     let millis = integer(&headers, AT).and_then(|at| u64::try_from(at).ok());
     let at = UNIX_EPOCH + Duration::from_millis(millis.unwrap_or(0));
     let mut state = shared.state.lock().expect("not poisoned");
@@ -486,21 +553,37 @@ mod tests {
     #[test]
     fn a_pause_covers_its_source_its_type_or_both() {
         let log = Log::default();
-        let rule = |s: Option<&str>, t: Option<&str>| (s.map(str::to_owned), t.map(str::to_owned));
+        let rule =
+            |s: Option<&str>, t: Option<&str>| (None, s.map(str::to_owned), t.map(str::to_owned));
         let add = |r: Rule| {
             log.shared.state.lock().unwrap().rules.insert(r, UNIX_EPOCH);
         };
-        assert!(!log.covers("stripe", Some("a")));
+        assert!(!log.covers("default", "stripe", Some("a")));
         add(rule(Some("stripe"), Some("a")));
-        assert!(log.covers("stripe", Some("a")));
-        assert!(!log.covers("stripe", Some("b")));
-        assert!(!log.covers("github", Some("a")));
+        assert!(log.covers("default", "stripe", Some("a")));
+        assert!(!log.covers("default", "stripe", Some("b")));
+        assert!(!log.covers("default", "github", Some("a")));
         add(rule(None, Some("b")));
-        assert!(log.covers("github", Some("b")));
-        assert!(!log.covers("github", None));
+        assert!(log.covers("default", "github", Some("b")));
+        assert!(!log.covers("default", "github", None));
         add(rule(Some("github"), None));
-        assert!(log.covers("github", None));
+        assert!(log.covers("default", "github", None));
         add(rule(None, None));
-        assert!(log.covers("x", None));
+        assert!(log.covers("default", "x", None));
+    }
+
+    #[test]
+    fn a_processors_pause_covers_its_events_alone() {
+        let log = Log::default();
+        let own = (Some("email".to_owned()), Some("stripe".to_owned()), None);
+        log.shared
+            .state
+            .lock()
+            .unwrap()
+            .rules
+            .insert(own, UNIX_EPOCH);
+        assert!(log.covers("email", "stripe", Some("a")));
+        assert!(!log.covers("default", "stripe", Some("a")));
+        assert!(!log.covers("email", "github", Some("a")));
     }
 }

@@ -349,7 +349,9 @@ impl Queue for Consumed {
                 return Ok(Vec::new()); // their channel died: delivered again on the next
             }
             if *stopped.borrow() {
-                break;
+                // Stopping unsynced: none of them starts (a pause may hold it); left
+                // unacknowledged, each is delivered again once this channel closes.
+                return Ok(Vec::new());
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -379,11 +381,11 @@ impl Queue for Consumed {
             let _ = settle::ack(&held.delivery, until).await;
             return false;
         }
-        let log = self.amqp.pause_log();
-        if log.covers(event.source(), event.event_type()) {
+        let (log, processor) = (self.amqp.pause_log(), self.amqp.lane().name());
+        if log.covers(processor, event.source(), event.event_type()) {
             park::park(self, held, until).await;
             // Resumed meanwhile: the parked event goes back at once.
-            if !log.covers(event.source(), event.event_type()) {
+            if !log.covers(processor, event.source(), event.event_type()) {
                 log.poke();
             }
             return false;

@@ -81,7 +81,11 @@ async fn unpark(amqp: &Amqp) -> Result<u64, StoreError> {
             let headers = delivery.properties.headers().clone().unwrap_or_default();
             let source = text(&headers, header::SOURCE).unwrap_or_default();
             let event_type = text(&headers, header::TYPE);
-            if amqp.pause_log().covers(&source, event_type.as_deref()) {
+            let processor = amqp.lane().name();
+            if amqp
+                .pause_log()
+                .covers(processor, &source, event_type.as_deref())
+            {
                 continue; // held unacknowledged: back to the parked queue at the close
             }
             let prior = number(&headers, PRIOR_ATTEMPTS).to_string();
