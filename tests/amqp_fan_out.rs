@@ -15,7 +15,7 @@ use common::{amqp_url, at, eventually, verifier, NOW, TEST_SECRET};
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use tower_webhook::inbox::amqp::{Amqp, AmqpWorker};
-use tower_webhook::inbox::{Attempt, Processor, ProcessorSpec};
+use tower_webhook::inbox::{Attempt, Processor, ProcessorSpec, WorkerHandle};
 use tower_webhook::store::{MemoryStore, StoreErrorKind};
 use tower_webhook::{ConfigErrorKind, Event, Scheme};
 
@@ -434,6 +434,27 @@ async fn an_unknown_or_clashing_processor_is_refused_and_a_publish_no_queue_take
     amqp.delete().await.unwrap();
 }
 
+/// `default`'s and `billing`'s workers on one store, each processor's runs recorded.
+fn default_and_billing(amqp: &Amqp) -> ([WorkerHandle; 2], Seen, Seen) {
+    let store = MemoryStore::new();
+    let (all, billed) = (Seen::default(), Seen::default());
+    let default = AmqpWorker::new(amqp, store.clone(), all.processor(Duration::ZERO, succeed));
+    let billing = AmqpWorker::processor(
+        amqp,
+        "billing",
+        store,
+        billed.processor(Duration::ZERO, succeed),
+    );
+    let workers = [quick(default).spawn(), quick(billing.unwrap()).spawn()];
+    (workers, all, billed)
+}
+
+/// `default`'s and `billing`'s parked events.
+async fn parked(amqp: &Amqp) -> (u64, u64) {
+    let by = amqp.counts_by_processor().await.unwrap();
+    (by["default"].paused, by["billing"].paused)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_parks_each_processors_events_in_its_own_queue_and_a_resume_runs_each_once() {
     let name = common::amqp::name();
@@ -443,33 +464,10 @@ async fn a_pause_parks_each_processors_events_in_its_own_queue_and_a_resume_runs
     for id in &ids {
         amqp.accept(&typed_event(id, "invoice.paid")).await.unwrap();
     }
-    let store = MemoryStore::new();
-    let (all, billed) = (Seen::default(), Seen::default());
-    let workers = [
-        quick(AmqpWorker::new(
-            &amqp,
-            store.clone(),
-            all.processor(Duration::ZERO, succeed),
-        ))
-        .spawn(),
-        quick(
-            AmqpWorker::processor(
-                &amqp,
-                "billing",
-                store.clone(),
-                billed.processor(Duration::ZERO, succeed),
-            )
-            .unwrap(),
-        )
-        .spawn(),
-    ];
+    let (workers, all, billed) = default_and_billing(&amqp);
     let n = ids.len() as u64;
-    let paused = async || {
-        let by = amqp.counts_by_processor().await.unwrap();
-        (by["default"].paused, by["billing"].paused)
-    };
     eventually("each processor's events parked", async || {
-        paused().await == (n, n)
+        parked(&amqp).await == (n, n)
     })
     .await;
     assert_eq!(
@@ -483,7 +481,7 @@ async fn a_pause_parks_each_processors_events_in_its_own_queue_and_a_resume_runs
         all.done() == ids.len() && billed.done() == ids.len()
     })
     .await;
-    eventually("nothing parked", async || paused().await == (0, 0)).await;
+    eventually("nothing parked", async || parked(&amqp).await == (0, 0)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     for worker in workers {
         worker.shutdown().await;
@@ -513,39 +511,16 @@ async fn a_processors_own_pause_holds_its_events_alone() {
     for id in &ids {
         amqp.accept(&typed_event(id, "invoice.paid")).await.unwrap();
     }
-    let store = MemoryStore::new();
-    let (all, billed) = (Seen::default(), Seen::default());
-    let workers = [
-        quick(AmqpWorker::new(
-            &amqp,
-            store.clone(),
-            all.processor(Duration::ZERO, succeed),
-        ))
-        .spawn(),
-        quick(
-            AmqpWorker::processor(
-                &amqp,
-                "billing",
-                store.clone(),
-                billed.processor(Duration::ZERO, succeed),
-            )
-            .unwrap(),
-        )
-        .spawn(),
-    ];
+    let (workers, all, billed) = default_and_billing(&amqp);
     let n = ids.len() as u64;
-    let paused = async || {
-        let by = amqp.counts_by_processor().await.unwrap();
-        (by["default"].paused, by["billing"].paused)
-    };
     eventually("default ran them, billing parked them", async || {
-        all.done() == ids.len() && paused().await == (0, n)
+        all.done() == ids.len() && parked(&amqp).await == (0, n)
     })
     .await;
     assert_eq!(billed.done(), 0, "billing paused: none ran");
     assert!(amqp.resume_processor("billing", None, None).await.unwrap());
     eventually("billing ran each after its resume", async || {
-        billed.done() == ids.len() && paused().await == (0, 0)
+        billed.done() == ids.len() && parked(&amqp).await == (0, 0)
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
