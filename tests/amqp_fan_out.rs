@@ -11,23 +11,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::amqp::raw_channel;
-use common::{amqp_url, at, eventually, verifier, NOW, TEST_SECRET};
+use common::{amqp_url, eventually};
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use tower_webhook::inbox::amqp::{Amqp, AmqpWorker};
 use tower_webhook::inbox::{Attempt, Processor, ProcessorSpec, WorkerHandle};
 use tower_webhook::store::{MemoryStore, StoreErrorKind};
-use tower_webhook::{ConfigErrorKind, Event, Scheme};
+use tower_webhook::{ConfigErrorKind, Event};
 
 /// A verified event `id` of type `event_type`.
 fn typed_event(id: &str, event_type: &str) -> Event {
     let body = format!(r#"{{"type":"{event_type}","data":{{"object":{{"id":"obj_{id}"}}}}}}"#);
-    let headers = Scheme::standard()
-        .sign([TEST_SECRET], id, at(NOW), body.as_bytes())
-        .unwrap();
-    verifier(Scheme::standard(), &[TEST_SECRET])
-        .verify(&headers, body.into())
-        .unwrap()
+    common::signed_event(id, body)
 }
 
 /// An exchange and queue of this test's own, fanned out to `processors`.

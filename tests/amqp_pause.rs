@@ -11,11 +11,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{amqp_url, at, eventually, verifier, NOW, TEST_SECRET};
+use common::{amqp_url, eventually};
 use tower_webhook::inbox::amqp::{Amqp, AmqpWorker};
 use tower_webhook::inbox::{Attempt, Processor, WorkerHandle};
 use tower_webhook::store::MemoryStore;
-use tower_webhook::{Event, Scheme};
+use tower_webhook::Event;
 
 /// An exchange and queue of this test's own.
 async fn amqp() -> Amqp {
@@ -45,12 +45,7 @@ async fn again(amqp: &Amqp) -> Amqp {
 /// A verified event `id` of type `event_type` (source `standard`).
 fn event(id: &str, event_type: &str) -> Event {
     let body = format!(r#"{{"type":"{event_type}","data":{{"object":{{"id":"o_{id}"}}}}}}"#);
-    let headers = Scheme::standard()
-        .sign([TEST_SECRET], id, at(NOW), body.as_bytes())
-        .unwrap();
-    verifier(Scheme::standard(), &[TEST_SECRET])
-        .verify(&headers, body.into())
-        .unwrap()
+    common::signed_event(id, body)
 }
 
 /// Each event's attempts, by number.
@@ -324,5 +319,47 @@ async fn a_parked_event_keeps_the_attempts_it_had() {
     a_while().await;
     assert_eq!(seen.of("evt_retried"), vec![1, 2], "parking was no attempt");
     running.shutdown().await;
+    amqp.delete().await.unwrap();
+}
+
+/// The queues that hold messages — parked, dead, the pauses' count — carry an explicit
+/// delivery limit: RabbitMQ 4.0–4.2 would put 20 on them, counting each time an unpark
+/// or a listing held a message and handed it back, and drop it at 20. Declared again
+/// with the crate's limit they are equivalent; without one, the broker names the
+/// argument that differs.
+#[tokio::test]
+async fn the_queues_that_hold_messages_carry_a_delivery_limit_past_any_count() {
+    use lapin::options::QueueDeclareOptions;
+    use lapin::types::{AMQPValue, FieldTable, LongString};
+    let amqp = amqp().await;
+    let queue = amqp.queue().to_owned();
+    let quorum = |limit: Option<i64>| {
+        let mut args = FieldTable::default();
+        args.insert(
+            "x-queue-type".into(),
+            AMQPValue::LongString(LongString::from("quorum")),
+        );
+        if let Some(limit) = limit {
+            args.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(limit));
+        }
+        args
+    };
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    for held in ["paused", "dead", "pauses-seq"] {
+        let name = format!("{queue}-{held}");
+        let channel = common::amqp::raw_channel().await;
+        let same = channel.queue_declare(
+            name.as_str().into(),
+            durable,
+            quorum(Some(i64::from(i32::MAX))),
+        );
+        same.await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let without = channel.queue_declare(name.as_str().into(), durable, quorum(None));
+        let error = without.await.unwrap_err().to_string();
+        assert!(error.contains("x-delivery-limit"), "{name}: {error}");
+    }
     amqp.delete().await.unwrap();
 }

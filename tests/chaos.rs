@@ -315,13 +315,33 @@ fn receiver_binary() -> PathBuf {
                     build.args(["--profile", profile]);
                 }
             }
-            let output = build.output().unwrap_or_else(|e| {
+            // Its output to a file (a pipe nobody reads could fill and stall it), and
+            // within 15 min: a build that waits forever on a lock fails the test instead.
+            let log = std::env::temp_dir().join(format!(
+                "tower-webhook-chaos-build-{}.log",
+                std::process::id()
+            ));
+            let file = std::fs::File::create(&log).unwrap();
+            build.stdout(Stdio::null()).stderr(file);
+            let mut child = build.spawn().unwrap_or_else(|e| {
                 panic!("could not run {cargo} to build the receiver example: {e}")
             });
+            let deadline = Instant::now() + Duration::from_secs(15 * 60);
+            let status = loop {
+                if let Some(status) = child.try_wait().unwrap() {
+                    break Some(status);
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            };
+            let output = std::fs::read_to_string(&log).unwrap_or_default();
+            let _ = std::fs::remove_file(&log);
             assert!(
-                output.status.success(),
-                "`cargo build --example receiver` failed:\n{}",
-                String::from_utf8_lossy(&output.stderr)
+                status.is_some_and(|s| s.success()),
+                "`cargo build --example receiver` failed or took over 15 min:\n{output}"
             );
             let path = profile_dir.join("examples").join("receiver");
             assert!(
@@ -1211,6 +1231,15 @@ async fn amqp_settled(rig: &AmqpRig, plan: &Plan, handled: &[&Handled]) {
     }
 }
 
+/// A RabbitMQ round's result; a round still running after 2 min (they take ~15 s) fails
+/// the test instead of holding the run (a broker that stopped answering).
+async fn bounded_round<T>(round: usize, run: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(Duration::from_secs(120), run).await {
+        Ok(result) => result,
+        Err(_) => panic!("round {round} did not finish within 2 min"),
+    }
+}
+
 /// `a` and `b`'s counts, summed.
 fn merged(a: &Handled, b: &Handled) -> HashMap<String, usize> {
     let mut counts = a.counts();
@@ -1292,7 +1321,7 @@ async fn amqp_receiver_killed_mid_storm() {
     let _serial = SERIAL.lock().await;
     let started = Instant::now();
     for round in 1..=AMQP_ROUNDS {
-        let (tally, _) = amqp_receiver_killed_round().await;
+        let (tally, _) = bounded_round(round, amqp_receiver_killed_round()).await;
         report(
             &format!("receiver process in amqp mode SIGKILLed mid-storm, restarted (round {round})"),
             "RabbitMQ quorum queue + AmqpWorker in the receiver, claims on SQLite, 3 s lease, 4 workers",
@@ -1349,7 +1378,7 @@ async fn amqp_two_receivers_share_a_queue() {
     let _serial = SERIAL.lock().await;
     let started = Instant::now();
     for round in 1..=AMQP_ROUNDS {
-        let (tally, by_a, by_b) = amqp_two_receivers_round().await;
+        let (tally, by_a, by_b) = bounded_round(round, amqp_two_receivers_round()).await;
         report(
             &format!("two receiver processes in amqp mode share one queue (round {round})"),
             "RabbitMQ quorum queue + AmqpWorker in each receiver, claims on one SQLite file",

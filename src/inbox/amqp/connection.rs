@@ -22,6 +22,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long opening a channel (and putting it in confirm mode) may take.
 const CHANNEL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long any other request to the broker may take (a declare, bind, delete, get,
+/// qos, consume, cancel or close): RabbitMQ's own `channel_operation_timeout`. A broker
+/// that stops answering fails the call (and the caller's test) instead of hanging it.
+pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
 /// How often the supervisor looks at the connection's state between its events.
 const WATCH_EVERY: Duration = Duration::from_millis(250);
 /// The heartbeat asked for unless the URL sets one (`?heartbeat=`), in seconds: a
@@ -155,6 +159,28 @@ impl Connection {
         *kept = Some((live.generation, channel.clone()));
         Ok(channel)
     }
+}
+
+/// `request`'s own result, or [`late`] when the broker did not answer it within
+/// [`ANSWER_TIMEOUT`].
+pub(crate) async fn answered<T>(
+    what: &'static str,
+    request: impl std::future::Future<Output = T>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(ANSWER_TIMEOUT, request)
+        .await
+        .map_err(|_| late(what))
+}
+
+/// Closes `channel`, waiting for the broker's answer at most [`ANSWER_TIMEOUT`].
+pub(crate) async fn close(channel: &lapin::Channel, reason: &str) {
+    let _ = answered("amqp close", channel.close(200, reason.into())).await;
+}
+
+/// A request the broker did not answer in time.
+pub(crate) fn late(what: &'static str) -> StoreError {
+    StoreError::new(what, "no answer from the broker in time")
+        .with_kind(crate::store::StoreErrorKind::Unavailable)
 }
 
 fn no_connection() -> StoreError {

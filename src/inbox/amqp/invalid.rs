@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
-use lapin::options::{BasicAckOptions, BasicGetOptions, BasicPublishOptions};
+use lapin::options::{BasicAckOptions, BasicGetOptions};
 use lapin::types::FieldTable;
 
-use super::publish::{confirmed_or_not, header, routing_key};
+use super::publish::{confirmed, header, routing_key};
 use super::worker::text;
 use super::{topology, Amqp};
 use crate::inbox::message;
@@ -110,9 +110,11 @@ impl Amqp {
                     }
                 }
                 let properties = got.properties.clone().with_headers(kept);
-                self.republish(&routing_key(&event), &got.data, properties)
-                    .await?;
-                let acked = got.acker.ack(BasicAckOptions::default()).await;
+                let to = (self.exchange(), routing_key(&event));
+                let to = (to.0, to.1.as_str());
+                confirmed(self, "amqp requeue invalid", to, &got.data, properties).await?;
+                let acked = got.acker.ack(BasicAckOptions::default());
+                let acked = super::connection::answered("amqp requeue invalid", acked).await?;
                 acked.map_err(|e| StoreError::new("amqp requeue invalid", e))?;
                 done.queued += 1;
             }
@@ -128,7 +130,7 @@ impl Amqp {
     /// them back after the channel's close returned, and a count or listing right after
     /// would miss them.
     async fn hand_back(&self, channel: lapin::Channel, read: u64) {
-        let _ = channel.close(200, "handed back".into()).await;
+        super::connection::close(&channel, "handed back").await;
         if read == 0 {
             return;
         }
@@ -144,43 +146,12 @@ impl Amqp {
                 _ => break,
             }
         }
-        let _ = counting.close(200, "counted".into()).await;
+        super::connection::close(&counting, "counted").await;
     }
 
     /// Whether `event` passes the schemas this `Amqp` has now.
     fn passes(&self, event: &crate::Event) -> bool {
         (self.inner.schemas.as_ref()).is_none_or(|schemas| schemas.validate(event).is_ok())
-    }
-
-    /// Publishes a requeued message to the exchange, persistent and `mandatory`, within
-    /// the confirm timeout; `Ok` only on an `Ack` with nothing returned.
-    async fn republish(
-        &self,
-        routing_key: &str,
-        payload: &[u8],
-        properties: lapin::BasicProperties,
-    ) -> Result<(), StoreError> {
-        let err = |e| StoreError::new("amqp requeue invalid", e);
-        let publish = async {
-            let channel = self.connection().publisher().await?;
-            let options = BasicPublishOptions {
-                mandatory: true,
-                ..BasicPublishOptions::default()
-            };
-            let properties = properties.with_delivery_mode(2);
-            let exchange = self.exchange().into();
-            let confirm = channel
-                .basic_publish(exchange, routing_key.into(), options, payload, properties)
-                .await
-                .map_err(err)?;
-            confirmed_or_not(confirm.await.map_err(err)?)
-        };
-        match tokio::time::timeout(self.inner.confirm_timeout, publish).await {
-            Ok(published) => published,
-            Err(_) => Err(StoreError::message(
-                "amqp requeue invalid: no confirm from the broker within the confirm timeout",
-            )),
-        }
     }
 }
 
@@ -189,9 +160,8 @@ async fn get(
     channel: &lapin::Channel,
     queue: &str,
 ) -> Result<Option<(lapin::message::Delivery, FieldTable)>, StoreError> {
-    let got = channel
-        .basic_get(queue.into(), BasicGetOptions { no_ack: false })
-        .await;
+    let got = channel.basic_get(queue.into(), BasicGetOptions { no_ack: false });
+    let got = super::connection::answered("amqp read invalid", got).await?;
     let got = got.map_err(|e| {
         StoreError::new("amqp read invalid", e).with_kind(StoreErrorKind::Unavailable)
     })?;

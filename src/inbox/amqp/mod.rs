@@ -305,7 +305,7 @@ impl Amqp {
             let channel = self.inner.connection.channel().await?;
             let invalid = topology::message_count(&channel, &self.inner.names.invalid_queue);
             counts.invalid = invalid.await?.into();
-            let _ = channel.close(200, "done".into()).await;
+            connection::close(&channel, "done").await;
         }
         Ok(counts)
     }

@@ -29,13 +29,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures_util::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-    QueueDeclareOptions,
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions,
 };
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Confirmation};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::BasicProperties;
 use tokio::sync::watch;
 
+use super::connection::{close, late};
 use super::{Amqp, Inner};
 use crate::inbox::Pause;
 use crate::store::{StoreError, StoreErrorKind};
@@ -388,7 +388,7 @@ async fn follow(inner: Weak<Inner>, shared: Arc<Shared>) {
                                 let cancel = channel
                                     .basic_cancel(consumer.tag(), BasicCancelOptions::default());
                                 let _ = tokio::time::timeout(CONFIRM, cancel).await;
-                                let _ = channel.close(200, ShortString::from("done")).await;
+                                close(&channel, "done").await;
                                 return;
                             }
                             if !channel.status().connected() {
@@ -479,37 +479,8 @@ fn apply(shared: &Shared, delivery: &Delivery) {
 /// Publishes a record (no body, `headers`) to `queue` through the default exchange,
 /// persistent and `mandatory`: `Ok` only on an `Ack` with nothing returned.
 async fn publish(amqp: &Amqp, queue: &str, headers: FieldTable) -> Result<(), StoreError> {
-    let err = |e| StoreError::new("amqp pause", e).with_kind(StoreErrorKind::Unavailable);
-    let properties = BasicProperties::default()
-        .with_headers(headers)
-        .with_delivery_mode(2);
-    let confirmed = async {
-        let channel = amqp.connection().publisher().await?;
-        let options = BasicPublishOptions {
-            mandatory: true,
-            ..BasicPublishOptions::default()
-        };
-        let confirm = channel
-            .basic_publish("".into(), queue.into(), options, &[], properties)
-            .await
-            .map_err(err)?;
-        confirm.await.map_err(err)
-    };
-    match tokio::time::timeout(CONFIRM, confirmed).await {
-        Ok(Ok(Confirmation::Ack(None))) => Ok(()),
-        Ok(Ok(_)) => Err(StoreError::new(
-            "amqp pause",
-            format!("the queue '{queue}' did not take the record"),
-        )
-        .with_kind(StoreErrorKind::Unavailable)),
-        Ok(Err(error)) => Err(error),
-        Err(_) => Err(late("amqp pause")),
-    }
-}
-
-fn late(what: &'static str) -> StoreError {
-    StoreError::new(what, "no answer from the broker in time")
-        .with_kind(StoreErrorKind::Unavailable)
+    let properties = BasicProperties::default().with_headers(headers);
+    super::publish::confirmed(amqp, "amqp pause", ("", queue), &[], properties).await
 }
 
 /// A record's own name: this process, a counter and the time.

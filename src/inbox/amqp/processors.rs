@@ -238,7 +238,7 @@ impl Amqp {
             counts.set_gauges(lane.metrics());
             by.insert(lane.name().to_owned(), counts);
         }
-        let _ = channel.close(200, "done".into()).await;
+        super::connection::close(&channel, "done").await;
         Ok(by)
     }
 

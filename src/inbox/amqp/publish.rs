@@ -54,35 +54,8 @@ pub(super) async fn accept(
     if let Some(seconds) = timestamp(event) {
         properties = properties.with_timestamp(seconds);
     }
-    let inner = &amqp.inner;
-    // The whole of it within the confirm timeout: a channel that will not open on a
-    // connection gone quiet is as late as a confirm that will not come.
-    let publish = async {
-        let channel = inner.connection.publisher().await?;
-        let confirm = channel
-            .basic_publish(
-                exchange.as_str().into(),
-                routing_key,
-                BasicPublishOptions {
-                    mandatory: true,
-                    ..BasicPublishOptions::default()
-                },
-                &payload,
-                properties,
-            )
-            .await
-            .map_err(|e| StoreError::new("amqp publish", e))?;
-        let confirmation = confirm.await;
-        confirmed_or_not(confirmation.map_err(|e| StoreError::new("amqp publish", e))?)
-    };
-    let publish = async {
-        match tokio::time::timeout(inner.confirm_timeout, publish).await {
-            Ok(published) => published,
-            Err(_) => Err(StoreError::message(
-                "amqp publish: no confirm from the broker within the confirm timeout",
-            )),
-        }
-    };
+    let to = (exchange.as_str(), routing_key.as_str());
+    let publish = confirmed(amqp, "amqp publish", to, &payload, properties);
     let published = metrics::timed(Operation::Accept, publish);
     crate::span::instrument(span, published).await
 }
@@ -119,27 +92,62 @@ fn invalid<'a>(amqp: &'a Amqp, event: &Event, headers: &mut FieldTable) -> Optio
     None
 }
 
-/// Success only on an `Ack` with nothing returned: lapin reports a `mandatory` message
-/// the broker could not route as an `Ack` carrying it back.
-pub(super) fn confirmed_or_not(confirmation: Confirmation) -> Result<(), StoreError> {
-    match confirmation {
-        Confirmation::Ack(None) => Ok(()),
-        Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned)) => {
-            Err(StoreError::new(
-                "amqp publish: returned unroutable",
-                format!(
-                    "the broker returned the message: {} {} (no queue bound for its routing key)",
-                    returned.reply_code, returned.reply_text
-                ),
-            ))
-        }
-        Confirmation::Nack(None) => Err(StoreError::message(
-            "amqp publish: the broker refused the message (nack)",
-        )),
-        Confirmation::NotRequested => Err(StoreError::message(
-            "amqp publish: the channel is not in confirm mode",
+/// Every publish of the crate's (an event, a retry, a parked or dead copy, a pause's
+/// record): `payload` with `properties`, persistent, to `exchange` (`""`, the default
+/// exchange: `routing_key` names a queue) on the publishing channel, `mandatory`. `Ok`
+/// only on an `Ack` with nothing returned, all of it within the confirm timeout: a
+/// channel that will not open on a connection gone quiet is as late as a confirm that
+/// will not come. `what` names the errors.
+pub(super) async fn confirmed(
+    amqp: &Amqp,
+    what: &'static str,
+    (exchange, routing_key): (&str, &str),
+    payload: &[u8],
+    properties: BasicProperties,
+) -> Result<(), StoreError> {
+    let err = |e| StoreError::new(what, e);
+    let publish = async {
+        let channel = amqp.inner.connection.publisher().await?;
+        let options = BasicPublishOptions {
+            mandatory: true,
+            ..BasicPublishOptions::default()
+        };
+        let properties = properties.with_delivery_mode(2);
+        let confirm = channel
+            .basic_publish(
+                exchange.into(),
+                routing_key.into(),
+                options,
+                payload,
+                properties,
+            )
+            .await
+            .map_err(err)?;
+        confirmed_or_not(what, confirm.await.map_err(err)?)
+    };
+    match tokio::time::timeout(amqp.inner.confirm_timeout, publish).await {
+        Ok(published) => published,
+        Err(_) => Err(StoreError::new(
+            what,
+            "no confirm from the broker within the confirm timeout",
         )),
     }
+}
+
+/// Success only on an `Ack` with nothing returned: lapin reports a `mandatory` message
+/// the broker could not route as an `Ack` carrying it back.
+fn confirmed_or_not(what: &'static str, confirmation: Confirmation) -> Result<(), StoreError> {
+    let refused = match confirmation {
+        Confirmation::Ack(None) => return Ok(()),
+        Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned)) => format!(
+            "the broker returned the message unroutable: {} {} (no queue bound for its \
+             routing key)",
+            returned.reply_code, returned.reply_text
+        ),
+        Confirmation::Nack(None) => "the broker refused the message (nack)".to_owned(),
+        Confirmation::NotRequested => "the channel is not in confirm mode".to_owned(),
+    };
+    Err(StoreError::new(what, refused))
 }
 
 /// `message_id` for `(source, id)`: the source's length first (`6:stripe:evt_1`), as

@@ -17,9 +17,10 @@ use lapin::options::{
     ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
     QueueDeleteOptions,
 };
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::ExchangeKind;
 
+use super::connection::{answered, close};
 use crate::store::{StoreError, StoreErrorKind};
 
 /// The names of what the inbox uses on the broker.
@@ -87,9 +88,21 @@ pub(crate) fn queue_arguments(
     args
 }
 
+/// The delivery limit of the queues the crate holds messages in (dead, parked, invalid,
+/// the pauses' count): past any count a message reaches there.
+pub(crate) const HELD_DELIVERY_LIMIT: i64 = i32::MAX as i64;
+
+/// A quorum queue that holds messages: with an explicit delivery limit, since RabbitMQ
+/// 4.0–4.2 puts 20 on a quorum queue without one and counts each time a message was
+/// held unacknowledged and handed back (a listing, a parked event a pause still holds),
+/// dropping it at 20 (these queues have no dead-letter exchange).
 fn quorum() -> FieldTable {
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), text("quorum"));
+    args.insert(
+        "x-delivery-limit".into(),
+        AMQPValue::LongLongInt(HELD_DELIVERY_LIMIT),
+    );
     args
 }
 
@@ -130,11 +143,12 @@ pub(crate) async fn declare(
         (&names.dead_exchange, ExchangeKind::Direct),
     ] {
         let channel = connection.channel().await?;
-        let declared = channel
-            .exchange_declare(name.as_str().into(), kind, exchange, FieldTable::default())
-            .await;
-        declared.map_err(|e| refused("exchange", name, &e))?;
-        close(channel).await;
+        let declared =
+            channel.exchange_declare(name.as_str().into(), kind, exchange, FieldTable::default());
+        answered("amqp topology", declared)
+            .await?
+            .map_err(|e| refused("exchange", name, &e))?;
+        close(&channel, "done").await;
     }
     let mut queues = Vec::new();
     for lane in lanes {
@@ -150,11 +164,11 @@ pub(crate) async fn declare(
     }
     for (name, arguments) in queues {
         let channel = connection.channel().await?;
-        let declared = channel
-            .queue_declare(name.as_str().into(), durable(), arguments)
-            .await;
-        declared.map_err(|e| refused("queue", name, &e))?;
-        close(channel).await;
+        let declared = channel.queue_declare(name.as_str().into(), durable(), arguments);
+        answered("amqp topology", declared)
+            .await?
+            .map_err(|e| refused("queue", name, &e))?;
+        close(&channel, "done").await;
     }
     let mut bindings = Vec::new();
     for lane in lanes {
@@ -168,22 +182,20 @@ pub(crate) async fn declare(
     }
     for (queue, exchange, key) in bindings {
         let channel = connection.channel().await?;
-        let bound = channel
-            .queue_bind(
-                queue.as_str().into(),
-                exchange.as_str().into(),
-                key.into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await;
-        bound.map_err(|e| {
+        let bound = channel.queue_bind(
+            queue.as_str().into(),
+            exchange.as_str().into(),
+            key.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        );
+        answered("amqp topology", bound).await?.map_err(|e| {
             StoreError::new(
                 "amqp topology",
                 format!("cannot bind queue '{queue}' to exchange '{exchange}': {e}"),
             )
         })?;
-        close(channel).await;
+        close(&channel, "done").await;
     }
     Ok(())
 }
@@ -210,10 +222,6 @@ fn refused(what: &str, name: &str, error: &lapin::Error) -> StoreError {
     }
 }
 
-async fn close(channel: lapin::Channel) {
-    let _ = channel.close(200, ShortString::from("done")).await;
-}
-
 /// How many messages `queue` has ready (a passive declare).
 pub(crate) async fn message_count(
     channel: &lapin::Channel,
@@ -223,9 +231,8 @@ pub(crate) async fn message_count(
         passive: true,
         ..QueueDeclareOptions::default()
     };
-    let declared = channel
-        .queue_declare(queue.into(), passive, FieldTable::default())
-        .await;
+    let declared = channel.queue_declare(queue.into(), passive, FieldTable::default());
+    let declared = answered("amqp counts", declared).await?;
     let declared = declared.map_err(|e| StoreError::new("amqp counts", e))?;
     Ok(declared.message_count())
 }
@@ -245,16 +252,13 @@ pub(crate) async fn delete(
     ];
     for queue in queues.iter().chain(pauses) {
         // Deleting a queue that does not exist succeeds (the invalid queue, without schemas).
-        let deleted = channel
-            .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
-            .await;
-        deleted.map_err(err)?;
+        let deleted = channel.queue_delete(queue.as_str().into(), QueueDeleteOptions::default());
+        answered("amqp delete", deleted).await?.map_err(err)?;
     }
     for exchange in [&names.exchange, &names.dead_exchange] {
-        let deleted = channel
-            .exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default())
-            .await;
-        deleted.map_err(err)?;
+        let deleted =
+            channel.exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default());
+        answered("amqp delete", deleted).await?.map_err(err)?;
     }
     Ok(())
 }

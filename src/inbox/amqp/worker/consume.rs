@@ -14,6 +14,7 @@ use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use tokio::sync::{mpsc, watch};
 
+use super::super::connection::{answered, close};
 use super::super::Amqp;
 use crate::inbox::process::hurry_up;
 use crate::store::StoreError;
@@ -77,9 +78,7 @@ impl Drop for Consumer {
         self.task.abort();
         let channel = self.channel.lock().ok().and_then(|mut c| c.take());
         if let (Some(channel), Ok(runtime)) = (channel, tokio::runtime::Handle::try_current()) {
-            runtime.spawn(async move {
-                let _ = channel.close(200, "worker stopped".into()).await;
-            });
+            runtime.spawn(async move { close(&channel, "worker stopped").await });
         }
     }
 }
@@ -119,7 +118,7 @@ async fn consume(
         // come back to the queue.
         let old = slot.lock().expect("not poisoned").replace(channel.clone());
         if let Some(old) = old {
-            tokio::spawn(async move { old.close(200, "replaced".into()).await });
+            tokio::spawn(async move { close(&old, "replaced").await });
         }
         loop {
             tokio::select! {
@@ -168,18 +167,14 @@ async fn consume(
 async fn open(amqp: &Amqp, prefetch: u16) -> Result<(lapin::Channel, lapin::Consumer), StoreError> {
     let err = |e| StoreError::new("amqp consume", e);
     let channel = amqp.channel().await?;
-    channel
-        .basic_qos(prefetch, BasicQosOptions::default())
-        .await
-        .map_err(err)?;
-    let consumer = channel
-        .basic_consume(
-            amqp.lane().queue.as_str().into(),
-            "".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .map_err(err)?;
+    let qos = channel.basic_qos(prefetch, BasicQosOptions::default());
+    answered("amqp consume", qos).await?.map_err(err)?;
+    let consume = channel.basic_consume(
+        amqp.lane().queue.as_str().into(),
+        "".into(),
+        BasicConsumeOptions::default(),
+        FieldTable::default(),
+    );
+    let consumer = answered("amqp consume", consume).await?.map_err(err)?;
     Ok((channel, consumer))
 }

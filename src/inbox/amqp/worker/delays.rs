@@ -15,6 +15,7 @@ use std::time::Duration;
 use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
 
+use super::super::connection::{answered, close};
 use super::super::Amqp;
 use crate::store::StoreError;
 
@@ -78,10 +79,8 @@ async fn declare_on(channel: &lapin::Channel, queue: &str, k: u32) -> Result<(),
         durable: true,
         ..QueueDeclareOptions::default()
     };
-    let declared = channel
-        .queue_declare(name.as_str().into(), options, arguments(queue, k))
-        .await;
-    declared.map_err(|e| {
+    let declared = channel.queue_declare(name.as_str().into(), options, arguments(queue, k));
+    answered("amqp delay queue", declared).await?.map_err(|e| {
         StoreError::new("amqp delay queue", format!("cannot declare '{name}': {e}"))
     })?;
     Ok(())
@@ -110,7 +109,7 @@ impl Declared {
         }
         let channel = amqp.channel().await?;
         let declared = declare_on(&channel, queue, k).await;
-        let _ = channel.close(200, "done".into()).await;
+        close(&channel, "done").await;
         declared?;
         self.steps().insert(k);
         Ok(name)
@@ -139,12 +138,12 @@ pub(crate) async fn waiting_in(amqp: &Amqp, queues: &[&str]) -> Result<Vec<u64>,
         match count(&connection, queue).await {
             Ok(n) => counted.push(n),
             Err(error) => {
-                let _ = connection.close(200, "done".into()).await;
+                let _ = answered("amqp close", connection.close(200, "done".into())).await;
                 return Err(error);
             }
         }
     }
-    let _ = connection.close(200, "done".into()).await;
+    let _ = answered("amqp close", connection.close(200, "done".into())).await;
     Ok(counted)
 }
 
@@ -154,17 +153,20 @@ async fn count(connection: &lapin::Connection, queue: &str) -> Result<u64, Store
         passive: true,
         ..QueueDeclareOptions::default()
     };
-    let mut channel = connection.create_channel().await.map_err(err)?;
+    let open = || async {
+        answered("amqp counts", connection.create_channel())
+            .await?
+            .map_err(err)
+    };
+    let mut channel = open().await?;
     let mut total = 0u64;
     for k in 0..STEPS {
         let name = name(queue, k);
-        let declared = channel
-            .queue_declare(name.as_str().into(), passive, FieldTable::default())
-            .await;
-        match declared {
+        let declared = channel.queue_declare(name.as_str().into(), passive, FieldTable::default());
+        match answered("amqp counts", declared).await? {
             Ok(queue) => total += u64::from(queue.message_count()),
             // Missing (404: the broker closed the channel): none there; a new channel.
-            Err(_) => channel = connection.create_channel().await.map_err(err)?,
+            Err(_) => channel = open().await?,
         }
     }
     Ok(total)
@@ -175,12 +177,12 @@ pub(crate) async fn delete(amqp: &Amqp, queue: &str) -> Result<(), StoreError> {
     let channel = amqp.channel().await?;
     for k in 0..STEPS {
         let name = name(queue, k);
-        channel
-            .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
-            .await
+        let deleted = channel.queue_delete(name.as_str().into(), QueueDeleteOptions::default());
+        answered("amqp delete", deleted)
+            .await?
             .map_err(|e| StoreError::new("amqp delete", e))?;
     }
-    let _ = channel.close(200, "done".into()).await;
+    close(&channel, "done").await;
     Ok(())
 }
 

@@ -6,9 +6,8 @@
 use std::time::Duration;
 
 use lapin::message::Delivery;
-use lapin::options::{BasicAckOptions, BasicNackOptions, BasicPublishOptions};
+use lapin::options::{BasicAckOptions, BasicNackOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
-use lapin::Confirmation;
 use tokio::time::Instant;
 
 use super::super::Amqp;
@@ -148,34 +147,7 @@ pub(super) async fn publish(
     queue: &str,
     headers: FieldTable,
 ) -> Result<(), StoreError> {
-    let err = |e| StoreError::new("amqp publish", e);
-    let properties = delivery
-        .properties
-        .clone()
-        .with_headers(headers)
-        .with_delivery_mode(2);
-    let confirmed = async {
-        // Within the timeout too: a channel that will not open is as late as a confirm.
-        let channel = amqp.connection().publisher().await?;
-        let options = BasicPublishOptions {
-            mandatory: true,
-            ..BasicPublishOptions::default()
-        };
-        let confirm = channel
-            .basic_publish("".into(), queue.into(), options, &delivery.data, properties)
-            .await
-            .map_err(err)?;
-        confirm.await.map_err(err)
-    };
-    match tokio::time::timeout(CONFIRM_TIMEOUT, confirmed).await {
-        Ok(Ok(Confirmation::Ack(None))) => Ok(()),
-        Ok(Ok(Confirmation::Ack(Some(_)) | Confirmation::Nack(Some(_)))) => Err(
-            StoreError::message("amqp publish: returned unroutable (no such queue)"),
-        ),
-        Ok(Ok(_)) => Err(StoreError::message("amqp publish: the broker refused it")),
-        Ok(Err(error)) => Err(error),
-        Err(_) => Err(StoreError::message(
-            "amqp publish: no confirm from the broker in time",
-        )),
-    }
+    let properties = delivery.properties.clone().with_headers(headers);
+    let to = ("", queue);
+    super::super::publish::confirmed(amqp, "amqp publish", to, &delivery.data, properties).await
 }
