@@ -363,3 +363,59 @@ async fn the_queues_that_hold_messages_carry_a_delivery_limit_past_any_count() {
     }
     amqp.delete().await.unwrap();
 }
+
+/// A pause's record is one publish to the fanout exchange `<queue>-pauses`, routed to the
+/// stream and to the count alike, so no record lands without its count (two publishes
+/// could fail between them, leaving the count short for good and a later pause unheld
+/// for a moment after it returned). One published there by hand is both replayed
+/// (listed) and counted.
+#[tokio::test]
+async fn a_pause_record_is_one_publish_routed_to_the_stream_and_to_its_count() {
+    use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+    use lapin::types::{AMQPValue, FieldTable, LongString};
+    let amqp = amqp().await;
+    assert!(amqp.pause(Some("first"), None).await.unwrap());
+    let channel = common::amqp::raw_channel().await;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let mut headers = FieldTable::default();
+    for (name, value) in [("op", "pause"), ("source", "by_hand")] {
+        headers.insert(name.into(), AMQPValue::LongString(LongString::from(value)));
+    }
+    let exchange = format!("{}-pauses", amqp.queue());
+    let properties = lapin::BasicProperties::default().with_headers(headers);
+    let options = BasicPublishOptions {
+        mandatory: true,
+        ..BasicPublishOptions::default()
+    };
+    let published = channel
+        .basic_publish(
+            exchange.as_str().into(),
+            "".into(),
+            options,
+            &[],
+            properties,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{exchange}: {e}"));
+    assert_eq!(published.await.unwrap(), lapin::Confirmation::Ack(None));
+
+    let count = format!("{}-pauses-seq", amqp.queue());
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    };
+    let counted = channel
+        .queue_declare(count.as_str().into(), passive, FieldTable::default())
+        .await
+        .unwrap();
+    assert_eq!(counted.message_count(), 2, "each record counted once");
+    let mut sources: Vec<_> = (amqp.pauses().await.unwrap().into_iter())
+        .filter_map(|p| p.source)
+        .collect();
+    sources.sort();
+    assert_eq!(sources, ["by_hand", "first"]);
+    amqp.delete().await.unwrap();
+}

@@ -311,8 +311,8 @@ impl Amqp {
     }
 
     /// Deletes the queues (every processor's, with their dead, parked and delay queues),
-    /// the pauses' queues and both exchanges, with every message in them: for tests and
-    /// demos that made their own.
+    /// the pauses' queues and the exchanges (the pauses' too), with every message in
+    /// them: for tests and demos that made their own.
     ///
     /// # Errors
     ///

@@ -7,7 +7,9 @@
 //! order, without taking messages from the others, and it is replicated and on disk as
 //! a quorum queue is; the order makes concurrent pauses and resumes settle alike
 //! everywhere. A stream does not say how long it is (its `message_count` is 0), so each
-//! record is also counted by a message left in the quorum queue `<queue>-pauses-seq`:
+//! record is also counted by a message left in the quorum queue `<queue>-pauses-seq`
+//! (one confirmed publish to the fanout exchange `<queue>-pauses`, bound to both: two
+//! publishes could fail between them and leave the count short for good):
 //! before a worker starts the deliveries it pulled, it reads that count (one passive
 //! declare per claim) and waits until it has replayed as many records — a pause that
 //! returned before a message was pulled holds it.
@@ -211,8 +213,10 @@ impl Amqp {
             .insert(nonce.clone(), None);
         let recorded = async {
             let names = &self.inner.names;
-            publish(self, &names.pauses_stream, headers).await?;
-            publish(self, &names.pauses_seq, FieldTable::default()).await?;
+            // One publish, routed to both: a record is never stored without its count.
+            let to = (names.pauses_exchange.as_str(), "");
+            let properties = BasicProperties::default().with_headers(headers);
+            super::publish::confirmed(self, "amqp pause", to, &[], properties).await?;
             let mut applied = log.shared.outcome.subscribe();
             let outcome = || {
                 let state = log.shared.state.lock().expect("not poisoned");
@@ -474,13 +478,6 @@ fn apply(shared: &Shared, delivery: &Delivery) {
     if ended {
         shared.resumed.send_modify(|n| *n += 1);
     }
-}
-
-/// Publishes a record (no body, `headers`) to `queue` through the default exchange,
-/// persistent and `mandatory`: `Ok` only on an `Ack` with nothing returned.
-async fn publish(amqp: &Amqp, queue: &str, headers: FieldTable) -> Result<(), StoreError> {
-    let properties = BasicProperties::default().with_headers(headers);
-    super::publish::confirmed(amqp, "amqp pause", ("", queue), &[], properties).await
 }
 
 /// A record's own name: this process, a counter and the time.

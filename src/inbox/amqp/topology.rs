@@ -10,7 +10,8 @@
 //!   `<queue>-dead`: several queues on one exchange keep their dead apart.
 //! - Pauses (`pause.rs`): the quorum queue `<queue>-paused` parked events wait in, the
 //!   stream queue `<queue>-pauses` of the pauses and resumes, and the quorum queue
-//!   `<queue>-pauses-seq` counting them; none bound to an exchange (reached through the
+//!   `<queue>-pauses-seq` counting them, both bound to the **fanout** exchange
+//!   `<queue>-pauses` a record is published to (the parked queue is reached through the
 //!   default exchange).
 
 use lapin::options::{
@@ -44,6 +45,9 @@ pub(crate) struct Names {
     /// `<queue>-pauses-seq`: a quorum queue holding a message per record of the stream,
     /// its length the stream's (a stream does not say its own).
     pub(crate) pauses_seq: String,
+    /// `<queue>-pauses`: the fanout exchange a record is published to once, bound to the
+    /// stream and the count alike.
+    pub(crate) pauses_exchange: String,
 }
 
 impl Names {
@@ -57,6 +61,7 @@ impl Names {
             paused_queue: format!("{queue}-paused"),
             pauses_stream: format!("{queue}-pauses"),
             pauses_seq: format!("{queue}-pauses-seq"),
+            pauses_exchange: format!("{queue}-pauses"),
         }
     }
 }
@@ -141,6 +146,7 @@ pub(crate) async fn declare(
     for (name, kind) in [
         (&names.exchange, ExchangeKind::Topic),
         (&names.dead_exchange, ExchangeKind::Direct),
+        (&names.pauses_exchange, ExchangeKind::Fanout),
     ] {
         let channel = connection.channel().await?;
         let declared =
@@ -176,6 +182,8 @@ pub(crate) async fn declare(
         let key = lane.queue.as_str();
         bindings.push((&lane.dead_queue, &names.dead_exchange, key));
     }
+    bindings.push((&names.pauses_stream, &names.pauses_exchange, ""));
+    bindings.push((&names.pauses_seq, &names.pauses_exchange, ""));
     if invalid {
         let key = names.invalid_queue.as_str();
         bindings.push((&names.invalid_queue, &names.dead_exchange, key));
@@ -255,7 +263,11 @@ pub(crate) async fn delete(
         let deleted = channel.queue_delete(queue.as_str().into(), QueueDeleteOptions::default());
         answered("amqp delete", deleted).await?.map_err(err)?;
     }
-    for exchange in [&names.exchange, &names.dead_exchange] {
+    for exchange in [
+        &names.exchange,
+        &names.dead_exchange,
+        &names.pauses_exchange,
+    ] {
         let deleted =
             channel.exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default());
         answered("amqp delete", deleted).await?.map_err(err)?;
