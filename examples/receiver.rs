@@ -101,8 +101,8 @@ Environment (variable [default] (modes): what it does):
       every attempt fails; a name that is not a processor refuses to start
   WEBHOOK_PROCESSOR_DELAY_MS [-] (inbox, nats, amqp): name:ms,... how much longer the named
       processors take, on top of WEBHOOK_HANDLER_DELAY_MS
-  WEBHOOK_WORKER_CONCURRENCY [8] (inbox, nats, amqp): events each processor's worker runs at
-      once; 0 runs no worker in this process (it only accepts)
+  WEBHOOK_WORKER_CONCURRENCY [32] (inbox, nats, amqp): events each processor's worker runs
+      at once; 0 runs no worker in this process (it only accepts)
   WEBHOOK_PER_OBJECT [no cap] (inbox, nats, amqp): events of one object each processor runs at
       once, the first ones in arrival order
   WEBHOOK_RATE [no limit] (inbox, nats, amqp): N/s or N/min events each processor starts,
@@ -409,7 +409,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let plan = support::processors::Plan::from_env()?;
     let max_attempts = u32::try_from(env_number("WEBHOOK_MAX_ATTEMPTS", 5)?)
         .map_err(|_| "WEBHOOK_MAX_ATTEMPTS: too large")?;
-    let workers = usize::try_from(env_number("WEBHOOK_WORKER_CONCURRENCY", 8)?)?;
+    // 32: a worker keeps up with the front door through a storm (8 processed a quarter of
+    // it; BENCHMARKS.md, issue 38). Lower it for a processor a downstream limits.
+    let workers = usize::try_from(env_number("WEBHOOK_WORKER_CONCURRENCY", 32)?)?;
     let per_object = match std::env::var("WEBHOOK_PER_OBJECT") {
         Ok(n) => Some(
             n.parse::<u32>()

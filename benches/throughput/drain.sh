@@ -29,7 +29,7 @@
 # and the bare loop (with PROCESSORS: the accept's cost of routes). WEBHOOK_PROCESSOR_DELAY_MS
 # (`slow:3000`) passes through, as the receiver's other variables do.
 # Every rate is also printed as a ratio to the bare loop. $WORKERS: the worker's
-# concurrency (default 8, the receiver's). DELIVERIES=<file>: presign.py's output of an
+# concurrency (default 32, the receiver's). DELIVERIES=<file>: presign.py's output of an
 # earlier call instead of a new one (BODY and COUNT are then the file's). QUICK=1: accept alone, drain alone and the
 # bare loop only. BARE=0: no bare loop (rounds comparing two settings of the crate alone).
 # The receiver's other variables (WEBHOOK_RATE, WEBHOOK_PER_OBJECT) pass
@@ -43,7 +43,7 @@ DURATION=${DURATION:-6}
 CONNECTIONS=${CONNECTIONS:-32}
 THREADS=${THREADS:-2}
 BODY=${BODY:-1024}
-WORKERS=${WORKERS:-8}
+WORKERS=${WORKERS:-32}
 PG=${PG_URL:-postgres://postgres@127.0.0.1:5432}
 SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 WORK=$(mktemp -d /tmp/tw-drain.XXXXXX)
