@@ -409,8 +409,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let plan = support::processors::Plan::from_env()?;
     let max_attempts = u32::try_from(env_number("WEBHOOK_MAX_ATTEMPTS", 5)?)
         .map_err(|_| "WEBHOOK_MAX_ATTEMPTS: too large")?;
-    // 32: a worker keeps up with the front door through a storm (8 processed a quarter of
-    // it; BENCHMARKS.md, issue 38). Lower it for a processor a downstream limits.
+    // 32: a no-op processor drains 2.5-3x faster than at 8, which processed a fifth to a
+    // third of a storm while it ran (BENCHMARKS.md, issue 38). Lower it for a processor a
+    // downstream limits.
     let workers = usize::try_from(env_number("WEBHOOK_WORKER_CONCURRENCY", 32)?)?;
     let per_object = match std::env::var("WEBHOOK_PER_OBJECT") {
         Ok(n) => Some(

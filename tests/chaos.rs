@@ -292,66 +292,66 @@ impl Tally {
 /// --example receiver` (a no-op when it is up to date; cargo does not hold its lock while
 /// tests run).
 fn receiver_binary() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            // target/<profile>/deps/chaos-<hash> → target/<profile>/examples/receiver
-            let exe = std::env::current_exe().unwrap();
-            let profile_dir = exe.parent().unwrap().parent().unwrap();
-            let target_dir = profile_dir.parent().unwrap();
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
-            let mut build = std::process::Command::new(&cargo);
-            build
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .args(["build", "--all-features", "--example", "receiver"])
-                .arg("--target-dir")
-                .arg(target_dir);
-            match profile_dir.file_name().and_then(|n| n.to_str()) {
-                Some("debug") | None => {}
-                Some("release") => {
-                    build.arg("--release");
-                }
-                Some(profile) => {
-                    build.args(["--profile", profile]);
-                }
+    // The build's outcome, kept: after a failed build every later test fails at once.
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        // target/<profile>/deps/chaos-<hash> → target/<profile>/examples/receiver
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().unwrap().parent().unwrap();
+        let target_dir = profile_dir.parent().unwrap();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
+        let mut build = std::process::Command::new(&cargo);
+        build
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["build", "--all-features", "--example", "receiver"])
+            .arg("--target-dir")
+            .arg(target_dir);
+        match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") | None => {}
+            Some("release") => {
+                build.arg("--release");
             }
-            // Its output to a file (a pipe nobody reads could fill and stall it), and
-            // within 15 min: a build that waits forever on a lock fails the test instead.
-            let log = std::env::temp_dir().join(format!(
-                "tower-webhook-chaos-build-{}.log",
-                std::process::id()
-            ));
-            let file = std::fs::File::create(&log).unwrap();
-            build.stdout(Stdio::null()).stderr(file);
-            let mut child = build.spawn().unwrap_or_else(|e| {
-                panic!("could not run {cargo} to build the receiver example: {e}")
-            });
-            let deadline = Instant::now() + Duration::from_secs(15 * 60);
-            let status = loop {
-                if let Some(status) = child.try_wait().unwrap() {
-                    break Some(status);
-                }
-                if Instant::now() > deadline {
-                    let _ = child.kill();
-                    break None;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            };
-            let output = std::fs::read_to_string(&log).unwrap_or_default();
-            let _ = std::fs::remove_file(&log);
-            assert!(
-                status.is_some_and(|s| s.success()),
+            Some(profile) => {
+                build.args(["--profile", profile]);
+            }
+        }
+        // Its output to a file (a pipe nobody reads could fill and stall it), and
+        // within 15 min: a build that waits forever on a lock fails the test instead.
+        let log = std::env::temp_dir().join(format!(
+            "tower-webhook-chaos-build-{}.log",
+            std::process::id()
+        ));
+        let file = std::fs::File::create(&log).unwrap();
+        build.stdout(Stdio::null()).stderr(file);
+        let mut child = build
+            .spawn()
+            .map_err(|e| format!("could not run {cargo} to build the receiver example: {e}"))?;
+        let deadline = Instant::now() + Duration::from_secs(15 * 60);
+        let status = loop {
+            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let output = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_file(&log);
+        if !status.is_some_and(|s| s.success()) {
+            return Err(format!(
                 "`cargo build --example receiver` failed or took over 15 min:\n{output}"
-            );
-            let path = profile_dir.join("examples").join("receiver");
-            assert!(
-                path.exists(),
-                "{} is missing after its build",
-                path.display()
-            );
-            path
-        })
-        .clone()
+            ));
+        }
+        let path = profile_dir.join("examples").join("receiver");
+        match path.exists() {
+            true => Ok(path),
+            false => Err(format!("{} is missing after its build", path.display())),
+        }
+    });
+    built.clone().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// How often each event id was handled, across every receiver process of a test.
@@ -1319,6 +1319,7 @@ async fn amqp_receiver_killed_round() -> (Tally, usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn amqp_receiver_killed_mid_storm() {
     let _serial = SERIAL.lock().await;
+    receiver_binary(); // built before the rounds' clock starts
     let started = Instant::now();
     for round in 1..=AMQP_ROUNDS {
         let (tally, _) = bounded_round(round, amqp_receiver_killed_round()).await;
@@ -1376,6 +1377,7 @@ async fn amqp_two_receivers_round() -> (Tally, usize, usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn amqp_two_receivers_share_a_queue() {
     let _serial = SERIAL.lock().await;
+    receiver_binary(); // built before the rounds' clock starts
     let started = Instant::now();
     for round in 1..=AMQP_ROUNDS {
         let (tally, by_a, by_b) = bounded_round(round, amqp_two_receivers_round()).await;

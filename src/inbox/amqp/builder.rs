@@ -140,9 +140,12 @@ impl AmqpBuilder {
         Ok(self)
     }
 
-    /// Replaces how long an accept waits for its channel and the broker's confirm (default
-    /// 5 s): past it,
-    /// the accept fails (503) and the message may still be stored.
+    /// Replaces how long a publish waits for its channel and the broker's confirm (default
+    /// 5 s): an accept's — past it, the accept fails (503) and the message may still be
+    /// stored — and the crate's own: a worker's retry, dead or parked copy, a pause's
+    /// record, a requeued invalid event (past it, the copy is tried again: a copy stored
+    /// twice is claimed once in the worker's store). Lowering it for the front door's
+    /// latency makes those fail more often under load.
     ///
     /// # Errors
     ///

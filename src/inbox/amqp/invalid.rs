@@ -42,8 +42,8 @@ impl Amqp {
     /// Up to `limit` (cut to `1..=`[`MAX_INVALID_LIST`]) messages of the invalid queue,
     /// as the broker hands them out (oldest first, unless some were handed back), each
     /// read unacknowledged on a channel of its own and handed back when it closes:
-    /// nothing is removed (the broker counts a delivery on each; the invalid queue has no
-    /// delivery limit). RabbitMQ's queue has no positions to page from: the first
+    /// nothing is removed (the broker counts a delivery on each; the invalid queue's
+    /// delivery limit is past any count, `topology.rs`). RabbitMQ's queue has no positions to page from: the first
     /// `limit`, and [`Counts::invalid`](crate::inbox::Counts::invalid) says how many
     /// there are. A message that is not an event of this crate's (no source or id) is
     /// skipped. Without schemas (no invalid queue), an empty list.

@@ -67,8 +67,11 @@
 //!   at-least-once dead-lettering to `<exchange>-dead`, routing key the queue's name), the
 //!   dead exchange (direct), the dead queue `<queue>-dead` (quorum), and the pauses'
 //!   queues (`<queue>-paused` and `<queue>-pauses-seq`, quorum; `<queue>-pauses`, a
-//!   stream). A queue that
-//!   exists with other arguments is a configuration error naming it and what differs.
+//!   stream) with the fanout exchange `<queue>-pauses` bound to the stream and the count,
+//!   which a pause's record is published to once. The queues that only hold messages
+//!   (dead, parked, invalid, the count) have a delivery limit past any count (RabbitMQ
+//!   4.0–4.2 would put 20 on them). A queue that exists with other arguments is a
+//!   configuration error naming it and what differs.
 //!
 //! What holds:
 //!

@@ -47,7 +47,9 @@ type Rule = (Option<String>, Option<String>, Option<String>);
 
 /// How long a pause, a resume or a worker waits for the records to be replayed.
 const CAUGHT_UP: Duration = Duration::from_secs(10);
-/// How long a record's publish waits for the broker's confirm.
+/// How long the count's passive declare, the stream consumer's set-up and its
+/// acknowledgements may wait for the broker (a record's publish waits the confirm
+/// timeout, `publish::confirmed`).
 const CONFIRM: Duration = Duration::from_secs(5);
 
 /// The record's headers.

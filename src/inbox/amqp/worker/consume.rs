@@ -167,14 +167,24 @@ async fn consume(
 async fn open(amqp: &Amqp, prefetch: u16) -> Result<(lapin::Channel, lapin::Consumer), StoreError> {
     let err = |e| StoreError::new("amqp consume", e);
     let channel = amqp.channel().await?;
-    let qos = channel.basic_qos(prefetch, BasicQosOptions::default());
-    answered("amqp consume", qos).await?.map_err(err)?;
-    let consume = channel.basic_consume(
-        amqp.lane().queue.as_str().into(),
-        "".into(),
-        BasicConsumeOptions::default(),
-        FieldTable::default(),
-    );
-    let consumer = answered("amqp consume", consume).await?.map_err(err)?;
-    Ok((channel, consumer))
+    let consumer = async {
+        let qos = channel.basic_qos(prefetch, BasicQosOptions::default());
+        answered("amqp consume", qos).await?.map_err(err)?;
+        let consume = channel.basic_consume(
+            amqp.lane().queue.as_str().into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        );
+        answered("amqp consume", consume).await?.map_err(err)
+    };
+    match consumer.await {
+        Ok(consumer) => Ok((channel, consumer)),
+        Err(error) => {
+            // Closed, not dropped: a consume answered after its timeout would otherwise
+            // hold up to `prefetch` deliveries on a channel nobody reads.
+            tokio::spawn(async move { close(&channel, "consume failed").await });
+            Err(error)
+        }
+    }
 }

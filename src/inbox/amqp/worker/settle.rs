@@ -16,7 +16,8 @@ use super::Consumed;
 use crate::inbox::message::one_line;
 use crate::store::{retry_until, StoreError};
 
-/// How long a copy waits for the broker's confirm.
+/// How long an acknowledgement or a nack may wait for the broker (copies wait the
+/// confirm timeout, `publish::confirmed`).
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Acknowledges the delivery, tried again until `until` while the call fails. AMQP does
