@@ -10,6 +10,7 @@ use std::time::Duration;
 use lapin::options::{BasicAckOptions, BasicGetOptions};
 use lapin::types::FieldTable;
 
+use super::connection::{answered, close};
 use super::publish::{confirmed, header, routing_key};
 use super::worker::text;
 use super::{topology, Amqp};
@@ -43,8 +44,8 @@ impl Amqp {
     /// as the broker hands them out (oldest first, unless some were handed back), each
     /// read unacknowledged on a channel of its own and handed back when it closes:
     /// nothing is removed (the broker counts a delivery on each; the invalid queue's
-    /// delivery limit is past any count, `topology.rs`). RabbitMQ's queue has no positions to page from: the first
-    /// `limit`, and [`Counts::invalid`](crate::inbox::Counts::invalid) says how many
+    /// delivery limit is past any count, `topology.rs`). RabbitMQ's queue has no positions
+    /// to page from: the first `limit`, and [`Counts::invalid`](crate::inbox::Counts::invalid) says how many
     /// there are. A message that is not an event of this crate's (no source or id) is
     /// skipped. Without schemas (no invalid queue), an empty list.
     ///
@@ -110,11 +111,11 @@ impl Amqp {
                     }
                 }
                 let properties = got.properties.clone().with_headers(kept);
-                let to = (self.exchange(), routing_key(&event));
-                let to = (to.0, to.1.as_str());
+                let key = routing_key(&event);
+                let to = (self.exchange(), key.as_str());
                 confirmed(self, "amqp requeue invalid", to, &got.data, properties).await?;
                 let acked = got.acker.ack(BasicAckOptions::default());
-                let acked = super::connection::answered("amqp requeue invalid", acked).await?;
+                let acked = answered("amqp requeue invalid", acked).await?;
                 acked.map_err(|e| StoreError::new("amqp requeue invalid", e))?;
                 done.queued += 1;
             }
@@ -130,7 +131,7 @@ impl Amqp {
     /// them back after the channel's close returned, and a count or listing right after
     /// would miss them.
     async fn hand_back(&self, channel: lapin::Channel, read: u64) {
-        super::connection::close(&channel, "handed back").await;
+        close(&channel, "handed back").await;
         if read == 0 {
             return;
         }
@@ -146,7 +147,7 @@ impl Amqp {
                 _ => break,
             }
         }
-        super::connection::close(&counting, "counted").await;
+        close(&counting, "counted").await;
     }
 
     /// Whether `event` passes the schemas this `Amqp` has now.
@@ -161,7 +162,7 @@ async fn get(
     queue: &str,
 ) -> Result<Option<(lapin::message::Delivery, FieldTable)>, StoreError> {
     let got = channel.basic_get(queue.into(), BasicGetOptions { no_ack: false });
-    let got = super::connection::answered("amqp read invalid", got).await?;
+    let got = answered("amqp read invalid", got).await?;
     let got = got.map_err(|e| {
         StoreError::new("amqp read invalid", e).with_kind(StoreErrorKind::Unavailable)
     })?;

@@ -216,7 +216,7 @@ impl Amqp {
         let recorded = async {
             let names = &self.inner.names;
             // One publish, routed to both: a record is never stored without its count.
-            let to = (names.pauses_exchange.as_str(), "");
+            let to = (names.pauses_stream.as_str(), ""); // the exchange of that name
             let properties = BasicProperties::default().with_headers(headers);
             super::publish::confirmed(self, "amqp pause", to, &[], properties).await?;
             let mut applied = log.shared.outcome.subscribe();

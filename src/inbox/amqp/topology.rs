@@ -40,14 +40,13 @@ pub(crate) struct Names {
     pub(crate) invalid_queue: String,
     /// `<queue>-paused`: the quorum queue paused events are parked in (`pause.rs`).
     pub(crate) paused_queue: String,
-    /// `<queue>-pauses`: the stream queue of the pauses and resumes, every worker's log.
+    /// `<queue>-pauses`: the stream queue of the pauses and resumes, every worker's log,
+    /// and the fanout exchange of that name a record is published to once, bound to the
+    /// stream and the count alike (exchanges and queues have names of their own).
     pub(crate) pauses_stream: String,
     /// `<queue>-pauses-seq`: a quorum queue holding a message per record of the stream,
     /// its length the stream's (a stream does not say its own).
     pub(crate) pauses_seq: String,
-    /// `<queue>-pauses`: the fanout exchange a record is published to once, bound to the
-    /// stream and the count alike.
-    pub(crate) pauses_exchange: String,
 }
 
 impl Names {
@@ -61,7 +60,6 @@ impl Names {
             paused_queue: format!("{queue}-paused"),
             pauses_stream: format!("{queue}-pauses"),
             pauses_seq: format!("{queue}-pauses-seq"),
-            pauses_exchange: format!("{queue}-pauses"),
         }
     }
 }
@@ -146,7 +144,7 @@ pub(crate) async fn declare(
     for (name, kind) in [
         (&names.exchange, ExchangeKind::Topic),
         (&names.dead_exchange, ExchangeKind::Direct),
-        (&names.pauses_exchange, ExchangeKind::Fanout),
+        (&names.pauses_stream, ExchangeKind::Fanout),
     ] {
         let channel = connection.channel().await?;
         let declared =
@@ -182,8 +180,8 @@ pub(crate) async fn declare(
         let key = lane.queue.as_str();
         bindings.push((&lane.dead_queue, &names.dead_exchange, key));
     }
-    bindings.push((&names.pauses_stream, &names.pauses_exchange, ""));
-    bindings.push((&names.pauses_seq, &names.pauses_exchange, ""));
+    bindings.push((&names.pauses_stream, &names.pauses_stream, ""));
+    bindings.push((&names.pauses_seq, &names.pauses_stream, ""));
     if invalid {
         let key = names.invalid_queue.as_str();
         bindings.push((&names.invalid_queue, &names.dead_exchange, key));
@@ -263,11 +261,7 @@ pub(crate) async fn delete(
         let deleted = channel.queue_delete(queue.as_str().into(), QueueDeleteOptions::default());
         answered("amqp delete", deleted).await?.map_err(err)?;
     }
-    for exchange in [
-        &names.exchange,
-        &names.dead_exchange,
-        &names.pauses_exchange,
-    ] {
+    for exchange in [&names.exchange, &names.dead_exchange, &names.pauses_stream] {
         let deleted =
             channel.exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default());
         answered("amqp delete", deleted).await?.map_err(err)?;
