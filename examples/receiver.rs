@@ -124,6 +124,10 @@ Environment (variable [default] (modes): what it does):
       headers and the processors' errors are stored sealed; nats, each body is published
       sealed (the stream holds no body in clear); a malformed entry stops the receiver at
       start, naming its position; set in dedupe mode, the receiver refuses to start
+  WEBHOOK_ENCRYPTION_COMPRESS [1] (with WEBHOOK_ENCRYPTION_KEYS): 1: a payload of 128 bytes
+      or more is LZ4-compressed before it is sealed when that makes it shorter (a
+      ciphertext's length then says how compressible its payload was: SECURITY.md); 0:
+      sealed as it is; either opens both
   WEBHOOK_BODY_RETENTION_SECS [off: bodies kept with their events] (inbox): a processed
       event's body, stored headers and error texts are deleted this long after its last
       processor finished, checked every minute (sooner for a short retention); its key
@@ -426,8 +430,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let admin_door = admin_door_from_env()?;
     // Unset: bodies published in clear. The error names an entry by position, never a key.
+    let compress = match std::env::var("WEBHOOK_ENCRYPTION_COMPRESS").as_deref() {
+        Err(std::env::VarError::NotPresent) | Ok("1") => true,
+        Ok("0") => false,
+        Ok(_) | Err(_) => return Err("WEBHOOK_ENCRYPTION_COMPRESS: 0 or 1".into()),
+    };
     let keys = match std::env::var("WEBHOOK_ENCRYPTION_KEYS") {
-        Ok(keys) => Some(KeyRing::parse(&keys)?),
+        Ok(keys) if compress => Some(KeyRing::parse(&keys)?),
+        Ok(keys) => Some(KeyRing::parse(&keys)?.without_compression()),
         Err(_) => None,
     };
     let seals = matches!(

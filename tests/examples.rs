@@ -1176,49 +1176,60 @@ async fn receiver_in_nats_mode_with_encryption_keys_publishes_sealed_bodies_and_
 
 /// `WEBHOOK_ENCRYPTION_KEYS` in `inbox` mode: the event's body and its stored headers are
 /// sealed in the SQLite inbox (its file and WAL, read raw, hold no byte of the canary),
-/// and the worker handles it with the plaintext; in `dedupe` mode the receiver refuses to
-/// start (nothing it stores is sealed).
+/// and the worker handles it with the plaintext, compressed first or not
+/// (`WEBHOOK_ENCRYPTION_COMPRESS` unset or 0); in `dedupe` mode the receiver refuses to
+/// start (nothing it stores is sealed), and so it does on a compression setting that is
+/// not 0 or 1.
 #[tokio::test]
 async fn receiver_in_inbox_mode_with_encryption_keys_stores_sealed_bodies_and_handles_them() {
     const SECRET: &str = "whsec_receiver_sealed_0123456789";
     let keys = "k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
-    let env = [
-        ("WEBHOOK_SCHEME", "stripe"),
-        ("WEBHOOK_SECRETS", SECRET),
-        ("WEBHOOK_MODE", "inbox"),
-        ("WEBHOOK_ENCRYPTION_KEYS", keys),
-    ];
-    let db = std::env::temp_dir().join(format!(
-        "tower-webhook-receiver-inbox-sealed-{}.db",
-        uuid::Uuid::new_v4().simple()
-    ));
-    let (mut receiver, url, mut out) = start_receiver(&db, &env).await;
-    let canary = deliver_canary(&url, SECRET, &mut out).await;
-    receiver.kill().await.unwrap();
-    let mut at_rest = Vec::new();
-    for suffix in ["", "-wal"] {
-        at_rest.extend(std::fs::read(format!("{}{suffix}", db.display())).unwrap_or_default());
-    }
-    assert!(at_rest.len() > 4096, "the inbox's file was read");
-    assert!(
-        !at_rest
-            .windows(canary.len())
-            .any(|w| w == canary.as_bytes()),
-        "the canary at rest"
-    );
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    for compress in [None, Some("0")] {
+        let mut env = vec![
+            ("WEBHOOK_SCHEME", "stripe"),
+            ("WEBHOOK_SECRETS", SECRET),
+            ("WEBHOOK_MODE", "inbox"),
+            ("WEBHOOK_ENCRYPTION_KEYS", keys),
+        ];
+        env.extend(compress.map(|c| ("WEBHOOK_ENCRYPTION_COMPRESS", c)));
+        let db = std::env::temp_dir().join(format!(
+            "tower-webhook-receiver-inbox-sealed-{}.db",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let (mut receiver, url, mut out) = start_receiver(&db, &env).await;
+        let canary = deliver_canary(&url, SECRET, &mut out).await;
+        receiver.kill().await.unwrap();
+        let mut at_rest = Vec::new();
+        for suffix in ["", "-wal"] {
+            at_rest.extend(std::fs::read(format!("{}{suffix}", db.display())).unwrap_or_default());
+        }
+        assert!(at_rest.len() > 4096, "the inbox's file was read");
+        assert!(
+            !at_rest
+                .windows(canary.len())
+                .any(|w| w == canary.as_bytes()),
+            "the canary at rest ({compress:?})"
+        );
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+        }
     }
 
-    let env = [
-        ("WEBHOOK_ENCRYPTION_KEYS", keys),
-        ("WEBHOOK_MODE", "dedupe"),
-        ("BIND", "127.0.0.1:0"),
-    ];
-    let output = run_with("receiver", &[], &env).await;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "{stderr}");
-    assert!(stderr.contains("only inbox and nats mode"), "{stderr}");
+    for (mode, compress, refusal) in [
+        ("dedupe", "1", "only inbox and nats mode"),
+        ("inbox", "yes", "WEBHOOK_ENCRYPTION_COMPRESS: 0 or 1"),
+    ] {
+        let env = [
+            ("WEBHOOK_ENCRYPTION_KEYS", keys),
+            ("WEBHOOK_ENCRYPTION_COMPRESS", compress),
+            ("WEBHOOK_MODE", mode),
+            ("BIND", "127.0.0.1:0"),
+        ];
+        let output = run_with("receiver", &[], &env).await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(stderr.contains(refusal), "{stderr}");
+    }
 }
 
 /// Rotation through the receiver (inbox mode): an event sealed under k1, then the receiver

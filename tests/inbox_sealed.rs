@@ -5,7 +5,8 @@
 //!   at rest with keys (SQLite's file and its WAL read raw, before and after a
 //!   checkpoint; PostgreSQL's `pg_dump --data-only` and a raw read of the tables), and is
 //!   found there without keys (the search can see plaintext), while the API reads it back
-//!   opened;
+//!   opened; the bodies (JSON with repeated lines) are stored compressed before sealing,
+//!   shorter than their plaintext, unless the ring is `without_compression`;
 //! - a body sealed under a key the inbox no longer has ends dead with the reason, never
 //!   run, and runs once requeued with the key configured again;
 //! - a ciphertext moved from one row to another by SQL does not open (the associated
@@ -125,15 +126,22 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 
 /// Accepts two events holding the canary (body, header), processes one and fails the
 /// other with an error quoting it; reads them back through the API; answers whether
-/// the canary (or its hex, as `pg_dump` prints `bytea`) is anywhere at rest.
+/// the canary (or its hex, as `pg_dump` prints `bytea`) is anywhere at rest. With keys,
+/// each stored body is shorter than its plaintext when the ring compresses, one byte
+/// and a tag longer when it does not.
 async fn canary_at_rest(db: &Db, keys: Option<KeyRing>) -> bool {
     let canary = format!("canary-{}", uuid::Uuid::new_v4().simple());
+    let compresses = keys.as_ref().map(KeyRing::compresses);
     let inbox = match keys {
         Some(keys) => db.inbox().with_keys(keys),
         None => db.inbox(),
     };
-    let body =
-        |id: &str| format!(r#"{{"type":"order.paid","id":"{id}","email":"{canary}@example.com"}}"#);
+    let lines = [r#"{"sku":"tea","qty":1}"#; 40].join(",");
+    let body = |id: &str| {
+        format!(
+            r#"{{"type":"order.paid","id":"{id}","email":"{canary}@example.com","lines":[{lines}]}}"#
+        )
+    };
     deliver(&inbox, "evt_ok", &body("evt_ok"), &canary).await;
     deliver(&inbox, "evt_fail", &body("evt_fail"), &canary).await;
     let seen = Seen::default();
@@ -162,6 +170,16 @@ async fn canary_at_rest(db: &Db, keys: Option<KeyRing>) -> bool {
         .unwrap();
     assert_eq!(page.events[0].last_error.as_deref(), Some(error.as_str()));
 
+    let plaintext = i64::try_from(body("evt_fail").len()).unwrap(); // the longer id
+    let longest = db
+        .number("SELECT CAST(max(length(body)) AS BIGINT) FROM webhook_bodies")
+        .await;
+    match compresses {
+        Some(true) => assert!(longest < plaintext / 2, "{longest} of {plaintext}"),
+        Some(false) => assert_eq!(longest, plaintext + 1 + 16, "a frame byte and the tag"),
+        None => assert_eq!(longest, plaintext),
+    }
+
     let rest = at_rest(db).await;
     contains(&rest, canary.as_bytes()) || contains(&rest, hex::encode(&canary).as_bytes())
 }
@@ -173,13 +191,14 @@ async fn canary(db: impl AsyncFn() -> Db) {
         "without keys the search sees plaintext"
     );
     clear.drop_database().await;
-    let sealed = db().await;
-    let keys = ring(&[("k1", 1)]);
-    assert!(
-        !canary_at_rest(&sealed, Some(keys)).await,
-        "with keys: no canary at rest"
-    );
-    sealed.drop_database().await;
+    for keys in [ring(&[("k1", 1)]), ring(&[("k1", 1)]).without_compression()] {
+        let sealed = db().await;
+        assert!(
+            !canary_at_rest(&sealed, Some(keys)).await,
+            "with keys: no canary at rest"
+        );
+        sealed.drop_database().await;
+    }
 }
 
 /// Accepted under k1; an inbox with k2 alone ends it dead with the reason, never run; one

@@ -53,6 +53,7 @@
 
 use std::fmt;
 
+mod frame;
 mod key;
 mod ring;
 #[cfg(test)]
@@ -64,8 +65,8 @@ pub use ring::KeyRing;
 /// The nonce's length: XChaCha20-Poly1305's 192 bits, random per seal.
 pub const NONCE_BYTES: usize = 24;
 
-/// The tag's length, appended to each ciphertext: a ciphertext is its plaintext's
-/// length plus this.
+/// The tag's length, appended to each ciphertext: a ciphertext is its (compressed)
+/// plaintext's length, one byte saying whether it was compressed, and this.
 pub const TAG_BYTES: usize = 16;
 
 /// What a ciphertext is stored as: each a distinct part of the associated data, so a
@@ -140,7 +141,8 @@ impl<'a> Aad<'a> {
             processor,
         ];
         let mut out = Vec::with_capacity(64 + self.source.len() + self.event_id.len());
-        out.extend_from_slice(b"tower-webhook seal v1");
+        // v2: the plaintext is framed (`frame.rs`); a v1 ciphertext does not open as one.
+        out.extend_from_slice(b"tower-webhook seal v2");
         for part in parts.into_iter().flatten() {
             out.extend_from_slice(&(part.len() as u64).to_be_bytes());
             out.extend_from_slice(part.as_bytes());

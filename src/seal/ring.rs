@@ -9,6 +9,7 @@ use chacha20poly1305::aead::{AeadInOut, Generate, KeyInit};
 use chacha20poly1305::{Tag, XChaCha20Poly1305, XNonce};
 use zeroize::Zeroizing;
 
+use super::frame;
 use super::key::{check_id, Key, KEY_BYTES};
 use super::{Aad, SealError, Sealed, Unreadable, UnreadableKind, NONCE_BYTES, TAG_BYTES};
 use crate::error::{ConfigError, ConfigErrorKind};
@@ -40,6 +41,8 @@ use crate::error::{ConfigError, ConfigErrorKind};
 pub struct KeyRing {
     /// First = current. A handful of keys: a linear search by id is the fastest lookup.
     keys: Arc<[Key]>,
+    /// Whether [`seal`](Self::seal) compresses first ([`without_compression`](Self::without_compression)).
+    compress: bool,
 }
 
 impl KeyRing {
@@ -63,7 +66,35 @@ impl KeyRing {
                 )));
             }
         }
-        Ok(Self { keys: keys.into() })
+        Ok(Self {
+            keys: keys.into(),
+            compress: true,
+        })
+    }
+
+    /// The ring sealing payloads as they are, never compressed first.
+    ///
+    /// By default [`seal`](Self::seal) compresses a payload of 128 bytes or more with LZ4
+    /// when that makes it shorter (as Rails' encryption does with zlib): a ciphertext is
+    /// random bytes to the database, which could otherwise have compressed the payload
+    /// itself (PostgreSQL's TOAST, a filesystem's compression). The price: a ciphertext's
+    /// length then says how compressible its payload was, not only how long it is. Someone
+    /// who can both put chosen text into the payloads you receive and read stored lengths
+    /// may learn whether that text matched other text in the same payload (`SECURITY.md`).
+    /// Turn compression off where that matters more than the space. Opening is the same
+    /// either way: each ciphertext says whether it was compressed, so a ring with or without
+    /// compression opens both, and a rekey reseals with this ring's setting.
+    #[must_use]
+    pub fn without_compression(mut self) -> Self {
+        self.compress = false;
+        self
+    }
+
+    /// Whether [`seal`](Self::seal) compresses a payload first (the default; see
+    /// [`without_compression`](Self::without_compression)).
+    #[must_use]
+    pub fn compresses(&self) -> bool {
+        self.compress
     }
 
     /// Parses the receiver's `WEBHOOK_ENCRYPTION_KEYS`: comma-separated `id:<key>`
@@ -139,7 +170,10 @@ impl KeyRing {
 
     /// Seals `plaintext` under the current key with a fresh random 24-byte nonce, its
     /// associated data `aad` (authenticated, not stored: the reader rebuilds it from the
-    /// row it reads).
+    /// row it reads). A payload of 128 bytes or more is LZ4-compressed first when that
+    /// makes it shorter, unless the ring is [`without_compression`](Self::without_compression);
+    /// the ciphertext is the (compressed) payload's length, one byte saying which, and
+    /// the 16-byte tag.
     ///
     /// # Errors
     ///
@@ -151,8 +185,7 @@ impl KeyRing {
         // between replicas.
         let nonce = XNonce::try_generate().map_err(|_| SealError::Random)?;
         let cipher = cipher(key);
-        let mut buffer = Vec::with_capacity(plaintext.len() + TAG_BYTES);
-        buffer.extend_from_slice(plaintext);
+        let mut buffer = frame::encode(plaintext, self.compress, TAG_BYTES);
         let tag = cipher
             .encrypt_inout_detached(&nonce, &aad.encode(), buffer.as_mut_slice().into())
             .map_err(|_| SealError::TooLong)?;
@@ -173,6 +206,7 @@ impl KeyRing {
     /// removed before a rekey reached it), or the tag does not verify
     /// ([`UnreadableKind::Tampered`]: altered, moved from another event or column, or
     /// sealed by another key under the same id), or the ciphertext is shorter than a tag
+    /// or opens to something [`seal`](Self::seal) never writes
     /// ([`UnreadableKind::Malformed`]). Never a panic, never a partial plaintext.
     pub fn open(&self, aad: &Aad<'_>, sealed: &Sealed) -> Result<Vec<u8>, Unreadable> {
         self.open_parts(aad, &sealed.key_id, &sealed.nonce, &sealed.ciphertext)
@@ -210,7 +244,7 @@ impl KeyRing {
             buffer.as_mut_slice().into(),
             &tag,
         ) {
-            Ok(()) => Ok(buffer),
+            Ok(()) => frame::decode(buffer).ok_or_else(|| unreadable(UnreadableKind::Malformed)),
             Err(_) => Err(unreadable(UnreadableKind::Tampered)),
         }
     }
@@ -218,7 +252,7 @@ impl KeyRing {
 
 /// The cipher for one call: its copy of the key is wiped when it is dropped (the
 /// `zeroize` feature of chacha20poly1305). Key setup is a copy, so nothing is cached.
-fn cipher(key: &Key) -> XChaCha20Poly1305 {
+pub(super) fn cipher(key: &Key) -> XChaCha20Poly1305 {
     XChaCha20Poly1305::new(key.bytes().into())
 }
 
@@ -231,6 +265,7 @@ impl fmt::Debug for KeyRing {
         f.debug_struct("KeyRing")
             .field("current", &self.current_id())
             .field("keys", &self.ids().collect::<Vec<_>>())
+            .field("compress", &self.compress)
             .finish()
     }
 }

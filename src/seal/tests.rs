@@ -28,7 +28,8 @@ fn what_is_sealed_opens_to_the_same_bytes_and_holds_none_of_them() {
     for plaintext in [&b""[..], b"{\"name\": \"Ada\"}", &vec![0xA5; 64 * 1024]] {
         let sealed = ring.seal(&BODY, plaintext).unwrap();
         assert_eq!(sealed.key_id(), "k1");
-        assert_eq!(sealed.ciphertext().len(), plaintext.len() + TAG_BYTES);
+        // Stored (one byte saying so) unless compression made it shorter.
+        assert!(sealed.ciphertext().len() <= 1 + plaintext.len() + TAG_BYTES);
         assert_eq!(sealed.nonce().len(), NONCE_BYTES);
         if plaintext.len() > 4 {
             assert!(!sealed
@@ -290,4 +291,43 @@ fn subject_digests_are_keyed_per_key_and_unambiguous() {
     // Not the plain hash of the subject, and not the same key material as the cipher's.
     let k1 = key("k1", 1);
     assert_ne!(k1.subject_digest(""), key("k1", 3).subject_digest(""));
+}
+
+#[test]
+fn compressible_payloads_seal_shorter_unless_the_ring_says_not_and_either_ring_opens_both() {
+    let json =
+        br#"{"type":"customer.updated","data":{"object":{"address":{"city":"Ada"}}}}"#.repeat(30);
+    let compressing = ring(&[("k1", 1)]);
+    let plain = ring(&[("k1", 1)]).without_compression();
+    assert!(compressing.compresses() && !plain.compresses());
+    let small = compressing.seal(&BODY, &json).unwrap();
+    let full = plain.seal(&BODY, &json).unwrap();
+    assert!(
+        small.ciphertext().len() < json.len() / 4,
+        "{}",
+        small.ciphertext().len()
+    );
+    assert_eq!(full.ciphertext().len(), 1 + json.len() + TAG_BYTES);
+    for ring in [&compressing, &plain] {
+        assert_eq!(ring.open(&BODY, &small).unwrap(), json);
+        assert_eq!(ring.open(&BODY, &full).unwrap(), json);
+    }
+    assert!(format!("{plain:?}").contains("compress: false"));
+}
+
+#[test]
+fn a_ciphertext_that_opens_to_no_frame_of_ours_is_malformed() {
+    use chacha20poly1305::aead::AeadInOut;
+    let ring1 = ring(&[("k1", 1)]);
+    let nonce = [3; NONCE_BYTES];
+    // Sealed with the right key and associated data, but framed as nothing `seal` writes.
+    for frame in [vec![], vec![9, 1, 2], vec![1, 0xff, 0xff, 0xff, 0x7f, 0]] {
+        let mut buffer = frame.clone();
+        let tag = super::ring::cipher(&key("k1", 1))
+            .encrypt_inout_detached(&nonce.into(), &BODY.encode(), buffer.as_mut_slice().into())
+            .unwrap();
+        buffer.extend_from_slice(&tag);
+        let err = ring1.open_parts(&BODY, "k1", &nonce, &buffer).unwrap_err();
+        assert_eq!(err.kind(), UnreadableKind::Malformed, "{frame:?}");
+    }
 }

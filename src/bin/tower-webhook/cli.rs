@@ -125,6 +125,7 @@ pub(crate) enum Command {
     /// prints how many values it rewrote, and how many no listed key opens (left as they
     /// are: keep their key listed, or they stay unreadable). Safe beside the application;
     /// stopped, a rerun finishes. Remove an old key only once this rewrote everything.
+    /// Payloads are compressed before sealing unless WEBHOOK_ENCRYPTION_COMPRESS=0.
     Rekey {
         /// Rows read, sealed again and written in one transaction (1 to 10000).
         #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=10000))]

@@ -297,9 +297,23 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> Result<(), Failure> {
 
 /// The inbox's keys from `WEBHOOK_ENCRYPTION_KEYS` (unset or empty: none). A malformed
 /// entry is a usage error naming its position, never the key (`KeyRing::parse`'s text).
+/// `WEBHOOK_ENCRYPTION_COMPRESS=0`, as the application sets it, makes a rekey reseal
+/// payloads uncompressed.
 fn keys() -> Result<Option<KeyRing>, Failure> {
+    let compress = match std::env::var("WEBHOOK_ENCRYPTION_COMPRESS").as_deref() {
+        Err(std::env::VarError::NotPresent) | Ok("1") => true,
+        Ok("0") => false,
+        Ok(_) | Err(_) => return Err(Failure::Usage("WEBHOOK_ENCRYPTION_COMPRESS: 0 or 1".into())),
+    };
     match std::env::var("WEBHOOK_ENCRYPTION_KEYS") {
         Ok(value) if !value.trim().is_empty() => KeyRing::parse(&value)
+            .map(|ring| {
+                if compress {
+                    ring
+                } else {
+                    ring.without_compression()
+                }
+            })
             .map(Some)
             .map_err(|e| Failure::Usage(format!("WEBHOOK_ENCRYPTION_KEYS: {e}"))),
         _ => Ok(None),
