@@ -429,12 +429,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Err(_) => None,
     };
     let admin_door = admin_door_from_env()?;
-    // Unset: bodies published in clear. The error names an entry by position, never a key.
+    // Unset or 1: a payload LZ4-compressed first when that shortens it (KeyRing::without_compression).
     let compress = match std::env::var("WEBHOOK_ENCRYPTION_COMPRESS").as_deref() {
         Err(std::env::VarError::NotPresent) | Ok("1") => true,
         Ok("0") => false,
         Ok(_) | Err(_) => return Err("WEBHOOK_ENCRYPTION_COMPRESS: 0 or 1".into()),
     };
+    // Unset: bodies published in clear. The error names an entry by position, never a key.
     let keys = match std::env::var("WEBHOOK_ENCRYPTION_KEYS") {
         Ok(keys) if compress => Some(KeyRing::parse(&keys)?),
         Ok(keys) => Some(KeyRing::parse(&keys)?.without_compression()),

@@ -687,12 +687,17 @@ const KEYS: &str = "k1:BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
 
 /// Runs the command against `db` with `WEBHOOK_ENCRYPTION_KEYS` set to `keys`.
 async fn run_keyed(db: &str, keys: &str, args: &[&str]) -> Run {
+    run_with_env(db, &[("WEBHOOK_ENCRYPTION_KEYS", keys)], args).await
+}
+
+/// Runs the command against `db` with `env` set.
+async fn run_with_env(db: &str, env: &[(&str, &str)], args: &[&str]) -> Run {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tower-webhook"));
     command
         .args(["--database-url", db])
         .args(args)
         .env_remove("DATABASE_URL")
-        .env("WEBHOOK_ENCRYPTION_KEYS", keys);
+        .envs(env.iter().copied());
     ended(command).await
 }
 
@@ -774,10 +779,25 @@ async fn the_command_rekeys_a_sealed_inbox(inbox: Inbox, db: &str) {
     let rotated = format!("{K2},{KEYS}");
     let bad = run_keyed(db, &rotated, &["rekey", "--batch", "0"]).await;
     assert_eq!(bad.code, 2, "{bad:?}");
+    let keys = ("WEBHOOK_ENCRYPTION_KEYS", rotated.as_str());
+    let bad = run_with_env(
+        db,
+        &[keys, ("WEBHOOK_ENCRYPTION_COMPRESS", "yes")],
+        &["rekey"],
+    )
+    .await;
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert!(
+        bad.stderr.contains("WEBHOOK_ENCRYPTION_COMPRESS: 0 or 1"),
+        "{bad:?}"
+    );
     let show = ["show", "standard", "evt_sealed", "--json"];
     assert_eq!(run_keyed(db, &rotated, &show).await.json()["key_id"], "k1");
 
-    let done = run_keyed(db, &rotated, &["rekey", "--batch", "1", "--json"]).await;
+    // Uncompressed: these bodies are too short to compress anyway; `0` is taken.
+    let uncompressed = [keys, ("WEBHOOK_ENCRYPTION_COMPRESS", "0")];
+    let args = ["rekey", "--batch", "1", "--json"];
+    let done = run_with_env(db, &uncompressed, &args).await;
     assert_eq!(done.json(), json!({"rekeyed": 2, "unreadable": 0}));
     let again = run_keyed(db, &rotated, &["rekey"]).await;
     assert_eq!(

@@ -1096,10 +1096,7 @@ async fn deliver_canary(
     out: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 ) -> String {
     let canary = format!("canary{}", uuid::Uuid::new_v4().simple());
-    let body = format!(
-        r#"{{"id":"evt_sealed","type":"payment_intent.succeeded","livemode":false,"data":{{"object":{{"id":"pi_1","email":"{canary}@example.com"}}}}}}"#
-    )
-    .into_bytes();
+    let body = canary_body(&canary);
     let headers = signed_headers(&Scheme::stripe(), secret, "", &body);
     assert_eq!(
         post(url, headers, body).await.unwrap().0,
@@ -1111,6 +1108,26 @@ async fn deliver_canary(
         Some("handled evt_sealed")
     );
     canary
+}
+
+/// The body `deliver_canary` posts: the canary, and order lines that repeat themselves as
+/// JSON does (a body the receiver compresses before sealing unless told not to).
+fn canary_body(canary: &str) -> Vec<u8> {
+    let lines = [r#"{"sku":"tea","qty":1}"#; 20].join(",");
+    format!(
+        r#"{{"id":"evt_sealed","type":"payment_intent.succeeded","livemode":false,"data":{{"object":{{"id":"pi_1","email":"{canary}@example.com","lines":[{lines}]}}}}}}"#
+    )
+    .into_bytes()
+}
+
+/// The length of the one body stored in the receiver's SQLite inbox at `db`.
+async fn stored_body_length(db: &std::path::Path) -> usize {
+    let store = tower_webhook::store::SqliteStore::open(db).await.unwrap();
+    let stored: i64 = sqlx::query_scalar("SELECT length(body) FROM webhook_bodies")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    usize::try_from(stored).unwrap()
 }
 
 /// `WEBHOOK_ENCRYPTION_KEYS` in `nats` mode: the body is published sealed (the stream's
@@ -1199,6 +1216,18 @@ async fn receiver_in_inbox_mode_with_encryption_keys_stores_sealed_bodies_and_ha
         let (mut receiver, url, mut out) = start_receiver(&db, &env).await;
         let canary = deliver_canary(&url, SECRET, &mut out).await;
         receiver.kill().await.unwrap();
+        let (stored, clear) = (stored_body_length(&db).await, canary_body(&canary).len());
+        match compress {
+            None => assert!(
+                stored < clear / 2,
+                "compressed, then sealed: {stored} of {clear}"
+            ),
+            _ => assert_eq!(
+                stored,
+                clear + 1 + 16,
+                "sealed as it is: a frame byte and the tag"
+            ),
+        }
         let mut at_rest = Vec::new();
         for suffix in ["", "-wal"] {
             at_rest.extend(std::fs::read(format!("{}{suffix}", db.display())).unwrap_or_default());

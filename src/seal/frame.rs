@@ -27,7 +27,7 @@ pub(super) fn encode(payload: &[u8], compress: bool, spare: usize) -> Vec<u8> {
     if compress && payload.len() >= COMPRESS_FROM {
         if let Ok(len) = u32::try_from(payload.len()) {
             let most = lz4_flex::block::get_maximum_output_size(payload.len());
-            let mut out = vec![0; 5 + most.max(payload.len()) + spare];
+            let mut out = vec![0; 5 + most + spare]; // `most` exceeds the payload's length
             out[0] = LZ4;
             out[1..5].copy_from_slice(&len.to_le_bytes());
             if let Ok(n) = lz4_flex::block::compress_into(payload, &mut out[5..5 + most]) {
@@ -37,10 +37,12 @@ pub(super) fn encode(payload: &[u8], compress: bool, spare: usize) -> Vec<u8> {
                     return out;
                 }
             }
-            // Incompressible (random bytes, already compressed): the buffer is reused.
+            // Incompressible (random bytes, already compressed): the buffer is reused, and
+            // its spare tenth given back.
             out.clear();
             out.push(STORED);
             out.extend_from_slice(payload);
+            out.shrink_to(1 + payload.len() + spare);
             return out;
         }
     }
@@ -129,6 +131,9 @@ mod tests {
         too_long[1..5].copy_from_slice(&u32::MAX.to_le_bytes());
         let mut too_short = good.clone();
         too_short[1..5].copy_from_slice(&100u32.to_le_bytes());
+        // One byte more than the block holds: the length must match exactly.
+        let mut one_more = good.clone();
+        one_more[1..5].copy_from_slice(&4097u32.to_le_bytes());
         let mut cut = good.clone();
         cut.truncate(good.len() - 3);
         for frame in [
@@ -137,6 +142,7 @@ mod tests {
             vec![LZ4, 1, 0],
             too_long,
             too_short,
+            one_more,
             cut,
         ] {
             assert_eq!(decode(frame), None);

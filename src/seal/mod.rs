@@ -65,8 +65,9 @@ pub use ring::KeyRing;
 /// The nonce's length: XChaCha20-Poly1305's 192 bits, random per seal.
 pub const NONCE_BYTES: usize = 24;
 
-/// The tag's length, appended to each ciphertext: a ciphertext is its (compressed)
-/// plaintext's length, one byte saying whether it was compressed, and this.
+/// The tag's length, appended to each ciphertext. A ciphertext is one byte saying how the
+/// payload follows, the payload (as it is, or its length in 4 bytes and its LZ4 block),
+/// and this: a payload sealed as it is grows by 17 bytes.
 pub const TAG_BYTES: usize = 16;
 
 /// What a ciphertext is stored as: each a distinct part of the associated data, so a
@@ -236,7 +237,8 @@ pub enum UnreadableKind {
     /// another event or column, or another key was configured under the same id.
     Tampered,
     /// The stored parts cannot be a ciphertext (a nonce not 24 bytes, a ciphertext
-    /// shorter than its tag).
+    /// shorter than its tag), or the tag verified but what it sealed is not a payload
+    /// framed as [`KeyRing::seal`] frames one (a format this build does not know).
     Malformed,
 }
 

@@ -83,7 +83,9 @@ impl KeyRing {
     /// may learn whether that text matched other text in the same payload (`SECURITY.md`).
     /// Turn compression off where that matters more than the space. Opening is the same
     /// either way: each ciphertext says whether it was compressed, so a ring with or without
-    /// compression opens both, and a rekey reseals with this ring's setting.
+    /// compression opens both. What is stored keeps its form until it is sealed again: a
+    /// rekey reseals with this ring's setting what another key sealed, so turning
+    /// compression off reaches stored rows with the next key rotation and its rekey.
     #[must_use]
     pub fn without_compression(mut self) -> Self {
         self.compress = false;
@@ -171,9 +173,9 @@ impl KeyRing {
     /// Seals `plaintext` under the current key with a fresh random 24-byte nonce, its
     /// associated data `aad` (authenticated, not stored: the reader rebuilds it from the
     /// row it reads). A payload of 128 bytes or more is LZ4-compressed first when that
-    /// makes it shorter, unless the ring is [`without_compression`](Self::without_compression);
-    /// the ciphertext is the (compressed) payload's length, one byte saying which, and
-    /// the 16-byte tag.
+    /// makes it shorter, unless the ring is [`without_compression`](Self::without_compression).
+    /// The ciphertext is one byte saying which, the payload (as it is: 1 + its length; or
+    /// compressed: 5 + the LZ4 block's length) and the 16-byte tag.
     ///
     /// # Errors
     ///

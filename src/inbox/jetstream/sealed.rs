@@ -4,7 +4,8 @@
 //! plaintext, and every read of a message opens it here, in [`event_of`] — the one place
 //! the worker's pulls, its lines' catch-up, backfill and unparking go through (P7).
 //!
-//! - The payload is the XChaCha20-Poly1305 ciphertext of the body (its tag appended),
+//! - The payload is the XChaCha20-Poly1305 ciphertext of the body (framed, LZ4-compressed
+//!   first when that shortens it, its tag appended: [`KeyRing::seal`](crate::seal::KeyRing::seal)),
 //!   sealed under the ring's current key with the associated data (source, dedupe id,
 //!   [`Column::Message`](crate::seal::Column::Message)); the key's id and the random nonce
 //!   travel as the headers `Webhook-Key-Id` and `Webhook-Nonce` (standard base64). The
