@@ -5,14 +5,16 @@
 
 Listens on 127.0.0.1 (a free port, written to PORT_FILE), reads each POST's body and
 answers 200 with an empty protobuf message (or `{}` for JSON), counting the bytes it
-received; prints `exports=N bytes=M` when terminated. What a collector does on another
-host, at the least cost to this one.
+received and the accept spans in them (`webhook.accept` names one, in either encoding);
+prints `exports=N bytes=M accept_spans=K` when terminated: fewer accept spans than
+accepted deliveries means the exporter dropped some (its queue was full), which would
+flatter the rate. What a collector does on another host, at the least cost to this one.
 """
 import signal
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-received = {"exports": 0, "bytes": 0}
+received = {"exports": 0, "bytes": 0, "accept_spans": 0}
 
 
 class Sink(BaseHTTPRequestHandler):
@@ -20,7 +22,8 @@ class Sink(BaseHTTPRequestHandler):
 
     def do_POST(self):
         length = int(self.headers.get("Content-Length", "0"))
-        self.rfile.read(length)
+        body = self.rfile.read(length)
+        received["accept_spans"] += body.count(b"webhook.accept")
         received["exports"] += 1
         received["bytes"] += length
         json = self.headers.get("Content-Type", "").startswith("application/json")
@@ -41,7 +44,7 @@ def main():
         f.write(str(server.server_address[1]))
 
     def stop(*_):
-        print(f"exports={received['exports']} bytes={received['bytes']}", flush=True)
+        print(f"exports={received['exports']} bytes={received['bytes']} accept_spans={received['accept_spans']}", flush=True)
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, stop)
