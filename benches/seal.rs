@@ -35,7 +35,8 @@ fn next(state: &mut u64) -> u64 {
     *state
 }
 
-/// `size` bytes of invoice lines, as `benches/throughput/presign.py`'s `PAD=json` writes.
+/// `size` bytes of invoice lines, like (not the same as) `benches/throughput/presign.py`'s
+/// `PAD=json`.
 fn json(size: usize) -> Vec<u8> {
     const WORDS: [&str; 8] = [
         "annual", "monthly", "seat", "storage", "plan", "pro", "team", "tax",

@@ -175,6 +175,10 @@ latency() { # db label, then env assignments naming a fresh store
 # counted by wrk and never new to the drain, which would wait for them: refuse the run.
 no_replays() { # a load's result file
   local n; n=$(field replayed <"$1")
+  if [ -z "$n" ]; then
+    echo "drain.sh: no replayed= in wrk's result (did wrk run replay.lua?)" >&2
+    exit 3
+  fi
   if [ "$n" != 0 ]; then
     echo "drain.sh: $n requests replayed a wrk thread's slice of the $COUNT pre-signed deliveries (duplicates); raise COUNT" >&2
     exit 3
