@@ -141,9 +141,9 @@ Environment (variable [default] (modes): what it does):
       other stops the receiver at start
   OTEL_SERVICE_NAME [unknown_service] (all): the exported spans' service.name
   OTEL_BSP_SCHEDULE_DELAY [5000] (all): milliseconds between exports of batched spans
-  OTEL_BSP_MAX_EXPORT_BATCH_SIZE [512], OTEL_BSP_MAX_QUEUE_SIZE [2048] (all): spans an
-      export carries, and spans held before new ones are dropped; 2048 and 16384 export
-      a third as often under a steady load
+  OTEL_BSP_MAX_EXPORT_BATCH_SIZE [2048], OTEL_BSP_MAX_QUEUE_SIZE [16384] (all): spans an
+      export carries, and spans held before new ones are dropped (the SDK's own defaults,
+      512 and 2048, export three times as often under a steady load)
   WEBHOOK_TRUST_TRACEPARENT [0] (inbox, nats, amqp): 1: a verified delivery's `traceparent`
       header is the accept span's parent; else it is only linked (a sender's trace id
       never joins ours unless trusted); 1 in dedupe mode refuses to start

@@ -3261,6 +3261,85 @@ async fn receiver_exports_each_accept_and_attempt_over_otlp_in_the_accepts_trace
     let _ = std::fs::remove_file(&db);
 }
 
+/// The receiver's batch defaults (2048 spans an export, 16384 queued) apply only where
+/// the standard variables are unset: 300 deliveries (600 spans with their accepts, past the
+/// SDK's 512) export nothing before the schedule, all of them at shutdown; with
+/// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE=2`, one delivery's spans go at once.
+#[tokio::test]
+async fn receiver_exports_in_batches_of_2048_unless_the_variable_says_otherwise() {
+    use common::otlp::collector;
+    use futures_util::StreamExt;
+    const SECRET: &str = "whsec_receiver_batches_0123456789";
+    let hour = ("OTEL_BSP_SCHEDULE_DELAY", "3600000"); // no export by the schedule
+    let db = fresh_db("otel-batches");
+    let collector_default = collector().await;
+    let (child, url, _stdout) = start_receiver(
+        &db,
+        &[
+            ("WEBHOOK_SCHEME", "stripe"),
+            ("WEBHOOK_SECRETS", SECRET),
+            ("WEBHOOK_MODE", "inbox"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector_default.url),
+            hour,
+        ],
+    )
+    .await;
+    futures_util::stream::iter(0..300)
+        .for_each_concurrent(16, |i| {
+            let url = &url;
+            async move {
+                let body = event_body(&format!("evt_batch_{i}"), "invoice.paid", "in_1");
+                let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+                assert_eq!(
+                    post(url, headers, body).await.unwrap().0,
+                    StatusCode::NO_CONTENT
+                );
+            }
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        collector_default.content_types().is_empty(),
+        "an export before 2048 spans or the schedule"
+    );
+    terminate(&child);
+    let mut child = child;
+    assert!(child.wait().await.unwrap().success());
+    // Shutdown flushes the batch: every delivery's accept, none dropped.
+    let accepts = |spans: &[opentelemetry_proto::tonic::trace::v1::Span]| {
+        spans.iter().filter(|s| s.name == "webhook.accept").count()
+    };
+    collector_default
+        .spans_when(|spans| accepts(spans) == 300)
+        .await;
+
+    let collector_two = collector().await;
+    let db_two = fresh_db("otel-batches-2");
+    let (mut child, url, _stdout) = start_receiver(
+        &db_two,
+        &[
+            ("WEBHOOK_SCHEME", "stripe"),
+            ("WEBHOOK_SECRETS", SECRET),
+            ("WEBHOOK_MODE", "inbox"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector_two.url),
+            ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "2"),
+            hour,
+        ],
+    )
+    .await;
+    let body = event_body("evt_batch_two", "invoice.paid", "in_1");
+    let headers = signed_headers(&Scheme::stripe(), SECRET, "", &body);
+    assert_eq!(
+        post(&url, headers, body).await.unwrap().0,
+        StatusCode::NO_CONTENT
+    );
+    collector_two.spans_when(|spans| accepts(spans) == 1).await;
+    terminate(&child);
+    assert!(child.wait().await.unwrap().success());
+    let _ = std::fs::remove_file(&db);
+    let _ = std::fs::remove_file(&db_two);
+}
+
 /// `WEBHOOK_TRUST_TRACEPARENT=1` (here in nats mode, over OTLP/HTTP JSON): a verified
 /// delivery's `traceparent` is the accept's parent, so the attempt is in the sender's trace.
 #[tokio::test]

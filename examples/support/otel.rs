@@ -6,15 +6,17 @@
 //! `/v1/traces` is appended) by the exporter, `OTEL_SERVICE_NAME` by the SDK's resource,
 //! `OTEL_BSP_SCHEDULE_DELAY` by its batch processor. `OTEL_EXPORTER_OTLP_PROTOCOL` is read
 //! here, so that a protocol this build cannot speak (`grpc`) stops the receiver at start.
+//! Two of the batch processor's defaults are the receiver's own, each only where its
+//! variable is unset: `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` 2048 and `OTEL_BSP_MAX_QUEUE_SIZE`
+//! 16384 (the SDK's: 512, 2048).
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::Layer;
 
 /// The installed exporter: [`Otel::shutdown`] sends what its batch still holds.
 pub struct Otel(SdkTracerProvider);
@@ -41,21 +43,40 @@ pub fn install() -> Result<Option<Otel>, Box<dyn std::error::Error>> {
         .with_http()
         .with_protocol(protocol)
         .build()?;
+    // Larger batches than the SDK's: a quarter of the exports, a third of the CPU a
+    // delivery exporting cost (BENCHMARKS.md, issue 35). A variable that is set wins.
+    let unset = |name| std::env::var_os(name).is_none();
+    let mut batch = BatchConfigBuilder::default(); // reads the OTEL_BSP_* variables
+    if unset("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") {
+        batch = batch.with_max_export_batch_size(2048);
+    }
+    if unset("OTEL_BSP_MAX_QUEUE_SIZE") {
+        batch = batch.with_max_queue_size(16384);
+    }
+    let processor = BatchSpanProcessor::builder(exporter)
+        .with_batch_config(batch.build())
+        .build();
     let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
+        .with_span_processor(processor)
         .with_resource(Resource::builder().build())
         .build();
-    // The crate's spans only: a dependency's (sqlx's, hyper's) would be exported too.
-    // Without the layer's source locations, thread names and busy/idle timings: seven
-    // attributes a span the crate's own fields make redundant, and a clock read at every
-    // poll of a delivery (a third of what exporting a span cost, measured by callgrind).
+    // Without the layer's source locations, thread names, target and busy/idle timings:
+    // eight attributes a span the crate's own fields make redundant, and a clock read at
+    // every poll of a delivery (a third of what exporting a span cost, measured by callgrind).
     let spans = tracing_opentelemetry::layer()
         .with_location(false)
         .with_threads(false)
+        .with_target(false)
         .with_tracked_inactivity(false)
-        .with_tracer(provider.tracer("tower-webhook"))
-        .with_filter(Targets::new().with_target("tower_webhook", tracing::Level::INFO));
-    tracing_subscriber::registry().with(spans).try_init()?;
+        .with_tracer(provider.tracer("tower-webhook"));
+    // The crate's spans only: a dependency's (sqlx's, hyper's) would be exported too. A
+    // global filter, not the layer's own (`with_filter`), which looks each span up again
+    // at every enter, exit and close.
+    let crate_only = Targets::new().with_target("tower_webhook", tracing::Level::INFO);
+    tracing_subscriber::registry()
+        .with(crate_only)
+        .with(spans)
+        .try_init()?;
     Ok(Some(Otel(provider)))
 }
 

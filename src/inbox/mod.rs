@@ -457,10 +457,10 @@ impl Inbox {
         #[cfg(feature = "schemas")]
         if let Some(invalid) = self.refused_by_schema(event) {
             let stored = self.accept_invalid(d, event, invalid);
-            return crate::span::instrument(span, stored).await;
+            return crate::span::held(span, stored).await;
         }
         let stored = metrics::timed(Operation::Accept, self.backend.accept(d));
-        let accepted = crate::span::instrument(span, stored).await?;
+        let accepted = crate::span::held(span, stored).await?;
         if accepted == Accepted::New {
             self.wake.notify_waiters();
         }

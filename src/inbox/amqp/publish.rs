@@ -57,7 +57,7 @@ pub(super) async fn accept(
     let to = (exchange.as_str(), routing_key.as_str());
     let publish = confirmed(amqp, "amqp publish", to, &payload, properties);
     let published = metrics::timed(Operation::Accept, publish);
-    crate::span::instrument(span, published).await
+    crate::span::held(span, published).await
 }
 
 /// The payload published for `event`: its body, or with a ring its body sealed, the key

@@ -313,7 +313,7 @@ impl JetStream {
                 .map_err(|e| StoreError::new("jetstream publish", e))
         };
         let ack = metrics::timed(Operation::Accept, publish);
-        let ack = crate::span::instrument(span, ack).await?;
+        let ack = crate::span::held(span, ack).await?;
         #[cfg(feature = "schemas")]
         if let (Some(invalid), false) = (&invalid, ack.duplicate) {
             metrics::invalid_accepted(event.source());
