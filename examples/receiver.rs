@@ -143,7 +143,7 @@ Environment (variable [default] (modes): what it does):
   OTEL_BSP_SCHEDULE_DELAY [5000] (all): milliseconds between exports of batched spans
   OTEL_BSP_MAX_EXPORT_BATCH_SIZE [2048], OTEL_BSP_MAX_QUEUE_SIZE [16384] (all): spans an
       export carries, and spans held before new ones are dropped (the SDK's own defaults,
-      512 and 2048, export three times as often under a steady load)
+      512 and 2048, export four times as often under a steady load)
   WEBHOOK_TRUST_TRACEPARENT [0] (inbox, nats, amqp): 1: a verified delivery's `traceparent`
       header is the accept span's parent; else it is only linked (a sender's trace id
       never joins ours unless trusted); 1 in dedupe mode refuses to start

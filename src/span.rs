@@ -6,7 +6,7 @@
 //! | span | fields | around |
 //! |---|---|---|
 //! | `webhook.delivery` | `source`, then once verified `event_id` and `event_type` | a delivery in `VerifyWebhookLayer`, from its body's first byte to the response, the inner service included (a dedupe layer's handler task too) |
-//! | `webhook.accept` (feature `otel`) | the messaging attributes below (`messaging.message.id` is the event id; its parent, the delivery's span, has the rest) | an accept's write to the inbox, JetStream or RabbitMQ, after verification; open around it, never entered |
+//! | `webhook.accept` (feature `otel`) | the messaging attributes below (`messaging.message.id` is the event id), and `source` and `event_type` unless its parent is the delivery's span, which has them | an accept's write to the inbox, JetStream or RabbitMQ, after verification; open around it, never entered |
 //! | `webhook.process` | `source`, `event_id`, `event_type`, `attempt`, and with `otel` `processor` and the messaging attributes | an inbox worker's attempt at one row, the processor included |
 //!
 //! With the feature `otel`, `webhook.accept` is a PRODUCER span (`otel.kind`,
@@ -146,12 +146,20 @@ pub(crate) fn accept(event: &Event, sent: &TraceContext, trusted: bool) -> (Span
         let span = tracing::info_span!(
             target: "tower_webhook",
             "webhook.accept",
-            // The id alone: the delivery's span (its parent) carries the source and type,
-            // and every exported attribute costs the exporter allocations (issue 35).
+            source = tracing::field::Empty,
+            event_type = tracing::field::Empty,
             otel.kind = "producer",
             messaging.operation.type = "send",
             messaging.message.id = message_id(event),
         );
+        // Inside its delivery's span, which is then its parent and carries the source and
+        // type, the id alone: each exported attribute costs the exporter allocations
+        // (issue 35). Elsewhere (a trusted sender's parent, an ingest, a direct call) its own.
+        let sender_parent = trusted && sent.traceparent().is_some();
+        if sender_parent || !in_delivery() {
+            span.record("source", event.source());
+            span.record("event_type", event.event_type());
+        }
         let stored = otel::accepted(&span, sent, trusted);
         (span, stored)
     }
@@ -159,6 +167,25 @@ pub(crate) fn accept(event: &Event, sent: &TraceContext, trusted: bool) -> (Span
     {
         (none(), TraceContext::default())
     }
+}
+
+/// Whether the current span is a delivery's (looked up without cloning it).
+#[cfg(all(
+    feature = "otel",
+    any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "nats",
+        feature = "amqp"
+    )
+))]
+fn in_delivery() -> bool {
+    tracing::dispatcher::get_default(|dispatch| {
+        dispatch
+            .current_span()
+            .metadata()
+            .is_some_and(|m| m.name() == "webhook.delivery")
+    })
 }
 
 /// The id an OpenTelemetry message is known by: the event's id, else its key.
@@ -260,8 +287,9 @@ pub(crate) fn enter(span: &Span) -> impl Sized + '_ {
 }
 
 /// `future`, with `span` open until it completes (or is dropped) but never entered: for a
-/// span whose context was taken when it was made, inside which nothing logs. Entering
-/// costs an OpenTelemetry layer a context switch at every poll (measured by callgrind).
+/// span whose context was taken when it was made. Entering costs an OpenTelemetry layer a
+/// context switch at every poll (callgrind); what logs inside `future` (the crate does not,
+/// a dependency such as sqlx may) is in the caller's span instead.
 #[cfg_attr(
     not(any(
         feature = "sqlite",

@@ -3166,6 +3166,10 @@ fn assert_trusted_trace(spans: &[opentelemetry_proto::tonic::trace::v1::Span], i
         (&sender_trace, &hex::decode(SENDER_SPAN).unwrap()),
         "trusted: the sender's span is the accept's parent"
     );
+    // Not under the delivery's span: the source and type are its own.
+    let attribute = |key| common::otlp::attribute(accept[0], key);
+    assert_eq!(attribute("source").as_deref(), Some("stripe"));
+    assert!(attribute("event_type").is_some());
     let attempt = spans_of(spans, "webhook.process", id)[0];
     assert_eq!(attempt.trace_id, sender_trace);
     assert_eq!(attempt.parent_span_id, accept[0].span_id);
@@ -3214,6 +3218,14 @@ async fn receiver_exports_each_accept_and_attempt_over_otlp_in_the_accepts_trace
         assert_eq!(accept.len(), 1, "one accept of {id}");
         let accept = accept[0];
         assert_eq!(accept.kind, PRODUCER, "{accept:?}");
+        // Under the delivery's span, which has the source and type.
+        let delivery = spans
+            .iter()
+            .find(|s| s.span_id == accept.parent_span_id)
+            .expect("the accept's parent exported");
+        assert_eq!(delivery.name, "webhook.delivery");
+        assert_eq!(attribute(delivery, "source").as_deref(), Some("stripe"));
+        assert_eq!(attribute(accept, "source"), None);
         // Not in the sender's trace: linked to it.
         assert_ne!(accept.trace_id, sender_trace);
         assert!(
@@ -3262,8 +3274,8 @@ async fn receiver_exports_each_accept_and_attempt_over_otlp_in_the_accepts_trace
 }
 
 /// The receiver's batch defaults (2048 spans an export, 16384 queued) apply only where
-/// the standard variables are unset: 300 deliveries (600 spans with their accepts, past the
-/// SDK's 512) export nothing before the schedule, all of them at shutdown; with
+/// the standard variables are unset: 300 deliveries (600 spans with their accepts alone,
+/// past the SDK's 512) export nothing before the schedule, all of them at shutdown; with
 /// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE=2`, one delivery's spans go at once.
 #[tokio::test]
 async fn receiver_exports_in_batches_of_2048_unless_the_variable_says_otherwise() {
@@ -3273,7 +3285,20 @@ async fn receiver_exports_in_batches_of_2048_unless_the_variable_says_otherwise(
     let hour = ("OTEL_BSP_SCHEDULE_DELAY", "3600000"); // no export by the schedule
     let db = fresh_db("otel-batches");
     let collector_default = collector().await;
-    let (child, url, _stdout) = start_receiver(
+    // Not this test's environment's (a developer's shell may set them).
+    let receiver = || {
+        let mut command = Command::new(example_binary("receiver"));
+        for name in [
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+            "OTEL_BSP_MAX_QUEUE_SIZE",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        ] {
+            command.env_remove(name);
+        }
+        command
+    };
+    let (child, url, _stdout) = spawn_receiver(
+        receiver(),
         &db,
         &[
             ("WEBHOOK_SCHEME", "stripe"),
@@ -3315,7 +3340,8 @@ async fn receiver_exports_in_batches_of_2048_unless_the_variable_says_otherwise(
 
     let collector_two = collector().await;
     let db_two = fresh_db("otel-batches-2");
-    let (mut child, url, _stdout) = start_receiver(
+    let (mut child, url, _stdout) = spawn_receiver(
+        receiver(),
         &db_two,
         &[
             ("WEBHOOK_SCHEME", "stripe"),

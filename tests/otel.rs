@@ -239,6 +239,11 @@ async fn first_run_is_a_child_and_a_retry_is_linked(db: Db) {
         delivery.span_context.span_id(),
         "the accept is a child of the delivery"
     );
+    // The source and type are the delivery's, not repeated on its child.
+    assert!(attribute(delivery, "source").is_some());
+    assert!(attribute(delivery, "event_type").is_some());
+    assert_eq!(attribute(accept, "source"), None);
+    assert_eq!(attribute(accept, "event_type"), None);
     assert_eq!(
         stored_traceparent(&db, id).await,
         Some(traceparent_of(accept))
@@ -311,6 +316,33 @@ async fn a_senders_traceparent_is_a_link_unless_trusted(db: Db) {
     let attempt = &traces.wait("webhook.process", id, 1).await[0];
     worker.shutdown().await;
     assert_child(attempt, accept);
+    // Its parent is the sender's, not the delivery's: the source and type are its own.
+    assert!(attribute(accept, "source").is_some());
+    assert_eq!(attribute(accept, "source"), attribute(attempt, "source"));
+    assert_eq!(
+        attribute(accept, "event_type"),
+        attribute(attempt, "event_type")
+    );
+}
+
+/// An accept outside a delivery (a direct call, as an ingest is) carries the event's
+/// source and type itself: no delivery's span has them.
+async fn an_accept_outside_a_delivery_carries_the_source_and_type(db: Db) {
+    let traces = Traces::install();
+    let inbox = db.inbox();
+    let id = "evt_otel_direct";
+    inbox.accept(&common::paid_event(id)).await.unwrap();
+    let accept = &traces.accept(id).await;
+    assert_eq!(accept.span_kind, SpanKind::Producer);
+    assert_eq!(attribute(accept, "source"), Some("standard"));
+    assert_eq!(
+        attribute(accept, "event_type"),
+        Some("payment_intent.succeeded")
+    );
+    assert_eq!(
+        stored_traceparent(&db, id).await,
+        Some(traceparent_of(accept))
+    );
 }
 
 /// With links only, the first run is linked too.
@@ -372,6 +404,7 @@ on_both!(
     without_a_layer_nothing_is_stored,
     a_resumed_snooze_is_linked,
     fan_out_first_runs_are_children_and_a_backfill_is_linked,
+    an_accept_outside_a_delivery_carries_the_source_and_type,
 );
 
 /// A stream of the test's own, in memory, deleted at the end.

@@ -173,7 +173,12 @@ latency() { # db label, then env assignments naming a fresh store
 
 # Each wrk thread replays its own slice once through it: those requests are duplicates,
 # counted by wrk and never new to the drain, which would wait for them: refuse the run.
-no_replays() { # a load's result file
+no_replays() { # a load's result file; refuses it too when more than 1 % was refused
+  local refused requests; refused=$(field non2xx <"$1"); requests=$(field requests <"$1" | cut -d. -f1)
+  if [ "$((refused * 100))" -gt "${requests:-0}" ]; then
+    echo "drain.sh: $refused of $requests requests were refused (not 2xx): not an accept rate (an expired DELIVERIES file needs WEBHOOK_TOLERANCE_SECS past its age)" >&2
+    exit 3
+  fi
   local n; n=$(field replayed <"$1")
   if [ -z "$n" ]; then
     echo "drain.sh: no replayed= in wrk's result (did wrk run replay.lua?)" >&2

@@ -43,16 +43,17 @@ pub fn install() -> Result<Option<Otel>, Box<dyn std::error::Error>> {
         .with_http()
         .with_protocol(protocol)
         .build()?;
-    // Larger batches than the SDK's: a quarter of the exports, a third of the CPU a
-    // delivery exporting cost (BENCHMARKS.md, issue 35). A variable that is set wins.
-    let unset = |name| std::env::var_os(name).is_none();
-    let mut batch = BatchConfigBuilder::default(); // reads the OTEL_BSP_* variables
-    if unset("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") {
-        batch = batch.with_max_export_batch_size(2048);
-    }
-    if unset("OTEL_BSP_MAX_QUEUE_SIZE") {
-        batch = batch.with_max_queue_size(16384);
-    }
+    // Larger batches than the SDK's: a quarter as many exports (BENCHMARKS.md, issue 35).
+    // A variable that is set (and a number) wins; read here, as the SDK caps the batch at
+    // its own queue size while it reads them.
+    let set = |name| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+    };
+    let batch = BatchConfigBuilder::default() // the other OTEL_BSP_* variables
+        .with_max_queue_size(set("OTEL_BSP_MAX_QUEUE_SIZE").unwrap_or(16384))
+        .with_max_export_batch_size(set("OTEL_BSP_MAX_EXPORT_BATCH_SIZE").unwrap_or(2048));
     let processor = BatchSpanProcessor::builder(exporter)
         .with_batch_config(batch.build())
         .build();

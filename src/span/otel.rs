@@ -1,8 +1,8 @@
 //! OpenTelemetry across the queue (feature `otel`): the accept's span context as it is
 //! stored beside the event (W3C `traceparent`, `tracestate`), a sender's `traceparent`
 //! read from its request, and the parent or links given to the spans of `super` before
-//! they are first entered (tracing-opentelemetry builds a span's OpenTelemetry half then:
-//! a parent set later is refused).
+//! their OpenTelemetry half is built (tracing-opentelemetry builds it at the first enter,
+//! or when its context is first asked for: a parent set later is refused).
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{SpanContext, TraceContextExt};
@@ -99,9 +99,9 @@ impl Extractor for TraceContext {
     }
 }
 
-/// The accept's span, before it is entered: the sender's context its parent when
-/// `trusted`, else a link (a forged trace id never joins our traces); its own context, to
-/// store.
+/// The accept's span, before its context is first taken: the sender's context its parent
+/// when `trusted`, else a link (a forged trace id never joins our traces); its own context,
+/// to store.
 pub(crate) fn accepted(span: &Span, sent: &TraceContext, trusted: bool) -> TraceContext {
     if let Some(remote) = sent.remote() {
         match trusted {
@@ -164,6 +164,8 @@ mod tests {
         for (flags, state) in [
             (TraceFlags::SAMPLED, TraceState::default()),
             (TraceFlags::default(), state),
+            (TraceFlags::new(0xff), TraceState::default()), // only the sampled bit is written
+            (TraceFlags::new(0x02), TraceState::default()),
         ] {
             let context = SpanContext::new(
                 TraceId::from_hex("0af7651916cd43dd8448eb211c80319c").unwrap(),
