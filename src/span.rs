@@ -156,7 +156,7 @@ pub(crate) fn accept(event: &Event, sent: &TraceContext, trusted: bool) -> (Span
         // type, the id alone: each exported attribute costs the exporter allocations
         // (issue 35). Elsewhere (a trusted sender's parent, an ingest, a direct call) its own.
         let sender_parent = trusted && sent.traceparent().is_some();
-        if sender_parent || !in_delivery() {
+        if sender_parent || !otel::in_delivery() {
             span.record("source", event.source());
             span.record("event_type", event.event_type());
         }
@@ -167,25 +167,6 @@ pub(crate) fn accept(event: &Event, sent: &TraceContext, trusted: bool) -> (Span
     {
         (none(), TraceContext::default())
     }
-}
-
-/// Whether the current span is a delivery's (looked up without cloning it).
-#[cfg(all(
-    feature = "otel",
-    any(
-        feature = "sqlite",
-        feature = "postgres",
-        feature = "nats",
-        feature = "amqp"
-    )
-))]
-fn in_delivery() -> bool {
-    tracing::dispatcher::get_default(|dispatch| {
-        dispatch
-            .current_span()
-            .metadata()
-            .is_some_and(|m| m.name() == "webhook.delivery")
-    })
 }
 
 /// The id an OpenTelemetry message is known by: the event's id, else its key.

@@ -99,6 +99,16 @@ impl Extractor for TraceContext {
     }
 }
 
+/// Whether the current span is a delivery's (looked up without cloning it).
+pub(crate) fn in_delivery() -> bool {
+    tracing::dispatcher::get_default(|dispatch| {
+        dispatch
+            .current_span()
+            .metadata()
+            .is_some_and(|m| m.name() == "webhook.delivery")
+    })
+}
+
 /// The accept's span, before its context is first taken: the sender's context its parent
 /// when `trusted`, else a link (a forged trace id never joins our traces); its own context,
 /// to store.
