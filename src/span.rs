@@ -152,15 +152,8 @@ pub(crate) fn accept(event: &Event, sent: &TraceContext, trusted: bool) -> (Span
             messaging.operation.type = "send",
             messaging.message.id = message_id(event),
         );
-        // Inside its delivery's span, which is then its parent and carries the source and
-        // type, the id alone: each exported attribute costs the exporter allocations
-        // (issue 35). Elsewhere (a trusted sender's parent, an ingest, a direct call) its own.
-        let sender_parent = trusted && sent.traceparent().is_some();
-        if sender_parent || !otel::in_delivery() {
-            span.record("source", event.source());
-            span.record("event_type", event.event_type());
-        }
-        let stored = otel::accepted(&span, sent, trusted);
+        // `source` and `event_type` only where its parent is not the delivery's span.
+        let stored = otel::accepted(&span, event, sent, trusted);
         (span, stored)
     }
     #[cfg(not(feature = "otel"))]

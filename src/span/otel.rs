@@ -9,6 +9,8 @@ use opentelemetry::trace::{SpanContext, TraceContextExt};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use crate::Event;
+
 use super::Span;
 
 const TRACEPARENT: &str = "traceparent";
@@ -100,7 +102,7 @@ impl Extractor for TraceContext {
 }
 
 /// Whether the current span is a delivery's (looked up without cloning it).
-pub(crate) fn in_delivery() -> bool {
+fn in_delivery() -> bool {
     tracing::dispatcher::get_default(|dispatch| {
         dispatch
             .current_span()
@@ -109,17 +111,29 @@ pub(crate) fn in_delivery() -> bool {
     })
 }
 
-/// The accept's span, before its context is first taken: the sender's context its parent
-/// when `trusted`, else a link (a forged trace id never joins our traces); its own context,
-/// to store.
-pub(crate) fn accepted(span: &Span, sent: &TraceContext, trusted: bool) -> TraceContext {
+/// The accept's span of `event`, before its context is first taken: the sender's context
+/// its parent when `trusted`, else a link (a forged trace id never joins our traces); the
+/// source and type recorded unless its parent is the delivery's span, which carries them
+/// (each exported attribute costs the exporter allocations); its own context, to store.
+pub(crate) fn accepted(
+    span: &Span,
+    event: &Event,
+    sent: &TraceContext,
+    trusted: bool,
+) -> TraceContext {
+    let mut under_delivery = in_delivery();
     if let Some(remote) = sent.remote() {
         match trusted {
             true => {
                 let _ = span.set_parent(remote);
+                under_delivery = false;
             }
             false => span.add_link(remote.span().span_context().clone()),
         }
+    }
+    if !under_delivery {
+        span.record("source", event.source());
+        span.record("event_type", event.event_type());
     }
     TraceContext::of(span)
 }
