@@ -381,3 +381,90 @@ async fn postgres_an_event_that_finished_in_time_runs_once_while_the_front_door_
     worker.shutdown().await;
     assert_eq!(runs.load(Ordering::SeqCst), 1, "run once");
 }
+
+/// A worker of two processors claims ahead of them (prefetch): four rows reserved, two
+/// started (their processor hangs); the worker crashes (aborted). With one attempt
+/// allowed, the started rows are buried ("every attempt crashed") and the prefetched ones
+/// that never started come back uncounted: the next worker processes them, and the fifth
+/// row, at their first attempt.
+async fn a_crashed_worker_hands_back_its_prefetched_rows_uncounted(inbox: Inbox) {
+    let standard = verifier(Scheme::standard(), &[SECRET]);
+    let ids = ["evt_a", "evt_b", "evt_c", "evt_d", "evt_e"];
+    for id in ids {
+        inbox.ingest(&standard, Some(id), "{}").await.unwrap();
+    }
+    let lease = Duration::from_millis(300);
+    let hung = Seen::default();
+    let record = hung.clone();
+    let hangs = move |e: Event, a: Attempt| {
+        let record = record.clone();
+        async move {
+            let id = e.id().unwrap().to_owned();
+            record
+                .0
+                .lock()
+                .unwrap()
+                .entry(id)
+                .or_default()
+                .push(a.number());
+            std::future::pending::<()>().await;
+            Ok::<_, std::io::Error>(())
+        }
+    };
+    let first = two_at_a_time(&inbox, lease, hangs).spawn();
+    eventually("two started, two more claimed ahead", async || {
+        let started: usize = hung.0.lock().unwrap().values().map(Vec::len).sum();
+        started == 2 && inbox.counts().await.unwrap().processing == 4
+    })
+    .await;
+    first.abort();
+    let started: Vec<String> = hung.0.lock().unwrap().keys().cloned().collect();
+    let seen = Seen::default();
+    let second = two_at_a_time(&inbox, lease, seen.processor()).spawn();
+    eventually("every row processed or dead", async || {
+        let counts = inbox.counts().await.unwrap();
+        counts.processed + counts.dead == 5
+    })
+    .await;
+    second.shutdown().await;
+    let counts = inbox.counts().await.unwrap();
+    assert_eq!((counts.processed, counts.dead), (3, 2));
+    for id in ids {
+        match started.iter().any(|s| s == id) {
+            true => {
+                assert_eq!(hung.of(id), vec![1]);
+                assert!(seen.of(id).is_empty(), "{id}: buried, not run again");
+            }
+            false => assert_eq!(seen.of(id), vec![1], "{id}: at its first attempt"),
+        }
+    }
+}
+
+/// A worker of two processors, one attempt, `lease`, polling every 20 ms.
+fn two_at_a_time(inbox: &Inbox, lease: Duration, processor: impl Processor) -> Worker {
+    Worker::new(inbox, processor)
+        .with_concurrency(2)
+        .unwrap()
+        .with_lease(lease)
+        .unwrap()
+        .with_max_attempts(1)
+        .unwrap()
+        .with_poll_interval(Duration::from_millis(20))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn sqlite_a_crashed_worker_hands_back_its_prefetched_rows_uncounted() {
+    let path = sqlite_path();
+    let store = SqliteStore::open(&path).await.unwrap();
+    // A lease floor of 200 ms: the test's 300 ms lease runs out soon after the crash.
+    let store = store.with_busy_timeout(Duration::from_millis(50));
+    a_crashed_worker_hands_back_its_prefetched_rows_uncounted(Inbox::sqlite(&store)).await;
+    let _ = std::fs::remove_file(path);
+}
+
+#[tokio::test]
+async fn postgres_a_crashed_worker_hands_back_its_prefetched_rows_uncounted() {
+    let store = PgStore::connect(&fresh_pg_url().await).await.unwrap();
+    a_crashed_worker_hands_back_its_prefetched_rows_uncounted(Inbox::postgres(&store)).await;
+}

@@ -220,6 +220,8 @@ struct ClaimedRow {
     /// Why the event's body is gone (`expired`, `erased`).
     body_state: Option<String>,
     attempts: i64,
+    /// Its attempt counted by the claim; else only reserved (see [`Claimed::started`]).
+    started: bool,
     /// Marked dead by the claim instead of claimed (every attempt crashed).
     buried: bool,
     /// The accept's trace context (`otel`: NULL without it, or without a layer).
@@ -275,6 +277,7 @@ impl ClaimedRow {
                 body: body.into(),
             }),
             attempt: u32::try_from(r.attempts).unwrap_or(u32::MAX),
+            started: r.started,
             refused,
             trace: (
                 crate::span::TraceContext::stored(r.traceparent, r.tracestate),

@@ -365,3 +365,152 @@ macro_rules! registry_reads {
     };
 }
 pub(crate) use registry_reads;
+
+/// For both dialects: a claim counts the attempts of the rows it takes for free
+/// processors (`ClaimDue::start`, the first in due order) and only reserves the rest; a
+/// start counts a reserved row's, once, under its claim's token and lease only. A worker
+/// that "crashes" holding a prefetched batch (one counted, two reserved) hands the two it
+/// never started back uncounted when its lease runs out, with no crashed attempt on
+/// record, and the counted one recorded as crashed; a hand-back uncounts only what was
+/// counted; a route whose every attempt started and crashed is still buried by the next
+/// claim.
+#[cfg(test)]
+pub(super) async fn assert_unstarted_routes_come_back_uncounted(
+    inbox: &crate::inbox::Inbox,
+    backend: &dyn crate::inbox::backend::Backend,
+) {
+    use crate::inbox::backend::HeldRow;
+    use crate::inbox::worker::ClaimDue;
+    use crate::inbox::AttemptOutcome;
+    use crate::store::Token;
+    use std::time::Duration;
+
+    let verifier = crate::Verifier::new(
+        crate::Scheme::standard(),
+        ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+    )
+    .unwrap()
+    .with_source("s");
+    for id in ["evt_1", "evt_2", "evt_3"] {
+        inbox.ingest(&verifier, Some(id), "{}").await.unwrap();
+    }
+    let processor: std::sync::Arc<str> = crate::inbox::DEFAULT_PROCESSOR.into();
+    let lease = Duration::from_millis(400);
+    let claim = |token, max_attempts, start| {
+        let due = ClaimDue {
+            max_attempts,
+            start,
+            ..ClaimDue::plain(3, lease, token)
+        };
+        backend.claim(processor.clone(), due)
+    };
+    let attempts = |rows: &[crate::inbox::backend::Claimed]| {
+        let mut seen: Vec<(String, u32)> = rows
+            .iter()
+            .map(|r| (r.event.stored_id().to_owned(), r.attempt))
+            .collect();
+        seen.sort();
+        seen
+    };
+    let started = |rows: &[crate::inbox::backend::Claimed]| {
+        rows.iter()
+            .map(|r| (r.event.stored_id().to_owned(), r.started))
+            .collect::<Vec<_>>()
+    };
+    let held = |id: &str, token| HeldRow {
+        source: "s".into(),
+        id: id.into(),
+        processor: processor.clone(),
+        token,
+        wakes: false,
+        reserved: true,
+    };
+    let counted = |id: &'static str| async move {
+        let stored = backend.event("s".into(), id.into()).await.unwrap().unwrap();
+        let crashed = stored
+            .attempts
+            .iter()
+            .filter(|a| a.outcome == AttemptOutcome::Crashed)
+            .count();
+        (stored.routes[0].attempts, crashed)
+    };
+
+    // The prefetched batch: the first for a free processor, counted; two reserved. In the
+    // order they fell due, each to be its route's first attempt.
+    let first = Token::new();
+    let rows = claim(first, 2, 1).await.unwrap();
+    let order = [
+        ("evt_1".into(), true),
+        ("evt_2".into(), false),
+        ("evt_3".into(), false),
+    ];
+    assert_eq!(started(&rows), order);
+    let batch = [
+        ("evt_1".into(), 1),
+        ("evt_2".into(), 1),
+        ("evt_3".into(), 1),
+    ];
+    assert_eq!(attempts(&rows), batch);
+    assert_eq!(counted("evt_1").await, (1, 0), "counted by the claim");
+    assert_eq!(counted("evt_2").await, (0, 0), "only reserved");
+    assert!(
+        !backend.start(held("evt_1", first)).await.unwrap(),
+        "started already"
+    );
+    assert!(backend.start(held("evt_2", first)).await.unwrap());
+    assert!(!backend.start(held("evt_2", first)).await.unwrap(), "once");
+    assert!(!backend.start(held("evt_3", Token::new())).await.unwrap());
+    assert_eq!(counted("evt_2").await, (1, 0));
+    assert_eq!(counted("evt_3").await, (0, 0));
+    // A hand-back uncounts a counted attempt, and a reserved row's count stays.
+    let back = vec![("s".into(), "evt_2".into()), ("s".into(), "evt_3".into())];
+    assert_eq!(backend.give_back(processor.clone(), back, first).await.unwrap(), 2);
+    assert_eq!(counted("evt_2").await, (0, 0), "its start uncounted");
+    assert_eq!(counted("evt_3").await, (0, 0), "nothing to uncount");
+    let rows = claim(first, 2, 0).await.unwrap();
+    assert_eq!(attempts(&rows), batch[1..], "the two again, reserved");
+
+    // The worker "crashes": nothing finished, the lease runs out.
+    tokio::time::sleep(lease + Duration::from_millis(200)).await;
+    assert!(
+        !backend.start(held("evt_2", first)).await.unwrap(),
+        "not after its lease ran out"
+    );
+    let second = Token::new();
+    let rows = claim(second, 2, 0).await.unwrap();
+    let batch = [
+        ("evt_1".into(), 2),
+        ("evt_2".into(), 1),
+        ("evt_3".into(), 1),
+    ];
+    assert_eq!(
+        attempts(&rows),
+        batch,
+        "the unstarted ones come back uncounted"
+    );
+    assert_eq!(
+        counted("evt_1").await,
+        (1, 1),
+        "its started attempt crashed"
+    );
+    assert_eq!(
+        counted("evt_2").await,
+        (0, 0),
+        "no attempt, no crash on record"
+    );
+    assert_eq!(counted("evt_3").await, (0, 0));
+
+    // evt_1's second (and last) attempt starts and crashes too; the others go back.
+    assert!(backend.start(held("evt_1", second)).await.unwrap());
+    let back = vec![("s".into(), "evt_2".into()), ("s".into(), "evt_3".into())];
+    let given = backend.give_back(processor.clone(), back, second).await;
+    assert_eq!(given.unwrap(), 2);
+    assert_eq!(counted("evt_2").await, (0, 0), "handed back uncounted");
+    tokio::time::sleep(lease + Duration::from_millis(200)).await;
+    let rows = claim(Token::new(), 2, 0).await.unwrap();
+    let batch = [("evt_2".into(), 1), ("evt_3".into(), 1)];
+    assert_eq!(attempts(&rows), batch, "evt_1 buried, not claimed");
+    assert_eq!(counted("evt_1").await, (2, 2));
+    let counts = backend.counts(processor.clone()).await.unwrap();
+    assert_eq!(counts.dead, 1);
+}

@@ -144,17 +144,20 @@ macro_rules! shared_settings {
     };
     // Every setting but `with_max_run`.
     (without_max_run) => {
-        /// Replaces how many events are processed at once (default 4). No more are claimed
-        /// than there are free processors, so none waits out its lease in a buffer.
+        /// Replaces how many events are processed at once (default 4).
         ///
-        /// It also bounds how fast a quick processor drains the queue: an event's attempt
-        /// is counted as it is claimed (a worker that dies mid-event must have counted it;
-        /// one that claimed events ahead would count attempts that never ran), so each
-        /// processor takes at most one event per claim round trip — about `n` events per
-        /// few milliseconds. Outcomes do not hold a processor: they are written while the
-        /// processors go on. `benches/throughput/drain.sh` measures it: in BENCHMARKS.md a
-        /// no-op processor drains the SQL inbox at about 2 400 rows/s at 8, and 8 000–8 700
-        /// at 64.
+        /// It also bounds how fast a quick processor drains the queue. On the SQL inbox an
+        /// event's attempt is counted when it starts, not when it is claimed, so a claim
+        /// also takes up to `n` events ahead of the processors (started in the order they
+        /// fell due): they wait here for one,
+        /// their lease renewed, and a worker that dies hands them back uncounted when
+        /// their lease runs out (a shutdown hands them back at once); processors freed
+        /// while the next claim is out start at once instead of waiting for it.
+        /// Elsewhere no more are claimed than there are free processors, so each takes at
+        /// most one event per claim round trip. Outcomes do not hold a processor: they are
+        /// written while the processors go on. `benches/throughput/drain.sh` measures it:
+        /// in BENCHMARKS.md, before the SQL inbox claimed ahead, a no-op processor drained
+        /// it at about 2 400 rows/s at 8, and 8 000–8 700 at 64.
         ///
         /// # Errors
         ///

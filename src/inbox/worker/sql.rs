@@ -223,6 +223,9 @@ impl Queue for Routes {
     const CLAIM_WAITS: bool = false;
     // The claim's token fences the hand-back: rows another worker took over stay its own.
     const GIVES_BACK: bool = true;
+    // A claim only reserves the rows it takes ahead of a processor; `start` counts each:
+    // rows waiting for a processor cost nothing when they come back.
+    const PREFETCHES: bool = true;
     // A claim leaves an object's events over the cap unclaimed, for every worker at once.
     const CAPS_OBJECTS: bool = true;
 
@@ -297,6 +300,7 @@ impl Queue for Routes {
                 processor: self.processor.clone(),
                 token,
                 wakes: capped && row.event.object_id().is_some(),
+                reserved: !row.started,
             };
             if let Some(reason) = row.refused {
                 self.refuse(held, reason, at + lease / 2).await;
@@ -324,15 +328,26 @@ impl Queue for Routes {
 
     async fn start(
         &self,
-        _: &HeldRow,
+        row: &HeldRow,
         _: (&Event, u32),
         _: u32,
-        _: &Heartbeat,
+        heartbeat: &Heartbeat,
         _: &mut watch::Receiver<bool>,
     ) -> bool {
-        // The claim counted the attempt, marked dead a row that crashed too often, and
-        // took no more of an object's rows than its cap.
-        true
+        // The claim marked dead a row that crashed too often, took no more of an object's
+        // rows than its cap, and counted the attempt of a row for a free processor. A row
+        // claimed ahead of one counts here, fenced on the token and its lease; not written
+        // before the lease ends (or fenced out), it does not run and comes back with its
+        // lease, its count unchanged.
+        if !row.reserved {
+            return true;
+        }
+        let start = || self.inbox.backend.start(row.clone());
+        let started = retry_until(heartbeat.lease_ends(), start);
+        matches!(
+            metrics::timed(metrics::Operation::InboxStart, started).await,
+            Ok(true)
+        )
     }
 
     async fn renew(&self, row: &HeldRow, lease: Duration) -> Result<bool, StoreError> {
