@@ -205,6 +205,14 @@ impl Routes {
     ) {
         #[cfg(feature = "tracing")]
         tracing::warn!(target: "tower_webhook", source = %held.source, id = %held.id, processor = %held.processor, "inbox route dead without running: {reason}");
+        // Its attempt is counted as any claimed for a processor's (one, ended at once),
+        // whether or not the claim took it ahead of one.
+        if held.reserved {
+            let start = || self.inbox.backend.start(held.clone());
+            if !matches!(retry_until(until, start).await, Ok(true)) {
+                return; // back with its lease, and refused again
+            }
+        }
         let finish = || {
             let reason = reason.clone();
             self.inbox
