@@ -464,7 +464,13 @@ pub(super) async fn assert_unstarted_routes_come_back_uncounted(
     assert_eq!(counted("evt_3").await, (0, 0));
     // A hand-back uncounts a counted attempt, and a reserved row's count stays.
     let back = vec![("s".into(), "evt_2".into()), ("s".into(), "evt_3".into())];
-    assert_eq!(backend.give_back(processor.clone(), back, first).await.unwrap(), 2);
+    assert_eq!(
+        backend
+            .give_back(processor.clone(), back, first)
+            .await
+            .unwrap(),
+        2
+    );
     assert_eq!(counted("evt_2").await, (0, 0), "its start uncounted");
     assert_eq!(counted("evt_3").await, (0, 0), "nothing to uncount");
     let rows = claim(first, 2, 0).await.unwrap();

@@ -7,6 +7,7 @@ pub(crate) mod caps; // at most n running per source, per type
 pub(crate) mod due; // when queued events fall due: told to every worker, woken for
 mod freed; // an event's hold on a processor, lent while it waits for its turns
 mod holding; // the events a worker holds, which its claims leave
+mod prefetch; // how many rows to claim ahead of the processors
 pub(crate) mod queue; // what the worker needs of where events wait
 mod record; // an attempt's outcome: written under the lease, counted, logged, alerted
 mod run; // the loop: claim, process under a renewed lease, record, stop in time
@@ -59,6 +60,8 @@ pub(crate) struct Engine<Q> {
     pub(crate) alerts: Option<crate::alerts::Alerts>,
     /// The events it runs or records now: its claims leave them.
     pub(crate) holding: holding::Holding,
+    /// How many rows it claims ahead of its processors, learnt as it runs.
+    pub(crate) prefetch: prefetch::Prefetch,
     /// Every attempt's span a new trace linked to the accept's, the first one too.
     #[cfg(feature = "otel")]
     pub(crate) trace_links_only: bool,
@@ -86,6 +89,7 @@ impl<Q: Queue> Engine<Q> {
             #[cfg(feature = "alerts")]
             alerts: None,
             holding: holding::Holding::default(),
+            prefetch: prefetch::Prefetch::default(),
             #[cfg(feature = "otel")]
             trace_links_only: false,
         }

@@ -138,10 +138,13 @@ impl<Q: Queue> Engine<Q> {
                 .as_ref()
                 .is_some_and(|a| a.available_permits() < this.concurrency);
             let idle = if ahead_busy { 0 } else { idle };
-            // Ahead of a processor: within the slots the idle processors leave.
+            // Ahead of a processor: up to what the processors free during a claim, within
+            // the slots the idle processors leave.
             let ahead_free = ahead.as_ref().map_or(0, |a| {
+                let held = this.concurrency - a.available_permits();
+                let rows = this.prefetch.rows(this.concurrency).saturating_sub(held);
                 let slots = slots.available_permits().saturating_sub(idle);
-                a.available_permits().min(slots)
+                rows.min(slots)
             });
             let want = idle + ahead_free;
             let free = pacing.as_ref().map_or(want, |pacing| pacing.allowed(want));
@@ -332,7 +335,9 @@ impl<Q: Queue> Engine<Q> {
                 ..self.caps.skip()
             },
         });
-        let (rows, failed) = match metrics::timed(Operation::InboxClaim, claim).await {
+        let answer = metrics::timed(Operation::InboxClaim, claim).await;
+        self.prefetch.claimed(sent.elapsed());
+        let (rows, failed) = match answer {
             // Answered so late that the lease may run out before the first renewal: hand
             // the events back uncounted (fenced on the token: events another worker took
             // over meanwhile stay its own) rather than run beside a takeover. Not handed
@@ -484,6 +489,7 @@ impl<Q: Queue> Engine<Q> {
         // Run again here (after a failure or a snooze): its own span, never the accept's child.
         let mut rerun = false;
         loop {
+            let holding = Instant::now();
             let start = self.queue.start(
                 &held,
                 (&event, attempt),
@@ -523,6 +529,7 @@ impl<Q: Queue> Engine<Q> {
             // The processor is free for the next event while this one's outcome is
             // written, or while it waits here to run again.
             freed.free();
+            self.prefetch.held(holding.elapsed());
             if let Some(outcome) = self.waits_here(&event, &joined, number, at) {
                 let (after, counted) = self.told(&outcome, (&source, &id, &ty), number);
                 let waited = tokio::select! {

@@ -86,7 +86,13 @@ async fn key_list_joins_are_planned_for_each_call_not_kept_prepared() {
         let keys = [("s", ids.0.as_str(), t1), ("s", ids.1.as_str(), t1)];
         let wakes = [false, true];
         let routes = [DEFAULT_PROCESSOR; 2];
-        let done = update_done(&pool, PROCESSED_MANY, &keys, Some((&wakes, &routes, &[false, false]))).await;
+        let done = update_done(
+            &pool,
+            PROCESSED_MANY,
+            &keys,
+            Some((&wakes, &routes, &[false, false])),
+        )
+        .await;
         assert_eq!(done.unwrap().len(), 2);
     }
     let prepared = |sql: &'static str| {
@@ -492,14 +498,26 @@ async fn a_processed_row_that_frees_its_objects_turn_notifies_the_workers() {
     };
     let (quiet, wakes) = ([("s", "a", t1)], [("s", "b", t2)]);
     let route = [DEFAULT_PROCESSOR];
-    let done = update_done(&pool, PROCESSED_MANY, &quiet, Some((&[false], &route, &[false]))).await;
+    let done = update_done(
+        &pool,
+        PROCESSED_MANY,
+        &quiet,
+        Some((&[false], &route, &[false])),
+    )
+    .await;
     assert_eq!(done.unwrap().len(), 1);
     assert_eq!(
         heard(&mut listener).await,
         None,
         "nothing freed: no notification"
     );
-    let done = update_done(&pool, PROCESSED_MANY, &wakes, Some((&[true], &route, &[false]))).await;
+    let done = update_done(
+        &pool,
+        PROCESSED_MANY,
+        &wakes,
+        Some((&[true], &route, &[false])),
+    )
+    .await;
     assert_eq!(done.unwrap().len(), 1);
     assert_eq!(
         heard(&mut listener).await.as_deref(),
