@@ -18,10 +18,6 @@ use crate::Event;
 pub(crate) struct Claimed {
     pub(crate) event: Event,
     pub(crate) attempt: u32,
-    /// Its attempt counted by the claim (it went to a free processor); else only reserved
-    /// (claimed ahead of a processor), counted by [`Backend::start`] when it starts, and
-    /// `attempt` the number it will have then.
-    pub(crate) started: bool,
     /// Why it must not run (its body is gone, or does not open): the worker ends it dead
     /// with this reason under the claim's token, never giving it to the processor, and
     /// counts it under this kind.
@@ -42,9 +38,6 @@ pub(crate) struct HeldRow {
     /// wakes the workers of other processes too.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))] // only PostgreSQL notifies others
     pub(crate) wakes: bool,
-    /// Claimed ahead of a processor: its attempt is counted when it starts
-    /// ([`Backend::start`]), not by its claim.
-    pub(crate) reserved: bool,
 }
 
 pub(crate) trait Backend: Send + Sync + 'static {
@@ -52,18 +45,15 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// [`headers::stored`](super::headers) made them (none: none kept), and a route for
     /// each of its processors ([`Delivery::routes`]), in one transaction.
     fn accept(&self, d: Delivery) -> StoreFuture<Accepted>;
-    /// Claims what `due` asks for, counting an attempt for each of the first
-    /// [`due.start`](ClaimDue::start) rows (in the order they fell due) and only reserving
-    /// the rest (lease and token: [`start`](Self::start) counts theirs); a due row
-    /// whose `max_attempts` attempts all started and ended without an outcome (each crashed
-    /// its worker) is marked dead instead, in the same statement. The rows come back in the
-    /// order they fell due. With `per_object`, a row of
+    /// Claims what `due` asks for in one statement, counting an attempt each; a due row
+    /// whose `max_attempts` attempts all ended without an outcome (each crashed its
+    /// worker) is marked dead instead, in the same statement. With `per_object`, a row of
     /// an object is due only while fewer than that many of the object's unfinished rows
     /// are running or came before it. Rows of the sources and types in `skip` are not
     /// claimed (their caps are reached). Only `processor`'s routes.
     fn claim(&self, processor: Arc<str>, due: ClaimDue) -> StoreFuture<Vec<Claimed>>;
-    /// Hands rows a claim under `token` took back to the queue, due at once, never run:
-    /// a counted attempt uncounted, a reserved row left as it was; returns how many.
+    /// Hands rows a claim under `token` took back to the queue, due at once, their attempt
+    /// uncounted (the claim was answered too late to run them); returns how many.
     fn give_back(
         &self,
         processor: Arc<str>,
@@ -75,10 +65,6 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn min_lease(&self) -> Duration {
         Duration::ZERO
     }
-    /// Starts a reserved row's attempt, counting it, if its token still holds it under a
-    /// lease that has not run out and it has not started yet; `false` otherwise (then it
-    /// must not run).
-    fn start(&self, row: HeldRow) -> StoreFuture<bool>;
     /// Extends the row's lease if its token still holds it; `false` when fenced out.
     fn renew(&self, row: HeldRow, lease: Duration) -> StoreFuture<bool>;
     /// Records `outcome` if the row's token still holds it; `false` when fenced out.

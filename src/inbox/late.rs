@@ -157,9 +157,6 @@ impl Backend for Late {
     fn min_lease(&self) -> Duration {
         self.inner.min_lease()
     }
-    fn start(&self, row: HeldRow) -> StoreFuture<bool> {
-        self.inner.start(row)
-    }
     fn renew(&self, row: HeldRow, lease: Duration) -> StoreFuture<bool> {
         self.delayed(LateCall::Renew, self.inner.renew(row, lease), |_| true)
     }

@@ -18,9 +18,8 @@
 //!   event ([`crate::Event`], the type handlers get; what its accessors hold here: its
 //!   docs, "From the inbox") and the [`Attempt`], and records the outcome: an error's
 //!   text with its source chain is the row's last error. The lease is renewed while the
-//!   processor runs; a crashed worker's rows come back when their lease runs out, an
-//!   attempt that started counted (a row whose every attempt crashed goes dead), rows it
-//!   claimed ahead of its processors and never started uncounted; [`WorkerHandle::shutdown`] waits for running events.
+//!   processor runs; a crashed worker's rows come back when their lease runs out, the
+//!   attempt counted (a row whose every attempt crashed goes dead); [`WorkerHandle::shutdown`] waits for running events.
 //! - On PostgreSQL, [`Worker::transactional`] hands the processor a
 //!   [`PgTx`]: its writes and the row's `processed_at` commit
 //!   together, so effects in the database happen exactly once, and a worker whose lease

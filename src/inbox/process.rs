@@ -208,8 +208,7 @@ impl WorkerHandle {
     }
 
     /// Stops the worker at once, as a crash would: what it had claimed comes back when its
-    /// lease runs out, an attempt that had started counted (one claimed ahead of a
-    /// processor and not started yet, on the SQL inbox, uncounted).
+    /// lease runs out, the attempt counted.
     pub fn abort(self) {
         self.task.abort();
         for task in self.beside {

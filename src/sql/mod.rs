@@ -61,18 +61,13 @@
 //! `webhook_attempts` keeps the inbox's history: one row per attempt that ended, written
 //! by the statement (PostgreSQL: a CTE beside the row's update) or the transaction
 //! (SQLite: one insert per writer batch) that records the outcome, so a row's state and
-//! its history never disagree. An attempt is counted, and `attempt_started_at` set, when
-//! it starts: by the claim for the rows it takes for free processors, and for the rows it
-//! takes ahead of them (only reserved: lease and token, `attempt_started_at` cleared) by
-//! `start` as each gets a processor (PostgreSQL: in the statement of the "processed"
-//! outcomes written beside it; SQLite: a statement of the writer's batch). So a reserved
-//! row a crashed worker never started comes back with its count unchanged. The attempt
-//! that processed the row is no row there: `attempt_started_at` and `processed_at` are its
+//! its history never disagree. The claim sets `attempt_started_at`. The attempt that
+//! processed the row is no row there: `attempt_started_at` and `processed_at` are its
 //! record, read back beside the table's, and a trigger copies it into the table when a
 //! requeue clears them — so the drain (claims and "processed") writes no more rows than
-//! before. An attempt that started and never ended (its token and start still on the row
-//! when the next claim takes it) is recorded as crashed by a trigger, whose `WHEN` costs
-//! the claims of other rows nothing. Another trigger deletes an event's attempts with its row, whichever
+//! before. An attempt that never ended (its token still on the row when the next claim
+//! takes it) is recorded as crashed by a trigger, whose `WHEN` costs the claims of other
+//! rows nothing. Another trigger deletes an event's attempts with its row, whichever
 //! prune deletes it. The accept stores the delivery's request
 //! headers (`headers`, as [`crate::inbox::headers`] keeps them) in the row itself.
 //!
@@ -225,8 +220,6 @@ struct ClaimedRow {
     /// Why the event's body is gone (`expired`, `erased`).
     body_state: Option<String>,
     attempts: i64,
-    /// Its attempt counted by the claim; else only reserved (see [`Claimed::started`]).
-    started: bool,
     /// Marked dead by the claim instead of claimed (every attempt crashed).
     buried: bool,
     /// The accept's trace context (`otel`: NULL without it, or without a layer).
@@ -282,7 +275,6 @@ impl ClaimedRow {
                 body: body.into(),
             }),
             attempt: u32::try_from(r.attempts).unwrap_or(u32::MAX),
-            started: r.started,
             refused,
             trace: (
                 crate::span::TraceContext::stored(r.traceparent, r.tracestate),

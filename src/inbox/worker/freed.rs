@@ -20,9 +20,6 @@ pub(super) struct Freeing {
 pub(super) struct Freed {
     pub(super) processor: Option<OwnedSemaphorePermit>,
     pub(super) place: Option<OwnedSemaphorePermit>,
-    /// Its place among the events claimed ahead of a processor (prefetched), until it
-    /// has one.
-    pub(super) ahead: Option<OwnedSemaphorePermit>,
     pub(super) freeing: Freeing,
 }
 
@@ -51,22 +48,6 @@ impl Freed {
         let processors = self.freeing.processors.clone();
         self.processor = Some(processors.acquire_owned().await.expect("never closed"));
         self.place = None;
-    }
-
-    /// Whether its claim took it ahead of a processor, which it has not had yet.
-    pub(super) fn ahead(&self) -> bool {
-        self.ahead.is_some()
-    }
-
-    /// Takes a processor for an event claimed ahead of one (the semaphore is fair: the
-    /// events waiting are served before the claims the loop would send), then leaves
-    /// its place ahead, and tells the claim loop, which may claim another ahead.
-    pub(super) async fn take_ahead(&mut self) {
-        let processors = self.freeing.processors.clone();
-        self.processor = Some(processors.acquire_owned().await.expect("never closed"));
-        if self.ahead.take().is_some() {
-            self.freeing.told.notify_one();
-        }
     }
 
     /// Leaves the lookahead: the event has its turns.

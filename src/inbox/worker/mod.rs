@@ -7,7 +7,6 @@ pub(crate) mod caps; // at most n running per source, per type
 pub(crate) mod due; // when queued events fall due: told to every worker, woken for
 mod freed; // an event's hold on a processor, lent while it waits for its turns
 mod holding; // the events a worker holds, which its claims leave
-mod prefetch; // how many rows to claim ahead of the processors
 pub(crate) mod queue; // what the worker needs of where events wait
 mod record; // an attempt's outcome: written under the lease, counted, logged, alerted
 mod run; // the loop: claim, process under a renewed lease, record, stop in time
@@ -60,8 +59,6 @@ pub(crate) struct Engine<Q> {
     pub(crate) alerts: Option<crate::alerts::Alerts>,
     /// The events it runs or records now: its claims leave them.
     pub(crate) holding: holding::Holding,
-    /// How many rows it claims ahead of its processors, learnt as it runs.
-    pub(crate) prefetch: prefetch::Prefetch,
     /// Every attempt's span a new trace linked to the accept's, the first one too.
     #[cfg(feature = "otel")]
     pub(crate) trace_links_only: bool,
@@ -89,7 +86,6 @@ impl<Q: Queue> Engine<Q> {
             #[cfg(feature = "alerts")]
             alerts: None,
             holding: holding::Holding::default(),
-            prefetch: prefetch::Prefetch::default(),
             #[cfg(feature = "otel")]
             trace_links_only: false,
         }
@@ -148,20 +144,17 @@ macro_rules! shared_settings {
     };
     // Every setting but `with_max_run`.
     (without_max_run) => {
-        /// Replaces how many events are processed at once (default 4).
+        /// Replaces how many events are processed at once (default 4). No more are claimed
+        /// than there are free processors, so none waits out its lease in a buffer.
         ///
-        /// It also bounds how fast a quick processor drains the queue. On the SQL inbox an
-        /// event's attempt is counted when it starts, not when it is claimed, so a claim
-        /// also takes up to `n` events ahead of the processors (started in the order they
-        /// fell due): they wait here for one,
-        /// their lease renewed, and a worker that dies hands them back uncounted when
-        /// their lease runs out (a shutdown hands them back at once); processors freed
-        /// while the next claim is out start at once instead of waiting for it.
-        /// Elsewhere no more are claimed than there are free processors, so each takes at
-        /// most one event per claim round trip. Outcomes do not hold a processor: they are
-        /// written while the processors go on. `benches/throughput/drain.sh` measures it:
-        /// in BENCHMARKS.md, before the SQL inbox claimed ahead, a no-op processor drained
-        /// it at about 2 400 rows/s at 8, and 8 000–8 700 at 64.
+        /// It also bounds how fast a quick processor drains the queue: an event's attempt
+        /// is counted as it is claimed (a worker that dies mid-event must have counted it;
+        /// one that claimed events ahead would count attempts that never ran), so each
+        /// processor takes at most one event per claim round trip — about `n` events per
+        /// few milliseconds. Outcomes do not hold a processor: they are written while the
+        /// processors go on. `benches/throughput/drain.sh` measures it: in BENCHMARKS.md a
+        /// no-op processor drains the SQL inbox at about 2 400 rows/s at 8, and 8 000–8 700
+        /// at 64.
         ///
         /// # Errors
         ///

@@ -24,10 +24,6 @@ use crate::Event;
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))] // JetStream counts in its claims store
 pub(crate) struct ClaimDue {
     pub(crate) limit: usize,
-    /// How many of them (the first, in the order they fell due) go to free processors:
-    /// their attempts are counted by the claim. The rest are claimed ahead of a processor
-    /// ([`Queue::PREFETCHES`]), only reserved, each counted when it starts.
-    pub(crate) start: usize,
     pub(crate) lease: Duration,
     pub(crate) token: Token,
     pub(crate) max_attempts: u32,
@@ -41,7 +37,6 @@ impl ClaimDue {
     pub(crate) fn plain(limit: usize, lease: Duration, token: Token) -> Self {
         Self {
             limit,
-            start: limit,
             lease,
             token,
             max_attempts: 8,
@@ -98,14 +93,6 @@ pub(crate) trait Queue: Send + Sync + 'static {
     /// Whether [`give_back`](Self::give_back) hands events back with their attempt
     /// uncounted. Where it cannot, the events of a claim still out at shutdown are run.
     const GIVES_BACK: bool;
-
-    /// Whether a claim may take more events than there are free processors (prefetch):
-    /// the extra ones wait for a processor in this worker, renewed meanwhile, so that
-    /// processors freed while the next claim is out start at once. Only for a queue whose
-    /// claim leaves them uncounted ([`ClaimDue::start`]) and whose
-    /// [`start`](Self::start) counts them, and that [gives back](Self::GIVES_BACK): a
-    /// crash hands the waiting ones back uncounted, a shutdown gives them back.
-    const PREFETCHES: bool = false;
 
     /// Whether [`claim`](Self::claim) holds the per-object cap itself (leaving an event
     /// over it unclaimed). Otherwise the worker holds it, as its other caps.

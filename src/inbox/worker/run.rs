@@ -49,13 +49,10 @@ struct Batch<H> {
     token: Token,
     /// The rate's turns it took (to give back the unused ones with).
     turns: Option<Instant>,
-    /// The processors held for its first events, ...
     processors: OwnedSemaphorePermit,
     slots: OwnedSemaphorePermit,
     /// Its events' places in the lookahead (where the queue cannot leave capped events).
     places: Option<OwnedSemaphorePermit>,
-    /// ... and the places of the rest, claimed ahead of a processor (`Queue::PREFETCHES`).
-    ahead: Option<OwnedSemaphorePermit>,
 }
 
 impl<Q: Queue> Engine<Q> {
@@ -81,14 +78,6 @@ impl<Q: Queue> Engine<Q> {
             .then(|| Arc::new(Semaphore::new(this.concurrency + this.lookahead)));
         let slots = this.concurrency * RECORDING_PER_PROCESSOR + this.lookahead;
         let slots = Arc::new(Semaphore::new(slots));
-        // Where the queue counts an attempt when it starts, a claim also takes up to as
-        // many events as there are processors ahead of one (at most twice the concurrency
-        // held): the processors freed while the next claim is out (its latency) start
-        // at once instead of waiting for it. The events ahead are renewed while they wait.
-        // They start in the order claimed (the queue returns a claim's rows in the order
-        // they fell due).
-        let ahead =
-            (Q::PREFETCHES && Q::GIVES_BACK).then(|| Arc::new(Semaphore::new(this.concurrency)));
         let freed = Freeing {
             processors: processors.clone(),
             told: Arc::new(Notify::new()),
@@ -132,57 +121,36 @@ impl<Q: Queue> Engine<Q> {
                         .as_ref()
                         .map_or(usize::MAX, |p| p.available_permits()),
                 );
-            // While events claimed ahead wait (or a claim of some is out), a claim takes no
-            // processor: the freed ones go to those events first, in the order claimed.
-            let ahead_busy = ahead
-                .as_ref()
-                .is_some_and(|a| a.available_permits() < this.concurrency);
-            let idle = if ahead_busy { 0 } else { idle };
-            // Ahead of a processor: up to what the processors free during a claim, within
-            // the slots the idle processors leave.
-            let ahead_free = ahead.as_ref().map_or(0, |a| {
-                let held = this.concurrency - a.available_permits();
-                let rows = this.prefetch.rows(this.concurrency).saturating_sub(held);
-                let slots = slots.available_permits().saturating_sub(idle);
-                rows.min(slots)
-            });
-            let want = idle + ahead_free;
-            let free = pacing.as_ref().map_or(want, |pacing| pacing.allowed(want));
+            let free = pacing.as_ref().map_or(idle, |pacing| pacing.allowed(idle));
             let due = drained_at != Some(signals) && claims.len() < in_flight;
             if due && free > 0 {
                 let n = u32::try_from(free).unwrap_or(u32::MAX);
-                // The idle processors' events first; the rest wait for one.
-                let now = u32::try_from(free.min(idle)).unwrap_or(u32::MAX);
                 // Events in the lookahead, not counting this claim's.
                 let waiting = places
                     .as_ref()
                     .is_some_and(|p| p.available_permits() < this.concurrency + this.lookahead);
                 let held = (
-                    processors.clone().try_acquire_many_owned(now),
+                    processors.clone().try_acquire_many_owned(n),
                     slots.clone().try_acquire_many_owned(n),
                     places
                         .as_ref()
                         .map(|p| p.clone().try_acquire_many_owned(n))
                         .transpose(),
-                    ahead
-                        .as_ref()
-                        .map(|a| a.clone().try_acquire_many_owned(n - now))
-                        .transpose(),
                 );
-                if let (Ok(processors), Ok(slots), Ok(places), Ok(ahead)) = held {
+                if let (Ok(processors), Ok(slots), Ok(places)) = held {
                     let turns = pacing.as_mut().map(|pacing| pacing.take(free));
                     let claim = this.clone().claim(
-                        (free, now as usize, waiting),
+                        (free, waiting),
                         signals,
                         turns,
-                        (processors, slots, places, ahead),
+                        (processors, slots, places),
                     );
                     claims.spawn(claim);
                     continue;
                 }
             }
             // Held back by the rate only: woken when its next turn comes.
-            let paced = due && want > free;
+            let paced = due && idle > free;
             let turn = pacing.as_ref().map_or_else(Instant::now, Pacing::next);
             // A source out of turns under its own rate: a signal when its next turn comes
             // (a claim skipped its events).
@@ -258,14 +226,7 @@ impl<Q: Queue> Engine<Q> {
         hurried: &watch::Receiver<bool>,
     ) {
         for (claimed, turn) in std::mem::take(&mut batch.rows) {
-            // A processor held for it, or else a place ahead of one.
-            let (processor, ahead) = match batch.processors.split(1) {
-                Some(processor) => (Some(processor), None),
-                None => {
-                    let ahead = batch.ahead.as_mut().and_then(|a| a.split(1));
-                    (None, Some(ahead.expect("one held per event")))
-                }
-            };
+            let processor = batch.processors.split(1).expect("one held per event");
             let slot = batch.slots.split(1).expect("one held per event");
             let (worker, hurried, token) = (self.clone(), hurried.clone(), batch.token);
             let place = batch
@@ -273,9 +234,8 @@ impl<Q: Queue> Engine<Q> {
                 .as_mut()
                 .map(|p| p.split(1).expect("one held per event"));
             let freed = Freed {
-                processor,
+                processor: Some(processor),
                 place,
-                ahead,
                 freeing: freeing.clone(),
             };
             let stopped = stopped.clone();
@@ -311,20 +271,18 @@ impl<Q: Queue> Engine<Q> {
     /// rate's `turns`); sent when the worker had counted `sent_at` signals.
     async fn claim(
         self: Arc<Self>,
-        (n, start, waiting): (usize, usize, bool),
+        (n, waiting): (usize, bool),
         sent_at: u64,
         turns: Option<Instant>,
-        (processors, slots, places, ahead): (
+        (processors, slots, places): (
             OwnedSemaphorePermit,
             OwnedSemaphorePermit,
-            Option<OwnedSemaphorePermit>,
             Option<OwnedSemaphorePermit>,
         ),
     ) -> Batch<Q::Held> {
         let (token, sent) = (Token::new(), Instant::now());
         let claim = self.queue.claim(ClaimDue {
             limit: n,
-            start,
             lease: self.lease.length,
             token,
             max_attempts: self.retry.max_attempts(),
@@ -335,9 +293,7 @@ impl<Q: Queue> Engine<Q> {
                 ..self.caps.skip()
             },
         });
-        let answer = metrics::timed(Operation::InboxClaim, claim).await;
-        self.prefetch.claimed(sent.elapsed());
-        let (rows, failed) = match answer {
+        let (rows, failed) = match metrics::timed(Operation::InboxClaim, claim).await {
             // Answered so late that the lease may run out before the first renewal: hand
             // the events back uncounted (fenced on the token: events another worker took
             // over meanwhile stay its own) rather than run beside a takeover. Not handed
@@ -367,7 +323,6 @@ impl<Q: Queue> Engine<Q> {
             processors,
             slots,
             places,
-            ahead,
         }
     }
 
@@ -425,24 +380,6 @@ impl<Q: Queue> Engine<Q> {
             let renewal = self.queue.renew(&held, self.lease.length);
             metrics::timed(Operation::InboxRenew, renewal)
         };
-        // Claimed ahead of a processor: it waits for one (renewed meanwhile); a worker
-        // stopping meanwhile hands it back, never started, its count unchanged.
-        if freed.ahead() {
-            let got = {
-                let beat = heartbeat.beat(&renew);
-                let mut beat = pin!(beat);
-                tokio::select! {
-                    biased;
-                    () = hurry_up(&mut stopped) => false,
-                    () = freed.take_ahead() => true,
-                    () = &mut beat => unreachable!("the heartbeat never ends"),
-                }
-            };
-            if !got {
-                self.queue.give_back(vec![held]).await;
-                return;
-            }
-        }
         let beat = heartbeat.beat(renew);
         let mut beat = pin!(beat);
         // Its turns under the caps, held until its processor ends; waited for (renewed
@@ -489,7 +426,6 @@ impl<Q: Queue> Engine<Q> {
         // Run again here (after a failure or a snooze): its own span, never the accept's child.
         let mut rerun = false;
         loop {
-            let holding = Instant::now();
             let start = self.queue.start(
                 &held,
                 (&event, attempt),
@@ -529,7 +465,6 @@ impl<Q: Queue> Engine<Q> {
             // The processor is free for the next event while this one's outcome is
             // written, or while it waits here to run again.
             freed.free();
-            self.prefetch.held(holding.elapsed());
             if let Some(outcome) = self.waits_here(&event, &joined, number, at) {
                 let (after, counted) = self.told(&outcome, (&source, &id, &ty), number);
                 let waited = tokio::select! {

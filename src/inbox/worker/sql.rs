@@ -205,14 +205,6 @@ impl Routes {
     ) {
         #[cfg(feature = "tracing")]
         tracing::warn!(target: "tower_webhook", source = %held.source, id = %held.id, processor = %held.processor, "inbox route dead without running: {reason}");
-        // Its attempt is counted as any claimed for a processor's (one, ended at once),
-        // whether or not the claim took it ahead of one.
-        if held.reserved {
-            let start = || self.inbox.backend.start(held.clone());
-            if !matches!(retry_until(until, start).await, Ok(true)) {
-                return; // back with its lease, and refused again
-            }
-        }
         let finish = || {
             let reason = reason.clone();
             self.inbox
@@ -231,9 +223,6 @@ impl Queue for Routes {
     const CLAIM_WAITS: bool = false;
     // The claim's token fences the hand-back: rows another worker took over stay its own.
     const GIVES_BACK: bool = true;
-    // A claim only reserves the rows it takes ahead of a processor; `start` counts each:
-    // rows waiting for a processor cost nothing when they come back.
-    const PREFETCHES: bool = true;
     // A claim leaves an object's events over the cap unclaimed, for every worker at once.
     const CAPS_OBJECTS: bool = true;
 
@@ -308,7 +297,6 @@ impl Queue for Routes {
                 processor: self.processor.clone(),
                 token,
                 wakes: capped && row.event.object_id().is_some(),
-                reserved: !row.started,
             };
             if let Some(reason) = row.refused {
                 self.refuse(held, reason, at + lease / 2).await;
@@ -336,26 +324,15 @@ impl Queue for Routes {
 
     async fn start(
         &self,
-        row: &HeldRow,
+        _: &HeldRow,
         _: (&Event, u32),
         _: u32,
-        heartbeat: &Heartbeat,
+        _: &Heartbeat,
         _: &mut watch::Receiver<bool>,
     ) -> bool {
-        // The claim marked dead a row that crashed too often, took no more of an object's
-        // rows than its cap, and counted the attempt of a row for a free processor. A row
-        // claimed ahead of one counts here, fenced on the token and its lease; not written
-        // before the lease ends (or fenced out), it does not run and comes back with its
-        // lease, its count unchanged.
-        if !row.reserved {
-            return true;
-        }
-        let start = || self.inbox.backend.start(row.clone());
-        let started = retry_until(heartbeat.lease_ends(), start);
-        matches!(
-            metrics::timed(metrics::Operation::InboxStart, started).await,
-            Ok(true)
-        )
+        // The claim counted the attempt, marked dead a row that crashed too often, and
+        // took no more of an object's rows than its cap.
+        true
     }
 
     async fn renew(&self, row: &HeldRow, lease: Duration) -> Result<bool, StoreError> {

@@ -35,7 +35,6 @@ pub(in crate::metrics) fn operation_key(operation: Operation) -> &'static Key {
         Operation::Release => static_key!(STORE, "operation" => "release"),
         Operation::Accept => static_key!(STORE, "operation" => "accept"),
         Operation::InboxClaim => static_key!(STORE, "operation" => "inbox_claim"),
-        Operation::InboxStart => static_key!(STORE, "operation" => "inbox_start"),
         Operation::InboxRenew => static_key!(STORE, "operation" => "inbox_renew"),
         Operation::InboxFinish => static_key!(STORE, "operation" => "inbox_finish"),
         Operation::InboxCounts => static_key!(STORE, "operation" => "inbox_counts"),

@@ -1,5 +1,5 @@
-//! The writer's batches: many claims, completions, accepts or "processed" outcomes (with
-//! the inbox worker's starts), each kind in one statement (see [`super::super::batch`]).
+//! The writer's batches: many claims, completions, accepts or "processed" outcomes, each
+//! kind in one statement (see [`super::super::batch`]).
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -27,10 +27,6 @@ pub(super) enum Write {
     /// The inbox worker's: the row processed, if the token still holds it; waking the
     /// workers of every process when its object's later events wait for it.
     Processed(String, String, Token, bool, std::sync::Arc<str>),
-    /// The inbox worker's: a reserved row's attempt started, counted, if the token still
-    /// holds it under a live lease and it has not started yet (its processor last). In
-    /// the "processed" rows' statement: a start costs no commit of its own.
-    Started(String, String, Token, std::sync::Arc<str>),
 }
 
 /// Its outcome.
@@ -47,7 +43,7 @@ impl Write {
     pub(super) fn size(&self) -> usize {
         match self {
             Write::Accept(d) => d.size(),
-            Write::Claim(..) | Write::Complete(..) | Write::Processed(..) | Write::Started(..) => 0,
+            Write::Claim(..) | Write::Complete(..) | Write::Processed(..) => 0,
         }
     }
 
@@ -55,7 +51,7 @@ impl Write {
     /// door's.
     pub(super) fn lane(&self) -> Lane {
         match self {
-            Write::Complete(..) | Write::Processed(..) | Write::Started(..) => Lane::Urgent,
+            Write::Complete(..) | Write::Processed(..) => Lane::Urgent,
             Write::Claim(..) | Write::Accept(_) => Lane::Front,
         }
     }
@@ -87,29 +83,16 @@ RETURNING w.source, w.event_id, w.lock_token";
 /// record; the processor `$5`): the worker's outcomes, gathered by the group commit. A row whose object's
 /// later events wait for it (`$4`) wakes its processor's workers in every process (one
 /// notification per processor: PostgreSQL folds a transaction's identical ones).
-/// A row with `$6` (`start`) is instead a reserved row's attempt starting: counted, its
-/// start kept for its record, only while its claim's lease is live and it has not started
-/// yet (a start tried again after a lost answer counts nothing twice). One statement, so
-/// a start costs no commit of its own (the trigger on `attempts` stays quiet for a
-/// "processed" row: its start is unchanged).
 pub(super) const PROCESSED_MANY: &str = "
 WITH done AS (
     UPDATE webhook_routes w
-    SET processed_at = CASE WHEN input.start THEN w.processed_at
-            ELSE coalesce(w.processed_at, now()) END,
-        processing_error = CASE WHEN input.start THEN w.processing_error END,
-        locked_until = CASE WHEN input.start THEN w.locked_until END,
-        attempts = w.attempts + input.start::int,
-        attempt_started_at = CASE WHEN input.start THEN clock_timestamp()
-            ELSE w.attempt_started_at END
-    FROM unnest($1::text[], $2::text[], $3::uuid[], $4::bool[], $5::text[], $6::bool[])
-        AS input(source, event_id, token, wakes, processor, start)
+    SET processed_at = coalesce(w.processed_at, now()), processing_error = NULL,
+        locked_until = NULL
+    FROM unnest($1::text[], $2::text[], $3::uuid[], $4::bool[], $5::text[])
+        AS input(source, event_id, token, wakes, processor)
     WHERE w.source = input.source AND w.event_id = input.event_id
       AND w.processor = input.processor AND w.lock_token = input.token
-      AND (NOT input.start OR (w.attempt_started_at IS NULL AND w.processed_at IS NULL
-          AND w.dead_at IS NULL AND w.locked_until > clock_timestamp()))
-    RETURNING w.source, w.event_id, w.lock_token, input.wakes AND NOT input.start AS wakes,
-        w.processor
+    RETURNING w.source, w.event_id, w.lock_token, input.wakes, w.processor
 )
 SELECT source, event_id, lock_token,
     CASE WHEN wakes THEN pg_notify('webhook_events', processor || ' 0')::text END
@@ -193,11 +176,7 @@ pub(super) async fn write_batch(
             Write::Accept(d) => accepts.push((i, d)),
             Write::Processed(source, id, token, wakes, processor) => {
                 let key = (source.as_str(), id.as_str(), *token);
-                processed.push((i, (key, (*wakes, false), &**processor)));
-            }
-            Write::Started(source, id, token, processor) => {
-                let key = (source.as_str(), id.as_str(), *token);
-                processed.push((i, (key, (false, true), &**processor)));
+                processed.push((i, (key, *wakes, &**processor)));
             }
         }
     }
@@ -379,22 +358,20 @@ fn done_key(source: &str, id: &str, token: Token) -> DoneKey {
     (source.to_owned(), id.to_owned(), token.as_uuid())
 }
 
-/// The inbox worker's outcomes "processed" and starts in one statement; a row not matched
-/// was fenced out. A statement the server refused is retried row by row, as
-/// `complete_many`. Each row with whether it wakes the workers of every process (see
-/// `Write::Processed`) and whether it is a start.
+/// The inbox worker's outcomes "processed" in one statement; a row not matched was fenced
+/// out. A statement the server refused is retried row by row, as `complete_many`.
+/// Each row with whether it wakes the workers of every process (see `Write::Processed`).
 async fn processed_many(
     pool: &PgPool,
-    rows: Vec<(Completing<'_>, (bool, bool), &str)>,
+    rows: Vec<(Completing<'_>, bool, &str)>,
 ) -> Vec<Result<bool, StoreError>> {
     if rows.is_empty() {
         return Vec::new();
     }
-    let (wakes, starts): (Vec<bool>, Vec<bool>) = rows.iter().map(|r| r.1).unzip();
+    let wakes: Vec<bool> = rows.iter().map(|r| r.1).collect();
     let processors: Vec<&str> = rows.iter().map(|r| r.2).collect();
     let rows: Vec<Completing<'_>> = rows.into_iter().map(|r| r.0).collect();
-    let flags = (&wakes[..], &processors[..], &starts[..]);
-    match update_done(pool, PROCESSED_MANY, &rows, Some(flags)).await {
+    match update_done(pool, PROCESSED_MANY, &rows, Some((&wakes, &processors))).await {
         Ok(done) => rows
             .iter()
             .map(|&(source, id, token)| Ok(done.contains(&done_key(source, id, token))))
@@ -403,21 +380,9 @@ async fn processed_many(
         Err(_) => {
             let mut results = Vec::with_capacity(rows.len());
             let mut woken = std::collections::BTreeSet::new();
-            for ((((source, id, token), wakes), processor), start) in
-                rows.into_iter().zip(wakes).zip(processors).zip(starts)
+            for (((source, id, token), wakes), processor) in
+                rows.into_iter().zip(wakes).zip(processors)
             {
-                if start {
-                    let one = [(source, id, token)];
-                    let flags = (&[false][..], &[processor][..], &[true][..]);
-                    let started = update_done(pool, PROCESSED_MANY, &one, Some(flags)).await;
-                    let key = done_key(source, id, token);
-                    results.push(
-                        started
-                            .map(|done| done.contains(&key))
-                            .map_err(|e| store_error("inbox start", e)),
-                    );
-                    continue;
-                }
                 let outcome = Outcome::Processed;
                 let held = finish_one(pool, (source, id, processor), token, outcome).await;
                 if wakes && matches!(held, Ok(true)) {
@@ -434,13 +399,13 @@ async fn processed_many(
 }
 
 /// Marks done, in one statement (`COMPLETE_MANY` or `PROCESSED_MANY`, which also takes
-/// whether each row wakes, its processor, and whether it is a start instead), the rows
-/// `token` still holds: the keys and tokens that matched.
+/// whether each row `wakes`), the rows `token` still holds: the keys and tokens that
+/// matched.
 pub(super) async fn update_done(
     pool: &PgPool,
     sql: &'static str,
     rows: &[Completing<'_>],
-    flags: Option<(&[bool], &[&str], &[bool])>,
+    wakes: Option<(&[bool], &[&str])>,
 ) -> Result<HashSet<DoneKey>, sqlx::Error> {
     let mut order: Vec<usize> = (0..rows.len()).collect();
     order.sort_by_key(|&i| (rows[i].0, rows[i].1));
@@ -454,10 +419,9 @@ pub(super) async fn update_done(
                 .map(|&i| rows[i].2.as_uuid())
                 .collect::<Vec<_>>(),
         );
-    if let Some((wakes, processors, starts)) = flags {
+    if let Some((wakes, processors)) = wakes {
         query = query.bind(order.iter().map(|&i| wakes[i]).collect::<Vec<_>>());
         query = query.bind(order.iter().map(|&i| processors[i]).collect::<Vec<_>>());
-        query = query.bind(order.iter().map(|&i| starts[i]).collect::<Vec<_>>());
     }
     let rows = query.fetch_all(pool).await?;
     rows.iter()

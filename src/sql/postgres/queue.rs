@@ -28,15 +28,9 @@ use crate::store::{Delivery, StoreFuture, Token};
 /// the claiming worker holds (`$9`, `$10`: running, or their outcome not yet written) are
 /// left, whatever their lease says. A due
 /// row whose every attempt ended without an outcome (each crashed its worker) is
-/// marked dead in the same statement instead of claimed again. The first `$12` rows (in
-/// the order they fell due: they go to free processors) have their attempt counted and
-/// its start kept for its record; the rest are only reserved (lease and token,
-/// `attempt_started_at` cleared), counted when they start (`STARTED` in
-/// `PROCESSED_MANY`), so a worker that crashes holding them hands them back uncounted.
-/// Either way a trigger records the attempt before as crashed when it started and never
-/// finished (the migration `webhook_events_history`). `attempts` comes back as the number
-/// the attempt has once started; the rows, in the order they fell due. (`row_number`
-/// wraps the locking subquery: `FOR UPDATE` takes no window function.)
+/// marked dead in the same statement instead of claimed again. The attempt's start is
+/// kept for its record; a trigger records the attempt before it as crashed when it never
+/// finished (the migration `webhook_events_history`).
 /// Under a per-object cap of n, a row is claimed while fewer than n of its object's other
 /// unfinished rows run or came before it (in arrival order: rows no accept numbered, from
 /// before, first by time and key): counted up to n and no further, so an object
@@ -51,17 +45,16 @@ use crate::store::{Delivery, StoreFuture, Token};
 pub(super) const CLAIM_DUE: &str = "
 WITH claimed AS (
     UPDATE webhook_routes w
-    SET attempts = w.attempts + (w.attempts < $4 AND due.rn <= $12)::int,
+    SET attempts = w.attempts + (w.attempts < $4)::int,
         dead_at = CASE WHEN w.attempts >= $4 THEN now() END,
         processing_error = CASE WHEN w.attempts >= $4
             THEN coalesce(w.processing_error || '; then ', '') || $5 ELSE w.processing_error END,
         locked_until = CASE WHEN w.attempts < $4
             THEN clock_timestamp() + make_interval(secs => $1) END,
         lock_token = CASE WHEN w.attempts < $4 THEN $2 END,
-        attempt_started_at = CASE WHEN w.attempts < $4 AND due.rn <= $12
-            THEN clock_timestamp() END
-    FROM (SELECT locked.*, row_number() OVER (ORDER BY locked.next_attempt_at) AS rn FROM (
-        SELECT source, event_id, processor, next_attempt_at FROM webhook_routes
+        attempt_started_at = CASE WHEN w.attempts < $4 THEN clock_timestamp() END
+    FROM (
+        SELECT source, event_id, processor FROM webhook_routes
         WHERE processor = $11 AND next_attempt_at IS NOT NULL AND next_attempt_at <= now()
           AND processed_at IS NULL AND dead_at IS NULL
           AND (locked_until IS NULL OR locked_until <= clock_timestamp())
@@ -86,13 +79,10 @@ WITH claimed AS (
         ORDER BY next_attempt_at
         LIMIT $3
         FOR UPDATE SKIP LOCKED
-    ) locked) due
+    ) due
     WHERE w.source = due.source AND w.event_id = due.event_id AND w.processor = due.processor
-    RETURNING w.source, w.event_id, w.event_type, w.object_id,
-        (w.attempts + (w.dead_at IS NULL AND w.attempt_started_at IS NULL)::int)::int8
-            AS attempts,
-        w.attempt_started_at IS NOT NULL AS started,
-        w.dead_at IS NOT NULL AS buried, w.next_attempt_at, due.rn
+    RETURNING w.source, w.event_id, w.event_type, w.object_id, w.attempts::int8 AS attempts,
+        w.dead_at IS NOT NULL AS buried, w.next_attempt_at
 )
 SELECT c.source, c.event_id, c.event_type, c.object_id,
     (SELECT e.livemode FROM webhook_events e
@@ -100,8 +90,7 @@ SELECT c.source, c.event_id, c.event_type, c.object_id,
     b.body, b.key_id, b.body_nonce,
     (SELECT e.body_state FROM webhook_events e
      WHERE e.source = c.source AND e.event_id = c.event_id) AS body_state,
-    c.attempts, c.started, c.buried, t.traceparent, t.tracestate,
-    coalesce(t.as_accepted, false) AS as_accepted
+    c.attempts, c.buried, t.traceparent, t.tracestate, coalesce(t.as_accepted, false) AS as_accepted
 FROM claimed c
 LEFT JOIN LATERAL (SELECT b.body, b.key_id, b.body_nonce FROM webhook_bodies b
     WHERE b.source = c.source AND b.event_id = c.event_id OFFSET 0) b ON true
@@ -109,16 +98,12 @@ LEFT JOIN LATERAL (SELECT e.traceparent, e.tracestate,
         e.next_attempt_at = c.next_attempt_at AS as_accepted
     FROM webhook_events e
     WHERE e.source = c.source AND e.event_id = c.event_id AND e.traceparent IS NOT NULL
-    OFFSET 0) t ON true
-ORDER BY c.rn";
+    OFFSET 0) t ON true";
 
-/// Claimed rows a worker hands back unrun (its claim was answered too late to run them
-/// safely, or it stopped first): due again at once, a counted attempt uncounted, a
-/// reserved row's count (no start) left as it was.
+/// Claimed rows a worker hands back unprocessed (its claim was answered too late to run
+/// them safely): due again at once, the attempt uncounted.
 const GIVE_BACK: &str = "
-UPDATE webhook_routes w
-SET attempts = w.attempts - (w.attempt_started_at IS NOT NULL)::int,
-    locked_until = NULL, lock_token = NULL
+UPDATE webhook_routes w SET attempts = w.attempts - 1, locked_until = NULL, lock_token = NULL
 FROM unnest($1::text[], $2::text[]) AS input(source, event_id)
 WHERE w.source = input.source AND w.event_id = input.event_id AND w.processor = $4
   AND w.lock_token = $3 AND w.processed_at IS NULL AND w.dead_at IS NULL";
@@ -236,13 +221,11 @@ pub(super) const DEAD: &str = recorded!(
 );
 
 /// Snoozed by the processor: due again after `$4` seconds, the attempt uncounted (its
-/// record keeps the number it ran as); one that never started (a reserved row the worker
-/// hands back so) had none counted.
+/// record keeps the number it ran as).
 pub(super) const LATER: &str = recorded!(
     "
     UPDATE webhook_routes SET next_attempt_at = now() + make_interval(secs => $4),
-        attempts = attempts - (attempt_started_at IS NOT NULL)::int,
-        locked_until = NULL, lock_token = NULL
+        attempts = attempts - 1, locked_until = NULL, lock_token = NULL
     WHERE source = $1 AND event_id = $2 AND processor = $6 AND lock_token = $3
       AND processed_at IS NULL
     RETURNING source, event_id, processor, attempts + 1 AS attempt, attempt_started_at",
@@ -349,7 +332,6 @@ impl Backend for Pg {
                 .bind(held.0)
                 .bind(held.1)
                 .bind(&*processor)
-                .bind(i64::try_from(due.start).unwrap_or(i64::MAX))
                 .fetch_all(&pool)
                 .await
                 .map_err(|e| store_error("inbox claim", e))?;
@@ -379,19 +361,6 @@ impl Backend for Pg {
         })
     }
 
-    fn start(&self, row: HeldRow) -> StoreFuture<bool> {
-        let this = self.clone();
-        Box::pin(async move {
-            // Gathered with the outcomes: a start rides in the statement (and commit) of
-            // the "processed" rows written beside it.
-            let started = Write::Started(row.source, row.id, row.token, row.processor);
-            match this.write(started).await? {
-                Written::Complete(held) => Ok(held),
-                _ => unreachable!("a start's answer"),
-            }
-        })
-    }
-
     fn renew(&self, row: HeldRow, lease: Duration) -> StoreFuture<bool> {
         let pool = self.pool.clone();
         Box::pin(async move {
@@ -416,7 +385,6 @@ impl Backend for Pg {
             processor,
             token,
             wakes,
-            ..
         }: HeldRow,
         outcome: Outcome,
     ) -> StoreFuture<bool> {

@@ -86,13 +86,7 @@ async fn key_list_joins_are_planned_for_each_call_not_kept_prepared() {
         let keys = [("s", ids.0.as_str(), t1), ("s", ids.1.as_str(), t1)];
         let wakes = [false, true];
         let routes = [DEFAULT_PROCESSOR; 2];
-        let done = update_done(
-            &pool,
-            PROCESSED_MANY,
-            &keys,
-            Some((&wakes, &routes, &[false, false])),
-        )
-        .await;
+        let done = update_done(&pool, PROCESSED_MANY, &keys, Some((&wakes, &routes))).await;
         assert_eq!(done.unwrap().len(), 2);
     }
     let prepared = |sql: &'static str| {
@@ -460,7 +454,6 @@ async fn a_capped_claim_reads_the_object_index_while_the_due_index_looks_empty()
         .bind(vec!["s".to_owned()])
         .bind(vec!["evt_1".to_owned()])
         .bind(DEFAULT_PROCESSOR)
-        .bind(32_i64)
         .fetch_all(&pool)
         .await
         .unwrap();
@@ -498,40 +491,18 @@ async fn a_processed_row_that_frees_its_objects_turn_notifies_the_workers() {
     };
     let (quiet, wakes) = ([("s", "a", t1)], [("s", "b", t2)]);
     let route = [DEFAULT_PROCESSOR];
-    let done = update_done(
-        &pool,
-        PROCESSED_MANY,
-        &quiet,
-        Some((&[false], &route, &[false])),
-    )
-    .await;
+    let done = update_done(&pool, PROCESSED_MANY, &quiet, Some((&[false], &route))).await;
     assert_eq!(done.unwrap().len(), 1);
     assert_eq!(
         heard(&mut listener).await,
         None,
         "nothing freed: no notification"
     );
-    let done = update_done(
-        &pool,
-        PROCESSED_MANY,
-        &wakes,
-        Some((&[true], &route, &[false])),
-    )
-    .await;
+    let done = update_done(&pool, PROCESSED_MANY, &wakes, Some((&[true], &route))).await;
     assert_eq!(done.unwrap().len(), 1);
     assert_eq!(
         heard(&mut listener).await.as_deref(),
         Some("default 0"),
         "its object's turn freed: its processor's workers told it is due now"
     );
-}
-
-/// A prefetched batch's unstarted routes come back uncounted after a crash; a route whose
-/// every attempt started and crashed is buried (`assert_unstarted_routes_come_back_uncounted`).
-#[tokio::test]
-async fn unstarted_routes_of_a_crashed_claim_come_back_uncounted() {
-    let pool = fresh_pool().await;
-    let store = crate::store::PgStore::from_migrated_pool(pool);
-    let inbox = crate::inbox::Inbox::postgres(&store);
-    super::super::shared::assert_unstarted_routes_come_back_uncounted(&inbox, store.sql()).await;
 }

@@ -82,8 +82,6 @@ enum Op {
     ClaimDue(Arc<str>, crate::inbox::worker::ClaimDue),
     /// The inbox's: claimed rows handed back uncounted.
     GiveBack(Arc<str>, Vec<(String, String)>, Token),
-    /// The inbox's: a reserved route's attempt started, counted.
-    StartRow(crate::inbox::backend::HeldRow),
     RenewRow(crate::inbox::backend::HeldRow, Duration),
     Finish(crate::inbox::backend::HeldRow, Outcome),
     Requeue(Requeue),
@@ -161,7 +159,6 @@ impl Op {
             | Op::Release(..)
             | Op::ClaimDue(..)
             | Op::GiveBack(..)
-            | Op::StartRow(..)
             | Op::RenewRow(..)
             | Op::Finish(..) => Lane::Urgent,
         }

@@ -97,13 +97,8 @@ ON CONFLICT (source, event_id, processor) DO NOTHING";
 /// returned `buried`, for `BURY_CRASHED` to mark dead in the same transaction: a claim
 /// that assigned `dead_at` or `processing_error` would rewrite every claimed route's
 /// entries in the partial indexes over them (about 6 % of the drain with a per-object
-/// cap, `benches/sql/claim.py`). With `?11` the claim counts each route's attempt and
-/// keeps its start for its record (routes for free processors); without, it only reserves
-/// them (lease and token, `attempt_started_at` cleared: routes claimed ahead of a
-/// processor), and [`START_ROW`] counts each when it starts, so a worker that crashes
-/// holding them hands them back uncounted. Either way a trigger records the attempt
-/// before as crashed when it started and never finished. `attempts` comes back as the
-/// number the attempt has once started.
+/// cap, `benches/sql/claim.py`). The attempt's start is kept for its record; a trigger
+/// records the attempt before it as crashed when it never finished.
 /// Under a per-object cap of n (`?6`), a route is claimed while fewer than n of its
 /// object's other unfinished routes of its processor run or came before it (in arrival
 /// order: routes no accept numbered, from before, first by time and key): counted up to n
@@ -115,11 +110,10 @@ ON CONFLICT (source, event_id, processor) DO NOTHING";
 /// cannot join: [`CLAIMED_BODIES`] reads the livemode and body after it.
 pub(super) const CLAIM_DUE: &str = "
 UPDATE webhook_routes
-SET attempts = attempts + (attempts < ?5 AND ?11),
+SET attempts = attempts + (attempts < ?5),
     locked_until = CASE WHEN attempts < ?5 THEN ?1 + ?2 ELSE locked_until END,
     lock_token = CASE WHEN attempts < ?5 THEN ?3 ELSE lock_token END,
-    attempt_started_at = CASE WHEN attempts < ?5 AND ?11 THEN ?1
-        WHEN attempts < ?5 THEN NULL ELSE attempt_started_at END
+    attempt_started_at = CASE WHEN attempts < ?5 THEN ?1 ELSE attempt_started_at END
 WHERE rowid IN (
     SELECT rowid FROM webhook_routes
     WHERE processor = ?10 AND next_attempt_at IS NOT NULL AND next_attempt_at <= ?1
@@ -143,9 +137,8 @@ WHERE rowid IN (
       AND coalesce(event_type, '') NOT IN (SELECT value FROM json_each(?8))
       AND (source, event_id) NOT IN (SELECT value ->> 0, value ->> 1 FROM json_each(?9))
     ORDER BY next_attempt_at LIMIT ?4)
-RETURNING source, event_id, event_type, object_id,
-    attempts + (lock_token IS ?3 AND attempt_started_at IS NULL) AS attempts,
-    attempt_started_at IS NOT NULL AS started, lock_token IS NOT ?3 AS buried, next_attempt_at";
+RETURNING source, event_id, event_type, object_id, attempts, lock_token IS NOT ?3 AS buried,
+    next_attempt_at";
 
 /// The livemode and body of the events a claim took (`?1`, a JSON array of `[source,
 /// id]`), why a body is gone, the accept's trace context and its time (`first_run`): one
@@ -203,24 +196,12 @@ macro_rules! kept_error {
     };
 }
 
-/// Claimed routes a worker hands back unrun (its claim was answered too late to run them
-/// safely, or it stopped first): due again at once, a counted attempt uncounted, a
-/// reserved route's count (no start) left as it was.
+/// Claimed routes a worker hands back unprocessed (its claim was answered too late to run
+/// them safely): due again at once, the attempt uncounted.
 pub(super) const GIVE_BACK: &str = "
-UPDATE webhook_routes
-SET attempts = attempts - (attempt_started_at IS NOT NULL), locked_until = NULL,
-    lock_token = NULL
+UPDATE webhook_routes SET attempts = attempts - 1, locked_until = NULL, lock_token = NULL
 WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processor = ?4
   AND processed_at IS NULL AND dead_at IS NULL";
-
-/// A reserved route's attempt starting at `?5`: counted, its start kept for its record;
-/// only while its claim's lease is still its own and it has not started yet (a start
-/// tried again after an answer that was lost counts nothing twice).
-pub(super) const START_ROW: &str = "
-UPDATE webhook_routes SET attempts = attempts + 1, attempt_started_at = ?5
-WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processor = ?4
-  AND processed_at IS NULL AND dead_at IS NULL AND attempt_started_at IS NULL
-  AND locked_until > ?5";
 
 pub(super) const RENEW_ROW: &str = "
 UPDATE webhook_routes SET locked_until = ?5
@@ -263,11 +244,9 @@ RETURNING attempts, attempt_started_at"
 );
 
 /// Snoozed by the processor: due again at `?5`, the attempt uncounted (its record keeps
-/// the number it ran as); one that never started (a reserved route the worker hands back
-/// so) had none counted.
+/// the number it ran as).
 pub(super) const LATER: &str = "
-UPDATE webhook_routes SET next_attempt_at = ?5,
-    attempts = attempts - (attempt_started_at IS NOT NULL),
+UPDATE webhook_routes SET next_attempt_at = ?5, attempts = attempts - 1,
     locked_until = NULL, lock_token = NULL
 WHERE source = ?1 AND event_id = ?2 AND lock_token = ?3 AND processor = ?4
   AND processed_at IS NULL
@@ -396,11 +375,6 @@ impl Backend for Sqlite {
     ) -> StoreFuture<u64> {
         let this = self.clone();
         Box::pin(async move { this.count(Op::GiveBack(processor, keys, token)).await })
-    }
-
-    fn start(&self, row: HeldRow) -> StoreFuture<bool> {
-        let this = self.clone();
-        Box::pin(async move { this.held(Op::StartRow(row)).await })
     }
 
     fn renew(&self, row: HeldRow, lease: Duration) -> StoreFuture<bool> {

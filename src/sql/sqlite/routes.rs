@@ -10,7 +10,7 @@ use super::super::{store_error, ClaimedRow, Outcome, ABANDONED, CRASHED, MAX_ATT
 use super::prune::{PRUNE_DEAD, PRUNE_EVENTS, PRUNE_OLD_TOMBSTONES};
 use super::queue::{
     ABANDON, ACCEPT, ACCEPT_BODIES, ACCEPT_ROUTES, BURY_CRASHED, CAP_ATTEMPTS, CLAIMED_BODIES,
-    CLAIM_DUE, DEAD, GIVE_BACK, LATER, PROCESSED, RECORD_ATTEMPTS, RENEW_ROW, RETRY, START_ROW,
+    CLAIM_DUE, DEAD, GIVE_BACK, LATER, PROCESSED, RECORD_ATTEMPTS, RENEW_ROW, RETRY,
 };
 use super::{bind_delivery, ms};
 use crate::inbox::backend::HeldRow;
@@ -209,7 +209,6 @@ struct ClaimedRoute {
     event_type: Option<String>,
     object_id: Option<String>,
     attempts: i64,
-    started: bool,
     buried: bool,
     next_attempt_at: Option<i64>,
 }
@@ -240,34 +239,20 @@ pub(super) async fn claim_due(
 ) -> Result<Vec<ClaimedRow>, StoreError> {
     let err = |e| store_error("inbox claim", e);
     let json = |keys: &[String]| serde_json::to_string(keys).expect("strings");
-    // The routes for free processors, counted; then those ahead of a processor, only
-    // reserved (the first statement's are leased: the second passes them by).
-    let start = due.start.min(due.limit);
-    let mut routes = Vec::new();
-    for (limit, count) in [(start, true), (due.limit - start, false)] {
-        if limit == 0 || (!count && routes.len() < start) {
-            continue; // none asked for, or nothing more is due
-        }
-        let mut some: Vec<ClaimedRoute> = sqlx::query_as(CLAIM_DUE)
-            .bind(now)
-            .bind(ms(due.lease))
-            .bind(due.token.to_string())
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .bind(due.max_attempts)
-            .bind(due.per_object)
-            .bind(json(&due.skip.sources))
-            .bind(json(&due.skip.types))
-            .bind(serde_json::to_string(&due.skip.held).expect("strings"))
-            .bind(processor)
-            .bind(count)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(err)?;
-        // In the order they fell due (`RETURNING` keeps none): a worker starts the routes
-        // it claimed ahead of its processors in that order; ties in the order returned.
-        some.sort_by_key(|route| route.next_attempt_at);
-        routes.append(&mut some);
-    }
+    let routes: Vec<ClaimedRoute> = sqlx::query_as(CLAIM_DUE)
+        .bind(now)
+        .bind(ms(due.lease))
+        .bind(due.token.to_string())
+        .bind(i64::try_from(due.limit).unwrap_or(i64::MAX))
+        .bind(due.max_attempts)
+        .bind(due.per_object)
+        .bind(json(&due.skip.sources))
+        .bind(json(&due.skip.types))
+        .bind(serde_json::to_string(&due.skip.held).expect("strings"))
+        .bind(processor)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(err)?;
     for route in routes.iter().filter(|route| route.buried) {
         sqlx::query(BURY_CRASHED)
             .bind(&route.source)
@@ -318,7 +303,6 @@ pub(super) async fn claim_due(
                 body_nonce: e.body_nonce,
                 body_state: e.body_state,
                 attempts: r.attempts,
-                started: r.started,
                 buried: r.buried,
                 as_accepted: e.next_attempt_at.is_some() && e.next_attempt_at == r.next_attempt_at,
                 traceparent: e.traceparent,
@@ -348,21 +332,6 @@ pub(super) async fn give_back(
         n += done.rows_affected();
     }
     Ok(n)
-}
-
-/// A reserved route's attempt started at `now`, counted: whether it was still held (and
-/// not started yet).
-pub(super) async fn start(
-    conn: &mut SqliteConnection,
-    row: &HeldRow,
-    now: i64,
-) -> Result<bool, StoreError> {
-    let done = held(START_ROW, row)
-        .bind(now)
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| store_error("inbox start", e))?;
-    Ok(done.rows_affected() == 1)
 }
 
 /// A held route's lease renewed until `until`: whether it was still held.

@@ -373,13 +373,3 @@ async fn a_run_of_accepts_stores_each_column_byte_for_byte_and_typed() {
     // The empty body is a blob of no bytes, not NULL.
     assert_eq!(rows[3][2], "X''");
 }
-
-/// A prefetched batch's unstarted routes come back uncounted after a crash; a route whose
-/// every attempt started and crashed is buried (`assert_unstarted_routes_come_back_uncounted`).
-#[tokio::test]
-async fn unstarted_routes_of_a_crashed_claim_come_back_uncounted() {
-    let Fresh { store, .. } = &Fresh::new().await;
-    let inbox = crate::inbox::Inbox::sqlite(store);
-    let sql = store.sql().clone();
-    super::super::shared::assert_unstarted_routes_come_back_uncounted(&inbox, &sql).await;
-}

@@ -200,7 +200,6 @@ async fn write_one<'a>(
         Op::GiveBack(processor, keys, token) => {
             Done::Count(routes::give_back(conn, processor, keys, *token).await?)
         }
-        Op::StartRow(row) => Done::Held(routes::start(conn, row, now).await?),
         Op::RenewRow(row, lease) => {
             Done::Held(routes::renew(conn, row, now.saturating_add(ms(*lease))).await?)
         }
