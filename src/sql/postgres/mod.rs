@@ -55,15 +55,19 @@ pub(crate) struct Pg {
 }
 
 /// `persistent(false)` for the updates that join the table to a list of keys
-/// (`COMPLETE_MANY`, `PROCESSED_MANY`, `GIVE_BACK`): each is planned for its own arrays and
-/// the table as it is now. Prepared, a connection keeps the generic plan it made at its
-/// sixth run; one made while the table was small (a new database, before autovacuum's
-/// first ANALYZE) is a hash join over a sequential scan, kept as the table grows: every batch of completions read
-/// the whole table, and small bodies, more rows to a page, looked like a small table longer
-/// (issue 20: `DedupeLayer` on PostgreSQL ran at half the rate on 100-byte bodies than on
-/// 1 KiB ones). `ACCEPT_MANY` and `CLAIM_DUE` keep their prepared plans: theirs go through
-/// partial indexes however small the table (seen with `auto_explain`), and planning
-/// `ACCEPT_MANY` each time cost a third of the inbox's accept rate.
+/// (`COMPLETE_MANY`, `PROCESSED_MANY`, `GIVE_BACK`) and for the worker's claim
+/// (`CLAIM_DUE`): each is planned for its own arrays and the table as it is now. Prepared,
+/// a connection keeps the generic plan it made at its sixth run; one made while the table
+/// was small (a new database, before autovacuum's first ANALYZE) is a hash join over a
+/// sequential scan, kept as the table grows: every batch of completions read the whole
+/// table, and small bodies, more rows to a page, looked like a small table longer (issue
+/// 20: `DedupeLayer` on PostgreSQL ran at half the rate on 100-byte bodies than on 1 KiB
+/// ones). The claim's plan made so joined its rows back to the table, and looked up each
+/// one's event, body state and trace context, by sequential scans: a worker that started
+/// on an empty inbox fell to about 300 events a second when a storm filled it, for minutes,
+/// until autovacuum's ANALYZE made the plan over (issue 38, BENCHMARKS.md). `ACCEPT_MANY`
+/// keeps its prepared plan: it goes through the keys' indexes however small the table (seen
+/// with `auto_explain`), and planning it each time cost a third of the inbox's accept rate.
 const PLANNED_EACH_TIME: bool = false;
 
 /// At most this many batches of claims and accepts are in flight at once: enough to keep

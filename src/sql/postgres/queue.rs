@@ -321,6 +321,7 @@ impl Backend for Pg {
         let keys = self.keys.clone();
         Box::pin(async move {
             let rows = sqlx::query_as(CLAIM_DUE)
+                .persistent(PLANNED_EACH_TIME)
                 .bind(due.lease.as_secs_f64())
                 .bind(due.token.as_uuid())
                 .bind(i64::try_from(due.limit).unwrap_or(i64::MAX))

@@ -108,6 +108,18 @@ async fn key_list_joins_are_planned_for_each_call_not_kept_prepared() {
     );
     assert_eq!(prepared(COMPLETE_MANY).await, 0, "planned for each call");
     assert_eq!(prepared(PROCESSED_MANY).await, 0, "planned for each call");
+    // The worker's claim too, past the sixth run (when a generic plan would be kept).
+    let store = crate::store::PgStore::from_migrated_pool(pool.clone());
+    let backend = store.sql();
+    for _ in 0..8 {
+        let due = ClaimDue::plain(4, lease, Token::new());
+        backend.claim(DEFAULT_PROCESSOR.into(), due).await.unwrap();
+    }
+    assert_eq!(
+        prepared(super::queue::CLAIM_DUE).await,
+        0,
+        "planned for each call"
+    );
 }
 
 /// Each kind's batch statement runs (not the write-by-write fallback, which would
