@@ -15,6 +15,7 @@ mod prune; // the inbox's prunes: finished events, old keys, dead routes
 mod queue; // the inbox: the worker's claims, renewals and outcomes, on routes
 #[cfg(feature = "seal")]
 mod rekey; // rotation: rekey's reads and its batches' writes
+mod sized; // the worker's claim, its plan made at about the tables' size now
 #[cfg(test)]
 mod tests;
 mod wake; // the workers' `LISTEN` (accepts, due times) and the next due time
@@ -52,22 +53,21 @@ pub(crate) struct Pg {
     pub(super) keys: super::sealed::Ring,
     /// The invalid events' marks (issue 36).
     pub(super) marks: super::invalid::Marks<sqlx::Postgres>,
+    /// The claim's statement for the tables' size now.
+    claim_sized: sized::Sized,
 }
 
 /// `persistent(false)` for the updates that join the table to a list of keys
-/// (`COMPLETE_MANY`, `PROCESSED_MANY`, `GIVE_BACK`) and for the worker's claim
-/// (`CLAIM_DUE`): each is planned for its own arrays and the table as it is now. Prepared,
-/// a connection keeps the generic plan it made at its sixth run; one made while the table
-/// was small (a new database, before autovacuum's first ANALYZE) is a hash join over a
-/// sequential scan, kept as the table grows: every batch of completions read the whole
-/// table, and small bodies, more rows to a page, looked like a small table longer (issue
-/// 20: `DedupeLayer` on PostgreSQL ran at half the rate on 100-byte bodies than on 1 KiB
-/// ones). The claim's plan made so joined its rows back to the table, and looked up each
-/// one's event, body state and trace context, by sequential scans: a worker that started
-/// on an empty inbox fell to about 300 events a second when a storm filled it, for minutes,
-/// until autovacuum's ANALYZE made the plan over (issue 38, BENCHMARKS.md). `ACCEPT_MANY`
-/// keeps its prepared plan: it goes through the keys' indexes however small the table (seen
-/// with `auto_explain`), and planning it each time cost a third of the inbox's accept rate.
+/// (`COMPLETE_MANY`, `PROCESSED_MANY`, `GIVE_BACK`): each is planned for its own arrays and
+/// the table as it is now. Prepared, a connection keeps the generic plan it made at its
+/// sixth run; one made while the table was small (a new database, before autovacuum's
+/// first ANALYZE) is a hash join over a sequential scan, kept as the table grows: every
+/// batch of completions read the whole table, and small bodies, more rows to a page,
+/// looked like a small table longer (issue 20: `DedupeLayer` on PostgreSQL ran at half the
+/// rate on 100-byte bodies than on 1 KiB ones). The worker's claim is kept prepared, one
+/// statement per doubling of the tables (`sized`). `ACCEPT_MANY` keeps its prepared plan:
+/// it goes through the keys' indexes however small the table (seen with `auto_explain`),
+/// and planning it each time cost a third of the inbox's accept rate.
 const PLANNED_EACH_TIME: bool = false;
 
 /// At most this many batches of claims and accepts are in flight at once: enough to keep
@@ -98,6 +98,7 @@ impl Pg {
             writer: batcher(SLOTS),
             outcomes: batcher(OUTCOME_SLOTS),
             marks: super::invalid::Marks(pool.clone()),
+            claim_sized: sized::Sized::new(),
             pool,
             keys: None,
         }

@@ -319,9 +319,10 @@ impl Backend for Pg {
         let per_object = due.per_object.map(|n| i32::try_from(n).unwrap_or(i32::MAX));
         let held: (Vec<String>, Vec<String>) = due.skip.held.iter().cloned().unzip();
         let keys = self.keys.clone();
+        let sized = self.claim_sized.clone();
         Box::pin(async move {
-            let rows = sqlx::query_as(CLAIM_DUE)
-                .persistent(PLANNED_EACH_TIME)
+            let sql = sized.text(&pool, CLAIM_DUE).await;
+            let rows = sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .bind(due.lease.as_secs_f64())
                 .bind(due.token.as_uuid())
                 .bind(i64::try_from(due.limit).unwrap_or(i64::MAX))

@@ -108,18 +108,55 @@ async fn key_list_joins_are_planned_for_each_call_not_kept_prepared() {
     );
     assert_eq!(prepared(COMPLETE_MANY).await, 0, "planned for each call");
     assert_eq!(prepared(PROCESSED_MANY).await, 0, "planned for each call");
-    // The worker's claim too, past the sixth run (when a generic plan would be kept).
+}
+
+/// The worker's claim is kept prepared, one statement (and plan) per doubling of its
+/// tables: a table that doubled since its plan was made gets a new one, made at its size
+/// now, rather than a plan made on an empty inbox kept through a storm.
+#[tokio::test]
+async fn the_claim_is_planned_again_when_its_table_doubles() {
+    let options = fresh_pool().await.connect_options().as_ref().clone();
+    // One connection: its session's prepared statements are the ones listed below.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
     let store = crate::store::PgStore::from_migrated_pool(pool.clone());
     let backend = store.sql();
-    for _ in 0..8 {
-        let due = ClaimDue::plain(4, lease, Token::new());
-        backend.claim(DEFAULT_PROCESSOR.into(), due).await.unwrap();
-    }
-    assert_eq!(
-        prepared(super::queue::CLAIM_DUE).await,
-        0,
-        "planned for each call"
-    );
+    let claims = || async {
+        for _ in 0..8 {
+            let due = ClaimDue::plain(4, Duration::from_secs(30), Token::new());
+            backend.claim(DEFAULT_PROCESSOR.into(), due).await.unwrap();
+        }
+        sqlx::query_scalar::<_, String>(
+            "SELECT statement FROM pg_prepared_statements WHERE starts_with(statement, $1)
+             ORDER BY prepare_time",
+        )
+        .bind(super::queue::CLAIM_DUE)
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    let empty = claims().await;
+    assert_eq!(empty.len(), 1, "one statement, kept prepared");
+    assert!(empty[0].starts_with(super::queue::CLAIM_DUE));
+    // The routes grow from empty to 4 000 rows (queued, not due for an hour).
+    sqlx::query(
+        "INSERT INTO webhook_routes (source, event_id, processor, received_at, next_attempt_at)
+         SELECT 's', 'evt_' || i, $1, now(), now() + interval '1 hour'
+         FROM generate_series(1, 4000) i",
+    )
+    .bind(DEFAULT_PROCESSOR)
+    .execute(&pool)
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await; // sizes are read once a second
+    let grown = claims().await;
+    assert_eq!(grown.len(), 2, "a statement of its own for the grown table");
+    assert_ne!(grown[1], grown[0]);
+    // Not read again within the second: the same statement.
+    assert_eq!(claims().await, grown);
 }
 
 /// Each kind's batch statement runs (not the write-by-write fallback, which would
