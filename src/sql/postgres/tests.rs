@@ -53,18 +53,23 @@ async fn held_routes(pool: &PgPool, ids: &[&str], token: Token) {
     .unwrap();
 }
 
+/// A fresh database's pool of one connection: its session's prepared statements are all
+/// of the pool's (`pg_prepared_statements`).
+async fn one_connection() -> PgPool {
+    let options = fresh_pool().await.connect_options().as_ref().clone();
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap()
+}
+
 /// The key-list joins are never kept as a prepared statement (whose generic plan,
 /// made while the table was small, would scan the whole table for every batch after
 /// it grew); the other batch statements are, which shows the check sees them.
 #[tokio::test]
 async fn key_list_joins_are_planned_for_each_call_not_kept_prepared() {
-    let options = fresh_pool().await.connect_options().as_ref().clone();
-    // One connection: its session's prepared statements are the ones listed below.
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect_with(options)
-        .await
-        .unwrap();
+    let pool = one_connection().await;
     let lease = Duration::from_secs(30);
     for i in 0..8 {
         let (a, b) = (
@@ -115,13 +120,7 @@ async fn key_list_joins_are_planned_for_each_call_not_kept_prepared() {
 /// now, rather than a plan made on an empty inbox kept through a storm.
 #[tokio::test]
 async fn the_claim_is_planned_again_when_its_table_doubles() {
-    let options = fresh_pool().await.connect_options().as_ref().clone();
-    // One connection: its session's prepared statements are the ones listed below.
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect_with(options)
-        .await
-        .unwrap();
+    let pool = one_connection().await;
     let store = crate::store::PgStore::from_migrated_pool(pool.clone());
     let backend = store.sql();
     let claims = || async {
@@ -141,30 +140,26 @@ async fn the_claim_is_planned_again_when_its_table_doubles() {
     let empty = claims().await;
     assert_eq!(empty.len(), 1, "one statement, kept prepared");
     assert!(empty[0].starts_with(super::queue::CLAIM_DUE));
-    // The routes grow from empty to 4 000 rows (queued, not due for an hour).
-    sqlx::query(
-        "INSERT INTO webhook_routes (source, event_id, processor, received_at, next_attempt_at)
-         SELECT 's', 'evt_' || i, $1, now(), now() + interval '1 hour'
-         FROM generate_series(1, 4000) i",
-    )
-    .bind(DEFAULT_PROCESSOR)
-    .execute(&pool)
-    .await
-    .unwrap();
+    // Queued routes (not due for an hour) of `source`, `n` of them.
+    let grow = |source: &'static str, n: i32| {
+        sqlx::query(
+            "INSERT INTO webhook_routes (source, event_id, processor, received_at, next_attempt_at)
+             SELECT $1, 'evt_' || i, $2, now(), now() + interval '1 hour'
+             FROM generate_series(1, $3) i",
+        )
+        .bind(source)
+        .bind(DEFAULT_PROCESSOR)
+        .bind(n)
+        .execute(&pool)
+    };
+    // The routes grow from empty to 4 000 rows.
+    grow("s", 4000).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1100)).await; // sizes are read once a second
     let grown = claims().await;
     assert_eq!(grown.len(), 2, "a statement of its own for the grown table");
     assert_ne!(grown[1], grown[0]);
     // Grown again, but not read again within the second: the same statement.
-    sqlx::query(
-        "INSERT INTO webhook_routes (source, event_id, processor, received_at, next_attempt_at)
-         SELECT 't', 'evt_' || i, $1, now(), now() + interval '1 hour'
-         FROM generate_series(1, 8000) i",
-    )
-    .bind(DEFAULT_PROCESSOR)
-    .execute(&pool)
-    .await
-    .unwrap();
+    grow("t", 8000).await.unwrap();
     assert_eq!(claims().await, grown, "read at most once a second");
 }
 
