@@ -234,7 +234,10 @@ impl JetStreamBuilder {
         let held = pause::bucket(&context, bucket("held", self.max_age)).await?;
         let processors = self.processors.as_ref();
         let ack_wait = super::worker::ACK_WAIT;
-        let lanes = processors::lanes(&context, &self.stream, &self.consumer, processors, ack_wait);
+        let names = (self.stream.as_str(), self.consumer.as_str());
+        // A pass is kept as long as its message.
+        let passes = |what: &str| bucket(what, self.max_age);
+        let lanes = processors::lanes(&context, names, processors, ack_wait, passes);
         let lanes = lanes.await?;
         let default = lanes
             .iter()

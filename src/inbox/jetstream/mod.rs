@@ -132,7 +132,7 @@ mod builder; // the stream's settings, and what is made beside it
 mod held; // deliveries that were not attempts (snoozes)
 #[cfg(feature = "schemas")]
 mod invalid; // events their schema refused, kept in `<stream>-invalid`
-mod passes; // fan-out: the count of messages a processor acknowledged unrun
+mod passes; // fan-out: the messages a processor acknowledged unrun, one key each
 mod pause; // pauses every worker sees; paused events parked
 mod processors; // fan-out: a consumer, dead and parked streams, counts per processor
 mod sealed; // payloads sealed with a key ring, and every read of a message
@@ -402,8 +402,12 @@ impl JetStream {
         for name in names {
             context.delete_stream(name).await.map_err(err)?;
         }
-        for what in ["pauses", "held"] {
-            let bucket = pause::bucket_name(&self.inner.stream, what);
+        let mut buckets = vec!["pauses".to_owned(), "held".to_owned()];
+        if self.inner.fan_out {
+            buckets.extend(self.inner.lanes.iter().map(|l| l.passes_bucket()));
+        }
+        for what in buckets {
+            let bucket = pause::bucket_name(&self.inner.stream, &what);
             let deleted = context.delete_key_value(bucket).await;
             deleted.map_err(|e| StoreError::new("jetstream delete", e))?;
         }

@@ -334,9 +334,11 @@ impl Paused {
                 let Ok(info) = message.info().map(|i| i.stream_sequence) else {
                     continue;
                 };
-                if back(js, &message, info).await? && js.inner.fan_out {
-                    // The message it was parked from stays in the stream, acknowledged.
-                    js.lane.skip(&js.inner.held);
+                back(js, &message, info).await?;
+                if js.inner.fan_out {
+                    // The message it was parked from stays in the stream, acknowledged:
+                    // recorded once by its parked copy, whoever published it back.
+                    js.lane.pass(&format!("parked.{info}")).await?;
                 }
                 let _ = parked.delete_message(info).await;
                 moved += 1;

@@ -13,8 +13,8 @@
 //!   the stream (the others' consumers still read it): it is acknowledged, not deleted. A
 //!   parked message published back carries `Webhook-Processor: <name>`, and every other
 //!   processor's worker acknowledges it unrun. Those messages a processor acknowledged
-//!   unrun are counted in the bucket `<stream>-held` (`skipped.<name>`), so that its
-//!   `processed` counts only what it processed.
+//!   unrun are each a key in its bucket `<stream>-passed[-<name>]` (`passes.rs`), so that
+//!   its `processed` counts only what it processed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,8 +36,8 @@ use crate::Event;
 pub(super) struct Lane {
     spec: ProcessorSpec,
     pub(super) consumer: String,
-    /// The messages it acknowledged unrun.
-    passes: Arc<Passes>,
+    /// The messages it acknowledged unrun (with fan-out only: without, it takes them all).
+    passes: Option<Passes>,
 }
 
 impl Lane {
@@ -47,7 +47,7 @@ impl Lane {
             name => format!("{consumer}-{name}"),
         };
         Self {
-            passes: Arc::new(Passes::new(spec.name())),
+            passes: None,
             spec,
             consumer,
         }
@@ -115,9 +115,18 @@ impl Lane {
         }
     }
 
-    /// Counts a message acknowledged unrun (`passes.rs`).
-    pub(super) fn skip(&self, held: &kv::Store) {
-        self.passes.count(held);
+    /// Its bucket of passes: `passed` for `default`, `passed-<name>` for another.
+    pub(super) fn passes_bucket(&self) -> String {
+        format!("passed{}", self.suffix())
+    }
+
+    /// Records a message acknowledged unrun, by the key `key` (`passes.rs`): before the
+    /// acknowledgement, so that it is counted once however often it comes.
+    pub(super) async fn pass(&self, key: &str) -> Result<(), StoreError> {
+        match &self.passes {
+            Some(passes) => passes.record(key).await,
+            None => Ok(()),
+        }
     }
 }
 
@@ -152,13 +161,14 @@ impl JetStreamBuilder {
 }
 
 /// What `build` makes for the processors: their lanes, and each one's consumer (only when
-/// configured: without processors the worker makes `default`'s as it always did).
+/// configured: without processors the worker makes `default`'s as it always did) and, with
+/// fan-out, its bucket of passes (`bucket` configures it, from its name's end).
 pub(super) async fn lanes(
     context: &jetstream::Context,
-    stream: &str,
-    consumer: &str,
+    (stream, consumer): (&str, &str),
     processors: Option<&Processors>,
     ack_wait: Duration,
+    bucket: impl Fn(&str) -> kv::Config,
 ) -> Result<Vec<Arc<Lane>>, StoreError> {
     let Some(processors) = processors else {
         return Ok(vec![Arc::new(Lane::new(
@@ -174,8 +184,15 @@ pub(super) async fn lanes(
         .get_stream(stream)
         .await
         .map_err(|e| err(e.into()))?;
+    let fan_out = processors.iter().any(|p| p.name() != DEFAULT_PROCESSOR);
     for spec in processors.iter() {
-        let lane = Lane::new(spec.clone(), consumer);
+        let mut lane = Lane::new(spec.clone(), consumer);
+        if fan_out {
+            let config = bucket(&lane.passes_bucket());
+            let name = config.bucket.clone();
+            let made = super::pause::bucket(context, config).await?;
+            lane.passes = Some(Passes::new(made, &name));
+        }
         let made = stream.get_consumer::<pull::Config>(&lane.consumer).await;
         if made.is_err() {
             let last = stream.info().await.map_err(|e| err(e.into()))?;
@@ -345,8 +362,12 @@ impl JetStream {
         let paused = size(lane.paused_stream(&self.inner.stream)).await?;
         // With fan-out a dead or parked message stays in the stream, acknowledged, as do
         // those acknowledged unrun.
+        let passed = match &lane.passes {
+            Some(passes) => size(passes.stream().to_owned()).await?,
+            None => 0,
+        };
         let out = match self.inner.fan_out {
-            true => dead + paused + lane.passes.read(&self.inner.held).await,
+            true => dead + paused + passed,
             false => 0,
         };
         Ok(Counts {

@@ -85,12 +85,15 @@ pub(super) fn may_take(lane: &Lane, headers: Option<&HeaderMap>) -> bool {
 }
 
 /// Acknowledges unrun a message whose body did not open and that this processor would
-/// not run ([`may_take`]), counted with those it acknowledged unrun; handed back for a
-/// while when the acknowledgement fails.
+/// not run ([`may_take`]), recorded first with those it acknowledged unrun; handed back for
+/// a while when either fails.
 pub(super) async fn passed(js: &JetStream, message: &Message, until: Instant) {
-    if acknowledge(message, until).await.is_ok() {
-        js.lane.skip(&js.inner.held);
-    } else {
+    let seq = message.info().map(|i| i.stream_sequence.to_string());
+    let recorded = match seq {
+        Ok(seq) => js.lane.pass(&seq).await.is_ok(),
+        Err(_) => false,
+    };
+    if !recorded || acknowledge(message, until).await.is_err() {
         let _ = nak(message, Some(BURY_AGAIN), until).await;
     }
 }

@@ -68,17 +68,17 @@ impl JetStreamWorker {
 }
 
 impl Stream {
-    /// Acknowledges unrun a message this processor does not run (counted as such), out of
-    /// its object's line first; handed back for a while when the acknowledgement fails.
+    /// Acknowledges unrun a message this processor does not run (recorded as such first),
+    /// out of its object's line first; handed back for a while when either fails.
     pub(super) async fn pass(&self, pulled: &Pulled, until: Instant) {
-        let message = &pulled.message;
-        if !self.leave_line(pulled, until).await {
+        let (message, js) = (&pulled.message, &self.jetstream);
+        if !self.leave_line(pulled, until).await
+            || js.lane.pass(&pulled.seq.to_string()).await.is_err()
+        {
             let _ = nak(message, Some(BURY_AGAIN), until).await;
             return;
         }
         if acknowledge(message, until).await.is_ok() {
-            let js = &self.jetstream;
-            js.lane.skip(&js.inner.held);
             pulled.forget(js).await;
         }
     }
