@@ -2283,6 +2283,20 @@ async fn messages_handed_out_again_after_their_acknowledgement_count_once() {
         assert_eq!(seen.of(&format!("evt_{i}")), runs, "billing and evt_{i}");
     }
     jetstream.delete().await.unwrap();
+    let js = async_nats::jetstream::new(client(&streams.url).await);
+    let names: Vec<String> = js
+        .stream_names()
+        .filter_map(|n| async { n.ok() })
+        .collect()
+        .await;
+    let left: Vec<&String> = names
+        .iter()
+        .filter(|n| n.contains(&*streams.name))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "delete leaves none of its streams: {left:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
