@@ -18,34 +18,17 @@
 //! hot set: an object's events one at a time). The medians of the rounds are printed
 //! with their ratio to the cap off.
 
+mod support;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
+use support::{env, event};
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
 use tower_webhook::inbox::Attempt;
 use tower_webhook::store::MemoryStore;
-use tower_webhook::{Event, Scheme, Verifier};
-
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn event(id: &str, object: &str) -> Event {
-    let body = format!(r#"{{"type":"bench.event","data":{{"object":{{"id":"{object}"}}}}}}"#);
-    let headers = Scheme::standard()
-        .sign([SECRET], id, SystemTime::now(), body.as_bytes())
-        .unwrap();
-    Verifier::new(Scheme::standard(), [SECRET])
-        .unwrap()
-        .verify(&headers, body.into())
-        .unwrap()
-}
+use tower_webhook::Event;
 
 /// A setting: its name, the per-object cap, and how many objects the events are about
 /// (`None`: each its own).
@@ -69,7 +52,7 @@ async fn drain(url: &str, (n, work): (usize, Duration), (_, cap, objects): Setti
     for i in 0..n {
         let object = objects.map_or_else(|| format!("o_{i}"), |k| format!("o_{}", i % k));
         jetstream
-            .accept(&event(&format!("evt_{i}"), &object))
+            .accept(&event(&format!("evt_{i}"), "bench.event", &object))
             .await
             .unwrap();
     }
@@ -105,31 +88,11 @@ async fn drain(url: &str, (n, work): (usize, Duration), (_, cap, objects): Setti
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
+    let url = support::nats_url();
     let (n, rounds) = (env("ORDER_EVENTS", 2000), env("ORDER_ROUNDS", 3));
     let work = Duration::from_millis(env("ORDER_WORK_MS", 0) as u64);
-    let mut took: Vec<Vec<Duration>> = vec![Vec::new(); SETTINGS.len()];
-    runtime.block_on(async {
-        for round in 0..rounds {
-            // The settings in turn within each round: a machine shared with other work
-            // slows them alike.
-            for (i, setting) in SETTINGS.iter().enumerate() {
-                let t = drain(&url, (n, work), *setting).await;
-                eprintln!("round {round}: {}: {t:.2?}", setting.0);
-                took[i].push(t);
-            }
-        }
-    });
-    let median = |mut v: Vec<Duration>| {
-        v.sort();
-        v[v.len() / 2]
-    };
-    let medians: Vec<Duration> = took.into_iter().map(median).collect();
+    let names: Vec<&str> = SETTINGS.iter().map(|s| s.0).collect();
+    let medians = support::medians(rounds, &names, |i| drain(&url, (n, work), SETTINGS[i]));
     println!("{n} events, {rounds} rounds, 8 processors, each event {work:?} (medians):");
     for (setting, t) in SETTINGS.iter().zip(&medians) {
         let rate = n as f64 / t.as_secs_f64();

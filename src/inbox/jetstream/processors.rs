@@ -120,8 +120,8 @@ impl Lane {
         format!("passed{}", self.suffix())
     }
 
-    /// Records a message acknowledged unrun, by the key `key` (`passes.rs`): before the
-    /// acknowledgement, so that it is counted once however often it comes.
+    /// Records a message acknowledged unrun, by the key `key` (`passes.rs`): counted once
+    /// however often it comes.
     pub(super) async fn pass(&self, key: &str) -> Result<(), StoreError> {
         match &self.passes {
             Some(passes) => passes.record(key).await,

@@ -30,7 +30,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::processors::Lane;
-use super::settle::{acknowledge, nak, BURY_AGAIN};
+use super::settle::{nak, pass, BURY_AGAIN};
 use super::{header, JetStream};
 use crate::inbox::message::{self, Keys};
 pub(super) use crate::inbox::message::{Read, FOREIGN};
@@ -85,15 +85,15 @@ pub(super) fn may_take(lane: &Lane, headers: Option<&HeaderMap>) -> bool {
 }
 
 /// Acknowledges unrun a message whose body did not open and that this processor would
-/// not run ([`may_take`]), recorded first with those it acknowledged unrun; handed back for
-/// a while when either fails.
+/// not run ([`may_take`]), recorded with those it acknowledged unrun; handed back for a
+/// while when the acknowledgement fails.
 pub(super) async fn passed(js: &JetStream, message: &Message, until: Instant) {
     let seq = message.info().map(|i| i.stream_sequence.to_string());
-    let recorded = match seq {
-        Ok(seq) => js.lane.pass(&seq).await.is_ok(),
+    let passed = match seq {
+        Ok(seq) => pass(js, message, &seq, until).await.is_ok(),
         Err(_) => false,
     };
-    if !recorded || acknowledge(message, until).await.is_err() {
+    if !passed {
         let _ = nak(message, Some(BURY_AGAIN), until).await;
     }
 }

@@ -23,6 +23,26 @@ pub(super) async fn acknowledge(message: &Message, until: Instant) -> Result<(),
     .await
 }
 
+/// Acknowledges unrun `message`, which this processor does not run, and records it in the
+/// processor's passes (`passes.rs`) under `key`, both at once and each retried until
+/// `until`; the acknowledgement's result. A message that comes again finds its key; a
+/// crash between the two can only leave it unrecorded (its processor's `processed` one
+/// more), never recorded twice.
+pub(super) async fn pass(
+    js: &JetStream,
+    message: &Message,
+    key: &str,
+    until: Instant,
+) -> Result<(), StoreError> {
+    let record = retry_until(until, || js.lane.pass(key));
+    let (_recorded, acked) = tokio::join!(record, acknowledge(message, until));
+    #[cfg(feature = "tracing")]
+    if let (Err(_error), Ok(())) = (&_recorded, &acked) {
+        tracing::warn!(target: "tower_webhook", "jetstream worker acknowledged a message unrun but could not record it: its processor's processed count is one more: {_error}");
+    }
+    acked
+}
+
 /// Hands `message` back for redelivery after `after` (at once: `None`), confirmed by the
 /// server, retried until `until` (the lease's end: after it, JetStream redelivers it
 /// anyway).

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::super::settle::{acknowledge, nak, BURY_AGAIN};
+use super::super::settle::{nak, pass, BURY_AGAIN};
 use super::{JetStream, JetStreamWorker, Pulled, Stream};
 use crate::inbox::Processor;
 use crate::store::DedupeStore;
@@ -68,17 +68,18 @@ impl JetStreamWorker {
 }
 
 impl Stream {
-    /// Acknowledges unrun a message this processor does not run (recorded as such first),
-    /// out of its object's line first; handed back for a while when either fails.
+    /// Acknowledges unrun a message this processor does not run (recorded as such), out of
+    /// its object's line first; handed back for a while when it cannot leave it.
     pub(super) async fn pass(&self, pulled: &Pulled, until: Instant) {
         let (message, js) = (&pulled.message, &self.jetstream);
-        if !self.leave_line(pulled, until).await
-            || js.lane.pass(&pulled.seq.to_string()).await.is_err()
-        {
+        if !self.leave_line(pulled, until).await {
             let _ = nak(message, Some(BURY_AGAIN), until).await;
             return;
         }
-        if acknowledge(message, until).await.is_ok() {
+        if pass(js, message, &pulled.seq.to_string(), until)
+            .await
+            .is_ok()
+        {
             pulled.forget(js).await;
         }
     }
