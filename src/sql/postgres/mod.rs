@@ -15,7 +15,7 @@ mod prune; // the inbox's prunes: finished events, old keys, dead routes
 mod queue; // the inbox: the worker's claims, renewals and outcomes, on routes
 #[cfg(feature = "seal")]
 mod rekey; // rotation: rekey's reads and its batches' writes
-mod sized; // the worker's claim, its plan made at about the tables' size now
+mod sized; // the tables' sizes: analyzed as they double, the worker's claim planned anew
 #[cfg(test)]
 mod tests;
 mod wake; // the workers' `LISTEN` (accepts, due times) and the next due time
@@ -53,8 +53,9 @@ pub(crate) struct Pg {
     pub(super) keys: super::sealed::Ring,
     /// The invalid events' marks (issue 36).
     pub(super) marks: super::invalid::Marks<sqlx::Postgres>,
-    /// The claim's statement for the tables' size now.
-    claim_sized: sized::Sized,
+    /// The tables' sizes: each analyzed as it doubles, the claim's statement named after
+    /// them.
+    sized: sized::Sized,
 }
 
 /// `persistent(false)` for the updates that join the table to a list of keys
@@ -65,7 +66,8 @@ pub(crate) struct Pg {
 /// batch of completions read the whole table, and small bodies, more rows to a page,
 /// looked like a small table longer (issue 20: `DedupeLayer` on PostgreSQL ran at half the
 /// rate on 100-byte bodies than on 1 KiB ones). The worker's claim is kept prepared, one
-/// statement per doubling of the tables (`sized`). `ACCEPT_MANY` keeps its prepared plan:
+/// statement per doubling of the tables, and every table is analyzed as it doubles, which
+/// makes the other prepared statements' plans over (`sized`). `ACCEPT_MANY` keeps its prepared plan:
 /// it goes through the keys' indexes however small the table (seen with `auto_explain`),
 /// and planning it each time cost a third of the inbox's accept rate.
 const PLANNED_EACH_TIME: bool = false;
@@ -98,7 +100,7 @@ impl Pg {
             writer: batcher(SLOTS),
             outcomes: batcher(OUTCOME_SLOTS),
             marks: super::invalid::Marks(pool.clone()),
-            claim_sized: sized::Sized::new(),
+            sized: sized::Sized::new(),
             pool,
             keys: None,
         }
@@ -107,6 +109,7 @@ impl Pg {
     /// Writes `write` in the next batch of its kind: an outcome in the outcomes' slots,
     /// the front door's writes in theirs.
     async fn write(&self, write: Write) -> Result<Written, StoreError> {
+        self.sized.observe(&self.pool); // what grows the tables passes here
         match write.lane() {
             Lane::Urgent => self.outcomes.write(write).await,
             Lane::Front => self.writer.write(write).await,

@@ -319,7 +319,7 @@ impl Backend for Pg {
         let per_object = due.per_object.map(|n| i32::try_from(n).unwrap_or(i32::MAX));
         let held: (Vec<String>, Vec<String>) = due.skip.held.iter().cloned().unzip();
         let keys = self.keys.clone();
-        let sized = self.claim_sized.clone();
+        let sized = self.sized.clone();
         Box::pin(async move {
             let sql = sized.text(&pool, CLAIM_DUE).await;
             let rows = sqlx::query_as(sqlx::AssertSqlSafe(sql))

@@ -163,6 +163,78 @@ async fn the_claim_is_planned_again_when_its_table_doubles() {
     assert_eq!(claims().await, grown, "read at most once a second");
 }
 
+/// A prepared statement's plan made while its table was small is made over once the table
+/// doubled, by the store's `ANALYZE`: here `DedupeLayer`'s completion, its plan a
+/// sequential scan made on a table of 8 rows and kept at 40 000 (autovacuum off: its own
+/// ANALYZE would come a minute or more later), an index scan after the next write.
+#[tokio::test]
+async fn a_plan_made_on_a_small_table_is_made_over_once_the_table_doubles() {
+    use crate::store::DedupeStore;
+    let pool = one_connection().await;
+    sqlx::query("ALTER TABLE webhook_events SET (autovacuum_enabled = false)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let store = crate::store::PgStore::from_migrated_pool(pool.clone());
+    let lease = Duration::from_secs(30);
+    let claim_and_complete = |id: String| {
+        let store = store.clone();
+        async move {
+            let d = Delivery::new("s", id);
+            let Claim::New(token) = store.claim(d.clone(), Token::new(), lease).await.unwrap()
+            else {
+                panic!("a new key");
+            };
+            let done = store.complete(d, token).await.unwrap();
+            assert_eq!(done, crate::store::Completed::Done);
+        }
+    };
+    for i in 0..8 {
+        claim_and_complete(format!("small_{i}")).await;
+    }
+    // The completion's plan, as its connection would run it now.
+    let plan = || async {
+        let name: String = sqlx::query_scalar(
+            "SELECT name FROM pg_prepared_statements WHERE starts_with(statement, $1)",
+        )
+        .bind(super::claims::COMPLETE)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        let explain = format!(
+            "EXPLAIN (FORMAT JSON) EXECUTE {name}('s', 'none', '{}')",
+            uuid::Uuid::nil()
+        );
+        let plan: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
+            .persistent(false)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        plan.to_string()
+    };
+    assert!(plan().await.contains("Seq Scan"), "made on the small table");
+    sqlx::query(
+        "INSERT INTO webhook_events (source, event_id, attempts, kind, received_at)
+         SELECT 's', 'big_' || i, 1, 'event', now() FROM generate_series(1, 40000) i",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert!(plan().await.contains("Seq Scan"), "kept as the table grew");
+    tokio::time::sleep(Duration::from_millis(1100)).await; // sizes are read once a second
+    claim_and_complete("after".to_owned()).await;
+    let mut over = false;
+    for _ in 0..100 {
+        if !plan().await.contains("Seq Scan") {
+            over = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let plan = plan().await;
+    assert!(over && plan.contains("Index Scan"), "made over: {plan}");
+}
+
 /// Each kind's batch statement runs (not the write-by-write fallback, which would
 /// answer the same, only slower), and a mixed batch answers each write.
 #[tokio::test]
