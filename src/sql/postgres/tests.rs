@@ -235,6 +235,79 @@ async fn a_plan_made_on_a_small_table_is_made_over_once_the_table_doubles() {
     assert!(over && plan.contains("Index Scan"), "made over: {plan}");
 }
 
+/// The worker's claim on a backlog of analyzed routes takes the due ones through their
+/// index, not by sorting all of them: the pauses' table, never analyzed on a new
+/// database (planned as ten pages of pauses, which the claim's anti-join then expects
+/// nearly every route to meet), is analyzed at the store's first read of the sizes.
+#[tokio::test]
+async fn the_claim_reads_a_backlog_through_its_index_once_the_routes_are_analyzed() {
+    let pool = one_connection().await;
+    let never: f32 =
+        sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE relname = 'webhook_pauses'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(never < 0.0, "a new database's pauses were never analyzed");
+    sqlx::query(
+        "INSERT INTO webhook_routes (source, event_id, processor, received_at, next_attempt_at)
+         SELECT 's', 'evt_' || i, $1, now(), now() - interval '1 second'
+         FROM generate_series(1, 20000) i",
+    )
+    .bind(DEFAULT_PROCESSOR)
+    .execute(&pool)
+    .await
+    .unwrap();
+    // As autovacuum would, a minute into a storm.
+    sqlx::query("ANALYZE webhook_routes")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let store = crate::store::PgStore::from_migrated_pool(pool.clone());
+    let due = ClaimDue::plain(4, Duration::from_secs(30), Token::new());
+    let claimed = store
+        .sql()
+        .claim(DEFAULT_PROCESSOR.into(), due)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 4);
+    let mut analyzed = false;
+    for _ in 0..100 {
+        let reltuples: f32 =
+            sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE relname = 'webhook_pauses'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        if reltuples >= 0.0 {
+            analyzed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(analyzed, "the pauses' table analyzed at the first read");
+    let name: String = sqlx::query_scalar(
+        "SELECT name FROM pg_prepared_statements WHERE starts_with(statement, $1)",
+    )
+    .bind(super::queue::CLAIM_DUE)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let explain = format!(
+        "EXPLAIN (FORMAT JSON) EXECUTE {name}(30.0, '{}', 4, 30, 'crashed', NULL, '{{}}', \
+         '{{}}', '{{}}', '{{}}', '{DEFAULT_PROCESSOR}')",
+        uuid::Uuid::nil()
+    );
+    let plan: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
+        .persistent(false)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let plan = plan.to_string();
+    assert!(
+        plan.contains("webhook_routes_due") && !plan.contains("\"Sort\""),
+        "the due routes through their index, unsorted: {plan}"
+    );
+}
+
 /// Each kind's batch statement runs (not the write-by-write fallback, which would
 /// answer the same, only slower), and a mixed batch answers each write.
 #[tokio::test]
