@@ -163,6 +163,25 @@ async fn the_claim_is_planned_again_when_its_table_doubles() {
     assert_eq!(claims().await, grown, "read at most once a second");
 }
 
+/// The plan `pool`'s one connection would run now for its kept statement that starts
+/// with `statement`, given `args` (SQL literals), as JSON text.
+async fn kept_plan(pool: &PgPool, statement: &str, args: &str) -> String {
+    let name: String = sqlx::query_scalar(
+        "SELECT name FROM pg_prepared_statements WHERE starts_with(statement, $1)",
+    )
+    .bind(statement)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let explain = format!("EXPLAIN (FORMAT JSON) EXECUTE {name}({args})");
+    let plan: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
+        .persistent(false)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    plan.to_string()
+}
+
 /// A prepared statement's plan made while its table was small is made over once the table
 /// doubled, by the store's `ANALYZE`: here `DedupeLayer`'s completion, its plan a
 /// sequential scan made on a table of 8 rows and kept at 40 000 (autovacuum off: its own
@@ -193,25 +212,8 @@ async fn a_plan_made_on_a_small_table_is_made_over_once_the_table_doubles() {
         claim_and_complete(format!("small_{i}")).await;
     }
     // The completion's plan, as its connection would run it now.
-    let plan = || async {
-        let name: String = sqlx::query_scalar(
-            "SELECT name FROM pg_prepared_statements WHERE starts_with(statement, $1)",
-        )
-        .bind(super::claims::COMPLETE)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        let explain = format!(
-            "EXPLAIN (FORMAT JSON) EXECUTE {name}('s', 'none', '{}')",
-            uuid::Uuid::nil()
-        );
-        let plan: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
-            .persistent(false)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        plan.to_string()
-    };
+    let args = format!("'s', 'none', '{}'", uuid::Uuid::nil());
+    let plan = || kept_plan(&pool, super::claims::COMPLETE, &args);
     assert!(plan().await.contains("Seq Scan"), "made on the small table");
     sqlx::query(
         "INSERT INTO webhook_events (source, event_id, attempts, kind, received_at)
@@ -284,24 +286,11 @@ async fn the_claim_reads_a_backlog_through_its_index_once_the_routes_are_analyze
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(analyzed, "the pauses' table analyzed at the first read");
-    let name: String = sqlx::query_scalar(
-        "SELECT name FROM pg_prepared_statements WHERE starts_with(statement, $1)",
-    )
-    .bind(super::queue::CLAIM_DUE)
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    let explain = format!(
-        "EXPLAIN (FORMAT JSON) EXECUTE {name}(30.0, '{}', 4, 30, 'crashed', NULL, '{{}}', \
-         '{{}}', '{{}}', '{{}}', '{DEFAULT_PROCESSOR}')",
+    let args = format!(
+        "30.0, '{}', 4, 30, 'crashed', NULL, '{{}}', '{{}}', '{{}}', '{{}}', '{DEFAULT_PROCESSOR}'",
         uuid::Uuid::nil()
     );
-    let plan: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
-        .persistent(false)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let plan = plan.to_string();
+    let plan = kept_plan(&pool, super::queue::CLAIM_DUE, &args).await;
     assert!(
         plan.contains("webhook_routes_due") && !plan.contains("\"Sort\""),
         "the due routes through their index, unsorted: {plan}"
