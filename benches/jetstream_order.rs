@@ -22,7 +22,7 @@ mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::{env, event};
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
@@ -76,15 +76,10 @@ async fn drain(url: &str, (n, work): (usize, Duration), (_, cap, objects): Setti
     if let Some(cap) = cap {
         worker = worker.with_per_object(cap).unwrap();
     }
-    let started = Instant::now();
-    let worker = worker.spawn();
-    while done.load(Ordering::Relaxed) < n {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let took = started.elapsed();
-    worker.shutdown().await;
-    jetstream.delete().await.unwrap();
-    took
+    support::drained(&jetstream, worker, async || {
+        done.load(Ordering::Relaxed) >= n
+    })
+    .await
 }
 
 fn main() {

@@ -17,7 +17,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::{env, event};
 use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
@@ -58,20 +58,11 @@ async fn drain(url: &str, n: usize, event_type: &str) -> Duration {
         .unwrap()
         .with_poll_interval(Duration::from_millis(100))
         .unwrap();
-    let started = Instant::now();
-    let worker = worker.spawn();
-    loop {
+    support::drained(&jetstream, worker, async || {
         let by = jetstream.counts_by_processor().await.unwrap();
-        let billing = by["billing"];
-        if billing.queued + billing.processing == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let took = started.elapsed();
-    worker.shutdown().await;
-    jetstream.delete().await.unwrap();
-    took
+        by["billing"].queued + by["billing"].processing == 0
+    })
+    .await
 }
 
 fn main() {

@@ -2,8 +2,9 @@
 //! and rounds that run each setting in turn and keep each one's median.
 
 use std::future::Future;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
+use tower_webhook::inbox::jetstream::{JetStream, JetStreamWorker};
 use tower_webhook::{Event, Scheme, Verifier};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -61,4 +62,22 @@ pub fn medians<F: Future<Output = Duration>>(
 /// The NATS server the benches use (`NATS_URL`, else the local one).
 pub fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned())
+}
+
+/// Spawns `worker` and times it until `done` says so (asked every 5 ms); then shuts it
+/// down and deletes `jetstream`'s stream.
+pub async fn drained(
+    jetstream: &JetStream,
+    worker: JetStreamWorker,
+    mut done: impl AsyncFnMut() -> bool,
+) -> Duration {
+    let started = Instant::now();
+    let worker = worker.spawn();
+    while !done().await {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let took = started.elapsed();
+    worker.shutdown().await;
+    jetstream.clone().delete().await.unwrap();
+    took
 }
