@@ -15,6 +15,10 @@
 # PERF=1: `perf record` samples the receiver under the load, and the functions taking
 # the most of its CPU are printed (self time, ≥ 1.5 %), after its split by object (the
 # kernel, the receiver, libc).
+# FRONT=1: first, the front door alone: the receiver under the same load with a secret
+# that signed none of the deliveries, so each is read, its HMAC computed and refused (401)
+# before any store: HTTP and verification without a database, the rate no store's path
+# can pass on this machine, and its CPU a request (run alone: `FRONT=1 BARE=0 run.sh none`).
 # Needs wrk, pgbench, sqlite3 and PostgreSQL on 127.0.0.1:5432 (`bash .ci/services`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -47,7 +51,7 @@ python3 benches/throughput/presign.py "$SECRET" "$COUNT" "$BODY" "$WORK/deliveri
 
 receiver_run() { # label, then env assignments for the receiver
   local label=$1; shift
-  env "$@" WEBHOOK_SECRETS="$SECRET" WEBHOOK_MODE="$MODE" BIND=127.0.0.1:0 \
+  env WEBHOOK_SECRETS="$SECRET" "$@" WEBHOOK_MODE="$MODE" BIND=127.0.0.1:0 \
     "$RECEIVER" >"$WORK/handled.txt" 2>"$WORK/receiver.err" &
   local pid=$!
   local url=""
@@ -85,6 +89,11 @@ receiver_run() { # label, then env assignments for the receiver
       label, idle / 1024, $2 / 1024, inflight / 1048576 }' label="$label" "/proc/$pid/status"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
+
+if [ "${FRONT:-0}" = 1 ]; then
+  receiver_run front WEBHOOK_SQLITE="$WORK/front.db" DATABASE_URL= \
+    WEBHOOK_SECRETS=whsec_dGhlIGZyb250IGRvb3IgYWxvbmUsIG5vIHN0b3Jl
+fi
 
 if [ "$WHICH" = postgres ] || [ "$WHICH" = both ]; then
   DB=tw_throughput_$$
