@@ -49,6 +49,14 @@ SIZES=${SIZES:-0}
 COUNT=${COUNT:-$((DURATION * 20000))}
 python3 benches/throughput/presign.py "$SECRET" "$COUNT" "$BODY" "$WORK/deliveries.tsv"
 
+# The database's transactions so far (PostgreSQL, $COMMITS_URL): a receiver's per request
+# shows how many requests each commit carries.
+commits() {
+  [ -n "${COMMITS_URL:-}" ] || { echo 0; return; }
+  psql "$COMMITS_URL" -Atc "SELECT xact_commit + xact_rollback FROM pg_stat_database
+    WHERE datname = current_database()"
+}
+
 receiver_run() { # label, then env assignments for the receiver
   local label=$1; shift
   env WEBHOOK_SECRETS="$SECRET" "$@" WEBHOOK_MODE="$MODE" BIND=127.0.0.1:0 \
@@ -67,6 +75,7 @@ receiver_run() { # label, then env assignments for the receiver
   if [ "${PERF:-0}" = 1 ]; then
     perf record -q -F 499 -g -p "$pid" -o "$WORK/perf.data" >/dev/null 2>&1 & perf=$!
   fi
+  local c0; c0=$(commits)
   m0=$(machine_ticks) r0=$(proc_ticks "$pid")
   result=$(WRK_THREADS=$THREADS /usr/bin/time -f "%U %S" -o "$WORK/gen_time.txt" wrk -t"$THREADS" \
     -c"$CONNECTIONS" -d"${DURATION}s" --timeout 10s -s benches/throughput/replay.lua "$url" \
@@ -74,6 +83,10 @@ receiver_run() { # label, then env assignments for the receiver
   echo "$result"
   cpu_split "$label receiver ($MODE)" "$(echo "$result" | sed -n 's/.*requests=\([0-9]*\).*/\1/p')" \
     $(($(machine_ticks) - m0)) "$(gen_ticks "$WORK/gen_time.txt")" $(($(proc_ticks "$pid") - r0)) receiver
+  if [ -n "${COMMITS_URL:-}" ]; then
+    sleep 1 # a backend reports its counts to the statistics within a second of its last
+    echo "$label receiver ($MODE) commits_per_request=$(python3 -c "print(f'{($(commits) - $c0) / max(1, $(echo "$result" | sed -n 's/.*requests=\([0-9]*\).*/\1/p')):.2f}')")"
+  fi
   if [ -n "$perf" ]; then
     kill -INT "$perf"; wait "$perf" 2>/dev/null || true
     for sort in dso symbol; do
@@ -98,7 +111,7 @@ fi
 if [ "$WHICH" = postgres ] || [ "$WHICH" = both ]; then
   DB=tw_throughput_$$
   psql "$PG/postgres" -qc "CREATE DATABASE $DB" >/dev/null
-  receiver_run postgres DATABASE_URL="$PG/$DB"
+  COMMITS_URL="$PG/$DB" receiver_run postgres DATABASE_URL="$PG/$DB"
   if [ "$SIZES" = 1 ]; then
     psql "$PG/$DB" -Atc "SELECT 'postgres webhook_events: rows=' || count(*) || ' bytes_per_row='
       || pg_total_relation_size('webhook_events') / greatest(count(*), 1) FROM webhook_events"
