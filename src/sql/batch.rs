@@ -1,12 +1,15 @@
 //! Group commit: concurrent writes gathered into one statement (PostgreSQL) or one
 //! transaction (SQLite), each caller answered with its own outcome.
 //!
-//! No timer: a write goes out at once when a slot is free, and while every slot is busy
-//! the writes that arrive wait in the queue and go out together in the next batch. A lone
-//! request is never delayed; under load, batches grow with the load, up to a count and a
-//! size: a batch's bodies are copied into one statement, and a database connection keeps
-//! the largest buffer it ever sent, so the size cap bounds the memory a storm of large
-//! bodies leaves behind.
+//! No timer: a write goes out at once when no batch is in flight, and while one is, the
+//! writes that arrive wait in the queue and go out together in the next batch, when the
+//! one in flight is done — or at once, in a slot of its own, if they fill a batch. A
+//! commit is most of what a small batch costs the database (PostgreSQL: two batches of
+//! half the size cost nearly twice one), so batches are as large as the load makes them.
+//! A lone request is never delayed; under load, batches grow with the load, up to a count
+//! and a size: a batch's bodies are copied into one statement, and a database connection
+//! keeps the largest buffer it ever sent, so the size cap bounds the memory a storm of
+//! large bodies leaves behind.
 //!
 //! Two lanes: a batch takes the [`Lane::Urgent`] writes first (renewals, outcomes,
 //! releases, a worker's claim: each keeps or ends a lease already running, and there are
@@ -19,9 +22,10 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 
 use crate::store::StoreError;
 
@@ -57,6 +61,7 @@ struct Job<T, R> {
 struct Queues<T, R> {
     urgent: mpsc::UnboundedSender<Job<T, R>>,
     front: mpsc::UnboundedSender<Job<T, R>>,
+    waiting: Arc<Waiting>,
 }
 
 impl<T, R> Clone for Queues<T, R> {
@@ -64,14 +69,55 @@ impl<T, R> Clone for Queues<T, R> {
         Self {
             urgent: self.urgent.clone(),
             front: self.front.clone(),
+            waiting: self.waiting.clone(),
         }
     }
 }
 
+/// The writes in the queues, not yet taken into a batch.
+struct Waiting {
+    count: AtomicUsize,
+    bytes: AtomicUsize,
+    max: usize,
+    max_bytes: usize,
+    /// Told when they fill a batch.
+    filled: Notify,
+}
+
+impl Waiting {
+    fn new(max: usize, max_bytes: usize) -> Self {
+        Self {
+            count: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(0),
+            max,
+            max_bytes,
+            filled: Notify::new(),
+        }
+    }
+
+    /// Counted before it is sent, so the task never takes one not yet counted.
+    fn add(&self, size: usize) {
+        self.count.fetch_add(1, Relaxed);
+        self.bytes.fetch_add(size, Relaxed);
+        if self.full() {
+            self.filled.notify_one();
+        }
+    }
+
+    fn take(&self, size: usize) {
+        self.count.fetch_sub(1, Relaxed);
+        self.bytes.fetch_sub(size, Relaxed);
+    }
+
+    fn full(&self) -> bool {
+        self.count.load(Relaxed) >= self.max || self.bytes.load(Relaxed) >= self.max_bytes
+    }
+}
+
 /// A queue of writes and the task that runs them in batches: at most `slots` batches in
-/// flight, each of at most `max` writes. The task starts with the first write (inside
-/// the caller's runtime), again with the first write after its runtime ended, and ends
-/// when the last handle is dropped.
+/// flight (all but one of them full), each of at most `max` writes. The task starts with
+/// the first write (inside the caller's runtime), again with the first write after its
+/// runtime ended, and ends when the last handle is dropped.
 pub(crate) struct Batcher<T, R> {
     queues: Mutex<Option<Queues<T, R>>>,
     /// Which lane a write waits in.
@@ -107,7 +153,7 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
     }
 
     /// The same, each write in the lane `lane` says.
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // only SQLite's writer has lanes
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     pub(crate) fn with_lanes(mut self, lane: fn(&T) -> Lane) -> Self {
         self.lane = lane;
         self
@@ -122,6 +168,7 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
             Lane::Urgent => &queues.urgent,
             Lane::Front => &queues.front,
         };
+        queues.waiting.add((self.size)(&item));
         queue
             .send(Job { item, reply })
             .map_err(|_| StoreError::new("batch", "the writer has stopped"))?;
@@ -143,19 +190,27 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
     fn start(&self) -> Queues<T, R> {
         let (urgent, mut urgent_jobs) = mpsc::unbounded_channel::<Job<T, R>>();
         let (front, mut front_jobs) = mpsc::unbounded_channel::<Job<T, R>>();
-        let (max, max_bytes, size, slots, run) = (
-            self.max,
-            self.max_bytes,
-            self.size,
-            Arc::new(Semaphore::new(self.slots)),
-            self.run.clone(),
-        );
+        let (max, max_bytes, size, run) = (self.max, self.max_bytes, self.size, self.run.clone());
+        let (total, slots) = (self.slots, Arc::new(Semaphore::new(self.slots)));
+        let waiting = Arc::new(Waiting::new(max, max_bytes));
+        let task_waiting = waiting.clone();
         tokio::spawn(async move {
+            let waiting = task_waiting;
             loop {
                 // A free slot first: while none is, arriving writes gather in the queue.
                 let Ok(slot) = slots.clone().acquire_owned().await else {
                     return;
                 };
+                // Another batch in flight: wait for it, unless the writes waiting fill one.
+                while slots.available_permits() + 1 < total && !waiting.full() {
+                    tokio::select! {
+                        () = waiting.filled.notified() => {}
+                        others = slots.acquire_many(total as u32 - 1) => match others {
+                            Ok(others) => drop(others),
+                            Err(_) => return,
+                        },
+                    }
+                }
                 let first = tokio::select! {
                     biased;
                     Some(job) = urgent_jobs.recv() => job,
@@ -163,13 +218,16 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
                     else => return, // every handle dropped and the queues drained
                 };
                 let mut bytes = size(&first.item);
+                waiting.take(bytes);
                 let mut batch = vec![first];
                 // The urgent writes first, then the front door's.
                 for jobs in [&mut urgent_jobs, &mut front_jobs] {
                     while batch.len() < max && bytes < max_bytes {
                         match jobs.try_recv() {
                             Ok(job) => {
-                                bytes += size(&job.item);
+                                let n = size(&job.item);
+                                waiting.take(n);
+                                bytes += n;
                                 batch.push(job);
                             }
                             Err(_) => break,
@@ -190,7 +248,11 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
                 });
             }
         });
-        Queues { urgent, front }
+        Queues {
+            urgent,
+            front,
+            waiting,
+        }
     }
 }
 
@@ -214,9 +276,12 @@ mod tests {
 
     /// Writes that arrive while the one slot is busy go out together, up to the count and
     /// the size caps; each gets its own answer.
-    #[tokio::test]
-    async fn a_backlog_goes_out_in_batches_capped_by_count_and_size() {
-        let batches: Arc<Mutex<Vec<Vec<usize>>>> = Arc::default();
+    type Batches = Arc<Mutex<Vec<Vec<usize>>>>;
+
+    /// A run that records each batch and answers each write with twice its number; the
+    /// first batch stays in flight (its slot busy) until the gate is opened.
+    fn first_batch_held() -> (Batches, Arc<Notify>, Run<usize, usize>) {
+        let batches: Batches = Arc::default();
         let gate = Arc::new(Notify::new());
         let run: Run<usize, usize> = {
             let (batches, gate) = (batches.clone(), gate.clone());
@@ -226,12 +291,18 @@ mod tests {
                     let first = batches.lock().unwrap().is_empty();
                     batches.lock().unwrap().push(items.clone());
                     if first {
-                        gate.notified().await; // the slot stays busy: a backlog builds
+                        gate.notified().await;
                     }
                     items.into_iter().map(|n| Ok(n * 2)).collect()
                 })
             })
         };
+        (batches, gate, run)
+    }
+
+    #[tokio::test]
+    async fn a_backlog_goes_out_in_batches_capped_by_count_and_size() {
+        let (batches, gate, run) = first_batch_held();
         let batcher = Arc::new(Batcher::new(4, 1000, |n: &usize| *n, 1, run));
         let write = |n: usize| {
             let batcher = batcher.clone();
@@ -264,22 +335,7 @@ mod tests {
     /// writes goes out first in the next batch.
     #[tokio::test]
     async fn urgent_writes_go_before_the_front_backlog() {
-        let batches: Arc<Mutex<Vec<Vec<usize>>>> = Arc::default();
-        let gate = Arc::new(Notify::new());
-        let run: Run<usize, usize> = {
-            let (batches, gate) = (batches.clone(), gate.clone());
-            Arc::new(move |items: Vec<usize>| {
-                let (batches, gate) = (batches.clone(), gate.clone());
-                Box::pin(async move {
-                    let first = batches.lock().unwrap().is_empty();
-                    batches.lock().unwrap().push(items.clone());
-                    if first {
-                        gate.notified().await;
-                    }
-                    items.into_iter().map(Ok).collect()
-                })
-            })
-        };
+        let (batches, gate, run) = first_batch_held();
         // Even numbers are urgent.
         let lanes = |n: &usize| {
             if n.is_multiple_of(2) {
@@ -309,6 +365,47 @@ mod tests {
         assert_eq!(
             *batches.lock().unwrap(),
             vec![vec![1], vec![2, 3, 5, 7], vec![9, 11]]
+        );
+    }
+
+    /// With slots to spare, writes that arrive while a batch is in flight still wait for
+    /// it — unless they fill a batch, which goes out at once beside it.
+    #[tokio::test]
+    async fn a_second_batch_goes_out_beside_the_first_only_when_full() {
+        let (batches, gate, run) = first_batch_held();
+        let batcher = Arc::new(Batcher::new(4, 1000, |_| 1, 2, run));
+        let write = |n: usize| {
+            let batcher = batcher.clone();
+            tokio::spawn(async move { batcher.write(n).await.unwrap() })
+        };
+        let settle = || tokio::time::sleep(std::time::Duration::from_millis(20));
+        let first = write(1);
+        settle().await;
+        let mut rest: Vec<_> = [2, 3].into_iter().map(write).collect();
+        settle().await;
+        assert_eq!(
+            batches.lock().unwrap().len(),
+            1,
+            "a free slot, but 2 and 3 wait"
+        );
+        rest.extend([4, 5].into_iter().map(write));
+        settle().await;
+        assert_eq!(*batches.lock().unwrap(), vec![vec![1], vec![2, 3, 4, 5]]);
+        rest.push(write(6));
+        settle().await;
+        assert_eq!(
+            batches.lock().unwrap().len(),
+            2,
+            "6 waits for the first batch"
+        );
+        gate.notify_one();
+        assert_eq!(first.await.unwrap(), 2);
+        for answer in rest {
+            answer.await.unwrap();
+        }
+        assert_eq!(
+            *batches.lock().unwrap(),
+            vec![vec![1], vec![2, 3, 4, 5], vec![6]]
         );
     }
 
