@@ -23,7 +23,7 @@ use tower_webhook::{DedupeLayer, Scheme, Verifier, VerifyWebhookLayer};
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// How many new events each layer gets at once (PostgreSQL gathers their claims into
-/// `CLAIM_MANY` batches).
+/// `CLAIM_AND_COMPLETE_MANY` batches).
 const AT_ONCE: usize = 16;
 
 fn verify() -> VerifyWebhookLayer {

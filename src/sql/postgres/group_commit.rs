@@ -57,28 +57,6 @@ impl Write {
     }
 }
 
-/// Many new keys in one statement, in key order (two batches lock shared keys in the same
-/// order: no deadlock); the tokens that went in come back. No body, as `CLAIM`.
-pub(super) const CLAIM_MANY: &str = "
-INSERT INTO webhook_events
-    (source, event_id, event_type, object_id, livemode, attempts, locked_until, lock_token, kind)
-SELECT source, event_id, event_type, object_id, livemode, 1,
-       clock_timestamp() + make_interval(secs => lease), token, kind
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[],
-            $6::float8[], $7::uuid[], $8::text[])
-    AS input(source, event_id, event_type, object_id, livemode, lease, token, kind)
-ON CONFLICT (source, event_id) DO NOTHING
-RETURNING source, event_id, lock_token";
-
-/// Many completions in one statement; the tokens that matched come back.
-pub(super) const COMPLETE_MANY: &str = "
-UPDATE webhook_events w
-SET processed_at = coalesce(w.processed_at, now()), processing_error = NULL, locked_until = NULL
-FROM unnest($1::text[], $2::text[], $3::uuid[]) AS input(source, event_id, token)
-WHERE w.source = input.source AND w.event_id = input.event_id AND w.lock_token = input.token
-  AND w.next_attempt_at IS NULL
-RETURNING w.source, w.event_id, w.lock_token";
-
 /// Many inbox routes processed in one statement (as `PROCESSED`, each route its attempt's
 /// record; the processor `$5`): the worker's outcomes, gathered by the group commit. A row whose object's
 /// later events wait for it (`$4`) wakes its processor's workers in every process (one
@@ -97,6 +75,35 @@ WITH done AS (
 SELECT source, event_id, lock_token,
     CASE WHEN wakes THEN pg_notify('webhook_events', processor || ' 0')::text END
 FROM done";
+
+/// A batch's new keys and completions in one statement, one commit: the claims as
+/// `$1`…`$8`, in key order (two batches lock shared keys in the same order: no deadlock),
+/// the tokens that went in returned; the completions as `$9`…`$11`, the rows their tokens
+/// still held returned, marked done (the done row keeps its token, as `COMPLETE`). Each
+/// row returned says which it answers (`true`: a key that went in). No body, as `CLAIM`;
+/// an empty list of either kind costs nothing.
+pub(super) const CLAIM_AND_COMPLETE_MANY: &str = "
+WITH claimed AS (
+    INSERT INTO webhook_events
+        (source, event_id, event_type, object_id, livemode, attempts, locked_until, lock_token, kind)
+    SELECT source, event_id, event_type, object_id, livemode, 1,
+           clock_timestamp() + make_interval(secs => lease), token, kind
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[],
+                $6::float8[], $7::uuid[], $8::text[])
+        AS input(source, event_id, event_type, object_id, livemode, lease, token, kind)
+    ON CONFLICT (source, event_id) DO NOTHING
+    RETURNING source, event_id, lock_token
+), done AS (
+    UPDATE webhook_events w
+    SET processed_at = coalesce(w.processed_at, now()), processing_error = NULL,
+        locked_until = NULL
+    FROM unnest($9::text[], $10::text[], $11::uuid[]) AS input(source, event_id, token)
+    WHERE w.source = input.source AND w.event_id = input.event_id
+      AND w.lock_token = input.token AND w.next_attempt_at IS NULL
+    RETURNING w.source, w.event_id, w.lock_token
+)
+SELECT true, source, event_id, lock_token FROM claimed
+UNION ALL SELECT false, source, event_id, lock_token FROM done";
 
 /// A delivery's columns, as arrays for `unnest`.
 #[derive(Default)]
@@ -180,9 +187,12 @@ pub(super) async fn write_batch(
             }
         }
     }
-    let (claimed, completed, accepted, recorded) = tokio::join!(
-        claim_many(pool, claims.iter().map(|c| c.1).collect()),
-        complete_many(pool, completes.iter().map(|c| c.1).collect()),
+    let ((claimed, completed), accepted, recorded) = tokio::join!(
+        claim_and_complete(
+            pool,
+            claims.iter().map(|c| c.1).collect(),
+            completes.iter().map(|c| c.1).collect(),
+        ),
         accept_many(pool, accepts.iter().map(|c| c.1).collect()),
         processed_many(pool, processed.iter().map(|c| c.1).collect()),
     );
@@ -231,21 +241,81 @@ pub(super) fn all_failed<T>(
         .collect()
 }
 
-async fn claim_many(pool: &PgPool, claims: Vec<Claiming<'_>>) -> Vec<Result<Claim, StoreError>> {
-    let mut inserted = match claims.len() {
-        0 | 1 => None,
-        n => match insert_claims(pool, &claims).await {
-            Ok(inserted) => Some(inserted),
-            Err(e) if unavailable(&e) => return all_failed(n, "postgres claim", &e),
-            Err(_) => None,
+/// A batch's claims and completions, in one statement when there are two or more; a
+/// claim not inserted (or the statement refused) goes the single path, which also takes
+/// over, and a completion not matched the single statement, which also tells a row the
+/// inbox adopted.
+async fn claim_and_complete(
+    pool: &PgPool,
+    claims: Vec<Claiming<'_>>,
+    completes: Vec<Completing<'_>>,
+) -> (
+    Vec<Result<Claim, StoreError>>,
+    Vec<Result<bool, StoreError>>,
+) {
+    let (inserted, done) = match claims.len() + completes.len() {
+        0 | 1 => (HashSet::new(), HashSet::new()),
+        _ => match claim_and_complete_rows(pool, &claims, &completes).await {
+            Ok(rows) => rows,
+            Err(e) if unavailable(&e) => {
+                return (
+                    all_failed(claims.len(), "postgres claim", &e),
+                    all_failed(completes.len(), "postgres complete", &e),
+                )
+            }
+            Err(_) => (HashSet::new(), HashSet::new()),
         },
     };
+    tokio::join!(
+        finish_claims(pool, claims, inserted),
+        finish_completes(pool, completes, done),
+    )
+}
+
+/// `CLAIM_AND_COMPLETE_MANY`: the keys and tokens that went in, and those marked done.
+pub(super) async fn claim_and_complete_rows(
+    pool: &PgPool,
+    claims: &[Claiming<'_>],
+    completes: &[Completing<'_>],
+) -> Result<(HashSet<DoneKey>, HashSet<DoneKey>), sqlx::Error> {
+    let mut claims = claims.to_vec();
+    claims.sort_by_key(|(d, ..)| (d.source(), d.id()));
+    let mut completes = completes.to_vec();
+    completes.sort_by_key(|&(source, id, _)| (source, id));
+    let rows = Columns::of(claims.iter().map(|c| c.0))
+        .bind_claim(sqlx::query(CLAIM_AND_COMPLETE_MANY))
+        .bind(claims.iter().map(|c| c.2.as_secs_f64()).collect::<Vec<_>>())
+        .bind(claims.iter().map(|c| c.1.as_uuid()).collect::<Vec<_>>())
+        .bind(claims.iter().map(|c| c.0.kind()).collect::<Vec<_>>())
+        .bind(completes.iter().map(|c| c.0).collect::<Vec<_>>())
+        .bind(completes.iter().map(|c| c.1).collect::<Vec<_>>())
+        .bind(completes.iter().map(|c| c.2.as_uuid()).collect::<Vec<_>>())
+        .fetch_all(pool)
+        .await?;
+    let (mut inserted, mut done) = (HashSet::new(), HashSet::new());
+    for row in rows {
+        let key = (row.try_get(1)?, row.try_get(2)?, row.try_get(3)?);
+        match row.try_get::<bool, _>(0)? {
+            true => inserted.insert(key),
+            false => done.insert(key),
+        };
+    }
+    Ok((inserted, done))
+}
+
+/// Each claim's answer, from the keys and tokens its batch's statement inserted (none: no
+/// statement, or it failed): one not inserted goes the single path.
+async fn finish_claims(
+    pool: &PgPool,
+    claims: Vec<Claiming<'_>>,
+    mut inserted: HashSet<DoneKey>,
+) -> Vec<Result<Claim, StoreError>> {
     let mut results = Vec::with_capacity(claims.len());
     for (d, token, lease) in claims {
         // Each row that went in answers one claim: the key's and the token's (two claims
         // of one key under one token are both in the batch, and only one is new).
         let key = (d.source().to_owned(), d.id().to_owned(), token.as_uuid());
-        let new = inserted.as_mut().is_some_and(|rows| rows.remove(&key));
+        let new = inserted.remove(&key);
         results.push(match new {
             true => Ok(Claim::New(token)),
             // Not new (or the statement failed): the single path, which also takes over.
@@ -253,25 +323,6 @@ async fn claim_many(pool: &PgPool, claims: Vec<Claiming<'_>>) -> Vec<Result<Clai
         });
     }
     results
-}
-
-/// The claims' one statement: the keys and tokens that went in.
-pub(super) async fn insert_claims(
-    pool: &PgPool,
-    claims: &[Claiming<'_>],
-) -> Result<HashSet<(String, String, uuid::Uuid)>, sqlx::Error> {
-    let mut sorted = claims.to_vec();
-    sorted.sort_by_key(|(d, ..)| (d.source(), d.id()));
-    let rows = Columns::of(sorted.iter().map(|c| c.0))
-        .bind_claim(sqlx::query(CLAIM_MANY))
-        .bind(sorted.iter().map(|c| c.2.as_secs_f64()).collect::<Vec<_>>())
-        .bind(sorted.iter().map(|c| c.1.as_uuid()).collect::<Vec<_>>())
-        .bind(sorted.iter().map(|c| c.0.kind()).collect::<Vec<_>>())
-        .fetch_all(pool)
-        .await?;
-    rows.iter()
-        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
-        .collect()
 }
 
 /// One claim: insert, else take over or say why not.
@@ -317,20 +368,13 @@ async fn claim_one(
     })
 }
 
-async fn complete_many(
+/// Each completion's answer, from the rows its batch's statement marked done: one not
+/// matched goes the single statement.
+async fn finish_completes(
     pool: &PgPool,
     completes: Vec<Completing<'_>>,
+    done: HashSet<DoneKey>,
 ) -> Vec<Result<bool, StoreError>> {
-    let mut done = HashSet::new();
-    if completes.len() > 1 {
-        match update_done(pool, COMPLETE_MANY, &completes, None).await {
-            Ok(matched) => done = matched,
-            Err(e) if unavailable(&e) => {
-                return all_failed(completes.len(), "postgres complete", &e)
-            }
-            Err(_) => {}
-        }
-    }
     let mut results = Vec::with_capacity(completes.len());
     for (source, id, token) in completes {
         if done.contains(&done_key(source, id, token)) {
@@ -351,7 +395,7 @@ async fn complete_many(
     results
 }
 
-/// A row marked done by [`update_done`]: its key and token.
+/// A row a batch statement inserted or marked done: its key and token.
 type DoneKey = (String, String, uuid::Uuid);
 
 fn done_key(source: &str, id: &str, token: Token) -> DoneKey {
@@ -359,7 +403,7 @@ fn done_key(source: &str, id: &str, token: Token) -> DoneKey {
 }
 
 /// The inbox worker's outcomes "processed" in one statement; a row not matched was fenced
-/// out. A statement the server refused is retried row by row, as `complete_many`.
+/// out. A statement the server refused is retried row by row, as a batch's completions.
 /// Each row with whether it wakes the workers of every process (see `Write::Processed`).
 async fn processed_many(
     pool: &PgPool,
@@ -371,7 +415,7 @@ async fn processed_many(
     let wakes: Vec<bool> = rows.iter().map(|r| r.1).collect();
     let processors: Vec<&str> = rows.iter().map(|r| r.2).collect();
     let rows: Vec<Completing<'_>> = rows.into_iter().map(|r| r.0).collect();
-    match update_done(pool, PROCESSED_MANY, &rows, Some((&wakes, &processors))).await {
+    match update_processed(pool, &rows, &wakes, &processors).await {
         Ok(done) => rows
             .iter()
             .map(|&(source, id, token)| Ok(done.contains(&done_key(source, id, token))))
@@ -398,18 +442,17 @@ async fn processed_many(
     }
 }
 
-/// Marks done, in one statement (`COMPLETE_MANY` or `PROCESSED_MANY`, which also takes
-/// whether each row `wakes`), the rows `token` still holds: the keys and tokens that
-/// matched.
-pub(super) async fn update_done(
+/// Marks processed, in one statement (`PROCESSED_MANY`), the routes `token` still holds,
+/// each with whether it `wakes` its processor's workers: the keys and tokens that matched.
+pub(super) async fn update_processed(
     pool: &PgPool,
-    sql: &'static str,
     rows: &[Completing<'_>],
-    wakes: Option<(&[bool], &[&str])>,
+    wakes: &[bool],
+    processors: &[&str],
 ) -> Result<HashSet<DoneKey>, sqlx::Error> {
     let mut order: Vec<usize> = (0..rows.len()).collect();
     order.sort_by_key(|&i| (rows[i].0, rows[i].1));
-    let mut query = sqlx::query(sql)
+    let rows = sqlx::query(PROCESSED_MANY)
         .persistent(PLANNED_EACH_TIME)
         .bind(order.iter().map(|&i| rows[i].0).collect::<Vec<_>>())
         .bind(order.iter().map(|&i| rows[i].1).collect::<Vec<_>>())
@@ -418,12 +461,11 @@ pub(super) async fn update_done(
                 .iter()
                 .map(|&i| rows[i].2.as_uuid())
                 .collect::<Vec<_>>(),
-        );
-    if let Some((wakes, processors)) = wakes {
-        query = query.bind(order.iter().map(|&i| wakes[i]).collect::<Vec<_>>());
-        query = query.bind(order.iter().map(|&i| processors[i]).collect::<Vec<_>>());
-    }
-    let rows = query.fetch_all(pool).await?;
+        )
+        .bind(order.iter().map(|&i| wakes[i]).collect::<Vec<_>>())
+        .bind(order.iter().map(|&i| processors[i]).collect::<Vec<_>>())
+        .fetch_all(pool)
+        .await?;
     rows.iter()
         .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
         .collect()

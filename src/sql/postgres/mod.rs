@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use sqlx::postgres::PgPool;
 
-use super::batch::{Batcher, Lane, Run, MAX_BATCH, MAX_BATCH_BYTES};
+use super::batch::{Batcher, Run, MAX_BATCH, MAX_BATCH_BYTES};
 use super::shared::bind_claim;
 use crate::store::StoreError;
 pub(crate) use claims::done_in;
@@ -58,23 +58,21 @@ pub(crate) struct Pg {
     sized: sized::Sized,
 }
 
-/// `persistent(false)` for the updates that join the table to a list of keys
-/// (`COMPLETE_MANY`, `PROCESSED_MANY`, `GIVE_BACK`): each is planned for its own arrays and
-/// the table as it is now. Prepared, a connection keeps the generic plan it made at its
-/// sixth run; one made while the table was small (a new database, before autovacuum's
-/// first ANALYZE) is a hash join over a sequential scan, kept as the table grows: every
-/// batch of completions read the whole table, and small bodies, more rows to a page,
-/// looked like a small table longer (issue 20: `DedupeLayer` on PostgreSQL ran at half the
-/// rate on 100-byte bodies than on 1 KiB ones). The worker's claim is kept prepared, one
-/// statement per doubling of the tables, and every table is analyzed as it doubles, which
-/// makes the other prepared statements' plans over (`sized`). `ACCEPT_MANY` keeps its prepared plan:
-/// it goes through the keys' indexes however small the table (seen with `auto_explain`),
-/// and planning it each time cost a third of the inbox's accept rate.
+/// `persistent(false)` for the statements that join a table to a list of keys
+/// (`PROCESSED_MANY`, `GIVE_BACK`, the registry's and the key ring's): each is planned for
+/// its own arrays and the table as it is now. Prepared, a connection keeps the generic
+/// plan it made at its sixth run; one made while the table was small (a new database,
+/// before autovacuum's first ANALYZE) is a hash join over a sequential scan, kept as the
+/// table grows (issue 20: every batch of completions read the whole table). Each table of
+/// the hot path is now also analyzed as it doubles, which makes a prepared statement's
+/// plan over (`sized`): so the front door's batch statements (`CLAIM_AND_COMPLETE_MANY`,
+/// `ACCEPT_MANY`: planning the accept's each time cost a third of its rate) and the
+/// worker's claim are kept prepared.
 const PLANNED_EACH_TIME: bool = false;
 
-/// At most this many batches of claims and accepts are in flight at once: enough to keep
-/// the server's disk busy while a batch commits, few enough to leave the pool to workers
-/// and renewals.
+/// At most this many batches of claims, completions and accepts are in flight at once
+/// (all but one full: see [`super::batch`]): enough to keep the server's disk busy under
+/// a storm, few enough to leave the pool to workers and renewals.
 const SLOTS: usize = 4;
 
 /// At most this many batches of outcomes are in flight at once, beside those.
@@ -88,13 +86,10 @@ impl Pg {
                 let pool = for_writer.clone();
                 Box::pin(async move { group_commit::write_batch(&pool, writes).await })
             });
-            Arc::new(Batcher::new(
-                MAX_BATCH,
-                MAX_BATCH_BYTES,
-                Write::size,
-                slots,
-                run,
-            ))
+            Arc::new(
+                Batcher::new(MAX_BATCH, MAX_BATCH_BYTES, Write::size, slots, run)
+                    .with_lanes(Write::lane),
+            )
         };
         Self {
             writer: batcher(SLOTS),
@@ -106,13 +101,15 @@ impl Pg {
         }
     }
 
-    /// Writes `write` in the next batch of its kind: an outcome in the outcomes' slots,
-    /// the front door's writes in theirs.
+    /// Writes `write` in the next batch of its kind: the inbox worker's outcomes in the
+    /// outcomes' slots; `DedupeLayer`'s claims and completions and the inbox's accepts in
+    /// the front door's, the completions first (urgent lane: each ends a running lease),
+    /// so a batch's claims and completions share one statement and one commit.
     async fn write(&self, write: Write) -> Result<Written, StoreError> {
         self.sized.observe(&self.pool); // what grows the tables passes here
-        match write.lane() {
-            Lane::Urgent => self.outcomes.write(write).await,
-            Lane::Front => self.writer.write(write).await,
+        match write {
+            Write::Processed(..) => self.outcomes.write(write).await,
+            _ => self.writer.write(write).await,
         }
     }
 
