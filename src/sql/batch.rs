@@ -3,7 +3,8 @@
 //!
 //! No timer: a write goes out at once when no batch is in flight, and while one is, the
 //! writes that arrive wait in the queue and go out together in the next batch, when the
-//! one in flight is done — or at once, in a slot of its own, if they fill a batch. A
+//! one in flight is done — or at once, in a slot of its own, if they fill a batch or the
+//! one in flight is held up past [`STALLED`] (a row lock: never behind it for long). A
 //! commit is most of what a small batch costs the database (PostgreSQL: two batches of
 //! half the size cost nearly twice one), so batches are as large as the load makes them.
 //! A lone request is never delayed; under load, batches grow with the load, up to a count
@@ -24,6 +25,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 
@@ -44,6 +46,11 @@ pub(crate) const MAX_BATCH: usize = 64;
 /// A batch takes no more writes once their bodies add up to this: 64 bodies of 1 KiB
 /// still go together, four of 256 KiB do.
 pub(crate) const MAX_BATCH_BYTES: usize = 1 << 20;
+
+/// A batch still in flight after this long waits on something other than its commit (a
+/// lock, a slow disk): the next goes beside it, full or not. A commit here takes about
+/// 1–2 ms.
+const STALLED: Duration = Duration::from_millis(10);
 
 /// Runs one batch: one result per item, in order.
 pub(crate) type Run<T, R> = Arc<
@@ -201,14 +208,22 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
                 let Ok(slot) = slots.clone().acquire_owned().await else {
                     return;
                 };
-                // Another batch in flight: wait for it, unless the writes waiting fill one.
-                while slots.available_permits() + 1 < total && !waiting.full() {
-                    tokio::select! {
-                        () = waiting.filled.notified() => {}
-                        others = slots.acquire_many(total as u32 - 1) => match others {
-                            Ok(others) => drop(others),
-                            Err(_) => return,
-                        },
+                // Another batch in flight: wait for it, unless the writes waiting fill one,
+                // or it is held up by more than its commit (a row lock another transaction
+                // holds: the writes behind it must not wait for that transaction).
+                let behind = || slots.available_permits() + 1 < total && !waiting.full();
+                if behind() {
+                    let stalled = tokio::time::sleep(STALLED); // only here: one slot, no timer
+                    tokio::pin!(stalled);
+                    while behind() {
+                        tokio::select! {
+                            () = waiting.filled.notified() => {}
+                            () = &mut stalled => break,
+                            others = slots.acquire_many(total as u32 - 1) => match others {
+                                Ok(others) => drop(others),
+                                Err(_) => return,
+                            },
+                        }
                     }
                 }
                 let first = tokio::select! {
@@ -369,16 +384,17 @@ mod tests {
     }
 
     /// With slots to spare, writes that arrive while a batch is in flight still wait for
-    /// it — unless they fill a batch, which goes out at once beside it.
-    #[tokio::test]
-    async fn a_second_batch_goes_out_beside_the_first_only_when_full() {
+    /// it — unless they fill a batch, or it is held up past `STALLED`: then the next goes
+    /// out beside it. (The clock is paused: it moves only when every task waits.)
+    #[tokio::test(start_paused = true)]
+    async fn a_second_batch_goes_out_beside_the_first_only_when_full_or_the_first_stalls() {
         let (batches, gate, run) = first_batch_held();
         let batcher = Arc::new(Batcher::new(4, 1000, |_| 1, 2, run));
         let write = |n: usize| {
             let batcher = batcher.clone();
             tokio::spawn(async move { batcher.write(n).await.unwrap() })
         };
-        let settle = || tokio::time::sleep(std::time::Duration::from_millis(20));
+        let settle = || tokio::time::sleep(Duration::from_millis(1));
         let first = write(1);
         settle().await;
         let mut rest: Vec<_> = [2, 3].into_iter().map(write).collect();
@@ -398,15 +414,17 @@ mod tests {
             2,
             "6 waits for the first batch"
         );
+        tokio::time::sleep(STALLED).await;
+        assert_eq!(
+            *batches.lock().unwrap(),
+            vec![vec![1], vec![2, 3, 4, 5], vec![6]],
+            "the first held past STALLED: 6 goes beside it"
+        );
         gate.notify_one();
         assert_eq!(first.await.unwrap(), 2);
         for answer in rest {
             answer.await.unwrap();
         }
-        assert_eq!(
-            *batches.lock().unwrap(),
-            vec![vec![1], vec![2, 3, 4, 5], vec![6]]
-        );
     }
 
     /// The writer's task dies with the runtime it was started on; the next write, on
