@@ -122,9 +122,10 @@ impl Waiting {
 }
 
 /// A queue of writes and the task that runs them in batches: at most `slots` batches in
-/// flight (all but one of them full), each of at most `max` writes. The task starts with
-/// the first write (inside the caller's runtime), again with the first write after its
-/// runtime ended, and ends when the last handle is dropped.
+/// flight (past the first, only full ones or ones behind a stalled batch), each of at
+/// most `max` writes. The task starts with the first write (inside the caller's runtime),
+/// again with the first write after its runtime ended, and ends when the last handle is
+/// dropped.
 pub(crate) struct Batcher<T, R> {
     queues: Mutex<Option<Queues<T, R>>>,
     /// Which lane a write waits in.

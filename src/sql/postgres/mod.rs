@@ -71,8 +71,9 @@ pub(crate) struct Pg {
 const PLANNED_EACH_TIME: bool = false;
 
 /// At most this many batches of claims, completions and accepts are in flight at once
-/// (all but one full: see [`super::batch`]): enough to keep the server's disk busy under
-/// a storm, few enough to leave the pool to workers and renewals.
+/// (past the first, only full ones, or ones behind a batch held up by a lock: see
+/// [`super::batch`]): enough to keep the server's disk busy under a storm, few enough to
+/// leave the pool to workers and renewals.
 const SLOTS: usize = 4;
 
 /// At most this many batches of outcomes are in flight at once, beside those.
