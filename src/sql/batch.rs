@@ -161,7 +161,6 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
     }
 
     /// The same, each write in the lane `lane` says.
-    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     pub(crate) fn with_lanes(mut self, lane: fn(&T) -> Lane) -> Self {
         self.lane = lane;
         self
@@ -290,8 +289,6 @@ mod tests {
 
     use super::*;
 
-    /// Writes that arrive while the one slot is busy go out together, up to the count and
-    /// the size caps; each gets its own answer.
     type Batches = Arc<Mutex<Vec<Vec<usize>>>>;
 
     /// A run that records each batch and answers each write with twice its number; the
@@ -316,6 +313,8 @@ mod tests {
         (batches, gate, run)
     }
 
+    /// Writes that arrive while the one slot is busy go out together, up to the count and
+    /// the size caps; each gets its own answer.
     #[tokio::test]
     async fn a_backlog_goes_out_in_batches_capped_by_count_and_size() {
         let (batches, gate, run) = first_batch_held();
