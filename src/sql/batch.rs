@@ -396,7 +396,13 @@ mod tests {
             let batcher = batcher.clone();
             tokio::spawn(async move { batcher.write(n).await.unwrap() })
         };
-        let settle = || tokio::time::sleep(Duration::from_millis(1));
+        // Lets every task run as far as it can without moving the clock (its ticks are
+        // whole milliseconds, STALLED only two).
+        let settle = || async {
+            for _ in 0..64 {
+                tokio::task::yield_now().await;
+            }
+        };
         let first = write(1);
         settle().await;
         let mut rest: Vec<_> = [2, 3].into_iter().map(write).collect();
@@ -417,6 +423,7 @@ mod tests {
             "6 waits for the first batch"
         );
         tokio::time::sleep(STALLED).await;
+        settle().await;
         assert_eq!(
             *batches.lock().unwrap(),
             vec![vec![1], vec![2, 3, 4, 5], vec![6]],
