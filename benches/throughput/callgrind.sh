@@ -7,13 +7,15 @@
 # accepts batch as under load; 1: one at a time). The difference of the two runs' totals
 # over LARGE - SMALL is the cost a delivery, start-up and shutdown cancelled out (the
 # kernel's share is not counted). OTEL=1: with an exporter to otlp_sink.py (its `exports=`
-# line follows each run). Other receiver variables (OTEL_*) pass through.
+# line follows each run). MODE=dedupe: the receiver's `DedupeLayer` (a claim and a
+# completion a delivery) instead of the inbox's accept. Other receiver variables (OTEL_*)
+# pass through.
 #
-#   RECEIVER=<receiver> [OTEL=1] [DATABASE_URL=…] benches/throughput/callgrind.sh
+#   RECEIVER=<receiver> [OTEL=1] [MODE=dedupe] [DATABASE_URL=…] benches/throughput/callgrind.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
-SMALL=${SMALL:-500} LARGE=${LARGE:-2500} CONNECTIONS=${CONNECTIONS:-16}
+SMALL=${SMALL:-500} LARGE=${LARGE:-2500} CONNECTIONS=${CONNECTIONS:-16} MODE=${MODE:-inbox}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 python3 benches/throughput/presign.py "$SECRET" "$LARGE" "${BODY:-1024}" "$WORK/deliveries.tsv"
@@ -27,7 +29,7 @@ run() { # deliveries; writes $WORK/cg.<n>
     for _ in $(seq 50); do [ -s "$WORK/sink.port" ] && break; sleep 0.1; done
     endpoint=(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$(cat "$WORK/sink.port")")
   fi
-  env ${endpoint[@]+"${endpoint[@]}"} "${store[@]}" WEBHOOK_MODE=inbox WEBHOOK_SECRETS="$SECRET" \
+  env ${endpoint[@]+"${endpoint[@]}"} "${store[@]}" WEBHOOK_MODE="$MODE" WEBHOOK_SECRETS="$SECRET" \
     WEBHOOK_WORKER_CONCURRENCY=0 WEBHOOK_TOLERANCE_SECS=3600 BIND=127.0.0.1:0 \
     valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.$n" "$RECEIVER" >/dev/null 2>"$WORK/err" &
   local pid=$! url=""
