@@ -50,8 +50,8 @@ pub(crate) const MAX_BATCH_BYTES: usize = 1 << 20;
 
 /// A batch still in flight after this long waits on something other than its commit (a
 /// lock, a slow disk, a database backend the machine took off the CPU): the next goes
-/// beside it, full or not. A batch here takes 1.1–1.4 ms (p90 1.5–2.1 ms) under load:
-/// 2 ms waits out a slow batch, not a typical one (1 ms split batches: 0.89×).
+/// beside it, full or not. A batch here takes 1.1–1.4 ms (p90 1.5–2.1 ms) under load, so
+/// only a slow one passes 2 ms (1 ms, passed by typical ones, split batches: 0.89×).
 const STALLED: Duration = Duration::from_millis(2);
 
 /// Runs one batch: one result per item, in order.
@@ -211,8 +211,8 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
                     return;
                 };
                 // Another batch in flight: wait for it, unless the writes waiting fill one,
-                // or it is held up by more than its commit (a row lock another transaction
-                // holds: the writes behind it must not wait for that transaction).
+                // or it is held up past its commit (a row lock another transaction holds, a
+                // backend off the CPU: the writes behind it must not wait for that).
                 let behind = || slots.available_permits() + 1 < total && !waiting.full();
                 if behind() {
                     let stalled = tokio::time::sleep(STALLED); // only here: one slot, no timer

@@ -71,7 +71,7 @@ pub(crate) struct Pg {
 const PLANNED_EACH_TIME: bool = false;
 
 /// At most this many batches of claims, completions and accepts are in flight at once
-/// (past the first, only full ones, or ones behind a batch held up by a lock: see
+/// (past the first, only full ones, or ones behind a batch held up past its commit: see
 /// [`super::batch`]): enough to keep the server's disk busy under a storm, few enough to
 /// leave the pool to workers and renewals.
 const SLOTS: usize = 4;
