@@ -3,10 +3,10 @@
 
 use std::collections::HashSet;
 
-use sqlx::postgres::PgPool;
 use sqlx::Row;
 
 use super::group_commit::{all_failed, unavailable, Columns};
+use super::kept::Runs;
 use crate::inbox::Accepted;
 use crate::store::{Delivery, StoreError};
 
@@ -105,11 +105,11 @@ pub(super) const ACCEPT_ONE: &str = accept_many!("ON CONFLICT DO NOTHING");
 /// alone, and each of a batch the server refused (a value one of them carries, or a row
 /// left by hand), runs [`ACCEPT_ONE`] by itself.
 pub(super) async fn accept_many(
-    pool: &PgPool,
+    db: &impl Runs,
     accepts: Vec<&Delivery>,
 ) -> Vec<Result<Accepted, StoreError>> {
     if accepts.len() > 1 {
-        match insert_accepts(pool, &accepts, ACCEPT_MANY).await {
+        match insert_accepts(db, &accepts, ACCEPT_MANY).await {
             Ok(queued) => return answers(&accepts, queued),
             Err(e) if unavailable(&e) => return all_failed(accepts.len(), "inbox accept", &e),
             Err(_) => {}
@@ -117,7 +117,7 @@ pub(super) async fn accept_many(
     }
     let mut results = Vec::with_capacity(accepts.len());
     for d in accepts {
-        let queued = insert_accepts(pool, &[d], ACCEPT_ONE).await;
+        let queued = insert_accepts(db, &[d], ACCEPT_ONE).await;
         let queued = queued.map_err(|e| super::super::store_error("inbox accept", e));
         results.push(queued.map(|queued| match queued.is_empty() {
             true => Accepted::Duplicate,
@@ -146,7 +146,7 @@ fn answers(
 
 /// The accepts' one statement (`sql`: [`ACCEPT_MANY`] or [`ACCEPT_ONE`]): the keys queued.
 pub(super) async fn insert_accepts(
-    pool: &PgPool,
+    db: &impl Runs,
     accepts: &[&Delivery],
     sql: &'static str,
 ) -> Result<HashSet<(String, String)>, sqlx::Error> {
@@ -166,7 +166,7 @@ pub(super) async fn insert_accepts(
         .iter()
         .map(|(_, d)| (d.trace().traceparent(), d.trace().tracestate()))
         .unzip();
-    let rows = Columns::of(sorted.iter().map(|(_, d)| *d))
+    let query = Columns::of(sorted.iter().map(|(_, d)| *d))
         .bind(sqlx::query(sql))
         .bind(kinds)
         .bind(headers)
@@ -181,9 +181,8 @@ pub(super) async fn insert_accepts(
         .bind(sealed.subject_nonces)
         .bind(sealed.subject_digests)
         .bind(traceparents)
-        .bind(tracestates)
-        .fetch_all(pool)
-        .await?;
+        .bind(tracestates);
+    let rows = db.fetch_all(query).await?;
     rows.iter()
         .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
         .collect()

@@ -13,6 +13,7 @@ use super::super::shared::not_claimed;
 use super::super::{store_error, Outcome, CLAIM_TRIES};
 use super::accept::accept_many;
 use super::claims::{remaining, CLAIM, COMPLETE, TAKE_OVER};
+use super::kept::Runs;
 use super::outcome::finish_one;
 use super::queue::NOTIFY;
 use super::{bind_claim, PLANNED_EACH_TIME};
@@ -169,7 +170,7 @@ type Completing<'a> = (&'a str, &'a str, Token);
 /// rather than each after its own timeout. No write is ever granted by a failed
 /// statement.
 pub(super) async fn write_batch(
-    pool: &PgPool,
+    db: &impl Runs,
     writes: Vec<Write>,
 ) -> Vec<Result<Written, StoreError>> {
     let (mut claims, mut completes, mut accepts) = (Vec::new(), Vec::new(), Vec::new());
@@ -189,12 +190,12 @@ pub(super) async fn write_batch(
     }
     let ((claimed, completed), accepted, recorded) = tokio::join!(
         claim_and_complete(
-            pool,
+            db,
             claims.iter().map(|c| c.1).collect(),
             completes.iter().map(|c| c.1).collect(),
         ),
-        accept_many(pool, accepts.iter().map(|c| c.1).collect()),
-        processed_many(pool, processed.iter().map(|c| c.1).collect()),
+        accept_many(db, accepts.iter().map(|c| c.1).collect()),
+        processed_many(db, processed.iter().map(|c| c.1).collect()),
     );
     let mut results: Vec<Option<Result<Written, StoreError>>> =
         std::iter::repeat_with(|| None).take(writes.len()).collect();
@@ -246,7 +247,7 @@ pub(super) fn all_failed<T>(
 /// over, and a completion not matched the single statement, which also tells a row the
 /// inbox adopted.
 async fn claim_and_complete(
-    pool: &PgPool,
+    db: &impl Runs,
     claims: Vec<Claiming<'_>>,
     completes: Vec<Completing<'_>>,
 ) -> (
@@ -255,7 +256,7 @@ async fn claim_and_complete(
 ) {
     let (inserted, done) = match claims.len() + completes.len() {
         0 | 1 => (HashSet::new(), HashSet::new()),
-        _ => match claim_and_complete_rows(pool, &claims, &completes).await {
+        _ => match claim_and_complete_rows(db, &claims, &completes).await {
             Ok(rows) => rows,
             Err(e) if unavailable(&e) => {
                 return (
@@ -267,14 +268,14 @@ async fn claim_and_complete(
         },
     };
     tokio::join!(
-        finish_claims(pool, claims, inserted),
-        finish_completes(pool, completes, done),
+        finish_claims(db.pool(), claims, inserted),
+        finish_completes(db.pool(), completes, done),
     )
 }
 
 /// `CLAIM_AND_COMPLETE_MANY`: the keys and tokens that went in, and those marked done.
 pub(super) async fn claim_and_complete_rows(
-    pool: &PgPool,
+    db: &impl Runs,
     claims: &[Claiming<'_>],
     completes: &[Completing<'_>],
 ) -> Result<(HashSet<DoneKey>, HashSet<DoneKey>), sqlx::Error> {
@@ -282,16 +283,15 @@ pub(super) async fn claim_and_complete_rows(
     claims.sort_by_key(|(d, ..)| (d.source(), d.id()));
     let mut completes = completes.to_vec();
     completes.sort_by_key(|&(source, id, _)| (source, id));
-    let rows = Columns::of(claims.iter().map(|c| c.0))
+    let query = Columns::of(claims.iter().map(|c| c.0))
         .bind_claim(sqlx::query(CLAIM_AND_COMPLETE_MANY))
         .bind(claims.iter().map(|c| c.2.as_secs_f64()).collect::<Vec<_>>())
         .bind(claims.iter().map(|c| c.1.as_uuid()).collect::<Vec<_>>())
         .bind(claims.iter().map(|c| c.0.kind()).collect::<Vec<_>>())
         .bind(completes.iter().map(|c| c.0).collect::<Vec<_>>())
         .bind(completes.iter().map(|c| c.1).collect::<Vec<_>>())
-        .bind(completes.iter().map(|c| c.2.as_uuid()).collect::<Vec<_>>())
-        .fetch_all(pool)
-        .await?;
+        .bind(completes.iter().map(|c| c.2.as_uuid()).collect::<Vec<_>>());
+    let rows = db.fetch_all(query).await?;
     let (mut inserted, mut done) = (HashSet::new(), HashSet::new());
     for row in rows {
         let key = (row.try_get(1)?, row.try_get(2)?, row.try_get(3)?);
@@ -406,7 +406,7 @@ fn done_key(source: &str, id: &str, token: Token) -> DoneKey {
 /// out. A statement the server refused is retried row by row, as a batch's completions.
 /// Each row with whether it wakes the workers of every process (see `Write::Processed`).
 async fn processed_many(
-    pool: &PgPool,
+    db: &impl Runs,
     rows: Vec<(Completing<'_>, bool, &str)>,
 ) -> Vec<Result<bool, StoreError>> {
     if rows.is_empty() {
@@ -415,7 +415,7 @@ async fn processed_many(
     let wakes: Vec<bool> = rows.iter().map(|r| r.1).collect();
     let processors: Vec<&str> = rows.iter().map(|r| r.2).collect();
     let rows: Vec<Completing<'_>> = rows.into_iter().map(|r| r.0).collect();
-    match update_processed(pool, &rows, &wakes, &processors).await {
+    match update_processed(db, &rows, &wakes, &processors).await {
         Ok(done) => rows
             .iter()
             .map(|&(source, id, token)| Ok(done.contains(&done_key(source, id, token))))
@@ -428,14 +428,14 @@ async fn processed_many(
                 rows.into_iter().zip(wakes).zip(processors)
             {
                 let outcome = Outcome::Processed;
-                let held = finish_one(pool, (source, id, processor), token, outcome).await;
+                let held = finish_one(db.pool(), (source, id, processor), token, outcome).await;
                 if wakes && matches!(held, Ok(true)) {
                     woken.insert(processor);
                 }
                 results.push(held);
             }
             for processor in woken {
-                let _ = sqlx::query(NOTIFY).bind(processor).execute(pool).await;
+                let _ = sqlx::query(NOTIFY).bind(processor).execute(db.pool()).await;
             }
             results
         }
@@ -445,14 +445,14 @@ async fn processed_many(
 /// Marks processed, in one statement (`PROCESSED_MANY`), the routes `token` still holds,
 /// each with whether it `wakes` its processor's workers: the keys and tokens that matched.
 pub(super) async fn update_processed(
-    pool: &PgPool,
+    db: &impl Runs,
     rows: &[Completing<'_>],
     wakes: &[bool],
     processors: &[&str],
 ) -> Result<HashSet<DoneKey>, sqlx::Error> {
     let mut order: Vec<usize> = (0..rows.len()).collect();
     order.sort_by_key(|&i| (rows[i].0, rows[i].1));
-    let rows = sqlx::query(PROCESSED_MANY)
+    let query = sqlx::query(PROCESSED_MANY)
         .persistent(PLANNED_EACH_TIME)
         .bind(order.iter().map(|&i| rows[i].0).collect::<Vec<_>>())
         .bind(order.iter().map(|&i| rows[i].1).collect::<Vec<_>>())
@@ -463,9 +463,8 @@ pub(super) async fn update_processed(
                 .collect::<Vec<_>>(),
         )
         .bind(order.iter().map(|&i| wakes[i]).collect::<Vec<_>>())
-        .bind(order.iter().map(|&i| processors[i]).collect::<Vec<_>>())
-        .fetch_all(pool)
-        .await?;
+        .bind(order.iter().map(|&i| processors[i]).collect::<Vec<_>>());
+    let rows = db.fetch_all(query).await?;
     rows.iter()
         .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
         .collect()

@@ -7,6 +7,7 @@ mod claims; // `DedupeLayer`'s claims, and keys done in the caller's transaction
 mod erasure; // events' bodies erased on request, their routes buried
 mod expiry; // the body retention: processed events' bodies, a batch from a bookmark
 mod group_commit; // the writer's batches: claims, completions, accepts, "processed"
+mod kept; // the writer's own connections, kept between its batches
 mod latest; // the ordering guard (`webhook_objects`)
 mod listing; // the inbox's counts, listings and one event, for operators
 mod outcome; // an attempt's outcome on its row, fenced on the token
@@ -81,11 +82,12 @@ const OUTCOME_SLOTS: usize = 2;
 
 impl Pg {
     pub(crate) fn new(pool: PgPool) -> Self {
+        let kept = Arc::new(kept::Kept::new(pool.clone()));
         let batcher = |slots| {
-            let for_writer = pool.clone();
+            let kept = kept.clone();
             let run: Run<Write, Written> = Arc::new(move |writes| {
-                let pool = for_writer.clone();
-                Box::pin(async move { group_commit::write_batch(&pool, writes).await })
+                let kept = kept.clone();
+                Box::pin(async move { group_commit::write_batch(&*kept, writes).await })
             });
             Arc::new(
                 Batcher::new(MAX_BATCH, MAX_BATCH_BYTES, Write::size, slots, run)

@@ -1,0 +1,315 @@
+//! The group commit's own connections, kept between its batches as each client of the
+//! bare loop (pgbench) keeps its own.
+//!
+//! A connection the pool lends costs two round trips beside its statement: sqlx checks
+//! it with one when it is lent and another when it is given back. Under load a batch is
+//! one statement of about a millisecond, and the check when lent is on its path; a kept
+//! connection needs neither, and its backend stays the same one, warm. (Measured, issue
+//! 38: `DedupeLayer` on PostgreSQL 0.85–0.93× pgbench lent, 1.05–1.18× kept.)
+//!
+//! Kept connections are taken out of the pool (`detach`): the pool opens others in their
+//! place, and closing it does not wait for them. A kept connection idle past
+//! [`CHECK_AFTER`] is checked before its next statement, one older than the pool's
+//! `max_lifetime` is closed, one whose statement failed for want of the server (not for a
+//! value it was sent) is dropped, and once the pool is closed every one is.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgArguments, PgConnection, PgPool, PgRow, Postgres};
+use sqlx::query::Query;
+use sqlx::Connection;
+
+use super::group_commit::unavailable;
+
+/// At most this many connections kept (idle or in use): one for the front door's batch in
+/// flight, one for a batch beside it, one for the worker's outcomes. A statement past
+/// them borrows one from the pool, as before.
+const KEPT: usize = 3;
+
+/// A kept connection idle this long is checked before its next statement: the server may
+/// have ended it meanwhile (a restart, an idle timeout). One in steady use never is.
+pub(super) const CHECK_AFTER: Duration = Duration::from_secs(1);
+
+/// Where a batch's statements run: the writer's kept connections, or a pool as it is
+/// (the statements' own tests, which read the pool's prepared statements).
+pub(super) trait Runs: Sync {
+    /// The pool: what a batch's rarer statements (a write retried alone) borrow from.
+    fn pool(&self) -> &PgPool;
+
+    /// Runs `query`, every row.
+    fn fetch_all<'q>(
+        &self,
+        query: Query<'q, Postgres, PgArguments>,
+    ) -> impl Future<Output = Result<Vec<PgRow>, sqlx::Error>> + Send;
+}
+
+impl Runs for PgPool {
+    fn pool(&self) -> &PgPool {
+        self
+    }
+
+    fn fetch_all<'q>(
+        &self,
+        query: Query<'q, Postgres, PgArguments>,
+    ) -> impl Future<Output = Result<Vec<PgRow>, sqlx::Error>> + Send {
+        query.fetch_all(self)
+    }
+}
+
+/// The writer's kept connections, over the pool they came from.
+pub(super) struct Kept {
+    pool: PgPool,
+    idle: Mutex<Vec<Idle>>,
+    /// How many are kept, idle or in use.
+    count: AtomicUsize,
+}
+
+/// A kept connection and its times.
+struct Idle {
+    conn: PgConnection,
+    opened: Instant,
+    since: Instant,
+}
+
+impl Kept {
+    pub(super) fn new(pool: PgPool) -> Self {
+        Self {
+            pool,
+            idle: Mutex::new(Vec::new()),
+            count: AtomicUsize::new(0),
+        }
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A kept connection: an idle one still usable, else a new one out of the pool while
+    /// fewer than [`KEPT`] are; `None` past that.
+    async fn take(&self) -> Result<Option<Mine<'_>>, sqlx::Error> {
+        if self.pool.is_closed() {
+            let closed = std::mem::take(&mut *self.idle());
+            self.count.fetch_sub(closed.len(), Relaxed);
+            return Err(sqlx::Error::PoolClosed);
+        }
+        loop {
+            let Some(idle) = self.idle().pop() else { break };
+            let retired = self
+                .pool
+                .options()
+                .get_max_lifetime()
+                .is_some_and(|max| idle.opened.elapsed() >= max);
+            let mut mine = Mine {
+                kept: self,
+                idle: Some(idle),
+            };
+            if retired {
+                let conn = mine.retire();
+                tokio::spawn(async move { drop(conn.close().await) }); // said goodbye, not cut
+                continue;
+            }
+            let idle = mine.idle.as_mut().expect("just put");
+            if idle.since.elapsed() < CHECK_AFTER || idle.conn.ping().await.is_ok() {
+                return Ok(Some(mine));
+            }
+            // Ended by the server while idle: dropped (`Mine`), and the next one tried.
+        }
+        if self.count.fetch_add(1, Relaxed) >= KEPT {
+            self.count.fetch_sub(1, Relaxed);
+            return Ok(None);
+        }
+        // Counted before it is opened, so concurrent takes never pass `KEPT`; a failed
+        // acquire is uncounted by `Mine`'s drop.
+        let mut mine = Mine {
+            kept: self,
+            idle: None,
+        };
+        let now = Instant::now();
+        mine.idle = Some(Idle {
+            conn: self.pool.acquire().await?.detach(),
+            opened: now,
+            since: now,
+        });
+        Ok(Some(mine))
+    }
+}
+
+impl Runs for Kept {
+    fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn fetch_all<'q>(
+        &self,
+        query: Query<'q, Postgres, PgArguments>,
+    ) -> Result<Vec<PgRow>, sqlx::Error> {
+        let Some(mut mine) = self.take().await? else {
+            let mut lent: PoolConnection<Postgres> = self.pool.acquire().await?;
+            return query.fetch_all(&mut *lent).await;
+        };
+        let idle = mine.idle.as_mut().expect("taken");
+        let rows = query.fetch_all(&mut idle.conn).await;
+        match &rows {
+            Err(e) if unavailable(e) => {} // dropped with `mine`
+            _ => mine.give_back(),
+        }
+        rows
+    }
+}
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kept")
+            .field("count", &self.count.load(Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// One of the kept connections, counted, out of the idle list: back in it by `give_back`,
+/// else (a failed statement, an acquire that failed, a dropped batch) closed and uncounted
+/// when dropped.
+struct Mine<'a> {
+    kept: &'a Kept,
+    idle: Option<Idle>,
+}
+
+impl Mine<'_> {
+    fn give_back(mut self) {
+        if self.kept.pool.is_closed() {
+            return; // dropped, uncounted
+        }
+        if let Some(mut idle) = self.idle.take() {
+            idle.since = Instant::now();
+            self.kept.idle().push(idle);
+            std::mem::forget(self); // still counted: kept
+        }
+    }
+
+    /// The connection, no longer kept.
+    fn retire(mut self) -> PgConnection {
+        self.idle.take().expect("a connection").conn // uncounted as `self` drops
+    }
+}
+
+impl Drop for Mine<'_> {
+    fn drop(&mut self) {
+        self.kept.count.fetch_sub(1, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::Row;
+
+    use super::*;
+    use crate::sql::postgres::tests::fresh_pool;
+
+    /// The backend `kept` runs its next statement on.
+    async fn backend(kept: &Kept) -> Result<i32, sqlx::Error> {
+        let rows = kept
+            .fetch_all(sqlx::query("SELECT pg_backend_pid()"))
+            .await?;
+        Ok(rows[0].get(0))
+    }
+
+    /// Ends backend `pid` from another connection, and waits until it is gone.
+    async fn end_backend(admin: &PgPool, pid: i32) {
+        let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .fetch_one(admin)
+            .await
+            .unwrap();
+        assert!(ended, "backend {pid} ended");
+        assert!(gone(admin, pid).await, "backend {pid} still there");
+    }
+
+    /// Whether backend `pid` is gone within two seconds.
+    async fn gone(admin: &PgPool, pid: i32) -> bool {
+        for _ in 0..200 {
+            let alive: bool =
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)")
+                    .bind(pid)
+                    .fetch_one(admin)
+                    .await
+                    .unwrap();
+            if !alive {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    #[tokio::test]
+    async fn batches_run_on_the_same_kept_backends_never_more_than_kept() {
+        let pool = fresh_pool().await;
+        let kept = Kept::new(pool.clone());
+        let first = backend(&kept).await.unwrap();
+        for _ in 0..5 {
+            assert_eq!(backend(&kept).await.unwrap(), first, "the same connection");
+        }
+        // Five at once: three kept, two lent by the pool as before; every one answered.
+        let slow = || kept.fetch_all(sqlx::query("SELECT pg_backend_pid(), pg_sleep(0.2)"));
+        let answers = tokio::join!(slow(), slow(), slow(), slow(), slow());
+        let answers = [answers.0, answers.1, answers.2, answers.3, answers.4];
+        assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+        assert_eq!(kept.count.load(Relaxed), KEPT);
+        assert_eq!(kept.idle().len(), KEPT, "the kept ones back, idle");
+        // Out of the pool: it opened others in their place, and it still lends them.
+        assert!(pool.size() as usize <= pool.options().get_max_connections() as usize);
+        sqlx::query("SELECT 1").execute(&pool).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_kept_connection_ended_while_idle_is_replaced_before_its_next_statement() {
+        let pool = fresh_pool().await;
+        let kept = Kept::new(pool.clone());
+        let first = backend(&kept).await.unwrap();
+        end_backend(&pool, first).await;
+        tokio::time::sleep(CHECK_AFTER + Duration::from_millis(100)).await;
+        let next = backend(&kept)
+            .await
+            .expect("checked, found ended, replaced");
+        assert_ne!(next, first);
+        assert_eq!(kept.count.load(Relaxed), 1, "the ended one uncounted");
+    }
+
+    #[tokio::test]
+    async fn one_ended_in_steady_use_fails_its_own_statement_and_the_next_gets_another() {
+        let pool = fresh_pool().await;
+        let kept = Kept::new(pool.clone());
+        let first = backend(&kept).await.unwrap();
+        end_backend(&pool, first).await;
+        // Used within `CHECK_AFTER`: not checked, so its statement fails (a 503 to the
+        // writes of that batch), and the connection is not kept.
+        let failed = backend(&kept).await.expect_err("its backend is gone");
+        assert!(unavailable(&failed), "{failed}");
+        assert_eq!(kept.count.load(Relaxed), 0);
+        let next = backend(&kept).await.unwrap();
+        assert_ne!(next, first);
+    }
+
+    #[tokio::test]
+    async fn closing_the_pool_does_not_wait_for_kept_ones_which_close_at_the_next_write() {
+        let pool = fresh_pool().await;
+        let admin = PgPool::connect_with(pool.connect_options().as_ref().clone())
+            .await
+            .unwrap();
+        let kept = Kept::new(pool.clone());
+        let pid = backend(&kept).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), pool.close())
+            .await
+            .expect("the pool closes without waiting for the kept connection");
+        let refused = backend(&kept).await.expect_err("the pool is closed");
+        assert!(matches!(refused, sqlx::Error::PoolClosed), "{refused}");
+        assert_eq!(kept.count.load(Relaxed), 0);
+        assert!(
+            gone(&admin, pid).await,
+            "the kept backend {pid} outlived the closed pool"
+        );
+    }
+}
