@@ -13,6 +13,11 @@ use crate::sql::{migrate_error, store_error};
 /// (`INSERT … ON CONFLICT DO NOTHING RETURNING`); a duplicate takes a second, which takes
 /// over an expired claim or tells *done* from *in flight*, and writes nothing otherwise.
 ///
+/// Under load, concurrent claims and completions (and an inbox's accepts) go out together,
+/// one statement and one commit a batch, on up to three connections the store keeps for
+/// its batches beside the pool's (taken out of it: count them in the server's
+/// `max_connections`; closing the pool closes them at the next write).
+///
 /// Cloning shares the pool.
 #[derive(Clone, Debug)]
 pub struct PgStore {
