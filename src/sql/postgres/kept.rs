@@ -8,10 +8,15 @@
 //! 38: `DedupeLayer` on PostgreSQL 0.85–0.93× pgbench lent, 1.05–1.18× kept.)
 //!
 //! Kept connections are taken out of the pool (`detach`): the pool opens others in their
-//! place, and closing it does not wait for them. A kept connection idle past
-//! [`CHECK_AFTER`] is checked before its next statement, one older than the pool's
-//! `max_lifetime` is closed, one whose statement failed for want of the server (not for a
-//! value it was sent) is dropped, and once the pool is closed every one is.
+//! place, and closing it does not wait for them. Before a statement, the kept ones are
+//! looked over: one older than the pool's `max_lifetime` (counted from when it was
+//! kept) or idle past its `idle_timeout` is closed, one made on another tokio runtime (the
+//! writer starts again on the next) is dropped, and one idle past [`CHECK_AFTER`], or
+//! beside one that just failed for want of the server, is checked first. One whose
+//! statement failed for want of the server (not for a value it was sent) is dropped. Once
+//! the pool is closed, the next write drops them all; till then (or till the store is
+//! dropped) their backends stay connected. The pool's `before_acquire` and
+//! `after_release` hooks do not run for them.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -19,7 +24,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgArguments, PgConnection, PgPool, PgRow, Postgres};
+use sqlx::postgres::{PgArguments, PgConnection, PgPool, PgRow, PgSeverity, Postgres};
 use sqlx::query::Query;
 use sqlx::Connection;
 
@@ -71,8 +76,11 @@ pub(super) struct Kept {
 /// A kept connection and its times.
 struct Idle {
     conn: PgConnection,
+    /// The runtime its socket is registered with.
+    runtime: tokio::runtime::Id,
     opened: Instant,
-    since: Instant,
+    /// Since when it is idle; `None`: to be checked before its next statement.
+    since: Option<Instant>,
 }
 
 impl Kept {
@@ -91,32 +99,47 @@ impl Kept {
     /// A kept connection: an idle one still usable, else a new one out of the pool while
     /// fewer than [`KEPT`] are; `None` past that.
     async fn take(&self) -> Result<Option<Mine<'_>>, sqlx::Error> {
-        if self.pool.is_closed() {
-            let closed = std::mem::take(&mut *self.idle());
-            self.count.fetch_sub(closed.len(), Relaxed);
+        let (closed, runtime) = (
+            self.pool.is_closed(),
+            tokio::runtime::Handle::current().id(),
+        );
+        let options = self.pool.options();
+        let past = |i: &Idle| {
+            let older =
+                |max: Option<Duration>, since: Instant| max.is_some_and(|m| since.elapsed() >= m);
+            older(options.get_max_lifetime(), i.opened)
+                || i.since
+                    .is_some_and(|since| older(options.get_idle_timeout(), since))
+        };
+        let (gone, usable): (Vec<Idle>, Vec<Idle>) = std::mem::take(&mut *self.idle())
+            .into_iter()
+            .partition(|i| closed || i.runtime != runtime || past(i));
+        self.idle().extend(usable);
+        for idle in gone {
+            // Closed politely where it can be: one of an ended runtime's is only dropped.
+            let polite = !closed && idle.runtime == runtime;
+            let conn = Mine::new(self, idle).retire();
+            if polite {
+                tokio::spawn(async move { drop(conn.close().await) });
+            }
+        }
+        if closed {
             return Err(sqlx::Error::PoolClosed);
         }
         loop {
             let Some(idle) = self.idle().pop() else { break };
-            let retired = self
-                .pool
-                .options()
-                .get_max_lifetime()
-                .is_some_and(|max| idle.opened.elapsed() >= max);
-            let mut mine = Mine {
-                kept: self,
-                idle: Some(idle),
-            };
-            if retired {
-                let conn = mine.retire();
-                tokio::spawn(async move { drop(conn.close().await) }); // said goodbye, not cut
-                continue;
+            let fresh = idle
+                .since
+                .is_some_and(|since| since.elapsed() < CHECK_AFTER);
+            let mut mine = Mine::new(self, idle);
+            if !fresh {
+                let conn = &mut mine.idle.as_mut().expect("just put").conn;
+                let check = tokio::time::timeout(options.get_acquire_timeout(), conn.ping());
+                if !matches!(check.await, Ok(Ok(()))) {
+                    continue; // ended by the server, or not answering: dropped (`Mine`)
+                }
             }
-            let idle = mine.idle.as_mut().expect("just put");
-            if idle.since.elapsed() < CHECK_AFTER || idle.conn.ping().await.is_ok() {
-                return Ok(Some(mine));
-            }
-            // Ended by the server while idle: dropped (`Mine`), and the next one tried.
+            return Ok(Some(mine));
         }
         if self.count.fetch_add(1, Relaxed) >= KEPT {
             self.count.fetch_sub(1, Relaxed);
@@ -128,13 +151,21 @@ impl Kept {
             kept: self,
             idle: None,
         };
-        let now = Instant::now();
         mine.idle = Some(Idle {
             conn: self.pool.acquire().await?.detach(),
-            opened: now,
-            since: now,
+            runtime,
+            opened: Instant::now(),
+            since: None,
         });
         Ok(Some(mine))
+    }
+
+    /// The idle ones, to be checked before their next statement: one beside them just
+    /// failed for want of the server (a restart ends them all at once).
+    fn suspect_all(&self) {
+        for idle in self.idle().iter_mut() {
+            idle.since = None;
+        }
     }
 }
 
@@ -154,11 +185,22 @@ impl Runs for Kept {
         let idle = mine.idle.as_mut().expect("taken");
         let rows = query.fetch_all(&mut idle.conn).await;
         match &rows {
-            Err(e) if unavailable(e) => {} // dropped with `mine`
+            Err(e) if lost(e) => self.suspect_all(), // and this one dropped with `mine`
             _ => mine.give_back(),
         }
         rows
     }
+}
+
+/// Whether a failed statement leaves its connection unusable: the server out of reach,
+/// or an error that ended its session (`FATAL`, `PANIC`) whatever its code.
+fn lost(e: &sqlx::Error) -> bool {
+    let fatal = |db: &sqlx::postgres::PgDatabaseError| {
+        matches!(db.severity(), PgSeverity::Fatal | PgSeverity::Panic)
+    };
+    unavailable(e)
+        || matches!(e, sqlx::Error::Database(db)
+            if db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().is_some_and(fatal))
 }
 
 impl std::fmt::Debug for Kept {
@@ -177,13 +219,21 @@ struct Mine<'a> {
     idle: Option<Idle>,
 }
 
-impl Mine<'_> {
+impl<'a> Mine<'a> {
+    /// An idle one, counted since it was kept.
+    fn new(kept: &'a Kept, idle: Idle) -> Self {
+        Self {
+            kept,
+            idle: Some(idle),
+        }
+    }
+
     fn give_back(mut self) {
         if self.kept.pool.is_closed() {
             return; // dropped, uncounted
         }
         if let Some(mut idle) = self.idle.take() {
-            idle.since = Instant::now();
+            idle.since = Some(Instant::now());
             self.kept.idle().push(idle);
             std::mem::forget(self); // still counted: kept
         }
@@ -311,5 +361,74 @@ mod tests {
             gone(&admin, pid).await,
             "the kept backend {pid} outlived the closed pool"
         );
+    }
+
+    #[tokio::test]
+    async fn when_one_fails_for_want_of_the_server_the_others_are_checked_before_use() {
+        let pool = fresh_pool().await;
+        let kept = Kept::new(pool.clone());
+        let slow = || kept.fetch_all(sqlx::query("SELECT pg_backend_pid(), pg_sleep(0.1)"));
+        let (a, b) = tokio::join!(slow(), slow());
+        let pids: Vec<i32> = [a, b].into_iter().map(|r| r.unwrap()[0].get(0)).collect();
+        assert_ne!(pids[0], pids[1], "two kept");
+        // A restart, as the writer sees it: every kept backend ended at once, all fresh.
+        for pid in &pids {
+            end_backend(&pool, *pid).await;
+        }
+        backend(&kept)
+            .await
+            .expect_err("the first statement meets the ended backend");
+        let next = backend(&kept)
+            .await
+            .expect("the other one checked, dropped, replaced");
+        assert!(!pids.contains(&next));
+        assert_eq!(kept.count.load(Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_kept_connection_idle_past_the_pools_idle_timeout_is_closed() {
+        let pool = fresh_pool().await;
+        let options = pool.connect_options().as_ref().clone();
+        let short = sqlx::postgres::PgPoolOptions::new()
+            .idle_timeout(Duration::from_millis(300))
+            .connect_with(options)
+            .await
+            .unwrap();
+        let kept = Kept::new(short);
+        let first = backend(&kept).await.unwrap();
+        assert_eq!(backend(&kept).await.unwrap(), first, "kept while in use");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let next = backend(&kept).await.unwrap();
+        assert_ne!(next, first, "the idle one closed, another kept");
+        assert!(gone(&pool, first).await, "its backend ended");
+        assert_eq!(kept.count.load(Relaxed), 1);
+    }
+
+    /// The writer starts again on the next runtime when its own ends (`batch`): the kept
+    /// connections of the ended one, whose sockets it drove, are not used again.
+    #[test]
+    fn kept_connections_of_an_ended_runtime_are_dropped_not_used() {
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let first = runtime();
+        let (kept, pool, pid) = first.block_on(async {
+            let pool = fresh_pool().await;
+            let kept = Kept::new(pool.clone());
+            let pid = backend(&kept).await.unwrap();
+            (kept, pool, pid)
+        });
+        drop(first);
+        runtime().block_on(async {
+            let next = backend(&kept)
+                .await
+                .expect("a new kept connection, at once");
+            assert_ne!(next, pid);
+            assert_eq!(kept.count.load(Relaxed), 1);
+            drop(pool);
+        });
     }
 }
