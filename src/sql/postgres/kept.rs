@@ -32,8 +32,10 @@ use sqlx::Connection;
 use super::group_commit::unavailable;
 
 /// At most this many connections kept (idle or in use): one for the front door's batch in
-/// flight, one for a batch beside it, one for the worker's outcomes. A statement past
-/// them borrows one from the pool, as before.
+/// flight, one for a batch beside it, one for the worker's outcomes — and never more than
+/// a third of the pool's `max_connections` (a pool of two keeps none), so the connections
+/// a store opens stay near what its pool was sized for. A statement past them borrows one
+/// from the pool, as before.
 const KEPT: usize = 3;
 
 /// A kept connection idle this long is checked before its next statement: the server may
@@ -142,7 +144,8 @@ impl Kept {
             }
             return Ok(Some(mine));
         }
-        if self.count.fetch_add(1, Relaxed) >= KEPT {
+        let most = KEPT.min(options.get_max_connections() as usize / 3);
+        if self.count.fetch_add(1, Relaxed) >= most {
             self.count.fetch_sub(1, Relaxed);
             return Ok(None);
         }
@@ -313,6 +316,23 @@ mod tests {
         // Out of the pool: it opened others in their place, and it still lends them.
         assert!(pool.size() as usize <= pool.options().get_max_connections() as usize);
         sqlx::query("SELECT 1").execute(&pool).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_pool_of_two_keeps_none_and_a_pool_of_six_two() {
+        let options = fresh_pool().await.connect_options().as_ref().clone();
+        for (size, most) in [(2, 0), (6, 2)] {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(size)
+                .connect_with(options.clone())
+                .await
+                .unwrap();
+            let kept = Kept::new(pool.clone());
+            let slow = || kept.fetch_all(sqlx::query("SELECT pg_sleep(0.1)"));
+            let answers = tokio::join!(slow(), slow(), slow());
+            assert!(answers.0.is_ok() && answers.1.is_ok() && answers.2.is_ok());
+            assert_eq!(kept.count.load(Relaxed), most, "a pool of {size}");
+        }
     }
 
     #[tokio::test]
