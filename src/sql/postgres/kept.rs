@@ -114,10 +114,10 @@ impl Kept {
                 || i.since
                     .is_some_and(|since| older(options.get_idle_timeout(), since))
         };
-        let (gone, usable): (Vec<Idle>, Vec<Idle>) = std::mem::take(&mut *self.idle())
-            .into_iter()
-            .partition(|i| closed || i.runtime != runtime || past(i));
-        self.idle().extend(usable);
+        let gone: Vec<Idle> = self
+            .idle()
+            .extract_if(.., |i| closed || i.runtime != runtime || past(i))
+            .collect();
         for idle in gone {
             // Closed politely where it can be: one of an ended runtime's is only dropped.
             let polite = !closed && idle.runtime == runtime;
@@ -437,7 +437,10 @@ mod tests {
         };
         let first = runtime();
         let (kept, pool, pid) = first.block_on(async {
-            let pool = fresh_pool().await;
+            // A pool that opens no connection but the one kept: the pool's own idle ones
+            // of an ended runtime are sqlx's to check.
+            let options = fresh_pool().await.connect_options().as_ref().clone();
+            let pool = sqlx::postgres::PgPoolOptions::new().connect_lazy_with(options);
             let kept = Kept::new(pool.clone());
             let pid = backend(&kept).await.unwrap();
             (kept, pool, pid)
