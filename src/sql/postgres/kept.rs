@@ -149,7 +149,7 @@ impl Kept {
             self.count.fetch_sub(1, Relaxed);
             return Ok(None);
         }
-        // Counted before it is opened, so concurrent takes never pass `KEPT`; a failed
+        // Counted before it is opened, so concurrent takes never pass `most`; a failed
         // acquire is uncounted by `Mine`'s drop.
         let mut mine = Mine {
             kept: self,
