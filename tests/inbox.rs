@@ -18,7 +18,7 @@ use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_webhook::dedupe::PgTx;
 use tower_webhook::inbox::{
-    Accepted, Attempt, DeadRows, Inbox, Listing, Processor, Requeue, Worker,
+    Accepted, Attempt, DeadRows, Inbox, LateAnswers, Listing, Processor, Requeue, Worker,
 };
 use tower_webhook::once::{Once, Ran};
 use tower_webhook::store::{
@@ -447,6 +447,32 @@ async fn postgres() -> Inbox {
     Inbox::postgres(&PgStore::connect(&fresh_pg_url().await).await.unwrap())
 }
 
+/// A claim answered with more rows than the worker asked for (a store's bug, as
+/// PostgreSQL's claim once had) costs nothing: the worker runs what it has processors
+/// for and hands the rest back uncounted — no panic, each event run once, at attempt 1.
+async fn a_claim_answered_with_more_than_asked_runs_each_event_once(inbox: Inbox) {
+    for i in 0..4 {
+        let status = deliver(&inbox, &format!("evt_more_{i}")).await;
+        assert_eq!(status, StatusCode::NO_CONTENT);
+    }
+    let late = LateAnswers::new();
+    late.answer_more(2);
+    let over = inbox.with_late_answers(&late);
+    let seen = Seen::default();
+    let worker = Worker::new(&over, seen.processor(Duration::from_millis(20)))
+        .with_concurrency(1)
+        .unwrap()
+        .spawn();
+    eventually("4 processed", async || {
+        inbox.counts().await.unwrap().processed == 4
+    })
+    .await;
+    for i in 0..4 {
+        assert_eq!(seen.of(&format!("evt_more_{i}")), vec![1], "evt_more_{i}");
+    }
+    worker.shutdown().await;
+}
+
 /// Concurrent deliveries of the same and of different events — gathered into batches by
 /// the group commit — each answered 204, and each event queued once: one `New` per key.
 async fn concurrent_accepts_queue_each_event_once(inbox: Inbox) {
@@ -610,6 +636,10 @@ macro_rules! suite {
             #[tokio::test]
             async fn a_processor_gets_the_accepted_event_and_its_attempts() {
                 super::a_processor_gets_the_accepted_event_and_its_attempts($make).await;
+            }
+            #[tokio::test]
+            async fn a_claim_answered_with_more_than_asked_runs_each_event_once() {
+                super::a_claim_answered_with_more_than_asked_runs_each_event_once($make).await;
             }
             #[tokio::test]
             async fn oldest_due_is_the_queues_lag() {

@@ -42,6 +42,9 @@ struct Plans {
     next: [VecDeque<Duration>; 3],
     /// Per call, how many answers were delayed.
     met: [usize; 3],
+    /// How many of the next claims that take a row claim again and answer with both
+    /// (more rows than asked, as a store's bug would).
+    more: usize,
     /// Per processor, how many claims were sent (each wake-up of its workers that found
     /// room to claim).
     claims: std::collections::HashMap<String, usize>,
@@ -57,6 +60,12 @@ impl LateAnswers {
     /// The next answer of `call` comes `after` late (a claim's: the next that took a row).
     pub fn next(&self, call: LateCall, after: Duration) {
         self.plans().next[call as usize].push_back(after);
+    }
+
+    /// The next `n` claims that take a row claim once more and answer with both claims'
+    /// rows: more than the worker asked for.
+    pub fn answer_more(&self, n: usize) {
+        self.plans().more += n;
     }
 
     /// How many answers of `call` came late so far.
@@ -82,6 +91,14 @@ impl LateAnswers {
         if let Some(after) = after {
             tokio::time::sleep(after).await;
         }
+    }
+
+    /// Whether this claim answers more (one of `answer_more`'s, spent).
+    fn take_more(&self) -> bool {
+        let mut plans = self.plans();
+        let more = plans.more > 0;
+        plans.more -= usize::from(more);
+        more
     }
 
     fn plans(&self) -> MutexGuard<'_, Plans> {
@@ -143,7 +160,14 @@ impl Backend for Late {
             .claims
             .entry(processor.to_string())
             .or_default() += 1;
-        let rows = self.inner.claim(processor, due);
+        let (inner, late) = (self.inner.clone(), self.late.clone());
+        let rows = Box::pin(async move {
+            let mut rows = inner.claim(processor.clone(), due.clone()).await?;
+            if !rows.is_empty() && late.take_more() {
+                rows.extend(inner.claim(processor, due).await?);
+            }
+            Ok(rows)
+        });
         self.delayed(LateCall::Claim, rows, |rows| !rows.is_empty())
     }
     fn give_back(

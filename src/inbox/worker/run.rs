@@ -303,7 +303,20 @@ impl<Q: Queue> Engine<Q> {
                 self.queue.give_back(held).await;
                 (Vec::new(), false)
             }
-            Ok(rows) => (rows, false),
+            Ok(mut rows) => {
+                // More than asked (a store's bug) holds no processor: the rest go back
+                // uncounted, or come back with their lease — never a panic in `run_batch`.
+                if rows.len() > n {
+                    let extra = rows.split_off(n);
+                    #[cfg(feature = "tracing")]
+                    tracing::error!(target: "tower_webhook", "inbox worker's claim of {n} answered {}: the rest handed back", n + extra.len());
+                    if Q::GIVES_BACK {
+                        let held = extra.into_iter().map(|row| row.held).collect();
+                        self.queue.give_back(held).await;
+                    }
+                }
+                (rows, false)
+            }
             Err(_error) => {
                 #[cfg(feature = "tracing")]
                 tracing::error!(target: "tower_webhook", "inbox worker could not claim: {_error}");

@@ -24,6 +24,9 @@ use crate::store::{Delivery, StoreFuture, Token};
 /// (each read by its key: a subquery a row, which no generic plan made on a small table
 /// turns into a scan of the table; the body's row, with its key id and nonce, by a
 /// lateral subquery kept a subquery by `OFFSET 0`, for the same reason).
+/// `due` is `MATERIALIZED`, so it runs once: as a subquery joined to the `UPDATE`, a plan
+/// with it inside a nested loop ran it again for each row of the loop, each run skipping
+/// the rows the runs before had locked, and a claim of one row took two.
 /// `SKIP LOCKED`: concurrent workers (in any replica) each take different rows; the rows
 /// the claiming worker holds (`$9`, `$10`: running, or their outcome not yet written) are
 /// left, whatever their lease says. A due
@@ -43,7 +46,33 @@ use crate::store::{Delivery, StoreFuture, Token};
 /// still due at its event's accept time (`first_run`), by one more lateral lookup by key,
 /// only for an event that has one.
 pub(super) const CLAIM_DUE: &str = "
-WITH claimed AS (
+WITH due AS MATERIALIZED (
+    SELECT source, event_id, processor FROM webhook_routes
+    WHERE processor = $11 AND next_attempt_at IS NOT NULL AND next_attempt_at <= now()
+      AND processed_at IS NULL AND dead_at IS NULL
+      AND (locked_until IS NULL OR locked_until <= clock_timestamp())
+      AND NOT EXISTS (SELECT 1 FROM webhook_pauses p
+          WHERE p.processor IN ('', webhook_routes.processor)
+            AND p.source IN ('', webhook_routes.source)
+            AND p.event_type IN ('', coalesce(webhook_routes.event_type, '')))
+      AND ($6::int4 IS NULL OR object_id IS NULL OR (
+          SELECT count(*) FROM (SELECT 1 FROM webhook_routes o
+          WHERE o.processor = webhook_routes.processor
+            AND o.object_id = webhook_routes.object_id AND o.source = webhook_routes.source
+            AND o.event_id <> webhook_routes.event_id
+            AND o.processed_at IS NULL AND o.dead_at IS NULL
+            AND coalesce(o.next_attempt_at, '-infinity') <> '-infinity'
+            AND (o.locked_until > clock_timestamp()
+                OR (coalesce(o.arrival, 0), o.received_at, o.event_id)
+                < (coalesce(webhook_routes.arrival, 0), webhook_routes.received_at,
+                   webhook_routes.event_id))
+          LIMIT $6) earlier) < $6)
+      AND NOT (source = ANY($7::text[])) AND NOT (coalesce(event_type, '') = ANY($8::text[]))
+      AND (source, event_id) NOT IN (SELECT * FROM unnest($9::text[], $10::text[]))
+    ORDER BY next_attempt_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
     UPDATE webhook_routes w
     SET attempts = w.attempts + (w.attempts < $4)::int,
         dead_at = CASE WHEN w.attempts >= $4 THEN now() END,
@@ -53,33 +82,7 @@ WITH claimed AS (
             THEN clock_timestamp() + make_interval(secs => $1) END,
         lock_token = CASE WHEN w.attempts < $4 THEN $2 END,
         attempt_started_at = CASE WHEN w.attempts < $4 THEN clock_timestamp() END
-    FROM (
-        SELECT source, event_id, processor FROM webhook_routes
-        WHERE processor = $11 AND next_attempt_at IS NOT NULL AND next_attempt_at <= now()
-          AND processed_at IS NULL AND dead_at IS NULL
-          AND (locked_until IS NULL OR locked_until <= clock_timestamp())
-          AND NOT EXISTS (SELECT 1 FROM webhook_pauses p
-              WHERE p.processor IN ('', webhook_routes.processor)
-                AND p.source IN ('', webhook_routes.source)
-                AND p.event_type IN ('', coalesce(webhook_routes.event_type, '')))
-          AND ($6::int4 IS NULL OR object_id IS NULL OR (
-              SELECT count(*) FROM (SELECT 1 FROM webhook_routes o
-              WHERE o.processor = webhook_routes.processor
-                AND o.object_id = webhook_routes.object_id AND o.source = webhook_routes.source
-                AND o.event_id <> webhook_routes.event_id
-                AND o.processed_at IS NULL AND o.dead_at IS NULL
-                AND coalesce(o.next_attempt_at, '-infinity') <> '-infinity'
-                AND (o.locked_until > clock_timestamp()
-                    OR (coalesce(o.arrival, 0), o.received_at, o.event_id)
-                    < (coalesce(webhook_routes.arrival, 0), webhook_routes.received_at,
-                       webhook_routes.event_id))
-              LIMIT $6) earlier) < $6)
-          AND NOT (source = ANY($7::text[])) AND NOT (coalesce(event_type, '') = ANY($8::text[]))
-          AND (source, event_id) NOT IN (SELECT * FROM unnest($9::text[], $10::text[]))
-        ORDER BY next_attempt_at
-        LIMIT $3
-        FOR UPDATE SKIP LOCKED
-    ) due
+    FROM due
     WHERE w.source = due.source AND w.event_id = due.event_id AND w.processor = due.processor
     RETURNING w.source, w.event_id, w.event_type, w.object_id, w.attempts::int8 AS attempts,
         w.dead_at IS NOT NULL AS buried, w.next_attempt_at

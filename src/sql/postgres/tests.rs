@@ -699,3 +699,51 @@ async fn a_processed_row_that_frees_its_objects_turn_notifies_the_workers() {
         "its object's turn freed: its processor's workers told it is due now"
     );
 }
+
+/// A claim takes at most its limit, whatever plan the server picks. The plan the model
+/// suite met (statistics of one row, the routes then grown): the routes scanned, the
+/// claim's candidates the inner side of a nested loop, run again for each route; each run
+/// skipped the rows the runs before had locked and took the next, and a claim of one took
+/// two (a worker holding one processor for them panicked).
+#[tokio::test]
+async fn a_claim_takes_no_more_than_its_limit_whatever_the_plan() {
+    let options = fresh_pool()
+        .await
+        .connect_options()
+        .as_ref()
+        .clone()
+        .options([
+            ("enable_hashjoin", "off"),
+            ("enable_mergejoin", "off"),
+            ("enable_material", "off"),
+            ("enable_indexscan", "off"),
+            ("enable_bitmapscan", "off"),
+        ]);
+    let pool = PgPool::connect_with(options).await.unwrap();
+    let routes = |from: i32, to: i32| {
+        sqlx::query(
+            "INSERT INTO webhook_routes (source, event_id, processor, received_at, next_attempt_at)
+             SELECT 's', 'evt_' || i, $1, now(), now() - interval '1 minute'
+             FROM generate_series($2, $3) i",
+        )
+        .bind(DEFAULT_PROCESSOR)
+        .bind(from)
+        .bind(to)
+        .execute(&pool)
+    };
+    routes(1, 1).await.unwrap();
+    sqlx::query("ANALYZE webhook_routes")
+        .execute(&pool)
+        .await
+        .unwrap();
+    routes(2, 4).await.unwrap();
+    let pg = Pg::new(pool.clone());
+    let due = ClaimDue::plain(1, Duration::from_secs(30), Token::new());
+    let rows = pg.claim(DEFAULT_PROCESSOR.into(), due).await.unwrap();
+    let leased: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM webhook_routes WHERE lock_token IS NOT NULL")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!((rows.len(), leased), (1, 1), "one row claimed and leased");
+}
