@@ -16,7 +16,7 @@
 //! | `tower_webhook_inbox_backlogged_total` | counter | `source` | deliveries the inbox's accept answered 503 without storing them, its queue lagging beyond its [`Backpressure`] |
 //! | `tower_webhook_handler_outcomes_total` | counter | `source`, `outcome` | handler runs behind `DedupeLayer` or `TxDedupeLayer`: `success` (2xx), `failure` (another status, or an error), `panic` |
 //! | `tower_webhook_store_operation_duration_seconds` | histogram | `operation` | each round trip to a store, failed ones included: `claim`, `renew`, `complete`, `release` (`DedupeLayer`, [`Once`]); `accept`, `inbox_claim`, `inbox_renew`, `inbox_finish`, `inbox_counts` (the inbox) |
-//! | `tower_webhook_inbox_held_back_total` | counter | `processor`, `rule` | events a worker held back by a rule, none an attempt: `paused` (parked by a JetStream or RabbitMQ worker, see [`JetStream::pause`]; a paused SQL row is not claimed, see the `paused` depth), `per_source` and `per_type` (handed back by a SQL worker, or waiting in a JetStream one, for its cap), `per_object` (waiting in a JetStream worker for its object's turn), `rate` (a source out of turns under its rate) |
+//! | `tower_webhook_inbox_held_back_total` | counter | `processor`, `rule` | events a worker held back by a rule, none an attempt: `paused` (parked by a JetStream or RabbitMQ worker, see [`JetStream::pause`]; a paused SQL row is not claimed, see the `paused` depth), `per_source` and `per_type` (handed back by a SQL worker, or waiting in a JetStream one, for its cap), `per_object` (waiting in a JetStream worker for its object's turn), `rate` (a source out of turns under its rate), `pauses_unread` (waiting in a RabbitMQ worker, once for each try, while the pauses' log cannot be read: none starts until it can) |
 //! | `tower_webhook_inbox_attempts_total` | counter | `processor`, `outcome` | the inbox worker's attempts: `processed`, `retry` (failed, due again after a backoff), `dead` (failed the last allowed attempt), `abandoned` (stopped past the shutdown grace, back in the queue), `snoozed` (the processor answered [`Later`]: due again then, not counted as an attempt), `lost` (the row was no longer this worker's when the outcome was recorded, or the store did not hear it before the lease ended) |
 //! | `tower_webhook_inbox_depth` | gauge | `processor`, `state` | rows `queued` (waiting for their first or next attempt), `processing` (claimed now) and `paused` (held back by a pause: see [`Counts::paused`]) |
 //! | `tower_webhook_inbox_dead_rows` | gauge | `processor` | rows that gave up after the maximum attempts |
@@ -445,6 +445,9 @@ pub(crate) enum HeldBack {
     PerType,
     PerObject,
     Rate,
+    /// Waiting in a RabbitMQ worker while the pauses' log cannot be read.
+    #[cfg_attr(not(feature = "amqp"), allow(dead_code))]
+    PausesUnread,
 }
 
 /// A worker of `processor` held an event back by `rule` (not an attempt).

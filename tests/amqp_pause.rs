@@ -419,3 +419,54 @@ async fn a_pause_record_is_one_publish_routed_to_the_stream_and_to_its_count() {
     assert_eq!(sources, ["by_hand", "first"]);
     amqp.delete().await.unwrap();
 }
+
+/// A worker that cannot read the pauses' log (its queue deleted here; a broker that cannot
+/// answer alike) starts none of its events, and says so:
+/// `tower_webhook_inbox_held_back_total{rule="pauses_unread"}` counts each event held,
+/// each try. Once the log is back (declared again), each runs once, as its first attempt.
+#[cfg(feature = "metrics")]
+#[tokio::test]
+async fn a_worker_that_cannot_read_the_pauses_starts_nothing_and_counts_it() {
+    use lapin::options::QueueDeleteOptions;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let held = std::cell::Cell::new(0u64);
+    // Snapshots hand over the counts since the one before: added up here.
+    let unread = || {
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            let key = key.key();
+            let rule = key
+                .labels()
+                .any(|l| l.key() == "rule" && l.value() == "pauses_unread");
+            if let (true, DebugValue::Counter(n)) = (rule, value) {
+                assert_eq!(key.name(), "tower_webhook_inbox_held_back_total");
+                held.set(held.get() + n);
+            }
+        }
+        held.get()
+    };
+    let amqp = amqp().await;
+    let log = format!("{}-pauses-seq", amqp.queue());
+    let channel = common::amqp::raw_channel().await;
+    let options = QueueDeleteOptions::default();
+    channel
+        .queue_delete(log.as_str().into(), options)
+        .await
+        .unwrap();
+    let seen = Seen::default();
+    let running = worker(&amqp, &seen);
+    let ids = ids("evt_unread", 3);
+    accept(&amqp, &ids, "order.paid").await;
+    eventually("each held, twice", async || unread() >= 6).await;
+    assert_eq!(seen.ran(), 0, "an event ran while the pauses were unknown");
+    let _declared = again(&amqp).await; // declares the topology, the log among it
+    eventually("all ran", async || seen.ran() == ids.len()).await;
+    a_while().await;
+    for id in &ids {
+        assert_eq!(seen.of(id), vec![1], "{id}");
+    }
+    running.shutdown().await;
+}

@@ -345,6 +345,9 @@ impl Queue for Consumed {
             };
             #[cfg(feature = "tracing")]
             tracing::warn!(target: "tower_webhook", "amqp worker cannot read the pauses yet: {_error}");
+            for _ in &rows {
+                metrics::held_back(&self.metrics, metrics::HeldBack::PausesUnread);
+            }
             if rows.iter().all(|row| !row.held.delivery.acker.usable()) {
                 return Ok(Vec::new()); // their channel died: delivered again on the next
             }

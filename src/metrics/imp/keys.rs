@@ -45,7 +45,7 @@ pub(in crate::metrics) fn operation_key(operation: Operation) -> &'static Key {
 /// them from its first event on.
 pub(in crate::metrics) struct ProcessorKeys {
     attempts: [Key; 6],
-    held_back: [Key; 5],
+    held_back: [Key; 6],
     /// `queued`, `processing`, `paused`.
     depth: [Key; 3],
     dead: Key,
@@ -64,7 +64,14 @@ impl ProcessorKeys {
             )
         };
         let outcomes = ["processed", "retry", "dead", "abandoned", "snoozed", "lost"];
-        let rules = ["paused", "per_source", "per_type", "per_object", "rate"];
+        let rules = [
+            "paused",
+            "per_source",
+            "per_type",
+            "per_object",
+            "rate",
+            "pauses_unread",
+        ];
         Self {
             attempts: outcomes.map(|o| key(ATTEMPTS, Some(("outcome", o)))),
             held_back: rules.map(|r| key(HELD_BACK, Some(("rule", r)))),
@@ -92,6 +99,7 @@ impl ProcessorKeys {
             HeldBack::PerType => 2,
             HeldBack::PerObject => 3,
             HeldBack::Rate => 4,
+            HeldBack::PausesUnread => 5,
         }]
     }
 
