@@ -15,9 +15,9 @@ use crate::sql::{migrate_error, store_error};
 ///
 /// Under load, concurrent claims and completions (and an inbox's accepts) go out together,
 /// one statement and one commit a batch, on up to three connections the store keeps for
-/// its batches beside the pool's (taken out of it, at most a third of the pool's
-/// `max_connections`: count them in the server's; closing the pool closes them at the next
-/// write).
+/// its batches and an inbox worker's claims beside the pool's (taken out of it, at most a
+/// third of the pool's `max_connections`: count them in the server's; closing the pool
+/// closes them at the next write).
 ///
 /// Cloning shares the pool.
 #[derive(Clone, Debug)]

@@ -1,5 +1,5 @@
 //! The group commit's own connections, kept between its batches as each client of the
-//! bare loop (pgbench) keeps its own.
+//! bare loop (pgbench) keeps its own; the inbox worker's claims run on them too.
 //!
 //! A connection the pool lends costs two round trips beside its statement: sqlx checks
 //! it with one when it is lent and another when it is given back. Under load a batch is
@@ -32,10 +32,10 @@ use sqlx::Connection;
 use super::group_commit::unavailable;
 
 /// At most this many connections kept (idle or in use): one for the front door's batch in
-/// flight, one for a batch beside it, one for the worker's outcomes — and never more than
-/// a third of the pool's `max_connections` (a pool of two keeps none), so the connections
-/// a store opens stay near what its pool was sized for. A statement past them borrows one
-/// from the pool, as before.
+/// flight, one for a batch beside it, one for the worker's outcomes or a claim — and never
+/// more than a third of the pool's `max_connections` (a pool of two keeps none), so the
+/// connections a store opens stay near what its pool was sized for. A statement past them
+/// borrows one from the pool, as before.
 const KEPT: usize = 3;
 
 /// A kept connection idle this long is checked before its next statement: the server may

@@ -44,6 +44,8 @@ use crate::inbox::DEFAULT_PROCESSOR;
 #[derive(Clone, Debug)]
 pub(crate) struct Pg {
     pool: PgPool,
+    /// The writer's kept connections (`kept.rs`), which the worker's claims share.
+    kept: Arc<kept::Kept>,
     /// Claims and inbox accepts (the front door's), gathered into one statement per kind.
     writer: Arc<Batcher<Write, Written>>,
     /// Completions and the worker's "processed" (what ends a running lease), likewise, in
@@ -99,6 +101,7 @@ impl Pg {
             outcomes: batcher(OUTCOME_SLOTS),
             marks: super::invalid::Marks(pool.clone()),
             sized: sized::Sized::new(),
+            kept,
             pool,
             keys: None,
         }

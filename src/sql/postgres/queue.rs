@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 use super::super::shared;
 use super::super::{claimed, store_error, Outcome, CRASHED};
 use super::group_commit::{Write, Written};
+use super::kept::Runs as _;
 use super::outcome::finish_one;
 use super::{Pg, PLANNED_EACH_TIME};
 use crate::inbox::backend::{Backend, Claimed, HeldRow};
@@ -323,9 +324,10 @@ impl Backend for Pg {
         let held: (Vec<String>, Vec<String>) = due.skip.held.iter().cloned().unzip();
         let keys = self.keys.clone();
         let sized = self.sized.clone();
+        let kept = self.kept.clone();
         Box::pin(async move {
             let sql = sized.text(&pool, CLAIM_DUE).await;
-            let rows = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            let query = sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(due.lease.as_secs_f64())
                 .bind(due.token.as_uuid())
                 .bind(i64::try_from(due.limit).unwrap_or(i64::MAX))
@@ -336,10 +338,15 @@ impl Backend for Pg {
                 .bind(due.skip.types)
                 .bind(held.0)
                 .bind(held.1)
-                .bind(&*processor)
-                .fetch_all(&pool)
-                .await
-                .map_err(|e| store_error("inbox claim", e))?;
+                .bind(&*processor);
+            // On a kept connection: a lent one's two checks were a claim's round trips
+            // besides its own (the drain 1.11× kept, BENCHMARKS.md).
+            let rows = kept.fetch_all(query).await.and_then(|rows| {
+                rows.iter()
+                    .map(sqlx::FromRow::from_row)
+                    .collect::<Result<Vec<_>, _>>()
+            });
+            let rows = rows.map_err(|e| store_error("inbox claim", e))?;
             Ok(claimed(rows, &keys))
         })
     }

@@ -747,3 +747,40 @@ async fn a_claim_takes_no_more_than_its_limit_whatever_the_plan() {
             .unwrap();
     assert_eq!((rows.len(), leased), (1, 1), "one row claimed and leased");
 }
+
+/// The worker's claims run on the writer's kept connections, not lent ones: with every
+/// connection the pool may lend held elsewhere, a claim still answers (lent, it waited
+/// out the pool's acquire timeout and failed).
+#[tokio::test]
+async fn a_claim_runs_on_a_kept_connection_while_the_pool_is_all_lent() {
+    let options = fresh_pool().await.connect_options().as_ref().clone();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(3) // keeps one
+        .acquire_timeout(Duration::from_millis(500))
+        .connect_with(options)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO webhook_routes (source, event_id, processor, received_at, next_attempt_at)
+         SELECT 's', 'evt_' || i, $1, now(), now() - interval '1 minute'
+         FROM generate_series(1, 2) i",
+    )
+    .bind(DEFAULT_PROCESSOR)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let pg = Pg::new(pool.clone());
+    let claim = || {
+        let due = ClaimDue::plain(1, Duration::from_secs(30), Token::new());
+        pg.claim(DEFAULT_PROCESSOR.into(), due)
+    };
+    // The first keeps its connection (and reads the tables' sizes, good for a second).
+    assert_eq!(claim().await.unwrap().len(), 1);
+    let mut lent = Vec::new();
+    for _ in 0..3 {
+        lent.push(pool.acquire().await.unwrap());
+    }
+    assert_eq!(pool.size(), 3, "every connection the pool may open is lent");
+    let second = claim().await.expect("a claim on the kept connection");
+    assert_eq!(second.len(), 1);
+}
