@@ -53,6 +53,21 @@ async fn held_routes(pool: &PgPool, ids: &[&str], token: Token) {
     .unwrap();
 }
 
+/// Routes `evt_<from>`…`evt_<to>` of `default`, due a second ago (no event rows).
+async fn due_routes(pool: &PgPool, (from, to): (i32, i32)) {
+    sqlx::query(
+        "INSERT INTO webhook_routes (source, event_id, processor, received_at, next_attempt_at)
+         SELECT 's', 'evt_' || i, $1, now(), now() - interval '1 second'
+         FROM generate_series($2, $3) i",
+    )
+    .bind(DEFAULT_PROCESSOR)
+    .bind(from)
+    .bind(to)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
 /// A fresh database's pool of one connection: its session's prepared statements are all
 /// of the pool's (`pg_prepared_statements`).
 async fn one_connection() -> PgPool {
@@ -247,15 +262,7 @@ async fn the_claim_reads_a_backlog_through_its_index_once_the_routes_are_analyze
             .await
             .unwrap();
     assert!(never < 0.0, "a new database's pauses were never analyzed");
-    sqlx::query(
-        "INSERT INTO webhook_routes (source, event_id, processor, received_at, next_attempt_at)
-         SELECT 's', 'evt_' || i, $1, now(), now() - interval '1 second'
-         FROM generate_series(1, 20000) i",
-    )
-    .bind(DEFAULT_PROCESSOR)
-    .execute(&pool)
-    .await
-    .unwrap();
+    due_routes(&pool, (1, 20000)).await;
     // As autovacuum would, a minute into a storm.
     sqlx::query("ANALYZE webhook_routes")
         .execute(&pool)
@@ -720,23 +727,12 @@ async fn a_claim_takes_no_more_than_its_limit_whatever_the_plan() {
             ("enable_bitmapscan", "off"),
         ]);
     let pool = PgPool::connect_with(options).await.unwrap();
-    let routes = |from: i32, to: i32| {
-        sqlx::query(
-            "INSERT INTO webhook_routes (source, event_id, processor, received_at, next_attempt_at)
-             SELECT 's', 'evt_' || i, $1, now(), now() - interval '1 minute'
-             FROM generate_series($2, $3) i",
-        )
-        .bind(DEFAULT_PROCESSOR)
-        .bind(from)
-        .bind(to)
-        .execute(&pool)
-    };
-    routes(1, 1).await.unwrap();
+    due_routes(&pool, (1, 1)).await;
     sqlx::query("ANALYZE webhook_routes")
         .execute(&pool)
         .await
         .unwrap();
-    routes(2, 4).await.unwrap();
+    due_routes(&pool, (2, 4)).await;
     let pg = Pg::new(pool.clone());
     let due = ClaimDue::plain(1, Duration::from_secs(30), Token::new());
     let rows = pg.claim(DEFAULT_PROCESSOR.into(), due).await.unwrap();
@@ -760,15 +756,7 @@ async fn a_claim_runs_on_a_kept_connection_while_the_pool_is_all_lent() {
         .connect_with(options)
         .await
         .unwrap();
-    sqlx::query(
-        "INSERT INTO webhook_routes (source, event_id, processor, received_at, next_attempt_at)
-         SELECT 's', 'evt_' || i, $1, now(), now() - interval '1 minute'
-         FROM generate_series(1, 2) i",
-    )
-    .bind(DEFAULT_PROCESSOR)
-    .execute(&pool)
-    .await
-    .unwrap();
+    due_routes(&pool, (1, 2)).await;
     let pg = Pg::new(pool.clone());
     let claim = || {
         let due = ClaimDue::plain(1, Duration::from_secs(30), Token::new());
