@@ -469,4 +469,5 @@ async fn a_worker_that_cannot_read_the_pauses_starts_nothing_and_counts_it() {
         assert_eq!(seen.of(id), vec![1], "{id}");
     }
     running.shutdown().await;
+    amqp.delete().await.unwrap();
 }
